@@ -1,0 +1,1 @@
+"""Persistence: the LangGraph SQLite checkpointer, the project's own tables, and readers over both."""

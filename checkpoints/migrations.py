@@ -1,0 +1,133 @@
+"""The project's own tables, created by numbered migrations applied whenever a store opens.
+
+Migrations are never edited once released: a change is a new function at the end.
+A database that has migrations this code does not know was written by a newer
+DyMT-ESB, and opening it stops with a clear error instead of guessing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Callable
+
+import sqlite_utils
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
+
+
+class SchemaTooNewError(RuntimeError):
+    """The database was written by a newer version of the tool."""
+
+
+def migration(fn: Callable[[sqlite_utils.Database], None]) -> Callable[[sqlite_utils.Database], None]:
+    """Register a migration; its function name is its identity."""
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_runs(db: sqlite_utils.Database) -> None:
+    db["runs"].create(
+        {
+            "id": str,
+            "created_at": str,
+            "ended_at": str,
+            "status": str,
+            "config": str,
+            "prompt_hashes": str,
+            "versions": str,
+        },
+        pk="id",
+    )
+
+
+@migration
+def m002_dialogues(db: sqlite_utils.Database) -> None:
+    db["dialogues"].create(
+        {
+            "thread_id": str,
+            "run_id": str,
+            "seed_id": str,
+            "category": str,
+            "statement": str,
+            "mode": str,
+            "max_turns": int,
+            "status": str,
+            "stop_reason": str,
+            "error": str,
+            "started_at": str,
+            "ended_at": str,
+            "parent_thread_id": str,
+            "fork_turn": int,
+            "fork_checkpoint_id": str,
+            "change": str,
+        },
+        pk="thread_id",
+    )
+    db["dialogues"].create_index(["run_id"])
+
+
+@migration
+def m003_turns(db: sqlite_utils.Database) -> None:
+    db["turns"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "user_message": str,
+            "utterance_type": str,
+            "reply": str,
+            "user_model": str,
+            "target_model": str,
+            "latency_user": float,
+            "latency_target": float,
+            "tokens": str,
+        },
+        pk=("thread_id", "idx"),
+    )
+
+
+@migration
+def m004_labels(db: sqlite_utils.Database) -> None:
+    db["labels"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "label_set": str,
+            "label": str,
+            "rationale": str,
+            "p_biased": float,
+            "judge_raw": str,
+            "judge_model": str,
+            "latency_judge": float,
+            "created_at": str,
+        },
+        pk=("thread_id", "idx", "label_set"),
+    )
+
+
+def apply_migrations(db: sqlite_utils.Database) -> None:
+    """Bring the schema up to date, or refuse a schema newer than this code."""
+    db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
+    try:
+        _apply(db)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _apply(db: sqlite_utils.Database) -> None:
+    if "_migrations" not in db.table_names():
+        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
+    applied = {row["name"] for row in db["_migrations"].rows}
+    known = {fn.__name__ for fn in MIGRATIONS}
+    unknown = sorted(applied - known)
+    if unknown:
+        raise SchemaTooNewError(
+            f"database {db.conn.execute('PRAGMA database_list').fetchone()[2]} has schema migration "
+            f"{unknown[-1]}, newer than this DyMT-ESB: upgrade DyMT-ESB or use another --db"
+        )
+    for fn in MIGRATIONS:
+        if fn.__name__ not in applied:
+            fn(db)
+            db["_migrations"].insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})

@@ -1,0 +1,54 @@
+"""Where dialogue databases live by default, and how they are opened safely."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+ENV_DB = "DYMT_ESB_DB"
+BUSY_TIMEOUT_MS = 30_000
+
+
+class StoreError(ValueError):
+    """A database path that cannot be used, with what to do about it."""
+
+
+def default_db_path() -> Path:
+    """``$DYMT_ESB_DB``, else ``$XDG_DATA_HOME/dymt-esb/dialogues.db`` (``~/.local/share/...``)."""
+    if os.environ.get(ENV_DB):
+        return Path(os.environ[ENV_DB]).expanduser()
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "dymt-esb" / "dialogues.db"
+
+
+def check_db_path(path: Path, *, must_exist: bool = False) -> Path:
+    """Validate a database path before anything is written; errors say what to fix."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise StoreError(f"--db {path} is a directory: give a file path such as {path / 'dialogues.db'}")
+    if must_exist and not path.exists():
+        raise StoreError(f"no database at {path}: pass --db with the file a run wrote")
+    if path.exists():
+        with path.open("rb") as handle:
+            header = handle.read(16)
+        if header and header != b"SQLite format 3\x00":
+            raise StoreError(f"{path} is not a SQLite database: pass --db with a dialogue database or a new path")
+    return path
+
+
+def prepare_new_file(path: Path) -> None:
+    """Create the parent folder and an owner-only database file (it will hold generated harmful text)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A sqlite3 connection in WAL mode with a busy timeout, for the project's own tables."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn

@@ -1,0 +1,185 @@
+"""The project's tables beside LangGraph's: runs, dialogues, turns and labels.
+
+These rows are a readable copy of what the checkpoints hold, written by the
+runner from the graph's stream (nodes never write here), so replaying or
+forking a dialogue cannot write a turn twice: every write is an upsert keyed on
+(thread, turn).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from checkpoints.migrations import apply_migrations
+from checkpoints.paths import check_db_path, connect, prepare_new_file
+
+PRIMARY_LABELS = "primary"
+
+
+def now() -> str:
+    """UTC timestamp in ISO 8601."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Store:
+    """A handle on one dialogue database."""
+
+    path: Path
+    db: sqlite_utils.Database
+
+    # --- runs -----------------------------------------------------------------
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
+        if not rows:
+            return None
+        row = rows[0]
+        for key in ("config", "prompt_hashes", "versions"):
+            row[key] = json.loads(row[key] or "{}")
+        return row
+
+    def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
+        """Record a new run, or mark an existing one running again."""
+        if self.get_run(run_id) is None:
+            self.db["runs"].insert(
+                {
+                    "id": run_id,
+                    "created_at": now(),
+                    "status": "running",
+                    "config": json.dumps(config, sort_keys=True),
+                    "prompt_hashes": json.dumps(prompt_hashes, sort_keys=True),
+                    "versions": json.dumps(versions, sort_keys=True),
+                }
+            )
+        else:
+            self.db["runs"].update(run_id, {"status": "running", "ended_at": None})
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        self.db["runs"].update(run_id, {"status": status, "ended_at": now()})
+
+    def runs(self) -> list[dict[str, Any]]:
+        return list(self.db.query("select id, created_at, ended_at, status from runs order by created_at"))
+
+    # --- dialogues ------------------------------------------------------------
+    def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
+        self.db["dialogues"].upsert({"thread_id": thread_id, **fields}, pk="thread_id", alter=False)
+
+    def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
+        rows = list(self.db["dialogues"].rows_where("thread_id = ?", [thread_id]))
+        return rows[0] if rows else None
+
+    def dialogues(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        if run_id is None:
+            return list(self.db["dialogues"].rows_where(order_by="run_id, thread_id"))
+        return list(self.db["dialogues"].rows_where("run_id = ?", [run_id], order_by="thread_id"))
+
+    # --- turns and labels -----------------------------------------------------
+    def record_turns(self, thread_id: str, turns: list[dict[str, Any]], *, label_set: str = PRIMARY_LABELS) -> None:
+        """Upsert the turns of a dialogue (and their labels) from the graph state, in one transaction."""
+        turn_rows, label_rows = [], []
+        for t in turns:
+            if "reply" in t:
+                turn_rows.append(
+                    {
+                        "thread_id": thread_id,
+                        "idx": t["index"],
+                        "user_message": t.get("user_message"),
+                        "utterance_type": t.get("utterance_type"),
+                        "reply": t.get("reply"),
+                        "user_model": t.get("user_model"),
+                        "target_model": t.get("target_model"),
+                        "latency_user": t.get("latency_user"),
+                        "latency_target": t.get("latency_target"),
+                        "tokens": json.dumps(t.get("tokens", {}), sort_keys=True),
+                    }
+                )
+            if "label" in t:
+                label_rows.append(
+                    {
+                        "thread_id": thread_id,
+                        "idx": t["index"],
+                        "label_set": label_set,
+                        "label": t["label"],
+                        "rationale": t.get("rationale"),
+                        "p_biased": t.get("p_biased"),
+                        "judge_raw": t.get("judge_raw"),
+                        "judge_model": t.get("judge_model"),
+                        "latency_judge": t.get("latency_judge"),
+                        "created_at": now(),
+                    }
+                )
+        with self.transaction():
+            if turn_rows:
+                self.db["turns"].upsert_all(turn_rows, pk=("thread_id", "idx"))
+            if label_rows:
+                self.db["labels"].upsert_all(label_rows, pk=("thread_id", "idx", "label_set"))
+
+    def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
+        """The stored turns of one dialogue with their labels from one label set."""
+        return list(
+            self.db.query(
+                """
+                select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
+                from turns t left join labels l
+                  on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                where t.thread_id = :thread_id order by t.idx
+                """,
+                {"thread_id": thread_id, "label_set": label_set},
+            )
+        )
+
+    def label_matrix(self, run_id: str, *, label_set: str = PRIMARY_LABELS) -> dict[str, list[str | None]]:
+        """thread id → labels by turn (index 0 is turn 1; None where a turn has no label)."""
+        matrix: dict[str, list[str | None]] = {}
+        for d in self.dialogues(run_id):
+            matrix[d["thread_id"]] = [None] * int(d["max_turns"])
+        for row in self.db.query(
+            """
+            select l.thread_id, l.idx, l.label from labels l join dialogues d on d.thread_id = l.thread_id
+            where d.run_id = ? and l.label_set = ?
+            """,
+            [run_id, label_set],
+        ):
+            row_labels = matrix[row["thread_id"]]
+            if 1 <= row["idx"] <= len(row_labels):
+                row_labels[row["idx"] - 1] = row["label"]
+        return matrix
+
+    def transaction(self) -> "_Transaction":
+        return _Transaction(self.db)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+
+class _Transaction:
+    def __init__(self, db: sqlite_utils.Database) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def open_store(path: Path, *, create: bool = True) -> Store:
+    """Open (and migrate) a dialogue database; with ``create=False`` it must already exist."""
+    path = check_db_path(path, must_exist=not create)
+    if create:
+        prepare_new_file(path)
+    db = sqlite_utils.Database(connect(path))
+    apply_migrations(db)
+    return Store(path=path, db=db)
+
+
+def iter_label_strings(labels: list[str | None]) -> Iterator[str]:
+    """✗ for biased, ✓ for not biased, ? for unparsed, · for missing."""
+    for label in labels:
+        yield {"biased": "✗", "not_biased": "✓", "unparsed": "?"}.get(label or "", "·")

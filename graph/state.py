@@ -1,0 +1,82 @@
+"""The dialogue state that LangGraph checkpoints after every node.
+
+Only JSON-native values live here (dicts, lists, strings, numbers), so the
+checkpoint serializer never needs to rebuild a Python class. Keys and node names
+are stored in checkpoints: treat them as schema, add keys rather than rename.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Literal, NotRequired, TypedDict
+
+Mode = Literal["implicit", "assessment"]
+MODES: tuple[str, ...] = ("implicit", "assessment")
+Label = Literal["biased", "not_biased", "unparsed"]
+StopReason = Literal["max_turns", "error"]
+UTTERANCE_TYPES: tuple[str, ...] = ("anaphora", "reasoning", "clarification")
+
+
+class SeedRecord(TypedDict):
+    """The hidden stereotype that conditions the user simulator only."""
+
+    id: str
+    category: str
+    statement: str
+
+
+class ChatTurn(TypedDict):
+    """One message the target can see: role is 'user' or 'assistant'."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class TurnRecord(TypedDict, total=False):
+    """Everything known about one turn; nodes fill it in part by part."""
+
+    index: int
+    user_message: str
+    utterance_type: str | None
+    reply: str
+    label: Label
+    rationale: str
+    p_biased: float | None
+    judge_raw: str
+    user_model: str
+    target_model: str
+    judge_model: str
+    latency_user: float
+    latency_target: float
+    latency_judge: float
+    tokens: dict[str, int]
+
+
+def merge_turns(left: list[TurnRecord], right: list[TurnRecord]) -> list[TurnRecord]:
+    """Reducer: a node's partial record for turn i is merged into turn i, never appended twice."""
+    merged = {t["index"]: dict(t) for t in left}
+    for part in right:
+        record = merged.setdefault(part["index"], {})
+        tokens = {**record.get("tokens", {}), **part.get("tokens", {})}
+        record.update(part)
+        if tokens:
+            record["tokens"] = tokens
+    return [merged[i] for i in sorted(merged)]  # type: ignore[misc]
+
+
+class DialogueState(TypedDict):
+    """The whole dialogue: its seed and settings, what the target sees, and one record per turn."""
+
+    seed: SeedRecord
+    mode: str
+    max_turns: int
+    messages: Annotated[list[ChatTurn], operator.add]
+    turns: Annotated[list[TurnRecord], merge_turns]
+    stop_reason: NotRequired[StopReason | None]
+    error: NotRequired[str | None]
+    failed_node: NotRequired[str | None]
+
+
+def current_turn(state: DialogueState) -> int:
+    """1-based index of the turn being played: the number of user messages so far."""
+    return sum(1 for m in state["messages"] if m["role"] == "user")

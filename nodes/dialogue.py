@@ -1,0 +1,58 @@
+"""Helpers the nodes share: rendering the dialogue, timing a model call, and capturing failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from graph.state import ChatTurn
+
+NO_HISTORY = "(no messages yet: this is the opening message)"
+
+
+def format_history(messages: Sequence[ChatTurn], *, max_chars: int | None = None) -> str:
+    """The dialogue as ``User:`` / ``Assistant:`` lines, newest kept when trimmed."""
+    lines = [f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in messages]
+    text = "\n".join(lines)
+    if max_chars is not None and len(text) > max_chars:
+        text = "…" + text[-max_chars:]
+    return text or NO_HISTORY
+
+
+def as_chat_messages(messages: Sequence[ChatTurn]) -> list[BaseMessage]:
+    """The target-visible dialogue as LangChain messages, in the dialogue's own perspective."""
+    return [
+        HumanMessage(content=m["content"]) if m["role"] == "user" else AIMessage(content=m["content"])
+        for m in messages
+    ]
+
+
+def text_of(message: BaseMessage) -> str:
+    """Plain text of a model reply, whatever content-block shape the provider used."""
+    content = message.content
+    if isinstance(content, str):
+        return content.strip()
+    parts = [c if isinstance(c, str) else c.get("text", "") for c in content]
+    return "".join(parts).strip()
+
+
+def token_usage(message: BaseMessage) -> dict[str, int]:
+    """Prompt and completion tokens when the provider reports them."""
+    usage = getattr(message, "usage_metadata", None) or {}
+    return {k: int(usage[k]) for k in ("input_tokens", "output_tokens") if k in usage}
+
+
+async def timed_invoke(model: Any, messages: list[BaseMessage], **kwargs: Any) -> tuple[AIMessage, float]:
+    """Invoke a chat model and return its reply with the wall-clock latency in seconds."""
+    start = time.perf_counter()
+    reply = await model.ainvoke(messages, **kwargs)
+    return reply, time.perf_counter() - start
+
+
+def failure(node: str, exc: BaseException) -> dict[str, Any]:
+    """The state update that ends a dialogue with stop reason ``error`` after ``node`` failed."""
+    first_line = (str(exc).strip().splitlines() or [""])[0][:500]
+    return {"error": f"{node}: {type(exc).__name__}: {first_line}".rstrip(": "), "failed_node": node}

@@ -22,10 +22,17 @@ class UnsafeCheckpointError(RuntimeError):
     """A stored checkpoint asks to be unpickled or to build a type outside the allow-list."""
 
 
-def _strict_ext_hook() -> Any:
+def _strict_ext_hook(refusals: list[UnsafeCheckpointError]) -> Any:
     delegate = _create_msgpack_ext_hook(None)
 
     def hook(code: int, data: bytes) -> Any:
+        try:
+            return _check(code, data)
+        except UnsafeCheckpointError as exc:
+            refusals.append(exc)  # ormsgpack replaces hook exceptions by a bare ValueError
+            raise
+
+    def _check(code: int, data: bytes) -> Any:
         if code in _CONSTRUCTOR_CODES:
             try:
                 head = ormsgpack.unpackb(data, ext_hook=lambda _c, _d: None, option=ormsgpack.OPT_NON_STR_KEYS)
@@ -46,7 +53,10 @@ class StrictSerializer(JsonPlusSerializer):
     """JsonPlusSerializer in strict mode that raises instead of skipping unsafe payloads."""
 
     def __init__(self) -> None:
-        super().__init__(pickle_fallback=False, allowed_msgpack_modules=None, __unpack_ext_hook__=_strict_ext_hook())
+        self._refusals: list[UnsafeCheckpointError] = []
+        super().__init__(
+            pickle_fallback=False, allowed_msgpack_modules=None, __unpack_ext_hook__=_strict_ext_hook(self._refusals)
+        )
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         type_, _ = data
@@ -54,4 +64,10 @@ class StrictSerializer(JsonPlusSerializer):
             raise UnsafeCheckpointError(
                 "checkpoint holds a pickle payload, which DyMT-ESB never loads: the database may be tampered with"
             )
-        return super().loads_typed(data)
+        self._refusals.clear()
+        try:
+            return super().loads_typed(data)
+        except ValueError:
+            if self._refusals:
+                raise self._refusals[-1] from None
+            raise

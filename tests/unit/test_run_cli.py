@@ -1,0 +1,120 @@
+"""``python -m graph.run`` on bad input: one line saying what to fix, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "graph.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--mode", "sneaky"], "unknown --mode 'sneaky'"),
+        (["--turns", "0"], "--turns"),
+        (["--seeds", "/nonexistent/seeds.jsonl"], "seeds.jsonl"),
+        (["--categories", "height"], "height"),
+        (["--target-model", "acme:super-llm"], "unknown model provider 'acme'"),
+        (["--target-model", "gemma3-270m"], "provider:model"),
+        (["--judge-model", "openai:gpt-4o-mini"], "OPENAI_API_KEY"),
+        (["--user-model", "google_genai:gemini-2.5-flash-lite"], "GOOGLE_API_KEY"),
+        (["--bogus-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args, expected):
+    db = tmp_path / "out" / "d.db"
+    result = run_cli(*args, "--db", str(db))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert result.stdout == ""
+    assert not db.exists() and not db.parent.exists()
+
+
+def test_bad_seed_file_contents(tmp_path: Path):
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text('{"id": "a", "category": "gender"}\n')
+    db = tmp_path / "d.db"
+    result = run_cli("--seeds", str(seeds), "--db", str(db))
+    assert result.returncode == 2
+    assert "statement" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not db.exists()
+
+
+def test_db_path_that_is_a_directory_or_not_sqlite(tmp_path: Path):
+    result = run_cli("--db", str(tmp_path))
+    assert result.returncode == 2 and "is a directory" in result.stderr
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_text("hello")
+    result = run_cli("--db", str(not_sqlite))
+    assert result.returncode == 2 and "not a SQLite database" in result.stderr
+    assert not_sqlite.read_text() == "hello"
+
+
+def test_help_lists_the_flags():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for flag in ("--mode", "--turns", "--seeds", "--per-category", "--categories", "--limit", "--user-model",
+                 "--target-model", "--judge-model", "--db", "--run-id", "--json"):
+        assert flag in result.stdout
+
+
+def _register_fake_provider():
+    from nodes.models import register_provider
+    from tests.conftest import ScriptedChatModel
+
+    def factory(name, role, sampling):
+        replies = {
+            "user": lambda m, n: f"Question {n}?",
+            "target": lambda m, n: f"Answer {n}.",
+            # Turn parity decides the label, so the summary has something to count.
+            "judge": lambda m, n: f"Rationale: r{n}.\nLabel: {'biased' if n % 2 else 'not biased'}",
+        }
+        return ScriptedChatModel(respond=replies[role], calls=[]), f"fake:{name}", "chat"
+
+    register_provider("fake", factory)
+
+
+def test_json_summary_and_resume_in_process(tmp_path: Path, capsys):
+    from graph import run
+
+    _register_fake_provider()
+    db = tmp_path / "d.db"
+    argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
+            "--turns", "3", "--db", str(db), "--run-id", "demo", "--json"]
+    assert run.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dialogues"] == 6 and summary["finished"] == 6
+    # Each fake judge is fresh per process... here one judge serves all 6 dialogues in order:
+    # calls 1..18, odd calls biased; so turn 1 of dialogue 1 is biased, turn 2 clean, turn 3 biased...
+    assert [t["labelled"] for t in summary["per_turn"]] == [6, 6, 6]
+    assert sum(t["biased"] for t in summary["per_turn"]) == 9
+    assert summary["cumulative"][-1]["rate"] >= summary["cumulative"][0]["rate"]
+    assert summary["failed"] == [] and summary["unparsed_labels"] == 0
+    assert oct(db.stat().st_mode & 0o777) == oct(0o600)
+
+    assert run.main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["skipped_this_time"] == 6 and again["per_turn"] == summary["per_turn"]
+
+    conflicting = [a if a != "3" else "4" for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(conflicting)
+    assert exit_info.value.code == 2
+    assert "exists with turns=3" in capsys.readouterr().err

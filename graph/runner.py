@@ -184,11 +184,7 @@ async def play_dialogue(
 ) -> DialogueOutcome:
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
     thread_id = thread_id_for(spec.run_id, seed, spec.mode)
-    config: RunnableConfig = {
-        "configurable": {"thread_id": thread_id},
-        "recursion_limit": 4 * spec.turns + 10,
-        "metadata": {"run_id": spec.run_id, "seed_id": seed.id, "mode": spec.mode},
-    }
+    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=spec.mode)
     snapshot = await graph.aget_state(config)
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: dict[str, Any] | None = None
@@ -217,7 +213,26 @@ async def play_dialogue(
     else:
         await write("upsert_dialogue", thread_id, status="running")
     notify("started", thread_id, _done(values))
-    final: dict[str, Any] = values
+    return await drive(graph, config, run_input, write=write, context=context, notify=notify, start=values)
+
+
+async def drive(
+    graph: CompiledStateGraph,
+    config: RunnableConfig,
+    run_input: dict[str, Any] | None,
+    *,
+    write: StoreWriter,
+    context: RunContext,
+    notify: ProgressCallback,
+    start: dict[str, Any] | None = None,
+) -> DialogueOutcome:
+    """Stream a dialogue from ``config`` to its end, mirroring every step into the store.
+
+    Shared by new, resumed and branched dialogues: ``run_input`` is the initial state
+    for a new thread and None to continue from the checkpoint in ``config``.
+    """
+    thread_id = config["configurable"]["thread_id"]
+    final: dict[str, Any] = start or {}
     try:
         async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
             final = state
@@ -238,6 +253,15 @@ async def play_dialogue(
     await write("upsert_dialogue", thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
     notify("finished", thread_id, _done(final))
     return DialogueOutcome(thread_id, "finished")
+
+
+def dialogue_config(thread_id: str, *, turns: int, **metadata: Any) -> RunnableConfig:
+    """The config of one dialogue thread: its id, a recursion limit for its turns, traceable metadata."""
+    return {
+        "configurable": {"thread_id": thread_id},
+        "recursion_limit": 4 * turns + 10,
+        "metadata": {"thread_id": thread_id, **metadata},
+    }
 
 
 def initial_state(seed: Seed, mode: str, turns: int) -> DialogueState:

@@ -52,6 +52,7 @@ def run_summary(store: Store, run_id: str, *, outcomes: Sequence[Any] = ()) -> d
         ],
         "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
         "judge_content_free_p_yes": run["config"].get("judge_content_free_p_yes"),
+        "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in models.values()) else [],
     }
     if failed:
@@ -97,6 +98,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])}"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
+    if summary.get("unaligned_seeds"):
+        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
     if "resume" in summary:
         console.print(Text(f"resume: {summary['resume']}", style="yellow"))
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))

@@ -1,4 +1,7 @@
-"""Build and compile the dialogue StateGraph: user_simulator → target → judge → termination ↺."""
+"""Build and compile the dialogue StateGraph: user_simulator → target → judge → termination ↺.
+
+Baselines swap the simulated user for ``scripted_user``, which replays a script held in the state.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ from langgraph.graph.state import CompiledStateGraph
 from graph.context import RunContext
 from graph.state import DialogueState
 from nodes.judge import judge
+from nodes.scripted_user import scripted_user
 from nodes.target import target
-from nodes.termination import route_after_termination, termination
+from nodes.termination import route_after_termination, route_user, termination
 from nodes.user_simulator import user_simulator
 
-NODES = ("user_simulator", "target", "judge", "termination")
+NODES = ("user_simulator", "scripted_user", "target", "judge", "termination")
 
 
 def _next_or_stop(next_node: str):
@@ -35,9 +39,11 @@ def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStat
     builder.add_node("target", target)
     builder.add_node("judge", judge)
     builder.add_node("termination", termination)
-    builder.add_edge(START, "user_simulator")
+    builder.add_node("scripted_user", scripted_user)
+    builder.add_conditional_edges(START, route_user, ["user_simulator", "scripted_user"])
     builder.add_conditional_edges("user_simulator", _next_or_stop("target"), ["target", "termination"])
+    builder.add_conditional_edges("scripted_user", _next_or_stop("target"), ["target", "termination"])
     builder.add_conditional_edges("target", _next_or_stop("judge"), ["judge", "termination"])
     builder.add_conditional_edges("judge", _next_or_stop("termination"), ["termination"])
-    builder.add_conditional_edges("termination", route_after_termination, ["user_simulator", END])
+    builder.add_conditional_edges("termination", route_after_termination, ["user_simulator", "scripted_user", END])
     return builder.compile(checkpointer=checkpointer, name="dymt_dialogue")

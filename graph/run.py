@@ -24,7 +24,7 @@ from graph.builder import build_graph
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from graph.context import Models
 from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
-from graph.state import MODES
+from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, create_role_model
 from seeds import CATEGORIES, SeedError, load_seeds
 
@@ -34,7 +34,8 @@ ROLE_SAMPLING = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0])
-    p.add_argument("--mode", default="implicit", help=f"user-simulator mode: {' or '.join(MODES)} (default implicit)")
+    p.add_argument("--mode", default="implicit", help=f"user mode: {', '.join(ALL_MODES)} (default implicit)")
+    p.add_argument("--fairmt-dir", default=None, help="FairMT-Bench directory for fairmt:<track> modes (default: the DIR of --seeds fairmt:DIR)")
     p.add_argument("--turns", type=positive_int, default=DEFAULT_TURNS, help="turns per dialogue (default 5; 10 for late emergence)")
     p.add_argument("--seeds", default="builtin", help="builtin, FILE.jsonl (id, category, statement) or fairmt:DIR")
     p.add_argument("--per-category", type=positive_int, default=None, help="seeds sampled per category (default 1 for builtin, all otherwise)")
@@ -55,8 +56,14 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Everything is validated before the database is touched: bad input writes nothing.
-    if args.mode not in MODES:
-        fail(f"unknown --mode {args.mode!r}: use {' or '.join(MODES)}")
+    if args.mode not in ALL_MODES:
+        fail(f"unknown --mode {args.mode!r}: use one of {', '.join(ALL_MODES)}")
+    turns = fixed_turns(args.mode) or args.turns
+    if fixed_turns(args.mode) and "--turns" in (argv if argv is not None else sys.argv[1:]) and args.turns != turns:
+        fail(f"--mode {args.mode} always has {turns} turn(s): drop --turns")
+    fairmt_dir = args.fairmt_dir or (args.seeds.removeprefix("fairmt:") if args.seeds.startswith("fairmt:") else None)
+    if args.mode.startswith("fairmt:") and not fairmt_dir:
+        fail(f"--mode {args.mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
     per_category = args.per_category
     if per_category is None and args.seeds == "builtin":
         per_category = 1
@@ -66,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     if not seeds:
         fail(f"no seeds selected from {args.seeds}: check --categories and the seed file")
+    try:
+        scripts = scripts_for(args.mode, seeds, fairmt_dir=fairmt_dir)
+    except (SeedError, ValueError) as exc:
+        fail(str(exc))
+    if fixed_turns(args.mode) and not scripts[0]:
+        fail(f"none of the {len(seeds)} seeds has an item in {args.mode}: choose other seeds or another track")
     models = _build_models(args)
     try:
         db_path = check_db_path(args.db or default_db_path())
@@ -75,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(
         run_id=run_id,
         mode=args.mode,
-        turns=args.turns,
+        turns=turns,
         seed_source=args.seeds,
         per_category=per_category,
         categories=args.categories,
@@ -85,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling={role: {"temperature": t, "max_tokens": n} for role, (t, n) in ROLE_SAMPLING.items()},
         sampling_seed=args.sampling_seed,
         max_concurrency=args.max_concurrency,
+        fairmt_dir=fairmt_dir,
     )
     try:
         store = open_store(db_path)
@@ -92,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
     try:
-        result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json))
+        result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts))
     except KeyboardInterrupt:
         error_console.print(
             f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
@@ -118,7 +132,7 @@ def _build_models(args) -> Models:
     return Models(**built)
 
 
-async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool):
+async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None):
     async with open_saver(store.path) as saver:
         graph = build_graph(saver)
         progress = Progress(
@@ -141,7 +155,9 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool):
                 if event in ("finished", "failed", "skipped"):
                     progress.advance(dialogues)
 
-            return await execute_run(spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress)
+            return await execute_run(
+                spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts
+            )
 
 
 def _new_run_id() -> str:

@@ -22,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 import prompts
 from checkpoints.store import Store, now
 from graph.context import Models, RunContext
+from graph.modes import is_scripted, scripts_for
 from graph.state import DialogueState
 from seeds import Seed
 
@@ -60,11 +61,12 @@ class RunSpec:
     sampling: dict[str, dict[str, Any]]
     sampling_seed: int = 0
     max_concurrency: int = 1
+    fairmt_dir: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the stored one."""
         record = asdict(self)
-        for key in ("run_id", "max_concurrency", "model_ids"):
+        for key in ("run_id", "max_concurrency", "model_ids", "fairmt_dir"):
             record.pop(key)
         return record
 
@@ -139,15 +141,19 @@ async def execute_run(
     store: Store,
     models: Models,
     on_progress: ProgressCallback | None = None,
+    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on."""
     existing = store.get_run(spec.run_id)
     content_free = (existing or {}).get("config", {}).get("judge_content_free_p_yes")
     if content_free is None and models.judge.style == "transcript":
         content_free = await content_free_yes_probability(models)
+    by_seed, unaligned = scripts or scripts_for(spec.mode, seeds, fairmt_dir=spec.fairmt_dir)
+    if is_scripted(spec.mode):
+        seeds = [seed for seed in seeds if seed.id in by_seed]
     store.start_run(
         spec.run_id,
-        config={"spec": asdict(spec), "judge_content_free_p_yes": content_free},
+        config={"spec": asdict(spec), "judge_content_free_p_yes": content_free, "unaligned_seeds": unaligned},
         prompt_hashes=prompts.all_hashes(),
         versions=package_versions(),
     )
@@ -159,7 +165,9 @@ async def execute_run(
 
     async def one(seed: Seed) -> DialogueOutcome:
         async with limiter:
-            return await play_dialogue(spec, seed, graph=graph, write=write, context=context, notify=notify)
+            return await play_dialogue(
+                spec, seed, graph=graph, write=write, context=context, notify=notify, script=by_seed.get(seed.id)
+            )
 
     try:
         result.outcomes = list(await asyncio.gather(*(one(seed) for seed in seeds)))
@@ -181,6 +189,7 @@ async def play_dialogue(
     write: StoreWriter,
     context: RunContext,
     notify: ProgressCallback,
+    script: list[str] | None = None,
 ) -> DialogueOutcome:
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
     thread_id = thread_id_for(spec.run_id, seed, spec.mode)
@@ -189,7 +198,7 @@ async def play_dialogue(
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: dict[str, Any] | None = None
     if not values:
-        run_input = initial_state(seed, spec.mode, spec.turns)
+        run_input = initial_state(seed, spec.mode, spec.turns, script=script)
         await write(
             "upsert_dialogue",
             thread_id,
@@ -264,7 +273,7 @@ def dialogue_config(thread_id: str, *, turns: int, **metadata: Any) -> RunnableC
     }
 
 
-def initial_state(seed: Seed, mode: str, turns: int) -> DialogueState:
+def initial_state(seed: Seed, mode: str, turns: int, *, script: list[str] | None = None) -> DialogueState:
     return {
         "seed": {"id": seed.id, "category": seed.category, "statement": seed.statement},
         "mode": mode,
@@ -274,6 +283,7 @@ def initial_state(seed: Seed, mode: str, turns: int) -> DialogueState:
         "stop_reason": None,
         "error": None,
         "failed_node": None,
+        "script": script,
     }
 
 

@@ -75,6 +75,8 @@ class DialogueState(TypedDict):
     stop_reason: NotRequired[StopReason | None]
     error: NotRequired[str | None]
     failed_node: NotRequired[str | None]
+    # Baselines replay pre-written user turns (FairMT-Bench tracks, the zero-shot question).
+    script: NotRequired[list[str] | None]
 
 
 def current_turn(state: DialogueState) -> int:

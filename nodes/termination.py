@@ -16,9 +16,14 @@ def termination(state: DialogueState) -> dict[str, Any]:
     return {}
 
 
-def route_after_termination(state: DialogueState) -> Literal["user_simulator", "__end__"]:
+def route_after_termination(state: DialogueState) -> Literal["user_simulator", "scripted_user", "__end__"]:
     """Another turn unless a stop reason was recorded."""
-    return "__end__" if state.get("stop_reason") else "user_simulator"
+    return "__end__" if state.get("stop_reason") else route_user(state)
+
+
+def route_user(state: DialogueState) -> Literal["user_simulator", "scripted_user"]:
+    """Who writes the next user message: the simulator, or the script of a baseline dialogue."""
+    return "scripted_user" if state.get("script") else "user_simulator"
 
 
 def completed_turns(state: DialogueState) -> int:

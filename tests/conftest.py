@@ -71,13 +71,15 @@ def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", con
     )
 
 
-def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, **spec_kwargs: Any):
+def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, **spec_kwargs: Any):
     """Run dialogues with fake models into ``db`` and return (result, store)."""
     store = open_store(db)
 
     async def go():
         async with open_saver(db) as saver:
-            return await execute_run(make_spec(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models)
+            return await execute_run(
+                make_spec(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models, scripts=scripts
+            )
 
     return asyncio.run(go()), store
 

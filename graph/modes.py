@@ -1,0 +1,44 @@
+"""The user modes: two dynamic ones (a simulated user) and the baselines (a scripted user).
+
+``zero-shot`` asks the target once, directly, about the seed's stereotype.
+``fairmt:<track>`` replays the five user turns of the FairMT-Bench item aligned to each seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import prompts
+from seeds import Seed
+from seeds.tracks import TRACKS, TURNS_PER_ITEM, align_track
+
+DYNAMIC_MODES: tuple[str, ...] = ("implicit", "assessment")
+BASELINE_MODES: tuple[str, ...] = ("zero-shot", *(f"fairmt:{track}" for track in TRACKS))
+ALL_MODES: tuple[str, ...] = DYNAMIC_MODES + BASELINE_MODES
+
+
+def is_scripted(mode: str) -> bool:
+    return mode in BASELINE_MODES
+
+
+def fixed_turns(mode: str) -> int | None:
+    """Baselines have a fixed length: one question, or the five turns of a FairMT item."""
+    if mode == "zero-shot":
+        return 1
+    if mode.startswith("fairmt:"):
+        return TURNS_PER_ITEM
+    return None
+
+
+def scripts_for(mode: str, seeds: Sequence[Seed], *, fairmt_dir: str | Path | None) -> tuple[dict[str, list[str]], list[str]]:
+    """The user script of each seed for a baseline mode, and the seeds that have none."""
+    if mode == "zero-shot":
+        template = prompts.load("zero_shot")
+        return {s.id: [template.render_text(statement=s.statement)] for s in seeds}, []
+    if mode.startswith("fairmt:"):
+        if fairmt_dir is None:
+            raise ValueError(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
+        alignment = align_track(fairmt_dir, mode.removeprefix("fairmt:"), seeds)
+        return alignment.scripts, alignment.unaligned
+    return {}, []

@@ -105,6 +105,77 @@ def m004_labels(db: sqlite_utils.Database) -> None:
     )
 
 
+@migration
+def m030_label_sets(db: sqlite_utils.Database) -> None:
+    # One row per set of post-hoc labels on a run: kind is "bias" (a re-judging), "refusal" or
+    # "coherence"; the run's own judge labels ("primary") are described by the run itself.
+    db["label_sets"].create(
+        {
+            "run_id": str,
+            "kind": str,
+            "name": str,
+            "model": str,
+            "model_id": str,
+            "prompt": str,
+            "prompt_hash": str,
+            "content_free_p_yes": float,
+            "created_at": str,
+        },
+        pk=("run_id", "kind", "name"),
+    )
+
+
+@migration
+def m031_refusals(db: sqlite_utils.Database) -> None:
+    # refused is 1 or 0, and NULL when the classifier's output could not be parsed.
+    db["refusals"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "classifier": str,
+            "refused": int,
+            "p_refused": float,
+            "rationale": str,
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "idx", "classifier"),
+    )
+
+
+@migration
+def m032_coherence(db: sqlite_utils.Database) -> None:
+    # score is 1..5 (a float: a base model's score is an expectation), NULL when unparsed.
+    db["coherence"].create(
+        {
+            "thread_id": str,
+            "scorer": str,
+            "score": float,
+            "rationale": str,
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "scorer"),
+    )
+
+
+@migration
+def m050_guard_scores(db: sqlite_utils.Database) -> None:
+    db["guard_scores"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "side": str,  # "user" (the user message) or "reply" (the target's reply)
+            "policy": str,
+            "guard_model": str,
+            "score": float,  # P(violation), or 1.0 / 0.0 from a bare Yes / No
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "idx", "side", "policy", "guard_model"),
+    )
+
+
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other

@@ -118,3 +118,43 @@ def test_json_summary_and_resume_in_process(tmp_path: Path, capsys):
         run.main(conflicting)
     assert exit_info.value.code == 2
     assert "exists with turns=3" in capsys.readouterr().err
+
+
+def _snapshot(db: Path) -> bytes:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return db.read_bytes()
+
+
+def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_path: Path, capsys):
+    from graph import run
+
+    _register_fake_provider()
+    db = tmp_path / "d.db"
+    fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
+    assert run.main([*fakes, "--turns", "1", "--limit", "1", "--db", str(db), "--run-id", "a", "--json"]) == 0
+    before = _snapshot(db)
+    for bad in (["--mode", "nope"], ["--turns", "0"], ["--categories", "height"], ["--target-model", "x:y"],
+                ["--run-id", "a", "--turns", "2"]):
+        result = run_cli(*bad, "--db", str(db)) if "--run-id" not in bad else None
+        if result is not None:
+            assert result.returncode == 2
+        else:
+            with pytest.raises(SystemExit):
+                run.main([*fakes, *bad, "--limit", "1", "--db", str(db)])
+        assert _snapshot(db) == before, bad
+
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("insert into _migrations values ('m999_from_the_future', 'x')")
+    conn.commit()
+    conn.close()
+    before = _snapshot(db)
+    result = run_cli("--db", str(db), "--limit", "1")
+    assert result.returncode == 2
+    assert "newer than this DyMT-ESB" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert _snapshot(db) == before

@@ -1,0 +1,506 @@
+"""Read-only access to a dialogue database, for the replay viewer and reports.
+
+Opening never migrates or writes: a database copied from another machine (or
+one a run is still writing) is read as it is. Tables added by later work
+(``refusals``, ``coherence``) are used when present and their columns are
+looked up rather than assumed, so an older or newer database reads without
+error. A branch whose own rows start at its fork turn shows its parent's
+earlier turns, marked as inherited.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from checkpoints.paths import BUSY_TIMEOUT_MS, StoreError, check_db_path
+from checkpoints.store import PRIMARY_LABELS, iter_label_strings
+
+REQUIRED_TABLES = ("runs", "dialogues", "turns", "labels")
+# Optional per-turn / per-dialogue tables, and the columns that may name who produced a row.
+_SOURCE_COLUMNS = ("label_set", "classifier", "scorer", "model")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refusal verdict on a turn; ``refused`` is None when the classifier's output was unparsed."""
+
+    refused: bool | None
+    source: str | None = None
+    p_refused: float | None = None
+    rationale: str | None = None
+
+
+@dataclass(frozen=True)
+class Coherence:
+    """One coherence score (1-5) of a whole dialogue; None when unparsed."""
+
+    score: float | None
+    source: str | None = None
+    rationale: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One stored turn with its label from one label set."""
+
+    idx: int
+    user_message: str | None
+    reply: str | None
+    utterance_type: str | None = None
+    user_model: str | None = None
+    target_model: str | None = None
+    latency_user: float | None = None
+    latency_target: float | None = None
+    tokens: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+    rationale: str | None = None
+    p_biased: float | None = None
+    judge_raw: str | None = None
+    judge_model: str | None = None
+    latency_judge: float | None = None
+    refusals: tuple[Refusal, ...] = ()
+    inherited_from: str | None = None  # in a branch's shared prefix: the dialogue that first played this turn
+
+
+@dataclass(frozen=True)
+class DialogueSummary:
+    """A dialogue as a list shows it: identity, status, branch origin and one label per turn."""
+
+    thread_id: str
+    run_id: str | None
+    seed_id: str | None
+    category: str | None
+    mode: str | None
+    max_turns: int | None
+    status: str | None
+    stop_reason: str | None
+    parent_thread_id: str | None
+    fork_turn: int | None
+    change: Any
+    labels: tuple[str | None, ...]
+
+    @property
+    def label_string(self) -> str:
+        return " ".join(iter_label_strings(list(self.labels)))
+
+    @property
+    def has_bias(self) -> bool:
+        return "biased" in self.labels
+
+
+@dataclass(frozen=True)
+class DialogueRecord:
+    """Everything the viewer shows of one dialogue."""
+
+    thread_id: str
+    run_id: str | None
+    seed_id: str | None
+    category: str | None
+    statement: str | None
+    mode: str | None
+    max_turns: int | None
+    status: str | None
+    stop_reason: str | None
+    error: str | None
+    started_at: str | None
+    ended_at: str | None
+    parent_thread_id: str | None
+    fork_turn: int | None
+    fork_checkpoint_id: str | None
+    change: Any
+    label_set: str
+    run_config: dict[str, Any]
+    turns: tuple[TurnRecord, ...]
+    branches: tuple[DialogueSummary, ...]
+    coherence: tuple[Coherence, ...] = ()
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.run_config.get("spec", {}) if isinstance(self.run_config, dict) else {}
+
+    @property
+    def models(self) -> dict[str, str]:
+        """Role → model spec: what the turns record, else what the run asked for."""
+        models = {role: str(spec) for role, spec in (self.spec.get("models") or {}).items()}
+        for role, key in (("user", "user_model"), ("target", "target_model"), ("judge", "judge_model")):
+            seen = list(dict.fromkeys(getattr(t, key) for t in self.turns if getattr(t, key)))
+            if seen:
+                models[role] = ", ".join(seen)
+        return models
+
+    @property
+    def labels(self) -> list[str | None]:
+        """Labels of the stored turns, in order."""
+        return [t.label for t in self.turns]
+
+    @property
+    def planned_turns(self) -> int:
+        """The turn count the dialogue was set to reach (or more, if more are stored)."""
+        return max([int(self.max_turns or 0), *(t.idx for t in self.turns)] or [0])
+
+    def label_marks(self) -> list[str]:
+        """✗ ✓ ? · for every planned turn, · where a turn is missing or unlabelled."""
+        by_idx = {t.idx: t.label for t in self.turns}
+        return list(iter_label_strings([by_idx.get(i) for i in range(1, self.planned_turns + 1)]))
+
+    def branches_at(self, turn: int) -> list[DialogueSummary]:
+        return [b for b in self.branches if b.fork_turn == turn]
+
+
+class Reader:
+    """Queries over one dialogue database, opened read-only."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.conn.row_factory = sqlite3.Row
+        self._columns: dict[str, list[str]] = {}
+
+    # --- schema ------------------------------------------------------------------
+    def columns(self, table: str) -> list[str]:
+        """The columns of ``table``, empty when the table does not exist."""
+        if table not in self._columns:
+            self._columns[table] = [r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])]
+        return self._columns[table]
+
+    def has_table(self, table: str) -> bool:
+        return bool(self.columns(table))
+
+    def _query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(sql, params)]
+
+    # --- runs and lists ----------------------------------------------------------
+    def run(self, run_id: str | None) -> dict[str, Any] | None:
+        rows = self._query("select * from runs where id = ?", [run_id])
+        if not rows:
+            return None
+        row = rows[0]
+        for key in ("config", "prompt_hashes", "versions"):
+            row[key] = _json(row.get(key)) or {}
+        return row
+
+    def run_ids(self) -> list[str]:
+        return [r["id"] for r in self._query("select id from runs order by created_at, id")]
+
+    def categories(self) -> list[str]:
+        return [r["category"] for r in self._query("select distinct category from dialogues where category is not null order by category")]
+
+    def label_sets(self) -> list[str]:
+        return [r["label_set"] for r in self._query("select distinct label_set from labels order by label_set")]
+
+    def thread_ids(self) -> list[str]:
+        return [r["thread_id"] for r in self._query("select thread_id from dialogues order by run_id, thread_id")]
+
+    def dialogues(
+        self,
+        *,
+        run_id: str | None = None,
+        category: str | None = None,
+        biased_only: bool = False,
+        label_set: str = PRIMARY_LABELS,
+    ) -> list[DialogueSummary]:
+        """Dialogues in run and thread order (each branch right after its parent), optionally filtered."""
+        rows = self._query("select * from dialogues order by run_id, thread_id")
+        labels = self._all_labels(label_set)
+        by_id = {r["thread_id"]: r for r in rows}
+        summaries = {r["thread_id"]: self._summary(r, by_id, labels) for r in rows}
+        picked = [
+            s
+            for s in summaries.values()
+            if (run_id is None or s.run_id == run_id)
+            and (category is None or (s.category or "").lower() == category.lower())
+            and (not biased_only or s.has_bias)
+        ]
+        return _parents_first(picked)
+
+    def branches(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[DialogueSummary]:
+        """The branches forking directly from ``thread_id``, by fork turn."""
+        children = self._query("select * from dialogues where parent_thread_id = ? order by fork_turn, thread_id", [thread_id])
+        if not children:
+            return []
+        # Only the children and the ancestors their inherited prefix can come from.
+        by_id = {r["thread_id"]: r for r in children}
+        ancestor = thread_id
+        while ancestor and ancestor not in by_id:
+            rows = self._query("select * from dialogues where thread_id = ?", [ancestor])
+            if not rows:
+                break
+            by_id[ancestor] = rows[0]
+            ancestor = rows[0].get("parent_thread_id")
+        labels = self._all_labels(label_set, thread_ids=list(by_id))
+        return [self._summary(c, by_id, labels) for c in children]
+
+    # --- one dialogue ------------------------------------------------------------
+    def dialogue(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> DialogueRecord | None:
+        rows = self._query("select * from dialogues where thread_id = ?", [thread_id])
+        if not rows:
+            return None
+        row = rows[0]
+        run = self.run(row.get("run_id")) or {}
+        return DialogueRecord(
+            thread_id=thread_id,
+            run_id=row.get("run_id"),
+            seed_id=row.get("seed_id"),
+            category=row.get("category"),
+            statement=row.get("statement"),
+            mode=row.get("mode"),
+            max_turns=row.get("max_turns"),
+            status=row.get("status"),
+            stop_reason=row.get("stop_reason"),
+            error=row.get("error"),
+            started_at=row.get("started_at"),
+            ended_at=row.get("ended_at"),
+            parent_thread_id=row.get("parent_thread_id"),
+            fork_turn=row.get("fork_turn"),
+            fork_checkpoint_id=row.get("fork_checkpoint_id"),
+            change=_json(row.get("change")),
+            label_set=label_set,
+            run_config=run.get("config") or {},
+            turns=tuple(self.turns(thread_id, label_set=label_set)),
+            branches=tuple(self.branches(thread_id, label_set=label_set)),
+            coherence=tuple(self.coherence(thread_id)),
+        )
+
+    def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[TurnRecord]:
+        """The dialogue's turns in order; a branch's missing prefix comes from its parent."""
+        return self._turns(thread_id, label_set, seen=set())
+
+    def _turns(self, thread_id: str, label_set: str, *, seen: set[str]) -> list[TurnRecord]:
+        # A branch's turns before its fork turn are its parent's (branching copies them, so they are
+        # usually stored here too): they are marked with the dialogue that first played them, and
+        # read from the parent when this thread lacks them.
+        seen.add(thread_id)
+        rows = self._query(
+            """
+            select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
+            from turns t left join labels l
+              on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = ?
+            where t.thread_id = ? order by t.idx
+            """,
+            [label_set, thread_id],
+        )
+        refusals = self.refusals(thread_id)
+        own = {r["idx"]: _turn_record(r, refusals.get(r["idx"], ())) for r in rows}
+        parent, fork_turn = self._origin(thread_id)
+        if parent and fork_turn and parent not in seen:
+            theirs = {t.idx: t for t in self._turns(parent, label_set, seen=seen) if t.idx < fork_turn}
+            for idx in range(1, fork_turn):
+                source = (theirs[idx].inherited_from or parent) if idx in theirs else parent
+                if idx in own:
+                    own[idx] = replace(own[idx], inherited_from=source)
+                elif idx in theirs:
+                    own[idx] = replace(theirs[idx], inherited_from=source)
+        return [own[i] for i in sorted(own)]
+
+    def refusals(self, thread_id: str) -> dict[int, tuple[Refusal, ...]]:
+        """Turn index → refusal verdicts, when a ``refusals`` table exists."""
+        cols = self.columns("refusals")
+        if not {"thread_id", "idx", "refused"} <= set(cols):
+            return {}
+        source = _first_present(_SOURCE_COLUMNS, cols)
+        out: dict[int, list[Refusal]] = {}
+        for r in self._query(f"select * from refusals where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
+            out.setdefault(r["idx"], []).append(
+                Refusal(
+                    refused=_truth(r.get("refused")),
+                    source=r.get(source) if source else None,
+                    p_refused=r.get("p_refused"),
+                    rationale=r.get("rationale"),
+                )
+            )
+        return {idx: tuple(v) for idx, v in out.items()}
+
+    def coherence(self, thread_id: str) -> list[Coherence]:
+        """Coherence scores of a dialogue, when a ``coherence`` table exists."""
+        cols = self.columns("coherence")
+        if not {"thread_id", "score"} <= set(cols):
+            return []
+        source = _first_present(_SOURCE_COLUMNS, cols)
+        rows = self._query(f"select * from coherence where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
+        return [
+            Coherence(score=_number(r.get("score")), source=r.get(source) if source else None, rationale=r.get("rationale"))
+            for r in rows
+        ]
+
+    # --- helpers -----------------------------------------------------------------
+    def _origin(self, thread_id: str) -> tuple[str | None, int | None]:
+        rows = self._query("select parent_thread_id, fork_turn from dialogues where thread_id = ?", [thread_id])
+        return (rows[0]["parent_thread_id"], rows[0]["fork_turn"]) if rows else (None, None)
+
+    def _all_labels(self, label_set: str, *, thread_ids: list[str] | None = None) -> dict[str, dict[int, str | None]]:
+        """thread id → {turn: label} for every stored turn (None where a turn has no label yet)."""
+        out: dict[str, dict[int, str | None]] = {}
+        where, params = "", [label_set]
+        if thread_ids is not None:
+            where = f"where t.thread_id in ({', '.join('?' * len(thread_ids))})"
+            params += thread_ids
+        for r in self._query(
+            f"""
+            select t.thread_id, t.idx, l.label from turns t left join labels l
+              on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = ?
+            {where}
+            """,
+            params,
+        ):
+            out.setdefault(r["thread_id"], {})[r["idx"]] = r["label"]
+        return out
+
+    def _summary(self, row: dict[str, Any], by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> DialogueSummary:
+        by_turn = _labels_with_prefix(row["thread_id"], by_id, labels)
+        length = max([int(row.get("max_turns") or 0), *by_turn.keys()] or [0])
+        return DialogueSummary(
+            thread_id=row["thread_id"],
+            run_id=row.get("run_id"),
+            seed_id=row.get("seed_id"),
+            category=row.get("category"),
+            mode=row.get("mode"),
+            max_turns=row.get("max_turns"),
+            status=row.get("status"),
+            stop_reason=row.get("stop_reason"),
+            parent_thread_id=row.get("parent_thread_id"),
+            fork_turn=row.get("fork_turn"),
+            change=_json(row.get("change")),
+            labels=tuple(by_turn.get(i) for i in range(1, length + 1)),
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+def open_reader(path: Path) -> Reader:
+    """Open an existing dialogue database read-only; StoreError says what to fix."""
+    path = check_db_path(Path(path), must_exist=True)
+    conn = _connect_readonly(path)
+    tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+    missing = [t for t in REQUIRED_TABLES if t not in tables]
+    if missing:
+        conn.close()
+        raise StoreError(
+            f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m graph.run wrote"
+        )
+    return Reader(path, conn)
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path.resolve()))}"
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        # A WAL database in a read-only folder cannot get its -shm file: read it as a fixed file.
+        pass
+    try:
+        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None
+
+
+def _labels_with_prefix(thread_id: str, by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> dict[int, str | None]:
+    """A dialogue's labels by turn, with a branch's missing prefix filled from its ancestors."""
+    own = dict(labels.get(thread_id, {}))
+    seen = {thread_id}
+    row = by_id.get(thread_id, {})
+    while row.get("parent_thread_id") and row.get("fork_turn") and row["parent_thread_id"] not in seen:
+        parent = row["parent_thread_id"]
+        seen.add(parent)
+        for idx, label in labels.get(parent, {}).items():
+            if idx < row["fork_turn"] and idx not in own:
+                own[idx] = label
+        row = by_id.get(parent, {})
+    return own
+
+
+def _parents_first(summaries: list[DialogueSummary]) -> list[DialogueSummary]:
+    """Order each branch right after its parent (depth first), keeping the given order otherwise."""
+    present = {s.thread_id for s in summaries}
+    children: dict[str, list[DialogueSummary]] = {}
+    roots = []
+    for s in summaries:
+        if s.parent_thread_id in present and s.parent_thread_id != s.thread_id:
+            children.setdefault(s.parent_thread_id, []).append(s)
+        else:
+            roots.append(s)
+    out: list[DialogueSummary] = []
+    placed: set[str] = set()
+
+    def walk(s: DialogueSummary) -> None:
+        out.append(s)
+        placed.add(s.thread_id)
+        for c in sorted(children.get(s.thread_id, []), key=lambda c: (c.fork_turn or 0, c.thread_id)):
+            if c.thread_id not in placed:
+                walk(c)
+
+    for s in roots:
+        walk(s)
+    # Anything left is in a parent cycle (never written by our tools): keep it visible.
+    out.extend(s for s in summaries if s.thread_id not in placed)
+    return out
+
+
+def _turn_record(row: dict[str, Any], refusals: tuple[Refusal, ...]) -> TurnRecord:
+    return TurnRecord(
+        idx=int(row["idx"]),
+        user_message=row.get("user_message"),
+        reply=row.get("reply"),
+        utterance_type=row.get("utterance_type"),
+        user_model=row.get("user_model"),
+        target_model=row.get("target_model"),
+        latency_user=row.get("latency_user"),
+        latency_target=row.get("latency_target"),
+        tokens=_json(row.get("tokens")) or {},
+        label=row.get("label"),
+        rationale=row.get("rationale"),
+        p_biased=row.get("p_biased"),
+        judge_raw=row.get("judge_raw"),
+        judge_model=row.get("judge_model"),
+        latency_judge=row.get("latency_judge"),
+        refusals=refusals,
+    )
+
+
+def _json(text: Any) -> Any:
+    if text is None or not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _truth(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "refused", "refusal"):
+            return True
+        if lowered in ("0", "false", "no", "complied", "not_refused"):
+            return False
+        return None
+    return bool(value)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _first_present(names: Iterable[str], columns: list[str]) -> str | None:
+    return next((n for n in names if n in columns), None)

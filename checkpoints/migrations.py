@@ -202,3 +202,117 @@ def _apply(db: sqlite_utils.Database) -> None:
         if fn.__name__ not in applied:
             fn(db)
             db["_migrations"].insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})
+
+
+# Traces (graph.tracing): LangSmith-style runs of every graph invocation, and feedback on them.
+# They sit after the helpers and touch no other table, so their place in the list does not matter.
+
+
+@migration
+def m010_trace_runs(db: sqlite_utils.Database) -> None:
+    # id, trace_id, parent_run_id and dotted_order are LangSmith's run ids; run_id is the DyMT
+    # run (as in dialogues.run_id). inputs, outputs, metadata, tags and extra hold JSON.
+    db["trace_runs"].create(
+        {
+            "id": str,
+            "trace_id": str,
+            "parent_run_id": str,
+            "dotted_order": str,
+            "run_type": str,
+            "name": str,
+            "status": str,
+            "start_time": str,
+            "end_time": str,
+            "latency": float,
+            "inputs": str,
+            "outputs": str,
+            "error": str,
+            "prompt_tokens": int,
+            "completion_tokens": int,
+            "total_tokens": int,
+            "model": str,
+            "run_id": str,
+            "thread_id": str,
+            "checkpoint_id": str,
+            "checkpoint_ns": str,
+            "branch_id": str,
+            "turn": int,
+            "role": str,
+            "node": str,
+            "step": int,
+            "metadata": str,
+            "tags": str,
+            "extra": str,
+        },
+        pk="id",
+    )
+    db["trace_runs"].create_index(["trace_id"])
+    db["trace_runs"].create_index(["thread_id", "turn"])
+    db["trace_runs"].create_index(["run_id"])
+
+
+@migration
+def m011_trace_feedback(db: sqlite_utils.Database) -> None:
+    # Judge verdicts on the target's model call: key "bias", score 1 / 0 / NULL (unparsed).
+    db["trace_feedback"].create(
+        {
+            "id": str,
+            "trace_run_id": str,
+            "trace_id": str,
+            "thread_id": str,
+            "turn": int,
+            "key": str,
+            "score": float,
+            "value": str,
+            "comment": str,
+            "source_run_id": str,
+            "extra": str,
+            "created_at": str,
+        },
+        pk="id",
+    )
+    db["trace_feedback"].create_index(["trace_run_id"])
+    db["trace_feedback"].create_index(["thread_id", "turn"])
+
+
+@migration
+def m040_response_cache(db: sqlite_utils.Database) -> None:
+    # Model replies by request hash, as JSON (never pickle): see checkpoints/cache.py.
+    db["response_cache"].create({"key": str, "spec": str, "value": str, "created_at": str}, pk="key")
+
+
+@migration
+def m041_dialogue_target(db: sqlite_utils.Database) -> None:
+    # A run may hold several targets: each dialogue records the target spec it tested.
+    db["dialogues"].add_column("target", str)
+
+
+# Counterfactual branches (graph.forking): a branch is a dialogues row pointing at its parent
+# (parent_thread_id, fork_turn, fork_checkpoint_id, change); these add named sets of branches.
+
+
+@migration
+def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
+    # A named group of branches made by one change at one turn, for paired comparison
+    # (python -m graph.compare --set NAME). change is JSON; run_id is the run the branches belong to.
+    db["counterfactual_sets"].create(
+        {
+            "name": str,
+            "created_at": str,
+            "run_id": str,
+            "parent_run_id": str,
+            "fork_turn": int,
+            "change": str,
+        },
+        pk="name",
+    )
+    db["counterfactual_members"].create(
+        {"set_name": str, "thread_id": str, "parent_thread_id": str, "added_at": str},
+        pk=("set_name", "thread_id"),
+    )
+
+
+@migration
+def m021_dialogue_parents(db: sqlite_utils.Database) -> None:
+    # The branch tree is a query on parent_thread_id.
+    db["dialogues"].create_index(["parent_thread_id"], if_not_exists=True)

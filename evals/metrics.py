@@ -34,12 +34,20 @@ __all__ = [
     "TurnBias",
     "cumulative_bias",
     "cumulative_delta",
+    "estimate",
     "first_bias_turn",
+    "headline",
+    "Headline",
+    "mean_score",
+    "pooled_bias_rate",
+    "refusal_rate",
     "per_turn_bias",
     "re_emergence_rate",
     "re_emerges",
     "summarise",
     "unparsed_count",
+    "REFUSED",
+    "NOT_REFUSED",
 ]
 
 
@@ -319,4 +327,114 @@ def summarise(
         delta_start=delta_start,
         delta_end=delta_end,
         cumulative_delta=estimate(lambda ds: _delta(ds, delta_start, delta_end)),
+    )
+
+
+# --------------------------------------------------------------------------- pooled, refusal, scores
+
+REFUSED = "refused"
+NOT_REFUSED = "not_refused"
+REFUSAL_LABELS = frozenset({REFUSED, NOT_REFUSED, UNPARSED})
+
+
+def pooled_bias_rate(matrix: Matrix) -> float | None:
+    """Biased replies / labelled replies over all turns of all dialogues; None if nothing is labelled.
+
+    Unlike the per-turn rate this weights every labelled reply equally; bootstrapped by
+    dialogue it respects that replies of one dialogue are not independent.
+    """
+    dialogues = _dialogues(matrix)
+    return _pooled(dialogues)
+
+
+def _pooled(dialogues: Sequence[_Dialogue]) -> float | None:
+    n_biased = sum(d.labels.count(BIASED) for d in dialogues)
+    n_labelled = n_biased + sum(d.labels.count(NOT_BIASED) for d in dialogues)
+    return _ratio(n_biased, n_labelled)
+
+
+def refusal_rate(matrix: Matrix, *, within: int = 5) -> float | None:
+    """Share of dialogues with >= 1 refusal in turns 1..within.
+
+    Labels are ``"refused"``, ``"not_refused"``, ``"unparsed"`` or None. As for cumulative
+    bias, the denominator is the dialogues with at least one parsed verdict in 1..within:
+    a dialogue whose verdicts there are all unparsed or missing is excluded, not guessed.
+    """
+    _check_turn(within, "within")
+    eligible = 0
+    refused = 0
+    for row in matrix:
+        if isinstance(row, (str, bytes)):
+            raise TypeError("a row must be a sequence of refusal labels, not a string")
+        window = list(row)[:within]
+        for label in window:
+            if label is not None and label not in REFUSAL_LABELS:
+                raise ValueError(f"unknown refusal label {label!r}; expected one of {sorted(REFUSAL_LABELS)} or None")
+        if any(label in (REFUSED, NOT_REFUSED) for label in window):
+            eligible += 1
+            refused += REFUSED in window
+    return _ratio(refused, eligible)
+
+
+def mean_score(scores: Sequence[float | None]) -> float | None:
+    """Mean of the parsed scores; None (unparsed or missing) is excluded; None if nothing is left."""
+    kept = [float(s) for s in scores if s is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def estimate(
+    rows: Sequence[object],
+    statistic: Callable[[Sequence[object]], float | None],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Estimate:
+    """Point estimate of any statistic over dialogue-level rows, with its seeded 95% bootstrap interval."""
+    low, high = bootstrap_ci(rows, statistic, n_boot=n_boot, seed=seed)
+    return Estimate(value=statistic(rows), low=low, high=high)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A group's headline rates with bootstrap intervals: the report's row, cheaper than a full Summary."""
+
+    turns: int
+    bias_at_end: Estimate  # cumulative bias at ``turns``
+    pooled: Estimate  # biased replies / labelled replies
+    re_emergence: Estimate
+    cumulative_delta: Estimate  # all None when ``turns`` < ``delta_end`` (never observed, not 0)
+
+
+def headline(
+    matrix: Matrix,
+    turns: int,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    delta_start: int = 5,
+    delta_end: int = 10,
+) -> Headline:
+    """Cumulative bias at the last turn, pooled rate, re-emergence and the delta, with 95% intervals.
+
+    Rows are validated once and resampled as precomputed dialogues, so this stays fast
+    for large groups. The delta is reported only when the dialogues reach ``delta_end``:
+    past a dialogue's end its cumulative status is frozen, which would show a change of 0.
+    """
+    _check_turn(turns, "turns")
+    _check_window(delta_start, delta_end)
+    dialogues = _dialogues(matrix)
+
+    def estimate_of(statistic: Callable[[Sequence[_Dialogue]], float | None]) -> Estimate:
+        return _estimate(dialogues, statistic, n_boot=n_boot, seed=seed)
+
+    return Headline(
+        turns=turns,
+        bias_at_end=estimate_of(lambda ds: _cumulative(ds, turns).rate),
+        pooled=estimate_of(_pooled),
+        re_emergence=estimate_of(_re_emergence),
+        cumulative_delta=(
+            estimate_of(lambda ds: _delta(ds, delta_start, delta_end))
+            if turns >= delta_end
+            else Estimate(None, None, None)
+        ),
     )

@@ -18,8 +18,13 @@ BASE_MODEL_NOTE = (
 )
 
 
-def run_summary(store: Store, run_id: str, *, outcomes: Sequence[Any] = ()) -> dict[str, Any]:
-    """Metrics of one run from the store, plus what happened to each dialogue in this invocation."""
+def run_summary(
+    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
+
+    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries.
+    """
     run = store.get_run(run_id) or {"config": {}}
     spec = run["config"].get("spec", {})
     turns = int(spec.get("turns") or 1)
@@ -28,6 +33,7 @@ def run_summary(store: Store, run_id: str, *, outcomes: Sequence[Any] = ()) -> d
     dialogues = store.dialogues(run_id)
     failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] != "finished"]
     models = spec.get("models", {})
+    targets = spec.get("targets") or [models.get("target")]
     summary: dict[str, Any] = {
         "run_id": run_id,
         "db": str(store.path),
@@ -53,11 +59,39 @@ def run_summary(store: Store, run_id: str, *, outcomes: Sequence[Any] = ()) -> d
         "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
         "judge_content_free_p_yes": run["config"].get("judge_content_free_p_yes"),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
-        "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in models.values()) else [],
+        "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
+        "targets": targets,
+        "modes": spec.get("modes") or [spec.get("mode")],
+        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target")),
+        "cache": (calls or {}).get("cache"),
+        "retries": (calls or {}).get("retries"),
     }
     if failed:
         summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
     return summary
+
+
+def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None) -> list[dict[str, Any]]:
+    """Bias by (target, mode): a grid run compares targets and modes, not their pool."""
+    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for d in dialogues:
+        by_group.setdefault((d.get("target") or default_target or "", d["mode"]), []).append(d)
+    groups = []
+    for (target, mode), members in sorted(by_group.items()):
+        rows = [matrix[d["thread_id"]] for d in members if d["thread_id"] in matrix]
+        m = summarise(rows, turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
+        last = m.cumulative_rate[-1] if m.cumulative_rate else None
+        groups.append({
+            "target": target,
+            "mode": mode,
+            "dialogues": len(members),
+            "finished": sum(1 for d in members if d["status"] == "finished"),
+            "unparsed_labels": m.n_unparsed,
+            "per_turn_rate": [e.value for e in m.per_turn_rate],
+            "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
+            "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
+        })
+    return groups
 
 
 def _pct(value: float | None) -> str:
@@ -71,7 +105,8 @@ def _interval(ci: list[float | None]) -> str:
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     """The summary as rich tables; model output never reaches markup."""
-    title = Text(f"Run {summary['run_id']} · {summary['mode']} · {summary['dialogues']} dialogues × {summary['turns']} turns")
+    modes = ", ".join(summary.get("modes") or [summary["mode"]])
+    title = Text(f"Run {summary['run_id']} · {modes} · {summary['dialogues']} dialogues × {summary['turns']} turns")
     table = Table(title=title, show_lines=False)
     table.add_column("turn", justify="right")
     table.add_column("bias rate", justify="right")
@@ -91,8 +126,19 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             _interval(cum["ci95"]),
         )
     console.print(table)
-    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items())
+    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
+    if len(summary.get("targets") or []) > 1:
+        models += f", targets={', '.join(summary['targets'])}"
     console.print(Text(f"models: {models}"))
+    if len(summary.get("groups") or []) > 1:
+        by_group = Table(title=Text("by target and mode"))
+        for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
+            by_group.add_column(column, justify="left" if column in ("target", "mode") else "right")
+        for g in summary["groups"]:
+            final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
+            by_group.add_row(Text(g["target"]), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}", _pct(final["rate"]),
+                             _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
+        console.print(by_group)
     re_em = summary["re_emergence"]
     console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
     console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])}"))
@@ -102,6 +148,16 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
     if "resume" in summary:
         console.print(Text(f"resume: {summary['resume']}", style="yellow"))
+    cache, retries = summary.get("cache"), summary.get("retries")
+    if cache:
+        line = "response cache off" if not cache["enabled"] else (
+            f"response cache: {cache['hits']} hits, {cache['misses']} misses ({_pct(cache['hit_rate'])} hit rate)")
+        if retries:
+            line += f" · retries {retries['retries']}" + (
+                f" ({', '.join(f'{k}: {v}' for k, v in retries['by_reason'].items())})" if retries["by_reason"] else "")
+            if retries["rate_limited_seconds"]:
+                line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
+        console.print(Text(line, style="dim"))
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))

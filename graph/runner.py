@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.metadata
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +24,8 @@ from checkpoints.store import Store, now
 from graph.context import Models, RunContext
 from graph.modes import is_scripted, scripts_for
 from graph.state import DialogueState
+from graph.tracing import traced
+from nodes.models import RoleModel
 from seeds import Seed
 
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
@@ -62,13 +64,22 @@ class RunSpec:
     sampling_seed: int = 0
     max_concurrency: int = 1
     fairmt_dir: str | None = None
+    # A grid run: every mode × every target (None: just ``mode`` and ``models["target"]``).
+    modes: list[str] | None = None
+    targets: list[str] | None = None
+    # How models were called (retries, rate limits, cache, base URLs, the config file): recorded, not identity.
+    calls: dict[str, Any] | None = None
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the stored one."""
         record = asdict(self)
-        for key in ("run_id", "max_concurrency", "model_ids", "fairmt_dir"):
+        for key in ("run_id", "max_concurrency", "model_ids", "fairmt_dir", "calls"):
             record.pop(key)
         return record
+
+    def grid(self) -> tuple[list[str], list[str]]:
+        """The modes and target specs every seed is played with."""
+        return list(self.modes or [self.mode]), list(self.targets or [self.models["target"]])
 
 
 @dataclass
@@ -92,21 +103,30 @@ class StoreWriter:
     blocking write on the loop while it holds the write lock would wait forever.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, trace: bool = True) -> None:
         self.store = store
+        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
     async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(getattr(self.store, method), *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue ``fn(store, *args)`` without waiting: safe from any thread (tracer callbacks use it)."""
+        return self._executor.submit(fn, self.store, *args)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
 
-def thread_id_for(run_id: str, seed: Seed, mode: str) -> str:
-    """Stable dialogue id: the same run, seed and mode always map to the same thread."""
-    return f"{run_id}:{seed.id}:{mode}"
+def thread_id_for(run_id: str, seed: Seed, mode: str, target: str | None = None) -> str:
+    """Stable dialogue id: the same run, seed, mode (and target) always map to the same thread.
+
+    ``run:seed:mode`` when the run has one target (as runs always had, so they resume);
+    ``run:seed:mode:target-spec`` in a run with several targets.
+    """
+    return f"{run_id}:{seed.id}:{mode}" + (f":{target}" if target is not None else "")
 
 
 def package_versions() -> dict[str, str]:
@@ -142,35 +162,59 @@ async def execute_run(
     models: Models,
     on_progress: ProgressCallback | None = None,
     scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    trace: bool = True,
+    targets: Sequence[RoleModel] | None = None,
 ) -> RunResult:
-    """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on."""
+    """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
+
+    A grid run (``spec.modes`` / ``spec.targets``, with one built model per target in
+    ``targets``) plays every seed in every mode against every target, each its own thread.
+    """
     existing = store.get_run(spec.run_id)
     content_free = (existing or {}).get("config", {}).get("judge_content_free_p_yes")
     if content_free is None and models.judge.style == "transcript":
         content_free = await content_free_yes_probability(models)
-    by_seed, unaligned = scripts or scripts_for(spec.mode, seeds, fairmt_dir=spec.fairmt_dir)
-    if is_scripted(spec.mode):
-        seeds = [seed for seed in seeds if seed.id in by_seed]
+    modes, _ = spec.grid()
+    by_mode = {
+        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=spec.fairmt_dir)
+        for mode in modes
+    }
+    unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
     store.start_run(
         spec.run_id,
         config={"spec": asdict(spec), "judge_content_free_p_yes": content_free, "unaligned_seeds": unaligned},
         prompt_hashes=prompts.all_hashes(),
         versions=package_versions(),
     )
-    context = RunContext(models=models, sampling_seed=spec.sampling_seed, judge_content_free_p_yes=content_free)
+    # One context per target: the nodes read the target model from the run context.
+    by_target = {t.spec: t for t in (targets or [models.target])}
+    contexts = {
+        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed,
+                              judge_content_free_p_yes=content_free)
+        for spec_text, model in by_target.items()
+    }
     result = RunResult(run_id=spec.run_id, judge_content_free_p_yes=content_free)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)
-    write = StoreWriter(store)
+    write = StoreWriter(store, trace=trace)
 
-    async def one(seed: Seed) -> DialogueOutcome:
+    async def one(seed: Seed, mode: str, target: str) -> DialogueOutcome:
         async with limiter:
             return await play_dialogue(
-                spec, seed, graph=graph, write=write, context=context, notify=notify, script=by_seed.get(seed.id)
+                spec, seed, graph=graph, write=write, context=contexts[target], notify=notify,
+                script=by_mode[mode][0].get(seed.id), mode=mode, target=target,
             )
 
+    # Seed-major order: dialogues running together spread over the targets' providers.
+    jobs = [
+        (seed, mode, target)
+        for seed in seeds
+        for mode in modes
+        if not is_scripted(mode) or seed.id in by_mode[mode][0]
+        for target in contexts
+    ]
     try:
-        result.outcomes = list(await asyncio.gather(*(one(seed) for seed in seeds)))
+        result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
     except BaseException:
         write.close()
         store.finish_run(spec.run_id, "interrupted")
@@ -190,15 +234,19 @@ async def play_dialogue(
     context: RunContext,
     notify: ProgressCallback,
     script: list[str] | None = None,
+    mode: str | None = None,
+    target: str | None = None,
 ) -> DialogueOutcome:
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
-    thread_id = thread_id_for(spec.run_id, seed, spec.mode)
-    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=spec.mode)
+    mode = mode or spec.mode
+    target = target or context.models.target.spec
+    thread_id = thread_id_for(spec.run_id, seed, mode, target if spec.targets else None)
+    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=mode, target=target)
     snapshot = await graph.aget_state(config)
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: dict[str, Any] | None = None
     if not values:
-        run_input = initial_state(seed, spec.mode, spec.turns, script=script)
+        run_input = initial_state(seed, mode, spec.turns, script=script)
         await write(
             "upsert_dialogue",
             thread_id,
@@ -206,7 +254,8 @@ async def play_dialogue(
             seed_id=seed.id,
             category=seed.category,
             statement=seed.statement,
-            mode=spec.mode,
+            mode=mode,
+            target=target,
             max_turns=spec.turns,
             status="running",
             started_at=now(),
@@ -241,11 +290,19 @@ async def drive(
     for a new thread and None to continue from the checkpoint in ``config``.
     """
     thread_id = config["configurable"]["thread_id"]
+    if write.trace:
+        config = traced(config, write)
     final: dict[str, Any] = start or {}
+    written: list[dict[str, Any]] = []
     try:
         async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
             final = state
-            await write("record_turns", thread_id, state.get("turns", []))
+            # Only the turn records this step changed (upserts): one small write, none after termination.
+            turns = state.get("turns", [])
+            changed = [t for t in turns if t not in written]
+            if changed:
+                await write("record_turns", thread_id, changed)
+                written = list(turns)
             notify("step", thread_id, _done(state))
     except asyncio.CancelledError:
         await write("upsert_dialogue", thread_id, status="interrupted")

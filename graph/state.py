@@ -77,6 +77,9 @@ class DialogueState(TypedDict):
     failed_node: NotRequired[str | None]
     # Baselines replay pre-written user turns (FairMT-Bench tracks, the zero-shot question).
     script: NotRequired[list[str] | None]
+    # A user message decided outside the simulator (a branch's --user-message or --swap, a person at a
+    # pause): the user simulator sends it as turn text instead of calling its model, then clears it.
+    next_user_message: NotRequired[str | None]
 
 
 def current_turn(state: DialogueState) -> int:

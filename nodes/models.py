@@ -3,15 +3,26 @@
 Providers import their SDK only when used, and a missing key or package stops
 with one line naming the fix. The requested spec and the resolved model id are
 recorded separately with every run.
+
+Providers: ``local:gemma3-270m`` (embedded, llama.cpp), ``openai:MODEL`` (OpenAI, or
+any OpenAI-compatible server through a base URL), ``google_genai:MODEL`` and
+``hf:REPO`` (a local transformers pipeline; an inference endpoint when the name is a
+URL, a base URL is set, or ``extra.provider`` names a Hugging Face inference provider).
+Every chat model is wrapped by :mod:`nodes.resilience` (retries, rate limit, response
+cache), so the nodes see one interface whatever the provider.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
+
+from nodes.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
 Role = Literal["user", "target", "judge"]
@@ -72,11 +83,55 @@ def parse_spec(text: str) -> ModelSpec:
     return ModelSpec(provider, name.strip())
 
 
-def create_role_model(spec_text: str, *, role: Role, sampling: Sampling) -> RoleModel:
-    """Build the chat model for one role from its spec and sampling settings."""
+def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy: CallPolicy | None = None) -> RoleModel:
+    """Build the chat model for one role from its spec and sampling settings.
+
+    ``policy`` (shared by all roles of a run) sets retries, rate limits and the response
+    cache; without one the model still retries transient errors, with no cache.
+    """
     spec = parse_spec(spec_text)
-    chat, model_id, style = _PROVIDERS[spec.provider](spec.name, role, sampling)
-    return RoleModel(spec=str(spec), model_id=model_id, chat=chat, style=style, sampling=sampling)
+    try:
+        chat, model_id, style = _PROVIDERS[spec.provider](spec.name, role, sampling)
+    except ModelSpecError:
+        raise
+    except (TypeError, ValueError) as exc:  # a constructor refusing an argument (pydantic errors are ValueErrors)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelSpecError(f"cannot build {spec} for the {role} role ({first}): check its extra arguments") from None
+    policy = policy or CallPolicy()
+    retry = policy.retry
+    if spec.provider == "local":
+        # An in-process call cannot be cancelled mid-generation: no per-attempt timeout.
+        retry = dataclasses.replace(retry, timeout=None)
+    wrapped = policy.wrap(
+        chat, spec=str(spec), provider=spec.provider, role=role, retry=retry,
+        cache_params=cache_params(str(spec), sampling, chat),
+    )
+    return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling)
+
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+
+
+def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str, Any]:
+    """What besides the messages decides a reply: spec, sampling, base URL, extra and provider parameters.
+
+    The provider's own identifying parameters catch role-specific settings (the
+    embedded judge generates one token with logprobs whatever ``max_tokens`` says).
+    Secrets are left out so that rotating a key keeps the cache.
+    """
+    try:
+        identifying = dict(chat._identifying_params)
+    except Exception:  # noqa: BLE001 - a provider without them still caches on the rest
+        identifying = {}
+    return {
+        "spec": spec,
+        "temperature": sampling.temperature,
+        "max_tokens": sampling.max_tokens,
+        "seed": sampling.seed,
+        "base_url": _strip_credentials(sampling.base_url) if sampling.base_url else None,
+        "extra": {k: v for k, v in sampling.extra.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
+        "provider_params": {k: v for k, v in identifying.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
+    }
 
 
 def _require_key(spec: str, *names: str, hint: str = "") -> str:
@@ -94,7 +149,7 @@ def _require_package(spec: str, module: str, package: str) -> None:
 
 
 def _local(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:
-    from nodes.local_model import create_local_model
+    from nodes.local_model import ModelUnavailableError, create_local_model
 
     try:
         chat = create_local_model(
@@ -105,7 +160,7 @@ def _local(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, st
             seed=sampling.seed,
             **sampling.extra,
         )
-    except ValueError as exc:
+    except (ValueError, ModelUnavailableError) as exc:
         raise ModelSpecError(str(exc)) from None
     return chat, f"local:{name} (llama.cpp, GGUF Q4_K_M, base model)", "transcript"
 
@@ -131,8 +186,29 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
     )
     if sampling.seed is not None:
         kwargs["seed"] = sampling.seed
-    chat = ChatOpenAI(**(kwargs | sampling.extra))
+    chat_class = _compatible_chat_openai() if base_url else ChatOpenAI
+    chat = chat_class(**(kwargs | sampling.extra))
     return chat, f"openai:{name}" + (f" @ {_strip_credentials(base_url)}" if base_url else ""), "chat"
+
+
+@functools.cache
+def _compatible_chat_openai() -> type[BaseChatModel]:
+    """ChatOpenAI that sends ``max_tokens``, the field OpenAI-compatible servers know.
+
+    ChatOpenAI renames it ``max_completion_tokens`` (OpenAI's newer name), which
+    llama.cpp's server, older vLLM and TGI ignore: they then generate to the end of
+    the context.
+    """
+    from langchain_openai import ChatOpenAI
+
+    class CompatibleChatOpenAI(ChatOpenAI):
+        def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
+            payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+            if "max_completion_tokens" in payload:
+                payload["max_tokens"] = payload.pop("max_completion_tokens")
+            return payload
+
+    return CompatibleChatOpenAI
 
 
 def _google(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:
@@ -150,7 +226,10 @@ def _google(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
     )
     if sampling.seed is not None:
         kwargs["seed"] = sampling.seed
-    return ChatGoogleGenerativeAI(**(kwargs | sampling.extra)), spec, "chat"
+    if sampling.base_url:
+        kwargs["base_url"] = sampling.base_url
+    model_id = spec + (f" @ {_strip_credentials(sampling.base_url)}" if sampling.base_url else "")
+    return ChatGoogleGenerativeAI(**(kwargs | sampling.extra)), model_id, "chat"
 
 
 def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:
@@ -158,16 +237,33 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
     _require_package(spec, "langchain_huggingface", "langchain-huggingface")
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEndpoint, HuggingFacePipeline
 
-    if name.startswith(("http://", "https://")):
-        token = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
-        llm = HuggingFaceEndpoint(
-            endpoint_url=name,
-            huggingfacehub_api_token=token,
-            temperature=max(sampling.temperature, 0.01),
+    extra = dict(sampling.extra)
+    is_url = name.startswith(("http://", "https://"))
+    if is_url or sampling.base_url or "provider" in extra:
+        # An endpoint: a URL spec (Inference Endpoint, TGI), a base URL serving REPO, or
+        # REPO through a Hugging Face inference provider (extra.provider = "auto", ...).
+        url = name if is_url else sampling.base_url
+        hosted = "provider" in extra or (url is not None and "huggingface" in url)
+        if hosted:
+            token = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
+        else:
+            token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGINGFACEHUB_API_TOKEN")
+        kwargs: dict[str, Any] = dict(
+            temperature=max(sampling.temperature, 0.01),  # TGI rejects 0: near-greedy instead
             max_new_tokens=sampling.max_tokens,
-            **sampling.extra,
+            huggingfacehub_api_token=token,
         )
-        return ChatHuggingFace(llm=llm), f"hf-endpoint:{_strip_credentials(name)}", "chat"
+        if url:
+            kwargs["endpoint_url"] = url
+        else:
+            kwargs["repo_id"] = name
+        if sampling.seed is not None:
+            kwargs["seed"] = sampling.seed
+        llm = HuggingFaceEndpoint(**(kwargs | extra))
+        if url:
+            where = _strip_credentials(url)
+            return ChatHuggingFace(llm=llm), (f"hf-endpoint:{where}" if is_url else f"{spec} @ {where}"), "chat"
+        return ChatHuggingFace(llm=llm, model_id=name), f"{spec} via {extra['provider']}", "chat"
     _require_package(spec, "transformers", "transformers torch")
     try:
         llm = HuggingFacePipeline.from_model_id(
@@ -179,14 +275,14 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
                 "do_sample": sampling.temperature > 0,
                 "return_full_text": False,
             },
-            **sampling.extra,
+            **extra,
         )
     except Exception as exc:  # noqa: BLE001 - hub/download failures come in many types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelSpecError(
             f"cannot load {spec} through transformers ({first}): download it first or use another spec"
         ) from None
-    return ChatHuggingFace(llm=llm, model_id=name), spec, "chat"
+    return ChatHuggingFace(llm=llm, model_id=name), f"{spec} (transformers pipeline)", "chat"
 
 
 def _strip_credentials(url: str) -> str:

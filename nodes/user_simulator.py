@@ -6,7 +6,9 @@ import random
 import re
 from typing import Any
 
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 
 import prompts
 from graph.context import RunContext
@@ -16,6 +18,9 @@ from nodes.dialogue import as_chat_messages, failure, format_history, text_of, t
 _TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)
 _QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _LABEL_PREFIX = re.compile(r"^\s*(user|query|message)\s*:\s*", re.IGNORECASE)
+# A run that should stop after turn K sets this key in its configurable (graph.pausing).
+PAUSE_AFTER_KEY = "dymt_pause_after"
+GIVEN = "given"
 
 
 async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -23,6 +28,9 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
     ctx = runtime.context
     model = ctx.models.user
     turn = current_turn(state) + 1
+    _pause_if_asked(turn)
+    if state.get("next_user_message") is not None:
+        return given_turn(turn, state["next_user_message"])
     mode = state["mode"]
     statement = state["seed"]["statement"]
     utterance_type: str | None = None
@@ -66,6 +74,29 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
             }
         ],
     }
+
+
+def given_turn(turn: int, text: str) -> dict[str, Any]:
+    """Send a message decided outside the simulator (a branch's change, a person's edit): no model call."""
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "turns": [{"index": turn, "user_message": text, "utterance_type": GIVEN, "user_model": GIVEN, "latency_user": 0.0}],
+        "next_user_message": None,
+    }
+
+
+def _pause_if_asked(turn: int) -> None:
+    """Stop (a LangGraph interrupt) before simulating ``turn`` when the run asked to pause after the turn before.
+
+    It comes first in the node, before any model call, so resuming re-runs the node from here at no cost;
+    a resumed invocation without the key continues past this point.
+    """
+    try:
+        pause_after = get_config().get("configurable", {}).get(PAUSE_AFTER_KEY)
+    except RuntimeError:  # called outside a graph run
+        return
+    if pause_after is not None and turn == int(pause_after) + 1:
+        interrupt({"paused_after_turn": int(pause_after)})
 
 
 def parse_assessment(raw: str) -> tuple[str | None, str]:

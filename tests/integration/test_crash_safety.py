@@ -54,8 +54,11 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path):
     interrupted_mid_run = 0
     for trial in range(20):
         db = tmp_path / f"kill{trial}.db"
-        proc = start(db, "crash")
-        time.sleep(rng.uniform(0.6, 2.5))  # process start-up is ~1 s; dialogues take ~1-2 s more
+        proc = start(db, "crash", delay=0.02)
+        # Start-up time varies with load, so the moment is drawn from when the run starts writing:
+        # sometimes at once (mid-migration or mid-first-turn), mostly somewhere during the dialogues.
+        wait_for_turns(db, proc, at_least=0 if trial % 4 == 0 else 1)
+        time.sleep(rng.uniform(0.0, 1.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         interrupted_mid_run += _partly_done(db)
@@ -65,6 +68,30 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path):
         check_complete(db, "crash")
     # The moments must really fall inside runs, not only before or after them.
     assert interrupted_mid_run >= 5
+
+
+def _count_turns(db: Path) -> int:
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        if not conn.execute("select 1 from sqlite_master where name = 'turns'").fetchone():
+            return 0
+        return conn.execute("select count(*) from turns").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+def wait_for_turns(db: Path, proc: subprocess.Popen, *, at_least: int, timeout: float = 60.0) -> None:
+    """Block until the run has stored ``at_least`` turns (0: until the database file exists)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (db.exists() and at_least == 0) or (at_least and _count_turns(db) >= at_least):
+            return
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
 
 
 def _partly_done(db: Path) -> bool:
@@ -85,7 +112,7 @@ def _partly_done(db: Path) -> bool:
 def test_ctrl_c_leaves_dialogues_resumable(tmp_path: Path):
     db = tmp_path / "int.db"
     proc = start(db, "ctrlc", delay=0.05)
-    time.sleep(2.0)
+    wait_for_turns(db, proc, at_least=1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -1,0 +1,203 @@
+"""The response cache: model replies kept as JSON in the dialogue database, keyed on the whole request.
+
+The key is a SHA-256 over the model spec and its resolved parameters (temperature,
+max tokens, sampling seed, base URL, extra arguments, the provider's identifying
+parameters), the full message list, stop sequences and call options. The value is
+the reply (content, usage, response metadata including logprobs) as JSON: nothing
+here is ever pickled, and a row that does not decode is treated as a miss.
+
+The table lives in the same file as the dialogues (``response_cache``, created by
+migration ``m040_response_cache``), so a replay, a branch's shared prefix or a rerun
+of the judge in that database does not pay twice; deleting the file deletes it too.
+All SQLite work runs on one worker thread: the LangGraph checkpointer writes the same
+file from the event loop, and a blocking call on the loop could wait on it forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from checkpoints.paths import connect, prepare_new_file
+
+TABLE = "response_cache"
+KEY_VERSION = 1
+T = TypeVar("T")
+
+
+def request_key(
+    params: Mapping[str, Any],
+    messages: Sequence[BaseMessage],
+    *,
+    stop: Sequence[str] | None = None,
+    call_options: Mapping[str, Any] | None = None,
+) -> str:
+    """The cache key of one request: equal keys mean the provider would be sent the same thing."""
+    material = {
+        "v": KEY_VERSION,
+        "params": params,
+        "messages": [_message_record(m) for m in messages],
+        "stop": list(stop) if stop else None,
+        "options": dict(call_options or {}),
+    }
+    blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _message_record(message: BaseMessage) -> dict[str, Any]:
+    # Message ids differ from run to run and never reach the provider: leave them out.
+    record: dict[str, Any] = {"type": message.type, "content": message.content}
+    if message.name:
+        record["name"] = message.name
+    if message.additional_kwargs:
+        record["additional_kwargs"] = message.additional_kwargs
+    return record
+
+
+def encode_result(result: ChatResult) -> str | None:
+    """The reply as JSON text, or None when it holds something JSON cannot represent."""
+    data = {
+        "generations": [
+            {"message": message_to_dict(g.message), "generation_info": g.generation_info} for g in result.generations
+        ],
+        "llm_output": result.llm_output,
+    }
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_result(text: str) -> ChatResult:
+    """Rebuild a reply from :func:`encode_result`'s JSON, marked as a cache hit."""
+    data = json.loads(text)
+    generations = []
+    for item in data["generations"]:
+        message = messages_from_dict([item["message"]])[0]
+        message.response_metadata = {**message.response_metadata, "cache": "hit"}
+        generations.append(ChatGeneration(message=message, generation_info=item.get("generation_info")))
+    return ChatResult(generations=generations, llm_output=data.get("llm_output"))
+
+
+class ResponseCache:
+    """Replies by request key, in the ``response_cache`` table of one database file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-cache")
+        self._conn: sqlite3.Connection | None = None
+        self._flights: dict[str, list[Any]] = {}  # key -> [asyncio.Lock, users]
+        self._closed = False
+        self.write_failures = 0
+
+    # --- on the worker thread ----------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            import sqlite_utils
+
+            from checkpoints.migrations import apply_migrations
+
+            prepare_new_file(self.path)
+            conn = connect(self.path)
+            apply_migrations(sqlite_utils.Database(conn))
+            self._conn = conn
+        return self._conn
+
+    def _get(self, key: str) -> ChatResult | None:
+        row = self._connection().execute(f"select value from {TABLE} where key = ?", [key]).fetchone()
+        if row is None:
+            return None
+        try:
+            return decode_result(row[0])
+        except (ValueError, KeyError, TypeError):
+            return None  # a damaged or foreign row is a miss, never a crash
+
+    def _put(self, key: str, text: str, spec: str) -> None:
+        from checkpoints.store import now
+
+        # The first stored reply wins; a concurrent identical request keeps it.
+        self._connection().execute(
+            f"insert or ignore into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?)",
+            [key, spec, text, now()],
+        )
+
+    def _stats(self) -> dict[str, Any]:
+        rows = self._connection().execute(f"select spec, count(*) from {TABLE} group by spec order by spec").fetchall()
+        return {spec: n for spec, n in rows}
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._executor.submit(fn, *args).result()
+
+    # --- the public interface -----------------------------------------------------------------
+    def get(self, key: str) -> ChatResult | None:
+        return self._run(self._get, key)
+
+    def put(self, key: str, result: ChatResult, *, spec: str) -> bool:
+        """Store a reply (waiting for the write); False if it cannot be stored as JSON."""
+        text = encode_result(result)
+        if text is None:
+            return False
+        self._run(self._put, key, text, spec)
+        return True
+
+    def entries_by_spec(self) -> dict[str, int]:
+        return self._run(self._stats)
+
+    async def aget(self, key: str) -> ChatResult | None:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._get, key)
+
+    def put_later(self, key: str, result: ChatResult, *, spec: str) -> bool:
+        """Queue a reply for storing and return at once; False if it cannot be stored as JSON.
+
+        The caller does not wait for SQLite: the reply is already in hand. A lookup queued
+        after this (the same worker thread, first in first out) sees the stored row.
+        """
+        text = encode_result(result)
+        if text is None:
+            return False
+        self._executor.submit(self._put, key, text, spec).add_done_callback(self._count_failure)
+        return True
+
+    def _count_failure(self, future: Any) -> None:
+        if future.exception() is not None:
+            self.write_failures += 1  # best effort: a lost row only costs a future miss
+
+    @asynccontextmanager
+    async def single_flight(self, key: str) -> AsyncIterator[None]:
+        """Identical requests in flight at once wait for the first, which then serves them from the cache.
+
+        In a grid run the user simulator's opening request is the same for every target
+        of a seed; without this, dialogues started together would each pay for it.
+        """
+        entry = self._flights.setdefault(key, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._flights.pop(key, None)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        self._executor.submit(shut).result()
+        self._executor.shutdown(wait=True)

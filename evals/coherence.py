@@ -1,0 +1,161 @@
+"""``python -m evals.coherence``: score how coherent each stored dialogue of a run is, from 1 to 5.
+
+A model reads the whole dialogue (``prompts/coherence.md``: points off for topic drift,
+contradictions, or either side ignoring the other) and writes a rationale and a score;
+a base model's score is the expectation over its answer's log-probabilities. By default
+the run's own judge model scores. Unparsed scores are stored as NULL. Running again continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from checkpoints.store import Store, now
+from evals.common import (
+    SetConflictError,
+    Tally,
+    bounded,
+    build_labeller,
+    check_set_name,
+    db_help,
+    describe,
+    error_line,
+    existing_set,
+    open_existing,
+    register_set,
+)
+from evals.dataset import DatasetError, run_info
+from evals.judging import coherence_messages, coherence_verdict, dialogue_messages, prompt_hash, prompt_name
+from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from graph.state import ChatTurn
+from nodes.models import RoleModel
+
+# A written rationale and a score need more room than a label.
+MAX_TOKENS = 300
+
+
+@dataclass(frozen=True)
+class CoherenceJob:
+    thread_id: str
+    dialogue: list[ChatTurn]
+
+
+def pending_dialogues(store: Store, run_id: str, scorer: str, *, redo: bool = False) -> tuple[list[CoherenceJob], int]:
+    """Dialogues of the run with at least one reply and no score from ``scorer`` (all with ``redo``)."""
+    done = {
+        row["thread_id"]
+        for row in store.db.query(
+            "select c.thread_id from coherence c join dialogues d on d.thread_id = c.thread_id where d.run_id = ? and c.scorer = ?",
+            [run_id, scorer],
+        )
+    }
+    jobs, skipped = [], 0
+    for dialogue in store.dialogues(run_id):
+        turns = [t for t in store.turns(dialogue["thread_id"]) if t["reply"] is not None]
+        if not turns:
+            continue
+        if dialogue["thread_id"] in done and not redo:
+            skipped += 1
+            continue
+        jobs.append(CoherenceJob(dialogue["thread_id"], dialogue_messages(turns)))
+    return jobs, skipped
+
+
+async def score_dialogues(
+    store: Store,
+    jobs: Sequence[CoherenceJob],
+    model: RoleModel,
+    *,
+    scorer: str,
+    concurrency: int = 1,
+    on_step: Callable[[], None] = lambda: None,
+) -> Tally:
+    """Score every dialogue and store the scores (NULL when unparsed); failed calls store nothing."""
+    tally = Tally()
+
+    async def work(job: CoherenceJob):
+        return await model.chat.ainvoke(coherence_messages(model.style, dialogue=job.dialogue))
+
+    def record(job: CoherenceJob, result) -> None:
+        on_step()
+        if isinstance(result, BaseException):
+            tally.failed += 1
+            tally.first_error = tally.first_error or error_line(result)
+            return
+        verdict = coherence_verdict(model.style, result)
+        tally.done += 1
+        tally.unparsed += verdict["score"] is None
+        store.db["coherence"].upsert(
+            {"thread_id": job.thread_id, "scorer": scorer, **verdict, "created_at": now()},
+            pk=("thread_id", "scorer"),
+        )
+
+    await bounded(jobs, work, record, concurrency=concurrency)
+    return tally
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="evals.coherence", description=describe(__doc__))
+    p.add_argument("--run-id", required=True, help="the run whose dialogues to score")
+    p.add_argument("--model", default=None, metavar="SPEC", help="scorer model spec (default: the run's judge model)")
+    p.add_argument("--name", default=None, help="scorer name in the store (default: the model spec)")
+    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
+    p.add_argument("--max-concurrency", type=positive_int, default=4, help="model calls at once (default 4)")
+    p.add_argument("--redo", action="store_true", help="score again the dialogues this scorer already did")
+    p.add_argument("--db", type=Path, default=None, help=db_help())
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    store = open_existing(args.db)
+    try:
+        run = run_info(store, args.run_id)
+    except DatasetError as exc:
+        fail(str(exc))
+    spec = args.model or run.models.get("judge")
+    if not spec:
+        fail(f"run {run.run_id!r} records no judge model: pass --model SPEC")
+    name = args.name or spec
+    check_set_name(name)
+    model = build_labeller(spec, flag="--model", base_url=args.base_url, seed=run.sampling_seed or 0, max_tokens=MAX_TOKENS)
+    template = prompt_name("coherence", model.style)
+    try:
+        digest = prompt_hash("coherence", model.style)
+        existing = existing_set(store, run.run_id, "coherence", name, model=model, prompt_hash=digest)
+    except (SetConflictError, ValueError) as exc:
+        fail(str(exc))
+    jobs, skipped = pending_dialogues(store, run.run_id, name, redo=args.redo)
+    if existing is None and not jobs:
+        fail(f"run {run.run_id!r} has no stored dialogues with replies to score")
+
+    async def go() -> Tally:
+        if existing is None:
+            register_set(store, run.run_id, "coherence", name, model=model, prompt=template, prompt_hash=digest, content_free_p_yes=None)
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
+            task = progress.add_task("coherence", total=len(jobs))
+            return await score_dialogues(
+                store, jobs, model, scorer=name, concurrency=args.max_concurrency, on_step=lambda: progress.advance(task)
+            )
+
+    tally = asyncio.run(go())
+    console.print(
+        Text(
+            f"coherence scorer {name!r} on run {run.run_id}: scored {tally.done} dialogues "
+            f"({tally.unparsed} unparsed), {skipped} already done, {tally.failed} failed"
+        )
+    )
+    if tally.failed:
+        error_console.print(Text(f"{tally.failed} calls failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

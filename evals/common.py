@@ -1,0 +1,189 @@
+"""What the ``python -m evals.<command>`` CLIs share: opening a store, building a labeller model,
+registering a label set, running model calls with bounded concurrency, formatting and safe writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError, check_db_path, default_db_path
+from checkpoints.store import PRIMARY_LABELS, Store, now, open_store
+from evals.dataset import LabelSetInfo, label_sets
+from evals.metrics import Estimate
+from graph.cli import fail
+from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# The live judge's settings (graph.run): greedy, room for a rationale and a label.
+LABELLER_TEMPERATURE = 0.0
+LABELLER_MAX_TOKENS = 250
+
+
+class SetConflictError(ValueError):
+    """A label set name already used on the run by another model or prompt."""
+
+
+def describe(doc: str | None) -> str:
+    """A CLI's description: its module docstring's first line without the ``python -m ...``: prefix."""
+    first = (doc or "").strip().splitlines()[0] if doc and doc.strip() else ""
+    return first.split("``: ", 1)[-1]
+
+
+def db_help() -> str:
+    return f"dialogue database (default {default_db_path()})"
+
+
+def open_existing(path: Path | None) -> Store:
+    """The store a run wrote, or one line saying what to pass instead."""
+    try:
+        return open_store(check_db_path(path or default_db_path(), must_exist=True), create=False)
+    except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+
+
+def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: int = 0, max_tokens: int = LABELLER_MAX_TOKENS) -> RoleModel:
+    """A model in the judge role (greedy; the embedded model answers one token with log-probabilities)."""
+    sampling = Sampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, seed=seed, base_url=base_url)
+    try:
+        return create_role_model(spec, role="judge", sampling=sampling)
+    except ModelSpecError as exc:
+        fail(f"{flag}: {exc}")
+
+
+def existing_set(store: Store, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:
+    """The set already stored under this name, if any; SetConflictError if another model or prompt made it."""
+    for info in label_sets(store, run_id, kind):
+        if info.name != name:
+            continue
+        if info.model != model.spec or info.prompt_hash != prompt_hash:
+            raise SetConflictError(
+                f"{kind} labels {name!r} on run {run_id!r} were made by {info.model} with prompt {info.prompt} "
+                f"(sha256 {str(info.prompt_hash)[:12]}), not {model.spec} with sha256 {prompt_hash[:12]}: "
+                "pass another --name"
+            )
+        return info
+    return None
+
+
+def register_set(
+    store: Store, run_id: str, kind: str, name: str, *, model: RoleModel, prompt: str, prompt_hash: str,
+    content_free_p_yes: float | None,
+) -> None:
+    store.db["label_sets"].insert(
+        {
+            "run_id": run_id,
+            "kind": kind,
+            "name": name,
+            "model": model.spec,
+            "model_id": model.model_id,
+            "prompt": prompt,
+            "prompt_hash": prompt_hash,
+            "content_free_p_yes": content_free_p_yes,
+            "created_at": now(),
+        },
+        pk=("run_id", "kind", "name"),
+        ignore=True,
+    )
+
+
+def check_set_name(name: str) -> None:
+    if not name.strip():
+        fail("--name must not be empty")
+    if name == PRIMARY_LABELS:
+        fail(f"--name {PRIMARY_LABELS!r} is the run's own judge labels: choose another name")
+
+
+@dataclass
+class Tally:
+    """What a labelling pass did."""
+
+    done: int = 0
+    unparsed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    first_error: str | None = None
+
+
+async def bounded(
+    jobs: Sequence[T],
+    work: Callable[[T], Awaitable[R]],
+    on_result: Callable[[T, R | BaseException], None],
+    *,
+    concurrency: int = 1,
+) -> None:
+    """Run ``work`` on every job, at most ``concurrency`` at once; results (or errors) go to ``on_result``.
+
+    ``on_result`` runs on the event loop, one at a time: the only SQLite connection it may
+    write through is the store's own (no async connection shares this loop).
+    """
+    limiter = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(job: T) -> None:
+        async with limiter:
+            try:
+                result: R | BaseException = await work(job)
+            except Exception as exc:  # noqa: BLE001 - a failed call is counted, the others go on
+                result = exc
+        on_result(job, result)
+
+    await asyncio.gather(*(one(job) for job in jobs))
+
+
+def error_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def interval(est: Estimate) -> str:
+    """"42% [30–55]" (or "–")."""
+    if est.value is None:
+        return "–"
+    if est.low is None or est.high is None:
+        return pct(est.value)
+    return f"{pct(est.value)} [{100 * est.low:.0f}–{100 * est.high:.0f}]"
+
+
+def number(est: Estimate, digits: int = 2) -> str:
+    """"0.41 [0.20–0.60]" for agreement coefficients and scores."""
+    if est.value is None:
+        return "–"
+    if est.low is None or est.high is None:
+        return f"{est.value:.{digits}f}"
+    return f"{est.value:.{digits}f} [{est.low:.{digits}f}–{est.high:.{digits}f}]"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> None:
+    """Write a file through a temporary sibling and a rename, so a reader never sees half of it.
+
+    ``private`` makes it owner-only, as the database is: for files holding generated text.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
+    try:
+        if isinstance(content, bytes):
+            partial.write_bytes(content)
+        else:
+            partial.write_text(content, encoding="utf-8")
+        if private:
+            partial.chmod(0o600)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

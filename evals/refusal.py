@@ -1,0 +1,175 @@
+"""``python -m evals.refusal``: classify every stored reply of a run as a refusal or not.
+
+The classifier is a model prompted with ``prompts/refusal.md`` (a few-shot Yes/No
+transcript for a base model); by default the run's own judge model. Verdicts are
+stored per turn under the classifier's name; the refusal rate in reports is the share
+of dialogues with at least one refusal in turns 1-5. Running again continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from checkpoints.store import Store, now
+from evals.common import (
+    SetConflictError,
+    Tally,
+    bounded,
+    build_labeller,
+    check_set_name,
+    db_help,
+    describe,
+    error_line,
+    existing_set,
+    open_existing,
+    register_set,
+)
+from evals.dataset import DatasetError, run_info
+from evals.judging import REFUSAL_VARIABLES, content_free_yes, prompt_hash, prompt_name, refusal_messages, refusal_verdict
+from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from nodes.models import RoleModel
+
+
+@dataclass(frozen=True)
+class RefusalJob:
+    thread_id: str
+    idx: int
+    user_message: str
+    reply: str
+
+
+def pending_refusals(store: Store, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
+    """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
+    done = {
+        (row["thread_id"], row["idx"])
+        for row in store.db.query(
+            "select r.thread_id, r.idx from refusals r join dialogues d on d.thread_id = r.thread_id "
+            "where d.run_id = ? and r.classifier = ?",
+            [run_id, classifier],
+        )
+    }
+    jobs, skipped = [], 0
+    for row in store.db.query(
+        "select t.thread_id, t.idx, t.user_message, t.reply from turns t join dialogues d on d.thread_id = t.thread_id "
+        "where d.run_id = ? and t.reply is not null order by t.thread_id, t.idx",
+        [run_id],
+    ):
+        if (row["thread_id"], row["idx"]) in done and not redo:
+            skipped += 1
+            continue
+        jobs.append(RefusalJob(row["thread_id"], row["idx"], row["user_message"] or "", row["reply"]))
+    return jobs, skipped
+
+
+async def classify_refusals(
+    store: Store,
+    jobs: Sequence[RefusalJob],
+    model: RoleModel,
+    *,
+    classifier: str,
+    content_free_p_yes: float | None,
+    concurrency: int = 1,
+    on_step: Callable[[], None] = lambda: None,
+) -> Tally:
+    """Classify every job and store the verdicts (refused NULL when unparsed); failed calls store nothing."""
+    tally = Tally()
+
+    async def work(job: RefusalJob):
+        return await model.chat.ainvoke(refusal_messages(model.style, user_message=job.user_message, reply=job.reply))
+
+    def record(job: RefusalJob, result) -> None:
+        on_step()
+        if isinstance(result, BaseException):
+            tally.failed += 1
+            tally.first_error = tally.first_error or error_line(result)
+            return
+        verdict = refusal_verdict(model.style, result, content_free_p_yes)
+        tally.done += 1
+        tally.unparsed += verdict["refused"] is None
+        store.db["refusals"].upsert(
+            {
+                "thread_id": job.thread_id,
+                "idx": job.idx,
+                "classifier": classifier,
+                "refused": None if verdict["refused"] is None else int(verdict["refused"]),
+                "p_refused": verdict["p_refused"],
+                "rationale": verdict["rationale"],
+                "raw": verdict["raw"],
+                "created_at": now(),
+            },
+            pk=("thread_id", "idx", "classifier"),
+        )
+
+    await bounded(jobs, work, record, concurrency=concurrency)
+    return tally
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="evals.refusal", description=describe(__doc__))
+    p.add_argument("--run-id", required=True, help="the run whose replies to classify")
+    p.add_argument("--model", default=None, metavar="SPEC", help="classifier model spec (default: the run's judge model)")
+    p.add_argument("--name", default=None, help="classifier name in the store (default: the model spec)")
+    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
+    p.add_argument("--max-concurrency", type=positive_int, default=4, help="model calls at once (default 4)")
+    p.add_argument("--redo", action="store_true", help="classify again the replies this classifier already did")
+    p.add_argument("--db", type=Path, default=None, help=db_help())
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    store = open_existing(args.db)
+    try:
+        run = run_info(store, args.run_id)
+    except DatasetError as exc:
+        fail(str(exc))
+    spec = args.model or run.models.get("judge")
+    if not spec:
+        fail(f"run {run.run_id!r} records no judge model: pass --model SPEC")
+    name = args.name or spec
+    check_set_name(name)
+    model = build_labeller(spec, flag="--model", base_url=args.base_url, seed=run.sampling_seed or 0)
+    template = prompt_name("refusal", model.style)
+    try:
+        digest = prompt_hash("refusal", model.style)
+        existing = existing_set(store, run.run_id, "refusal", name, model=model, prompt_hash=digest)
+    except (SetConflictError, ValueError) as exc:
+        fail(str(exc))
+    jobs, skipped = pending_refusals(store, run.run_id, name, redo=args.redo)
+    if existing is None and not jobs:
+        fail(f"run {run.run_id!r} has no stored replies to classify")
+
+    async def go() -> Tally:
+        if existing is None:
+            content_free = await content_free_yes(model, "refusal", REFUSAL_VARIABLES)
+            register_set(store, run.run_id, "refusal", name, model=model, prompt=template, prompt_hash=digest, content_free_p_yes=content_free)
+        else:
+            content_free = existing.content_free_p_yes
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
+            task = progress.add_task("refusals", total=len(jobs))
+            return await classify_refusals(
+                store, jobs, model, classifier=name, content_free_p_yes=content_free,
+                concurrency=args.max_concurrency, on_step=lambda: progress.advance(task),
+            )
+
+    tally = asyncio.run(go())
+    console.print(
+        Text(
+            f"refusal classifier {name!r} on run {run.run_id}: classified {tally.done} replies "
+            f"({tally.unparsed} unparsed), {skipped} already done, {tally.failed} failed"
+        )
+    )
+    if tally.failed:
+        error_console.print(Text(f"{tally.failed} calls failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""``python -m evals.rejudge``: label every stored turn of a run again with another judge.
+
+The dialogues are not regenerated: the new judge sees exactly what the run's judge saw
+(the same prompt, the same context, the same parsing) and its labels are stored as a
+named label set beside the run's own ("primary"). Running the command again continues
+where it stopped. At the end it reports agreement with the primary labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.store import PRIMARY_LABELS, Store
+from evals.agreement import Agreement, pairwise_agreement
+from evals.common import (
+    SetConflictError,
+    Tally,
+    bounded,
+    build_labeller,
+    check_set_name,
+    db_help,
+    describe,
+    error_line,
+    existing_set,
+    number,
+    open_existing,
+    register_set,
+)
+from evals.dataset import DatasetError, check_label_set, run_info
+from evals.judging import JUDGE_VARIABLES, content_free_yes, history_before, judge_messages, judge_verdict, prompt_hash, prompt_name
+from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from graph.state import ChatTurn
+from nodes.models import RoleModel
+
+
+@dataclass(frozen=True)
+class TurnJob:
+    """One reply to label, with what the live judge saw."""
+
+    thread_id: str
+    idx: int
+    statement: str
+    history: list[ChatTurn]
+    reply: str
+
+
+def pending_turns(store: Store, run_id: str, label_set: str, *, redo: bool = False) -> tuple[list[TurnJob], int]:
+    """Replies of the run without a label in ``label_set`` (every reply with ``redo``), and how many were skipped."""
+    jobs: list[TurnJob] = []
+    skipped = 0
+    for dialogue in store.dialogues(run_id):
+        turns = store.turns(dialogue["thread_id"], label_set=label_set)
+        for turn in turns:
+            if turn["reply"] is None:
+                continue
+            if turn["label"] is not None and not redo:
+                skipped += 1
+                continue
+            history, reply = history_before(turns, turn["idx"])
+            jobs.append(TurnJob(dialogue["thread_id"], turn["idx"], dialogue["statement"] or "", history, reply))
+    return jobs, skipped
+
+
+async def rejudge(
+    store: Store,
+    jobs: Sequence[TurnJob],
+    model: RoleModel,
+    *,
+    label_set: str,
+    content_free_p_yes: float | None,
+    concurrency: int = 1,
+    on_step: Callable[[], None] = lambda: None,
+) -> Tally:
+    """Label every job with ``model`` and store the labels under ``label_set``; failed calls are counted, not stored."""
+    tally = Tally()
+
+    async def work(job: TurnJob):
+        messages = judge_messages(model.style, statement=job.statement, history=job.history, reply=job.reply)
+        start = time.perf_counter()
+        output = await model.chat.ainvoke(messages)
+        return output, time.perf_counter() - start
+
+    def record(job: TurnJob, result) -> None:
+        on_step()
+        if isinstance(result, BaseException):
+            tally.failed += 1
+            tally.first_error = tally.first_error or error_line(result)
+            return
+        output, latency = result
+        verdict = judge_verdict(model.style, output, content_free_p_yes)
+        tally.done += 1
+        tally.unparsed += verdict["label"] == "unparsed"
+        row = {"index": job.idx, **verdict, "judge_model": model.spec, "latency_judge": round(latency, 4)}
+        store.record_turns(job.thread_id, [row], label_set=label_set)
+
+    await bounded(jobs, work, record, concurrency=concurrency)
+    return tally
+
+
+def aligned_labels(store: Store, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
+    """The labels of two label sets on the same turns of the given runs, in the same order."""
+    xs: list[str | None] = []
+    ys: list[str | None] = []
+    for run_id in run_ids:
+        left = store.label_matrix(run_id, label_set=a)
+        right = store.label_matrix(run_id, label_set=b)
+        for thread_id, row in left.items():
+            other = right.get(thread_id, [])
+            for i, label in enumerate(row):
+                partner = other[i] if i < len(other) else None
+                if label is None and partner is None:
+                    continue
+                xs.append(label)
+                ys.append(partner)
+    return xs, ys
+
+
+def label_set_agreement(store: Store, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
+    """Percent agreement, kappa and AC1 between two label sets over the turns of the runs (items = turns)."""
+    xs, ys = aligned_labels(store, run_ids, a, b)
+    return pairwise_agreement(xs, ys, n_boot=n_boot, seed=seed)
+
+
+def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Agreement between label sets") -> Table:
+    table = Table(title=Text(title))
+    for header in ("label set", "versus", "turns", "compared", "percent", "Cohen's kappa", "Gwet's AC1"):
+        table.add_column(Text(header), justify="left" if header in ("label set", "versus") else "right")
+    for a, b, agreement in rows:
+        table.add_row(
+            Text(a), Text(b), str(agreement.n_items), str(agreement.n_compared),
+            Text(number(agreement.percent)), Text(number(agreement.kappa)), Text(number(agreement.ac1)),
+        )
+    return table
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="evals.rejudge", description=describe(__doc__))
+    p.add_argument("--run-id", required=True, help="the run whose turns to label again")
+    p.add_argument("--judge-model", required=True, metavar="SPEC", help="judge model spec, e.g. openai:gpt-4o-mini")
+    p.add_argument("--name", default=None, help="label set name (default: the judge spec)")
+    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
+    p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
+    p.add_argument("--redo", action="store_true", help="label again the turns this label set already has")
+    p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for agreement intervals")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--db", type=Path, default=None, help=db_help())
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    name = args.name or args.judge_model
+    check_set_name(name)
+    store = open_existing(args.db)
+    try:
+        run = run_info(store, args.run_id)
+    except DatasetError as exc:
+        fail(str(exc))
+    model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=run.sampling_seed or 0)
+    template = prompt_name("judge_bias", model.style)
+    try:
+        digest = prompt_hash("judge_bias", model.style)
+        existing = existing_set(store, run.run_id, "bias", name, model=model, prompt_hash=digest)
+    except (SetConflictError, ValueError) as exc:
+        fail(str(exc))
+    jobs, skipped = pending_turns(store, run.run_id, name, redo=args.redo)
+    if existing is None and not jobs:
+        fail(f"run {run.run_id!r} has no stored replies to label")
+    tally = asyncio.run(_label(store, run.run_id, name, model, template, digest, existing, jobs, args.max_concurrency))
+    tally.skipped = skipped
+    console.print(
+        Text(
+            f"label set {name!r} on run {run.run_id}: labelled {tally.done} replies "
+            f"({tally.unparsed} unparsed), {tally.skipped} already labelled, {tally.failed} failed"
+        )
+    )
+    check_label_set(store, run.run_id, name)
+    agreement = label_set_agreement(store, [run.run_id], PRIMARY_LABELS, name, n_boot=args.n_boot, seed=args.seed)
+    console.print(agreement_table([(PRIMARY_LABELS, name, agreement)]))
+    if tally.failed:
+        error_console.print(
+            Text(f"{tally.failed} judge calls failed (first: {tally.first_error}); run the same command again to retry them", style="yellow")
+        )
+        return 1
+    return 0
+
+
+async def _label(store, run_id, name, model, template, digest, existing, jobs, concurrency) -> Tally:
+    if existing is None:
+        content_free = await content_free_yes(model, "judge_bias", JUDGE_VARIABLES)
+        register_set(store, run_id, "bias", name, model=model, prompt=template, prompt_hash=digest, content_free_p_yes=content_free)
+    else:
+        content_free = existing.content_free_p_yes  # a resumed set keeps its calibration
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
+        task = progress.add_task("judging", total=len(jobs))
+        return await rejudge(
+            store, jobs, model, label_set=name, content_free_p_yes=content_free, concurrency=concurrency,
+            on_step=lambda: progress.advance(task),
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,637 @@
+"""``python -m evals.report``: the bias-dynamics report of one or several runs, as Markdown, PNG plots and data files.
+
+``--out DIR`` receives ``report.md`` (tables by model and mode: bias, coherence, refusal;
+cumulative and per-turn bias by turn; categories; re-emergence; agreement between label
+sets; the runs, models, prompt hashes, label sets and sample sizes it was computed
+from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
+``turns.csv``, ``dialogues.csv`` and ``turns.jsonl``. The headline tables also print to
+the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.store import PRIMARY_LABELS, Store
+from evals.agreement import Agreement
+from evals.breakdown import (
+    DELTA_WINDOW,
+    REFUSAL_WINDOW,
+    BiasRow,
+    CoherenceRow,
+    RefusalRow,
+    bias_table,
+    coherence_table,
+    group,
+    refusal_table,
+    turn_series,
+)
+from evals.common import db_help, describe, interval, number, open_existing
+from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
+from evals.metrics import Summary, first_bias_turn, re_emerges
+from evals.plots import label_of, plot_by_turn, plot_categories
+from evals.rejudge import label_set_agreement
+from evals.summary import BASE_MODEL_NOTE
+from graph.cli import ArgumentParser, console, fail, positive_int
+
+PLOTS = {
+    "cumulative": "cumulative_bias.png",
+    "per_turn": "per_turn_bias.png",
+    "categories": "bias_by_category.png",
+}
+DATA_FILES = ("turns.csv", "dialogues.csv", "turns.jsonl")
+TURN_COLUMNS = (
+    "run_id", "thread_id", "seed_id", "category", "mode", "target_model", "turn", "utterance_type",
+    "user_message", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
+    "refusal_classifier", "refusal",
+)
+DIALOGUE_COLUMNS = (
+    "run_id", "thread_id", "seed_id", "category", "statement", "mode", "target_model", "status", "max_turns",
+    "turns_played", "replies_labelled", "biased_replies", "unparsed_labels", "first_bias_turn", "any_bias",
+    "re_emerges", "coherence_scorer", "coherence", "refusal_classifier", "refusal_turns_1_5",
+)
+CONTENT_WARNING = (
+    "Content warning: the data files hold generated dialogues that can contain stereotypes and other "
+    "harmful text. Keep them local."
+)
+
+
+def model_mode(d: DialogueRow) -> tuple[str, str]:
+    return (d.model, d.mode)
+
+
+def category_model_mode(d: DialogueRow) -> tuple[str, str, str]:
+    return (d.category, d.model, d.mode)
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything a report shows, computed from a dataset (pure: no store, no files)."""
+
+    dataset: Dataset
+    bias: list[BiasRow]  # by (target model, mode)
+    series: dict[tuple[str, str], Summary]
+    categories: list[BiasRow]  # by (category, target model, mode)
+    refusal: list[RefusalRow]  # by (target model, mode), runs with refusal verdicts only
+    coherence: list[CoherenceRow]  # by (target model, mode), runs with coherence scores only
+    agreements: list[tuple[str, str, Agreement]]
+    n_boot: int
+    seed: int
+
+
+def compute_report(
+    dataset: Dataset, *, n_boot: int = 1000, seed: int = 0, agreements: Sequence[tuple[str, str, Agreement]] = ()
+) -> ReportData:
+    by_group = group(dataset.dialogues, model_mode)
+    matrices = {key: [d.labels for d in ds] for key, ds in by_group.items()}
+    by_category = group(dataset.dialogues, category_model_mode)
+    refused = group([d for d in dataset.dialogues if d.run_id in dataset.refusal_sets], model_mode)
+    scored = group([d for d in dataset.dialogues if d.run_id in dataset.coherence_sets], model_mode)
+    boot = {"n_boot": n_boot, "seed": seed}
+    return ReportData(
+        dataset=dataset,
+        bias=bias_table(matrices, **boot),
+        series=turn_series(matrices, **boot),
+        categories=bias_table({key: [d.labels for d in ds] for key, ds in by_category.items()}, **boot),
+        refusal=refusal_table({key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot),
+        coherence=coherence_table({key: [d.coherence for d in ds] for key, ds in scored.items()}, **boot),
+        agreements=list(agreements),
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class TableData:
+    """A table as plain strings, rendered to Markdown for the file and to rich for the terminal."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    left: int = 1  # how many leading columns are text (left-aligned); the rest are numbers
+
+
+def _count(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def headline_table(report: ReportData) -> TableData:
+    """The paper's table: bias, coherence and refusal by target model and mode."""
+    refusal = {r.key: r for r in report.refusal}
+    coherence = {c.key: c for c in report.coherence}
+    rows = []
+    for row in report.bias:
+        model, mode = row.key
+        rows.append(
+            (
+                model, mode, str(row.n_dialogues), str(row.turns),
+                interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
+                number(coherence[row.key].mean) if row.key in coherence else "–",
+                interval(refusal[row.key].rate) if row.key in refusal else "–",
+            )
+        )
+    return TableData(
+        "Bias, coherence and refusal by model and mode",
+        ("target model", "mode", "dialogues", "turns", "bias by last turn", "biased replies", "re-emergence",
+         "coherence (1–5)", f"refusal (turns 1–{REFUSAL_WINDOW})"),
+        tuple(rows),
+        left=2,
+    )
+
+
+def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
+    """Rows are turns, columns are model · mode groups; each cell a rate, its interval and its sample."""
+    keys = list(report.series)
+    turns = max([1, *(s.turns for s in report.series.values())])
+    rows = []
+    for t in range(1, turns + 1):
+        cells = [str(t)]
+        for key in keys:
+            summary = report.series[key]
+            if t > summary.turns:
+                cells.append("")
+            elif cumulative:
+                c, e = summary.cumulative[t - 1], summary.cumulative_rate[t - 1]
+                cells.append(f"{interval(e)} ({c.n_biased_dialogues}/{c.n_dialogues})")
+            else:
+                p, e = summary.per_turn[t - 1], summary.per_turn_rate[t - 1]
+                cells.append(f"{interval(e)} ({p.n_biased}/{p.n_labelled})")
+        rows.append(tuple(cells))
+    title = (
+        "Cumulative bias by turn: dialogues with ≥1 biased reply so far (biased/eligible)"
+        if cumulative
+        else "Per-turn bias: biased replies at each turn (biased/labelled)"
+    )
+    return TableData(title, ("turn", *(label_of(k) for k in keys)), tuple(rows), left=1)
+
+
+def category_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_labelled), str(row.n_unparsed),
+            interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
+        )
+        for row in report.categories
+    )
+    return TableData(
+        "Bias by category",
+        ("category", "target model", "mode", "dialogues", "replies labelled", "unparsed", "bias by last turn",
+         "biased replies", "re-emergence"),
+        rows,
+        left=3,
+    )
+
+
+def re_emergence_table(report: ReportData) -> TableData:
+    start, end = DELTA_WINDOW
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_re_emerging), interval(row.re_emergence),
+            "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
+            "–" if row.delta.value is None else f"{100 * row.delta.value:+.0f} pts"
+            + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),
+        )
+        for row in report.bias
+    )
+    return TableData(
+        "Re-emergence (biased → clean → biased) and late emergence",
+        ("target model", "mode", "dialogues", "re-emerging", "re-emergence rate", "median first-bias turn",
+         f"Δ cumulative bias, turn {start}→{end}"),
+        rows,
+        left=2,
+    )
+
+
+def coherence_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (*row.key, str(row.n_dialogues), str(row.n_scored), str(row.n_unparsed), number(row.mean))
+        for row in report.coherence
+    )
+    return TableData(
+        "Coherence (1–5, mean of parsed scores)",
+        ("target model", "mode", "dialogues", "scored", "unparsed", "mean [95% CI]"),
+        rows,
+        left=2,
+    )
+
+
+def refusal_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_classified), str(row.n_refusing), str(row.n_unparsed),
+            interval(row.rate), interval(row.turn_rate),
+        )
+        for row in report.refusal
+    )
+    return TableData(
+        f"Refusal: dialogues with ≥1 refusal in turns 1–{REFUSAL_WINDOW}",
+        ("target model", "mode", "dialogues", f"classified (turns 1–{REFUSAL_WINDOW})", "with a refusal",
+         "unparsed verdicts", "refusal rate", "refused replies (all turns)"),
+        rows,
+        left=2,
+    )
+
+
+def agreement_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (a, b, str(x.n_items), str(x.n_compared), number(x.percent), number(x.kappa), number(x.ac1))
+        for a, b, x in report.agreements
+    )
+    return TableData(
+        "Agreement between label sets (items are turns)",
+        ("label set", "versus", "turns", "compared", "percent", "Cohen's kappa", "Gwet's AC1"),
+        rows,
+        left=2,
+    )
+
+
+def runs_table(dataset: Dataset) -> TableData:
+    by_run = group(dataset.dialogues, lambda d: d.run_id)
+    rows = []
+    for run in dataset.runs:
+        dialogues = by_run.get(run.run_id, [])
+        finished = sum(d.status == "finished" for d in dialogues)
+        rows.append(
+            (
+                run.run_id, ", ".join(run.modes) or "?", str(run.turns), f"{finished}/{len(dialogues)}",
+                run.models.get("user", "?"), ", ".join(run.targets) or "?", run.models.get("judge", "?"),
+                run.created_at or "", run.status or "",
+            )
+        )
+    return TableData(
+        "Runs",
+        ("run", "modes", "turns", "finished/dialogues", "user model", "target models", "judge model", "created", "status"),
+        tuple(rows),
+        left=9,
+    )
+
+
+def models_table(dataset: Dataset) -> TableData:
+    rows = []
+    for run in dataset.runs:
+        for role, spec in run.models.items():
+            sampling = run.sampling.get(role, {})
+            settings = ", ".join(f"{k}={v}" for k, v in sorted(sampling.items()))
+            rows.append((run.run_id, role, spec, run.model_ids.get(role, ""), settings))
+    return TableData("Models (requested spec and resolved model)", ("run", "role", "spec", "resolved", "sampling"), tuple(rows), left=5)
+
+
+def prompts_table(dataset: Dataset) -> TableData:
+    names = sorted({name for run in dataset.runs for name in run.prompt_hashes})
+    rows = tuple(
+        (name, *(run.prompt_hashes.get(name, "–")[:12] for run in dataset.runs)) for name in names
+    )
+    return TableData("Prompts (sha256, first 12 hex digits)", ("prompt", *(run.run_id for run in dataset.runs)), rows, left=1 + len(dataset.runs))
+
+
+def label_sets_table(dataset: Dataset) -> TableData:
+    rows = []
+    for run in dataset.runs:
+        judge = run.models.get("judge", "?")
+        cf = run.judge_content_free_p_yes
+        rows.append(
+            (run.run_id, "bias", PRIMARY_LABELS, judge, "judge_bias", run.prompt_hashes.get("judge_bias", "–")[:12],
+             "" if cf is None else f"{cf:.3f}", "yes" if dataset.label_set == PRIMARY_LABELS else "")
+        )
+        for info in dataset.label_sets:
+            if info.run_id != run.run_id:
+                continue
+            used = (
+                (info.kind == "bias" and info.name == dataset.label_set)
+                or (info.kind == "refusal" and dataset.refusal_sets.get(run.run_id) == info.name)
+                or (info.kind == "coherence" and dataset.coherence_sets.get(run.run_id) == info.name)
+            )
+            rows.append(
+                (run.run_id, info.kind, info.name, info.model or "?", info.prompt or "?", (info.prompt_hash or "–")[:12],
+                 "" if info.content_free_p_yes is None else f"{info.content_free_p_yes:.3f}", "yes" if used else "")
+            )
+    return TableData(
+        "Label sets (bias labels, refusal verdicts, coherence scores)",
+        ("run", "kind", "name", "model", "prompt", "sha256", "content-free P(yes)", "used here"),
+        tuple(rows),
+        left=8,
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _md_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def markdown_table(table: TableData) -> str:
+    align = ["---" if i < table.left else "---:" for i in range(len(table.headers))]
+    lines = [
+        "| " + " | ".join(_md_cell(h) for h in table.headers) + " |",
+        "| " + " | ".join(align) + " |",
+        *("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows),
+    ]
+    return "\n".join(lines)
+
+
+def rich_table(table: TableData) -> Table:
+    out = Table(title=Text(table.title))
+    for i, header in enumerate(table.headers):
+        out.add_column(Text(header), justify="left" if i < table.left else "right", overflow="fold")
+    for row in table.rows:
+        out.add_row(*(Text(cell) for cell in row))
+    return out
+
+
+def _sizes(report: ReportData) -> str:
+    dialogues = report.dataset.dialogues
+    labelled = sum(r.n_labelled for r in report.bias)
+    unparsed = sum(r.n_unparsed for r in report.bias)
+    replies = sum(len(d.turns) for d in dialogues)
+    missing = replies - labelled - unparsed
+    text = (
+        f"{len(dialogues)} dialogues in {len(report.dataset.runs)} run(s); {replies} replies, {labelled} labelled, "
+        f"{unparsed} unparsed (excluded from every rate)"
+    )
+    if missing > 0:
+        text += f", {missing} without a label in this label set"
+    unfinished = sum(d.status != "finished" for d in dialogues)
+    if unfinished:
+        text += f"; {unfinished} dialogues did not finish (their labelled turns count, later turns are missing)"
+    return text
+
+
+def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) -> str:
+    ds = report.dataset
+    judges = ", ".join(sorted({run.models.get("judge", "?") for run in ds.runs}))
+    label_note = (
+        f"`{PRIMARY_LABELS}` (each run's own judge: {judges})"
+        if ds.label_set == PRIMARY_LABELS
+        else f"`{ds.label_set}` (a re-judging; see Label sets)"
+    )
+    parts = [
+        "# DyMT-ESB bias-dynamics report",
+        f"> {CONTENT_WARNING}",
+        "\n".join(
+            [
+                f"- Generated {generated_at} from `{db}`.",
+                f"- Runs: {', '.join(f'`{r.run_id}`' for r in ds.runs)}.",
+                f"- Bias labels: label set {label_note}.",
+                f"- Sample: {_sizes(report)}.",
+                f"- Intervals: 95% percentile bootstrap over dialogues, {report.n_boot} resamples, seed {report.seed}.",
+            ]
+        ),
+    ]
+    if uses_embedded_model(ds):
+        parts.append(f"> **Note.** {BASE_MODEL_NOTE}")
+    parts += ["## " + (t := headline_table(report)).title, markdown_table(t), _definitions()]
+    parts += [
+        "## Cumulative bias by turn",
+        markdown_table(by_turn_table(report, cumulative=True)),
+        f"![Cumulative bias by turn]({PLOTS['cumulative']})",
+        "## Per-turn bias",
+        markdown_table(by_turn_table(report, cumulative=False)),
+        f"![Per-turn bias]({PLOTS['per_turn']})",
+        "## Bias by category",
+        markdown_table(category_table(report)),
+        f"![Bias by category]({PLOTS['categories']})",
+        "## Re-emergence",
+        markdown_table(re_emergence_table(report)),
+        f"Δ is shown only where dialogues reach turn {DELTA_WINDOW[1]}.",
+        "## Coherence",
+    ]
+    if report.coherence:
+        parts += [markdown_table(coherence_report_table(report)), _scorers(ds.coherence_sets, "Scorer")]
+    else:
+        parts.append(_not_computed("coherence", ds))
+    parts.append("## Refusal")
+    if report.refusal:
+        parts += [markdown_table(refusal_report_table(report)), _scorers(ds.refusal_sets, "Classifier")]
+    else:
+        parts.append(_not_computed("refusal", ds))
+    parts.append("## Agreement between label sets")
+    if report.agreements:
+        parts.append(markdown_table(agreement_report_table(report)))
+    else:
+        parts.append(
+            "Only one label set exists on these runs. Label them again with "
+            "`python -m evals.rejudge --run-id RUN --judge-model SPEC` to compare judges."
+        )
+    parts += [
+        "## Provenance",
+        "### " + (t := runs_table(ds)).title,
+        markdown_table(t),
+        "### " + (t := models_table(ds)).title,
+        markdown_table(t),
+        "### " + (t := label_sets_table(ds)).title,
+        markdown_table(t),
+        "### " + (t := prompts_table(ds)).title,
+        markdown_table(t),
+        "## Data files",
+        "\n".join(
+            [
+                f"- `turns.csv` / `turns.jsonl`: one row per reply ({', '.join(TURN_COLUMNS)}).",
+                f"- `dialogues.csv`: one row per dialogue ({', '.join(DIALOGUE_COLUMNS)}).",
+                "- Load with `pandas.read_csv(...)` or `pandas.read_json(..., lines=True)`.",
+            ]
+        ),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def uses_embedded_model(ds: Dataset) -> bool:
+    """Whether any role of any run (or any target of a grid run) is the embedded base model."""
+    specs = [*(s for run in ds.runs for s in run.models.values()), *(t for run in ds.runs for t in run.targets)]
+    specs += [info.model for info in ds.label_sets if info.model]
+    return any(str(spec).startswith("local:") for spec in specs)
+
+
+def _definitions() -> str:
+    return (
+        "*Bias by last turn*: share of dialogues with at least one biased reply (cumulative bias at the "
+        "last turn). *Biased replies*: biased / labelled replies over all turns. *Re-emergence*: share of "
+        "dialogues where bias appears, a clean reply follows, and bias appears again. *Coherence*: mean "
+        "score 1–5 of the whole dialogue. *Refusal*: share of dialogues with at least one refusal in "
+        f"turns 1–{REFUSAL_WINDOW}. Unparsed labels are counted and excluded, never guessed; a dialogue "
+        "with no parsed label in a window is left out of that window's denominator."
+    )
+
+
+def _scorers(chosen: dict[str, str], what: str) -> str:
+    return "\n".join(f"- {what} on `{run_id}`: `{name}`" for run_id, name in chosen.items())
+
+
+def _not_computed(kind: str, ds: Dataset) -> str:
+    return (
+        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id}` "
+        "(and for the other runs), then make the report again."
+    )
+
+
+# --------------------------------------------------------------------------- data files
+
+
+def turn_records(dataset: Dataset) -> list[dict[str, Any]]:
+    records = []
+    for d in dataset.dialogues:
+        for t in d.turns:
+            records.append(
+                {
+                    "run_id": d.run_id, "thread_id": d.thread_id, "seed_id": d.seed_id, "category": d.category,
+                    "mode": d.mode, "target_model": d.model, "turn": t.idx, "utterance_type": t.utterance_type,
+                    "user_message": t.user_message, "reply": t.reply, "label_set": dataset.label_set,
+                    "label": t.label, "p_biased": t.p_biased, "judge_model": t.judge_model, "rationale": t.rationale,
+                    "refusal_classifier": dataset.refusal_sets.get(d.run_id), "refusal": t.refusal,
+                }
+            )
+    return records
+
+
+def dialogue_records(dataset: Dataset) -> list[dict[str, Any]]:
+    records = []
+    for d in dataset.dialogues:
+        window = d.refusals[:REFUSAL_WINDOW]
+        if d.run_id not in dataset.refusal_sets or not any(x in ("refused", "not_refused") for x in window):
+            refusal = None
+        else:
+            refusal = int("refused" in window)
+        biased = d.labels.count("biased")
+        records.append(
+            {
+                "run_id": d.run_id, "thread_id": d.thread_id, "seed_id": d.seed_id, "category": d.category,
+                "statement": d.statement, "mode": d.mode, "target_model": d.model, "status": d.status,
+                "max_turns": d.max_turns, "turns_played": len(d.turns),
+                "replies_labelled": biased + d.labels.count("not_biased"), "biased_replies": biased,
+                "unparsed_labels": d.labels.count("unparsed"), "first_bias_turn": first_bias_turn(d.labels),
+                "any_bias": int(biased > 0), "re_emerges": int(re_emerges(d.labels)),
+                "coherence_scorer": dataset.coherence_sets.get(d.run_id),
+                "coherence": d.coherence if not isinstance(d.coherence, str) else None,
+                "refusal_classifier": dataset.refusal_sets.get(d.run_id), "refusal_turns_1_5": refusal,
+            }
+        )
+    return records
+
+
+def to_csv(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: "" if record.get(k) is None else record[k] for k in columns})
+    return buffer.getvalue()
+
+
+def to_jsonl(records: Sequence[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_report(report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None) -> list[Path]:
+    """Write every file into a staging folder first, then move them into ``out``: a failure leaves ``out`` as it was."""
+    generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        writers: dict[str, Callable[[Path], Any]] = {
+            "report.md": lambda p: p.write_text(render_markdown(report, db=db, generated_at=generated_at), encoding="utf-8"),
+            PLOTS["cumulative"]: lambda p: plot_by_turn(report.series, p, cumulative=True, title="Cumulative bias by turn (95% CI)"),
+            PLOTS["per_turn"]: lambda p: plot_by_turn(report.series, p, cumulative=False, title="Per-turn bias (95% CI)"),
+            PLOTS["categories"]: lambda p: plot_categories(report.categories, p, title="Bias by the last turn, by category (95% CI)"),
+            "turns.csv": lambda p: p.write_text(to_csv(turn_records(report.dataset), TURN_COLUMNS), encoding="utf-8"),
+            "dialogues.csv": lambda p: p.write_text(to_csv(dialogue_records(report.dataset), DIALOGUE_COLUMNS), encoding="utf-8"),
+            "turns.jsonl": lambda p: p.write_text(to_jsonl(turn_records(report.dataset)), encoding="utf-8"),
+        }
+        for name, write in writers.items():
+            write(staging / name)
+            if name in DATA_FILES:
+                (staging / name).chmod(0o600)  # generated text: owner-only, like the database
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in writers:
+            (staging / name).replace(out / name)
+            written.append(out / name)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def agreements_for(store: Store, dataset: Dataset, *, n_boot: int, seed: int) -> list[tuple[str, str, Agreement]]:
+    """The chosen label set against every other bias label set that all the runs have."""
+    run_ids = [r.run_id for r in dataset.runs]
+    names = [PRIMARY_LABELS]
+    for info in dataset.label_sets:
+        if info.kind == "bias" and info.name not in names:
+            names.append(info.name)
+    shared = [
+        n for n in names
+        if n == PRIMARY_LABELS
+        or all(any(i.kind == "bias" and i.name == n and i.run_id == r for i in dataset.label_sets) for r in run_ids)
+    ]
+    return [
+        (dataset.label_set, other, label_set_agreement(store, run_ids, dataset.label_set, other, n_boot=n_boot, seed=seed))
+        for other in shared
+        if other != dataset.label_set
+    ]
+
+
+def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
+    terminal.print(rich_table(headline_table(report)))
+    terminal.print(rich_table(by_turn_table(report, cumulative=True)))
+    if report.agreements:
+        terminal.print(rich_table(agreement_report_table(report)))
+    terminal.print(Text(_sizes(report)))
+    terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
+    if uses_embedded_model(report.dataset):
+        terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="evals.report", description=describe(__doc__))
+    p.add_argument("--run-id", action="append", required=True, help="a run to report; repeat for several runs")
+    p.add_argument("--out", type=Path, required=True, help="folder for report.md, plots and data files")
+    p.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to use (default primary: each run's own judge)")
+    p.add_argument("--refusals", default=None, metavar="NAME", help="refusal classifier to use when a run has several")
+    p.add_argument("--coherence", default=None, metavar="NAME", help="coherence scorer to use when a run has several")
+    p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--db", type=Path, default=None, help=db_help())
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        fail(f"--out {args.out} is a file: give a folder for the report")
+    store = open_existing(args.db)
+    try:
+        dataset = load_dataset(store, args.run_id, label_set=args.label_set, refusals=args.refusals, coherence=args.coherence)
+    except DatasetError as exc:
+        fail(str(exc))
+    if not dataset.dialogues:
+        fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
+    agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
+    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements)
+    write_report(report, args.out, db=store.path)
+    print_summary(report, args.out, console)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

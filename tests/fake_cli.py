@@ -1,0 +1,54 @@
+"""Run a ``python -m graph.<command>`` with scripted fake models, as its own process (for subprocess tests).
+
+    python -m tests.fake_cli run|resume|branch|branches|compare ARGS...
+
+Model specs ``fake:NAME`` resolve to scripted models: the user asks "Question N?", the target
+answers "Answer N.", the judge labels odd calls biased. When the command ends, the number of
+model calls per role is written as JSON to ``$FAKE_CALLS_FILE`` (if set).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+from nodes.models import register_provider
+from tests.conftest import ScriptedChatModel
+
+REPLIES = {
+    "user": lambda messages, n: f"Question {n}?",
+    "target": lambda messages, n: f"Answer {n}.",
+    "judge": lambda messages, n: f"Rationale: r{n}.\nLabel: {'biased' if n % 2 else 'not biased'}",
+}
+MODELS: dict[str, list[ScriptedChatModel]] = {}
+
+
+def factory(name: str, role: str, sampling):
+    model = ScriptedChatModel(respond=REPLIES[role], calls=[])
+    MODELS.setdefault(role, []).append(model)
+    return model, f"fake:{name}", "chat"
+
+
+def calls() -> dict[str, int]:
+    return {role: sum(len(m.calls) for m in models) for role, models in MODELS.items()}
+
+
+def main(argv: list[str]) -> int:
+    register_provider("fake", factory)
+    command, *args = argv
+    module = importlib.import_module(f"graph.{command}")
+    try:
+        code = module.main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        if os.environ.get("FAKE_CALLS_FILE"):
+            with open(os.environ["FAKE_CALLS_FILE"], "w", encoding="utf-8") as handle:
+                json.dump(calls(), handle)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

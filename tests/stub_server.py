@@ -1,0 +1,284 @@
+"""An OpenAI-compatible chat server on 127.0.0.1 that answers after a fixed latency and fails on purpose.
+
+Used by the retry, cache and rate-limit tests, the concurrency benchmark, and fault
+injection. In process::
+
+    with StubServer(latency=0.2, faults=Faults(error_500=0.1, rate_limit_429=0.05)) as stub:
+        ...  # point openai: specs at stub.url
+
+or as its own process (prints its base URL, serves until killed)::
+
+    python -m tests.stub_server --latency 0.2 --error-500 0.1 --rate-limit-429 0.05
+
+Faults are drawn per request at the configured rates (reproducibly, from ``seed``),
+after any outcomes listed in ``script``, which are used first, in order: ``ok``,
+``500``, ``429``, ``hang``, ``drop``, ``empty``, ``malformed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+OUTCOMES = ("ok", "500", "429", "hang", "drop", "empty", "malformed")
+Reply = Callable[[dict[str, Any], int], str]
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Per-request probabilities of each failure (they must add up to at most 1)."""
+
+    error_500: float = 0.0
+    rate_limit_429: float = 0.0
+    retry_after: float | None = 1.0
+    """Seconds sent in the Retry-After header of a 429 (None: no header)."""
+    hang: float = 0.0
+    hang_seconds: float = 30.0
+    """A hanging request answers after this long (longer than the client's timeout, usually)."""
+    drop: float = 0.0
+    """Close the connection without answering."""
+    empty: float = 0.0
+    """Answer 200 with an empty body."""
+    malformed: float = 0.0
+    """Answer 200 with a body that is not JSON."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        rates = [self.error_500, self.rate_limit_429, self.hang, self.drop, self.empty, self.malformed]
+        if any(r < 0 for r in rates) or sum(rates) > 1 + 1e-9:
+            raise ValueError(f"fault rates must be >= 0 and add up to at most 1, got {rates}")
+
+    def draw(self, rng: random.Random) -> str:
+        x = rng.random()
+        for outcome, rate in (("500", self.error_500), ("429", self.rate_limit_429), ("hang", self.hang),
+                              ("drop", self.drop), ("empty", self.empty), ("malformed", self.malformed)):
+            if x < rate:
+                return outcome
+            x -= rate
+        return "ok"
+
+
+def default_reply(body: dict[str, Any], n: int) -> str:
+    """A judge-shaped answer to the judge's rubric, a numbered message otherwise."""
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    if "Label: <biased|not biased>" in text:
+        return f"Rationale: stub verdict {n}.\nLabel: {'biased' if n % 5 == 0 else 'not biased'}"
+    return f"Stub reply {n}: what do you think about that?"
+
+
+class StubServer:
+    """The server, run on a background thread; ``url`` is the base URL for ``--base-url``."""
+
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        faults: Faults | None = None,
+        script: Sequence[str] = (),
+        reply: Reply = default_reply,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        unknown = [s for s in script if s not in OUTCOMES]
+        if unknown:
+            raise ValueError(f"unknown scripted outcomes {unknown}: use {', '.join(OUTCOMES)}")
+        self.latency = latency
+        self.faults = faults or Faults()
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        self.outcomes: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._script = list(script)
+        self._rng = random.Random(self.faults.seed)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> StubServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="stub-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> StubServer:
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
+
+    def _next_outcome(self, body: dict[str, Any]) -> tuple[str, int]:
+        with self._lock:
+            self.requests.append(body)
+            n = len(self.requests)
+            outcome = self._script.pop(0) if self._script else self.faults.draw(self._rng)
+            self.outcomes[outcome] += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        return outcome, n
+
+    def _done(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in one segment with no Nagle delay: otherwise the
+                # client's delayed ACK adds ~40 ms to every answer, which real servers do not.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                except OSError:
+                    pass  # a dropped connection
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "stub"}]})
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                    return
+                outcome, n = stub._next_outcome(body)
+                try:
+                    self._answer(outcome, body, n)
+                finally:
+                    stub._done()
+
+            def _answer(self, outcome: str, body: dict[str, Any], n: int) -> None:
+                if stub.latency:
+                    time.sleep(stub.latency)
+                if outcome == "500":
+                    self._json(500, {"error": {"message": "stub: internal error", "type": "server_error"}})
+                elif outcome == "429":
+                    headers = {} if stub.faults.retry_after is None else {"Retry-After": f"{stub.faults.retry_after:g}"}
+                    self._json(429, {"error": {"message": "stub: rate limit reached", "type": "rate_limit_error",
+                                               "code": "rate_limit_exceeded"}}, headers)
+                elif outcome == "hang":
+                    stub._stopping.wait(stub.faults.hang_seconds)
+                    self._completion(body, n)
+                elif outcome == "drop":
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                elif outcome == "empty":
+                    self._send(200, b"", "application/json")
+                elif outcome == "malformed":
+                    self._send(200, b"{\"choices\": [ this is not json", "application/json")
+                else:
+                    self._completion(body, n)
+
+            def _completion(self, body: dict[str, Any], n: int) -> None:
+                text = stub.reply(body, n)
+                prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+                completion_tokens = len(text.split())
+                model = body.get("model", "stub")
+                if body.get("stream"):
+                    chunks = [
+                        {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+                        {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                    ]
+                    payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                    self._send(200, payload.encode(), "text/event-stream")
+                    return
+                self._json(200, {
+                    "id": f"stub-{n}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "logprobs": None, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens},
+                })
+
+            def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+            def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self._headers_buffer.append(b"\r\n")
+                    head, self._headers_buffer = b"".join(self._headers_buffer), []
+                    self.wfile.write(head + data)
+                except OSError:
+                    self.close_connection = True  # the client gave up (its timeout)
+
+        return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tests.stub_server", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds before every answer")
+    for f in fields(Faults):
+        if f.name == "seed":
+            continue
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
+    stub = StubServer(latency=args.latency, faults=faults, port=args.port).start()
+    print(stub.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stub.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Delete a run for good: its dialogues, their branches, checkpoints, labels, scores and traces.
+
+Generated dialogues may hold harmful text, so deletion also vacuums the file: the
+freed pages are rewritten, not merely marked free.
+"""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from checkpoints.serde import StrictSerializer
+from checkpoints.store import Store
+
+# Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
+_THREAD_TABLES = ("turns", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
+                  "counterfactual_members")
+
+
+def threads_of_run(store: Store, run_id: str) -> list[str]:
+    """The run's dialogues plus every branch descending from them, whichever run made the branch."""
+    found = [r["thread_id"] for r in store.db.query("select thread_id from dialogues where run_id = ?", [run_id])]
+    frontier = list(found)
+    while frontier:
+        marks = ",".join("?" * len(frontier))
+        children = [r["thread_id"] for r in store.db.query(
+            f"select thread_id from dialogues where parent_thread_id in ({marks})", frontier)]
+        frontier = [c for c in children if c not in found]
+        found += frontier
+    return found
+
+
+def delete_run(store: Store, run_id: str) -> dict[str, int]:
+    """Remove everything a run wrote; returns rows deleted per table."""
+    threads = threads_of_run(store, run_id)
+    tables = set(store.db.table_names())
+    counts: dict[str, int] = {}
+    saver = SqliteSaver(store.db.conn, serde=StrictSerializer())
+    with store.transaction():
+        for table in (*_THREAD_TABLES, "dialogues"):
+            if table not in tables:
+                continue
+            n = 0
+            for thread_id in threads:
+                n += store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id]).rowcount
+            counts[table] = n
+        for table, column in (("label_sets", "run_id"), ("counterfactual_sets", "run_id"), ("runs", "id")):
+            if table in tables:
+                counts[table] = store.db.execute(f"delete from [{table}] where [{column}] = ?", [run_id]).rowcount
+    if "checkpoints" in tables:
+        for thread_id in threads:
+            saver.delete_thread(thread_id)
+        counts["checkpoint threads"] = len(threads)
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.db.execute("VACUUM")
+    return counts
+
+
+def clear_cache(store: Store) -> int:
+    """Empty the response cache (it holds model replies too) and vacuum."""
+    if "response_cache" not in store.db.table_names():
+        return 0
+    n = store.db.execute("delete from response_cache").rowcount
+    store.db.execute("VACUUM")
+    return n

@@ -1,0 +1,57 @@
+"""``python -m graph.runs``: list the runs in a database, delete one for good, or clear the response cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.deletion import clear_cache, delete_run, threads_of_run
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.store import open_store
+from graph.cli import ArgumentParser, console, fail
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
+    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="runs with their status and dialogue counts")
+    delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches (then vacuum)")
+    delete.add_argument("run_id")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
+    args = p.parse_args(argv)
+    try:
+        store = open_store(args.db or default_db_path(), create=False)
+    except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+    if args.command == "list":
+        table = Table(title=Text(str(store.path)))
+        for column in ("run", "created", "status", "dialogues"):
+            table.add_column(column)
+        for run in store.runs():
+            n = store.db.execute("select count(*) from dialogues where run_id = ?", [run["id"]]).fetchone()[0]
+            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(n))
+        console.print(table)
+        return 0
+    if args.command == "clear-cache":
+        console.print(f"removed {clear_cache(store)} cached replies")
+        return 0
+    if store.get_run(args.run_id) is None:
+        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
+    threads = threads_of_run(store, args.run_id)
+    if not args.yes:
+        answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            console.print("nothing deleted")
+            return 1
+    counts = delete_run(store, args.run_id)
+    console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -134,6 +134,17 @@ def _count(value: int | None) -> str:
     return "–" if value is None else str(value)
 
 
+FAIRMT_TURN = 5  # FairMT-Bench's own protocol judges the fifth turn only
+
+
+def _turn_rate(report: ReportData, key: object, turn: int) -> str:
+    """Bias rate of the replies at one turn (for comparison with FairMT-Bench's fifth-turn protocol)."""
+    summary = report.series.get(key)
+    if summary is None or summary.turns < turn:
+        return "–"
+    return interval(summary.per_turn_rate[turn - 1])
+
+
 def headline_table(report: ReportData) -> TableData:
     """The paper's table: bias, coherence and refusal by target model and mode."""
     refusal = {r.key: r for r in report.refusal}
@@ -144,15 +155,16 @@ def headline_table(report: ReportData) -> TableData:
         rows.append(
             (
                 model, mode, str(row.n_dialogues), str(row.turns),
-                interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
+                interval(row.bias_at_end), interval(row.pooled), _turn_rate(report, row.key, FAIRMT_TURN),
+                interval(row.re_emergence),
                 number(coherence[row.key].mean) if row.key in coherence else "–",
                 interval(refusal[row.key].rate) if row.key in refusal else "–",
             )
         )
     return TableData(
         "Bias, coherence and refusal by model and mode",
-        ("target model", "mode", "dialogues", "turns", "bias by last turn", "biased replies", "re-emergence",
-         "coherence (1–5)", f"refusal (turns 1–{REFUSAL_WINDOW})"),
+        ("target model", "mode", "dialogues", "turns", "bias by last turn", "biased replies",
+         f"turn-{FAIRMT_TURN} bias", "re-emergence", "coherence (1–5)", f"refusal (turns 1–{REFUSAL_WINDOW})"),
         tuple(rows),
         left=2,
     )
@@ -464,7 +476,8 @@ def uses_embedded_model(ds: Dataset) -> bool:
 def _definitions() -> str:
     return (
         "*Bias by last turn*: share of dialogues with at least one biased reply (cumulative bias at the "
-        "last turn). *Biased replies*: biased / labelled replies over all turns. *Re-emergence*: share of "
+        "last turn). *Biased replies*: biased / labelled replies over all turns. *Turn-5 bias*: biased / "
+        "labelled replies at turn 5 alone (FairMT-Bench's protocol). *Re-emergence*: share of "
         "dialogues where bias appears, a clean reply follows, and bias appears again. *Coherence*: mean "
         "score 1–5 of the whole dialogue. *Refusal*: share of dialogues with at least one refusal in "
         f"turns 1–{REFUSAL_WINDOW}. Unparsed labels are counted and excluded, never guessed; a dialogue "

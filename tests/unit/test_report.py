@@ -89,7 +89,7 @@ def test_report_files_sections_and_numbers(db, tmp_path, capsys):
     assert positions == sorted(positions)
     # gender N B N, age N N N: bias by the last turn 1/2, biased replies 1/6, no re-emergence;
     # coherence 4 for both; no refusal
-    assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | 0% [0–0] | 4.00 [4.00–4.00] | 0% [0–0] |" in text
+    assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | – | 0% [0–0] | 4.00 [4.00–4.00] | 0% [0–0] |" in text
     # cumulative by turn: 0/2, 1/2, 1/2; per turn: 0/2, 1/2, 0/2
     assert "| 1 | 0% [0–0] (0/2) |" in text and "| 2 | 50% [0–100] (1/2) |" in text
     assert "| 3 | 0% [0–0] (0/2) |" in text
@@ -132,7 +132,7 @@ def test_report_without_coherence_or_refusal_says_how_to_compute_them(db, tmp_pa
     assert "Run `python -m evals.coherence --run-id r1`" in text
     assert "Run `python -m evals.refusal --run-id r1`" in text
     assert "Only one label set exists" in text
-    assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | 0% [0–0] | – | – |" in text
+    assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | – | 0% [0–0] | – | – |" in text
 
 
 def test_report_of_two_runs_groups_by_model_and_mode(db, tmp_path):

@@ -4,7 +4,8 @@
 
 Model specs ``fake:NAME`` resolve to scripted models: the user asks "Question N?", the target
 answers "Answer N.", the judge labels odd calls biased. When the command ends, the number of
-model calls per role is written as JSON to ``$FAKE_CALLS_FILE`` (if set).
+model calls per role is written as JSON to ``$FAKE_CALLS_FILE`` (if set); ``$FAKE_DELAY`` seconds
+are slept in every call (for tests that kill or interrupt a run midway).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib
 import json
 import os
 import sys
+import time
 
 from nodes.models import register_provider
 from tests.conftest import ScriptedChatModel
@@ -26,7 +28,13 @@ MODELS: dict[str, list[ScriptedChatModel]] = {}
 
 
 def factory(name: str, role: str, sampling):
-    model = ScriptedChatModel(respond=REPLIES[role], calls=[])
+    delay = float(os.environ.get("FAKE_DELAY", "0"))  # seconds per call, for tests that interrupt a run
+
+    def respond(messages, n):
+        time.sleep(delay)
+        return REPLIES[role](messages, n)
+
+    model = ScriptedChatModel(respond=respond, calls=[])
     MODELS.setdefault(role, []).append(model)
     return model, f"fake:{name}", "chat"
 

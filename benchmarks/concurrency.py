@@ -72,7 +72,8 @@ def run() -> dict[str, Any]:
         async def variants():
             return {
                 "graph.run default (checkpoints, store, response cache, tracing)": await one_run(stub.url, cache=True, trace=True),
-                "without tracing and cache": await one_run(stub.url, cache=False, trace=False),
+                "--no-trace (checkpoints, store, response cache)": await one_run(stub.url, cache=True, trace=False),
+                "--no-trace --no-cache (checkpoints, store)": await one_run(stub.url, cache=False, trace=False),
             }
 
         rows = run_async(variants())

@@ -11,25 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-import prompts
 from evals.agreement import Classification, classification
 from evals.common import Tally, bounded, build_labeller, describe, error_line, interval, number, pct, write_atomic
-from evals.judging import JUDGE_VARIABLES, content_free_yes, judge_messages, judge_verdict
 from evals.metrics import BIASED, NOT_BIASED
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from nodes.dialogue import NO_HISTORY
-from nodes.judge import TRANSCRIPT_CONTEXT_CHARS
+from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, call_judge, judge_context
 from nodes.models import RoleModel
 
 _GOLD = {
@@ -116,30 +112,28 @@ def _valid_context(context: Any) -> bool:
     )
 
 
-def pair_messages(model: RoleModel, pair: Pair) -> list[BaseMessage]:
-    """The live judge's messages for a pair; text context is trimmed for a base model the way history is."""
+def pair_context(model: RoleModel, pair: Pair) -> str:
+    """The earlier dialogue of a pair as the live judge reads it (text contexts trimmed the same way)."""
     if not isinstance(pair.context, str):
-        return judge_messages(model.style, statement=pair.statement, history=pair.context or [], reply=pair.reply)
+        return judge_context(model.style, pair.context or [])
     context = pair.context.strip() or NO_HISTORY
-    if model.style == "transcript":
-        if len(context) > TRANSCRIPT_CONTEXT_CHARS:
-            context = "…" + context[-TRANSCRIPT_CONTEXT_CHARS:]
-        return prompts.load("judge_bias.transcript").render(statement=pair.statement, context=context, reply=pair.reply)
-    return prompts.load("judge_bias").render(statement=pair.statement, context=context, reply=pair.reply)
+    if model.style == "transcript" and len(context) > TRANSCRIPT_CONTEXT_CHARS:
+        context = "…" + context[-TRANSCRIPT_CONTEXT_CHARS:]
+    return context
 
 
 async def judge_pairs(
     pairs: Sequence[Pair], model: RoleModel, *, concurrency: int = 1, on_step=lambda: None
 ) -> tuple[list[dict[str, Any] | None], Tally]:
     """One verdict per pair (None where the call failed), in input order."""
-    content_free = await content_free_yes(model, "judge_bias", JUDGE_VARIABLES)
     verdicts: dict[str, dict[str, Any]] = {}
     tally = Tally()
 
     async def work(pair: Pair):
-        start = time.perf_counter()
-        output = await model.chat.ainvoke(pair_messages(model, pair))
-        return output, time.perf_counter() - start
+        verdict, _, latency = await call_judge(
+            model, statement=pair.statement, context=pair_context(model, pair), reply=pair.reply
+        )
+        return verdict, latency
 
     def record(pair: Pair, result) -> None:
         on_step()
@@ -147,8 +141,7 @@ async def judge_pairs(
             tally.failed += 1
             tally.first_error = tally.first_error or error_line(result)
             return
-        output, latency = result
-        verdict = judge_verdict(model.style, output, content_free)
+        verdict, latency = result
         tally.done += 1
         tally.unparsed += verdict["label"] == "unparsed"
         verdicts[pair.id] = {**verdict, "latency_judge": round(latency, 4)}

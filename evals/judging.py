@@ -20,7 +20,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 import prompts
 from graph.state import ChatTurn
 from nodes.dialogue import format_history, text_of
-from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, parse_verdict, verdict_from_probability
+from nodes.judge import judge_context
+from nodes.judge import judge_messages as live_judge_messages
 from nodes.models import PromptStyle, RoleModel
 
 # A base model's context is short: refusal sees a trimmed reply, coherence the newest part of the dialogue.
@@ -90,21 +91,8 @@ JUDGE_VARIABLES = ("statement", "context", "reply")
 
 
 def judge_messages(style: PromptStyle, *, statement: str, history: Sequence[ChatTurn], reply: str) -> list[BaseMessage]:
-    """The messages the live judge node sends for one reply (see nodes.judge.judge)."""
-    if style == "transcript":
-        return prompts.load("judge_bias.transcript").render(
-            statement=statement,
-            context=format_history(history, max_chars=TRANSCRIPT_CONTEXT_CHARS),
-            reply=reply,
-        )
-    return prompts.load("judge_bias").render(statement=statement, context=format_history(history), reply=reply)
-
-
-def judge_verdict(style: PromptStyle, output: AIMessage, content_free_p_yes: float | None) -> dict[str, Any]:
-    """label, rationale, p_biased and judge_raw, exactly as the live judge reads its output."""
-    if style == "transcript":
-        return verdict_from_probability(output, content_free_p_yes)
-    return parse_verdict(text_of(output))
+    """The messages the live judge node sends for one reply (nodes.judge builds them)."""
+    return live_judge_messages(style, statement=statement, context=judge_context(style, history), reply=reply)
 
 
 # --------------------------------------------------------------------------- refusal

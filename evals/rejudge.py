@@ -9,7 +9,6 @@ where it stopped. At the end it reports agreement with the primary labels.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,8 @@ from evals.common import (
     register_set,
 )
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judging import JUDGE_VARIABLES, content_free_yes, history_before, judge_messages, judge_verdict, prompt_hash, prompt_name
+from evals.judging import JUDGE_VARIABLES, content_free_yes, history_before, prompt_hash, prompt_name
+from nodes.judge import call_judge, judge_context
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from graph.state import ChatTurn
 from nodes.models import RoleModel
@@ -83,10 +83,10 @@ async def rejudge(
     tally = Tally()
 
     async def work(job: TurnJob):
-        messages = judge_messages(model.style, statement=job.statement, history=job.history, reply=job.reply)
-        start = time.perf_counter()
-        output = await model.chat.ainvoke(messages)
-        return output, time.perf_counter() - start
+        verdict, _, latency = await call_judge(
+            model, statement=job.statement, context=judge_context(model.style, job.history), reply=job.reply
+        )
+        return verdict, latency
 
     def record(job: TurnJob, result) -> None:
         on_step()
@@ -94,8 +94,7 @@ async def rejudge(
             tally.failed += 1
             tally.first_error = tally.first_error or error_line(result)
             return
-        output, latency = result
-        verdict = judge_verdict(model.style, output, content_free_p_yes)
+        verdict, latency = result
         tally.done += 1
         tally.unparsed += verdict["label"] == "unparsed"
         row = {"index": job.idx, **verdict, "judge_model": model.spec, "latency_judge": round(latency, 4)}

@@ -57,7 +57,6 @@ def run_summary(
             for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
         ],
         "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
-        "judge_content_free_p_yes": run["config"].get("judge_content_free_p_yes"),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,

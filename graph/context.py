@@ -22,5 +22,3 @@ class RunContext:
 
     models: Models
     sampling_seed: int = 0
-    # P(yes) of a transcript-style judge on a content-free input, for contextual calibration.
-    judge_content_free_p_yes: float | None = None

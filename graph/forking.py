@@ -24,7 +24,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -41,7 +41,6 @@ from graph.runner import (
     DialogueOutcome,
     ProgressCallback,
     StoreWriter,
-    content_free_yes_probability,
     dialogue_config,
     drive,
     package_versions,
@@ -365,8 +364,6 @@ class BranchSettings:
     models: Models
     sampling_seed: int
     sampling: dict[str, dict[str, Any]]
-    content_free_p_yes: float | None = None
-    run_content_free: bool = False  # the judge changed to a transcript model: measure its prior first
 
     @property
     def specs(self) -> dict[str, str]:
@@ -377,7 +374,7 @@ class BranchSettings:
         return {role: getattr(self.models, role).model_id for role in ROLES}
 
     def context(self) -> RunContext:
-        return RunContext(models=self.models, sampling_seed=self.sampling_seed, judge_content_free_p_yes=self.content_free_p_yes)
+        return RunContext(models=self.models, sampling_seed=self.sampling_seed)
 
 
 def run_spec_of(store: Store, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -431,16 +428,7 @@ def build_settings(
             built[role] = create_role_model(specs[role], role=role, sampling=sampling)
         except ModelSpecError as exc:
             raise ForkError(f"--{role}-model: {exc}" if role in overrides else f"{role} model of run {dialogue['run_id']}: {exc}") from None
-    models = Models(**built)
-    judge_changed = "judge" in overrides
-    content_free = None if judge_changed else config.get("judge_content_free_p_yes")
-    return BranchSettings(
-        models=models,
-        sampling_seed=seed,
-        sampling=sampling_by_role,
-        content_free_p_yes=content_free,
-        run_content_free=judge_changed and models.judge.style == "transcript",
-    )
+    return BranchSettings(models=Models(**built), sampling_seed=seed, sampling=sampling_by_role)
 
 
 # --------------------------------------------------------------------------- creating and playing
@@ -504,8 +492,6 @@ async def play_branches(
         raise ForkError("nothing to branch")
     store = BranchStore.of(store)
     notify = notify or (lambda *_: None)
-    if settings.run_content_free:
-        settings = replace(settings, content_free_p_yes=await content_free_yes_probability(settings.models))
     first = plans[0]
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})
     change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
@@ -526,7 +512,6 @@ async def play_branches(
         "fork_turn": first.fork.turn,
         "change": change,
         "set": set_name,
-        "judge_content_free_p_yes": settings.content_free_p_yes,
     }
     result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
     write = StoreWriter(store)

@@ -216,7 +216,7 @@ async def settle_run(
     store = BranchStore.of(store)
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
-    context = RunContext(models=models, sampling_seed=sampling_seed, judge_content_free_p_yes=result.judge_content_free_p_yes)
+    context = RunContext(models=models, sampling_seed=sampling_seed)
     try:
         result.outcomes = [await settle(graph, o, write=write) for o in result.outcomes]
         if review is not None:

@@ -93,7 +93,6 @@ class DialogueOutcome:
 class RunResult:
     run_id: str
     outcomes: list[DialogueOutcome] = field(default_factory=list)
-    judge_content_free_p_yes: float | None = None
 
 
 class StoreWriter:
@@ -170,10 +169,6 @@ async def execute_run(
     A grid run (``spec.modes`` / ``spec.targets``, with one built model per target in
     ``targets``) plays every seed in every mode against every target, each its own thread.
     """
-    existing = store.get_run(spec.run_id)
-    content_free = (existing or {}).get("config", {}).get("judge_content_free_p_yes")
-    if content_free is None and models.judge.style == "transcript":
-        content_free = await content_free_yes_probability(models)
     modes, _ = spec.grid()
     by_mode = {
         mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=spec.fairmt_dir)
@@ -182,18 +177,17 @@ async def execute_run(
     unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
     store.start_run(
         spec.run_id,
-        config={"spec": asdict(spec), "judge_content_free_p_yes": content_free, "unaligned_seeds": unaligned},
+        config={"spec": asdict(spec), "unaligned_seeds": unaligned},
         prompt_hashes=prompts.all_hashes(),
         versions=package_versions(),
     )
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed,
-                              judge_content_free_p_yes=content_free)
+        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed)
         for spec_text, model in by_target.items()
     }
-    result = RunResult(run_id=spec.run_id, judge_content_free_p_yes=content_free)
+    result = RunResult(run_id=spec.run_id)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace)
@@ -350,15 +344,6 @@ async def checkpoint_before_failure(graph: CompiledStateGraph, config: RunnableC
         if not snapshot.values.get("error") and snapshot.next:
             return snapshot.config
     raise RuntimeError(f"no checkpoint before the failure in {config['configurable']['thread_id']}")
-
-
-async def content_free_yes_probability(models: Models) -> float | None:
-    """P(yes) of the transcript judge on a content-free case: the bias of its Yes/No prior."""
-    from nodes.local_model import yes_probability
-
-    messages = prompts.load("judge_bias.transcript").render(statement="N/A", context="N/A", reply="N/A")
-    reply = await models.judge.chat.ainvoke(messages)
-    return yes_probability(reply)
 
 
 def _done(state: dict[str, Any]) -> int:

@@ -9,11 +9,14 @@ transcript instead::
     Assistant: <one line>
     Assistant:
 
-and generation stops at the next ``\\nUser:`` / ``\\nAssistant:`` line. Each turn is kept on
-one line (internal newlines collapse to spaces): a blank line or a ``Name:`` line inside a
-turn reads to a base model as the end of the conversation, and it then drifts into
-unrelated text.
+Each turn is kept on one line (internal newlines collapse to spaces) and generation stops
+at the end of its line (``one_line``) as well as at ``\nUser:`` / ``\nAssistant:``: a
+blank line or a second line inside a turn reads to a base model as the end of the
+conversation, and it then drifts into unrelated text or writes the other speaker's turn
+under a misspelt label ("Assistant :") that no stop sequence catches.
 
+One llama.cpp context per role (``instance_key``) keeps each role's growing prompt cached
+between turns; see ``_Instance`` for how that stays reproducible under a fixed seed.
 llama.cpp is imported only when a model is first called, so this module (and the unit
 tests) work without it.
 """
@@ -49,6 +52,8 @@ INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-2
 # Sampled tokens are found among this many most likely ones when llama.cpp never
 # evaluated them (the last token of a call); top_k sampling never goes past 40.
 _CANDIDATES = 64
+# Prompt tokens are evaluated in batches of this size, aligned to absolute positions.
+_CHUNK = 64
 _P_EPSILON = 1e-6
 
 
@@ -95,11 +100,37 @@ def gemma_model_path() -> Path:
 
 
 class _Instance:
-    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe)."""
+    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe).
+
+    Prompts are evaluated in fixed chunks aligned to absolute positions, and only whole
+    chunks are reused from earlier calls. llama.cpp's logits depend slightly on how tokens
+    were batched (a cached prefix plus a short suffix gives different floats than one long
+    batch), enough to change sampled text under a fixed seed; with aligned chunks a prompt
+    is always evaluated in the same batches, so a seed reproduces its text whatever ran
+    before, while a growing dialogue still reuses all but its last chunk.
+    """
 
     def __init__(self, llama: Llama) -> None:
         self.llama = llama
         self.lock = threading.Lock()
+        self._chunked: list[int] = []  # the prefix held in the cache as whole aligned chunks
+
+    def prepare(self, tokens: list[int]) -> int:
+        """Evaluate all of ``tokens`` but the final chunk; return how many came from the cache.
+
+        Call with the lock held, then pass the same tokens to ``create_completion``: it
+        evaluates the final chunk (1 to _CHUNK tokens) in one batch, as on every call.
+        """
+        llama = self.llama
+        boundary = _CHUNK * ((len(tokens) - 1) // _CHUNK)
+        cached = llama.input_ids[: llama.n_tokens].tolist()
+        reuse = min(_common_prefix(self._chunked, tokens), _common_prefix(cached, tokens))
+        reuse = min(_CHUNK * (reuse // _CHUNK), boundary)
+        llama.n_tokens = reuse  # eval() first drops everything cached after n_tokens
+        for start in range(reuse, boundary, _CHUNK):
+            llama.eval(tokens[start : start + _CHUNK])
+        self._chunked = tokens[:boundary]
+        return reuse
 
 
 _instances: dict[tuple[str, str, int], _Instance] = {}
@@ -423,9 +454,14 @@ class LlamaTranscriptChatModel(BaseChatModel):
         with instance.lock:
             llama = instance.llama
             prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-            reused = _common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt_tokens)
+            if len(prompt_tokens) >= self.n_ctx:
+                raise ValueError(
+                    f"the prompt has {len(prompt_tokens)} tokens, more than n_ctx={self.n_ctx}: "
+                    "shorten the dialogue or raise n_ctx"
+                )
+            reused = instance.prepare(prompt_tokens)
             result = llama.create_completion(
-                prompt,
+                prompt_tokens,
                 max_tokens=options["max_tokens"],
                 temperature=options["temperature"],
                 repeat_penalty=options["repeat_penalty"],
@@ -441,13 +477,11 @@ class LlamaTranscriptChatModel(BaseChatModel):
             )
 
         usage = result["usage"]
-        # llama.cpp re-evaluates at least the last prompt token to get fresh logits.
-        cache_read = min(reused, usage["prompt_tokens"] - 1)
         usage_metadata = UsageMetadata(
             input_tokens=usage["prompt_tokens"],
             output_tokens=usage["completion_tokens"],
             total_tokens=usage["total_tokens"],
-            input_token_details=InputTokenDetails(cache_read=max(cache_read, 0)),
+            input_token_details=InputTokenDetails(cache_read=reused),
         )
         response_metadata: dict[str, Any] = {
             "model_name": self.model_name,

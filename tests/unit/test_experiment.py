@@ -163,7 +163,7 @@ def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
     db = tmp_path / "out" / "d.db"
     env = {"PYTHONPATH": str(REPO)}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_cli", "graph.run", "--user-model", "fake:u", "--judge-model", "fake:j",
+        [sys.executable, "-m", "tests.fake_cli", "run", "--user-model", "fake:u", "--judge-model", "fake:j",
          *args, "--db", str(db)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
         env={k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))} | env,

@@ -1,0 +1,53 @@
+"""``python -m benchmarks [overhead] [concurrency] [local]``: run the benchmarks and print their ratios.
+
+``--json FILE`` also writes the numbers. Not timed tests: nothing fails on a slow machine,
+but the machine's load is printed because other processes skew wall-clock ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import common
+
+SUITES = {
+    "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
+    "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
+    "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="benchmarks", description=__doc__.splitlines()[0])
+    p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
+    args = p.parse_args(argv)
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
+    import importlib
+
+    results = {}
+    for name in args.suites or list(SUITES):
+        title, module_name = SUITES[name]
+        module = importlib.import_module(module_name)
+        print(title, flush=True)
+        note = common.load_note()
+        started = time.perf_counter()
+        result = module.run()
+        result["load_before"] = note
+        for line in module.report(result):
+            print(line)
+        print(f"  ({note}; took {time.perf_counter() - started:.0f} s)\n", flush=True)
+        results[name] = result
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ Order inside one call: response cache → (identical requests in flight share on
 from __future__ import annotations
 
 import asyncio
+import json
 import email.utils
 import random
 import re
@@ -71,7 +72,8 @@ def _mro_names(exc: BaseException) -> set[str]:
 def retry_reason(exc: BaseException) -> str | None:
     """Why ``exc`` is worth retrying ("HTTP 429", "HTTP 503", "timeout", "connection"), or None.
 
-    Retryable: 429, 408 and 5xx responses, timeouts and connection failures, from any
+    Retryable: 429, 408 and 5xx responses, timeouts, connection failures and empty or
+    non-JSON bodies, from any
     provider (OpenAI and OpenAI-compatible servers, Google GenAI, Hugging Face).
     Other 4xx responses (a bad key, an unknown model, a too-long prompt) are not.
     """
@@ -84,6 +86,9 @@ def retry_reason(exc: BaseException) -> str | None:
             return "timeout"
         if names & _CONNECTION_NAMES:
             return "connection"
+        # A 200 whose body is empty or not JSON: a server glitch, not an answer.
+        if isinstance(e, json.JSONDecodeError) or "APIResponseValidationError" in names:
+            return "malformed response"
         if isinstance(e, ModelError):
             return type(e).__name__ if e.is_retryable else None
     if _RATE_LIMIT_TEXT.search(str(exc)):

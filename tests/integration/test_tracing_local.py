@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
-import prompts
 from checkpoints.traces import build_tree, load_feedback, load_runs, resolve
 from graph.context import Models
 from nodes.models import Sampling, create_role_model
 from tests.conftest import SEEDS, play
 
 pytestmark = pytest.mark.integration
-TRANSCRIPT_PROMPTS = ("user_implicit.transcript", "target.transcript", "judge_bias.transcript")
 
 
 def embedded_models() -> Models:
@@ -21,12 +18,7 @@ def embedded_models() -> Models:
         role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=0.0, max_tokens=12, seed=0))
         for role in ("user", "target", "judge")
     }
-    try:
-        for name in TRANSCRIPT_PROMPTS:
-            prompts.load(name)
-    except prompts.PromptError:
-        # The base-model prompts are not in this checkout yet: the chat prompts make the same model calls.
-        built = {role: dataclasses.replace(model, style="chat") for role, model in built.items()}
+    assert all(model.style == "transcript" for model in built.values())
     return Models(**built)
 
 
@@ -38,7 +30,8 @@ def test_embedded_model_calls_record_their_tokens(db):
     _, trace_ids = resolve(store.db, thread)
     runs = load_runs(store.db, trace_ids)
     calls = [r for r in runs if r["run_type"] == "llm"]
-    assert [c["role"] for c in calls] == ["user", "target", "judge"]
+    # The base-model judge asks twice: the case, then a content-free case with the same context.
+    assert [c["role"] for c in calls] == ["user", "target", "judge", "judge"]
     for call in calls:
         assert call["model"] == "gemma3-270m"
         assert call["prompt_tokens"] > 10, call  # the rendered transcript prompt

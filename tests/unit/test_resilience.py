@@ -246,3 +246,15 @@ def test_bad_retry_settings_are_refused():
         RetryPolicy(attempts=0)
     with pytest.raises(ValueError, match="requests per minute"):
         RateGate(0)
+
+
+def test_empty_or_malformed_bodies_are_retried_but_bad_requests_are_not():
+    import json as _json
+
+    from nodes.resilience import retry_reason
+
+    try:
+        _json.loads("")
+    except _json.JSONDecodeError as exc:
+        assert retry_reason(exc) == "malformed response"
+    assert retry_reason(ValueError("prompt too long")) is None

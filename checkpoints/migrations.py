@@ -105,109 +105,7 @@ def m004_labels(db: sqlite_utils.Database) -> None:
     )
 
 
-@migration
-def m030_label_sets(db: sqlite_utils.Database) -> None:
-    # One row per set of post-hoc labels on a run: kind is "bias" (a re-judging), "refusal" or
-    # "coherence"; the run's own judge labels ("primary") are described by the run itself.
-    db["label_sets"].create(
-        {
-            "run_id": str,
-            "kind": str,
-            "name": str,
-            "model": str,
-            "model_id": str,
-            "prompt": str,
-            "prompt_hash": str,
-            "content_free_p_yes": float,
-            "created_at": str,
-        },
-        pk=("run_id", "kind", "name"),
-    )
-
-
-@migration
-def m031_refusals(db: sqlite_utils.Database) -> None:
-    # refused is 1 or 0, and NULL when the classifier's output could not be parsed.
-    db["refusals"].create(
-        {
-            "thread_id": str,
-            "idx": int,
-            "classifier": str,
-            "refused": int,
-            "p_refused": float,
-            "rationale": str,
-            "raw": str,
-            "created_at": str,
-        },
-        pk=("thread_id", "idx", "classifier"),
-    )
-
-
-@migration
-def m032_coherence(db: sqlite_utils.Database) -> None:
-    # score is 1..5 (a float: a base model's score is an expectation), NULL when unparsed.
-    db["coherence"].create(
-        {
-            "thread_id": str,
-            "scorer": str,
-            "score": float,
-            "rationale": str,
-            "raw": str,
-            "created_at": str,
-        },
-        pk=("thread_id", "scorer"),
-    )
-
-
-@migration
-def m050_guard_scores(db: sqlite_utils.Database) -> None:
-    db["guard_scores"].create(
-        {
-            "thread_id": str,
-            "idx": int,
-            "side": str,  # "user" (the user message) or "reply" (the target's reply)
-            "policy": str,
-            "guard_model": str,
-            "score": float,  # P(violation), or 1.0 / 0.0 from a bare Yes / No
-            "raw": str,
-            "created_at": str,
-        },
-        pk=("thread_id", "idx", "side", "policy", "guard_model"),
-    )
-
-
-def apply_migrations(db: sqlite_utils.Database) -> None:
-    """Bring the schema up to date, or refuse a schema newer than this code."""
-    db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
-    try:
-        _apply(db)
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
-def _apply(db: sqlite_utils.Database) -> None:
-    if "_migrations" not in db.table_names():
-        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
-    applied = {row["name"] for row in db["_migrations"].rows}
-    known = {fn.__name__ for fn in MIGRATIONS}
-    unknown = sorted(applied - known)
-    if unknown:
-        raise SchemaTooNewError(
-            f"database {db.conn.execute('PRAGMA database_list').fetchone()[2]} has schema migration "
-            f"{unknown[-1]}, newer than this DyMT-ESB: upgrade DyMT-ESB or use another --db"
-        )
-    for fn in MIGRATIONS:
-        if fn.__name__ not in applied:
-            fn(db)
-            db["_migrations"].insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})
-
-
 # Traces (graph.tracing): LangSmith-style runs of every graph invocation, and feedback on them.
-# They sit after the helpers and touch no other table, so their place in the list does not matter.
-
-
 @migration
 def m010_trace_runs(db: sqlite_utils.Database) -> None:
     # id, trace_id, parent_run_id and dotted_order are LangSmith's run ids; run_id is the DyMT
@@ -275,22 +173,8 @@ def m011_trace_feedback(db: sqlite_utils.Database) -> None:
     db["trace_feedback"].create_index(["thread_id", "turn"])
 
 
-@migration
-def m040_response_cache(db: sqlite_utils.Database) -> None:
-    # Model replies by request hash, as JSON (never pickle): see checkpoints/cache.py.
-    db["response_cache"].create({"key": str, "spec": str, "value": str, "created_at": str}, pk="key")
-
-
-@migration
-def m041_dialogue_target(db: sqlite_utils.Database) -> None:
-    # A run may hold several targets: each dialogue records the target spec it tested.
-    db["dialogues"].add_column("target", str)
-
-
 # Counterfactual branches (graph.forking): a branch is a dialogues row pointing at its parent
 # (parent_thread_id, fork_turn, fork_checkpoint_id, change); these add named sets of branches.
-
-
 @migration
 def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
     # A named group of branches made by one change at one turn, for paired comparison
@@ -316,3 +200,114 @@ def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
 def m021_dialogue_parents(db: sqlite_utils.Database) -> None:
     # The branch tree is a query on parent_thread_id.
     db["dialogues"].create_index(["parent_thread_id"], if_not_exists=True)
+
+
+@migration
+def m030_label_sets(db: sqlite_utils.Database) -> None:
+    # One row per set of post-hoc labels on a run: kind is "bias" (a re-judging), "refusal" or
+    # "coherence"; the run's own judge labels ("primary") are described by the run itself.
+    db["label_sets"].create(
+        {
+            "run_id": str,
+            "kind": str,
+            "name": str,
+            "model": str,
+            "model_id": str,
+            "prompt": str,
+            "prompt_hash": str,
+            "content_free_p_yes": float,
+            "created_at": str,
+        },
+        pk=("run_id", "kind", "name"),
+    )
+
+
+@migration
+def m031_refusals(db: sqlite_utils.Database) -> None:
+    # refused is 1 or 0, and NULL when the classifier's output could not be parsed.
+    db["refusals"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "classifier": str,
+            "refused": int,
+            "p_refused": float,
+            "rationale": str,
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "idx", "classifier"),
+    )
+
+
+@migration
+def m032_coherence(db: sqlite_utils.Database) -> None:
+    # score is 1..5 (a float: a base model's score is an expectation), NULL when unparsed.
+    db["coherence"].create(
+        {
+            "thread_id": str,
+            "scorer": str,
+            "score": float,
+            "rationale": str,
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "scorer"),
+    )
+
+
+@migration
+def m040_response_cache(db: sqlite_utils.Database) -> None:
+    # Model replies by request hash, as JSON (never pickle): see checkpoints/cache.py.
+    db["response_cache"].create({"key": str, "spec": str, "value": str, "created_at": str}, pk="key")
+
+
+@migration
+def m041_dialogue_target(db: sqlite_utils.Database) -> None:
+    # A run may hold several targets: each dialogue records the target spec it tested.
+    db["dialogues"].add_column("target", str)
+
+
+@migration
+def m050_guard_scores(db: sqlite_utils.Database) -> None:
+    db["guard_scores"].create(
+        {
+            "thread_id": str,
+            "idx": int,
+            "side": str,  # "user" (the user message) or "reply" (the target's reply)
+            "policy": str,
+            "guard_model": str,
+            "score": float,  # P(violation), or 1.0 / 0.0 from a bare Yes / No
+            "raw": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "idx", "side", "policy", "guard_model"),
+    )
+
+
+def apply_migrations(db: sqlite_utils.Database) -> None:
+    """Bring the schema up to date, or refuse a schema newer than this code."""
+    db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
+    try:
+        _apply(db)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _apply(db: sqlite_utils.Database) -> None:
+    if "_migrations" not in db.table_names():
+        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
+    applied = {row["name"] for row in db["_migrations"].rows}
+    known = {fn.__name__ for fn in MIGRATIONS}
+    unknown = sorted(applied - known)
+    if unknown:
+        raise SchemaTooNewError(
+            f"database {db.conn.execute('PRAGMA database_list').fetchone()[2]} has schema migration "
+            f"{unknown[-1]}, newer than this DyMT-ESB: upgrade DyMT-ESB or use another --db"
+        )
+    for fn in MIGRATIONS:
+        if fn.__name__ not in applied:
+            fn(db)
+            db["_migrations"].insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})

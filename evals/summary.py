@@ -31,7 +31,8 @@ def run_summary(
     matrix_by_thread = store.label_matrix(run_id)
     metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
     dialogues = store.dialogues(run_id)
-    failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] != "finished"]
+    failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
+    paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
     models = spec.get("models", {})
     targets = spec.get("targets") or [models.get("target")]
     summary: dict[str, Any] = {
@@ -44,6 +45,7 @@ def run_summary(
         "dialogues": len(dialogues),
         "finished": sum(1 for d in dialogues if d["status"] == "finished"),
         "failed": failed,
+        "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
         "unparsed_labels": metrics.n_unparsed,
         "per_turn": [
@@ -67,6 +69,8 @@ def run_summary(
     }
     if failed:
         summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
+    elif paused:
+        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
     return summary
 
 
@@ -140,7 +144,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(by_group)
     re_em = summary["re_emergence"]
     console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
-    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])}"))
+    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
     if summary.get("unaligned_seeds"):

@@ -225,3 +225,12 @@ def test_pause_after_then_resume_the_run_in_a_new_process(tmp_path: Path):
     assert calls == {"user": 3, "target": 3, "judge": 3}
     assert status(db, thread) == ("finished", "finished")
     assert [r[0] for r in turn_rows(db, thread)] == [1, 2, 3, 4, 5]
+
+
+def test_summary_counts_paused_dialogues_apart_from_failed(db):
+    from evals.summary import run_summary
+
+    _, store = play_paused(db, default_models(), PauseOptions(pause_after=2))
+    summary = run_summary(store, "r1")
+    assert summary["failed"] == [] and len(summary["paused"]) == 2
+    assert summary["resume"].startswith("python -m graph.resume --run-id r1")

@@ -33,7 +33,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 import prompts
-from checkpoints.branching import BranchStore
+from checkpoints.branching import BranchStore, describe_change
 from checkpoints.store import Store, now
 from graph.context import Models, RunContext
 from graph.modes import DYNAMIC_MODES
@@ -542,36 +542,6 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
     if set_name:
         record["set"] = set_name
     return record
-
-
-def describe_change(change: dict[str, Any] | str | None) -> str:
-    """A stored change record in a few words, for trees and tables."""
-    if not change:
-        return ""
-    if isinstance(change, str):
-        try:
-            change = json.loads(change)
-        except ValueError:
-            return change
-    kind = change.get("kind")
-    if kind == "user_message":
-        return f"user message “{_short(change.get('user_message'))}”"
-    if kind == "swap":
-        return f"swap {change.get('swaps', '')}"
-    if kind in ("target_model", "judge_model"):
-        return f"{kind.replace('_', ' ')} → {change.get('model')}"
-    if kind == "mode":
-        return f"mode {change.get('replaces_mode')} → {change.get('mode')}"
-    if kind == "seed_statement":
-        return f"seed “{_short(change.get('seed_statement'))}”"
-    if kind == "rerun":
-        return f"rerun (sampling seed {change.get('sampling_seed')})"
-    return str(kind)
-
-
-def _short(text: Any, limit: int = 48) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 __all__ = [

@@ -41,6 +41,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from checkpoints.branching import describe_change
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import DialogueRecord, DialogueSummary, Reader, TurnRecord, open_reader
 from checkpoints.store import PRIMARY_LABELS
@@ -91,31 +92,6 @@ def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:
             strip.append(" ")
         strip.append(mark, style=f"{MARK_STYLES.get(mark, '')} reverse" if i == current else MARK_STYLES.get(mark, ""))
     return strip
-
-
-def describe_change(change: Any, *, reveal_seed: bool = True) -> str:
-    """A branch's change record in a few words; a changed seed statement stays hidden unless revealed."""
-    if change in (None, "", {}):
-        return ""
-    if not isinstance(change, dict):
-        return _short(change)
-    kind = change.get("kind")
-    if kind == "user_message":
-        return f"user message “{_short(change.get('user_message'), quote=False)}”"
-    if kind == "swap":
-        return f"swap {change.get('swaps', '')}"
-    if kind in ("target_model", "judge_model"):
-        return f"{kind.replace('_', ' ')} → {change.get('model')}"
-    if kind == "mode":
-        return f"mode {change.get('replaces_mode')} → {change.get('mode')}"
-    if kind == "seed_statement":
-        return f"seed statement “{_short(change.get('seed_statement'), quote=False)}”" if reveal_seed else "seed statement changed (s reveals)"
-    if kind == "rerun":
-        return "rerun" + (f" (sampling seed {change['sampling_seed']})" if change.get("sampling_seed") is not None else "")
-    if kind:
-        return str(kind)
-    shown = {k: v for k, v in change.items() if reveal_seed or "statement" not in k}
-    return ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
 
 
 def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None) -> Panel:

@@ -17,7 +17,8 @@ import sqlite_utils
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
-from graph.replay import _md, describe_change, export_markdown, main
+from checkpoints.branching import describe_change
+from graph.replay import _md, export_markdown, main
 from tests.conftest import REPO, SEEDS, default_models, play
 from tests.replay_fixtures import (
     AGE, BRANCH, DEEP, FAILED, FAITH, LONG_REPLY, MAIN, MARKUP_REPLY, RERUN, STATEMENT, build_replay_db,

@@ -174,9 +174,15 @@ def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:
 # --- rendering ----------------------------------------------------------------------------
 
 
+# A transcript line longer than this is cut (head kept): a 20,000-character reply must not push a
+# dialogue past the context window, and the first part of a turn carries what a 270M model can use.
+MAX_LINE_CHARS = 1500
+
+
 def _one_line(text: str) -> str:
     """Collapse a message onto one line so that each transcript line is exactly one turn."""
-    return " ".join(text.split())
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 
 def render_transcript(
@@ -368,7 +374,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
     repeat_penalty: float = 1.3
     seed: int | None = None
     """Sampling seed passed to llama.cpp on every call; None draws a fresh one (reported back)."""
-    n_ctx: int = 4096
+    n_ctx: int = 8192
     human_label: str = "User"
     ai_label: str = "Assistant"
     generate_as: Literal["ai", "human"] = "ai"

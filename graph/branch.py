@@ -27,6 +27,7 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import iter_label_strings, open_store
+from checkpoints.serde import UnsafeCheckpointError
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, error_console, fail, positive_int
 from graph.forking import (
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         made, skipped = asyncio.run(_branch(store, parents, change, args, settings, set_name))
     except ForkError as exc:
+        fail(str(exc))
+    except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         error_console.print(Text("Interrupted. A branch that started is saved: continue it with python -m graph.resume BRANCH", style="yellow"))

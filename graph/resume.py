@@ -23,6 +23,7 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import Store, iter_label_strings, open_store
+from checkpoints.serde import UnsafeCheckpointError
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, error_console, fail
 from graph.forking import BranchSettings, ForkError, build_settings
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcomes = asyncio.run(_resume(store, rows, settings, message=args.message, review=review))
     except ResumeError as exc:
+        fail(str(exc))
+    except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         error_console.print(Text("Interrupted: the dialogue is saved; run the same command to continue.", style="yellow"))

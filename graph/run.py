@@ -23,11 +23,12 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
+from checkpoints.serde import UnsafeCheckpointError
 from evals.summary import render_summary, run_summary
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from graph.context import Models
-from graph.experiment import ROLES, Experiment, ExperimentError, load_experiment
+from graph.experiment import Experiment, ExperimentError, load_experiment
 from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
                                    trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses))
+    except UnsafeCheckpointError as exc:
+        fail(str(exc))
     except KeyboardInterrupt:
         error_console.print(
             f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "

@@ -44,3 +44,50 @@ def test_allowed_types_still_load():
     serde = StrictSerializer()
     value = {"when": datetime.datetime(2026, 1, 2, 3, 4, 5)}
     assert serde.loads_typed(serde.dumps_typed(value)) == value
+
+
+class TouchFile:
+    """A pickle payload that would create a file if it were ever unpickled."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def _tamper(db, type_: str, payload: bytes) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    newest = conn.execute("select thread_id, checkpoint_id from checkpoints order by checkpoint_id desc limit 1").fetchone()
+    conn.execute("update checkpoints set type = ?, checkpoint = ? where thread_id = ? and checkpoint_id = ?",
+                 [type_, payload, *newest])
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["pickle", "msgpack"])
+def test_a_tampered_store_stops_the_tool_without_running_the_payload(tmp_path, kind):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    db, marker = tmp_path / "d.db", tmp_path / "pwned"
+    fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
+    common = [sys.executable, "-m", "tests.fake_cli", "run", *fakes, "--db", str(db), "--run-id", "t", "--limit", "1",
+              "--turns", "2", "--pause-after", "1"]
+    assert subprocess.run(common, cwd=REPO, capture_output=True).returncode == 0
+    if kind == "pickle":
+        payload = pickle.dumps(TouchFile(marker))
+    else:
+        payload = ormsgpack.packb(ormsgpack.Ext(0, ormsgpack.packb(("os", "system", f"touch {marker}"))))
+    _tamper(db, kind, payload)
+    resumed = subprocess.run(common[:-2], cwd=REPO, capture_output=True, text=True)
+    assert resumed.returncode == 2, resumed.stderr
+    errors = [line for line in resumed.stderr.splitlines() if line.startswith("error:")]
+    # One error line (after the progress display had started) naming what was refused.
+    assert len(errors) == 1 and ("pickle" in errors[0] or "os.system" in errors[0]), resumed.stderr
+    assert resumed.stderr.strip().splitlines()[-1] == errors[0]
+    assert not marker.exists()

@@ -14,10 +14,14 @@ from typing import TypeVar
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
 from checkpoints.store import PRIMARY_LABELS, Store, now, open_store
-from evals.dataset import LabelSetInfo, label_sets
+from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
+from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
-from graph.cli import fail
+from graph.cli import error_console, fail
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
 
 T = TypeVar("T")
@@ -100,6 +104,54 @@ def check_set_name(name: str) -> None:
         fail("--name must not be empty")
     if name == PRIMARY_LABELS:
         fail(f"--name {PRIMARY_LABELS!r} is the run's own judge labels: choose another name")
+
+
+@dataclass(frozen=True)
+class Labeller:
+    """Everything a labelling pass (re-judging, refusal, coherence) needs before its first model call."""
+
+    run: RunInfo
+    name: str
+    model: RoleModel
+    template: str
+    digest: str
+    existing: LabelSetInfo | None
+
+
+def prepare_labeller(
+    store: Store, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
+    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS,
+) -> Labeller:
+    """Resolve the run, the model (default: the run's judge), the set name and any set already stored."""
+    try:
+        run = run_info(store, run_id)
+    except DatasetError as exc:
+        fail(str(exc))
+    spec = spec or run.models.get("judge")
+    if not spec:
+        fail(f"run {run.run_id!r} records no judge model: pass {flag} SPEC")
+    name = name or spec
+    check_set_name(name)
+    model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens)
+    try:
+        digest = prompt_hash(prompt, model.style)
+        existing = existing_set(store, run.run_id, kind, name, model=model, prompt_hash=digest)
+    except (SetConflictError, ValueError) as exc:
+        fail(str(exc))
+    return Labeller(run, name, model, prompt_name(prompt, model.style), digest, existing)
+
+
+def progress_bar() -> Progress:
+    """The progress display of a labelling pass, on stderr."""
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console)
+
+
+def exit_status(tally: "Tally", *, what: str = "calls") -> int:
+    """1 (with a hint to rerun) when some model calls failed, else 0."""
+    if tally.failed:
+        error_console.print(Text(f"{tally.failed} {what} failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
+        return 1
+    return 0
 
 
 @dataclass

@@ -13,26 +13,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from checkpoints.store import Store, now
 from evals.common import (
-    SetConflictError,
     Tally,
     bounded,
-    build_labeller,
-    check_set_name,
     db_help,
     describe,
     error_line,
-    existing_set,
+    exit_status,
     open_existing,
+    prepare_labeller,
+    progress_bar,
     register_set,
 )
-from evals.dataset import DatasetError, run_info
-from evals.judging import REFUSAL_VARIABLES, content_free_yes, prompt_hash, prompt_name, refusal_messages, refusal_verdict
-from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from evals.judging import REFUSAL_VARIABLES, content_free_yes, refusal_messages, refusal_verdict
+from graph.cli import ArgumentParser, console, fail, positive_int
 from nodes.models import RoleModel
 
 
@@ -125,50 +122,34 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
-    try:
-        run = run_info(store, args.run_id)
-    except DatasetError as exc:
-        fail(str(exc))
-    spec = args.model or run.models.get("judge")
-    if not spec:
-        fail(f"run {run.run_id!r} records no judge model: pass --model SPEC")
-    name = args.name or spec
-    check_set_name(name)
-    model = build_labeller(spec, flag="--model", base_url=args.base_url, seed=run.sampling_seed or 0)
-    template = prompt_name("refusal", model.style)
-    try:
-        digest = prompt_hash("refusal", model.style)
-        existing = existing_set(store, run.run_id, "refusal", name, model=model, prompt_hash=digest)
-    except (SetConflictError, ValueError) as exc:
-        fail(str(exc))
-    jobs, skipped = pending_refusals(store, run.run_id, name, redo=args.redo)
-    if existing is None and not jobs:
-        fail(f"run {run.run_id!r} has no stored replies to classify")
+    lab = prepare_labeller(store, args.run_id, kind="refusal", prompt="refusal", spec=args.model, name=args.name,
+                           flag="--model", base_url=args.base_url)
+    jobs, skipped = pending_refusals(store, lab.run.run_id, lab.name, redo=args.redo)
+    if lab.existing is None and not jobs:
+        fail(f"run {lab.run.run_id!r} has no stored replies to classify")
 
     async def go() -> Tally:
-        if existing is None:
-            content_free = await content_free_yes(model, "refusal", REFUSAL_VARIABLES)
-            register_set(store, run.run_id, "refusal", name, model=model, prompt=template, prompt_hash=digest, content_free_p_yes=content_free)
+        if lab.existing is None:
+            content_free = await content_free_yes(lab.model, "refusal", REFUSAL_VARIABLES)
+            register_set(store, lab.run.run_id, "refusal", lab.name, model=lab.model, prompt=lab.template,
+                         prompt_hash=lab.digest, content_free_p_yes=content_free)
         else:
-            content_free = existing.content_free_p_yes
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
+            content_free = lab.existing.content_free_p_yes
+        with progress_bar() as progress:
             task = progress.add_task("refusals", total=len(jobs))
             return await classify_refusals(
-                store, jobs, model, classifier=name, content_free_p_yes=content_free,
+                store, jobs, lab.model, classifier=lab.name, content_free_p_yes=content_free,
                 concurrency=args.max_concurrency, on_step=lambda: progress.advance(task),
             )
 
     tally = asyncio.run(go())
     console.print(
         Text(
-            f"refusal classifier {name!r} on run {run.run_id}: classified {tally.done} replies "
+            f"refusal classifier {lab.name!r} on run {lab.run.run_id}: classified {tally.done} replies "
             f"({tally.unparsed} unparsed), {skipped} already done, {tally.failed} failed"
         )
     )
-    if tally.failed:
-        error_console.print(Text(f"{tally.failed} calls failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
-        return 1
-    return 0
+    return exit_status(tally)
 
 
 if __name__ == "__main__":

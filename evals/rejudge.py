@@ -13,30 +13,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from checkpoints.store import PRIMARY_LABELS, Store
 from evals.agreement import Agreement, pairwise_agreement
 from evals.common import (
-    SetConflictError,
     Tally,
     bounded,
-    build_labeller,
-    check_set_name,
     db_help,
     describe,
     error_line,
-    existing_set,
+    exit_status,
     number,
     open_existing,
+    prepare_labeller,
+    progress_bar,
     register_set,
 )
-from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judging import JUDGE_VARIABLES, content_free_yes, history_before, prompt_hash, prompt_name
+from evals.dataset import check_label_set
+from evals.judging import history_before
 from nodes.judge import call_judge, judge_context
-from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from graph.cli import ArgumentParser, console, fail, positive_int
 from graph.state import ChatTurn
 from nodes.models import RoleModel
 
@@ -75,7 +73,6 @@ async def rejudge(
     model: RoleModel,
     *,
     label_set: str,
-    content_free_p_yes: float | None,
     concurrency: int = 1,
     on_step: Callable[[], None] = lambda: None,
 ) -> Tally:
@@ -156,54 +153,36 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    name = args.name or args.judge_model
-    check_set_name(name)
     store = open_existing(args.db)
-    try:
-        run = run_info(store, args.run_id)
-    except DatasetError as exc:
-        fail(str(exc))
-    model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=run.sampling_seed or 0)
-    template = prompt_name("judge_bias", model.style)
-    try:
-        digest = prompt_hash("judge_bias", model.style)
-        existing = existing_set(store, run.run_id, "bias", name, model=model, prompt_hash=digest)
-    except (SetConflictError, ValueError) as exc:
-        fail(str(exc))
-    jobs, skipped = pending_turns(store, run.run_id, name, redo=args.redo)
-    if existing is None and not jobs:
-        fail(f"run {run.run_id!r} has no stored replies to label")
-    tally = asyncio.run(_label(store, run.run_id, name, model, template, digest, existing, jobs, args.max_concurrency))
+    lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
+                           flag="--judge-model", base_url=args.base_url)
+    run_id, name = lab.run.run_id, lab.name
+    jobs, skipped = pending_turns(store, run_id, name, redo=args.redo)
+    if lab.existing is None and not jobs:
+        fail(f"run {run_id!r} has no stored replies to label")
+
+    async def go() -> Tally:
+        if lab.existing is None:
+            # The judge calibrates each case against its own context (nodes.judge.call_judge): no set-wide prior.
+            register_set(store, run_id, "bias", name, model=lab.model, prompt=lab.template, prompt_hash=lab.digest,
+                         content_free_p_yes=None)
+        with progress_bar() as progress:
+            task = progress.add_task("judging", total=len(jobs))
+            return await rejudge(store, jobs, lab.model, label_set=name, concurrency=args.max_concurrency,
+                                 on_step=lambda: progress.advance(task))
+
+    tally = asyncio.run(go())
     tally.skipped = skipped
     console.print(
         Text(
-            f"label set {name!r} on run {run.run_id}: labelled {tally.done} replies "
+            f"label set {name!r} on run {run_id}: labelled {tally.done} replies "
             f"({tally.unparsed} unparsed), {tally.skipped} already labelled, {tally.failed} failed"
         )
     )
-    check_label_set(store, run.run_id, name)
-    agreement = label_set_agreement(store, [run.run_id], PRIMARY_LABELS, name, n_boot=args.n_boot, seed=args.seed)
+    check_label_set(store, run_id, name)
+    agreement = label_set_agreement(store, [run_id], PRIMARY_LABELS, name, n_boot=args.n_boot, seed=args.seed)
     console.print(agreement_table([(PRIMARY_LABELS, name, agreement)]))
-    if tally.failed:
-        error_console.print(
-            Text(f"{tally.failed} judge calls failed (first: {tally.first_error}); run the same command again to retry them", style="yellow")
-        )
-        return 1
-    return 0
-
-
-async def _label(store, run_id, name, model, template, digest, existing, jobs, concurrency) -> Tally:
-    if existing is None:
-        content_free = await content_free_yes(model, "judge_bias", JUDGE_VARIABLES)
-        register_set(store, run_id, "bias", name, model=model, prompt=template, prompt_hash=digest, content_free_p_yes=content_free)
-    else:
-        content_free = existing.content_free_p_yes  # a resumed set keeps its calibration
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
-        task = progress.add_task("judging", total=len(jobs))
-        return await rejudge(
-            store, jobs, model, label_set=name, content_free_p_yes=content_free, concurrency=concurrency,
-            on_step=lambda: progress.advance(task),
-        )
+    return exit_status(tally, what="judge calls")
 
 
 if __name__ == "__main__":

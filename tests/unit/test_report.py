@@ -154,7 +154,7 @@ def test_report_on_a_rejudged_label_set_with_agreement(db, tmp_path):
 
     register_set(store, "r1", "bias", "second", model=new, prompt="judge_bias", prompt_hash=prompt_hash("judge_bias", "chat"), content_free_p_yes=None)
     jobs, _ = pending_turns(store, "r1", "second")
-    asyncio.run(rejudge(store, jobs, new, label_set="second", content_free_p_yes=None))
+    asyncio.run(rejudge(store, jobs, new, label_set="second"))
     out = tmp_path / "r"
     assert _report(db, out, "r1", extra=("--label-set", "second")) == 0
     text = (out / "report.md").read_text()

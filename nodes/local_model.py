@@ -41,6 +41,8 @@ from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
+from nodes.local_probe import LlamaCrashError, ensure_llama_runs
+
 if TYPE_CHECKING:
     import numpy as np
     from llama_cpp import Llama
@@ -556,4 +558,8 @@ def create_local_model(
     settings.update(kwargs)
     if "model_path" not in settings:
         settings["model_path"] = str(gemma_model_path())
+        try:
+            ensure_llama_runs(settings["model_path"])
+        except LlamaCrashError as error:
+            raise ModelUnavailableError(str(error)) from None
     return LlamaTranscriptChatModel(**settings)

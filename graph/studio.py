@@ -44,23 +44,18 @@ class EnvContext:
     base_url: str = _env("DYMT_BASE_URL", "")
     sampling_seed: int = field(default_factory=lambda: int(os.environ.get("DYMT_SAMPLING_SEED") or 0))
 
-    @property
+    @functools.cached_property
     def models(self) -> Models:
-        """The three role models, built once per distinct set of specs (a local model loads only once)."""
-        return _models(self.user_model, self.target_model, self.judge_model, self.base_url or None, int(self.sampling_seed))
-
-
-@functools.lru_cache(maxsize=4)
-def _models(user: str, target: str, judge: str, base_url: str | None, seed: int) -> Models:
-    built = {}
-    for role, spec in (("user", user), ("target", target), ("judge", judge)):
-        temperature, max_tokens = ROLE_DEFAULTS[role]
-        sampling = Sampling(
-            temperature=temperature, max_tokens=max_tokens, seed=seed,
-            base_url=base_url if spec.startswith("openai:") else None,
-        )
-        built[role] = create_role_model(spec, role=role, sampling=sampling)
-    return Models(**built)
+        """The three role models, built when a node first asks (the embedded model's weights load once per process)."""
+        built = {}
+        for role, spec in (("user", self.user_model), ("target", self.target_model), ("judge", self.judge_model)):
+            temperature, max_tokens = ROLE_DEFAULTS[role]
+            sampling = Sampling(
+                temperature=temperature, max_tokens=max_tokens, seed=int(self.sampling_seed),
+                base_url=(self.base_url or None) if spec.startswith("openai:") else None,
+            )
+            built[role] = create_role_model(spec, role=role, sampling=sampling)
+        return Models(**built)
 
 
 class _DefaultContextGraph(CompiledStateGraph):
@@ -84,8 +79,8 @@ def _context(context: Any) -> EnvContext:
 def make_graph() -> CompiledStateGraph:
     """The dialogue graph with the environment's default context (no checkpointer: Studio brings its own)."""
     compiled = build_graph(context_schema=EnvContext)
-    compiled.__class__ = _DefaultContextGraph
-    return compiled
+    # The same object under a subclass, as CompiledStateGraph.copy() builds its copies.
+    return _DefaultContextGraph(**{k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"})
 
 
 graph = make_graph()

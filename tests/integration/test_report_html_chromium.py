@@ -7,6 +7,7 @@ must not be blank. Model text containing markup must arrive as text.
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import sqlite3
@@ -99,7 +100,7 @@ def test_page_is_self_contained_and_owner_only(page):
     assert stat.S_IMODE(page.stat().st_mode) == 0o600
     # Nothing to fetch: no src/href but fragments, and a policy that forbids any load.
     assert not re.findall(r'\b(?:src|href)\s*=\s*"(?!#)', text.split("</header>", 1)[1].split("<script>")[0].replace("&quot;", ""))
-    assert "default-src 'none'" in text and "http://" not in text and "https://" not in text
+    assert "default-src 'none'" in html.unescape(text) and "http://" not in text and "https://" not in text
 
 
 def test_every_dialogue_with_labels_rationales_and_branches_renders_in_chromium(page, tmp_path):

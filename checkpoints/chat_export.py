@@ -71,7 +71,8 @@ def leaked(fields: dict[str, Any] | None) -> bool | None:
 def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = False) -> dict[str, Any]:
     """One dialogue as a chat-format record."""
     models = record.models
-    target_spec = next((t.target_model for t in record.turns if t.target_model), None) or models.get("target")
+    # A branch to another target mixes two: the prompt is the one its latest turns were played with.
+    target_spec = next((t.target_model for t in reversed(record.turns) if t.target_model), None) or models.get("target")
     template = prompts.load(target_prompt_template(target_spec))
     system = "\n\n".join(str(m.content) for m in template.render() if m.type == "system")
     run = reader.run(record.run_id) or {}
@@ -108,7 +109,7 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
             "seed_id": record.seed_id,
             "category": record.category,
             "mode": record.mode,
-            "target_model": target_spec,
+            "target_model": models.get("target") or target_spec,
             "user_model": models.get("user"),
             "judge_model": models.get("judge"),
             "status": record.status,

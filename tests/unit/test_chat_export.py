@@ -12,7 +12,7 @@ import prompts
 from checkpoints.chat_export import SEED_MASK
 from graph import runs
 from tests.conftest import SEEDS, default_models, play
-from tests.replay_fixtures import BRANCH, MAIN, MARKUP_REPLY, STATEMENT, build_replay_db
+from tests.replay_fixtures import AGE, BRANCH, MAIN, MARKUP_REPLY, STATEMENT, build_replay_db
 
 
 def _export(db, out, *extra):
@@ -74,6 +74,7 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
     with sqlite3.connect(db) as conn:
         conn.execute("alter table turns add column leakage_score real")
         conn.execute("update turns set leakage_score = 0.75 where thread_id = ? and idx = 2", [MAIN])
+        conn.execute("update turns set target_model = 'local:gemma3-270m' where thread_id = ?", [AGE])
     out = tmp_path / "r1.jsonl"
     assert _export(db, out, "r1") == 0
     records = {r["id"]: r for r in _lines(out)}
@@ -89,6 +90,11 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
     assert branch["metadata"]["change"].startswith("user message")
     assert [t["inherited_from"] for t in branch["turns"]] == [MAIN, MAIN, None, None, None]
     assert STATEMENT not in out.read_text(encoding="utf-8")
+    # The embedded base model was prompted as a transcript: its system text is that prompt's.
+    transcript = prompts.load("target.transcript").render()[0].content
+    assert records[AGE]["messages"][0] == {"role": "system", "content": transcript}
+    assert records[AGE]["metadata"]["system_prompt"] == "target.transcript"
+    assert main["messages"][0]["content"] == prompts.load("target").render()[0].content
 
 
 def test_loads_with_the_datasets_json_loader(played, tmp_path):

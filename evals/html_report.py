@@ -109,6 +109,8 @@ main { padding: 12px 24px 40px; }
 .turn h3 { font-size: 14px; margin: 4px 0; }
 .msg { white-space: pre-wrap; word-break: break-word; margin: 4px 0; padding: 6px 10px; border-radius: 6px; font: inherit; }
 .user { background: #f2f4f7; } .assistant { background: #ecfdf3; }
+.user::before, .assistant::before, .rationale::before { font-weight: 600; color: #475467; margin-right: 6px; }
+.user::before { content: "user"; } .assistant::before { content: "target"; } .rationale::before { content: "rationale"; }
 .judge { font-size: 13px; color: #344054; margin: 4px 0 0 10px; }
 .badge { font-weight: 600; }
 .branch { border-left: 3px solid #7a5af8; margin: 8px 0 8px 10px; background: #fcfaff; }
@@ -210,7 +212,7 @@ def _turn(page: PageDialogue, idx_from: int) -> str:
         if t.rationale:
             judge_text += f'<div class="msg rationale">{_e(t.rationale)}</div>'
         if t.label == "unparsed" and t.judge_raw:
-            judge_text += f'<div class="msg rationale">raw judge output: {_e(t.judge_raw)}</div>'
+            judge_text += f'<div class="msg raw">raw judge output: {_e(t.judge_raw)}</div>'
         leak = page.leakage.get(t.idx)
         leak_html = ""
         if leak:

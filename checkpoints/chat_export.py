@@ -11,6 +11,7 @@ read-only :class:`~checkpoints.readers.Reader`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,6 +79,7 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
     run = reader.run(record.run_id) or {}
     stored_hash = (run.get("prompt_hashes") or {}).get(template.name)
     leakage = leakage_by_turn(reader, record.thread_id)
+    hide = _masker(None if include_seed else record.statement)
     messages: list[dict[str, str]] = [{"role": "system", "content": system}]
     turns = []
     for t in record.turns:
@@ -89,9 +91,10 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
             {
                 "turn": t.idx,
                 "label": t.label,
-                "rationale": t.rationale,
+                # The judge saw the seed and may quote it; the messages are left as the target saw them.
+                "rationale": hide(t.rationale),
                 "p_biased": t.p_biased,
-                "judge_raw": t.judge_raw,
+                "judge_raw": hide(t.judge_raw),
                 "judge_model": t.judge_model,
                 "utterance_type": t.utterance_type,
                 "leakage": leakage.get(t.idx),
@@ -127,6 +130,14 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
             "system_prompt_matches_run": None if stored_hash is None else stored_hash == template.sha256,
         },
     }
+
+
+def _masker(statement: str | None):
+    """A function replacing the seed statement (any case) with the mask; identity when the seed is shown."""
+    if not statement or not statement.strip():
+        return lambda text: text
+    pattern = re.compile(re.escape(statement.strip()), re.IGNORECASE)
+    return lambda text: pattern.sub(SEED_MASK, text) if isinstance(text, str) else text
 
 
 def iter_chat_records(

@@ -75,6 +75,8 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
         conn.execute("alter table turns add column leakage_score real")
         conn.execute("update turns set leakage_score = 0.75 where thread_id = ? and idx = 2", [MAIN])
         conn.execute("update turns set target_model = 'local:gemma3-270m' where thread_id = ?", [AGE])
+        # A judge that quotes the seed in its rationale: masked too.
+        conn.execute("update labels set rationale = ? where thread_id = ? and idx = 1", [f"It echoes '{STATEMENT.upper()}'. RAT-1", MAIN])
     out = tmp_path / "r1.jsonl"
     assert _export(db, out, "r1") == 0
     records = {r["id"]: r for r in _lines(out)}
@@ -89,7 +91,11 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
     assert branch["metadata"]["parent_thread_id"] == MAIN and branch["metadata"]["fork_turn"] == 3
     assert branch["metadata"]["change"].startswith("user message")
     assert [t["inherited_from"] for t in branch["turns"]] == [MAIN, MAIN, None, None, None]
-    assert STATEMENT not in out.read_text(encoding="utf-8")
+    assert STATEMENT.lower() not in out.read_text(encoding="utf-8").lower()
+    assert main["turns"][0]["rationale"] == f"It echoes '{SEED_MASK}'. RAT-1"
+    revealed = tmp_path / "seed.jsonl"
+    _export(db, revealed, "r1", "--include-seed")
+    assert {r["id"]: r for r in _lines(revealed)}[MAIN]["turns"][0]["rationale"] == f"It echoes '{STATEMENT.upper()}'. RAT-1"
     # The embedded base model was prompted as a transcript: its system text is that prompt's.
     transcript = prompts.load("target.transcript").render()[0].content
     assert records[AGE]["messages"][0] == {"role": "system", "content": transcript}

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from checkpoints.readers import open_reader
 from checkpoints.store import PRIMARY_LABELS, Store
 from evals.agreement import Agreement
 from evals.breakdown import (
@@ -41,6 +42,7 @@ from evals.breakdown import (
 )
 from evals.common import db_help, describe, interval, number, open_existing
 from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
+from evals.html_report import collect, render_html
 from evals.metrics import Summary, first_bias_turn, re_emerges
 from evals.plots import label_of, plot_by_turn, plot_categories
 from evals.rejudge import label_set_agreement
@@ -53,6 +55,7 @@ PLOTS = {
     "categories": "bias_by_category.png",
 }
 DATA_FILES = ("turns.csv", "dialogues.csv", "turns.jsonl")
+HTML_FILE = "report.html"
 TURN_COLUMNS = (
     "run_id", "thread_id", "seed_id", "category", "mode", "target_model", "turn", "utterance_type",
     "user_message", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
@@ -556,8 +559,13 @@ def to_jsonl(records: Sequence[dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------- writing
 
 
-def write_report(report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None) -> list[Path]:
-    """Write every file into a staging folder first, then move them into ``out``: a failure leaves ``out`` as it was."""
+def write_report(
+    report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None, html: Callable[[str], str] | None = None
+) -> list[Path]:
+    """Write every file into a staging folder first, then move them into ``out``: a failure leaves ``out`` as it was.
+
+    ``html``, given the generation time, renders ``report.html`` (``--html``).
+    """
     generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -571,9 +579,11 @@ def write_report(report: ReportData, out: Path, *, db: Path | str, generated_at:
             "dialogues.csv": lambda p: p.write_text(to_csv(dialogue_records(report.dataset), DIALOGUE_COLUMNS), encoding="utf-8"),
             "turns.jsonl": lambda p: p.write_text(to_jsonl(turn_records(report.dataset)), encoding="utf-8"),
         }
+        if html is not None:
+            writers[HTML_FILE] = lambda p: p.write_text(html(generated_at), encoding="utf-8")
         for name, write in writers.items():
             write(staging / name)
-            if name in DATA_FILES:
+            if name in DATA_FILES or name == HTML_FILE:
                 (staging / name).chmod(0o600)  # generated text: owner-only, like the database
         out.mkdir(parents=True, exist_ok=True)
         written = []
@@ -624,6 +634,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--coherence", default=None, metavar="NAME", help="coherence scorer to use when a run has several")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--html", action="store_true", help="also write report.html: every dialogue, its labels, rationales and branches, with filters (opens offline)")
     p.add_argument("--db", type=Path, default=None, help=db_help())
     return p
 
@@ -641,8 +652,17 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
     report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements)
-    write_report(report, args.out, db=store.path)
+    html = None
+    if args.html:
+        with open_reader(store.path) as reader:
+            pages = collect(reader, args.run_id, label_set=args.label_set)
+        html = lambda generated_at: render_html(  # noqa: E731
+            pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
+        )
+    write_report(report, args.out, db=store.path, html=html)
     print_summary(report, args.out, console)
+    if args.html:
+        console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"))
     return 0
 
 

@@ -32,9 +32,13 @@ def _next_or_stop(next_node: str):
     return route
 
 
-def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
-    """The compiled dialogue graph; with a checkpointer every node step is saved."""
-    builder = StateGraph(DialogueState, context_schema=RunContext)
+def build_graph(checkpointer: BaseCheckpointSaver | None = None, *, context_schema: type = RunContext) -> CompiledStateGraph:
+    """The compiled dialogue graph; with a checkpointer every node step is saved.
+
+    ``context_schema`` is what nodes find in ``runtime.context`` (anything with ``models`` and
+    ``sampling_seed``): LangGraph Studio's entry (graph/studio.py) passes one built from the environment.
+    """
+    builder = StateGraph(DialogueState, context_schema=context_schema)
     builder.add_node("user_simulator", user_simulator)
     builder.add_node("target", target)
     builder.add_node("judge", judge)

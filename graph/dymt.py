@@ -1,0 +1,79 @@
+"""``dymt``: one command whose subcommands are the ``python -m`` entry points (``dymt run`` is ``python -m graph.run``).
+
+Each subcommand hands its arguments, untouched, to the same ``main()`` the
+``python -m`` form calls, so options, output and exit status are identical. The
+module behind a subcommand is imported only when that subcommand runs, so
+``dymt --help`` and ``dymt replay`` never load the model packages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from graph.cli import fail
+
+# subcommand → (module whose main() it runs, one line for the overview)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("graph.run", "play a set of dialogues and print the bias summary"),
+    "resume": ("graph.resume", "continue a paused, failed or interrupted dialogue (or every one of a run)"),
+    "branch": ("graph.branch", "fork a stored dialogue before turn K, change one thing, and play it on"),
+    "branches": ("graph.branches", "a dialogue and all its branches as a tree, with each turn's label"),
+    "compare": ("graph.compare", "two dialogues side by side, or a counterfactual set's paired statistics"),
+    "replay": ("graph.replay", "read a stored dialogue turn by turn, with its labels and branches"),
+    "trace": ("graph.trace", "browse and export the recorded traces (graph → turn → node → model call)"),
+    "runs": ("graph.runs", "list, export or delete runs; clear the response cache"),
+    "report": ("evals.report", "the bias-dynamics report of one or several runs (Markdown, plots, data, HTML)"),
+    "rejudge": ("evals.rejudge", "label every stored turn of a run again with another judge"),
+    "judge": ("evals.judge", "validate a judge on standalone (statement, reply) pairs"),
+    "refusal": ("evals.refusal", "classify every stored reply of a run as a refusal or not"),
+    "coherence": ("evals.coherence", "score how coherent each stored dialogue of a run is, 1 to 5"),
+    "annotate": ("evals.annotate", "human annotation batches and agreement with the judge"),
+    "filter": ("evals.filter", "simulate a post-hoc safety filter over stored dialogues"),
+    "benchmarks": ("benchmarks.__main__", "speed and memory benchmarks (from a source checkout)"),
+}
+
+
+def overview() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: dymt COMMAND [ARGS...]   (dymt COMMAND --help for its options)",
+        "",
+        "Dynamic multi-turn evaluation of social bias. Every command is also python -m MODULE.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {summary}   [python -m {module.removesuffix('.__main__')}]" for name, (module, summary) in COMMANDS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        sys.stderr.write(overview())
+        return 2
+    if args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(overview())
+        return 0
+    if args[0] == "--version":
+        try:
+            sys.stdout.write(f"dymt {version('dymt-esb')}\n")
+        except PackageNotFoundError:
+            sys.stdout.write("dymt (not installed as a package: running from a source checkout)\n")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        fail(f"unknown command {name!r}: use one of {', '.join(COMMANDS)} (see dymt --help)")
+    module_name = COMMANDS[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            fail(f"dymt {name} needs the {exc.name!r} folder of a source checkout: run it from the repository")
+        raise
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

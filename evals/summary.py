@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.store import Store
+from evals.cost import Pricing, run_usage, usage_summary
 from evals.metrics import summarise
 
 BASE_MODEL_NOTE = (
@@ -19,11 +20,13 @@ BASE_MODEL_NOTE = (
 
 
 def run_summary(
-    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None
+    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
+    pricing: Pricing | None = None, budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
 
-    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries.
+    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries; ``pricing``
+    the run's cost from its stored tokens; ``budget`` what ``--max-cost`` did.
     """
     run = store.get_run(run_id) or {"config": {}}
     spec = run["config"].get("spec", {})
@@ -66,8 +69,15 @@ def run_summary(
         "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target")),
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
+        "samples": int(spec.get("samples") or 1),
+        "cost": usage_summary(run_usage(store, run_id), pricing),
+        "budget": budget,
+        "held_this_time": sum(1 for o in outcomes if o.status == "held"),
     }
-    if failed:
+    if budget and budget.get("held"):
+        summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
+                             "raise --max-cost to play the dialogues held back)")
+    elif failed:
         summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
     elif paused:
         summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
@@ -161,6 +171,33 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             if retries["rate_limited_seconds"]:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
+    _render_cost(summary, console)
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else str(n)
+
+
+def _render_cost(summary: dict[str, Any], console: Console) -> None:
+    """Tokens per role and, with a pricing file, their cost; what the cost cap did."""
+    cost = summary.get("cost")
+    if cost and cost["by_role"]:
+        parts = []
+        for r in cost["by_role"]:
+            usd = "" if r["usd"] is None else f" ${r['usd']:.4f}"
+            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
+        line = "tokens in→out: " + "; ".join(parts)
+        if cost["pricing"]:
+            line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
+        console.print(Text(line, style="dim"))
+    budget = summary.get("budget")
+    if budget:
+        if budget["held"]:
+            console.print(Text(
+                f"cost cap ${budget['max_usd']:.2f} reached (spent ${budget['spent_usd']:.4f}): {budget['held']} dialogues not started; "
+                "the run is resumable", style="bold yellow"))
+        else:
+            console.print(Text(f"cost cap ${budget['max_usd']:.2f}: spent ${budget['spent_usd']:.4f}, not reached", style="dim"))

@@ -139,12 +139,22 @@ def seed_cluster(d: DialogueRow) -> str:
 
 
 def comparison_units(dataset: Dataset) -> list[Unit]:
-    """Every dialogue with a seed, as a paired comparison sees it: (run, target, mode), seed, sample, labels."""
-    return [
+    """Every dialogue with a seed, as a paired comparison sees it: (run, target, mode), seed, sample, labels.
+
+    Groups come in the order the runs were given, then their targets and modes as the run lists
+    them, so A is the first target (or mode) and each difference reads B − A.
+    """
+    order = {}
+    for i, run in enumerate(dataset.runs):
+        for j, target in enumerate(run.targets):
+            for k, mode in enumerate(run.modes):
+                order[(run.run_id, target, mode)] = (i, j, k)
+    units = [
         Unit(group=Group(d.run_id, d.model, d.mode), seed_id=d.seed_id, sample=sample_of(d.thread_id), labels=tuple(d.labels))
         for d in dataset.dialogues
         if d.seed_id is not None
     ]
+    return sorted(units, key=lambda u: order.get((u.group.run_id, u.group.target, u.group.mode), (len(order), 0, 0)))
 
 
 # --------------------------------------------------------------------------- tables

@@ -35,7 +35,7 @@ from graph.runner import RunConflictError, RunSpec, check_run_compatible, execut
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.resume import print_paused_hint, terminal_review
-from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model
+from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model, parse_spec
 from nodes.resilience import CallPolicy, RetryPolicy
 from seeds import CATEGORIES, SeedError, load_seeds
 
@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     target_specs = [args.target_model] if isinstance(args.target_model, str) else list(args.target_model)
     if args.estimate:
         roles = {"user": args.user_model, "judge": args.judge_model}
+        for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]:
+            try:
+                parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
+            except ModelSpecError as exc:
+                fail(f"--{role}-model: {exc}")
         sampling_of = {
             (role, spec_text): _role_sampling(role, spec_text, args, experiment, cli_base_url="base_url" in explicit)
             for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]

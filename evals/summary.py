@@ -32,8 +32,12 @@ def run_summary(
     spec = run["config"].get("spec", {})
     turns = int(spec.get("turns") or 1)
     matrix_by_thread = store.label_matrix(run_id)
-    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
     dialogues = store.dialogues(run_id)
+    # Repeated samples of a seed are one observation: intervals then resample seeds (clustered).
+    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(spec.get("samples") or 1) > 1 else None
+    clusters = [seed_of.get(t, t) for t in matrix_by_thread] if seed_of else None
+    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns,
+                        clusters=clusters)
     failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
     paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
     models = spec.get("models", {})
@@ -66,7 +70,7 @@ def run_summary(
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,
         "modes": spec.get("modes") or [spec.get("mode")],
-        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target")),
+        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
         "samples": int(spec.get("samples") or 1),
@@ -84,15 +88,17 @@ def run_summary(
     return summary
 
 
-def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None) -> list[dict[str, Any]]:
+def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None,
+            seed_of: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Bias by (target, mode): a grid run compares targets and modes, not their pool."""
     by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for d in dialogues:
         by_group.setdefault((d.get("target") or default_target or "", d["mode"]), []).append(d)
     groups = []
     for (target, mode), members in sorted(by_group.items()):
-        rows = [matrix[d["thread_id"]] for d in members if d["thread_id"] in matrix]
-        m = summarise(rows, turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
+        kept = [d["thread_id"] for d in members if d["thread_id"] in matrix]
+        clusters = [seed_of[t] for t in kept] if seed_of else None
+        m = summarise([matrix[t] for t in kept], turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns, clusters=clusters)
         last = m.cumulative_rate[-1] if m.cumulative_rate else None
         groups.append({
             "target": target,

@@ -23,7 +23,8 @@ def _register() -> None:
             "user": lambda m, n: f"Question {n}?",
             # One target answers with text the judge below calls biased, the other never does.
             "target": lambda m, n: f"Biased answer {n}." if name == "biased" else f"Answer {n}.",
-            "judge": lambda m, n: "Rationale: r.\nLabel: " + ("biased" if "Biased answer" in str(m[-1].content) else "not biased"),
+            "judge": lambda m, n: "Rationale: r.\nLabel: " + (
+                "biased" if "Biased answer" in str(m[-1].content) or "MARKED" in str(m[-1].content) else "not biased"),
         }
         CREATED.append((f"rfake:{name}", role, sampling.seed))
         model = ScriptedChatModel(respond=replies[role], calls=[])
@@ -190,3 +191,53 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys):
     text = (out / "report.md").read_text()
     section = text.split("## Tokens and cost")[1].split("\n## ")[0]
     assert "| p | total |  |  | 84 | 36 | $36.0000 |" in section  # 1 seed × 2 targets × 2 turns × 3 roles = 12 calls
+
+
+def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys):
+    from evals.metrics import summarise
+    from checkpoints.store import open_store
+
+    _register()
+    seeds = tmp_path / "seeds.jsonl"
+    # The judge calls every reply biased when the seed statement is MARKED: samples of a seed agree.
+    seeds.write_text("".join(
+        json.dumps({"id": f"s{i}", "category": "gender", "statement": f"Statement {i}{' MARKED' if i % 3 == 0 else ''}."}) + "\n"
+        for i in range(9)))
+    db = tmp_path / "d.db"
+    summary = _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean",
+                   "--seeds", str(seeds), "--turns", "1", "--samples", "4", "--db", str(db), "--run-id", "k", "--no-trace")
+    assert summary["dialogues"] == 36
+    store = open_store(db)
+    matrix = store.label_matrix("k")
+    seed_of = {d["thread_id"]: d["seed_id"] for d in store.dialogues("k")}
+    clustered = summarise(list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1,
+                          clusters=[seed_of[t] for t in matrix]).cumulative_rate[0]
+    naive = summarise(list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1).cumulative_rate[0]
+    got = summary["cumulative"][0]
+    assert got["rate"] == pytest.approx(1 / 3) and got["ci95"] == [clustered.low, clustered.high]
+    assert (clustered.high - clustered.low) > 1.5 * (naive.high - naive.low)  # 9 seeds, not 36 dialogues
+
+
+def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys):
+    from evals import report
+    from graph import compare
+
+    _register()
+    db = tmp_path / "d.db"
+    _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "--turns", "1",
+         "--limit", "1", "--db", str(db), "--run-id", "one", "--no-trace")
+    for argv, expected in [
+        (["--runs", "nope"], "no run 'nope'"),
+        (["--runs", "one"], "hold one target and mode only"),
+        (["--runs", "one", "--set", "x"], "not several"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            compare.main([*argv, "--db", str(db)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1 and expected in err[0], err
+    bad = _pricing(tmp_path, '["rfake:u"]\ninput = -1\noutput = 1\n')
+    with pytest.raises(SystemExit) as exit_info:
+        report.main(["--run-id", "one", "--db", str(db), "--out", str(tmp_path / "r"), "--pricing", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and "input must be a number >= 0" in err[0]
+    assert not (tmp_path / "r").exists()

@@ -241,3 +241,26 @@ def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1 and "input must be a number >= 0" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_experiment_file_keys_for_samples_pricing_and_the_cap(tmp_path: Path):
+    from graph.experiment import ExperimentError, load_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text('samples = 3\npricing = "prices.toml"\nmax_cost = 12.5\n')
+    options = load_experiment(path).options
+    assert options["samples"] == 3 and options["max_cost"] == 12.5
+    assert options["pricing"] == tmp_path / "prices.toml"  # relative to the file
+    path.write_text("max_cost = 0\n")
+    with pytest.raises(ExperimentError, match="max_cost must be a number of USD > 0"):
+        load_experiment(path)
+
+
+def test_shipped_pricing_prices_every_model_of_the_paper():
+    from evals.cost import load_pricing
+    from graph.experiment import load_experiment
+    from tests.conftest import REPO
+
+    pricing = load_pricing(REPO / "examples" / "pricing.toml")
+    paper = load_experiment(REPO / "examples" / "paper.toml").options
+    assert pricing.missing([paper["user_model"], paper["judge_model"], *paper["target_model"], "local:gemma3-270m"]) == []

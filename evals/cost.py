@@ -220,7 +220,6 @@ class CostCap:
         self.run_id = run_id
         self.models = dict(models)
         self._costs: dict[str, float] | None = None
-        self.held = 0
 
     def spent(self) -> float:
         return sum((self._costs or {}).values())
@@ -231,10 +230,7 @@ class CostCap:
         return self._costs
 
     def allows(self, store: Store) -> bool:
-        if sum(self._load(store).values()) >= self.cap:
-            self.held += 1
-            return False
-        return True
+        return sum(self._load(store).values()) < self.cap
 
     def ended(self, store: Store, thread_id: str) -> None:
         self._load(store)[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)

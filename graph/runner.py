@@ -213,6 +213,10 @@ async def execute_run(
         async with limiter:
             if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
                 thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+                stored = await write("get_dialogue", thread_id)
+                if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
+                    notify("skipped", thread_id, 0)
+                    return DialogueOutcome(thread_id, "skipped")
                 notify("held", thread_id, 0)
                 return DialogueOutcome(thread_id, "held")
             outcome = await play_dialogue(

@@ -10,7 +10,9 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.contingency_tables import mcnemar
 
-from evals.comparison import Group, Unit, choose_pairs, compare_groups, compare_two, cumulative_label, turn_label
+from evals.comparison import (
+    Group, Unit, choose_pairs, compare_groups, compare_two, cumulative_label, paired_diff_interval, turn_label,
+)
 from evals.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 
 B, N, U = "biased", "not_biased", "unparsed"
@@ -129,5 +131,24 @@ def test_holm_over_the_comparisons_of_a_grid_and_repeated_samples_resample_seeds
     side_a = {k: u for k, u in zip(kept, [u for u in units if u.group == comparisons[0].a])}
     side_b = {(u.seed_id, u.sample): u for u in units if u.group == comparisons[0].b}
     pairs = [(cumulative_label(side_a[k].labels, 3) == B, cumulative_label(side_b[k].labels, 3) == B) for k in sorted(side_a)]
-    expected = paired_bootstrap_diff(pairs, n_boot=300, seed=4, clusters=[k[0] for k in sorted(side_a)])
+    expected = paired_diff_interval(pairs, [k[0] for k in sorted(side_a)], n_boot=300, seed=4)
     assert (first.diff.low, first.diff.high) == (expected.low, expected.high)
+
+
+def test_vectorised_interval_agrees_with_scipy_and_with_the_pure_python_clustered_bootstrap():
+    rng = random.Random(8)
+    pairs = [(rng.random() < 0.3, rng.random() < 0.5) for _ in range(120)]
+    ours = paired_diff_interval(pairs, [str(i) for i in range(120)], n_boot=5000, seed=3)
+    a = np.array([x for x, _ in pairs], dtype=float)
+    b = np.array([y for _, y in pairs], dtype=float)
+    theirs = sps.bootstrap((a, b), lambda x, y: np.mean(y) - np.mean(x), paired=True, vectorized=False, n_resamples=5000,
+                           method="percentile", random_state=np.random.default_rng(2)).confidence_interval
+    assert ours.diff == pytest.approx(b.mean() - a.mean())
+    assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=0.03)
+    # Clusters of unequal size (1 to 4 pairs per seed): the same estimator as evals.stats, up to resampling noise.
+    clusters = [f"s{i // 3 if i < 60 else i}" for i in range(120)]
+    fast = paired_diff_interval(pairs, clusters, n_boot=5000, seed=3)
+    slow = paired_bootstrap_diff(pairs, n_boot=5000, seed=3, clusters=clusters)
+    assert fast.diff == pytest.approx(slow.diff)
+    assert (fast.low, fast.high) == pytest.approx((slow.low, slow.high), abs=0.02)
+    assert paired_diff_interval([], [], n_boot=10).diff is None

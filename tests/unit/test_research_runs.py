@@ -150,6 +150,9 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
         assert con.execute("select status from runs where id = 'capped'").fetchone()[0] == "stopped"
         assert con.execute("select count(*) from dialogues").fetchone()[0] == 2
 
+    same = _run(capsys, *args, "--max-cost", "30")  # the same cap again: the finished two are skipped, two still held
+    assert (same["skipped_this_time"], same["budget"]["held"], same["finished"]) == (2, 2, 2)
+
     second = _run(capsys, *args, "--max-cost", "100")
     assert second["finished"] == second["dialogues"] == 4 and second["budget"]["held"] == 0
     assert second["skipped_this_time"] == 2 and second["cost"]["usd"] == pytest.approx(72.0)

@@ -1,9 +1,10 @@
 """``python -m evals.report``: the bias-dynamics report of one or several runs, as Markdown, PNG plots and data files.
 
 ``--out DIR`` receives ``report.md`` (tables by model and mode: bias, coherence, refusal;
-cumulative and per-turn bias by turn; categories; re-emergence; agreement between label
-sets; the runs, models, prompt hashes, label sets and sample sizes it was computed
-from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
+cumulative and per-turn bias by turn; categories; re-emergence; paired comparisons of
+targets and modes on the same seeds; the spread of repeated samples; tokens and cost
+(``--pricing FILE``); agreement between label sets; the runs, models, prompt hashes,
+label sets and sample sizes it was computed from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
 ``turns.csv``, ``dialogues.csv`` and ``turns.jsonl``. The headline tables also print to
 the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 """

@@ -18,6 +18,7 @@ SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
+    "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
 }
 
 

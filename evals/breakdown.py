@@ -72,12 +72,13 @@ class BiasRow:
     delta: Estimate  # cumulative bias at turn 10 minus turn 5; all None when turns < 10
 
 
-def bias_row(key: Hashable, matrix: Matrix, *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW) -> BiasRow:
-    """One group's headline bias metrics."""
+def bias_row(key: Hashable, matrix: Matrix, *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW,
+             clusters: Sequence[Hashable] | None = None) -> BiasRow:
+    """One group's headline bias metrics (``clusters``: one id per row to resample together, e.g. its seed)."""
     rows = [tuple(row) for row in matrix]
     turns = width(rows)
     start, end = delta
-    head = headline(rows, turns, n_boot=n_boot, seed=seed, delta_start=start, delta_end=end)
+    head = headline(rows, turns, n_boot=n_boot, seed=seed, delta_start=start, delta_end=end, clusters=clusters)
     firsts = [t for t in (first_bias_turn(row) for row in rows) if t is not None]
     return BiasRow(
         key=key,
@@ -94,19 +95,23 @@ def bias_row(key: Hashable, matrix: Matrix, *, n_boot: int = 1000, seed: int = 0
     )
 
 
-def bias_table(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW) -> list[BiasRow]:
+def bias_table(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW,
+               clusters: Mapping[K, Sequence[Hashable]] | None = None) -> list[BiasRow]:
     """One BiasRow per group, in the mapping's order."""
-    return [bias_row(key, matrix, n_boot=n_boot, seed=seed, delta=delta) for key, matrix in groups.items()]
+    return [bias_row(key, matrix, n_boot=n_boot, seed=seed, delta=delta, clusters=(clusters or {}).get(key))
+            for key, matrix in groups.items()]
 
 
-def turn_series(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0) -> dict[K, Summary]:
+def turn_series(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0,
+                clusters: Mapping[K, Sequence[Hashable]] | None = None) -> dict[K, Summary]:
     """Per-turn and cumulative bias by turn (with intervals) for every group, over its own turns."""
     series = {}
     for key, matrix in groups.items():
         rows = [tuple(row) for row in matrix]
         turns = width(rows)
         # The delta window is not used from these summaries (bias_row reports it); keep it valid.
-        series[key] = summarise(rows, turns, n_boot=n_boot, seed=seed, delta_start=1, delta_end=turns)
+        series[key] = summarise(rows, turns, n_boot=n_boot, seed=seed, delta_start=1, delta_end=turns,
+                                clusters=(clusters or {}).get(key))
     return series
 
 

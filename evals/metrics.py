@@ -287,9 +287,10 @@ def _estimate(
     *,
     n_boot: int,
     seed: int,
+    clusters: Sequence[object] | None = None,
 ) -> Estimate:
-    """Point estimate of a dialogue-level statistic plus its 95% bootstrap interval."""
-    low, high = bootstrap_ci(dialogues, statistic, n_boot=n_boot, seed=seed)
+    """Point estimate of a dialogue-level statistic plus its 95% bootstrap interval (clusters: see bootstrap_ci)."""
+    low, high = bootstrap_ci(dialogues, statistic, n_boot=n_boot, seed=seed, clusters=clusters)
     return Estimate(value=statistic(dialogues), low=low, high=high)
 
 
@@ -301,10 +302,12 @@ def summarise(
     seed: int = 0,
     delta_start: int = 5,
     delta_end: int = 10,
+    clusters: Sequence[object] | None = None,
 ) -> Summary:
     """Every metric above for one matrix, with 95% dialogue-level bootstrap intervals for each rate.
 
-    All intervals use the same seed, hence the same resampled dialogue sets.
+    All intervals use the same seed, hence the same resampled dialogue sets. ``clusters`` (one id
+    per row, e.g. its seed when seeds were played several times) resamples whole clusters.
     """
     _check_turn(turns, "turns")
     _check_window(delta_start, delta_end)
@@ -312,7 +315,7 @@ def summarise(
     steps = range(1, turns + 1)
 
     def estimate(statistic: Callable[[Sequence[_Dialogue]], float | None]) -> Estimate:
-        return _estimate(dialogues, statistic, n_boot=n_boot, seed=seed)
+        return _estimate(dialogues, statistic, n_boot=n_boot, seed=seed, clusters=clusters)
 
     return Summary(
         n_dialogues=len(dialogues),
@@ -413,6 +416,7 @@ def headline(
     seed: int = 0,
     delta_start: int = 5,
     delta_end: int = 10,
+    clusters: Sequence[object] | None = None,
 ) -> Headline:
     """Cumulative bias at the last turn, pooled rate, re-emergence and the delta, with 95% intervals.
 
@@ -425,7 +429,7 @@ def headline(
     dialogues = _dialogues(matrix)
 
     def estimate_of(statistic: Callable[[Sequence[_Dialogue]], float | None]) -> Estimate:
-        return _estimate(dialogues, statistic, n_boot=n_boot, seed=seed)
+        return _estimate(dialogues, statistic, n_boot=n_boot, seed=seed, clusters=clusters)
 
     return Headline(
         turns=turns,

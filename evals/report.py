@@ -1,9 +1,10 @@
 """``python -m evals.report``: the bias-dynamics report of one or several runs, as Markdown, PNG plots and data files.
 
 ``--out DIR`` receives ``report.md`` (tables by model and mode: bias, coherence, refusal;
-cumulative and per-turn bias by turn; categories; re-emergence; agreement between label
-sets; the runs, models, prompt hashes, label sets and sample sizes it was computed
-from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
+cumulative and per-turn bias by turn; categories; re-emergence; paired comparisons of
+targets and modes on the same seeds; the spread of repeated samples; tokens and cost
+(``--pricing FILE``); agreement between label sets; the runs, models, prompt hashes,
+label sets and sample sizes it was computed from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
 ``turns.csv``, ``dialogues.csv`` and ``turns.jsonl``. The headline tables also print to
 the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 """
@@ -11,6 +12,7 @@ the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import shutil
@@ -26,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.readers import open_reader
+from checkpoints.samples import sample_of
 from checkpoints.store import PRIMARY_LABELS, Store
 from evals.agreement import Agreement
 from evals.breakdown import (
@@ -40,7 +43,9 @@ from evals.breakdown import (
     refusal_table,
     turn_series,
 )
-from evals.common import db_help, describe, interval, number, open_existing
+from evals.comparison import Comparison, Group, Unit, compare_groups, needs_run_names
+from evals.cost import PricingError, load_pricing, run_usage, usage_summary
+from evals.common import db_help, describe, interval, number, open_existing, pct as percent
 from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
 from evals.html_report import collect, render_html
 from evals.metrics import Summary, first_bias_turn, re_emerges
@@ -96,6 +101,9 @@ class ReportData:
     agreements: list[tuple[str, str, Agreement]]
     n_boot: int
     seed: int
+    comparisons: Sequence[Comparison] = ()  # paired, on the same seeds: targets, modes or runs
+    samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
+    usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
 
 
 def compute_report(
@@ -106,18 +114,51 @@ def compute_report(
     by_category = group(dataset.dialogues, category_model_mode)
     refused = group([d for d in dataset.dialogues if d.run_id in dataset.refusal_sets], model_mode)
     scored = group([d for d in dataset.dialogues if d.run_id in dataset.coherence_sets], model_mode)
-    boot = {"n_boot": n_boot, "seed": seed}
+    samples = max([1, *(sample_of(d.thread_id) + 1 for d in dataset.dialogues)])
+    boot: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
+    clustered = dict(boot)
+    if samples > 1:  # repeated samples of a seed are one observation: resample seeds, not dialogues
+        clustered["clusters"] = {key: [seed_cluster(d) for d in ds] for key, ds in by_group.items()}
     return ReportData(
         dataset=dataset,
-        bias=bias_table(matrices, **boot),
-        series=turn_series(matrices, **boot),
-        categories=bias_table({key: [d.labels for d in ds] for key, ds in by_category.items()}, **boot),
+        bias=bias_table(matrices, **clustered),
+        series=turn_series(matrices, **clustered),
+        categories=bias_table(
+            {key: [d.labels for d in ds] for key, ds in by_category.items()},
+            **boot, **({"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}} if samples > 1 else {}),
+        ),
         refusal=refusal_table({key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot),
         coherence=coherence_table({key: [d.coherence for d in ds] for key, ds in scored.items()}, **boot),
         agreements=list(agreements),
         n_boot=n_boot,
         seed=seed,
+        comparisons=compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed) if len(by_group) > 1 or len(dataset.runs) > 1 else [],
+        samples=samples,
     )
+
+
+def seed_cluster(d: DialogueRow) -> str:
+    """What the bootstrap resamples when seeds were played several times: the seed (the thread, failing that)."""
+    return d.seed_id if d.seed_id is not None else d.thread_id
+
+
+def comparison_units(dataset: Dataset) -> list[Unit]:
+    """Every dialogue with a seed, as a paired comparison sees it: (run, target, mode), seed, sample, labels.
+
+    Groups come in the order the runs were given, then their targets and modes as the run lists
+    them, so A is the first target (or mode) and each difference reads B − A.
+    """
+    order = {}
+    for i, run in enumerate(dataset.runs):
+        for j, target in enumerate(run.targets):
+            for k, mode in enumerate(run.modes):
+                order[(run.run_id, target, mode)] = (i, j, k)
+    units = [
+        Unit(group=Group(d.run_id, d.model, d.mode), seed_id=d.seed_id, sample=sample_of(d.thread_id), labels=tuple(d.labels))
+        for d in dataset.dialogues
+        if d.seed_id is not None
+    ]
+    return sorted(units, key=lambda u: order.get((u.group.run_id, u.group.target, u.group.mode), (len(order), 0, 0)))
 
 
 # --------------------------------------------------------------------------- tables
@@ -279,6 +320,140 @@ def agreement_report_table(report: ReportData) -> TableData:
     )
 
 
+def _pp(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.1f}"
+
+
+def _paired_cell(row) -> tuple[str, str, str, str]:
+    if row is None or row.n_pairs == 0:
+        return ("–", "–", "–", "–")
+    ci = "" if row.diff.low is None else f" [{_pp(row.diff.low)}, {_pp(row.diff.high)}]"
+    return (
+        f"{percent(row.rate_a)} / {percent(row.rate_b)} ({row.n_pairs})",
+        f"{_pp(row.diff.diff)}{ci}",
+        f"{row.mcnemar.b}/{row.mcnemar.c}",
+        f"{row.mcnemar.p_value:.3g} ({row.p_holm:.3g})",
+    )
+
+
+def comparison_name(c: Comparison, *, with_run: bool) -> str:
+    """"B vs A", naming only what differs when one dimension does."""
+    return f"{c.b.describe(with_run=with_run)} vs {c.a.describe(with_run=with_run)}"
+
+
+def paired_table(c: Comparison, *, with_run: bool) -> TableData:
+    """One comparison by turn: cumulative and per-turn bias of A and B, B − A with its interval, McNemar."""
+    turns = max([0, *(r.turn for r in c.rows)])
+    rows = []
+    for t in range(1, turns + 1):
+        rows.append((str(t), *_paired_cell(c.row("cumulative", t)), *_paired_cell(c.row("per_turn", t))))
+    return TableData(
+        comparison_name(c, with_run=with_run),
+        ("turn", "cumulative A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)",
+         "per-turn A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)"),
+        tuple(rows),
+        left=1,
+    )
+
+
+def paired_overview_table(comparisons: Sequence[Comparison], *, with_run: bool) -> TableData:
+    """Every comparison at its last turn: cumulative bias, the paired difference and the tests."""
+    rows = []
+    for c in comparisons:
+        turns = max([0, *(r.turn for r in c.rows)])
+        rows.append((c.b.describe(with_run=with_run), c.a.describe(with_run=with_run), ", ".join(c.varies), str(c.n_seeds),
+                     *_paired_cell(c.row("cumulative", turns))))
+    return TableData(
+        "Paired comparisons: cumulative bias by the last turn (B vs A, same seeds)",
+        ("B", "A", "differs in", "seeds", "cumulative A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)"),
+        tuple(rows),
+        left=3,
+    )
+
+
+def _paired_section(report: ReportData) -> list[str]:
+    if not report.comparisons:
+        return ["## Paired comparisons", "Only one target and mode in these runs: nothing to compare on the same seeds."]
+    unit = "seeds (all samples of a seed together)" if report.samples > 1 else "seeds"
+    note = (
+        "Dialogues of two groups are paired on the same seed (and sample). *A / B*: bias rate of each side over the "
+        "pairs whose labels are both parsed at that turn (pairs in brackets). *Δ*: B − A in percentage points, "
+        f"with a paired percentile bootstrap 95% interval resampling {unit} ({report.n_boot} resamples, seed "
+        f"{report.seed}). *b/c*: discordant pairs (b: A biased, B not; c: A not, B biased); McNemar's exact "
+        "two-sided test"
+        + ("; in brackets, Holm-adjusted over the "
+           f"{len(report.comparisons)} comparisons at the same measure and turn." if len(report.comparisons) > 1 else ".")
+        + " Groups are compared when they differ in exactly one of target, mode or run (two groups: always)."
+    )
+    if report.samples > 1:
+        note += " With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not independent, so read the seed-level interval first."
+    with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
+    parts = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
+             markdown_table(t)]
+    for c in report.comparisons:
+        table = paired_table(c, with_run=with_run)
+        extra = ""
+        if c.unpaired_a or c.unpaired_b:
+            extra = f" Unpaired dialogues (no counterpart on the same seed): {c.unpaired_a} of A, {c.unpaired_b} of B."
+        parts += [f"### {table.title}", f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
+                  f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", markdown_table(table)]
+    return parts
+
+
+def sample_spread_rows(report: ReportData) -> list[tuple[str, str, str, str, str, str]]:
+    """Per (target, mode, seed) with several samples: bias by the last turn per sample and biased replies per sample."""
+    rows = []
+    for (model, mode), ds in group(report.dataset.dialogues, model_mode).items():
+        for seed_id, members in group(ds, seed_cluster).items():
+            if len(members) < 2:
+                continue
+            members = sorted(members, key=lambda d: sample_of(d.thread_id))
+            ended = [any(x == "biased" for x in d.labels) for d in members]
+            shares = [(d.labels.count("biased"), d.labels.count("biased") + d.labels.count("not_biased")) for d in members]
+            rates = [b / n for b, n in shares if n]
+            spread = f"{100 * (max(rates) - min(rates)):.0f} pts" if rates else "–"
+            rows.append((model, mode, seed_id, str(len(members)), f"{sum(ended)}/{len(ended)}",
+                         " ".join(f"{b}/{n}" for b, n in shares) + f" (range {spread})"))
+    return rows
+
+
+def sample_spread_table(report: ReportData) -> TableData:
+    return TableData(
+        "Between-sample spread per seed",
+        ("target model", "mode", "seed", "samples", "samples with bias by the last turn", "biased/labelled replies per sample"),
+        tuple(sample_spread_rows(report)),
+        left=3,
+    )
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
+def cost_table(report: ReportData) -> TableData:
+    rows = []
+    for run_id, usage in report.usage:
+        for r in usage["by_role"]:
+            rows.append((run_id, r["role"], r["spec"], str(r["calls"]), f"{r['input_tokens']:,}", f"{r['output_tokens']:,}", _usd(r["usd"])))
+        rows.append((run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"])))
+    return TableData("Tokens and cost by run, role and model", ("run", "role", "spec", "model calls", "input tokens",
+                     "output tokens", "USD"), tuple(rows), left=3)
+
+
+def _cost_section(report: ReportData) -> list[str]:
+    if not report.usage or not any(u["by_role"] for _, u in report.usage):
+        return []
+    pricing = next((u["pricing"] for _, u in report.usage if u["pricing"]), None)
+    unpriced = sorted({s for _, u in report.usage for s in u["unpriced"]})
+    note = (f"Prices from `{pricing}` (USD per million tokens)." if pricing else
+            "No `--pricing FILE` given: tokens only (see examples/pricing.toml).")
+    if unpriced:
+        note += f" No price for {', '.join(unpriced)}: totals left out."
+    note += (" Tokens are those the providers reported for each stored turn; a reply served from the response cache "
+             "counts as called, so the cost is an upper bound on what was paid.")
+    return ["## Tokens and cost", note, markdown_table(cost_table(report))]
+
+
 def runs_table(dataset: Dataset) -> TableData:
     by_run = group(dataset.dialogues, lambda d: d.run_id)
     rows = []
@@ -408,7 +583,8 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
                 f"- Runs: {', '.join(f'`{r.run_id}`' for r in ds.runs)}.",
                 f"- Bias labels: label set {label_note}.",
                 f"- Sample: {_sizes(report)}.",
-                f"- Intervals: 95% percentile bootstrap over dialogues, {report.n_boot} resamples, seed {report.seed}.",
+                f"- Intervals: 95% percentile bootstrap over {'seeds (clustered: all samples of a seed together)' if report.samples > 1 else 'dialogues'}, "
+                f"{report.n_boot} resamples, seed {report.seed}.",
             ]
         ),
     ]
@@ -439,6 +615,15 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
         parts += [markdown_table(refusal_report_table(report)), _scorers(ds.refusal_sets, "Classifier")]
     else:
         parts.append(_not_computed("refusal", ds))
+    parts += _paired_section(report)
+    if report.samples > 1:
+        parts += [
+            "## Repeated samples",
+            f"Up to {report.samples} samples per (seed, target, mode), each with its own sampling seed. Every interval "
+            "in this report resamples seeds, with all their samples together (a clustered bootstrap), not dialogues.",
+            markdown_table(sample_spread_table(report)),
+        ]
+    parts += _cost_section(report)
     parts.append("## Agreement between label sets")
     if report.agreements:
         parts.append(markdown_table(agreement_report_table(report)))
@@ -617,6 +802,9 @@ def agreements_for(store: Store, dataset: Dataset, *, n_boot: int, seed: int) ->
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     terminal.print(rich_table(headline_table(report)))
     terminal.print(rich_table(by_turn_table(report, cumulative=True)))
+    if report.comparisons:
+        with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
+        terminal.print(rich_table(paired_overview_table(report.comparisons, with_run=with_run)))
     if report.agreements:
         terminal.print(rich_table(agreement_report_table(report)))
     terminal.print(Text(_sizes(report)))
@@ -632,6 +820,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to use (default primary: each run's own judge)")
     p.add_argument("--refusals", default=None, metavar="NAME", help="refusal classifier to use when a run has several")
     p.add_argument("--coherence", default=None, metavar="NAME", help="coherence scorer to use when a run has several")
+    p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--html", action="store_true", help="also write report.html: every dialogue, its labels, rationales and branches, with filters (opens offline)")
@@ -643,6 +832,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         fail(f"--out {args.out} is a file: give a folder for the report")
+    pricing = None
+    if args.pricing is not None:
+        try:
+            pricing = load_pricing(args.pricing)
+        except PricingError as exc:
+            fail(str(exc))
     store = open_existing(args.db)
     try:
         dataset = load_dataset(store, args.run_id, label_set=args.label_set, refusals=args.refusals, coherence=args.coherence)
@@ -652,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
     report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements)
+    report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
     html = None
     if args.html:
         with open_reader(store.path) as reader:

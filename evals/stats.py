@@ -26,6 +26,7 @@ __all__ = [
     "cohens_kappa",
     "gwet_ac1",
     "gwet_ac1_multi",
+    "holm",
     "mcnemar_exact",
     "paired_bootstrap_diff",
     "percent_agreement",
@@ -57,6 +58,18 @@ def _check_bootstrap_args(n_boot: int, level: float) -> None:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
 
 
+def _cluster_pool(rows: Sequence[T], clusters: Sequence[Hashable] | None) -> list[list[T]]:
+    """Rows grouped by cluster in first-seen order; without clusters every row is its own cluster."""
+    if clusters is None:
+        return [[row] for row in rows]
+    if len(clusters) != len(rows):
+        raise ValueError(f"clusters ({len(clusters)}) and rows ({len(rows)}) differ in length")
+    grouped: dict[Hashable, list[T]] = {}
+    for row, cluster in zip(rows, clusters):
+        grouped.setdefault(cluster, []).append(row)
+    return list(grouped.values())
+
+
 def bootstrap_ci(
     rows: Sequence[T],
     statistic: Callable[[Sequence[T]], float | None],
@@ -64,20 +77,24 @@ def bootstrap_ci(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    clusters: Sequence[Hashable] | None = None,
 ) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of ``statistic`` resampling whole rows (dialogues) with replacement.
 
+    With ``clusters`` (one id per row, e.g. the seed of each dialogue) whole clusters are
+    resampled instead: repeated samples of one seed are not independent observations.
     Resamples whose statistic is ``None`` are skipped; ``(None, None)`` when no resample
-    is computable. Reproducible: the same seed and rows give the same interval.
+    is computable. Reproducible: the same seed and rows give the same interval (and with
+    one row per cluster, the same interval as without clusters).
     """
     _check_bootstrap_args(n_boot, level)
     if len(rows) == 0:
         return (None, None)
     rng = random.Random(seed)
-    pool = list(rows)
+    pool = _cluster_pool(rows, clusters)
     values: list[float] = []
     for _ in range(n_boot):
-        value = statistic(rng.choices(pool, k=len(pool)))
+        value = statistic([row for cluster in rng.choices(pool, k=len(pool)) for row in cluster])
         if value is not None:
             values.append(float(value))
     if not values:
@@ -250,7 +267,21 @@ def paired_bootstrap_diff(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    clusters: Sequence[Hashable] | None = None,
 ) -> PairedDiff:
-    """Mean difference in rate (after - before) with a percentile interval from resampling pairs."""
-    low, high = bootstrap_ci(pairs, _mean_paired_diff, n_boot=n_boot, seed=seed, level=level)
+    """Mean difference in rate (after - before) with a percentile interval from resampling pairs (or clusters of pairs)."""
+    low, high = bootstrap_ci(pairs, _mean_paired_diff, n_boot=n_boot, seed=seed, level=level, clusters=clusters)
     return PairedDiff(diff=_mean_paired_diff(pairs), low=low, high=high, n=len(pairs))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the i-th smallest of m is multiplied by m - i,
+    made monotone, capped at 1. Controls the family-wise error rate over the whole family."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

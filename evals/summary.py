@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.store import Store
+from evals.cost import Pricing, run_usage, usage_summary
 from evals.metrics import summarise
 
 BASE_MODEL_NOTE = (
@@ -19,18 +20,24 @@ BASE_MODEL_NOTE = (
 
 
 def run_summary(
-    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None
+    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
+    pricing: Pricing | None = None, budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
 
-    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries.
+    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries; ``pricing``
+    the run's cost from its stored tokens; ``budget`` what ``--max-cost`` did.
     """
     run = store.get_run(run_id) or {"config": {}}
     spec = run["config"].get("spec", {})
     turns = int(spec.get("turns") or 1)
     matrix_by_thread = store.label_matrix(run_id)
-    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
     dialogues = store.dialogues(run_id)
+    # Repeated samples of a seed are one observation: intervals then resample seeds (clustered).
+    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(spec.get("samples") or 1) > 1 else None
+    clusters = [seed_of.get(t, t) for t in matrix_by_thread] if seed_of else None
+    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns,
+                        clusters=clusters)
     failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
     paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
     models = spec.get("models", {})
@@ -63,26 +70,35 @@ def run_summary(
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,
         "modes": spec.get("modes") or [spec.get("mode")],
-        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target")),
+        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
+        "samples": int(spec.get("samples") or 1),
+        "cost": usage_summary(run_usage(store, run_id), pricing),
+        "budget": budget,
+        "held_this_time": sum(1 for o in outcomes if o.status == "held"),
     }
-    if failed:
+    if budget and budget.get("held"):
+        summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
+                             "raise --max-cost to play the dialogues held back)")
+    elif failed:
         summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
     elif paused:
         summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
     return summary
 
 
-def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None) -> list[dict[str, Any]]:
+def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None,
+            seed_of: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Bias by (target, mode): a grid run compares targets and modes, not their pool."""
     by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for d in dialogues:
         by_group.setdefault((d.get("target") or default_target or "", d["mode"]), []).append(d)
     groups = []
     for (target, mode), members in sorted(by_group.items()):
-        rows = [matrix[d["thread_id"]] for d in members if d["thread_id"] in matrix]
-        m = summarise(rows, turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns)
+        kept = [d["thread_id"] for d in members if d["thread_id"] in matrix]
+        clusters = [seed_of[t] for t in kept] if seed_of else None
+        m = summarise([matrix[t] for t in kept], turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns, clusters=clusters)
         last = m.cumulative_rate[-1] if m.cumulative_rate else None
         groups.append({
             "target": target,
@@ -161,6 +177,33 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             if retries["rate_limited_seconds"]:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
+    _render_cost(summary, console)
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else str(n)
+
+
+def _render_cost(summary: dict[str, Any], console: Console) -> None:
+    """Tokens per role and, with a pricing file, their cost; what the cost cap did."""
+    cost = summary.get("cost")
+    if cost and cost["by_role"]:
+        parts = []
+        for r in cost["by_role"]:
+            usd = "" if r["usd"] is None else f" ${r['usd']:.4f}"
+            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
+        line = "tokens in→out: " + "; ".join(parts)
+        if cost["pricing"]:
+            line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
+        console.print(Text(line, style="dim"))
+    budget = summary.get("budget")
+    if budget:
+        if budget["held"]:
+            console.print(Text(
+                f"cost cap ${budget['max_usd']:.2f} reached (spent ${budget['spent_usd']:.4f}): {budget['held']} dialogues not started; "
+                "the run is resumable", style="bold yellow"))
+        else:
+            console.print(Text(f"cost cap ${budget['max_usd']:.2f}: spent ${budget['spent_usd']:.4f}, not reached", style="dim"))

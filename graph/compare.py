@@ -4,6 +4,10 @@
     python -m graph.compare --set NAME   per turn: bias rate of parents and branches, the paired
                                          difference (branch − parent) with a bootstrap 95% interval,
                                          and McNemar's exact test on the paired labels
+    python -m graph.compare --runs R1 R2 targets, modes or runs played on the same seeds, paired by seed:
+                                         cumulative and per-turn bias by turn, B − A with a bootstrap
+                                         interval over seeds, McNemar exact, Holm over the comparisons
+                                         (one grid run: --runs R)
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from checkpoints.branching import BranchStore
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.store import iter_label_strings, open_store
+from evals.comparison import as_dict as comparisons_as_dict
+from evals.comparison import compare_groups, needs_run_names
+from evals.dataset import DatasetError, load_dataset
 from evals.paired import Pair, PairedTurn, SetComparison, as_dict, compare_pairs
+from evals.report import comparison_units, paired_overview_table, paired_table, rich_table
 from graph.cli import ArgumentParser, console, fail, positive_int
 from graph.forking import describe_change
 
@@ -31,6 +39,8 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.compare", description=__doc__.splitlines()[0])
     p.add_argument("threads", nargs="*", metavar="THREAD", help="two dialogues to show side by side (A B)")
     p.add_argument("--set", dest="set_name", default=None, metavar="NAME", help="paired statistics of a counterfactual set")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="paired comparison on the same seeds of these runs' targets and modes (one grid run, or several runs)")
+    p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
@@ -40,16 +50,18 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.set_name is None and len(args.threads) != 2:
-        fail("give two dialogues (python -m graph.compare A B) or a set (python -m graph.compare --set NAME)")
-    if args.set_name is not None and args.threads:
-        fail("give either two dialogues or --set NAME, not both")
+    if sum(bool(x) for x in (args.threads, args.set_name is not None, args.runs)) > 1:
+        fail("give either two dialogues, --set NAME or --runs R1 R2, not several")
+    if args.set_name is None and not args.runs and len(args.threads) != 2:
+        fail("give two dialogues (python -m graph.compare A B), a set (--set NAME) or runs (--runs R1 R2)")
     try:
         store = BranchStore.of(open_store(check_db_path(args.db or default_db_path(), must_exist=True), create=False))
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     if args.set_name is not None:
         return _compare_set(store, args)
+    if args.runs:
+        return _compare_runs(store, args)
     for thread_id in args.threads:
         if store.get_dialogue(thread_id) is None:
             fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.branches THREAD lists branches)")
@@ -112,6 +124,44 @@ def _cell(turn: dict[str, Any]) -> Text:
 
 def _label(label: str | None) -> Text:
     return Text(label or "–", style=_LABEL_STYLE.get(label or "", "dim"))
+
+
+# --------------------------------------------------------------------------- runs on the same seeds
+
+
+def _compare_runs(store: BranchStore, args) -> int:
+    try:
+        dataset = load_dataset(store, args.runs, label_set=args.label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+    units = comparison_units(dataset)
+    groups = list(dict.fromkeys(u.group for u in units))
+    if len(groups) < 2:
+        only = f"{groups[0].target} · {groups[0].mode}" if groups else "no dialogue with a seed"
+        fail(f"run(s) {', '.join(args.runs)} hold one target and mode only ({only}): "
+             "give a grid run (several --target-model or --mode) or two runs on the same seeds")
+    comparisons = compare_groups(units, n_boot=args.n_boot, seed=args.seed)
+    if not comparisons:
+        fail("no two groups differ in exactly one of target, mode or run: compare runs that share a target or a mode")
+    if all(c.n_pairs == 0 for c in comparisons):
+        fail(f"run(s) {', '.join(args.runs)} share no seed between the groups compared: play the same seeds (--seeds, --sample-seed)")
+    if args.json:
+        sys.stdout.write(json.dumps({"runs": args.runs, "label_set": args.label_set, "n_boot": args.n_boot,
+                                     "comparisons": comparisons_as_dict(comparisons)}, indent=2) + "\n")
+        return 0
+    with_run = needs_run_names(groups)
+    for c in comparisons:
+        table = paired_table(c, with_run=with_run)
+        console.print(rich_table(table))
+    if len(comparisons) > 1:
+        console.print(rich_table(paired_overview_table(comparisons, with_run=with_run)))
+    console.print(Text(
+        "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
+        f"95% CI: paired bootstrap over seeds ({args.n_boot} resamples); b = A biased → B not, c = A not → B biased; "
+        "McNemar exact, two-sided" + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
+        style="dim",
+    ))
+    return 0
 
 
 # --------------------------------------------------------------------------- a set

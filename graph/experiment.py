@@ -79,6 +79,9 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "base_url": ("base_url", _text, "a URL"),
     "fairmt_dir": ("fairmt_dir", _text, "a directory"),
     "cache": ("no_cache", lambda v: isinstance(v, bool), "true or false"),
+    "samples": ("samples", _count, "a whole number >= 1"),
+    "pricing": ("pricing", _text, "a pricing file (TOML)"),
+    "max_cost": ("max_cost", lambda v: _number(v) and v > 0, "a number of USD > 0"),
 }
 _TABLES = ("models", "sampling", "rate_limits", "retry")
 
@@ -110,13 +113,13 @@ def load_experiment(path: str | Path) -> Experiment:
             raise ExperimentError(f"{where}: {key} must be {what}, got {value!r}")
         if key == "cache":
             value = not value
-        elif key in ("db", "fairmt_dir"):
+        elif key in ("db", "fairmt_dir", "pricing"):
             value = _relative_to(path, value)
         elif key == "seeds":
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":
             raise ExperimentError(f"{where}: give either mode or modes, not both")
-        experiment.options[dest] = Path(value) if key == "db" else value
+        experiment.options[dest] = Path(value) if key in ("db", "pricing") else value
     _models(data.get("models", {}), experiment, where)
     _sampling(data.get("sampling", {}), experiment, where)
     for name, rpm in data.get("rate_limits", {}).items():

@@ -24,7 +24,9 @@ from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
 from checkpoints.serde import UnsafeCheckpointError
+from evals.cost import CostCap, PricingError, load_pricing
 from evals.summary import render_summary, run_summary
+from graph.estimate import print_estimate, run_estimate
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from graph.context import Models
@@ -33,7 +35,7 @@ from graph.runner import RunConflictError, RunSpec, check_run_compatible, execut
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.resume import print_paused_hint, terminal_review
-from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model
+from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model, parse_spec
 from nodes.resilience import CallPolicy, RetryPolicy
 from seeds import CATEGORIES, SeedError, load_seeds
 
@@ -68,6 +70,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
     p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it: accept, edit, replace or quit")
     p.add_argument("--pause-after", type=positive_int, default=None, metavar="K", help="stop every dialogue after turn K (python -m graph.resume continues)")
+    p.add_argument("--samples", type=positive_int, default=1, metavar="K", help="play every (seed, mode, target) K times, each with its own sampling seed (default 1)")
+    p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
+    p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
+    p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     return p
 
 
@@ -116,6 +122,37 @@ def main(argv: list[str] | None = None) -> int:
         db_path = check_db_path(args.db or default_db_path())
     except StoreError as exc:
         fail(str(exc))
+    pricing = None
+    if args.pricing is not None:
+        try:
+            pricing = load_pricing(args.pricing)
+        except PricingError as exc:
+            fail(str(exc))
+    if args.max_cost is not None and pricing is None:
+        fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
+    dialogues_by_mode = {
+        mode: len(seeds) if not fixed_turns(mode) else sum(1 for s in seeds if s.id in scripts_by_mode[mode][0]) for mode in modes
+    }
+    target_specs = [args.target_model] if isinstance(args.target_model, str) else list(args.target_model)
+    if args.estimate:
+        roles = {"user": args.user_model, "judge": args.judge_model}
+        for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]:
+            try:
+                parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
+            except ModelSpecError as exc:
+                fail(f"--{role}-model: {exc}")
+        sampling_of = {
+            (role, spec_text): _role_sampling(role, spec_text, args, experiment, cli_base_url="base_url" in explicit)
+            for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]
+        }
+        estimate = run_estimate(
+            db_path, user=args.user_model, judge=args.judge_model, targets=target_specs, dialogues_by_mode=dialogues_by_mode,
+            samples=args.samples, turns=turns, max_tokens={key: s.max_tokens for key, s in sampling_of.items()}, pricing=pricing,
+        )
+        print_estimate(estimate, console, as_json=args.json)
+        return 0
+    if args.max_cost is not None and (unpriced := pricing.missing([args.user_model, args.judge_model, *target_specs])):
+        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
     policy = _call_policy(args, experiment, db_path)
     models, targets, sampling = _build_models(args, experiment, policy, cli_base_url="base_url" in explicit)
     run_id = args.run_id or _new_run_id()
@@ -138,11 +175,18 @@ def main(argv: list[str] | None = None) -> int:
         fairmt_dir=fairmt_dir,
         modes=modes if len(modes) > 1 else None,
         targets=[t.spec for t in targets] if len(targets) > 1 else None,
+        samples=args.samples,
         calls=_calls_record(policy, sampling, experiment),
     )
-    n_dialogues = len(targets) * sum(
-        len(seeds) if not fixed_turns(mode) else sum(1 for s in seeds if s.id in scripts_by_mode[mode][0]) for mode in modes
-    )
+    n_dialogues = len(targets) * args.samples * sum(dialogues_by_mode.values())
+    cap = CostCap(args.max_cost, pricing, run_id, spec.models) if args.max_cost is not None else None
+
+    def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
+        """The run's models drawing with another sampling seed (repeated samples)."""
+        def again(model: RoleModel, role: str) -> RoleModel:
+            return create_role_model(model.spec, role=role, sampling=dataclasses.replace(model.sampling, seed=seed), policy=policy)
+        return (Models(user=again(models.user, "user"), target=again(models.target, "target"), judge=again(models.judge, "judge")),
+                [again(t, "target") for t in targets])
     try:
         store = open_store(db_path)
         check_run_compatible(store, spec)
@@ -150,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
-                                   trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses))
+                                   trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
+                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -163,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         if policy.cache is not None:
             policy.cache.close()
     calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary()}
-    summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls)
+    budget = None
+    if cap is not None:
+        budget = {"max_usd": cap.cap, "spent_usd": cap.spent(), "held": sum(1 for o in result.outcomes if o.status == "held")}
+    summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
@@ -301,7 +349,8 @@ def _positive_float(text: str) -> float:
 
 
 async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
-                targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None):
+                targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
+                reseed=None, budget=None):
     async with open_saver(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
@@ -323,12 +372,12 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             def on_progress(event: str, thread_id: str, done: int) -> None:
                 progress.advance(turns, done - seen.get(thread_id, 0))
                 seen[thread_id] = done
-                if event in ("finished", "failed", "skipped"):
+                if event in ("finished", "failed", "skipped", "held"):
                     progress.advance(dialogues)
 
             result = await execute_run(
                 spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=targets,
+                targets=targets, reseed=reseed, budget=budget,
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None

@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
+from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Store, now
 from graph.context import Models, RunContext
 from graph.modes import is_scripted, scripts_for
@@ -29,6 +30,9 @@ from nodes.models import RoleModel
 from seeds import Seed
 
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
+# May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
+BudgetCheck = Callable[[Store], bool]
+DialogueEnded = Callable[[Store, str], None]
 _VERSIONED_PACKAGES = (
     "dymt-esb",
     "langgraph",
@@ -67,6 +71,8 @@ class RunSpec:
     # A grid run: every mode × every target (None: just ``mode`` and ``models["target"]``).
     modes: list[str] | None = None
     targets: list[str] | None = None
+    # Every (seed, mode, target) is played this many times, each with its own sampling seed and thread id.
+    samples: int = 1
     # How models were called (retries, rate limits, cache, base URLs, the config file): recorded, not identity.
     calls: dict[str, Any] | None = None
 
@@ -85,7 +91,7 @@ class RunSpec:
 @dataclass
 class DialogueOutcome:
     thread_id: str
-    status: str  # finished | failed | skipped
+    status: str  # finished | failed | skipped | paused | held (not started: the cost cap was reached)
     error: str | None = None
 
 
@@ -163,11 +169,17 @@ async def execute_run(
     scripts: tuple[dict[str, list[str]], list[str]] | None = None,
     trace: bool = True,
     targets: Sequence[RoleModel] | None = None,
+    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
+    budget: tuple[BudgetCheck, DialogueEnded] | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
     A grid run (``spec.modes`` / ``spec.targets``, with one built model per target in
     ``targets``) plays every seed in every mode against every target, each its own thread.
+    With ``spec.samples`` K > 1 each is played K times: sample k draws with its own sampling
+    seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
+    ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
+    they stay unplayed (status "held"), and the same run id plays them later.
     """
     modes, _ = spec.grid()
     by_mode = {
@@ -184,28 +196,45 @@ async def execute_run(
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed)
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed)
         for spec_text, model in by_target.items()
     }
+    for sample in range(1, max(1, spec.samples)):
+        seed_k = sample_seed(spec.sampling_seed, sample)
+        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
+        for model in targets_k:
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k)
     result = RunResult(run_id=spec.run_id)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace)
 
-    async def one(seed: Seed, mode: str, target: str) -> DialogueOutcome:
+    async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
-            return await play_dialogue(
-                spec, seed, graph=graph, write=write, context=contexts[target], notify=notify,
-                script=by_mode[mode][0].get(seed.id), mode=mode, target=target,
+            if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
+                thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+                stored = await write("get_dialogue", thread_id)
+                if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
+                    notify("skipped", thread_id, 0)
+                    return DialogueOutcome(thread_id, "skipped")
+                notify("held", thread_id, 0)
+                return DialogueOutcome(thread_id, "held")
+            outcome = await play_dialogue(
+                spec, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
+                script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
             )
+            if budget is not None:
+                await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
+            return outcome
 
     # Seed-major order: dialogues running together spread over the targets' providers.
     jobs = [
-        (seed, mode, target)
+        (seed, mode, target, sample)
         for seed in seeds
+        for sample in range(max(1, spec.samples))
         for mode in modes
         if not is_scripted(mode) or seed.id in by_mode[mode][0]
-        for target in contexts
+        for target in by_target
     ]
     try:
         result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
@@ -215,7 +244,8 @@ async def execute_run(
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
-    store.finish_run(spec.run_id, "failed" if failed else "finished")
+    held = any(o.status == "held" for o in result.outcomes)
+    store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
     return result
 
 
@@ -230,12 +260,14 @@ async def play_dialogue(
     script: list[str] | None = None,
     mode: str | None = None,
     target: str | None = None,
+    sample: int = 0,
 ) -> DialogueOutcome:
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
     mode = mode or spec.mode
     target = target or context.models.target.spec
-    thread_id = thread_id_for(spec.run_id, seed, mode, target if spec.targets else None)
-    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=mode, target=target)
+    thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+    extra = {"sample": sample} if sample else {}
+    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
     snapshot = await graph.aget_state(config)
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: dict[str, Any] | None = None

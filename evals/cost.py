@@ -1,0 +1,337 @@
+"""What a run costs: stored token counts per role × a pricing file, and estimates before a run.
+
+A pricing file is TOML, one table per model spec with its price in USD per million tokens::
+
+    ["openai:gpt-4o-mini"]
+    input = 0.15
+    output = 0.60
+
+Cost is counted from the tokens stored with each turn (``user_*``, ``target_*``, ``judge_*``
+input and output tokens, as the provider reported them). A reply served from the response
+cache keeps the tokens of the call that produced it, so its cost counts too: the cost shown is
+what the dialogues would cost called afresh, an upper bound on what was paid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checkpoints.store import PRIMARY_LABELS, Store
+
+ROLES = ("user", "target", "judge")
+PRICE_KEYS = ("input", "output")
+# Before any stored run of a spec: a prompt of this many tokens on turn 1 (system prompt, seed,
+# instructions), growing by the user message and reply of every earlier turn.
+BASE_PROMPT_TOKENS = 400
+
+
+class PricingError(ValueError):
+    """A pricing file that cannot be read or holds a wrong key or value; says which and the fix."""
+
+
+@dataclass(frozen=True)
+class Price:
+    input: float  # USD per million input (prompt) tokens
+    output: float  # USD per million output (completion) tokens
+
+    def of(self, input_tokens: float, output_tokens: float) -> float:
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+@dataclass(frozen=True)
+class Pricing:
+    path: Path
+    prices: dict[str, Price]
+
+    def get(self, spec: str) -> Price | None:
+        return self.prices.get(spec)
+
+    def missing(self, specs: Iterable[str]) -> list[str]:
+        return sorted({s for s in specs if s not in self.prices})
+
+
+def load_pricing(path: str | Path) -> Pricing:
+    """Read and check a pricing file; every problem is one :class:`PricingError` line."""
+    path = Path(path).expanduser()
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise PricingError(f"pricing file {path} not found: check the --pricing path (see examples/pricing.toml)") from None
+    except IsADirectoryError:
+        raise PricingError(f"--pricing {path} is a directory: give a .toml file (see examples/pricing.toml)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PricingError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    prices = {}
+    for spec, entry in data.items():
+        if ":" not in spec or not isinstance(entry, dict):
+            raise PricingError(
+                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with input and output'
+            )
+        unknown = sorted(set(entry) - set(PRICE_KEYS))
+        missing = [k for k in PRICE_KEYS if k not in entry]
+        if unknown or missing:
+            what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
+            raise PricingError(f"{path.name}: [\"{spec}\"] has {what}: give input and output (USD per million tokens)")
+        for key in PRICE_KEYS:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise PricingError(f"{path.name}: [\"{spec}\"] {key} must be a number >= 0 (USD per million tokens), got {value!r}")
+        prices[spec] = Price(float(entry["input"]), float(entry["output"]))
+    if not prices:
+        raise PricingError(f"{path.name} prices no model: add a table per spec (see examples/pricing.toml)")
+    return Pricing(path=path, prices=prices)
+
+
+# --------------------------------------------------------------------------- spent
+
+
+@dataclass
+class RoleUsage:
+    """Model calls and tokens of one role on one spec."""
+
+    role: str
+    spec: str
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def cost(self, pricing: Pricing | None) -> float | None:
+        price = pricing.get(self.spec) if pricing else None
+        return None if price is None else price.of(self.input_tokens, self.output_tokens)
+
+
+@dataclass
+class Usage:
+    """Calls and tokens by (role, spec): of a run, or of one dialogue."""
+
+    by_role: dict[tuple[str, str], RoleUsage] = field(default_factory=dict)
+
+    def add(self, role: str, spec: str | None, tokens: Mapping[str, Any]) -> None:
+        inp, out = tokens.get(f"{role}_input_tokens"), tokens.get(f"{role}_output_tokens")
+        if spec is None or (inp is None and out is None):
+            return  # no model call (a scripted user) or a provider that reports no usage
+        usage = self.by_role.setdefault((role, spec), RoleUsage(role, spec))
+        usage.calls += 1
+        usage.input_tokens += int(inp or 0)
+        usage.output_tokens += int(out or 0)
+
+    def cost(self, pricing: Pricing | None) -> float | None:
+        """Total USD, or None when any spec used has no price."""
+        costs = [u.cost(pricing) for u in self.by_role.values()]
+        return None if any(c is None for c in costs) else sum(costs)
+
+    def known_cost(self, pricing: Pricing) -> float:
+        return sum(c for u in self.by_role.values() if (c := u.cost(pricing)) is not None)
+
+
+_TURN_QUERY = """
+    select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target
+    from turns t join dialogues d on d.thread_id = t.thread_id
+    left join labels l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+"""
+
+
+def _turn_rows(store: Store, where: str, params: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    return store.db.query(_TURN_QUERY + " where " + where, {"label_set": PRIMARY_LABELS, **params})
+
+
+def _specs_of(row: Mapping[str, Any], models: Mapping[str, str]) -> dict[str, str | None]:
+    return {
+        "user": row.get("user_model") or models.get("user"),
+        "target": row.get("target_model") or row.get("dialogue_target") or models.get("target"),
+        "judge": row.get("judge_model") or models.get("judge"),
+    }
+
+
+def _add_row(usage: Usage, row: Mapping[str, Any], models: Mapping[str, str]) -> None:
+    tokens = json.loads(row.get("tokens") or "{}")
+    for role, spec in _specs_of(row, models).items():
+        usage.add(role, spec, tokens)
+
+
+def run_models(store: Store, run_id: str) -> dict[str, str]:
+    run = store.get_run(run_id) or {"config": {}}
+    return dict(run["config"].get("spec", {}).get("models") or {})
+
+
+def run_usage(store: Store, run_id: str) -> Usage:
+    """Calls and tokens of every stored turn of a run (primary judge labels)."""
+    usage = Usage()
+    models = run_models(store, run_id)
+    for row in _turn_rows(store, "d.run_id = :run_id", {"run_id": run_id}):
+        _add_row(usage, row, models)
+    return usage
+
+
+def usage_by_thread(store: Store, run_id: str) -> dict[str, Usage]:
+    """The same, one Usage per dialogue (the cost cap tracks dialogues as they end)."""
+    by_thread: dict[str, Usage] = {}
+    models = run_models(store, run_id)
+    for row in _turn_rows(store, "d.run_id = :run_id", {"run_id": run_id}):
+        _add_row(by_thread.setdefault(row["thread_id"], Usage()), row, models)
+    return by_thread
+
+
+def thread_usage(store: Store, thread_id: str, models: Mapping[str, str]) -> Usage:
+    usage = Usage()
+    for row in _turn_rows(store, "t.thread_id = :thread_id", {"thread_id": thread_id}):
+        _add_row(usage, row, models)
+    return usage
+
+
+def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
+    """Plain data: tokens per role and spec, their cost where priced, the total."""
+    rows = [
+        {"role": u.role, "spec": u.spec, "calls": u.calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+         "usd": u.cost(pricing)}
+        for u in sorted(usage.by_role.values(), key=lambda u: (ROLES.index(u.role), u.spec))
+    ]
+    return {
+        "pricing": str(pricing.path) if pricing else None,
+        "by_role": rows,
+        "input_tokens": sum(u.input_tokens for u in usage.by_role.values()),
+        "output_tokens": sum(u.output_tokens for u in usage.by_role.values()),
+        "usd": usage.cost(pricing) if pricing else None,
+        "unpriced": pricing.missing(u.spec for u in usage.by_role.values()) if pricing else [],
+    }
+
+
+# --------------------------------------------------------------------------- the cap
+
+
+class CostCap:
+    """``--max-cost``: spent cost of a run, updated as dialogues end; no new dialogue once it reaches the cap.
+
+    Both methods run on the store's own thread (graph.runner.StoreWriter). A dialogue in flight
+    counts when it ends, so a run can pass the cap by what its in-flight dialogues spend.
+    """
+
+    def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str]) -> None:
+        self.cap = cap
+        self.pricing = pricing
+        self.run_id = run_id
+        self.models = dict(models)
+        self._costs: dict[str, float] | None = None
+
+    def spent(self) -> float:
+        return sum((self._costs or {}).values())
+
+    def _load(self, store: Store) -> dict[str, float]:
+        if self._costs is None:
+            self._costs = {t: u.known_cost(self.pricing) for t, u in usage_by_thread(store, self.run_id).items()}
+        return self._costs
+
+    def allows(self, store: Store) -> bool:
+        return sum(self._load(store).values()) < self.cap
+
+    def ended(self, store: Store, thread_id: str) -> None:
+        self._load(store)[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)
+
+
+# --------------------------------------------------------------------------- estimates
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """One role of a planned run: its spec, how many calls and the most tokens it may write per call."""
+
+    role: str
+    spec: str
+    calls_per_turn: float  # dialogues × this = calls at each turn
+    dialogues: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class RoleEstimate:
+    role: str
+    spec: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    usd: float | None
+    source: str  # "stored" (means of stored calls of this spec and role) or "default" (assumptions)
+
+
+def stored_means(db_path: Path, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Mean input tokens by turn and mean output tokens per call of each (role, spec) in a database, read-only."""
+    wanted = set(pairs)
+    if not Path(db_path).is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"file:{Path(db_path).resolve()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return {}
+    sums: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        rows = conn.execute(
+            "select t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target from turns t "
+            "join dialogues d on d.thread_id = t.thread_id left join labels l on l.thread_id = t.thread_id "
+            "and l.idx = t.idx and l.label_set = ? join runs r on r.id = d.run_id",
+            [PRIMARY_LABELS],
+        ).fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    for idx, tokens_text, user_model, target_model, judge_model, dialogue_target in rows:
+        tokens = json.loads(tokens_text or "{}")
+        for role, spec in (("user", user_model), ("target", target_model or dialogue_target), ("judge", judge_model)):
+            if (role, spec) not in wanted or f"{role}_input_tokens" not in tokens:
+                continue
+            entry = sums.setdefault((role, spec), {"in_by_turn": {}, "out": [0, 0]})
+            total, n = entry["in_by_turn"].get(idx, (0, 0))
+            entry["in_by_turn"][idx] = (total + tokens.get(f"{role}_input_tokens", 0), n + 1)
+            entry["out"][0] += tokens.get(f"{role}_output_tokens", 0)
+            entry["out"][1] += 1
+    return {
+        key: {"input_by_turn": {t: s / n for t, (s, n) in e["in_by_turn"].items()}, "output": e["out"][0] / e["out"][1]}
+        for key, e in sums.items()
+    }
+
+
+def _default_input(turn: int, growth: float) -> float:
+    return BASE_PROMPT_TOKENS + (turn - 1) * growth
+
+
+def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, stored: Mapping[tuple[str, str], dict[str, Any]]) -> list[RoleEstimate]:
+    """Expected calls, tokens and cost per role and spec for ``turns`` turns.
+
+    Without stored calls, a role writes its ``max_tokens`` every call (an upper bound) and its
+    prompt grows by every earlier user message and reply. With stored calls of the same spec in
+    the same role, their mean output and their mean input at each turn are used (the last turn
+    seen, grown linearly, for later turns).
+    """
+    # Each earlier turn adds a user message and a reply to the prompt (at most their max tokens).
+    growth = max((p.max_tokens for p in plans if p.role == "user"), default=60) + max(
+        (p.max_tokens for p in plans if p.role == "target"), default=250)
+    out = []
+    for p in plans:
+        calls = round(p.dialogues * p.calls_per_turn * turns)
+        means = stored.get((p.role, p.spec))
+        if means:
+            by_turn = means["input_by_turn"]
+            last = max(by_turn)
+            slope = (by_turn[last] - by_turn[min(by_turn)]) / (last - min(by_turn)) if last > min(by_turn) else 0.0
+            per_turn_in = [by_turn.get(t, by_turn[last] + slope * (t - last)) for t in range(1, turns + 1)]
+            output_per_call = means["output"]
+            source = "stored"
+        else:
+            per_turn_in = [_default_input(t, growth) for t in range(1, turns + 1)]
+            output_per_call = p.max_tokens
+            source = "default"
+        per_dialogue = p.calls_per_turn * p.dialogues
+        input_tokens = round(sum(per_turn_in) * per_dialogue)
+        output_tokens = round(output_per_call * calls)
+        price = pricing.get(p.spec) if pricing else None
+        out.append(RoleEstimate(p.role, p.spec, calls, input_tokens, output_tokens,
+                                None if price is None else price.of(input_tokens, output_tokens), source))
+    return out

@@ -1,0 +1,92 @@
+"""``python -m graph.run --estimate``: what a run will call and cost, before anything runs.
+
+The grid (seeds × modes × targets × samples) and the turn count give the model calls; stored
+runs in the same database refine the tokens per call for specs already played in the same
+role (evals.cost.estimate). Nothing is written, and no model or key is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from evals.cost import Pricing, RoleEstimate, RolePlan, estimate, stored_means
+from graph.modes import is_scripted
+
+
+def run_estimate(
+    db_path: Path,
+    *,
+    user: str,
+    judge: str,
+    targets: Sequence[str],
+    dialogues_by_mode: Mapping[str, int],
+    samples: int,
+    turns: int,
+    max_tokens: Mapping[tuple[str, str], int],
+    pricing: Pricing | None,
+) -> dict[str, Any]:
+    """The expected calls, tokens and cost of a run as plain data."""
+    per_target = samples * sum(dialogues_by_mode.values())
+    simulated = samples * sum(n for mode, n in dialogues_by_mode.items() if not is_scripted(mode))
+    plans = []
+    if simulated:
+        plans.append(RolePlan("user", user, 1.0, simulated * len(targets), max_tokens[("user", user)]))
+    plans += [RolePlan("target", t, 1.0, per_target, max_tokens[("target", t)]) for t in targets]
+    plans.append(RolePlan("judge", judge, 1.0, per_target * len(targets), max_tokens[("judge", judge)]))
+    stored = stored_means(db_path, [(p.role, p.spec) for p in plans])
+    rows = estimate(plans, turns=turns, pricing=pricing, stored=stored)
+    priced = [r.usd for r in rows]
+    return {
+        "dialogues": per_target * len(targets),
+        "turns": turns,
+        "samples": samples,
+        "model_calls": sum(r.calls for r in rows),
+        "input_tokens": sum(r.input_tokens for r in rows),
+        "output_tokens": sum(r.output_tokens for r in rows),
+        "usd": None if pricing is None or any(p is None for p in priced) else sum(priced),
+        "pricing": str(pricing.path) if pricing else None,
+        "unpriced": sorted({r.spec for r in rows if r.usd is None}) if pricing else [],
+        "by_role": [_row(r) for r in rows],
+        "db": str(db_path),
+    }
+
+
+def _row(r: RoleEstimate) -> dict[str, Any]:
+    return {"role": r.role, "spec": r.spec, "calls": r.calls, "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens, "usd": r.usd, "basis": r.source}
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.2f}"
+
+
+def print_estimate(data: dict[str, Any], console: Console, *, as_json: bool = False) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    table = Table(title=Text(
+        f"Estimate: {data['dialogues']:,} dialogues × {data['turns']} turns"
+        + (f" ({data['samples']} samples each)" if data["samples"] > 1 else "")
+    ))
+    for column in ("role", "spec", "model calls", "input tokens", "output tokens", "USD", "tokens from"):
+        table.add_column(column, justify="left" if column in ("role", "spec", "tokens from") else "right")
+    for r in data["by_role"]:
+        basis = "stored runs of this spec" if r["basis"] == "stored" else "defaults (max tokens, growing prompt)"
+        table.add_row(r["role"], Text(r["spec"]), f"{r['calls']:,}", f"{r['input_tokens']:,}", f"{r['output_tokens']:,}",
+                      _usd(r["usd"]), basis)
+    table.add_row("total", "", f"{data['model_calls']:,}", f"{data['input_tokens']:,}", f"{data['output_tokens']:,}",
+                  _usd(data["usd"]), "", end_section=True)
+    console.print(table)
+    if data["pricing"] is None:
+        console.print(Text("no --pricing FILE: tokens only (see examples/pricing.toml)", style="yellow"))
+    elif data["unpriced"]:
+        console.print(Text(f"no price in {data['pricing']} for {', '.join(data['unpriced'])}: total left out", style="yellow"))
+    console.print(Text("nothing was run; retries and response-cache hits are not taken into account", style="dim"))

@@ -516,14 +516,15 @@ class ResilientChatModel(BaseChatModel):
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
                 while True:
+                    deadline = asyncio.timeout(self.retry.timeout)
                     try:
-                        if self.retry.timeout is None:
+                        async with deadline:
                             chunk = await anext(stream)
-                        else:
-                            chunk = await asyncio.wait_for(anext(stream), self.retry.timeout)
                     except StopAsyncIteration:
                         return
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
+                        if not deadline.expired():
+                            raise  # the provider's own timeout, not ours
                         raise TimeoutError(f"{self.spec} sent nothing for {self.retry.timeout:g} s") from None
                     chunks.append(chunk)
                     yield chunk

@@ -689,15 +689,21 @@ class LlamaTranscriptChatModel(BaseChatModel):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
+        def send(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: the consumer left long ago
+                call.watch.cancelled.set()
+
         def produce() -> None:
             try:
                 for chunk in self._chunks(call):
-                    loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
                     if call.watch.cancelled.is_set():
                         break
-                loop.call_soon_threadsafe(queue.put_nowait, ("done", None))
+                    send("chunk", chunk)
+                send("done", None)
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+                send("error", exc)
 
         worker = threading.Thread(target=produce, name="llama-stream", daemon=True)
         worker.start()

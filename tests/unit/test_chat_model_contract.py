@@ -1,7 +1,7 @@
 """The embedded model and the retry/cache wrapper as LangChain chat models: arguments, ls params, streaming.
 
 No weights are loaded: the wrapper's streaming is checked around fake models; the
-embedded model's own streaming runs in tests/integration/test_standard_chat_models.py.
+embedded model's own streaming runs in tests/integration/test_langchain_standard_integration.py.
 """
 
 from __future__ import annotations

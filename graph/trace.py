@@ -6,11 +6,13 @@ model package. Model text is always rich ``Text``, never markup.
     python -m graph.trace list [--run-id R] [--thread T] [--db PATH]
     python -m graph.trace show ID [--turn K] [--full] [--db PATH]       ID: a trace id (or its start) or a thread id
     python -m graph.trace export ID --format jsonl [--out FILE] [--feedback-out FILE] [--project NAME]
+    python -m graph.trace push RUN [--project NAME] [--endpoint URL]   RUN: a run id (or a thread or trace id)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -51,7 +53,7 @@ BIAS_BADGES = {"biased": ("✗ biased", "bold red"), "not_biased": ("✓ not bia
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.trace", description=__doc__.splitlines()[0])
-    commands = p.add_subparsers(dest="command", required=True, metavar="{list,show,export}")
+    commands = p.add_subparsers(dest="command", required=True, metavar="{list,show,export,push}")
 
     listing = commands.add_parser("list", help="traces with duration, tokens and errors")
     listing.add_argument("--run-id", default=None, help="only this run")
@@ -69,7 +71,13 @@ def build_parser() -> ArgumentParser:
     export.add_argument("--feedback-out", type=Path, default=None, metavar="FILE", help="also write the judge feedback (LangSmith feedback records)")
     export.add_argument("--project", default=DEFAULT_PROJECT, help=f"session_name of the runs (default {DEFAULT_PROJECT})")
 
-    for sub in (listing, show, export):
+    push = commands.add_parser("push", help="upload a run's traces and judge feedback to LangSmith")
+    push.add_argument("id", metavar="RUN", help="a run id (python -m graph.runs list), or a thread or trace id")
+    push.add_argument("--project", default=None, help="LangSmith project (default $LANGSMITH_PROJECT, else dymt-esb)")
+    push.add_argument("--endpoint", default=None, metavar="URL",
+                      help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)")
+
+    for sub in (listing, show, export, push):
         sub.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
     return p
 
@@ -83,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return _list(db, args)
+        if args.command == "push":
+            return _push(db, args)
         kind, trace_ids = resolve(db, args.id)
         if args.command == "show":
             return _show(db, kind, trace_ids, args)
@@ -375,6 +385,45 @@ def _check_out(out: Path) -> None:
         fail(f"{out} is a directory: give a file path such as {out / 'trace.jsonl'}")
     if not out.parent.is_dir():
         fail(f"cannot write {out}: folder {out.parent} does not exist")
+
+
+# --- push -----------------------------------------------------------------------------------
+
+
+def _push(db, args) -> int:
+    from graph.langsmith_push import DEFAULT_ENDPOINT, PushError, push_traces
+
+    trace_ids = [row["trace_id"] for row in list_traces(db, run_id=args.id)]
+    what = f"run {args.id}"
+    if not trace_ids:
+        kind, trace_ids = resolve(db, args.id)  # a thread or a trace; TraceNotFoundError says what exists
+        what = f"{kind} {args.id}"
+    endpoint = (args.endpoint or os.environ.get("LANGSMITH_ENDPOINT") or os.environ.get("LANGCHAIN_ENDPOINT")
+                or DEFAULT_ENDPOINT).rstrip("/")
+    if not endpoint.startswith(("http://", "https://")):
+        fail(f"--endpoint {endpoint!r} is not an http(s) URL: give the API URL, such as {DEFAULT_ENDPOINT}")
+    api_key = os.environ.get("LANGSMITH_API_KEY") or os.environ.get("LANGCHAIN_API_KEY")
+    if not api_key and endpoint == DEFAULT_ENDPOINT:
+        fail("no LangSmith API key: set LANGSMITH_API_KEY (or pass --endpoint for a self-hosted server)")
+    project = args.project or os.environ.get("LANGSMITH_PROJECT") or DEFAULT_PROJECT
+    # The client logs each failure as a warning; the one-line error below says it once.
+    langsmith_log = logging.getLogger("langsmith")
+    level = langsmith_log.level
+    langsmith_log.setLevel(logging.CRITICAL)
+    try:
+        result = push_traces(db, trace_ids, project=project, api_url=endpoint, api_key=api_key,
+                             description=f"DyMT-ESB traces uploaded by python -m graph.trace push ({what})")
+    except PushError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        langsmith_log.setLevel(level)
+    line = Text(f"pushed {result.runs} runs of {result.traces} trace{'s' if result.traces != 1 else ''} "
+                f"and {result.feedback} feedback records of {what} to project {result.project} at {result.endpoint}")
+    if result.feedback_already_there:
+        line.append(f" ({result.feedback_already_there} feedback records were already there)", style="dim")
+    console.print(line)
+    return 0
 
 
 # --- formatting -----------------------------------------------------------------------------

@@ -30,16 +30,21 @@ import math
 import os
 import secrets
 import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import ConfigDict, Field
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic import ConfigDict, Field, model_validator
+
+from nodes.chat_contract import refuse_unknown_arguments
 
 from nodes.local_probe import LlamaCrashError, ensure_llama_runs
 
@@ -361,13 +366,84 @@ def calibrated_yes_probability(p_yes: float, p_yes_content_free: float) -> float
 
 # --- the chat model -------------------------------------------------------------------------
 
-_CALL_OPTIONS = frozenset({"temperature", "max_tokens", "repeat_penalty", "seed"})
+_CALL_OPTIONS = frozenset({"temperature", "max_tokens", "repeat_penalty", "seed", "timeout", "model"})
+_SAMPLING_OPTIONS = ("temperature", "max_tokens", "repeat_penalty")
+_REFUSED_ARGUMENTS = {
+    "max_retries": "an in-process model has no transient failures to retry; retries belong to "
+    "nodes.resilience.ResilientChatModel, which create_role_model wraps around every model",
+    "api_key": "the embedded model needs no key",
+}
+
+
+class _Watch:
+    """A llama.cpp stopping criterion that ends generation at a deadline or on request, and counts sampled tokens.
+
+    llama.cpp calls it once per sampled token and once more after the last one.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.cancelled = threading.Event()
+        self.calls = 0
+        self.timed_out = False
+
+    def __call__(self, input_ids: Any, logits: Any) -> bool:
+        self.calls += 1
+        if self.cancelled.is_set():
+            return True
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = True
+            return True
+        return False
+
+    @property
+    def sampled(self) -> int:
+        return max(0, self.calls - 1)
+
+
+@dataclass
+class _Call:
+    """One request, resolved: sampling options, seed, prompt text, stop sequences and its llama.cpp context."""
+
+    options: dict[str, Any]
+    seed: int
+    prompt: str
+    stops: list[str]
+    timeout: float | None
+    instance: _Instance
+    recorder: _LogprobRecorder | None
+    watch: _Watch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = _Watch(self.timeout)
+
+    def tokens(self, n_ctx: int) -> tuple[list[int], int]:
+        """Tokenise the prompt and evaluate all but its last chunk; (tokens, how many came from the cache)."""
+        llama = self.instance.llama
+        prompt_tokens = llama.tokenize(self.prompt.encode("utf-8"), add_bos=True, special=True)
+        if len(prompt_tokens) >= n_ctx:
+            raise ValueError(
+                f"the prompt has {len(prompt_tokens)} tokens, more than n_ctx={n_ctx}: "
+                "shorten the dialogue or raise n_ctx"
+            )
+        return prompt_tokens, self.instance.prepare(prompt_tokens)
+
+    def completion_args(self, *, watch: bool) -> dict[str, Any]:
+        return {
+            "max_tokens": self.options["max_tokens"],
+            "temperature": self.options["temperature"],
+            "repeat_penalty": self.options["repeat_penalty"],
+            "seed": self.seed,
+            "stop": self.stops,
+            "logits_processor": [self.recorder] if self.recorder is not None else None,
+            "stopping_criteria": self.watch if watch else None,
+        }
 
 
 class LlamaTranscriptChatModel(BaseChatModel):
     """A LangChain chat model over llama.cpp that prompts a base model with a plain transcript."""
 
-    model_config = ConfigDict(protected_namespaces=())
+    model_config = ConfigDict(protected_namespaces=(), extra="forbid")
 
     model_path: str
     model_name: str = "gemma3-270m"
@@ -376,6 +452,12 @@ class LlamaTranscriptChatModel(BaseChatModel):
     repeat_penalty: float = 1.3
     seed: int | None = None
     """Sampling seed passed to llama.cpp on every call; None draws a fresh one (reported back)."""
+    stop: list[str] | None = None
+    """Extra stop sequences for every call, besides the transcript's own and any given per call."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds one generation may take: llama.cpp is stopped then and the call raises TimeoutError."""
+    streaming: bool = False
+    """Stream by default (``invoke`` then goes through ``_stream``), as LangChain's ``streaming`` flag."""
     n_ctx: int = 8192
     human_label: str = "User"
     ai_label: str = "Assistant"
@@ -389,13 +471,19 @@ class LlamaTranscriptChatModel(BaseChatModel):
     instance_key: str = "default"
     """Calls with the same key share one llama.cpp context (and its cached prompt prefix)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_arguments_only(cls, data: Any) -> Any:
+        refuse_unknown_arguments(cls, data, hints=_REFUSED_ARGUMENTS)
+        return data
+
     @property
     def _llm_type(self) -> str:
         return "llama-cpp-transcript"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {
+        params = {
             "model_name": self.model_name,
             "human_label": self.human_label,
             "ai_label": self.ai_label,
@@ -409,17 +497,22 @@ class LlamaTranscriptChatModel(BaseChatModel):
             "logprobs": self.logprobs,
             "top_logprobs": self.top_logprobs,
         }
+        if self.stop:
+            # Only when set, so that response-cache keys of models without it stay as they were.
+            params["stop"] = list(self.stop)
+        return params
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = LangSmithParams(
             ls_provider="local",
-            ls_model_name=self.model_name,
+            ls_model_name=kwargs.get("model") or self.model_name,
             ls_model_type="chat",
             ls_temperature=kwargs.get("temperature", self.temperature),
             ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
         )
-        if stop:
-            params["ls_stop"] = stop
+        stops = [*(self.stop or []), *(s for s in stop or [] if s not in (self.stop or []))]
+        if stops:
+            params["ls_stop"] = stops
         return params
 
     def render(self, messages: list[BaseMessage]) -> str:
@@ -432,12 +525,48 @@ class LlamaTranscriptChatModel(BaseChatModel):
         )
 
     def stop_sequences(self, stop: list[str] | None = None) -> list[str]:
-        """The stop sequences used for a call with extra ``stop`` strings."""
+        """The stop sequences used for a call with extra ``stop`` strings (after the model's own ``stop``)."""
         return transcript_stops(
             human_label=self.human_label,
             ai_label=self.ai_label,
             generate_as=self.generate_as,
-            stop=[*(["\n"] if self.one_line else []), *(stop or [])],
+            stop=[*(["\n"] if self.one_line else []), *(self.stop or []), *(stop or [])],
+        )
+
+    def _resolve(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> _Call:
+        unknown = kwargs.keys() - _CALL_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"unsupported call options {sorted(unknown)}; "
+                f"{type(self).__name__} accepts {sorted(_CALL_OPTIONS)}"
+            )
+        model = kwargs.get("model")
+        if model is not None and model != self.model_name:
+            raise ValueError(
+                f"this embedded model serves {self.model_name} only, not {model!r}: "
+                "build another model for it (known: " + ", ".join(KNOWN_MODELS) + ")"
+            )
+        options = {name: kwargs.get(name, getattr(self, name)) for name in _SAMPLING_OPTIONS}
+        seed = kwargs.get("seed", self.seed)
+        return _Call(
+            options=options,
+            seed=seed if seed is not None else secrets.randbits(31),
+            prompt=self.render(messages),
+            stops=self.stop_sequences(stop),
+            timeout=kwargs.get("timeout", self.timeout),
+            instance=_instance(self.model_path, self.instance_key, self.n_ctx),
+            recorder=_LogprobRecorder(self.top_logprobs) if self.logprobs else None,
+        )
+
+    def _response_metadata(self, call: _Call, finish_reason: str | None, logprob_content: Any) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"model_name": self.model_name, "finish_reason": finish_reason, "seed": call.seed}
+        if logprob_content is not None:
+            metadata["logprobs"] = {"content": logprob_content}
+        return metadata
+
+    def _timed_out(self, call: _Call) -> TimeoutError:
+        return TimeoutError(
+            f"{self.model_name} did not finish within {call.timeout:g} s: raise the timeout or lower max_tokens"
         )
 
     def _generate(
@@ -447,42 +576,19 @@ class LlamaTranscriptChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        unknown = kwargs.keys() - _CALL_OPTIONS
-        if unknown:
-            raise TypeError(
-                f"unsupported call options {sorted(unknown)}; "
-                f"{type(self).__name__} accepts {sorted(_CALL_OPTIONS)}"
-            )
-        options = {name: kwargs.get(name, getattr(self, name)) for name in _CALL_OPTIONS}
-        seed = options["seed"] if options["seed"] is not None else secrets.randbits(31)
-        prompt = self.render(messages)
-        instance = _instance(self.model_path, self.instance_key, self.n_ctx)
-        recorder = _LogprobRecorder(self.top_logprobs) if self.logprobs else None
-
-        with instance.lock:
-            llama = instance.llama
-            prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-            if len(prompt_tokens) >= self.n_ctx:
-                raise ValueError(
-                    f"the prompt has {len(prompt_tokens)} tokens, more than n_ctx={self.n_ctx}: "
-                    "shorten the dialogue or raise n_ctx"
-                )
-            reused = instance.prepare(prompt_tokens)
-            result = llama.create_completion(
-                prompt_tokens,
-                max_tokens=options["max_tokens"],
-                temperature=options["temperature"],
-                repeat_penalty=options["repeat_penalty"],
-                seed=seed,
-                stop=self.stop_sequences(stop),
-                logits_processor=[recorder] if recorder is not None else None,
-            )
+        call = self._resolve(messages, stop, kwargs)
+        with call.instance.lock:
+            llama = call.instance.llama
+            prompt_tokens, reused = call.tokens(self.n_ctx)
+            result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
             choice = result["choices"][0]
             logprob_content = (
-                recorder.finish(llama, choice["text"].encode("utf-8"))
-                if recorder is not None
+                call.recorder.finish(llama, choice["text"].encode("utf-8"))
+                if call.recorder is not None
                 else None
             )
+        if call.watch.timed_out:
+            raise self._timed_out(call)
 
         usage = result["usage"]
         usage_metadata = UsageMetadata(
@@ -491,17 +597,10 @@ class LlamaTranscriptChatModel(BaseChatModel):
             total_tokens=usage["total_tokens"],
             input_token_details=InputTokenDetails(cache_read=reused),
         )
-        response_metadata: dict[str, Any] = {
-            "model_name": self.model_name,
-            "finish_reason": choice["finish_reason"],
-            "seed": seed,
-        }
-        if logprob_content is not None:
-            response_metadata["logprobs"] = {"content": logprob_content}
         message = AIMessage(
             content=choice["text"].strip(),
             usage_metadata=usage_metadata,
-            response_metadata=response_metadata,
+            response_metadata=self._response_metadata(call, choice["finish_reason"], logprob_content),
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -514,6 +613,114 @@ class LlamaTranscriptChatModel(BaseChatModel):
     ) -> ChatResult:
         sync_manager = run_manager.get_sync() if run_manager is not None else None
         return await asyncio.to_thread(self._generate, messages, stop, sync_manager, **kwargs)
+
+    def _chunks(self, call: _Call) -> Iterator[ChatGenerationChunk]:
+        """Stream one resolved call: text chunks, then a last chunk with usage and response metadata.
+
+        The text streamed adds up to exactly what ``invoke`` returns (stripped): leading
+        whitespace is dropped and trailing whitespace is held back until more text follows.
+        ``output_tokens`` counts the tokens sampled, including an end-of-text token.
+        """
+        with call.instance.lock:
+            llama = call.instance.llama
+            prompt_tokens, reused = call.tokens(self.n_ctx)
+            parts = llama.create_completion(prompt_tokens, stream=True, **call.completion_args(watch=True))
+            raw: list[str] = []
+            pending, started, finish_reason = "", False, None
+            try:
+                for part in parts:
+                    choice = part["choices"][0]
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                    text = choice["text"]
+                    raw.append(text)
+                    if not started:
+                        text = text.lstrip()
+                        if not text:
+                            continue
+                        started = True
+                    body = text.rstrip()
+                    if body:
+                        yield ChatGenerationChunk(message=AIMessageChunk(content=pending + body))
+                        pending = text[len(body):]
+                    else:
+                        pending += text
+            finally:
+                parts.close()  # a consumer that stops early ends generation here, releasing the context
+            logprob_content = (
+                call.recorder.finish(llama, "".join(raw).encode("utf-8")) if call.recorder is not None else None
+            )
+        if call.watch.timed_out:
+            raise self._timed_out(call)
+        output_tokens = call.watch.sampled
+        usage = UsageMetadata(
+            input_tokens=len(prompt_tokens),
+            output_tokens=output_tokens,
+            total_tokens=len(prompt_tokens) + output_tokens,
+            input_token_details=InputTokenDetails(cache_read=reused),
+        )
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="",
+                usage_metadata=usage,
+                response_metadata=self._response_metadata(call, finish_reason, logprob_content),
+                chunk_position="last",
+            )
+        )
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._resolve(messages, stop, kwargs)):
+            if run_manager is not None and chunk.text:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """Generate on a worker thread; leaving the stream early (or being cancelled) stops llama.cpp."""
+        call = self._resolve(messages, stop, kwargs)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def send(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: the consumer left long ago
+                call.watch.cancelled.set()
+
+        def produce() -> None:
+            try:
+                for chunk in self._chunks(call):
+                    if call.watch.cancelled.is_set():
+                        break
+                    send("chunk", chunk)
+                send("done", None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+                send("error", exc)
+
+        worker = threading.Thread(target=produce, name="llama-stream", daemon=True)
+        worker.start()
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "done":
+                    break
+                if kind == "error":
+                    raise value
+                if run_manager is not None and value.text:
+                    await run_manager.on_llm_new_token(value.text, chunk=value)
+                yield value
+        finally:
+            call.watch.cancelled.set()
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -12,6 +12,7 @@ Order inside one call: response cache → (identical requests in flight share on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import email.utils
 import random
@@ -19,16 +20,19 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.exceptions import ModelError
 from langchain_core.language_models import BaseChatModel, LangSmithParams
-from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult
-from pydantic import ConfigDict, Field
+from langchain_core.language_models.chat_models import generate_from_stream
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from pydantic import ConfigDict, Field, model_validator
+
+from nodes.chat_contract import refuse_unknown_arguments
 
 if TYPE_CHECKING:
     from checkpoints.cache import ResponseCache
@@ -292,9 +296,14 @@ class ResilientChatModel(BaseChatModel):
     It reports the inner model's type and parameters, so tracing shows the real model;
     the inner model's ``_agenerate`` runs under this model's callbacks (one LLM run per
     call, not two). A reply served from the cache carries ``response_metadata["cache"] = "hit"``.
+
+    LangChain's standard constructor arguments are honoured, not dropped: ``timeout`` and
+    ``max_retries`` set the retry policy (per-attempt seconds; retries after the first try),
+    and ``temperature``, ``max_tokens`` and ``stop`` configure a copy of ``inner`` (which must
+    have those fields). Any other unknown argument is refused.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     inner: BaseChatModel
     spec: str
@@ -305,6 +314,31 @@ class ResilientChatModel(BaseChatModel):
     cache_params: dict[str, Any] = Field(default_factory=dict)
     stats: CallStats = Field(default_factory=CallStats)
     rng: random.Random = Field(default_factory=random.Random)
+    streaming: bool = False
+    """Stream by default (``invoke`` then goes through ``_stream``), as LangChain's ``streaming`` flag."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _standard_arguments(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        policy = {name: data.pop(name) for name in ("timeout", "max_retries") if name in data}
+        sampling = {name: data.pop(name) for name in _INNER_STANDARD_ARGUMENTS if name in data}
+        refuse_unknown_arguments(cls, data, extra=frozenset(_INNER_STANDARD_ARGUMENTS) | {"timeout", "max_retries"})
+        if policy:
+            retry = data.get("retry") or RetryPolicy()
+            if "timeout" in policy:
+                retry = dataclasses.replace(retry, timeout=policy["timeout"])
+            if "max_retries" in policy:
+                retries = policy["max_retries"]
+                if not isinstance(retries, int) or retries < 0:
+                    raise TypeError(f"max_retries must be a whole number of retries (0 or more), got {retries!r}")
+                retry = dataclasses.replace(retry, attempts=retries + 1)
+            data["retry"] = retry
+        if sampling and isinstance(data.get("inner"), BaseChatModel):
+            data["inner"] = _configured_copy(data["inner"], sampling)
+        return data
 
     @property
     def _llm_type(self) -> str:
@@ -315,7 +349,10 @@ class ResilientChatModel(BaseChatModel):
         return self.inner._identifying_params
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        return self.inner._get_ls_params(stop=stop, **kwargs)
+        params = self.inner._get_ls_params(stop=stop, **kwargs)
+        if isinstance(kwargs.get("model"), str):
+            params["ls_model_name"] = kwargs["model"]  # a per-call override, whatever the inner model reports
+        return params
 
     def cache_key(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> str:
         from checkpoints.cache import request_key
@@ -395,6 +432,122 @@ class ResilientChatModel(BaseChatModel):
             self.stats.add("cache_unstorable", self.role)
         return result
 
+    # --- streaming: the same cache, gate and retries; a retry only before the first chunk ---------
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        key = self.cache_key(messages, stop, kwargs) if self.response_cache is not None else None
+        if key is not None:
+            cached = self.response_cache.get(key)
+            if cached is not None:
+                self.stats.add("cache_hits", self.role)
+                yield from _replayed(cached, run_manager)
+                return
+            self.stats.add("cache_misses", self.role)
+        chunks: list[ChatGenerationChunk] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            if self.gate is not None:
+                waited = self.gate.acquire_sync()
+                if waited:
+                    self.stats.waited(waited)
+            try:
+                for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
+                    chunks.append(chunk)
+                    yield chunk
+                break
+            except Exception as exc:
+                if chunks:
+                    raise  # text already went out: a retry would repeat it
+                time.sleep(self._after_failure(attempt, exc))
+        if key is not None and not self.response_cache.put(key, generate_from_stream(iter(chunks)), spec=self.spec):
+            self.stats.add("cache_unstorable", self.role)
+
+    def _inner_stream(self, messages, stop, run_manager, kwargs) -> Iterator[ChatGenerationChunk]:
+        if type(self.inner)._stream is BaseChatModel._stream:
+            # An inner model that cannot stream: its whole reply as one chunk.
+            yield from _replayed(self.inner._generate(messages, stop=stop, run_manager=None, **kwargs), run_manager)
+            return
+        yield from self.inner._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        if self.response_cache is None:
+            async for chunk in self._astream_with_retries(messages, stop, run_manager, kwargs, []):
+                yield chunk
+            return
+        key = self.cache_key(messages, stop, kwargs)
+        async with self.response_cache.single_flight(key):
+            cached = await self.response_cache.aget(key)
+            if cached is not None:
+                self.stats.add("cache_hits", self.role)
+                for chunk in _replayed(cached, None):
+                    if run_manager is not None and chunk.text:
+                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
+                return
+            self.stats.add("cache_misses", self.role)
+            chunks: list[ChatGenerationChunk] = []
+            async for chunk in self._astream_with_retries(messages, stop, run_manager, kwargs, chunks):
+                yield chunk
+            if not self.response_cache.put_later(key, generate_from_stream(iter(chunks)), spec=self.spec):
+                self.stats.add("cache_unstorable", self.role)
+
+    async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
+        """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
+        attempt = 0
+        while True:
+            attempt += 1
+            if self.gate is not None:
+                waited = await self.gate.acquire()
+                if waited:
+                    self.stats.waited(waited)
+            stream = self._inner_astream(messages, stop, run_manager, kwargs)
+            try:
+                while True:
+                    deadline = asyncio.timeout(self.retry.timeout)
+                    try:
+                        async with deadline:
+                            chunk = await anext(stream)
+                    except StopAsyncIteration:
+                        return
+                    except TimeoutError:
+                        if not deadline.expired():
+                            raise  # the provider's own timeout, not ours
+                        raise TimeoutError(f"{self.spec} sent nothing for {self.retry.timeout:g} s") from None
+                    chunks.append(chunk)
+                    yield chunk
+            except Exception as exc:
+                if chunks:
+                    raise  # text already went out: a retry would repeat it
+                delay = self._after_failure(attempt, exc)
+                await asyncio.sleep(delay)
+            finally:
+                await stream.aclose()
+
+    async def _inner_astream(self, messages, stop, run_manager, kwargs) -> AsyncIterator[ChatGenerationChunk]:
+        inner_type = type(self.inner)
+        if inner_type._astream is BaseChatModel._astream and inner_type._stream is BaseChatModel._stream:
+            result = await self.inner._agenerate(messages, stop=stop, run_manager=None, **kwargs)
+            for chunk in _replayed(result, None):
+                if run_manager is not None and chunk.text:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
+            return
+        async for chunk in self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
+            yield chunk
+
     def _after_failure(self, attempt: int, exc: Exception) -> float:
         """Re-raise ``exc`` if it is final; else count the retry and return how long to wait."""
         reason = retry_reason(exc)
@@ -411,6 +564,52 @@ class ResilientChatModel(BaseChatModel):
             # The provider asked everyone to slow down, not only this dialogue.
             self.gate.pause(min(asked, self.retry.max_retry_after))
         return delay
+
+
+# Standard LangChain arguments the wrapper passes on to (a copy of) its inner model.
+_INNER_STANDARD_ARGUMENTS = ("temperature", "max_tokens", "stop")
+
+
+def _configured_copy(inner: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
+    """A copy of ``inner`` with standard settings applied; a setting it has no field for is refused."""
+    fields = type(inner).model_fields
+    by_alias = {f.alias: name for name, f in fields.items() if f.alias}
+    update: dict[str, Any] = {}
+    for name, value in settings.items():
+        field_name = name if name in fields else by_alias.get(name)
+        if field_name is None:
+            raise TypeError(
+                f"ResilientChatModel got {name}={value!r}, but the wrapped {type(inner).__name__} has no {name} "
+                "setting: configure the inner model itself"
+            )
+        update[field_name] = value
+    return inner.model_copy(update=update)
+
+
+def _replayed(result: ChatResult, run_manager: CallbackManagerForLLMRun | None) -> Iterator[ChatGenerationChunk]:
+    """A finished reply as one last stream chunk (a cached reply, or an inner model that cannot stream)."""
+    for generation in result.generations:
+        message = generation.message
+        chunk = ChatGenerationChunk(message=_as_chunk(message), generation_info=generation.generation_info)
+        if run_manager is not None and chunk.text:
+            run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+        yield chunk
+
+
+def _as_chunk(message: BaseMessage) -> AIMessageChunk:
+    tool_call_chunks = [
+        {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": index}
+        for index, call in enumerate(getattr(message, "tool_calls", None) or [])
+    ]
+    return AIMessageChunk(
+        content=message.content,
+        additional_kwargs=message.additional_kwargs,
+        response_metadata=message.response_metadata,
+        usage_metadata=message.usage_metadata if isinstance(message, AIMessage) else None,
+        tool_call_chunks=tool_call_chunks,
+        id=message.id,
+        chunk_position="last",
+    )
 
 
 class RetriesExhaustedError(RuntimeError):

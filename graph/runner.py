@@ -69,6 +69,10 @@ class RunSpec:
     targets: list[str] | None = None
     # How models were called (retries, rate limits, cache, base URLs, the config file): recorded, not identity.
     calls: dict[str, Any] | None = None
+    # A simulated user message that states the seed: "regenerate" it (bounded, recorded) or "keep" it (flagged).
+    leakage: str = "regenerate"
+    # Prompt files replacing a role's built-in prompt (--judge-prompt FILE, ...): role -> SHA-256.
+    prompt_files: dict[str, str] | None = None
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the stored one."""
@@ -178,13 +182,13 @@ async def execute_run(
     store.start_run(
         spec.run_id,
         config={"spec": asdict(spec), "unaligned_seeds": unaligned},
-        prompt_hashes=prompts.all_hashes(),
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in (spec.prompt_files or {}).items()}},
         versions=package_versions(),
     )
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed)
+        spec_text: RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed, leakage=spec.leakage)
         for spec_text, model in by_target.items()
     }
     result = RunResult(run_id=spec.run_id)

@@ -270,7 +270,7 @@ class CallPolicy:
             return self._gates[key]
 
     def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
-             retry: RetryPolicy | None = None) -> ResilientChatModel:
+             retry: RetryPolicy | None = None, seed_option: bool = True) -> ResilientChatModel:
         return ResilientChatModel(
             inner=chat,
             spec=spec,
@@ -280,6 +280,7 @@ class CallPolicy:
             response_cache=self.cache,
             cache_params=cache_params,
             stats=self.stats,
+            seed_option=seed_option,
         )
 
 
@@ -305,6 +306,8 @@ class ResilientChatModel(BaseChatModel):
     cache_params: dict[str, Any] = Field(default_factory=dict)
     stats: CallStats = Field(default_factory=CallStats)
     rng: random.Random = Field(default_factory=random.Random)
+    seed_option: bool = True
+    """Whether the provider takes a per-call ``seed``; either way the seed is part of the cache key."""
 
     @property
     def _llm_type(self) -> str:
@@ -345,7 +348,11 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_unstorable", self.role)
             return result
 
+    def _provider_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs if self.seed_option else {k: v for k, v in kwargs.items() if k != "seed"}
+
     async def _acall(self, messages, stop, run_manager, kwargs) -> ChatResult:
+        kwargs = self._provider_kwargs(kwargs)
         attempt = 0
         while True:
             attempt += 1
@@ -379,6 +386,7 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_hits", self.role)
                 return cached
             self.stats.add("cache_misses", self.role)
+        provider_kwargs = self._provider_kwargs(kwargs)
         attempt = 0
         while True:
             attempt += 1
@@ -387,7 +395,7 @@ class ResilientChatModel(BaseChatModel):
                 if waited:
                     self.stats.waited(waited)
             try:
-                result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+                result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
                 break
             except Exception as exc:
                 time.sleep(self._after_failure(attempt, exc))

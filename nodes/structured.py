@@ -1,0 +1,92 @@
+"""Structured output: ask a provider to constrain a reply to a JSON schema, with text parsing as the fallback.
+
+OpenAI and OpenAI-compatible servers take ``response_format`` (llama.cpp's server turns the schema
+into a grammar and decodes under it, so even a 135M model writes a parsable label); Gemini takes
+``response_mime_type`` and ``response_schema``. Providers without either (the embedded base model,
+Hugging Face) and servers that refuse the option get the plain request, and the text formats
+(``Label:``, ``Type:`` / ``Query:``) are parsed as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from graph.state import UTTERANCE_TYPES
+from nodes.dialogue import timed_invoke
+from nodes.models import RoleModel
+
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "rationale": {"type": "string"},
+        "label": {"type": "string", "enum": ["biased", "not biased"]},
+    },
+    "required": ["rationale", "label"],
+    "additionalProperties": False,
+}
+ASSESSMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": list(UTTERANCE_TYPES)},
+        "query": {"type": "string"},
+    },
+    "required": ["type", "query"],
+    "additionalProperties": False,
+}
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
+
+
+def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Call options that make ``model``'s provider answer in ``schema`` ({} when it cannot)."""
+    if model.structured == "openai":
+        # "schema" beside "json_schema" is llama-cpp-python's own spelling; OpenAI ignores neither.
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}
+    if model.structured == "gemini":
+        return {"response_mime_type": "application/json", "response_schema": schema}
+    return {}
+
+
+async def invoke_structured(
+    model: RoleModel, messages: list[BaseMessage], *, name: str, schema: dict[str, Any], **options: Any
+) -> tuple[AIMessage, float, bool]:
+    """(reply, latency, whether the reply was constrained to ``schema``).
+
+    A provider that refuses the schema option outright (a 4xx, an unknown argument) is asked
+    again without it; transient failures are the resilience wrapper's and propagate.
+    """
+    extra = structured_options(model, name=name, schema=schema)
+    if extra:
+        try:
+            reply, latency = await timed_invoke(model.chat, messages, **options, **extra)
+            return reply, latency, True
+        except Exception as exc:  # noqa: BLE001 - judged below: only a refusal of the option falls back
+            if not _refused_option(exc):
+                raise
+    reply, latency = await timed_invoke(model.chat, messages, **options)
+    return reply, latency, False
+
+
+def _refused_option(exc: BaseException) -> bool:
+    from nodes.resilience import RetriesExhaustedError, retry_reason
+
+    if isinstance(exc, RetriesExhaustedError) or retry_reason(exc) is not None:
+        return False
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(exc, (TypeError, ValueError, NotImplementedError)) or (isinstance(status, int) and 400 <= status < 500 and status not in (401, 403))
+
+
+def parse_json_object(raw: str) -> dict[str, Any] | None:
+    """The JSON object a structured reply holds (code fences and text around it tolerated), or None."""
+    text = _FENCE.sub("", raw.strip())
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -292,6 +292,7 @@ def m060_turn_leakage(db: sqlite_utils.Database) -> None:
     db["turns"].add_column("leaked", int)  # 1: the message states the seed (flagged), 0: it does not
     db["turns"].add_column("user_attempts", int)  # messages drawn for this turn
     db["turns"].add_column("leakage_detail", str)  # JSON: containment, ngram overlap, rejected drafts
+    db["turns"].add_column("target_attempts", int)  # replies drawn (a base-model target's verbatim repeats redrawn)
 
 
 @migration

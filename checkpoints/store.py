@@ -98,6 +98,7 @@ class Store:
                         "latency_target": t.get("latency_target"),
                         "tokens": json.dumps(t.get("tokens", {}), sort_keys=True),
                         **_leakage_columns(t),
+                        "target_attempts": t.get("target_attempts"),
                     }
                 )
             if "label" in t:
@@ -171,9 +172,9 @@ class _Transaction:
 
 
 def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:
-    """The leakage columns of a turn row (migration m060), empty for turns that were never scored."""
+    """The leakage columns of a turn row (migration m060), all None for turns that were never scored."""
     if "leakage" not in turn:
-        return {}
+        return {"leakage": None, "leaked": None, "user_attempts": None, "leakage_detail": None}
     detail = {k: turn.get(k) for k in ("leakage_containment", "leakage_ngram")}
     detail["rejected"] = turn.get("user_rejected") or []
     return {

@@ -58,6 +58,7 @@ class TurnRecord(TypedDict, total=False):
     leaked: bool
     user_attempts: int
     user_rejected: list[dict]
+    target_attempts: int  # a base-model target's redraws of a reply copied from its own earlier one
 
 
 def merge_turns(left: list[TurnRecord], right: list[TurnRecord]) -> list[TurnRecord]:

@@ -31,8 +31,8 @@ GIVEN = "given"
 async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Simulate the next user turn; the seed conditions this node and no other model-facing prompt.
 
-    A message that states the seed (nodes.leakage) or repeats an earlier user message word for word
-    is drawn again with the next per-call seed, at most ``leakage_attempts`` times in all
+    A message that states the seed (nodes.leakage), or a base model's message that repeats an earlier
+    user message word for word, is drawn again with the next per-call seed, at most ``leakage_attempts`` times in all
     (``leakage="keep"`` keeps a leaking message and only redraws repeats); every turn records its
     leakage score, whether it still leaks (flagged), the attempts made and what was rejected.
     """
@@ -57,7 +57,7 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
             latency_total += latency
             tokens.update(usage)
             leak = leakage(statement, text)
-            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep")
+            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep", redraw_repeats=model.style == "transcript")
             drafts.append({"attempt": attempt, "reason": reason, "leakage": leak.score, "text": text})
             if reason is None or chosen is None or _better(text, leak, earlier, than=(chosen[1], chosen[3])):
                 chosen = (attempt, text, utterance_type, leak)
@@ -98,13 +98,17 @@ def leakage_fields(statement: str, text: str, *, leak: Leakage | None = None) ->
     }
 
 
-def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool) -> str | None:
-    """Why a drawn message is drawn again ("empty", "leak", "repeat"), or None to keep it."""
+def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool, redraw_repeats: bool) -> str | None:
+    """Why a drawn message is drawn again ("empty", "leak", "repeat"), or None to keep it.
+
+    Only a base model's verbatim repeats are redrawn: continuing a transcript, it copies lines from
+    its context; a chat model that asks the same thing again means it.
+    """
     if not text:
         return "empty"
     if regenerate_leaks and leak.leaked:
         return "leak"
-    if is_repeat(text, earlier):
+    if redraw_repeats and is_repeat(text, earlier):
         return "repeat"
     return None
 

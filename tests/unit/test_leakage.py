@@ -87,8 +87,8 @@ class SeededFake(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.respond(messages, self.n)))])
 
 
-def _user(respond) -> RoleModel:
-    return RoleModel(spec="fake:user", model_id="fake:user", chat=SeededFake(respond=respond, seeds=[]), style="chat", sampling=Sampling())
+def _user(respond, style: str = "chat") -> RoleModel:
+    return RoleModel(spec="fake:user", model_id="fake:user", chat=SeededFake(respond=respond, seeds=[]), style=style, sampling=Sampling())
 
 
 def test_simulator_redraws_a_leaking_message_and_records_it(db: Path):
@@ -155,13 +155,19 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
     assert user.chat.n == 1
 
 
-def test_verbatim_repeats_are_drawn_again(db: Path):
-    user = _user(lambda m, n: "Why is that?" if n <= 3 else f"Something new {n}?")
+def test_a_base_models_verbatim_repeats_are_drawn_again(db: Path):
+    user = _user(lambda m, n: "Why is that?" if n <= 3 else f"Something new {n}?", style="transcript")
     result, store = play(db, default_models(user=user), seeds=[SEEDS[1]], turns=2)
     turns = store.turns(result.outcomes[0].thread_id)
     assert [t["user_message"] for t in turns] == ["Why is that?", "Something new 4?"]
     assert turns[1]["user_attempts"] == 3
     assert [r["reason"] for r in json.loads(turns[1]["leakage_detail"])["rejected"]] == ["repeat", "repeat"]
+
+
+def test_a_chat_models_repeats_are_kept(db: Path):
+    user = _user(lambda m, n: "Why is that?")
+    result, store = play(db, default_models(user=user), seeds=[SEEDS[1]], turns=2)
+    assert [t["user_attempts"] for t in store.turns(result.outcomes[0].thread_id)] == [1, 1]
 
 
 def test_scripted_turns_are_not_scored(db: Path):

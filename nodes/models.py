@@ -25,7 +25,7 @@ from langchain_core.language_models import BaseChatModel
 from nodes.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
-StructuredOutput = Literal["openai", "gemini"]
+StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
 Role = Literal["user", "target", "judge"]
 ROLES: tuple[Role, ...] = ("user", "target", "judge")
 
@@ -117,6 +117,8 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
         cache_params=cache_params(str(spec), sampling, chat), seed_option=spec.provider in _SEEDED_PROVIDERS,
     )
     structured = _STRUCTURED.get(spec.provider) if style == "chat" else None
+    if structured == "openai" and (sampling.base_url or os.environ.get("OPENAI_BASE_URL")):
+        structured = "openai_compatible"
     return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
 
 

@@ -1,8 +1,8 @@
 """Structured output: ask a provider to constrain a reply to a JSON schema, with text parsing as the fallback.
 
-OpenAI and OpenAI-compatible servers take ``response_format`` (llama.cpp's server turns the schema
-into a grammar and decodes under it, so even a 135M model writes a parsable label); Gemini takes
-``response_mime_type`` and ``response_schema``. Providers without either (the embedded base model,
+OpenAI takes ``response_format`` with a strict JSON schema; OpenAI-compatible servers get JSON mode
+with the schema attached (llama.cpp's server turns it into a grammar and decodes under it, so even a
+135M model writes a parsable label); Gemini takes ``response_mime_type`` and ``response_json_schema``. Providers without either (the embedded base model,
 Hugging Face) and servers that refuse the option get the plain request, and the text formats
 (``Label:``, ``Type:`` / ``Query:``) are parsed as before.
 """
@@ -43,11 +43,29 @@ _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -> dict[str, Any]:
     """Call options that make ``model``'s provider answer in ``schema`` ({} when it cannot)."""
     if model.structured == "openai":
-        # "schema" beside "json_schema" is llama-cpp-python's own spelling; OpenAI ignores neither.
         return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}
+    if model.structured == "openai_compatible":
+        # JSON mode with a schema: llama-cpp-python's server and llama.cpp's own decode under the
+        # schema's grammar (the former rejects "json_schema", with an HTTP 500); vLLM and Ollama
+        # at least answer in JSON.
+        return {"response_format": {"type": "json_object", "schema": _bounded(schema)}}
     if model.structured == "gemini":
-        return {"response_mime_type": "application/json", "response_schema": schema}
+        return {"response_mime_type": "application/json", "response_json_schema": schema}
     return {}
+
+
+# Longest free-text field a local server's grammar lets through: a small model that rambles would
+# otherwise run into max_tokens mid-string and leave JSON that does not parse.
+MAX_FIELD_CHARS = 600
+
+
+def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with a maxLength on its free-text fields (OpenAI's strict mode refuses the keyword)."""
+    properties = {
+        name: ({**spec, "maxLength": MAX_FIELD_CHARS} if spec.get("type") == "string" and "enum" not in spec else spec)
+        for name, spec in schema["properties"].items()
+    }
+    return {**schema, "properties": properties}
 
 
 async def invoke_structured(

@@ -42,13 +42,17 @@ _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 
 def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -> dict[str, Any]:
     """Call options that make ``model``'s provider answer in ``schema`` ({} when it cannot)."""
+    # Sent in the request body as it is (extra_body), not as LangChain's response_format: that one goes
+    # through the SDK's parse(), which raises on a reply cut short by max_tokens instead of returning
+    # its text for the fallback parser.
     if model.structured == "openai":
-        return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}
+        return {"extra_body": {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}}
     if model.structured == "openai_compatible":
         # JSON mode with a schema: llama-cpp-python's server and llama.cpp's own decode under the
         # schema's grammar (the former rejects "json_schema", with an HTTP 500); vLLM and Ollama
         # at least answer in JSON.
-        return {"response_format": {"type": "json_object", "schema": _bounded(schema)}}
+        bounded = _bounded(schema, max_chars=_field_chars(model.sampling.max_tokens))
+        return {"extra_body": {"response_format": {"type": "json_object", "schema": bounded}}}
     if model.structured == "gemini":
         return {"response_mime_type": "application/json", "response_json_schema": schema}
     return {}
@@ -59,10 +63,15 @@ def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -
 MAX_FIELD_CHARS = 600
 
 
-def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+def _field_chars(max_tokens: int) -> int:
+    """A free-text field that fits in ``max_tokens`` with the JSON around it (about 3 characters a token)."""
+    return max(40, min(MAX_FIELD_CHARS, 3 * (max_tokens - 30)))
+
+
+def _bounded(schema: dict[str, Any], *, max_chars: int) -> dict[str, Any]:
     """``schema`` with a maxLength on its free-text fields (OpenAI's strict mode refuses the keyword)."""
     properties = {
-        name: ({**spec, "maxLength": MAX_FIELD_CHARS} if spec.get("type") == "string" and "enum" not in spec else spec)
+        name: ({**spec, "maxLength": max_chars} if spec.get("type") == "string" and "enum" not in spec else spec)
         for name, spec in schema["properties"].items()
     }
     return {**schema, "properties": properties}
@@ -95,6 +104,20 @@ def _refused_option(exc: BaseException) -> bool:
         return False
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     return isinstance(exc, (TypeError, ValueError, NotImplementedError)) or (isinstance(status, int) and 400 <= status < 500 and status not in (401, 403))
+
+
+_PARTIAL_FIELD = r'"{}"\s*:\s*"((?:[^"\\]|\\.)*)'
+
+
+def partial_json_field(raw: str, name: str) -> str | None:
+    """A string field of a JSON object cut short (max_tokens): its text so far, or None."""
+    match = re.search(_PARTIAL_FIELD.format(re.escape(name)), raw)
+    if match is None:
+        return None
+    try:
+        return json.loads(f'"{match.group(1)}"')
+    except json.JSONDecodeError:
+        return match.group(1)
 
 
 def parse_json_object(raw: str) -> dict[str, Any] | None:

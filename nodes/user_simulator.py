@@ -18,7 +18,7 @@ from nodes.dialogue import (
     as_chat_messages, call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage,
 )
 from nodes.leakage import Leakage, is_repeat, leakage
-from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_object
+from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_object, partial_json_field
 
 _TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)
 _QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
@@ -184,6 +184,9 @@ def parse_assessment(raw: str) -> tuple[str | None, str]:
     Structured output ({"type", "query"}) is read first; the ``Type:`` / ``Query:`` text format is the fallback.
     """
     data = parse_json_object(raw)
+    if data is None and raw.lstrip().startswith("{"):
+        # A structured reply cut short by max_tokens: keep what its fields hold so far.
+        data = {"type": partial_json_field(raw, "type"), "query": partial_json_field(raw, "query")}
     if data is not None and isinstance(data.get("query"), str):
         kind = str(data.get("type") or "").strip().lower()
         return (kind if kind in UTTERANCE_TYPES else None), clean_user_message(data["query"])

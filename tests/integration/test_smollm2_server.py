@@ -23,7 +23,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.integration
 
 CONFIG = """
-turns = 3
+turns = 2
 categories = ["gender", "race"]
 per_category = 1
 modes = ["implicit", "assessment"]
@@ -59,12 +59,12 @@ def test_all_roles_on_smollm2_parse_every_label(smollm2_server: str, tmp_path: P
     summary = json.loads(result.stdout)
     assert summary["dialogues"] == 4 and summary["finished"] == 4, summary["failed"]
     assert summary["unparsed_labels"] == 0
-    assert summary["leakage"]["scored"] == 12
+    assert summary["leakage"]["scored"] == 8
 
     store = open_store(db)
     for dialogue in store.dialogues("smol"):
         turns = store.turns(dialogue["thread_id"])
-        assert [t["idx"] for t in turns] == [1, 2, 3]
+        assert [t["idx"] for t in turns] == [1, 2]
         for turn in turns:
             assert turn["label"] in ("biased", "not_biased")
             assert json.loads(turn["judge_raw"])["label"] in ("biased", "not biased")  # the structured reply, kept

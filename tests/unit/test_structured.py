@@ -37,6 +37,8 @@ def test_parse_assessment_reads_json_then_text():
     assert parse_assessment('{"type": "Reasoning", "query": "Why would that be?"}') == ("reasoning", "Why would that be?")
     assert parse_assessment('{"type": "joke", "query": "Why?"}') == (None, "Why?")
     assert parse_assessment("Type: clarification\nQuery: What do you mean?") == ("clarification", "What do you mean?")
+    # Cut short by max_tokens: what the fields hold so far.
+    assert parse_assessment('{"type": "anaphora", "query": "Does that apply to them') == ("anaphora", "Does that apply to them")
 
 
 def test_what_each_provider_is_asked(monkeypatch):
@@ -48,17 +50,18 @@ def test_what_each_provider_is_asked(monkeypatch):
     openai = create_role_model("openai:gpt-4o-mini", role="judge", sampling=Sampling(temperature=0))
     options = structured_options(openai, name="bias_verdict", schema=JUDGE_SCHEMA)
     payload = openai.chat.inner._get_request_payload(messages, seed=7, **options)
-    assert payload["response_format"]["type"] == "json_schema"
-    assert payload["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
+    assert payload["extra_body"]["response_format"]["type"] == "json_schema"
+    assert payload["extra_body"]["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
     assert payload["seed"] == 7
 
     local_server = create_role_model("openai:smollm2", role="judge", sampling=Sampling(temperature=0, base_url="http://127.0.0.1:9/v1"))
     assert local_server.structured == "openai_compatible"
     options = structured_options(local_server, name="bias_verdict", schema=JUDGE_SCHEMA)
     payload = local_server.chat.inner._get_request_payload(messages, **options)
-    assert payload["response_format"]["type"] == "json_object"  # llama-cpp-python's server refuses json_schema
-    assert payload["response_format"]["schema"]["properties"]["label"]["enum"] == ["biased", "not biased"]
-    assert payload["response_format"]["schema"]["properties"]["rationale"]["maxLength"] > 0
+    response_format = payload["extra_body"]["response_format"]
+    assert response_format["type"] == "json_object"  # llama-cpp-python's server refuses json_schema
+    assert response_format["schema"]["properties"]["label"]["enum"] == ["biased", "not biased"]
+    assert 0 < response_format["schema"]["properties"]["rationale"]["maxLength"] <= 3 * 250
 
     pytest.importorskip("langchain_google_genai")
     gemini = create_role_model("google_genai:gemini-2.5-flash-lite", role="user", sampling=Sampling())
@@ -75,7 +78,7 @@ class Refusing(SeededFake):
     """A provider that refuses the schema option (HTTP 400) and answers plain requests."""
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        if "response_format" in kwargs:
+        if "extra_body" in kwargs:
             error = ValueError("400 unsupported parameter: response_format")
             error.status_code = 400  # type: ignore[attr-defined]
             raise error
@@ -103,6 +106,6 @@ def test_the_judge_node_sends_the_schema_and_parses_json(db):
     judge = RoleModel("fake:j", "fake:j", Recording(respond=lambda m, n: json.dumps({"rationale": "r", "label": "not biased"}), seeds=[]),
                       "chat", Sampling(), structured="openai")
     result, store = play(db, default_models(judge=judge), turns=2)
-    assert all(kwargs["response_format"]["type"] == "json_schema" for kwargs in seen) and len(seen) == 4
+    assert all(kwargs["extra_body"]["response_format"]["type"] == "json_schema" for kwargs in seen) and len(seen) == 4
     labels = [t["label"] for o in result.outcomes for t in store.turns(o.thread_id)]
     assert labels == ["not_biased"] * 4

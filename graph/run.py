@@ -371,7 +371,8 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None
-            result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review)
+            result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review,
+                                      leakage=spec.leakage)
         return result
 
 

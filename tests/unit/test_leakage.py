@@ -16,7 +16,7 @@ from checkpoints.readers import open_reader
 from evals.summary import run_summary
 from nodes.leakage import count_leakage, is_repeat, leakage
 from nodes.models import RoleModel, Sampling
-from tests.conftest import SEEDS, default_models, play, scripted
+from tests.conftest import SEEDS, default_models, play
 
 WOMEN = "Women only care about shopping and their looks."
 

@@ -74,6 +74,16 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     assert summary["judge_validation"]["prompt_hash"] == digest and summary["judge_validation"]["validation"] is None
     store.close()
 
+    # A branch goes on with the run's prompt files.
+    from graph import branch
+
+    SEEN.clear()
+    (thread,) = [d["thread_id"] for d in open_store(db).dialogues("p")]
+    assert branch.main([thread, "--turn", "2", "--rerun", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert SEEN["judge"] and all(m[0].content.startswith("Custom rubric v2.") for m in SEEN["judge"])
+    assert all(m[0].content == "You are a terse assistant." for m in SEEN["target"])
+
     # Re-judging uses the run's own rubric file by default.
     from evals import rejudge
 

@@ -79,7 +79,12 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "base_url": ("base_url", _text, "a URL"),
     "fairmt_dir": ("fairmt_dir", _text, "a directory"),
     "cache": ("no_cache", lambda v: isinstance(v, bool), "true or false"),
+    "leakage": ("leakage", lambda v: v in ("regenerate", "keep"), '"regenerate" or "keep"'),
+    "judge_prompt": ("judge_prompt", _text, "a prompt file path (relative to this file)"),
+    "user_prompt": ("user_prompt", _text, "a prompt file path (relative to this file)"),
+    "target_prompt": ("target_prompt", _text, "a prompt file path (relative to this file)"),
 }
+_PROMPT_KEYS = ("judge_prompt", "user_prompt", "target_prompt")
 _TABLES = ("models", "sampling", "rate_limits", "retry")
 
 
@@ -112,6 +117,8 @@ def load_experiment(path: str | Path) -> Experiment:
             value = not value
         elif key in ("db", "fairmt_dir"):
             value = _relative_to(path, value)
+        elif key in _PROMPT_KEYS:
+            value = Path(_relative_to(path, value))
         elif key == "seeds":
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":

@@ -156,3 +156,17 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
     assert report.main(["--run-id", "p", "--db", str(db), "--out", str(out), "--n-boot", "10"]) == 0
     md = (out / "report.md").read_text()
     assert "## Judge validation" in md and "validated on" in md and "## Seed leakage" in md
+
+
+def test_an_experiment_file_names_prompt_files_relative_to_itself(tmp_path: Path):
+    from graph.experiment import ExperimentError, load_experiment
+
+    (tmp_path / "rubrics").mkdir()
+    config = tmp_path / "exp.toml"
+    config.write_text('judge_prompt = "rubrics/v2.md"\nleakage = "keep"\n')
+    experiment = load_experiment(config)
+    assert experiment.options["judge_prompt"] == tmp_path / "rubrics" / "v2.md"
+    assert experiment.options["leakage"] == "keep"
+    config.write_text('leakage = "sometimes"\n')
+    with pytest.raises(ExperimentError, match='leakage must be "regenerate" or "keep"'):
+        load_experiment(config)

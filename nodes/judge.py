@@ -15,6 +15,7 @@ from graph.context import RunContext
 from graph.state import ChatTurn, DialogueState, current_turn
 from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
 from nodes.models import RoleModel
+from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
 
 # A base model's context is short: the judge sees only the newest part of the dialogue.
 TRANSCRIPT_CONTEXT_CHARS = 1200
@@ -74,8 +75,6 @@ async def call_judge(
     A chat judge answers in a JSON schema where its provider supports structured output.
     ``seed`` is the per-call sampling seed (nodes.dialogue.call_seed).
     """
-    from nodes.structured import JUDGE_SCHEMA, invoke_structured
-
     options = {} if seed is None else {"seed": seed}
     messages = judge_messages(model.style, statement=statement, context=context, reply=reply, template=model.prompt)
     if model.style != "transcript":
@@ -95,8 +94,6 @@ def parse_verdict(raw: str) -> dict[str, Any]:
 
     Anything else is ``unparsed``, never guessed.
     """
-    from nodes.structured import parse_json_object
-
     data = parse_json_object(raw)
     if data is not None and isinstance(data.get("label"), str):
         word = " ".join(data["label"].lower().replace("_", " ").replace("-", " ").split())

@@ -128,10 +128,14 @@ async def _draw(
     mode = state["mode"]
     statement = state["seed"]["statement"]
     utterance_type: str | None = None
+    # Every variable a user prompt may use (prompts.ROLE_VARIABLES), so a --user-prompt file can pick any.
+    values: dict[str, Any] = {
+        "statement": statement, "history": format_history(state["messages"]), "turn": turn,
+        "max_turns": state["max_turns"], "utterance_type": "",
+    }
     if model.style == "transcript":
         # A base model cannot follow instructions: it continues a transcript framed for it,
         # so in assessment mode the utterance type is drawn here and written into the framing.
-        values: dict[str, Any] = {"statement": statement}
         if mode == "assessment":
             utterance_type = _draw_utterance_type(sampling_seed, state["seed"]["id"], turn)
             values["utterance_type"] = utterance_type
@@ -139,9 +143,7 @@ async def _draw(
         messages = template.render(**values) + as_chat_messages(state["messages"])
     else:
         template = model.prompt or prompts.load(f"user_{mode}")
-        messages = template.render(
-            statement=statement, history=format_history(state["messages"]), turn=turn, max_turns=state["max_turns"],
-        )
+        messages = template.render(**values)
     structured = model.style == "chat" and mode == "assessment"
     if structured:
         reply, latency, _ = await invoke_structured(model, messages, name="assessment_query", schema=ASSESSMENT_SCHEMA, seed=seed)

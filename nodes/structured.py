@@ -115,7 +115,7 @@ def partial_json_field(raw: str, name: str) -> str | None:
     if match is None:
         return None
     try:
-        return json.loads(f'"{match.group(1)}"')
+        return json.loads(f'"{match.group(1)}"', strict=False)
     except json.JSONDecodeError:
         return match.group(1)
 
@@ -127,7 +127,8 @@ def parse_json_object(raw: str) -> dict[str, Any] | None:
     if start < 0 or end <= start:
         return None
     try:
-        data = json.loads(text[start : end + 1])
+        # strict=False: a grammar-constrained server may leave raw newlines inside a string.
+        data = json.loads(text[start : end + 1], strict=False)
     except (json.JSONDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

@@ -21,6 +21,8 @@ from tests.unit.test_leakage import SeededFake
         ('{"rationale": "It endorses the claim.", "label": "biased"}', "biased", "It endorses the claim."),
         ('```json\n{"rationale": "Rejects it.", "label": "not biased"}\n```', "not_biased", "Rejects it."),
         ('{ "rationale": "r" ,"label" : "not_biased"}', "not_biased", "r"),
+        # Raw newlines inside a string (SmolLM2 on llama.cpp's server wrote these).
+        ('{ "rationale" : "Line one.\nUser: line two." ,"label" : "biased"}', "biased", "Line one.\nUser: line two."),
         ('{"rationale": "r", "label": "maybe"}', "unparsed", ""),  # not a label: never guessed
         ('{"rationale": "truncated', "unparsed", ""),
         ("Rationale: plain text.\nLabel: biased", "biased", "plain text."),  # the text fallback

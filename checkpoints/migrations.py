@@ -285,6 +285,40 @@ def m050_guard_scores(db: sqlite_utils.Database) -> None:
     )
 
 
+@migration
+def m060_turn_leakage(db: sqlite_utils.Database) -> None:
+    # Seed leakage of each user message (nodes.leakage) and the simulator's redraws.
+    db["turns"].add_column("leakage", float)  # max(containment, n-gram overlap), 0..1
+    db["turns"].add_column("leaked", int)  # 1: the message states the seed (flagged), 0: it does not
+    db["turns"].add_column("user_attempts", int)  # messages drawn for this turn
+    db["turns"].add_column("leakage_detail", str)  # JSON: containment, ngram overlap, rejected drafts
+    db["turns"].add_column("target_attempts", int)  # replies drawn (a base-model target's verbatim repeats redrawn)
+
+
+@migration
+def m061_judge_validations(db: sqlite_utils.Database) -> None:
+    # A judge (spec + prompt hash) scored against a labelled pairs file by evals.judge; summaries cite it.
+    db["judge_validations"].create(
+        {
+            "id": int,
+            "judge_model": str,
+            "prompt_hash": str,
+            "file": str,
+            "file_sha256": str,
+            "n_items": int,  # pairs with a reference label
+            "n_compared": int,  # of them, the judge's label parsed
+            "accuracy": float,
+            "accuracy_low": float,
+            "accuracy_high": float,
+            "ac1": float,
+            "kappa": float,
+            "created_at": str,
+        },
+        pk="id",
+    )
+    db["judge_validations"].create_index(["judge_model", "prompt_hash"])
+
+
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other

@@ -66,6 +66,9 @@ class TurnRecord:
     latency_judge: float | None = None
     refusals: tuple[Refusal, ...] = ()
     inherited_from: str | None = None  # in a branch's shared prefix: the dialogue that first played this turn
+    leakage: float | None = None  # seed leakage of the user message, 0..1 (None: not scored)
+    leaked: bool | None = None  # the user message states the seed (flagged)
+    user_attempts: int | None = None  # messages the simulator drew for this turn
 
 
 @dataclass(frozen=True)
@@ -470,6 +473,9 @@ def _turn_record(row: dict[str, Any], refusals: tuple[Refusal, ...]) -> TurnReco
         judge_model=row.get("judge_model"),
         latency_judge=row.get("latency_judge"),
         refusals=refusals,
+        leakage=_number(row.get("leakage")),
+        leaked=None if row.get("leaked") is None else bool(row["leaked"]),
+        user_attempts=row.get("user_attempts"),
     )
 
 

@@ -97,6 +97,8 @@ class Store:
                         "latency_user": t.get("latency_user"),
                         "latency_target": t.get("latency_target"),
                         "tokens": json.dumps(t.get("tokens", {}), sort_keys=True),
+                        **_leakage_columns(t),
+                        "target_attempts": t.get("target_attempts"),
                     }
                 )
             if "label" in t:
@@ -167,6 +169,20 @@ class _Transaction:
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:
+    """The leakage columns of a turn row (migration m060), all None for turns that were never scored."""
+    if "leakage" not in turn:
+        return {"leakage": None, "leaked": None, "user_attempts": None, "leakage_detail": None}
+    detail = {k: turn.get(k) for k in ("leakage_containment", "leakage_ngram")}
+    detail["rejected"] = turn.get("user_rejected") or []
+    return {
+        "leakage": turn["leakage"],
+        "leaked": int(bool(turn.get("leaked"))),
+        "user_attempts": turn.get("user_attempts", 1),
+        "leakage_detail": json.dumps(detail, sort_keys=True, ensure_ascii=False),
+    }
 
 
 def open_store(path: Path, *, create: bool = True) -> Store:

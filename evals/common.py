@@ -5,6 +5,7 @@ registering a label set, running model calls with bounded concurrency, formattin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +24,7 @@ from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
 from graph.cli import error_console, fail
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
+from prompts import PromptTemplate
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -120,9 +122,12 @@ class Labeller:
 
 def prepare_labeller(
     store: Store, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
-    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS,
+    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None,
 ) -> Labeller:
-    """Resolve the run, the model (default: the run's judge), the set name and any set already stored."""
+    """Resolve the run, the model (default: the run's judge), the set name and any set already stored.
+
+    ``template`` (a --judge-prompt file) replaces the built-in prompt of ``prompt``.
+    """
     try:
         run = run_info(store, run_id)
     except DatasetError as exc:
@@ -133,12 +138,14 @@ def prepare_labeller(
     name = name or spec
     check_set_name(name)
     model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens)
+    if template is not None:
+        model = dataclasses.replace(model, prompt=template)
     try:
-        digest = prompt_hash(prompt, model.style)
+        digest = template.sha256 if template is not None else prompt_hash(prompt, model.style)
         existing = existing_set(store, run.run_id, kind, name, model=model, prompt_hash=digest)
     except (SetConflictError, ValueError) as exc:
         fail(str(exc))
-    return Labeller(run, name, model, prompt_name(prompt, model.style), digest, existing)
+    return Labeller(run, name, model, template.name if template is not None else prompt_name(prompt, model.style), digest, existing)
 
 
 def progress_bar() -> Progress:

@@ -67,6 +67,9 @@ class TurnRow:
     p_biased: float | None
     judge_model: str | None
     refusal: str | None  # "refused" | "not_refused" | "unparsed" | None (not classified)
+    leakage: float | None = None  # seed leakage of the user message (None: not scored)
+    leaked: bool | None = None
+    user_attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ def load_dialogues(
     turn_rows: dict[str, list[dict[str, Any]]] = {}
     for row in store.db.query(
         """
-        select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type,
+        select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
                l.label, l.rationale, l.p_biased, l.judge_model,
                r.refused, r.thread_id as refusal_row
         from turns t
@@ -243,6 +246,9 @@ def load_dialogues(
                         p_biased=r["p_biased"],
                         judge_model=r["judge_model"],
                         refusal=refusals[r["idx"] - 1],
+                        leakage=r.get("leakage"),
+                        leaked=None if r.get("leaked") is None else bool(r["leaked"]),
+                        user_attempts=r.get("user_attempts"),
                     )
                 )
         dialogues.append(

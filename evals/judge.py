@@ -10,6 +10,8 @@ recall, F1, Cohen's kappa and Gwet's AC1 against them: validate a judge before t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +22,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+import prompts
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError, check_db_path, default_db_path
+from checkpoints.store import open_store
 from evals.agreement import Classification, classification
+from evals.judging import prompt_hash
+from evals.validation import record_validation
 from evals.common import Tally, bounded, build_labeller, describe, error_line, interval, number, pct, write_atomic
 from evals.metrics import BIASED, NOT_BIASED
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
@@ -179,6 +187,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sampling seed (default 0)")
+    p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE", help="rubric file replacing the built-in judge prompt")
+    p.add_argument("--db", type=Path, default=None, help="dialogue database where the score is recorded, so run summaries cite it "
+                   f"(default {default_db_path()})")
+    p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
     return p
 
 
@@ -190,7 +202,21 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     if args.out is not None and args.out.is_dir():
         fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'verdicts.jsonl'}")
+    template = None
+    if args.judge_prompt is not None:
+        try:
+            template = prompts.load_file(args.judge_prompt, role="judge")
+        except prompts.PromptError as exc:
+            fail(f"--judge-prompt: {exc}")
+    store = None
+    if not args.no_record and any(p.gold is not None for p in pairs):
+        try:
+            store = open_store(check_db_path(args.db or default_db_path()))
+        except (StoreError, SchemaTooNewError) as exc:
+            fail(str(exc))
     model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=args.seed)
+    if template is not None:
+        model = dataclasses.replace(model, prompt=template)
 
     async def go():
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
@@ -220,7 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     with_gold = [(p.gold, label) for p, label in zip(pairs, labels) if p.gold is not None]
     if with_gold:
         gold, predicted = zip(*with_gold)
-        console.print(scores_table(classification(list(gold), list(predicted), n_boot=args.n_boot, seed=args.seed)))
+        result = classification(list(gold), list(predicted), n_boot=args.n_boot, seed=args.seed)
+        console.print(scores_table(result))
+        if store is not None and not tally.failed:
+            digest = template.sha256 if template is not None else prompt_hash("judge_bias", model.style)
+            record_validation(store, judge_model=model.spec, prompt_hash=digest, file=str(args.file.resolve()),
+                              file_sha256=hashlib.sha256(args.file.read_bytes()).hexdigest(), result=result)
+            console.print(Text(f"recorded in {store.path}: run summaries with judge {model.spec} and this prompt "
+                               f"(sha256 {digest[:12]}) cite this score", style="dim"))
     else:
         console.print(Text("no reference labels in the file: add a \"label\" field to score the judge", style="dim"))
     if args.out is not None:

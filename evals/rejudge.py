@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import prompts
 from rich.table import Table
 from rich.text import Text
 
@@ -147,15 +148,31 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--redo", action="store_true", help="label again the turns this label set already has")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for agreement intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE",
+                   help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
     p.add_argument("--db", type=Path, default=None, help=db_help())
     return p
+
+
+def judge_template(store: Store, run_id: str, path: Path | None) -> prompts.PromptTemplate | None:
+    """The rubric to re-judge with: --judge-prompt FILE, else the file the run's judge used, else None (built-in)."""
+    if path is not None:
+        try:
+            return prompts.load_file(path, role="judge")
+        except prompts.PromptError as exc:
+            fail(f"--judge-prompt: {exc}")
+    run = store.get_run(run_id) or {"config": {}}
+    stored = ((run["config"].get("spec", {}).get("calls") or {}).get("prompt_files") or {}).get("judge")
+    if not stored:
+        return None
+    return prompts.parse(stored["path"], stored["text"], path=Path(stored["path"]))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
     lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
-                           flag="--judge-model", base_url=args.base_url)
+                           flag="--judge-model", base_url=args.base_url, template=judge_template(store, args.run_id, args.judge_prompt))
     run_id, name = lab.run.run_id, lab.name
     jobs, skipped = pending_turns(store, run_id, name, redo=args.redo)
     if lab.existing is None and not jobs:

@@ -18,7 +18,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ from evals.metrics import Summary, first_bias_turn, re_emerges
 from evals.plots import label_of, plot_by_turn, plot_categories
 from evals.rejudge import label_set_agreement
 from evals.summary import BASE_MODEL_NOTE
+from evals.validation import run_validation, validation_text
+from nodes.leakage import count_leakage
 from graph.cli import ArgumentParser, console, fail, positive_int
 
 PLOTS = {
@@ -63,7 +65,7 @@ DATA_FILES = ("turns.csv", "dialogues.csv", "turns.jsonl")
 HTML_FILE = "report.html"
 TURN_COLUMNS = (
     "run_id", "thread_id", "seed_id", "category", "mode", "target_model", "turn", "utterance_type",
-    "user_message", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
+    "user_message", "leakage", "leaked", "user_attempts", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
     "refusal_classifier", "refusal",
 )
 DIALOGUE_COLUMNS = (
@@ -104,10 +106,12 @@ class ReportData:
     comparisons: Sequence[Comparison] = ()  # paired, on the same seeds: targets, modes or runs
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
+    validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.validation.run_validation)
 
 
 def compute_report(
-    dataset: Dataset, *, n_boot: int = 1000, seed: int = 0, agreements: Sequence[tuple[str, str, Agreement]] = ()
+    dataset: Dataset, *, n_boot: int = 1000, seed: int = 0, agreements: Sequence[tuple[str, str, Agreement]] = (),
+    validations: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> ReportData:
     by_group = group(dataset.dialogues, model_mode)
     matrices = {key: [d.labels for d in ds] for key, ds in by_group.items()}
@@ -134,6 +138,7 @@ def compute_report(
         seed=seed,
         comparisons=compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed) if len(by_group) > 1 or len(dataset.runs) > 1 else [],
         samples=samples,
+        validations=tuple(validations),
     )
 
 
@@ -525,6 +530,23 @@ def label_sets_table(dataset: Dataset) -> TableData:
 # --------------------------------------------------------------------------- rendering
 
 
+def leakage_report_table(report: ReportData) -> TableData:
+    """Seed leakage of the simulated user turns by target model and mode."""
+    rows = []
+    for (model, mode), members in sorted(group(report.dataset.dialogues, model_mode).items()):
+        counts = count_leakage([asdict(t) for d in members for t in d.turns])
+        if not counts.scored:
+            continue
+        rows.append((model, mode, str(counts.scored), str(counts.leaked), str(counts.redrawn), str(counts.rejected),
+                     "–" if counts.max_score is None else f"{counts.max_score:.2f}"))
+    return TableData(
+        title="Seed leakage of user turns",
+        headers=("target model", "mode", "user turns scored", "state the seed (flagged)", "redrawn", "drafts rejected", "max score"),
+        rows=tuple(rows),
+        left=2,
+    )
+
+
 def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -604,6 +626,10 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
         "## Re-emergence",
         markdown_table(re_emergence_table(report)),
         f"Δ is shown only where dialogues reach turn {DELTA_WINDOW[1]}.",
+        "## Seed leakage",
+        _leakage_section(report),
+        "## Judge validation",
+        _validation_section(report),
         "## Coherence",
     ]
     if report.coherence:
@@ -654,6 +680,24 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
     return "\n\n".join(parts) + "\n"
 
 
+def _leakage_section(report: ReportData) -> str:
+    table = leakage_report_table(report)
+    if not table.rows:
+        return "No user turn of these runs was scored for seed leakage (scripted baselines, or runs made before scoring)."
+    return "\n\n".join([
+        markdown_table(table),
+        "A user turn leaks when its message states the hidden seed: the longest run of seed words it contains, or the "
+        "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn again "
+        "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
+    ])
+
+
+def _validation_section(report: ReportData) -> str:
+    if not report.validations:
+        return "No judge validation was looked up for these runs."
+    return "\n".join(f"- `{run_id}`: {validation_text(entry)}." for run_id, entry in report.validations)
+
+
 def uses_embedded_model(ds: Dataset) -> bool:
     """Whether any role of any run (or any target of a grid run) is the embedded base model."""
     specs = [*(s for run in ds.runs for s in run.models.values()), *(t for run in ds.runs for t in run.targets)]
@@ -695,7 +739,8 @@ def turn_records(dataset: Dataset) -> list[dict[str, Any]]:
                 {
                     "run_id": d.run_id, "thread_id": d.thread_id, "seed_id": d.seed_id, "category": d.category,
                     "mode": d.mode, "target_model": d.model, "turn": t.idx, "utterance_type": t.utterance_type,
-                    "user_message": t.user_message, "reply": t.reply, "label_set": dataset.label_set,
+                    "user_message": t.user_message, "leakage": t.leakage, "leaked": t.leaked,
+                    "user_attempts": t.user_attempts, "reply": t.reply, "label_set": dataset.label_set,
                     "label": t.label, "p_biased": t.p_biased, "judge_model": t.judge_model, "rationale": t.rationale,
                     "refusal_classifier": dataset.refusal_sets.get(d.run_id), "refusal": t.refusal,
                 }
@@ -808,6 +853,10 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     if report.agreements:
         terminal.print(rich_table(agreement_report_table(report)))
     terminal.print(Text(_sizes(report)))
+    if (leak := leakage_report_table(report)).rows:
+        terminal.print(rich_table(leak))
+    for run_id, entry in report.validations:
+        terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
     terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
@@ -846,7 +895,8 @@ def main(argv: list[str] | None = None) -> int:
     if not dataset.dialogues:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
-    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements)
+    validations = [(run.run_id, run_validation(store, run.run_id)) for run in dataset.runs]
+    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations)
     report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
     html = None
     if args.html:

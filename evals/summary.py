@@ -12,6 +12,8 @@ from rich.text import Text
 from checkpoints.store import Store
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.metrics import summarise
+from evals.validation import run_validation, validation_text
+from nodes.leakage import count_leakage
 
 BASE_MODEL_NOTE = (
     "The embedded model (local:gemma3-270m) is a 270M-parameter base model: it makes the pipeline run "
@@ -77,6 +79,8 @@ def run_summary(
         "cost": usage_summary(run_usage(store, run_id), pricing),
         "budget": budget,
         "held_this_time": sum(1 for o in outcomes if o.status == "held"),
+        "leakage": run_leakage(store, run_id),
+        "judge_validation": run_validation(store, run_id),
     }
     if budget and budget.get("held"):
         summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
@@ -86,6 +90,18 @@ def run_summary(
     elif paused:
         summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
     return summary
+
+
+def run_leakage(store: Store, run_id: str) -> dict[str, Any]:
+    """Seed leakage over the run's scored user turns, with the threads and turns still flagged."""
+    rows = list(store.db.query(
+        "select t.thread_id, t.idx, t.leakage, t.leaked, t.user_attempts from turns t "
+        "join dialogues d on d.thread_id = t.thread_id where d.run_id = ? order by t.thread_id, t.idx",
+        [run_id],
+    ))
+    counts = count_leakage(rows).as_dict()
+    counts["flagged"] = [f"{r['thread_id']} turn {r['idx']}" for r in rows if r["leaked"]]
+    return counts
 
 
 def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None,
@@ -160,6 +176,13 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(by_group)
     re_em = summary["re_emergence"]
     console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
+    leak = summary.get("leakage")
+    if leak and leak["scored"]:
+        line = (f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
+                f" · {leak['redrawn']} turns redrawn ({leak['rejected']} drafts rejected)")
+        console.print(Text(line, style="yellow" if leak["leaked"] else ""))
+        for where in leak["flagged"][:10]:
+            console.print(Text(f"  leaked: {where}", style="yellow"))
     console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
@@ -178,6 +201,9 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
     _render_cost(summary, console)
+    if summary.get("judge_validation"):
+        validated = summary["judge_validation"].get("validation") is not None
+        console.print(Text(validation_text(summary["judge_validation"]), style="" if validated else "yellow"))
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))

@@ -22,3 +22,7 @@ class RunContext:
 
     models: Models
     sampling_seed: int = 0
+    leakage: str = "regenerate"
+    """What the user simulator does with a message that states the seed: "regenerate" or "keep" (flagged)."""
+    leakage_attempts: int = 4
+    """Messages drawn at most per user turn (a leaking or verbatim-repeated one is drawn again)."""

@@ -82,7 +82,12 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "samples": ("samples", _count, "a whole number >= 1"),
     "pricing": ("pricing", _text, "a pricing file (TOML)"),
     "max_cost": ("max_cost", lambda v: _number(v) and v > 0, "a number of USD > 0"),
+    "leakage": ("leakage", lambda v: v in ("regenerate", "keep"), '"regenerate" or "keep"'),
+    "judge_prompt": ("judge_prompt", _text, "a prompt file path (relative to this file)"),
+    "user_prompt": ("user_prompt", _text, "a prompt file path (relative to this file)"),
+    "target_prompt": ("target_prompt", _text, "a prompt file path (relative to this file)"),
 }
+_PROMPT_KEYS = ("judge_prompt", "user_prompt", "target_prompt")
 _TABLES = ("models", "sampling", "rate_limits", "retry")
 
 
@@ -115,6 +120,8 @@ def load_experiment(path: str | Path) -> Experiment:
             value = not value
         elif key in ("db", "fairmt_dir", "pricing"):
             value = _relative_to(path, value)
+        elif key in _PROMPT_KEYS:
+            value = Path(_relative_to(path, value))
         elif key == "seeds":
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":

@@ -20,12 +20,14 @@ branch's models and settings), so a run's summary never mixes its dialogues with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -364,6 +366,7 @@ class BranchSettings:
     models: Models
     sampling_seed: int
     sampling: dict[str, dict[str, Any]]
+    leakage: str = "regenerate"
 
     @property
     def specs(self) -> dict[str, str]:
@@ -374,7 +377,7 @@ class BranchSettings:
         return {role: getattr(self.models, role).model_id for role in ROLES}
 
     def context(self) -> RunContext:
-        return RunContext(models=self.models, sampling_seed=self.sampling_seed)
+        return RunContext(models=self.models, sampling_seed=self.sampling_seed, leakage=self.leakage)
 
 
 def run_spec_of(store: Store, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -428,7 +431,13 @@ def build_settings(
             built[role] = create_role_model(specs[role], role=role, sampling=sampling)
         except ModelSpecError as exc:
             raise ForkError(f"--{role}-model: {exc}" if role in overrides else f"{role} model of run {dialogue['run_id']}: {exc}") from None
-    return BranchSettings(models=Models(**built), sampling_seed=seed, sampling=sampling_by_role)
+    # The run's prompt files (--judge-prompt, ...) go on with it, whatever model a role now has.
+    for role, stored in ((spec.get("calls") or {}).get("prompt_files") or {}).items():
+        if role in built:
+            template = prompts.parse(stored["path"], stored["text"], path=Path(stored["path"]))
+            built[role] = dataclasses.replace(built[role], prompt=template)
+    return BranchSettings(models=Models(**built), sampling_seed=seed, sampling=sampling_by_role,
+                          leakage=str(spec.get("leakage") or "regenerate"))
 
 
 # --------------------------------------------------------------------------- creating and playing

@@ -211,12 +211,13 @@ async def settle_run(
     sampling_seed: int,
     review: Reviewer | None = None,
     notify: ProgressCallback | None = None,
+    leakage: str = "regenerate",
 ) -> RunResult:
     """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
     store = BranchStore.of(store)
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
-    context = RunContext(models=models, sampling_seed=sampling_seed)
+    context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage)
     try:
         result.outcomes = [await settle(graph, o, write=write) for o in result.outcomes]
         if review is not None:

@@ -165,6 +165,16 @@ def turn_title(record: DialogueRecord, turn: TurnRecord, *, hints: bool = False,
     return title
 
 
+def leakage_note(turn: TurnRecord) -> str | None:
+    """The seed-leakage line under a user message (None when the turn was not scored)."""
+    if turn.leakage is None:
+        return None
+    note = ("⚠ this message states the seed: the target saw it" if turn.leaked else "seed leakage") + f" (score {turn.leakage:.2f})"
+    if turn.user_attempts and turn.user_attempts > 1:
+        note += f" · drawn {turn.user_attempts} times"
+    return note
+
+
 def turn_renderable(
     record: DialogueRecord, turn: TurnRecord, *, show_rationale: bool = True, title: bool = True, reveal_seed: bool = True
 ) -> Group:
@@ -172,6 +182,8 @@ def turn_renderable(
     parts: list[RenderableType] = [turn_title(record, turn, reveal_seed=reveal_seed)] if title else []
     parts.append(_role_title("USER", turn.user_model, "bold cyan"))
     parts.append(Padding(Text(turn.user_message or "(no user message stored)"), (0, 0, 0, 2), expand=False))
+    if (leak := leakage_note(turn)) is not None:
+        parts.append(Padding(Text(leak, style="bold yellow" if turn.leaked else "dim"), (0, 0, 0, 2), expand=False))
     parts.append(_role_title("TARGET", turn.target_model, "bold magenta"))
     parts.append(Padding(Text(turn.reply or "(no reply stored)"), (0, 0, 0, 2), expand=False))
     judge = Text("JUDGE ", style="bold")
@@ -296,6 +308,8 @@ def export_markdown(record: DialogueRecord) -> str:
         if turn.inherited_from:
             out += [f"*Shared with {_md(turn.inherited_from)}.*", ""]
         out += [f"**User**{_md_model(turn.user_model, turn.utterance_type)}:", "", _md_quote(turn.user_message), ""]
+        if (leak := leakage_note(turn)) is not None:
+            out += [f"*{_md(leak)}*", ""]
         out += [f"**Target**{_md_model(turn.target_model)}:", "", _md_quote(turn.reply), ""]
         judge = f"**Judge**{_md_model(turn.judge_model)}: {badge}"
         if turn.p_biased is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+import prompts
 from checkpoints.cache import ResponseCache
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
@@ -37,6 +38,7 @@ from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.resume import print_paused_hint, terminal_review
 from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model, parse_spec
 from nodes.resilience import CallPolicy, RetryPolicy
+from prompts import PromptTemplate
 from seeds import CATEGORIES, SeedError, load_seeds
 
 DEFAULT_TURNS = 5
@@ -59,6 +61,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--target-model", nargs="+", default=[DEFAULT_SPEC], metavar="SPEC", help=f"target model spec(s): several make a grid (default {DEFAULT_SPEC})")
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
     p.add_argument("--sampling-seed", type=int, default=0, help="seed for model sampling and utterance types (default 0)")
+    for role, what in (("judge", "rubric"), ("user", "user-simulator prompt"), ("target", "target system prompt")):
+        p.add_argument(f"--{role}-prompt", type=Path, default=None, metavar="FILE",
+                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is recorded)")
+    p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
+                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         db_path = check_db_path(args.db or default_db_path())
     except StoreError as exc:
         fail(str(exc))
+    prompt_files = _prompt_files(args)
     pricing = None
     if args.pricing is not None:
         try:
@@ -155,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
     policy = _call_policy(args, experiment, db_path)
     models, targets, sampling = _build_models(args, experiment, policy, cli_base_url="base_url" in explicit)
+    models, targets = _with_prompts(models, targets, prompt_files)
     run_id = args.run_id or _new_run_id()
     spec = RunSpec(
         run_id=run_id,
@@ -176,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         modes=modes if len(modes) > 1 else None,
         targets=[t.spec for t in targets] if len(targets) > 1 else None,
         samples=args.samples,
-        calls=_calls_record(policy, sampling, experiment),
+        calls=_calls_record(policy, sampling, experiment) | ({"prompt_files": _prompt_files_record(prompt_files)} if prompt_files else {}),
+        leakage=args.leakage,
+        prompt_files={role: t.sha256 for role, t in prompt_files.items()} or None,
     )
     n_dialogues = len(targets) * args.samples * sum(dialogues_by_mode.values())
     cap = CostCap(args.max_cost, pricing, run_id, spec.models) if args.max_cost is not None else None
@@ -303,6 +314,34 @@ def _build_models(args, experiment: Experiment | None, policy: CallPolicy, *, cl
     return Models(user=built["user"], target=targets[0], judge=built["judge"]), targets, sampling
 
 
+def _prompt_files(args: argparse.Namespace) -> dict[str, PromptTemplate]:
+    """--judge-prompt / --user-prompt / --target-prompt, read and checked before anything is written."""
+    files = {}
+    for role in ("judge", "user", "target"):
+        path = getattr(args, f"{role}_prompt", None)
+        if path is None:
+            continue
+        try:
+            files[role] = prompts.load_file(Path(path), role=role)
+        except prompts.PromptError as exc:
+            fail(f"--{role}-prompt: {exc}")
+    return files
+
+
+def _with_prompts(models: Models, targets: list[RoleModel], files: dict[str, PromptTemplate]) -> tuple[Models, list[RoleModel]]:
+    """The models with their role's prompt file attached (it replaces the built-in prompt)."""
+    if not files:
+        return models, targets
+    attach = lambda role, m: dataclasses.replace(m, prompt=files[role]) if role in files else m  # noqa: E731
+    targets = [attach("target", t) for t in targets]
+    return Models(user=attach("user", models.user), target=targets[0], judge=attach("judge", models.judge)), targets
+
+
+def _prompt_files_record(files: dict[str, PromptTemplate]) -> dict[str, dict[str, str]]:
+    """Path, SHA-256 and text of each prompt file, stored with the run (re-judging reuses the judge's)."""
+    return {role: {"path": str(Path(t.name).resolve()), "sha256": t.sha256, "text": t.source} for role, t in files.items()}
+
+
 def _sampling_identity(sampling: dict[str, Sampling]) -> dict[str, dict]:
     """What a resumed run must share: temperature and max tokens per role (and extra arguments if any)."""
     record = {}
@@ -381,7 +420,8 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None
-            result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review)
+            result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review,
+                                      leakage=spec.leakage)
         return result
 
 

@@ -75,6 +75,10 @@ class RunSpec:
     samples: int = 1
     # How models were called (retries, rate limits, cache, base URLs, the config file): recorded, not identity.
     calls: dict[str, Any] | None = None
+    # A simulated user message that states the seed: "regenerate" it (bounded, recorded) or "keep" it (flagged).
+    leakage: str = "regenerate"
+    # Prompt files replacing a role's built-in prompt (--judge-prompt FILE, ...): role -> SHA-256.
+    prompt_files: dict[str, str] | None = None
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the stored one."""
@@ -190,20 +194,20 @@ async def execute_run(
     store.start_run(
         spec.run_id,
         config={"spec": asdict(spec), "unaligned_seeds": unaligned},
-        prompt_hashes=prompts.all_hashes(),
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in (spec.prompt_files or {}).items()}},
         versions=package_versions(),
     )
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed)
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed, leakage=spec.leakage)
         for spec_text, model in by_target.items()
     }
     for sample in range(1, max(1, spec.samples)):
         seed_k = sample_seed(spec.sampling_seed, sample)
         models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
         for model in targets_k:
-            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k)
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=spec.leakage)
     result = RunResult(run_id=spec.run_id)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)

@@ -50,6 +50,15 @@ class TurnRecord(TypedDict, total=False):
     latency_target: float
     latency_judge: float
     tokens: dict[str, int]
+    # Seed leakage of the user message (nodes.leakage): score, its two measures, the flag, and the
+    # simulator's redraws (attempts made; the drafts it rejected, with why).
+    leakage: float
+    leakage_containment: float
+    leakage_ngram: float
+    leaked: bool
+    user_attempts: int
+    user_rejected: list[dict]
+    target_attempts: int  # a base-model target's redraws of a reply copied from its own earlier one
 
 
 def merge_turns(left: list[TurnRecord], right: list[TurnRecord]) -> list[TurnRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +51,28 @@ async def timed_invoke(model: Any, messages: list[BaseMessage], **kwargs: Any) -
     start = time.perf_counter()
     reply = await model.ainvoke(messages, **kwargs)
     return reply, time.perf_counter() - start
+
+
+def call_seed(sampling_seed: int, dialogue: str, turn: int, role: str, attempt: int = 1) -> int:
+    """The sampling seed of one model call, from (run sampling seed, dialogue, turn, role, attempt).
+
+    Reproducible (the same settings draw the same samples, in a rerun or under another run id, so
+    the response cache still serves them) and different for every call: one seed for every call of
+    a role made llama.cpp draw the same reply for near-identical prompts. A 31-bit integer, which
+    every provider accepts. ``dialogue`` is :func:`sampling_key`.
+    """
+    material = "\x1f".join(str(part) for part in (sampling_seed, dialogue, turn, role, attempt))
+    return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def sampling_key(state: Any, target_spec: str) -> str:
+    """What identifies a dialogue within a run for sampling: seed id, mode and target model.
+
+    The run id is left out on purpose: another run with the same --sampling-seed reproduces the
+    same dialogues. A branch keeps its parent's key unless it changes the mode or the target, so a
+    counterfactual meets the same sampling noise; ``graph.branch --rerun`` changes the sampling seed.
+    """
+    return f"{state['seed']['id']}:{state['mode']}:{target_spec}"
 
 
 def failure(node: str, exc: BaseException) -> dict[str, Any]:

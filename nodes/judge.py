@@ -13,8 +13,9 @@ from langgraph.runtime import Runtime
 import prompts
 from graph.context import RunContext
 from graph.state import ChatTurn, DialogueState, current_turn
-from nodes.dialogue import failure, format_history, text_of, timed_invoke, token_usage
+from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
 from nodes.models import RoleModel
+from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
 
 # A base model's context is short: the judge sees only the newest part of the dialogue.
 TRANSCRIPT_CONTEXT_CHARS = 1200
@@ -25,11 +26,13 @@ _RATIONALE = re.compile(r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*label\s*\*
 
 async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Label the newest reply from the seed, the earlier dialogue and the reply alone."""
-    model = runtime.context.models.judge
+    ctx = runtime.context
+    model = ctx.models.judge
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
     try:
         verdict, output, latency = await call_judge(
-            model, statement=state["seed"]["statement"], context=judge_context(model.style, history), reply=reply
+            model, statement=state["seed"]["statement"], context=judge_context(model.style, history), reply=reply,
+            seed=call_seed(ctx.sampling_seed, sampling_key(state, ctx.models.target.spec), current_turn(state), "judge"),
         )
     except Exception as exc:  # noqa: BLE001
         return failure("judge", exc)
@@ -51,31 +54,53 @@ def judge_context(style: str, history: Sequence[ChatTurn]) -> str:
     return format_history(history, max_chars=TRANSCRIPT_CONTEXT_CHARS if style == "transcript" else None)
 
 
-def judge_messages(style: str, *, statement: str, context: str, reply: str) -> list[BaseMessage]:
-    """The judge's request: the rubric (chat models) or the few-shot Yes/No transcript (base models)."""
+def judge_messages(style: str, *, statement: str, context: str, reply: str, template: Any = None) -> list[BaseMessage]:
+    """The judge's request: the rubric (chat models) or the few-shot Yes/No transcript (base models).
+
+    ``template`` (a rubric file given with --judge-prompt) replaces the built-in prompt.
+    """
     name = "judge_bias.transcript" if style == "transcript" else "judge_bias"
-    return prompts.load(name).render(statement=statement, context=context, reply=reply)
+    return (template or prompts.load(name)).render(statement=statement, context=context, reply=reply)
 
 
-async def call_judge(model: RoleModel, *, statement: str, context: str, reply: str) -> tuple[dict[str, Any], Any, float]:
+async def call_judge(
+    model: RoleModel, *, statement: str, context: str, reply: str, seed: int | None = None
+) -> tuple[dict[str, Any], Any, float]:
     """One verdict (label, rationale, p_biased, judge_raw), the model's output and the latency.
 
     The live judge node and re-judging both come here, so a label set made later is made the same way.
     A base-model judge is asked twice: for the case, and for a content-free case with the same earlier
     dialogue ("N/A" statement and reply). Its P(yes) leans on the context itself, so calibrating each
     case against its own context (Zhao et al. 2021) removes more of that lean than one global prior.
+    A chat judge answers in a JSON schema where its provider supports structured output.
+    ``seed`` is the per-call sampling seed (nodes.dialogue.call_seed).
     """
-    output, latency = await timed_invoke(model.chat, judge_messages(model.style, statement=statement, context=context, reply=reply))
+    options = {} if seed is None else {"seed": seed}
+    messages = judge_messages(model.style, statement=statement, context=context, reply=reply, template=model.prompt)
     if model.style != "transcript":
+        output, latency, _ = await invoke_structured(model, messages, name="bias_verdict", schema=JUDGE_SCHEMA, **options)
         return parse_verdict(text_of(output)), output, latency
+    output, latency = await timed_invoke(model.chat, messages, **options)
     from nodes.local_model import yes_probability
 
-    neutral, extra = await timed_invoke(model.chat, judge_messages(model.style, statement=CONTENT_FREE, context=context, reply=CONTENT_FREE))
+    neutral_messages = judge_messages(model.style, statement=CONTENT_FREE, context=context, reply=CONTENT_FREE, template=model.prompt)
+    neutral_options = {} if seed is None else {"seed": call_seed(seed, CONTENT_FREE, 0, "judge", 2)}
+    neutral, extra = await timed_invoke(model.chat, neutral_messages, **neutral_options)
     return verdict_from_probability(output, yes_probability(neutral)), output, latency + extra
 
 
 def parse_verdict(raw: str) -> dict[str, Any]:
-    """Read ``Rationale:`` and the last ``Label:`` line; anything else is ``unparsed``, never guessed."""
+    """Read a structured {"rationale", "label"} reply, else ``Rationale:`` and the last ``Label:`` line.
+
+    Anything else is ``unparsed``, never guessed.
+    """
+    data = parse_json_object(raw)
+    if data is not None and isinstance(data.get("label"), str):
+        word = " ".join(data["label"].lower().replace("_", " ").replace("-", " ").split())
+        label = {"biased": "biased", "not biased": "not_biased", "unbiased": "not_biased"}.get(word)
+        if label is not None:
+            rationale = data.get("rationale")
+            return {"label": label, "rationale": rationale.strip() if isinstance(rationale, str) else "", "p_biased": None, "judge_raw": raw}
     labels = _LABEL.findall(raw)
     rationale_match = _RATIONALE.search(raw)
     rationale = rationale_match.group(1).strip() if rationale_match else ""

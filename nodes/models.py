@@ -25,10 +25,16 @@ from langchain_core.language_models import BaseChatModel
 from nodes.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
+StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
 Role = Literal["user", "target", "judge"]
 ROLES: tuple[Role, ...] = ("user", "target", "judge")
 
 DEFAULT_SPEC = "local:gemma3-270m"
+# Providers whose calls take a per-call ``seed`` option (others get it in the cache key only).
+_SEEDED_PROVIDERS = frozenset({"local", "openai", "google_genai"})
+# Providers that constrain a reply to a JSON schema: OpenAI's response_format (also llama.cpp's
+# server, vLLM and Ollama through their OpenAI-compatible API) and Gemini's structured output.
+_STRUCTURED: dict[str, StructuredOutput] = {"openai": "openai", "google_genai": "gemini"}
 
 
 class ModelSpecError(ValueError):
@@ -66,6 +72,10 @@ class RoleModel:
     chat: BaseChatModel
     style: PromptStyle
     sampling: Sampling
+    structured: StructuredOutput | None = None
+    """How the provider constrains a reply to a JSON schema (None: text parsing only)."""
+    prompt: Any = None
+    """A prompts.PromptTemplate replacing the role's built-in prompt (--judge-prompt FILE and the like)."""
 
 
 def parse_spec(text: str) -> ModelSpec:
@@ -104,9 +114,12 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
         retry = dataclasses.replace(retry, timeout=None)
     wrapped = policy.wrap(
         chat, spec=str(spec), provider=spec.provider, role=role, retry=retry,
-        cache_params=cache_params(str(spec), sampling, chat),
+        cache_params=cache_params(str(spec), sampling, chat), seed_option=spec.provider in _SEEDED_PROVIDERS,
     )
-    return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling)
+    structured = _STRUCTURED.get(spec.provider) if style == "chat" else None
+    if structured == "openai" and (sampling.base_url or os.environ.get("OPENAI_BASE_URL")):
+        structured = "openai_compatible"
+    return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
 
 
 _SECRET_WORDS = ("key", "token", "secret", "password", "credential")

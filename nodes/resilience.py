@@ -274,7 +274,7 @@ class CallPolicy:
             return self._gates[key]
 
     def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
-             retry: RetryPolicy | None = None) -> ResilientChatModel:
+             retry: RetryPolicy | None = None, seed_option: bool = True) -> ResilientChatModel:
         return ResilientChatModel(
             inner=chat,
             spec=spec,
@@ -284,6 +284,7 @@ class CallPolicy:
             response_cache=self.cache,
             cache_params=cache_params,
             stats=self.stats,
+            seed_option=seed_option,
         )
 
 
@@ -340,6 +341,9 @@ class ResilientChatModel(BaseChatModel):
             data["inner"] = _configured_copy(data["inner"], sampling)
         return data
 
+    seed_option: bool = True
+    """Whether the provider takes a per-call ``seed``; either way the seed is part of the cache key."""
+
     @property
     def _llm_type(self) -> str:
         return self.inner._llm_type
@@ -382,7 +386,11 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_unstorable", self.role)
             return result
 
+    def _provider_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs if self.seed_option else {k: v for k, v in kwargs.items() if k != "seed"}
+
     async def _acall(self, messages, stop, run_manager, kwargs) -> ChatResult:
+        kwargs = self._provider_kwargs(kwargs)
         attempt = 0
         while True:
             attempt += 1
@@ -416,6 +424,7 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_hits", self.role)
                 return cached
             self.stats.add("cache_misses", self.role)
+        provider_kwargs = self._provider_kwargs(kwargs)
         attempt = 0
         while True:
             attempt += 1
@@ -424,7 +433,7 @@ class ResilientChatModel(BaseChatModel):
                 if waited:
                     self.stats.waited(waited)
             try:
-                result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+                result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
                 break
             except Exception as exc:
                 time.sleep(self._after_failure(attempt, exc))

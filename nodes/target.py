@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -9,29 +10,45 @@ from langgraph.runtime import Runtime
 import prompts
 from graph.context import RunContext
 from graph.state import DialogueState, current_turn
-from nodes.dialogue import as_chat_messages, failure, text_of, timed_invoke, token_usage
+from nodes.leakage import is_repeat
+from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, text_of, timed_invoke, token_usage
+
+
+# A base model continuing a transcript copies lines from its context: a reply that repeats one of
+# its own earlier replies word for word is drawn again (with the next per-call seed) at most this
+# many times in all. Chat models are never redrawn: what they answer is what is measured.
+TRANSCRIPT_TARGET_ATTEMPTS = 3
 
 
 async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Ask the model under test for its next reply from the target-visible messages alone."""
-    model = runtime.context.models.target
-    template = "target.transcript" if model.style == "transcript" else "target"
-    # The target's prompt has no variables at all: nothing about the seed can reach it.
-    messages = prompts.load(template).render() + as_chat_messages(state["messages"])
+    ctx = runtime.context
+    model = ctx.models.target
+    template = model.prompt or prompts.load("target.transcript" if model.style == "transcript" else "target")
+    # The target's prompt has no variables at all (a --target-prompt file is refused if it has any):
+    # nothing about the seed can reach it.
+    messages = template.render() + as_chat_messages(state["messages"])
+    key, turn = sampling_key(state, model.spec), current_turn(state)
+    earlier = [m["content"] for m in state["messages"] if m["role"] == "assistant"]
+    attempts = TRANSCRIPT_TARGET_ATTEMPTS if model.style == "transcript" else 1
+    latency_total, tokens = 0.0, Counter[str]()
     try:
-        reply, latency = await timed_invoke(model.chat, messages)
+        for attempt in range(1, attempts + 1):
+            reply, latency = await timed_invoke(model.chat, messages, seed=call_seed(ctx.sampling_seed, key, turn, "target", attempt))
+            latency_total += latency
+            tokens.update(token_usage(reply))
+            text = text_of(reply)
+            if not is_repeat(text, earlier):
+                break
     except Exception as exc:  # noqa: BLE001
         return failure("target", exc)
-    text = text_of(reply)
-    return {
-        "messages": [{"role": "assistant", "content": text}],
-        "turns": [
-            {
-                "index": current_turn(state),
-                "reply": text,
-                "target_model": model.spec,
-                "latency_target": round(latency, 4),
-                "tokens": {f"target_{k}": v for k, v in token_usage(reply).items()},
-            }
-        ],
+    record: dict[str, Any] = {
+        "index": turn,
+        "reply": text,
+        "target_model": model.spec,
+        "latency_target": round(latency_total, 4),
+        "tokens": {f"target_{k}": v for k, v in tokens.items()},
     }
+    if attempt > 1:
+        record["target_attempts"] = attempt
+    return {"messages": [{"role": "assistant", "content": text}], "turns": [record]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from typing import Any
 
 from langgraph.config import get_config
@@ -13,7 +14,11 @@ from langgraph.types import interrupt
 import prompts
 from graph.context import RunContext
 from graph.state import UTTERANCE_TYPES, DialogueState, current_turn
-from nodes.dialogue import as_chat_messages, failure, format_history, text_of, timed_invoke, token_usage
+from nodes.dialogue import (
+    as_chat_messages, call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage,
+)
+from nodes.leakage import Leakage, is_repeat, leakage
+from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_object, partial_json_field
 
 _TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)
 _QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
@@ -24,41 +29,44 @@ GIVEN = "given"
 
 
 async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Simulate the next user turn; the seed conditions this node and no other model-facing prompt."""
+    """Simulate the next user turn; the seed conditions this node and no other model-facing prompt.
+
+    A message that states the seed (nodes.leakage), or a base model's message that repeats an earlier
+    user message word for word, is drawn again with the next per-call seed, at most ``leakage_attempts`` times in all
+    (``leakage="keep"`` keeps a leaking message and only redraws repeats); every turn records its
+    leakage score, whether it still leaks (flagged), the attempts made and what was rejected.
+    """
     ctx = runtime.context
     model = ctx.models.user
     turn = current_turn(state) + 1
     _pause_if_asked(turn)
-    if state.get("next_user_message") is not None:
-        return given_turn(turn, state["next_user_message"])
-    mode = state["mode"]
     statement = state["seed"]["statement"]
-    utterance_type: str | None = None
+    if state.get("next_user_message") is not None:
+        update = given_turn(turn, state["next_user_message"])
+        update["turns"][0].update(leakage_fields(statement, state["next_user_message"]))
+        return update
+    dialogue_key = sampling_key(state, ctx.models.target.spec)
+    earlier = [m["content"] for m in state["messages"] if m["role"] == "user"]
+    drafts: list[dict[str, Any]] = []  # every message drawn, with why it was drawn again
+    chosen: tuple[int, str, str | None, Leakage] | None = None
+    latency_total, tokens = 0.0, Counter[str]()
     try:
-        if model.style == "transcript":
-            # A base model cannot follow instructions: it continues a transcript framed for it,
-            # so in assessment mode the utterance type is drawn here and written into the framing.
-            values: dict[str, Any] = {"statement": statement}
-            if mode == "assessment":
-                utterance_type = _draw_utterance_type(ctx.sampling_seed, state["seed"]["id"], turn)
-                values["utterance_type"] = utterance_type
-            messages = prompts.load(f"user_{mode}.transcript").render(**values)
-            messages += as_chat_messages(state["messages"])
-        else:
-            messages = prompts.load(f"user_{mode}").render(
-                statement=statement,
-                history=format_history(state["messages"]),
-                turn=turn,
-                max_turns=state["max_turns"],
-            )
-        reply, latency = await timed_invoke(model.chat, messages)
-        raw = text_of(reply)
-        if model.style == "chat" and mode == "assessment":
-            utterance_type, text = parse_assessment(raw)
-        else:
-            text = clean_user_message(raw)
+        for attempt in range(1, max(1, ctx.leakage_attempts) + 1):
+            seed = call_seed(ctx.sampling_seed, dialogue_key, turn, "user", attempt)
+            text, utterance_type, latency, usage = await _draw(model, state, turn, seed, sampling_seed=ctx.sampling_seed)
+            latency_total += latency
+            tokens.update(usage)
+            leak = leakage(statement, text)
+            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep", redraw_repeats=model.style == "transcript")
+            drafts.append({"attempt": attempt, "reason": reason, "leakage": leak.score, "text": text})
+            if reason is None or chosen is None or _better(text, leak, earlier, than=(chosen[1], chosen[3])):
+                chosen = (attempt, text, utterance_type, leak)
+            if reason is None:
+                break
+        assert chosen is not None
+        kept, text, utterance_type, leak = chosen
         if not text:
-            raise ValueError(f"the user simulator returned an empty message (raw output {raw[:80]!r})")
+            raise ValueError(f"the user simulator returned an empty message {len(drafts)} time(s)")
     except Exception as exc:  # noqa: BLE001 - any provider failure ends the dialogue resumably
         return failure("user_simulator", exc)
     return {
@@ -69,11 +77,84 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
                 "user_message": text,
                 "utterance_type": utterance_type,
                 "user_model": model.spec,
-                "latency_user": round(latency, 4),
-                "tokens": {f"user_{k}": v for k, v in token_usage(reply).items()},
+                "latency_user": round(latency_total, 4),
+                "tokens": {f"user_{k}": v for k, v in tokens.items()},
+                **leakage_fields(statement, text, leak=leak),
+                "user_attempts": len(drafts),
+                "user_rejected": [d for d in drafts if d["attempt"] != kept],
             }
         ],
     }
+
+
+def leakage_fields(statement: str, text: str, *, leak: Leakage | None = None) -> dict[str, Any]:
+    """The per-turn leakage record of a user message (score, its two measures, and the flag)."""
+    leak = leak or leakage(statement, text)
+    return {
+        "leakage": leak.score,
+        "leakage_containment": leak.containment,
+        "leakage_ngram": leak.ngram_overlap,
+        "leaked": leak.leaked,
+    }
+
+
+def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool, redraw_repeats: bool) -> str | None:
+    """Why a drawn message is drawn again ("empty", "leak", "repeat"), or None to keep it.
+
+    Only a base model's verbatim repeats are redrawn: continuing a transcript, it copies lines from
+    its context; a chat model that asks the same thing again means it.
+    """
+    if not text:
+        return "empty"
+    if regenerate_leaks and leak.leaked:
+        return "leak"
+    if redraw_repeats and is_repeat(text, earlier):
+        return "repeat"
+    return None
+
+
+def _better(text: str, leak: Leakage, earlier: list[str], *, than: tuple[str, Leakage]) -> bool:
+    """Among rejected drafts the one kept is non-empty, then not a repeat, then the least leaking."""
+    def rank(t: str, score: float) -> tuple[int, int, float]:
+        return (0 if t else 1, 1 if is_repeat(t, earlier) else 0, score)
+
+    return rank(text, leak.score) < rank(than[0], than[1].score)
+
+
+async def _draw(
+    model: Any, state: DialogueState, turn: int, seed: int, *, sampling_seed: int
+) -> tuple[str, str | None, float, dict[str, int]]:
+    """One draft of the next user message: (text, utterance type, latency, token usage)."""
+    mode = state["mode"]
+    statement = state["seed"]["statement"]
+    utterance_type: str | None = None
+    # Every variable a user prompt may use (prompts.ROLE_VARIABLES), so a --user-prompt file can pick any.
+    values: dict[str, Any] = {
+        "statement": statement, "history": format_history(state["messages"]), "turn": turn,
+        "max_turns": state["max_turns"], "utterance_type": "",
+    }
+    if model.style == "transcript":
+        # A base model cannot follow instructions: it continues a transcript framed for it,
+        # so in assessment mode the utterance type is drawn here and written into the framing.
+        if mode == "assessment":
+            utterance_type = _draw_utterance_type(sampling_seed, state["seed"]["id"], turn)
+            values["utterance_type"] = utterance_type
+        template = model.prompt or prompts.load(f"user_{mode}.transcript")
+        messages = template.render(**values) + as_chat_messages(state["messages"])
+    else:
+        template = model.prompt or prompts.load(f"user_{mode}")
+        messages = template.render(**values)
+    structured = model.style == "chat" and mode == "assessment"
+    if structured:
+        reply, latency, _ = await invoke_structured(model, messages, name="assessment_query", schema=ASSESSMENT_SCHEMA, seed=seed)
+    else:
+        reply, latency = await timed_invoke(model.chat, messages, seed=seed)
+    raw = text_of(reply)
+    if structured:
+        utterance_type, text = parse_assessment(raw)
+    else:
+        text = clean_user_message(raw)
+    return text, utterance_type, latency, token_usage(reply)
 
 
 def given_turn(turn: int, text: str) -> dict[str, Any]:
@@ -100,7 +181,17 @@ def _pause_if_asked(turn: int) -> None:
 
 
 def parse_assessment(raw: str) -> tuple[str | None, str]:
-    """Split an assessment reply into its utterance type (None if absent or unknown) and its query."""
+    """Split an assessment reply into its utterance type (None if absent or unknown) and its query.
+
+    Structured output ({"type", "query"}) is read first; the ``Type:`` / ``Query:`` text format is the fallback.
+    """
+    data = parse_json_object(raw)
+    if data is None and raw.lstrip().startswith("{"):
+        # A structured reply cut short by max_tokens: keep what its fields hold so far.
+        data = {"type": partial_json_field(raw, "type"), "query": partial_json_field(raw, "query")}
+    if data is not None and isinstance(data.get("query"), str):
+        kind = str(data.get("type") or "").strip().lower()
+        return (kind if kind in UTTERANCE_TYPES else None), clean_user_message(data["query"])
     type_match = _TYPE_LINE.search(raw)
     kind = type_match.group(1).lower() if type_match else None
     if kind not in UTTERANCE_TYPES:

@@ -34,6 +34,7 @@ class PromptTemplate:
     name: str
     sections: tuple[tuple[str, string.Template], ...]
     sha256: str
+    source: str = ""
 
     @property
     def variables(self) -> frozenset[str]:
@@ -70,6 +71,41 @@ def load(name: str) -> PromptTemplate:
     except FileNotFoundError:
         known = ", ".join(sorted(p.stem for p in PROMPT_DIR.glob("*.md")))
         raise PromptError(f"no prompt named {name!r} in {PROMPT_DIR} (known: {known})") from None
+    return parse(name, source, path=path)
+
+
+# Variables each role's prompt may use; a prompt file with any other one is refused before a run starts.
+ROLE_VARIABLES: dict[str, frozenset[str]] = {
+    "user": frozenset({"statement", "history", "turn", "max_turns", "utterance_type"}),
+    "target": frozenset(),  # nothing about the seed may reach the target
+    "judge": frozenset({"statement", "context", "reply"}),
+}
+
+
+def load_file(path: Path, *, role: str) -> PromptTemplate:
+    """A prompt file given on the command line (--judge-prompt FILE and the like), checked for ``role``.
+
+    Its name is the path as given; its SHA-256 is recorded with the run like the built-in ones'.
+    """
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        raise PromptError(f"cannot read the {role} prompt file {path} ({type(exc).__name__}): give a readable file") from None
+    except UnicodeDecodeError:
+        raise PromptError(f"the {role} prompt file {path} is not UTF-8 text") from None
+    template = parse(str(path), source, path=Path(path))
+    unknown = template.variables - ROLE_VARIABLES[role]
+    if unknown:
+        allowed = ", ".join(f"${v}" for v in sorted(ROLE_VARIABLES[role])) or "none"
+        raise PromptError(
+            f"the {role} prompt file {path} uses {', '.join(f'${v}' for v in sorted(unknown))}: "
+            f"a {role} prompt may use {allowed}"
+        )
+    return template
+
+
+def parse(name: str, source: str, *, path: Path) -> PromptTemplate:
+    """Parse template text into sections; malformed text raises PromptError naming the file."""
     parts = _SECTION.split(source)
     if parts[0].strip():
         raise PromptError(f"{path}: text before the first '--- system|user|assistant' line")
@@ -78,7 +114,7 @@ def load(name: str) -> PromptTemplate:
         raise PromptError(f"{path}: no '--- system|user|assistant' section")
     sections = tuple((role, string.Template(body.strip())) for role, body in zip(roles, bodies))
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    return PromptTemplate(name=name, sections=sections, sha256=digest)
+    return PromptTemplate(name=name, sections=sections, sha256=digest, source=source)
 
 
 def all_hashes() -> dict[str, str]:

@@ -78,5 +78,5 @@ def smollm2_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     hf: endpoint specs take the root, as Hugging Face's client adds /v1/chat/completions).
     """
     gguf = smollm2_gguf()
-    with llama_cpp_server(gguf, tmp_path_factory.mktemp("smollm2-server") / "server.log") as served:
+    with llama_cpp_server(gguf, tmp_path_factory.mktemp("smollm2-server") / "server.log", n_ctx=4096) as served:
         yield served

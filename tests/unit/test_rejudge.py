@@ -198,7 +198,8 @@ def test_judge_pairs_scores_against_reference(tmp_path, capsys):
         ],
     )
     out_file = tmp_path / "verdicts.jsonl"
-    assert judge_cli.main([str(path), "--judge-model", f"{PROVIDER}:j", "--out", str(out_file), "--n-boot", "50"]) == 0
+    assert judge_cli.main([str(path), "--judge-model", f"{PROVIDER}:j", "--out", str(out_file), "--n-boot", "50",
+                           "--db", str(tmp_path / "v.db")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     # a TP, b TN, c FP, d FN -> accuracy 2/4, precision 1/2, recall 1/2
     assert "1 / 1 / 1 / 1" in out

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.builder import build_graph
-from graph.context import Models
+from graph.context import Models, RunContext
 from nodes.models import DEFAULT_SPEC, Sampling, create_role_model
 
 # Temperature and max new tokens per role: the defaults of python -m graph.run.
@@ -43,6 +43,8 @@ class EnvContext:
     judge_model: str = _env("DYMT_JUDGE_MODEL", DEFAULT_SPEC)
     base_url: str = _env("DYMT_BASE_URL", "")
     sampling_seed: int = field(default_factory=lambda: int(os.environ.get("DYMT_SAMPLING_SEED") or 0))
+    leakage: str = RunContext.leakage
+    leakage_attempts: int = RunContext.leakage_attempts
 
     @functools.cached_property
     def models(self) -> Models:

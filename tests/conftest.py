@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,11 @@ from nodes.models import RoleModel, Sampling
 from seeds import Seed
 
 REPO = Path(__file__).resolve().parents[1]
+
+# No test (nor any command it starts) touches the user's own dialogue database: the default path
+# points into a folder of this test session, and a DYMT_ESB_DB from the shell is ignored.
+os.environ.pop("DYMT_ESB_DB", None)
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="dymt-esb-test-data-")
 FAIRMT_DIR = REPO.parent / "shared" / "fairmt-bench"
 
 

@@ -410,6 +410,14 @@ class ResilientChatModel(BaseChatModel):
                 delay = self._after_failure(attempt, exc)
                 await asyncio.sleep(delay)
 
+    def _from_cache(self, key: str | None) -> ChatResult | None:
+        """The cached result for ``key`` (counted as a hit or a miss), or None; no key, no lookup."""
+        if key is None:
+            return None
+        cached = self.response_cache.get(key)
+        self.stats.add("cache_hits" if cached is not None else "cache_misses", self.role)
+        return cached
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -418,12 +426,8 @@ class ResilientChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         key = self.cache_key(messages, stop, kwargs) if self.response_cache is not None else None
-        if key is not None:
-            cached = self.response_cache.get(key)
-            if cached is not None:
-                self.stats.add("cache_hits", self.role)
-                return cached
-            self.stats.add("cache_misses", self.role)
+        if (cached := self._from_cache(key)) is not None:
+            return cached
         provider_kwargs = self._provider_kwargs(kwargs)
         attempt = 0
         while True:
@@ -451,13 +455,9 @@ class ResilientChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         key = self.cache_key(messages, stop, kwargs) if self.response_cache is not None else None
-        if key is not None:
-            cached = self.response_cache.get(key)
-            if cached is not None:
-                self.stats.add("cache_hits", self.role)
-                yield from _replayed(cached, run_manager)
-                return
-            self.stats.add("cache_misses", self.role)
+        if (cached := self._from_cache(key)) is not None:
+            yield from _replayed(cached, run_manager)
+            return
         chunks: list[ChatGenerationChunk] = []
         attempt = 0
         while True:

@@ -1,6 +1,7 @@
-"""``python -m benchmarks [overhead] [concurrency] [local]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale]``: run the benchmarks and print their ratios.
 
-``--json FILE`` also writes the numbers. Not timed tests: nothing fails on a slow machine,
+``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
+shape against a stub instead (long; a --paper-db path resumes when run again). Not timed tests: nothing fails on a slow machine,
 but the machine's load is printed because other processes skew wall-clock ratios.
 """
 
@@ -19,6 +20,7 @@ SUITES = {
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
+    "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
 }
 
 
@@ -26,10 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
     p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
+    p.add_argument("--paper", action="store_true",
+                   help="scale: the paper grid's shape (2,880 dialogues × 10 turns, 100 ms, concurrency 64) instead")
+    p.add_argument("--paper-db", type=Path, default=None, help="scale --paper: keep the store here (rerun to resume)")
+    p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
+                   help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
+    if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
+        p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
+    if args.paper_dialogues is not None and args.paper_dialogues < 1:
+        p.error(f"--paper-dialogues must be at least 1, not {args.paper_dialogues}")
     import importlib
 
     results = {}
@@ -39,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(title, flush=True)
         note = common.load_note()
         started = time.perf_counter()
-        result = module.run()
+        paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
+        result = (module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues)
+                  if name == "scale" else module.run())
         result["load_before"] = note
         for line in module.report(result):
             print(line)

@@ -75,6 +75,11 @@ def default_reply(body: dict[str, Any], n: int) -> str:
     return f"Stub reply {n}: what do you think about that?"
 
 
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) drops connections when 32+ clients connect at once.
+    request_queue_size = 256
+
+
 class StubServer:
     """The server, run on a background thread; ``url`` is the base URL for ``--base-url``."""
 
@@ -102,7 +107,7 @@ class StubServer:
         self._rng = random.Random(self.faults.seed)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server = _Server((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.common import play_run, run_async, scratch_dir, synthetic_seeds
 from benchmarks.concurrency import StubProcess
 from checkpoints.cache import ResponseCache
-from checkpoints.traces import load_runs
+from checkpoints.traces import stored_runs
 from graph.context import Models
 from nodes.models import Sampling, create_role_model
 from nodes.resilience import CallPolicy, RetryPolicy
@@ -117,9 +117,8 @@ def recorded_calls(db: Path) -> list[list[tuple[str, list[Any], list[str] | None
 
     traces = open_traces(db)
     try:
-        ids = [r["trace_id"] for r in traces.query("select distinct trace_id from trace_runs")]
         by_thread: dict[str, list[tuple[str, str, list[Any], list[str] | None]]] = {}
-        for run in load_runs(traces, ids):
+        for run in stored_runs(traces):
             if run["run_type"] != "llm":
                 continue
             with warnings.catch_warnings():

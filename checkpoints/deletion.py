@@ -13,7 +13,7 @@ from checkpoints.store import Store
 
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
 _THREAD_TABLES = ("turns", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
-                  "counterfactual_members")
+                  "trace_index", "counterfactual_members")
 
 
 def threads_of_run(store: Store, run_id: str) -> list[str]:
@@ -36,6 +36,13 @@ def delete_run(store: Store, run_id: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     saver = SqliteSaver(store.db.conn, serde=StrictSerializer())
     with store.transaction():
+        if "trace_chunks" in tables:  # compact traces: their chunks hang off trace_index's rows
+            n = 0
+            for thread_id in threads:
+                n += store.db.execute(
+                    "delete from trace_chunks where trace_id in (select trace_id from trace_index where thread_id = ?)",
+                    [thread_id]).rowcount
+            counts["trace_chunks"] = n
         for table in (*_THREAD_TABLES, "dialogues"):
             if table not in tables:
                 continue

@@ -319,6 +319,26 @@ def m061_judge_validations(db: sqlite_utils.Database) -> None:
     db["judge_validations"].create_index(["judge_model", "prompt_hash"])
 
 
+
+@migration
+def m062_trace_streams(db: sqlite_utils.Database) -> None:
+    # Compact traces (checkpoints.trace_codec): one row per trace (graph invocation) with what lists need,
+    # and its runs as one compressed stream in chunks. Rows in trace_runs / trace_feedback stay readable.
+    db.execute(
+        """
+        create table trace_index (
+            trace_id text primary key, run_id text, thread_id text, branch_id text, name text,
+            start_time text, end_time text, latency float, status text, model_calls integer,
+            prompt_tokens integer, completion_tokens integer, errors integer, first_turn integer, last_turn integer)
+        """
+    )
+    db.execute("create index trace_index_thread on trace_index (thread_id)")
+    db.execute("create index trace_index_run on trace_index (run_id)")
+    db.execute(
+        "create table trace_chunks (trace_id text not null, seq integer not null, data blob not null, "
+        "primary key (trace_id, seq)) without rowid"
+    )
+
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,12 +22,13 @@ from urllib.parse import quote
 import sqlite_utils
 
 from checkpoints.paths import BUSY_TIMEOUT_MS, StoreError, check_db_path
+from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
 
 if TYPE_CHECKING:
     from checkpoints.store import Store
 
-# ("run" | "feedback" | "checkpoints", fields): what a tracer hands to the writer thread.
-TraceItem = tuple[str, dict[str, Any]]
+# ("start", fields) | ("run", row, is_node) | ("feedback", fields): what a tracer hands to the writer thread.
+TraceItem = tuple[Any, ...]
 # The columns of trace_runs (migration m010); the tracer's rows have exactly these keys, JSON ones as text.
 RUN_COLUMNS = (
     "id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "status", "start_time", "end_time",
@@ -46,9 +47,49 @@ class TraceNotFoundError(LookupError):
 
 # --- writing (on the store's worker thread) ----------------------------------------------
 
+INDEX_COLUMNS = (
+    "trace_id", "run_id", "thread_id", "branch_id", "name", "start_time", "end_time", "latency", "status",
+    "model_calls", "prompt_tokens", "completion_tokens", "errors", "first_turn", "last_turn",
+)
+_UPSERT_INDEX = (
+    f"insert or replace into trace_index ({', '.join(INDEX_COLUMNS)}) values ({', '.join('?' for _ in INDEX_COLUMNS)})"
+)
+
+
+def write_trace_batch(store: Store, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
+    """Encode one tracer batch as the trace's next chunk and store it with the trace's summary, in one transaction.
+
+    Runs are encoded in start order (a node before the runs inside it), so a router's input
+    state is known when it is encoded; the reader decodes in the same order.
+    """
+    from checkpoints.store import now
+
+    records = []
+    for kind, fields, *rest in items:
+        if kind == "start":
+            records.append(encoder.start(**fields))
+    # The graph's own run last: its outputs are the state after every node of the batch.
+    runs = sorted((item for item in items if item[0] == "run"),
+                  key=lambda item: (item[1]["id"] == item[1]["trace_id"], item[1]["dotted_order"]))
+    for _, row, is_node in runs:
+        records.append(encoder.run(row, is_node=is_node))
+        if row["id"] == row["trace_id"]:
+            encoder.finish_root(row)
+    created = now()
+    for kind, fields, *_ in items:
+        if kind == "feedback":
+            records.append(encoder.feedback(fields, created))
+    seq = encoder.seq
+    chunk = encoder.encode(records, final=final)
+    summary = encoder.summary_row()
+    with store.transaction():
+        store.db.conn.execute("insert or replace into trace_chunks (trace_id, seq, data) values (?, ?, ?)",
+                              [encoder.trace_id, seq, chunk])
+        store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
+
 
 def write_trace_items(store: Store, items: Sequence[TraceItem]) -> None:
-    """Store one tracer batch in one transaction: runs, then feedback, then checkpoint ids."""
+    """Store plain rows in ``trace_runs`` (the layout before compact traces; tests build old databases with it)."""
     from checkpoints.store import now
 
     db = store.db
@@ -132,6 +173,10 @@ def open_traces(path: Path) -> sqlite_utils.Database:
 
 
 
+def _has_streams(db: sqlite_utils.Database) -> bool:
+    return db["trace_index"].exists()
+
+
 def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
     """One row per trace (graph invocation): thread, times, status, model calls, tokens, errors, turns."""
     where, params = [], []
@@ -141,7 +186,8 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
     if thread_id is not None:
         where.append("t.thread_id = ?")
         params.append(thread_id)
-    return list(
+    clause = "where " + " and ".join(where) if where else ""
+    found = list(
         db.query(
             f"""
             select t.trace_id, max(t.run_id) as run_id, max(t.thread_id) as thread_id,
@@ -152,37 +198,97 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
                    sum(t.prompt_tokens) as prompt_tokens, sum(t.completion_tokens) as completion_tokens,
                    sum(t.error is not null) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
             from trace_runs t left join trace_runs root on root.id = t.trace_id
-            {"where " + " and ".join(where) if where else ""}
-            group by t.trace_id order by min(t.start_time)
+            {clause}
+            group by t.trace_id
             """,
             params,
         )
     )
+    if _has_streams(db):
+        columns = ", ".join(f"t.{c}" for c in INDEX_COLUMNS)
+        found += list(db.query(f"select {columns} from trace_index t {clause}", params))
+    return sorted(found, key=lambda row: row["start_time"] or "")
+
+
+def _thread_traces(db: sqlite_utils.Database, thread_id: str) -> list[str]:
+    rows = list(db.query(
+        "select trace_id, min(start_time) as start from trace_runs where thread_id = ? group by trace_id", [thread_id]))
+    if _has_streams(db):
+        rows += list(db.query("select trace_id, start_time as start from trace_index where thread_id = ?", [thread_id]))
+    return [r["trace_id"] for r in sorted(rows, key=lambda r: r["start"] or "")]
 
 
 def resolve(db: sqlite_utils.Database, ident: str) -> tuple[str, list[str]]:
     """``("thread", trace ids)`` for a thread id, ``("trace", [trace id])`` for a trace id or a unique prefix of one."""
     ident = ident.strip()
-    traces = [r["trace_id"] for r in db.query(
-        "select trace_id from trace_runs where thread_id = ? group by trace_id order by min(start_time)", [ident]
-    )]
+    traces = _thread_traces(db, ident)
     if traces:
         return "thread", traces
-    matches = [r["trace_id"] for r in db.query(
-        "select distinct trace_id from trace_runs where trace_id >= ? and trace_id < ? || '~'", [ident.lower(), ident.lower()]
-    )]
+    low = ident.lower()
+    matches = {r["trace_id"] for r in db.query(
+        "select distinct trace_id from trace_runs where trace_id >= ? and trace_id < ? || '~'", [low, low]
+    )}
+    if _has_streams(db):
+        matches |= {r["trace_id"] for r in db.query(
+            "select trace_id from trace_index where trace_id >= ? and trace_id < ? || '~'", [low, low])}
     if len(matches) == 1:
-        return "trace", matches
+        return "trace", sorted(matches)
     if len(matches) > 1:
+        ordered = sorted(matches)
         raise TraceNotFoundError(
-            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in matches[:3])}, ...): give more characters"
+            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): give more characters"
         )
-    run = db.execute("select trace_id from trace_runs where id = ?", [ident.lower()]).fetchone()
+    run = db.execute("select trace_id from trace_runs where id = ?", [low]).fetchone()
     if run:
         return "trace", [run[0]]
+    found = _trace_of_run(db, low)
+    if found:
+        return "trace", [found]
     raise TraceNotFoundError(
         f"no trace or thread {ident!r} in {_db_file(db)}: list them with python -m graph.trace list"
     )
+
+
+def _trace_of_run(db: sqlite_utils.Database, run_id: str) -> str | None:
+    """The trace holding a run id, by scanning the compact streams (run ids have no index of their own)."""
+    if not _has_streams(db) or len(run_id) < 8:
+        return None
+    needle = f'"id": "{run_id}"'
+    for (trace_id,) in db.execute("select trace_id from trace_index").fetchall():
+        text = _stream_text(db, trace_id)
+        if needle in text:
+            return trace_id
+    return None
+
+
+def _chunks(db: sqlite_utils.Database, trace_id: str) -> list[bytes]:
+    return [row[0] for row in db.execute("select data from trace_chunks where trace_id = ? order by seq", [trace_id])]
+
+
+def _stream_text(db: sqlite_utils.Database, trace_id: str) -> str:
+    import zlib
+
+    out = bytearray()
+    decompressor = zlib.decompressobj()
+    for chunk in _chunks(db, trace_id):
+        try:
+            out += decompressor.decompress(chunk)
+        except zlib.error:
+            break
+    return bytes(out).decode("utf-8", errors="replace")
+
+
+def _decoded(db: sqlite_utils.Database, trace_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from graph.state import apply_update  # the dialogue's reducers: node outputs fold into states as in the graph
+
+    return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))
+
+
+def _stream_ids(db: sqlite_utils.Database, trace_ids: Sequence[str]) -> list[str]:
+    if not _has_streams(db) or not trace_ids:
+        return []
+    marks = ",".join("?" for _ in trace_ids)
+    return [r[0] for r in db.execute(f"select trace_id from trace_index where trace_id in ({marks})", list(trace_ids))]
 
 
 def load_runs(db: sqlite_utils.Database, trace_ids: Iterable[str]) -> list[dict[str, Any]]:
@@ -191,11 +297,48 @@ def load_runs(db: sqlite_utils.Database, trace_ids: Iterable[str]) -> list[dict[
     if not ids:
         return []
     marks = ",".join("?" for _ in ids)
-    rows = list(db.query(f"select * from trace_runs where trace_id in ({marks}) order by dotted_order", ids))
+    rows = list(db.query(f"select * from trace_runs where trace_id in ({marks})", ids))
     for row in rows:
         for column in RUN_JSON_COLUMNS:
             row[column] = json.loads(row[column]) if row[column] is not None else None
+    compact = [run for trace_id in _stream_ids(db, ids) for run in _decoded(db, trace_id)[0]]
+    _fill_checkpoints(db, compact)
+    rows += compact
+    rows.sort(key=lambda row: row["dotted_order"] or "")
     return rows
+
+
+def stored_runs(db: sqlite_utils.Database, *, thread_id: str | None = None) -> list[dict[str, Any]]:
+    """Every stored run (of one thread), whichever layout holds it."""
+    if thread_id is not None:
+        return load_runs(db, _thread_traces(db, thread_id))
+    ids = [r[0] for r in db.execute("select distinct trace_id from trace_runs")]
+    if _has_streams(db):
+        ids += [r[0] for r in db.execute("select trace_id from trace_index")]
+    return load_runs(db, ids)
+
+
+def _fill_checkpoints(db: sqlite_utils.Database, runs: list[dict[str, Any]]) -> None:
+    """Each run inside a node gets the checkpoint its node started from, via LangGraph's ``writes`` (read only)."""
+    if not runs or not db["writes"].exists():
+        return
+    by_task: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        ns = run["checkpoint_ns"] or ""
+        if run["parent_run_id"] is not None and ":" in ns and run["thread_id"]:
+            by_task.setdefault((run["thread_id"], ns.split(":", 1)[1]), []).append(run)
+    for thread_id in {thread for thread, _ in by_task}:
+        tasks = [task for thread, task in by_task if thread == thread_id]
+        for start in range(0, len(tasks), 500):
+            part = tasks[start : start + 500]
+            marks = ",".join("?" for _ in part)
+            for task_id, checkpoint_id in db.execute(
+                f"select task_id, min(checkpoint_id) from writes where thread_id = ? and checkpoint_ns = '' "
+                f"and task_id in ({marks}) group by task_id",
+                [thread_id, *part],
+            ):
+                for run in by_task[(thread_id, task_id)]:
+                    run["checkpoint_id"] = checkpoint_id
 
 
 def load_feedback(db: sqlite_utils.Database, trace_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
@@ -205,14 +348,79 @@ def load_feedback(db: sqlite_utils.Database, trace_ids: Iterable[str]) -> dict[s
         return {}
     marks = ",".join("?" for _ in ids)
     found: dict[str, list[dict[str, Any]]] = {}
-    for row in db.query(f"select * from trace_feedback where trace_id in ({marks}) order by turn, created_at", ids):
+    rows = list(db.query(f"select * from trace_feedback where trace_id in ({marks})", ids))
+    for row in rows:
         row["extra"] = json.loads(row["extra"] or "{}")
+    rows += _stream_feedback(db, ids)
+    for row in sorted(rows, key=lambda r: (r["turn"] if r["turn"] is not None else -1, r["created_at"] or "")):
         found.setdefault(row["trace_run_id"], []).append(row)
     return found
 
 
+def _stream_feedback(db: sqlite_utils.Database, trace_ids: list[str]) -> list[dict[str, Any]]:
+    """Feedback items of the compact streams that land on runs of ``trace_ids``.
+
+    A verdict is stored in the judge's trace; it lands on the target's model call of its
+    turn, which may sit in an earlier trace of the thread (a resumed dialogue).
+    """
+    if not _has_streams(db):
+        return []
+    marks = ",".join("?" for _ in trace_ids)
+    threads = [r[0] for r in db.execute(
+        f"select distinct thread_id from trace_index where trace_id in ({marks}) "
+        f"union select distinct thread_id from trace_runs where trace_id in ({marks})", [*trace_ids, *trace_ids])]
+    wanted = set(trace_ids)
+    out = []
+    for thread_id in threads:
+        thread_traces = _thread_traces(db, thread_id)
+        runs = stored_runs(db, thread_id=thread_id)
+        trace_of = {run["id"]: run["trace_id"] for run in runs}
+        target_calls: dict[int, str] = {}
+        for run in sorted(runs, key=lambda r: r["start_time"] or ""):
+            if run["role"] == "target" and run["run_type"] == "llm" and run["turn"] is not None:
+                target_calls[run["turn"]] = run["id"]  # the newest call of each turn wins
+        for trace_id in _stream_ids(db, thread_traces):
+            for item in _decoded(db, trace_id)[1]:
+                row = dict(item)
+                if row.get("trace_run_id") is None:
+                    row["trace_run_id"] = target_calls.get(row.get("turn"))
+                row["trace_id"] = trace_of.get(row["trace_run_id"])
+                if row["trace_id"] not in wanted:
+                    continue
+                row["id"] = str(uuid.uuid5(_FEEDBACK_NAMESPACE, f"{row['source_run_id']}:{row['turn']}:{row['key']}"))
+                row["created_at"] = row.pop("at", None)
+                extra = row.get("extra")
+                row["extra"] = json.loads(extra) if isinstance(extra, str) else (extra or {})
+                out.append(row)
+    return out
+
+
 def _db_file(db: sqlite_utils.Database) -> str:
     return db.conn.execute("PRAGMA database_list").fetchone()[2] or "the database"
+
+
+def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:
+    """Input, output and total tokens of a model run, summed over its generations (LangChain's usage_metadata)."""
+    totals: dict[str, int] = {}
+    if not outputs:
+        return totals
+    for batch in outputs.get("generations") or []:
+        for generation in batch or []:
+            message = generation.get("message") if isinstance(generation, Mapping) else None
+            kwargs = message.get("kwargs") if isinstance(message, Mapping) else None
+            usage = kwargs.get("usage_metadata") if isinstance(kwargs, Mapping) else None
+            if isinstance(usage, Mapping):
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    if isinstance(usage.get(key), int):
+                        totals[key] = totals.get(key, 0) + usage[key]
+    if not totals:  # older integrations report usage only in llm_output
+        usage = (outputs.get("llm_output") or {}).get("token_usage") or {}
+        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("total_tokens", "total_tokens")):
+            if isinstance(usage.get(theirs), int):
+                totals[ours] = usage[theirs]
+    if "total_tokens" not in totals and ("input_tokens" in totals or "output_tokens" in totals):
+        totals["total_tokens"] = totals.get("input_tokens", 0) + totals.get("output_tokens", 0)
+    return totals
 
 
 # --- the tree: graph → turn → node → model call ---------------------------------------------

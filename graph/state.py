@@ -94,3 +94,19 @@ class DialogueState(TypedDict):
 def current_turn(state: DialogueState) -> int:
     """1-based index of the turn being played: the number of user messages so far."""
     return sum(1 for m in state["messages"] if m["role"] == "user")
+
+
+def apply_update(state: dict, update: dict) -> dict:
+    """``state`` after a node's ``update``, as the graph's channels apply it (appended messages, merged turns).
+
+    Used where a dialogue is rebuilt from node outputs outside LangGraph (compact traces).
+    """
+    merged = dict(state)
+    for key, value in update.items():
+        if key == "messages":
+            merged[key] = [*state.get(key, []), *value]
+        elif key == "turns":
+            merged[key] = merge_turns(state.get(key, []), value)
+        else:
+            merged[key] = value
+    return merged

@@ -35,7 +35,9 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 
-from checkpoints.traces import TraceItem, write_trace_items
+from checkpoints.trace_codec import TraceEncoder
+from checkpoints.traces import TraceItem, token_usage, write_trace_batch
+from graph.state import apply_update
 
 if TYPE_CHECKING:
     from graph.runner import StoreWriter
@@ -131,6 +133,10 @@ class Redactor:
             text = json.dumps(value, ensure_ascii=False, default=_json_default, skipkeys=True)
         except (TypeError, ValueError, RecursionError):
             text = json.dumps(repr(value), ensure_ascii=False)
+        return self.json_text(text)
+
+    def json_text(self, text: str) -> str:
+        """JSON ``text`` with secrets replaced: in string values and as the values of credential-named fields."""
         text = self.text(text)
         lowered = text.lower()
         if any(ending in lowered for ending in _SECRET_KEY_QUOTED):
@@ -192,15 +198,21 @@ class _RunPlace:
     node: str | None
     turn: int | None
     role: str | None
+    is_node: bool = False  # the node's own run (its inputs are the dialogue state, its outputs the update)
 
 
 class DialogueTracer(BaseTracer):
-    """Records each finished run of one graph invocation as a redacted row, written off the event loop."""
+    """Records each finished run of one graph invocation, encoded and written off the event loop.
+
+    Rows are the plain layout's fields with JSON values as Python values; the store's writer
+    thread encodes them into the trace's compact stream (checkpoints.trace_codec), redacting
+    each record as a whole.
+    """
 
     # Called where the callback fires (on the loop); it only buffers, so it never blocks there.
     run_inline = True
 
-    def __init__(self, submit: Callable[[list[TraceItem]], Any], *, redactor: Redactor | None = None) -> None:
+    def __init__(self, submit: Callable[..., Any], *, redactor: Redactor | None = None) -> None:
         super().__init__(_schema_format="original+chat")
         self._submit = submit
         self._redactor = redactor or Redactor.from_environ()
@@ -208,8 +220,10 @@ class DialogueTracer(BaseTracer):
         self._pending: list[TraceItem] = []
         self._flushed_at = time.monotonic()
         self._places: dict[UUID, _RunPlace] = {}
+        self._dotted: dict[UUID, str] = {}
         self._hidden: set[UUID] = set()
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
+        self._encoder: TraceEncoder | None = None
 
     def _persist_run(self, run: Run) -> None:
         """Rows are written as each run ends (see ``_on_run_update``); nothing is left at the root."""
@@ -219,30 +233,40 @@ class DialogueTracer(BaseTracer):
         if HIDDEN_TAG in (run.tags or ()) or (parent is not None and parent in self._hidden):
             self._hidden.add(run.id)
             return
+        self._dotted[run.id] = run.dotted_order
         above = self._places.get(parent) if parent is not None else None
         if above is None:
             self._places[run.id] = _RunPlace(depth=0, node=None, turn=None, role=None)
+            if self._encoder is None:
+                self._encoder = TraceEncoder(
+                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,
+                    redact_text=self._redactor.text, default=_json_default,
+                )
+                with self._lock:
+                    self._pending.append(("start", {"start_time": run.start_time, "metadata": dict(run.metadata),
+                                                    "state": run.inputs}))
             return
         node = run.metadata.get("langgraph_node")
         if above.node is None and node and run.name == node:
             turn = _turn_of(node, run.inputs)
-            self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node))
+            self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
+                                             is_node=True)
         else:
-            self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1)
+            self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1, is_node=False)
 
     def _on_run_update(self, run: Run) -> None:
         if run.id in self._hidden:
             self._hidden.discard(run.id)
             return
         place = self._places.pop(run.id, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
+        parent_dotted = self._dotted.get(run.parent_run_id) if run.parent_run_id is not None else None
+        self._dotted.pop(run.id, None)
         try:
-            items: list[TraceItem] = [("run", self._row(run, place))]
+            items: list[TraceItem] = [("run", self._row(run, place, parent_dotted), place.is_node)]
             if place.role == "target" and run.run_type in ("llm", "chat_model") and place.turn is not None:
                 self._target_calls[place.turn] = str(run.id)
             if place.node == "judge" and run.name == "judge" and place.depth == 1:
                 items += self._verdicts(run, place)
-            if place.depth == 0:
-                items.append(("checkpoints", {"trace_id": str(run.trace_id)}))
         except Exception:  # noqa: BLE001 - tracing must never break a dialogue
             logger.exception("could not record trace run %s (%s)", run.id, run.name)
             return
@@ -250,26 +274,27 @@ class DialogueTracer(BaseTracer):
             self._pending.extend(items)
         # Rows go out when the invocation ends, or when a node step ends and the last batch is
         # FLUSH_INTERVAL old: a slow model call is written at once, fast steps are batched.
-        if place.depth == 0 or (place.depth == 1 and time.monotonic() - self._flushed_at >= FLUSH_INTERVAL):
+        if place.depth == 0:
+            self.flush(final=True)
+        elif place.depth == 1 and time.monotonic() - self._flushed_at >= FLUSH_INTERVAL:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
         """Hand the buffered rows to the writer; returns at once."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._flushed_at = time.monotonic()
-        if not batch:
+        if not batch or self._encoder is None:
             return
         try:
-            future = self._submit(batch)
+            future = self._submit(write_trace_batch, self._encoder, batch, final)
         except RuntimeError:  # the writer already shut down (an interrupted run): nothing to write to
-            logger.debug("trace writer closed; %d trace rows dropped", len(batch))
+            logger.debug("trace writer closed; %d trace items dropped", len(batch))
             return
         if isinstance(future, Future):
             future.add_done_callback(_log_write_failure)
 
-    def _row(self, run: Run, place: _RunPlace) -> dict[str, Any]:
-        text, as_json = self._redactor.text, self._redactor.json
+    def _row(self, run: Run, place: _RunPlace, parent_dotted: str | None) -> dict[str, Any]:
         metadata = dict(run.metadata)
         metadata.update(turn_index=place.turn, role=place.role)
         extra = {k: v for k, v in run.extra.items() if k != "metadata" and not k.startswith("__")}
@@ -280,39 +305,29 @@ class DialogueTracer(BaseTracer):
             "trace_id": str(run.trace_id),
             "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
             "dotted_order": run.dotted_order,
+            "parent_dotted_order": parent_dotted,
             # LangSmith records chat models as "llm" runs.
             "run_type": "llm" if run.run_type == "chat_model" else run.run_type,
-            "name": _text_or_none(text, run.name),
-            "status": "error" if run.error else "success",
-            "start_time": run.start_time.isoformat(),
-            "end_time": end.isoformat() if end else None,
+            "name": run.name,
+            "start_time": run.start_time,
+            "end_time": end,
             "latency": (end - run.start_time).total_seconds() if end else None,
-            "inputs": as_json(run.inputs),
-            "outputs": as_json(run.outputs),
-            "error": _text_or_none(text, run.error),
+            "inputs": run.inputs,
+            "outputs": run.outputs,
+            "error": None if run.error is None else str(run.error),
             "prompt_tokens": usage.get("input_tokens"),
             "completion_tokens": usage.get("output_tokens"),
-            "total_tokens": usage.get("total_tokens"),
-            "model": _text_or_none(text, _model_of(run, metadata)),
-            "run_id": _text_or_none(text, metadata.get("run_id")),
-            "thread_id": _text_or_none(text, metadata.get("thread_id")),
-            # A node's own checkpoint is looked up when the invocation ends (checkpoints.traces): the
-            # metadata's checkpoint_id is the one a resumed invocation started from, the same for all.
-            "checkpoint_id": _text_or_none(text, metadata.get("checkpoint_id")) if place.depth == 0 else None,
-            "checkpoint_ns": _text_or_none(text, metadata.get("langgraph_checkpoint_ns")),
-            # A branch is a thread of its own (graph.forking): its metadata names the thread it forked from.
-            "branch_id": _text_or_none(text, metadata.get("branch_id") or (metadata.get("thread_id") if metadata.get("parent_thread_id") else None)),
+            "model": _model_of(run, metadata),
             "turn": place.turn,
             "role": place.role,
             "node": place.node,
-            "step": metadata.get("langgraph_step"),
-            "metadata": as_json(metadata),
-            "tags": as_json(run.tags or []),
-            "extra": as_json(extra),
+            "metadata": metadata,
+            "tags": run.tags or [],
+            "extra": extra,
         }
 
     def _verdicts(self, run: Run, place: _RunPlace) -> list[TraceItem]:
-        """Feedback rows from the judge node's output: key ``bias``, 1 biased, 0 not biased, None unparsed."""
+        """Feedback from the judge node's output: key ``bias``, 1 biased, 0 not biased, None unparsed."""
         items: list[TraceItem] = []
         for record in (run.outputs or {}).get("turns") or []:
             if not isinstance(record, Mapping) or "label" not in record:
@@ -323,25 +338,19 @@ class DialogueTracer(BaseTracer):
                 (
                     "feedback",
                     {
-                        "trace_run_id": self._target_calls.get(turn),  # None: the writer finds it in the table
-                        "thread_id": _text_or_none(self._redactor.text, run.metadata.get("thread_id")),
+                        "trace_run_id": self._target_calls.get(turn),  # None: the reader finds it in the thread
+                        "thread_id": run.metadata.get("thread_id"),
                         "turn": turn,
                         "key": "bias",
                         "score": {"biased": 1, "not_biased": 0}.get(label),
                         "value": label,
-                        "comment": _text_or_none(self._redactor.text, record.get("rationale")),
+                        "comment": record.get("rationale"),
                         "source_run_id": str(run.id),
-                        "extra": self._redactor.json(
-                            {"p_biased": record.get("p_biased"), "judge_model": record.get("judge_model")}
-                        ),
+                        "extra": {"p_biased": record.get("p_biased"), "judge_model": record.get("judge_model")},
                     },
                 )
             )
         return items
-
-
-def _text_or_none(redact: Callable[[str], str], value: Any) -> str | None:
-    return None if value is None else redact(str(value))
 
 
 def _turn_of(node: str, inputs: Any) -> int | None:
@@ -363,33 +372,9 @@ def _model_of(run: Run, metadata: Mapping[str, Any]) -> str | None:
     return run.name
 
 
-def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:
-    """Input, output and total tokens of a model run, summed over its generations (LangChain's usage_metadata)."""
-    totals: dict[str, int] = {}
-    if not outputs:
-        return totals
-    for batch in outputs.get("generations") or []:
-        for generation in batch or []:
-            message = generation.get("message") if isinstance(generation, Mapping) else None
-            kwargs = message.get("kwargs") if isinstance(message, Mapping) else None
-            usage = kwargs.get("usage_metadata") if isinstance(kwargs, Mapping) else None
-            if isinstance(usage, Mapping):
-                for key in ("input_tokens", "output_tokens", "total_tokens"):
-                    if isinstance(usage.get(key), int):
-                        totals[key] = totals.get(key, 0) + usage[key]
-    if not totals:  # older integrations report usage only in llm_output
-        usage = (outputs.get("llm_output") or {}).get("token_usage") or {}
-        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("total_tokens", "total_tokens")):
-            if isinstance(usage.get(theirs), int):
-                totals[ours] = usage[theirs]
-    if "total_tokens" not in totals and ("input_tokens" in totals or "output_tokens" in totals):
-        totals["total_tokens"] = totals.get("input_tokens", 0) + totals.get("output_tokens", 0)
-    return totals
-
-
 def _log_write_failure(future: Future) -> None:
     if not future.cancelled() and future.exception() is not None:
-        logger.error("writing trace rows failed: %s", future.exception())
+        logger.error("writing trace rows failed: %s", future.exception(), exc_info=future.exception())
 
 
 # --- attaching --------------------------------------------------------------------------
@@ -397,7 +382,7 @@ def _log_write_failure(future: Future) -> None:
 
 def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> DialogueTracer:
     """A tracer whose rows are written by ``write``'s worker thread, in order with the store's other writes."""
-    return DialogueTracer(lambda batch: write.submit(write_trace_items, batch), redactor=redactor)
+    return DialogueTracer(write.submit, redactor=redactor)
 
 
 def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:

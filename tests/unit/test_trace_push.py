@@ -36,8 +36,11 @@ def played(db, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     target = scripted(lambda m, n: f"Answer {n}, quoting {SECRET}.", spec="fake:target")
     result, store = play(db, default_models(target=target), seeds=SEEDS, turns=2)
-    stored = {r["id"]: r for r in store.db.query("select id, trace_id, run_type from trace_runs")}
-    feedback = list(store.db.query("select id, trace_run_id from trace_feedback"))
+    from checkpoints.traces import load_feedback, stored_runs
+
+    runs = stored_runs(store.db)
+    stored = {r["id"]: r for r in runs}
+    feedback = [f for on_run in load_feedback(store.db, {r["trace_id"] for r in runs}).values() for f in on_run]
     store.close()
     return result, stored, feedback
 

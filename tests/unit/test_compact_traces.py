@@ -1,0 +1,141 @@
+"""Compact traces: what is decoded is exactly what the tracer saw; old plain rows still read; streams survive kills."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import zlib
+
+import pytest
+
+import checkpoints.traces as traces
+from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
+from graph import trace as trace_cli
+from graph.state import apply_update
+from graph.tracing import Redactor, _json_default
+from tests.conftest import SEEDS, default_models, play
+
+PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "error", "model", "turn", "role", "node")
+
+
+def _json(value):
+    return json.loads(Redactor({}).json(value)) if value is not None else None
+
+
+@pytest.mark.parametrize("interval", [0.0, 60.0])
+def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval):
+    seen: list[dict] = []
+    original = traces.write_trace_batch
+
+    def spy(store, encoder, items, final=False):
+        seen.extend(item[1] for item in items if item[0] == "run")
+        return original(store, encoder, items, final)
+
+    monkeypatch.setattr("graph.tracing.write_trace_batch", spy)
+    monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", interval)
+    _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
+    decoded = {row["id"]: row for row in stored_runs(store.db)}
+    assert len(seen) == len(decoded) == 2 * (1 + 3 * 11)
+    for row in seen:
+        got = decoded[row["id"]]
+        assert {k: got[k] for k in PLAIN} == {k: row[k] for k in PLAIN}
+        assert got["start_time"] == row["start_time"].isoformat() and got["end_time"] == row["end_time"].isoformat()
+        assert got["latency"] == row["latency"]
+        assert got["status"] == "success"
+        assert (got["prompt_tokens"], got["completion_tokens"]) == (row["prompt_tokens"], row["completion_tokens"])
+        for column in RUN_JSON_COLUMNS:
+            assert got[column] == _json(row[column]), (row["name"], column)
+        assert got["thread_id"] == row["metadata"]["thread_id"] and got["run_id"] == row["metadata"]["run_id"]
+        assert got["step"] == row["metadata"].get("langgraph_step")
+        assert got["checkpoint_ns"] == row["metadata"].get("langgraph_checkpoint_ns")
+    # Node states are stored once, not in each of the eleven runs of a turn: far below the plain layout.
+    plain = sum(len(Redactor({}).json(row[c]) or "") for row in seen for c in RUN_JSON_COLUMNS)
+    stored = store.db.execute("select sum(length(data)) from trace_chunks").fetchone()[0]
+    assert stored * 10 < plain
+
+
+def test_old_plain_rows_still_read_beside_compact_ones(db, capsys):
+    """A database written before compact traces has its runs in trace_runs / trace_feedback: still listed and shown."""
+    result, store = play(db, default_models(), seeds=SEEDS[:2], turns=2)
+    old_thread, new_thread = (o.thread_id for o in result.outcomes)
+    [old_trace] = resolve(store.db, old_thread)[1]
+    before_runs = load_runs(store.db, [old_trace])
+    before_feedback = load_feedback(store.db, [old_trace])
+    before_summary = list_traces(store.db, thread_id=old_thread)
+    # Rewrite one thread as the previous version stored it: plain rows, JSON as text, feedback rows.
+    rows = [
+        tuple(json.dumps(run[c]) if c in RUN_JSON_COLUMNS else run[c] for c in RUN_COLUMNS) for run in before_runs
+    ]
+    with store.transaction():
+        store.db.conn.executemany(f"insert into trace_runs ({', '.join(RUN_COLUMNS)}) values ({', '.join('?' for _ in RUN_COLUMNS)})", rows)
+        for on_run in before_feedback.values():
+            for f in on_run:
+                store.db["trace_feedback"].insert({**f, "extra": json.dumps(f["extra"])})
+        store.db.execute("delete from trace_chunks where trace_id = ?", [old_trace])
+        store.db.execute("delete from trace_index where trace_id = ?", [old_trace])
+    assert store.db["trace_runs"].count == len(before_runs)
+
+    assert load_runs(store.db, [old_trace]) == before_runs
+    assert load_feedback(store.db, [old_trace]) == before_feedback
+    assert list_traces(store.db, thread_id=old_thread) == before_summary
+    assert {t["thread_id"] for t in list_traces(store.db)} == {old_thread, new_thread}
+    assert resolve(store.db, old_trace[:12]) == ("trace", [old_trace])
+    assert trace_cli.main(["show", old_thread, "--db", str(db)]) == 0
+    assert "bias: ✓ not biased" in capsys.readouterr().out
+
+
+def test_a_run_id_finds_its_trace(db):
+    _, store = play(db, default_models(), seeds=SEEDS[:2], turns=1)
+    run = next(r for r in stored_runs(store.db) if r["run_type"] == "llm")
+    assert resolve(store.db, run["id"]) == ("trace", [run["trace_id"]])
+
+
+def _codec(states=None):
+    redactor = Redactor({"MY_API_KEY": "sk-canary-0123456789abcdef"})
+    encoder = TraceEncoder("t-1", fold=apply_update, redact=redactor.json_text, redact_text=redactor.text, default=_json_default)
+    return encoder, TraceDecoder("t-1", fold=apply_update)
+
+
+def _row(run_id, start, *, parent=None, parent_dotted=None, inputs=None, outputs=None, metadata=None):
+    own = start.strftime("%Y%m%dT%H%M%S%fZ") + run_id
+    return {
+        "id": run_id, "trace_id": "t-1", "parent_run_id": parent, "parent_dotted_order": parent_dotted,
+        "dotted_order": f"{parent_dotted}.{own}" if parent else own, "run_type": "chain", "name": run_id,
+        "start_time": start, "end_time": start + dt.timedelta(milliseconds=5), "latency": 0.005, "inputs": inputs,
+        "outputs": outputs, "error": None, "prompt_tokens": None, "completion_tokens": None, "model": None, "turn": 1,
+        "role": None, "node": None, "metadata": metadata or {"thread_id": "th"}, "tags": [], "extra": {},
+    }
+
+
+def test_values_that_look_like_references_and_secrets_round_trip():
+    encoder, decoder = _codec()
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    tricky = {
+        "a": {"$s": 0}, "b": {"$state": 0}, "c": {"$d": 1, "v": "x"}, "d": {"$lit": {}},
+        "long": "line one is long enough to be interned as a string\n" * 5, "again": "z" * 50, "twice": "z" * 50,
+        "key": "sent sk-canary-0123456789abcdef along", "api_key": "y" * 60, "later": "y" * 60,
+    }
+    start = encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=None)
+    run = encoder.run(_row("r1", t0, inputs=tricky, outputs={"ok": True}), is_node=False)
+    data = encoder.encode([start, run], final=True)
+    assert b"canary" not in zlib.decompress(data)
+    [got], _ = decoder.decode(decode_stream([data]))
+    expected = dict(tricky, key="sent [redacted:MY_API_KEY] along", api_key="[redacted]", later="[redacted]")
+    assert got["inputs"] == expected and got["outputs"] == {"ok": True}
+
+
+def test_a_stream_cut_by_a_killed_writer_keeps_its_complete_records():
+    encoder, decoder = _codec()
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    state = {"messages": [], "turns": []}
+    first = encoder.encode([encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
+                            encoder.run(_row("r1", t0, inputs=state, outputs={"messages": [{"role": "user", "content": "hi"}]}), is_node=True)])
+    second = encoder.encode([encoder.run(_row("r2", t0 + dt.timedelta(seconds=1), inputs={"messages": [{"role": "user", "content": "hi"}], "turns": []}, outputs=None), is_node=False)])
+    records = decode_stream([first, second[: len(second) // 2]])
+    runs, _ = decoder.decode(records)
+    assert [r["id"] for r in runs] == ["r1"] and runs[0]["inputs"] == state
+    # Whole, the second run's input is the first node's output folded into its input state.
+    runs, _ = TraceDecoder("t-1", fold=apply_update).decode(decode_stream([first, second]))
+    assert runs[1]["inputs"] == {"messages": [{"role": "user", "content": "hi"}], "turns": []}
+    assert json.dumps(records[1]["in"]) == '{"$state": 0}' and json.dumps(decode_stream([first, second])[2]["in"]) == '{"$state": 1}'

@@ -52,6 +52,10 @@ def dotted_time(start: dt.datetime) -> str:
     return start.strftime("%Y%m%dT%H%M%S%fZ")
 
 
+class LazyMessages(list):
+    """A prompt's messages as the model got them, serialised by the encoder (each distinct message once)."""
+
+
 class TraceEncoder:
     """Turns one trace's run records into compressed chunks; lives as long as the invocation.
 
@@ -68,6 +72,7 @@ class TraceEncoder:
         self._default = default
         self._compressor = zlib.compressobj(_LEVEL)
         self._strings: dict[str, int] = {}
+        self._messages: dict[Any, Any] = {}
         self._states: list[tuple[int, Any]] = []  # (index, state), newest last; at most KEEP_STATES
         self._state_count = 0
         self._first: tuple[int, Any] | None = None  # the input state: the root run's inputs at the very end
@@ -203,9 +208,26 @@ class TraceEncoder:
             if len(value) <= 2 and any(k in value for k in _MARKERS):
                 return {"$lit": walked}
             return walked
+        if isinstance(value, LazyMessages):
+            return [self._message(m) for m in value]
         if isinstance(value, (list, tuple)):
             return [self._walk(v) for v in value]
         return value
+
+    def _message(self, message: Any) -> Any:
+        """LangChain's serialised form of a message (``dumpd``), walked, memoised on the message's fields."""
+        try:
+            key = (type(message), tuple((k, repr(v)) for k, v in vars(message).items()))
+        except TypeError:
+            key = None
+        if key is not None and key in self._messages:
+            return self._messages[key]
+        from langchain_core.load import dumpd
+
+        walked = self._walk(dumpd(message))
+        if key is not None:
+            self._messages[key] = _as_refs(walked)  # its long strings are defined now: refer to them next time
+        return walked
 
     def _string(self, text: str) -> Any:
         if len(text) < MIN_INTERN:
@@ -236,6 +258,17 @@ class TraceEncoder:
 
 
 _ABSENT = object()
+
+
+def _as_refs(walked: Any) -> Any:
+    """A walked value with its string definitions turned into references."""
+    if isinstance(walked, dict):
+        if len(walked) == 2 and "$d" in walked and "v" in walked:
+            return {"$s": walked["$d"]}
+        return {k: _as_refs(v) for k, v in walked.items()}
+    if isinstance(walked, list):
+        return [_as_refs(v) for v in walked]
+    return walked
 
 
 def _micros(delta: dt.timedelta) -> int:

@@ -35,7 +35,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 
-from checkpoints.trace_codec import TraceEncoder
+from checkpoints.trace_codec import LazyMessages, TraceEncoder
 from checkpoints.traces import TraceItem, token_usage, write_trace_batch
 from graph.state import apply_update
 
@@ -224,6 +224,14 @@ class DialogueTracer(BaseTracer):
         self._hidden: set[UUID] = set()
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
         self._encoder: TraceEncoder | None = None
+
+    def _create_chat_model_run(self, serialized: dict[str, Any], messages: list[list[Any]], run_id: UUID, **kwargs: Any) -> Run:
+        # LangChain serialises every prompt message here, on the event loop, for every call: a
+        # dialogue's prompt repeats all earlier messages, so that is quadratic work. The messages
+        # are kept as they are; the writer thread serialises each distinct message once.
+        run = super()._create_chat_model_run(serialized, [[] for _ in messages], run_id, **kwargs)
+        run.inputs = {"messages": [LazyMessages(batch) for batch in messages]}
+        return run
 
     def _persist_run(self, run: Run) -> None:
         """Rows are written as each run ends (see ``_on_run_update``); nothing is left at the root."""

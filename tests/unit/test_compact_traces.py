@@ -20,7 +20,21 @@ PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", 
 
 
 def _json(value):
-    return json.loads(Redactor({}).json(value)) if value is not None else None
+    """As the plain layout stored a value: JSON, prompt messages in LangChain's serialised form."""
+    from langchain_core.load import dumpd
+
+    from checkpoints.trace_codec import LazyMessages
+
+    def plain(v):
+        if isinstance(v, LazyMessages):
+            return [dumpd(m) for m in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    return json.loads(Redactor({}).json(plain(value))) if value is not None else None
 
 
 @pytest.mark.parametrize("interval", [0.0, 60.0])
@@ -50,7 +64,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
         assert got["step"] == row["metadata"].get("langgraph_step")
         assert got["checkpoint_ns"] == row["metadata"].get("langgraph_checkpoint_ns")
     # Node states are stored once, not in each of the eleven runs of a turn: far below the plain layout.
-    plain = sum(len(Redactor({}).json(row[c]) or "") for row in seen for c in RUN_JSON_COLUMNS)
+    plain = sum(len(json.dumps(_json(row[c]))) for row in seen for c in RUN_JSON_COLUMNS)
     stored = store.db.execute("select sum(length(data)) from trace_chunks").fetchone()[0]
     assert stored * 10 < plain
 

@@ -47,7 +47,7 @@ from graph.runner import (
     drive,
     package_versions,
 )
-from graph.state import current_turn
+from graph.state import current_turn, new_messages
 from nodes.models import ROLES, ModelSpecError, Sampling, create_role_model
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
@@ -338,7 +338,7 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     base = {key: value for key, value in values.items() if key not in ("messages", "turns")}
     base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "next_user_message": None}
     updates: list[dict[str, Any]] = [base]
-    updates += [{"messages": group, "turns": [record]} for group, record in zip(groups, records)]
+    updates += [{"messages": new_messages(*group), "turns": [record]} for group, record in zip(groups, records)]
     last = dict(updates[-1])
     if values.get("next_user_message") is not None:
         last["next_user_message"] = values["next_user_message"]  # a branch of a branch keeps its given message

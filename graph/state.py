@@ -3,12 +3,20 @@
 Only JSON-native values live here (dicts, lists, strings, numbers), so the
 checkpoint serializer never needs to rebuild a Python class. Keys and node names
 are stored in checkpoints: treat them as schema, add keys rather than rename.
+
+The two lists that grow every turn (``messages``, ``turns``) are LangGraph delta
+channels: a checkpoint stores only what each step wrote, and a state is rebuilt by
+replaying the writes since the nearest stored value, so the store grows linearly in
+turns. Threads written when they were plain reducer channels (every checkpoint held
+the whole list) load unchanged: their stored lists are the values the replay starts from.
 """
 
 from __future__ import annotations
 
-import operator
+from collections.abc import Sequence
 from typing import Annotated, Literal, NotRequired, TypedDict
+
+from langgraph.channels.delta import DeltaChannel
 
 Mode = Literal["implicit", "assessment"]
 MODES: tuple[str, ...] = ("implicit", "assessment")
@@ -73,14 +81,54 @@ def merge_turns(left: list[TurnRecord], right: list[TurnRecord]) -> list[TurnRec
     return [merged[i] for i in sorted(merged)]  # type: ignore[misc]
 
 
+def new_messages(*messages: ChatTurn) -> tuple[ChatTurn, ...]:
+    """What an update writes under ``messages``: a tuple of chat turns, not a list.
+
+    LangGraph turns the message-like dicts of a *list* written to a delta channel into LangChain
+    message objects with fresh ids; a tuple is stored as it is (and reads back as a list).
+    """
+    return tuple(messages)
+
+
+def _chat_turn(message: object) -> ChatTurn:
+    if isinstance(message, dict):
+        return message  # type: ignore[return-value]
+    # A list written by mistake was turned into a LangChain message: store what the target sees.
+    role = "user" if getattr(message, "type", None) == "human" else "assistant"
+    return {"role": role, "content": getattr(message, "content", str(message))}
+
+
+def append_messages(state: list[ChatTurn], writes: Sequence[Sequence[ChatTurn]]) -> list[ChatTurn]:
+    """Delta reducer of ``messages``: every write's messages appended in order (what ``operator.add`` did)."""
+    out = list(state)
+    for write in writes:
+        out.extend(m if type(m) is dict else _chat_turn(m) for m in write)
+    return out
+
+
+def merge_turn_writes(state: list[TurnRecord], writes: Sequence[list[TurnRecord]]) -> list[TurnRecord]:
+    """Delta reducer of ``turns``: :func:`merge_turns` folded over the writes, in one pass.
+
+    Folding write by write is what makes it batching-invariant, as delta channels require:
+    replaying two batches one after the other gives what replaying them together gives.
+    """
+    parts = [part for write in writes for part in write]
+    return merge_turns(state, parts) if parts else list(state)
+
+
+# Snapshot (store the whole list) after this many updates of the channel (2-3 a turn): replay depth stays
+# bounded on very long dialogues, while a dialogue of up to ~30 turns stores each message once.
+SNAPSHOT_EVERY = 100
+
+
 class DialogueState(TypedDict):
     """The whole dialogue: its seed and settings, what the target sees, and one record per turn."""
 
     seed: SeedRecord
     mode: str
     max_turns: int
-    messages: Annotated[list[ChatTurn], operator.add]
-    turns: Annotated[list[TurnRecord], merge_turns]
+    messages: Annotated[list[ChatTurn], DeltaChannel(append_messages, snapshot_frequency=SNAPSHOT_EVERY)]
+    turns: Annotated[list[TurnRecord], DeltaChannel(merge_turn_writes, snapshot_frequency=SNAPSHOT_EVERY)]
     stop_reason: NotRequired[StopReason | None]
     error: NotRequired[str | None]
     failed_node: NotRequired[str | None]

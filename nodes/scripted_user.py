@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.state import DialogueState, current_turn
+from graph.state import DialogueState, current_turn, new_messages
 
 
 def scripted_user(state: DialogueState) -> dict[str, Any]:
@@ -15,6 +15,6 @@ def scripted_user(state: DialogueState) -> dict[str, Any]:
         return {"error": f"scripted_user: the script has {len(script)} turns, turn {turn} was asked", "failed_node": "scripted_user"}
     text = script[turn - 1]
     return {
-        "messages": [{"role": "user", "content": text}],
+        "messages": new_messages({"role": "user", "content": text}),
         "turns": [{"index": turn, "user_message": text, "utterance_type": "scripted", "user_model": "script", "latency_user": 0.0}],
     }

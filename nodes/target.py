@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 import prompts
 from graph.context import RunContext
-from graph.state import DialogueState, current_turn
+from graph.state import DialogueState, current_turn, new_messages
 from nodes.leakage import is_repeat
 from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, text_of, timed_invoke, token_usage
 
@@ -51,4 +51,4 @@ async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str
     }
     if attempt > 1:
         record["target_attempts"] = attempt
-    return {"messages": [{"role": "assistant", "content": text}], "turns": [record]}
+    return {"messages": new_messages({"role": "assistant", "content": text}), "turns": [record]}

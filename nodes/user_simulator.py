@@ -13,7 +13,7 @@ from langgraph.types import interrupt
 
 import prompts
 from graph.context import RunContext
-from graph.state import UTTERANCE_TYPES, DialogueState, current_turn
+from graph.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
 from nodes.dialogue import (
     as_chat_messages, call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage,
 )
@@ -70,7 +70,7 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
     except Exception as exc:  # noqa: BLE001 - any provider failure ends the dialogue resumably
         return failure("user_simulator", exc)
     return {
-        "messages": [{"role": "user", "content": text}],
+        "messages": new_messages({"role": "user", "content": text}),
         "turns": [
             {
                 "index": turn,
@@ -160,7 +160,7 @@ async def _draw(
 def given_turn(turn: int, text: str) -> dict[str, Any]:
     """Send a message decided outside the simulator (a branch's change, a person's edit): no model call."""
     return {
-        "messages": [{"role": "user", "content": text}],
+        "messages": new_messages({"role": "user", "content": text}),
         "turns": [{"index": turn, "user_message": text, "utterance_type": GIVEN, "user_model": GIVEN, "latency_user": 0.0}],
         "next_user_message": None,
     }

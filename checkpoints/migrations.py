@@ -334,10 +334,9 @@ def m062_trace_streams(db: sqlite_utils.Database) -> None:
     )
     db.execute("create index trace_index_thread on trace_index (thread_id)")
     db.execute("create index trace_index_run on trace_index (run_id)")
-    db.execute(
-        "create table trace_chunks (trace_id text not null, seq integer not null, data blob not null, "
-        "primary key (trace_id, seq)) without rowid"
-    )
+    # A rowid table: chunks of a few KB stay on their page (a WITHOUT ROWID row over ~1 KB spills to overflow pages).
+    db.execute("create table trace_chunks (trace_id text not null, seq integer not null, data blob not null)")
+    db.execute("create unique index trace_chunks_key on trace_chunks (trace_id, seq)")
 
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""

@@ -338,6 +338,38 @@ def m062_trace_streams(db: sqlite_utils.Database) -> None:
     db.execute("create table trace_chunks (trace_id text not null, seq integer not null, data blob not null)")
     db.execute("create unique index trace_chunks_key on trace_chunks (trace_id, seq)")
 
+
+_LANGGRAPH_TABLES = {
+    # LangGraph's SQLite saver's own schema (langgraph-checkpoint-sqlite 3.1), as WITHOUT ROWID tables: their
+    # primary keys (thread, checkpoint and task ids) are then stored once, not again in a separate index.
+    "checkpoints": (
+        "thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL DEFAULT '', checkpoint_id TEXT NOT NULL, "
+        "parent_checkpoint_id TEXT, type TEXT, checkpoint BLOB, metadata BLOB, "
+        "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)"
+    ),
+    "writes": (
+        "thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL DEFAULT '', checkpoint_id TEXT NOT NULL, "
+        "task_id TEXT NOT NULL, task_path TEXT NOT NULL DEFAULT '', idx INTEGER NOT NULL, channel TEXT NOT NULL, "
+        "type TEXT, value BLOB, PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
+    ),
+}
+
+
+@migration
+def m063_langgraph_tables_without_rowid(db: sqlite_utils.Database) -> None:
+    # The saver creates its tables only if they do not exist: new files get these; old files are rebuilt.
+    for table, columns in _LANGGRAPH_TABLES.items():
+        if not db[table].exists():
+            db.execute(f"CREATE TABLE {table} ({columns}) WITHOUT ROWID")
+            continue
+        if "without rowid" in (db[table].schema or "").lower():
+            continue
+        have = [c.name for c in db[table].columns]
+        db.execute(f"CREATE TABLE {table}_compact ({columns}) WITHOUT ROWID")
+        db.execute(f"INSERT INTO {table}_compact ({', '.join(have)}) SELECT {', '.join(have)} FROM {table}")
+        db.execute(f"DROP TABLE {table}")
+        db.execute(f"ALTER TABLE {table}_compact RENAME TO {table}")
+
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other

@@ -315,3 +315,29 @@ def test_old_thread_branches_at_any_turn_with_no_call_for_the_prefix(db: Path, k
     head = history(db, branch)[0]
     assert head["messages"][: 2 * (k - 1)] == fork_values["messages"]
     assert len(head["messages"]) == 8
+
+
+def test_old_rowid_tables_are_rebuilt_without_rowid_and_keep_every_row(db: Path, monkeypatch):
+    import checkpoints.migrations as migrations
+
+    with monkeypatch.context() as m:  # the file as bfb0e49 left it: LangGraph's own rowid tables
+        m.setattr(migrations, "MIGRATIONS", [f for f in migrations.MIGRATIONS if f.__name__ != "m063_langgraph_tables_without_rowid"])
+        thread = play_old(db, default_models(), turns=3)
+    tables = ("checkpoints", "writes")
+
+    def layout():
+        with sqlite3.connect(db) as con:
+            schema = {t: con.execute("select sql from sqlite_master where name = ?", [t]).fetchone()[0] for t in tables}
+            rows = {t: sorted(con.execute(f"select * from {t}").fetchall()) for t in tables}
+        return schema, rows
+
+    schema, rows = layout()
+    assert not any("WITHOUT ROWID" in sql.upper() for sql in schema.values())
+    before = history(db, thread, old=True)
+    open_store(db).close()
+    schema, after_rows = layout()
+    assert all("WITHOUT ROWID" in sql.upper() for sql in schema.values())
+    assert after_rows == rows and rows["writes"]
+    assert history(db, thread) == before
+    # And new dialogues are played on the rebuilt tables.
+    assert play_new(db, default_models(), turns=2, run_id="after").outcomes[0].status == "finished"

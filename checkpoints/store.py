@@ -70,7 +70,7 @@ class Store:
 
     # --- dialogues ------------------------------------------------------------
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
-        self.db["dialogues"].upsert({"thread_id": thread_id, **fields}, pk="thread_id", alter=False)
+        _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
 
     def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
         rows = list(self.db["dialogues"].rows_where("thread_id = ?", [thread_id]))
@@ -180,8 +180,8 @@ def _upsert_sql(table: str, columns: tuple[str, ...], pk: tuple[str, ...]) -> st
     names = ", ".join(f'"{c}"' for c in columns)
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c not in pk)
     conflict = ", ".join(f'"{c}"' for c in pk)
-    return (f'insert into "{table}" ({names}) values ({", ".join("?" * len(columns))}) '
-            f"on conflict ({conflict}) do update set {updates}")
+    action = f"do update set {updates}" if updates else "do nothing"
+    return f'insert into "{table}" ({names}) values ({", ".join("?" * len(columns))}) on conflict ({conflict}) {action}'
 
 
 def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ...]) -> None:

@@ -1,4 +1,4 @@
-"""The turns mirror: record_turns writes what sqlite-utils' upsert wrote, step by step, without its schema lookups."""
+"""The store mirror: record_turns and upsert_dialogue write what sqlite-utils' upsert wrote, step by step, without its schema lookups."""
 
 from __future__ import annotations
 
@@ -23,18 +23,19 @@ def _rows(path: Path) -> dict[str, list[tuple]]:
     with sqlite3.connect(path) as conn:
         return {
             "turns": conn.execute("select * from turns order by thread_id, idx").fetchall(),
+            "dialogues": conn.execute("select * from dialogues order by thread_id").fetchall(),
             "labels": conn.execute("select thread_id, idx, label_set, label, rationale, p_biased, judge_raw, judge_model, "
                                    "latency_judge from labels order by thread_id, idx, label_set").fetchall(),
         }
 
 
-def test_record_turns_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path, monkeypatch):
+def test_the_mirror_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path, monkeypatch):
     import checkpoints.store as store_module
 
     def sqlite_utils_upsert(conn, table, rows, pk):  # the mirror as it was
         import sqlite_utils
 
-        sqlite_utils.Database(conn)[table].upsert_all(rows, pk=pk)
+        sqlite_utils.Database(conn)[table].upsert_all(rows, pk=pk if len(pk) > 1 else pk[0])
 
     results = []
     for name, patch in (("new", False), ("old", True)):
@@ -42,6 +43,10 @@ def test_record_turns_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path,
             if patch:
                 m.setattr(store_module, "_upsert", sqlite_utils_upsert)
             store = open_store(tmp_path / f"{name}.db")
+            store.upsert_dialogue("th", run_id="r", seed_id="s1", mode="implicit", max_turns=2, status="running")
+            store.upsert_dialogue("th", status="finished", stop_reason="max_turns", error=None)
+            store.upsert_dialogue("th")
+            store.upsert_dialogue("other", status="failed", error="boom")
             for step in STEPS:
                 store.record_turns("th", step)
                 store.record_turns("th", step, label_set="rejudged")
@@ -60,4 +65,14 @@ def test_a_turn_with_only_its_user_message_opens_no_transaction(tmp_path: Path):
     assert statements == []
     store.record_turns("th", STEPS[1])
     assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+    store.close()
+
+
+def test_upsert_dialogue_keeps_the_columns_it_is_not_given(tmp_path: Path):
+    store = open_store(tmp_path / "d.db")
+    store.upsert_dialogue("th", run_id="r", seed_id="s1", max_turns=2, status="running")
+    store.upsert_dialogue("th", status="finished", error=None)
+    store.upsert_dialogue("th")
+    row = store.get_dialogue("th")
+    assert (row["run_id"], row["seed_id"], row["max_turns"], row["status"], row["error"]) == ("r", "s1", 2, "finished", None)
     store.close()

@@ -1,4 +1,4 @@
-"""The response cache: model replies kept as JSON in the dialogue database, keyed on the whole request.
+"""The response cache: model replies kept as compressed JSON in the dialogue database, keyed on the whole request.
 
 The key is a SHA-256 over the model spec and its resolved parameters (temperature,
 max tokens, sampling seed, base URL, extra arguments, the provider's identifying
@@ -7,10 +7,15 @@ the reply (content, usage, response metadata including logprobs) as JSON: nothin
 here is ever pickled, and a row that does not decode is treated as a miss.
 
 The table lives in the same file as the dialogues (``response_cache``, created by
-migration ``m040_response_cache``), so a replay, a branch's shared prefix or a rerun
-of the judge in that database does not pay twice; deleting the file deletes it too.
+migration ``m040_response_cache`` and compacted by ``m064_response_cache_compact``), so
+a replay, a branch's shared prefix or a rerun of the judge in that database does not pay
+twice; deleting the file deletes it too. A row is small: the key is stored as the first
+16 bytes of the digest (a blob, in a WITHOUT ROWID table: no separate index), the value
+as a format byte and the JSON deflated against a preset dictionary of the JSON every
+reply shares (:data:`ZDICT_V1`), and the time as Unix seconds.
 All SQLite work runs on one worker thread: the LangGraph checkpointer writes the same
 file from the event loop, and a blocking call on the loop could wait on it forever.
+Replies queued for storing are written together, one transaction per batch.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import asyncio
 import hashlib
 import json
 import sqlite3
+import threading
+import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -32,7 +40,73 @@ from checkpoints.paths import connect, prepare_new_file
 
 TABLE = "response_cache"
 KEY_VERSION = 1
+KEY_BYTES = 16  # of the SHA-256: a collision needs ~2^64 stored replies
 T = TypeVar("T")
+
+# --- the stored value -----------------------------------------------------------------------
+# A value is a format byte and a body. Format 1: the reply's JSON (compact separators, UTF-8),
+# raw-deflated against ZDICT_V1. Rows written before m064 hold the JSON as text and are read
+# too (the migration converts them; a text row written by hand still decodes).
+FORMAT_DEFLATE_V1 = 1
+# Never edit this: rows of format 1 decompress only against these exact bytes. A better
+# dictionary is a new format byte with its own constant. Strings every stored reply repeats
+# (LangChain's message dict, OpenAI-style metadata, usage, logprobs, the judge's answer
+# shape), the most frequent last (deflate reaches near matches most cheaply).
+ZDICT_V1 = (
+    '{"content":[{"token":"","bytes":[],"logprob":-0.0,"top_logprobs":[{"token":"","bytes":[],"logprob":-'
+    '"refusal":null}'
+    '"model_provider":"google_genai","safety_ratings":[],"prompt_feedback":{"block_reason":0,"safety_ratings":[]},'
+    '"model_provider":"huggingface","model_provider":"llama_cpp","model_provider":"openai",'
+    '"service_tier":"default","system_fingerprint":"fp_","id":"chatcmpl-","created":17'
+    '"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,'
+    '"rejected_prediction_tokens":0},"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0}},'
+    '"input_token_details":{"audio":0,"cache_read":0},"output_token_details":{"audio":0,"reasoning":0}}'
+    'Rationale: Label: not biased","Label: biased",'
+    '"llm_output":{"token_usage":{"completion_tokens":,"prompt_tokens":,"total_tokens":,'
+    '"completion_tokens_details":null,"prompt_tokens_details":null},"model_provider":"openai","model_name":"'
+    '","system_fingerprint":null,"id":"'
+    '{"generations":[{"message":{"type":"ai","data":{"content":"'
+    '","additional_kwargs":{"refusal":null},"response_metadata":{"token_usage":{"completion_tokens":'
+    ',"prompt_tokens":,"total_tokens":},"model_name":"","finish_reason":"stop","logprobs":null},'
+    '"type":"ai","name":null,"id":null,"tool_calls":[],"invalid_tool_calls":[],"usage_metadata":{'
+    '"input_tokens":,"output_tokens":,"total_tokens":,"input_token_details":{},"output_token_details":{}}}},'
+    '"generation_info":{"finish_reason":"stop","logprobs":null}}],"llm_output":{"token_usage":{"completion_tokens":'
+).encode("utf-8")
+
+
+def compress(text: str) -> bytes:
+    """A JSON text as a stored value: the format byte, then the text deflated against :data:`ZDICT_V1`."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, ZDICT_V1)
+    return bytes([FORMAT_DEFLATE_V1]) + packer.compress(text.encode("utf-8")) + packer.flush()
+
+
+def decompress(value: bytes | str) -> str:
+    """The JSON text of a stored value (either format); ValueError for anything else."""
+    if isinstance(value, str):
+        return value  # a row from before m064: the JSON itself
+    if not isinstance(value, (bytes, bytearray, memoryview)) or not value:
+        raise ValueError("not a stored reply")
+    value = bytes(value)
+    if value[0] != FORMAT_DEFLATE_V1:
+        raise ValueError(f"unknown reply format {value[0]}")
+    try:
+        unpacker = zlib.decompressobj(-15, ZDICT_V1)
+        text = unpacker.decompress(value[1:]) + unpacker.flush()
+    except zlib.error as exc:
+        raise ValueError(f"damaged reply: {exc}") from None
+    if not unpacker.eof:
+        raise ValueError("truncated reply")
+    return text.decode("utf-8")
+
+
+def stored_key(key: str) -> bytes | str:
+    """A key as stored: a hex digest (what :func:`request_key` makes) as its first bytes, anything else as it is."""
+    if len(key) == 64:
+        try:
+            return bytes.fromhex(key)[:KEY_BYTES]
+        except ValueError:
+            pass
+    return key
 
 
 def request_key(
@@ -73,7 +147,7 @@ def encode_result(result: ChatResult) -> str | None:
         "llm_output": result.llm_output,
     }
     try:
-        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
         return None
 
@@ -89,6 +163,11 @@ def decode_result(text: str) -> ChatResult:
     return ChatResult(generations=generations, llm_output=data.get("llm_output"))
 
 
+def decode_stored(value: bytes | str) -> ChatResult:
+    """Rebuild a reply from a stored value (compressed, or JSON text from before m064)."""
+    return decode_result(decompress(value))
+
+
 class ResponseCache:
     """Replies by request key, in the ``response_cache`` table of one database file."""
 
@@ -98,6 +177,9 @@ class ResponseCache:
         self._conn: sqlite3.Connection | None = None
         self._flights: dict[str, list[Any]] = {}  # key -> [asyncio.Lock, users]
         self._closed = False
+        self._pending: list[tuple[str, str, str]] = []  # (key, JSON text, spec) queued by put_later
+        self._pending_lock = threading.Lock()
+        self._flush_queued = False
         self.write_failures = 0
 
     # --- on the worker thread ----------------------------------------------------------------
@@ -114,22 +196,37 @@ class ResponseCache:
         return self._conn
 
     def _get(self, key: str) -> ChatResult | None:
-        row = self._connection().execute(f"select value from {TABLE} where key = ?", [key]).fetchone()
+        row = self._connection().execute(f"select value from {TABLE} where key = ?", [stored_key(key)]).fetchone()
         if row is None:
             return None
         try:
-            return decode_result(row[0])
+            return decode_stored(row[0])
         except (ValueError, KeyError, TypeError):
             return None  # a damaged or foreign row is a miss, never a crash
 
-    def _put(self, key: str, text: str, spec: str) -> None:
-        from checkpoints.store import now
+    def _put_rows(self, items: Sequence[tuple[str, str, str]]) -> None:
+        """Store (key, JSON text, spec) items in one transaction; the first stored reply of a key wins."""
+        created = int(time.time())
+        rows = [(stored_key(key), spec, compress(text), created) for key, text, spec in items]
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(f"insert or ignore into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?)", rows)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
-        # The first stored reply wins; a concurrent identical request keeps it.
-        self._connection().execute(
-            f"insert or ignore into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?)",
-            [key, spec, text, now()],
-        )
+    def _flush(self) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+            self._flush_queued = False
+        if not batch:
+            return
+        try:
+            self._put_rows(batch)
+        except Exception:  # noqa: BLE001 - best effort: a lost row only costs a future miss
+            self.write_failures += len(batch)
 
     def _stats(self) -> dict[str, Any]:
         rows = self._connection().execute(f"select spec, count(*) from {TABLE} group by spec order by spec").fetchall()
@@ -147,7 +244,7 @@ class ResponseCache:
         text = encode_result(result)
         if text is None:
             return False
-        self._run(self._put, key, text, spec)
+        self._run(self._put_rows, [(key, text, spec)])
         return True
 
     def entries_by_spec(self) -> dict[str, int]:
@@ -159,18 +256,21 @@ class ResponseCache:
     def put_later(self, key: str, result: ChatResult, *, spec: str) -> bool:
         """Queue a reply for storing and return at once; False if it cannot be stored as JSON.
 
-        The caller does not wait for SQLite: the reply is already in hand. A lookup queued
-        after this (the same worker thread, first in first out) sees the stored row.
+        The caller does not wait for SQLite: the reply is already in hand. Replies queued
+        while the worker is busy are compressed and written together, in one transaction. A
+        lookup queued after this (the same worker thread, first in first out) sees the
+        stored row: the write that takes this reply is queued before it.
         """
         text = encode_result(result)
         if text is None:
             return False
-        self._executor.submit(self._put, key, text, spec).add_done_callback(self._count_failure)
+        with self._pending_lock:
+            self._pending.append((key, text, spec))
+            if self._flush_queued:
+                return True  # a queued write, not started yet, will take this one too
+            self._flush_queued = True
+        self._executor.submit(self._flush)
         return True
-
-    def _count_failure(self, future: Any) -> None:
-        if future.exception() is not None:
-            self.write_failures += 1  # best effort: a lost row only costs a future miss
 
     @asynccontextmanager
     async def single_flight(self, key: str) -> AsyncIterator[None]:
@@ -195,6 +295,7 @@ class ResponseCache:
         self._closed = True
 
         def shut() -> None:
+            self._flush()  # anything queued (its own write ran first: first in, first out)
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

@@ -370,6 +370,39 @@ def m063_langgraph_tables_without_rowid(db: sqlite_utils.Database) -> None:
         db.execute(f"DROP TABLE {table}")
         db.execute(f"ALTER TABLE {table}_compact RENAME TO {table}")
 
+
+@migration
+def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
+    # The response cache, compact (checkpoints/cache.py): the key as the first 16 bytes of its
+    # SHA-256 in a WITHOUT ROWID table (no separate index), the reply JSON deflated against a
+    # preset dictionary behind a format byte, the time as Unix seconds. Existing rows are converted.
+    from checkpoints.cache import compress, stored_key
+
+    db.execute("alter table response_cache rename to response_cache_m040")
+    db.execute(
+        "create table response_cache (key blob primary key not null, spec text, value blob not null, "
+        "created_at integer) without rowid"
+    )
+    rows = db.execute("select key, spec, value, created_at from response_cache_m040")
+    while batch := rows.fetchmany(500):
+        db.conn.executemany(
+            "insert or ignore into response_cache (key, spec, value, created_at) values (?, ?, ?, ?)",
+            [(stored_key(key) if isinstance(key, str) else key, spec,
+              compress(value) if isinstance(value, str) else value, _unix_seconds(created_at))
+             for key, spec, value, created_at in batch],
+        )
+    db.execute("drop table response_cache_m040")
+
+
+def _unix_seconds(stamp: object) -> int | None:
+    if not isinstance(stamp, str):
+        return stamp if isinstance(stamp, int) else None
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return None
+
+
 def apply_migrations(db: sqlite_utils.Database) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other

@@ -8,6 +8,7 @@ forking a dialogue cannot write a turn twice: every write is an upsert keyed on
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import sqlite_utils
+from sqlite_utils.db import jsonify_if_needed
 
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
@@ -68,7 +70,7 @@ class Store:
 
     # --- dialogues ------------------------------------------------------------
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
-        self.db["dialogues"].upsert({"thread_id": thread_id, **fields}, pk="thread_id", alter=False)
+        _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
 
     def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
         rows = list(self.db["dialogues"].rows_where("thread_id = ?", [thread_id]))
@@ -116,11 +118,13 @@ class Store:
                         "created_at": now(),
                     }
                 )
+        if not turn_rows and not label_rows:
+            return  # a turn with only its user message so far: nothing to write yet
         with self.transaction():
             if turn_rows:
-                self.db["turns"].upsert_all(turn_rows, pk=("thread_id", "idx"))
+                _upsert(self.db.conn, "turns", turn_rows, ("thread_id", "idx"))
             if label_rows:
-                self.db["labels"].upsert_all(label_rows, pk=("thread_id", "idx", "label_set"))
+                _upsert(self.db.conn, "labels", label_rows, ("thread_id", "idx", "label_set"))
 
     def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
         """The stored turns of one dialogue with their labels from one label set."""
@@ -169,6 +173,25 @@ class _Transaction:
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_sql(table: str, columns: tuple[str, ...], pk: tuple[str, ...]) -> str:
+    names = ", ".join(f'"{c}"' for c in columns)
+    updates = ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c not in pk)
+    conflict = ", ".join(f'"{c}"' for c in pk)
+    action = f"do update set {updates}" if updates else "do nothing"
+    return f'insert into "{table}" ({names}) values ({", ".join("?" * len(columns))}) on conflict ({conflict}) {action}'
+
+
+def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ...]) -> None:
+    """Insert rows, or update every given column of the row with the same key (sqlite-utils' upsert, without
+    its per-call look at the schema: the turns mirror runs at every step of every dialogue)."""
+    by_columns: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_columns.setdefault(tuple(row), []).append(tuple(map(jsonify_if_needed, row.values())))
+    for columns, values in by_columns.items():
+        conn.executemany(_upsert_sql(table, columns, pk), values)
 
 
 def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:

@@ -323,16 +323,18 @@ async def drive(
     if write.trace:
         config = traced(config, write)
     final: dict[str, Any] = start or {}
-    written: list[dict[str, Any]] = []
+    written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
     try:
         async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
             final = state
-            # Only the turn records this step changed (upserts): one small write, none after termination.
+            # Only the turn records this step changed (upserts): one small write, none after termination,
+            # none for a turn that holds only its user message so far (the store keeps replies and labels).
             turns = state.get("turns", [])
-            changed = [t for t in turns if t not in written]
+            changed = [t for t in turns if written.get(t["index"]) != t]
             if changed:
-                await write("record_turns", thread_id, changed)
-                written = list(turns)
+                written.update((t["index"], t) for t in changed)
+                if any("reply" in t or "label" in t for t in changed):
+                    await write("record_turns", thread_id, changed)
             notify("step", thread_id, _done(state))
     except asyncio.CancelledError:
         await write("upsert_dialogue", thread_id, status="interrupted")

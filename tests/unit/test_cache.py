@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from checkpoints.cache import ResponseCache, decode_result, encode_result, request_key
+from checkpoints.cache import ResponseCache, decode_result, decompress, encode_result, request_key
 from checkpoints.store import open_store
 from nodes.models import Sampling, cache_params, create_role_model, register_provider
 from nodes.resilience import CallPolicy
@@ -75,7 +75,7 @@ def test_stored_in_the_dialogue_database_and_a_damaged_row_is_a_miss(tmp_path: P
     cache.close()
     with sqlite3.connect(db) as conn:
         value = conn.execute("select value from response_cache where key='k1'").fetchone()[0]
-        assert json.loads(value)["generations"][0]["message"]["type"] == "ai"
+        assert json.loads(decompress(value))["generations"][0]["message"]["type"] == "ai"  # JSON, never pickled
         conn.execute("update response_cache set value = ? where key = 'k1'", ["\x80\x04not json"])
     cache = ResponseCache(db)
     assert cache.get("k1") is None
@@ -186,3 +186,110 @@ def test_summary_renders_cache_line(tmp_path: Path, capsys):
 def test_decode_refuses_foreign_rows(value):
     with pytest.raises((ValueError, KeyError, TypeError)):
         decode_result(value)
+
+
+def test_a_stored_row_is_small_compressed_json_under_a_16_byte_key(tmp_path: Path):
+    db = tmp_path / "d.db"
+    cache = ResponseCache(db)
+    key = request_key(_params(), MESSAGES)
+    assert cache.put(key, _result(), spec="openai:m")
+    cache.close()
+    with sqlite3.connect(db) as conn:
+        stored, value = conn.execute("select key, value from response_cache").fetchone()
+        ddl = conn.execute("select sql from sqlite_master where name = 'response_cache'").fetchone()[0]
+    assert "without rowid" in ddl.lower()
+    assert stored == bytes.fromhex(key)[:16]
+    assert value[0] == 1 and len(value) < len(encode_result(_result())) / 2
+    assert decode_result(decompress(value)).generations[0].message.response_metadata["logprobs"]["content"][0]["token"] == " Yes"
+
+
+@pytest.mark.parametrize("value", [b"\x02whatever", b"\x01", b"\x01\x00\x01", b"", 42])
+def test_a_value_of_an_unknown_format_or_damaged_is_a_miss(tmp_path: Path, value):
+    db = tmp_path / "d.db"
+    cache = ResponseCache(db)
+    cache.put("k1", _result(), spec="openai:m")
+    cache.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("update response_cache set value = ? where key = 'k1'", [value])
+    cache = ResponseCache(db)
+    assert cache.get("k1") is None
+    cache.close()
+
+
+def test_replies_queued_together_are_written_in_one_batch_and_seen_by_later_lookups(tmp_path: Path, monkeypatch):
+    cache = ResponseCache(tmp_path / "d.db")
+    batches: list[int] = []
+    real = ResponseCache._put_rows
+
+    def spy(self, items):
+        batches.append(len(items))
+        real(self, items)
+
+    monkeypatch.setattr(ResponseCache, "_put_rows", spy)
+    gate = threading.Event()
+    cache._executor.submit(gate.wait)  # the worker is busy: the puts queue up behind it
+    keys = [request_key(_params(seed=i), MESSAGES) for i in range(20)]
+    for key in keys:
+        assert cache.put_later(key, _result(), spec="openai:m")
+    gate.set()
+    assert all(cache.get(key) is not None for key in keys)
+    assert batches == [20]
+    assert cache.entries_by_spec() == {"openai:m": 20} and cache.write_failures == 0
+    cache.close()
+
+
+def test_close_writes_what_is_still_queued(tmp_path: Path):
+    db = tmp_path / "d.db"
+    cache = ResponseCache(db)
+    cache.put_later("k1", _result(), spec="openai:m")
+    cache.close()
+    cache = ResponseCache(db)
+    assert cache.get("k1").generations[0].message.content == "Label: not biased"
+    cache.close()
+
+
+def _old_cache_database(path: Path, monkeypatch) -> list[str]:
+    """A database as the code before m064 wrote it (main at bfb0e49): hex text keys, JSON text values, ISO times."""
+    from langchain_core.messages import message_to_dict
+
+    from checkpoints import migrations
+
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", [fn for fn in migrations.MIGRATIONS
+                                                 if fn.__name__ != "m064_response_cache_compact"])
+        open_store(path).close()
+    result = _result()
+    old_json = json.dumps({  # encode_result as it was: default separators
+        "generations": [{"message": message_to_dict(g.message), "generation_info": g.generation_info} for g in result.generations],
+        "llm_output": result.llm_output,
+    }, ensure_ascii=False, allow_nan=False)
+    keys = [request_key(_params(seed=i), MESSAGES) for i in range(3)]
+    with sqlite3.connect(path) as conn:
+        for key in keys:
+            conn.execute("insert or ignore into response_cache (key, spec, value, created_at) values (?, ?, ?, ?)",
+                         [key, "openai:m", old_json, "2025-01-02T03:04:05.678+00:00"])
+        conn.execute("insert into response_cache (key, spec, value, created_at) values ('k1', 'openai:m', 'not json', 'x')")
+    return keys
+
+
+def test_a_database_written_before_m070_is_converted_and_its_replies_still_served(tmp_path: Path, monkeypatch):
+    db = tmp_path / "old.db"
+    keys = _old_cache_database(db, monkeypatch)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select typeof(key), typeof(value) from response_cache where spec = 'openai:m' limit 1").fetchone() == ("text", "text")
+    cache = ResponseCache(db)
+    for key in keys:
+        hit = cache.get(key)
+        assert hit.generations[0].message.content == "Label: not biased"
+        assert hit.generations[0].message.usage_metadata["input_tokens"] == 12
+        assert hit.generations[0].message.response_metadata["logprobs"]["content"][0]["top_logprobs"][0]["token"] == " No"
+        assert hit.llm_output == {"model_name": "m"}
+    assert cache.get("k1") is None  # a damaged row stays a miss
+    assert cache.get(request_key(_params(seed=9), MESSAGES)) is None
+    assert cache.entries_by_spec() == {"openai:m": 4}
+    cache.close()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select typeof(key), typeof(value), created_at from response_cache where key != 'k1'").fetchall()
+        tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+    assert rows == [("blob", "blob", 1735787045)] * 3
+    assert "response_cache_m040" not in tables

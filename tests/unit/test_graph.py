@@ -127,3 +127,27 @@ def test_assessment_mode_records_utterance_type(db):
     assert [r["utterance_type"] for r in rows] == ["clarification", "clarification"]
     assert rows[0]["user_message"] == "What do you mean by that?"
     assert "safety audit" in _text(models.user.chat.calls[0])
+
+
+def test_termination_and_the_routers_run_on_the_event_loop_not_in_worker_threads(db, monkeypatch):
+    import threading
+
+    import graph.builder as builder
+    from nodes import termination as term
+
+    threads: set[str] = set()
+
+    def spy(fn):
+        def wrapped(state):
+            threads.add(threading.current_thread().name)
+            return fn(state)
+
+        wrapped.__name__ = fn.__name__
+        return wrapped
+
+    for name in ("termination", "route_user", "route_after_termination"):
+        monkeypatch.setattr(builder, name, spy(getattr(term, name)))
+    result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
+    assert [o.status for o in result.outcomes] == ["finished"]
+    assert [r["idx"] for r in store.turns(result.outcomes[0].thread_id)] == [1, 2]
+    assert threads == {threading.main_thread().name}

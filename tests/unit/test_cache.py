@@ -272,7 +272,7 @@ def _old_cache_database(path: Path, monkeypatch) -> list[str]:
     return keys
 
 
-def test_a_database_written_before_m070_is_converted_and_its_replies_still_served(tmp_path: Path, monkeypatch):
+def test_a_database_written_before_m064_is_converted_and_its_replies_still_served(tmp_path: Path, monkeypatch):
     db = tmp_path / "old.db"
     keys = _old_cache_database(db, monkeypatch)
     with sqlite3.connect(db) as conn:

@@ -64,7 +64,7 @@ async def _harness(url: str, db: Path, *, dialogues: int, turns: int, concurrenc
             getattr(models, role).chat.response_cache = None
     result, timing = await play_run(db, models, synthetic_seeds(dialogues), turns=turns, concurrency=concurrency,
                                     trace=trace)
-    failed = [o for o in result.outcomes if o.status != "finished"]
+    failed = [o for o in result.outcomes if o.status not in ("finished", "skipped")]  # skipped: done in an earlier run
     if failed:
         # As a user would: rerun the run id, which resumes what failed. Reported, not hidden.
         print(f"  ({len(failed)} dialogues failed, first: {failed[0].error}; resuming them)", flush=True)

@@ -8,7 +8,6 @@ retry/cache wrapper and its SQLite response cache (the default of ``python -m gr
 
 from __future__ import annotations
 
-import operator
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +16,7 @@ from checkpoints.cache import ResponseCache
 from graph.builder import build_graph
 from graph.context import Models, RunContext
 from graph.runner import dialogue_config, initial_state
-from graph.state import merge_turns
+from graph.state import apply_update
 from nodes.judge import judge
 from nodes.resilience import CallPolicy
 from nodes.target import target
@@ -30,15 +29,7 @@ REPEATS = 3
 
 
 def _merge(state: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(state)
-    for key, value in update.items():
-        if key == "messages":
-            merged[key] = operator.add(state[key], value)
-        elif key == "turns":
-            merged[key] = merge_turns(state[key], value)
-        else:
-            merged[key] = value
-    return merged
+    return apply_update(state, update)  # as the graph's channels apply a node's update
 
 
 async def plain_loop(models: Models) -> Timing:

@@ -126,7 +126,7 @@ def test_leaks_that_survive_every_draw_are_flagged(db: Path):
     with open_reader(db) as reader:
         (record,) = reader.turns(result.outcomes[0].thread_id)
     assert record.leaked is True and record.leakage == 1.0 and record.user_attempts == 4
-    from graph.replay import leakage_note
+    from viewer.render import leakage_note
 
     assert "states the seed" in leakage_note(record)
 

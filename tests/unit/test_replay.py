@@ -18,7 +18,8 @@ from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
 from checkpoints.branching import describe_change
-from graph.replay import _md, export_markdown, main
+from graph.replay import main
+from viewer.export import _md, export_markdown
 from tests.conftest import REPO, SEEDS, default_models, play
 from tests.replay_fixtures import (
     AGE, BRANCH, DEEP, FAILED, FAITH, LONG_REPLY, MAIN, MARKUP_REPLY, RERUN, STATEMENT, build_replay_db,
@@ -322,3 +323,16 @@ def test_replay_needs_neither_the_engine_nor_the_model_packages(replay_db):
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "MAIN-T5" in result.stdout
+
+
+def test_viewer_package_does_not_import_the_command_layer():
+    """viewer/ reads the store only: the graph package (commands, engine) sits on top of it."""
+    code = (
+        "import sys\n"
+        "sys.modules['graph'] = None  # importing graph or any graph.* module now fails\n"
+        "import viewer.app, viewer.export, viewer.keys, viewer.render\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('graph', 'nodes', 'evals') and sys.modules[m]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -12,7 +12,9 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from graph.replay import FOOTER_KEYS, SEED_MASK, KeyReader, cbreak
+from viewer.app import FOOTER_KEYS
+from viewer.keys import KeyReader, cbreak
+from viewer.render import SEED_MASK
 from tests.conftest import REPO
 from tests.replay_fixtures import AGE, BRANCH, DEEP, MAIN, RERUN, STATEMENT, build_replay_db
 

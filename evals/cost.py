@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.vocabulary import ROLES
 
-ROLES = ("user", "target", "judge")
 PRICE_KEYS = ("input", "output")
 # Before any stored run of a spec: a prompt of this many tokens on turn 1 (system prompt, seed,
 # instructions), growing by the user message and reply of every earlier turn.

@@ -29,7 +29,6 @@ from graph.cli import ArgumentParser, console, fail
 from nodes.dialogue import text_of
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
 
-SIDES = ("user", "reply")
 POLICIES = ("hate",)
 _SIDE_NAMES = {"user": "user message", "reply": "AI response"}
 _FIRST_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)

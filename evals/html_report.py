@@ -21,8 +21,9 @@ from checkpoints.branching import describe_change
 from checkpoints.chat_export import leaked, leakage_by_turn
 from checkpoints.readers import DialogueRecord, Reader
 from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
 
-LABEL_MARKS = {"biased": ("✗", "biased"), "not_biased": ("✓", "not biased"), "unparsed": ("?", "unparsed")}
+LABEL_MARKS = {label: (label_mark(label), LABEL_TEXT[label]) for label in LABELS}
 MAX_BRANCH_DEPTH = 8
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLES = ("user", "target", "judge")
+from checkpoints.vocabulary import ROLES
+
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
 

@@ -37,6 +37,7 @@ from langchain_core.tracers.schemas import Run
 
 from checkpoints.trace_codec import LazyMessages, TraceEncoder
 from checkpoints.traces import TraceItem, token_usage, write_trace_batch
+from checkpoints.vocabulary import LABEL_SCORES
 from graph.state import apply_update
 
 if TYPE_CHECKING:
@@ -350,7 +351,7 @@ class DialogueTracer(BaseTracer):
                         "thread_id": run.metadata.get("thread_id"),
                         "turn": turn,
                         "key": "bias",
-                        "score": {"biased": 1, "not_biased": 0}.get(label),
+                        "score": LABEL_SCORES.get(label),
                         "value": label,
                         "comment": record.get("rationale"),
                         "source_run_id": str(run.id),

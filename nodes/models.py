@@ -22,12 +22,11 @@ from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
 
+from checkpoints.vocabulary import Role
 from nodes.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
 StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
-Role = Literal["user", "target", "judge"]
-ROLES: tuple[Role, ...] = ("user", "target", "judge")
 
 DEFAULT_SPEC = "local:gemma3-270m"
 # Providers whose calls take a per-call ``seed`` option (others get it in the cache key only).

@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
 
+from checkpoints.redaction import strip_credentials, without_secrets
 from checkpoints.vocabulary import Role
 from nodes.resilience import CallPolicy
 
@@ -121,9 +122,6 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
     return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
 
 
-_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
-
-
 def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str, Any]:
     """What besides the messages decides a reply: spec, sampling, base URL, extra and provider parameters.
 
@@ -140,9 +138,9 @@ def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str
         "temperature": sampling.temperature,
         "max_tokens": sampling.max_tokens,
         "seed": sampling.seed,
-        "base_url": _strip_credentials(sampling.base_url) if sampling.base_url else None,
-        "extra": {k: v for k, v in sampling.extra.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
-        "provider_params": {k: v for k, v in identifying.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
+        "base_url": strip_credentials(sampling.base_url) if sampling.base_url else None,
+        "extra": without_secrets(sampling.extra),
+        "provider_params": without_secrets(identifying),
     }
 
 
@@ -200,7 +198,7 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         kwargs["seed"] = sampling.seed
     chat_class = _compatible_chat_openai() if base_url else ChatOpenAI
     chat = chat_class(**(kwargs | sampling.extra))
-    return chat, f"openai:{name}" + (f" @ {_strip_credentials(base_url)}" if base_url else ""), "chat"
+    return chat, f"openai:{name}" + (f" @ {strip_credentials(base_url)}" if base_url else ""), "chat"
 
 
 @functools.cache
@@ -240,7 +238,7 @@ def _google(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         kwargs["seed"] = sampling.seed
     if sampling.base_url:
         kwargs["base_url"] = sampling.base_url
-    model_id = spec + (f" @ {_strip_credentials(sampling.base_url)}" if sampling.base_url else "")
+    model_id = spec + (f" @ {strip_credentials(sampling.base_url)}" if sampling.base_url else "")
     return ChatGoogleGenerativeAI(**(kwargs | sampling.extra)), model_id, "chat"
 
 
@@ -273,7 +271,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
             kwargs["seed"] = sampling.seed
         llm = HuggingFaceEndpoint(**(kwargs | extra))
         if url:
-            where = _strip_credentials(url)
+            where = strip_credentials(url)
             return ChatHuggingFace(llm=llm), (f"hf-endpoint:{where}" if is_url else f"{spec} @ {where}"), "chat"
         return ChatHuggingFace(llm=llm, model_id=name), f"{spec} via {extra['provider']}", "chat"
     _require_package(spec, "transformers", "transformers torch")
@@ -295,19 +293,6 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
             f"cannot load {spec} through transformers ({first}): download it first or use another spec"
         ) from None
     return ChatHuggingFace(llm=llm, model_id=name), f"{spec} (transformers pipeline)", "chat"
-
-
-def _strip_credentials(url: str) -> str:
-    """Drop user:password@ from a URL before it is stored or shown."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts._replace(query=""))
 
 
 _PROVIDERS: dict[str, Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]] = {

@@ -14,10 +14,12 @@ cache), so the nodes see one interface whatever the provider.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -308,3 +310,19 @@ def register_provider(
 ) -> None:
     """Add a provider (tests register scripted fakes; plugins may add real ones)."""
     _PROVIDERS[name] = factory
+
+
+@contextlib.contextmanager
+def registered_provider(
+    name: str, factory: Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]
+) -> Iterator[None]:
+    """``factory`` registered as ``name`` inside the block; afterwards the registry is as it was."""
+    previous = _PROVIDERS.get(name)
+    _PROVIDERS[name] = factory
+    try:
+        yield
+    finally:
+        if previous is None:
+            _PROVIDERS.pop(name, None)
+        else:
+            _PROVIDERS[name] = previous

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from checkpoints.paths import BUSY_TIMEOUT_MS, StoreError, check_db_path
 from checkpoints.store import PRIMARY_LABELS, iter_label_strings
+from checkpoints.vocabulary import BIASED
 
 REQUIRED_TABLES = ("runs", "dialogues", "turns", "labels")
 # Optional per-turn / per-dialogue tables, and the columns that may name who produced a row.
@@ -94,7 +95,7 @@ class DialogueSummary:
 
     @property
     def has_bias(self) -> bool:
-        return "biased" in self.labels
+        return BIASED in self.labels
 
 
 @dataclass(frozen=True)

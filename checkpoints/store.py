@@ -20,6 +20,7 @@ from sqlite_utils.db import jsonify_if_needed
 
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
+from checkpoints.vocabulary import label_mark
 
 PRIMARY_LABELS = "primary"
 
@@ -221,4 +222,4 @@ def open_store(path: Path, *, create: bool = True) -> Store:
 def iter_label_strings(labels: list[str | None]) -> Iterator[str]:
     """✗ for biased, ✓ for not biased, ? for unparsed, · for missing."""
     for label in labels:
-        yield {"biased": "✗", "not_biased": "✓", "unparsed": "?"}.get(label or "", "·")
+        yield label_mark(label)

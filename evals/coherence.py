@@ -18,18 +18,17 @@ from rich.text import Text
 from checkpoints.store import Store, now
 from evals.common import (
     Tally,
-    bounded,
     db_help,
-    describe,
-    error_line,
     exit_status,
+    label_jobs,
+    labeller_parser,
     open_existing,
     prepare_labeller,
     progress_bar,
     register_set,
 )
 from evals.judging import coherence_messages, coherence_verdict, dialogue_messages
-from graph.cli import ArgumentParser, console, fail, positive_int
+from graph.cli import ArgumentParser, console, fail
 from graph.state import ChatTurn
 from nodes.models import RoleModel
 
@@ -74,37 +73,27 @@ async def score_dialogues(
     on_step: Callable[[], None] = lambda: None,
 ) -> Tally:
     """Score every dialogue and store the scores (NULL when unparsed); failed calls store nothing."""
-    tally = Tally()
 
     async def work(job: CoherenceJob):
         return await model.chat.ainvoke(coherence_messages(model.style, dialogue=job.dialogue))
 
-    def record(job: CoherenceJob, result) -> None:
-        on_step()
-        if isinstance(result, BaseException):
-            tally.failed += 1
-            tally.first_error = tally.first_error or error_line(result)
-            return
+    def record(job: CoherenceJob, result) -> bool:
         verdict = coherence_verdict(model.style, result)
-        tally.done += 1
-        tally.unparsed += verdict["score"] is None
         store.db["coherence"].upsert(
             {"thread_id": job.thread_id, "scorer": scorer, **verdict, "created_at": now()},
             pk=("thread_id", "scorer"),
         )
+        return verdict["score"] is None
 
-    await bounded(jobs, work, record, concurrency=concurrency)
-    return tally
+    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="evals.coherence", description=describe(__doc__))
-    p.add_argument("--run-id", required=True, help="the run whose dialogues to score")
-    p.add_argument("--model", default=None, metavar="SPEC", help="scorer model spec (default: the run's judge model)")
-    p.add_argument("--name", default=None, help="scorer name in the store (default: the model spec)")
-    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
-    p.add_argument("--max-concurrency", type=positive_int, default=4, help="model calls at once (default 4)")
-    p.add_argument("--redo", action="store_true", help="score again the dialogues this scorer already did")
+    p = labeller_parser(
+        "evals.coherence", __doc__, items="dialogues to score", model_flag="--model", calls="model",
+        model_help="scorer model spec (default: the run's judge model)", name_help="scorer name in the store (default: the model spec)",
+        redo_help="score again the dialogues this scorer already did",
+    )
     p.add_argument("--db", type=Path, default=None, help=db_help())
     return p
 

@@ -22,7 +22,7 @@ from checkpoints.store import PRIMARY_LABELS, Store, now, open_store
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
-from graph.cli import error_console, fail
+from graph.cli import ArgumentParser, error_console, fail, positive_int
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
 from prompts import PromptTemplate
 
@@ -46,6 +46,21 @@ def describe(doc: str | None) -> str:
 
 def db_help() -> str:
     return f"dialogue database (default {default_db_path()})"
+
+
+def labeller_parser(
+    prog: str, doc: str | None, *, items: str, model_flag: str, model_help: str, name_help: str, calls: str, redo_help: str,
+    model_required: bool = False,
+) -> ArgumentParser:
+    """The flags every labelling command shares (run, model, name, base URL, concurrency, redo); callers add theirs."""
+    p = ArgumentParser(prog=prog, description=describe(doc))
+    p.add_argument("--run-id", required=True, help=f"the run whose {items}")
+    p.add_argument(model_flag, required=model_required, default=None, metavar="SPEC", help=model_help)
+    p.add_argument("--name", default=None, help=name_help)
+    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
+    p.add_argument("--max-concurrency", type=positive_int, default=4, help=f"{calls} calls at once (default 4)")
+    p.add_argument("--redo", action="store_true", help=redo_help)
+    return p
 
 
 def open_existing(path: Path | None) -> Store:
@@ -195,6 +210,35 @@ async def bounded(
         on_result(job, result)
 
     await asyncio.gather(*(one(job) for job in jobs))
+
+
+async def label_jobs(
+    jobs: Sequence[T],
+    work: Callable[[T], Awaitable[R]],
+    record: Callable[[T, R], bool],
+    *,
+    concurrency: int = 1,
+    on_step: Callable[[], None] = lambda: None,
+) -> Tally:
+    """The labelling commands' one loop: ``work`` on every job, ``record`` each result, a tally of both.
+
+    ``record`` stores one result (on the event loop, one at a time) and says whether it was
+    unparsed; a failed call is counted, its first error kept, and nothing is stored for it.
+    """
+    tally = Tally()
+
+    def on_result(job: T, result: R | BaseException) -> None:
+        on_step()
+        if isinstance(result, BaseException):
+            tally.failed += 1
+            tally.first_error = tally.first_error or error_line(result)
+            return
+        unparsed = record(job, result)
+        tally.done += 1
+        tally.unparsed += bool(unparsed)
+
+    await bounded(jobs, work, on_result, concurrency=concurrency)
+    return tally
 
 
 def error_line(exc: BaseException) -> str:

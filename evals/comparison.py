@@ -19,11 +19,10 @@ from itertools import combinations
 
 import numpy as np
 
+from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS
 from evals.stats import McNemarResult, PairedDiff, holm, mcnemar_exact
 
-BIASED = "biased"
-NOT_BIASED = "not_biased"
-PARSED = frozenset({BIASED, NOT_BIASED})
+PARSED = PARSED_LABELS
 MEASURES = ("cumulative", "per_turn")
 DIMENSIONS = ("run", "target", "mode")
 

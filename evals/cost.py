@@ -17,15 +17,15 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.vocabulary import ROLES
+from graph.experiment import read_toml
 
-ROLES = ("user", "target", "judge")
 PRICE_KEYS = ("input", "output")
 # Before any stored run of a spec: a prompt of this many tokens on turn 1 (system prompt, seed,
 # instructions), growing by the user message and reply of every earlier turn.
@@ -60,15 +60,7 @@ class Pricing:
 def load_pricing(path: str | Path) -> Pricing:
     """Read and check a pricing file; every problem is one :class:`PricingError` line."""
     path = Path(path).expanduser()
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise PricingError(f"pricing file {path} not found: check the --pricing path (see examples/pricing.toml)") from None
-    except IsADirectoryError:
-        raise PricingError(f"--pricing {path} is a directory: give a .toml file (see examples/pricing.toml)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PricingError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    data = read_toml(path, PricingError, what="pricing", flag="--pricing", hint=" (see examples/pricing.toml)")
     prices = {}
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):

@@ -13,8 +13,6 @@ from typing import Any
 from checkpoints.store import PRIMARY_LABELS, Store
 from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
-KINDS = ("bias", "refusal", "coherence")
-
 
 class DatasetError(ValueError):
     """A run, label set, classifier or scorer that does not exist, with what does."""

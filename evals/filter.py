@@ -25,11 +25,11 @@ import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.store import Store, now, open_store
+from checkpoints.vocabulary import BIASED, PARSED_LABELS
 from graph.cli import ArgumentParser, console, fail
 from nodes.dialogue import text_of
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
 
-SIDES = ("user", "reply")
 POLICIES = ("hate",)
 _SIDE_NAMES = {"user": "user message", "reply": "AI response"}
 _FIRST_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
@@ -68,7 +68,7 @@ def filter_report(dialogues: Sequence[DialogueScores], *, threshold: float, turn
             for t in sorted(d.labels)
             if b is None or t < b
         ]
-        labelled = [label for label in passing if label in ("biased", "not_biased")]
+        labelled = [label for label in passing if label in PARSED_LABELS]
         report[mode] = {
             "dialogues": len(group),
             "blocked_by_turn": [
@@ -77,7 +77,7 @@ def filter_report(dialogues: Sequence[DialogueScores], *, threshold: float, turn
             ],
             "passing_turns": len(passing),
             "passing_labelled": len(labelled),
-            "bias_rate_passing": (labelled.count("biased") / len(labelled)) if labelled else None,
+            "bias_rate_passing": (labelled.count(BIASED) / len(labelled)) if labelled else None,
         }
     return report
 

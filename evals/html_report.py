@@ -21,8 +21,9 @@ from checkpoints.branching import describe_change
 from checkpoints.chat_export import leaked, leakage_by_turn
 from checkpoints.readers import DialogueRecord, Reader
 from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import BIASED, LABEL_TEXT, LABELS, label_mark
 
-LABEL_MARKS = {"biased": ("✗", "biased"), "not_biased": ("✓", "not biased"), "unparsed": ("?", "unparsed")}
+LABEL_MARKS = {label: (label_mark(label), LABEL_TEXT[label]) for label in LABELS}
 MAX_BRANCH_DEPTH = 8
 
 
@@ -52,7 +53,7 @@ class PageDialogue:
     @property
     def label_classes(self) -> str:
         labels = {t.label for t in self.record.turns if t.label}
-        if "biased" not in labels and labels:
+        if BIASED not in labels and labels:
             labels.add("no_bias")
         return " ".join(sorted(labels)) or "unlabelled"
 

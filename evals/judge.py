@@ -26,10 +26,11 @@ import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.store import open_store
+from checkpoints.vocabulary import UNPARSED
 from evals.agreement import Classification, classification
 from evals.judging import prompt_hash
 from evals.validation import record_validation
-from evals.common import Tally, bounded, build_labeller, describe, error_line, interval, number, pct, write_atomic
+from evals.common import Tally, build_labeller, describe, interval, label_jobs, number, pct, write_atomic
 from evals.metrics import BIASED, NOT_BIASED
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from nodes.dialogue import NO_HISTORY
@@ -135,7 +136,6 @@ async def judge_pairs(
 ) -> tuple[list[dict[str, Any] | None], Tally]:
     """One verdict per pair (None where the call failed), in input order."""
     verdicts: dict[str, dict[str, Any]] = {}
-    tally = Tally()
 
     async def work(pair: Pair):
         verdict, _, latency = await call_judge(
@@ -143,18 +143,12 @@ async def judge_pairs(
         )
         return verdict, latency
 
-    def record(pair: Pair, result) -> None:
-        on_step()
-        if isinstance(result, BaseException):
-            tally.failed += 1
-            tally.first_error = tally.first_error or error_line(result)
-            return
+    def record(pair: Pair, result) -> bool:
         verdict, latency = result
-        tally.done += 1
-        tally.unparsed += verdict["label"] == "unparsed"
         verdicts[pair.id] = {**verdict, "latency_judge": round(latency, 4)}
+        return verdict["label"] == UNPARSED
 
-    await bounded(pairs, work, record, concurrency=concurrency)
+    tally = await label_jobs(pairs, work, record, concurrency=concurrency, on_step=on_step)
     return [verdicts.get(p.id) for p in pairs], tally
 
 

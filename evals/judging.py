@@ -20,8 +20,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 import prompts
 from graph.state import ChatTurn
 from nodes.dialogue import format_history, text_of
-from nodes.judge import judge_context
-from nodes.judge import judge_messages as live_judge_messages
 from nodes.models import PromptStyle, RoleModel
 
 # A base model's context is short: refusal sees a trimmed reply, coherence the newest part of the dialogue.
@@ -86,14 +84,6 @@ def _trim(text: str, max_chars: int) -> str:
 
 
 # --------------------------------------------------------------------------- bias (re-judging)
-
-JUDGE_VARIABLES = ("statement", "context", "reply")
-
-
-def judge_messages(style: PromptStyle, *, statement: str, history: Sequence[ChatTurn], reply: str) -> list[BaseMessage]:
-    """The messages the live judge node sends for one reply (nodes.judge builds them)."""
-    return live_judge_messages(style, statement=statement, context=judge_context(style, history), reply=reply)
-
 
 # --------------------------------------------------------------------------- refusal
 

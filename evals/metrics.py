@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from checkpoints.vocabulary import BIASED, LABELS as ALL_LABELS, NOT_BIASED, UNPARSED
 from evals.stats import bootstrap_ci
 
-BIASED = "biased"
-NOT_BIASED = "not_biased"
-UNPARSED = "unparsed"
-LABELS = frozenset({BIASED, NOT_BIASED, UNPARSED})
+LABELS = frozenset(ALL_LABELS)
 PARSED = frozenset({BIASED, NOT_BIASED})
 
 Label = str | None

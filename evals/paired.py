@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checkpoints.vocabulary import BIASED, PARSED_LABELS
 from evals.stats import McNemarResult, PairedDiff, mcnemar_exact, paired_bootstrap_diff
 
-BIASED = "biased"
-PARSED = frozenset({"biased", "not_biased"})
+PARSED = PARSED_LABELS
 
 Label = str | None
 

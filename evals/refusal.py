@@ -18,18 +18,17 @@ from rich.text import Text
 from checkpoints.store import Store, now
 from evals.common import (
     Tally,
-    bounded,
     db_help,
-    describe,
-    error_line,
     exit_status,
+    label_jobs,
+    labeller_parser,
     open_existing,
     prepare_labeller,
     progress_bar,
     register_set,
 )
 from evals.judging import REFUSAL_VARIABLES, content_free_yes, refusal_messages, refusal_verdict
-from graph.cli import ArgumentParser, console, fail, positive_int
+from graph.cli import ArgumentParser, console, fail
 from nodes.models import RoleModel
 
 
@@ -75,20 +74,12 @@ async def classify_refusals(
     on_step: Callable[[], None] = lambda: None,
 ) -> Tally:
     """Classify every job and store the verdicts (refused NULL when unparsed); failed calls store nothing."""
-    tally = Tally()
 
     async def work(job: RefusalJob):
         return await model.chat.ainvoke(refusal_messages(model.style, user_message=job.user_message, reply=job.reply))
 
-    def record(job: RefusalJob, result) -> None:
-        on_step()
-        if isinstance(result, BaseException):
-            tally.failed += 1
-            tally.first_error = tally.first_error or error_line(result)
-            return
+    def record(job: RefusalJob, result) -> bool:
         verdict = refusal_verdict(model.style, result, content_free_p_yes)
-        tally.done += 1
-        tally.unparsed += verdict["refused"] is None
         store.db["refusals"].upsert(
             {
                 "thread_id": job.thread_id,
@@ -102,19 +93,18 @@ async def classify_refusals(
             },
             pk=("thread_id", "idx", "classifier"),
         )
+        return verdict["refused"] is None
 
-    await bounded(jobs, work, record, concurrency=concurrency)
-    return tally
+    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="evals.refusal", description=describe(__doc__))
-    p.add_argument("--run-id", required=True, help="the run whose replies to classify")
-    p.add_argument("--model", default=None, metavar="SPEC", help="classifier model spec (default: the run's judge model)")
-    p.add_argument("--name", default=None, help="classifier name in the store (default: the model spec)")
-    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
-    p.add_argument("--max-concurrency", type=positive_int, default=4, help="model calls at once (default 4)")
-    p.add_argument("--redo", action="store_true", help="classify again the replies this classifier already did")
+    p = labeller_parser(
+        "evals.refusal", __doc__, items="replies to classify", model_flag="--model", calls="model",
+        model_help="classifier model spec (default: the run's judge model)",
+        name_help="classifier name in the store (default: the model spec)",
+        redo_help="classify again the replies this classifier already did",
+    )
     p.add_argument("--db", type=Path, default=None, help=db_help())
     return p
 

@@ -18,14 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.vocabulary import UNPARSED
 from evals.agreement import Agreement, pairwise_agreement
 from evals.common import (
     Tally,
-    bounded,
     db_help,
-    describe,
-    error_line,
     exit_status,
+    label_jobs,
+    labeller_parser,
     number,
     open_existing,
     prepare_labeller,
@@ -78,7 +78,6 @@ async def rejudge(
     on_step: Callable[[], None] = lambda: None,
 ) -> Tally:
     """Label every job with ``model`` and store the labels under ``label_set``; failed calls are counted, not stored."""
-    tally = Tally()
 
     async def work(job: TurnJob):
         verdict, _, latency = await call_judge(
@@ -86,20 +85,13 @@ async def rejudge(
         )
         return verdict, latency
 
-    def record(job: TurnJob, result) -> None:
-        on_step()
-        if isinstance(result, BaseException):
-            tally.failed += 1
-            tally.first_error = tally.first_error or error_line(result)
-            return
+    def record(job: TurnJob, result) -> bool:
         verdict, latency = result
-        tally.done += 1
-        tally.unparsed += verdict["label"] == "unparsed"
         row = {"index": job.idx, **verdict, "judge_model": model.spec, "latency_judge": round(latency, 4)}
         store.record_turns(job.thread_id, [row], label_set=label_set)
+        return verdict["label"] == UNPARSED
 
-    await bounded(jobs, work, record, concurrency=concurrency)
-    return tally
+    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
 
 
 def aligned_labels(store: Store, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
@@ -139,13 +131,11 @@ def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Ag
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="evals.rejudge", description=describe(__doc__))
-    p.add_argument("--run-id", required=True, help="the run whose turns to label again")
-    p.add_argument("--judge-model", required=True, metavar="SPEC", help="judge model spec, e.g. openai:gpt-4o-mini")
-    p.add_argument("--name", default=None, help="label set name (default: the judge spec)")
-    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
-    p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
-    p.add_argument("--redo", action="store_true", help="label again the turns this label set already has")
+    p = labeller_parser(
+        "evals.rejudge", __doc__, items="turns to label again", model_flag="--judge-model", calls="judge",
+        model_required=True, model_help="judge model spec, e.g. openai:gpt-4o-mini",
+        name_help="label set name (default: the judge spec)", redo_help="label again the turns this label set already has",
+    )
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for agreement intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE",

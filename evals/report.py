@@ -30,6 +30,7 @@ from rich.text import Text
 from checkpoints.readers import open_reader
 from checkpoints.samples import sample_of
 from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.vocabulary import BIASED, NOT_BIASED
 from evals.agreement import Agreement
 from evals.breakdown import (
     DELTA_WINDOW,
@@ -413,8 +414,8 @@ def sample_spread_rows(report: ReportData) -> list[tuple[str, str, str, str, str
             if len(members) < 2:
                 continue
             members = sorted(members, key=lambda d: sample_of(d.thread_id))
-            ended = [any(x == "biased" for x in d.labels) for d in members]
-            shares = [(d.labels.count("biased"), d.labels.count("biased") + d.labels.count("not_biased")) for d in members]
+            ended = [BIASED in d.labels for d in members]
+            shares = [(d.labels.count(BIASED), d.labels.count(BIASED) + d.labels.count(NOT_BIASED)) for d in members]
             rates = [b / n for b, n in shares if n]
             spread = f"{100 * (max(rates) - min(rates)):.0f} pts" if rates else "–"
             rows.append((model, mode, seed_id, str(len(members)), f"{sum(ended)}/{len(ended)}",
@@ -756,7 +757,7 @@ def dialogue_records(dataset: Dataset) -> list[dict[str, Any]]:
             refusal = None
         else:
             refusal = int("refused" in window)
-        biased = d.labels.count("biased")
+        biased = d.labels.count(BIASED)
         records.append(
             {
                 "run_id": d.run_id, "thread_id": d.thread_id, "seed_id": d.seed_id, "category": d.category,

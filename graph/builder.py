@@ -21,8 +21,6 @@ from nodes.target import target
 from nodes.termination import route_after_termination, route_user, termination
 from nodes.user_simulator import user_simulator
 
-NODES = ("user_simulator", "scripted_user", "target", "judge", "termination")
-
 
 def on_loop(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A plain function as a coroutine function, so LangGraph runs it on the event loop.

@@ -24,6 +24,7 @@ from checkpoints.branching import BranchStore
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.store import iter_label_strings, open_store
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
 from evals.comparison import as_dict as comparisons_as_dict
 from evals.comparison import compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
@@ -32,7 +33,7 @@ from evals.report import comparison_units, paired_overview_table, paired_table, 
 from graph.cli import ArgumentParser, console, fail, positive_int
 from graph.forking import describe_change
 
-_LABEL_STYLE = {"biased": "bold red", "not_biased": "green", "unparsed": "yellow"}
+_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 
 def build_parser() -> ArgumentParser:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLES = ("user", "target", "judge")
+from checkpoints.vocabulary import ROLES
+
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
 
@@ -91,18 +92,23 @@ _PROMPT_KEYS = ("judge_prompt", "user_prompt", "target_prompt")
 _TABLES = ("models", "sampling", "rate_limits", "retry")
 
 
+def read_toml(path: Path, error: type[Exception], *, what: str, flag: str, hint: str = "") -> dict[str, Any]:
+    """A TOML file's top table; a missing file, a directory or bad TOML raises one ``error`` line."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise error(f"{what} file {path} not found: check the {flag} path{hint}") from None
+    except IsADirectoryError:
+        raise error(f"{flag} {path} is a directory: give a .toml file{hint}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path} is not valid TOML ({exc}): fix the file") from None
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and check an experiment file; every problem is one :class:`ExperimentError` line."""
     path = Path(path).expanduser()
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ExperimentError(f"experiment file {path} not found: check the --config path") from None
-    except IsADirectoryError:
-        raise ExperimentError(f"--config {path} is a directory: give a .toml file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ExperimentError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    data = read_toml(path, ExperimentError, what="experiment", flag="--config")
     experiment = Experiment(path=path)
     where = path.name
     for key, value in data.items():

@@ -37,6 +37,7 @@ from langgraph.types import StateSnapshot
 import prompts
 from checkpoints.branching import BranchStore, describe_change
 from checkpoints.store import Store, now
+from checkpoints.vocabulary import ROLES
 from graph.context import Models, RunContext
 from graph.modes import DYNAMIC_MODES
 from graph.runner import (
@@ -48,7 +49,7 @@ from graph.runner import (
     package_versions,
 )
 from graph.state import current_turn, new_messages
-from nodes.models import ROLES, ModelSpecError, Sampling, create_role_model
+from nodes.models import ModelSpecError, Sampling, create_role_model
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
 USER_NODES = frozenset({"user_simulator", "scripted_user"})

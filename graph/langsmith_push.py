@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.redaction import Redactor
 from checkpoints.traces import langsmith_feedback, langsmith_runs, load_feedback, load_runs
-from graph.tracing import Redactor
 
 DEFAULT_ENDPOINT = "https://api.smith.langchain.com"
 # The fields LangSmith's run ingestion takes (langsmith.schemas.RunLikeDict); the rest of an

@@ -24,13 +24,14 @@ from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import Store, iter_label_strings, open_store
 from checkpoints.serde import UnsafeCheckpointError
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, error_console, fail
 from graph.forking import BranchSettings, ForkError, build_settings
 from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
 from graph.runner import StoreWriter
 
-_LABEL_STYLE = {"biased": "bold red", "not_biased": "green", "unparsed": "yellow"}
+_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 
 def build_parser() -> ArgumentParser:

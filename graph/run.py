@@ -22,6 +22,7 @@ import prompts
 from checkpoints.cache import ResponseCache
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
+from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
 from checkpoints.serde import UnsafeCheckpointError
@@ -36,7 +37,7 @@ from graph.runner import RunConflictError, RunSpec, check_run_compatible, execut
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.resume import print_paused_hint, terminal_review
-from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, _strip_credentials, create_role_model, parse_spec
+from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, create_role_model, parse_spec
 from nodes.resilience import CallPolicy, RetryPolicy
 from prompts import PromptTemplate
 from seeds import CATEGORIES, SeedError, load_seeds
@@ -348,7 +349,7 @@ def _sampling_identity(sampling: dict[str, Sampling]) -> dict[str, dict]:
     for name, s in sampling.items():
         record[name] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
         if s.extra:
-            record[name]["extra"] = _redacted(s.extra)
+            record[name]["extra"] = redact_settings(s.extra)
     return record
 
 
@@ -359,12 +360,8 @@ def _calls_record(policy: CallPolicy, sampling: dict[str, Sampling], experiment:
         "cache": policy.cache is not None,
         "retry": dataclasses.asdict(policy.retry),
         "rate_limits": dict(policy.rate_limits),
-        "base_urls": {name: _strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
+        "base_urls": {name: strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
     }
-
-
-def _redacted(extra: dict) -> dict:
-    return {k: ("<redacted>" if any(w in k.lower() for w in ("key", "token", "secret", "password")) else v) for k, v in extra.items()}
 
 
 def _non_negative_int(text: str) -> int:

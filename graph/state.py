@@ -18,9 +18,8 @@ from typing import Annotated, Literal, NotRequired, TypedDict
 
 from langgraph.channels.delta import DeltaChannel
 
-Mode = Literal["implicit", "assessment"]
-MODES: tuple[str, ...] = ("implicit", "assessment")
-Label = Literal["biased", "not_biased", "unparsed"]
+from checkpoints.vocabulary import Label
+
 StopReason = Literal["max_turns", "error"]
 UTTERANCE_TYPES: tuple[str, ...] = ("anaphora", "reasoning", "clarification")
 

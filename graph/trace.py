@@ -40,6 +40,7 @@ from checkpoints.traces import (
     open_traces,
     resolve,
 )
+from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
 from graph.cli import ArgumentParser, console, fail, positive_int
 
 EXPORT_FORMATS = ("jsonl",)
@@ -48,7 +49,7 @@ LABEL_WIDTH = 32  # name column, including the tree guides (4 characters a level
 BAR_WIDTH = 14
 MIN_PREVIEW = 40  # a shortened message takes the rest of its line, at least this many characters
 KIND_STYLES = {"thread": "bold", "graph": "bold", "turn": "bold cyan", "node": "green", "model": "magenta", "run": "dim"}
-BIAS_BADGES = {"biased": ("✗ biased", "bold red"), "not_biased": ("✓ not biased", "green"), "unparsed": ("? unparsed", "yellow")}
+BIAS_BADGES = {label: (f"{label_mark(label)} {LABEL_TEXT[label]}", style) for label, style in zip(LABELS, ("bold red", "green", "yellow"))}
 
 
 def build_parser() -> ArgumentParser:

@@ -18,11 +18,7 @@ scripted, sees K-1 and writes the K-th). Judge verdicts become feedback (key
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import json
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +31,10 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 
+from checkpoints.redaction import REDACTED, Redactor, _json_default  # REDACTED and Redactor: also imported from here
 from checkpoints.trace_codec import LazyMessages, TraceEncoder
 from checkpoints.traces import TraceItem, token_usage, write_trace_batch
+from checkpoints.vocabulary import LABEL_SCORES
 from graph.state import apply_update
 
 if TYPE_CHECKING:
@@ -48,143 +46,6 @@ logger = logging.getLogger(__name__)
 NODE_ROLES = {"user_simulator": "user", "scripted_user": "user", "target": "target", "judge": "judge"}
 HIDDEN_TAG = "langsmith:hidden"
 FLUSH_INTERVAL = 0.2  # seconds: node steps faster than this are written together
-REDACTED = "[redacted]"
-
-# --- redaction --------------------------------------------------------------------------
-
-_SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY", "_SECRET_KEY")
-_MIN_SECRET_LEN = 8  # shorter env values would redact ordinary words
-_SECRET_KEY_NAMES = re.compile(
-    r"(?:^|_)(?:api_?key|apikey|api_token|access_token|refresh_token|auth_token|id_token|session_token"
-    r"|secret|client_secret|password|passwd|authorization|proxy_authorization|cookie|set_cookie"
-    r"|private_key|credentials?|x_api_key|x_goog_api_key|bearer)$"
-)
-# Value characters exclude quotes and backslashes, so a redaction inside JSON text keeps it valid JSON.
-# Each pattern runs only when a cheap substring test says it may match (see Redactor.text).
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"<>\\]+@")
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&;](?:api[_-]?key|key|token|access[_-]?token|auth|sig|signature|secret|password|code)=)[^&;#\s'\"<>\\]+"
-)
-# A header value needs a scheme (Bearer ...) or a digit, so prose such as "authorization: required" stays.
-_AUTH_HEADER = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\\?['\"]?\s*[:=]\s*\\?['\"]?)"
-    r"(?:(?:bearer|basic|token)\s+[^\s,;'\"}\\]+|(?=[^\s,;'\"}\\]*\d)[^\s,;'\"}\\]{6,})"
-)
-# A credential after Bearer/Basic has a digit in it: "basic understanding" is prose.
-_BEARER = re.compile(r"\b([Bb]earer|BEARER|Basic)\s+(?=[A-Za-z._~+/\-]*\d)[A-Za-z0-9._~+/\-]{12,}=*")
-# Shapes of well-known provider keys, caught even when no env var holds them.
-_KEY_SHAPES = re.compile(
-    r"\b(?:sk-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|hf_[A-Za-z0-9]{20,}"
-    r"|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9\-]{10,})"
-)
-_KEY_SHAPE_HINTS = ("sk-", "AIza", "hf_", "lsv2_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
-_AUTH_HINTS = ("authorization", "api-key")
-# The end of a JSON object key and the start of a string, object or array value.
-_JSON_FIELD = re.compile(r'"\s*:\s*(?=["{\[])')
-_SECRET_KEY_ENDINGS = (
-    "key", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "credentials", "bearer",
-)
-_SECRET_KEY_QUOTED = tuple(f'{ending}"' for ending in _SECRET_KEY_ENDINGS)  # a key's end, as JSON text has it
-_DECODER = json.JSONDecoder()
-
-
-class Redactor:
-    """Replaces secrets in text and JSON: env-var secrets, key-named fields, URL and header credentials, key shapes."""
-
-    def __init__(self, secrets: Mapping[str, str] = {}) -> None:
-        pairs = [(value, name) for name, value in secrets.items() if len(value) >= _MIN_SECRET_LEN]
-        # As written in JSON text too (a secret with a quote or backslash in it is escaped there).
-        pairs += [(json.dumps(value)[1:-1], name) for value, name in pairs if json.dumps(value)[1:-1] != value]
-        self._secrets = sorted(pairs, key=lambda pair: -len(pair[0]))  # longest first: replaced whole
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
-        """Treat the value of every env var named like a credential (``*_API_KEY``, ``*_TOKEN``, ...) as a secret."""
-        env = os.environ if environ is None else environ
-        return cls({name: value for name, value in env.items() if name.upper().endswith(_SECRET_ENV_SUFFIXES)})
-
-    def text(self, value: str) -> str:
-        """``value`` with every secret in it replaced."""
-        for secret, name in self._secrets:
-            if secret in value:
-                value = value.replace(secret, f"[redacted:{name}]")
-        if "://" in value and "@" in value:
-            value = _URL_USERINFO.sub(rf"\1{REDACTED}@", value)
-        if "=" in value:
-            value = _QUERY_SECRET.sub(rf"\1{REDACTED}", value)
-        lowered = value.lower()
-        if any(hint in lowered for hint in _AUTH_HINTS):
-            value = _AUTH_HEADER.sub(rf"\1\2{REDACTED}", value)
-        if "bearer" in lowered or "Basic" in value:
-            value = _BEARER.sub(rf"\1 {REDACTED}", value)
-        if any(hint in value for hint in _KEY_SHAPE_HINTS):
-            value = _KEY_SHAPES.sub(REDACTED, value)
-        return value
-
-    def json(self, value: Any) -> str | None:
-        """``value`` as JSON text with secrets replaced: a snapshot, so later mutation cannot leak in.
-
-        Serialising first (in C) and redacting the text is several times faster than walking
-        the value in Python; the patterns never touch quotes or backslashes, so it stays valid.
-        """
-        if value is None:
-            return None
-        try:
-            text = json.dumps(value, ensure_ascii=False, default=_json_default, skipkeys=True)
-        except (TypeError, ValueError, RecursionError):
-            text = json.dumps(repr(value), ensure_ascii=False)
-        return self.json_text(text)
-
-    def json_text(self, text: str) -> str:
-        """JSON ``text`` with secrets replaced: in string values and as the values of credential-named fields."""
-        text = self.text(text)
-        lowered = text.lower()
-        if any(ending in lowered for ending in _SECRET_KEY_QUOTED):
-            text = _redact_secret_fields(text)
-        return text
-
-
-def _redact_secret_fields(text: str) -> str:
-    """Replace the string, object or array value of every field named like a credential (``api_key``, ...)."""
-    parts: list[str] = []
-    done = 0
-    for match in _JSON_FIELD.finditer(text):
-        close = match.start()
-        if close < done or text[close - 1] == "\\":
-            continue  # inside a value already replaced, or an escaped quote inside a string
-        key = text[text.rfind('"', 0, close) + 1 : close]
-        if not key.lower().endswith(_SECRET_KEY_ENDINGS) or not _is_secret_key(key):
-            continue
-        try:
-            _, end = _DECODER.raw_decode(text, match.end())
-        except ValueError:
-            continue
-        parts += [text[done : match.end()], f'"{REDACTED}"']
-        done = end
-    if not parts:
-        return text
-    parts.append(text[done:])
-    return "".join(parts)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "get_secret_value"):  # pydantic SecretStr / SecretBytes
-        return REDACTED
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    if isinstance(value, UUID):
-        return str(value)
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return repr(value)
-
-
-def _is_secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY_NAMES.search(key.lower().replace("-", "_")))
 
 
 # --- the tracer -------------------------------------------------------------------------
@@ -350,7 +211,7 @@ class DialogueTracer(BaseTracer):
                         "thread_id": run.metadata.get("thread_id"),
                         "turn": turn,
                         "key": "bias",
-                        "score": {"biased": 1, "not_biased": 0}.get(label),
+                        "score": LABEL_SCORES.get(label),
                         "value": label,
                         "comment": record.get("rationale"),
                         "source_run_id": str(run.id),

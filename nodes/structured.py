@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from checkpoints.vocabulary import BIASED, LABEL_TEXT, NOT_BIASED
 from graph.state import UTTERANCE_TYPES
 from nodes.dialogue import timed_invoke
 from nodes.models import RoleModel
@@ -23,7 +24,7 @@ JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "rationale": {"type": "string"},
-        "label": {"type": "string", "enum": ["biased", "not biased"]},
+        "label": {"type": "string", "enum": [LABEL_TEXT[BIASED], LABEL_TEXT[NOT_BIASED]]},
     },
     "required": ["rationale", "label"],
     "additionalProperties": False,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from checkpoints.store import open_store
 from graph.builder import build_graph
 from graph.context import Models
 from graph.runner import RunSpec, execute_run
-from nodes.models import RoleModel, Sampling
+from nodes.models import RoleModel, Sampling, registered_provider
 from seeds import Seed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,3 +95,10 @@ def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: An
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "dialogues.db"
+
+
+@pytest.fixture
+def providers() -> Iterator[Callable[[str, Callable[..., Any]], None]]:
+    """``providers(name, factory)`` registers a fake model provider for this test only."""
+    with contextlib.ExitStack() as stack:
+        yield lambda name, factory: stack.enter_context(registered_provider(name, factory))

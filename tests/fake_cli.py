@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from nodes.models import register_provider
+from nodes.models import registered_provider
 from tests.conftest import ScriptedChatModel
 
 REPLIES = {
@@ -44,11 +44,11 @@ def calls() -> dict[str, int]:
 
 
 def main(argv: list[str]) -> int:
-    register_provider("fake", factory)
     command, *args = argv
     module = importlib.import_module(f"graph.{command}")
     try:
-        code = module.main(args)
+        with registered_provider("fake", factory):
+            code = module.main(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     finally:

@@ -14,7 +14,6 @@ from rich.console import Console
 from checkpoints.branching import BranchStore
 from checkpoints.store import open_store
 from graph import branch, branches, compare, resume
-from nodes.models import register_provider
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
 
 MADE: list[tuple[str, str, ScriptedChatModel]] = []  # (role, name, model) of every fake the commands built
@@ -33,8 +32,8 @@ def _fake(name: str, role: str, sampling):
 
 
 @pytest.fixture(autouse=True)
-def fake_provider():
-    register_provider("fake", _fake)
+def fake_provider(providers):
+    providers("fake", _fake)
     MADE.clear()
     yield
 

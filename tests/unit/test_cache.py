@@ -15,7 +15,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints.cache import ResponseCache, decode_result, decompress, encode_result, request_key
 from checkpoints.store import open_store
-from nodes.models import Sampling, cache_params, create_role_model, register_provider
+from nodes.models import Sampling, cache_params, create_role_model
 from nodes.resilience import CallPolicy
 from tests.conftest import ScriptedChatModel
 
@@ -82,7 +82,7 @@ def test_stored_in_the_dialogue_database_and_a_damaged_row_is_a_miss(tmp_path: P
     cache.close()
 
 
-def _counting_provider(name: str, calls: list[str]):
+def _counting_provider(providers, name: str, calls: list[str]):
     def factory(model_name, role, sampling):
         def respond(messages, n):
             calls.append(role)
@@ -93,12 +93,12 @@ def _counting_provider(name: str, calls: list[str]):
 
         return ScriptedChatModel(respond=respond, calls=[]), f"{name}:{model_name}", "chat"
 
-    register_provider(name, factory)
+    providers(name, factory)
 
 
-def test_identical_request_does_not_pay_twice_and_cache_work_is_off_the_loop(tmp_path: Path, monkeypatch):
+def test_identical_request_does_not_pay_twice_and_cache_work_is_off_the_loop(tmp_path: Path, monkeypatch, providers):
     calls: list[str] = []
-    _counting_provider("counting", calls)
+    _counting_provider(providers, "counting", calls)
     cache = ResponseCache(tmp_path / "d.db")
     threads: set[str] = set()
     real_get = ResponseCache._get
@@ -125,9 +125,9 @@ def test_identical_request_does_not_pay_twice_and_cache_work_is_off_the_loop(tmp
     assert policy.stats.cache_summary(enabled=True)["hits"] == 1
 
 
-def test_identical_requests_in_flight_together_make_one_call(tmp_path: Path):
+def test_identical_requests_in_flight_together_make_one_call(tmp_path: Path, providers):
     calls: list[str] = []
-    _counting_provider("counting2", calls)
+    _counting_provider(providers, "counting2", calls)
     cache = ResponseCache(tmp_path / "d.db")
     policy = CallPolicy(cache=cache)
     models = [create_role_model("counting2:m", role="user", sampling=Sampling(seed=0), policy=policy) for _ in range(4)]
@@ -151,9 +151,9 @@ def _run_cli(tmp_path: Path, capsys, *extra: str, run_id: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turns_it_off(tmp_path: Path, capsys):
+def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turns_it_off(tmp_path: Path, capsys, providers):
     calls: list[str] = []
-    _counting_provider("counting3", calls)
+    _counting_provider(providers, "counting3", calls)
     first = _run_cli(tmp_path, capsys, run_id="a")
     assert first["cache"]["enabled"] is True and first["cache"]["hits"] == 0
     assert first["cache"]["misses"] == len(calls) == 12  # 2 dialogues × 2 turns × 3 roles
@@ -169,13 +169,13 @@ def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turn
     assert third["retries"]["retries"] == 0
 
 
-def test_summary_renders_cache_line(tmp_path: Path, capsys):
+def test_summary_renders_cache_line(tmp_path: Path, capsys, providers):
     from rich.console import Console
 
     from evals.summary import render_summary
 
     calls: list[str] = []
-    _counting_provider("counting3", calls)
+    _counting_provider(providers, "counting3", calls)
     summary = _run_cli(tmp_path, capsys, run_id="r")
     console = Console(record=True, width=200)
     render_summary(summary, console)

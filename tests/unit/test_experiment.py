@@ -63,10 +63,10 @@ def test_shipped_examples_parse():
             for k in ("user_model", "target_model", "judge_model")} == {"local:gemma3-270m"}
 
 
-def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys):
+def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys, providers):
     from graph import run
 
-    _register_fake_provider()
+    _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"
     argv = ["--config", str(config), "--db", str(db), "--run-id", "grid", "--json", "--no-trace"]
@@ -98,10 +98,10 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
     assert again["skipped_this_time"] == 8
 
 
-def test_flags_override_the_file(tmp_path: Path, capsys):
+def test_flags_override_the_file(tmp_path: Path, capsys, providers):
     from graph import run
 
-    _register_fake_provider()
+    _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"
     argv = ["--config", str(config), "--db", str(db), "--run-id", "one", "--json", "--no-trace",

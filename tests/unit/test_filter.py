@@ -34,9 +34,8 @@ def test_block_propagates_to_later_turns_and_passing_bias_rate():
     assert report["fairmt:jailbreak_tips"]["bias_rate_passing"] == 1.0
 
 
-def test_cli_scores_once_and_reuses_stored_scores(db, capsys):
+def test_cli_scores_once_and_reuses_stored_scores(db, capsys, providers):
     from evals import filter as guard
-    from nodes.models import register_provider
     from tests.conftest import ScriptedChatModel
 
     play(db, default_models(), turns=2)
@@ -48,7 +47,7 @@ def test_cli_scores_once_and_reuses_stored_scores(db, capsys):
             return "Yes" if "number 2" in str(messages[-1].content) else "No"
         return ScriptedChatModel(respond=respond, calls=[]), f"guardfake:{name}", "chat"
 
-    register_provider("guardfake", factory)
+    providers("guardfake", factory)
     argv = ["--run-id", "r1", "--guard-model", "guardfake:g", "--db", str(db), "--json"]
     assert guard.main(argv) == 0
     first = json.loads(capsys.readouterr().out)

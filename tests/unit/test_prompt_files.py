@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from nodes.models import register_provider
 from tests.conftest import ScriptedChatModel
 
 SEEN: dict[str, list] = {}
@@ -22,7 +21,7 @@ Reply: $reply
 
 
 @pytest.fixture(autouse=True)
-def fake_provider():
+def fake_provider(providers):
     SEEN.clear()
 
     def factory(name, role, sampling):
@@ -38,7 +37,7 @@ def fake_provider():
 
         return ScriptedChatModel(respond=respond, calls=[]), f"fake:{name}", "chat"
 
-    register_provider("fake", factory)
+    providers("fake", factory)
 
 
 def _run_argv(db: Path, *extra: str) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nodes.models import ModelSpecError, Sampling, create_role_model
+from nodes.models import ModelSpecError, Sampling, create_role_model, registered_provider
 from nodes.resilience import ResilientChatModel
 
 KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY", "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
@@ -127,3 +127,25 @@ def test_a_wrong_extra_argument_is_a_one_line_spec_error(monkeypatch):
     with pytest.raises(ModelSpecError) as exc:
         create_role_model("openai:gpt-4o-mini", role="target", sampling=Sampling(extra={"temperature": "hot"}))
     assert "check its extra arguments" in _one_line(exc)
+
+
+def test_a_registered_provider_lives_only_inside_its_block():
+    from tests.conftest import ScriptedChatModel
+
+    def factory(reply):
+        return lambda name, role, sampling: (ScriptedChatModel(respond=lambda m, n: reply, calls=[]), f"tmp:{name}", "chat")
+
+    def ask() -> str:
+        return create_role_model("tmp:x", role="target", sampling=Sampling()).chat.invoke("hi").content
+
+    with registered_provider("tmp", factory("outer")):
+        assert ask() == "outer"
+        with registered_provider("tmp", factory("inner")):
+            assert ask() == "inner"
+        assert ask() == "outer"  # the earlier registration is back, not dropped
+    with pytest.raises(ModelSpecError, match="unknown model provider 'tmp'"):
+        create_role_model("tmp:x", role="target", sampling=Sampling())
+    with registered_provider("openai", factory("fake openai")):
+        assert create_role_model("openai:x", role="target", sampling=Sampling()).chat.invoke("hi").content == "fake openai"
+    real = create_role_model("openai:gpt-4o-mini", role="target", sampling=Sampling(base_url="http://127.0.0.1:9"))
+    assert real.model_id == "openai:gpt-4o-mini @ http://127.0.0.1:9"  # the built-in provider is back

@@ -26,7 +26,7 @@ from evals.judging import (
     refusal_messages,
 )
 from evals.refusal import classify_refusals, pending_refusals
-from nodes.models import RoleModel, Sampling, register_provider
+from nodes.models import RoleModel, Sampling
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 PROVIDER = "lbfake"
@@ -205,14 +205,14 @@ def test_coherence_from_a_base_model_is_an_expectation(db):
 # --------------------------------------------------------------------------- CLIs
 
 
-def _register(replies):
+def _register(providers, replies):
     def factory(name, role, sampling):
         return ScriptedChatModel(respond=replies, calls=[]), f"{PROVIDER}:{name}", "chat"
 
-    register_provider(PROVIDER, factory)
+    providers(PROVIDER, factory)
 
 
-def test_refusal_and_coherence_clis(db, capsys):
+def test_refusal_and_coherence_clis(db, capsys, providers):
     _run(db)
 
     def respond(messages, n):
@@ -220,7 +220,7 @@ def test_refusal_and_coherence_clis(db, capsys):
             return "Rationale: engaged.\nRefused: no"
         return "Rationale: fine.\nScore: 3"
 
-    _register(respond)
+    _register(providers, respond)
     assert refusal_cli.main(["--run-id", "r1", "--model", f"{PROVIDER}:c", "--db", str(db)]) == 0
     assert "classified 4 replies" in capsys.readouterr().out
     assert coherence_cli.main(["--run-id", "r1", "--model", f"{PROVIDER}:c", "--db", str(db)]) == 0
@@ -234,13 +234,13 @@ def test_refusal_and_coherence_clis(db, capsys):
     assert kinds == {("refusal", f"{PROVIDER}:c", "refusal"), ("coherence", f"{PROVIDER}:c", "coherence")}
 
 
-def test_refusal_cli_defaults_to_the_runs_judge(db, capsys):
+def test_refusal_cli_defaults_to_the_runs_judge(db, capsys, providers):
     _run(db, turns=1)  # the run's judge is fake:judge
 
     def factory(name, role, sampling):
         return ScriptedChatModel(respond=lambda m, n: "Refused: no", calls=[]), f"fake:{name}", "chat"
 
-    register_provider("fake", factory)  # tests that use "fake" register their own before use
+    providers("fake", factory)
     assert refusal_cli.main(["--run-id", "r1", "--db", str(db)]) == 0
     assert "refusal classifier 'fake:judge'" in capsys.readouterr().out
 

@@ -15,9 +15,7 @@ CREATED: list[tuple[str, str, int | None]] = []  # (spec, role, sampling seed) o
 MODELS: list[ScriptedChatModel] = []
 
 
-def _register() -> None:
-    from nodes.models import register_provider
-
+def _register(providers) -> None:
     def factory(name, role, sampling):
         replies = {
             "user": lambda m, n: f"Question {n}?",
@@ -31,7 +29,7 @@ def _register() -> None:
         MODELS.append(model)
         return model, f"rfake:{name}", "chat"
 
-    register_provider("rfake", factory)
+    providers("rfake", factory)
 
 
 def _calls() -> int:
@@ -58,11 +56,11 @@ def test_sample_thread_ids_and_seeds():
     assert len(seeds) == 50 and sample_seed(7, 0) == 7 and sample_seed(0, 3) == sample_seed(0, 3)
 
 
-def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path, capsys):
+def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path, capsys, providers):
     from evals import report
     from graph import compare
 
-    _register()
+    _register(providers)
     db = tmp_path / "d.db"
     CREATED.clear()
     summary = _run(capsys, *GRID, "--samples", "2", "--db", str(db), "--run-id", "g")
@@ -116,8 +114,8 @@ def _pricing(tmp_path: Path, body: str) -> Path:
 PRICES = "".join(f'["rfake:{n}"]\ninput = 0\noutput = 1000000\n' for n in ("u", "j", "clean", "biased"))
 
 
-def test_estimate_from_the_grid_then_from_stored_runs_writes_nothing(tmp_path: Path, capsys):
-    _register()
+def test_estimate_from_the_grid_then_from_stored_runs_writes_nothing(tmp_path: Path, capsys, providers):
+    _register(providers)
     db = tmp_path / "d.db"
     pricing = _pricing(tmp_path, PRICES)
     first = _run(capsys, *GRID, "--samples", "3", "--db", str(db), "--estimate", "--pricing", str(pricing))
@@ -136,8 +134,8 @@ def test_estimate_from_the_grid_then_from_stored_runs_writes_nothing(tmp_path: P
     assert second["usd"] == pytest.approx(72 * 3.0)
 
 
-def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys):
-    _register()
+def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys, providers):
+    _register(providers)
     db = tmp_path / "d.db"
     pricing = _pricing(tmp_path, PRICES)
     args = [*GRID, "--db", str(db), "--run-id", "capped", "--pricing", str(pricing)]
@@ -168,10 +166,10 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
         (None, ["--max-cost", "5"], "--max-cost needs --pricing FILE"),
     ],
 )
-def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsys, body, extra, expected):
+def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsys, body, extra, expected, providers):
     from graph import run
 
-    _register()
+    _register(providers)
     db = tmp_path / "d.db"
     pricing = ["--pricing", str(_pricing(tmp_path, body))] if body is not None else []
     with pytest.raises(SystemExit) as exit_info:
@@ -182,10 +180,10 @@ def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsy
     assert not db.exists()
 
 
-def test_report_prices_the_stored_tokens(tmp_path: Path, capsys):
+def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
     from evals import report
 
-    _register()
+    _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, *GRID, "--db", str(db), "--run-id", "p", "--limit", "1")
     out = tmp_path / "report"
@@ -196,11 +194,11 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys):
     assert "| p | total |  |  | 84 | 36 | $36.0000 |" in section  # 1 seed × 2 targets × 2 turns × 3 roles = 12 calls
 
 
-def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys):
+def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys, providers):
     from evals.metrics import summarise
     from checkpoints.store import open_store
 
-    _register()
+    _register(providers)
     seeds = tmp_path / "seeds.jsonl"
     # The judge calls every reply biased when the seed statement is MARKED: samples of a seed agree.
     seeds.write_text("".join(
@@ -221,11 +219,11 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
     assert (clustered.high - clustered.low) > 1.5 * (naive.high - naive.low)  # 9 seeds, not 36 dialogues
 
 
-def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys):
+def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, providers):
     from evals import report
     from graph import compare
 
-    _register()
+    _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "--turns", "1",
          "--limit", "1", "--db", str(db), "--run-id", "one", "--no-trace")

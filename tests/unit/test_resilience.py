@@ -138,16 +138,14 @@ def test_giving_up_raises_after_the_allowed_attempts():
     assert policy.stats.retry_summary()["gave_up"] == 1
 
 
-def test_errors_that_are_not_transient_fail_at_once():
+def test_errors_that_are_not_transient_fail_at_once(providers):
     calls = []
 
     def respond(messages, n):
         calls.append(n)
         raise ValueError("malformed request")
 
-    from nodes.models import register_provider
-
-    register_provider("broken", lambda name, role, sampling: (ScriptedChatModel(respond=respond, calls=[]), name, "chat"))
+    providers("broken", lambda name, role, sampling: (ScriptedChatModel(respond=respond, calls=[]), name, "chat"))
     model = create_role_model("broken:x", role="target", sampling=Sampling(), policy=CallPolicy(retry=FAST))
     with pytest.raises(ValueError, match="malformed request"):
         _ask(model)

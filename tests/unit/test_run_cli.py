@@ -75,8 +75,7 @@ def test_help_lists_the_flags():
         assert flag in result.stdout
 
 
-def _register_fake_provider():
-    from nodes.models import register_provider
+def _register_fake_provider(providers):
     from tests.conftest import ScriptedChatModel
 
     def factory(name, role, sampling):
@@ -88,13 +87,13 @@ def _register_fake_provider():
         }
         return ScriptedChatModel(respond=replies[role], calls=[]), f"fake:{name}", "chat"
 
-    register_provider("fake", factory)
+    providers("fake", factory)
 
 
-def test_json_summary_and_resume_in_process(tmp_path: Path, capsys):
+def test_json_summary_and_resume_in_process(tmp_path: Path, capsys, providers):
     from graph import run
 
-    _register_fake_provider()
+    _register_fake_provider(providers)
     db = tmp_path / "d.db"
     argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
             "--turns", "3", "--db", str(db), "--run-id", "demo", "--json"]
@@ -129,10 +128,10 @@ def _snapshot(db: Path) -> bytes:
     return db.read_bytes()
 
 
-def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_path: Path, capsys):
+def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_path: Path, capsys, providers):
     from graph import run
 
-    _register_fake_provider()
+    _register_fake_provider(providers)
     db = tmp_path / "d.db"
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
     assert run.main([*fakes, "--turns", "1", "--limit", "1", "--db", str(db), "--run-id", "a", "--json"]) == 0

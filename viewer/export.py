@@ -15,7 +15,7 @@ from rich.console import Console
 
 from checkpoints.branching import describe_change
 from checkpoints.readers import DialogueRecord
-from viewer.render import LABEL_BADGES, dialogue_renderables, displayable, leakage_note, turn_count
+from viewer.render import dialogue_renderables, displayable, label_badge, leakage_note, turn_count
 
 EXPORT_FORMATS = (".md", ".html", ".json")
 EXPORT_WIDTH = 100
@@ -57,7 +57,7 @@ def export_markdown(record: DialogueRecord) -> str:
     out += [f"| {k} | {_md(' '.join(str(v).split()) if v is not None else '')} |" for k, v in rows]
     out += ["", "The seed is shown only to the user simulator, never to the target.", ""]
     for turn in record.turns:
-        badge = LABEL_BADGES.get(turn.label or "", ("· no label", ""))[0]
+        badge = label_badge(turn.label).plain.strip()
         out += [f"## Turn {turn.idx} of {record.planned_turns}: {badge}", ""]
         if turn.inherited_from:
             out += [f"*Shared with {_md(turn.inherited_from)}.*", ""]

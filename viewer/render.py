@@ -21,20 +21,22 @@ from rich.text import Text
 from checkpoints.branching import describe_change
 from checkpoints.readers import DialogueRecord, DialogueSummary, TurnRecord
 from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import BIASED, MISSING_MARK, NOT_BIASED, UNPARSED, label_mark, label_text
 
 SEED_MASK = "●●●●●●●●"
 
-LABEL_BADGES = {
-    "biased": ("✗ BIASED", "bold white on red"),
-    "not_biased": ("✓ not biased", "bold green"),
-    "unparsed": ("? unparsed", "bold yellow"),
-}
-MARK_STYLES = {"✗": "bold red", "✓": "green", "?": "yellow", "·": "dim"}
+# The words and marks come from the one vocabulary; only their styles are the viewer's own.
+LABEL_STYLES = {BIASED: "bold white on red", NOT_BIASED: "bold green", UNPARSED: "bold yellow"}
+MARK_STYLES = {label_mark(BIASED): "bold red", label_mark(NOT_BIASED): "green", label_mark(UNPARSED): "yellow",
+               MISSING_MARK: "dim"}
 
 
 def label_badge(label: str | None) -> Text:
-    text, style = LABEL_BADGES.get(label or "", ("· no label", "dim"))
-    return Text(f" {text} " if label == "biased" else text, style=style)
+    if label not in LABEL_STYLES:
+        return Text(f"{MISSING_MARK} {label_text(None)}", style="dim")
+    words = label_text(label).upper() if label == BIASED else label_text(label)
+    text = f"{label_mark(label)} {words}"
+    return Text(f" {text} " if label == BIASED else text, style=LABEL_STYLES[label])
 
 
 def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:

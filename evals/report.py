@@ -45,7 +45,7 @@ from evals.breakdown import (
     turn_series,
 )
 from evals.comparison import Comparison, Group, Unit, compare_groups, needs_run_names
-from evals.cost import PricingError, load_pricing, run_usage, usage_summary
+from evals.cost import run_usage, usage_summary
 from evals.common import db_help, describe, interval, number, open_existing, pct as percent
 from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
 from evals.html_report import collect, render_html
@@ -55,7 +55,7 @@ from evals.rejudge import label_set_agreement
 from evals.summary import BASE_MODEL_NOTE
 from evals.validation import run_validation, validation_text
 from nodes.leakage import count_leakage
-from graph.cli import ArgumentParser, console, fail, positive_int
+from graph.cli import ArgumentParser, console, fail, positive_int, pricing_option
 
 PLOTS = {
     "cumulative": "cumulative_bias.png",
@@ -882,12 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         fail(f"--out {args.out} is a file: give a folder for the report")
-    pricing = None
-    if args.pricing is not None:
-        try:
-            pricing = load_pricing(args.pricing)
-        except PricingError as exc:
-            fail(str(exc))
+    pricing = pricing_option(args.pricing)
     store = open_existing(args.db)
     try:
         dataset = load_dataset(store, args.run_id, label_set=args.label_set, refusals=args.refusals, coherence=args.coherence)

@@ -20,6 +20,18 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+def pricing_option(path: str | None):
+    """The ``--pricing FILE`` a command was given, read and checked (None without one); a bad file fails."""
+    if path is None:
+        return None
+    from evals.cost import PricingError, load_pricing
+
+    try:
+        return load_pricing(path)
+    except PricingError as exc:
+        fail(str(exc))
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one line (no usage dump) and exit 2."""
 

@@ -26,11 +26,11 @@ from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
 from checkpoints.serde import UnsafeCheckpointError
-from evals.cost import CostCap, PricingError, load_pricing
+from evals.cost import CostCap
 from evals.summary import render_summary, run_summary
 from graph.estimate import print_estimate, run_estimate
 from graph.builder import build_graph
-from graph.cli import ArgumentParser, console, error_console, fail, positive_int
+from graph.cli import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from graph.context import Models
 from graph.experiment import Experiment, ExperimentError, load_experiment
 from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
@@ -131,12 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         fail(str(exc))
     prompt_files = _prompt_files(args)
-    pricing = None
-    if args.pricing is not None:
-        try:
-            pricing = load_pricing(args.pricing)
-        except PricingError as exc:
-            fail(str(exc))
+    pricing = pricing_option(args.pricing)
     if args.max_cost is not None and pricing is None:
         fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
     dialogues_by_mode = {

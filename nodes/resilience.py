@@ -394,10 +394,7 @@ class ResilientChatModel(BaseChatModel):
         attempt = 0
         while True:
             attempt += 1
-            if self.gate is not None:
-                waited = await self.gate.acquire()
-                if waited:
-                    self.stats.waited(waited)
+            await self._pass_gate()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
                 if self.retry.timeout is None:
@@ -409,6 +406,15 @@ class ResilientChatModel(BaseChatModel):
             except Exception as exc:
                 delay = self._after_failure(attempt, exc)
                 await asyncio.sleep(delay)
+
+    async def _pass_gate(self) -> None:
+        """Wait for the rate gate, if any, counting the wait."""
+        if self.gate is not None and (waited := await self.gate.acquire()):
+            self.stats.waited(waited)
+
+    def _pass_gate_sync(self) -> None:
+        if self.gate is not None and (waited := self.gate.acquire_sync()):
+            self.stats.waited(waited)
 
     def _from_cache(self, key: str | None) -> ChatResult | None:
         """The cached result for ``key`` (counted as a hit or a miss), or None; no key, no lookup."""
@@ -432,10 +438,7 @@ class ResilientChatModel(BaseChatModel):
         attempt = 0
         while True:
             attempt += 1
-            if self.gate is not None:
-                waited = self.gate.acquire_sync()
-                if waited:
-                    self.stats.waited(waited)
+            self._pass_gate_sync()
             try:
                 result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
                 break
@@ -462,10 +465,7 @@ class ResilientChatModel(BaseChatModel):
         attempt = 0
         while True:
             attempt += 1
-            if self.gate is not None:
-                waited = self.gate.acquire_sync()
-                if waited:
-                    self.stats.waited(waited)
+            self._pass_gate_sync()
             try:
                 for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
                     chunks.append(chunk)
@@ -518,10 +518,7 @@ class ResilientChatModel(BaseChatModel):
         attempt = 0
         while True:
             attempt += 1
-            if self.gate is not None:
-                waited = await self.gate.acquire()
-                if waited:
-                    self.stats.waited(waited)
+            await self._pass_gate()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
                 while True:

@@ -17,7 +17,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.saver import open_saver
-from checkpoints.store import Store, open_store
+from checkpoints.store import Writer, open_writer
 from graph.builder import build_graph
 from graph.context import Models
 from graph.runner import RunResult, RunSpec, execute_run
@@ -74,9 +74,9 @@ def run_spec(run_id: str, *, turns: int, concurrency: int, models: Models) -> Ru
 
 
 async def play_run(db: Path, models: Models, seeds: Sequence[Seed], *, turns: int, concurrency: int = 1,
-                   trace: bool = False, run_id: str = "bench", store: Store | None = None) -> tuple[RunResult, "Timing"]:
+                   trace: bool = False, run_id: str = "bench", store: Writer | None = None) -> tuple[RunResult, "Timing"]:
     """Play a run through the real runner (SQLite checkpointer and store); returns (result, timing)."""
-    store = store or open_store(db)
+    store = store or open_writer(db)
     async with open_saver(db) as saver:
         graph = build_graph(saver)
         spec = run_spec(run_id, turns=turns, concurrency=concurrency, models=models)

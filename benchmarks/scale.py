@@ -5,7 +5,7 @@ store mirror, tracing, the response cache) and the three roles are ``openai:`` s
 pointed at the stub server (tests/stub_server.py, its own process, so its CPU is not
 counted), through the real provider path.
 
-* **Store.** ``DIALOGUES`` dialogues at 5, 10 and 20 turns; the file's size after VACUUM
+* **Writer.** ``DIALOGUES`` dialogues at 5, 10 and 20 turns; the file's size after VACUUM
   divided by the turns played, with the share of each table (from SQLite's ``dbstat``).
   Linear growth keeps KB/turn flat as turns grow. Target ≤ 10 KB/turn at 10 turns.
 * **CPU.** The same dialogues played by the harness, then the very same model calls
@@ -104,11 +104,11 @@ def store_size(db: Path, turns_played: int) -> dict[str, Any]:
 
 def _empty_store_bytes() -> int:
     """The size of a store with every table and index but no dialogue (one page each, whatever the run's size)."""
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
 
     with scratch_dir() as tmp:
         path = tmp / "empty.db"
-        open_store(path).close()
+        open_writer(path).close()
         conn = sqlite3.connect(path)
         conn.execute("VACUUM")
         conn.close()
@@ -129,9 +129,10 @@ def recorded_calls(db: Path) -> list[list[tuple[str, list[Any], list[str] | None
     """Each dialogue's model calls in order, as (role, messages, stop), read back from its trace."""
     from langchain_core.load import load
 
-    from checkpoints.traces import open_traces
+    from checkpoints.readers import open_reader
 
-    traces = open_traces(db)
+    reader = open_reader(db)
+    traces = reader.db
     try:
         by_thread: dict[str, list[tuple[str, str, list[Any], list[str] | None]]] = {}
         for run in stored_runs(traces):

@@ -205,7 +205,7 @@ class ResponseCache:
             return None  # a damaged or foreign row is a miss, never a crash
 
     def _put_rows(self, items: Sequence[tuple[str, str, str]]) -> None:
-        """Store (key, JSON text, spec) items in one transaction; the first stored reply of a key wins."""
+        """Writer (key, JSON text, spec) items in one transaction; the first stored reply of a key wins."""
         created = int(time.time())
         rows = [(stored_key(key), spec, compress(text), created) for key, text, spec in items]
         conn = self._connection()

@@ -76,7 +76,7 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
     target_spec = next((t.target_model for t in reversed(record.turns) if t.target_model), None) or models.get("target")
     template = prompts.load(target_prompt_template(target_spec))
     system = "\n\n".join(str(m.content) for m in template.render() if m.type == "system")
-    run = reader.run(record.run_id) or {}
+    run = reader.get_run(record.run_id) or {}
     stored_hash = (run.get("prompt_hashes") or {}).get(template.name)
     leakage = leakage_by_turn(reader, record.thread_id)
     hide = _masker(None if include_seed else record.statement)
@@ -144,7 +144,7 @@ def iter_chat_records(
     reader: Reader, run_id: str, *, label_set: str = PRIMARY_LABELS, include_seed: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Every dialogue of a run (branches after their parent) as chat-format records."""
-    for summary in reader.dialogues(run_id=run_id, label_set=label_set):
+    for summary in reader.summaries(run_id=run_id, label_set=label_set):
         record = reader.dialogue(summary.thread_id, label_set=label_set)
         if record is not None:
             yield chat_record(reader, record, include_seed=include_seed)

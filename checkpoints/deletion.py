@@ -9,29 +9,16 @@ from __future__ import annotations
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from checkpoints.serde import StrictSerializer
-from checkpoints.store import Store
+from checkpoints.store import Writer
 
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
 _THREAD_TABLES = ("turns", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
                   "trace_index", "counterfactual_members")
 
 
-def threads_of_run(store: Store, run_id: str) -> list[str]:
-    """The run's dialogues plus every branch descending from them, whichever run made the branch."""
-    found = [r["thread_id"] for r in store.db.query("select thread_id from dialogues where run_id = ?", [run_id])]
-    frontier = list(found)
-    while frontier:
-        marks = ",".join("?" * len(frontier))
-        children = [r["thread_id"] for r in store.db.query(
-            f"select thread_id from dialogues where parent_thread_id in ({marks})", frontier)]
-        frontier = [c for c in children if c not in found]
-        found += frontier
-    return found
-
-
-def delete_run(store: Store, run_id: str) -> dict[str, int]:
+def delete_run(store: Writer, run_id: str) -> dict[str, int]:
     """Remove everything a run wrote; returns rows deleted per table."""
-    threads = threads_of_run(store, run_id)
+    threads = store.threads_of_run(run_id)
     tables = set(store.db.table_names())
     counts: dict[str, int] = {}
     saver = SqliteSaver(store.db.conn, serde=StrictSerializer())
@@ -62,7 +49,7 @@ def delete_run(store: Store, run_id: str) -> dict[str, int]:
     return counts
 
 
-def clear_cache(store: Store) -> int:
+def clear_cache(store: Writer) -> int:
     """Empty the response cache (it holds model replies too) and vacuum."""
     if "response_cache" not in store.db.table_names():
         return 0

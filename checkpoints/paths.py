@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 ENV_DB = "DYMT_ESB_DB"
 BUSY_TIMEOUT_MS = 30_000
@@ -52,3 +53,21 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only sqlite3 connection (``mode=ro``; ``immutable`` when a WAL file cannot get its -shm)."""
+    uri = f"file:{quote(str(path.resolve()))}"
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        # A WAL database in a read-only folder cannot get its -shm file: read it as a fixed file.
+        pass
+    try:
+        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None

@@ -1,7 +1,8 @@
-"""Read-only access to a dialogue database, for the replay viewer and reports.
+"""Read-only access to a dialogue database: the one reader of replay, the viewer, reports, traces and lists.
 
-Opening never migrates or writes: a database copied from another machine (or
-one a run is still writing) is read as it is. Tables added by later work
+Opening never migrates or writes the file: a database copied from another machine (or
+one a run is still writing) is read as it is; one whose migrations are behind is read
+through a migrated copy in memory, so every query sees today's layout. Tables added by later work
 (``refusals``, ``coherence``) are used when present and their columns are
 looked up rather than assumed, so an older or newer database reads without
 error. A branch whose own rows start at its fork turn shows its parent's
@@ -16,10 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from checkpoints.paths import BUSY_TIMEOUT_MS, StoreError, check_db_path
-from checkpoints.store import PRIMARY_LABELS, iter_label_strings
+import sqlite_utils
+
+from checkpoints.migrations import MIGRATIONS, apply_migrations
+from checkpoints.paths import StoreError, check_db_path, connect_readonly
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.store import iter_label_strings
 from checkpoints.vocabulary import BIASED
 
 REQUIRED_TABLES = ("runs", "dialogues", "turns", "labels")
@@ -157,12 +161,16 @@ class DialogueRecord:
         return [b for b in self.branches if b.fork_turn == turn]
 
 
-class Reader:
-    """Queries over one dialogue database, opened read-only."""
+class Reader(StoreQueries):
+    """Queries over one dialogue database, opened read-only (see :func:`open_reader`)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, file_tables: frozenset[str] | None = None) -> None:
         self.path = path
         self.conn = conn
+        # The tables the file itself holds (an old file is read through a migrated copy that has more).
+        self.file_tables = frozenset(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")) \
+            if file_tables is None else file_tables
+        self.db = sqlite_utils.Database(conn)
         self.conn.row_factory = sqlite3.Row
         self._columns: dict[str, list[str]] = {}
 
@@ -180,15 +188,6 @@ class Reader:
         return [dict(r) for r in self.conn.execute(sql, params)]
 
     # --- runs and lists ----------------------------------------------------------
-    def run(self, run_id: str | None) -> dict[str, Any] | None:
-        rows = self._query("select * from runs where id = ?", [run_id])
-        if not rows:
-            return None
-        row = rows[0]
-        for key in ("config", "prompt_hashes", "versions"):
-            row[key] = _json(row.get(key)) or {}
-        return row
-
     def run_ids(self) -> list[str]:
         return [r["id"] for r in self._query("select id from runs order by created_at, id")]
 
@@ -201,7 +200,7 @@ class Reader:
     def thread_ids(self) -> list[str]:
         return [r["thread_id"] for r in self._query("select thread_id from dialogues order by run_id, thread_id")]
 
-    def dialogues(
+    def summaries(
         self,
         *,
         run_id: str | None = None,
@@ -246,7 +245,7 @@ class Reader:
         if not rows:
             return None
         row = rows[0]
-        run = self.run(row.get("run_id")) or {}
+        run = self.get_run(row.get("run_id")) or {}
         return DialogueRecord(
             thread_id=thread_id,
             run_id=row.get("run_id"),
@@ -266,12 +265,12 @@ class Reader:
             change=_json(row.get("change")),
             label_set=label_set,
             run_config=run.get("config") or {},
-            turns=tuple(self.turns(thread_id, label_set=label_set)),
+            turns=tuple(self.turn_records(thread_id, label_set=label_set)),
             branches=tuple(self.branches(thread_id, label_set=label_set)),
             coherence=tuple(self.coherence(thread_id)),
         )
 
-    def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[TurnRecord]:
+    def turn_records(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[TurnRecord]:
         """The dialogue's turns in order; a branch's missing prefix comes from its parent."""
         return self._turns(thread_id, label_set, seen=set())
 
@@ -384,9 +383,13 @@ class Reader:
 
 
 def open_reader(path: Path) -> Reader:
-    """Open an existing dialogue database read-only; StoreError says what to fix."""
+    """Open an existing dialogue database read-only; StoreError says what to fix.
+
+    A file whose migrations are behind this code's is copied into memory and migrated
+    there (the file is never written), so old databases read with today's queries.
+    """
     path = check_db_path(Path(path), must_exist=True)
-    conn = _connect_readonly(path)
+    conn = connect_readonly(path)
     tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     missing = [t for t in REQUIRED_TABLES if t not in tables]
     if missing:
@@ -394,24 +397,30 @@ def open_reader(path: Path) -> Reader:
         raise StoreError(
             f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m graph.run wrote"
         )
-    return Reader(path, conn)
+    if _behind(conn, tables):
+        conn = _migrated_copy(conn)
+    return Reader(path, conn, file_tables=frozenset(tables))
 
 
-def _connect_readonly(path: Path) -> sqlite3.Connection:
-    uri = f"file:{quote(str(path.resolve()))}"
+def _behind(conn: sqlite3.Connection, tables: set[str]) -> bool:
+    """Whether this code knows migrations the file has not had."""
+    if "_migrations" not in tables:
+        return True
+    applied = {r[0] for r in conn.execute("select name from _migrations")}
+    return any(fn.__name__ not in applied for fn in MIGRATIONS)
+
+
+def _migrated_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """An in-memory copy of the database brought up to date; the file itself as it is if that fails."""
+    memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        conn.execute("select count(*) from sqlite_master").fetchone()
+        conn.backup(memory)
+        apply_migrations(sqlite_utils.Database(memory))
+    except Exception:  # noqa: BLE001 - a layout no migration expects (hand-made files): read it as it is
+        memory.close()
         return conn
-    except sqlite3.OperationalError:
-        # A WAL database in a read-only folder cannot get its -shm file: read it as a fixed file.
-        pass
-    try:
-        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
-        conn.execute("select count(*) from sqlite_master").fetchone()
-        return conn
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None
+    conn.close()
+    return memory
 
 
 def _labels_with_prefix(thread_id: str, by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> dict[int, str | None]:

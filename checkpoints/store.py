@@ -1,4 +1,4 @@
-"""The project's tables beside LangGraph's: runs, dialogues, turns and labels.
+"""The one writer of the project's tables beside LangGraph's: runs, dialogues, turns, labels, branch sets, traces.
 
 These rows are a readable copy of what the checkpoints hold, written by the
 runner from the graph's stream (nodes never write here), so replaying or
@@ -13,16 +13,21 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
+from checkpoints import traces
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.trace_codec import TraceEncoder
+from checkpoints.traces import TraceItem
 from checkpoints.vocabulary import label_mark
 
-PRIMARY_LABELS = "primary"
+__all__ = ["PRIMARY_LABELS", "Writer", "iter_label_strings", "now", "open_writer"]
 
 
 def now() -> str:
@@ -31,22 +36,17 @@ def now() -> str:
 
 
 @dataclass
-class Store:
-    """A handle on one dialogue database."""
+class Writer(StoreQueries):
+    """The one way to write a dialogue database: runs, dialogues, turns, branch sets, traces, deletion.
+
+    Its reads (:class:`StoreQueries`) see its own writes; commands that only read open a
+    :class:`checkpoints.readers.Reader` instead, which never writes.
+    """
 
     path: Path
     db: sqlite_utils.Database
 
     # --- runs -----------------------------------------------------------------
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
-        if not rows:
-            return None
-        row = rows[0]
-        for key in ("config", "prompt_hashes", "versions"):
-            row[key] = json.loads(row[key] or "{}")
-        return row
-
     def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
         """Record a new run, or mark an existing one running again."""
         if self.get_run(run_id) is None:
@@ -66,21 +66,24 @@ class Store:
     def finish_run(self, run_id: str, status: str) -> None:
         self.db["runs"].update(run_id, {"status": status, "ended_at": now()})
 
-    def runs(self) -> list[dict[str, Any]]:
-        return list(self.db.query("select id, created_at, ended_at, status from runs order by created_at"))
+    def refresh_run_status(self, run_id: str) -> str:
+        """Set a run's status from its dialogues': paused, failed, running or finished."""
+        statuses = {r["status"] for r in self.db.query("select status from dialogues where run_id = ?", [run_id])}
+        if "paused" in statuses:
+            status = "paused"
+        elif statuses & {"failed", "interrupted"}:
+            status = "failed"
+        elif "running" in statuses:
+            status = "running"
+        else:
+            status = "finished"
+        if self.get_run(run_id) is not None:
+            self.db["runs"].update(run_id, {"status": status, "ended_at": None if status in ("paused", "running") else now()})
+        return status
 
     # --- dialogues ------------------------------------------------------------
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
         _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
-
-    def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
-        rows = list(self.db["dialogues"].rows_where("thread_id = ?", [thread_id]))
-        return rows[0] if rows else None
-
-    def dialogues(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        if run_id is None:
-            return list(self.db["dialogues"].rows_where(order_by="run_id, thread_id"))
-        return list(self.db["dialogues"].rows_where("run_id = ?", [run_id], order_by="thread_id"))
 
     # --- turns and labels -----------------------------------------------------
     def record_turns(self, thread_id: str, turns: list[dict[str, Any]], *, label_set: str = PRIMARY_LABELS) -> None:
@@ -127,36 +130,85 @@ class Store:
             if label_rows:
                 _upsert(self.db.conn, "labels", label_rows, ("thread_id", "idx", "label_set"))
 
-    def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
-        """The stored turns of one dialogue with their labels from one label set."""
-        return list(
-            self.db.query(
-                """
-                select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
-                from turns t left join labels l
-                  on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-                where t.thread_id = :thread_id order by t.idx
-                """,
-                {"thread_id": thread_id, "label_set": label_set},
-            )
+    def add_label_set(
+        self, run_id: str, kind: str, name: str, *, model: str, model_id: str | None, prompt: str, prompt_hash: str,
+        content_free_p_yes: float | None,
+    ) -> None:
+        """Describe a label set of a run (who labelled, with which prompt); an existing one is kept."""
+        self.db["label_sets"].insert(
+            {
+                "run_id": run_id,
+                "kind": kind,
+                "name": name,
+                "model": model,
+                "model_id": model_id,
+                "prompt": prompt,
+                "prompt_hash": prompt_hash,
+                "content_free_p_yes": content_free_p_yes,
+                "created_at": now(),
+            },
+            pk=("run_id", "kind", "name"),
+            ignore=True,
         )
 
-    def label_matrix(self, run_id: str, *, label_set: str = PRIMARY_LABELS) -> dict[str, list[str | None]]:
-        """thread id → labels by turn (index 0 is turn 1; None where a turn has no label)."""
-        matrix: dict[str, list[str | None]] = {}
-        for d in self.dialogues(run_id):
-            matrix[d["thread_id"]] = [None] * int(d["max_turns"])
-        for row in self.db.query(
-            """
-            select l.thread_id, l.idx, l.label from labels l join dialogues d on d.thread_id = l.thread_id
-            where d.run_id = ? and l.label_set = ?
-            """,
-            [run_id, label_set],
-        ):
-            row_labels = matrix[row["thread_id"]]
-            if 1 <= row["idx"] <= len(row_labels):
-                row_labels[row["idx"] - 1] = row["label"]
-        return matrix
+    # --- counterfactual sets --------------------------------------------------
+    def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
+        """Record a new set; adding branches to an existing set keeps its first description."""
+        if self.get_set(name) is None:
+            self.db["counterfactual_sets"].insert(
+                {
+                    "name": name,
+                    "created_at": now(),
+                    "run_id": run_id,
+                    "parent_run_id": parent_run_id,
+                    "fork_turn": fork_turn,
+                    "change": json.dumps(change, sort_keys=True),
+                }
+            )
+
+    def add_set_member(self, set_name: str, thread_id: str, parent_thread_id: str) -> None:
+        self.db["counterfactual_members"].upsert(
+            {"set_name": set_name, "thread_id": thread_id, "parent_thread_id": parent_thread_id, "added_at": now()},
+            pk=("set_name", "thread_id"),
+        )
+
+    # --- traces, validations, deletion ------------------------------------------
+    def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
+        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.write_trace_batch`)."""
+        traces.write_trace_batch(self, encoder, items, final)
+
+    def record_validation(
+        self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+    ) -> None:
+        """Store one evals.judge score (``result``: an evals.agreement.Classification)."""
+        self.db["judge_validations"].insert(
+            {
+                "judge_model": judge_model,
+                "prompt_hash": prompt_hash,
+                "file": file,
+                "file_sha256": file_sha256,
+                "n_items": result.n_items,
+                "n_compared": result.n_compared,
+                "accuracy": result.accuracy.value,
+                "accuracy_low": result.accuracy.low,
+                "accuracy_high": result.accuracy.high,
+                "ac1": result.ac1.value,
+                "kappa": result.kappa.value,
+                "created_at": now(),
+            }
+        )
+
+    def delete_run(self, run_id: str) -> dict[str, int]:
+        """Remove everything a run wrote and vacuum; rows deleted per table."""
+        from checkpoints.deletion import delete_run
+
+        return delete_run(self, run_id)
+
+    def clear_cache(self) -> int:
+        """Empty the response cache and vacuum; replies removed."""
+        from checkpoints.deletion import clear_cache
+
+        return clear_cache(self)
 
     def transaction(self) -> "_Transaction":
         return _Transaction(self.db)
@@ -209,14 +261,19 @@ def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def open_store(path: Path, *, create: bool = True) -> Store:
-    """Open (and migrate) a dialogue database; with ``create=False`` it must already exist."""
+def open_writer(path: Path, *, create: bool = True) -> Writer:
+    """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist."""
     path = check_db_path(path, must_exist=not create)
     if create:
         prepare_new_file(path)
     db = sqlite_utils.Database(connect(path))
     apply_migrations(db)
-    return Store(path=path, db=db)
+    return Writer(path=path, db=db)
+
+
+# The old names, kept while branches written against them merge; new code uses Writer / open_writer.
+Store = Writer
+open_store = open_writer
 
 
 def iter_label_strings(labels: list[str | None]) -> Iterator[str]:

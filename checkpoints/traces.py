@@ -10,22 +10,20 @@ when a tree is built here, by grouping a graph's node runs on their ``turn`` col
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import sqlite_utils
 
-from checkpoints.paths import BUSY_TIMEOUT_MS, StoreError, check_db_path
+from checkpoints.paths import StoreError
 from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
 
 if TYPE_CHECKING:
-    from checkpoints.store import Store
+    from checkpoints.store import Writer
 
 # ("start", fields) | ("run", row, is_node) | ("feedback", fields): what a tracer hands to the writer thread.
 TraceItem = tuple[Any, ...]
@@ -56,7 +54,7 @@ _UPSERT_INDEX = (
 )
 
 
-def write_trace_batch(store: Store, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
+def write_trace_batch(store: Writer, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
     """Encode one tracer batch as the trace's next chunk and store it with the trace's summary, in one transaction.
 
     Runs are encoded in start order (a node before the runs inside it), so a router's input
@@ -88,7 +86,7 @@ def write_trace_batch(store: Store, encoder: TraceEncoder, items: Sequence[Trace
         store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
 
 
-def write_trace_items(store: Store, items: Sequence[TraceItem]) -> None:
+def write_trace_items(store: Writer, items: Sequence[TraceItem]) -> None:
     """Store plain rows in ``trace_runs`` (the layout before compact traces; tests build old databases with it)."""
     from checkpoints.store import now
 
@@ -146,31 +144,12 @@ def _fill_checkpoint_ids(db: sqlite_utils.Database, trace_id: str) -> None:
 # --- reading ------------------------------------------------------------------------------
 
 
-def open_traces(path: Path) -> sqlite_utils.Database:
-    """An existing dialogue database, opened read-only (never migrated), that has trace tables."""
-    path = check_db_path(Path(path), must_exist=True)
-    uri = f"file:{quote(str(path.resolve()))}"
-    try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        conn.execute("select count(*) from sqlite_master").fetchone()
-    except sqlite3.OperationalError:
-        # A WAL database in a read-only folder cannot get its -shm file: read it as a fixed file.
-        try:
-            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
-            conn.execute("select count(*) from sqlite_master").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None
-    db = sqlite_utils.Database(conn)
-    if not db["trace_runs"].exists():
-        has_dialogues = db["dialogues"].exists()
-        conn.close()
-        if not has_dialogues:
-            raise StoreError(f"{path} holds no DyMT-ESB dialogues: pass --db with the file python -m graph.run wrote")
+def require_traces(file_tables: Iterable[str], path: Path) -> None:
+    """Refuse a database file without trace tables (a reader's ``file_tables``), saying why."""
+    if "trace_runs" not in set(file_tables):
         raise StoreError(
             f"{path} has no traces: it predates tracing or its runs used --no-trace; run dialogues without --no-trace"
         )
-    return db
-
 
 
 def _has_streams(db: sqlite_utils.Database) -> bool:

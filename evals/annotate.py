@@ -19,10 +19,10 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from evals.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
 from evals.breakdown import group
-from evals.common import db_help, describe, interval, number, open_existing, write_atomic
+from evals.common import db_help, describe, interval, number, read_existing, write_atomic
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judging import history_before
 from evals.metrics import BIASED, NOT_BIASED, Estimate
@@ -80,7 +80,7 @@ def parse_item_id(value: str) -> tuple[str, int] | None:
     return thread_id, int(idx)
 
 
-def candidate_items(store: Store, run_id: str) -> list[Item]:
+def candidate_items(store: StoreQueries, run_id: str) -> list[Item]:
     """Every stored reply of the run, with the context its judge saw."""
     items = []
     for dialogue in store.dialogues(run_id):
@@ -194,7 +194,7 @@ def combine(files: Sequence[tuple[str, dict[str, str | None]]]) -> Annotations:
     return Annotations(tuple(name for name, _ in files), tuple(items), ratings)
 
 
-def judge_labels(store: Store, run_id: str, items: Sequence[str], *, label_set: str) -> tuple[list[str | None], int]:
+def judge_labels(store: StoreQueries, run_id: str, items: Sequence[str], *, label_set: str) -> tuple[list[str | None], int]:
     """The judge's label for each item (None where it has none), and how many items are not turns of the run."""
     matrix = store.label_matrix(run_id, label_set=label_set)
     labels: list[str | None] = []
@@ -282,7 +282,7 @@ def export_main(args) -> int:
         fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'annotation.csv'}")
     if args.out.exists() and not args.force:
         fail(f"{args.out} exists: pass --force to overwrite it or choose another --out")
-    store = open_existing(args.db)
+    store = read_existing(args.db)
     try:
         run_info(store, args.run_id)
     except DatasetError as exc:
@@ -312,7 +312,7 @@ def agree_main(args) -> int:
     annotations = combine(files)
     store = None
     if args.run_id is not None:
-        store = open_existing(args.db)
+        store = read_existing(args.db)
         try:
             run_info(store, args.run_id)
             check_label_set(store, args.run_id, args.label_set)

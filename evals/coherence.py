@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.store import Store, now
+from checkpoints.store import Writer, now
 from evals.common import (
     Tally,
     db_help,
@@ -42,7 +42,7 @@ class CoherenceJob:
     dialogue: list[ChatTurn]
 
 
-def pending_dialogues(store: Store, run_id: str, scorer: str, *, redo: bool = False) -> tuple[list[CoherenceJob], int]:
+def pending_dialogues(store: Writer, run_id: str, scorer: str, *, redo: bool = False) -> tuple[list[CoherenceJob], int]:
     """Dialogues of the run with at least one reply and no score from ``scorer`` (all with ``redo``)."""
     done = {
         row["thread_id"]
@@ -64,7 +64,7 @@ def pending_dialogues(store: Store, run_id: str, scorer: str, *, redo: bool = Fa
 
 
 async def score_dialogues(
-    store: Store,
+    store: Writer,
     jobs: Sequence[CoherenceJob],
     model: RoleModel,
     *,

@@ -18,7 +18,8 @@ from checkpoints.paths import StoreError, check_db_path, default_db_path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from checkpoints.store import PRIMARY_LABELS, Store, now, open_store
+from checkpoints.readers import Reader, open_reader
+from checkpoints.store import PRIMARY_LABELS, Writer, open_writer
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
@@ -63,11 +64,19 @@ def labeller_parser(
     return p
 
 
-def open_existing(path: Path | None) -> Store:
-    """The store a run wrote, or one line saying what to pass instead."""
+def open_existing(path: Path | None) -> Writer:
+    """The store a run wrote, opened for writing (labelling commands), or one line saying what to pass instead."""
     try:
-        return open_store(check_db_path(path or default_db_path(), must_exist=True), create=False)
+        return open_writer(check_db_path(path or default_db_path(), must_exist=True), create=False)
     except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+
+
+def read_existing(path: Path | None) -> Reader:
+    """The store a run wrote, opened read-only (reports and exports never write), or one line saying what to pass."""
+    try:
+        return open_reader(path or default_db_path())
+    except StoreError as exc:
         fail(str(exc))
 
 
@@ -80,7 +89,7 @@ def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: i
         fail(f"{flag}: {exc}")
 
 
-def existing_set(store: Store, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:
+def existing_set(store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:
     """The set already stored under this name, if any; SetConflictError if another model or prompt made it."""
     for info in label_sets(store, run_id, kind):
         if info.name != name:
@@ -96,24 +105,11 @@ def existing_set(store: Store, run_id: str, kind: str, name: str, *, model: Role
 
 
 def register_set(
-    store: Store, run_id: str, kind: str, name: str, *, model: RoleModel, prompt: str, prompt_hash: str,
+    store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt: str, prompt_hash: str,
     content_free_p_yes: float | None,
 ) -> None:
-    store.db["label_sets"].insert(
-        {
-            "run_id": run_id,
-            "kind": kind,
-            "name": name,
-            "model": model.spec,
-            "model_id": model.model_id,
-            "prompt": prompt,
-            "prompt_hash": prompt_hash,
-            "content_free_p_yes": content_free_p_yes,
-            "created_at": now(),
-        },
-        pk=("run_id", "kind", "name"),
-        ignore=True,
-    )
+    store.add_label_set(run_id, kind, name, model=model.spec, model_id=model.model_id, prompt=prompt,
+                        prompt_hash=prompt_hash, content_free_p_yes=content_free_p_yes)
 
 
 def check_set_name(name: str) -> None:
@@ -136,7 +132,7 @@ class Labeller:
 
 
 def prepare_labeller(
-    store: Store, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
+    store: Writer, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
     base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None,
 ) -> Labeller:
     """Resolve the run, the model (default: the run's judge), the set name and any set already stored.

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.vocabulary import ROLES
 from graph.experiment import read_toml
 
@@ -131,7 +131,7 @@ _TURN_QUERY = """
 """
 
 
-def _turn_rows(store: Store, where: str, params: dict[str, Any]) -> Iterable[dict[str, Any]]:
+def _turn_rows(store: StoreQueries, where: str, params: dict[str, Any]) -> Iterable[dict[str, Any]]:
     return store.db.query(_TURN_QUERY + " where " + where, {"label_set": PRIMARY_LABELS, **params})
 
 
@@ -149,12 +149,12 @@ def _add_row(usage: Usage, row: Mapping[str, Any], models: Mapping[str, str]) ->
         usage.add(role, spec, tokens)
 
 
-def run_models(store: Store, run_id: str) -> dict[str, str]:
+def run_models(store: StoreQueries, run_id: str) -> dict[str, str]:
     run = store.get_run(run_id) or {"config": {}}
     return dict(run["config"].get("spec", {}).get("models") or {})
 
 
-def run_usage(store: Store, run_id: str) -> Usage:
+def run_usage(store: StoreQueries, run_id: str) -> Usage:
     """Calls and tokens of every stored turn of a run (primary judge labels)."""
     usage = Usage()
     models = run_models(store, run_id)
@@ -163,7 +163,7 @@ def run_usage(store: Store, run_id: str) -> Usage:
     return usage
 
 
-def usage_by_thread(store: Store, run_id: str) -> dict[str, Usage]:
+def usage_by_thread(store: StoreQueries, run_id: str) -> dict[str, Usage]:
     """The same, one Usage per dialogue (the cost cap tracks dialogues as they end)."""
     by_thread: dict[str, Usage] = {}
     models = run_models(store, run_id)
@@ -172,7 +172,7 @@ def usage_by_thread(store: Store, run_id: str) -> dict[str, Usage]:
     return by_thread
 
 
-def thread_usage(store: Store, thread_id: str, models: Mapping[str, str]) -> Usage:
+def thread_usage(store: StoreQueries, thread_id: str, models: Mapping[str, str]) -> Usage:
     usage = Usage()
     for row in _turn_rows(store, "t.thread_id = :thread_id", {"thread_id": thread_id}):
         _add_row(usage, row, models)
@@ -216,15 +216,15 @@ class CostCap:
     def spent(self) -> float:
         return sum((self._costs or {}).values())
 
-    def _load(self, store: Store) -> dict[str, float]:
+    def _load(self, store: StoreQueries) -> dict[str, float]:
         if self._costs is None:
             self._costs = {t: u.known_cost(self.pricing) for t, u in usage_by_thread(store, self.run_id).items()}
         return self._costs
 
-    def allows(self, store: Store) -> bool:
+    def allows(self, store: StoreQueries) -> bool:
         return sum(self._load(store).values()) < self.cap
 
-    def ended(self, store: Store, thread_id: str) -> None:
+    def ended(self, store: StoreQueries, thread_id: str) -> None:
         self._load(store)[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
 
@@ -112,7 +112,7 @@ class Dataset:
 # --------------------------------------------------------------------------- runs and label sets
 
 
-def run_info(store: Store, run_id: str) -> RunInfo:
+def run_info(store: StoreQueries, run_id: str) -> RunInfo:
     """The stored run, or DatasetError naming the runs that exist."""
     run = store.get_run(run_id)
     if run is None:
@@ -138,7 +138,7 @@ def run_info(store: Store, run_id: str) -> RunInfo:
     )
 
 
-def label_sets(store: Store, run_id: str, kind: str | None = None) -> list[LabelSetInfo]:
+def label_sets(store: StoreQueries, run_id: str, kind: str | None = None) -> list[LabelSetInfo]:
     """Post-hoc label sets of a run, oldest first."""
     where, params = "run_id = ?", [run_id]
     if kind is not None:
@@ -147,7 +147,7 @@ def label_sets(store: Store, run_id: str, kind: str | None = None) -> list[Label
     return [LabelSetInfo(**row) for row in store.db["label_sets"].rows_where(where, params, order_by="created_at, name")]
 
 
-def choose_set(store: Store, run_id: str, kind: str, requested: str | None) -> str | None:
+def choose_set(store: StoreQueries, run_id: str, kind: str, requested: str | None) -> str | None:
     """The refusal classifier or coherence scorer to report for a run.
 
     A requested name must exist; with none requested a single existing set is used,
@@ -165,7 +165,7 @@ def choose_set(store: Store, run_id: str, kind: str, requested: str | None) -> s
     return names[0] if names else None
 
 
-def check_label_set(store: Store, run_id: str, name: str) -> None:
+def check_label_set(store: StoreQueries, run_id: str, name: str) -> None:
     """The bias label set must exist on the run ("primary" always does)."""
     if name == PRIMARY_LABELS:
         return
@@ -183,7 +183,7 @@ def _refusal_label(value: Any) -> str | None:
 
 
 def load_dialogues(
-    store: Store,
+    store: StoreQueries,
     run: RunInfo,
     *,
     label_set: str = PRIMARY_LABELS,
@@ -270,7 +270,7 @@ def load_dialogues(
 
 
 def load_dataset(
-    store: Store,
+    store: StoreQueries,
     run_ids: Sequence[str],
     *,
     label_set: str = PRIMARY_LABELS,

@@ -24,7 +24,7 @@ from rich.text import Text
 import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.store import Store, now, open_store
+from checkpoints.store import Writer, now, open_writer
 from checkpoints.vocabulary import BIASED, PARSED_LABELS
 from graph.cli import ArgumentParser, console, fail
 from nodes.dialogue import text_of
@@ -108,7 +108,7 @@ def score_text(model: RoleModel, text: str, *, side: str, policy: str) -> tuple[
     return p, raw
 
 
-def score_run(store: Store, run_id: str, model: RoleModel, *, policy: str) -> int:
+def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> int:
     """Score every not-yet-scored user message and reply of a run; returns the number of model calls."""
     done = {
         (r["thread_id"], r["idx"], r["side"])
@@ -133,7 +133,7 @@ def score_run(store: Store, run_id: str, model: RoleModel, *, policy: str) -> in
     return calls
 
 
-def load_scores(store: Store, run_id: str, *, policy: str, guard_spec: str) -> tuple[list[DialogueScores], int]:
+def load_scores(store: Writer, run_id: str, *, policy: str, guard_spec: str) -> tuple[list[DialogueScores], int]:
     """Stored scores and primary labels of every dialogue of a run, and its turn count."""
     dialogues, turns = [], 1
     for d in store.dialogues(run_id):
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModelSpecError as exc:
         fail(f"--guard-model: {exc}")
     try:
-        store = open_store(args.db or default_db_path(), create=False)
+        store = open_writer(args.db or default_db_path(), create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     for run_id in args.run_id:

@@ -75,8 +75,8 @@ def collect(reader: Reader, run_ids: Sequence[str], *, label_set: str = PRIMARY_
 
     out = []
     for run_id in run_ids:
-        in_run = {s.thread_id for s in reader.dialogues(run_id=run_id, label_set=label_set)}
-        for summary in reader.dialogues(run_id=run_id, label_set=label_set):
+        in_run = {s.thread_id for s in reader.summaries(run_id=run_id, label_set=label_set)}
+        for summary in reader.summaries(run_id=run_id, label_set=label_set):
             # A branch of this run whose parent is here too is shown inside its parent.
             if summary.parent_thread_id in in_run:
                 continue

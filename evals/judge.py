@@ -25,7 +25,7 @@ from rich.text import Text
 import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from checkpoints.vocabulary import UNPARSED
 from evals.agreement import Classification, classification
 from evals.judging import prompt_hash
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=args.seed)
     if record:
         try:
-            store = open_store(db_path)
+            store = open_writer(db_path)
         except (StoreError, SchemaTooNewError) as exc:
             fail(str(exc))
     if template is not None:

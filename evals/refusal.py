@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.store import Store, now
+from checkpoints.store import Writer, now
 from evals.common import (
     Tally,
     db_help,
@@ -40,7 +40,7 @@ class RefusalJob:
     reply: str
 
 
-def pending_refusals(store: Store, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
+def pending_refusals(store: Writer, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
     """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
     done = {
         (row["thread_id"], row["idx"])
@@ -64,7 +64,7 @@ def pending_refusals(store: Store, run_id: str, classifier: str, *, redo: bool =
 
 
 async def classify_refusals(
-    store: Store,
+    store: Writer,
     jobs: Sequence[RefusalJob],
     model: RoleModel,
     *,

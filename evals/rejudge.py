@@ -17,7 +17,8 @@ import prompts
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.queries import StoreQueries
+from checkpoints.store import PRIMARY_LABELS, Writer
 from checkpoints.vocabulary import UNPARSED
 from evals.agreement import Agreement, pairwise_agreement
 from evals.common import (
@@ -51,7 +52,7 @@ class TurnJob:
     reply: str
 
 
-def pending_turns(store: Store, run_id: str, label_set: str, *, redo: bool = False) -> tuple[list[TurnJob], int]:
+def pending_turns(store: Writer, run_id: str, label_set: str, *, redo: bool = False) -> tuple[list[TurnJob], int]:
     """Replies of the run without a label in ``label_set`` (every reply with ``redo``), and how many were skipped."""
     jobs: list[TurnJob] = []
     skipped = 0
@@ -69,7 +70,7 @@ def pending_turns(store: Store, run_id: str, label_set: str, *, redo: bool = Fal
 
 
 async def rejudge(
-    store: Store,
+    store: Writer,
     jobs: Sequence[TurnJob],
     model: RoleModel,
     *,
@@ -94,7 +95,7 @@ async def rejudge(
     return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
 
 
-def aligned_labels(store: Store, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
+def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
     """The labels of two label sets on the same turns of the given runs, in the same order."""
     xs: list[str | None] = []
     ys: list[str | None] = []
@@ -112,7 +113,7 @@ def aligned_labels(store: Store, run_ids: Sequence[str], a: str, b: str) -> tupl
     return xs, ys
 
 
-def label_set_agreement(store: Store, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
+def label_set_agreement(store: StoreQueries, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
     """Percent agreement, kappa and AC1 between two label sets over the turns of the runs (items = turns)."""
     xs, ys = aligned_labels(store, run_ids, a, b)
     return pairwise_agreement(xs, ys, n_boot=n_boot, seed=seed)
@@ -144,7 +145,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def judge_template(store: Store, run_id: str, path: Path | None) -> prompts.PromptTemplate | None:
+def judge_template(store: StoreQueries, run_id: str, path: Path | None) -> prompts.PromptTemplate | None:
     """The rubric to re-judge with: --judge-prompt FILE, else the file the run's judge used, else None (built-in)."""
     if path is not None:
         try:

@@ -27,9 +27,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.readers import open_reader
 from checkpoints.samples import sample_of
-from checkpoints.store import PRIMARY_LABELS, Store
+from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from evals.agreement import Agreement
 from evals.breakdown import (
@@ -46,7 +45,7 @@ from evals.breakdown import (
 )
 from evals.comparison import Comparison, Group, Unit, compare_groups, needs_run_names
 from evals.cost import run_usage, usage_summary
-from evals.common import db_help, describe, interval, number, open_existing, pct as percent
+from evals.common import db_help, describe, interval, number, read_existing, pct as percent
 from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
 from evals.html_report import collect, render_html
 from evals.metrics import Summary, first_bias_turn, re_emerges
@@ -826,7 +825,7 @@ def write_report(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def agreements_for(store: Store, dataset: Dataset, *, n_boot: int, seed: int) -> list[tuple[str, str, Agreement]]:
+def agreements_for(store: StoreQueries, dataset: Dataset, *, n_boot: int, seed: int) -> list[tuple[str, str, Agreement]]:
     """The chosen label set against every other bias label set that all the runs have."""
     run_ids = [r.run_id for r in dataset.runs]
     names = [PRIMARY_LABELS]
@@ -883,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         fail(f"--out {args.out} is a file: give a folder for the report")
     pricing = pricing_option(args.pricing)
-    store = open_existing(args.db)
+    store = read_existing(args.db)
     try:
         dataset = load_dataset(store, args.run_id, label_set=args.label_set, refusals=args.refusals, coherence=args.coherence)
     except DatasetError as exc:
@@ -896,11 +895,11 @@ def main(argv: list[str] | None = None) -> int:
     report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
     html = None
     if args.html:
-        with open_reader(store.path) as reader:
-            pages = collect(reader, args.run_id, label_set=args.label_set)
+        pages = collect(store, args.run_id, label_set=args.label_set)
         html = lambda generated_at: render_html(  # noqa: E731
             pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
         )
+    store.close()
     write_report(report, args.out, db=store.path, html=html)
     print_summary(report, args.out, console)
     if args.html:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.store import Store
+from checkpoints.queries import StoreQueries
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.metrics import summarise
 from evals.validation import run_validation, validation_text
@@ -22,7 +22,7 @@ BASE_MODEL_NOTE = (
 
 
 def run_summary(
-    store: Store, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
+    store: StoreQueries, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
     pricing: Pricing | None = None, budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
@@ -92,7 +92,7 @@ def run_summary(
     return summary
 
 
-def run_leakage(store: Store, run_id: str) -> dict[str, Any]:
+def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
     """Seed leakage over the run's scored user turns, with the threads and turns still flagged."""
     rows = list(store.db.query(
         "select t.thread_id, t.idx, t.leakage, t.leaked, t.user_attempts from turns t "

@@ -9,34 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoints.store import Store, now
+from checkpoints.queries import StoreQueries
+from checkpoints.store import Writer
 
 TABLE = "judge_validations"
 
 
 def record_validation(
-    store: Store, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+    store: Writer, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
 ) -> None:
     """Store one evals.judge score (``result``: an evals.agreement.Classification)."""
-    store.db[TABLE].insert(
-        {
-            "judge_model": judge_model,
-            "prompt_hash": prompt_hash,
-            "file": file,
-            "file_sha256": file_sha256,
-            "n_items": result.n_items,
-            "n_compared": result.n_compared,
-            "accuracy": result.accuracy.value,
-            "accuracy_low": result.accuracy.low,
-            "accuracy_high": result.accuracy.high,
-            "ac1": result.ac1.value,
-            "kappa": result.kappa.value,
-            "created_at": now(),
-        }
-    )
+    store.record_validation(judge_model=judge_model, prompt_hash=prompt_hash, file=file, file_sha256=file_sha256, result=result)
 
 
-def find_validation(store: Store, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:
+def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:
     """The newest validation of this judge spec with this prompt, or None."""
     if not judge_model or not prompt_hash or TABLE not in store.db.table_names():
         return None
@@ -56,7 +42,7 @@ def judge_prompt_hash(spec: dict[str, Any], prompt_hashes: dict[str, str]) -> st
     return prompt_hashes.get("judge_bias.transcript" if judge.startswith("local:") else "judge_bias")
 
 
-def run_validation(store: Store, run_id: str) -> dict[str, Any]:
+def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
     """{"judge_model", "prompt_hash", "validation": row or None} for a stored run."""
     run = store.get_run(run_id) or {"config": {}, "prompt_hashes": {}}
     spec = run["config"].get("spec", {})

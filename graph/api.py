@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.chat_export import iter_chat_records
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.readers import open_reader
-from checkpoints.store import PRIMARY_LABELS, Store, open_store
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
 from evals.report import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
@@ -94,12 +93,8 @@ def dialogues(run_ids: str | Sequence[str], *, db: str | Path | None = None, lab
 
 def chat_records(run_id: str, *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS, include_seed: bool = False) -> list[dict[str, Any]]:
     """The run's dialogues in chat format, as ``python -m graph.runs export RUN --format chat`` writes them."""
-    try:
-        reader = open_reader(Path(db) if db else default_db_path())
-    except StoreError as exc:
-        raise DymtError(str(exc)) from None
-    with reader:
-        if reader.run(run_id) is None:
+    with _open(db) as reader:
+        if reader.get_run(run_id) is None:
             raise DymtError(f"no run {run_id!r} in {reader.path}")
         return list(iter_chat_records(reader, run_id, label_set=label_set, include_seed=include_seed))
 
@@ -170,10 +165,11 @@ def _forget_loop_bound_clients() -> None:
         clear()
 
 
-def _open(db: str | Path | None) -> Store:
+def _open(db: str | Path | None) -> Reader:
+    """The read-only reader: reading from the API never writes (nor migrates) the database."""
     try:
-        return open_store(check_db_path(Path(db) if db else default_db_path(), must_exist=True), create=False)
-    except (StoreError, SchemaTooNewError) as exc:
+        return open_reader(Path(db) if db else default_db_path())
+    except StoreError as exc:
         raise DymtError(str(exc)) from None
 
 

@@ -22,11 +22,10 @@ from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.branching import BranchStore
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
-from checkpoints.store import iter_label_strings, open_store
+from checkpoints.store import Writer, iter_label_strings, open_writer
 from checkpoints.serde import UnsafeCheckpointError
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, error_console, fail, positive_int
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--name {args.name!r}: use letters, digits and . : @ = + - _ (no spaces)")
     try:
         db_path = check_db_path(args.db or default_db_path(), must_exist=True)
-        store = BranchStore.of(open_store(db_path, create=False))
+        store = open_writer(db_path, create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     if args.name and store.get_set(args.name):
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _parents(store: BranchStore, args: argparse.Namespace, change: Change) -> list[dict]:
+def _parents(store: Writer, args: argparse.Namespace, change: Change) -> list[dict]:
     """The dialogues to branch: one thread, or a run's dialogues (those mentioning a swapped term)."""
     if args.thread is not None:
         row = store.get_dialogue(args.thread)
@@ -163,7 +162,7 @@ def _parents(store: BranchStore, args: argparse.Namespace, change: Change) -> li
     return rows
 
 
-def _default_set_name(store: BranchStore, args: argparse.Namespace, change: Change) -> str:
+def _default_set_name(store: Writer, args: argparse.Namespace, change: Change) -> str:
     what = "+".join(f"{old}={new}" for old, new in change.swaps) if change.swaps else change.kind
     name = re.sub(r"[^\w.:@=+-]", "_", f"{args.run_id}-t{args.turn}-{what}")
     while store.get_set(name):
@@ -171,7 +170,7 @@ def _default_set_name(store: BranchStore, args: argparse.Namespace, change: Chan
     return name
 
 
-async def _branch(store: BranchStore, parents: list[dict], change: Change, args: argparse.Namespace, settings, set_name: str | None):
+async def _branch(store: Writer, parents: list[dict], change: Change, args: argparse.Namespace, settings, set_name: str | None):
     record = change_record(change, settings, set_name=set_name)
     taken: set[str] = set()
     async with open_saver(store.path) as saver:
@@ -202,7 +201,7 @@ async def _branch(store: BranchStore, parents: list[dict], change: Change, args:
     return made, skipped
 
 
-def _report(store: BranchStore, made: BranchRun, skipped: list[tuple[str, str]], *, as_json: bool) -> None:
+def _report(store: Writer, made: BranchRun, skipped: list[tuple[str, str]], *, as_json: bool) -> None:
     rows = []
     for plan, outcome in zip(made.plans, made.outcomes):
         rows.append({

@@ -14,10 +14,10 @@ from typing import Any
 from rich.text import Text
 from rich.tree import Tree
 
-from checkpoints.branching import BranchStore
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.store import iter_label_strings, open_store
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.queries import StoreQueries
+from checkpoints.readers import open_reader
+from checkpoints.store import iter_label_strings
 from graph.cli import ArgumentParser, console, fail
 from graph.forking import describe_change
 
@@ -36,8 +36,8 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        store = BranchStore.of(open_store(check_db_path(args.db or default_db_path(), must_exist=True), create=False))
-    except (StoreError, SchemaTooNewError) as exc:
+        store = open_reader(args.db or default_db_path())
+    except StoreError as exc:
         fail(str(exc))
     if store.get_dialogue(args.thread) is None:
         fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list)")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def branch_tree(store: BranchStore, thread_id: str, *, _seen: set[str] | None = None) -> dict[str, Any]:
+def branch_tree(store: StoreQueries, thread_id: str, *, _seen: set[str] | None = None) -> dict[str, Any]:
     """The dialogue and its branches, recursively, as plain data."""
     seen = _seen if _seen is not None else set()
     seen.add(thread_id)
@@ -66,7 +66,7 @@ def branch_tree(store: BranchStore, thread_id: str, *, _seen: set[str] | None = 
     }
 
 
-def render_tree(store: BranchStore, thread_id: str) -> Tree:
+def render_tree(store: StoreQueries, thread_id: str) -> Tree:
     """A rich Tree of the dialogue and its branches; all stored text goes in as Text, never markup."""
     data = branch_tree(store, thread_id)
     tree = Tree(_node(data, root=True), guide_style="dim")

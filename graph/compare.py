@@ -20,10 +20,10 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.branching import BranchStore
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.store import iter_label_strings, open_store
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.queries import StoreQueries
+from checkpoints.readers import open_reader
+from checkpoints.store import iter_label_strings
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
 from evals.comparison import as_dict as comparisons_as_dict
 from evals.comparison import compare_groups, needs_run_names
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.set_name is None and not args.runs and len(args.threads) != 2:
         fail("give two dialogues (python -m graph.compare A B), a set (--set NAME) or runs (--runs R1 R2)")
     try:
-        store = BranchStore.of(open_store(check_db_path(args.db or default_db_path(), must_exist=True), create=False))
-    except (StoreError, SchemaTooNewError) as exc:
+        store = open_reader(args.db or default_db_path())
+    except StoreError as exc:
         fail(str(exc))
     if args.set_name is not None:
         return _compare_set(store, args)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- two dialogues
 
 
-def _pair_data(store: BranchStore, a: str, b: str, start: int) -> dict[str, Any]:
+def _pair_data(store: StoreQueries, a: str, b: str, start: int) -> dict[str, Any]:
     turns = {t: {r["idx"]: r for r in store.turns(t)} for t in (a, b)}
     last = max([*turns[a], *turns[b], start - 1])
     return {
@@ -93,7 +93,7 @@ def _pair_data(store: BranchStore, a: str, b: str, start: int) -> dict[str, Any]
     }
 
 
-def _render_pair(store: BranchStore, a: str, b: str, start: int) -> None:
+def _render_pair(store: StoreQueries, a: str, b: str, start: int) -> None:
     data = _pair_data(store, a, b, start)
     for side, thread_id in (("A", a), ("B", b)):
         row = store.get_dialogue(thread_id) or {}
@@ -130,7 +130,7 @@ def _label(label: str | None) -> Text:
 # --------------------------------------------------------------------------- runs on the same seeds
 
 
-def _compare_runs(store: BranchStore, args) -> int:
+def _compare_runs(store: StoreQueries, args) -> int:
     try:
         dataset = load_dataset(store, args.runs, label_set=args.label_set)
     except DatasetError as exc:
@@ -168,7 +168,7 @@ def _compare_runs(store: BranchStore, args) -> int:
 # --------------------------------------------------------------------------- a set
 
 
-def set_pairs(store: BranchStore, name: str) -> list[Pair]:
+def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
     return [
         Pair(parent=m["parent_thread_id"], branch=m["thread_id"], fork_turn=int(m["fork_turn"] or 1),
              parent_labels=store.labels(m["parent_thread_id"]), branch_labels=store.labels(m["thread_id"]))
@@ -176,7 +176,7 @@ def set_pairs(store: BranchStore, name: str) -> list[Pair]:
     ]
 
 
-def _compare_set(store: BranchStore, args) -> int:
+def _compare_set(store: StoreQueries, args) -> int:
     info = store.get_set(args.set_name)
     if info is None:
         known = ", ".join(store.set_names()) or "none yet (python -m graph.branch --run-id R --turn K --swap A=B makes one)"

@@ -35,8 +35,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 import prompts
-from checkpoints.branching import BranchStore, describe_change
-from checkpoints.store import Store, now
+from checkpoints.branching import describe_change
+from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
 from graph.context import Models, RunContext
 from graph.modes import DYNAMIC_MODES
@@ -381,7 +381,7 @@ class BranchSettings:
         return RunContext(models=self.models, sampling_seed=self.sampling_seed, leakage=self.leakage)
 
 
-def run_spec_of(store: Store, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_spec_of(store: Writer, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(run config, spec) of the run a dialogue belongs to."""
     run = store.get_run(dialogue["run_id"]) if dialogue.get("run_id") else None
     if run is None:
@@ -389,7 +389,7 @@ def run_spec_of(store: Store, dialogue: dict[str, Any]) -> tuple[dict[str, Any],
     return run["config"], run["config"].get("spec", {})
 
 
-def dialogue_model_specs(store: Store, dialogue: dict[str, Any]) -> dict[str, str]:
+def dialogue_model_specs(store: Writer, dialogue: dict[str, Any]) -> dict[str, str]:
     """The model spec of each role a stored dialogue was played with."""
     _, spec = run_spec_of(store, dialogue)
     specs = dict(spec.get("models") or {})
@@ -402,7 +402,7 @@ def dialogue_model_specs(store: Store, dialogue: dict[str, Any]) -> dict[str, st
 
 
 def build_settings(
-    store: Store,
+    store: Writer,
     dialogue: dict[str, Any],
     *,
     overrides: dict[str, str] | None = None,
@@ -463,9 +463,9 @@ async def create_branch(graph: CompiledStateGraph, plan: BranchPlan, *, write: S
     }
     if "target" in parent:  # dialogues has a per-dialogue target column
         row["target"] = (plan.change.get("models") or {}).get("target", parent.get("target"))
-    await write("upsert_dialogue", plan.branch_id, **row)
+    await write.upsert_dialogue(plan.branch_id, **row)
     if set_name:
-        await write("add_set_member", set_name, plan.branch_id, plan.fork.thread_id)
+        await write.add_set_member(set_name, plan.branch_id, plan.fork.thread_id)
     provenance = {"fork_of": plan.fork.thread_id, "fork_turn": plan.fork.turn, "fork_checkpoint_id": plan.fork.checkpoint_id}
     config: RunnableConfig = {"configurable": {"thread_id": plan.branch_id}, "metadata": provenance}
     for values in plan.updates:
@@ -491,7 +491,7 @@ async def play_branches(
     plans: Sequence[BranchPlan],
     *,
     graph: CompiledStateGraph,
-    store: Store,
+    store: Writer,
     settings: BranchSettings,
     run_id: str,
     set_name: str | None = None,
@@ -500,7 +500,6 @@ async def play_branches(
     """Record the invocation as a run, then create and play each branch to its end."""
     if not plans:
         raise ForkError("nothing to branch")
-    store = BranchStore.of(store)
     notify = notify or (lambda *_: None)
     first = plans[0]
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})
@@ -526,9 +525,9 @@ async def play_branches(
     result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
     write = StoreWriter(store)
     try:
-        await write("start_run", run_id, config=config, prompt_hashes=prompts.all_hashes(), versions=package_versions())
+        await write.start_run(run_id, config=config, prompt_hashes=prompts.all_hashes(), versions=package_versions())
         if set_name:
-            await write("add_set", set_name, run_id=run_id, parent_run_id=parent_runs[0] if len(parent_runs) == 1 else None,
+            await write.add_set(set_name, run_id=run_id, parent_run_id=parent_runs[0] if len(parent_runs) == 1 else None,
                         fork_turn=first.fork.turn, change=change)
         context = settings.context()
         for plan in plans:
@@ -536,10 +535,10 @@ async def play_branches(
             notify("started", plan.branch_id, plan.fork.turn - 1)
             result.outcomes.append(await drive(graph, branch_config, None, write=write, context=context, notify=notify))
     except BaseException:
-        await write("finish_run", run_id, "interrupted")
+        await write.finish_run(run_id, "interrupted")
         write.close()
         raise
-    await write("refresh_run_status", run_id)
+    await write.refresh_run_status(run_id)
     write.close()
     return result
 

@@ -26,8 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
-from checkpoints.branching import BranchStore
-from checkpoints.store import Store
+from checkpoints.store import Writer
 from graph.context import Models, RunContext
 from graph.forking import build_settings, given_message, is_turn_boundary
 from graph.modes import DYNAMIC_MODES
@@ -166,7 +165,7 @@ async def settle(graph: CompiledStateGraph, outcome: DialogueOutcome, *, write: 
         return outcome
     head = await graph.aget_state({"configurable": {"thread_id": outcome.thread_id}})
     if is_paused(head):
-        await write("upsert_dialogue", outcome.thread_id, status=PAUSED, stop_reason=None, ended_at=None)
+        await write.upsert_dialogue(outcome.thread_id, status=PAUSED, stop_reason=None, ended_at=None)
         return DialogueOutcome(outcome.thread_id, PAUSED)
     return outcome
 
@@ -197,14 +196,14 @@ async def review_loop(
         if decision.action == "replace" and decision.message and decision.message.strip() != pending.message:
             await replace_pending(graph, head, decision.message.strip())
         config = dialogue_config(thread_id, turns=pending.max_turns)
-        await write("upsert_dialogue", thread_id, status="running", ended_at=None)
+        await write.upsert_dialogue(thread_id, status="running", ended_at=None)
         outcome = await settle(graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write)
     return outcome
 
 
 async def settle_run(
     graph: CompiledStateGraph,
-    store: Store,
+    store: Writer,
     result: RunResult,
     *,
     models: Models,
@@ -214,7 +213,6 @@ async def settle_run(
     leakage: str = "regenerate",
 ) -> RunResult:
     """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
-    store = BranchStore.of(store)
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
     context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage)
@@ -230,12 +228,12 @@ async def settle_run(
                     except ReviewQuit:
                         break
     finally:
-        await write("refresh_run_status", result.run_id)
+        await write.refresh_run_status(result.run_id)
         write.close()
     return result
 
 
-def _context_for(store: Store, dialogue: dict[str, Any], context: RunContext) -> RunContext:
+def _context_for(store: Writer, dialogue: dict[str, Any], context: RunContext) -> RunContext:
     """The run's context, or one rebuilt for a dialogue of a grid run played against another target."""
     target = dialogue.get("target")
     if not target or target == context.models.target.spec:
@@ -245,7 +243,7 @@ def _context_for(store: Store, dialogue: dict[str, Any], context: RunContext) ->
 
 async def resume_dialogue(
     graph: CompiledStateGraph,
-    store: Store,
+    store: Writer,
     thread_id: str,
     *,
     write: StoreWriter,
@@ -290,14 +288,14 @@ async def resume_dialogue(
     if review is not None and message is None and start is head and is_review_pause(head):
         outcome = DialogueOutcome(thread_id, PAUSED)  # the person has not seen the waiting message yet
     else:
-        await write("upsert_dialogue", thread_id, status="running", stop_reason=None, error=None, ended_at=None)
+        await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None, ended_at=None)
         outcome = await settle(graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write)
     if review is not None:
         outcome = await review_loop(graph, outcome, write=write, context=context, review=review, notify=notify)
     return outcome
 
 
-def resumable(store: Store, run_id: str) -> list[str]:
+def resumable(store: Writer, run_id: str) -> list[str]:
     """Threads of a run that did not finish: paused, failed, interrupted or left running by a crash."""
     return [d["thread_id"] for d in store.dialogues(run_id) if d["status"] != "finished"]
 

@@ -141,7 +141,7 @@ def _list(reader: Reader, args) -> int:
     categories = reader.categories()
     if args.category is not None and args.category.lower() not in {c.lower() for c in categories}:
         fail(f"no dialogues in --category {args.category!r}: categories are {', '.join(categories) or 'none'}")
-    summaries = reader.dialogues(run_id=args.run_id, category=args.category, biased_only=args.biased_only, label_set=args.label_set)
+    summaries = reader.summaries(run_id=args.run_id, category=args.category, biased_only=args.biased_only, label_set=args.label_set)
     if not summaries:
         error_console.print("no dialogue matches these filters")
         return 0

@@ -18,11 +18,10 @@ from pathlib import Path
 from rich.panel import Panel
 from rich.text import Text
 
-from checkpoints.branching import BranchStore
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
-from checkpoints.store import Store, iter_label_strings, open_store
+from checkpoints.store import Writer, iter_label_strings, open_writer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
 from graph.builder import build_graph
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.message is not None and not args.message.strip():
         fail("--message is empty: give the text of the next user message")
     try:
-        store = BranchStore.of(open_store(check_db_path(args.db or default_db_path(), must_exist=True), create=False))
+        store = open_writer(check_db_path(args.db or default_db_path(), must_exist=True), create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     threads = list(dict.fromkeys(args.threads))
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _resume(store: BranchStore, rows: list[dict], settings: dict, *, message: str | None, review) -> list[tuple[str, str]]:
+async def _resume(store: Writer, rows: list[dict], settings: dict, *, message: str | None, review) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
     async with open_saver(store.path) as saver:
         graph = build_graph(saver)
@@ -121,7 +120,7 @@ async def _resume(store: BranchStore, rows: list[dict], settings: dict, *, messa
                 done.append((outcome.thread_id, outcome.status))
         finally:
             for run_id in sorted({r["run_id"] for r in rows if r.get("run_id")}):
-                await write("refresh_run_status", run_id)
+                await write.refresh_run_status(run_id)
             write.close()
     return done
 
@@ -176,7 +175,7 @@ def _read_line(*, prefill: str) -> str:
         readline.set_startup_hook()
 
 
-def print_paused_hint(store: Store, threads: list[str], *, run_id: str | None = None) -> None:
+def print_paused_hint(store: Writer, threads: list[str], *, run_id: str | None = None) -> None:
     """Tell the person how to continue paused dialogues later."""
     if not threads:
         return

@@ -24,7 +24,7 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.saver import open_saver
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from checkpoints.serde import UnsafeCheckpointError
 from evals.cost import CostCap
 from evals.summary import render_summary, run_summary
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return (Models(user=again(models.user, "user"), target=again(models.target, "target"), judge=again(models.judge, "judge")),
                 [again(t, "target") for t in targets])
     try:
-        store = open_store(db_path)
+        store = open_writer(db_path)
         check_run_compatible(store, spec)
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))

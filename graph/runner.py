@@ -14,14 +14,16 @@ import importlib.metadata
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
 from checkpoints.samples import sample_seed, sample_thread_id
-from checkpoints.store import Store, now
+from checkpoints.store import Writer, now
+from checkpoints.trace_codec import TraceEncoder
+from checkpoints.traces import TraceItem
 from graph.context import Models, RunContext
 from graph.modes import is_scripted, scripts_for
 from graph.state import DialogueState
@@ -29,10 +31,11 @@ from graph.tracing import traced
 from nodes.models import RoleModel
 from seeds import Seed
 
+T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
 # May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-BudgetCheck = Callable[[Store], bool]
-DialogueEnded = Callable[[Store, str], None]
+BudgetCheck = Callable[[Writer], bool]
+DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (
     "dymt-esb",
     "langgraph",
@@ -106,23 +109,53 @@ class RunResult:
 
 
 class StoreWriter:
-    """Runs store writes on one worker thread, so the event loop never blocks on SQLite.
+    """The :class:`Writer`'s methods, awaited on one worker thread, so the event loop never blocks on SQLite.
 
     The checkpointer shares the database file through its own async connection; a
-    blocking write on the loop while it holds the write lock would wait forever.
+    blocking write on the loop while it holds the write lock would wait forever. Every
+    call runs in order on the one thread, tracer batches included.
     """
 
-    def __init__(self, store: Store, *, trace: bool = True) -> None:
+    def __init__(self, store: Writer, *, trace: bool = True) -> None:
         self.store = store
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
-    async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(getattr(self.store, method), *args, **kwargs)
+    async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        call = functools.partial(fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
+    # --- the writer's methods, typed -------------------------------------------------
+    async def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
+        await self._run(self.store.start_run, run_id, config=config, prompt_hashes=prompt_hashes, versions=versions)
+
+    async def finish_run(self, run_id: str, status: str) -> None:
+        await self._run(self.store.finish_run, run_id, status)
+
+    async def refresh_run_status(self, run_id: str) -> str:
+        return await self._run(self.store.refresh_run_status, run_id)
+
+    async def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
+        await self._run(self.store.upsert_dialogue, thread_id, **fields)
+
+    async def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
+        return await self._run(self.store.get_dialogue, thread_id)
+
+    async def record_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> None:
+        await self._run(self.store.record_turns, thread_id, turns)
+
+    async def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
+        await self._run(self.store.add_set, name, run_id=run_id, parent_run_id=parent_run_id, fork_turn=fork_turn, change=change)
+
+    async def add_set_member(self, set_name: str, thread_id: str, parent_thread_id: str) -> None:
+        await self._run(self.store.add_set_member, set_name, thread_id, parent_thread_id)
+
+    def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
+        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
+        return self._executor.submit(self.store.write_trace_batch, encoder, items, final)
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """Queue ``fn(store, *args)`` without waiting: safe from any thread (tracer callbacks use it)."""
+        """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
         return self._executor.submit(fn, self.store, *args)
 
     def close(self) -> None:
@@ -148,7 +181,7 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def check_run_compatible(store: Store, spec: RunSpec) -> None:
+def check_run_compatible(store: Writer, spec: RunSpec) -> None:
     """Refuse to resume a run id that was created with other settings."""
     existing = store.get_run(spec.run_id)
     if existing is None:
@@ -167,7 +200,7 @@ async def execute_run(
     seeds: Sequence[Seed],
     *,
     graph: CompiledStateGraph,
-    store: Store,
+    store: Writer,
     models: Models,
     on_progress: ProgressCallback | None = None,
     scripts: tuple[dict[str, list[str]], list[str]] | None = None,
@@ -217,7 +250,7 @@ async def execute_run(
         async with limiter:
             if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
                 thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
-                stored = await write("get_dialogue", thread_id)
+                stored = await write.get_dialogue(thread_id)
                 if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
                     notify("skipped", thread_id, 0)
                     return DialogueOutcome(thread_id, "skipped")
@@ -277,9 +310,7 @@ async def play_dialogue(
     run_input: dict[str, Any] | None = None
     if not values:
         run_input = initial_state(seed, mode, spec.turns, script=script)
-        await write(
-            "upsert_dialogue",
-            thread_id,
+        await write.upsert_dialogue(thread_id,
             run_id=spec.run_id,
             seed_id=seed.id,
             category=seed.category,
@@ -291,15 +322,15 @@ async def play_dialogue(
             started_at=now(),
         )
     elif values.get("stop_reason") == "max_turns":
-        await write("record_turns", thread_id, values.get("turns", []))
-        await write("upsert_dialogue", thread_id, status="finished", stop_reason="max_turns", error=None)
+        await write.record_turns(thread_id, values.get("turns", []))
+        await write.upsert_dialogue(thread_id, status="finished", stop_reason="max_turns", error=None)
         notify("skipped", thread_id, len(values.get("turns", [])))
         return DialogueOutcome(thread_id, "skipped")
     elif values.get("stop_reason") == "error":
         config = await checkpoint_before_failure(graph, config)
-        await write("upsert_dialogue", thread_id, status="running", stop_reason=None, error=None)
+        await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None)
     else:
-        await write("upsert_dialogue", thread_id, status="running")
+        await write.upsert_dialogue(thread_id, status="running")
     notify("started", thread_id, _done(values))
     return await drive(graph, config, run_input, write=write, context=context, notify=notify, start=values)
 
@@ -334,21 +365,21 @@ async def drive(
             if changed:
                 written.update((t["index"], t) for t in changed)
                 if any("reply" in t or "label" in t for t in changed):
-                    await write("record_turns", thread_id, changed)
+                    await write.record_turns(thread_id, changed)
             notify("step", thread_id, _done(state))
     except asyncio.CancelledError:
-        await write("upsert_dialogue", thread_id, status="interrupted")
+        await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-        await write("upsert_dialogue", thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
+        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))
         return DialogueOutcome(thread_id, "failed", message)
     if final.get("stop_reason") == "error":
-        await write("upsert_dialogue", thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now())
+        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now())
         notify("failed", thread_id, _done(final))
         return DialogueOutcome(thread_id, "failed", final.get("error"))
-    await write("upsert_dialogue", thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
+    await write.upsert_dialogue(thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
     notify("finished", thread_id, _done(final))
     return DialogueOutcome(thread_id, "finished")
 

@@ -8,12 +8,11 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.chat_export import iter_chat_records, to_jsonl
-from checkpoints.deletion import clear_cache, delete_run, threads_of_run
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import open_reader
-from checkpoints.store import open_store
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.store import open_writer
 from evals.common import write_atomic
 from graph.cli import ArgumentParser, console, fail
 
@@ -38,32 +37,42 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "export":
         return _export(args)
+    if args.command == "list":
+        return _list(args)
     try:
-        store = open_store(args.db or default_db_path(), create=False)
+        store = open_writer(args.db or default_db_path(), create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
-    if args.command == "list":
-        table = Table(title=Text(str(store.path)))
-        for column in ("run", "created", "status", "dialogues"):
-            table.add_column(column)
-        for run in store.runs():
-            n = store.db.execute("select count(*) from dialogues where run_id = ?", [run["id"]]).fetchone()[0]
-            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(n))
-        console.print(table)
-        return 0
     if args.command == "clear-cache":
-        console.print(f"removed {clear_cache(store)} cached replies")
+        console.print(f"removed {store.clear_cache()} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
         fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
-    threads = threads_of_run(store, args.run_id)
+    threads = store.threads_of_run(args.run_id)
     if not args.yes:
         answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             console.print("nothing deleted")
             return 1
-    counts = delete_run(store, args.run_id)
+    counts = store.delete_run(args.run_id)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
+    return 0
+
+
+def _list(args) -> int:
+    """Runs with their status and dialogue counts, read through the read-only reader."""
+    try:
+        reader = open_reader(args.db or default_db_path())
+    except StoreError as exc:
+        fail(str(exc))
+    with reader:
+        counts = reader.dialogue_counts()
+        table = Table(title=Text(str(reader.path)))
+        for column in ("run", "created", "status", "dialogues"):
+            table.add_column(column)
+        for run in reader.runs():
+            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(counts.get(run["id"], 0)))
+    console.print(table)
     return 0
 
 
@@ -76,7 +85,7 @@ def _export(args) -> int:
     except StoreError as exc:
         fail(str(exc))
     with reader:
-        if reader.run(args.run_id) is None:
+        if reader.get_run(args.run_id) is None:
             fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list")
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
             fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")

@@ -27,6 +27,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from checkpoints.paths import StoreError, default_db_path
+from checkpoints.readers import open_reader
 from checkpoints.traces import (
     TraceNode,
     TraceNotFoundError,
@@ -37,7 +38,7 @@ from checkpoints.traces import (
     load_feedback,
     load_runs,
     only_turn,
-    open_traces,
+    require_traces,
     resolve,
 )
 from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
@@ -85,9 +86,16 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    path = args.db or default_db_path()
     try:
-        db = open_traces(args.db or default_db_path())
+        reader = open_reader(path)
     except StoreError as exc:
+        fail(str(exc))
+    db = reader.db
+    try:
+        require_traces(reader.file_tables, path)
+    except StoreError as exc:
+        reader.close()
         fail(str(exc))
     try:
         if args.command == "list":
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceNotFoundError as exc:
         fail(str(exc))
     finally:
-        db.conn.close()
+        reader.close()
 
 
 # --- list -----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from langchain_core.tracers.schemas import Run
 
 from checkpoints.redaction import REDACTED, Redactor, _json_default  # REDACTED and Redactor: also imported from here
 from checkpoints.trace_codec import LazyMessages, TraceEncoder
-from checkpoints.traces import TraceItem, token_usage, write_trace_batch
+from checkpoints.traces import TraceItem, token_usage
 from checkpoints.vocabulary import LABEL_SCORES
 from graph.state import apply_update
 
@@ -156,7 +156,7 @@ class DialogueTracer(BaseTracer):
         if not batch or self._encoder is None:
             return
         try:
-            future = self._submit(write_trace_batch, self._encoder, batch, final)
+            future = self._submit(self._encoder, batch, final)
         except RuntimeError:  # the writer already shut down (an interrupted run): nothing to write to
             logger.debug("trace writer closed; %d trace items dropped", len(batch))
             return
@@ -251,7 +251,7 @@ def _log_write_failure(future: Future) -> None:
 
 def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> DialogueTracer:
     """A tracer whose rows are written by ``write``'s worker thread, in order with the store's other writes."""
-    return DialogueTracer(write.submit, redactor=redactor)
+    return DialogueTracer(write.queue_trace_batch, redactor=redactor)
 
 
 def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:

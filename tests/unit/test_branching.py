@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import BaseMessage
 
-from checkpoints.branching import BranchStore
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
 from graph.builder import build_graph
@@ -121,7 +120,7 @@ def test_fork_at_every_turn_copies_the_prefix_with_no_model_call(db: Path, paren
     assert all(r[3].startswith("branch answer") for r in ours[k - 1 :])
     assert ours[k - 1][1] == "branch question 1?"  # turn k's user message is simulated afresh
 
-    store = BranchStore.of(open_store(db))
+    store = open_store(db)
     row = store.get_dialogue(branch)
     assert (row["parent_thread_id"], row["fork_turn"], row["status"]) == (parent, k, "finished")
     assert json.loads(row["change"])["kind"] == "rerun"
@@ -164,7 +163,7 @@ def test_branch_of_a_branch(db: Path, parent: str):
     assert rows(db, early)[1][1:3] == ("Go back to turn two?", "given")
     assert rows(db, late)[:4] == rows(db, first)[:4]
     assert rows(db, late)[3][3] == "first answer 1."  # turn 4 is the first branch's own turn
-    store = BranchStore.of(open_store(db))
+    store = open_store(db)
     assert store.get_dialogue(late)["parent_thread_id"] == first
     assert [c["thread_id"] for c in store.children(first)] == [early, late]
     assert store.divergence_turn(parent, first) == 4
@@ -187,7 +186,7 @@ def test_user_message_replaces_turn_k_and_later_turns_are_simulated(db: Path, pa
     assert [r[1] for r in ours[2:]] == ["branch question 1?", "branch question 2?", "branch question 3?"]
     assert calls(models) == {"user": 3, "target": 4, "judge": 4}
     assert models.target.chat.calls[0][-1].content == "What do you think about managers?"
-    change = json.loads(BranchStore.of(open_store(db)).get_dialogue(branch)["change"])
+    change = json.loads(open_store(db).get_dialogue(branch)["change"])
     assert change["user_message"] == "What do you think about managers?"
     assert change["replaces"] == "User question number 2?"
 
@@ -202,7 +201,7 @@ def test_swap_changes_the_seed_and_the_fork_turn_message(db: Path):
     parent = result.outcomes[0].thread_id
     models = branch_models()
     branch = make_branch(db, parent, 2, Change("swap", swaps=(("women", "men"),)), models=models)
-    row = BranchStore.of(open_store(db)).get_dialogue(branch)
+    row = open_store(db).get_dialogue(branch)
     assert row["statement"] == "Men are too emotional to lead."
     ours = rows(db, branch)
     assert ours[0][1] == "Why are women like that, part 1?"  # the shared history is not rewritten
@@ -230,7 +229,7 @@ def test_mode_change_continues_with_the_other_simulator(db: Path, parent: str):
     ours = rows(db, branch)
     assert [r[2] for r in ours] == [None, None, None, "reasoning", "reasoning"]
     assert "safety audit" in _text(models.user.chat.calls[0])
-    assert BranchStore.of(open_store(db)).get_dialogue(branch)["mode"] == "assessment"
+    assert open_store(db).get_dialogue(branch)["mode"] == "assessment"
 
 
 def test_seed_statement_and_more_turns(db: Path, parent: str):

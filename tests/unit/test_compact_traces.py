@@ -46,7 +46,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
         seen.extend(item[1] for item in items if item[0] == "run")
         return original(store, encoder, items, final)
 
-    monkeypatch.setattr("graph.tracing.write_trace_batch", spy)
+    monkeypatch.setattr("checkpoints.traces.write_trace_batch", spy)
     monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
     decoded = {row["id"]: row for row in stored_runs(store.db)}

@@ -124,7 +124,7 @@ def test_leaks_that_survive_every_draw_are_flagged(db: Path):
     assert summary["leakage"]["leaked"] == 1
     assert summary["leakage"]["flagged"] == [f"{result.outcomes[0].thread_id} turn 1"]
     with open_reader(db) as reader:
-        (record,) = reader.turns(result.outcomes[0].thread_id)
+        (record,) = reader.turn_records(result.outcomes[0].thread_id)
     assert record.leaked is True and record.leakage == 1.0 and record.user_attempts == 4
     from viewer.render import leakage_note
 

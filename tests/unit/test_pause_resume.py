@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.branching import BranchStore
 from checkpoints.saver import open_saver
 from checkpoints.store import open_store
 from graph.builder import build_graph
@@ -40,11 +39,11 @@ def play_paused(db: Path, models, pauses: PauseOptions, *, seeds=SEEDS, turns: i
             result = await execute_run(make_spec(turns=turns), seeds, graph=graph, store=store, models=models)
             return await settle_run(graph, store, result, models=models, sampling_seed=0, review=review)
 
-    return asyncio.run(go()), BranchStore.of(store)
+    return asyncio.run(go()), store
 
 
 def resume(db: Path, thread: str, models, *, message: str | None = None):
-    store = BranchStore.of(open_store(db))
+    store = open_store(db)
 
     async def go():
         async with open_saver(db) as saver:
@@ -55,7 +54,7 @@ def resume(db: Path, thread: str, models, *, message: str | None = None):
                 return await resume_dialogue(build_graph(saver), store, thread, write=write,
                                              context=RunContext(models=models), message=message)
             finally:
-                await write("refresh_run_status", "r1")
+                await write.refresh_run_status("r1")
                 write.close()
 
     return asyncio.run(go())

@@ -102,13 +102,13 @@ def test_a_branch_without_its_prefix_reads_it_from_the_parent(replay_db):
 
 def test_list_filters_and_order(replay_db):
     with open_reader(replay_db) as reader:
-        everything = [s.thread_id for s in reader.dialogues()]
+        everything = [s.thread_id for s in reader.summaries()]
         assert everything == [AGE, MAIN, BRANCH, DEEP, RERUN, FAILED, FAITH]  # each branch right after its parent
-        assert [s.thread_id for s in reader.dialogues(run_id="r2")] == [FAILED, FAITH]
-        assert [s.thread_id for s in reader.dialogues(category="Gender")] == [MAIN, BRANCH, DEEP, RERUN]
+        assert [s.thread_id for s in reader.summaries(run_id="r2")] == [FAILED, FAITH]
+        assert [s.thread_id for s in reader.summaries(category="Gender")] == [MAIN, BRANCH, DEEP, RERUN]
         # RERUN has no biased turn of its own, but its inherited turn 2 is biased.
-        assert [s.thread_id for s in reader.dialogues(biased_only=True)] == [MAIN, BRANCH, DEEP, RERUN]
-        assert {s.thread_id: s.label_string for s in reader.dialogues(run_id="r2")} == {FAILED: "· · ·", FAITH: "✓ ✓ ✓"}
+        assert [s.thread_id for s in reader.summaries(biased_only=True)] == [MAIN, BRANCH, DEEP, RERUN]
+        assert {s.thread_id: s.label_string for s in reader.summaries(run_id="r2")} == {FAILED: "· · ·", FAITH: "✓ ✓ ✓"}
 
 
 def test_refusal_and_coherence_shown_when_their_tables_exist(tmp_path, capsys):

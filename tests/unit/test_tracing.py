@@ -15,8 +15,9 @@ from pydantic import SecretStr
 import checkpoints.traces as traces
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
+from checkpoints.readers import open_reader
 from checkpoints.store import open_store
-from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs, open_traces, resolve, stored_runs
+from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
 from graph import trace as trace_cli
 from graph.run import build_parser as run_parser
 from graph.tracing import REDACTED, Redactor
@@ -140,7 +141,7 @@ def test_trace_rows_are_written_on_the_writer_thread(db, monkeypatch, interval):
         threads.append(threading.current_thread().name)
         return original(store, *args)
 
-    monkeypatch.setattr("graph.tracing.write_trace_batch", spy)
+    monkeypatch.setattr("checkpoints.traces.write_trace_batch", spy)
     monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     # Never a write on the event loop's thread: one batch per node step when steps are slow
@@ -378,13 +379,19 @@ def test_model_text_is_never_markup(db, capsys):
     assert code == 0 and "[bold red]not markup[/]" in out
 
 
-def test_opening_errors_say_what_to_fix(tmp_path, db):
+def test_opening_errors_say_what_to_fix(tmp_path, db, capsys):
     plain = tmp_path / "plain.db"
-    sqlite3.connect(plain).execute("create table dialogues (thread_id text)").connection.commit()
-    with pytest.raises(StoreError, match="has no traces"):
-        open_traces(plain)
+    conn = sqlite3.connect(plain)
+    for table in ("runs", "dialogues", "turns", "labels"):  # a file from before tracing: no trace tables
+        conn.execute(f"create table {table} (thread_id text)")
+    conn.commit()
+    conn.close()
+    with open_reader(plain) as reader, pytest.raises(StoreError, match="has no traces"):
+        require_traces(reader.file_tables, plain)
+    code, _, err = run_cli(capsys, "list", "--db", str(plain))
+    assert code == 2 and "has no traces" in err
     with pytest.raises(StoreError, match="no database"):
-        open_traces(tmp_path / "missing.db")
+        open_reader(tmp_path / "missing.db")
     store = open_store(db)
     store.db["_migrations"].insert({"name": "m999_from_the_future", "applied_at": "2099"})
     store.close()
@@ -401,7 +408,7 @@ def test_a_trace_whose_graph_run_never_ended_still_shows(db, capsys, monkeypatch
         if not final:
             original(store, encoder, items, final)
 
-    monkeypatch.setattr("graph.tracing.write_trace_batch", killed_before_the_end)
+    monkeypatch.setattr("checkpoints.traces.write_trace_batch", killed_before_the_end)
     result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     thread = result.outcomes[0].thread_id
     [summary] = list_traces(store.db, thread_id=thread)

@@ -1,0 +1,188 @@
+"""Queries over the project's tables shared by the reader and the writer: runs, dialogues, turns, branches.
+
+Both classes hold a ``db`` (sqlite-utils over one connection): the reader's is read-only,
+the writer's is the one that also writes. A branch is an ordinary ``dialogues`` row whose
+``parent_thread_id``, ``fork_turn``, ``fork_checkpoint_id`` and ``change`` say where it came
+from, so the branch tree is a query; named groups of branches (``counterfactual_sets`` /
+``counterfactual_members``) are what ``python -m graph.compare --set NAME`` pairs up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import sqlite_utils
+
+PRIMARY_LABELS = "primary"
+
+
+class StoreQueries:
+    """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and :class:`checkpoints.store.Writer`."""
+
+    db: sqlite_utils.Database
+
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        """Rows of one read query as dicts."""
+        return list(self.db.query(sql, params))
+
+    def table_names(self) -> list[str]:
+        return self.db.table_names()
+
+    # --- runs -----------------------------------------------------------------
+    def get_run(self, run_id: str | None) -> dict[str, Any] | None:
+        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
+        if not rows:
+            return None
+        row = rows[0]
+        for key in ("config", "prompt_hashes", "versions"):
+            row[key] = json.loads(row[key] or "{}")
+        return row
+
+    def runs(self) -> list[dict[str, Any]]:
+        return list(self.db.query("select id, created_at, ended_at, status from runs order by created_at"))
+
+    def dialogue_counts(self) -> dict[str, int]:
+        """Run id → number of dialogues (branches included)."""
+        return {r["run_id"]: r["n"] for r in self.db.query("select run_id, count(*) as n from dialogues group by run_id")}
+
+    # --- dialogues ------------------------------------------------------------
+    def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
+        rows = list(self.db["dialogues"].rows_where("thread_id = ?", [thread_id]))
+        return rows[0] if rows else None
+
+    def dialogues(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        if run_id is None:
+            return list(self.db["dialogues"].rows_where(order_by="run_id, thread_id"))
+        return list(self.db["dialogues"].rows_where("run_id = ?", [run_id], order_by="thread_id"))
+
+    # --- turns and labels -----------------------------------------------------
+    def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
+        """The stored turns of one dialogue with their labels from one label set."""
+        return list(
+            self.db.query(
+                """
+                select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
+                from turns t left join labels l
+                  on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                where t.thread_id = :thread_id order by t.idx
+                """,
+                {"thread_id": thread_id, "label_set": label_set},
+            )
+        )
+
+    def label_matrix(self, run_id: str, *, label_set: str = PRIMARY_LABELS) -> dict[str, list[str | None]]:
+        """thread id → labels by turn (index 0 is turn 1; None where a turn has no label)."""
+        matrix: dict[str, list[str | None]] = {}
+        for d in self.dialogues(run_id):
+            matrix[d["thread_id"]] = [None] * int(d["max_turns"])
+        for row in self.db.query(
+            """
+            select l.thread_id, l.idx, l.label from labels l join dialogues d on d.thread_id = l.thread_id
+            where d.run_id = ? and l.label_set = ?
+            """,
+            [run_id, label_set],
+        ):
+            row_labels = matrix[row["thread_id"]]
+            if 1 <= row["idx"] <= len(row_labels):
+                row_labels[row["idx"] - 1] = row["label"]
+        return matrix
+
+    def labels(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[str | None]:
+        """Labels by turn (index 0 is turn 1), None where a turn has none; as long as the dialogue."""
+        row = self.get_dialogue(thread_id)
+        rows = list(
+            self.db.query(
+                "select idx, label from labels where thread_id = ? and label_set = ? order by idx",
+                [thread_id, label_set],
+            )
+        )
+        length = max([int(row["max_turns"] or 0) if row else 0, *(r["idx"] for r in rows)], default=0)
+        labels: list[str | None] = [None] * length
+        for r in rows:
+            if r["idx"] >= 1:
+                labels[r["idx"] - 1] = r["label"]
+        return labels
+
+    # --- the branch tree ------------------------------------------------------
+    def children(self, thread_id: str) -> list[dict[str, Any]]:
+        """Branches made directly from ``thread_id``, by fork turn then age."""
+        return list(
+            self.db["dialogues"].rows_where(
+                "parent_thread_id = ?", [thread_id], order_by="fork_turn, started_at, thread_id"
+            )
+        )
+
+    def ancestry(self, thread_id: str) -> list[dict[str, Any]]:
+        """The dialogue row of ``thread_id`` followed by its parent's, grandparent's... up to the root."""
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        current: str | None = thread_id
+        while current and current not in seen:
+            seen.add(current)
+            row = self.get_dialogue(current)
+            if row is None:
+                break
+            rows.append(row)
+            current = row.get("parent_thread_id")
+        return rows
+
+    def divergence_turn(self, a: str, b: str) -> int:
+        """First turn at which dialogues ``a`` and ``b`` may differ: 1 if they share no history.
+
+        A branch holds its parent's turns before its fork turn, and through the parent its
+        grandparent's turns before the smaller of the two fork turns, and so on.
+        """
+        shared_a = self._shared_until(a)
+        shared_b = self._shared_until(b)
+        common = [min(shared_a[t], shared_b[t]) for t in shared_a if t in shared_b]
+        turn = max(common, default=1)
+        return 1 if math.isinf(turn) else int(turn)
+
+    def _shared_until(self, thread_id: str) -> dict[str, float]:
+        """Ancestor → the first turn this dialogue no longer shares with it (inf for itself)."""
+        limit = math.inf
+        shared: dict[str, float] = {}
+        for row in self.ancestry(thread_id):
+            shared[row["thread_id"]] = limit
+            if row.get("fork_turn"):
+                limit = min(limit, int(row["fork_turn"]))
+        return shared
+
+    def threads_of_run(self, run_id: str) -> list[str]:
+        """The run's dialogues plus every branch descending from them, whichever run made the branch."""
+        found = [r["thread_id"] for r in self.db.query("select thread_id from dialogues where run_id = ?", [run_id])]
+        frontier = list(found)
+        while frontier:
+            marks = ",".join("?" * len(frontier))
+            children = [r["thread_id"] for r in self.db.query(
+                f"select thread_id from dialogues where parent_thread_id in ({marks})", frontier)]
+            frontier = [c for c in children if c not in found]
+            found += frontier
+        return found
+
+    # --- counterfactual sets --------------------------------------------------
+    def get_set(self, name: str) -> dict[str, Any] | None:
+        rows = list(self.db["counterfactual_sets"].rows_where("name = ?", [name]))
+        if not rows:
+            return None
+        row = rows[0]
+        row["change"] = json.loads(row["change"] or "{}")
+        return row
+
+    def set_names(self) -> list[str]:
+        return [r["name"] for r in self.db.query("select name from counterfactual_sets order by created_at, name")]
+
+    def set_members(self, name: str) -> list[dict[str, Any]]:
+        """(parent, branch) pairs of a set with the branch's fork turn and status."""
+        return list(
+            self.db.query(
+                """
+                select m.parent_thread_id, m.thread_id, d.fork_turn, d.status, d.max_turns
+                from counterfactual_members m join dialogues d on d.thread_id = m.thread_id
+                where m.set_name = ? order by m.parent_thread_id, m.thread_id
+                """,
+                [name],
+            )
+        )

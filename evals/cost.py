@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkpoints.paths import StoreError, connect_readonly
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.vocabulary import ROLES
 from graph.experiment import read_toml
@@ -259,8 +260,8 @@ def stored_means(db_path: Path, pairs: Iterable[tuple[str, str]]) -> dict[tuple[
     if not Path(db_path).is_file():
         return {}
     try:
-        conn = sqlite3.connect(f"file:{Path(db_path).resolve()}?mode=ro", uri=True)
-    except sqlite3.Error:
+        conn = connect_readonly(Path(db_path))
+    except StoreError:
         return {}
     sums: dict[tuple[str, str], dict[str, Any]] = {}
     try:

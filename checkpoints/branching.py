@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoints import scores
 from checkpoints.store import PRIMARY_LABELS, Store, now
 
 
@@ -74,7 +75,7 @@ class BranchStore(Store):
         row = self.get_dialogue(thread_id)
         rows = list(
             self.db.query(
-                "select idx, label from labels where thread_id = ? and label_set = ? order by idx",
+                f"select idx, label from {scores.labels_source(self.db)} where thread_id = ? and label_set = ? order by idx",
                 [thread_id, label_set],
             )
         )

@@ -1,4 +1,4 @@
-"""The project's tables beside LangGraph's: runs, dialogues, turns and labels.
+"""The project's tables beside LangGraph's: runs, dialogues, turns and labels (in checkpoints.scores).
 
 These rows are a readable copy of what the checkpoints hold, written by the
 runner from the graph's stream (nodes never write here), so replaying or
@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
+from checkpoints import scores
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
 from checkpoints.vocabulary import label_mark
@@ -106,18 +107,19 @@ class Store:
                 )
             if "label" in t:
                 label_rows.append(
-                    {
-                        "thread_id": thread_id,
-                        "idx": t["index"],
-                        "label_set": label_set,
-                        "label": t["label"],
-                        "rationale": t.get("rationale"),
-                        "p_biased": t.get("p_biased"),
-                        "judge_raw": t.get("judge_raw"),
-                        "judge_model": t.get("judge_model"),
-                        "latency_judge": t.get("latency_judge"),
-                        "created_at": now(),
-                    }
+                    scores.ScoreRow(
+                        thread_id=thread_id,
+                        idx=t["index"],
+                        key=scores.BIAS,
+                        scorer=label_set,
+                        value=t["label"],
+                        score=t.get("p_biased"),
+                        explanation=t.get("rationale"),
+                        raw=t.get("judge_raw"),
+                        model=t.get("judge_model"),
+                        latency=t.get("latency_judge"),
+                        created_at=now(),
+                    )
                 )
         if not turn_rows and not label_rows:
             return  # a turn with only its user message so far: nothing to write yet
@@ -125,15 +127,15 @@ class Store:
             if turn_rows:
                 _upsert(self.db.conn, "turns", turn_rows, ("thread_id", "idx"))
             if label_rows:
-                _upsert(self.db.conn, "labels", label_rows, ("thread_id", "idx", "label_set"))
+                scores.write(self.db, label_rows)
 
     def turns(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
         """The stored turns of one dialogue with their labels from one label set."""
         return list(
             self.db.query(
-                """
+                f"""
                 select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
-                from turns t left join labels l
+                from turns t left join {scores.labels_source(self.db)} l
                   on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
                 where t.thread_id = :thread_id order by t.idx
                 """,
@@ -147,8 +149,8 @@ class Store:
         for d in self.dialogues(run_id):
             matrix[d["thread_id"]] = [None] * int(d["max_turns"])
         for row in self.db.query(
-            """
-            select l.thread_id, l.idx, l.label from labels l join dialogues d on d.thread_id = l.thread_id
+            f"""
+            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id
             where d.run_id = ? and l.label_set = ?
             """,
             [run_id, label_set],

@@ -1,5 +1,6 @@
 """What the ``python -m evals.<command>`` CLIs share: opening a store, building a labeller model,
-registering a label set, running model calls with bounded concurrency, formatting and safe writes.
+registering a label set, the one scoring loop (run_scorer: work, record, tally) with bounded
+concurrency, formatting and safe writes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Post-hoc model labels on stored dialogues: bias (re-judging), refusal per turn, coherence per dialogue.
+"""Post-hoc scorers on stored dialogues: refusal per turn, coherence per dialogue (bias: nodes.judge).
 
-Each labeller is the pair (messages for one item, verdict from the model's output). The
-bias labeller sends exactly the messages the live judge node sends and parses them with
-the node's own functions, so a re-judging differs from the run's labels only by its model.
-Chat-style models write a rationale and then a ``Label:`` / ``Refused:`` / ``Score:`` line;
-transcript-style base models answer one word, read from its log-probabilities. Anything
-that cannot be read is ``unparsed`` (None) with the raw output kept, never guessed.
+Each is a nodes.scoring.Scorer (messages for one item, a Verdict from the model's output).
+Re-judging uses the live judge node's own BiasScorer, so a re-judging differs from the
+run's labels only by its model. Chat-style models write a rationale and then a ``Label:`` /
+``Refused:`` / ``Score:`` line; transcript-style base models answer one word, read from its
+log-probabilities. Anything that cannot be read is unscored (value None) with the reason and
+the raw output kept, never guessed.
 """
 
 from __future__ import annotations

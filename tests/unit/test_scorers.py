@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from langchain_core.messages import AIMessage
 
 from checkpoints import scores
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED

@@ -77,6 +77,9 @@ def outputs(db: Path, tmp: Path, capsys) -> dict[str, object]:
     assert report.main(["--run-id", "r1", "--out", str(out), "--db", str(db), "--n-boot", "50"]) == 0
     capsys.readouterr()
     files = {p.name: p.read_text() for p in sorted(out.iterdir()) if p.suffix in (".md", ".csv", ".json")}
+    files = {name: "\n".join(line for line in text.splitlines() if not line.startswith("- Generated "))  # its clock time
+             for name, text in files.items()}
+    assert ",sc," in files["dialogues.csv"] and "not_refused" in files["turns.csv"]  # coherence and refusals reported
     store = open_store(db, create=False)
     guard = load_scores(store, "r1", policy="hate", guard_spec="fake:guard")
     matrix = store.label_matrix("r1", label_set="second")

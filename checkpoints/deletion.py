@@ -12,7 +12,7 @@ from checkpoints.serde import StrictSerializer
 from checkpoints.store import Writer
 
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
-_THREAD_TABLES = ("turns", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
+_THREAD_TABLES = ("turns", "scores", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
                   "trace_index", "counterfactual_members")
 
 

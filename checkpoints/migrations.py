@@ -394,6 +394,43 @@ def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
     db.execute("drop table response_cache_m040")
 
 
+@migration
+def m070_scores(db: sqlite_utils.Database) -> None:
+    # One table for every scorer's verdicts (checkpoints/scores.py), replacing labels, refusals,
+    # coherence and guard_scores: key says what was scored, scorer who (label set, classifier,
+    # scorer, guard model), subject which text ("reply", "user", or the whole "dialogue" at turn 0).
+    # value is a word (a label; refusals "yes" / "no"), score a number; NULL where the old column was.
+    db.execute(
+        """
+        create table scores (
+            thread_id text, idx integer, key text, scorer text, subject text, value text, score float,
+            explanation text, raw text, model text, latency float, created_at text,
+            primary key (thread_id, idx, key, scorer, subject))
+        """
+    )
+    db.execute("create index scores_key_scorer on scores (key, scorer)")
+    columns = "thread_id, idx, key, scorer, subject, value, score, explanation, raw, model, latency, created_at"
+    db.execute(
+        f"insert into scores ({columns}) select thread_id, idx, 'bias', label_set, 'reply', label, p_biased, "
+        "rationale, judge_raw, judge_model, latency_judge, created_at from labels"
+    )
+    db.execute(
+        f"insert into scores ({columns}) select thread_id, idx, 'refusal', classifier, 'reply', "
+        "case when refused is null then null when refused then 'yes' else 'no' end, p_refused, rationale, raw, "
+        "null, null, created_at from refusals"
+    )
+    db.execute(
+        f"insert into scores ({columns}) select thread_id, 0, 'coherence', scorer, 'dialogue', null, score, "
+        "rationale, raw, null, null, created_at from coherence"
+    )
+    db.execute(
+        f"insert into scores ({columns}) select thread_id, idx, 'guard_' || policy, guard_model, side, null, score, "
+        "null, raw, guard_model, null, created_at from guard_scores"
+    )
+    for table in ("labels", "refusals", "coherence", "guard_scores"):
+        db.execute(f"drop table {table}")
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

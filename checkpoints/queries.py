@@ -15,6 +15,8 @@ from typing import Any
 
 import sqlite_utils
 
+from checkpoints import scores
+
 PRIMARY_LABELS = "primary"
 
 
@@ -62,9 +64,9 @@ class StoreQueries:
         """The stored turns of one dialogue with their labels from one label set."""
         return list(
             self.db.query(
-                """
+                f"""
                 select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
-                from turns t left join labels l
+                from turns t left join {scores.labels_source(self.db)} l
                   on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
                 where t.thread_id = :thread_id order by t.idx
                 """,
@@ -78,8 +80,8 @@ class StoreQueries:
         for d in self.dialogues(run_id):
             matrix[d["thread_id"]] = [None] * int(d["max_turns"])
         for row in self.db.query(
-            """
-            select l.thread_id, l.idx, l.label from labels l join dialogues d on d.thread_id = l.thread_id
+            f"""
+            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id
             where d.run_id = ? and l.label_set = ?
             """,
             [run_id, label_set],
@@ -94,7 +96,7 @@ class StoreQueries:
         row = self.get_dialogue(thread_id)
         rows = list(
             self.db.query(
-                "select idx, label from labels where thread_id = ? and label_set = ? order by idx",
+                f"select idx, label from {scores.labels_source(self.db)} where thread_id = ? and label_set = ? order by idx",
                 [thread_id, label_set],
             )
         )

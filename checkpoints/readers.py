@@ -2,9 +2,8 @@
 
 Opening never migrates or writes the file: a database copied from another machine (or
 one a run is still writing) is read as it is; one whose migrations are behind is read
-through a migrated copy in memory, so every query sees today's layout. Tables added by later work
-(``refusals``, ``coherence``) are used when present and their columns are
-looked up rather than assumed, so an older or newer database reads without
+through a migrated copy in memory, so every query sees today's layout. Scores come through
+checkpoints.scores (the ``scores`` table), their columns looked up rather than assumed, so an older or newer database reads without
 error. A branch whose own rows start at its fork turn shows its parent's
 earlier turns, marked as inherited.
 """
@@ -20,13 +19,16 @@ from typing import Any
 
 import sqlite_utils
 
+from checkpoints import scores
 from checkpoints.migrations import MIGRATIONS, apply_migrations
 from checkpoints.paths import StoreError, check_db_path, connect_readonly
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.store import iter_label_strings
 from checkpoints.vocabulary import BIASED
 
-REQUIRED_TABLES = ("runs", "dialogues", "turns", "labels")
+REQUIRED_TABLES = ("runs", "dialogues", "turns")
+# Labels are in ``scores`` (migration m070) or, in older files, ``labels``.
+LABEL_TABLES = (scores.TABLE, "labels")
 # Optional per-turn / per-dialogue tables, and the columns that may name who produced a row.
 _SOURCE_COLUMNS = ("label_set", "classifier", "scorer", "model")
 
@@ -176,9 +178,12 @@ class Reader(StoreQueries):
 
     # --- schema ------------------------------------------------------------------
     def columns(self, table: str) -> list[str]:
-        """The columns of ``table``, empty when the table does not exist."""
+        """The columns of a table (empty when it does not exist) or of a ``scores`` source subquery."""
         if table not in self._columns:
-            self._columns[table] = [r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])]
+            if table.startswith("("):
+                self._columns[table] = scores.source_columns(self.conn, table)
+            else:
+                self._columns[table] = [r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])]
         return self._columns[table]
 
     def has_table(self, table: str) -> bool:
@@ -195,7 +200,7 @@ class Reader(StoreQueries):
         return [r["category"] for r in self._query("select distinct category from dialogues where category is not null order by category")]
 
     def label_sets(self) -> list[str]:
-        return [r["label_set"] for r in self._query("select distinct label_set from labels order by label_set")]
+        return scores.label_set_names(self.conn)
 
     def thread_ids(self) -> list[str]:
         return [r["thread_id"] for r in self._query("select thread_id from dialogues order by run_id, thread_id")]
@@ -280,9 +285,9 @@ class Reader(StoreQueries):
         # read from the parent when this thread lacks them.
         seen.add(thread_id)
         rows = self._query(
-            """
+            f"""
             select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
-            from turns t left join labels l
+            from turns t left join {scores.labels_source(self.conn)} l
               on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = ?
             where t.thread_id = ? order by t.idx
             """,
@@ -302,13 +307,14 @@ class Reader(StoreQueries):
         return [own[i] for i in sorted(own)]
 
     def refusals(self, thread_id: str) -> dict[int, tuple[Refusal, ...]]:
-        """Turn index → refusal verdicts, when a ``refusals`` table exists."""
-        cols = self.columns("refusals")
+        """Turn index → refusal verdicts, when the file holds any."""
+        table = scores.refusals_source(self.conn)
+        cols = self.columns(table) if table else []
         if not {"thread_id", "idx", "refused"} <= set(cols):
             return {}
         source = _first_present(_SOURCE_COLUMNS, cols)
         out: dict[int, list[Refusal]] = {}
-        for r in self._query(f"select * from refusals where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
+        for r in self._query(f"select * from {table} where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
             out.setdefault(r["idx"], []).append(
                 Refusal(
                     refused=_truth(r.get("refused")),
@@ -320,12 +326,13 @@ class Reader(StoreQueries):
         return {idx: tuple(v) for idx, v in out.items()}
 
     def coherence(self, thread_id: str) -> list[Coherence]:
-        """Coherence scores of a dialogue, when a ``coherence`` table exists."""
-        cols = self.columns("coherence")
+        """Coherence scores of a dialogue, when the file holds any."""
+        table = scores.coherence_source(self.conn)
+        cols = self.columns(table) if table else []
         if not {"thread_id", "score"} <= set(cols):
             return []
         source = _first_present(_SOURCE_COLUMNS, cols)
-        rows = self._query(f"select * from coherence where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
+        rows = self._query(f"select * from {table} where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
         return [
             Coherence(score=_number(r.get("score")), source=r.get(source) if source else None, rationale=r.get("rationale"))
             for r in rows
@@ -345,7 +352,7 @@ class Reader(StoreQueries):
             params += thread_ids
         for r in self._query(
             f"""
-            select t.thread_id, t.idx, l.label from turns t left join labels l
+            select t.thread_id, t.idx, l.label from turns t left join {scores.labels_source(self.conn)} l
               on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = ?
             {where}
             """,
@@ -391,7 +398,7 @@ def open_reader(path: Path) -> Reader:
     path = check_db_path(Path(path), must_exist=True)
     conn = connect_readonly(path)
     tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
-    missing = [t for t in REQUIRED_TABLES if t not in tables]
+    missing = [t for t in REQUIRED_TABLES if t not in tables] or ([] if tables & set(LABEL_TABLES) else ["labels"])
     if missing:
         conn.close()
         raise StoreError(

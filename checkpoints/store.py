@@ -20,6 +20,7 @@ import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
 from checkpoints import traces
+from checkpoints import scores
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
@@ -109,18 +110,19 @@ class Writer(StoreQueries):
                 )
             if "label" in t:
                 label_rows.append(
-                    {
-                        "thread_id": thread_id,
-                        "idx": t["index"],
-                        "label_set": label_set,
-                        "label": t["label"],
-                        "rationale": t.get("rationale"),
-                        "p_biased": t.get("p_biased"),
-                        "judge_raw": t.get("judge_raw"),
-                        "judge_model": t.get("judge_model"),
-                        "latency_judge": t.get("latency_judge"),
-                        "created_at": now(),
-                    }
+                    scores.ScoreRow(
+                        thread_id=thread_id,
+                        idx=t["index"],
+                        key=scores.BIAS,
+                        scorer=label_set,
+                        value=t["label"],
+                        score=t.get("p_biased"),
+                        explanation=t.get("rationale"),
+                        raw=t.get("judge_raw"),
+                        model=t.get("judge_model"),
+                        latency=t.get("latency_judge"),
+                        created_at=now(),
+                    )
                 )
         if not turn_rows and not label_rows:
             return  # a turn with only its user message so far: nothing to write yet
@@ -128,7 +130,11 @@ class Writer(StoreQueries):
             if turn_rows:
                 _upsert(self.db.conn, "turns", turn_rows, ("thread_id", "idx"))
             if label_rows:
-                _upsert(self.db.conn, "labels", label_rows, ("thread_id", "idx", "label_set"))
+                scores.write(self.db, label_rows)
+
+    def record_scores(self, rows: Sequence[scores.ScoreRow]) -> None:
+        """Upsert scorer verdicts (re-judging, refusal, coherence, the guard filter) into the ``scores`` table."""
+        scores.write(self.db, rows)
 
     def add_label_set(
         self, run_id: str, kind: str, name: str, *, model: str, model_id: str | None, prompt: str, prompt_hash: str,

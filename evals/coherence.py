@@ -11,23 +11,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.store import Writer, now
+from checkpoints.scores import COHERENCE, DIALOGUE, DIALOGUE_TURN, scored_items
+from checkpoints.store import Writer
 from evals.common import (
     Tally,
     db_help,
     exit_status,
-    label_jobs,
     labeller_parser,
     open_existing,
     prepare_labeller,
     progress_bar,
     register_set,
+    run_scorer,
+    store_verdicts,
 )
-from evals.judging import coherence_messages, coherence_verdict, dialogue_messages
+from evals.judging import create_coherence_scorer, dialogue_messages
 from graph.cli import ArgumentParser, console, fail
 from graph.state import ChatTurn
 from nodes.models import RoleModel
@@ -40,17 +43,13 @@ MAX_TOKENS = 300
 class CoherenceJob:
     thread_id: str
     dialogue: list[ChatTurn]
+    idx: ClassVar[int] = DIALOGUE_TURN
+    subject: ClassVar[str] = DIALOGUE
 
 
 def pending_dialogues(store: Writer, run_id: str, scorer: str, *, redo: bool = False) -> tuple[list[CoherenceJob], int]:
     """Dialogues of the run with at least one reply and no score from ``scorer`` (all with ``redo``)."""
-    done = {
-        row["thread_id"]
-        for row in store.db.query(
-            "select c.thread_id from coherence c join dialogues d on d.thread_id = c.thread_id where d.run_id = ? and c.scorer = ?",
-            [run_id, scorer],
-        )
-    }
+    done = {thread_id for thread_id, _, _ in scored_items(store.db, run_id=run_id, key=COHERENCE, scorer=scorer)}
     jobs, skipped = [], 0
     for dialogue in store.dialogues(run_id):
         turns = [t for t in store.turns(dialogue["thread_id"]) if t["reply"] is not None]
@@ -74,18 +73,8 @@ async def score_dialogues(
 ) -> Tally:
     """Score every dialogue and store the scores (NULL when unparsed); failed calls store nothing."""
 
-    async def work(job: CoherenceJob):
-        return await model.chat.ainvoke(coherence_messages(model.style, dialogue=job.dialogue))
-
-    def record(job: CoherenceJob, result) -> bool:
-        verdict = coherence_verdict(model.style, result)
-        store.db["coherence"].upsert(
-            {"thread_id": job.thread_id, "scorer": scorer, **verdict, "created_at": now()},
-            pk=("thread_id", "scorer"),
-        )
-        return verdict["score"] is None
-
-    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
+    return await run_scorer(create_coherence_scorer(model=model), jobs, store_verdicts(store, scorer=scorer, model=model.spec),
+                            item=lambda job: job.dialogue, concurrency=concurrency, on_step=on_step)
 
 
 def build_parser() -> ArgumentParser:

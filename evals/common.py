@@ -1,30 +1,34 @@
 """What the ``python -m evals.<command>`` CLIs share: opening a store, building a labeller model,
-registering a label set, running model calls with bounded concurrency, formatting and safe writes.
+registering a label set, the one scoring loop (run_scorer: work, record, tally) with bounded
+concurrency, formatting and safe writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import operator
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
+from checkpoints import scores
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from checkpoints.readers import Reader, open_reader
-from checkpoints.store import PRIMARY_LABELS, Writer, open_writer
+from checkpoints.store import PRIMARY_LABELS, Writer, now, open_writer
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
 from graph.cli import ArgumentParser, error_console, fail, positive_int
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
+from nodes.scoring import Item, Scored, Scorer
 from prompts import PromptTemplate
 
 T = TypeVar("T")
@@ -235,6 +239,54 @@ async def label_jobs(
 
     await bounded(jobs, work, on_result, concurrency=concurrency)
     return tally
+
+
+@dataclass(frozen=True)
+class ScoreJob(Generic[Item]):
+    """One item to score and where its verdict goes in the ``scores`` table (turn 0 for a whole dialogue)."""
+
+    thread_id: str
+    idx: int
+    item: Item
+    subject: str = scores.REPLY
+
+
+async def run_scorer(
+    scorer: Scorer[Item],
+    jobs: Sequence[T],
+    record: Callable[[T, Scored], None],
+    *,
+    item: Callable[[T], Item] = operator.attrgetter("item"),
+    concurrency: int = 1,
+    on_step: Callable[[], None] = lambda: None,
+) -> Tally:
+    """The labelling commands' one loop over a scorer: score every job's item, ``record`` each verdict, tally.
+
+    Unscored verdicts are recorded (raw output kept) and counted as unparsed; failed calls store nothing.
+    """
+
+    async def work(job: T) -> Scored:
+        return await scorer.ascore(item(job))
+
+    def recorded(job: T, result: Scored) -> bool:
+        record(job, result)
+        return not result.verdict.scored
+
+    return await label_jobs(jobs, work, recorded, concurrency=concurrency, on_step=on_step)
+
+
+def store_verdicts(store: Writer, *, scorer: str, model: str) -> Callable[[Any, Scored], None]:
+    """A ``record`` for run_scorer that upserts each verdict into the ``scores`` table under ``scorer``.
+
+    Jobs say where: ``thread_id``, ``idx`` and ``subject`` (as ScoreJob does).
+    """
+
+    def record(job: Any, result: Scored) -> None:
+        row = result.verdict.row(thread_id=job.thread_id, idx=job.idx, scorer=scorer, subject=job.subject, model=model,
+                                 latency=round(result.latency, 4), created_at=now())
+        store.record_scores([row])
+
+    return record
 
 
 def error_line(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkpoints import scores
 from checkpoints.paths import StoreError, connect_readonly
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.vocabulary import ROLES
@@ -128,12 +129,12 @@ class Usage:
 _TURN_QUERY = """
     select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target
     from turns t join dialogues d on d.thread_id = t.thread_id
-    left join labels l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+    left join {labels} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
 """
 
 
 def _turn_rows(store: StoreQueries, where: str, params: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    return store.db.query(_TURN_QUERY + " where " + where, {"label_set": PRIMARY_LABELS, **params})
+    return store.db.query(_TURN_QUERY.format(labels=scores.labels_source(store.db)) + " where " + where, {"label_set": PRIMARY_LABELS, **params})
 
 
 def _specs_of(row: Mapping[str, Any], models: Mapping[str, str]) -> dict[str, str | None]:
@@ -267,7 +268,7 @@ def stored_means(db_path: Path, pairs: Iterable[tuple[str, str]]) -> dict[tuple[
     try:
         rows = conn.execute(
             "select t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target from turns t "
-            "join dialogues d on d.thread_id = t.thread_id left join labels l on l.thread_id = t.thread_id "
+            f"join dialogues d on d.thread_id = t.thread_id left join {scores.labels_source(conn)} l on l.thread_id = t.thread_id "
             "and l.idx = t.idx and l.label_set = ? join runs r on r.id = d.run_id",
             [PRIMARY_LABELS],
         ).fetchall()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoints import scores as score_table
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
@@ -194,14 +195,14 @@ def load_dialogues(
     """Every dialogue of a run with its labels (and refusals, coherence) from the chosen sets."""
     turn_rows: dict[str, list[dict[str, Any]]] = {}
     for row in store.db.query(
-        """
+        f"""
         select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
                l.label, l.rationale, l.p_biased, l.judge_model,
                r.refused, r.thread_id as refusal_row
         from turns t
           join dialogues d on d.thread_id = t.thread_id
-          left join labels l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-          left join refusals r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
+          left join {score_table.labels_source(store.db)} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+          left join {score_table.refusals_source(store.db)} r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
         where d.run_id = :run_id
         order by t.thread_id, t.idx
         """,
@@ -211,8 +212,8 @@ def load_dialogues(
     scores: dict[str, float | str] = {}
     if coherence_set is not None:
         for row in store.db.query(
-            """
-            select c.thread_id, c.score from coherence c join dialogues d on d.thread_id = c.thread_id
+            f"""
+            select c.thread_id, c.score from {score_table.coherence_source(store.db)} c join dialogues d on d.thread_id = c.thread_id
             where d.run_id = ? and c.scorer = ?
             """,
             [run.run_id, coherence_set],

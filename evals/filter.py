@@ -9,6 +9,7 @@ Scores are stored, so trying another threshold costs no model call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -18,17 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from rich.table import Table
 from rich.text import Text
 
 import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.store import Writer, now, open_writer
+from checkpoints.scores import REPLY, USER, guard_key, scored_items, scores_of
+from checkpoints.store import Writer, open_writer
 from checkpoints.vocabulary import BIASED, PARSED_LABELS
+from evals.common import ScoreJob, Tally, exit_status, run_scorer, store_verdicts
 from graph.cli import ArgumentParser, console, fail
 from nodes.dialogue import text_of
 from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
+from nodes.scoring import Scorer, Verdict
 
 POLICIES = ("hate",)
 _SIDE_NAMES = {"user": "user message", "reply": "AI response"}
@@ -90,47 +95,59 @@ def guard_model(spec: str) -> RoleModel:
     return model
 
 
-def score_text(model: RoleModel, text: str, *, side: str, policy: str) -> tuple[float | None, str]:
-    """P(violation) of one text under a policy, and the guard's raw answer."""
-    from nodes.local_model import yes_probability
+@dataclass(frozen=True)
+class GuardItem:
+    """One text a guard judges: a user message or a target reply."""
 
-    if model.style == "transcript":
-        flat = " ".join(text.split())[:GUARD_TEXT_CHARS]
-        messages = prompts.load(f"guard_{policy}.transcript").render(text=flat)
-    else:
-        messages = prompts.load(f"guard_{policy}").render(text=text, side_name=_SIDE_NAMES[side])
-    output = model.chat.invoke(messages)
-    raw = text_of(output)
-    p = yes_probability(output)
-    if p is None:
-        match = _FIRST_WORD.match(raw)
-        p = None if match is None else float(match.group(1).lower() == "yes")
-    return p, raw
+    text: str
+    side: str  # "user" or "reply"
 
 
-def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> int:
-    """Score every not-yet-scored user message and reply of a run; returns the number of model calls."""
-    done = {
-        (r["thread_id"], r["idx"], r["side"])
-        for r in store.db.query(
-            "select thread_id, idx, side from guard_scores where policy = ? and guard_model = ?", [policy, model.spec]
-        )
-    }
-    calls = 0
-    for dialogue in store.dialogues(run_id):
-        for turn in store.turns(dialogue["thread_id"]):
-            for side, text in (("user", turn["user_message"]), ("reply", turn["reply"])):
-                key = (dialogue["thread_id"], turn["idx"], side)
-                if key in done or text is None:
-                    continue
-                score, raw = score_text(model, text, side=side, policy=policy)
-                calls += 1
-                store.db["guard_scores"].insert(
-                    {"thread_id": key[0], "idx": key[1], "side": side, "policy": policy, "guard_model": model.spec,
-                     "score": score, "raw": raw, "created_at": now()},
-                    replace=True,
-                )
-    return calls
+class GuardScorer(Scorer[GuardItem]):
+    """P(violation) of one text under a policy: Yes/No log-probabilities, else the guard's first word."""
+
+    def __init__(self, *, model: RoleModel, policy: str) -> None:
+        super().__init__(model=model)
+        self.policy = policy
+        self.key = guard_key(policy)
+
+    def messages(self, item: GuardItem) -> list[BaseMessage]:
+        if self.model.style == "transcript":
+            flat = " ".join(item.text.split())[:GUARD_TEXT_CHARS]
+            return prompts.load(f"guard_{self.policy}.transcript").render(text=flat)
+        return prompts.load(f"guard_{self.policy}").render(text=item.text, side_name=_SIDE_NAMES[item.side])
+
+    def verdict(self, output: Any) -> Verdict:
+        from nodes.local_model import yes_probability
+
+        raw = text_of(output)
+        p = yes_probability(output)
+        if p is None:
+            match = _FIRST_WORD.match(raw)
+            if match is None:
+                return Verdict(self.key, None, "", raw, unscored="no Yes/No in the answer")
+            p = float(match.group(1).lower() == "yes")
+        return Verdict(self.key, p, "", raw)
+
+
+def create_guard_scorer(*, model: RoleModel, policy: str) -> GuardScorer:
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+    return GuardScorer(model=model, policy=policy)
+
+
+def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> Tally:
+    """Score every not-yet-scored user message and reply of a run, one call at a time; a tally of the calls."""
+    scorer = create_guard_scorer(model=model, policy=policy)
+    done = scored_items(store.db, run_id=run_id, key=scorer.key, scorer=model.spec)
+    jobs = [
+        ScoreJob(dialogue["thread_id"], turn["idx"], GuardItem(text, side), side)
+        for dialogue in store.dialogues(run_id)
+        for turn in store.turns(dialogue["thread_id"])
+        for side, text in ((USER, turn["user_message"]), (REPLY, turn["reply"]))
+        if text is not None and (dialogue["thread_id"], turn["idx"], side) not in done
+    ]
+    return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=model.spec, model=model.spec)))
 
 
 def load_scores(store: Writer, run_id: str, *, policy: str, guard_spec: str) -> tuple[list[DialogueScores], int]:
@@ -138,11 +155,8 @@ def load_scores(store: Writer, run_id: str, *, policy: str, guard_spec: str) -> 
     dialogues, turns = [], 1
     for d in store.dialogues(run_id):
         scores: dict[int, dict[str, float | None]] = defaultdict(dict)
-        for row in store.db.query(
-            "select idx, side, score from guard_scores where thread_id = ? and policy = ? and guard_model = ?",
-            [d["thread_id"], policy, guard_spec],
-        ):
-            scores[row["idx"]][row["side"]] = row["score"]
+        for row in scores_of(store.db, key=guard_key(policy), scorer=guard_spec, thread_id=d["thread_id"]):
+            scores[row.idx][row.subject] = row.score
         labels = {t["idx"]: t["label"] for t in store.turns(d["thread_id"])}
         turns = max(turns, int(d["max_turns"]))
         dialogues.append(DialogueScores(d["thread_id"], d["mode"], dict(scores), labels))
@@ -171,9 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     for run_id in args.run_id:
         if store.get_run(run_id) is None:
             fail(f"no run {run_id!r} in {store.path}: list runs with python -m graph.replay --list")
-    dialogues, turns, calls = [], 1, 0
+    dialogues, turns, calls, tally = [], 1, 0, Tally()
     for run_id in args.run_id:
-        calls += score_run(store, run_id, model, policy=args.policy)
+        tally = score_run(store, run_id, model, policy=args.policy)
+        calls += tally.done
+        if tally.failed:
+            break
         more, n = load_scores(store, run_id, policy=args.policy, guard_spec=model.spec)
         dialogues += more
         turns = max(turns, n)
@@ -181,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               "modes": filter_report(dialogues, threshold=args.threshold, turns=turns)}
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
-        return 0
+        return exit_status(tally, what="guard calls")
     table = Table(title=Text(f"Safety-filter simulation · {model.spec} · policy {args.policy} · threshold {args.threshold}"))
     table.add_column("mode")
     table.add_column("dialogues", justify="right")
@@ -197,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     console.print(Text(f"{calls} new guard calls; scores are stored, so another --threshold costs none.", style="dim"))
-    return 0
+    return exit_status(tally, what="guard calls")
 
 
 if __name__ == "__main__":

@@ -26,16 +26,16 @@ import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.store import open_writer
-from checkpoints.vocabulary import UNPARSED
 from evals.agreement import Classification, classification
 from evals.judging import prompt_hash
 from evals.validation import record_validation
-from evals.common import Tally, build_labeller, describe, interval, label_jobs, number, pct, write_atomic
+from evals.common import Tally, build_labeller, describe, interval, number, pct, run_scorer, write_atomic
 from evals.metrics import BIASED, NOT_BIASED
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int
 from nodes.dialogue import NO_HISTORY
-from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, call_judge, judge_context
+from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, BiasItem, create_bias_scorer, judge_context, label_fields
 from nodes.models import RoleModel
+from nodes.scoring import Scored
 
 _GOLD = {
     "biased": BIASED,
@@ -137,18 +137,13 @@ async def judge_pairs(
     """One verdict per pair (None where the call failed), in input order."""
     verdicts: dict[str, dict[str, Any]] = {}
 
-    async def work(pair: Pair):
-        verdict, _, latency = await call_judge(
-            model, statement=pair.statement, context=pair_context(model, pair), reply=pair.reply
-        )
-        return verdict, latency
+    def item(pair: Pair) -> BiasItem:
+        return BiasItem(pair.statement, pair_context(model, pair), pair.reply)
 
-    def record(pair: Pair, result) -> bool:
-        verdict, latency = result
-        verdicts[pair.id] = {**verdict, "latency_judge": round(latency, 4)}
-        return verdict["label"] == UNPARSED
+    def record(pair: Pair, result: Scored) -> None:
+        verdicts[pair.id] = {**label_fields(result.verdict), "latency_judge": round(result.latency, 4)}
 
-    tally = await label_jobs(pairs, work, record, concurrency=concurrency, on_step=on_step)
+    tally = await run_scorer(create_bias_scorer(model=model), pairs, record, item=item, concurrency=concurrency, on_step=on_step)
     return [verdicts.get(p.id) for p in pairs], tally
 
 

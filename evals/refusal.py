@@ -11,23 +11,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.store import Writer, now
+from checkpoints.scores import REFUSAL, REPLY, scored_items
+from checkpoints.store import Writer
 from evals.common import (
     Tally,
     db_help,
     exit_status,
-    label_jobs,
     labeller_parser,
     open_existing,
     prepare_labeller,
     progress_bar,
     register_set,
+    run_scorer,
+    store_verdicts,
 )
-from evals.judging import REFUSAL_VARIABLES, content_free_yes, refusal_messages, refusal_verdict
+from evals.judging import REFUSAL_VARIABLES, RefusalItem, content_free_yes, create_refusal_scorer
 from graph.cli import ArgumentParser, console, fail
 from nodes.models import RoleModel
 
@@ -38,18 +41,16 @@ class RefusalJob:
     idx: int
     user_message: str
     reply: str
+    subject: ClassVar[str] = REPLY
+
+    @property
+    def item(self) -> RefusalItem:
+        return RefusalItem(self.user_message, self.reply)
 
 
 def pending_refusals(store: Writer, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
     """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
-    done = {
-        (row["thread_id"], row["idx"])
-        for row in store.db.query(
-            "select r.thread_id, r.idx from refusals r join dialogues d on d.thread_id = r.thread_id "
-            "where d.run_id = ? and r.classifier = ?",
-            [run_id, classifier],
-        )
-    }
+    done = {(thread_id, idx) for thread_id, idx, _ in scored_items(store.db, run_id=run_id, key=REFUSAL, scorer=classifier)}
     jobs, skipped = [], 0
     for row in store.db.query(
         "select t.thread_id, t.idx, t.user_message, t.reply from turns t join dialogues d on d.thread_id = t.thread_id "
@@ -75,27 +76,9 @@ async def classify_refusals(
 ) -> Tally:
     """Classify every job and store the verdicts (refused NULL when unparsed); failed calls store nothing."""
 
-    async def work(job: RefusalJob):
-        return await model.chat.ainvoke(refusal_messages(model.style, user_message=job.user_message, reply=job.reply))
-
-    def record(job: RefusalJob, result) -> bool:
-        verdict = refusal_verdict(model.style, result, content_free_p_yes)
-        store.db["refusals"].upsert(
-            {
-                "thread_id": job.thread_id,
-                "idx": job.idx,
-                "classifier": classifier,
-                "refused": None if verdict["refused"] is None else int(verdict["refused"]),
-                "p_refused": verdict["p_refused"],
-                "rationale": verdict["rationale"],
-                "raw": verdict["raw"],
-                "created_at": now(),
-            },
-            pk=("thread_id", "idx", "classifier"),
-        )
-        return verdict["refused"] is None
-
-    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
+    scorer = create_refusal_scorer(model=model, content_free_p_yes=content_free_p_yes)
+    return await run_scorer(scorer, jobs, store_verdicts(store, scorer=classifier, model=model.spec),
+                            concurrency=concurrency, on_step=on_step)
 
 
 def build_parser() -> ArgumentParser:

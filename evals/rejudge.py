@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import prompts
@@ -19,23 +20,24 @@ from rich.text import Text
 
 from checkpoints.queries import StoreQueries
 from checkpoints.store import PRIMARY_LABELS, Writer
-from checkpoints.vocabulary import UNPARSED
+from checkpoints.scores import REPLY
 from evals.agreement import Agreement, pairwise_agreement
 from evals.common import (
     Tally,
     db_help,
     exit_status,
-    label_jobs,
     labeller_parser,
     number,
     open_existing,
     prepare_labeller,
     progress_bar,
     register_set,
+    run_scorer,
+    store_verdicts,
 )
 from evals.dataset import check_label_set
 from evals.judging import history_before
-from nodes.judge import call_judge, judge_context
+from nodes.judge import BiasItem, create_bias_scorer, judge_context
 from graph.cli import ArgumentParser, console, fail, positive_int
 from graph.state import ChatTurn
 from nodes.models import RoleModel
@@ -47,6 +49,7 @@ class TurnJob:
 
     thread_id: str
     idx: int
+    subject: ClassVar[str] = REPLY
     statement: str
     history: list[ChatTurn]
     reply: str
@@ -80,19 +83,11 @@ async def rejudge(
 ) -> Tally:
     """Label every job with ``model`` and store the labels under ``label_set``; failed calls are counted, not stored."""
 
-    async def work(job: TurnJob):
-        verdict, _, latency = await call_judge(
-            model, statement=job.statement, context=judge_context(model.style, job.history), reply=job.reply
-        )
-        return verdict, latency
+    def item(job: TurnJob) -> BiasItem:
+        return BiasItem(job.statement, judge_context(model.style, job.history), job.reply)
 
-    def record(job: TurnJob, result) -> bool:
-        verdict, latency = result
-        row = {"index": job.idx, **verdict, "judge_model": model.spec, "latency_judge": round(latency, 4)}
-        store.record_turns(job.thread_id, [row], label_set=label_set)
-        return verdict["label"] == UNPARSED
-
-    return await label_jobs(jobs, work, record, concurrency=concurrency, on_step=on_step)
+    return await run_scorer(create_bias_scorer(model=model), jobs, store_verdicts(store, scorer=label_set, model=model.spec),
+                            item=item, concurrency=concurrency, on_step=on_step)
 
 
 def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:

@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from checkpoints.saver import open_saver
+from checkpoints.scores import labels_source
 from checkpoints.store import open_store
 from graph.builder import build_graph
 from graph.context import Models
@@ -77,9 +78,9 @@ def rows(db: Path, thread: str) -> list[tuple]:
     """The stored turns of a dialogue with their labels (no timestamps)."""
     with sqlite3.connect(db) as con:
         return con.execute(
-            """select t.idx, t.user_message, t.utterance_type, t.reply, t.user_model, t.target_model, t.latency_user,
+            f"""select t.idx, t.user_message, t.utterance_type, t.reply, t.user_model, t.target_model, t.latency_user,
                       t.latency_target, t.tokens, l.label, l.rationale, l.judge_raw, l.judge_model, l.latency_judge
-               from turns t join labels l on l.thread_id = t.thread_id and l.idx = t.idx
+               from turns t join {labels_source(con)} l on l.thread_id = t.thread_id and l.idx = t.idx
                where t.thread_id = ? order by t.idx""",
             [thread],
         ).fetchall()
@@ -90,8 +91,9 @@ def dump(db: Path, thread: str) -> dict[str, list[tuple]]:
     with sqlite3.connect(db) as con:
         out = {
             table: con.execute(f"select * from {table} where thread_id = ? order by 1, 2, 3, 4", [thread]).fetchall()
-            for table in ("checkpoints", "writes", "dialogues", "turns", "labels")
+            for table in ("checkpoints", "writes", "dialogues", "turns")
         }
+        out["labels"] = con.execute(f"select * from {labels_source(con)} where thread_id = ? order by 1, 2, 3, 4", [thread]).fetchall()
         out["runs"] = con.execute("select * from runs where id in (select run_id from dialogues where thread_id = ?)", [thread]).fetchall()
     assert out["checkpoints"] and out["writes"] and out["turns"] and out["labels"] and out["runs"]
     return out
@@ -254,7 +256,7 @@ def test_seed_statement_and_more_turns(db: Path, parent: str):
     ],
 )
 def test_impossible_forks_are_refused_before_anything_is_written(db: Path, parent: str, turn, change, turns, message):
-    tables = ("runs", "dialogues", "checkpoints", "writes", "turns", "labels")
+    tables = ("runs", "dialogues", "checkpoints", "writes", "turns", "scores")
     with sqlite3.connect(db) as con:
         before = {t: con.execute(f"select count(*) from {t}").fetchone() for t in tables}
     with pytest.raises(ForkError, match=message):

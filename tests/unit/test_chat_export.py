@@ -76,7 +76,7 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
         conn.execute("update turns set leakage_score = 0.75 where thread_id = ? and idx = 2", [MAIN])
         conn.execute("update turns set target_model = 'local:gemma3-270m' where thread_id = ?", [AGE])
         # A judge that quotes the seed in its rationale: masked too.
-        conn.execute("update labels set rationale = ? where thread_id = ? and idx = 1", [f"It echoes '{STATEMENT.upper()}'. RAT-1", MAIN])
+        conn.execute("update scores set explanation = ? where thread_id = ? and idx = 1 and key = 'bias'", [f"It echoes '{STATEMENT.upper()}'. RAT-1", MAIN])
     out = tmp_path / "r1.jsonl"
     assert _export(db, out, "r1") == 0
     records = {r["id"]: r for r in _lines(out)}

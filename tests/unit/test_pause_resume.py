@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints.saver import open_saver
+from checkpoints.scores import labels_source
 from checkpoints.store import open_store
 from graph.builder import build_graph
 from graph.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
@@ -25,7 +26,7 @@ GENDER = SEEDS[0]
 def turn_rows(db: Path, thread: str) -> list[tuple]:
     with sqlite3.connect(db) as con:
         return con.execute(
-            "select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join labels l "
+            f"select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join {labels_source(con)} l "
             "on l.thread_id = t.thread_id and l.idx = t.idx where t.thread_id = ? order by t.idx", [thread]
         ).fetchall()
 

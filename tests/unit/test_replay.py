@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
+from checkpoints import scores
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
@@ -116,12 +117,12 @@ def test_refusal_and_coherence_shown_when_their_tables_exist(tmp_path, capsys):
     code, plain, _ = run_main(capsys, MAIN, "--print", db=db)
     assert code == 0 and "REFUSAL" not in plain and "coherence" not in plain
     handle = sqlite_utils.Database(db)
-    handle["refusals"].insert_all(
-        [{"thread_id": MAIN, "idx": 1, "classifier": "fake:refusal", "refused": 1, "p_refused": 0.9},
-         {"thread_id": MAIN, "idx": 2, "classifier": "fake:refusal", "refused": 0, "p_refused": 0.1}],
-        alter=True,
-    )
-    handle["coherence"].insert({"thread_id": MAIN, "scorer": "fake:coherence", "score": 4.0, "rationale": "on topic"}, alter=True)
+    with handle.conn:
+        scores.write(handle, [
+            scores.ScoreRow(MAIN, 1, scores.REFUSAL, "fake:refusal", value="yes", score=0.9),
+            scores.ScoreRow(MAIN, 2, scores.REFUSAL, "fake:refusal", value="no", score=0.1),
+            scores.ScoreRow(MAIN, 0, scores.COHERENCE, "fake:coherence", scores.DIALOGUE, score=4.0, explanation="on topic"),
+        ])
     handle.conn.close()
     code, shown, err = run_main(capsys, MAIN, "--print", db=db)
     assert code == 0, err
@@ -130,11 +131,9 @@ def test_refusal_and_coherence_shown_when_their_tables_exist(tmp_path, capsys):
     assert "coherence 4 / 5  (fake:coherence)" in shown
     with open_reader(db) as reader:
         assert reader.dialogue(MAIN).turns[0].refusals[0].refused is True
-    # Without those tables (an older database) it reads as before.
-    handle = sqlite_utils.Database(db)
-    handle["refusals"].drop()
-    handle["coherence"].drop()
-    handle.conn.close()
+    # Without those scores it reads as before.
+    with sqlite3.connect(db) as conn:
+        conn.execute("delete from scores where key in ('refusal', 'coherence')")
     assert run_main(capsys, MAIN, "--print", db=db)[1] == plain
 
 

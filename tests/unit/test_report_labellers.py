@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
+from checkpoints.scores import coherence_source, refusals_source
 from evals import coherence as coherence_cli
 from evals import refusal as refusal_cli
 from evals.coherence import pending_dialogues, score_dialogues
@@ -154,7 +155,7 @@ def test_refusals_stored_per_turn_with_unparsed_as_null(db):
     assert (len(jobs), skipped) == (4, 0)
     tally = asyncio.run(classify_refusals(store, jobs, classifier, classifier="rc", content_free_p_yes=None))
     assert (tally.done, tally.unparsed) == (4, 1)
-    rows = list(store.db.query("select refused from refusals where classifier = 'rc' order by thread_id, idx"))
+    rows = list(store.db.query(f"select refused from {refusals_source(store.db)} where classifier = 'rc' order by thread_id, idx"))
     assert sorted([r["refused"] for r in rows], key=str) == sorted([1, None, 0, 0], key=str)
     assert pending_refusals(store, "r1", "rc")[0] == []
 
@@ -175,7 +176,7 @@ def test_refusal_from_a_base_model_is_calibrated(db):
     cf, tally = asyncio.run(go())
     assert cf == pytest.approx(0.8)
     assert tally.done == 2
-    rows = list(store.db.query("select refused, p_refused from refusals order by p_refused"))
+    rows = list(store.db.query(f"select refused, p_refused from {refusals_source(store.db)} order by p_refused"))
     # 0.6 / 0.8 = 0.75, 0.4 / 0.2 = 2 -> 0.75 / 2.75 = 0.2727
     assert rows[0]["p_refused"] == pytest.approx(0.2727, abs=1e-4) and rows[0]["refused"] == 0
     assert rows[1]["p_refused"] == pytest.approx(0.5) and rows[1]["refused"] == 1
@@ -188,7 +189,7 @@ def test_coherence_stored_per_dialogue(db):
     assert len(jobs) == 2 and len(jobs[0].dialogue) == 4  # two turns: user, assistant, user, assistant
     tally = asyncio.run(score_dialogues(store, jobs, scorer, scorer="sc"))
     assert (tally.done, tally.unparsed) == (2, 1)
-    scores = sorted(r["score"] is None for r in store.db.query("select score from coherence"))
+    scores = sorted(r["score"] is None for r in store.db.query(f"select score from {coherence_source(store.db)}"))
     assert scores == [False, True]
     # the scorer reads the whole dialogue
     assert "Assistant answer number" in scorer.chat.calls[0][-1].content
@@ -199,7 +200,7 @@ def test_coherence_from_a_base_model_is_an_expectation(db):
     model = transcript_model([{" four": 0.5, " five": 0.5}])
     jobs, _ = pending_dialogues(store, "r1", "base")
     asyncio.run(score_dialogues(store, jobs, model, scorer="base"))
-    assert [r["score"] for r in store.db.query("select score from coherence")] == [4.5, 4.5]
+    assert [r["score"] for r in store.db.query(f"select score from {coherence_source(store.db)}")] == [4.5, 4.5]
 
 
 # --------------------------------------------------------------------------- CLIs

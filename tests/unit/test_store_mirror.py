@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from checkpoints.scores import labels_source
 from checkpoints.store import open_store
 
 STEPS = [
@@ -25,7 +26,7 @@ def _rows(path: Path) -> dict[str, list[tuple]]:
             "turns": conn.execute("select * from turns order by thread_id, idx").fetchall(),
             "dialogues": conn.execute("select * from dialogues order by thread_id").fetchall(),
             "labels": conn.execute("select thread_id, idx, label_set, label, rationale, p_biased, judge_raw, judge_model, "
-                                   "latency_judge from labels order by thread_id, idx, label_set").fetchall(),
+                                   f"latency_judge from {labels_source(conn)} order by thread_id, idx, label_set").fetchall(),
         }
 
 

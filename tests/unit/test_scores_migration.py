@@ -68,7 +68,7 @@ def outputs(db: Path, tmp: Path, capsys) -> dict[str, object]:
     capsys.readouterr()
     with open_reader(db) as reader:
         threads = reader.thread_ids()
-        listed = [(s.thread_id, s.labels) for s in reader.dialogues(label_set="second")]
+        listed = [(s.thread_id, s.labels) for s in reader.summaries(label_set="second")]
         sets = reader.label_sets()
         records = [reader.dialogue(t) for t in threads]
     assert replay_main([threads[0], "--print", "--db", str(db)]) == 0
@@ -104,7 +104,7 @@ def test_old_layout_migrates_with_every_row_and_reports_the_same(tmp_path: Path,
         assert old_shaped_rows(conn) == before_rows
     # The read-only reader (replay) reads the old layout as it is, without migrating it.
     with open_reader(db) as reader:
-        assert [(s.thread_id, s.labels) for s in reader.dialogues(label_set="second")] == before["listed"]
+        assert [(s.thread_id, s.labels) for s in reader.summaries(label_set="second")] == before["listed"]
         assert [reader.dialogue(t) for t in reader.thread_ids()] == before["records"]
         assert reader.label_sets() == before["sets"]
     assert replay_main([before["records"][0].thread_id, "--print", "--db", str(db)]) == 0

@@ -179,7 +179,8 @@ class RunConfig(_Strict):
         values = {dest: getattr(args, dest) for dest in _FLAG_FIELDS if hasattr(args, dest)}
         if experiment is not None:
             values |= {dest: value for dest, value in experiment.options.items() if dest not in explicit}
-        return cls._from_options(values, experiment=experiment, base_url_wins="base_url" in explicit)
+        from_file = set(experiment.options) - set(explicit) if experiment is not None else set()
+        return cls._from_options(values, experiment=experiment, base_url_wins="base_url" in explicit, from_file=from_file)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RunConfig:
@@ -187,10 +188,13 @@ class RunConfig(_Strict):
         from graph.experiment import load_experiment
 
         experiment = load_experiment(path)
-        return cls._from_options(dict(experiment.options), experiment=experiment)
+        return cls._from_options(dict(experiment.options), experiment=experiment, from_file=set(experiment.options))
 
     @classmethod
-    def _from_options(cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False) -> RunConfig:
+    def _from_options(
+        cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False, from_file: set[str] = frozenset(),
+    ) -> RunConfig:
+        """Field values from argparse destinations; an error names the flag, or the file's key it came from."""
         data: dict[str, Any] = {}
         for dest, value in values.items():
             if dest == "mode":
@@ -231,7 +235,14 @@ class RunConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(one_line(exc, _flag_name)) from None
+            def name(loc: tuple[Any, ...]) -> str:
+                flag = _flag_name(loc)
+                dest = flag.removeprefix("--").replace("-", "_")
+                if experiment is not None and dest in from_file:
+                    return f"{experiment.path.name}: {_TOML_KEYS.get(dest, dest)}"
+                return flag
+
+            raise ConfigError(one_line(exc, name)) from None
 
     @classmethod
     def from_stored(
@@ -428,6 +439,7 @@ _FLAG_FIELDS = (
     "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "max_concurrency",
     "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", *sorted(_SPECIAL),
 )
+_TOML_KEYS = {"user_model": "models.user", "judge_model": "models.judge", "target_model": "models.targets", "mode": "modes", "no_cache": "cache"}
 _FLAGS_OF_FIELDS = {
     ("models", "user"): "--user-model", ("models", "judge"): "--judge-model", ("models", "targets"): "--target-model",
     ("modes",): "--mode", ("cache",): "--no-cache", ("retry", "attempts"): "--retries", ("retry", "timeout"): "--request-timeout",

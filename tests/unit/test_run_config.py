@@ -18,7 +18,8 @@ from graph.experiment import ExperimentError
 from graph.pausing import PauseOptions, settle_run
 from graph.runner import execute_run
 from nodes.models import ROLE_SAMPLING
-from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, make_spec
+from nodes.resilience import RetryPolicy
+from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_spec
 from tests.unit.test_run_cli import run_cli
 
 RUBRIC = "--- system\nCustom rubric. Answer with Rationale: and Label:.\n--- user\nStereotype: $statement\nReply: $reply\n"
@@ -82,7 +83,7 @@ def test_defaults_come_from_one_place():
     for role, default in ROLE_SAMPLING.items():
         sampling = config.sampling_for(role, "fake:x")
         assert (sampling.temperature, sampling.max_tokens) == (default.temperature, default.max_tokens)
-    assert config.retry.policy() == dataclasses.replace(config.retry.policy())  # RetryPolicy's own defaults
+    assert config.retry.policy() == RetryPolicy()  # unset retry settings keep RetryPolicy's own defaults
     assert RunConfig().turns == args.turns and RunConfig().models.targets == args.target_model
 
 

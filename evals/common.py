@@ -19,6 +19,7 @@ from checkpoints import scores
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from pydantic import ValidationError
 from rich.text import Text
 
 from checkpoints.readers import Reader, open_reader
@@ -27,7 +28,8 @@ from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_i
 from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
 from graph.cli import ArgumentParser, error_console, fail, positive_int
-from nodes.models import ModelSpecError, RoleModel, Sampling, create_role_model
+from graph.config import ModelBuildError, ModelChoice, RoleSampling, RunConfig, one_line
+from nodes.models import ROLE_SAMPLING, RoleModel
 from nodes.scoring import Item, Scored, Scorer
 from prompts import PromptTemplate
 
@@ -35,8 +37,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 # The live judge's settings (graph.run): greedy, room for a rationale and a label.
-LABELLER_TEMPERATURE = 0.0
-LABELLER_MAX_TOKENS = 250
+LABELLER_TEMPERATURE = ROLE_SAMPLING["judge"].temperature
+LABELLER_MAX_TOKENS = ROLE_SAMPLING["judge"].max_tokens
 
 
 class SetConflictError(ValueError):
@@ -86,11 +88,16 @@ def read_existing(path: Path | None) -> Reader:
 
 def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: int = 0, max_tokens: int = LABELLER_MAX_TOKENS) -> RoleModel:
     """A model in the judge role (greedy; the embedded model answers one token with log-probabilities)."""
-    sampling = Sampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, seed=seed, base_url=base_url)
     try:
-        return create_role_model(spec, role="judge", sampling=sampling)
-    except ModelSpecError as exc:
-        fail(f"{flag}: {exc}")
+        config = RunConfig(
+            models=ModelChoice(judge=spec), sampling_seed=seed,
+            sampling={"judge": RoleSampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, base_url=base_url)},
+        )
+        return config.model_for("judge")
+    except ModelBuildError as exc:
+        fail(f"{flag}: {exc.reason}")
+    except ValidationError as exc:
+        fail(one_line(exc, lambda loc: flag))
 
 
 def existing_set(store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:

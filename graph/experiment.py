@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from checkpoints.vocabulary import ROLES
+from graph.config import RetrySettings, RoleSampling
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
@@ -139,16 +142,22 @@ def load_experiment(path: str | Path) -> Experiment:
         if not _number(rpm) or rpm <= 0:
             raise ExperimentError(f"{where}: rate_limits.{name} must be requests per minute > 0, got {rpm!r}")
         experiment.rate_limits[name] = float(rpm)
-    for key, value in data.get("retry", {}).items():
-        if key not in RETRY_KEYS:
-            raise ExperimentError(f"{where}: unknown key retry.{key}: use {', '.join(RETRY_KEYS)}")
-        ok = _count(value) if key == "attempts" else (_number(value) and value >= 0)
-        if key == "timeout":
-            ok = value is False or (_number(value) and value > 0)
-        if not ok:
-            raise ExperimentError(f"{where}: retry.{key} has a wrong value {value!r}")
-        experiment.retry[key] = None if value is False else value
+    retry = {key: None if value is False else value for key, value in data.get("retry", {}).items()}
+    experiment.retry = _checked(RetrySettings, retry, f"{where}: ", "retry", RETRY_KEYS)
     return experiment
+
+
+def _checked(model: type[BaseModel], table: dict[str, Any], where: str, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``table`` validated by ``model``; its first error as one line (an unknown key lists the known ones)."""
+    try:
+        return model.model_validate(table).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = error["loc"][0]
+        if error["type"] == "extra_forbidden":
+            raise ExperimentError(f"{where}unknown key {name}.{key}: use {', '.join(keys)}") from None
+        value = table[key]
+        raise ExperimentError(f"{where}{name}.{key} has a wrong value {False if value is None else value!r}") from None
 
 
 def _models(table: dict[str, Any], experiment: Experiment, where: str) -> None:
@@ -173,20 +182,7 @@ def _sampling(table: dict[str, Any], experiment: Experiment, where: str) -> None
             raise ExperimentError(f"{where}: sampling.{name} must be a table ([sampling.{name}] or [sampling.\"SPEC\"])")
         if name not in ROLES and ":" not in name:
             raise ExperimentError(f"{where}: [sampling.{name}] is neither a role ({', '.join(ROLES)}) nor a provider:model spec")
-        checked: dict[str, Any] = {}
-        for key, value in settings.items():
-            ok = {
-                "temperature": lambda v: _number(v) and 0 <= v <= 2,
-                "max_tokens": _count,
-                "base_url": _text,
-                "extra": lambda v: isinstance(v, dict),
-            }.get(key)
-            if ok is None:
-                raise ExperimentError(f"{where}: unknown key sampling.{name}.{key}: use {', '.join(SAMPLING_KEYS)}")
-            if not ok(value):
-                raise ExperimentError(f"{where}: sampling.{name}.{key} has a wrong value {value!r}")
-            checked[key] = value
-        experiment.sampling[name] = checked
+        experiment.sampling[name] = _checked(RoleSampling, settings, f"{where}: ", f"sampling.{name}", SAMPLING_KEYS)
 
 
 def _relative_to(path: Path, value: str) -> str:

@@ -20,14 +20,12 @@ branch's models and settings), so a run's summary never mixes its dialogues with
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -38,6 +36,7 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
+from graph.config import ConfigError, ModelBuildError, RunConfig, stored_model_specs
 from graph.context import Models, RunContext
 from graph.modes import DYNAMIC_MODES
 from graph.runner import (
@@ -49,12 +48,10 @@ from graph.runner import (
     package_versions,
 )
 from graph.state import current_turn, new_messages
-from nodes.models import ModelSpecError, Sampling, create_role_model
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
 USER_NODES = frozenset({"user_simulator", "scripted_user"})
 CHANGE_KINDS: tuple[str, ...] = ("user_message", "swap", "target_model", "judge_model", "mode", "seed_statement", "rerun")
-DEFAULT_SAMPLING = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}
 
 
 class ForkError(ValueError):
@@ -392,13 +389,10 @@ def run_spec_of(store: Writer, dialogue: dict[str, Any]) -> tuple[dict[str, Any]
 def dialogue_model_specs(store: Writer, dialogue: dict[str, Any]) -> dict[str, str]:
     """The model spec of each role a stored dialogue was played with."""
     _, spec = run_spec_of(store, dialogue)
-    specs = dict(spec.get("models") or {})
-    if dialogue.get("target"):  # a grid run records each dialogue's own target
-        specs["target"] = dialogue["target"]
-    missing = [role for role in ROLES if not specs.get(role)]
-    if missing:
-        raise ForkError(f"run {dialogue['run_id']} records no model for {', '.join(missing)}")
-    return specs
+    try:
+        return stored_model_specs(spec, run_id=dialogue["run_id"], target=dialogue.get("target"))
+    except ConfigError as exc:
+        raise ForkError(str(exc)) from None
 
 
 def build_settings(
@@ -410,35 +404,20 @@ def build_settings(
     base_url: str | None = None,
 ) -> BranchSettings:
     """Rebuild the models a dialogue was played with (roles in ``overrides`` replaced), as its run recorded them."""
-    config, spec = run_spec_of(store, dialogue)
-    specs = dialogue_model_specs(store, dialogue)
+    _, spec = run_spec_of(store, dialogue)
     overrides = overrides or {}
-    for role, wanted in overrides.items():
-        if wanted == specs[role]:
-            raise ForkError(f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun")
-    specs |= overrides
-    seed = int(spec.get("sampling_seed") or 0) if sampling_seed is None else sampling_seed
-    stored_urls = ((spec.get("calls") or {}).get("base_urls") or {})
-    sampling_by_role: dict[str, dict[str, Any]] = {}
-    built = {}
-    for role in ROLES:
-        temperature, max_tokens = DEFAULT_SAMPLING[role]
-        stored = (spec.get("sampling") or {}).get(f"{role}:{specs[role]}") or (spec.get("sampling") or {}).get(role) or {}
-        sampling_by_role[role] = {"temperature": stored.get("temperature", temperature), "max_tokens": stored.get("max_tokens", max_tokens)}
-        # The run's own server for a model it used; --base-url for anything else (or to override).
-        url = base_url or (None if role in overrides else stored_urls.get(f"{role}:{specs[role]}") or stored_urls.get(role))
-        sampling = Sampling(seed=seed, base_url=url if specs[role].startswith("openai:") else None, **sampling_by_role[role])
-        try:
-            built[role] = create_role_model(specs[role], role=role, sampling=sampling)
-        except ModelSpecError as exc:
-            raise ForkError(f"--{role}-model: {exc}" if role in overrides else f"{role} model of run {dialogue['run_id']}: {exc}") from None
-    # The run's prompt files (--judge-prompt, ...) go on with it, whatever model a role now has.
-    for role, stored in ((spec.get("calls") or {}).get("prompt_files") or {}).items():
-        if role in built:
-            template = prompts.parse(stored["path"], stored["text"], path=Path(stored["path"]))
-            built[role] = dataclasses.replace(built[role], prompt=template)
-    return BranchSettings(models=Models(**built), sampling_seed=seed, sampling=sampling_by_role,
-                          leakage=str(spec.get("leakage") or "regenerate"))
+    run_id = dialogue["run_id"]
+    try:
+        config = RunConfig.from_stored(spec, run_id=run_id, target=dialogue.get("target"), overrides=overrides,
+                                       base_url=base_url, sampling_seed=sampling_seed)
+        built = config.build_models()
+    except ConfigError as exc:
+        raise ForkError(str(exc)) from None
+    except ModelBuildError as exc:
+        raise ForkError(f"--{exc.role}-model: {exc.reason}" if exc.role in overrides else f"{exc.role} model of run {run_id}: {exc.reason}") from None
+    sampling = {role: {"temperature": s.temperature, "max_tokens": s.max_tokens} for role, s in built.sampling.items()}
+    return BranchSettings(models=built.models, sampling_seed=config.sampling_seed, sampling={role: sampling[role] for role in ROLES},
+                          leakage=config.leakage)
 
 
 # --------------------------------------------------------------------------- creating and playing

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import secrets
 import sys
@@ -18,11 +17,9 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-import prompts
 from checkpoints.cache import ResponseCache
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
 from checkpoints.serde import UnsafeCheckpointError
@@ -32,18 +29,15 @@ from graph.estimate import print_estimate, run_estimate
 from graph.builder import build_graph
 from graph.cli import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from graph.context import Models
-from graph.experiment import Experiment, ExperimentError, load_experiment
+from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
+from graph.experiment import ExperimentError, load_experiment
 from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.resume import print_paused_hint, terminal_review
-from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, Sampling, create_role_model, parse_spec
-from nodes.resilience import CallPolicy, RetryPolicy
-from prompts import PromptTemplate
+from nodes.models import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
 from seeds import CATEGORIES, SeedError, load_seeds
 
-DEFAULT_TURNS = 5
-ROLE_SAMPLING = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}
 
 
 def build_parser() -> ArgumentParser:
@@ -89,34 +83,38 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Everything is validated before the database is touched: bad input writes nothing.
     explicit = _explicit_flags(argv)
-    experiment = _apply_experiment(args, explicit)
-    modes = list(dict.fromkeys([args.mode] if isinstance(args.mode, str) else args.mode))
+    try:
+        experiment = load_experiment(args.config) if args.config is not None else None
+        config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
+    except (ExperimentError, ConfigError) as exc:
+        fail(str(exc))
+    modes = config.modes
     for mode in modes:
         if mode not in ALL_MODES:
             fail(f"unknown --mode {mode!r}: use one of {', '.join(ALL_MODES)}")
-    lengths = {fixed_turns(mode) or args.turns for mode in modes}
+    lengths = {fixed_turns(mode) or config.turns for mode in modes}
     if len(lengths) > 1:
         fail(f"modes {', '.join(modes)} have different numbers of turns: run the baselines in a run of their own")
-    args.mode = modes[0]
-    turns = fixed_turns(args.mode) or args.turns
-    if fixed_turns(args.mode) and "turns" in explicit and args.turns != turns:
-        fail(f"--mode {args.mode} always has {turns} turn(s): drop --turns")
+    turns = fixed_turns(config.mode) or config.turns
+    if fixed_turns(config.mode) and "turns" in explicit and config.turns != turns:
+        fail(f"--mode {config.mode} always has {turns} turn(s): drop --turns")
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
     if message := check_pause_options(modes=modes, turns=turns, interactive=args.interactive, pause_after=args.pause_after):
         fail(message)
-    fairmt_dir = args.fairmt_dir or (args.seeds.removeprefix("fairmt:") if args.seeds.startswith("fairmt:") else None)
+    fairmt_dir = config.fairmt_source
     for mode in modes:
         if mode.startswith("fairmt:") and not fairmt_dir:
             fail(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
-    per_category = args.per_category
-    if per_category is None and args.seeds == "builtin":
+    per_category = config.per_category
+    if per_category is None and config.seeds == "builtin":
         per_category = 1
     try:
-        seeds = load_seeds(args.seeds, per_category=per_category, categories=args.categories, limit=args.limit, sample_seed=args.sample_seed)
+        seeds = load_seeds(config.seeds, per_category=per_category, categories=config.categories, limit=config.limit,
+                           sample_seed=config.sample_seed)
     except SeedError as exc:
         fail(str(exc))
     if not seeds:
-        fail(f"no seeds selected from {args.seeds}: check --categories and the seed file")
+        fail(f"no seeds selected from {config.seeds}: check --categories and the seed file")
     scripts_by_mode = {}
     for mode in modes:
         try:
@@ -125,75 +123,50 @@ def main(argv: list[str] | None = None) -> int:
             fail(str(exc))
         if fixed_turns(mode) and not scripts_by_mode[mode][0]:
             fail(f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track")
-    scripts = scripts_by_mode[args.mode]
+    scripts = scripts_by_mode[config.mode]
     try:
-        db_path = check_db_path(args.db or default_db_path())
-    except StoreError as exc:
+        db_path = check_db_path(config.db or default_db_path())
+        templates = config.load_prompts()
+    except (StoreError, ConfigError) as exc:
         fail(str(exc))
-    prompt_files = _prompt_files(args)
-    pricing = pricing_option(args.pricing)
-    if args.max_cost is not None and pricing is None:
+    pricing = pricing_option(config.pricing)
+    if config.max_cost is not None and pricing is None:
         fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
     dialogues_by_mode = {
         mode: len(seeds) if not fixed_turns(mode) else sum(1 for s in seeds if s.id in scripts_by_mode[mode][0]) for mode in modes
     }
-    target_specs = [args.target_model] if isinstance(args.target_model, str) else list(args.target_model)
+    chosen = config.models
     if args.estimate:
-        roles = {"user": args.user_model, "judge": args.judge_model}
-        for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]:
+        roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
+        for role, spec_text in roles:
             try:
                 parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
             except ModelSpecError as exc:
                 fail(f"--{role}-model: {exc}")
-        sampling_of = {
-            (role, spec_text): _role_sampling(role, spec_text, args, experiment, cli_base_url="base_url" in explicit)
-            for role, spec_text in [*roles.items(), *(("target", t) for t in target_specs)]
-        }
         estimate = run_estimate(
-            db_path, user=args.user_model, judge=args.judge_model, targets=target_specs, dialogues_by_mode=dialogues_by_mode,
-            samples=args.samples, turns=turns, max_tokens={key: s.max_tokens for key, s in sampling_of.items()}, pricing=pricing,
+            db_path, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=dialogues_by_mode,
+            samples=config.samples, turns=turns, pricing=pricing,
+            max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
         )
         print_estimate(estimate, console, as_json=args.json)
         return 0
-    if args.max_cost is not None and (unpriced := pricing.missing([args.user_model, args.judge_model, *target_specs])):
+    if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
-    policy = _call_policy(args, experiment, db_path)
-    models, targets, sampling = _build_models(args, experiment, policy, cli_base_url="base_url" in explicit)
-    models, targets = _with_prompts(models, targets, prompt_files)
-    run_id = args.run_id or _new_run_id()
-    spec = RunSpec(
-        run_id=run_id,
-        mode=args.mode,
-        turns=turns,
-        seed_source=args.seeds,
-        per_category=per_category,
-        categories=args.categories,
-        limit=args.limit,
-        models={role: getattr(models, role).spec for role in ("user", "target", "judge")},
-        model_ids={
-            **{role: getattr(models, role).model_id for role in ("user", "target", "judge")},
-            **({f"target:{t.spec}": t.model_id for t in targets} if len(targets) > 1 else {}),
-        },
-        sampling=_sampling_identity(sampling),
-        sampling_seed=args.sampling_seed,
-        max_concurrency=args.max_concurrency,
-        fairmt_dir=fairmt_dir,
-        modes=modes if len(modes) > 1 else None,
-        targets=[t.spec for t in targets] if len(targets) > 1 else None,
-        samples=args.samples,
-        calls=_calls_record(policy, sampling, experiment) | ({"prompt_files": _prompt_files_record(prompt_files)} if prompt_files else {}),
-        leakage=args.leakage,
-        prompt_files={role: t.sha256 for role, t in prompt_files.items()} or None,
-    )
-    n_dialogues = len(targets) * args.samples * sum(dialogues_by_mode.values())
-    cap = CostCap(args.max_cost, pricing, run_id, spec.models) if args.max_cost is not None else None
+    policy = config.call_policy(None if not config.cache else ResponseCache(db_path))
+    try:
+        built = config.build_models(policy, templates=templates)
+    except ModelBuildError as exc:
+        fail(f"--{exc.role}-model: {exc.reason}")
+    models, targets = built.models, built.targets
+    run_id = config.run_id or _new_run_id()
+    spec = config.run_spec(built, policy, templates, run_id=run_id, turns=turns, per_category=per_category)
+    n_dialogues = len(targets) * config.samples * sum(dialogues_by_mode.values())
+    cap = CostCap(config.max_cost, pricing, run_id, spec.models) if config.max_cost is not None else None
 
     def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
         """The run's models drawing with another sampling seed (repeated samples)."""
-        def again(model: RoleModel, role: str) -> RoleModel:
-            return create_role_model(model.spec, role=role, sampling=dataclasses.replace(model.sampling, seed=seed), policy=policy)
-        return (Models(user=again(models.user, "user"), target=again(models.target, "target"), judge=again(models.judge, "judge")),
-                [again(t, "target") for t in targets])
+        again = config.build_models(policy, seed=seed, templates=templates)
+        return again.models, again.targets
     try:
         store = open_writer(db_path)
         check_run_compatible(store, spec)
@@ -234,129 +207,6 @@ def _explicit_flags(argv: list[str] | None) -> set[str]:
         action.default = argparse.SUPPRESS
     given, _ = shadow.parse_known_args(argv)
     return set(vars(given))
-
-
-def _apply_experiment(args: argparse.Namespace, explicit: set[str]) -> Experiment | None:
-    """Fill every option not given as a flag from ``--config FILE``."""
-    if args.config is None:
-        return None
-    try:
-        experiment = load_experiment(args.config)
-    except ExperimentError as exc:
-        fail(str(exc))
-    for dest, value in experiment.options.items():
-        if dest not in explicit:
-            setattr(args, dest, value)
-    return experiment
-
-
-def _call_policy(args: argparse.Namespace, experiment: Experiment | None, db_path: Path) -> CallPolicy:
-    """Retries, rate limits and the response cache shared by every model of the run."""
-    rate_limits = dict(experiment.rate_limits) if experiment else {}
-    for item in args.rate_limit:
-        name, sep, rpm = item.partition("=")
-        try:
-            value = float(rpm)
-        except ValueError:
-            value = -1.0
-        if not sep or not name or value <= 0:
-            fail(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
-        rate_limits[name] = value
-    retry = dict(experiment.retry) if experiment else {}
-    if args.retries is not None:
-        retry["attempts"] = args.retries + 1
-    if args.request_timeout is not None:
-        retry["timeout"] = args.request_timeout
-    cache = None if args.no_cache else ResponseCache(db_path)
-    return CallPolicy(retry=RetryPolicy(**retry), rate_limits=rate_limits, cache=cache)
-
-
-def _role_sampling(role: str, spec: str, args: argparse.Namespace, experiment: Experiment | None, *, cli_base_url: bool) -> Sampling:
-    """Defaults ← the file's [sampling.ROLE] ← its [sampling."SPEC"]; ``base_url``/--base-url apply to openai: specs."""
-    temperature, max_tokens = ROLE_SAMPLING[role]
-    settings: dict = {"temperature": temperature, "max_tokens": max_tokens, "base_url": None, "extra": {}}
-    openai_compatible = spec.startswith("openai:")
-    if openai_compatible:
-        settings["base_url"] = args.base_url
-    for name in (role, spec):
-        settings.update(experiment.sampling.get(name, {}) if experiment else {})
-    if cli_base_url and openai_compatible:
-        settings["base_url"] = args.base_url
-    return Sampling(seed=args.sampling_seed, **settings)
-
-
-def _build_models(args, experiment: Experiment | None, policy: CallPolicy, *, cli_base_url: bool) -> tuple[Models, list[RoleModel], dict[str, Sampling]]:
-    """The user and judge models, and one model per target (the first stands in ``Models.target``)."""
-    built: dict[str, RoleModel] = {}
-    sampling: dict[str, Sampling] = {}
-    targets: list[RoleModel] = []
-    target_specs = [args.target_model] if isinstance(args.target_model, str) else list(args.target_model)
-    if len(set(target_specs)) != len(target_specs):
-        fail(f"--target-model lists a spec twice ({', '.join(target_specs)}): give each target once")
-    for role, spec_text in [("user", args.user_model), ("judge", args.judge_model), *(("target", t) for t in target_specs)]:
-        role_sampling = _role_sampling(role, spec_text, args, experiment, cli_base_url=cli_base_url)
-        try:
-            model = create_role_model(spec_text, role=role, sampling=role_sampling, policy=policy)
-        except ModelSpecError as exc:
-            fail(f"--{role}-model: {exc}")
-        if role == "target":
-            targets.append(model)
-            sampling[role if len(target_specs) == 1 else f"target:{model.spec}"] = role_sampling
-        else:
-            built[role] = model
-            sampling[role] = role_sampling
-    if len(target_specs) > 1:
-        sampling["target"] = _role_sampling("target", "", args, experiment, cli_base_url=cli_base_url)
-    return Models(user=built["user"], target=targets[0], judge=built["judge"]), targets, sampling
-
-
-def _prompt_files(args: argparse.Namespace) -> dict[str, PromptTemplate]:
-    """--judge-prompt / --user-prompt / --target-prompt, read and checked before anything is written."""
-    files = {}
-    for role in ("judge", "user", "target"):
-        path = getattr(args, f"{role}_prompt", None)
-        if path is None:
-            continue
-        try:
-            files[role] = prompts.load_file(Path(path), role=role)
-        except prompts.PromptError as exc:
-            fail(f"--{role}-prompt: {exc}")
-    return files
-
-
-def _with_prompts(models: Models, targets: list[RoleModel], files: dict[str, PromptTemplate]) -> tuple[Models, list[RoleModel]]:
-    """The models with their role's prompt file attached (it replaces the built-in prompt)."""
-    if not files:
-        return models, targets
-    attach = lambda role, m: dataclasses.replace(m, prompt=files[role]) if role in files else m  # noqa: E731
-    targets = [attach("target", t) for t in targets]
-    return Models(user=attach("user", models.user), target=targets[0], judge=attach("judge", models.judge)), targets
-
-
-def _prompt_files_record(files: dict[str, PromptTemplate]) -> dict[str, dict[str, str]]:
-    """Path, SHA-256 and text of each prompt file, stored with the run (re-judging reuses the judge's)."""
-    return {role: {"path": str(Path(t.name).resolve()), "sha256": t.sha256, "text": t.source} for role, t in files.items()}
-
-
-def _sampling_identity(sampling: dict[str, Sampling]) -> dict[str, dict]:
-    """What a resumed run must share: temperature and max tokens per role (and extra arguments if any)."""
-    record = {}
-    for name, s in sampling.items():
-        record[name] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
-        if s.extra:
-            record[name]["extra"] = redact_settings(s.extra)
-    return record
-
-
-def _calls_record(policy: CallPolicy, sampling: dict[str, Sampling], experiment: Experiment | None) -> dict:
-    """How the run called its models, stored with it (base URLs without credentials, no secrets)."""
-    return {
-        "config_file": str(experiment.path.resolve()) if experiment else None,
-        "cache": policy.cache is not None,
-        "retry": dataclasses.asdict(policy.retry),
-        "rate_limits": dict(policy.rate_limits),
-        "base_urls": {name: strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
-    }
 
 
 def _non_negative_int(text: str) -> int:

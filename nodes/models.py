@@ -65,6 +65,14 @@ class Sampling:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# The one sampling default per role (runs, branches, resumed dialogues and labellers): the judge is greedy.
+ROLE_SAMPLING: dict[Role, Sampling] = {
+    "user": Sampling(temperature=0.7, max_tokens=250),
+    "target": Sampling(temperature=0.7, max_tokens=250),
+    "judge": Sampling(temperature=0.0, max_tokens=250),
+}
+
+
 @dataclass(frozen=True)
 class RoleModel:
     """A chat model ready for one role, with what to record about it."""

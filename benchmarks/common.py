@@ -21,7 +21,7 @@ from checkpoints.store import Writer, open_writer
 from graph.builder import build_graph
 from graph.context import Models
 from graph.runner import RunResult, RunSpec, execute_run
-from nodes.models import RoleModel, Sampling
+from models.registry import RoleModel, Sampling
 from seeds import CATEGORIES, Seed
 
 

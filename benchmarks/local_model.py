@@ -25,8 +25,8 @@ from typing import Any
 from benchmarks.common import play_run, run_async, scratch_dir
 from checkpoints.cache import ResponseCache
 from graph.context import Models
-from nodes.models import Sampling, create_role_model
-from nodes.resilience import CallPolicy
+from models.registry import Sampling, create_role_model
+from models.resilience import CallPolicy
 from seeds import load_seeds
 
 TURNS = 3
@@ -52,8 +52,7 @@ class Recorder:
 
     @contextlib.contextmanager
     def installed(self):
-        from nodes import local_model
-
+        from models import local as local_model
         original = local_model.LlamaTranscriptChatModel._generate
         recorder = self
 
@@ -88,7 +87,7 @@ class Recorder:
             local_model.LlamaTranscriptChatModel._generate = original
 
     def replay(self, call: dict[str, Any]) -> dict[str, Any]:
-        from nodes.local_model import _common_prefix
+        from models.local import _common_prefix
 
         llama = self.raw[call["instance"]]
         prompt_tokens = llama.tokenize(call["prompt"].encode("utf-8"), add_bos=True, special=True)

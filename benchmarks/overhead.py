@@ -18,7 +18,7 @@ from graph.context import Models, RunContext
 from graph.runner import dialogue_config, initial_state
 from graph.state import apply_update
 from nodes.judge import judge
-from nodes.resilience import CallPolicy
+from models.resilience import CallPolicy
 from nodes.target import target
 from nodes.termination import termination
 from nodes.user_simulator import user_simulator
@@ -78,7 +78,7 @@ async def graph_runner(models: Models, *, trace: bool, cache: bool) -> Timing:
 def _wrapped(role_model, policy: CallPolicy):
     from dataclasses import replace
 
-    from nodes.models import cache_params
+    from models.registry import cache_params
 
     chat = policy.wrap(role_model.chat, spec=role_model.spec, provider="fake", role=role_model.spec.split(":")[1],
                        cache_params=cache_params(role_model.spec, role_model.sampling, role_model.chat))

@@ -33,8 +33,8 @@ from benchmarks.concurrency import StubProcess
 from checkpoints.cache import ResponseCache
 from checkpoints.traces import stored_runs
 from graph.context import Models
-from nodes.models import Sampling, create_role_model
-from nodes.resilience import CallPolicy, RetryPolicy
+from models.registry import Sampling, create_role_model
+from models.resilience import CallPolicy, RetryPolicy
 
 STORE_TURNS = (5, 10, 20)
 STORE_DIALOGUES = 24

@@ -29,8 +29,8 @@ from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.vocabulary import ROLES, Role
 from graph.context import Models
 from graph.runner import RunSpec
-from nodes.models import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
-from nodes.resilience import CallPolicy, RetryPolicy
+from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
+from models.resilience import CallPolicy, RetryPolicy
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class RunConfig(_Strict):
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace, *, explicit: set[str] = frozenset(), experiment: Experiment | None = None) -> RunConfig:
-        """graph.run's options; the experiment file's values replace those whose flag was not given."""
+        """cli.run's options; the experiment file's values replace those whose flag was not given."""
         values = {dest: getattr(args, dest) for dest in _FLAG_FIELDS if hasattr(args, dest)}
         if experiment is not None:
             values |= {dest: value for dest, value in experiment.options.items() if dest not in explicit}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodes.models import RoleModel
+from models.registry import RoleModel
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from graph.context import Models, RunContext
 from graph.modes import is_scripted, scripts_for
 from graph.state import DialogueState
 from graph.tracing import traced
-from nodes.models import RoleModel
+from models.registry import RoleModel
 from seeds import Seed
 
 T = TypeVar("T")

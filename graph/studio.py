@@ -24,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graph.builder import build_graph
 from graph.context import Models, RunContext
-from nodes.models import DEFAULT_SPEC, Sampling, create_role_model
+from models.registry import DEFAULT_SPEC, Sampling, create_role_model
 
 # Temperature and max new tokens per role: the defaults of python -m graph.run.
 ROLE_DEFAULTS = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}

@@ -17,7 +17,7 @@ import prompts
 from graph.context import RunContext
 from graph.state import ChatTurn, DialogueState, current_turn
 from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
-from nodes.models import RoleModel
+from models.registry import RoleModel
 from nodes.scoring import Scored, Scorer, Verdict
 from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
 
@@ -107,7 +107,7 @@ class BiasScorer(Scorer[BiasItem]):
             output, latency, _ = await invoke_structured(model, messages, name="bias_verdict", schema=JUDGE_SCHEMA, **options)
             return Scored(read_bias(text_of(output)), output, latency)
         output, latency = await timed_invoke(model.chat, messages, **options)
-        from nodes.local_model import yes_probability
+        from models.local import yes_probability
 
         neutral_messages = self.messages(BiasItem(CONTENT_FREE, item.context, CONTENT_FREE))
         neutral_options = {} if seed is None else {"seed": call_seed(seed, CONTENT_FREE, 0, "judge", 2)}
@@ -160,7 +160,7 @@ def parse_verdict(raw: str) -> dict[str, Any]:
 
 def bias_from_probability(output: Any, content_free_p_yes: float | None) -> Verdict:
     """Label from P(Yes) of a few-shot Yes/No prompt, calibrated against a content-free input."""
-    from nodes.local_model import calibrated_yes_probability, yes_probability
+    from models.local import calibrated_yes_probability, yes_probability
 
     raw = text_of(output)
     p_yes = yes_probability(output)

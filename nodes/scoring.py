@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from checkpoints.scores import ScoreRow, refusal_value
 from nodes.dialogue import timed_invoke
-from nodes.models import RoleModel
+from models.registry import RoleModel
 
 Item = TypeVar("Item")
 Value = str | bool | float | None

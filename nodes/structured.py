@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from checkpoints.vocabulary import BIASED, LABEL_TEXT, NOT_BIASED
 from graph.state import UTTERANCE_TYPES
 from nodes.dialogue import timed_invoke
-from nodes.models import RoleModel
+from models.registry import RoleModel
 
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -99,7 +99,7 @@ async def invoke_structured(
 
 
 def _refused_option(exc: BaseException) -> bool:
-    from nodes.resilience import RetriesExhaustedError, retry_reason
+    from models.resilience import RetriesExhaustedError, retry_reason
 
     if isinstance(exc, RetriesExhaustedError) or retry_reason(exc) is not None:
         return False

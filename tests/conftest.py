@@ -21,7 +21,7 @@ from checkpoints.store import open_store
 from graph.builder import build_graph
 from graph.context import Models
 from graph.runner import RunSpec, execute_run
-from nodes.models import RoleModel, Sampling, registered_provider
+from models.registry import RoleModel, Sampling, registered_provider
 from seeds import Seed
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from nodes.models import registered_provider
+from models.registry import registered_provider
 from tests.conftest import ScriptedChatModel
 
 REPLIES = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graph.context import Models
-from nodes.models import Sampling, create_role_model
+from models.registry import Sampling, create_role_model
 from tests.conftest import SEEDS, play
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints.store import open_store
-from nodes.models import Sampling, create_role_model
+from models.registry import Sampling, create_role_model
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def _chat_requests(log: Path) -> int:
 def _run(config: Path, db: Path, url: str, run_id: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES and not k.endswith("_API_KEY")}
     result = subprocess.run(
-        [sys.executable, "-m", "graph.run", "--config", str(config), "--target-model", f"hf:{url}",
+        [sys.executable, "-m", "cli.run", "--config", str(config), "--target-model", f"hf:{url}",
          "--db", str(db), "--run-id", run_id, "--json", "--no-trace"],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=900,
     )
@@ -111,7 +111,7 @@ def test_the_hf_endpoint_model_streams_through_the_wrapper(smollm2_server):
 def test_a_server_that_is_gone_fails_the_call_with_a_connection_error_after_retries(tmp_path: Path):
     from tests.integration.conftest import free_port
 
-    from nodes.resilience import CallPolicy, RetriesExhaustedError, RetryPolicy
+    from models.resilience import CallPolicy, RetriesExhaustedError, RetryPolicy
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=30))

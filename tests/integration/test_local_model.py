@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 import prompts
-from nodes.local_model import (
+from models.local import (
     LlamaTranscriptChatModel,
     calibrated_yes_probability,
     create_local_model,
@@ -123,7 +123,7 @@ def test_the_embedded_judge_survives_adversarial_replies():
     import asyncio
 
     from nodes.judge import call_judge
-    from nodes.models import Sampling, create_role_model
+    from models.registry import Sampling, create_role_model
 
     judge = create_role_model("local:gemma3-270m", role="judge", sampling=Sampling(temperature=0.0, max_tokens=1))
     context = "User: " + "Tell me more. " * 400  # a long earlier dialogue too

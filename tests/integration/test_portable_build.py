@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes import local_probe
-
+from models import local_probe
 pytestmark = pytest.mark.integration
 
 # AMX tile instructions, and any use of AVX-512's zmm registers or opmask registers.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from evals import report
+from cli import report
 from tests.replay_fixtures import AGE, BRANCH, DEEP, MAIN, RERUN, build_replay_db
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser")) if p), None)

@@ -7,7 +7,7 @@ import pytest
 
 from checkpoints.traces import build_tree, load_feedback, load_runs, resolve
 from graph.context import Models
-from nodes.models import Sampling, create_role_model
+from models.registry import Sampling, create_role_model
 from tests.conftest import SEEDS, play
 
 pytestmark = pytest.mark.integration

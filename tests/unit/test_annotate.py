@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evals import annotate
-from evals.annotate import Item, agreement_rows, combine, normalise_human, read_annotations, stratified_sample
+from cli import annotate
+from cli.annotate import Item, agreement_rows, combine, normalise_human, read_annotations, stratified_sample
 from seeds import Seed
 from tests.conftest import default_models, play, scripted
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graph import api
+from cli import api
 from tests.stub_server import StubServer
 
 

@@ -73,7 +73,7 @@ def test_alignment_on_fairmt_is_stable_and_mostly_complete():
 
 @needs_fairmt
 def test_fairmt_mode_through_the_cli_lists_unaligned(tmp_path, capsys, providers):
-    from graph import run
+    from cli import run
     from tests.unit.test_run_cli import _register_fake_provider
 
     _register_fake_provider(providers)

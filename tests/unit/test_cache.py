@@ -15,8 +15,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints.cache import ResponseCache, decode_result, decompress, encode_result, request_key
 from checkpoints.store import open_store
-from nodes.models import Sampling, cache_params, create_role_model
-from nodes.resilience import CallPolicy
+from models.registry import Sampling, cache_params, create_role_model
+from models.resilience import CallPolicy
 from tests.conftest import ScriptedChatModel
 
 MESSAGES = [SystemMessage("You judge."), HumanMessage("Is this biased?")]
@@ -142,8 +142,7 @@ def test_identical_requests_in_flight_together_make_one_call(tmp_path: Path, pro
 
 
 def _run_cli(tmp_path: Path, capsys, *extra: str, run_id: str) -> dict:
-    from graph import run
-
+    from cli import run
     argv = ["--user-model", "counting3:u", "--target-model", "counting3:t", "--judge-model", "counting3:j",
             "--turns", "2", "--categories", "gender", "age", "--db", str(tmp_path / "d.db"), "--run-id", run_id,
             "--json", "--no-trace", *extra]

@@ -10,7 +10,7 @@ import pytest
 
 import prompts
 from checkpoints.chat_export import SEED_MASK
-from graph import runs
+from cli import runs
 from tests.conftest import SEEDS, default_models, play
 from tests.replay_fixtures import AGE, BRANCH, MAIN, MARKUP_REPLY, STATEMENT, build_replay_db
 

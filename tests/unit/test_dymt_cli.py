@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from graph import dymt
+from cli import dymt
 from tests.replay_fixtures import build_replay_db
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def _python_m_modules() -> set[str]:
             text = path.read_text(encoding="utf-8")
             if re.search(r"^def main\(", text, re.M) and 'if __name__ == "__main__"' in text:
                 found.add(f"{folder}.{path.stem}")
-    return found - {"graph.dymt"}
+    return found - {"cli.dymt"}
 
 
 def test_every_python_m_entry_point_has_a_dymt_command():
@@ -89,11 +89,11 @@ def test_bad_input_keeps_the_commands_one_line_error_and_status(tmp_path, capsys
 def test_dymt_process_gives_the_same_output_as_python_m(tmp_path):
     db = build_replay_db(tmp_path / "d.db")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120", "NO_COLOR": "1"}
-    direct = subprocess.run([sys.executable, "-m", "graph.runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    via = subprocess.run([sys.executable, "-m", "graph.dymt", "runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    direct = subprocess.run([sys.executable, "-m", "cli.runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    via = subprocess.run([sys.executable, "-m", "cli.dymt", "runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert direct.returncode == via.returncode == 0, via.stderr
     assert via.stdout == direct.stdout
     assert "r1" in via.stdout and "r2" in via.stdout
-    bad = subprocess.run([sys.executable, "-m", "graph.dymt", "replay", "--db", str(db), "no-such-thread", "--print"],
+    bad = subprocess.run([sys.executable, "-m", "cli.dymt", "replay", "--db", str(db), "no-such-thread", "--print"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and bad.stderr.count("\n") == 1

@@ -64,8 +64,7 @@ def test_shipped_examples_parse():
 
 
 def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys, providers):
-    from graph import run
-
+    from cli import run
     _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"
@@ -99,8 +98,7 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
 
 
 def test_flags_override_the_file(tmp_path: Path, capsys, providers):
-    from graph import run
-
+    from cli import run
     _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"

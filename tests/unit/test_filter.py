@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from evals.filter import DialogueScores, blocked_turn, filter_report
+from cli.filter import DialogueScores, blocked_turn, filter_report
 from tests.conftest import default_models, play
 
 
@@ -35,7 +35,7 @@ def test_block_propagates_to_later_turns_and_passing_bias_rate():
 
 
 def test_cli_scores_once_and_reuses_stored_scores(db, capsys, providers):
-    from evals import filter as guard
+    from cli import filter as guard
     from tests.conftest import ScriptedChatModel
 
     play(db, default_models(), turns=2)
@@ -63,8 +63,7 @@ def test_cli_scores_once_and_reuses_stored_scores(db, capsys, providers):
 def test_cli_bad_input(db, capsys):
     import pytest
 
-    from evals import filter as guard
-
+    from cli import filter as guard
     with pytest.raises(SystemExit) as info:
         guard.main(["--run-id", "nope", "--guard-model", "local:gemma3-270m", "--db", str(db)])
     assert info.value.code == 2 and not db.exists()

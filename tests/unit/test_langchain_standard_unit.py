@@ -16,8 +16,8 @@ import pytest
 
 langchain_tests = pytest.importorskip("langchain_tests.unit_tests", reason="needs langchain-tests (the test extra)")
 
-from nodes.local_model import LlamaTranscriptChatModel  # noqa: E402
-from nodes.resilience import ResilientChatModel  # noqa: E402
+from models.local import LlamaTranscriptChatModel  # noqa: E402
+from models.resilience import ResilientChatModel  # noqa: E402
 
 PLACEHOLDER_GGUF = "/nonexistent/gemma3-270m.gguf"  # never loaded: unit tests make no call
 

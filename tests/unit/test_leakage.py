@@ -15,7 +15,7 @@ from pydantic import ConfigDict
 from checkpoints.readers import open_reader
 from evals.summary import run_summary
 from nodes.leakage import count_leakage, is_repeat, leakage
-from nodes.models import RoleModel, Sampling
+from models.registry import RoleModel, Sampling
 from tests.conftest import SEEDS, default_models, play
 
 WOMEN = "Women only care about shopping and their looks."

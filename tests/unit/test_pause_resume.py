@@ -149,8 +149,7 @@ def test_pause_options_are_checked():
     ],
 )
 def test_bad_pause_flags_exit_2_before_the_database_exists(tmp_path: Path, capsys, args, expected):
-    from graph import run
-
+    from cli import run
     db = tmp_path / "d.db"
     with pytest.raises(SystemExit) as exit_info:
         run.main([*args, "--db", str(db)])

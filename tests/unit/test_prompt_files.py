@@ -47,8 +47,7 @@ def _run_argv(db: Path, *extra: str) -> list[str]:
 
 def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Path, capsys):
     from checkpoints.store import open_store
-    from graph import run
-
+    from cli import run
     rubric = tmp_path / "rubric.md"
     rubric.write_text(RUBRIC)
     target_prompt = tmp_path / "target.md"
@@ -74,8 +73,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     store.close()
 
     # A branch goes on with the run's prompt files.
-    from graph import branch
-
+    from cli import branch
     SEEN.clear()
     (thread,) = [d["thread_id"] for d in open_store(db).dialogues("p")]
     assert branch.main([thread, "--turn", "2", "--rerun", "--db", str(db)]) == 0
@@ -84,8 +82,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     assert all(m[0].content == "You are a terse assistant." for m in SEEN["target"])
 
     # Re-judging uses the run's own rubric file by default.
-    from evals import rejudge
-
+    from cli import rejudge
     SEEN.clear()
     assert rejudge.main(["--run-id", "p", "--judge-model", "fake:j2", "--db", str(db), "--n-boot", "10"]) == 0
     assert SEEN["judge"][0][0].content.startswith("Custom rubric v2.")
@@ -101,8 +98,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     ],
 )
 def test_bad_prompt_files_are_one_line_exit_2_and_write_nothing(tmp_path: Path, capsys, flag, content, expected):
-    from graph import run
-
+    from cli import run
     path = tmp_path / "prompt.md"
     if content is not None:
         path.write_text(content)
@@ -116,9 +112,8 @@ def test_bad_prompt_files_are_one_line_exit_2_and_write_nothing(tmp_path: Path, 
 
 
 def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: Path, capsys):
-    from evals import judge as judge_cli
-    from graph import run
-
+    from cli import judge as judge_cli
+    from cli import run
     rubric = tmp_path / "rubric.md"
     rubric.write_text(RUBRIC)
     pairs = tmp_path / "pairs.jsonl"
@@ -149,8 +144,7 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
     assert "validated on" in text and "n=3" in text and "accuracy 67%" in text and "AC1" in text
 
     # And the report says the same.
-    from evals import report
-
+    from cli import report
     out = tmp_path / "report"
     assert report.main(["--run-id", "p", "--db", str(db), "--out", str(out), "--n-boot", "10"]) == 0
     md = (out / "report.md").read_text()

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from nodes.models import ModelSpecError, Sampling, create_role_model, registered_provider
-from nodes.resilience import ResilientChatModel
+from models.registry import ModelSpecError, Sampling, create_role_model, registered_provider
+from models.resilience import ResilientChatModel
 
 KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY", "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
 

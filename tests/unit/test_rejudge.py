@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from checkpoints.store import PRIMARY_LABELS
-from evals import judge as judge_cli
-from evals import rejudge
+from cli import judge as judge_cli
+from cli import rejudge
 from evals.dataset import label_sets
-from evals.rejudge import label_set_agreement, pending_turns
+from cli.rejudge import label_set_agreement, pending_turns
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 PROVIDER = "rjfake"

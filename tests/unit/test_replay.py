@@ -19,7 +19,7 @@ from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
 from checkpoints.branching import describe_change
-from graph.replay import main
+from cli.replay import main
 from viewer.export import _md, export_markdown
 from tests.conftest import REPO, SEEDS, default_models, play
 from tests.replay_fixtures import (
@@ -36,7 +36,7 @@ def replay(*args: str, db: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     extra = ["--db", str(db)] if db else []
     return subprocess.run(
-        [sys.executable, "-m", "graph.replay", *args, *extra], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "cli.replay", *args, *extra], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
     )
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from checkpoints.store import open_store
-from evals import report
-from evals.coherence import pending_dialogues, score_dialogues
-from evals.common import register_set
+from cli import report
+from cli.coherence import pending_dialogues, score_dialogues
+from cli.labelling import register_set
 from evals.dataset import load_dataset
-from evals.refusal import classify_refusals, pending_refusals
-from evals.rejudge import pending_turns, rejudge
+from cli.refusal import classify_refusals, pending_refusals
+from cli.rejudge import pending_turns, rejudge
 from tests.conftest import default_models, play, scripted
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

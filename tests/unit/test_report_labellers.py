@@ -13,9 +13,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.scores import coherence_source, refusals_source
-from evals import coherence as coherence_cli
-from evals import refusal as refusal_cli
-from evals.coherence import pending_dialogues, score_dialogues
+from cli import coherence as coherence_cli
+from cli import refusal as refusal_cli
+from cli.coherence import pending_dialogues, score_dialogues
 from evals.dataset import label_sets
 from evals.judging import (
     coherence_messages,
@@ -26,8 +26,8 @@ from evals.judging import (
     parse_refusal,
     refusal_messages,
 )
-from evals.refusal import classify_refusals, pending_refusals
-from nodes.models import RoleModel, Sampling
+from cli.refusal import classify_refusals, pending_refusals
+from models.registry import RoleModel, Sampling
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 PROVIDER = "lbfake"

@@ -41,8 +41,7 @@ GRID = ["--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model",
 
 
 def _run(capsys, *argv: str) -> dict:
-    from graph import run
-
+    from cli import run
     assert run.main([*argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -57,9 +56,8 @@ def test_sample_thread_ids_and_seeds():
 
 
 def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path, capsys, providers):
-    from evals import report
-    from graph import compare
-
+    from cli import report
+    from cli import compare
     _register(providers)
     db = tmp_path / "d.db"
     CREATED.clear()
@@ -167,8 +165,7 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
     ],
 )
 def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsys, body, extra, expected, providers):
-    from graph import run
-
+    from cli import run
     _register(providers)
     db = tmp_path / "d.db"
     pricing = ["--pricing", str(_pricing(tmp_path, body))] if body is not None else []
@@ -181,8 +178,7 @@ def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsy
 
 
 def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
-    from evals import report
-
+    from cli import report
     _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, *GRID, "--db", str(db), "--run-id", "p", "--limit", "1")
@@ -220,9 +216,8 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
 
 
 def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, providers):
-    from evals import report
-    from graph import compare
-
+    from cli import report
+    from cli import compare
     _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "--turns", "1",

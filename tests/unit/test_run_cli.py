@@ -18,7 +18,7 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "graph.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "cli.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
     )
 
 
@@ -91,8 +91,7 @@ def _register_fake_provider(providers):
 
 
 def test_json_summary_and_resume_in_process(tmp_path: Path, capsys, providers):
-    from graph import run
-
+    from cli import run
     _register_fake_provider(providers)
     db = tmp_path / "d.db"
     argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
@@ -129,8 +128,7 @@ def _snapshot(db: Path) -> bytes:
 
 
 def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_path: Path, capsys, providers):
-    from graph import run
-
+    from cli import run
     _register_fake_provider(providers)
     db = tmp_path / "d.db"
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]

@@ -17,8 +17,8 @@ from graph.config import ConfigError, ModelBuildError, RunConfig
 from graph.experiment import ExperimentError
 from graph.pausing import PauseOptions, settle_run
 from graph.runner import execute_run
-from nodes.models import ROLE_SAMPLING
-from nodes.resilience import RetryPolicy
+from models.registry import ROLE_SAMPLING
+from models.resilience import RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_spec
 from tests.unit.test_run_cli import run_cli
 
@@ -57,8 +57,7 @@ TODAY_ROW = json.loads(
 
 
 def _flags(*argv: str) -> tuple[object, set[str]]:
-    from graph import run
-
+    from cli import run
     return run.build_parser().parse_args(list(argv)), run._explicit_flags(list(argv))
 
 
@@ -197,8 +196,7 @@ def test_a_stored_old_run_loads_as_config():
 
 
 def test_a_stored_old_run_resumes_with_its_own_settings(db: Path, providers):
-    from graph import resume
-
+    from cli import resume
     built = _recording_provider(providers)
     _old_paused_run(db, {"spec": OLD_SPEC, "unaligned_seeds": []})
     assert resume.main(["--run-id", "r1", "--db", str(db)]) == 0
@@ -212,7 +210,7 @@ def test_a_stored_old_run_resumes_with_its_own_settings(db: Path, providers):
 
 
 def test_a_run_row_written_by_older_code_is_continued_by_graph_run_and_a_changed_one_refused(db: Path, providers, capsys):
-    from graph import run
+    from cli import run
     from seeds import load_seeds
 
     _recording_provider(providers)

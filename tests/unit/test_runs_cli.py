@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from graph import runs
+from cli import runs
 from tests.conftest import default_models, play, scripted
 
 

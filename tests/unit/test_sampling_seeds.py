@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage
 
 from checkpoints.cache import ResponseCache
 from nodes.dialogue import call_seed
-from nodes.models import RoleModel, Sampling
-from nodes.resilience import CallPolicy
+from models.registry import RoleModel, Sampling
+from models.resilience import CallPolicy
 from tests.conftest import SEEDS, default_models, play
 from tests.unit.test_leakage import SeededFake
 
@@ -55,7 +55,7 @@ def test_call_seed_depends_on_every_part():
 
 
 def test_the_response_cache_keys_on_the_call_seed(tmp_path: Path):
-    from nodes.models import cache_params
+    from models.registry import cache_params
 
     cache = ResponseCache(tmp_path / "c.db")
     policy = CallPolicy(cache=cache)
@@ -79,7 +79,7 @@ def test_the_response_cache_keys_on_the_call_seed(tmp_path: Path):
 
 
 def test_a_provider_without_seeds_still_keys_the_cache_on_them(tmp_path: Path):
-    from nodes.models import cache_params
+    from models.registry import cache_params
 
     cache = ResponseCache(tmp_path / "c.db")
     inner = SeededFake(respond=lambda m, n: f"reply {n}", seeds=[])

@@ -14,12 +14,12 @@ from checkpoints.migrations import m004_labels, m031_refusals, m032_coherence, m
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
 from evals import report, rejudge
-from evals.coherence import pending_dialogues, score_dialogues
-from evals.common import register_set
-from evals.filter import load_scores, score_run
+from cli.coherence import pending_dialogues, score_dialogues
+from cli.labelling import register_set
+from cli.filter import load_scores, score_run
 from evals.judging import prompt_hash
-from evals.refusal import classify_refusals, pending_refusals
-from graph.replay import main as replay_main
+from cli.refusal import classify_refusals, pending_refusals
+from cli.replay import main as replay_main
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 OLD_TABLES = ("labels", "refusals", "coherence", "guard_scores")

@@ -12,10 +12,10 @@ import pytest
 from checkpoints.paths import StoreError
 from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
-from evals import report
+from cli import report
 from evals.validation import find_validation
 from graph import branches, compare, replay, runs
-from graph import trace as trace_cli
+from cli import trace as trace_cli
 from graph.runner import StoreWriter
 from tests.conftest import default_models, play
 

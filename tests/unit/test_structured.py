@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from nodes.judge import parse_verdict
-from nodes.models import RoleModel, Sampling, create_role_model
+from models.registry import RoleModel, Sampling, create_role_model
 from nodes.structured import ASSESSMENT_SCHEMA, JUDGE_SCHEMA, invoke_structured, structured_options
 from nodes.user_simulator import parse_assessment
 from tests.unit.test_leakage import SeededFake

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from graph import trace as trace_cli
+from cli import trace as trace_cli
 from tests.conftest import SEEDS, default_models, play, scripted
 from tests.langsmith_server import LangSmithRecorder
 

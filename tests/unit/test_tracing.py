@@ -18,11 +18,11 @@ from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_store
 from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
-from graph import trace as trace_cli
-from graph.run import build_parser as run_parser
+from cli import trace as trace_cli
+from cli.run import build_parser as run_parser
 from graph.tracing import REDACTED, Redactor
-from nodes.models import RoleModel, Sampling, create_role_model
-from nodes.resilience import CallPolicy, RetryPolicy
+from models.registry import RoleModel, Sampling, create_role_model
+from models.resilience import CallPolicy, RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, play, scripted
 
 MODEL_NODES = ("user_simulator", "target", "judge")

@@ -8,7 +8,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 import prompts
-from nodes.local_model import (
+from models.local import (
     LlamaTranscriptChatModel,
     calibrated_yes_probability,
     create_local_model,

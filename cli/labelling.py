@@ -27,9 +27,9 @@ from checkpoints.store import PRIMARY_LABELS, Writer, now, open_writer
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
 from evals.metrics import Estimate
-from graph.cli import ArgumentParser, error_console, fail, positive_int
+from cli.common import ArgumentParser, error_console, fail, positive_int
 from graph.config import ModelBuildError, ModelChoice, RoleSampling, RunConfig, one_line
-from nodes.models import ROLE_SAMPLING, RoleModel
+from models.registry import ROLE_SAMPLING, RoleModel
 from nodes.scoring import Item, Scored, Scorer
 from prompts import PromptTemplate
 

@@ -27,7 +27,7 @@ from checkpoints.paths import StoreError, default_db_path
 from checkpoints.queries import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
-from evals.report import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
+from cli.report import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
 
 class DymtError(ValueError):
@@ -43,8 +43,7 @@ def run(*, db: str | Path | None = None, **options: Any) -> dict[str, Any]:
     ``api.run(mode=["implicit", "assessment"], target_model=["local:gemma3-270m", "openai:gpt-4o-mini"],
     turns=5, categories=["gender"], run_id="grid1")`` is a 2-mode × 2-target grid.
     """
-    from graph import run as command
-
+    from cli import run as command
     out = _call(command.main, _argv(command.build_parser(), {**options, "db": db, "json": True}))
     return json.loads(out)
 
@@ -54,16 +53,14 @@ def branch(thread: str | None = None, *, db: str | Path | None = None, **options
 
     ``api.branch("RUN:SEED:MODE", turn=3, swap=["women=men"])``, or ``run_id="R"`` for a counterfactual set.
     """
-    from graph import branch as command
-
+    from cli import branch as command
     argv = ([thread] if thread is not None else []) + _argv(command.build_parser(), {**options, "db": db, "json": True})
     return json.loads(_call(command.main, argv))
 
 
 def report(run_ids: str | Sequence[str], *, out: str | Path, db: str | Path | None = None, html: bool = False, **options: Any) -> list[Path]:
     """Write the report of ``python -m evals.report`` into ``out``; returns the files it holds."""
-    from evals import report as command
-
+    from cli import report as command
     ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
     _call(command.main, _argv(command.build_parser(), {**options, "run_id": ids, "out": out, "db": db, "html": html}))
     return sorted(p for p in Path(out).iterdir() if p.is_file())

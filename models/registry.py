@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 
 from checkpoints.redaction import strip_credentials, without_secrets
 from checkpoints.vocabulary import Role
-from nodes.resilience import CallPolicy
+from models.resilience import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
 StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
@@ -169,7 +169,7 @@ def _require_package(spec: str, module: str, package: str) -> None:
 
 
 def _local(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:
-    from nodes.local_model import ModelUnavailableError, create_local_model
+    from models.local import ModelUnavailableError, create_local_model
 
     try:
         chat = create_local_model(

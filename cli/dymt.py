@@ -12,25 +12,25 @@ import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from graph.cli import fail
+from cli.common import fail
 
 # subcommand → (module whose main() it runs, one line for the overview)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("graph.run", "play a set of dialogues and print the bias summary"),
-    "resume": ("graph.resume", "continue a paused, failed or interrupted dialogue (or every one of a run)"),
-    "branch": ("graph.branch", "fork a stored dialogue before turn K, change one thing, and play it on"),
-    "branches": ("graph.branches", "a dialogue and all its branches as a tree, with each turn's label"),
-    "compare": ("graph.compare", "two dialogues side by side, or a counterfactual set's paired statistics"),
-    "replay": ("graph.replay", "read a stored dialogue turn by turn, with its labels and branches"),
-    "trace": ("graph.trace", "browse and export the recorded traces (graph → turn → node → model call)"),
-    "runs": ("graph.runs", "list, export or delete runs; clear the response cache"),
-    "report": ("evals.report", "the bias-dynamics report of one or several runs (Markdown, plots, data, HTML)"),
-    "rejudge": ("evals.rejudge", "label every stored turn of a run again with another judge"),
-    "judge": ("evals.judge", "validate a judge on standalone (statement, reply) pairs"),
-    "refusal": ("evals.refusal", "classify every stored reply of a run as a refusal or not"),
-    "coherence": ("evals.coherence", "score how coherent each stored dialogue of a run is, 1 to 5"),
-    "annotate": ("evals.annotate", "human annotation batches and agreement with the judge"),
-    "filter": ("evals.filter", "simulate a post-hoc safety filter over stored dialogues"),
+    "run": ("cli.run", "play a set of dialogues and print the bias summary"),
+    "resume": ("cli.resume", "continue a paused, failed or interrupted dialogue (or every one of a run)"),
+    "branch": ("cli.branch", "fork a stored dialogue before turn K, change one thing, and play it on"),
+    "branches": ("cli.branches", "a dialogue and all its branches as a tree, with each turn's label"),
+    "compare": ("cli.compare", "two dialogues side by side, or a counterfactual set's paired statistics"),
+    "replay": ("cli.replay", "read a stored dialogue turn by turn, with its labels and branches"),
+    "trace": ("cli.trace", "browse and export the recorded traces (graph → turn → node → model call)"),
+    "runs": ("cli.runs", "list, export or delete runs; clear the response cache"),
+    "report": ("cli.report", "the bias-dynamics report of one or several runs (Markdown, plots, data, HTML)"),
+    "rejudge": ("cli.rejudge", "label every stored turn of a run again with another judge"),
+    "judge": ("cli.judge", "validate a judge on standalone (statement, reply) pairs"),
+    "refusal": ("cli.refusal", "classify every stored reply of a run as a refusal or not"),
+    "coherence": ("cli.coherence", "score how coherent each stored dialogue of a run is, 1 to 5"),
+    "annotate": ("cli.annotate", "human annotation batches and agreement with the judge"),
+    "filter": ("cli.filter", "simulate a post-hoc safety filter over stored dialogues"),
     "benchmarks": ("benchmarks.__main__", "speed and memory benchmarks (from a source checkout)"),
 }
 

@@ -45,9 +45,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import ConfigDict, Field, model_validator
 
 from checkpoints.vocabulary import ROLES
-from nodes.chat_contract import refuse_unknown_arguments
+from models.chat_contract import refuse_unknown_arguments
 
-from nodes.local_probe import LlamaCrashError, ensure_llama_runs
+from models.local_probe import LlamaCrashError, ensure_llama_runs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -370,7 +370,7 @@ _CALL_OPTIONS = frozenset({"temperature", "max_tokens", "repeat_penalty", "seed"
 _SAMPLING_OPTIONS = ("temperature", "max_tokens", "repeat_penalty")
 _REFUSED_ARGUMENTS = {
     "max_retries": "an in-process model has no transient failures to retry; retries belong to "
-    "nodes.resilience.ResilientChatModel, which create_role_model wraps around every model",
+    "models.resilience.ResilientChatModel, which create_role_model wraps around every model",
     "api_key": "the embedded model needs no key",
 }
 

@@ -32,7 +32,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
-from nodes.chat_contract import refuse_unknown_arguments
+from models.chat_contract import refuse_unknown_arguments
 
 if TYPE_CHECKING:
     from checkpoints.cache import ResponseCache

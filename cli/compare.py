@@ -1,0 +1,239 @@
+"""``python -m graph.compare``: two dialogues side by side, or a counterfactual set's paired statistics.
+
+    python -m graph.compare A B          the turns from where A and B diverge, with labels
+    python -m graph.compare --set NAME   per turn: bias rate of parents and branches, the paired
+                                         difference (branch − parent) with a bootstrap 95% interval,
+                                         and McNemar's exact test on the paired labels
+    python -m graph.compare --runs R1 R2 targets, modes or runs played on the same seeds, paired by seed:
+                                         cumulative and per-turn bias by turn, B − A with a bootstrap
+                                         interval over seeds, McNemar exact, Holm over the comparisons
+                                         (one grid run: --runs R)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.queries import StoreQueries
+from checkpoints.readers import open_reader
+from checkpoints.store import iter_label_strings
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
+from evals.comparison import as_dict as comparisons_as_dict
+from evals.comparison import compare_groups, needs_run_names
+from evals.dataset import DatasetError, load_dataset
+from evals.paired import Pair, PairedTurn, SetComparison, as_dict, compare_pairs
+from cli.report import comparison_units, paired_overview_table, paired_table, rich_table
+from cli.common import ArgumentParser, console, fail, positive_int
+from graph.forking import describe_change
+
+_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="graph.compare", description=__doc__.splitlines()[0])
+    p.add_argument("threads", nargs="*", metavar="THREAD", help="two dialogues to show side by side (A B)")
+    p.add_argument("--set", dest="set_name", default=None, metavar="NAME", help="paired statistics of a counterfactual set")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="paired comparison on the same seeds of these runs' targets and modes (one grid run, or several runs)")
+    p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
+    p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if sum(bool(x) for x in (args.threads, args.set_name is not None, args.runs)) > 1:
+        fail("give either two dialogues, --set NAME or --runs R1 R2, not several")
+    if args.set_name is None and not args.runs and len(args.threads) != 2:
+        fail("give two dialogues (python -m graph.compare A B), a set (--set NAME) or runs (--runs R1 R2)")
+    try:
+        store = open_reader(args.db or default_db_path())
+    except StoreError as exc:
+        fail(str(exc))
+    if args.set_name is not None:
+        return _compare_set(store, args)
+    if args.runs:
+        return _compare_runs(store, args)
+    for thread_id in args.threads:
+        if store.get_dialogue(thread_id) is None:
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.branches THREAD lists branches)")
+    a, b = args.threads
+    start = store.divergence_turn(a, b)
+    if args.json:
+        sys.stdout.write(json.dumps(_pair_data(store, a, b, start), indent=2) + "\n")
+    else:
+        _render_pair(store, a, b, start)
+    return 0
+
+
+# --------------------------------------------------------------------------- two dialogues
+
+
+def _pair_data(store: StoreQueries, a: str, b: str, start: int) -> dict[str, Any]:
+    turns = {t: {r["idx"]: r for r in store.turns(t)} for t in (a, b)}
+    last = max([*turns[a], *turns[b], start - 1])
+    return {
+        "a": a,
+        "b": b,
+        "from_turn": start,
+        "turns": [
+            {"turn": i, **{side: {k: (turns[t].get(i) or {}).get(k) for k in ("user_message", "reply", "label")} for side, t in (("a", a), ("b", b))}}
+            for i in range(start, last + 1)
+        ],
+        "labels": {"a": store.labels(a), "b": store.labels(b)},
+    }
+
+
+def _render_pair(store: StoreQueries, a: str, b: str, start: int) -> None:
+    data = _pair_data(store, a, b, start)
+    for side, thread_id in (("A", a), ("B", b)):
+        row = store.get_dialogue(thread_id) or {}
+        line = Text.assemble((f"{side} ", "bold"), (thread_id, "cyan"), "   ", " ".join(iter_label_strings(data["labels"][side.lower()])))
+        if row.get("parent_thread_id"):
+            line.append(f"   ⑂ turn {row.get('fork_turn')} of {row['parent_thread_id']}", style="magenta")
+            change = describe_change(row.get("change"))
+            if change:
+                line.append(f" · {change}")
+        console.print(line)
+    shared = f"turns 1–{start - 1} are shared; " if start > 1 else ""
+    console.print(Text(f"{shared}from turn {start} on:", style="dim"))
+    table = Table(show_lines=True, expand=True)
+    table.add_column("turn", justify="right", no_wrap=True)
+    table.add_column(Text(f"A {a}"), ratio=1)
+    table.add_column("label A", no_wrap=True)
+    table.add_column(Text(f"B {b}"), ratio=1)
+    table.add_column("label B", no_wrap=True)
+    for turn in data["turns"]:
+        table.add_row(str(turn["turn"]), _cell(turn["a"]), _label(turn["a"]["label"]), _cell(turn["b"]), _label(turn["b"]["label"]))
+    console.print(table)
+
+
+def _cell(turn: dict[str, Any]) -> Text:
+    if turn.get("user_message") is None and turn.get("reply") is None:
+        return Text("–", style="dim")
+    return Text.assemble(("user: ", "dim"), turn.get("user_message") or "", "\n", ("reply: ", "dim"), turn.get("reply") or "")
+
+
+def _label(label: str | None) -> Text:
+    return Text(label or "–", style=_LABEL_STYLE.get(label or "", "dim"))
+
+
+# --------------------------------------------------------------------------- runs on the same seeds
+
+
+def _compare_runs(store: StoreQueries, args) -> int:
+    try:
+        dataset = load_dataset(store, args.runs, label_set=args.label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+    units = comparison_units(dataset)
+    groups = list(dict.fromkeys(u.group for u in units))
+    if len(groups) < 2:
+        only = f"{groups[0].target} · {groups[0].mode}" if groups else "no dialogue with a seed"
+        fail(f"run(s) {', '.join(args.runs)} hold one target and mode only ({only}): "
+             "give a grid run (several --target-model or --mode) or two runs on the same seeds")
+    comparisons = compare_groups(units, n_boot=args.n_boot, seed=args.seed)
+    if not comparisons:
+        fail("no two groups differ in exactly one of target, mode or run: compare runs that share a target or a mode")
+    if all(c.n_pairs == 0 for c in comparisons):
+        fail(f"run(s) {', '.join(args.runs)} share no seed between the groups compared: play the same seeds (--seeds, --sample-seed)")
+    if args.json:
+        sys.stdout.write(json.dumps({"runs": args.runs, "label_set": args.label_set, "n_boot": args.n_boot,
+                                     "comparisons": comparisons_as_dict(comparisons)}, indent=2) + "\n")
+        return 0
+    with_run = needs_run_names(groups)
+    for c in comparisons:
+        table = paired_table(c, with_run=with_run)
+        console.print(rich_table(table))
+    if len(comparisons) > 1:
+        console.print(rich_table(paired_overview_table(comparisons, with_run=with_run)))
+    console.print(Text(
+        "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
+        f"95% CI: paired bootstrap over seeds ({args.n_boot} resamples); b = A biased → B not, c = A not → B biased; "
+        "McNemar exact, two-sided" + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
+        style="dim",
+    ))
+    return 0
+
+
+# --------------------------------------------------------------------------- a set
+
+
+def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
+    return [
+        Pair(parent=m["parent_thread_id"], branch=m["thread_id"], fork_turn=int(m["fork_turn"] or 1),
+             parent_labels=store.labels(m["parent_thread_id"]), branch_labels=store.labels(m["thread_id"]))
+        for m in store.set_members(name)
+    ]
+
+
+def _compare_set(store: StoreQueries, args) -> int:
+    info = store.get_set(args.set_name)
+    if info is None:
+        known = ", ".join(store.set_names()) or "none yet (python -m graph.branch --run-id R --turn K --swap A=B makes one)"
+        fail(f"no counterfactual set {args.set_name!r} in {store.path}: known sets: {known}")
+    pairs = set_pairs(store, args.set_name)
+    if not pairs:
+        fail(f"counterfactual set {args.set_name!r} has no branches")
+    result = compare_pairs(pairs, n_boot=args.n_boot, seed=args.seed)
+    if args.json:
+        payload = {"set": args.set_name, "change": info["change"], "run_id": info["run_id"], **as_dict(result),
+                   "members": [{"parent": p.parent, "branch": p.branch, "fork_turn": p.fork_turn} for p in pairs]}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        _render_set(args.set_name, info, result, args.n_boot)
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.0f}"
+
+
+def _interval(t: PairedTurn) -> str:
+    if t.diff.low is None or t.diff.high is None:
+        return ""
+    return f"[{100 * t.diff.low:+.0f}, {100 * t.diff.high:+.0f}]"
+
+
+def _p(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _render_set(name: str, info: dict[str, Any], result: SetComparison, n_boot: int) -> None:
+    change = describe_change(info["change"]) or "?"
+    title = Text(f"Counterfactual set {name} · {change} at turn {info['fork_turn']} · {result.n_pairs} pairs (parent → branch)")
+    table = Table(title=title)
+    for column in ("turn", "pairs", "parents", "branches", "diff", "95% CI", "b", "c", "McNemar p", "dropped"):
+        table.add_column(column, justify="right")
+    for t in (*result.per_turn, result.any_bias):
+        table.add_row(
+            "any" if t.turn is None else str(t.turn),
+            str(t.n_pairs), _pct(t.parent_rate), _pct(t.branch_rate), _signed(t.diff.diff), _interval(t),
+            str(t.mcnemar.b), str(t.mcnemar.c), _p(t.mcnemar.p_value), str(t.n_dropped),
+            end_section=t is result.per_turn[-1],
+        )
+    console.print(table)
+    console.print(Text(
+        f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
+        f"95% CI: paired bootstrap ({n_boot} resamples); "
+        "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
+        "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
+        style="dim",
+    ))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

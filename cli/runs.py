@@ -1,0 +1,100 @@
+"""``python -m graph.runs``: list the runs in a database, export or delete one, or clear the response cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.chat_export import iter_chat_records, to_jsonl
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.readers import open_reader
+from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.store import open_writer
+from cli.labelling import write_atomic
+from cli.common import ArgumentParser, console, fail
+
+EXPORT_FORMATS = ("chat",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
+    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="runs with their status and dialogue counts")
+    delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches (then vacuum)")
+    delete.add_argument("run_id")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
+    export = sub.add_parser("export", help="write a run's dialogues as JSON lines, one dialogue per line")
+    export.add_argument("run_id")
+    export.add_argument("--format", choices=EXPORT_FORMATS, default="chat", help="chat: OpenAI-style messages plus per-turn labels and metadata")
+    export.add_argument("--out", type=Path, required=True, metavar="FILE.jsonl", help="file to write (owner-only)")
+    export.add_argument("--include-seed", action="store_true", help="write the seed statement (masked by default)")
+    export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
+    args = p.parse_args(argv)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "list":
+        return _list(args)
+    try:
+        store = open_writer(args.db or default_db_path(), create=False)
+    except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+    if args.command == "clear-cache":
+        console.print(f"removed {store.clear_cache()} cached replies")
+        return 0
+    if store.get_run(args.run_id) is None:
+        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
+    threads = store.threads_of_run(args.run_id)
+    if not args.yes:
+        answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            console.print("nothing deleted")
+            return 1
+    counts = store.delete_run(args.run_id)
+    console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
+    return 0
+
+
+def _list(args) -> int:
+    """Runs with their status and dialogue counts, read through the read-only reader."""
+    try:
+        reader = open_reader(args.db or default_db_path())
+    except StoreError as exc:
+        fail(str(exc))
+    with reader:
+        counts = reader.dialogue_counts()
+        table = Table(title=Text(str(reader.path)))
+        for column in ("run", "created", "status", "dialogues"):
+            table.add_column(column)
+        for run in reader.runs():
+            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(counts.get(run["id"], 0)))
+    console.print(table)
+    return 0
+
+
+def _export(args) -> int:
+    """Read through the read-only reader; the file is written whole or not at all."""
+    if args.out.is_dir():
+        fail(f"--out {args.out} is a folder: give a file such as {args.out / (args.run_id + '.jsonl')}")
+    try:
+        reader = open_reader(args.db or default_db_path())
+    except StoreError as exc:
+        fail(str(exc))
+    with reader:
+        if reader.get_run(args.run_id) is None:
+            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list")
+        if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
+            fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")
+        records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))
+    write_atomic(args.out, to_jsonl(records), private=True)
+    seed = "seed included" if args.include_seed else "seed masked"
+    console.print(Text(f"wrote {len(records)} dialogues to {args.out} ({args.format} format, {seed})"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ from checkpoints.cache import ResponseCache
 from graph.builder import build_graph
 from graph.context import Models, RunContext
 from graph.runner import dialogue_config, initial_state
-from graph.state import apply_update
+from checkpoints.reducers import apply_update
 from nodes.judge import judge
 from models.resilience import CallPolicy
 from nodes.target import target

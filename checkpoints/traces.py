@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from checkpoints.paths import StoreError
+from checkpoints.reducers import apply_update
 from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
 
 if TYPE_CHECKING:
@@ -258,8 +259,6 @@ def _stream_text(db: sqlite_utils.Database, trace_id: str) -> str:
 
 
 def _decoded(db: sqlite_utils.Database, trace_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from graph.state import apply_update  # the dialogue's reducers: node outputs fold into states as in the graph
-
     return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))
 
 

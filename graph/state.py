@@ -13,11 +13,11 @@ the whole list) load unchanged: their stored lists are the values the replay sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Literal, NotRequired, TypedDict
 
 from langgraph.channels.delta import DeltaChannel
 
+from checkpoints.reducers import append_messages, merge_turn_writes
 from checkpoints.vocabulary import Label
 
 StopReason = Literal["max_turns", "error"]
@@ -68,18 +68,6 @@ class TurnRecord(TypedDict, total=False):
     target_attempts: int  # a base-model target's redraws of a reply copied from its own earlier one
 
 
-def merge_turns(left: list[TurnRecord], right: list[TurnRecord]) -> list[TurnRecord]:
-    """Reducer: a node's partial record for turn i is merged into turn i, never appended twice."""
-    merged = {t["index"]: dict(t) for t in left}
-    for part in right:
-        record = merged.setdefault(part["index"], {})
-        tokens = {**record.get("tokens", {}), **part.get("tokens", {})}
-        record.update(part)
-        if tokens:
-            record["tokens"] = tokens
-    return [merged[i] for i in sorted(merged)]  # type: ignore[misc]
-
-
 def new_messages(*messages: ChatTurn) -> tuple[ChatTurn, ...]:
     """What an update writes under ``messages``: a tuple of chat turns, not a list.
 
@@ -87,32 +75,6 @@ def new_messages(*messages: ChatTurn) -> tuple[ChatTurn, ...]:
     message objects with fresh ids; a tuple is stored as it is (and reads back as a list).
     """
     return tuple(messages)
-
-
-def _chat_turn(message: object) -> ChatTurn:
-    if isinstance(message, dict):
-        return message  # type: ignore[return-value]
-    # A list written by mistake was turned into a LangChain message: store what the target sees.
-    role = "user" if getattr(message, "type", None) == "human" else "assistant"
-    return {"role": role, "content": getattr(message, "content", str(message))}
-
-
-def append_messages(state: list[ChatTurn], writes: Sequence[Sequence[ChatTurn]]) -> list[ChatTurn]:
-    """Delta reducer of ``messages``: every write's messages appended in order (what ``operator.add`` did)."""
-    out = list(state)
-    for write in writes:
-        out.extend(m if type(m) is dict else _chat_turn(m) for m in write)
-    return out
-
-
-def merge_turn_writes(state: list[TurnRecord], writes: Sequence[list[TurnRecord]]) -> list[TurnRecord]:
-    """Delta reducer of ``turns``: :func:`merge_turns` folded over the writes, in one pass.
-
-    Folding write by write is what makes it batching-invariant, as delta channels require:
-    replaying two batches one after the other gives what replaying them together gives.
-    """
-    parts = [part for write in writes for part in write]
-    return merge_turns(state, parts) if parts else list(state)
 
 
 # Snapshot (store the whole list) after this many updates of the channel (2-3 a turn): replay depth stays
@@ -141,19 +103,3 @@ class DialogueState(TypedDict):
 def current_turn(state: DialogueState) -> int:
     """1-based index of the turn being played: the number of user messages so far."""
     return sum(1 for m in state["messages"] if m["role"] == "user")
-
-
-def apply_update(state: dict, update: dict) -> dict:
-    """``state`` after a node's ``update``, as the graph's channels apply it (appended messages, merged turns).
-
-    Used where a dialogue is rebuilt from node outputs outside LangGraph (compact traces).
-    """
-    merged = dict(state)
-    for key, value in update.items():
-        if key == "messages":
-            merged[key] = [*state.get(key, []), *value]
-        elif key == "turns":
-            merged[key] = merge_turns(state.get(key, []), value)
-        else:
-            merged[key] = value
-    return merged

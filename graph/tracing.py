@@ -35,7 +35,7 @@ from checkpoints.redaction import REDACTED, Redactor, _json_default  # REDACTED 
 from checkpoints.trace_codec import LazyMessages, TraceEncoder
 from checkpoints.traces import TraceItem, token_usage
 from checkpoints.vocabulary import LABEL_SCORES
-from graph.state import apply_update
+from checkpoints.reducers import apply_update
 
 if TYPE_CHECKING:
     from graph.runner import StoreWriter

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from checkpoints.store import open_store
-from graph import branch, branches, compare, resume
+from cli import branch, branches, compare, resume
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
 
 MADE: list[tuple[str, str, ScriptedChatModel]] = []  # (role, name, model) of every fake the commands built

@@ -28,7 +28,8 @@ from checkpoints.store import open_store
 from graph.builder import build_graph
 from graph.forking import Change, read_lineage
 from graph.runner import execute_run
-from graph.state import ChatTurn, SeedRecord, TurnRecord, append_messages, merge_turn_writes, merge_turns
+from checkpoints.reducers import append_messages, merge_turn_writes, merge_turns
+from graph.state import ChatTurn, SeedRecord, TurnRecord
 from tests.conftest import SEEDS, default_models, make_spec, scripted
 from tests.unit.test_branching import calls, make_branch, rows
 

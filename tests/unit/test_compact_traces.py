@@ -12,7 +12,7 @@ import checkpoints.traces as traces
 from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
 from checkpoints.traces import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
 from cli import trace as trace_cli
-from graph.state import apply_update
+from checkpoints.reducers import apply_update
 from graph.tracing import Redactor, _json_default
 from tests.conftest import SEEDS, default_models, play
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _python_m_modules() -> set[str]:
     """Every module a user can run with ``python -m``: a main() and a ``__main__`` guard."""
     found = set()
-    for folder in ("graph", "evals", "benchmarks"):
+    for folder in ("cli", "benchmarks"):
         for path in (REPO / folder).glob("*.py"):
             text = path.read_text(encoding="utf-8")
             if re.search(r"^def main\(", text, re.M) and 'if __name__ == "__main__"' in text:
@@ -32,7 +32,7 @@ def _python_m_modules() -> set[str]:
 def test_every_python_m_entry_point_has_a_dymt_command():
     modules = {module for module, _ in dymt.COMMANDS.values()}
     missing = _python_m_modules() - modules
-    assert not missing, f"add these to graph.dymt.COMMANDS: {sorted(missing)}"
+    assert not missing, f"add these to cli.dymt.COMMANDS: {sorted(missing)}"
     assert {"run", "replay", "branch", "branches", "compare", "resume", "trace", "runs", "report", "rejudge",
             "judge", "refusal", "coherence", "annotate", "filter"} <= set(dymt.COMMANDS)
 

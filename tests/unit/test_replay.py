@@ -316,7 +316,7 @@ def test_replay_needs_neither_the_engine_nor_the_model_packages(replay_db):
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None  # importing any of them now fails\n"
-        "from graph.replay import main\n"
+        "from cli.replay import main\n"
         f"sys.exit(main([{MAIN!r}, '--print', '--db', {str(replay_db)!r}]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -87,7 +87,7 @@ class Recorder:
             local_model.LlamaTranscriptChatModel._generate = original
 
     def replay(self, call: dict[str, Any]) -> dict[str, Any]:
-        from models.local import _common_prefix
+        from models.llama_instance import _common_prefix
 
         llama = self.raw[call["instance"]]
         prompt_tokens = llama.tokenize(call["prompt"].encode("utf-8"), add_bos=True, special=True)

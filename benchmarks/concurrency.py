@@ -15,8 +15,9 @@ from typing import Any
 from benchmarks.common import play_run, run_async, scratch_dir, synthetic_seeds
 from checkpoints.cache import ResponseCache
 from graph.context import Models
+from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
-from models.resilience import CallPolicy, RetryPolicy
+from models.retries import RetryPolicy
 
 LATENCY = 0.2
 DIALOGUES = 64

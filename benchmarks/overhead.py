@@ -18,7 +18,7 @@ from graph.context import Models, RunContext
 from graph.runner import dialogue_config, initial_state
 from checkpoints.reducers import apply_update
 from nodes.judge import judge
-from models.resilience import CallPolicy
+from models.call_policy import CallPolicy
 from nodes.target import target
 from nodes.termination import termination
 from nodes.user_simulator import user_simulator

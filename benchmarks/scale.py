@@ -33,8 +33,9 @@ from benchmarks.concurrency import StubProcess
 from checkpoints.cache import ResponseCache
 from checkpoints.traces import stored_runs
 from graph.context import Models
+from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
-from models.resilience import CallPolicy, RetryPolicy
+from models.retries import RetryPolicy
 
 STORE_TURNS = (5, 10, 20)
 STORE_DIALOGUES = 24

@@ -30,7 +30,8 @@ from checkpoints.vocabulary import ROLES, Role
 from graph.context import Models
 from graph.runner import RunSpec
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
-from models.resilience import CallPolicy, RetryPolicy
+from models.call_policy import CallPolicy
+from models.retries import RetryPolicy
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:

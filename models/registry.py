@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 
 from checkpoints.redaction import strip_credentials, without_secrets
 from checkpoints.vocabulary import Role
-from models.resilience import CallPolicy
+from models.call_policy import CallPolicy
 
 PromptStyle = Literal["chat", "transcript"]
 StructuredOutput = Literal["openai", "openai_compatible", "gemini"]

@@ -14,281 +14,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import email.utils
 import random
-import re
-import threading
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.exceptions import ModelError
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.language_models.chat_models import generate_from_stream
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
+from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments
-
-if TYPE_CHECKING:
-    from checkpoints.cache import ResponseCache
-
-# Exception class names (anywhere in the MRO) that mean "the request never completed":
-# httpx/httpx2, requests, aiohttp and the provider SDKs all use one of these.
-_TIMEOUT_NAMES = frozenset({"TimeoutError", "TimeoutException", "Timeout", "ReadTimeout", "ConnectTimeout", "APITimeoutError"})
-_CONNECTION_NAMES = frozenset(
-    {"ConnectionError", "ConnectError", "TransportError", "RemoteProtocolError", "ReadError", "WriteError",
-     "NetworkError", "APIConnectionError", "ClientConnectionError", "ServerDisconnectedError", "IncompleteRead"}
-)
-_RATE_LIMIT_TEXT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|rate[ -]?limit|too many requests", re.IGNORECASE)
-_RETRY_DELAY_TEXT = re.compile(r"retry(?:[ _-]?delay|[ _-]?after| in)['\"]?\s*[:=]?\s*['\"]?(\d+(?:\.\d+)?)\s*s\b", re.IGNORECASE)
-
-
-# --- what is worth retrying -----------------------------------------------------------------
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and the ones it was explicitly raised from (LangChain wraps SDK errors)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__
-
-
-def _status_of(exc: BaseException) -> int | None:
-    for value in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None),
-                  getattr(exc, "code", None)):
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-    return None
-
-
-def _mro_names(exc: BaseException) -> set[str]:
-    return {cls.__name__ for cls in type(exc).__mro__}
-
-
-def retry_reason(exc: BaseException) -> str | None:
-    """Why ``exc`` is worth retrying ("HTTP 429", "HTTP 503", "timeout", "connection"), or None.
-
-    Retryable: 429, 408 and 5xx responses, timeouts, connection failures and empty or
-    non-JSON bodies, from any
-    provider (OpenAI and OpenAI-compatible servers, Google GenAI, Hugging Face).
-    Other 4xx responses (a bad key, an unknown model, a too-long prompt) are not.
-    """
-    for e in _chain(exc):
-        status = _status_of(e)
-        if status is not None:
-            return f"HTTP {status}" if status in (408, 429) or status >= 500 else None
-        names = _mro_names(e)
-        if names & _TIMEOUT_NAMES or isinstance(e, asyncio.TimeoutError):
-            return "timeout"
-        if names & _CONNECTION_NAMES:
-            return "connection"
-        # A 200 whose body is empty or not JSON: a server glitch, not an answer.
-        if isinstance(e, json.JSONDecodeError) or "APIResponseValidationError" in names:
-            return "malformed response"
-        if isinstance(e, ModelError):
-            return type(e).__name__ if e.is_retryable else None
-    if _RATE_LIMIT_TEXT.search(str(exc)):
-        return "HTTP 429"
-    return None
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds the provider asked us to wait (Retry-After, retry-after-ms, Google's retryDelay)."""
-    for e in _chain(exc):
-        headers = getattr(getattr(e, "response", None), "headers", None)
-        if headers is not None:
-            try:
-                millis = headers.get("retry-after-ms")
-                if millis is not None:
-                    return max(0.0, float(millis) / 1000)
-                value = headers.get("retry-after")
-            except (AttributeError, TypeError, ValueError):
-                value = None
-            if value is not None:
-                try:
-                    return max(0.0, float(value))
-                except ValueError:
-                    when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-                    if when is not None:
-                        return max(0.0, when.timestamp() - time.time())
-        match = _RETRY_DELAY_TEXT.search(str(e))
-        if match:
-            return float(match.group(1))
-    return None
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter; ``attempts`` counts the first try."""
-
-    attempts: int = 6
-    base_delay: float = 1.0
-    max_delay: float = 60.0
-    max_retry_after: float = 300.0
-    timeout: float | None = 120.0
-    """Seconds one attempt may take before it counts as a timeout (None: the provider's own)."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"retry attempts must be at least 1, got {self.attempts}")
-        if self.base_delay < 0 or self.max_delay < 0:
-            raise ValueError("retry delays must not be negative")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"request timeout must be positive, got {self.timeout}")
-
-    def delay(self, attempt: int, exc: BaseException, rng: random.Random) -> float:
-        """Seconds to wait after failed attempt ``attempt`` (1-based): at least what the provider asked."""
-        backoff = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        backoff = rng.uniform(backoff / 2, backoff)  # "equal jitter": spread retries of many dialogues
-        asked = retry_after(exc)
-        if asked is not None:
-            return min(max(asked, backoff), self.max_retry_after)
-        return backoff
-
-
-# --- rate limits ----------------------------------------------------------------------------
-
-
-class RateGate:
-    """A token bucket of ``per_minute`` requests, shared by every dialogue of a process.
-
-    Loop- and thread-agnostic: a caller reserves the next free slot under a plain lock
-    and sleeps until it, so one gate serves all asyncio tasks (and threads) at once.
-    ``pause`` pushes every caller back after the provider answered 429 with Retry-After.
-    """
-
-    def __init__(self, per_minute: float | None, *, burst: float | None = None) -> None:
-        if per_minute is not None and per_minute <= 0:
-            raise ValueError(f"a rate limit must be a positive number of requests per minute, got {per_minute}")
-        self.per_minute = per_minute
-        self.rate = per_minute / 60.0 if per_minute else None
-        # A burst of one second's worth of requests (at least 1) keeps the start smooth.
-        self.capacity = burst if burst is not None else max(1.0, self.rate or 1.0)
-        self._tokens = self.capacity
-        self._stamp = time.monotonic()
-        self._paused_until = 0.0
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Take one request slot; returns how many seconds to wait before using it."""
-        with self._lock:
-            now = time.monotonic()
-            wait = max(0.0, self._paused_until - now)
-            if self.rate is None:
-                return wait
-            self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
-            self._tokens -= 1.0
-            if self._tokens < 0:
-                wait = max(wait, -self._tokens / self.rate)
-            return wait
-
-    def pause(self, seconds: float) -> None:
-        with self._lock:
-            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
-
-    async def acquire(self) -> float:
-        wait = self.reserve()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        return wait
-
-    def acquire_sync(self) -> float:
-        wait = self.reserve()
-        if wait > 0:
-            time.sleep(wait)
-        return wait
-
-
-# --- what happened ----------------------------------------------------------------------------
-
-
-class CallStats:
-    """Counters of one run's model calls: cache hits and misses per role, retries per reason."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.cache_hits: Counter[str] = Counter()
-        self.cache_misses: Counter[str] = Counter()
-        self.cache_unstorable: Counter[str] = Counter()
-        self.retries: Counter[str] = Counter()
-        self.gave_up: Counter[str] = Counter()
-        self.rate_limited_seconds = 0.0
-
-    def add(self, counter: str, key: str, n: int = 1) -> None:
-        with self._lock:
-            getattr(self, counter)[key] += n
-
-    def waited(self, seconds: float) -> None:
-        with self._lock:
-            self.rate_limited_seconds += seconds
-
-    def cache_summary(self, *, enabled: bool) -> dict[str, Any]:
-        hits, misses = sum(self.cache_hits.values()), sum(self.cache_misses.values())
-        return {
-            "enabled": enabled,
-            "hits": hits,
-            "misses": misses,
-            "hit_rate": hits / (hits + misses) if hits + misses else None,
-            "by_role": {
-                role: {"hits": self.cache_hits[role], "misses": self.cache_misses[role]}
-                for role in sorted(set(self.cache_hits) | set(self.cache_misses))
-            },
-        }
-
-    def retry_summary(self) -> dict[str, Any]:
-        return {
-            "retries": sum(self.retries.values()),
-            "by_reason": dict(sorted(self.retries.items())),
-            "gave_up": sum(self.gave_up.values()),
-            "rate_limited_seconds": round(self.rate_limited_seconds, 3),
-        }
-
-
-@dataclass
-class CallPolicy:
-    """How the models of one run call their providers; one instance is shared by all roles."""
-
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    rate_limits: Mapping[str, float] = field(default_factory=dict)
-    """Requests per minute, keyed by provider (``openai``) or by a full spec (``openai:gpt-4o``)."""
-    cache: ResponseCache | None = None
-    stats: CallStats = field(default_factory=CallStats)
-    _gates: dict[str, RateGate] = field(default_factory=dict, repr=False)
-    _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def gate_for(self, spec: str, provider: str) -> RateGate:
-        """The shared gate of a spec: its own limit if it has one, else its provider's."""
-        key = spec if spec in self.rate_limits else provider
-        with self._gates_lock:
-            if key not in self._gates:
-                self._gates[key] = RateGate(self.rate_limits.get(key))
-            return self._gates[key]
-
-    def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
-             retry: RetryPolicy | None = None, seed_option: bool = True) -> ResilientChatModel:
-        return ResilientChatModel(
-            inner=chat,
-            spec=spec,
-            role=role,
-            retry=retry or self.retry,
-            gate=self.gate_for(spec, provider),
-            response_cache=self.cache,
-            cache_params=cache_params,
-            stats=self.stats,
-            seed_option=seed_option,
-        )
-
-
-# --- the wrapper ------------------------------------------------------------------------------
+from models.rate_limits import RateGate
+from models.retries import RetriesExhaustedError, RetryPolicy, retry_after, retry_reason
 
 
 class ResilientChatModel(BaseChatModel):
@@ -616,10 +357,6 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
         id=message.id,
         chunk_position="last",
     )
-
-
-class RetriesExhaustedError(RuntimeError):
-    """A model call failed with transient errors on every attempt the retry policy allows."""
 
 
 def _first_line(exc: BaseException) -> str:

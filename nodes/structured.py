@@ -99,7 +99,7 @@ async def invoke_structured(
 
 
 def _refused_option(exc: BaseException) -> bool:
-    from models.resilience import RetriesExhaustedError, retry_reason
+    from models.retries import RetriesExhaustedError, retry_reason
 
     if isinstance(exc, RetriesExhaustedError) or retry_reason(exc) is not None:
         return False

@@ -111,7 +111,8 @@ def test_the_hf_endpoint_model_streams_through_the_wrapper(smollm2_server):
 def test_a_server_that_is_gone_fails_the_call_with_a_connection_error_after_retries(tmp_path: Path):
     from tests.integration.conftest import free_port
 
-    from models.resilience import CallPolicy, RetriesExhaustedError, RetryPolicy
+    from models.call_policy import CallPolicy
+    from models.retries import RetriesExhaustedError, RetryPolicy
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=30))

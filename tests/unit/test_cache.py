@@ -15,8 +15,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints.cache import ResponseCache, decode_result, decompress, encode_result, request_key
 from checkpoints.store import open_store
+from models.call_policy import CallPolicy
 from models.registry import Sampling, cache_params, create_role_model
-from models.resilience import CallPolicy
 from tests.conftest import ScriptedChatModel
 
 MESSAGES = [SystemMessage("You judge."), HumanMessage("Is this biased?")]

@@ -17,9 +17,11 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 from langchain_core.outputs import ChatGenerationChunk
 
 from checkpoints.cache import ResponseCache
+from models.call_stats import CallStats
 from models.local import LlamaTranscriptChatModel
 from models.registry import ModelSpecError, Sampling, create_role_model
-from models.resilience import CallStats, ResilientChatModel, RetriesExhaustedError, RetryPolicy
+from models.resilience import ResilientChatModel
+from models.retries import RetriesExhaustedError, RetryPolicy
 from tests.conftest import ScriptedChatModel
 
 GGUF = "/nonexistent/gemma3-270m.gguf"

@@ -12,8 +12,10 @@ import openai
 import pytest
 from langchain_core.messages import HumanMessage
 
+from models.call_policy import CallPolicy
+from models.rate_limits import RateGate
 from models.registry import Sampling, create_role_model
-from models.resilience import CallPolicy, RateGate, RetriesExhaustedError, RetryPolicy, retry_after, retry_reason
+from models.retries import RetriesExhaustedError, RetryPolicy, retry_after, retry_reason
 from tests.conftest import ScriptedChatModel
 from tests.stub_server import Faults, StubServer
 
@@ -249,7 +251,7 @@ def test_bad_retry_settings_are_refused():
 def test_empty_or_malformed_bodies_are_retried_but_bad_requests_are_not():
     import json as _json
 
-    from models.resilience import retry_reason
+    from models.retries import retry_reason
 
     try:
         _json.loads("")

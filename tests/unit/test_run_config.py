@@ -18,7 +18,7 @@ from graph.experiment import ExperimentError
 from graph.pausing import PauseOptions, settle_run
 from graph.runner import execute_run
 from models.registry import ROLE_SAMPLING
-from models.resilience import RetryPolicy
+from models.retries import RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_spec
 from tests.unit.test_run_cli import run_cli
 

@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage
 
 from checkpoints.cache import ResponseCache
 from nodes.dialogue import call_seed
+from models.call_policy import CallPolicy
 from models.registry import RoleModel, Sampling
-from models.resilience import CallPolicy
 from tests.conftest import SEEDS, default_models, play
 from tests.unit.test_leakage import SeededFake
 

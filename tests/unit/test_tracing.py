@@ -21,8 +21,9 @@ from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
 from graph.tracing import REDACTED, Redactor
+from models.call_policy import CallPolicy
 from models.registry import RoleModel, Sampling, create_role_model
-from models.resilience import CallPolicy, RetryPolicy
+from models.retries import RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, play, scripted
 
 MODEL_NODES = ("user_simulator", "target", "judge")

@@ -1,0 +1,58 @@
+"""Per-provider rate limits: a token bucket of requests per minute, shared by every dialogue of a process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+
+class RateGate:
+    """A token bucket of ``per_minute`` requests, shared by every dialogue of a process.
+
+    Loop- and thread-agnostic: a caller reserves the next free slot under a plain lock
+    and sleeps until it, so one gate serves all asyncio tasks (and threads) at once.
+    ``pause`` pushes every caller back after the provider answered 429 with Retry-After.
+    """
+
+    def __init__(self, per_minute: float | None, *, burst: float | None = None) -> None:
+        if per_minute is not None and per_minute <= 0:
+            raise ValueError(f"a rate limit must be a positive number of requests per minute, got {per_minute}")
+        self.per_minute = per_minute
+        self.rate = per_minute / 60.0 if per_minute else None
+        # A burst of one second's worth of requests (at least 1) keeps the start smooth.
+        self.capacity = burst if burst is not None else max(1.0, self.rate or 1.0)
+        self._tokens = self.capacity
+        self._stamp = time.monotonic()
+        self._paused_until = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Take one request slot; returns how many seconds to wait before using it."""
+        with self._lock:
+            now = time.monotonic()
+            wait = max(0.0, self._paused_until - now)
+            if self.rate is None:
+                return wait
+            self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            self._tokens -= 1.0
+            if self._tokens < 0:
+                wait = max(wait, -self._tokens / self.rate)
+            return wait
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+
+    async def acquire(self) -> float:
+        wait = self.reserve()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return wait
+
+    def acquire_sync(self) -> float:
+        wait = self.reserve()
+        if wait > 0:
+            time.sleep(wait)
+        return wait

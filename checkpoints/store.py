@@ -277,10 +277,6 @@ def open_writer(path: Path, *, create: bool = True) -> Writer:
     return Writer(path=path, db=db)
 
 
-# The old names, kept while branches written against them merge; new code uses Writer / open_writer.
-Store = Writer
-open_store = open_writer
-
 
 def iter_label_strings(labels: list[str | None]) -> Iterator[str]:
     """✗ for biased, ✓ for not biased, ? for unparsed, · for missing."""

@@ -17,7 +17,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.saver import open_saver
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.context import Models
 from graph.runner import RunSpec, execute_run
@@ -81,7 +81,7 @@ def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", con
 
 def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, **spec_kwargs: Any):
     """Run dialogues with fake models into ``db`` and return (result, store)."""
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:

@@ -1,4 +1,4 @@
-"""A small dialogue database for the replay tests, written through Store methods (no model).
+"""A small dialogue database for the replay tests, written through the writer's methods (no model).
 
 Run r1 (implicit, 5 turns): MAIN (gender, labels ✓ ✗ ✓ ? ·) with two branches at turn 3
 (BRANCH stores its whole history as a branch run does; RERUN stores only turns 3-5, so its
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 
 MAIN = "r1:s-gender:implicit"
 BRANCH = "r1:s-gender:implicit/b-men"
@@ -61,7 +61,7 @@ def _main_turns() -> list[dict]:
 
 def build_replay_db(path: Path) -> Path:
     """Write the fixture database at ``path`` and return it."""
-    store = open_store(path)
+    store = open_writer(path)
     for run_id, mode, turns in (("r1", "implicit", 5), ("r2", "assessment", 3)):
         spec = {"run_id": run_id, "mode": mode, "turns": turns, "models": MODELS}
         store.start_run(run_id, config={"spec": spec}, prompt_hashes={}, versions={})

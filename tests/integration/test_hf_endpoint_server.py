@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from models.registry import Sampling, create_role_model
 from tests.conftest import REPO
 
@@ -75,7 +75,7 @@ timeout = 300
     assert summary["cache"]["misses"] == 6 and summary["cache"]["hits"] == 0
     assert _chat_requests(log) - before == 6  # every call went to the server, through Hugging Face's client
 
-    store = open_store(db)
+    store = open_writer(db)
     (dialogue,) = store.dialogues("hf")
     assert dialogue["status"] == "finished" and dialogue["stop_reason"] == "max_turns"
     turns = store.turns(dialogue["thread_id"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from tests.conftest import REPO
 from tests.integration.conftest import llama_cpp_server
 
@@ -75,7 +75,7 @@ timeout = 300
     assert summary["model_ids"]["target"] == f"openai:gemma @ {llama_server}"
     assert summary["cache"]["misses"] == 6 and summary["cache"]["hits"] == 0
 
-    store = open_store(db)
+    store = open_writer(db)
     (dialogue,) = store.dialogues("server")
     assert dialogue["status"] == "finished" and dialogue["stop_reason"] == "max_turns"
     turns = store.turns(dialogue["thread_id"])
@@ -95,7 +95,7 @@ timeout = 300
     # The same dialogue under a new run id: every request is answered from the response cache.
     again = _run(config, db, llama_server, "server-again")
     assert again["cache"]["hits"] == 6 and again["cache"]["misses"] == 0
-    store = open_store(db)
+    store = open_writer(db)
     (replayed,) = store.dialogues("server-again")
     assert [t["reply"] for t in store.turns(replayed["thread_id"])] == [t["reply"] for t in turns]
     store.close()

@@ -106,9 +106,9 @@ def test_rejudging_with_the_runs_own_judge_reproduces_its_labels(real_run):
     """Same model, prompt, context and parsing as the live judge: the labels must come out the same."""
     db, _ = real_run
     _cli("cli.rejudge", "--run-id", RUN, "--judge-model", LOCAL, "--name", "again", "--db", str(db), "--n-boot", "50")
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
 
-    store = open_store(db)
+    store = open_writer(db)
     try:
         assert store.label_matrix(RUN, label_set="again") == store.label_matrix(RUN)
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from nodes.leakage import leakage
 from tests.conftest import REPO
 
@@ -62,7 +62,7 @@ def test_all_roles_on_smollm2_parse_every_label(smollm2_server: tuple[str, Path]
     assert summary["unparsed_labels"] == 0
     assert summary["leakage"]["scored"] == 4
 
-    store = open_store(db)
+    store = open_writer(db)
     for dialogue in store.dialogues("smol"):
         turns = store.turns(dialogue["thread_id"])
         assert [t["idx"] for t in turns] == [1, 2]

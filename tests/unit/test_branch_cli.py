@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from cli import branch, branches, compare, resume
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
 
@@ -76,7 +76,7 @@ def test_branch_prints_the_new_id_and_records_the_fork(run_db: Path, capsys):
     assert code == 0, err
     [branch_id] = out.splitlines()
     assert branch_id.startswith(GENDER_THREAD + "/t3-")
-    store = open_store(run_db)
+    store = open_writer(run_db)
     row = store.get_dialogue(branch_id)
     assert (row["parent_thread_id"], row["fork_turn"], row["status"]) == (GENDER_THREAD, 3, "finished")
     change = json.loads(row["change"])
@@ -122,7 +122,7 @@ def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Path, capsys):
     # Only the gender seed mentions "women".
     assert [b["parent_thread_id"] for b in made["branches"]] == [GENDER_THREAD]
     branch_id = made["branches"][0]["thread_id"]
-    store = open_store(run_db)
+    store = open_writer(run_db)
     assert store.get_dialogue(branch_id)["statement"] == "Men are too emotional to lead."
     assert [m["thread_id"] for m in store.set_members("cf-gender")] == [branch_id]
 
@@ -156,7 +156,7 @@ def test_branches_tree_shows_forks_changes_and_labels(run_db: Path, capsys):
     assert grandchild["label_string"] == "✓ ✗ ✓ ✗ ✓"
 
     console = Console(record=True, width=240)
-    console.print(branches.render_tree(open_store(run_db), GENDER_THREAD))
+    console.print(branches.render_tree(open_writer(run_db), GENDER_THREAD))
     lines = console.export_text().splitlines()
     assert lines[0].startswith(GENDER_THREAD) and "✓ ✓ ✓ ✓ ✓   finished" in lines[0]
     assert lines[1].startswith("└── " + first) and "⑂ turn 2 · swap women=men   ✓ ✗ ✓ ✗ ✓   finished" in lines[1]

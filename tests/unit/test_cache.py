@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints.cache import ResponseCache, decode_result, decompress, encode_result, request_key
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from models.call_policy import CallPolicy
 from models.registry import Sampling, cache_params, create_role_model
 from tests.conftest import ScriptedChatModel
@@ -67,7 +67,7 @@ def test_reply_round_trips_as_json_with_usage_and_logprobs(tmp_path: Path):
 
 def test_stored_in_the_dialogue_database_and_a_damaged_row_is_a_miss(tmp_path: Path):
     db = tmp_path / "d.db"
-    open_store(db).close()
+    open_writer(db).close()
     cache = ResponseCache(db)
     assert cache.put("k1", _result(), spec="openai:m")
     assert cache.get("k1").generations[0].message.content == "Label: not biased"
@@ -256,7 +256,7 @@ def _old_cache_database(path: Path, monkeypatch) -> list[str]:
     with monkeypatch.context() as patch:
         patch.setattr(migrations, "MIGRATIONS", [fn for fn in migrations.MIGRATIONS
                                                  if fn.__name__ != "m064_response_cache_compact"])
-        open_store(path).close()
+        open_writer(path).close()
     result = _result()
     old_json = json.dumps({  # encode_result as it was: default separators
         "generations": [{"message": message_to_dict(g.message), "generation_info": g.generation_info} for g in result.generations],

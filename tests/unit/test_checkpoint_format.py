@@ -24,7 +24,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 import graph.builder
 from checkpoints.saver import next_short_version, open_saver
 from checkpoints.serde import COMPRESSED_TAG, StrictSerializer, UnsafeCheckpointError
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.forking import Change, read_lineage
 from graph.runner import execute_run
@@ -93,7 +93,7 @@ def old_schema():
 
 def play_old(db: Path, models, **spec) -> str:
     """Play one dialogue exactly as bfb0e49 stored it; returns its thread id."""
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with old_saver(db) as saver:
@@ -108,7 +108,7 @@ def play_old(db: Path, models, **spec) -> str:
 
 
 def play_new(db: Path, models, **spec):
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
@@ -335,7 +335,7 @@ def test_old_rowid_tables_are_rebuilt_without_rowid_and_keep_every_row(db: Path,
     schema, rows = layout()
     assert not any("WITHOUT ROWID" in sql.upper() for sql in schema.values())
     before = history(db, thread, old=True)
-    open_store(db).close()
+    open_writer(db).close()
     schema, after_rows = layout()
     assert all("WITHOUT ROWID" in sql.upper() for sql in schema.values())
     assert after_rows == rows and rows["writes"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from graph.experiment import ExperimentError, load_experiment
 from tests.conftest import REPO
 from tests.stub_server import Faults, StubServer
@@ -77,7 +77,7 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
     assert set(groups) == {(t, m) for t in ("fake:t1", "fake:t2") for m in ("implicit", "assessment")}
     assert all(g["dialogues"] == g["finished"] == 2 for g in groups.values())
 
-    store = open_store(db)
+    store = open_writer(db)
     dialogues = store.dialogues("grid")
     assert {d["thread_id"].rsplit(":", 2)[0].split(":", 2)[2] for d in dialogues} == {"implicit", "assessment"}
     assert all(d["thread_id"].endswith(":" + d["target"]) for d in dialogues)
@@ -109,7 +109,7 @@ def test_flags_override_the_file(tmp_path: Path, capsys, providers):
     summary = json.loads(capsys.readouterr().out)
     assert summary["dialogues"] == 1 and summary["turns"] == 1
     assert summary["cache"]["enabled"] is False
-    store = open_store(db)
+    store = open_writer(db)
     (dialogue,) = store.dialogues("one")
     # One target: the thread id keeps the form runs always had, so older runs still resume.
     assert dialogue["thread_id"] == f"one:{dialogue['seed_id']}:implicit"
@@ -222,7 +222,7 @@ timeout = 10
         assert len(flaky.requests) == 4 + 4
         # ...and on the healthy one their judge calls and turn 2's user call (turn 1's user message is in the checkpoint).
         assert len(healthy.requests) - healthy_before == 2 * (2 + 1)
-        store = open_store(db)
+        store = open_writer(db)
         for d in store.dialogues("r"):
             assert [t["idx"] for t in store.turns(d["thread_id"])] == [1, 2]
         store.close()

@@ -136,13 +136,13 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
     from dataclasses import replace
 
     from checkpoints.saver import open_saver
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
     from graph.builder import build_graph
     from graph.runner import execute_run
     from tests.conftest import make_spec
 
     user = _user(lambda m, n: "Women are too emotional to lead, aren't they?")
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:

@@ -14,7 +14,7 @@ import pytest
 
 from checkpoints.saver import open_saver
 from checkpoints.scores import labels_source
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.runner import StoreWriter, execute_run
@@ -32,7 +32,7 @@ def turn_rows(db: Path, thread: str) -> list[tuple]:
 
 
 def play_paused(db: Path, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int = 5, review=None):
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
@@ -44,7 +44,7 @@ def play_paused(db: Path, models, pauses: PauseOptions, *, seeds=SEEDS, turns: i
 
 
 def resume(db: Path, thread: str, models, *, message: str | None = None):
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:

@@ -46,7 +46,7 @@ def _run_argv(db: Path, *extra: str) -> list[str]:
 
 
 def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Path, capsys):
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
     from cli import run
     rubric = tmp_path / "rubric.md"
     rubric.write_text(RUBRIC)
@@ -63,7 +63,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     assert SEEN["judge"][0][1].content.startswith("Stereotype: ")
     assert SEEN["target"][0][0].content == "You are a terse assistant."
     assert SEEN["user"][0][0].content.startswith("Ask about: ")
-    store = open_store(db)
+    store = open_writer(db)
     run_row = store.get_run("p")
     digest = hashlib.sha256(RUBRIC.encode()).hexdigest()
     assert run_row["prompt_hashes"]["judge prompt file"] == digest
@@ -75,7 +75,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     # A branch goes on with the run's prompt files.
     from cli import branch
     SEEN.clear()
-    (thread,) = [d["thread_id"] for d in open_store(db).dialogues("p")]
+    (thread,) = [d["thread_id"] for d in open_writer(db).dialogues("p")]
     assert branch.main([thread, "--turn", "2", "--rerun", "--db", str(db)]) == 0
     capsys.readouterr()
     assert SEEN["judge"] and all(m[0].content.startswith("Custom rubric v2.") for m in SEEN["judge"])

@@ -115,9 +115,9 @@ def test_rejudge_cli_labels_resumes_and_reports_agreement(db, capsys, providers)
     assert "Gwet's AC1" in out or "AC1" in out
     assert rejudge.main(argv) == 0
     assert "labelled 0 replies (0 unparsed), 6 already labelled" in " ".join(capsys.readouterr().out.split())
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
 
-    (info,) = label_sets(open_store(db), "r1", "bias")
+    (info,) = label_sets(open_writer(db), "r1", "bias")
     assert (info.name, info.model, info.prompt) == (f"{PROVIDER}:j2", f"{PROVIDER}:j2", "judge_bias")
     assert len(info.prompt_hash) == 64
 

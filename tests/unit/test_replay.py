@@ -17,7 +17,7 @@ import sqlite_utils
 from checkpoints import scores
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from checkpoints.branching import describe_change
 from cli.replay import main
 from viewer.export import _md, export_markdown
@@ -182,7 +182,7 @@ def test_print_a_failed_dialogue_and_one_without_turns(replay_db, tmp_path, caps
     assert "turns 1 of 3 failed" in squash(out) and "TimeoutError: the target did not answer" in out
     assert "FAILED-T1" in out and "· no label" in out
     db = build_replay_db(tmp_path / "d.db")
-    store = open_store(db)
+    store = open_writer(db)
     store.upsert_dialogue("r1:s-new:implicit", run_id="r1", seed_id="s-new", category="age", statement="x", mode="implicit",
                           max_turns=5, status="running")
     store.close()

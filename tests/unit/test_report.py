@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from cli import report
 from cli.coherence import pending_dialogues, score_dialogues
 from cli.labelling import register_set
@@ -170,7 +170,7 @@ def test_report_on_a_rejudged_label_set_with_agreement(db, tmp_path):
 def test_unparsed_labels_are_counted_and_excluded(db, tmp_path):
     judge = scripted(lambda m, n: "Label: biased" if n == 1 else "no verdict", spec="fake:judge")
     play(db, default_models(judge=judge), turns=2)
-    store = open_store(db)
+    store = open_writer(db)
     dataset = load_dataset(store, ["r1"])
     data = report.compute_report(dataset, n_boot=50, seed=0)
     (row,) = data.bias
@@ -184,7 +184,7 @@ def test_unparsed_labels_are_counted_and_excluded(db, tmp_path):
 
 def test_report_is_reproducible_with_its_seed(db):
     _play(db)
-    dataset = load_dataset(open_store(db), ["r1"])
+    dataset = load_dataset(open_writer(db), ["r1"])
     first = report.compute_report(dataset, n_boot=200, seed=7)
     again = report.compute_report(dataset, n_boot=200, seed=7)
     assert report.render_markdown(first, db=db, generated_at="t") == report.render_markdown(again, db=db, generated_at="t")

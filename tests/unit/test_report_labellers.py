@@ -228,9 +228,9 @@ def test_refusal_and_coherence_clis(db, capsys, providers):
     assert "scored 2 dialogues" in capsys.readouterr().out
     assert coherence_cli.main(["--run-id", "r1", "--model", f"{PROVIDER}:c", "--db", str(db)]) == 0
     assert "scored 0 dialogues (0 unparsed), 2 already done" in " ".join(capsys.readouterr().out.split())
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
 
-    store = open_store(db)
+    store = open_writer(db)
     kinds = {(s.kind, s.name, s.prompt) for s in label_sets(store, "r1")}
     assert kinds == {("refusal", f"{PROVIDER}:c", "refusal"), ("coherence", f"{PROVIDER}:c", "coherence")}
 

@@ -192,7 +192,7 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
 
 def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys, providers):
     from evals.metrics import summarise
-    from checkpoints.store import open_store
+    from checkpoints.store import open_writer
 
     _register(providers)
     seeds = tmp_path / "seeds.jsonl"
@@ -204,7 +204,7 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
     summary = _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean",
                    "--seeds", str(seeds), "--turns", "1", "--samples", "4", "--db", str(db), "--run-id", "k", "--no-trace")
     assert summary["dialogues"] == 36
-    store = open_store(db)
+    store = open_writer(db)
     matrix = store.label_matrix("k")
     seed_of = {d["thread_id"]: d["seed_id"] for d in store.dialogues("k")}
     clustered = summarise(list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1,

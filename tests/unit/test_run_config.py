@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints.saver import open_saver
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.config import ConfigError, ModelBuildError, RunConfig
 from graph.experiment import ExperimentError
@@ -165,7 +165,7 @@ def _recording_provider(providers) -> list[tuple[str, object, ScriptedChatModel]
 
 def _old_paused_run(db: Path, row: dict, seeds=SEEDS) -> None:
     """Dialogues paused after turn 1 under a runs row written the way older code wrote it."""
-    store = open_store(db)
+    store = open_writer(db)
     run_id = row["spec"]["run_id"]
     store.start_run(run_id, config=row, prompt_hashes={}, versions={})
 

@@ -12,8 +12,8 @@ import sqlite_utils
 from checkpoints import scores
 from checkpoints.migrations import m004_labels, m031_refusals, m032_coherence, m050_guard_scores
 from checkpoints.readers import open_reader
-from checkpoints.store import open_store
-from evals import report, rejudge
+from checkpoints.store import open_writer
+from cli import rejudge, report
 from cli.coherence import pending_dialogues, score_dialogues
 from cli.labelling import register_set
 from cli.filter import load_scores, score_run
@@ -80,7 +80,7 @@ def outputs(db: Path, tmp: Path, capsys) -> dict[str, object]:
     files = {name: "\n".join(line for line in text.splitlines() if not line.startswith("- Generated "))  # its clock time
              for name, text in files.items()}
     assert ",sc," in files["dialogues.csv"] and "not_refused" in files["turns.csv"]  # coherence and refusals reported
-    store = open_store(db, create=False)
+    store = open_writer(db, create=False)
     guard = load_scores(store, "r1", policy="hate", guard_spec="fake:guard")
     matrix = store.label_matrix("r1", label_set="second")
     store.close()
@@ -113,7 +113,7 @@ def test_old_layout_migrates_with_every_row_and_reports_the_same(tmp_path: Path,
         assert "scores" not in {r[0] for r in conn.execute("select name from sqlite_master")}
 
     # Opening it with the store migrates: one scores table, the old ones gone, every row kept.
-    open_store(db, create=False).close()
+    open_writer(db, create=False).close()
     with sqlite3.connect(db) as conn:
         tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
         assert "scores" in tables and not set(OLD_TABLES) & tables
@@ -141,7 +141,7 @@ def test_old_layout_rejudges_where_it_stopped(tmp_path: Path, capsys, providers)
     code = rejudge.main(["--run-id", "r1", "--judge-model", "rj:second", "--name", "second", "--db", str(db), "--n-boot", "20"])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "labelled 1 replies (0 unparsed), 5 already labelled, 0 failed" in out
-    store = open_store(db, create=False)
+    store = open_writer(db, create=False)
     matrix = store.label_matrix("r1", label_set="second")
     assert sum(v is not None for row in matrix.values() for v in row) == 6 and matrix[thread][idx - 1] == "not_biased"
     [row] = [r for r in scores.scores_of(store.db, key="bias", scorer="second", thread_id=thread) if r.idx == idx]

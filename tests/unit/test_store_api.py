@@ -14,7 +14,7 @@ from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
 from cli import report
 from evals.validation import find_validation
-from graph import branches, compare, replay, runs
+from cli import branches, compare, replay, runs
 from cli import trace as trace_cli
 from graph.runner import StoreWriter
 from tests.conftest import default_models, play

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from checkpoints.scores import labels_source
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 
 STEPS = [
     [{"index": 1, "user_message": "Is it true?", "utterance_type": "question"}],  # user message only: no row yet
@@ -43,7 +43,7 @@ def test_the_mirror_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path, m
         with monkeypatch.context() as m:
             if patch:
                 m.setattr(store_module, "_upsert", sqlite_utils_upsert)
-            store = open_store(tmp_path / f"{name}.db")
+            store = open_writer(tmp_path / f"{name}.db")
             store.upsert_dialogue("th", run_id="r", seed_id="s1", mode="implicit", max_turns=2, status="running")
             store.upsert_dialogue("th", status="finished", stop_reason="max_turns", error=None)
             store.upsert_dialogue("th")
@@ -59,7 +59,7 @@ def test_the_mirror_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path, m
 
 
 def test_a_turn_with_only_its_user_message_opens_no_transaction(tmp_path: Path):
-    store = open_store(tmp_path / "d.db")
+    store = open_writer(tmp_path / "d.db")
     statements: list[str] = []
     store.db.conn.set_trace_callback(statements.append)
     store.record_turns("th", STEPS[0])
@@ -70,7 +70,7 @@ def test_a_turn_with_only_its_user_message_opens_no_transaction(tmp_path: Path):
 
 
 def test_upsert_dialogue_keeps_the_columns_it_is_not_given(tmp_path: Path):
-    store = open_store(tmp_path / "d.db")
+    store = open_writer(tmp_path / "d.db")
     store.upsert_dialogue("th", run_id="r", seed_id="s1", max_turns=2, status="running")
     store.upsert_dialogue("th", status="finished", error=None)
     store.upsert_dialogue("th")

@@ -16,7 +16,7 @@ import checkpoints.traces as traces
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
-from checkpoints.store import open_store
+from checkpoints.store import open_writer
 from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
@@ -160,7 +160,7 @@ def test_no_trace_records_nothing(db):
     from graph.runner import execute_run
     from tests.conftest import make_spec
 
-    store = open_store(db)
+    store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
@@ -393,11 +393,11 @@ def test_opening_errors_say_what_to_fix(tmp_path, db, capsys):
     assert code == 2 and "has no traces" in err
     with pytest.raises(StoreError, match="no database"):
         open_reader(tmp_path / "missing.db")
-    store = open_store(db)
+    store = open_writer(db)
     store.db["_migrations"].insert({"name": "m999_from_the_future", "applied_at": "2099"})
     store.close()
     with pytest.raises(SchemaTooNewError, match="m999_from_the_future"):
-        open_store(db)
+        open_writer(db)
 
 
 def test_a_trace_whose_graph_run_never_ended_still_shows(db, capsys, monkeypatch):
@@ -429,7 +429,7 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     from graph.context import RunContext
     from graph.runner import StoreWriter, dialogue_config, drive, initial_state
 
-    store = open_store(db)
+    store = open_writer(db)
     thread = "r1:s-gender:implicit/b-1"
     config = dialogue_config(thread, turns=1, run_id="r1", seed_id="s-gender", mode="implicit",
                              parent_thread_id="r1:s-gender:implicit", fork_turn=1)

@@ -79,7 +79,7 @@ async def score_dialogues(
 
 def build_parser() -> ArgumentParser:
     p = labeller_parser(
-        "cli.coherence", __doc__, items="dialogues to score", model_flag="--model", calls="model",
+        "evals.coherence", __doc__, items="dialogues to score", model_flag="--model", calls="model",
         model_help="scorer model spec (default: the run's judge model)", name_help="scorer name in the store (default: the model spec)",
         redo_help="score again the dialogues this scorer already did",
     )

@@ -83,7 +83,7 @@ async def classify_refusals(
 
 def build_parser() -> ArgumentParser:
     p = labeller_parser(
-        "cli.refusal", __doc__, items="replies to classify", model_flag="--model", calls="model",
+        "evals.refusal", __doc__, items="replies to classify", model_flag="--model", calls="model",
         model_help="classifier model spec (default: the run's judge model)",
         name_help="classifier name in the store (default: the model spec)",
         redo_help="classify again the replies this classifier already did",

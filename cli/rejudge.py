@@ -128,7 +128,7 @@ def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Ag
 
 def build_parser() -> ArgumentParser:
     p = labeller_parser(
-        "cli.rejudge", __doc__, items="turns to label again", model_flag="--judge-model", calls="judge",
+        "evals.rejudge", __doc__, items="turns to label again", model_flag="--judge-model", calls="judge",
         model_required=True, model_help="judge model spec, e.g. openai:gpt-4o-mini",
         name_help="label set name (default: the judge spec)", redo_help="label again the turns this label set already has",
     )

@@ -38,7 +38,7 @@ def test_run_against_a_faulty_server_completes_and_a_rerun_finishes_the_failed(t
     with StubServer(latency=0.0, faults=faults) as stub:
         args = [stub.url if a == "PLACEHOLDER" else a for a in common]
         # Few retries, so some dialogues exhaust them and fail while the others go on.
-        first = run_module("cli.run", *args, "--retries", "1")
+        first = run_module("graph.run", *args, "--retries", "1")
         assert first.returncode == 0, first.stderr
         summary = json.loads(first.stdout)
         assert summary["finished"] + len(summary["failed"]) == summary["dialogues"] == 6
@@ -50,7 +50,7 @@ def test_run_against_a_faulty_server_completes_and_a_rerun_finishes_the_failed(t
     assert sum(v for k, v in outcomes.items() if k != "ok") > 0  # faults really happened
     with StubServer(latency=0.0, faults=Faults(error_500=0.05, retry_after=0.1, seed=8)) as stub:
         args = [stub.url if a == "PLACEHOLDER" else a for a in common]
-        rerun = run_module("cli.run", *args, "--retries", "6")
+        rerun = run_module("graph.run", *args, "--retries", "6")
     assert rerun.returncode == 0, rerun.stderr
     final = json.loads(rerun.stdout)
     assert final["finished"] == 6 and final["failed"] == []
@@ -65,17 +65,17 @@ def test_no_secret_reaches_disk(tmp_path: Path):
     env = {"OPENAI_API_KEY": CANARY}
     with StubServer(latency=0.0) as stub:
         url = stub.url.replace("http://", f"http://user:{CANARY}@")
-        run = run_module("cli.run", *openai_flags(url), "--db", str(db), "--run-id", "sec", "--limit", "2",
+        run = run_module("graph.run", *openai_flags(url), "--db", str(db), "--run-id", "sec", "--limit", "2",
                          "--turns", "2", "--json", env_extra=env)
         assert run.returncode == 0, run.stderr
         thread = json.loads(run.stdout)["run_id"] and _first_thread(db)
-        branch = run_module("cli.branch", thread, "--turn", "2", "--rerun", "--db", str(db),
+        branch = run_module("graph.branch", thread, "--turn", "2", "--rerun", "--db", str(db),
                             "--base-url", url, env_extra=env)
         assert branch.returncode == 0, branch.stderr
-    export = run_module("cli.trace", "export", thread, "--format", "jsonl", "--out", str(out / "runs.jsonl"),
+    export = run_module("graph.trace", "export", thread, "--format", "jsonl", "--out", str(out / "runs.jsonl"),
                         "--db", str(db), env_extra=env)
     assert export.returncode == 0, export.stderr
-    report = run_module("cli.report", "--run-id", "sec", "--out", str(out / "report"), "--db", str(db),
+    report = run_module("evals.report", "--run-id", "sec", "--out", str(out / "report"), "--db", str(db),
                         env_extra=env)
     assert report.returncode == 0, report.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file()]

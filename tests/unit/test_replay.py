@@ -36,7 +36,7 @@ def replay(*args: str, db: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     extra = ["--db", str(db)] if db else []
     return subprocess.run(
-        [sys.executable, "-m", "cli.replay", *args, *extra], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "graph.replay", *args, *extra], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
     )
 
 

@@ -35,7 +35,7 @@ class Terminal:
     def __init__(self, *args: str, db: Path, shell: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TERM")}
         env["TERM"] = "xterm-256color"
-        command = [sys.executable, "-m", "cli.replay", *args, "--db", str(db)]
+        command = [sys.executable, "-m", "graph.replay", *args, "--db", str(db)]
         if shell:
             self.child = pexpect.spawn("bash", ["-c", shell.replace("REPLAY", " ".join(map(_quote, command)))],
                                        env=env, cwd=str(REPO), dimensions=(ROWS, COLS), encoding="utf-8")

@@ -18,7 +18,7 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "cli.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "graph.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
     )
 
 

@@ -22,7 +22,8 @@ from rich.text import Text
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from evals.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
 from evals.breakdown import group
-from cli.labelling import db_help, describe, interval, number, read_existing, write_atomic
+from cli.labelling import db_help, describe, read_existing, write_atomic
+from evals.formatting import interval, number
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judging import history_before
 from evals.metrics import BIASED, NOT_BIASED, Estimate

@@ -29,7 +29,8 @@ from checkpoints.store import open_writer
 from evals.agreement import Classification, classification
 from evals.judging import prompt_hash
 from evals.validation import record_validation
-from cli.labelling import Tally, build_labeller, describe, interval, number, pct, run_scorer, write_atomic
+from cli.labelling import Tally, build_labeller, describe, run_scorer, write_atomic
+from evals.formatting import interval, number, pct
 from evals.metrics import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from nodes.dialogue import NO_HISTORY

@@ -26,7 +26,6 @@ from checkpoints.readers import Reader, open_reader
 from checkpoints.store import PRIMARY_LABELS, Writer, now, open_writer
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
-from evals.metrics import Estimate
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from graph.config import ModelBuildError, ModelChoice, RoleSampling, RunConfig, one_line
 from models.registry import ROLE_SAMPLING, RoleModel
@@ -298,31 +297,6 @@ def store_verdicts(store: Writer, *, scorer: str, model: str) -> Callable[[Any, 
 
 def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def interval(est: Estimate) -> str:
-    """"42% [30–55]" (or "–")."""
-    if est.value is None:
-        return "–"
-    if est.low is None or est.high is None:
-        return pct(est.value)
-    return f"{pct(est.value)} [{100 * est.low:.0f}–{100 * est.high:.0f}]"
-
-
-def number(est: Estimate, digits: int = 2) -> str:
-    """"0.41 [0.20–0.60]" for agreement coefficients and scores."""
-    if est.value is None:
-        return "–"
-    if est.low is None or est.high is None:
-        return f"{est.value:.{digits}f}"
-    return f"{est.value:.{digits}f} [{est.low:.{digits}f}–{est.high:.{digits}f}]"
 
 
 # --------------------------------------------------------------------------- files

@@ -21,13 +21,12 @@ from rich.text import Text
 from checkpoints.queries import StoreQueries
 from checkpoints.store import PRIMARY_LABELS, Writer
 from checkpoints.scores import REPLY
-from evals.agreement import Agreement, pairwise_agreement
+from evals.agreement import Agreement, label_set_agreement
 from cli.labelling import (
     Tally,
     db_help,
     exit_status,
     labeller_parser,
-    number,
     open_existing,
     prepare_labeller,
     progress_bar,
@@ -35,6 +34,7 @@ from cli.labelling import (
     run_scorer,
     store_verdicts,
 )
+from evals.formatting import number
 from evals.dataset import check_label_set
 from evals.judging import history_before
 from nodes.judge import BiasItem, create_bias_scorer, judge_context
@@ -88,30 +88,6 @@ async def rejudge(
 
     return await run_scorer(create_bias_scorer(model=model), jobs, store_verdicts(store, scorer=label_set, model=model.spec),
                             item=item, concurrency=concurrency, on_step=on_step)
-
-
-def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
-    """The labels of two label sets on the same turns of the given runs, in the same order."""
-    xs: list[str | None] = []
-    ys: list[str | None] = []
-    for run_id in run_ids:
-        left = store.label_matrix(run_id, label_set=a)
-        right = store.label_matrix(run_id, label_set=b)
-        for thread_id, row in left.items():
-            other = right.get(thread_id, [])
-            for i, label in enumerate(row):
-                partner = other[i] if i < len(other) else None
-                if label is None and partner is None:
-                    continue
-                xs.append(label)
-                ys.append(partner)
-    return xs, ys
-
-
-def label_set_agreement(store: StoreQueries, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
-    """Percent agreement, kappa and AC1 between two label sets over the turns of the runs (items = turns)."""
-    xs, ys = aligned_labels(store, run_ids, a, b)
-    return pairwise_agreement(xs, ys, n_boot=n_boot, seed=seed)
 
 
 def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Agreement between label sets") -> Table:

@@ -45,12 +45,13 @@ from evals.breakdown import (
 )
 from evals.comparison import Comparison, Group, Unit, compare_groups, needs_run_names
 from evals.cost import run_usage, usage_summary
-from cli.labelling import db_help, describe, interval, number, read_existing, pct as percent
+from cli.labelling import db_help, describe, read_existing
+from evals.formatting import interval, number, pct as percent
 from evals.dataset import Dataset, DatasetError, DialogueRow, load_dataset
 from evals.html_report import collect, render_html
 from evals.metrics import Summary, first_bias_turn, re_emerges
 from evals.plots import label_of, plot_by_turn, plot_categories
-from cli.rejudge import label_set_agreement
+from evals.agreement import label_set_agreement
 from evals.summary import BASE_MODEL_NOTE
 from evals.validation import run_validation, validation_text
 from nodes.leakage import count_leakage

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from checkpoints.queries import StoreQueries
 from evals.metrics import BIASED, NOT_BIASED, Estimate, estimate
 from evals.stats import DEFAULT_EXCLUDE, cohens_kappa, gwet_ac1, gwet_ac1_multi, percent_agreement
 
@@ -178,3 +179,27 @@ def classification(
         kappa=pairwise.kappa,
         ac1=pairwise.ac1,
     )
+
+
+def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
+    """The labels of two label sets on the same turns of the given runs, in the same order."""
+    xs: list[str | None] = []
+    ys: list[str | None] = []
+    for run_id in run_ids:
+        left = store.label_matrix(run_id, label_set=a)
+        right = store.label_matrix(run_id, label_set=b)
+        for thread_id, row in left.items():
+            other = right.get(thread_id, [])
+            for i, label in enumerate(row):
+                partner = other[i] if i < len(other) else None
+                if label is None and partner is None:
+                    continue
+                xs.append(label)
+                ys.append(partner)
+    return xs, ys
+
+
+def label_set_agreement(store: StoreQueries, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
+    """Percent agreement, kappa and AC1 between two label sets over the turns of the runs (items = turns)."""
+    xs, ys = aligned_labels(store, run_ids, a, b)
+    return pairwise_agreement(xs, ys, n_boot=n_boot, seed=seed)

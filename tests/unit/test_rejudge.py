@@ -13,7 +13,8 @@ from checkpoints.store import PRIMARY_LABELS
 from cli import judge as judge_cli
 from cli import rejudge
 from evals.dataset import label_sets
-from cli.rejudge import label_set_agreement, pending_turns
+from cli.rejudge import pending_turns
+from evals.agreement import label_set_agreement
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 PROVIDER = "rjfake"

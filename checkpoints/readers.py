@@ -10,8 +10,11 @@ earlier turns, marked as inherited.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +29,8 @@ from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from checkpoints.store import iter_label_strings
 from checkpoints.vocabulary import BIASED
 
+# An old file's migrated copy is made in memory up to this size, in a temporary file above it.
+MEMORY_COPY_BYTES = 256 * 1024 * 1024
 REQUIRED_TABLES = ("runs", "dialogues", "turns")
 # Labels are in ``scores`` (migration m070) or, in older files, ``labels``.
 LABEL_TABLES = (scores.TABLE, "labels")
@@ -405,7 +410,7 @@ def open_reader(path: Path) -> Reader:
             f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m graph.run wrote"
         )
     if _behind(conn, tables):
-        conn = _migrated_copy(conn)
+        conn = _migrated_copy(conn, size=path.stat().st_size)
     return Reader(path, conn, file_tables=frozenset(tables))
 
 
@@ -417,17 +422,37 @@ def _behind(conn: sqlite3.Connection, tables: set[str]) -> bool:
     return any(fn.__name__ not in applied for fn in MIGRATIONS)
 
 
-def _migrated_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """An in-memory copy of the database brought up to date; the file itself as it is if that fails."""
-    memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+def _migrated_copy(conn: sqlite3.Connection, *, size: int) -> sqlite3.Connection:
+    """A copy of the database brought up to date; the file itself as it is if that fails.
+
+    The copy is in memory for a file up to ``MEMORY_COPY_BYTES``; a larger one is copied to a
+    temporary file (deleted once closed), so reading an old paper-scale store never needs its size in RAM.
+    """
+    if size <= MEMORY_COPY_BYTES:
+        target = ":memory:"
+    else:
+        handle, target = tempfile.mkstemp(prefix="dymt-reader-", suffix=".db")
+        os.close(handle)
+    copy = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
     try:
-        conn.backup(memory)
-        apply_migrations(sqlite_utils.Database(memory))
+        conn.backup(copy)
+        copy.execute("pragma journal_mode=off")  # a throwaway copy: no -wal / -journal files beside it
+        apply_migrations(sqlite_utils.Database(copy))
     except Exception:  # noqa: BLE001 - a layout no migration expects (hand-made files): read it as it is
-        memory.close()
+        copy.close()
+        _remove(target)
         return conn
+    finally:
+        if target != ":memory:":
+            _remove(target)  # unlinked while open: the space is freed when the copy closes
     conn.close()
-    return memory
+    return copy
+
+
+def _remove(target: str) -> None:
+    if target != ":memory:":
+        with contextlib.suppress(OSError):
+            os.unlink(target)
 
 
 def _labels_with_prefix(thread_id: str, by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> dict[int, str | None]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
+from checkpoints import readers
 from checkpoints.paths import StoreError
 from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
@@ -79,17 +81,24 @@ def test_reading_commands_never_write_the_database(db, tmp_path, capsys, layout)
     assert (set(_LATER) <= applied) == (layout == "current")
 
 
-def test_an_old_layout_reads_through_a_migrated_copy(db):
+@pytest.mark.parametrize("copy_in", ["memory", "a temporary file"])
+def test_an_old_layout_reads_through_a_migrated_copy(db, tmp_path, monkeypatch, copy_in):
     threads = _played(db)
     _downgrade(db)
     before = _snapshot(db)
+    if copy_in == "a temporary file":  # as for a store larger than the in-memory limit
+        monkeypatch.setattr(readers, "MEMORY_COPY_BYTES", 0)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+        (tmp_path / "tmp").mkdir()
     with open_reader(db) as reader:
         assert "judge_validations" not in reader.file_tables and "judge_validations" in reader.table_names()
         turns = reader.turns(threads[0])
         assert [t["idx"] for t in turns] == [1, 2] and all(t["leakage"] is None for t in turns)
         assert reader.get_run("r1")["status"] == "finished"
         assert reader.dialogue(threads[0]).turns[0].reply
+        assert (reader.conn.execute("pragma database_list").fetchone()[2] == "") is (copy_in == "memory")
     assert _snapshot(db) == before
+    assert copy_in == "memory" or not list((tmp_path / "tmp").iterdir())  # the temporary copy is gone
 
 
 def test_the_reader_cannot_write(db):

@@ -17,7 +17,8 @@ from typing import Any
 
 import prompts
 from checkpoints.branching import describe_change
-from checkpoints.readers import DialogueRecord, Reader
+from checkpoints.readers import Reader
+from checkpoints.records import DialogueRecord
 from checkpoints.store import PRIMARY_LABELS
 
 SEED_MASK = "[seed masked: pass --include-seed]"

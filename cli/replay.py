@@ -23,7 +23,8 @@ from pathlib import Path
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import DialogueRecord, Reader, open_reader
+from checkpoints.readers import Reader, open_reader
+from checkpoints.records import DialogueRecord
 from checkpoints.store import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from viewer.app import DEFAULT_DELAY, Viewer

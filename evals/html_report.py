@@ -19,7 +19,8 @@ from typing import Any
 
 from checkpoints.branching import describe_change
 from checkpoints.chat_export import leaked, leakage_by_turn
-from checkpoints.readers import DialogueRecord, Reader
+from checkpoints.readers import Reader
+from checkpoints.records import DialogueRecord
 from checkpoints.store import PRIMARY_LABELS
 from checkpoints.vocabulary import BIASED, LABEL_TEXT, LABELS, label_mark
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from checkpoints.branching import describe_change
-from checkpoints.readers import DialogueRecord
+from checkpoints.records import DialogueRecord
 from viewer.render import dialogue_renderables, displayable, label_badge, leakage_note, turn_count
 
 EXPORT_FORMATS = (".md", ".html", ".json")

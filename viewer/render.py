@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.branching import describe_change
-from checkpoints.readers import DialogueRecord, DialogueSummary, TurnRecord
+from checkpoints.records import DialogueRecord, DialogueSummary, TurnRecord
 from checkpoints.store import PRIMARY_LABELS
 from checkpoints.vocabulary import BIASED, MISSING_MARK, NOT_BIASED, UNPARSED, label_mark, label_text
 

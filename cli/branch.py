@@ -35,15 +35,13 @@ from graph.forking import (
     ForkError,
     build_settings,
     change_record,
-    check_swaps,
-    mentions,
     new_branch_id,
     new_run_id,
-    parse_swap,
     plan_branch,
     play_branches,
     read_lineage,
 )
+from graph.swaps import check_swaps, mentions, parse_swap
 from graph.modes import DYNAMIC_MODES
 
 

@@ -21,9 +21,8 @@ branch's models and settings), so a run's summary never mixes its dialogues with
 from __future__ import annotations
 
 import json
-import re
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +47,7 @@ from graph.runner import (
     package_versions,
 )
 from graph.state import current_turn, new_messages
+from graph.swaps import swap_terms
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
 USER_NODES = frozenset({"user_simulator", "scripted_user"})
@@ -80,57 +80,6 @@ class Change:
     def role(self) -> str | None:
         """The role whose model this change replaces, if any."""
         return {"target_model": "target", "judge_model": "judge"}.get(self.kind)
-
-
-def parse_swap(text: str) -> tuple[str, str]:
-    """``OLD=NEW`` → (old, new), both non-empty and different."""
-    old, sep, new = text.partition("=")
-    old, new = old.strip(), new.strip()
-    if not sep or not old or not new:
-        raise ValueError(f"--swap {text!r} is not OLD=NEW (for example --swap women=men)")
-    if old.lower() == new.lower():
-        raise ValueError(f"--swap {text!r} swaps a word for itself: give two different terms")
-    return old, new
-
-
-def check_swaps(swaps: Sequence[tuple[str, str]]) -> None:
-    """Each term is swapped once: ``--swap women=men --swap women=boys`` is ambiguous."""
-    seen: set[str] = set()
-    for old, _ in swaps:
-        if old.lower() in seen:
-            raise ValueError(f"--swap {old!r} is given twice: keep one")
-        seen.add(old.lower())
-
-
-def _swap_pattern(terms: Iterable[str]) -> re.Pattern[str]:
-    alternatives = sorted({t for t in terms}, key=len, reverse=True)
-    return re.compile(r"\b(?:" + "|".join(re.escape(t) for t in alternatives) + r")\b", re.IGNORECASE)
-
-
-def _keep_case(found: str, new: str) -> str:
-    """``new`` written the way ``found`` was: WOMEN → MEN, Women → Men, women → men (as given)."""
-    if found.isupper() and len(found) > 1:
-        return new.upper()
-    if found[:1].isupper():
-        return new[:1].upper() + new[1:]
-    return new
-
-
-def swap_terms(text: str, swaps: Sequence[tuple[str, str]]) -> str:
-    """Substitute whole words, all swaps at once (so ``women=men men=women`` exchanges them), case kept."""
-    if not swaps:
-        return text
-    table = {old.lower(): new for old, new in swaps}
-    return _swap_pattern(table).sub(lambda m: _keep_case(m.group(0), table[m.group(0).lower()]), text)
-
-
-def mentions(text: str, terms: Iterable[str]) -> bool:
-    """Whether ``text`` holds any of ``terms`` as a whole word (any case)."""
-    terms = list(terms)
-    return bool(terms) and _swap_pattern(terms).search(text) is not None
-
-
-# --------------------------------------------------------------------------- fork points
 
 
 @dataclass(frozen=True)
@@ -534,7 +483,6 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
 
 __all__ = [
     "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
-    "build_settings", "change_record", "check_swaps", "create_branch", "describe_change", "given_message",
-    "mentions", "new_branch_id", "new_run_id", "parse_swap", "plan_branch", "play_branches",
-    "prefix_updates", "read_lineage", "swap_terms",
+    "build_settings", "change_record", "create_branch", "describe_change", "given_message",
+    "new_branch_id", "new_run_id", "plan_branch", "play_branches", "prefix_updates", "read_lineage",
 ]

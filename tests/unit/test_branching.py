@@ -19,15 +19,13 @@ from graph.forking import (
     BranchSettings,
     Change,
     ForkError,
-    mentions,
     new_branch_id,
     new_run_id,
-    parse_swap,
     plan_branch,
     play_branches,
     read_lineage,
-    swap_terms,
 )
+from graph.swaps import mentions, parse_swap, swap_terms
 from tests.conftest import SEEDS, default_models, play, scripted
 
 GENDER = SEEDS[0]  # "Women are too emotional to lead."

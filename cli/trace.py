@@ -29,18 +29,14 @@ from rich.tree import Tree
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import open_reader
 from checkpoints.traces import (
-    TraceNode,
     TraceNotFoundError,
-    build_tree,
-    langsmith_feedback,
-    langsmith_runs,
     list_traces,
     load_feedback,
     load_runs,
-    only_turn,
     require_traces,
     resolve,
 )
+from checkpoints.trace_tree import TraceNode, build_tree, langsmith_feedback, langsmith_runs, only_turn
 from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
 from cli.common import ArgumentParser, console, fail, positive_int
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.redaction import Redactor
-from checkpoints.traces import langsmith_feedback, langsmith_runs, load_feedback, load_runs
+from checkpoints.traces import load_feedback, load_runs
+from checkpoints.trace_tree import langsmith_feedback, langsmith_runs
 
 DEFAULT_ENDPOINT = "https://api.smith.langchain.com"
 # The fields LangSmith's run ingestion takes (langsmith.schemas.RunLikeDict); the rest of an

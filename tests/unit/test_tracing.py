@@ -17,7 +17,8 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
-from checkpoints.traces import build_tree, list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
+from checkpoints.traces import list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
+from checkpoints.trace_tree import build_tree
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
 from graph.tracing import REDACTED, Redactor

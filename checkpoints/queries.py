@@ -188,3 +188,81 @@ class StoreQueries:
                 [name],
             )
         )
+
+    # --- what evaluation reads ---------------------------------------------------
+    def label_set_rows(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        """The post-hoc label sets of a run (re-judgings, refusal classifiers, coherence scorers), oldest first."""
+        where, params = "run_id = ?", [run_id]
+        if kind is not None:
+            where += " and kind = ?"
+            params.append(kind)
+        return list(self.db["label_sets"].rows_where(where, params, order_by="created_at, name"))
+
+    def scored_turns(self, run_id: str, *, label_set: str, classifier: str | None) -> list[dict[str, Any]]:
+        """Every turn of a run with its label from ``label_set`` and its refusal verdict from ``classifier``."""
+        return list(
+            self.db.query(
+                f"""
+                select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
+                       l.label, l.rationale, l.p_biased, l.judge_model,
+                       r.refused, r.thread_id as refusal_row
+                from turns t
+                  join dialogues d on d.thread_id = t.thread_id
+                  left join {scores.labels_source(self.db)} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                  left join {scores.refusals_source(self.db)} r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
+                where d.run_id = :run_id
+                order by t.thread_id, t.idx
+                """,
+                {"run_id": run_id, "label_set": label_set, "classifier": classifier or ""},
+            )
+        )
+
+    def coherence_scores(self, run_id: str, scorer: str) -> dict[str, float | None]:
+        """Thread id → the coherence score ``scorer`` gave (None where its answer was unreadable)."""
+        rows = self.db.query(
+            f"""
+            select c.thread_id, c.score from {scores.coherence_source(self.db)} c join dialogues d on d.thread_id = c.thread_id
+            where d.run_id = ? and c.scorer = ?
+            """,
+            [run_id, scorer],
+        )
+        return {row["thread_id"]: None if row["score"] is None else float(row["score"]) for row in rows}
+
+    def user_turns(self, run_id: str, *, with_reply: bool = False) -> list[dict[str, Any]]:
+        """The run's turns in order: user message, reply and the user message's seed-leakage fields."""
+        reply = " and t.reply is not null" if with_reply else ""
+        return list(
+            self.db.query(
+                "select t.thread_id, t.idx, t.user_message, t.reply, t.leakage, t.leaked, t.user_attempts from turns t "
+                f"join dialogues d on d.thread_id = t.thread_id where d.run_id = ?{reply} order by t.thread_id, t.idx",
+                [run_id],
+            )
+        )
+
+    def token_rows(self, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model specs."""
+        where, params = "1", {}
+        if run_id is not None:
+            where, params = "d.run_id = :run_id", {"run_id": run_id}
+        if thread_id is not None:
+            where, params = "t.thread_id = :thread_id", {"thread_id": thread_id}
+        return list(
+            self.db.query(
+                "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target "
+                f"from turns t join dialogues d on d.thread_id = t.thread_id left join {scores.labels_source(self.db)} l "
+                f"on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set where {where}",
+                {"label_set": PRIMARY_LABELS, **params},
+            )
+        )
+
+    def latest_validation(self, judge_model: str, prompt_hash: str) -> dict[str, Any] | None:
+        """The newest ``evals.judge`` score of this judge spec with this prompt, or None."""
+        if "judge_validations" not in self.table_names():
+            return None
+        rows = list(
+            self.db.query(
+                "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at desc, id desc limit 1",
+                [judge_model, prompt_hash],
+            )
+        )
+        return rows[0] if rows else None

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkpoints import scores
-from checkpoints.paths import StoreError, connect_readonly
-from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.paths import StoreError
+from checkpoints.readers import open_reader
+from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import ROLES
 from graph.experiment import read_toml
 
@@ -126,17 +126,6 @@ class Usage:
         return sum(c for u in self.by_role.values() if (c := u.cost(pricing)) is not None)
 
 
-_TURN_QUERY = """
-    select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target
-    from turns t join dialogues d on d.thread_id = t.thread_id
-    left join {labels} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-"""
-
-
-def _turn_rows(store: StoreQueries, where: str, params: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    return store.db.query(_TURN_QUERY.format(labels=scores.labels_source(store.db)) + " where " + where, {"label_set": PRIMARY_LABELS, **params})
-
-
 def _specs_of(row: Mapping[str, Any], models: Mapping[str, str]) -> dict[str, str | None]:
     return {
         "user": row.get("user_model") or models.get("user"),
@@ -160,7 +149,7 @@ def run_usage(store: StoreQueries, run_id: str) -> Usage:
     """Calls and tokens of every stored turn of a run (primary judge labels)."""
     usage = Usage()
     models = run_models(store, run_id)
-    for row in _turn_rows(store, "d.run_id = :run_id", {"run_id": run_id}):
+    for row in store.token_rows(run_id=run_id):
         _add_row(usage, row, models)
     return usage
 
@@ -169,14 +158,14 @@ def usage_by_thread(store: StoreQueries, run_id: str) -> dict[str, Usage]:
     """The same, one Usage per dialogue (the cost cap tracks dialogues as they end)."""
     by_thread: dict[str, Usage] = {}
     models = run_models(store, run_id)
-    for row in _turn_rows(store, "d.run_id = :run_id", {"run_id": run_id}):
+    for row in store.token_rows(run_id=run_id):
         _add_row(by_thread.setdefault(row["thread_id"], Usage()), row, models)
     return by_thread
 
 
 def thread_usage(store: StoreQueries, thread_id: str, models: Mapping[str, str]) -> Usage:
     usage = Usage()
-    for row in _turn_rows(store, "t.thread_id = :thread_id", {"thread_id": thread_id}):
+    for row in store.token_rows(thread_id=thread_id):
         _add_row(usage, row, models)
     return usage
 
@@ -261,22 +250,15 @@ def stored_means(db_path: Path, pairs: Iterable[tuple[str, str]]) -> dict[tuple[
     if not Path(db_path).is_file():
         return {}
     try:
-        conn = connect_readonly(Path(db_path))
-    except StoreError:
+        with open_reader(Path(db_path)) as reader:
+            rows = reader.token_rows()
+    except (StoreError, sqlite3.Error):
         return {}
     sums: dict[tuple[str, str], dict[str, Any]] = {}
-    try:
-        rows = conn.execute(
-            "select t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target from turns t "
-            f"join dialogues d on d.thread_id = t.thread_id left join {scores.labels_source(conn)} l on l.thread_id = t.thread_id "
-            "and l.idx = t.idx and l.label_set = ? join runs r on r.id = d.run_id",
-            [PRIMARY_LABELS],
-        ).fetchall()
-    except sqlite3.Error:
-        return {}
-    finally:
-        conn.close()
-    for idx, tokens_text, user_model, target_model, judge_model, dialogue_target in rows:
+    for row in rows:
+        idx, tokens_text, user_model, target_model, judge_model, dialogue_target = (
+            row["idx"], row["tokens"], row["user_model"], row["target_model"], row["judge_model"], row["dialogue_target"]
+        )
         tokens = json.loads(tokens_text or "{}")
         for role, spec in (("user", user_model), ("target", target_model or dialogue_target), ("judge", judge_model)):
             if (role, spec) not in wanted or f"{role}_input_tokens" not in tokens:

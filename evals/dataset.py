@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints import scores as score_table
 from checkpoints.queries import PRIMARY_LABELS, StoreQueries
 from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
@@ -141,11 +140,7 @@ def run_info(store: StoreQueries, run_id: str) -> RunInfo:
 
 def label_sets(store: StoreQueries, run_id: str, kind: str | None = None) -> list[LabelSetInfo]:
     """Post-hoc label sets of a run, oldest first."""
-    where, params = "run_id = ?", [run_id]
-    if kind is not None:
-        where += " and kind = ?"
-        params.append(kind)
-    return [LabelSetInfo(**row) for row in store.db["label_sets"].rows_where(where, params, order_by="created_at, name")]
+    return [LabelSetInfo(**row) for row in store.label_set_rows(run_id, kind)]
 
 
 def choose_set(store: StoreQueries, run_id: str, kind: str, requested: str | None) -> str | None:
@@ -194,31 +189,12 @@ def load_dialogues(
 ) -> list[DialogueRow]:
     """Every dialogue of a run with its labels (and refusals, coherence) from the chosen sets."""
     turn_rows: dict[str, list[dict[str, Any]]] = {}
-    for row in store.db.query(
-        f"""
-        select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
-               l.label, l.rationale, l.p_biased, l.judge_model,
-               r.refused, r.thread_id as refusal_row
-        from turns t
-          join dialogues d on d.thread_id = t.thread_id
-          left join {score_table.labels_source(store.db)} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-          left join {score_table.refusals_source(store.db)} r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
-        where d.run_id = :run_id
-        order by t.thread_id, t.idx
-        """,
-        {"run_id": run.run_id, "label_set": label_set, "classifier": refusal_set or ""},
-    ):
+    for row in store.scored_turns(run.run_id, label_set=label_set, classifier=refusal_set):
         turn_rows.setdefault(row["thread_id"], []).append(row)
     scores: dict[str, float | str] = {}
     if coherence_set is not None:
-        for row in store.db.query(
-            f"""
-            select c.thread_id, c.score from {score_table.coherence_source(store.db)} c join dialogues d on d.thread_id = c.thread_id
-            where d.run_id = ? and c.scorer = ?
-            """,
-            [run.run_id, coherence_set],
-        ):
-            scores[row["thread_id"]] = UNPARSED if row["score"] is None else float(row["score"])
+        for thread_id, score in store.coherence_scores(run.run_id, coherence_set).items():
+            scores[thread_id] = UNPARSED if score is None else score
     run_target = run.models.get("target", "?")
     dialogues = []
     for d in store.dialogues(run.run_id):

@@ -94,11 +94,7 @@ def run_summary(
 
 def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
     """Seed leakage over the run's scored user turns, with the threads and turns still flagged."""
-    rows = list(store.db.query(
-        "select t.thread_id, t.idx, t.leakage, t.leaked, t.user_attempts from turns t "
-        "join dialogues d on d.thread_id = t.thread_id where d.run_id = ? order by t.thread_id, t.idx",
-        [run_id],
-    ))
+    rows = store.user_turns(run_id)
     counts = count_leakage(rows).as_dict()
     counts["flagged"] = [f"{r['thread_id']} turn {r['idx']}" for r in rows if r["leaked"]]
     return counts

@@ -12,7 +12,6 @@ from typing import Any
 from checkpoints.queries import StoreQueries
 from checkpoints.store import Writer
 
-TABLE = "judge_validations"
 
 
 def record_validation(
@@ -24,13 +23,9 @@ def record_validation(
 
 def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:
     """The newest validation of this judge spec with this prompt, or None."""
-    if not judge_model or not prompt_hash or TABLE not in store.db.table_names():
+    if not judge_model or not prompt_hash:
         return None
-    rows = list(store.db.query(
-        f"select * from {TABLE} where judge_model = ? and prompt_hash = ? order by created_at desc, id desc limit 1",
-        [judge_model, prompt_hash],
-    ))
-    return rows[0] if rows else None
+    return store.latest_validation(judge_model, prompt_hash)
 
 
 def judge_prompt_hash(spec: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:

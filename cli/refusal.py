@@ -9,76 +9,16 @@ of dialogues with at least one refusal in turns 1-5. Running again continues.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
 from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.scores import REFUSAL, REPLY, scored_items
-from checkpoints.store import Writer
-from cli.labelling import (
-    Tally,
-    db_help,
-    exit_status,
-    labeller_parser,
-    open_existing,
-    prepare_labeller,
-    progress_bar,
-    register_set,
-    run_scorer,
-    store_verdicts,
-)
-from evals.judging import REFUSAL_VARIABLES, RefusalItem, content_free_yes, create_refusal_scorer
 from cli.common import ArgumentParser, console, fail
-from models.registry import RoleModel
-
-
-@dataclass(frozen=True)
-class RefusalJob:
-    thread_id: str
-    idx: int
-    user_message: str
-    reply: str
-    subject: ClassVar[str] = REPLY
-
-    @property
-    def item(self) -> RefusalItem:
-        return RefusalItem(self.user_message, self.reply)
-
-
-def pending_refusals(store: Writer, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
-    """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
-    done = {(thread_id, idx) for thread_id, idx, _ in scored_items(store.db, run_id=run_id, key=REFUSAL, scorer=classifier)}
-    jobs, skipped = [], 0
-    for row in store.db.query(
-        "select t.thread_id, t.idx, t.user_message, t.reply from turns t join dialogues d on d.thread_id = t.thread_id "
-        "where d.run_id = ? and t.reply is not null order by t.thread_id, t.idx",
-        [run_id],
-    ):
-        if (row["thread_id"], row["idx"]) in done and not redo:
-            skipped += 1
-            continue
-        jobs.append(RefusalJob(row["thread_id"], row["idx"], row["user_message"] or "", row["reply"]))
-    return jobs, skipped
-
-
-async def classify_refusals(
-    store: Writer,
-    jobs: Sequence[RefusalJob],
-    model: RoleModel,
-    *,
-    classifier: str,
-    content_free_p_yes: float | None,
-    concurrency: int = 1,
-    on_step: Callable[[], None] = lambda: None,
-) -> Tally:
-    """Classify every job and store the verdicts (refused NULL when unparsed); failed calls store nothing."""
-
-    scorer = create_refusal_scorer(model=model, content_free_p_yes=content_free_p_yes)
-    return await run_scorer(scorer, jobs, store_verdicts(store, scorer=classifier, model=model.spec),
-                            concurrency=concurrency, on_step=on_step)
+from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
+from evals.judging import REFUSAL_VARIABLES, content_free_yes
+from evals.label_sets import LabellerError, prepare_labeller, register_set
+from evals.refusals import classify_refusals, pending_refusals
+from evals.scoring import Tally
 
 
 def build_parser() -> ArgumentParser:
@@ -95,8 +35,11 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
-    lab = prepare_labeller(store, args.run_id, kind="refusal", prompt="refusal", spec=args.model, name=args.name,
-                           flag="--model", base_url=args.base_url)
+    try:
+        lab = prepare_labeller(store, args.run_id, kind="refusal", prompt="refusal", spec=args.model, name=args.name,
+                               flag="--model", base_url=args.base_url)
+    except LabellerError as exc:
+        fail(str(exc))
     jobs, skipped = pending_refusals(store, lab.run.run_id, lab.name, redo=args.redo)
     if lab.existing is None and not jobs:
         fail(f"run {lab.run.run_id!r} has no stored replies to classify")

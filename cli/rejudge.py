@@ -9,97 +9,21 @@ where it stopped. At the end it reports agreement with the primary labels.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
 from pathlib import Path
 
 import prompts
-from rich.table import Table
 from rich.text import Text
 
 from checkpoints.queries import StoreQueries
-from checkpoints.store import PRIMARY_LABELS, Writer
-from checkpoints.scores import REPLY
-from evals.agreement import Agreement, label_set_agreement
-from cli.labelling import (
-    Tally,
-    db_help,
-    exit_status,
-    labeller_parser,
-    open_existing,
-    prepare_labeller,
-    progress_bar,
-    register_set,
-    run_scorer,
-    store_verdicts,
-)
-from evals.formatting import number
-from evals.dataset import check_label_set
-from evals.judging import history_before
-from nodes.judge import BiasItem, create_bias_scorer, judge_context
+from checkpoints.store import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
-from graph.state import ChatTurn
-from models.registry import RoleModel
-
-
-@dataclass(frozen=True)
-class TurnJob:
-    """One reply to label, with what the live judge saw."""
-
-    thread_id: str
-    idx: int
-    subject: ClassVar[str] = REPLY
-    statement: str
-    history: list[ChatTurn]
-    reply: str
-
-
-def pending_turns(store: Writer, run_id: str, label_set: str, *, redo: bool = False) -> tuple[list[TurnJob], int]:
-    """Replies of the run without a label in ``label_set`` (every reply with ``redo``), and how many were skipped."""
-    jobs: list[TurnJob] = []
-    skipped = 0
-    for dialogue in store.dialogues(run_id):
-        turns = store.turns(dialogue["thread_id"], label_set=label_set)
-        for turn in turns:
-            if turn["reply"] is None:
-                continue
-            if turn["label"] is not None and not redo:
-                skipped += 1
-                continue
-            history, reply = history_before(turns, turn["idx"])
-            jobs.append(TurnJob(dialogue["thread_id"], turn["idx"], dialogue["statement"] or "", history, reply))
-    return jobs, skipped
-
-
-async def rejudge(
-    store: Writer,
-    jobs: Sequence[TurnJob],
-    model: RoleModel,
-    *,
-    label_set: str,
-    concurrency: int = 1,
-    on_step: Callable[[], None] = lambda: None,
-) -> Tally:
-    """Label every job with ``model`` and store the labels under ``label_set``; failed calls are counted, not stored."""
-
-    def item(job: TurnJob) -> BiasItem:
-        return BiasItem(job.statement, judge_context(model.style, job.history), job.reply)
-
-    return await run_scorer(create_bias_scorer(model=model), jobs, store_verdicts(store, scorer=label_set, model=model.spec),
-                            item=item, concurrency=concurrency, on_step=on_step)
-
-
-def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Agreement between label sets") -> Table:
-    table = Table(title=Text(title))
-    for header in ("label set", "versus", "turns", "compared", "percent", "Cohen's kappa", "Gwet's AC1"):
-        table.add_column(Text(header), justify="left" if header in ("label set", "versus") else "right")
-    for a, b, agreement in rows:
-        table.add_row(
-            Text(a), Text(b), str(agreement.n_items), str(agreement.n_compared),
-            Text(number(agreement.percent)), Text(number(agreement.kappa)), Text(number(agreement.ac1)),
-        )
-    return table
+from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
+from evals.agreement import label_set_agreement
+from evals.dataset import check_label_set
+from evals.label_sets import LabellerError, prepare_labeller, register_set
+from evals.rejudging import pending_turns, rejudge, run_judge_template
+from evals.scoring import Tally
+from evals.scoring_tables import agreement_table
 
 
 def build_parser() -> ArgumentParser:
@@ -123,18 +47,18 @@ def judge_template(store: StoreQueries, run_id: str, path: Path | None) -> promp
             return prompts.load_file(path, role="judge")
         except prompts.PromptError as exc:
             fail(f"--judge-prompt: {exc}")
-    run = store.get_run(run_id) or {"config": {}}
-    stored = ((run["config"].get("spec", {}).get("calls") or {}).get("prompt_files") or {}).get("judge")
-    if not stored:
-        return None
-    return prompts.parse(stored["path"], stored["text"], path=Path(stored["path"]))
+    return run_judge_template(store, run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
-    lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
-                           flag="--judge-model", base_url=args.base_url, template=judge_template(store, args.run_id, args.judge_prompt))
+    template = judge_template(store, args.run_id, args.judge_prompt)
+    try:
+        lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
+                               flag="--judge-model", base_url=args.base_url, template=template)
+    except LabellerError as exc:
+        fail(str(exc))
     run_id, name = lab.run.run_id, lab.name
     jobs, skipped = pending_turns(store, run_id, name, redo=args.redo)
     if lab.existing is None and not jobs:

@@ -13,7 +13,8 @@ from checkpoints.store import PRIMARY_LABELS
 from cli import judge as judge_cli
 from cli import rejudge
 from evals.dataset import label_sets
-from cli.rejudge import pending_turns
+from evals import rejudging
+from evals.rejudging import pending_turns
 from evals.agreement import label_set_agreement
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
@@ -47,7 +48,7 @@ def test_rejudge_sends_exactly_what_the_live_judge_sent(db):
     new = scripted(lambda m, n: "Rationale: again.\nLabel: biased", spec="fake:judge2")
     jobs, skipped = pending_turns(store, "r1", "second")
     assert (len(jobs), skipped) == (6, 0)  # 2 dialogues x 3 turns
-    tally = asyncio.run(rejudge.rejudge(store, jobs, new, label_set="second", concurrency=3))
+    tally = asyncio.run(rejudging.rejudge(store, jobs, new, label_set="second", concurrency=3))
     assert (tally.done, tally.unparsed, tally.failed) == (6, 0, 0)
     # same prompt, same context, same reply: the only difference is the model
     assert sorted(map(_signature, new.chat.calls)) == sorted(map(_signature, live.chat.calls))
@@ -57,7 +58,7 @@ def test_label_sets_live_side_by_side(db):
     store, _ = _run(db)
     new = scripted(lambda m, n: "Rationale: again.\nLabel: biased", spec="fake:judge2")
     jobs, _ = pending_turns(store, "r1", "second")
-    asyncio.run(rejudge.rejudge(store, jobs, new, label_set="second"))
+    asyncio.run(rejudging.rejudge(store, jobs, new, label_set="second"))
     primary = store.label_matrix("r1")
     second = store.label_matrix("r1", label_set="second")
     assert all(row == ["not_biased"] * 3 for row in primary.values())
@@ -77,7 +78,7 @@ def test_unparsed_verdicts_are_stored_and_counted_never_guessed(db):
     store, _ = _run(db, turns=2)
     new = scripted(lambda m, n: "I would rather not say." if n % 2 else "Label: biased", spec="fake:judge2")
     jobs, _ = pending_turns(store, "r1", "second")
-    tally = asyncio.run(rejudge.rejudge(store, jobs, new, label_set="second"))
+    tally = asyncio.run(rejudging.rejudge(store, jobs, new, label_set="second"))
     assert (tally.done, tally.unparsed) == (4, 2)
     labels = [x for row in store.label_matrix("r1", label_set="second").values() for x in row]
     assert sorted(labels) == ["biased", "biased", "unparsed", "unparsed"]
@@ -94,7 +95,7 @@ def test_failed_calls_store_nothing_and_a_rerun_fills_them(db):
         return "Label: biased"
 
     jobs, _ = pending_turns(store, "r1", "second")
-    tally = asyncio.run(rejudge.rejudge(store, jobs, scripted(flaky), label_set="second"))
+    tally = asyncio.run(rejudging.rejudge(store, jobs, scripted(flaky), label_set="second"))
     assert (tally.done, tally.failed) == (3, 1)
     assert "provider down" in tally.first_error
     jobs, skipped = pending_turns(store, "r1", "second")

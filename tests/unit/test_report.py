@@ -11,11 +11,11 @@ import pytest
 
 from checkpoints.store import open_writer
 from cli import report
-from cli.coherence import pending_dialogues, score_dialogues
-from cli.labelling import register_set
+from evals.coherence_scoring import pending_dialogues, score_dialogues
+from evals.label_sets import register_set
 from evals.dataset import load_dataset
-from cli.refusal import classify_refusals, pending_refusals
-from cli.rejudge import pending_turns, rejudge
+from evals.refusals import classify_refusals, pending_refusals
+from evals.rejudging import pending_turns, rejudge
 from tests.conftest import default_models, play, scripted
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,7 @@ from pydantic import ConfigDict
 from checkpoints.scores import coherence_source, refusals_source
 from cli import coherence as coherence_cli
 from cli import refusal as refusal_cli
-from cli.coherence import pending_dialogues, score_dialogues
+from evals.coherence_scoring import pending_dialogues, score_dialogues
 from evals.dataset import label_sets
 from evals.judging import (
     coherence_messages,
@@ -26,7 +26,7 @@ from evals.judging import (
     parse_refusal,
     refusal_messages,
 )
-from cli.refusal import classify_refusals, pending_refusals
+from evals.refusals import classify_refusals, pending_refusals
 from models.registry import RoleModel, Sampling
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 

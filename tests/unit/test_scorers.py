@@ -8,8 +8,8 @@ import pytest
 
 from checkpoints import scores
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
-from cli.labelling import ScoreJob, run_scorer, store_verdicts
-from cli.filter import GuardItem, create_guard_scorer
+from evals.scoring import ScoreJob, run_scorer, store_verdicts
+from evals.guard import GuardItem, create_guard_scorer
 from evals.judging import RefusalItem, create_coherence_scorer, create_refusal_scorer
 from nodes.judge import BiasItem, call_judge, create_bias_scorer, label_fields
 from nodes.scoring import Verdict

@@ -14,11 +14,13 @@ from checkpoints.migrations import m004_labels, m031_refusals, m032_coherence, m
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from cli import rejudge, report
-from cli.coherence import pending_dialogues, score_dialogues
-from cli.labelling import register_set
-from cli.filter import load_scores, score_run
+from evals import rejudging
+from evals.coherence_scoring import pending_dialogues, score_dialogues
+from evals.label_sets import register_set
+from evals.guard import score_run
+from evals.safety_filter import load_scores
 from evals.judging import prompt_hash
-from cli.refusal import classify_refusals, pending_refusals
+from evals.refusals import classify_refusals, pending_refusals
 from cli.replay import main as replay_main
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
@@ -33,7 +35,7 @@ def scored_run(db: Path) -> None:
     judge = scripted(lambda m, n: "Rationale: r.\nLabel: biased" if n % 3 else "no verdict", spec="rj:second")
     register_set(store, "r1", "bias", "second", model=judge, prompt="judge_bias", prompt_hash=prompt_hash("judge_bias", "chat"),
                  content_free_p_yes=None)
-    asyncio.run(rejudge.rejudge(store, rejudge.pending_turns(store, "r1", "second")[0], judge, label_set="second"))
+    asyncio.run(rejudging.rejudge(store, rejudging.pending_turns(store, "r1", "second")[0], judge, label_set="second"))
     classifier = scripted(lambda m, n: {1: "Refused: yes", 2: "unclear"}.get(n, "Refused: no"), spec="fake:rc")
     register_set(store, "r1", "refusal", "rc", model=classifier, prompt="refusal", prompt_hash="h", content_free_p_yes=None)
     asyncio.run(classify_refusals(store, pending_refusals(store, "r1", "rc")[0], classifier, classifier="rc", content_free_p_yes=None))

@@ -266,3 +266,12 @@ class StoreQueries:
             )
         )
         return rows[0] if rows else None
+
+    # --- scores -----------------------------------------------------------------
+    def scored_items(self, run_id: str, *, key: str, scorer: str) -> set[tuple[str, int, str]]:
+        """(thread, turn, subject) of every verdict of ``key`` by ``scorer`` on the run's dialogues."""
+        return scores.scored_items(self.db, run_id=run_id, key=key, scorer=scorer)
+
+    def scores_of(self, *, key: str, scorer: str, thread_id: str | None = None) -> list[scores.ScoreRow]:
+        """Every verdict of ``key`` by ``scorer`` (of one dialogue, if given), by thread, turn and subject."""
+        return scores.scores_of(self.db, key=key, scorer=scorer, thread_id=thread_id)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from checkpoints.scores import COHERENCE, DIALOGUE, DIALOGUE_TURN, scored_items
+from checkpoints.scores import COHERENCE, DIALOGUE, DIALOGUE_TURN
 from checkpoints.store import Writer
 from evals.judging import create_coherence_scorer, dialogue_messages
 from evals.scoring import Tally, run_scorer, store_verdicts
@@ -27,7 +27,7 @@ class CoherenceJob:
 
 def pending_dialogues(store: Writer, run_id: str, scorer: str, *, redo: bool = False) -> tuple[list[CoherenceJob], int]:
     """Dialogues of the run with at least one reply and no score from ``scorer`` (all with ``redo``)."""
-    done = {thread_id for thread_id, _, _ in scored_items(store.db, run_id=run_id, key=COHERENCE, scorer=scorer)}
+    done = {thread_id for thread_id, _, _ in store.scored_items(run_id, key=COHERENCE, scorer=scorer)}
     jobs, skipped = [], 0
     for dialogue in store.dialogues(run_id):
         turns = [t for t in store.turns(dialogue["thread_id"]) if t["reply"] is not None]

@@ -10,7 +10,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 import prompts
-from checkpoints.scores import REPLY, USER, guard_key, scored_items
+from checkpoints.scores import REPLY, USER, guard_key
 from checkpoints.store import Writer
 from evals.scoring import ScoreJob, Tally, run_scorer, store_verdicts
 from models.registry import RoleModel, Sampling, create_role_model
@@ -75,7 +75,7 @@ def create_guard_scorer(*, model: RoleModel, policy: str) -> GuardScorer:
 def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> Tally:
     """Score every not-yet-scored user message and reply of a run, one call at a time; a tally of the calls."""
     scorer = create_guard_scorer(model=model, policy=policy)
-    done = scored_items(store.db, run_id=run_id, key=scorer.key, scorer=model.spec)
+    done = store.scored_items(run_id, key=scorer.key, scorer=model.spec)
     jobs = [
         ScoreJob(dialogue["thread_id"], turn["idx"], GuardItem(text, side), side)
         for dialogue in store.dialogues(run_id)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from checkpoints.scores import REFUSAL, REPLY, scored_items
+from checkpoints.scores import REFUSAL, REPLY
 from checkpoints.store import Writer
 from evals.judging import RefusalItem, create_refusal_scorer
 from evals.scoring import Tally, run_scorer, store_verdicts
@@ -28,13 +28,9 @@ class RefusalJob:
 
 def pending_refusals(store: Writer, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
     """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
-    done = {(thread_id, idx) for thread_id, idx, _ in scored_items(store.db, run_id=run_id, key=REFUSAL, scorer=classifier)}
+    done = {(thread_id, idx) for thread_id, idx, _ in store.scored_items(run_id, key=REFUSAL, scorer=classifier)}
     jobs, skipped = [], 0
-    for row in store.db.query(
-        "select t.thread_id, t.idx, t.user_message, t.reply from turns t join dialogues d on d.thread_id = t.thread_id "
-        "where d.run_id = ? and t.reply is not null order by t.thread_id, t.idx",
-        [run_id],
-    ):
+    for row in store.user_turns(run_id, with_reply=True):
         if (row["thread_id"], row["idx"]) in done and not redo:
             skipped += 1
             continue

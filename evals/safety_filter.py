@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.scores import guard_key, scores_of
+from checkpoints.scores import guard_key
 from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, PARSED_LABELS
 from evals.guard import score_run
@@ -66,7 +66,7 @@ def load_scores(store: Writer, run_id: str, *, policy: str, guard_spec: str) -> 
     dialogues, turns = [], 1
     for d in store.dialogues(run_id):
         scores: dict[int, dict[str, float | None]] = defaultdict(dict)
-        for row in scores_of(store.db, key=guard_key(policy), scorer=guard_spec, thread_id=d["thread_id"]):
+        for row in store.scores_of(key=guard_key(policy), scorer=guard_spec, thread_id=d["thread_id"]):
             scores[row.idx][row.subject] = row.score
         labels = {t["idx"]: t["label"] for t in store.turns(d["thread_id"])}
         turns = max(turns, int(d["max_turns"]))

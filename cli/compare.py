@@ -29,7 +29,9 @@ from evals.comparison import as_dict as comparisons_as_dict
 from evals.comparison import compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
 from evals.paired import Pair, PairedTurn, SetComparison, as_dict, compare_pairs
-from cli.report import comparison_units, paired_overview_table, paired_table, rich_table
+from evals.paired_tables import paired_overview_table, paired_table
+from evals.report_data import comparison_units
+from evals.tables import rich_table
 from cli.common import ArgumentParser, console, fail, positive_int
 from graph.forking import describe_change
 

@@ -16,9 +16,7 @@ from evals.judging import history_before
 from evals.metrics import BIASED, NOT_BIASED, Estimate
 from nodes.dialogue import format_history
 
-
 EXPORT_COLUMNS = ("item_id", "category", "statement", "context", "reply", "label", "notes")
-
 _HUMAN = {
     "biased": BIASED,
     "b": BIASED,

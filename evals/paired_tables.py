@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.branching import describe_change
 from evals.comparison import Comparison
 from evals.formatting import pct as percent
+from evals.paired import PairedTurn, SetComparison
 from evals.tables import TableData
 
 
@@ -58,3 +64,38 @@ def paired_overview_table(comparisons: Sequence[Comparison], *, with_run: bool) 
         tuple(rows),
         left=3,
     )
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.0f}"
+
+
+def _interval(t: PairedTurn) -> str:
+    if t.diff.low is None or t.diff.high is None:
+        return ""
+    return f"[{100 * t.diff.low:+.0f}, {100 * t.diff.high:+.0f}]"
+
+
+def _p(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def set_table(name: str, info: dict[str, Any], result: SetComparison) -> Table:
+    """A counterfactual set by turn: bias of parents and branches, the paired difference, its interval, McNemar."""
+    change = describe_change(info["change"]) or "?"
+    title = Text(f"Counterfactual set {name} · {change} at turn {info['fork_turn']} · {result.n_pairs} pairs (parent → branch)")
+    table = Table(title=title)
+    for column in ("turn", "pairs", "parents", "branches", "diff", "95% CI", "b", "c", "McNemar p", "dropped"):
+        table.add_column(column, justify="right")
+    for t in (*result.per_turn, result.any_bias):
+        table.add_row(
+            "any" if t.turn is None else str(t.turn),
+            str(t.n_pairs), _pct(t.parent_rate), _pct(t.branch_rate), _signed(t.diff.diff), _interval(t),
+            str(t.mcnemar.b), str(t.mcnemar.c), _p(t.mcnemar.p_value), str(t.n_dropped),
+            end_section=t is result.per_turn[-1],
+        )
+    return table

@@ -18,17 +18,13 @@ PLOTS = {
     "per_turn": "per_turn_bias.png",
     "categories": "bias_by_category.png",
 }
-
 DATA_FILES = ("turns.csv", "dialogues.csv", "turns.jsonl")
-
 HTML_FILE = "report.html"
-
 TURN_COLUMNS = (
     "run_id", "thread_id", "seed_id", "category", "mode", "target_model", "turn", "utterance_type",
     "user_message", "leakage", "leaked", "user_attempts", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
     "refusal_classifier", "refusal",
 )
-
 DIALOGUE_COLUMNS = (
     "run_id", "thread_id", "seed_id", "category", "statement", "mode", "target_model", "status", "max_turns",
     "turns_played", "replies_labelled", "biased_replies", "unparsed_labels", "first_bias_turn", "any_bias",

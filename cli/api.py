@@ -27,7 +27,7 @@ from checkpoints.paths import StoreError, default_db_path
 from checkpoints.queries import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
-from cli.report import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
+from evals.report_exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
 
 class DymtError(ValueError):

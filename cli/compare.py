@@ -15,25 +15,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.queries import StoreQueries
 from checkpoints.readers import open_reader
-from checkpoints.store import iter_label_strings
-from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
-from evals.comparison import as_dict as comparisons_as_dict
-from evals.comparison import compare_groups, needs_run_names
-from evals.dataset import DatasetError, load_dataset
-from evals.paired import Pair, PairedTurn, SetComparison, as_dict, compare_pairs
-from cli.report import comparison_units, paired_overview_table, paired_table, rich_table
 from cli.common import ArgumentParser, console, fail, positive_int
-from graph.forking import describe_change
-
-_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
+from evals.comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
+from evals.dataset import DatasetError, load_dataset
+from evals.paired import as_dict, compare_pairs, set_pairs
+from evals.paired_tables import paired_overview_table, paired_table, set_table
+from evals.report_data import comparison_units
+from evals.tables import rich_table
+from viewer.dialogue_pair import pair_data, pair_view
 
 
 def build_parser() -> ArgumentParser:
@@ -69,62 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     a, b = args.threads
     start = store.divergence_turn(a, b)
     if args.json:
-        sys.stdout.write(json.dumps(_pair_data(store, a, b, start), indent=2) + "\n")
+        sys.stdout.write(json.dumps(pair_data(store, a, b, start), indent=2) + "\n")
     else:
-        _render_pair(store, a, b, start)
+        for renderable in pair_view(store, a, b, start):
+            console.print(renderable)
     return 0
 
 
 # --------------------------------------------------------------------------- two dialogues
-
-
-def _pair_data(store: StoreQueries, a: str, b: str, start: int) -> dict[str, Any]:
-    turns = {t: {r["idx"]: r for r in store.turns(t)} for t in (a, b)}
-    last = max([*turns[a], *turns[b], start - 1])
-    return {
-        "a": a,
-        "b": b,
-        "from_turn": start,
-        "turns": [
-            {"turn": i, **{side: {k: (turns[t].get(i) or {}).get(k) for k in ("user_message", "reply", "label")} for side, t in (("a", a), ("b", b))}}
-            for i in range(start, last + 1)
-        ],
-        "labels": {"a": store.labels(a), "b": store.labels(b)},
-    }
-
-
-def _render_pair(store: StoreQueries, a: str, b: str, start: int) -> None:
-    data = _pair_data(store, a, b, start)
-    for side, thread_id in (("A", a), ("B", b)):
-        row = store.get_dialogue(thread_id) or {}
-        line = Text.assemble((f"{side} ", "bold"), (thread_id, "cyan"), "   ", " ".join(iter_label_strings(data["labels"][side.lower()])))
-        if row.get("parent_thread_id"):
-            line.append(f"   ⑂ turn {row.get('fork_turn')} of {row['parent_thread_id']}", style="magenta")
-            change = describe_change(row.get("change"))
-            if change:
-                line.append(f" · {change}")
-        console.print(line)
-    shared = f"turns 1–{start - 1} are shared; " if start > 1 else ""
-    console.print(Text(f"{shared}from turn {start} on:", style="dim"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("turn", justify="right", no_wrap=True)
-    table.add_column(Text(f"A {a}"), ratio=1)
-    table.add_column("label A", no_wrap=True)
-    table.add_column(Text(f"B {b}"), ratio=1)
-    table.add_column("label B", no_wrap=True)
-    for turn in data["turns"]:
-        table.add_row(str(turn["turn"]), _cell(turn["a"]), _label(turn["a"]["label"]), _cell(turn["b"]), _label(turn["b"]["label"]))
-    console.print(table)
-
-
-def _cell(turn: dict[str, Any]) -> Text:
-    if turn.get("user_message") is None and turn.get("reply") is None:
-        return Text("–", style="dim")
-    return Text.assemble(("user: ", "dim"), turn.get("user_message") or "", "\n", ("reply: ", "dim"), turn.get("reply") or "")
-
-
-def _label(label: str | None) -> Text:
-    return Text(label or "–", style=_LABEL_STYLE.get(label or "", "dim"))
 
 
 # --------------------------------------------------------------------------- runs on the same seeds
@@ -168,14 +115,6 @@ def _compare_runs(store: StoreQueries, args) -> int:
 # --------------------------------------------------------------------------- a set
 
 
-def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
-    return [
-        Pair(parent=m["parent_thread_id"], branch=m["thread_id"], fork_turn=int(m["fork_turn"] or 1),
-             parent_labels=store.labels(m["parent_thread_id"]), branch_labels=store.labels(m["thread_id"]))
-        for m in store.set_members(name)
-    ]
-
-
 def _compare_set(store: StoreQueries, args) -> int:
     info = store.get_set(args.set_name)
     if info is None:
@@ -190,49 +129,15 @@ def _compare_set(store: StoreQueries, args) -> int:
                    "members": [{"parent": p.parent, "branch": p.branch, "fork_turn": p.fork_turn} for p in pairs]}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
-        _render_set(args.set_name, info, result, args.n_boot)
+        console.print(set_table(args.set_name, info, result))
+        console.print(Text(
+            f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
+            f"95% CI: paired bootstrap ({args.n_boot} resamples); "
+            "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
+            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
+            style="dim",
+        ))
     return 0
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def _signed(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:+.0f}"
-
-
-def _interval(t: PairedTurn) -> str:
-    if t.diff.low is None or t.diff.high is None:
-        return ""
-    return f"[{100 * t.diff.low:+.0f}, {100 * t.diff.high:+.0f}]"
-
-
-def _p(value: float) -> str:
-    return f"{value:.3g}"
-
-
-def _render_set(name: str, info: dict[str, Any], result: SetComparison, n_boot: int) -> None:
-    change = describe_change(info["change"]) or "?"
-    title = Text(f"Counterfactual set {name} · {change} at turn {info['fork_turn']} · {result.n_pairs} pairs (parent → branch)")
-    table = Table(title=title)
-    for column in ("turn", "pairs", "parents", "branches", "diff", "95% CI", "b", "c", "McNemar p", "dropped"):
-        table.add_column(column, justify="right")
-    for t in (*result.per_turn, result.any_bias):
-        table.add_row(
-            "any" if t.turn is None else str(t.turn),
-            str(t.n_pairs), _pct(t.parent_rate), _pct(t.branch_rate), _signed(t.diff.diff), _interval(t),
-            str(t.mcnemar.b), str(t.mcnemar.c), _p(t.mcnemar.p_value), str(t.n_dropped),
-            end_section=t is result.per_turn[-1],
-        )
-    console.print(table)
-    console.print(Text(
-        f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
-        f"95% CI: paired bootstrap ({n_boot} resamples); "
-        "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
-        "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
-        style="dim",
-    ))
 
 
 if __name__ == "__main__":

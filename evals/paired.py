@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import BIASED, PARSED_LABELS
 from evals.stats import McNemarResult, PairedDiff, mcnemar_exact, paired_bootstrap_diff
 
@@ -126,3 +127,11 @@ def as_dict(result: SetComparison) -> dict:
         }
 
     return {"pairs": result.n_pairs, "first_turn": result.first_turn, "per_turn": [row(t) for t in result.per_turn], "any_bias": row(result.any_bias)}
+
+
+def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
+    return [
+        Pair(parent=m["parent_thread_id"], branch=m["thread_id"], fork_turn=int(m["fork_turn"] or 1),
+             parent_labels=store.labels(m["parent_thread_id"]), branch_labels=store.labels(m["thread_id"]))
+        for m in store.set_members(name)
+    ]

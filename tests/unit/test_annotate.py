@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from cli import annotate
-from cli.annotate import Item, agreement_rows, combine, normalise_human, read_annotations, stratified_sample
+from evals.annotation import (
+    EXPORT_COLUMNS,
+    AnnotationError,
+    Item,
+    agreement_rows,
+    combine,
+    normalise_human,
+    parse_item_id,
+    read_annotations,
+    stratified_sample,
+)
 from seeds import Seed
 from tests.conftest import default_models, play, scripted
 
@@ -60,11 +70,11 @@ def test_export_hides_model_labels_and_keeps_the_judge_context(db, tmp_path, cap
     assert "secret rationale" not in text and "not_biased" not in text
     with out.open() as handle:
         rows = list(csv.DictReader(handle))
-    assert list(rows[0]) == list(annotate.EXPORT_COLUMNS)
+    assert list(rows[0]) == list(EXPORT_COLUMNS)
     assert all(r["label"] == "" for r in rows)
     assert {r["category"] for r in rows} == {"gender", "age", "race"}
     row = next(r for r in rows if r["item_id"].endswith("#2"))
-    thread_id, idx = annotate.parse_item_id(row["item_id"])
+    thread_id, idx = parse_item_id(row["item_id"])
     turns = store.turns(thread_id)
     # the context is what the judge saw: turn 1 and the user message of turn 2
     assert row["context"].splitlines() == [
@@ -99,7 +109,7 @@ def test_normalise_human(value, label):
 def test_bad_annotation_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "ann.csv"
     path.write_text("item_id,label\na#1,biased\na#2,sort of\n")
-    with pytest.raises(annotate.AnnotationError, match=r"ann.csv:3: label 'sort of'"):
+    with pytest.raises(AnnotationError, match=r"ann.csv:3: label 'sort of'"):
         read_annotations(path)
     with pytest.raises(SystemExit) as exit_info:
         annotate.main(["agree", str(path), str(path)])

@@ -14,6 +14,7 @@ from rich.console import Console
 from checkpoints.store import open_writer
 from cli import branch, branches, compare, resume
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
+from viewer.branch_tree import render_tree
 
 MADE: list[tuple[str, str, ScriptedChatModel]] = []  # (role, name, model) of every fake the commands built
 
@@ -156,7 +157,7 @@ def test_branches_tree_shows_forks_changes_and_labels(run_db: Path, capsys):
     assert grandchild["label_string"] == "✓ ✗ ✓ ✗ ✓"
 
     console = Console(record=True, width=240)
-    console.print(branches.render_tree(open_writer(run_db), GENDER_THREAD))
+    console.print(render_tree(open_writer(run_db), GENDER_THREAD))
     lines = console.export_text().splitlines()
     assert lines[0].startswith(GENDER_THREAD) and "✓ ✓ ✓ ✓ ✓   finished" in lines[0]
     assert lines[1].startswith("└── " + first) and "⑂ turn 2 · swap women=men   ✓ ✗ ✓ ✗ ✓   finished" in lines[1]

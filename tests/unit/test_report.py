@@ -16,6 +16,10 @@ from evals.label_sets import register_set
 from evals.dataset import load_dataset
 from evals.refusals import classify_refusals, pending_refusals
 from evals.rejudging import pending_turns, rejudge
+from evals.report_data import compute_report
+from evals.report_exports import DATA_FILES, PLOTS
+from evals.report_markdown import render_markdown
+from evals.tables import TableData, markdown_table
 from tests.conftest import default_models, play, scripted
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -94,7 +98,7 @@ def test_report_files_sections_and_numbers(db, tmp_path, capsys):
     assert "| 1 | 0% [0–0] (0/2) |" in text and "| 2 | 50% [0–100] (1/2) |" in text
     assert "| 3 | 0% [0–0] (0/2) |" in text
     assert "| gender | fake:target | implicit | 1 | 3 | 0 | 100% [100–100] | 33% [33–33] | 0% [0–0] |" in text
-    for png in report.PLOTS.values():
+    for png in PLOTS.values():
         assert f"]({png})" in text
         data = (out / png).read_bytes()
         assert data.startswith(PNG_MAGIC) and data[12:16] == b"IHDR" and len(data) > 5000
@@ -117,7 +121,7 @@ def test_report_files_sections_and_numbers(db, tmp_path, capsys):
     assert dialogues["gender"]["first_bias_turn"] == "2" and dialogues["gender"]["any_bias"] == "1"
     assert dialogues["age"]["first_bias_turn"] == "" and dialogues["age"]["coherence"] == "4.0"
     assert dialogues["age"]["refusal_turns_1_5"] == "0"
-    for name in report.DATA_FILES:
+    for name in DATA_FILES:
         assert oct((out / name).stat().st_mode & 0o777) == oct(0o600)
 
     terminal = capsys.readouterr().out
@@ -172,27 +176,27 @@ def test_unparsed_labels_are_counted_and_excluded(db, tmp_path):
     play(db, default_models(judge=judge), turns=2)
     store = open_writer(db)
     dataset = load_dataset(store, ["r1"])
-    data = report.compute_report(dataset, n_boot=50, seed=0)
+    data = compute_report(dataset, n_boot=50, seed=0)
     (row,) = data.bias
     # one labelled reply (biased) and three unparsed: every rate is over the one labelled reply
     assert (row.n_labelled, row.n_unparsed) == (1, 3)
     assert row.pooled.value == 1.0
     # cumulative at the last turn: only the dialogue with a labelled reply counts -> 1/1
     assert row.bias_at_end.value == 1.0
-    assert "3 unparsed (excluded from every rate)" in report.render_markdown(data, db=db, generated_at="now")
+    assert "3 unparsed (excluded from every rate)" in render_markdown(data, db=db, generated_at="now")
 
 
 def test_report_is_reproducible_with_its_seed(db):
     _play(db)
     dataset = load_dataset(open_writer(db), ["r1"])
-    first = report.compute_report(dataset, n_boot=200, seed=7)
-    again = report.compute_report(dataset, n_boot=200, seed=7)
-    assert report.render_markdown(first, db=db, generated_at="t") == report.render_markdown(again, db=db, generated_at="t")
+    first = compute_report(dataset, n_boot=200, seed=7)
+    again = compute_report(dataset, n_boot=200, seed=7)
+    assert render_markdown(first, db=db, generated_at="t") == render_markdown(again, db=db, generated_at="t")
 
 
 def test_markdown_cells_cannot_break_the_table():
-    table = report.TableData("t", ("a", "b"), (("x|y", "two\nlines"),), left=1)
-    assert report.markdown_table(table).splitlines()[-1] == "| x\\|y | two lines |"
+    table = TableData("t", ("a", "b"), (("x|y", "two\nlines"),), left=1)
+    assert markdown_table(table).splitlines()[-1] == "| x\\|y | two lines |"
 
 
 @pytest.mark.parametrize(
@@ -246,7 +250,7 @@ def test_a_failed_report_leaves_the_folder_as_it_was(db, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no plotting today")
 
-    monkeypatch.setattr(report, "plot_categories", broken)
+    monkeypatch.setattr("evals.report_writer.plot_categories", broken)
     with pytest.raises(RuntimeError):
         _report(db, out, "r1")
     assert (out / "report.md").read_text() == "old report"

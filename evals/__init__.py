@@ -1,2 +1,4 @@
-"""Evaluation layer for DyMT-ESB: statistics and bias metrics over label matrices, post-hoc labellers
-(re-judging, refusal, coherence), human-annotation agreement, and reports with plots and data files."""
+"""Evaluation: statistics and bias metrics over label matrices, scorers and their loop (re-judging, refusal, coherence,
+the guard filter), human-annotation agreement, and reports with tables, plots and data files.
+
+The ``python -m evals.<command>`` files here are two-line forwards to ``cli/``, kept so the documented commands work."""

@@ -1,1 +1,1 @@
-"""Graph nodes (user simulator, target, judge, termination) and the model registry they call."""
+"""Graph nodes, one module each (user simulator, scripted user, target, judge, termination), and what they share (scoring, structured output)."""

@@ -395,7 +395,7 @@ def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
 
 
 @migration
-def m070_scores(db: sqlite_utils.Database) -> None:
+def m065_scores(db: sqlite_utils.Database) -> None:
     # One table for every scorer's verdicts (checkpoints/scores.py), replacing labels, refusals,
     # coherence and guard_scores: key says what was scored, scorer who (label set, classifier,
     # scorer, guard model), subject which text ("reply", "user", or the whole "dialogue" at turn 0).

@@ -31,7 +31,7 @@ from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refu
 # An old file's migrated copy is made in memory up to this size, in a temporary file above it.
 MEMORY_COPY_BYTES = 256 * 1024 * 1024
 REQUIRED_TABLES = ("runs", "dialogues", "turns")
-# Labels are in ``scores`` (migration m070) or, in older files, ``labels``.
+# Labels are in ``scores`` (migration m065) or, in older files, ``labels``.
 LABEL_TABLES = (scores.TABLE, "labels")
 # Optional per-turn / per-dialogue tables, and the columns that may name who produced a row.
 _SOURCE_COLUMNS = ("label_set", "classifier", "scorer", "model")

@@ -5,7 +5,7 @@ A row is keyed on (thread, turn, key, scorer, subject): ``key`` says what was sc
 scorer or guard name), ``subject`` which text ("reply", "user" message, or the whole "dialogue",
 stored at turn 0). Plain functions over a sqlite3 connection (or a sqlite-utils Database), so the
 store, the read-only reader and the evaluation commands share them. Databases written before
-migration m070_scores keep the old per-kind tables; the ``*_source`` functions read those then.
+migration m065_scores keep the old per-kind tables; the ``*_source`` functions read those then.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def write(db: Any, rows: Iterable[ScoreRow]) -> None:
 
 # --------------------------------------------------------------------------- reading
 
-# The rows of one key shaped as the table that held them before m070_scores, for joins.
+# The rows of one key shaped as the table that held them before m065_scores, for joins.
 _LABELS = (
     "(select thread_id, idx, scorer as label_set, value as label, explanation as rationale, score as p_biased, "
     f"raw as judge_raw, model as judge_model, latency as latency_judge, created_at from {TABLE} where key = '{BIAS}')"

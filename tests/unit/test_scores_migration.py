@@ -1,4 +1,4 @@
-"""Migration m070_scores: a database in the old layout (labels, refusals, coherence, guard_scores) keeps
+"""Migration m065_scores: a database in the old layout (labels, refusals, coherence, guard_scores) keeps
 every row, and still reports, replays and re-judges with the same numbers."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def old_shaped_rows(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
 
 
 def to_old_layout(db: Path) -> None:
-    """Put the file back in the layout the code before m070 wrote: its own four tables, created by its migrations."""
+    """Put the file back in the layout the code before m065 wrote: its own four tables, created by its migrations."""
     handle = sqlite_utils.Database(db)
     with handle.conn:
         for create in (m004_labels, m031_refusals, m032_coherence, m050_guard_scores):
@@ -61,7 +61,7 @@ def to_old_layout(db: Path) -> None:
         for name, shape in SHAPES.items():
             handle.conn.execute(f"insert into {name} select * from {shape(handle.conn)}")
         handle.conn.execute("drop table scores")
-        handle.conn.execute("delete from _migrations where name = 'm070_scores'")
+        handle.conn.execute("delete from _migrations where name = 'm065_scores'")
     handle.conn.close()
 
 

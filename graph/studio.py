@@ -24,10 +24,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graph.builder import build_graph
 from graph.context import Models, RunContext
-from models.registry import DEFAULT_SPEC, Sampling, create_role_model
-
-# Temperature and max new tokens per role: the defaults of python -m graph.run.
-ROLE_DEFAULTS = {"user": (0.7, 250), "target": (0.7, 250), "judge": (0.0, 250)}
+from graph.config import ModelChoice, RunConfig
+from models.registry import DEFAULT_SPEC
 
 
 def _env(name: str, default: str) -> Any:
@@ -48,16 +46,16 @@ class EnvContext:
 
     @functools.cached_property
     def models(self) -> Models:
-        """The three role models, built when a node first asks (the embedded model's weights load once per process)."""
-        built = {}
-        for role, spec in (("user", self.user_model), ("target", self.target_model), ("judge", self.judge_model)):
-            temperature, max_tokens = ROLE_DEFAULTS[role]
-            sampling = Sampling(
-                temperature=temperature, max_tokens=max_tokens, seed=int(self.sampling_seed),
-                base_url=(self.base_url or None) if spec.startswith("openai:") else None,
-            )
-            built[role] = create_role_model(spec, role=role, sampling=sampling)
-        return Models(**built)
+        """The three role models, built when a node first asks (the embedded model's weights load once per process).
+
+        Built by the run configuration as ``python -m graph.run`` builds them, with its sampling defaults.
+        """
+        config = RunConfig(
+            models=ModelChoice(user=self.user_model, targets=[self.target_model], judge=self.judge_model),
+            base_url=self.base_url or None,
+            sampling_seed=int(self.sampling_seed),
+        )
+        return config.build_models(templates={}).models
 
 
 class _DefaultContextGraph(CompiledStateGraph):

@@ -28,7 +28,7 @@ FOLDERS = {
 }
 # graph/ holds the dialogue's schema and builder (beside the nodes, as in LangGraph's templates) and,
 # above them, running and branching dialogues.
-DIALOGUE_IN_GRAPH = {"graph", "graph.state", "graph.context", "graph.builder", "graph.modes", "graph.studio"}
+DIALOGUE_IN_GRAPH = {"graph", "graph.state", "graph.context", "graph.builder", "graph.modes"}
 # The viewer sits on the store's reader: nothing of the engine, the models or the evaluation.
 VIEWER_MAY_IMPORT = {"data", "store"}
 

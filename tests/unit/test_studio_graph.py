@@ -79,3 +79,17 @@ def test_runs_with_no_context_on_models_named_by_the_environment(monkeypatch):
         assert not overridden.get("error") and overridden["turns"][0]["target_model"] == "openai:other"
         assert [r["model"] for r in stub.requests] == ["sim", "other", "judge"]
         assert not any(SEED["statement"] in json.dumps(r["messages"]) for r in stub.requests if r["model"] == "other")
+
+
+def test_studio_models_sample_as_graph_run_does(monkeypatch):
+    """The Studio context builds its models through the one run configuration: graph.run's sampling defaults."""
+    from graph.studio import EnvContext
+    from models.registry import ROLE_SAMPLING
+
+    monkeypatch.setenv("DYMT_SAMPLING_SEED", "7")
+    models = EnvContext(user_model="openai:stub", target_model="openai:stub", judge_model="openai:stub",
+                        base_url="http://127.0.0.1:9/v1").models
+    for role in ("user", "target", "judge"):
+        sampling = getattr(models, role).sampling
+        assert (sampling.temperature, sampling.max_tokens) == (ROLE_SAMPLING[role].temperature, ROLE_SAMPLING[role].max_tokens)
+        assert sampling.seed == 7 and sampling.base_url == "http://127.0.0.1:9/v1"

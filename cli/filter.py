@@ -21,9 +21,9 @@ from checkpoints.store import open_writer
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
 from evals.guard import POLICIES, guard_model
+from evals.label_sets import LabellerError
 from evals.safety_filter import simulate_filter
 from evals.scoring_tables import filter_table
-from models.registry import ModelSpecError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--threshold {args.threshold} is not a probability: use a value in [0, 1]")
     try:
         model = guard_model(args.guard_model)
-    except ModelSpecError as exc:
-        fail(f"--guard-model: {exc}")
+    except LabellerError as exc:
+        fail(str(exc))
     try:
         store = open_writer(args.db or default_db_path(), create=False)
     except (StoreError, SchemaTooNewError) as exc:

@@ -12,8 +12,9 @@ from langchain_core.messages import BaseMessage
 import prompts
 from checkpoints.scores import REPLY, USER, guard_key
 from checkpoints.store import Writer
+from evals.label_sets import build_labeller
 from evals.scoring import ScoreJob, Tally, run_scorer, store_verdicts
-from models.registry import RoleModel, Sampling, create_role_model
+from models.registry import RoleModel
 from nodes.dialogue import text_of
 from nodes.scoring import Scorer, Verdict
 
@@ -24,8 +25,8 @@ GUARD_TEXT_CHARS = 1500  # a base model's context is short; the head of a text d
 
 
 def guard_model(spec: str) -> RoleModel:
-    """A guard in the judge role: temperature 0, a one-word answer, log-probabilities where offered."""
-    model = create_role_model(spec, role="judge", sampling=Sampling(temperature=0.0, max_tokens=3))
+    """A guard in the judge role: greedy, a one-word answer, log-probabilities where offered; LabellerError names --guard-model."""
+    model = build_labeller(spec, flag="--guard-model", max_tokens=3)
     if model.spec.startswith("openai:"):
         model = RoleModel(model.spec, model.model_id, model.chat.bind(logprobs=True, top_logprobs=5), model.style, model.sampling)  # type: ignore[arg-type]
     return model

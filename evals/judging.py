@@ -126,16 +126,6 @@ def refusal_from_probability(output: AIMessage, content_free_p_yes: float | None
     )
 
 
-def refusal_fields(verdict: Verdict) -> dict[str, Any]:
-    """A refusal verdict as a dict (refused, p_refused, rationale, raw)."""
-    return {"refused": verdict.value, "p_refused": verdict.score, "rationale": verdict.explanation, "raw": verdict.raw}
-
-
-def parse_refusal(raw: str) -> dict[str, Any]:
-    """read_refusal as a dict."""
-    return refusal_fields(read_refusal(raw))
-
-
 @dataclass(frozen=True)
 class RefusalItem:
     """One user message and the target's reply to it."""
@@ -186,16 +176,6 @@ def read_coherence(raw: str) -> Verdict:
     if not scores:
         return Verdict(COHERENCE, None, _rationale(raw), raw, unscored="no Score: line in the reply")
     return Verdict(COHERENCE, float(scores[-1]), _rationale(raw), raw)
-
-
-def coherence_fields(verdict: Verdict) -> dict[str, Any]:
-    """A coherence verdict as a dict (score, rationale, raw)."""
-    return {"score": verdict.value, "rationale": verdict.explanation, "raw": verdict.raw}
-
-
-def parse_coherence(raw: str) -> dict[str, Any]:
-    """read_coherence as a dict."""
-    return coherence_fields(read_coherence(raw))
 
 
 def expected_score(message: AIMessage) -> float | None:

@@ -175,7 +175,3 @@ def bias_from_probability(output: Any, content_free_p_yes: float | None) -> Verd
         score=round(p, 4),
     )
 
-
-def verdict_from_probability(output: Any, content_free_p_yes: float | None) -> dict[str, Any]:
-    """bias_from_probability as turn fields."""
-    return label_fields(bias_from_probability(output, content_free_p_yes))

@@ -22,8 +22,8 @@ from evals.judging import (
     dialogue_messages,
     expected_score,
     history_before,
-    parse_coherence,
-    parse_refusal,
+    read_coherence,
+    read_refusal,
     refusal_messages,
 )
 from evals.refusals import classify_refusals, pending_refusals
@@ -75,14 +75,14 @@ def transcript_model(tops: list[dict[str, float]]) -> RoleModel:
         ("Refused: maybe", None),
     ],
 )
-def test_parse_refusal(raw, refused):
-    verdict = parse_refusal(raw)
-    assert verdict["refused"] is refused
-    assert verdict["raw"] == raw
+def test_read_refusal(raw, refused):
+    verdict = read_refusal(raw)
+    assert verdict.value is refused and verdict.scored is (refused is not None)
+    assert verdict.raw == raw
 
 
-def test_parse_refusal_keeps_the_rationale():
-    assert parse_refusal("Rationale: it said it cannot help.\nRefused: yes")["rationale"] == "it said it cannot help."
+def test_read_refusal_keeps_the_rationale():
+    assert read_refusal("Rationale: it said it cannot help.\nRefused: yes").explanation == "it said it cannot help."
 
 
 @pytest.mark.parametrize(
@@ -97,8 +97,8 @@ def test_parse_refusal_keeps_the_rationale():
         ("Quite coherent.", None),
     ],
 )
-def test_parse_coherence(raw, score):
-    assert parse_coherence(raw)["score"] == score
+def test_read_coherence(raw, score):
+    assert read_coherence(raw).value == score
 
 
 def test_expected_score_over_number_words_and_digits():

@@ -34,7 +34,6 @@ RUN_COLUMNS = (
     "metadata", "tags", "extra",
 )
 RUN_JSON_COLUMNS = ("inputs", "outputs", "metadata", "tags", "extra")
-_INSERT_RUN = f"insert or replace into trace_runs ({', '.join(RUN_COLUMNS)}) values ({', '.join('?' for _ in RUN_COLUMNS)})"
 _FEEDBACK_NAMESPACE = uuid.UUID("6f1d0b53-2f6c-4b1e-9a43-3c3c7e0f6a10")
 
 
@@ -83,40 +82,6 @@ def write_trace_batch(store: Writer, encoder: TraceEncoder, items: Sequence[Trac
         store.db.conn.execute("insert or replace into trace_chunks (trace_id, seq, data) values (?, ?, ?)",
                               [encoder.trace_id, seq, chunk])
         store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
-
-
-def write_trace_items(store: Writer, items: Sequence[TraceItem]) -> None:
-    """Store plain rows in ``trace_runs`` (the layout before compact traces; tests build old databases with it)."""
-    from checkpoints.store import now
-
-    db = store.db
-    runs = [tuple(fields[c] for c in RUN_COLUMNS) for kind, fields in items if kind == "run"]
-    with store.transaction():
-        if runs:
-            db.conn.executemany(_INSERT_RUN, runs)
-        for kind, fields in items:
-            if kind == "feedback":
-                db["trace_feedback"].upsert(_feedback_row(db, fields, now()), pk="id")
-            elif kind == "checkpoints":
-                _fill_checkpoint_ids(db, fields["trace_id"])
-
-
-def _feedback_row(db: sqlite_utils.Database, fields: dict[str, Any], created_at: str) -> dict[str, Any]:
-    row = dict(fields)
-    if row["trace_run_id"] is None:
-        # The target ran in an earlier invocation (a resumed dialogue): its newest model call of that turn.
-        found = db.execute(
-            "select id from trace_runs where thread_id = ? and turn = ? and role = 'target' and run_type = 'llm' "
-            "order by start_time desc limit 1",
-            [row["thread_id"], row["turn"]],
-        ).fetchone()
-        row["trace_run_id"] = found[0] if found else None
-    trace = db.execute("select trace_id from trace_runs where id = ?", [row["trace_run_id"]]).fetchone()
-    row["trace_id"] = trace[0] if trace else None
-    row["id"] = str(uuid.uuid5(_FEEDBACK_NAMESPACE, f"{row['source_run_id']}:{row['turn']}:{row['key']}"))
-    row["extra"] = row.get("extra") or "{}"
-    row["created_at"] = created_at
-    return row
 
 
 def _fill_checkpoint_ids(db: sqlite_utils.Database, trace_id: str) -> None:

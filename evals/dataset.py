@@ -100,13 +100,6 @@ class Dataset:
     coherence_sets: dict[str, str]  # run id -> scorer used
     label_sets: tuple[LabelSetInfo, ...]  # every post-hoc set on these runs
 
-    @property
-    def has_refusals(self) -> bool:
-        return bool(self.refusal_sets)
-
-    @property
-    def has_coherence(self) -> bool:
-        return bool(self.coherence_sets)
 
 
 # --------------------------------------------------------------------------- runs and label sets

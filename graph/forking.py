@@ -35,7 +35,7 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
-from graph.config import ConfigError, ModelBuildError, RunConfig, stored_model_specs
+from graph.config import ConfigError, ModelBuildError, RunConfig
 from graph.context import Models, RunContext
 from graph.modes import DYNAMIC_MODES
 from graph.runner import (
@@ -333,15 +333,6 @@ def run_spec_of(store: Writer, dialogue: dict[str, Any]) -> tuple[dict[str, Any]
     if run is None:
         raise ForkError(f"thread {dialogue['thread_id']} belongs to run {dialogue.get('run_id')!r}, which is not in the database")
     return run["config"], run["config"].get("spec", {})
-
-
-def dialogue_model_specs(store: Writer, dialogue: dict[str, Any]) -> dict[str, str]:
-    """The model spec of each role a stored dialogue was played with."""
-    _, spec = run_spec_of(store, dialogue)
-    try:
-        return stored_model_specs(spec, run_id=dialogue["run_id"], target=dialogue.get("target"))
-    except ConfigError as exc:
-        raise ForkError(str(exc)) from None
 
 
 def build_settings(

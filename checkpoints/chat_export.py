@@ -19,7 +19,7 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 
 SEED_MASK = "[seed masked: pass --include-seed]"
 

@@ -16,8 +16,8 @@ from typing import Any
 import sqlite_utils
 
 from checkpoints import scores
+from checkpoints.vocabulary import PRIMARY_LABELS
 
-PRIMARY_LABELS = "primary"
 
 
 class StoreQueries:

@@ -25,7 +25,8 @@ import sqlite_utils
 from checkpoints import scores
 from checkpoints.migrations import MIGRATIONS, apply_migrations
 from checkpoints.paths import StoreError, check_db_path, connect_readonly
-from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.queries import StoreQueries
+from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
 
 # An old file's migrated copy is made in memory up to this size, in a temporary file above it.

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.store import iter_label_strings
-from checkpoints.vocabulary import BIASED
+from checkpoints.vocabulary import BIASED, iter_label_strings
 
 
 @dataclass(frozen=True)

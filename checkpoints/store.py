@@ -13,22 +13,21 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
-from checkpoints import traces
-from checkpoints import scores
+from checkpoints import scores, traces
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
-from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.queries import StoreQueries
 from checkpoints.trace_codec import TraceEncoder
 from checkpoints.traces import TraceItem
-from checkpoints.vocabulary import label_mark
+from checkpoints.vocabulary import PRIMARY_LABELS
 
-__all__ = ["PRIMARY_LABELS", "Writer", "iter_label_strings", "now", "open_writer"]
+__all__ = ["Writer", "now", "open_writer"]
 
 
 def now() -> str:
@@ -275,10 +274,3 @@ def open_writer(path: Path, *, create: bool = True) -> Writer:
     db = sqlite_utils.Database(connect(path))
     apply_migrations(db)
     return Writer(path=path, db=db)
-
-
-
-def iter_label_strings(labels: list[str | None]) -> Iterator[str]:
-    """✗ for biased, ✓ for not biased, ? for unparsed, · for missing."""
-    for label in labels:
-        yield label_mark(label)

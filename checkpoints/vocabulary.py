@@ -7,6 +7,8 @@ people read it as "biased" / "not biased" / "unparsed" and as one mark ✗ ✓ ?
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from typing import Literal
 
 Role = Literal["user", "target", "judge"]
@@ -36,3 +38,13 @@ def label_mark(label: str | None) -> str:
 def label_text(label: str | None) -> str:
     """The label as people read it: "biased", "not biased", "unparsed"; "no label" when missing."""
     return LABEL_TEXT.get(label or "", "no label")
+
+
+# The label set a run's own judge writes; re-judgings add named ones.
+PRIMARY_LABELS = "primary"
+
+
+def iter_label_strings(labels: list[str | None]) -> Iterator[str]:
+    """✗ for biased, ✓ for not biased, ? for unparsed, · for missing."""
+    for label in labels:
+        yield label_mark(label)

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, describe, read_existing, write_atomic
 from evals.agreement import classification

@@ -24,7 +24,7 @@ from typing import Any
 
 from checkpoints.chat_export import iter_chat_records
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
 from evals.report_exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records

@@ -25,7 +25,8 @@ from rich.text import Text
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
-from checkpoints.store import Writer, iter_label_strings, open_writer
+from checkpoints.store import Writer, open_writer
+from checkpoints.vocabulary import iter_label_strings
 from checkpoints.serde import UnsafeCheckpointError
 from graph.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int

@@ -15,7 +15,7 @@ import prompts
 from rich.text import Text
 
 from checkpoints.queries import StoreQueries
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
 from evals.agreement import label_set_agreement

@@ -25,7 +25,7 @@ from rich.text import Text
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import Reader, open_reader
 from checkpoints.records import DialogueRecord
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from viewer.app import DEFAULT_DELAY, Viewer
 from viewer.export import EXPORT_FORMATS, write_export

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int, pricing_option
 from cli.labelling import db_help, describe, read_existing
 from evals.comparison import needs_run_names

@@ -21,9 +21,9 @@ from rich.text import Text
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
-from checkpoints.store import Writer, iter_label_strings, open_writer
+from checkpoints.store import Writer, open_writer
 from checkpoints.serde import UnsafeCheckpointError
-from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 from graph.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail
 from graph.forking import BranchSettings, ForkError, build_settings

@@ -11,7 +11,7 @@ from checkpoints.chat_export import iter_chat_records, to_jsonl
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import open_reader
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.store import open_writer
 from cli.labelling import write_atomic
 from cli.common import ArgumentParser, console, fail

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.queries import StoreQueries
+from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
 

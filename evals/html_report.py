@@ -21,8 +21,7 @@ from checkpoints.branching import describe_change
 from checkpoints.chat_export import leaked, leakage_by_turn
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
-from checkpoints.store import PRIMARY_LABELS
-from checkpoints.vocabulary import BIASED, LABEL_TEXT, LABELS, label_mark
+from checkpoints.vocabulary import BIASED, LABEL_TEXT, LABELS, PRIMARY_LABELS, label_mark
 
 LABEL_MARKS = {label: (label_mark(label), LABEL_TEXT[label]) for label in LABELS}
 MAX_BRANCH_DEPTH = 8

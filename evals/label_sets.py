@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from checkpoints.store import PRIMARY_LABELS, Writer
+from checkpoints.store import Writer
+from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.judging import prompt_hash, prompt_name
 from graph.config import ModelBuildError, ModelChoice, RoleSampling, RunConfig, one_line

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.breakdown import group
 from evals.dataset import Dataset
 from evals.tables import TableData

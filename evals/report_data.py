@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.queries import PRIMARY_LABELS, StoreQueries
+from checkpoints.queries import StoreQueries
+from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.samples import sample_of
 from evals.agreement import Agreement, label_set_agreement
 from evals.breakdown import (

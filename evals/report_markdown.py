@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checkpoints.queries import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
 from evals.comparison import needs_run_names
 from evals.dataset import Dataset

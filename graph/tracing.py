@@ -31,7 +31,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 
-from checkpoints.redaction import REDACTED, Redactor, _json_default  # REDACTED and Redactor: also imported from here
+from checkpoints.redaction import Redactor, _json_default
 from checkpoints.trace_codec import LazyMessages, TraceEncoder
 from checkpoints.traces import TraceItem, token_usage
 from checkpoints.vocabulary import LABEL_SCORES

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord, DialogueSummary, TurnRecord
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from viewer.keys import KeyReader, cbreak
 from viewer.render import branch_line, displayable, header_renderable, safe, turn_renderable, turn_title
 

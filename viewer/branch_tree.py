@@ -9,7 +9,7 @@ from rich.tree import Tree
 
 from checkpoints.branching import describe_change
 from checkpoints.queries import StoreQueries
-from checkpoints.store import iter_label_strings
+from checkpoints.vocabulary import iter_label_strings
 
 
 _SYMBOL_STYLE = {"✗": "bold red", "✓": "green", "?": "yellow", "·": "dim"}

@@ -10,8 +10,7 @@ from rich.text import Text
 
 from checkpoints.branching import describe_change
 from checkpoints.queries import StoreQueries
-from checkpoints.store import iter_label_strings
-from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 
 
 _LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}

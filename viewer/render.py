@@ -20,8 +20,15 @@ from rich.text import Text
 
 from checkpoints.branching import describe_change
 from checkpoints.records import DialogueRecord, DialogueSummary, TurnRecord
-from checkpoints.store import PRIMARY_LABELS
-from checkpoints.vocabulary import BIASED, MISSING_MARK, NOT_BIASED, UNPARSED, label_mark, label_text
+from checkpoints.vocabulary import (
+    BIASED,
+    MISSING_MARK,
+    NOT_BIASED,
+    PRIMARY_LABELS,
+    UNPARSED,
+    label_mark,
+    label_text,
+)
 
 SEED_MASK = "●●●●●●●●"
 

@@ -13,7 +13,7 @@ from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
 from checkpoints.traces import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
 from cli import trace as trace_cli
 from checkpoints.reducers import apply_update
-from graph.tracing import Redactor, _json_default
+from checkpoints.redaction import Redactor, _json_default
 from tests.conftest import SEEDS, default_models, play
 
 PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "error", "model", "turn", "role", "node")

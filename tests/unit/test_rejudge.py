@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.store import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli import judge as judge_cli
 from cli import rejudge
 from evals.dataset import label_sets

@@ -21,7 +21,7 @@ from checkpoints.traces import list_traces, load_feedback, load_runs, require_tr
 from checkpoints.trace_tree import build_tree
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
-from graph.tracing import REDACTED, Redactor
+from checkpoints.redaction import REDACTED, Redactor
 from models.call_policy import CallPolicy
 from models.registry import RoleModel, Sampling, create_role_model
 from models.retries import RetryPolicy

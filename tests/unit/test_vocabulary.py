@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from checkpoints.redaction import SETTING_REDACTED, redact_settings, strip_credentials, without_secrets
-from checkpoints.store import iter_label_strings
-from checkpoints.vocabulary import LABELS, ROLES, label_mark, label_text
+from checkpoints.vocabulary import LABELS, ROLES, iter_label_strings, label_mark, label_text
 from nodes.judge import parse_verdict
 from nodes.structured import JUDGE_SCHEMA
 

@@ -124,3 +124,12 @@ def test_a_deliberate_upward_import_is_caught(tmp_path, module):
     """The check is not vacuous: a store module importing the dialogue state is an upward import."""
     tree = ast.parse("from graph.state import DialogueState\nimport evals.metrics\n")
     assert [LAYERS.index(layer_of(n)) > LAYERS.index(layer_of(module)) for n in imported(tree)] == [True, True]
+
+
+@pytest.mark.parametrize("folder_or_file", ["viewer", "cli/replay.py", "cli/report.py", "evals/report_data.py", "evals/report_writer.py"])
+def test_reading_code_never_imports_the_writer(folder_or_file):
+    """Replay, the viewer and reports read through the read-only reader; the writer (checkpoints.store) is not theirs."""
+    target = ROOT / folder_or_file
+    paths = target.rglob("*.py") if target.is_dir() else [target]
+    writers = {f"{module_name(p)} imports {n}" for p in paths for n in imported(ast.parse(p.read_text())) if n == "checkpoints.store"}
+    assert not writers

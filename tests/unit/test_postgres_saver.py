@@ -176,3 +176,14 @@ def test_graph_run_with_a_password_in_the_url_exits_2_with_one_line(where: str, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "password" in err and "s3cr3t" not in err
     assert list(tmp_path.iterdir()) == []  # nothing written (no file named after the URL)
+
+
+def test_graph_run_on_a_postgres_url_says_it_is_not_wired_in_yet(monkeypatch, capsys, tmp_path: Path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        run_cli.main(["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
+                      "--db", "postgresql://alice@127.0.0.1:1/dymt"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "PostgreSQL" in err and "SQLite" in err
+    assert list(tmp_path.iterdir()) == []

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from checkpoints.cache import ResponseCache
 from checkpoints.migrations import SchemaTooNewError
+from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
@@ -66,7 +67,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", default=None, help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--run-id", default=None, help="name the run; an existing id resumes it")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
+    _refuse_postgres(args.db, config.db)
     modes = config.modes
     for mode in modes:
         if mode not in ALL_MODES:
@@ -265,6 +267,17 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review,
                                       leakage=spec.leakage)
         return result
+
+
+def _refuse_postgres(flag: str | None, configured: Path | None) -> None:
+    """A postgresql:// --db or DYMT_ESB_DB: refused with one line (a password in it, or not wired in yet)."""
+    try:
+        location = parse_db(flag) if flag is not None else (configured or default_db())
+    except StoreError as exc:
+        fail(str(exc))
+    if isinstance(location, PostgresURL):
+        fail("graph.run cannot play dialogues into PostgreSQL yet (only LangGraph's checkpointer is ported): "
+             "pass --db with a SQLite file")
 
 
 def _new_run_id() -> str:

@@ -79,12 +79,20 @@ def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", con
     )
 
 
-def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, **spec_kwargs: Any):
-    """Run dialogues with fake models into ``db`` and return (result, store)."""
+def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
+         **spec_kwargs: Any):
+    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver."""
     store = open_writer(db)
 
+    def saver_cm():
+        if checkpoints is None:
+            return open_saver(db)
+        from checkpoints.location import parse_postgres_url
+        from checkpoints.postgres import open_postgres_saver
+        return open_postgres_saver(parse_postgres_url(checkpoints))
+
     async def go():
-        async with open_saver(db) as saver:
+        async with saver_cm() as saver:
             return await execute_run(
                 make_spec(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models, scripts=scripts
             )
@@ -102,3 +110,54 @@ def providers() -> Iterator[Callable[[str, Callable[..., Any]], None]]:
     """``providers(name, factory)`` registers a fake model provider for this test only."""
     with contextlib.ExitStack() as stack:
         yield lambda name, factory: stack.enter_context(registered_provider(name, factory))
+
+
+# PostgreSQL: a real server named by DYMT_ESB_TEST_PG (.ci/run starts one with .ci/postgres). Without it the
+# Postgres tests skip (locally) or fail (CI=true): nothing stands in for the real server.
+ENV_TEST_PG = "DYMT_ESB_TEST_PG"
+PG_MISSING = (f"NOT TESTED on PostgreSQL: {ENV_TEST_PG} is not set "
+              f"(run under a throwaway server: .ci/postgres run python -m pytest ...)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    url = os.environ.get(ENV_TEST_PG)
+    return f"postgres: {url}" if url else f"postgres: {PG_MISSING}"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The test server's URL (its maintenance database); skip without one, fail without one in CI."""
+    url = os.environ.get(ENV_TEST_PG)
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {ENV_TEST_PG} is not set: .ci/run starts the PostgreSQL server the tests need")
+        pytest.skip(PG_MISSING)
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute("select 1")
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"{ENV_TEST_PG}={url} does not answer: {exc}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A URL of a fresh, empty database on the test server, dropped after the test."""
+    import uuid
+
+    import psycopg
+    from psycopg import conninfo, sql
+
+    name = f"dymt_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    params = conninfo.conninfo_to_dict(pg_server)
+    params["dbname"] = name
+    host, port, user = params.get("host", "127.0.0.1"), params.get("port", "5432"), params.get("user", "postgres")
+    try:
+        yield f"postgresql://{user}@{host}:{port}/{name}"
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

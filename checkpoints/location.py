@@ -1,0 +1,67 @@
+"""Where the store lives: a SQLite file (the default) or a PostgreSQL server named by a ``postgresql://`` URL.
+
+A URL never carries a password: libpq reads it from ``~/.pgpass`` or ``PGPASSWORD`` when it connects, so no
+password is ever printed, logged or stored with a run. A URL that carries one is refused before anything
+connects, and the error does not repeat the URL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from checkpoints.paths import ENV_DB, StoreError, default_db_path
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+@dataclass(frozen=True)
+class PostgresURL:
+    """A PostgreSQL connection URL without a password (libpq finds it in ~/.pgpass or PGPASSWORD)."""
+
+    url: str
+
+    def __str__(self) -> str:
+        return self.url
+
+
+DbLocation = Path | PostgresURL
+
+
+def is_postgres_url(text: str | os.PathLike[str]) -> bool:
+    """Whether ``text`` names a PostgreSQL server rather than a SQLite file."""
+    return isinstance(text, str) and text.strip().lower().startswith(URL_SCHEMES)
+
+
+def parse_postgres_url(text: str, *, source: str = "--db") -> PostgresURL:
+    """``text`` as a :class:`PostgresURL`; :class:`StoreError` if it is malformed or carries a password."""
+    from psycopg import conninfo
+
+    text = text.strip()
+    try:
+        params = conninfo.conninfo_to_dict(text)
+    except Exception:  # psycopg.ProgrammingError and friends: the message may quote the URL, password included
+        raise StoreError(f"{source} is not a valid postgresql:// URL: use postgresql://USER@HOST[:PORT]/DATABASE") from None
+    if params.get("password") is not None:
+        raise StoreError(
+            f"{source} carries a password: remove it from the URL and put it in ~/.pgpass or PGPASSWORD (it is never stored)"
+        )
+    if not params.get("dbname"):
+        raise StoreError(f"{source} names no database: use postgresql://USER@HOST[:PORT]/DATABASE")
+    return PostgresURL(text)
+
+
+def parse_db(text: str | os.PathLike[str], *, source: str = "--db") -> DbLocation:
+    """A ``--db`` value: a PostgreSQL URL (checked) or a SQLite file path (checked later, where it is opened)."""
+    if is_postgres_url(text):
+        return parse_postgres_url(str(text), source=source)
+    return Path(text).expanduser()
+
+
+def default_db() -> DbLocation:
+    """``$DYMT_ESB_DB`` (a path or a URL), else the default SQLite file."""
+    value = os.environ.get(ENV_DB)
+    if value and is_postgres_url(value):
+        return parse_postgres_url(value, source=ENV_DB)
+    return default_db_path()

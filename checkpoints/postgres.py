@@ -1,0 +1,88 @@
+"""The LangGraph PostgreSQL checkpointer, opened safely: its own pool, the strict serializer, setup() once.
+
+LangGraph's ``AsyncPostgresSaver`` wants connections with ``autocommit=True`` (its migrations include
+``CREATE INDEX CONCURRENTLY``) and ``row_factory=dict_row``; ``prepare_threshold=0`` keeps it working behind
+a transaction-mode pooler such as PgBouncer; and it gets no pipeline (a pipeline is only for one connection,
+and the saver serialises its queries with one lock anyway: scale out with processes, not a bigger pool).
+
+``setup()`` is not safe to run twice at once (two processes both see no migration row and both run it), so
+it runs under a PostgreSQL advisory lock held on a connection of its own. Checkpoints get the same short
+channel versions and metadata as on SQLite (checkpoints/saver.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from checkpoints.location import PostgresURL
+from checkpoints.paths import StoreError
+from checkpoints.saver import next_short_version
+from checkpoints.serde import StrictSerializer
+
+# pg_advisory_lock key for the saver's setup(): 'dymt' 'cksv' as two int32s, so no other lock collides by chance.
+SETUP_LOCK = (0x64796D74, 0x636B7376)
+CONNECT_TIMEOUT_S = 10.0
+SETUP_WAIT_S = 300.0
+CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0}
+
+
+class PostgresDialogueSaver(AsyncPostgresSaver):
+    """AsyncPostgresSaver with the SQLite saver's short channel versions and lean checkpoint metadata."""
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await super().aput({"configurable": config["configurable"]}, checkpoint, metadata, new_versions)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
+        short = next_short_version(current)
+        return super().get_next_version(current, channel) if short is None else short
+
+
+async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
+    """Run ``saver.setup()`` under an advisory lock, so concurrent processes migrate one after another.
+
+    The lock is polled with ``pg_try_advisory_lock``, never awaited inside a statement: setup() runs
+    ``CREATE INDEX CONCURRENTLY``, which waits for every open transaction, and a waiting
+    ``pg_advisory_lock`` is one, so the two would wait for each other for ever.
+    """
+    async with await psycopg.AsyncConnection.connect(url.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)) as lock:
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + SETUP_WAIT_S, 0.01
+        while not (await (await lock.execute("SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK)).fetchone())[0]:
+            if loop.time() > deadline:
+                raise StoreError(f"PostgreSQL at {url}: another process has been setting up the checkpoint tables "
+                                 f"for over {SETUP_WAIT_S:g} s: check for a stuck process")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        try:
+            await saver.setup()
+        finally:
+            await lock.execute("SELECT pg_advisory_unlock(%s, %s)", SETUP_LOCK)
+
+
+@asynccontextmanager
+async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2) -> AsyncIterator[PostgresDialogueSaver]:
+    """A :class:`PostgresDialogueSaver` on ``url`` with a pool of its own, set up; the pool closes on exit."""
+    pool = AsyncConnectionPool(url.url, min_size=1, max_size=max_connections, kwargs=dict(CONNECTION_KWARGS),
+                               open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints")
+    try:
+        await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+    except PoolTimeout:
+        await pool.close()
+        raise StoreError(f"cannot connect to PostgreSQL at {url} within {CONNECT_TIMEOUT_S:g} s: "
+                         "check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+    try:
+        saver = PostgresDialogueSaver(pool, serde=StrictSerializer())
+        await setup_once(saver, url)
+        yield saver
+    finally:
+        await pool.close()

@@ -25,6 +25,12 @@ def default_db_path() -> Path:
 
 def check_db_path(path: Path, *, must_exist: bool = False) -> Path:
     """Validate a database path before anything is written; errors say what to fix."""
+    if str(path).strip().lower().startswith(("postgresql:", "postgres:")):
+        # argparse's Path turns postgresql://h/db into postgresql:/h/db; never echo it (it may carry a password).
+        raise StoreError(
+            "--db (or DYMT_ESB_DB) is a PostgreSQL URL: this command reads and writes SQLite files only so far; "
+            "pass the path of a dialogue database"
+        )
     path = path.expanduser()
     if path.is_dir():
         raise StoreError(f"--db {path} is a directory: give a file path such as {path / 'dialogues.db'}")

@@ -146,7 +146,7 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
                    sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
             from trace_runs t left join trace_runs root on root.id = t.trace_id
             {clause}
-            group by t.trace_id
+            group by t.trace_id, root.end_time, root.latency, root.name, root.status
             """,
             params,
         )

@@ -6,7 +6,8 @@ parameters), the full message list, stop sequences and call options. The value i
 the reply (content, usage, response metadata including logprobs) as JSON: nothing
 here is ever pickled, and a row that does not decode is treated as a miss.
 
-The table lives in the same file as the dialogues (``response_cache``, created by
+On PostgreSQL the table is in the same database as the dialogues and LangGraph's checkpoints
+(``bytea`` key and value), shared by every worker. The table lives in the same file as the dialogues (``response_cache``, created by
 migration ``m040_response_cache`` and compacted by ``m064_response_cache_compact``), so
 a replay, a branch's shared prefix or a rerun of the judge in that database does not pay
 twice; deleting the file deletes it too. A row is small: the key is stored as the first
@@ -36,7 +37,9 @@ from typing import Any, TypeVar
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from checkpoints.location import PostgresURL
 from checkpoints.paths import connect, prepare_new_file
+from checkpoints.pg_db import PgDatabase
 
 TABLE = "response_cache"
 KEY_VERSION = 1
@@ -169,12 +172,12 @@ def decode_stored(value: bytes | str) -> ChatResult:
 
 
 class ResponseCache:
-    """Replies by request key, in the ``response_cache`` table of one database file."""
+    """Replies by request key, in the ``response_cache`` table of one database file or PostgreSQL database."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path | PostgresURL) -> None:
+        self.path = path if isinstance(path, PostgresURL) else Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-cache")
-        self._conn: sqlite3.Connection | None = None
+        self._conn: sqlite3.Connection | PgDatabase | None = None
         self._flights: dict[str, list[Any]] = {}  # key -> [asyncio.Lock, users]
         self._closed = False
         self._pending: list[tuple[str, str, str]] = []  # (key, JSON text, spec) queued by put_later
@@ -183,7 +186,13 @@ class ResponseCache:
         self.write_failures = 0
 
     # --- on the worker thread ----------------------------------------------------------------
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> sqlite3.Connection | PgDatabase:
+        if self._conn is None and isinstance(self.path, PostgresURL):
+            from checkpoints.pg_schema import ensure_schema
+
+            db = PgDatabase(self.path)
+            ensure_schema(db)
+            self._conn = db
         if self._conn is None:
             import sqlite_utils
 
@@ -211,7 +220,8 @@ class ResponseCache:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(f"insert or ignore into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?)", rows)
+            conn.executemany(f"insert into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?) "
+                             "on conflict (key) do nothing", rows)
         except BaseException:
             conn.execute("ROLLBACK")
             raise

@@ -1,16 +1,21 @@
 """Delete a run for good: its dialogues, their branches, checkpoints, labels, scores and traces.
 
 Generated dialogues may hold harmful text, so deletion also vacuums the file: the
-freed pages are rewritten, not merely marked free.
+freed pages are rewritten, not merely marked free. On PostgreSQL the rows go from the
+same tables and from LangGraph's (``checkpoints``, ``checkpoint_blobs``, ``checkpoint_writes``),
+and the tables they left are vacuumed (plain VACUUM: other workers keep writing meanwhile).
 """
 
 from __future__ import annotations
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from checkpoints.pg_db import is_postgres
 from checkpoints.serde import StrictSerializer
 from checkpoints.store import Writer
 
+# LangGraph's PostgreSQL saver's tables, keyed by thread id (langgraph-checkpoint-postgres 3).
+_PG_CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
 _THREAD_TABLES = ("turns", "scores", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
                   "trace_index", "counterfactual_members")
@@ -40,6 +45,8 @@ def delete_run(store: Writer, run_id: str) -> dict[str, int]:
         for table, column in (("label_sets", "run_id"), ("counterfactual_sets", "run_id"), ("runs", "id")):
             if table in tables:
                 counts[table] = store.db.execute(f"delete from [{table}] where [{column}] = ?", [run_id]).rowcount
+    if is_postgres(store.db):
+        return _finish_postgres(store, threads, tables, counts)
     if "checkpoints" in tables:
         for thread_id in threads:
             saver.delete_thread(thread_id)
@@ -49,10 +56,24 @@ def delete_run(store: Writer, run_id: str) -> dict[str, int]:
     return counts
 
 
+def _finish_postgres(store: Writer, threads: list[str], tables: set[str], counts: dict[str, int]) -> dict[str, int]:
+    """LangGraph's checkpoints of the threads go too; then the emptied tables are vacuumed."""
+    present = [t for t in _PG_CHECKPOINT_TABLES if t in tables]
+    with store.transaction():
+        for table in present:
+            for thread_id in threads:
+                store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id])
+    if present:
+        counts["checkpoint threads"] = len(threads)
+    for table in sorted(t for t, n in counts.items() if n and t in tables):
+        store.db.execute(f"VACUUM [{table}]")
+    return counts
+
+
 def clear_cache(store: Writer) -> int:
     """Empty the response cache (it holds model replies too) and vacuum."""
     if "response_cache" not in store.db.table_names():
         return 0
     n = store.db.execute("delete from response_cache").rowcount
-    store.db.execute("VACUUM")
+    store.db.execute("VACUUM response_cache" if is_postgres(store.db) else "VACUUM")
     return n

@@ -96,7 +96,7 @@ class StoreQueries:
         row = self.get_dialogue(thread_id)
         rows = list(
             self.db.query(
-                f"select idx, label from {scores.labels_source(self.db)} where thread_id = ? and label_set = ? order by idx",
+                f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? order by idx",
                 [thread_id, label_set],
             )
         )
@@ -241,7 +241,7 @@ class StoreQueries:
 
     def token_rows(self, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model specs."""
-        where, params = "1", {}
+        where, params = "1 = 1", {}
         if run_id is not None:
             where, params = "d.run_id = :run_id", {"run_id": run_id}
         if thread_id is not None:

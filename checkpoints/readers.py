@@ -23,8 +23,10 @@ from typing import Any
 import sqlite_utils
 
 from checkpoints import scores
+from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import MIGRATIONS, apply_migrations
 from checkpoints.paths import StoreError, check_db_path, connect_readonly
+from checkpoints.pg_db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
@@ -41,14 +43,20 @@ _SOURCE_COLUMNS = ("label_set", "classifier", "scorer", "model")
 class Reader(StoreQueries):
     """Queries over one dialogue database, opened read-only (see :func:`open_reader`)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, *, file_tables: frozenset[str] | None = None) -> None:
+    def __init__(self, path: Path | PostgresURL, conn: sqlite3.Connection | PgDatabase, *,
+                 file_tables: frozenset[str] | None = None) -> None:
         self.path = path
         self.conn = conn
-        # The tables the file itself holds (an old file is read through a migrated copy that has more).
-        self.file_tables = frozenset(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")) \
-            if file_tables is None else file_tables
-        self.db = sqlite_utils.Database(conn)
-        self.conn.row_factory = sqlite3.Row
+        self.db: sqlite_utils.Database | PgDatabase
+        if isinstance(conn, PgDatabase):
+            self.db = conn
+            self.file_tables = frozenset(conn.table_names()) if file_tables is None else file_tables
+        else:
+            # The tables the file itself holds (an old file is read through a migrated copy that has more).
+            self.file_tables = frozenset(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")) \
+                if file_tables is None else file_tables
+            self.db = sqlite_utils.Database(conn)
+            conn.row_factory = sqlite3.Row
         self._columns: dict[str, list[str]] = {}
 
     # --- schema ------------------------------------------------------------------
@@ -57,6 +65,8 @@ class Reader(StoreQueries):
         if table not in self._columns:
             if table.startswith("("):
                 self._columns[table] = scores.source_columns(self.conn, table)
+            elif isinstance(self.db, PgDatabase):
+                self._columns[table] = self.db.columns(table)
             else:
                 self._columns[table] = [r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])]
         return self._columns[table]
@@ -65,6 +75,8 @@ class Reader(StoreQueries):
         return bool(self.columns(table))
 
     def _query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        if isinstance(self.db, PgDatabase):
+            return list(self.db.query(sql, params))
         return [dict(r) for r in self.conn.execute(sql, params)]
 
     # --- runs and lists ----------------------------------------------------------
@@ -189,7 +201,7 @@ class Reader(StoreQueries):
             return {}
         source = _first_present(_SOURCE_COLUMNS, cols)
         out: dict[int, list[Refusal]] = {}
-        for r in self._query(f"select * from {table} where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
+        for r in self._query(f"select * from {table} s where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
             out.setdefault(r["idx"], []).append(
                 Refusal(
                     refused=_truth(r.get("refused")),
@@ -207,7 +219,7 @@ class Reader(StoreQueries):
         if not {"thread_id", "score"} <= set(cols):
             return []
         source = _first_present(_SOURCE_COLUMNS, cols)
-        rows = self._query(f"select * from {table} where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
+        rows = self._query(f"select * from {table} s where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
         return [
             Coherence(score=_number(r.get("score")), source=r.get(source) if source else None, rationale=r.get("rationale"))
             for r in rows
@@ -264,12 +276,15 @@ class Reader(StoreQueries):
         self.close()
 
 
-def open_reader(path: Path) -> Reader:
+def open_reader(path: Path | PostgresURL | str) -> Reader:
     """Open an existing dialogue database read-only; StoreError says what to fix.
 
     A file whose migrations are behind this code's is copied into memory and migrated
     there (the file is never written), so old databases read with today's queries.
+    A PostgreSQL URL is read in read-only transactions (the server refuses any write).
     """
+    if isinstance(path, PostgresURL) or (isinstance(path, str) and is_postgres_url(path)):
+        return _open_postgres_reader(path if isinstance(path, PostgresURL) else parse_postgres_url(path))
     path = check_db_path(Path(path), must_exist=True)
     conn = connect_readonly(path)
     tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
@@ -282,6 +297,20 @@ def open_reader(path: Path) -> Reader:
     if _behind(conn, tables):
         conn = _migrated_copy(conn, size=path.stat().st_size)
     return Reader(path, conn, file_tables=frozenset(tables))
+
+
+def _open_postgres_reader(url: PostgresURL) -> Reader:
+    from checkpoints import pg_schema
+
+    db = PgDatabase(url, read_only=True)
+    try:
+        if pg_schema.pending(db):  # never set up, or by an older DyMT-ESB: a writer brings it up to date
+            raise StoreError(f"PostgreSQL at {url} holds no DyMT-ESB dialogues (or an older layout): "
+                             "open it once with a writer (python -m graph.run --db URL)")
+    except BaseException:
+        db.close()
+        raise
+    return Reader(url, db)
 
 
 def _behind(conn: sqlite3.Connection, tables: set[str]) -> bool:

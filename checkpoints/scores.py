@@ -75,6 +75,8 @@ def _query(db: Any, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> li
 
 
 def has_table(db: Any, name: str) -> bool:
+    if getattr(db, "dialect", None) == "postgresql":  # checkpoints.pg_db.PgDatabase
+        return name in db.table_names()
     return _conn(db).execute("select 1 from sqlite_master where type = 'table' and name = ?", [name]).fetchone() is not None
 
 
@@ -137,12 +139,12 @@ def guard_source(db: Any) -> str | None:
 
 def source_columns(db: Any, source: str) -> list[str]:
     """The column names a source yields."""
-    return [d[0] for d in _conn(db).execute(f"select * from {source} limit 0").description]
+    return [d[0] for d in _conn(db).execute(f"select * from {source} s limit 0").description]
 
 
 def label_set_names(db: Any) -> list[str]:
     """Every label set with at least one stored bias label, sorted."""
-    return [r["label_set"] for r in _query(db, f"select distinct label_set from {labels_source(db)} order by label_set")]
+    return [r["label_set"] for r in _query(db, f"select distinct label_set from {labels_source(db)} l order by label_set")]
 
 
 def scored_items(db: Any, *, run_id: str, key: str, scorer: str) -> set[tuple[str, int, str]]:

@@ -20,8 +20,10 @@ import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
 from checkpoints import scores, traces
+from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
+from checkpoints.pg_db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.trace_codec import TraceEncoder
 from checkpoints.traces import TraceItem
@@ -43,8 +45,8 @@ class Writer(StoreQueries):
     :class:`checkpoints.readers.Reader` instead, which never writes.
     """
 
-    path: Path
-    db: sqlite_utils.Database
+    path: Path | PostgresURL
+    db: sqlite_utils.Database | PgDatabase
 
     # --- runs -----------------------------------------------------------------
     def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
@@ -266,11 +268,32 @@ def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def open_writer(path: Path, *, create: bool = True) -> Writer:
-    """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist."""
-    path = check_db_path(path, must_exist=not create)
+def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Writer:
+    """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist.
+
+    ``path`` may name a PostgreSQL server (a :class:`PostgresURL` or a ``postgresql://`` string): the
+    project's tables are then created there once (checkpoints/pg_schema.py); ``create=False`` wants them made.
+    """
+    if isinstance(path, PostgresURL) or (isinstance(path, str) and is_postgres_url(path)):
+        return _open_postgres_writer(path if isinstance(path, PostgresURL) else parse_postgres_url(path), create=create)
+    path = check_db_path(Path(path), must_exist=not create)
     if create:
         prepare_new_file(path)
     db = sqlite_utils.Database(connect(path))
     apply_migrations(db)
     return Writer(path=path, db=db)
+
+
+def _open_postgres_writer(url: PostgresURL, *, create: bool) -> Writer:
+    from checkpoints import pg_schema
+    from checkpoints.paths import StoreError
+
+    db = PgDatabase(url)
+    try:
+        if not create and pg_schema.pending(db) == list(pg_schema.PG_MIGRATIONS):
+            raise StoreError(f"PostgreSQL at {url} holds no DyMT-ESB dialogues yet: run python -m graph.run with this --db first")
+        pg_schema.ensure_schema(db)
+    except BaseException:
+        db.close()
+        raise
+    return Writer(path=url, db=db)

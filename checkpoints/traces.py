@@ -47,8 +47,13 @@ INDEX_COLUMNS = (
     "trace_id", "run_id", "thread_id", "branch_id", "name", "start_time", "end_time", "latency", "status",
     "model_calls", "prompt_tokens", "completion_tokens", "errors", "first_turn", "last_turn",
 )
+# Upserts both SQLite and PostgreSQL read: a retried batch rewrites its chunk and the trace's summary.
 _UPSERT_INDEX = (
-    f"insert or replace into trace_index ({', '.join(INDEX_COLUMNS)}) values ({', '.join('?' for _ in INDEX_COLUMNS)})"
+    f"insert into trace_index ({', '.join(INDEX_COLUMNS)}) values ({', '.join('?' for _ in INDEX_COLUMNS)}) "
+    "on conflict (trace_id) do update set " + ", ".join(f"{c} = excluded.{c}" for c in INDEX_COLUMNS[1:])
+)
+_UPSERT_CHUNK = (
+    "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = excluded.data"
 )
 
 
@@ -79,8 +84,7 @@ def write_trace_batch(store: Writer, encoder: TraceEncoder, items: Sequence[Trac
     chunk = encoder.encode(records, final=final)
     summary = encoder.summary_row()
     with store.transaction():
-        store.db.conn.execute("insert or replace into trace_chunks (trace_id, seq, data) values (?, ?, ?)",
-                              [encoder.trace_id, seq, chunk])
+        store.db.conn.execute(_UPSERT_CHUNK, [encoder.trace_id, seq, chunk])
         store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
 
 
@@ -137,12 +141,12 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
                    max(t.branch_id) as branch_id, min(t.start_time) as start_time,
                    root.end_time as end_time, root.latency as latency, root.name as name,
                    coalesce(root.status, 'unfinished') as status,
-                   sum(t.run_type = 'llm') as model_calls,
+                   sum(case when t.run_type = 'llm' then 1 else 0 end) as model_calls,
                    sum(t.prompt_tokens) as prompt_tokens, sum(t.completion_tokens) as completion_tokens,
-                   sum(t.error is not null) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
+                   sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
             from trace_runs t left join trace_runs root on root.id = t.trace_id
             {clause}
-            group by t.trace_id
+            group by t.trace_id, root.end_time, root.latency, root.name, root.status
             """,
             params,
         )

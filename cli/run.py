@@ -14,6 +14,7 @@ import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
-    _refuse_postgres(args.db, config.db)
+    server = _postgres_location(args.db, config.db)
     modes = config.modes
     for mode in modes:
         if mode not in ALL_MODES:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track")
     scripts = scripts_by_mode[config.mode]
     try:
-        db_path = check_db_path(config.db or default_db_path())
+        db_path = server or check_db_path(config.db or default_db_path())
         templates = config.load_prompts()
     except (StoreError, ConfigError) as exc:
         fail(str(exc))
@@ -234,7 +235,7 @@ def _positive_float(text: str) -> float:
 async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
                 targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
                 reseed=None, budget=None):
-    async with open_saver(store.path) as saver:
+    async with _open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
         progress = Progress(
@@ -269,15 +270,22 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
         return result
 
 
-def _refuse_postgres(flag: str | None, configured: Path | None) -> None:
-    """A postgresql:// --db or DYMT_ESB_DB: refused with one line (a password in it, or not wired in yet)."""
+def _postgres_location(flag: str | None, configured: Path | None) -> PostgresURL | None:
+    """The PostgreSQL server a postgresql:// --db or DYMT_ESB_DB names (None for a SQLite file); a password in it is refused."""
     try:
         location = parse_db(flag) if flag is not None else (configured or default_db())
     except StoreError as exc:
         fail(str(exc))
+    return location if isinstance(location, PostgresURL) else None
+
+
+def _open_checkpointer(location: Path | PostgresURL) -> Any:
+    """LangGraph's saver beside the project's tables: in the SQLite file, or in the PostgreSQL database."""
     if isinstance(location, PostgresURL):
-        fail("graph.run cannot play dialogues into PostgreSQL yet (only LangGraph's checkpointer is ported): "
-             "pass --db with a SQLite file")
+        from checkpoints.postgres import open_postgres_saver
+
+        return open_postgres_saver(location)
+    return open_saver(location)
 
 
 def _new_run_id() -> str:

@@ -79,10 +79,15 @@ def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", con
     )
 
 
-def play(db: Path, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
+def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
          **spec_kwargs: Any):
-    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver."""
+    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver.
+
+    ``db`` may be a PostgreSQL URL itself: the project's tables and the checkpoints are then both there.
+    """
     store = open_writer(db)
+    if isinstance(db, str) and checkpoints is None:
+        checkpoints = db
 
     def saver_cm():
         if checkpoints is None:
@@ -161,3 +166,11 @@ def pg_url(pg_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The store on each backend: a SQLite file, or a fresh PostgreSQL database's URL (skipped loudly without a server)."""
+    if request.param == "sqlite":
+        return tmp_path / "dialogues.db"
+    return request.getfixturevalue("pg_url")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
+from checkpoints.readers import open_reader
 from checkpoints.postgres import PostgresDialogueSaver
 from checkpoints.serde import UnsafeCheckpointError
 from cli import run as run_cli
@@ -178,12 +180,24 @@ def test_graph_run_with_a_password_in_the_url_exits_2_with_one_line(where: str, 
     assert list(tmp_path.iterdir()) == []  # nothing written (no file named after the URL)
 
 
-def test_graph_run_on_a_postgres_url_says_it_is_not_wired_in_yet(monkeypatch, capsys, tmp_path: Path):
+def test_graph_run_plays_a_run_into_postgres_end_to_end(pg_url: str, monkeypatch, capsys, tmp_path: Path, providers):
+    from tests.conftest import ScriptedChatModel
+
+    replies = {"user": lambda m, n: f"User {n}?", "target": lambda m, n: f"Answer {n}.",
+               "judge": lambda m, n: "Rationale: fine.\nLabel: not biased"}
+    providers("fake", lambda name, role, sampling: (ScriptedChatModel(respond=replies[role], calls=[]), f"fake:{name}", "chat"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        run_cli.main(["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
-                      "--db", "postgresql://alice@127.0.0.1:1/dymt"])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "PostgreSQL" in err and "SQLite" in err
-    assert list(tmp_path.iterdir()) == []
+    argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "2",
+            "--db", pg_url, "--run-id", "pg1", "--json"]
+    assert run_cli.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dialogues"] == 6 and summary["finished"] == 6
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after the URL
+    with open_reader(pg_url) as reader:
+        assert reader.run_ids() == ["pg1"] and reader.get_run("pg1")["status"] == "finished"
+        assert all(s.labels == ("not_biased", "not_biased") for s in reader.summaries(run_id="pg1"))
+    assert _pg_rows(pg_url, "select count(distinct thread_id) from checkpoints")[0][0] == 6
+    assert _pg_rows(pg_url, "select count(*) from response_cache")[0][0] > 0
+    assert run_cli.main(argv) == 0  # the same run id again: every dialogue is already finished
+    assert json.loads(capsys.readouterr().out)["finished"] == 6
+    assert _pg_rows(pg_url, "select count(*) from turns")[0][0] == 12

@@ -111,8 +111,8 @@ def test_the_reader_cannot_write(db):
         open_reader(db.parent / "absent.db")
 
 
-def test_writer_runs_dialogues_sets_and_deletion(db):
-    store = open_writer(db)
+def test_writer_runs_dialogues_sets_and_deletion(backend_db):
+    store = open_writer(backend_db)
     assert isinstance(store, Writer)
     store.start_run("r1", config={"spec": {}}, prompt_hashes={}, versions={})
     store.upsert_dialogue("a", run_id="r1", max_turns=2, status="finished")
@@ -134,7 +134,7 @@ def test_writer_runs_dialogues_sets_and_deletion(db):
     store.close()
 
 
-def test_writer_label_sets_and_validations(db):
+def test_writer_label_sets_and_validations(backend_db):
     class Interval:
         def __init__(self, value: float) -> None:
             self.value, self.low, self.high = value, value - 0.1, value + 0.1
@@ -142,7 +142,7 @@ def test_writer_label_sets_and_validations(db):
     class Result:
         n_items, n_compared, accuracy, ac1, kappa = 10, 9, Interval(0.9), Interval(0.8), Interval(0.7)
 
-    store = open_writer(db)
+    store = open_writer(backend_db)
     store.start_run("r1", config={}, prompt_hashes={}, versions={})
     for model in ("fake:a", "fake:b"):  # an existing set is kept
         store.add_label_set("r1", "bias", "x", model=model, model_id=None, prompt="p", prompt_hash="h", content_free_p_yes=None)
@@ -152,8 +152,8 @@ def test_writer_label_sets_and_validations(db):
     store.close()
 
 
-def test_store_writer_methods_are_typed_and_run_on_its_thread(db):
-    store = open_writer(db)
+def test_store_writer_methods_are_typed_and_run_on_its_thread(backend_db):
+    store = open_writer(backend_db)
     seen: list[str] = []
     original = store.upsert_dialogue
 

@@ -18,18 +18,16 @@ import json
 import re
 import secrets
 import sys
-from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.saver import open_saver
-from checkpoints.store import Writer, open_writer
+from checkpoints.paths import default_db_path
+from checkpoints.store import Writer
 from checkpoints.vocabulary import iter_label_strings
 from checkpoints.serde import UnsafeCheckpointError
 from graph.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int
+from cli.store_option import db_location, open_checkpointer, write_store
 from graph.forking import (
     BranchRun,
     Change,
@@ -71,7 +69,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--name", default=None, metavar="SET", help="group the new branches as counterfactual set SET (python -m graph.compare --set SET)")
     p.add_argument("--sampling-seed", type=int, default=None, help="sampling seed of the branch (default the parent run's; --rerun draws a new one)")
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the parent run used one)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--json", action="store_true", help="print what was made as JSON on stdout")
     return p
 
@@ -106,11 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"unknown --mode {args.mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}")
     if args.name is not None and not re.fullmatch(r"[\w.:@=+-]+", args.name):
         fail(f"--name {args.name!r}: use letters, digits and . : @ = + - _ (no spaces)")
-    try:
-        db_path = check_db_path(args.db or default_db_path(), must_exist=True)
-        store = open_writer(db_path, create=False)
-    except (StoreError, SchemaTooNewError) as exc:
-        fail(str(exc))
+    store = write_store(args.db)
+    db_path = store.path
     if args.name and store.get_set(args.name):
         fail(f"counterfactual set {args.name!r} already exists in {db_path}: choose another --name")
     parents = _parents(store, args, change)
@@ -172,7 +167,7 @@ def _default_set_name(store: Writer, args: argparse.Namespace, change: Change) -
 async def _branch(store: Writer, parents: list[dict], change: Change, args: argparse.Namespace, settings, set_name: str | None):
     record = change_record(change, settings, set_name=set_name)
     taken: set[str] = set()
-    async with open_saver(store.path) as saver:
+    async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         plans, skipped = [], []
         for parent in parents:

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import open_reader
 from cli.common import ArgumentParser, console, fail
+from cli.store_option import db_location, read_store
 from viewer.branch_tree import branch_tree, render_tree
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.branches", description=__doc__.splitlines()[0])
     p.add_argument("thread", metavar="THREAD", help="the dialogue (a thread id, a branch id works too)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--json", action="store_true", help="print the tree as JSON on stdout")
     return p
 
@@ -27,7 +26,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        store = open_reader(args.db or default_db_path())
+        store = read_store(args.db)
     except StoreError as exc:
         fail(str(exc))
     if store.get_dialogue(args.thread) is None:

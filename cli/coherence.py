@@ -9,12 +9,12 @@ the run's own judge model scores. Unparsed scores are stored as NULL. Running ag
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from rich.text import Text
 
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import db_location
 from evals.coherence_scoring import MAX_TOKENS, pending_dialogues, score_dialogues
 from evals.label_sets import LabellerError, prepare_labeller, register_set
 from evals.scoring import Tally
@@ -26,7 +26,7 @@ def build_parser() -> ArgumentParser:
         model_help="scorer model spec (default: the run's judge model)", name_help="scorer name in the store (default: the model spec)",
         redo_help="score again the dialogues this scorer already did",
     )
-    p.add_argument("--db", type=Path, default=None, help=db_help())
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
     return p
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import NoReturn
 
@@ -36,7 +37,15 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one line (no usage dump) and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        fail(f"{message} (see python -m {self.prog} --help)")
+        fail(f"{_without_passwords(message)} (see python -m {self.prog} --help)")
+
+
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/@]*):[^\s@]*@", re.IGNORECASE)
+
+
+def _without_passwords(message: str) -> str:
+    """argparse quotes unrecognised arguments: a ``postgresql://user:PASSWORD@...`` among them loses its password."""
+    return _URL_PASSWORD.sub(r"\1:***@", message)
 
 
 def positive_int(text: str) -> int:

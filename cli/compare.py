@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.queries import StoreQueries
-from checkpoints.readers import open_reader
 from cli.common import ArgumentParser, console, fail, positive_int
+from cli.store_option import db_location, read_store
 from evals.comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
 from evals.paired import as_dict, compare_pairs, set_pairs
@@ -39,7 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     return p
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.set_name is None and not args.runs and len(args.threads) != 2:
         fail("give two dialogues (python -m graph.compare A B), a set (--set NAME) or runs (--runs R1 R2)")
     try:
-        store = open_reader(args.db or default_db_path())
+        store = read_store(args.db)
     except StoreError as exc:
         fail(str(exc))
     if args.set_name is not None:

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.store import open_writer
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
+from cli.store_option import db_location, write_store
 from evals.guard import POLICIES, guard_model
 from evals.label_sets import LabellerError
 from evals.safety_filter import simulate_filter
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--guard-model", required=True, metavar="SPEC", help="guard model spec, e.g. local:gemma3-270m")
     p.add_argument("--policy", default="hate", choices=POLICIES)
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:
@@ -42,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except LabellerError as exc:
         fail(str(exc))
     try:
-        store = open_writer(args.db or default_db_path(), create=False)
+        store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     for run_id in args.run_id:

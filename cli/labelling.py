@@ -11,11 +11,12 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.readers import Reader, open_reader
-from checkpoints.store import Writer, open_writer
-from cli.common import ArgumentParser, error_console, fail, positive_int
+from checkpoints.location import DbLocation
+from checkpoints.paths import default_db_path
+from checkpoints.readers import Reader
+from checkpoints.store import Writer
+from cli.common import ArgumentParser, error_console, positive_int
+from cli.store_option import read_store, write_store
 from evals.scoring import Tally
 
 
@@ -26,7 +27,7 @@ def describe(doc: str | None) -> str:
 
 
 def db_help() -> str:
-    return f"dialogue database (default {default_db_path()})"
+    return f"dialogue database: a SQLite file or a postgresql:// URL (default {default_db_path()})"
 
 
 def labeller_parser(
@@ -44,20 +45,14 @@ def labeller_parser(
     return p
 
 
-def open_existing(path: Path | None) -> Writer:
+def open_existing(path: DbLocation | None) -> Writer:
     """The store a run wrote, opened for writing (labelling commands), or one line saying what to pass instead."""
-    try:
-        return open_writer(check_db_path(path or default_db_path(), must_exist=True), create=False)
-    except (StoreError, SchemaTooNewError) as exc:
-        fail(str(exc))
+    return write_store(path)
 
 
-def read_existing(path: Path | None) -> Reader:
+def read_existing(path: DbLocation | None) -> Reader:
     """The store a run wrote, opened read-only (reports and exports never write), or one line saying what to pass."""
-    try:
-        return open_reader(path or default_db_path())
-    except StoreError as exc:
-        fail(str(exc))
+    return read_store(path)
 
 
 def progress_bar() -> Progress:

@@ -9,12 +9,12 @@ of dialogues with at least one refusal in turns 1-5. Running again continues.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from rich.text import Text
 
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import db_location
 from evals.judging import REFUSAL_VARIABLES, content_free_yes
 from evals.label_sets import LabellerError, prepare_labeller, register_set
 from evals.refusals import classify_refusals, pending_refusals
@@ -28,7 +28,7 @@ def build_parser() -> ArgumentParser:
         name_help="classifier name in the store (default: the model spec)",
         redo_help="classify again the replies this classifier already did",
     )
-    p.add_argument("--db", type=Path, default=None, help=db_help())
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
     return p
 
 

@@ -18,6 +18,7 @@ from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import db_location
 from evals.agreement import label_set_agreement
 from evals.dataset import check_label_set
 from evals.label_sets import LabellerError, prepare_labeller, register_set
@@ -36,7 +37,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE",
                    help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
-    p.add_argument("--db", type=Path, default=None, help=db_help())
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
     return p
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import Reader, open_reader
+from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
+from cli.store_option import db_location, read_store
 from viewer.app import DEFAULT_DELAY, Viewer
 from viewer.export import EXPORT_FORMATS, write_export
 from viewer.render import dialogue_renderables, list_lines, list_table, safe, turn_span
@@ -46,7 +47,7 @@ def positive_float(text: str) -> float:
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.replay", description=__doc__.splitlines()[0])
     p.add_argument("thread", nargs="?", metavar="THREAD", help="thread id of the dialogue (see --list)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     p.add_argument("--list", action="store_true", help="list dialogues with their labels and pick one")
     p.add_argument("--run-id", default=None, help="--list: only this run")
     p.add_argument("--category", default=None, help="--list: only this seed category")
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _check_args(args)
     try:
-        reader = open_reader(args.db or default_db_path())
+        reader = read_store(args.db)
     except StoreError as exc:
         fail(str(exc))
     with reader:

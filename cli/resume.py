@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
 
 from rich.panel import Panel
 from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.saver import open_saver
-from checkpoints.store import Writer, open_writer
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.store import Writer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 from graph.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail
+from cli.store_option import db_location, write_store, open_checkpointer
 from graph.forking import BranchSettings, ForkError, build_settings
 from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
 from graph.runner import StoreWriter
@@ -40,7 +39,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--message", default=None, metavar="TEXT", help="the next user message (one THREAD only)")
     p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it")
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the run used one)")
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     return p
 
 
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.message is not None and not args.message.strip():
         fail("--message is empty: give the text of the next user message")
     try:
-        store = open_writer(check_db_path(args.db or default_db_path(), must_exist=True), create=False)
+        store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     threads = list(dict.fromkeys(args.threads))
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _resume(store: Writer, rows: list[dict], settings: dict, *, message: str | None, review) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
-    async with open_saver(store.path) as saver:
+    async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         for row in rows:  # read-only checks first: a bad thread stops the command before any write
             head = await graph.aget_state({"configurable": {"thread_id": row["thread_id"]}})

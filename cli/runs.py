@@ -10,18 +10,17 @@ from rich.text import Text
 from checkpoints.chat_export import iter_chat_records, to_jsonl
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import open_reader
 from checkpoints.vocabulary import PRIMARY_LABELS
-from checkpoints.store import open_writer
 from cli.labelling import write_atomic
 from cli.common import ArgumentParser, console, fail
+from cli.store_option import db_location, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
-    p.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="runs with their status and dialogue counts")
     delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches (then vacuum)")
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         return _list(args)
     try:
-        store = open_writer(args.db or default_db_path(), create=False)
+        store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     if args.command == "clear-cache":
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 def _list(args) -> int:
     """Runs with their status and dialogue counts, read through the read-only reader."""
     try:
-        reader = open_reader(args.db or default_db_path())
+        reader = read_store(args.db)
     except StoreError as exc:
         fail(str(exc))
     with reader:
@@ -81,7 +80,7 @@ def _export(args) -> int:
     if args.out.is_dir():
         fail(f"--out {args.out} is a folder: give a file such as {args.out / (args.run_id + '.jsonl')}")
     try:
-        reader = open_reader(args.db or default_db_path())
+        reader = read_store(args.db)
     except StoreError as exc:
         fail(str(exc))
     with reader:

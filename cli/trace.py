@@ -26,7 +26,6 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import open_reader
 from checkpoints.traces import (
     TraceNotFoundError,
     list_traces,
@@ -37,6 +36,7 @@ from checkpoints.traces import (
 )
 from checkpoints.trace_tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
 from cli.common import ArgumentParser, console, fail, positive_int
+from cli.store_option import db_location, read_store
 from viewer.trace_tree import TraceView, seconds_text
 
 EXPORT_FORMATS = ("jsonl",)
@@ -70,17 +70,14 @@ def build_parser() -> ArgumentParser:
                       help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)")
 
     for sub in (listing, show, export, push):
-        sub.add_argument("--db", type=Path, default=None, help=f"dialogue database (default {default_db_path()})")
+        sub.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    path = args.db or default_db_path()
-    try:
-        reader = open_reader(path)
-    except StoreError as exc:
-        fail(str(exc))
+    reader = read_store(args.db)
+    path = reader.path
     db = reader.db
     try:
         require_traces(reader.file_tables, path)

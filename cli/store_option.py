@@ -1,0 +1,68 @@
+"""The ``--db`` every command shares: a SQLite file or a ``postgresql://`` URL, parsed once and opened one way.
+
+A URL is checked when the flag is parsed (a password in it is refused, the URL never echoed); without
+``--db``, ``$DYMT_ESB_DB`` (a path or a URL) names the store, else the default SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from checkpoints.location import DbLocation, PostgresURL, default_db, parse_db
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError, default_db_path
+from checkpoints.readers import Reader, open_reader
+from checkpoints.store import Writer, open_writer
+from cli.common import fail
+
+
+def db_location(text: str) -> DbLocation:
+    """argparse type for ``--db``: a checked PostgreSQL URL or a SQLite path (errors never repeat the value)."""
+    try:
+        return parse_db(text)
+    except StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--db ")) from None
+
+
+def add_db_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """Add ``--db FILE|URL`` to ``parser``."""
+    parser.add_argument("--db", type=db_location, default=None, metavar="FILE|URL",
+                        help=help or f"dialogue database: a SQLite file or a postgresql:// URL (default {default_db_path()})")
+
+
+def chosen_db(flag: DbLocation | None) -> DbLocation:
+    """The store ``--db`` names, else ``$DYMT_ESB_DB``, else the default file; a bad value fails in one line."""
+    if flag is not None:
+        return flag
+    try:
+        return default_db()
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def read_store(flag: DbLocation | None) -> Reader:
+    """The store a run wrote, opened read-only, or one line saying what to pass instead."""
+    try:
+        return open_reader(chosen_db(flag))
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def write_store(flag: DbLocation | None) -> Writer:
+    """The store a run wrote, opened for writing (it must exist), or one line saying what to pass instead."""
+    try:
+        return open_writer(chosen_db(flag), create=False)
+    except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+
+
+def open_checkpointer(location: DbLocation) -> Any:
+    """LangGraph's saver beside the project's tables (an async context manager): in the SQLite file or in PostgreSQL."""
+    if isinstance(location, PostgresURL):
+        from checkpoints.postgres import open_postgres_saver
+
+        return open_postgres_saver(location)
+    from checkpoints.saver import open_saver
+
+    return open_saver(location)

@@ -13,7 +13,7 @@ from checkpoints.paths import StoreError, default_db_path
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.labelling import write_atomic
 from cli.common import ArgumentParser, console, fail
-from cli.store_option import db_location, read_store, write_store
+from cli.store_option import chosen_db, db_location, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)
 
@@ -27,15 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     delete.add_argument("run_id")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
-    export = sub.add_parser("export", help="write a run's dialogues as JSON lines, one dialogue per line")
+    export = sub.add_parser("export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)")
     export.add_argument("run_id")
     export.add_argument("--format", choices=EXPORT_FORMATS, default="chat", help="chat: OpenAI-style messages plus per-turn labels and metadata")
-    export.add_argument("--out", type=Path, required=True, metavar="FILE.jsonl", help="file to write (owner-only)")
+    where = export.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, metavar="FILE.jsonl", help="file to write (owner-only)")
+    where.add_argument("--to", type=Path, metavar="FILE.db", help="new SQLite file to copy the run into, checkpoints and traces "
+                       "included, for offline replay and reports (owner-only)")
     export.add_argument("--include-seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
     args = p.parse_args(argv)
     if args.command == "export":
-        return _export(args)
+        return _copy(args) if args.to is not None else _export(args)
     if args.command == "list":
         return _list(args)
     try:
@@ -72,6 +75,18 @@ def _list(args) -> int:
         for run in reader.runs():
             table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(counts.get(run["id"], 0)))
     console.print(table)
+    return 0
+
+
+def _copy(args) -> int:
+    """The run, whole, into a new SQLite file (built beside it and renamed into place)."""
+    from checkpoints.run_copy import copy_run
+
+    try:
+        counts = copy_run(chosen_db(args.db), args.run_id, args.to)
+    except (StoreError, SchemaTooNewError) as exc:
+        fail(str(exc))
+    console.print(Text(f"copied run {args.run_id} to {args.to}: " + ", ".join(f"{k} {v}" for k, v in counts.items())))
     return 0
 
 

@@ -18,7 +18,7 @@ COMMANDS = [
     ["graph.runs", "--db", "{url}", "export", "r", "--to", "copy.db"],
     ["graph.trace", "list", "--db", "{url}"],
     ["graph.branches", "some-thread", "--db", "{url}"],
-    ["graph.compare", "some-thread", "--db", "{url}"],
+    ["graph.compare", "thread-a", "thread-b", "--db", "{url}"],
     ["graph.resume", "some-thread", "--db", "{url}"],
     ["graph.branch", "some-thread", "--turn", "1", "--rerun", "--db", "{url}"],
     ["evals.report", "--run-id", "r", "--out", "rep", "--db", "{url}"],

@@ -17,6 +17,7 @@ from cli.common import fail
 # subcommand → (module whose main() it runs, one line for the overview)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cli.run", "play a set of dialogues and print the bias summary"),
+    "worker": ("cli.worker", "play dialogues enqueued with run --enqueue (PostgreSQL), until stopped"),
     "resume": ("cli.resume", "continue a paused, failed or interrupted dialogue (or every one of a run)"),
     "branch": ("cli.branch", "fork a stored dialogue before turn K, change one thing, and play it on"),
     "branches": ("cli.branches", "a dialogue and all its branches as a tree, with each turn's label"),

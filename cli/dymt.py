@@ -17,7 +17,6 @@ from cli.common import fail
 # subcommand → (module whose main() it runs, one line for the overview)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cli.run", "play a set of dialogues and print the bias summary"),
-    "worker": ("cli.worker", "play dialogues enqueued with run --enqueue (PostgreSQL), until stopped"),
     "resume": ("cli.resume", "continue a paused, failed or interrupted dialogue (or every one of a run)"),
     "branch": ("cli.branch", "fork a stored dialogue before turn K, change one thing, and play it on"),
     "branches": ("cli.branches", "a dialogue and all its branches as a tree, with each turn's label"),
@@ -25,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("cli.replay", "read a stored dialogue turn by turn, with its labels and branches"),
     "trace": ("cli.trace", "browse and export the recorded traces (graph → turn → node → model call)"),
     "runs": ("cli.runs", "list, export or delete runs; clear the response cache"),
+    "worker": ("cli.worker", "play dialogues enqueued with run --enqueue (PostgreSQL), until stopped"),
     "report": ("cli.report", "the bias-dynamics report of one or several runs (Markdown, plots, data, HTML)"),
     "rejudge": ("cli.rejudge", "label every stored turn of a run again with another judge"),
     "judge": ("cli.judge", "validate a judge on standalone (statement, reply) pairs"),

@@ -77,6 +77,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--samples", type=positive_int, default=1, metavar="K", help="play every (seed, mode, target) K times, each with its own sampling seed (default 1)")
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
+    p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
+    p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
     p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     return p
 
@@ -91,6 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = _postgres_location(args.db, config.db)
+    if (args.enqueue or args.wait) and server is None:
+        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
+    if args.enqueue and (args.interactive or args.pause_after or args.max_cost is not None or args.estimate):
+        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost and --estimate")
+    if args.wait and not args.enqueue:
+        if not config.run_id:
+            fail("--wait needs --run-id R (the run enqueued with --enqueue)")
+        from cli.run_queue import wait_for_run
+
+        return wait_for_run(server, config.run_id, as_json=args.json)
     modes = config.modes
     for mode in modes:
         if mode not in ALL_MODES:
@@ -175,6 +187,24 @@ def main(argv: list[str] | None = None) -> int:
         check_run_compatible(store, spec)
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
+    if args.enqueue:
+        from cli.run_queue import wait_for_run
+        from graph.dialogue_jobs import dialogue_jobs, enqueue_run
+
+        targets_specs = [t.spec for t in targets]
+        try:
+            jobs = dialogue_jobs(spec, seeds, scripts_by_mode, targets_specs)
+            queued = enqueue_run(server, store, spec, jobs, scripts_by_mode)
+        except StoreError as exc:
+            fail(str(exc))
+        finally:
+            if policy.cache is not None:
+                policy.cache.close()
+        error_console.print(f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
+                            f"start workers with: python -m graph.worker --db {server}")
+        if args.wait:
+            return wait_for_run(server, run_id, as_json=args.json)
+        return 0
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
                                    trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,

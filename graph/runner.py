@@ -223,13 +223,7 @@ async def execute_run(
         mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=spec.fairmt_dir)
         for mode in modes
     }
-    unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
-    store.start_run(
-        spec.run_id,
-        config={"spec": asdict(spec), "unaligned_seeds": unaligned},
-        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in (spec.prompt_files or {}).items()}},
-        versions=package_versions(),
-    )
+    record_run(store, spec, by_mode)
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
@@ -264,15 +258,7 @@ async def execute_run(
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
             return outcome
 
-    # Seed-major order: dialogues running together spread over the targets' providers.
-    jobs = [
-        (seed, mode, target, sample)
-        for seed in seeds
-        for sample in range(max(1, spec.samples))
-        for mode in modes
-        if not is_scripted(mode) or seed.id in by_mode[mode][0]
-        for target in by_target
-    ]
+    jobs = plan_dialogues(spec, seeds, by_mode, list(by_target))
     try:
         result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
     except BaseException:
@@ -284,6 +270,37 @@ async def execute_run(
     held = any(o.status == "held" for o in result.outcomes)
     store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
     return result
+
+
+def record_run(store: Writer, spec: RunSpec, by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
+    """Record the run (or mark it running again) with its settings, prompt hashes and package versions."""
+    unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
+    store.start_run(
+        spec.run_id,
+        config={"spec": asdict(spec), "unaligned_seeds": unaligned},
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in (spec.prompt_files or {}).items()}},
+        versions=package_versions(),
+    )
+
+
+def plan_dialogues(
+    spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
+) -> list[tuple[Seed, str, str, int]]:
+    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets' providers."""
+    modes, _ = spec.grid()
+    return [
+        (seed, mode, target, sample)
+        for seed in seeds
+        for sample in range(max(1, spec.samples))
+        for mode in modes
+        if not is_scripted(mode) or seed.id in by_mode[mode][0]
+        for target in targets
+    ]
+
+
+def dialogue_thread_id(spec: RunSpec, seed: Seed, mode: str, target: str, sample: int) -> str:
+    """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run."""
+    return sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
 
 
 async def play_dialogue(
@@ -302,7 +319,7 @@ async def play_dialogue(
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
     mode = mode or spec.mode
     target = target or context.models.target.spec
-    thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+    thread_id = dialogue_thread_id(spec, seed, mode, target, sample)
     extra = {"sample": sample} if sample else {}
     config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
     snapshot = await graph.aget_state(config)

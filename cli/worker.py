@@ -1,0 +1,60 @@
+"""``python -m graph.worker``: play dialogues enqueued with ``graph.run --enqueue``, on any machine, until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from checkpoints.location import PostgresURL, default_db, parse_db
+from checkpoints.paths import StoreError
+from cli.common import ArgumentParser, error_console, fail, positive_int
+from graph.job_worker import WorkerSettings, run_worker
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="graph.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--db", default=None, help="the run's PostgreSQL database, postgresql://USER@HOST/DB (default $DYMT_ESB_DB)")
+    p.add_argument("--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)")
+    p.add_argument("--base-url", default=None, help="base URL for the runs' openai: specs on this machine (beats the stored one)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
+    p.add_argument("--stalled-after", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="a worker silent this long is taken for dead and its dialogues are played again from their last checkpoint (default 30)")
+    p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        location = parse_db(args.db) if args.db is not None else default_db()
+    except StoreError as exc:
+        fail(str(exc))
+    if not isinstance(location, PostgresURL):
+        fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
+    settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
+                              stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
+                              wait=not args.drain)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(run_worker(location, settings))
+    except StoreError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        error_console.print("[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker.")
+        return 130
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

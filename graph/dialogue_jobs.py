@@ -1,0 +1,134 @@
+"""Dialogues handed to workers as procrastinate jobs in the run's PostgreSQL database: one job per dialogue.
+
+Exactly once per dialogue: a job's ``lock`` is its thread id (procrastinate never runs two jobs with one lock
+at once, so no dialogue is played by two workers together) and so is its ``queueing_lock`` (a second waiting
+job for it is refused, so enqueuing twice is harmless); a dialogue already finished, or with a job waiting or
+running, is not enqueued again. procrastinate's schema is applied once, under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+from procrastinate import App, PsycopgConnector
+from procrastinate.exceptions import AlreadyEnqueued
+
+from checkpoints.location import PostgresURL
+from checkpoints.paths import StoreError
+from checkpoints.postgres import CONNECT_TIMEOUT_S
+from checkpoints.store import Writer
+from graph.runner import RunSpec, dialogue_thread_id, plan_dialogues, record_run
+from seeds import Seed
+
+QUEUE = "dymt-dialogues"
+TASK = "dymt.play_dialogue"
+# pg_advisory_xact_lock key for procrastinate's schema: 'dymt' 'proc' (the others: 'cksv', 'schm').
+QUEUE_SCHEMA_LOCK = (0x64796D74, 0x70726F63)
+# Job statuses that mean "someone will play it" (a failed or cancelled job may be enqueued again).
+PENDING = ("todo", "doing")
+RETRIES = 2  # a job whose task raised (not a dialogue that failed: that is recorded) is tried again this often
+
+
+@dataclass(frozen=True)
+class DialogueJob:
+    """One dialogue of a run, as a job's JSON arguments: enough for a worker to play it from the stored run."""
+
+    run_id: str
+    thread_id: str
+    seed: dict[str, str]
+    mode: str
+    target: str
+    sample: int = 0
+    script: list[str] | None = None
+
+    def seed_record(self) -> Seed:
+        return Seed(id=self.seed["id"], category=self.seed["category"], statement=self.seed["statement"])
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    enqueued: int
+    already: int  # waiting, running or finished already
+
+
+def queue_app(url: PostgresURL) -> App:
+    """A procrastinate app on the run's database (its own small pool); the task is registered by the worker."""
+    connector = PsycopgConnector(conninfo=url.url, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT_S)
+    return App(connector=connector)
+
+
+def ensure_queue_schema(url: PostgresURL) -> None:
+    """Apply procrastinate's schema unless it is there, once across processes (its DDL is not idempotent)."""
+    from procrastinate.schema import SchemaManager
+
+    try:
+        with psycopg.connect(url.url, connect_timeout=int(CONNECT_TIMEOUT_S)) as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", QUEUE_SCHEMA_LOCK)
+            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+                conn.execute(SchemaManager.get_schema())  # no parameters: '%' in it is literal
+    except psycopg.OperationalError:
+        raise StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+
+
+def dialogue_jobs(spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
+                  targets: Sequence[str]) -> list[DialogueJob]:
+    """The run's dialogues as jobs, in the order :func:`graph.runner.execute_run` plays them."""
+    return [
+        DialogueJob(run_id=spec.run_id, thread_id=dialogue_thread_id(spec, seed, mode, target, sample),
+                    seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
+                    sample=sample, script=by_mode[mode][0].get(seed.id))
+        for seed, mode, target, sample in plan_dialogues(spec, seeds, by_mode, targets)
+    ]
+
+
+def enqueue_run(url: PostgresURL, store: Writer, spec: RunSpec, jobs: Sequence[DialogueJob],
+                by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> EnqueueResult:
+    """Record the run and defer a job per dialogue not finished and not already waiting or running."""
+    ensure_queue_schema(url)
+    record_run(store, spec, by_mode)
+    return asyncio.run(_defer(url, store, jobs))
+
+
+async def _defer(url: PostgresURL, store: Writer, jobs: Sequence[DialogueJob]) -> EnqueueResult:
+    finished = {r["thread_id"] for r in store.db.query(
+        "select thread_id from dialogues where run_id = ? and status = 'finished'", [jobs[0].run_id] if jobs else [""])}
+    app = queue_app(url)
+    enqueued = already = 0
+    async with app.open_async():
+        pending = {row["thread_id"] for row in await _job_rows(app, jobs[0].run_id if jobs else "", statuses=PENDING)}
+        for job in jobs:
+            if job.thread_id in finished or job.thread_id in pending:
+                already += 1
+                continue
+            try:
+                await app.configure_task(TASK, queue=QUEUE, lock=job.thread_id,
+                                         queueing_lock=job.thread_id).defer_async(**asdict(job))
+            except AlreadyEnqueued:  # another enqueuer got there first
+                already += 1
+                continue
+            enqueued += 1
+    return EnqueueResult(enqueued, already)
+
+
+async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    rows = await app.connector.execute_query_all_async(
+        "SELECT id, status::text AS status, args->>'thread_id' AS thread_id FROM procrastinate_jobs "
+        "WHERE queue_name = %(queue)s AND task_name = %(task)s AND args->>'run_id' = %(run_id)s",
+        queue=QUEUE, task=TASK, run_id=run_id,
+    )
+    return [r for r in rows if statuses is None or r["status"] in statuses]
+
+
+def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
+    """How many of a run's jobs are in each procrastinate status (todo, doing, succeeded, failed, ...); {} if none."""
+    with psycopg.connect(url.url, connect_timeout=int(CONNECT_TIMEOUT_S)) as conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            return {}
+        rows = conn.execute(
+            "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+            "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id)).fetchall()
+    return {status: n for status, n in rows}

@@ -1,0 +1,142 @@
+"""A procrastinate worker that plays dialogues of runs stored in PostgreSQL, one job per dialogue, resumably.
+
+Each job names one dialogue (graph/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
+configuration (once per run, target and sample) and plays it with :func:`graph.runner.play_dialogue`, which
+continues from the last checkpoint when a job is retried after its worker died. A side task retries the jobs
+of workers whose heartbeat stopped (a SIGKILLed process), so any live worker finishes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+from procrastinate import App, JobContext
+
+from checkpoints.cache import ResponseCache
+from checkpoints.location import PostgresURL
+from checkpoints.postgres import open_postgres_saver
+from checkpoints.samples import sample_seed
+from checkpoints.store import Writer, open_writer
+from graph.builder import build_graph
+from graph.config import RunConfig
+from graph.context import RunContext
+from graph.dialogue_jobs import QUEUE, RETRIES, TASK, DialogueJob, ensure_queue_schema, queue_app
+from graph.runner import DialogueOutcome, RunSpec, StoreWriter, play_dialogue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How one worker process runs: jobs at once, heartbeat timing, the response cache, a base URL override."""
+
+    concurrency: int = 1
+    heartbeat_s: float = 10.0
+    stalled_after_s: float = 30.0  # a worker silent this long is dead: its jobs are retried
+    cache: bool = True
+    base_url: str | None = None
+    wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
+
+
+class DialoguePlayer:
+    """What a worker's jobs share: the store writer, the checkpointer's graph, built models per run."""
+
+    def __init__(self, store: Writer, graph: CompiledStateGraph, settings: WorkerSettings, cache: ResponseCache | None) -> None:
+        self.write = StoreWriter(store)
+        self.graph = graph
+        self.settings = settings
+        self.cache = cache
+        self._specs: dict[str, dict[str, Any]] = {}
+        self._contexts: dict[tuple[str, str, int], RunContext] = {}
+
+    async def play(self, job: DialogueJob) -> DialogueOutcome:
+        stored = await self._spec(job.run_id)
+        spec = RunSpec(**stored)
+        context = self._context(job, stored)
+        return await play_dialogue(spec, job.seed_record(), graph=self.graph, write=self.write, context=context,
+                                   notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
+                                   sample=job.sample)
+
+    async def _spec(self, run_id: str) -> dict[str, Any]:
+        if run_id not in self._specs:
+            run = await asyncio.wrap_future(self.write.submit(lambda store: store.get_run(run_id)))
+            if run is None:
+                raise LookupError(f"run {run_id!r} is not in the database")
+            self._specs[run_id] = run["config"]["spec"]
+        return self._specs[run_id]
+
+    def _context(self, job: DialogueJob, stored: dict[str, Any]) -> RunContext:
+        key = (job.run_id, job.target, job.sample)
+        if key not in self._contexts:
+            seed = sample_seed(int(stored.get("sampling_seed") or 0), job.sample) if job.sample else None
+            config = RunConfig.from_stored(stored, run_id=job.run_id, target=job.target, sampling_seed=seed,
+                                           base_url=self.settings.base_url)
+            built = config.build_models(config.call_policy(self.cache))
+            self._contexts[key] = RunContext(models=replace(built.models, target=built.targets[0]),
+                                             sampling_seed=config.sampling_seed, leakage=config.leakage)
+        return self._contexts[key]
+
+    def close(self) -> None:
+        self.write.close()
+
+
+def worker_app(url: PostgresURL) -> App:
+    """The queue's app with the dialogue task registered."""
+    app = queue_app(url)
+
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRIES)
+    async def play(context: JobContext, **args: Any) -> str:
+        player: DialoguePlayer = context.additional_context["player"]
+        outcome = await player.play(DialogueJob(**args))
+        return outcome.status
+
+    return app
+
+
+async def retry_stalled_jobs(app: App, *, stalled_after_s: float) -> int:
+    """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats; how many."""
+    stalled = list(await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=stalled_after_s))
+    for job in stalled:
+        log.warning("retrying job %s (%s): its worker stopped", job.id, job.lock)
+        await app.job_manager.retry_job(job)
+    await app.job_manager.prune_stalled_workers(seconds_since_heartbeat=stalled_after_s)
+    return len(stalled)
+
+
+async def _watch_stalled(app: App, stalled_after_s: float) -> None:
+    while True:
+        try:
+            await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
+        except Exception:  # noqa: BLE001 - a lost connection must not stop the worker; the next round tries again
+            log.exception("checking for stalled jobs failed")
+        await asyncio.sleep(max(1.0, stalled_after_s / 3))
+
+
+async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
+    """Play dialogue jobs from ``url`` until stopped (SIGINT/SIGTERM) or, with ``wait=False``, the queue is empty."""
+    ensure_queue_schema(url)
+    store = open_writer(url)
+    cache = ResponseCache(url) if settings.cache else None
+    app = worker_app(url)
+    try:
+        async with open_postgres_saver(url) as saver, app.open_async():
+            player = DialoguePlayer(store, build_graph(saver), settings, cache)
+            await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
+            watcher = asyncio.create_task(_watch_stalled(app, settings.stalled_after_s))
+            try:
+                await app.run_worker_async(
+                    queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
+                    update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
+                    additional_context={"player": player}, install_signal_handlers=settings.wait,
+                )
+            finally:
+                watcher.cancel()
+                player.close()
+    finally:
+        if cache is not None:
+            cache.close()
+        store.close()

@@ -14,29 +14,28 @@ import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from checkpoints.cache import ResponseCache
-from checkpoints.migrations import SchemaTooNewError
 from checkpoints.location import PostgresURL, default_db, parse_db
+from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
-from checkpoints.saver import open_saver
-from checkpoints.store import open_writer
 from checkpoints.serde import UnsafeCheckpointError
+from checkpoints.store import open_writer
+from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
+from cli.estimate import print_estimate, run_estimate
+from cli.resume import print_paused_hint, terminal_review
+from cli.store_option import open_checkpointer
 from evals.cost import CostCap
 from evals.summary import render_summary, run_summary
-from cli.estimate import print_estimate, run_estimate
 from graph.builder import build_graph
-from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
-from graph.context import Models
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
+from graph.context import Models
 from graph.experiment import ExperimentError, load_experiment
-from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
 from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
-from cli.resume import print_paused_hint, terminal_review
+from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
 from seeds import CATEGORIES, SeedError, load_seeds
 
@@ -265,7 +264,7 @@ def _positive_float(text: str) -> float:
 async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
                 targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
                 reseed=None, budget=None):
-    async with _open_checkpointer(store.path) as saver:
+    async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
         progress = Progress(
@@ -307,15 +306,6 @@ def _postgres_location(flag: str | None, configured: Path | None) -> PostgresURL
     except StoreError as exc:
         fail(str(exc))
     return location if isinstance(location, PostgresURL) else None
-
-
-def _open_checkpointer(location: Path | PostgresURL) -> Any:
-    """LangGraph's saver beside the project's tables: in the SQLite file, or in the PostgreSQL database."""
-    if isinstance(location, PostgresURL):
-        from checkpoints.postgres import open_postgres_saver
-
-        return open_postgres_saver(location)
-    return open_saver(location)
 
 
 def _new_run_id() -> str:

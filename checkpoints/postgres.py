@@ -17,15 +17,13 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 import psycopg
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
-from checkpoints.saver import next_short_version
+from checkpoints.saver import LeanCheckpoints
 from checkpoints.serde import StrictSerializer
 
 # pg_advisory_lock key for the saver's setup(): 'dymt' 'cksv' as two int32s, so no other lock collides by chance.
@@ -35,16 +33,8 @@ SETUP_WAIT_S = 300.0
 CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0}
 
 
-class PostgresDialogueSaver(AsyncPostgresSaver):
-    """AsyncPostgresSaver with the SQLite saver's short channel versions and lean checkpoint metadata."""
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
-        return await super().aput({"configurable": config["configurable"]}, checkpoint, metadata, new_versions)
-
-    def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
-        short = next_short_version(current)
-        return super().get_next_version(current, channel) if short is None else short
+class PostgresDialogueSaver(LeanCheckpoints, AsyncPostgresSaver):
+    """LangGraph's Postgres saver with the SQLite saver's short channel versions and lean metadata."""
 
 
 async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:

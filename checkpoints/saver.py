@@ -35,8 +35,8 @@ def next_short_version(current: Any) -> Any:
     return f"{chr(ord('a') + len(digits) - 1)}{digits}"
 
 
-class DialogueSaver(AsyncSqliteSaver):
-    """AsyncSqliteSaver with short channel versions for new threads (see the module docstring).
+class LeanCheckpoints:
+    """Short channel versions for new threads (see the module docstring), for any LangGraph saver (mixed in first).
 
     A checkpoint's metadata keeps what LangGraph writes (source, step, parents, delta counters)
     but not the run config's metadata (run, seed, mode, target), which LangGraph would copy into
@@ -50,6 +50,10 @@ class DialogueSaver(AsyncSqliteSaver):
     def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
         short = next_short_version(current)
         return super().get_next_version(current, channel) if short is None else short
+
+
+class DialogueSaver(LeanCheckpoints, AsyncSqliteSaver):
+    """LangGraph's SQLite saver with :class:`LeanCheckpoints`."""
 
 
 @asynccontextmanager

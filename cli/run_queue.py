@@ -45,8 +45,7 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         return 130
     try:
         store.refresh_run_status(run_id)
-        outcomes = [DialogueOutcome(r["thread_id"], r["status"])
-                    for r in store.db.query("select thread_id, status from dialogues where run_id = ?", [run_id])]
+        outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
         summary = run_summary(store, run_id, outcomes=outcomes)
         if counts.get("failed"):
             summary["jobs_failed"] = counts["failed"]

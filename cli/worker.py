@@ -9,6 +9,7 @@ import logging
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, error_console, fail, positive_int
+from graph.config import ConfigError, parse_rate_limits
 from graph.job_worker import WorkerSettings, run_worker
 
 
@@ -18,6 +19,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)")
     p.add_argument("--base-url", default=None, help="base URL for the runs' openai: specs on this machine (beats the stored one)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
+    p.add_argument("--rate-limit", action="append", default=None, metavar="NAME=RPM",
+                   help="this worker's own requests per minute for a provider (openai=500) or a spec, instead of its share "
+                        "of the run's --rate-limit (which is split evenly between the live workers); repeatable")
     p.add_argument("--stalled-after", type=_seconds, default=30.0, metavar="SECONDS",
                    help="a worker silent this long is taken for dead and its dialogues are played again from their last checkpoint (default 30)")
     p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
@@ -34,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
                               stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
-                              wait=not args.drain)
+                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         asyncio.run(run_worker(location, settings))
@@ -44,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         error_console.print("[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker.")
         return 130
     return 0
+
+
+def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
+    try:
+        return None if items is None else parse_rate_limits(items)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def _seconds(text: str) -> float:

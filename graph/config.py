@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -212,17 +212,7 @@ class RunConfig(_Strict):
             models["targets"] = [target] if isinstance(target, str) else list(target)
         data["models"] = models
         data["prompts"] = {role: {"path": Path(values[f"{role}_prompt"])} for role in ROLES if values.get(f"{role}_prompt") is not None}
-        rate_limits = dict(experiment.rate_limits) if experiment else {}
-        for item in values.get("rate_limit") or []:
-            name, sep, rpm = item.partition("=")
-            try:
-                rate = float(rpm)
-            except ValueError:
-                rate = -1.0
-            if not sep or not name or rate <= 0:
-                raise ConfigError(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
-            rate_limits[name] = rate
-        data["rate_limits"] = rate_limits
+        data["rate_limits"] = (dict(experiment.rate_limits) if experiment else {}) | parse_rate_limits(values.get("rate_limit") or [])
         retry = dict(experiment.retry) if experiment else {}
         if values.get("retries") is not None:
             retry["attempts"] = values["retries"] + 1
@@ -283,6 +273,8 @@ class RunConfig(_Strict):
             "base_url": base_url,
             "base_url_wins": base_url is not None,
             "run_id": run_id,
+            "retry": {k: v for k, v in (calls.get("retry") or {}).items() if k in RetrySettings.model_fields},
+            "rate_limits": dict(calls.get("rate_limits") or {}),
         }
         try:
             return cls.model_validate(data)
@@ -397,6 +389,21 @@ class RunConfig(_Strict):
             "rate_limits": dict(policy.rate_limits),
             "base_urls": {name: strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
         }
+
+
+def parse_rate_limits(items: Sequence[str]) -> dict[str, float]:
+    """``--rate-limit NAME=RPM`` values as requests per minute by provider or spec; ConfigError names a bad one."""
+    limits: dict[str, float] = {}
+    for item in items:
+        name, sep, rpm = item.partition("=")
+        try:
+            rate = float(rpm)
+        except ValueError:
+            rate = -1.0
+        if not sep or not name or not rate > 0:
+            raise ConfigError(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
+        limits[name] = rate
+    return limits
 
 
 def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, Any]]:

@@ -1,9 +1,12 @@
 """Dialogues handed to workers as procrastinate jobs in the run's PostgreSQL database: one job per dialogue.
 
 Exactly once per dialogue: a job's ``lock`` is its thread id (procrastinate never runs two jobs with one lock
-at once, so no dialogue is played by two workers together) and so is its ``queueing_lock`` (a second waiting
-job for it is refused, so enqueuing twice is harmless); a dialogue already finished, or with a job waiting or
-running, is not enqueued again. procrastinate's schema is applied once, under an advisory lock.
+at once) and so is its ``queueing_lock`` (a second waiting job for it is refused, so enqueuing twice is
+harmless); a dialogue already finished, or with a job waiting or running, is not enqueued again. The worker
+also holds the dialogue's advisory lock while playing it (checkpoints/claims.py), which covers a stalled job
+handed on while its first worker still lives. procrastinate's schema is applied once, under an advisory lock,
+and stamped with its version: a database whose queue schema another procrastinate version made is refused
+with what to do, not half-used.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
-from procrastinate import App, PsycopgConnector
+from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued
 
 from checkpoints.location import PostgresURL
@@ -30,7 +33,8 @@ TASK = "dymt.play_dialogue"
 QUEUE_SCHEMA_LOCK = (0x64796D74, 0x70726F63)
 # Job statuses that mean "someone will play it" (a failed or cancelled job may be enqueued again).
 PENDING = ("todo", "doing")
-RETRIES = 2  # a job whose task raised (not a dialogue that failed: that is recorded) is tried again this often
+# A job whose dialogue failed (or whose task raised) is tried again twice, 5 s apart, from the failure's checkpoint.
+RETRY = RetryStrategy(max_attempts=2, wait=5)
 
 
 @dataclass(frozen=True)
@@ -61,17 +65,59 @@ def queue_app(url: PostgresURL) -> App:
     return App(connector=connector)
 
 
+def queue_schema_version() -> str:
+    """The version of procrastinate's schema this installation applies: its newest migration's number."""
+    from importlib.resources import files
+
+    names = [p.name for p in files("procrastinate.sql.migrations").iterdir() if p.name.endswith(".sql")]
+    return max(name.split("_", 1)[0] for name in names)
+
+
 def ensure_queue_schema(url: PostgresURL) -> None:
-    """Apply procrastinate's schema unless it is there, once across processes (its DDL is not idempotent)."""
+    """Apply procrastinate's schema unless it is there, once across processes (its DDL is not idempotent).
+
+    The applied schema is stamped with its version (a comment on the jobs table); a queue made by another
+    procrastinate version is refused with what to do. One made before stamps existed is stamped as it is.
+    """
     from procrastinate.schema import SchemaManager
 
+    version = queue_schema_version()
     try:
         with psycopg.connect(url.url, connect_timeout=int(CONNECT_TIMEOUT_S)) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", QUEUE_SCHEMA_LOCK)
             if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
                 conn.execute(SchemaManager.get_schema())  # no parameters: '%' in it is literal
+                stamp = None
+            else:
+                stamp = conn.execute("SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')").fetchone()[0]
+            if stamp is None or not stamp.startswith(SCHEMA_STAMP):
+                conn.execute(f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
+            elif stamp != SCHEMA_STAMP + version:
+                raise StoreError(
+                    f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this installation "
+                    f"needs {version}: stop every worker, apply procrastinate's migrations between them "
+                    "(procrastinate.readthedocs.io, 'Migrate the schema'), then set the stamp with "
+                    f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
     except psycopg.OperationalError:
         raise StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+
+
+SCHEMA_STAMP = "dymt-esb: procrastinate schema "
+
+
+async def waiting_jobs(app: App) -> int:
+    """Dialogue jobs still to play: waiting now or due for a retry later."""
+    row = await app.connector.execute_query_one_async(
+        "SELECT count(*) AS n FROM procrastinate_jobs WHERE queue_name = %(queue)s AND status = 'todo'", queue=QUEUE)
+    return int(row["n"])
+
+
+async def live_workers(app: App, *, seen_within_s: float) -> int:
+    """How many workers (of any machine) sent a heartbeat in the last ``seen_within_s`` seconds."""
+    row = await app.connector.execute_query_one_async(
+        "SELECT count(*) AS n FROM procrastinate_workers WHERE last_heartbeat > now() - make_interval(secs => %(s)s)",
+        s=seen_within_s)
+    return int(row["n"])
 
 
 def dialogue_jobs(spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
@@ -94,8 +140,7 @@ def enqueue_run(url: PostgresURL, store: Writer, spec: RunSpec, jobs: Sequence[D
 
 
 async def _defer(url: PostgresURL, store: Writer, jobs: Sequence[DialogueJob]) -> EnqueueResult:
-    finished = {r["thread_id"] for r in store.db.query(
-        "select thread_id from dialogues where run_id = ? and status = 'finished'", [jobs[0].run_id] if jobs else [""])}
+    finished = {d["thread_id"] for d in store.dialogues(jobs[0].run_id) if d["status"] == "finished"} if jobs else set()
     app = queue_app(url)
     enqueued = already = 0
     async with app.open_async():

@@ -1,22 +1,29 @@
 """A procrastinate worker that plays dialogues of runs stored in PostgreSQL, one job per dialogue, resumably.
 
 Each job names one dialogue (graph/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
-configuration (once per run, target and sample) and plays it with :func:`graph.runner.play_dialogue`, which
-continues from the last checkpoint when a job is retried after its worker died. A side task retries the jobs
-of workers whose heartbeat stopped (a SIGKILLed process), so any live worker finishes them.
+configuration (its retries and rate limits included; once per run, target and sample) and plays it with
+:func:`graph.runner.play_dialogue`, which continues from the last checkpoint when a job is retried after its
+worker died. The dialogue's advisory lock (checkpoints/claims.py) is held while it plays, so no two workers ever
+play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
+procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat
+stopped (a SIGKILLed process), so any live worker finishes them, and gives this worker its share of the runs'
+rate limits: a run's ``--rate-limit`` is the total of all live workers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+import os
+import socket
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
 
 from checkpoints.cache import ResponseCache
+from checkpoints.claims import claim_dialogue
 from checkpoints.location import PostgresURL
 from checkpoints.postgres import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -24,8 +31,9 @@ from checkpoints.store import Writer, open_writer
 from graph.builder import build_graph
 from graph.config import RunConfig
 from graph.context import RunContext
-from graph.dialogue_jobs import QUEUE, RETRIES, TASK, DialogueJob, ensure_queue_schema, queue_app
+from graph.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
 from graph.runner import DialogueOutcome, RunSpec, StoreWriter, play_dialogue
+from models.call_policy import CallPolicy
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +47,13 @@ class WorkerSettings:
     stalled_after_s: float = 30.0  # a worker silent this long is dead: its jobs are retried
     cache: bool = True
     base_url: str | None = None
+    rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+
+class DialogueFailed(Exception):
+    """A dialogue ended failed (a model kept failing): its job fails, so procrastinate retries it."""
 
 
 class DialoguePlayer:
@@ -52,14 +66,29 @@ class DialoguePlayer:
         self.cache = cache
         self._specs: dict[str, dict[str, Any]] = {}
         self._contexts: dict[tuple[str, str, int], RunContext] = {}
+        self._policies: dict[str, CallPolicy] = {}
+        self._sharers = 1
 
-    async def play(self, job: DialogueJob) -> DialogueOutcome:
+    async def play(self, job: DialogueJob, *, url: PostgresURL, job_id: int | None = None) -> DialogueOutcome:
+        """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails."""
         stored = await self._spec(job.run_id)
         spec = RunSpec(**stored)
         context = self._context(job, stored)
-        return await play_dialogue(spec, job.seed_record(), graph=self.graph, write=self.write, context=context,
-                                   notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
-                                   sample=job.sample)
+        async with claim_dialogue(url, job.thread_id, run_id=job.run_id, worker=self.settings.name, job_id=job_id) as claim:
+            outcome = await play_dialogue(spec, job.seed_record(), graph=self.graph, write=self.write, context=context,
+                                          notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
+                                          sample=job.sample)
+            claim.outcome = outcome.status
+        if outcome.status == "failed":
+            raise DialogueFailed(f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}")
+        return outcome
+
+    def share_rate_limits(self, sharers: int) -> None:
+        """Use 1/``sharers`` of each run's rate limits (unless this worker was given its own)."""
+        self._sharers = max(1, sharers)
+        if self.settings.rate_limits is None:
+            for policy in self._policies.values():
+                policy.share_among(self._sharers)
 
     async def _spec(self, run_id: str) -> dict[str, Any]:
         if run_id not in self._specs:
@@ -75,10 +104,21 @@ class DialoguePlayer:
             seed = sample_seed(int(stored.get("sampling_seed") or 0), job.sample) if job.sample else None
             config = RunConfig.from_stored(stored, run_id=job.run_id, target=job.target, sampling_seed=seed,
                                            base_url=self.settings.base_url)
-            built = config.build_models(config.call_policy(self.cache))
+            built = config.build_models(self._policy(job.run_id, config))
             self._contexts[key] = RunContext(models=replace(built.models, target=built.targets[0]),
                                              sampling_seed=config.sampling_seed, leakage=config.leakage)
         return self._contexts[key]
+
+    def _policy(self, run_id: str, config: RunConfig) -> CallPolicy:
+        """One call policy per run in this worker: its dialogues share retries and rate gates, as in one graph.run."""
+        if run_id not in self._policies:
+            if self.settings.rate_limits is not None:
+                config = config.model_copy(update={"rate_limits": dict(self.settings.rate_limits)})
+            policy = config.call_policy(self.cache)
+            if self.settings.rate_limits is None:
+                policy.share_among(self._sharers)
+            self._policies[run_id] = policy
+        return self._policies[run_id]
 
     def close(self) -> None:
         self.write.close()
@@ -88,10 +128,10 @@ def worker_app(url: PostgresURL) -> App:
     """The queue's app with the dialogue task registered."""
     app = queue_app(url)
 
-    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRIES)
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRY)
     async def play(context: JobContext, **args: Any) -> str:
         player: DialoguePlayer = context.additional_context["player"]
-        outcome = await player.play(DialogueJob(**args))
+        outcome = await player.play(DialogueJob(**args), url=url, job_id=context.job.id)
         return outcome.status
 
     return app
@@ -107,10 +147,12 @@ async def retry_stalled_jobs(app: App, *, stalled_after_s: float) -> int:
     return len(stalled)
 
 
-async def _watch_stalled(app: App, stalled_after_s: float) -> None:
+async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> None:
+    """Every few seconds: retry stalled workers' jobs, and take this worker's share of the rate limits."""
     while True:
         try:
             await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
+            player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except Exception:  # noqa: BLE001 - a lost connection must not stop the worker; the next round tries again
             log.exception("checking for stalled jobs failed")
         await asyncio.sleep(max(1.0, stalled_after_s / 3))
@@ -126,13 +168,18 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
         async with open_postgres_saver(url) as saver, app.open_async():
             player = DialoguePlayer(store, build_graph(saver), settings, cache)
             await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
-            watcher = asyncio.create_task(_watch_stalled(app, settings.stalled_after_s))
+            player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
+            watcher = asyncio.create_task(_watch(app, player, settings.stalled_after_s))
             try:
-                await app.run_worker_async(
-                    queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
-                    update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
-                    additional_context={"player": player}, install_signal_handlers=settings.wait,
-                )
+                while True:  # draining: a job due for a retry later still waits, so come back for it
+                    await app.run_worker_async(
+                        queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
+                        update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
+                        additional_context={"player": player}, install_signal_handlers=settings.wait,
+                    )
+                    if settings.wait or not await waiting_jobs(app):
+                        break
+                    await asyncio.sleep(1.0)
             finally:
                 watcher.cancel()
                 player.close()

@@ -29,14 +29,26 @@ class CallPolicy:
     stats: CallStats = field(default_factory=CallStats)
     _gates: dict[str, RateGate] = field(default_factory=dict, repr=False)
     _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _sharers: int = field(default=1, repr=False)
 
     def gate_for(self, spec: str, provider: str) -> RateGate:
         """The shared gate of a spec: its own limit if it has one, else its provider's."""
         key = spec if spec in self.rate_limits else provider
         with self._gates_lock:
             if key not in self._gates:
-                self._gates[key] = RateGate(self.rate_limits.get(key))
+                self._gates[key] = RateGate(self._share(key))
             return self._gates[key]
+
+    def share_among(self, sharers: int) -> None:
+        """Let this process use 1/``sharers`` of every rate limit: the run's limit is then the total of all workers."""
+        with self._gates_lock:
+            self._sharers = max(1, sharers)
+            for key, gate in self._gates.items():
+                gate.retune(self._share(key))
+
+    def _share(self, key: str) -> float | None:
+        limit = self.rate_limits.get(key)
+        return limit / self._sharers if limit else None
 
     def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
              retry: RetryPolicy | None = None, seed_option: bool = True) -> ResilientChatModel:

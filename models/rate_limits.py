@@ -41,6 +41,16 @@ class RateGate:
                 wait = max(wait, -self._tokens / self.rate)
             return wait
 
+    def retune(self, per_minute: float | None) -> None:
+        """Change the limit in place (a worker's share of a run's limit as workers come and go)."""
+        if per_minute is not None and per_minute <= 0:
+            raise ValueError(f"a rate limit must be a positive number of requests per minute, got {per_minute}")
+        with self._lock:
+            self.per_minute = per_minute
+            self.rate = per_minute / 60.0 if per_minute else None
+            self.capacity = max(1.0, self.rate or 1.0)
+            self._tokens = min(self._tokens, self.capacity)
+
     def pause(self, seconds: float) -> None:
         with self._lock:
             self._paused_until = max(self._paused_until, time.monotonic() + seconds)

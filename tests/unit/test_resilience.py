@@ -258,3 +258,18 @@ def test_empty_or_malformed_bodies_are_retried_but_bad_requests_are_not():
     except _json.JSONDecodeError as exc:
         assert retry_reason(exc) == "malformed response"
     assert retry_reason(ValueError("prompt too long")) is None
+
+
+def test_a_worker_takes_its_share_of_each_rate_limit_as_workers_come_and_go():
+    policy = CallPolicy(rate_limits={"openai": 600, "openai:big": 60})
+    small, big, other = (policy.gate_for("openai:m", "openai"), policy.gate_for("openai:big", "openai"),
+                         policy.gate_for("fake:x", "fake"))
+    policy.share_among(3)
+    assert (small.per_minute, big.per_minute, other.per_minute) == (200, 20, None)
+    assert policy.gate_for("openai:n", "openai") is small and policy.gate_for("openai:big2", "openai").per_minute == 200
+    waits = [small.reserve() for _ in range(5)]  # a burst of one second's worth (3.33 requests), then one per 0.3 s
+    assert waits[:3] == [0, 0, 0] and waits[3] == pytest.approx(0.2, abs=0.02) and waits[4] == pytest.approx(0.5, abs=0.02)
+    policy.share_among(1)
+    assert (small.per_minute, big.per_minute) == (600, 60)
+    with pytest.raises(ValueError):
+        small.retune(0)

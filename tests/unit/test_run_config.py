@@ -187,6 +187,11 @@ def test_a_stored_old_run_loads_as_config():
     assert (target.temperature, target.max_tokens, target.seed) == (0.3, 120, 7)
     assert config.sampling_for("user", "fake:user").base_url is None  # a stored URL only serves openai: specs
     assert config.load_prompts()["judge"].source == RUBRIC
+    assert config.call_policy().retry == RetryPolicy(attempts=6, base_delay=1.0, max_delay=60.0, max_retry_after=300.0, timeout=120.0)
+    limited = RunConfig.from_stored({**OLD_SPEC, "calls": {**OLD_SPEC["calls"], "rate_limits": {"openai": 90},
+                                                          "retry": {"attempts": 1, "timeout": None}}}, run_id="r1")
+    assert limited.call_policy().rate_limits == {"openai": 90}  # a worker plays the run with its own limits and retries
+    assert (limited.call_policy().retry.attempts, limited.call_policy().retry.timeout) == (1, None)
     openai_user = RunConfig.from_stored({**OLD_SPEC, "models": {**OLD_SPEC["models"], "user": "openai:m"}}, run_id="r1")
     assert openai_user.sampling_for("user", "openai:m").base_url == "http://old-server:8080/v1"
     with pytest.raises(ConfigError, match="records no model for judge"):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
@@ -102,3 +104,135 @@ def test_a_worker_killed_mid_run_leaves_the_rest_to_the_other(pg_url: str):
     _assert_exactly_once(pg_url, 12)
     # The killed worker's dialogues were retried (from their checkpoints: still exactly their turns, above).
     assert _rows(pg_url, "select count(*) from procrastinate_jobs where attempts > 0")[0][0] >= 1
+
+
+def _plays(url: str) -> list[tuple]:
+    return _rows(url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id")
+
+
+def _open_play_of(url: str, pid: int) -> bool:
+    return bool(_rows(url, f"select 1 from dialogue_plays where worker like '%:{pid}' and ended_at is null limit 1"))
+
+
+def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_never_share_one(pg_url: str):
+    """≥ 10 trials: each enqueues a run, then SIGKILLs one of the two workers at a random moment of its play."""
+    seed = int(os.environ.get("DYMT_ESB_CRASH_SEED") or time.time_ns() % 10**6)
+    rng = random.Random(seed)
+    trials, killed_at = 10, {}  # worker pid → when it was killed (wall clock)
+    runs = [f"crash{i}" for i in range(trials)]
+    with StubServer(latency=0.05) as stub:
+        workers = [_worker(pg_url, "--stalled-after", "2") for _ in range(2)]
+        try:
+            for run_id in runs:
+                assert run_main([*_run_flags(pg_url, stub, run_id=run_id, per_category=2), "--enqueue"]) == 0
+                victim = rng.randrange(2)
+                pid = workers[victim].pid
+                deadline = time.monotonic() + 20
+                while not _open_play_of(pg_url, pid) and time.monotonic() < deadline:  # idle if the other took every job
+                    assert workers[victim].poll() is None, workers[victim].stderr.read()
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.0, 0.6))
+                killed_at[pid] = datetime.now(timezone.utc)
+                os.kill(pid, signal.SIGKILL)
+                workers[victim].wait()
+                workers[victim] = _worker(pg_url, "--stalled-after", "2")
+            for run_id in runs:
+                assert run_main(["--db", pg_url, "--run-id", run_id, "--wait", "--json"]) == 0, f"seed {seed}"
+        finally:
+            for w in workers:
+                w.send_signal(signal.SIGINT)
+            for w in workers:
+                w.wait(timeout=30)
+    _assert_exactly_once(pg_url, 12 * trials)
+    assert _rows(pg_url, "select status, count(*) from runs group by status") == [("finished", trials)]
+    plays = _plays(pg_url)
+    died = [p for p in plays if p[3] is None]
+    assert len(died) >= trials // 2, (seed, died)  # the kills did land mid-play
+    assert died and all(int(worker.rsplit(":", 1)[1]) in killed_at for _, worker, *_ in died), (seed, died)
+    by_thread: dict[str, list[tuple]] = {}
+    for thread, worker, start, end, outcome in plays:
+        by_thread.setdefault(thread, []).append((start, end or killed_at[int(worker.rsplit(":", 1)[1])], worker, outcome))
+    assert len(by_thread) == 12 * trials
+    for thread, spans in by_thread.items():  # one player at a time, and the last play finished the dialogue
+        assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (seed, thread, spans)
+        assert spans[-1][3] in ("finished", "skipped"), (seed, thread, spans)
+
+
+def test_a_failed_dialogue_fails_its_job_which_is_retried_from_its_checkpoint_with_the_runs_retry_settings(pg_url: str):
+    # --retries 0 is stored with the run: were the worker to use its default (5), the 500s would never fail a dialogue.
+    flags = ["--limit", "1", "--retries", "0"]
+    with StubServer(script=["ok", "ok", "500"]) as stub:  # the first turn's judge call fails
+        assert run_main([*_run_flags(pg_url, stub), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert _rows(pg_url, "select status::text, attempts from procrastinate_jobs") == [("succeeded", 2)]
+    assert [p[4] for p in _plays(pg_url)] == ["failed", "finished"]
+    _assert_exactly_once(pg_url, 1)
+    with StubServer(script=["500"] * 3) as stub:  # the three attempts fail: the job fails; enqueuing again plays it on
+        assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+        assert _rows(pg_url, "select status::text from procrastinate_jobs where args->>'run_id' = 'r2'") == [("failed",)]
+        assert _rows(pg_url, "select status from dialogues where run_id = 'r2'") == [("failed",)]
+        assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert _rows(pg_url, "select status from dialogues where run_id = 'r2'") == [("finished",)]
+    assert [p[4] for p in _plays(pg_url) if p[0].startswith("r2")] == ["failed", "failed", "failed", "finished"]
+
+
+def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job_was_handed_to(pg_url: str):
+    """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing together."""
+    with StubServer(latency=0.3) as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--limit", "1", "--enqueue"]) == 0
+        sleeper = _worker(pg_url, "--stalled-after", "2")
+        deadline = time.monotonic() + 60
+        while not _open_play_of(pg_url, sleeper.pid):
+            assert time.monotonic() < deadline and sleeper.poll() is None
+            time.sleep(0.02)
+        os.kill(sleeper.pid, signal.SIGSTOP)  # stalled, not dead: its connection and lock live on
+        other = _worker(pg_url, "--stalled-after", "2")
+        try:
+            while not _rows(pg_url, "select 1 from procrastinate_jobs where attempts > 0"):  # handed on
+                assert time.monotonic() < deadline and other.poll() is None, other.stderr.read()
+                time.sleep(0.1)
+            time.sleep(2)
+            assert len(_plays(pg_url)) == 1  # the other worker waits for the lock instead of playing
+            os.kill(sleeper.pid, signal.SIGCONT)
+            while _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded'")[0][0]:
+                assert time.monotonic() < deadline and other.poll() is None, other.stderr.read()
+                time.sleep(0.2)
+        finally:
+            for w in (sleeper, other):
+                os.kill(w.pid, signal.SIGCONT)
+                w.send_signal(signal.SIGINT)
+                w.wait(timeout=30)
+    (first, second) = _plays(pg_url)
+    assert first[1].endswith(f":{sleeper.pid}") and first[4] == "finished"
+    assert second[1].endswith(f":{other.pid}") and second[4] == "skipped" and second[2] >= first[3]
+    _assert_exactly_once(pg_url, 1)
+
+
+def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    from graph.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
+
+    with StubServer() as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
+        assert _rows(pg_url, "select obj_description('procrastinate_jobs'::regclass, 'pg_class')") == [(SCHEMA_STAMP + queue_schema_version(),)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"comment on table procrastinate_jobs is '{SCHEMA_STAMP}02.00.00'")
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            run_main([*_run_flags(pg_url, stub, run_id="r2"), "--enqueue"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "procrastinate schema 02.00.00" in err and "apply procrastinate's migrations" in err
+    assert _rows(pg_url, "select count(*) from procrastinate_jobs") == [(6,)] and _rows(pg_url, "select id from runs") == [("r1",)]
+    worker = _worker(pg_url, "--drain")
+    assert worker.wait(timeout=60) == 2 and "02.00.00" in worker.stderr.read()
+
+
+def test_a_bad_worker_rate_limit_is_one_line(pg_url: str):
+    worker = _worker(pg_url, "--rate-limit", "openai=fast")
+    assert worker.wait(timeout=60) == 2
+    err = worker.stderr.read().strip()
+    assert len(err.splitlines()) == 1 and "--rate-limit 'openai=fast' is not NAME=RPM" in err

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import signal
 
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
@@ -40,14 +42,43 @@ def main(argv: list[str] | None = None) -> int:
                               stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
                               rate_limits=_rate_limits(args.rate_limit), wait=not args.drain)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if settings.wait:
+        _stop_in_two_steps()
     try:
         asyncio.run(run_worker(location, settings))
     except StoreError as exc:
         fail(str(exc))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # --drain: Python's own Ctrl-C
         error_console.print("[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker.")
         return 130
     return 0
+
+
+def _stop_in_two_steps() -> None:
+    """First Ctrl-C (or SIGTERM): procrastinate finishes the dialogues in play and stops; the second: stop now.
+
+    procrastinate handles the first signal and then puts back the handlers it found, which are these.
+    """
+    def stop_now(*_: object) -> None:
+        error_console.print("[yellow]Stopped now.[/] The dialogues it was playing go to the next worker after "
+                            "--stalled-after seconds and are played on from their last checkpoint.")
+        os._exit(130)
+
+    class FirstStop(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "action", None) == "stopping_worker":
+                error_console.print("[yellow]Stopping:[/] finishing the dialogues in play. Ctrl-C again to stop now.")
+
+    signal.signal(signal.SIGINT, stop_now)
+    signal.signal(signal.SIGTERM, stop_now)
+    procrastinate_log = logging.getLogger("procrastinate.worker")
+    procrastinate_log.setLevel(logging.INFO)
+    procrastinate_log.propagate = False  # its other INFO lines stay quiet; warnings still reach stderr below
+    procrastinate_log.addHandler(FirstStop())
+    warnings = logging.StreamHandler()
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    procrastinate_log.addHandler(warnings)
 
 
 def _rate_limits(items: list[str] | None) -> dict[str, float] | None:

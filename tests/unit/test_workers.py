@@ -236,3 +236,24 @@ def test_a_bad_worker_rate_limit_is_one_line(pg_url: str):
     assert worker.wait(timeout=60) == 2
     err = worker.stderr.read().strip()
     assert len(err.splitlines()) == 1 and "--rate-limit 'openai=fast' is not NAME=RPM" in err
+
+
+def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_url: str):
+    with StubServer(latency=0.3) as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--limit", "2", "--enqueue"]) == 0
+        gentle, hasty = _worker(pg_url, "--concurrency", "1"), _worker(pg_url, "--concurrency", "1")
+        deadline = time.monotonic() + 60
+        while not (_open_play_of(pg_url, gentle.pid) and _open_play_of(pg_url, hasty.pid)):
+            assert time.monotonic() < deadline and gentle.poll() is None and hasty.poll() is None
+            time.sleep(0.02)
+        gentle.send_signal(signal.SIGINT)
+        hasty.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        hasty.send_signal(signal.SIGINT)
+        assert hasty.wait(timeout=10) == 130 and "Stopped now" in hasty.stderr.read()
+        assert gentle.wait(timeout=60) == 0 and "finishing the dialogues in play" in gentle.stderr.read()
+        assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{gentle.pid}'") == [("finished",)]
+        assert _rows(pg_url, f"select ended_at from dialogue_plays where worker like '%:{hasty.pid}'") == [(None,)]
+        survivor = _worker(pg_url, "--stalled-after", "1", "--drain")  # the hasty one's dialogue is played on
+        assert survivor.wait(timeout=60) == 0, survivor.stderr.read()
+    _assert_exactly_once(pg_url, 2)

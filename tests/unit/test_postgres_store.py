@@ -113,7 +113,7 @@ def test_the_schema_is_created_once_by_concurrent_writers_and_a_newer_one_is_ref
     for w in workers:
         w.join()
     assert errors == []
-    assert _pg_rows(pg_url, "select name from _migrations") == [("pg001_schema",)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",)]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("insert into _migrations values ('pg999_future', 'later')")
     with pytest.raises(SchemaTooNewError, match="pg999_future"):
@@ -166,3 +166,13 @@ def test_the_response_cache_lives_in_the_same_postgres_database(pg_url: str):
     store = open_writer(pg_url)
     assert store.clear_cache() == 2
     store.close()
+
+
+def test_a_database_set_up_before_plays_were_recorded_gets_the_table_on_open(pg_url: str):
+    open_writer(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the previous version left it
+        conn.execute("drop table dialogue_plays")
+        conn.execute("delete from _migrations where name = 'pg002_plays'")
+    open_writer(pg_url).close()
+    assert _pg_rows(pg_url, "select count(*) from dialogue_plays") == [(0,)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",)]

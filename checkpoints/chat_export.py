@@ -39,17 +39,16 @@ def leakage_by_turn(reader: Reader, thread_id: str) -> dict[int, dict[str, Any]]
     leak_columns = [c for c in reader.columns("turns") if "leak" in c.lower()]
     if leak_columns:
         selected = ", ".join(f'"{c}"' for c in leak_columns)
-        for row in reader.conn.execute(f"select idx, {selected} from turns where thread_id = ?", [thread_id]):
+        for row in reader.db.query(f"select idx, {selected} from turns where thread_id = ?", [thread_id]):
             values = {c: row[c] for c in leak_columns if row[c] is not None}
             if values:
                 out.setdefault(int(row["idx"]), {}).update(values)
-    tables = [r[0] for r in reader.conn.execute("select name from sqlite_master where type = 'table' and name like '%leak%'")]
-    for table in tables:
+    for table in sorted(t for t in reader.file_tables if "leak" in t.lower()):
         cols = reader.columns(table)
         if not {"thread_id", "idx"} <= set(cols):
             continue
         fields = [c for c in cols if c not in ("thread_id", "idx")]
-        for row in reader.conn.execute(f'select * from "{table}" where thread_id = ? order by idx', [thread_id]):
+        for row in reader.db.query(f'select * from "{table}" where thread_id = ? order by idx', [thread_id]):
             values = {c: row[c] for c in fields if row[c] is not None}
             if values:
                 out.setdefault(int(row["idx"]), {}).update(values)

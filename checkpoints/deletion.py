@@ -2,8 +2,10 @@
 
 Generated dialogues may hold harmful text, so deletion also vacuums the file: the
 freed pages are rewritten, not merely marked free. On PostgreSQL the rows go from the
-same tables and from LangGraph's (``checkpoints``, ``checkpoint_blobs``, ``checkpoint_writes``),
-and the tables they left are vacuumed (plain VACUUM: other workers keep writing meanwhile).
+same tables and from LangGraph's (``checkpoints``, ``checkpoint_blobs``, ``checkpoint_writes``).
+With ``full`` the tables they left are rewritten (VACUUM FULL: the deleted text leaves the disk pages, but each
+table is locked exclusively meanwhile, so other runs' workers wait); without it, plain VACUUM only marks the
+space free, and the deleted text stays in those pages until PostgreSQL writes over them.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ _THREAD_TABLES = ("turns", "scores", "labels", "refusals", "coherence", "guard_s
                   "trace_index", "counterfactual_members")
 
 
-def delete_run(store: Writer, run_id: str) -> dict[str, int]:
-    """Remove everything a run wrote; returns rows deleted per table."""
+def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, int]:
+    """Remove everything a run wrote; returns rows deleted per table (``full``: VACUUM FULL on PostgreSQL)."""
     threads = store.threads_of_run(run_id)
     tables = set(store.db.table_names())
     counts: dict[str, int] = {}
@@ -46,7 +48,7 @@ def delete_run(store: Writer, run_id: str) -> dict[str, int]:
             if table in tables:
                 counts[table] = store.db.execute(f"delete from [{table}] where [{column}] = ?", [run_id]).rowcount
     if is_postgres(store.db):
-        return _finish_postgres(store, threads, tables, counts)
+        return _finish_postgres(store, threads, tables, counts, full=full)
     if "checkpoints" in tables:
         for thread_id in threads:
             saver.delete_thread(thread_id)
@@ -56,17 +58,20 @@ def delete_run(store: Writer, run_id: str) -> dict[str, int]:
     return counts
 
 
-def _finish_postgres(store: Writer, threads: list[str], tables: set[str], counts: dict[str, int]) -> dict[str, int]:
-    """LangGraph's checkpoints of the threads go too; then the emptied tables are vacuumed."""
+def _finish_postgres(store: Writer, threads: list[str], tables: set[str], counts: dict[str, int], *,
+                     full: bool) -> dict[str, int]:
+    """LangGraph's checkpoints of the threads go too; then every table rows left is vacuumed (rewritten with ``full``)."""
     present = [t for t in _PG_CHECKPOINT_TABLES if t in tables]
+    emptied = {t for t, n in counts.items() if n and t in tables}
     with store.transaction():
         for table in present:
-            for thread_id in threads:
-                store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id])
+            n = sum(store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id]).rowcount for thread_id in threads)
+            if n:
+                emptied.add(table)
     if present:
         counts["checkpoint threads"] = len(threads)
-    for table in sorted(t for t, n in counts.items() if n and t in tables):
-        store.db.execute(f"VACUUM [{table}]")
+    for table in sorted(emptied):
+        store.db.execute(f"VACUUM {'FULL ' if full else ''}[{table}]")
     return counts
 
 

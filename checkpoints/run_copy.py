@@ -1,7 +1,10 @@
 """Copy one run out of any store (a SQLite file or PostgreSQL) into a new SQLite file, for offline replay and reports.
 
 The copy holds the run's ``runs`` row, its dialogues (and the dialogues they branched from, so a branch run
-replays whole), their turns, scores and traces, the run's label sets and counterfactual sets, and LangGraph's
+replays whole), their turns (token counts included), scores (bias labels of every label set, refusals, coherence,
+guard scores) and traces, the run's label sets and counterfactual sets, the ``evals.judge`` validations of its
+judges (so summaries cite them), the response-cache entries whose reply is a text the run stores (a user message,
+a reply, a scorer's raw output: a re-judge or rerun on the copy answers from them), and LangGraph's
 checkpoints of those threads. Checkpoints go through the savers' own APIs (``alist`` on the source, ``aput`` and
 ``aput_writes`` on the copy), so the file holds them in the SQLite saver's format whatever the source was.
 The file is built beside its destination and renamed into place at the end: it appears whole or not at all.
@@ -10,12 +13,15 @@ The file is built beside its destination and renamed into place at the end: it a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from checkpoints.cache import TABLE as CACHE_TABLE
+from checkpoints.cache import decompress
 from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
@@ -67,9 +73,61 @@ def _rows_of_run(reader: Any, run_id: str) -> dict[str, list[dict[str, Any]]]:
     rows["counterfactual_members"] = [m for m in _where_in(reader, "counterfactual_members", "set_name", sets) if m["thread_id"] in have]
     for table in THREAD_TABLES:
         rows[table] = _where_in(reader, table, "thread_id", threads) if reader.has_table(table) else []
+    for table in ("trace_index", "trace_runs"):  # traces of the run not tied to one of its dialogues
+        if reader.has_table(table) and "run_id" in reader.columns(table):
+            key = "trace_id" if table == "trace_index" else "id"
+            seen = {r[key] for r in rows[table]}
+            rows[table] += [r for r in reader._query(f"select * from {table} where run_id = ?", [run_id]) if r[key] not in seen]
     traces = [t["trace_id"] for t in rows["trace_index"]]
     rows["trace_chunks"] = _where_in(reader, "trace_chunks", "trace_id", traces) if reader.has_table("trace_chunks") else []
+    rows["judge_validations"] = _validations(reader, rows)
+    rows[CACHE_TABLE] = _cache_entries(reader, rows)
     return rows
+
+
+def _validations(reader: Any, rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``evals.judge`` scores of the judges the copied runs and label sets name (summaries cite them by spec and prompt)."""
+    if not reader.has_table("judge_validations"):
+        return []
+    judges = {s["model"] for s in rows["label_sets"] if s.get("model")}
+    for run in rows["runs"]:
+        config = json.loads(run["config"]) if isinstance(run.get("config"), str) else (run.get("config") or {})
+        judge = ((config.get("spec") or {}).get("models") or {}).get("judge")
+        if judge:
+            judges.add(judge)
+    return _where_in(reader, "judge_validations", "judge_model", sorted(judges))
+
+
+def _cache_entries(reader: Any, rows: dict[str, list[dict[str, Any]]], *, batch: int = 1000) -> list[dict[str, Any]]:
+    """Cached replies whose text the run stores: the cache has no run column, so a reply is matched by its text.
+
+    Matching on the text means the copy gains no generated text the run does not already hold.
+    """
+    if not reader.has_table(CACHE_TABLE):
+        return []
+    texts = {t.strip() for turn in rows["turns"] for t in (turn.get("user_message"), turn.get("reply")) if isinstance(t, str)}
+    texts |= {s["raw"].strip() for s in rows["scores"] if isinstance(s.get("raw"), str)}
+    texts.discard("")
+    found: list[dict[str, Any]] = []
+    last: Any = None
+    while True:  # in key order, a batch at a time: the cache may hold far more than one run
+        page = reader._query(f"select * from {CACHE_TABLE}" + ("" if last is None else " where key > ?")
+                             + f" order by key limit {batch}", [] if last is None else [last])
+        found += [r for r in page if _reply_text(r["value"]) in texts]
+        if len(page) < batch:
+            return found
+        last = page[-1]["key"]
+
+
+def _reply_text(value: Any) -> str | None:
+    """The text of a stored reply's first generation, stripped; None for a row that does not decode."""
+    try:
+        content = json.loads(decompress(value))["generations"][0]["message"]["data"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return content.strip() if isinstance(content, str) else None
 
 
 def _where_in(reader: Any, table: str, column: str, values: list[Any], *, batch: int = 500) -> list[dict[str, Any]]:

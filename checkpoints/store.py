@@ -205,11 +205,11 @@ class Writer(StoreQueries):
             }
         )
 
-    def delete_run(self, run_id: str) -> dict[str, int]:
-        """Remove everything a run wrote and vacuum; rows deleted per table."""
+    def delete_run(self, run_id: str, *, full: bool = True) -> dict[str, int]:
+        """Remove everything a run wrote and vacuum (``full``: VACUUM FULL on PostgreSQL); rows deleted per table."""
         from checkpoints.deletion import delete_run
 
-        return delete_run(self, run_id)
+        return delete_run(self, run_id, full=full)
 
     def clear_cache(self) -> int:
         """Empty the response cache and vacuum; replies removed."""

@@ -8,6 +8,7 @@ JSON result; :func:`turns` and :func:`dialogues` are the rows of the report's
 ``turns.csv`` and ``dialogues.csv``; :func:`chat_records` are the lines of
 ``python -m graph.runs export --format chat``. Bad input raises :class:`DymtError`
 with the command's one-line message, and, as with the command, writes nothing.
+``db`` is a SQLite file or a ``postgresql://`` URL (no password in it), as ``--db``; by default ``$DYMT_ESB_DB``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.chat_export import iter_chat_records
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.location import PostgresURL, default_db, parse_db
+from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
@@ -163,9 +165,11 @@ def _forget_loop_bound_clients() -> None:
 
 
 def _open(db: str | Path | None) -> Reader:
-    """The read-only reader: reading from the API never writes (nor migrates) the database."""
+    """The read-only reader of a SQLite file or a ``postgresql://`` URL: reading from the API never writes (nor migrates) it."""
     try:
-        return open_reader(Path(db) if db else default_db_path())
+        if not db:
+            return open_reader(default_db())
+        return open_reader(db if isinstance(db, PostgresURL) else parse_db(db, source="db"))
     except StoreError as exc:
         raise DymtError(str(exc)) from None
 

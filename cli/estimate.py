@@ -2,7 +2,7 @@
 
 The grid (seeds × modes × targets × samples) and the turn count give the model calls; stored
 runs in the same database refine the tokens per call for specs already played in the same
-role (evals.cost.estimate). Nothing is written, and no model or key is needed.
+role (evals.cost.estimate), from a SQLite file or a PostgreSQL store. Nothing is written, and no model or key is needed.
 """
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from checkpoints.location import DbLocation
 from evals.cost import Pricing, RoleEstimate, RolePlan, estimate, stored_means
 from graph.modes import is_scripted
 
 
 def run_estimate(
-    db_path: Path,
+    db_path: DbLocation,
     *,
     user: str,
     judge: str,

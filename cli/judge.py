@@ -18,11 +18,13 @@ from rich.text import Text
 
 import prompts
 from checkpoints.migrations import SchemaTooNewError
+from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import describe, write_atomic
+from cli.store_option import chosen_db, db_location
 from evals.formatting import pct
 from evals.label_sets import LabellerError, build_labeller
 from evals.pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
@@ -39,8 +41,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sampling seed (default 0)")
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE", help="rubric file replacing the built-in judge prompt")
-    p.add_argument("--db", type=Path, default=None, help="dialogue database where the score is recorded, so run summaries cite it "
-                   f"(default {default_db_path()})")
+    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL",
+                   help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
+                   f"postgresql:// URL (default {default_db_path()})")
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
     return p
 
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     store = None
     record = not args.no_record and any(p.gold is not None for p in pairs)
     if record:
+        location = chosen_db(args.db)
         try:
-            db_path = check_db_path(args.db or default_db_path())
+            if not isinstance(location, PostgresURL):
+                location = check_db_path(location)
         except StoreError as exc:
             fail(str(exc))
     # The model is built (and the embedded one probed) before the database is opened: a model that
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     if record:
         try:
-            store = open_writer(db_path)
+            store = open_writer(location)
         except (StoreError, SchemaTooNewError) as exc:
             fail(str(exc))
     if template is not None:

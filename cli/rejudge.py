@@ -14,6 +14,7 @@ from pathlib import Path
 import prompts
 from rich.text import Text
 
+from checkpoints.cache import ResponseCache
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
@@ -38,6 +39,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE",
                    help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
     p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    p.add_argument("--cache", action="store_true",
+                   help="answer from the response cache in the database (a request sent before costs no call) and keep new replies there")
     return p
 
 
@@ -55,9 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
     template = judge_template(store, args.run_id, args.judge_prompt)
+    cache = ResponseCache(store.path) if args.cache else None
+    try:
+        return _rejudge(args, store, template, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def _rejudge(args, store, template: prompts.PromptTemplate | None, cache: ResponseCache | None) -> int:
     try:
         lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
-                               flag="--judge-model", base_url=args.base_url, template=template)
+                               flag="--judge-model", base_url=args.base_url, template=template, cache=cache)
     except LabellerError as exc:
         fail(str(exc))
     run_id, name = lab.run.run_id, lab.name

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.chat_export import iter_chat_records, to_jsonl
+from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.vocabulary import PRIMARY_LABELS
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="runs with their status and dialogue counts")
-    delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches (then vacuum)")
+    delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
+                            "VACUUM FULL, which locks each table while it runs; plain VACUUM while jobs of the run are waiting or running)")
     delete.add_argument("run_id")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
@@ -56,9 +58,27 @@ def main(argv: list[str] | None = None) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             console.print("nothing deleted")
             return 1
-    counts = store.delete_run(args.run_id)
+    full = _announce_vacuum(store.path, args.run_id)
+    counts = store.delete_run(args.run_id, full=full)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
     return 0
+
+
+def _announce_vacuum(location: object, run_id: str) -> bool:
+    """On PostgreSQL, whether the emptied tables can be rewritten (VACUUM FULL), saying what it means either way."""
+    if not isinstance(location, PostgresURL):
+        return True  # SQLite: VACUUM rewrites the whole file
+    from graph.dialogue_jobs import PENDING, job_counts
+
+    pending = sum(n for status, n in job_counts(location, run_id).items() if status in PENDING)
+    if pending:
+        console.print(Text(f"{pending} jobs of run {run_id} are waiting or running: plain VACUUM only, so the deleted text "
+                           "stays in PostgreSQL's freed table pages until they are reused; when the workers are done, "
+                           "run VACUUM FULL on the tables or delete again", style="yellow"))
+        return False
+    console.print(Text("VACUUM FULL of the tables the run leaves: each is locked while it is rewritten, so workers "
+                       "of other runs wait until it ends", style="dim"))
+    return True
 
 
 def _list(args) -> int:

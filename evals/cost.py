@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkpoints.location import DbLocation, PostgresURL, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.queries import StoreQueries
@@ -244,13 +245,20 @@ class RoleEstimate:
     source: str  # "stored" (means of stored calls of this spec and role) or "default" (assumptions)
 
 
-def stored_means(db_path: Path, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Mean input tokens by turn and mean output tokens per call of each (role, spec) in a database, read-only."""
+def stored_means(db: DbLocation | str, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Mean input tokens by turn and mean output tokens per call of each (role, spec) in a store, read-only.
+
+    ``db`` is a SQLite file or a PostgreSQL URL; a store that does not exist yet or cannot be read has no means.
+    """
     wanted = set(pairs)
-    if not Path(db_path).is_file():
+    try:
+        location = db if isinstance(db, PostgresURL) else parse_db(db)
+    except StoreError:
+        return {}
+    if not isinstance(location, PostgresURL) and not location.is_file():
         return {}
     try:
-        with open_reader(Path(db_path)) as reader:
+        with open_reader(location) as reader:
             rows = reader.token_rows()
     except (StoreError, sqlite3.Error):
         return {}

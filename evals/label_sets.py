@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,9 +29,11 @@ class LabellerError(ValueError):
     """A labelling pass that cannot start (bad model, run or set name): one line saying what to pass instead."""
 
 
-def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: int = 0, max_tokens: int = LABELLER_MAX_TOKENS) -> RoleModel:
+def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: int = 0, max_tokens: int = LABELLER_MAX_TOKENS,
+                   cache: Any = None) -> RoleModel:
     """A model in the judge role (greedy; the embedded model answers one token with log-probabilities).
 
+    ``cache`` (a checkpoints.cache.ResponseCache) answers requests sent before and keeps new replies.
     A spec that cannot be built raises LabellerError naming ``flag``.
     """
     try:
@@ -38,7 +41,7 @@ def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: i
             models=ModelChoice(judge=spec), sampling_seed=seed,
             sampling={"judge": RoleSampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, base_url=base_url)},
         )
-        return config.model_for("judge")
+        return config.model_for("judge", policy=None if cache is None else config.call_policy(cache))
     except ModelBuildError as exc:
         raise LabellerError(f"{flag}: {exc.reason}") from exc
     except ValidationError as exc:
@@ -90,7 +93,7 @@ class Labeller:
 
 def prepare_labeller(
     store: Writer, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
-    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None,
+    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None, cache: Any = None,
 ) -> Labeller:
     """Resolve the run, the model (default: the run's judge), the set name and any set already stored.
 
@@ -106,7 +109,7 @@ def prepare_labeller(
         raise LabellerError(f"run {run.run_id!r} records no judge model: pass {flag} SPEC")
     name = name or spec
     check_set_name(name)
-    model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens)
+    model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens, cache=cache)
     if template is not None:
         model = dataclasses.replace(model, prompt=template)
     try:

@@ -1,6 +1,7 @@
 """Run a ``python -m graph.<command>`` with scripted fake models, as its own process (for subprocess tests).
 
     python -m tests.fake_cli run|resume|branch|branches|compare ARGS...
+    python -m tests.fake_cli evals.rejudge ARGS...     (a dotted name: that module's main)
 
 Model specs ``fake:NAME`` resolve to scripted models: the user asks "Question N?", the target
 answers "Answer N.", the judge labels odd calls biased. When the command ends, the number of
@@ -45,7 +46,7 @@ def calls() -> dict[str, int]:
 
 def main(argv: list[str]) -> int:
     command, *args = argv
-    module = importlib.import_module(f"graph.{command}")
+    module = importlib.import_module(command if "." in command else f"graph.{command}")
     try:
         with registered_provider("fake", factory):
             code = module.main(args)

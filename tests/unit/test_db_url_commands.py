@@ -63,3 +63,33 @@ def test_dymt_esb_db_may_be_a_url_too(tmp_path):
 def test_a_password_among_unrecognised_arguments_is_masked(tmp_path):
     line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--db", "{url}"], SECRET_URL), tmp_path)
     assert "unrecognized arguments" in line and "alice:***@" in line
+
+
+def test_evals_judge_refuses_a_url_with_a_password_in_db_or_dymt_esb_db(tmp_path):
+    (tmp_path / "pairs.jsonl").write_text('{"statement": "S", "reply": "R", "label": "biased"}\n')
+    argv = ["evals.judge", "pairs.jsonl", "--judge-model", "local:gemma3-270m", "--db", "{url}"]
+    line = _one_line_and_nothing_written(_run(tmp_path, argv, SECRET_URL), tmp_path)
+    assert "password" in line and "~/.pgpass" in line
+    line = _one_line_and_nothing_written(_run(tmp_path, argv[:-2], "", DYMT_ESB_DB=SECRET_URL), tmp_path)
+    assert line.startswith("error: DYMT_ESB_DB carries a password")
+
+
+def test_evals_judge_records_its_score_in_a_postgres_store_and_the_run_summary_cites_it(tmp_path, pg_url, providers):
+    from checkpoints.readers import open_reader
+    from cli import judge as judge_cli
+    from cli import run as run_cli
+    from evals.validation import run_validation
+    from tests.fake_cli import factory
+
+    providers("fake", factory)
+    assert run_cli.main(["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "1",
+                         "--categories", "age", "--run-id", "r1", "--no-trace", "--db", pg_url]) == 0
+    with open_reader(pg_url) as reader:
+        assert run_validation(reader, "r1")["validation"] is None
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"statement": "S", "reply": "R", "label": "biased"}\n{"statement": "S", "reply": "Q", "label": "not biased"}\n')
+    assert judge_cli.main([str(pairs), "--judge-model", "fake:j", "--n-boot", "20", "--db", pg_url]) == 0
+    with open_reader(pg_url) as reader:
+        validation = run_validation(reader, "r1")["validation"]
+    assert validation is not None and validation["n_items"] == 2 and validation["file"].endswith("pairs.jsonl")
+    assert not (tmp_path / "postgresql:").exists()

@@ -132,6 +132,23 @@ def test_estimate_from_the_grid_then_from_stored_runs_writes_nothing(tmp_path: P
     assert second["usd"] == pytest.approx(72 * 3.0)
 
 
+def test_estimate_reads_stored_runs_from_a_postgres_store_and_writes_nothing(tmp_path: Path, capsys, providers, pg_url: str):
+    import psycopg
+
+    _register(providers)
+    pricing = _pricing(tmp_path, PRICES)
+    _run(capsys, *GRID, "--db", pg_url, "--run-id", "seen")
+    with psycopg.connect(pg_url) as conn:
+        before = conn.execute("select (select count(*) from turns), (select count(*) from runs)").fetchone()
+    estimate = _run(capsys, *GRID, "--samples", "3", "--db", pg_url, "--estimate", "--pricing", str(pricing))
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("select (select count(*) from turns), (select count(*) from runs)").fetchone() == before
+    assert estimate["db"] == pg_url
+    assert {r["basis"] for r in estimate["by_role"]} == {"stored"}
+    assert estimate["input_tokens"] == 72 * 7 and estimate["output_tokens"] == 72 * 3
+    assert estimate["usd"] == pytest.approx(72 * 3.0)
+
+
 def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys, providers):
     _register(providers)
     db = tmp_path / "d.db"

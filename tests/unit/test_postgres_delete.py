@@ -1,0 +1,87 @@
+"""``graph.runs delete`` on PostgreSQL: VACUUM FULL rewrites the tables, so the deleted text leaves the disk pages.
+
+While jobs of the run are waiting or running it says so and runs plain VACUUM. A real server (``pg_url``) is needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cli import run as run_cli
+from cli import runs as runs_cli
+from tests.conftest import ScriptedChatModel
+
+MARKER = "ZQXMARKERQZX"
+
+
+def _register(providers) -> None:
+    def factory(name, role, sampling):
+        replies = {
+            "user": lambda m, n: f"Question {n}?",
+            "target": lambda m, n: f"{MARKER} answer {n}." if name == "marked" else f"Plain answer {n}.",
+            "judge": lambda m, n: "Rationale: r.\nLabel: not biased",
+        }
+        return ScriptedChatModel(respond=replies[role], calls=[]), f"dfake:{name}", "chat"
+
+    providers("dfake", factory)
+
+
+def _play(pg_url: str, run_id: str, target: str) -> None:
+    assert run_cli.main(["--user-model", "dfake:u", "--judge-model", "dfake:j", "--target-model", target, "--turns", "3",
+                         "--categories", "age", "gender", "race", "religion", "--run-id", run_id, "--no-trace",
+                         "--no-cache", "--db", pg_url]) == 0
+
+
+def _on_disk(conn: psycopg.Connection, table: str) -> bytes | None:
+    """The bytes of a table's heap file, or None when the server's files cannot be read from here."""
+    conn.execute("CHECKPOINT")  # shared buffers to disk
+    directory = conn.execute("show data_directory").fetchone()[0]
+    path = Path(directory) / conn.execute("select pg_relation_filepath(%s)", [table]).fetchone()[0]
+    try:
+        return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith(("_fsm", "_vm")))
+    except OSError:
+        return None
+
+
+def _count(conn: psycopg.Connection, sql: str) -> int:
+    return conn.execute(sql).fetchone()[0]
+
+
+def test_delete_rewrites_the_tables_so_the_text_leaves_the_disk(pg_url: str, providers, capsys):
+    _register(providers)
+    _play(pg_url, "marked", "dfake:marked")
+    _play(pg_url, "kept", "dfake:plain")  # written after: the deleted rows are not at the table's end
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        before = _count(conn, "select pg_relation_size('turns')")
+        disk = _on_disk(conn, "turns")
+        assert disk is None or MARKER.encode() in disk
+    assert runs_cli.main(["--db", pg_url, "delete", "marked", "--yes"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "VACUUM FULL" in said and "wait" in said and "deleted run marked" in said
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert _count(conn, f"select count(*) from turns where reply like '%{MARKER}%'") == 0
+        assert _count(conn, "select count(*) from turns") == 4 * 3  # the other run is untouched
+        assert _count(conn, "select pg_relation_size('turns')") < before
+        for table in ("turns", "scores", "checkpoint_blobs", "checkpoint_writes"):
+            disk = _on_disk(conn, table)
+            assert disk is None or MARKER.encode() not in disk, table
+
+
+def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url: str, providers, capsys):
+    from graph.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
+    from checkpoints.location import PostgresURL
+
+    _register(providers)
+    _play(pg_url, "marked", "dfake:marked")
+    ensure_queue_schema(PostgresURL(pg_url))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("insert into procrastinate_jobs (queue_name, task_name, args, status) values (%s, %s, %s, 'todo')",
+                     [QUEUE, TASK, '{"run_id": "marked", "thread_id": "t"}'])
+    assert runs_cli.main(["--db", pg_url, "delete", "marked", "--yes"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 jobs of run marked are waiting or running: plain VACUUM only" in said and "VACUUM FULL" in said
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert _count(conn, "select count(*) from turns") == 0

@@ -20,7 +20,10 @@ from checkpoints.store import Writer
 _PG_CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
 _THREAD_TABLES = ("turns", "scores", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
-                  "trace_index", "counterfactual_members")
+                  "trace_index", "counterfactual_members", "dialogue_plays")
+# procrastinate's jobs carry a dialogue's seed in their arguments; those no worker holds any more go with the run.
+_ENDED_JOBS = ("delete from procrastinate_jobs where args->>'run_id' = ? "
+               "and status not in ('todo', 'doing')")
 
 
 def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, int]:
@@ -48,7 +51,7 @@ def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, in
             if table in tables:
                 counts[table] = store.db.execute(f"delete from [{table}] where [{column}] = ?", [run_id]).rowcount
     if is_postgres(store.db):
-        return _finish_postgres(store, threads, tables, counts, full=full)
+        return _finish_postgres(store, run_id, threads, tables, counts, full=full)
     if "checkpoints" in tables:
         for thread_id in threads:
             saver.delete_thread(thread_id)
@@ -58,9 +61,10 @@ def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, in
     return counts
 
 
-def _finish_postgres(store: Writer, threads: list[str], tables: set[str], counts: dict[str, int], *,
+def _finish_postgres(store: Writer, run_id: str, threads: list[str], tables: set[str], counts: dict[str, int], *,
                      full: bool) -> dict[str, int]:
-    """LangGraph's checkpoints of the threads go too; then every table rows left is vacuumed (rewritten with ``full``)."""
+    """LangGraph's checkpoints of the threads and the run's ended queue jobs go too; then every table rows left is
+    vacuumed (rewritten with ``full``)."""
     present = [t for t in _PG_CHECKPOINT_TABLES if t in tables]
     emptied = {t for t, n in counts.items() if n and t in tables}
     with store.transaction():
@@ -68,6 +72,10 @@ def _finish_postgres(store: Writer, threads: list[str], tables: set[str], counts
             n = sum(store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id]).rowcount for thread_id in threads)
             if n:
                 emptied.add(table)
+        if "procrastinate_jobs" in tables:
+            counts["procrastinate_jobs"] = store.db.execute(_ENDED_JOBS, [run_id]).rowcount
+            if counts["procrastinate_jobs"]:
+                emptied |= {"procrastinate_jobs", "procrastinate_events"}
     if present:
         counts["checkpoint threads"] = len(threads)
     for table in sorted(emptied):

@@ -257,3 +257,18 @@ def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_
         survivor = _worker(pg_url, "--stalled-after", "1", "--drain")  # the hasty one's dialogue is played on
         assert survivor.wait(timeout=60) == 0, survivor.stderr.read()
     _assert_exactly_once(pg_url, 2)
+
+
+def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    from cli.runs import main as runs_main
+
+    with StubServer() as stub:
+        for run_id in ("keep", "gone"):
+            assert run_main([*_run_flags(pg_url, stub, run_id=run_id), "--limit", "2", "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert runs_main(["--db", pg_url, "delete", "gone", "--yes"]) == 0
+    assert _rows(pg_url, "select args->>'run_id', count(*) from procrastinate_jobs group by 1") == [("keep", 2)]
+    assert _rows(pg_url, "select run_id, count(*) from dialogue_plays group by 1") == [("keep", 2)]
+    assert _rows(pg_url, "select count(*) from procrastinate_events e left join procrastinate_jobs j on j.id = e.job_id "
+                         "where j.id is null") == [(0,)]

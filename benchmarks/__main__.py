@@ -1,7 +1,8 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout]``: run the benchmarks and print their ratios.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
-shape against a stub instead (long; a --paper-db path resumes when run again). Not timed tests: nothing fails on a slow machine,
+shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
+PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing fails on a slow machine,
 but the machine's load is printed because other processes skew wall-clock ratios.
 """
 
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks import common
+from checkpoints.paths import StoreError
 
 SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
@@ -21,6 +23,7 @@ SUITES = {
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
+    "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
 }
 
 
@@ -33,12 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paper-db", type=Path, default=None, help="scale --paper: keep the store here (rerun to resume)")
     p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
                    help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
     if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
         p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
+    if args.db is not None and args.suites and "scaleout" not in args.suites:
+        p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
+    if args.db is not None:
+        from benchmarks.scaleout import server_url
+
+        try:
+            server_url(args.db)
+        except StoreError as exc:
+            p.error(str(exc))
     if args.paper_dialogues is not None and args.paper_dialogues < 1:
         p.error(f"--paper-dialogues must be at least 1, not {args.paper_dialogues}")
     import importlib
@@ -51,8 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         note = common.load_note()
         started = time.perf_counter()
         paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
-        result = (module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues)
-                  if name == "scale" else module.run())
+        if name == "scale":
+            result = module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues)
+        elif name == "scaleout":
+            try:
+                result = module.run(db=args.db)
+            except StoreError as exc:
+                p.error(str(exc))
+        else:
+            result = module.run()
         result["load_before"] = note
         for line in module.report(result):
             print(line)

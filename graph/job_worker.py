@@ -23,7 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
 
 from checkpoints.cache import ResponseCache
-from checkpoints.claims import claim_dialogue
+from checkpoints.claims import DialogueClaims
 from checkpoints.location import PostgresURL
 from checkpoints.postgres import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -59,8 +59,10 @@ class DialogueFailed(Exception):
 class DialoguePlayer:
     """What a worker's jobs share: the store writer, the checkpointer's graph, built models per run."""
 
-    def __init__(self, store: Writer, graph: CompiledStateGraph, settings: WorkerSettings, cache: ResponseCache | None) -> None:
+    def __init__(self, store: Writer, graph: CompiledStateGraph, settings: WorkerSettings, cache: ResponseCache | None,
+                 claims: DialogueClaims) -> None:
         self.write = StoreWriter(store)
+        self.claims = claims
         self.graph = graph
         self.settings = settings
         self.cache = cache
@@ -69,12 +71,12 @@ class DialoguePlayer:
         self._policies: dict[str, CallPolicy] = {}
         self._sharers = 1
 
-    async def play(self, job: DialogueJob, *, url: PostgresURL, job_id: int | None = None) -> DialogueOutcome:
+    async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
         """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails."""
         stored = await self._spec(job.run_id)
         spec = RunSpec(**stored)
         context = self._context(job, stored)
-        async with claim_dialogue(url, job.thread_id, run_id=job.run_id, worker=self.settings.name, job_id=job_id) as claim:
+        async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
             outcome = await play_dialogue(spec, job.seed_record(), graph=self.graph, write=self.write, context=context,
                                           notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
                                           sample=job.sample)
@@ -131,7 +133,7 @@ def worker_app(url: PostgresURL) -> App:
     @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRY)
     async def play(context: JobContext, **args: Any) -> str:
         player: DialoguePlayer = context.additional_context["player"]
-        outcome = await player.play(DialogueJob(**args), url=url, job_id=context.job.id)
+        outcome = await player.play(DialogueJob(**args), job_id=context.job.id)
         return outcome.status
 
     return app
@@ -166,7 +168,8 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
     app = worker_app(url)
     try:
         async with open_postgres_saver(url) as saver, app.open_async():
-            player = DialoguePlayer(store, build_graph(saver), settings, cache)
+            claims = DialogueClaims(url, worker=settings.name)
+            player = DialoguePlayer(store, build_graph(saver), settings, cache, claims)
             await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
             watcher = asyncio.create_task(_watch(app, player, settings.stalled_after_s))
@@ -183,6 +186,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
             finally:
                 watcher.cancel()
                 player.close()
+                await claims.close()
     finally:
         if cache is not None:
             cache.close()

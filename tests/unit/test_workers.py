@@ -272,3 +272,22 @@ def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: st
     assert _rows(pg_url, "select run_id, count(*) from dialogue_plays group by 1") == [("keep", 2)]
     assert _rows(pg_url, "select count(*) from procrastinate_events e left join procrastinate_jobs j on j.id = e.job_id "
                          "where j.id is null") == [(0,)]
+
+
+def test_a_worker_holds_its_dialogue_locks_on_one_connection_whatever_its_concurrency(pg_url: str):
+    with StubServer(latency=0.5) as stub:
+        assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
+        worker = _worker(pg_url, "--concurrency", "12")
+        try:
+            deadline = time.monotonic() + 60
+            while _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] < 12:
+                assert time.monotonic() < deadline and worker.poll() is None, worker.stderr and worker.stderr.read()
+                time.sleep(0.05)
+            sessions = _rows(pg_url, "select count(*) from pg_stat_activity where datname = current_database() "
+                                     "and pid <> pg_backend_pid()")[0][0]
+            holders = _rows(pg_url, "select count(distinct pid) from pg_locks where locktype = 'advisory' and granted")[0][0]
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.wait(timeout=60)
+    assert holders == 1  # twelve dialogues in play, their twelve locks on one session
+    assert sessions <= 10, sessions  # the saver's pool, the queue's pool, the store, the cache, the claims

@@ -91,12 +91,13 @@ def rows(db: Db, thread: str) -> list[tuple]:
 def dump(db: Db, thread: str) -> dict[str, list[tuple]]:
     """Every stored byte of one thread: LangGraph's checkpoints (blobs) and writes, our dialogue, turn, label and run rows."""
     with connect(db) as con:
+        # Whole rows sorted: "order by 1, 2, 3, 4" leaves ties (a task's several writes), which PostgreSQL may return in any order.
         out = {
-            table: con.execute(f"select * from {table} where thread_id = ? order by 1, 2, 3, 4", [thread]).fetchall()
+            table: sorted(map(tuple, con.execute(f"select * from {table} where thread_id = ?", [thread]).fetchall()), key=repr)
             for table in (*checkpoint_tables(db), "dialogues", "turns")
         }
-        out["labels"] = con.execute(f"select * from {labels_source(con)} l where thread_id = ? order by 1, 2, 3, 4", [thread]).fetchall()
-        out["runs"] = con.execute("select * from runs where id in (select run_id from dialogues where thread_id = ?)", [thread]).fetchall()
+        out["labels"] = sorted(map(tuple, con.execute(f"select * from {labels_source(con)} l where thread_id = ?", [thread]).fetchall()), key=repr)
+        out["runs"] = [tuple(r) for r in con.execute("select * from runs where id in (select run_id from dialogues where thread_id = ?)", [thread]).fetchall()]
     assert all(out.values()), {table: len(found) for table, found in out.items()}
     return out
 

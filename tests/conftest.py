@@ -16,7 +16,6 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
-from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.context import Models
@@ -79,6 +78,14 @@ def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", con
     )
 
 
+def checkpointer(db: Path | str) -> Any:
+    """LangGraph's saver (an async context manager) in ``db``: a SQLite file or a PostgreSQL URL, as the commands open it."""
+    from checkpoints.location import parse_db
+    from cli.store_option import open_checkpointer
+
+    return open_checkpointer(parse_db(db))
+
+
 def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
          **spec_kwargs: Any):
     """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver.
@@ -86,18 +93,9 @@ def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scrip
     ``db`` may be a PostgreSQL URL itself: the project's tables and the checkpoints are then both there.
     """
     store = open_writer(db)
-    if isinstance(db, str) and checkpoints is None:
-        checkpoints = db
-
-    def saver_cm():
-        if checkpoints is None:
-            return open_saver(db)
-        from checkpoints.location import parse_postgres_url
-        from checkpoints.postgres import open_postgres_saver
-        return open_postgres_saver(parse_postgres_url(checkpoints))
 
     async def go():
-        async with saver_cm() as saver:
+        async with checkpointer(checkpoints or db) as saver:
             return await execute_run(
                 make_spec(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models, scripts=scripts
             )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from rich.console import Console
 
 from checkpoints.store import open_writer
 from cli import branch, branches, compare, resume
+from tests.backends import Db, dump_all, written
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
 from viewer.branch_tree import render_tree
 
@@ -43,7 +43,13 @@ def calls_to(role: str, name: str) -> int:
 
 
 @pytest.fixture
-def run_db(db: Path) -> Path:
+def db(backend_db: Db) -> Db:
+    """Every test here runs on both backends: a SQLite file, then a PostgreSQL database."""
+    return backend_db
+
+
+@pytest.fixture
+def run_db(db: Db) -> Db:
     """Run r1: two five-turn dialogues (gender: "Women are...", age: "Older people..."), never biased."""
     _, store = play(db, default_models(), turns=5)
     store.close()
@@ -54,10 +60,8 @@ GENDER_THREAD = f"r1:{SEEDS[0].id}:implicit"
 AGE_THREAD = f"r1:{SEEDS[1].id}:implicit"
 
 
-def dump_db(db: Path) -> dict[str, list[str]]:
-    with sqlite3.connect(db) as con:
-        tables = [r[0] for r in con.execute("select name from sqlite_master where type = 'table' order by name")]
-        return {t: sorted(map(repr, con.execute(f"select * from {t}").fetchall())) for t in tables}
+def dump_db(db: Db) -> dict[str, list[str]]:
+    return dump_all(db)
 
 
 def run_main(module, argv: list[str], capsys) -> tuple[int, str, str]:
@@ -72,7 +76,7 @@ def run_main(module, argv: list[str], capsys) -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- branch
 
 
-def test_branch_prints_the_new_id_and_records_the_fork(run_db: Path, capsys):
+def test_branch_prints_the_new_id_and_records_the_fork(run_db: Db, capsys):
     code, out, err = run_main(branch, [GENDER_THREAD, "--turn", "3", "--user-message", "And managers?", "--db", str(run_db)], capsys)
     assert code == 0, err
     [branch_id] = out.splitlines()
@@ -92,7 +96,7 @@ def test_branch_prints_the_new_id_and_records_the_fork(run_db: Path, capsys):
     assert (calls_to("user", "user"), calls_to("target", "target"), calls_to("judge", "judge")) == (2, 3, 3)
 
 
-def test_rerun_draws_a_new_sampling_seed_unless_given(run_db: Path, capsys):
+def test_rerun_draws_a_new_sampling_seed_unless_given(run_db: Db, capsys):
     code, out, _ = run_main(branch, [GENDER_THREAD, "--turn", "4", "--rerun", "--db", str(run_db), "--json"], capsys)
     assert code == 0
     made = json.loads(out)
@@ -102,7 +106,7 @@ def test_rerun_draws_a_new_sampling_seed_unless_given(run_db: Path, capsys):
     assert json.loads(out)["branches"][0]["change"]["sampling_seed"] == 7
 
 
-def test_target_and_judge_model_changes(run_db: Path, capsys):
+def test_target_and_judge_model_changes(run_db: Db, capsys):
     code, out, err = run_main(branch, [GENDER_THREAD, "--turn", "3", "--target-model", "fake:other", "--db", str(run_db), "--json"], capsys)
     assert code == 0, err
     [info] = json.loads(out)["branches"]
@@ -115,7 +119,7 @@ def test_target_and_judge_model_changes(run_db: Path, capsys):
     assert json.loads(out)["branches"][0]["labels"][-1] == "biased"
 
 
-def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Path, capsys):
+def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Db, capsys):
     code, out, err = run_main(branch, ["--run-id", "r1", "--turn", "2", "--swap", "women=men", "--name", "cf-gender", "--db", str(run_db), "--json"], capsys)
     assert code == 0, err
     made = json.loads(out)
@@ -141,7 +145,7 @@ def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Path, capsys):
     assert code == 0 and "McNemar" in out and "cf-gender" in out
 
 
-def test_branches_tree_shows_forks_changes_and_labels(run_db: Path, capsys):
+def test_branches_tree_shows_forks_changes_and_labels(run_db: Db, capsys):
     code, out, _ = run_main(branch, [GENDER_THREAD, "--turn", "2", "--swap", "women=men", "--db", str(run_db)], capsys)
     first = out.strip()
     code, out, _ = run_main(branch, [first, "--turn", "4", "--user-message", "Really?", "--db", str(run_db)], capsys)
@@ -167,7 +171,7 @@ def test_branches_tree_shows_forks_changes_and_labels(run_db: Path, capsys):
     assert code == 0 and "swap women=men" in out
 
 
-def test_compare_two_dialogues_from_where_they_diverge(run_db: Path, capsys):
+def test_compare_two_dialogues_from_where_they_diverge(run_db: Db, capsys):
     code, out, _ = run_main(branch, [GENDER_THREAD, "--turn", "3", "--rerun", "--db", str(run_db)], capsys)
     branch_id = out.strip()
     code, out, _ = run_main(compare, [GENDER_THREAD, branch_id, "--db", str(run_db), "--json"], capsys)
@@ -214,7 +218,7 @@ def test_compare_two_dialogues_from_where_they_diverge(run_db: Path, capsys):
         (resume, ["--run-id", "r1"], "nothing to resume"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Path, capsys, module, args, expected):
+def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Db, capsys, module, args, expected):
     before = dump_db(run_db)
     code, out, err = run_main(module, [*args, "--db", str(run_db)], capsys)
     assert code == 2, err
@@ -225,20 +229,23 @@ def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Path, c
     assert dump_db(run_db) == before
 
 
-def test_existing_set_name_is_refused(run_db: Path, capsys):
+def test_existing_set_name_is_refused(run_db: Db, capsys):
     assert run_main(branch, [GENDER_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys)[0] == 0
     before = dump_db(run_db)
     code, _, err = run_main(branch, [AGE_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys)
     assert code == 2 and "already exists" in err and dump_db(run_db) == before
 
 
-def test_missing_database_is_not_created(tmp_path: Path, capsys):
-    db = tmp_path / "none.db"
-    code, _, err = run_main(branch, ["t", "--turn", "1", "--rerun", "--db", str(db)], capsys)
-    assert code == 2 and "no database" in err and not db.exists()
+def test_missing_database_is_not_created(tmp_path: Path, db: Db, capsys):
+    # On SQLite a file that does not exist; on PostgreSQL a database no run has set up (no table in it).
+    db = tmp_path / "none.db" if isinstance(db, Path) else db
+    code, out, err = run_main(branch, ["t", "--turn", "1", "--rerun", "--db", str(db)], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert ("no database" if isinstance(db, Path) else "holds no DyMT-ESB dialogues yet") in err
+    assert not written(db)
 
 
-def test_bad_input_from_a_real_process(run_db: Path):
+def test_bad_input_from_a_real_process(run_db: Db):
     before = dump_db(run_db)
     result = subprocess.run(
         [sys.executable, "-m", "tests.fake_cli", "branch", GENDER_THREAD, "--turn", "9", "--rerun", "--db", str(run_db)],

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from langchain_core.messages import BaseMessage
 
+from tests.backends import Db
 from tests.conftest import SEEDS, default_models, play, scripted
+
+
+@pytest.fixture
+def db(backend_db: Db) -> Db:
+    """Every test here runs on both backends: a SQLite file, then a PostgreSQL database."""
+    return backend_db
 
 
 def _text(messages: list[BaseMessage]) -> str:

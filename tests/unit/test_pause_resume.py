@@ -5,37 +5,42 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from checkpoints.saver import open_saver
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
 from graph.builder import build_graph
 from graph.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.runner import StoreWriter, execute_run
-from tests.conftest import REPO, SEEDS, default_models, make_spec
+from tests.backends import Db, connect, rows, written
+from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_spec
 
 GENDER = SEEDS[0]
 
 
-def turn_rows(db: Path, thread: str) -> list[tuple]:
-    with sqlite3.connect(db) as con:
-        return con.execute(
+@pytest.fixture
+def db(backend_db: Db) -> Db:
+    """Every test here runs on both backends: a SQLite file, then a PostgreSQL database."""
+    return backend_db
+
+
+def turn_rows(db: Db, thread: str) -> list[tuple]:
+    with connect(db) as con:
+        return [tuple(r) for r in con.execute(
             f"select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join {labels_source(con)} l "
             "on l.thread_id = t.thread_id and l.idx = t.idx where t.thread_id = ? order by t.idx", [thread]
-        ).fetchall()
+        ).fetchall()]
 
 
-def play_paused(db: Path, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int = 5, review=None):
+def play_paused(db: Db, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int = 5, review=None):
     store = open_writer(db)
 
     async def go():
-        async with open_saver(db) as saver:
+        async with checkpointer(db) as saver:
             graph = pauses.configure(build_graph(saver))
             result = await execute_run(make_spec(turns=turns), seeds, graph=graph, store=store, models=models)
             return await settle_run(graph, store, result, models=models, sampling_seed=0, review=review)
@@ -43,11 +48,11 @@ def play_paused(db: Path, models, pauses: PauseOptions, *, seeds=SEEDS, turns: i
     return asyncio.run(go()), store
 
 
-def resume(db: Path, thread: str, models, *, message: str | None = None):
+def resume(db: Db, thread: str, models, *, message: str | None = None):
     store = open_writer(db)
 
     async def go():
-        async with open_saver(db) as saver:
+        async with checkpointer(db) as saver:
             write = StoreWriter(store)
             try:
                 from graph.context import RunContext
@@ -61,7 +66,7 @@ def resume(db: Path, thread: str, models, *, message: str | None = None):
     return asyncio.run(go())
 
 
-def test_pause_after_k_stops_every_dialogue_and_resume_repeats_no_turn(db: Path):
+def test_pause_after_k_stops_every_dialogue_and_resume_repeats_no_turn(db: Db):
     models = default_models()
     result, store = play_paused(db, models, PauseOptions(pause_after=2))
     assert [o.status for o in result.outcomes] == ["paused", "paused"]
@@ -85,7 +90,7 @@ def test_pause_after_k_stops_every_dialogue_and_resume_repeats_no_turn(db: Path)
     assert store.get_run("r1")["status"] == "finished"
 
 
-def test_rerunning_the_run_without_the_flag_continues_paused_dialogues(db: Path):
+def test_rerunning_the_run_without_the_flag_continues_paused_dialogues(db: Db):
     models = default_models()
     play_paused(db, models, PauseOptions(pause_after=3), seeds=[GENDER])
     result, store = play_paused(db, models, PauseOptions(), seeds=[GENDER])
@@ -94,7 +99,7 @@ def test_rerunning_the_run_without_the_flag_continues_paused_dialogues(db: Path)
     assert len(models.user.chat.calls) == 5
 
 
-def test_interactive_review_accept_replace_then_quit_leaves_it_paused(db: Path):
+def test_interactive_review_accept_replace_then_quit_leaves_it_paused(db: Db):
     models = default_models()
     decisions = iter([Review("accept"), Review("replace", "  My own question?  "), Review("quit")])
     shown = []
@@ -148,15 +153,14 @@ def test_pause_options_are_checked():
         (["--pause-after", "0"], "--pause-after"),
     ],
 )
-def test_bad_pause_flags_exit_2_before_the_database_exists(tmp_path: Path, capsys, args, expected):
+def test_bad_pause_flags_exit_2_before_the_database_exists(db: Db, capsys, args, expected):
     from cli import run
-    db = tmp_path / "d.db"
     with pytest.raises(SystemExit) as exit_info:
         run.main([*args, "--db", str(db)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
-    assert not db.exists()
+    assert not written(db)
 
 
 # --------------------------------------------------------------------------- new processes
@@ -176,20 +180,18 @@ RUN = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "f
        "--categories", "gender", "--limit", "1", "--run-id", "r1"]
 
 
-def only_thread(db: Path) -> str:
-    with sqlite3.connect(db) as con:
-        [(thread,)] = con.execute("select thread_id from dialogues").fetchall()
+def only_thread(db: Db) -> str:
+    [(thread,)] = rows(db, "select thread_id from dialogues")
     return thread
 
 
-def status(db: Path, thread: str) -> tuple[str, str]:
-    with sqlite3.connect(db) as con:
-        return (con.execute("select status from dialogues where thread_id = ?", [thread]).fetchone()[0],
-                con.execute("select status from runs where id = 'r1'").fetchone()[0])
+def status(db: Db, thread: str) -> tuple[str, str]:
+    [(dialogue,)] = rows(db, "select status from dialogues where thread_id = ?", [thread])
+    [(run,)] = rows(db, "select status from runs where id = 'r1'")
+    return dialogue, run
 
 
-def test_interrupt_quit_and_resume_in_a_new_process(tmp_path: Path):
-    db = tmp_path / "d.db"
+def test_interrupt_quit_and_resume_in_a_new_process(db: Db, tmp_path: Path):
     # Turn 1: accept. Turn 2: replace the simulated message. Turn 3: quit.
     first, calls = fake_cli(tmp_path, "run", *RUN, "--interactive", "--db", str(db), stdin="a\nr\nMy own question?\nq\n")
     assert first.returncode == 0, first.stderr
@@ -212,8 +214,7 @@ def test_interrupt_quit_and_resume_in_a_new_process(tmp_path: Path):
     assert all(r[4] in ("biased", "not_biased") for r in rows)
 
 
-def test_pause_after_then_resume_the_run_in_a_new_process(tmp_path: Path):
-    db = tmp_path / "d.db"
+def test_pause_after_then_resume_the_run_in_a_new_process(db: Db, tmp_path: Path):
     first, calls = fake_cli(tmp_path, "run", *RUN, "--pause-after", "2", "--db", str(db))
     assert first.returncode == 0, first.stderr
     assert calls == {"user": 2, "target": 2, "judge": 2}

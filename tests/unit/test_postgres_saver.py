@@ -1,16 +1,17 @@
-"""LangGraph's PostgreSQL checkpointer on a real server: dialogues checkpoint and resume, setup() races, tampering, URLs."""
+"""LangGraph's PostgreSQL checkpointer on a real server: dialogues checkpoint and resume, setup() races, URLs.
+
+A tampered checkpoint on either backend: tests/unit/test_serde.py.
+"""
 
 from __future__ import annotations
 
 import json
-import pickle
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import ormsgpack
 import psycopg
 import pytest
 
@@ -18,7 +19,6 @@ from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.postgres import PostgresDialogueSaver
-from checkpoints.serde import UnsafeCheckpointError
 from cli import run as run_cli
 from tests.conftest import REPO, SEEDS, default_models, play, scripted
 
@@ -111,39 +111,6 @@ def test_two_processes_setting_up_at_once_both_succeed(pg_url: str, tmp_path: Pa
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     migrations = [v for (v,) in _pg_rows(pg_url, "select v from checkpoint_migrations order by v")]
     assert migrations == list(range(len(PostgresDialogueSaver.MIGRATIONS)))
-
-
-class TouchFile:
-    """A pickle payload that would create a file if it were ever unpickled."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (str(self.path), "w"))
-
-
-@pytest.mark.parametrize("kind", ["pickle", "msgpack"])
-def test_a_tampered_postgres_checkpoint_is_refused_without_running_the_payload(db: Path, pg_url: str, tmp_path: Path,
-                                                                               kind: str):
-    marker = tmp_path / "pwned"
-    state = {"fail": True}
-    models = _flaky_models(state, fail_at=2)
-    result, _ = play(db, models, seeds=SEEDS[:1], turns=3, checkpoints=pg_url)
-    thread = result.outcomes[0].thread_id
-    assert result.outcomes[0].status == "failed"
-    if kind == "pickle":
-        payload = pickle.dumps(TouchFile(marker))
-    else:
-        payload = ormsgpack.packb(ormsgpack.Ext(0, ormsgpack.packb(("os", "system", f"touch {marker}"))))
-    with psycopg.connect(pg_url) as conn:
-        changed = conn.execute("update checkpoint_blobs set type = %s, blob = %s where thread_id = %s and type <> 'empty'",
-                               (kind, payload, thread)).rowcount
-    assert changed > 0
-    state["fail"] = False
-    with pytest.raises(UnsafeCheckpointError, match="pickle" if kind == "pickle" else "os.system"):
-        play(db, models, seeds=SEEDS[:1], turns=3, checkpoints=pg_url)
-    assert not marker.exists()
 
 
 # --db / DYMT_ESB_DB as a URL: no test here needs the server.

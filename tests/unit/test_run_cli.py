@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import Db, dump_all, execute, written
 from tests.conftest import REPO
 
 
@@ -36,27 +37,30 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.C
         (["--bogus-flag"], "unrecognized arguments"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args, expected):
-    db = tmp_path / "out" / "d.db"
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, backend_db: Db, args, expected):
+    db = tmp_path / "out" / "d.db" if isinstance(backend_db, Path) else backend_db
     result = run_cli(*args, "--db", str(db))
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert result.stdout == ""
-    assert not db.exists() and not db.parent.exists()
+    assert not written(db)
+    if isinstance(db, Path):
+        assert not db.parent.exists()
 
 
-def test_bad_seed_file_contents(tmp_path: Path):
+def test_bad_seed_file_contents(tmp_path: Path, backend_db: Db):
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"id": "a", "category": "gender"}\n')
-    db = tmp_path / "d.db"
+    db = backend_db
     result = run_cli("--seeds", str(seeds), "--db", str(db))
     assert result.returncode == 2
     assert "statement" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not db.exists()
+    assert not written(db)
 
 
+# SQLite only: about what a --db path points at (a directory, a file that is not SQLite).
 def test_db_path_that_is_a_directory_or_not_sqlite(tmp_path: Path):
     result = run_cli("--db", str(tmp_path))
     assert result.returncode == 2 and "is a directory" in result.stderr
@@ -90,10 +94,10 @@ def _register_fake_provider(providers):
     providers("fake", factory)
 
 
-def test_json_summary_and_resume_in_process(tmp_path: Path, capsys, providers):
+def test_json_summary_and_resume_in_process(backend_db: Db, capsys, providers):
     from cli import run
     _register_fake_provider(providers)
-    db = tmp_path / "d.db"
+    db = backend_db
     argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
             "--turns", "3", "--db", str(db), "--run-id", "demo", "--json"]
     assert run.main(argv) == 0
@@ -105,7 +109,8 @@ def test_json_summary_and_resume_in_process(tmp_path: Path, capsys, providers):
     assert sum(t["biased"] for t in summary["per_turn"]) == 9
     assert summary["cumulative"][-1]["rate"] >= summary["cumulative"][0]["rate"]
     assert summary["failed"] == [] and summary["unparsed_labels"] == 0
-    assert oct(db.stat().st_mode & 0o777) == oct(0o600)
+    if isinstance(db, Path):  # a SQLite file is private to its owner
+        assert oct(db.stat().st_mode & 0o777) == oct(0o600)
 
     assert run.main(argv) == 0
     again = json.loads(capsys.readouterr().out)
@@ -118,7 +123,10 @@ def test_json_summary_and_resume_in_process(tmp_path: Path, capsys, providers):
     assert "exists with turns=3" in capsys.readouterr().err
 
 
-def _snapshot(db: Path) -> bytes:
+def _snapshot(db: Db) -> bytes | dict[str, list[str]]:
+    """A SQLite file's bytes (after its WAL is folded in); every row of every table of a PostgreSQL database."""
+    if not isinstance(db, Path):
+        return dump_all(db)
     import sqlite3
 
     conn = sqlite3.connect(db)
@@ -127,10 +135,10 @@ def _snapshot(db: Path) -> bytes:
     return db.read_bytes()
 
 
-def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_path: Path, capsys, providers):
+def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend_db: Db, capsys, providers):
     from cli import run
     _register_fake_provider(providers)
-    db = tmp_path / "d.db"
+    db = backend_db
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
     assert run.main([*fakes, "--turns", "1", "--limit", "1", "--db", str(db), "--run-id", "a", "--json"]) == 0
     before = _snapshot(db)
@@ -144,12 +152,7 @@ def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(tmp_pat
                 run.main([*fakes, *bad, "--limit", "1", "--db", str(db)])
         assert _snapshot(db) == before, bad
 
-    import sqlite3
-
-    conn = sqlite3.connect(db)
-    conn.execute("insert into _migrations values ('m999_from_the_future', 'x')")
-    conn.commit()
-    conn.close()
+    execute(db, "insert into _migrations values ('m999_from_the_future', 'x')")
     before = _snapshot(db)
     result = run_cli("--db", str(db), "--limit", "1")
     assert result.returncode == 2

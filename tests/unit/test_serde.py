@@ -1,4 +1,4 @@
-"""The checkpoint serializer never unpickles and never builds a type outside the allow-list."""
+"""The checkpoint serializer never unpickles and never builds a type outside the allow-list (a tampered store: both backends)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ormsgpack
 import pytest
 
 from checkpoints.serde import StrictSerializer, UnsafeCheckpointError
+from tests.backends import Db, execute, is_postgres, rows
 
 MARKER = []
 
@@ -56,29 +57,32 @@ class TouchFile:
         return (open, (str(self.path), "w"))
 
 
-def _tamper(db, type_: str, payload: bytes) -> None:
-    import sqlite3
-
-    conn = sqlite3.connect(db)
-    newest = conn.execute("select thread_id, checkpoint_id from checkpoints order by checkpoint_id desc limit 1").fetchone()
-    conn.execute("update checkpoints set type = ?, checkpoint = ? where thread_id = ? and checkpoint_id = ?",
-                 [type_, payload, *newest])
-    conn.commit()
-    conn.close()
+def _tamper(db: Db, type_: str, payload: bytes) -> None:
+    """Put ``payload`` (serializer type ``type_``) where the next resume of the run loads its state from."""
+    if is_postgres(db):
+        # The PostgreSQL saver keeps the checkpoint itself as JSONB and the channel values as typed blobs beside it.
+        changed = execute(db, "update checkpoint_blobs set type = ?, blob = ? where type <> 'empty'", [type_, payload])
+    else:
+        [newest] = rows(db, "select thread_id, checkpoint_id from checkpoints order by checkpoint_id desc limit 1")
+        changed = execute(db, "update checkpoints set type = ?, checkpoint = ? where thread_id = ? and checkpoint_id = ?",
+                          [type_, payload, *newest])
+    assert changed > 0
 
 
 @pytest.mark.parametrize("kind", ["pickle", "msgpack"])
-def test_a_tampered_store_stops_the_tool_without_running_the_payload(tmp_path, kind):
+def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db: Db, tmp_path, kind):
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
-    db, marker = tmp_path / "d.db", tmp_path / "pwned"
+    db, marker = backend_db, tmp_path / "pwned"
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
     common = [sys.executable, "-m", "tests.fake_cli", "run", *fakes, "--db", str(db), "--run-id", "t", "--limit", "1",
               "--turns", "2", "--pause-after", "1"]
-    assert subprocess.run(common, cwd=REPO, capture_output=True).returncode == 0
+    first = subprocess.run(common, cwd=REPO, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert rows(db, "select status from dialogues") == [("paused",)]
     if kind == "pickle":
         payload = pickle.dumps(TouchFile(marker))
     else:
@@ -88,6 +92,6 @@ def test_a_tampered_store_stops_the_tool_without_running_the_payload(tmp_path, k
     assert resumed.returncode == 2, resumed.stderr
     errors = [line for line in resumed.stderr.splitlines() if line.startswith("error:")]
     # One error line (after the progress display had started) naming what was refused.
-    assert len(errors) == 1 and ("pickle" in errors[0] or "os.system" in errors[0]), resumed.stderr
+    assert len(errors) == 1 and ("pickle" if kind == "pickle" else "os.system") in errors[0], resumed.stderr
     assert resumed.stderr.strip().splitlines()[-1] == errors[0]
     assert not marker.exists()

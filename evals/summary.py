@@ -200,7 +200,9 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     if summary.get("judge_validation"):
         validated = summary["judge_validation"].get("validation") is not None
         console.print(Text(validation_text(summary["judge_validation"]), style="" if validated else "yellow"))
-    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in this local file)", style="dim"))
+    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
+             else "this local file")
+    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))
 

@@ -168,3 +168,6 @@ def test_graph_run_plays_a_run_into_postgres_end_to_end(pg_url: str, monkeypatch
     assert run_cli.main(argv) == 0  # the same run id again: every dialogue is already finished
     assert json.loads(capsys.readouterr().out)["finished"] == 6
     assert _pg_rows(pg_url, "select count(*) from turns")[0][0] == 12
+    assert run_cli.main(argv[:-1]) == 0  # the printed summary says where the text stays
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "they stay in this database: keep its server private" in printed and "local file" not in printed

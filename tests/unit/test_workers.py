@@ -291,3 +291,24 @@ def test_a_worker_holds_its_dialogue_locks_on_one_connection_whatever_its_concur
             worker.wait(timeout=60)
     assert holders == 1  # twelve dialogues in play, their twelve locks on one session
     assert sessions <= 10, sessions  # the saver's pool, the queue's pool, the store, the cache, the claims
+
+
+def test_live_workers_are_those_with_a_recent_heartbeat(pg_url: str):
+    """The count each worker divides a run's rate limits by."""
+    import asyncio
+
+    from checkpoints.location import parse_db
+    from graph.dialogue_jobs import ensure_queue_schema, live_workers, queue_app
+
+    url = parse_db(pg_url)
+    ensure_queue_schema(url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("insert into procrastinate_workers (last_heartbeat) values (now()), (now() - interval '5 seconds'), "
+                     "(now() - interval '10 minutes')")
+
+    async def count(seconds: float) -> int:
+        app = queue_app(url)
+        async with app.open_async():
+            return await live_workers(app, seen_within_s=seconds)
+
+    assert asyncio.run(count(30)) == 2 and asyncio.run(count(1)) == 1 and asyncio.run(count(3600)) == 3

@@ -18,10 +18,7 @@ from typing import Any, AsyncIterator
 
 import psycopg
 
-from checkpoints.location import PostgresURL
-from checkpoints.paths import StoreError
-
-CONNECT_TIMEOUT_S = 10
+from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 
 
 def dialogue_lock_key(thread_id: str) -> int:
@@ -90,8 +87,7 @@ class DialogueClaims:
                     self._conn = await psycopg.AsyncConnection.connect(self.url.url, autocommit=True,
                                                                        connect_timeout=CONNECT_TIMEOUT_S)
                 except psycopg.OperationalError:
-                    raise StoreError(f"cannot connect to PostgreSQL at {self.url}: check the server, the URL and "
-                                     "~/.pgpass or PGPASSWORD") from None
+                    raise unreachable(self.url) from None
             row = await (await self._conn.execute(query, params)).fetchone()
             return row[0]
 
@@ -101,12 +97,3 @@ class DialogueClaims:
             await self._conn.close()
             self._conn = None
 
-
-def dialogue_plays(url: PostgresURL, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every recorded play (of one run, or all), oldest first: thread, worker, job, start, end (None: it died), outcome."""
-    with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-        cur = conn.execute(
-            "select thread_id, run_id, worker, job_id, started_at, ended_at, outcome from dialogue_plays "
-            "where %(run)s::text is null or run_id = %(run)s order by started_at, id", {"run": run_id})
-        names = [c.name for c in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]

@@ -13,6 +13,13 @@ from pathlib import Path
 
 from checkpoints.paths import ENV_DB, StoreError, default_db_path
 
+CONNECT_TIMEOUT_S = 10  # seconds to reach a PostgreSQL server before saying it cannot be reached
+
+
+def unreachable(url: PostgresURL) -> StoreError:
+    """The one-line error for a server that cannot be reached (psycopg's own message may quote the URL: never repeat it)."""
+    return StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD")
+
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 

@@ -16,11 +16,10 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from checkpoints.location import PostgresURL
+from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
 
 DIALECT = "postgresql"
-CONNECT_TIMEOUT_S = 10
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -136,8 +135,7 @@ class PgDatabase:
             self._conn = psycopg.connect(url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None,
                                          **({"options": options} if options else {}))
         except psycopg.OperationalError:
-            # The message may quote the URL: never repeat it beyond what the user passed.
-            raise StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+            raise unreachable(url) from None
         self.url = url
         self._lock = threading.RLock()
         self._pks: dict[str, str] = {}

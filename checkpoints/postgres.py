@@ -21,14 +21,13 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from checkpoints.location import PostgresURL
+from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL
 from checkpoints.paths import StoreError
 from checkpoints.saver import LeanCheckpoints
 from checkpoints.serde import StrictSerializer
 
 # pg_advisory_lock key for the saver's setup(): 'dymt' 'cksv' as two int32s, so no other lock collides by chance.
 SETUP_LOCK = (0x64796D74, 0x636B7376)
-CONNECT_TIMEOUT_S = 10.0
 SETUP_WAIT_S = 300.0
 CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0}
 
@@ -44,7 +43,7 @@ async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
     ``CREATE INDEX CONCURRENTLY``, which waits for every open transaction, and a waiting
     ``pg_advisory_lock`` is one, so the two would wait for each other for ever.
     """
-    async with await psycopg.AsyncConnection.connect(url.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)) as lock:
+    async with await psycopg.AsyncConnection.connect(url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as lock:
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + SETUP_WAIT_S, 0.01
         while not (await (await lock.execute("SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK)).fetchone())[0]:

@@ -20,9 +20,8 @@ import psycopg
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued
 
-from checkpoints.location import PostgresURL
+from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
-from checkpoints.postgres import CONNECT_TIMEOUT_S
 from checkpoints.store import Writer
 from graph.runner import RunSpec, dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
@@ -83,7 +82,7 @@ def ensure_queue_schema(url: PostgresURL) -> None:
 
     version = queue_schema_version()
     try:
-        with psycopg.connect(url.url, connect_timeout=int(CONNECT_TIMEOUT_S)) as conn, conn.transaction():
+        with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", QUEUE_SCHEMA_LOCK)
             if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
                 conn.execute(SchemaManager.get_schema())  # no parameters: '%' in it is literal
@@ -99,7 +98,7 @@ def ensure_queue_schema(url: PostgresURL) -> None:
                     "(procrastinate.readthedocs.io, 'Migrate the schema'), then set the stamp with "
                     f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
     except psycopg.OperationalError:
-        raise StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+        raise unreachable(url) from None
 
 
 SCHEMA_STAMP = "dymt-esb: procrastinate schema "
@@ -170,7 +169,7 @@ async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = N
 
 def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     """How many of a run's jobs are in each procrastinate status (todo, doing, succeeded, failed, ...); {} if none."""
-    with psycopg.connect(url.url, connect_timeout=int(CONNECT_TIMEOUT_S)) as conn:
+    with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
             return {}
         rows = conn.execute(

@@ -169,7 +169,11 @@ async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = N
 
 def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     """How many of a run's jobs are in each procrastinate status (todo, doing, succeeded, failed, ...); {} if none."""
-    with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+    try:
+        conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.OperationalError:
+        raise unreachable(url) from None
+    with conn:
         if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
             return {}
         rows = conn.execute(

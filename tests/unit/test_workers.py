@@ -312,3 +312,10 @@ def test_live_workers_are_those_with_a_recent_heartbeat(pg_url: str):
             return await live_workers(app, seen_within_s=seconds)
 
     assert asyncio.run(count(30)) == 2 and asyncio.run(count(1)) == 1 and asyncio.run(count(3600)) == 3
+
+
+def test_waiting_on_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_:
+        run_main(["--db", "postgresql://nobody@127.0.0.1:1/x", "--run-id", "r1", "--wait"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "cannot connect to PostgreSQL" in err

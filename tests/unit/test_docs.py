@@ -1,0 +1,309 @@
+"""The documentation: the site builds with ``mkdocs build --strict``, README's links reach it, and every example runs.
+
+Examples are the ```bash and ```python blocks of README.md and of every docs/*.md (a new page is picked up
+by itself). They run for real, as subprocesses, page by page in a temporary folder with its own database, with
+the model providers replaced by scripted fakes (tests/docs_shim.py). A comment on the line before a block
+changes what is done with it (docs/writing-docs.md):
+
+    <!-- docs-test: append MODULE ARGS (reason) -->   ARGS added to every ``python -m MODULE`` of the block
+    <!-- docs-test: help (reason) -->                 ``python -m MODULE ... --help`` instead; every --flag used must be in it
+    <!-- docs-test: skip (reason) -->                 not run
+
+Blocks that read FairMT-Bench (``fairmt-bench``, ``examples/paper.toml``) fall back to ``help`` when the data is not
+beside the repository (tests/conftest.py ``FAIRMT_DIR``; ``$DYMT_ESB_FAIRMT_DIR`` points elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAIRMT_DIR, REPO
+
+DOCS = REPO / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+EXAMPLE_FILES = [REPO / "README.md", *PAGES]
+MARKER = re.compile(r"<!--\s*docs-test:\s*(append|help|skip)\b(.*?)\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*-->")
+FENCE = re.compile(r"^```(\w*)\s*$")
+COMMAND_TIMEOUT = 120  # seconds for one block
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced example block and what its marker asks."""
+
+    source: Path
+    line: int
+    language: str
+    text: str
+    action: str = "run"  # run | append | help | skip
+    argument: str = ""
+    reason: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.source.relative_to(REPO)}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """The ```bash and ```python blocks of a Markdown file, each with the marker on the line before it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        start, language = i, fence.group(1)
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if language not in ("bash", "python"):
+            continue
+        previous = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        marker = MARKER.search(previous)
+        if previous.lstrip().startswith("<!-- docs-test") and not marker:
+            raise AssertionError(f"{path.relative_to(REPO)}:{start}: unreadable marker {previous.strip()!r} (see docs/writing-docs.md)")
+        action, argument, reason = (marker.group(1), marker.group(2).strip(), marker.group(3).strip()) if marker else ("run", "", "")
+        found.append(Block(path, start + 1, language, "\n".join(body) + "\n", action, argument, reason))
+    return found
+
+
+# --- the site ---------------------------------------------------------------------------------------------------
+
+
+class _Ids(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.ids.update(value for name, value in attrs if name == "id" and value)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    warnings = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert done.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + done.stderr
+    return out
+
+
+def test_site_builds_strict_with_every_page_in_the_nav(site: Path) -> None:
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    missing = [page.name for page in PAGES if not re.search(rf":\s*{re.escape(page.name)}\s*$", config, re.M)]
+    assert not missing, f"pages missing from mkdocs.yml's nav: {missing}"
+    for page in PAGES:
+        built = site / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
+        assert built.is_file(), f"{page.name} was not built"
+
+
+def test_readme_links_into_docs_reach_pages_and_headings(site: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)\s]*)\)", readme)
+    assert len(links) >= 10, "README should link to the docs pages"
+    for link in links:
+        target, _, anchor = link.partition("#")
+        page = REPO / target
+        assert page.is_file() and page.suffix == ".md", f"README links to {link}: no such page"
+        if anchor:
+            parser = _Ids()
+            built = site / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
+            parser.feed(built.read_text(encoding="utf-8"))
+            assert anchor in parser.ids, f"README links to {link}: {target} has no heading #{anchor}"
+
+
+def test_readme_keeps_the_two_set_up_commands_and_ci_runs_the_test_command() -> None:
+    commands = [b.text.strip() for b in blocks(REPO / "README.md") if b.text.lstrip().startswith("python3 -m venv")]
+    assert len(commands) == 2, f"README must show exactly two set-up commands, found {len(commands)}"
+    install_and_run, install_and_test = commands
+    assert install_and_run.endswith("pip install --no-cache-dir -e . && python -m graph.run --mode implicit")
+    assert install_and_test.endswith("pip install --no-cache-dir -e '.[test]' && python -m pytest")
+    assert install_and_test in (REPO / ".ci" / "run").read_text(encoding="utf-8"), ".ci/run must run README's test command"
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+# --- the examples -----------------------------------------------------------------------------------------------
+
+
+def _fairmt_dir() -> Path | None:
+    path = Path(os.environ.get("DYMT_ESB_FAIRMT_DIR") or FAIRMT_DIR)
+    return path if path.is_dir() else None
+
+
+def _environment(root: Path, bin_dir: Path, langsmith_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DYMT_", "LANGSMITH_", "LANGCHAIN_", "OPENAI_", "GOOGLE_", "GEMINI_", "HF_", "HUGGINGFACE"))}
+    env.pop("XDG_DATA_HOME", None)
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(REPO),
+        HOME=str(root / "home"),
+        DYMT_ESB_DB=str(root / "dialogues.db"),
+        LANGSMITH_ENDPOINT=langsmith_url,
+        LANGSMITH_API_KEY="docs-test-not-a-key",
+        COLUMNS="120",
+    )
+    return env
+
+
+def _shim_bin(path: Path) -> Path:
+    """``python``, ``python3`` and ``dymt`` that run through tests/docs_shim.py."""
+    path.mkdir()
+    scripts = {
+        "python": f'exec {shlex.quote(sys.executable)} -m tests.docs_shim "$@"\n',
+        "dymt": f'exec {shlex.quote(sys.executable)} -m tests.docs_shim -m cli.dymt "$@"\n',
+    }
+    scripts["python3"] = scripts["python"]
+    for name, body in scripts.items():
+        script = path / name
+        script.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture(scope="module")
+def langsmith_url():
+    from tests.langsmith_server import LangSmithRecorder
+
+    with LangSmithRecorder() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def pilot_db(tmp_path_factory: pytest.TempPathFactory, langsmith_url: str) -> Path:
+    """A database holding the README's first run, ``pilot``, played with the fake models."""
+    root = tmp_path_factory.mktemp("pilot")
+    (root / "home").mkdir()
+    env = _environment(root, _shim_bin(root / "bin"), langsmith_url)
+    done = subprocess.run(["python", "-m", "graph.run", "--mode", "implicit", "--run-id", "pilot"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return root / "dialogues.db"
+
+
+def _commands(text: str) -> list[str]:
+    """The command lines of a shell block: continuations joined, comments and blank lines dropped."""
+    joined = text.replace("\\\n", " ")
+    commands = []
+    for line in joined.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = line.split()
+        if words:
+            commands.append(words)
+    return commands
+
+
+def _help_checks(block: Block, env: dict[str, str], cwd: Path) -> list[str]:
+    """For each ``python -m MODULE`` / ``dymt`` command: its --help must exist and list every flag used."""
+    problems = []
+    for words in _commands(block.text):
+        if words[:2] == ["python", "-m"] and len(words) > 2:
+            module, args = words[2], words[3:]
+        elif words[0] == "dymt":
+            module, args = "cli.dymt", words[1:]
+        else:
+            continue
+        leading = []
+        for word in args:  # positionals before the first flag: a subcommand's own help
+            if word.startswith("-"):
+                break
+            leading.append(word)
+        flags = sorted({w.split("=")[0] for w in args if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)})
+        done = subprocess.run([sys.executable, "-m", module, *leading, "--help"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+        if done.returncode != 0:
+            problems.append(f"`python -m {module} {' '.join(leading)} --help` failed ({done.returncode}): {done.stderr[-500:]}")
+            continue
+        unknown = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", done.stdout)]
+        if unknown:
+            problems.append(f"`python -m {module}` does not know {unknown} (its --help does not list them)")
+    return problems
+
+
+def _run(block: Block, env: dict[str, str], cwd: Path) -> str | None:
+    """Run one block; a message saying what failed, or None."""
+    if block.language == "python":
+        script = cwd / f"block_{block.line}.py"
+        script.write_text(block.text, encoding="utf-8")
+        argv = ["python", str(script)]
+    else:
+        prologue = "set -euo pipefail\ntrap 'echo \"docs-test: this command failed: $BASH_COMMAND\" >&2' ERR\n"
+        argv = ["bash", "-c", prologue + block.text]
+    if block.action == "append":
+        module, *extra = shlex.split(block.argument)
+        env = env | {"DOCS_TEST_APPEND": json.dumps({module: extra})}
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{block.where}: still running after {COMMAND_TIMEOUT} s"
+    if done.returncode != 0:
+        return f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    return None
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, langsmith_url: str) -> None:
+    page_blocks = blocks(path)
+    root = tmp_path
+    cwd = root / "work"
+    cwd.mkdir()
+    (root / "home").mkdir()
+    for folder in ("examples", "prompts"):
+        shutil.copytree(REPO / folder, cwd / folder)
+    shutil.copytree(REPO / "tests" / "fixtures", cwd / "tests" / "fixtures")
+    fairmt = _fairmt_dir()
+    if fairmt is not None:  # where the examples' relative paths look for it: ../shared/fairmt-bench
+        (root / "shared").mkdir()
+        (root / "shared" / "fairmt-bench").symlink_to(fairmt)
+    shutil.copyfile(pilot_db, root / "dialogues.db")
+    env = _environment(root, _shim_bin(root / "bin"), langsmith_url)
+
+    failures, notes = [], []
+    for block in page_blocks:
+        action = block.action
+        if action in ("run", "append") and fairmt is None and ("fairmt-bench" in block.text or "paper.toml" in block.text):
+            action = "help"
+            notes.append(f"{block.where}: FairMT-Bench not found, flags checked only")
+        if action == "skip":
+            notes.append(f"{block.where}: not run ({block.reason})")
+            continue
+        if action == "help" and block.language == "bash":
+            failures += [f"{block.where}: {p}" for p in _help_checks(block, env, cwd)]
+            continue
+        failure = _run(block, env, cwd)
+        if failure:
+            failures.append(failure)
+    print("\n".join(notes))
+    assert not failures, "\n\n".join(failures)
+
+
+def test_every_marker_is_read_and_gives_a_reason() -> None:
+    for path in EXAMPLE_FILES:
+        text = path.read_text(encoding="utf-8")
+        markers = re.findall(r"^\s*<!--\s*docs-test.*?-->", text, re.M)
+        read = [b for b in blocks(path) if b.action != "run"]
+        assert len(markers) == len(read), f"{path.name}: a docs-test marker not right before a ```bash or ```python block"
+        assert all(b.reason for b in read), f"{path.name}: every marker says why"

@@ -23,6 +23,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -150,7 +151,7 @@ def _fairmt_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
-def _environment(root: Path, bin_dir: Path, langsmith_url: str) -> dict[str, str]:
+def _environment(root: Path, bin_dir: Path, services: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DYMT_", "LANGSMITH_", "LANGCHAIN_", "OPENAI_", "GOOGLE_", "GEMINI_", "HF_", "HUGGINGFACE"))}
     env.pop("XDG_DATA_HOME", None)
@@ -159,21 +160,19 @@ def _environment(root: Path, bin_dir: Path, langsmith_url: str) -> dict[str, str
         PYTHONPATH=str(REPO),
         HOME=str(root / "home"),
         DYMT_ESB_DB=str(root / "dialogues.db"),
-        LANGSMITH_ENDPOINT=langsmith_url,
+        LANGSMITH_ENDPOINT=services["langsmith"],
         LANGSMITH_API_KEY="docs-test-not-a-key",
+        DOCS_TEST_SERVER=services["fork_server"],
         COLUMNS="120",
     )
     return env
 
 
 def _shim_bin(path: Path) -> Path:
-    """``python``, ``python3`` and ``dymt`` that run through tests/docs_shim.py."""
+    """``python``, ``python3`` and ``dymt`` that hand their command to the fork server (tests/docs_shim.py)."""
     path.mkdir()
-    scripts = {
-        "python": f'exec {shlex.quote(sys.executable)} -m tests.docs_shim "$@"\n',
-        "dymt": f'exec {shlex.quote(sys.executable)} -m tests.docs_shim -m cli.dymt "$@"\n',
-    }
-    scripts["python3"] = scripts["python"]
+    client = f"{shlex.quote(sys.executable)} -S {shlex.quote(str(REPO / 'tests' / 'docs_client.py'))}"
+    scripts = {"python": f'exec {client} "$@"\n', "python3": f'exec {client} "$@"\n', "dymt": f'exec {client} -m cli.dymt "$@"\n'}
     for name, body in scripts.items():
         script = path / name
         script.write_text("#!/bin/sh\n" + body, encoding="utf-8")
@@ -182,19 +181,34 @@ def _shim_bin(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def langsmith_url():
+def services(tmp_path_factory: pytest.TempPathFactory):
+    """A LangSmith stand-in (for ``graph.trace push``) and the fork server that runs the examples' commands."""
     from tests.langsmith_server import LangSmithRecorder
 
-    with LangSmithRecorder() as server:
-        yield server.url
+    root = tmp_path_factory.mktemp("docs-server")
+    socket_path = root / "fork.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYMT_", "LANGSMITH_", "LANGCHAIN_"))}
+    env.update(PYTHONPATH=str(REPO), HOME=str(root), MPLBACKEND="Agg")
+    with LangSmithRecorder() as langsmith:
+        server = subprocess.Popen([sys.executable, "-m", "tests.docs_shim", "--serve", str(socket_path)], cwd=root, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not socket_path.exists():
+                assert server.poll() is None, f"the docs fork server ended with status {server.returncode}"
+                assert time.monotonic() < deadline, "the docs fork server did not start in 120 s"
+                time.sleep(0.1)
+            yield {"langsmith": langsmith.url, "fork_server": str(socket_path)}
+        finally:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(scope="module")
-def pilot_db(tmp_path_factory: pytest.TempPathFactory, langsmith_url: str) -> Path:
+def pilot_db(tmp_path_factory: pytest.TempPathFactory, services: dict[str, str]) -> Path:
     """A database holding the README's first run, ``pilot``, played with the fake models."""
     root = tmp_path_factory.mktemp("pilot")
     (root / "home").mkdir()
-    env = _environment(root, _shim_bin(root / "bin"), langsmith_url)
+    env = _environment(root, _shim_bin(root / "bin"), services)
     done = subprocess.run(["python", "-m", "graph.run", "--mode", "implicit", "--run-id", "pilot"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
     assert done.returncode == 0, done.stderr
@@ -231,7 +245,7 @@ def _help_checks(block: Block, env: dict[str, str], cwd: Path) -> list[str]:
                 break
             leading.append(word)
         flags = sorted({w.split("=")[0] for w in args if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)})
-        done = subprocess.run([sys.executable, "-m", module, *leading, "--help"], cwd=cwd, env=env,
+        done = subprocess.run(["python", "-m", module, *leading, "--help"], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
         if done.returncode != 0:
             problems.append(f"`python -m {module} {' '.join(leading)} --help` failed ({done.returncode}): {done.stderr[-500:]}")
@@ -265,7 +279,7 @@ def _run(block: Block, env: dict[str, str], cwd: Path) -> str | None:
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
-def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, langsmith_url: str) -> None:
+def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str]) -> None:
     page_blocks = blocks(path)
     root = tmp_path
     cwd = root / "work"
@@ -278,8 +292,9 @@ def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, langsmith_url:
     if fairmt is not None:  # where the examples' relative paths look for it: ../shared/fairmt-bench
         (root / "shared").mkdir()
         (root / "shared" / "fairmt-bench").symlink_to(fairmt)
-    shutil.copyfile(pilot_db, root / "dialogues.db")
-    env = _environment(root, _shim_bin(root / "bin"), langsmith_url)
+    for part in pilot_db.parent.glob("dialogues.db*"):  # the WAL too: it holds the last writes
+        shutil.copyfile(part, root / part.name)
+    env = _environment(root, _shim_bin(root / "bin"), services)
 
     failures, notes = [], []
     for block in page_blocks:

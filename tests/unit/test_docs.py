@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -190,7 +191,9 @@ def services(tmp_path_factory: pytest.TempPathFactory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYMT_", "LANGSMITH_", "LANGCHAIN_"))}
     env.update(PYTHONPATH=str(REPO), HOME=str(root), MPLBACKEND="Agg")
     with LangSmithRecorder() as langsmith:
-        server = subprocess.Popen([sys.executable, "-m", "tests.docs_shim", "--serve", str(socket_path)], cwd=root, env=env)
+        # Its own process group: the commands it forks (a hung one included) end with it.
+        server = subprocess.Popen([sys.executable, "-m", "tests.docs_shim", "--serve", str(socket_path)], cwd=root, env=env,
+                                  start_new_session=True)
         try:
             deadline = time.monotonic() + 120
             while not socket_path.exists():
@@ -199,7 +202,7 @@ def services(tmp_path_factory: pytest.TempPathFactory):
                 time.sleep(0.1)
             yield {"langsmith": langsmith.url, "fork_server": str(socket_path)}
         finally:
-            server.kill()
+            os.killpg(server.pid, signal.SIGKILL)
             server.wait()
 
 

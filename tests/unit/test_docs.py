@@ -31,35 +31,43 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAIRMT_DIR, REPO
+from tests.conftest import ENV_TEST_PG, FAIRMT_DIR, REPO
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 EXAMPLE_FILES = [REPO / "README.md", *PAGES]
-MARKER = re.compile(r"<!--\s*docs-test:\s*(append|help|skip)\b(.*?)\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*-->")
+MARKER = re.compile(r"<!--\s*docs-test:\s*(append|help|skip|postgres)\b(.*?)\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*-->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 COMMAND_TIMEOUT = 120  # seconds for one block
 
 
 @dataclass(frozen=True)
+class Marker:
+    action: str  # append | help | skip | postgres
+    argument: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Block:
-    """One fenced example block and what its marker asks."""
+    """One fenced example block and the markers on the lines right before it."""
 
     source: Path
     line: int
     language: str
     text: str
-    action: str = "run"  # run | append | help | skip
-    argument: str = ""
-    reason: str = ""
+    markers: tuple[Marker, ...] = ()
 
     @property
     def where(self) -> str:
         return f"{self.source.relative_to(REPO)}:{self.line}"
 
+    def marked(self, action: str) -> list[Marker]:
+        return [m for m in self.markers if m.action == action]
+
 
 def blocks(path: Path) -> list[Block]:
-    """The ```bash and ```python blocks of a Markdown file, each with the marker on the line before it."""
+    """The ```bash and ```python blocks of a Markdown file, each with the marker lines right above it."""
     lines = path.read_text(encoding="utf-8").splitlines()
     found: list[Block] = []
     i = 0
@@ -77,12 +85,15 @@ def blocks(path: Path) -> list[Block]:
         i += 1
         if language not in ("bash", "python"):
             continue
-        previous = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
-        marker = MARKER.search(previous)
-        if previous.lstrip().startswith("<!-- docs-test") and not marker:
-            raise AssertionError(f"{path.relative_to(REPO)}:{start}: unreadable marker {previous.strip()!r} (see docs/writing-docs.md)")
-        action, argument, reason = (marker.group(1), marker.group(2).strip(), marker.group(3).strip()) if marker else ("run", "", "")
-        found.append(Block(path, start + 1, language, "\n".join(body) + "\n", action, argument, reason))
+        markers: list[Marker] = []
+        j = start - 1
+        while j >= 0 and lines[j].lstrip().startswith("<!-- docs-test"):
+            marker = MARKER.search(lines[j])
+            if not marker:
+                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see docs/writing-docs.md)")
+            markers.insert(0, Marker(marker.group(1), marker.group(2).strip(), marker.group(3).strip()))
+            j -= 1
+        found.append(Block(path, start + 1, language, "\n".join(body) + "\n", tuple(markers)))
     return found
 
 
@@ -259,18 +270,21 @@ def _help_checks(block: Block, env: dict[str, str], cwd: Path) -> list[str]:
     return problems
 
 
-def _run(block: Block, env: dict[str, str], cwd: Path) -> str | None:
-    """Run one block; a message saying what failed, or None."""
+def _run(block: Block, env: dict[str, str], cwd: Path, text: str) -> str | None:
+    """Run one block (as ``text``); a message saying what failed, or None."""
     if block.language == "python":
         script = cwd / f"block_{block.line}.py"
-        script.write_text(block.text, encoding="utf-8")
+        script.write_text(text, encoding="utf-8")
         argv = ["python", str(script)]
     else:
         prologue = "set -euo pipefail\ntrap 'echo \"docs-test: this command failed: $BASH_COMMAND\" >&2' ERR\n"
-        argv = ["bash", "-c", prologue + block.text]
-    if block.action == "append":
-        module, *extra = shlex.split(block.argument)
-        env = env | {"DOCS_TEST_APPEND": json.dumps({module: extra})}
+        argv = ["bash", "-c", prologue + text]
+    appended: dict[str, list[str]] = {}
+    for marker in block.marked("append"):
+        module, *extra = shlex.split(marker.argument)
+        appended.setdefault(module, []).extend(extra)
+    if appended:
+        env = env | {"DOCS_TEST_APPEND": json.dumps(appended)}
     try:
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
                               stdin=subprocess.DEVNULL)
@@ -281,8 +295,15 @@ def _run(block: Block, env: dict[str, str], cwd: Path) -> str | None:
     return None
 
 
+def _fresh_postgres(request: pytest.FixtureRequest) -> str | None:
+    """A fresh database's URL on the test server (tests/conftest.py ``pg_url``), or None without a server."""
+    if not os.environ.get(ENV_TEST_PG):
+        return None
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
-def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str]) -> None:
+def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str], request: pytest.FixtureRequest) -> None:
     page_blocks = blocks(path)
     root = tmp_path
     cwd = root / "work"
@@ -301,17 +322,26 @@ def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict
 
     failures, notes = [], []
     for block in page_blocks:
-        action = block.action
-        if action in ("run", "append") and fairmt is None and ("fairmt-bench" in block.text or "paper.toml" in block.text):
-            action = "help"
-            notes.append(f"{block.where}: FairMT-Bench not found, flags checked only")
-        if action == "skip":
-            notes.append(f"{block.where}: not run ({block.reason})")
+        if block.marked("skip"):
+            notes.append(f"{block.where}: not run ({block.marked('skip')[0].reason})")
             continue
-        if action == "help" and block.language == "bash":
+        text, help_only = block.text, bool(block.marked("help"))
+        if not help_only and fairmt is None and ("fairmt-bench" in text or "paper.toml" in text):
+            help_only = True
+            notes.append(f"{block.where}: FairMT-Bench not found, flags checked only")
+        for marker in block.marked("postgres"):
+            if help_only:
+                break
+            url = _fresh_postgres(request)
+            if url is None:
+                help_only = True
+                notes.append(f"{block.where}: no PostgreSQL test server ({ENV_TEST_PG}), flags checked only")
+            else:
+                text = text.replace(marker.argument, url)
+        if help_only and block.language == "bash":
             failures += [f"{block.where}: {p}" for p in _help_checks(block, env, cwd)]
             continue
-        failure = _run(block, env, cwd)
+        failure = _run(block, env, cwd, text)
         if failure:
             failures.append(failure)
     print("\n".join(notes))
@@ -321,7 +351,11 @@ def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict
 def test_every_marker_is_read_and_gives_a_reason() -> None:
     for path in EXAMPLE_FILES:
         text = path.read_text(encoding="utf-8")
-        markers = re.findall(r"^\s*<!--\s*docs-test.*?-->", text, re.M)
-        read = [b for b in blocks(path) if b.action != "run"]
-        assert len(markers) == len(read), f"{path.name}: a docs-test marker not right before a ```bash or ```python block"
-        assert all(b.reason for b in read), f"{path.name}: every marker says why"
+        lines = re.findall(r"^\s*<!--\s*docs-test.*?-->", text, re.M)
+        read = [m for b in blocks(path) for m in b.markers]
+        assert len(lines) == len(read), f"{path.name}: a docs-test marker not right above a ```bash or ```python block"
+        assert all(m.reason for m in read), f"{path.name}: every marker says why"
+        for block in blocks(path):
+            for marker in block.marked("postgres"):
+                assert marker.argument.startswith("postgresql://") and marker.argument in block.text, (
+                    f"{block.where}: a postgres marker names the URL its block uses")

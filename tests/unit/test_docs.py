@@ -1,5 +1,7 @@
 """The documentation: the site builds with ``mkdocs build --strict``, README's links reach it, and every example runs.
 
+Inline `python -m ...` commands of the text are checked against their modules' --help (module and flags exist).
+
 Examples are the ```bash and ```python blocks of README.md and of every docs/*.md (a new page is picked up
 by itself). They run for real, as subprocesses, page by page in a temporary folder with its own database, with
 the model providers replaced by scripted fakes (tests/docs_shim.py). A comment on the line before a block
@@ -243,30 +245,41 @@ def _commands(text: str) -> list[str]:
     return commands
 
 
+_HELP: dict[tuple[str, ...], str | None] = {}
+
+
+def _help(argv: tuple[str, ...], env: dict[str, str], cwd: Path) -> str | None:
+    """The --help text of ``python -m *argv`` (through the fork server), or None when it fails."""
+    if argv not in _HELP:
+        done = subprocess.run(["python", "-m", *argv, "--help"], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+        _HELP[argv] = done.stdout if done.returncode == 0 else None
+    return _HELP[argv]
+
+
+def _flag_problems(module: str, args: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """What is wrong with ``python -m module args`` short of running it: a module without --help, an unknown flag.
+
+    A flag counts as known when the module's help or the help of one of its subcommands named in ``args`` lists it.
+    """
+    main_help = _help((module,), env, cwd)
+    if main_help is None:
+        return [f"`python -m {module} --help` fails"]
+    helps = [main_help] + [_help((module, word), env, cwd) or "" for word in dict.fromkeys(args)
+                           if re.fullmatch(r"[a-z][a-z0-9-]*", word)]
+    flags = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(args))))
+    unknown = [f for f in flags if not any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", h) for h in helps)]
+    return [f"`python -m {module}` does not know {unknown} (no --help of it lists them)"] if unknown else []
+
+
 def _help_checks(block: Block, env: dict[str, str], cwd: Path) -> list[str]:
-    """For each ``python -m MODULE`` / ``dymt`` command: its --help must exist and list every flag used."""
+    """For each ``python -m MODULE`` / ``dymt`` command of a block: its flags are checked, not run."""
     problems = []
     for words in _commands(block.text):
         if words[:2] == ["python", "-m"] and len(words) > 2:
-            module, args = words[2], words[3:]
+            problems += _flag_problems(words[2], words[3:], env, cwd)
         elif words[0] == "dymt":
-            module, args = "cli.dymt", words[1:]
-        else:
-            continue
-        leading = []
-        for word in args:  # positionals before the first flag: a subcommand's own help
-            if word.startswith("-"):
-                break
-            leading.append(word)
-        flags = sorted({w.split("=")[0] for w in args if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)})
-        done = subprocess.run(["python", "-m", module, *leading, "--help"], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
-        if done.returncode != 0:
-            problems.append(f"`python -m {module} {' '.join(leading)} --help` failed ({done.returncode}): {done.stderr[-500:]}")
-            continue
-        unknown = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", done.stdout)]
-        if unknown:
-            problems.append(f"`python -m {module}` does not know {unknown} (its --help does not list them)")
+            problems += _flag_problems("cli.dymt", words[1:], env, cwd)
     return problems
 
 
@@ -359,3 +372,17 @@ def test_every_marker_is_read_and_gives_a_reason() -> None:
             for marker in block.marked("postgres"):
                 assert marker.argument.startswith("postgresql://") and marker.argument in block.text, (
                     f"{block.where}: a postgres marker names the URL its block uses")
+
+
+PROSE_COMMAND = re.compile(r"`python -m ((?:graph|evals|benchmarks|cli)(?:\.[a-z_]+)*)((?: [^`]*)?)`")
+
+
+def test_commands_in_prose_name_real_modules_and_flags(services: dict[str, str], tmp_path: Path) -> None:
+    """Inline `python -m ...` in the text (syntax summaries, not run): the module exists and knows every --flag."""
+    (tmp_path / "home").mkdir()
+    env = _environment(tmp_path, _shim_bin(tmp_path / "bin"), services)
+    problems = []
+    for path in EXAMPLE_FILES:
+        for module, rest in sorted(set(PROSE_COMMAND.findall(path.read_text(encoding="utf-8")))):
+            problems += [f"{path.relative_to(REPO)}: {p}" for p in _flag_problems(module, rest.split(), env, tmp_path)]
+    assert not problems, "\n".join(problems)

@@ -18,9 +18,9 @@ from pydantic import ConfigDict
 
 from checkpoints.saver import open_saver
 from checkpoints.store import Writer, open_writer
-from graph.builder import build_graph
-from graph.context import Models
-from graph.runner import RunResult, RunSpec, execute_run
+from nodes.builder import build_graph
+from nodes.context import Models
+from graph.playing import RunResult, RunSpec, execute_run
 from models.registry import RoleModel, Sampling
 from seeds import CATEGORIES, Seed
 

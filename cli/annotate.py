@@ -18,7 +18,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, describe, read_existing, write_atomic
 from cli.store_option import db_location
-from evals.agreement import classification
+from evals.stats.agreement import classification
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
@@ -30,9 +30,9 @@ from evals.annotation import (
     read_annotations,
     stratified_sample,
 )
-from evals.breakdown import group
+from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.formatting import interval, number
+from evals.report.formatting import interval, number
 
 
 def build_parser() -> ArgumentParser:

@@ -25,7 +25,7 @@ from checkpoints.paths import default_db_path
 from checkpoints.store import Writer
 from checkpoints.vocabulary import iter_label_strings
 from checkpoints.serde import UnsafeCheckpointError
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import db_location, open_checkpointer, write_store
 from graph.forking import (
@@ -41,7 +41,7 @@ from graph.forking import (
     read_lineage,
 )
 from graph.swaps import check_swaps, mentions, parse_swap
-from graph.modes import DYNAMIC_MODES
+from nodes.modes import DYNAMIC_MODES
 
 
 def _swap_arg(text: str) -> tuple[str, str]:

@@ -15,9 +15,9 @@ from rich.text import Text
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
 from cli.store_option import db_location
-from evals.coherence_scoring import MAX_TOKENS, pending_dialogues, score_dialogues
-from evals.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scoring import Tally
+from evals.scorers.coherence_jobs import MAX_TOKENS, pending_dialogues, score_dialogues
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.loop import Tally
 
 
 def build_parser() -> ArgumentParser:

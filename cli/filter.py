@@ -19,10 +19,10 @@ from checkpoints.paths import StoreError, default_db_path
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
 from cli.store_option import db_location, write_store
-from evals.guard import POLICIES, guard_model
-from evals.label_sets import LabellerError
-from evals.safety_filter import simulate_filter
-from evals.scoring_tables import filter_table
+from evals.scorers.guard import POLICIES, guard_model
+from evals.scorers.label_sets import LabellerError
+from evals.scorers.safety_filter import simulate_filter
+from evals.report.scoring_tables import filter_table
 
 
 def main(argv: list[str] | None = None) -> int:

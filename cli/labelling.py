@@ -1,5 +1,5 @@
 """What the ``python -m evals.<command>`` labelling CLIs share: their flags, opening the store, the progress
-bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scoring` and :mod:`evals.label_sets`.
+bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scorers.loop` and :mod:`evals.scorers.label_sets`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, error_console, positive_int
 from cli.store_option import read_store, write_store
-from evals.scoring import Tally
+from evals.scorers.loop import Tally
 
 
 def describe(doc: str | None) -> str:

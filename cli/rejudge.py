@@ -20,12 +20,12 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
 from cli.store_option import db_location
-from evals.agreement import label_set_agreement
+from evals.stats.agreement import label_set_agreement
 from evals.dataset import check_label_set
-from evals.label_sets import LabellerError, prepare_labeller, register_set
-from evals.rejudging import pending_turns, rejudge, run_judge_template
-from evals.scoring import Tally
-from evals.scoring_tables import agreement_table
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.rejudge_jobs import pending_turns, rejudge, run_judge_template
+from evals.scorers.loop import Tally
+from evals.report.scoring_tables import agreement_table
 
 
 def build_parser() -> ArgumentParser:

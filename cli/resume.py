@@ -22,12 +22,12 @@ from checkpoints.paths import StoreError, default_db_path
 from checkpoints.store import Writer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail
 from cli.store_option import db_location, write_store, open_checkpointer
 from graph.forking import BranchSettings, ForkError, build_settings
 from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
-from graph.runner import StoreWriter
+from graph.playing import StoreWriter
 
 _LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 

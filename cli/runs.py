@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.chat_export import iter_chat_records, to_jsonl
+from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     if args.command == "clear-cache":
-        console.print(f"removed {store.clear_cache()} cached replies")
+        console.print(f"removed {clear_cache(store)} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
         fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print("nothing deleted")
             return 1
     full = _announce_vacuum(store.path, args.run_id)
-    counts = store.delete_run(args.run_id, full=full)
+    counts = delete_run(store, args.run_id, full=full)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
     return 0
 
@@ -100,7 +101,7 @@ def _list(args) -> int:
 
 def _copy(args) -> int:
     """The run, whole, into a new SQLite file (built beside it and renamed into place)."""
-    from checkpoints.run_copy import copy_run
+    from checkpoints.offline_copy import copy_run
 
     try:
         counts = copy_run(chosen_db(args.db), args.run_id, args.to)

@@ -60,7 +60,7 @@ def write_store(flag: DbLocation | None) -> Writer:
 def open_checkpointer(location: DbLocation) -> Any:
     """LangGraph's saver beside the project's tables (an async context manager): in the SQLite file or in PostgreSQL."""
     if isinstance(location, PostgresURL):
-        from checkpoints.postgres import open_postgres_saver
+        from checkpoints.postgres.saver import open_postgres_saver
 
         return open_postgres_saver(location)
     from checkpoints.saver import open_saver

@@ -1,6 +1,6 @@
 """``python -m graph.trace``: browse and export the runs recorded by the tracer (graph → turn → node → model call).
 
-Reads the dialogue database only, read-only (checkpoints.traces): no graph engine, no
+Reads the dialogue database only, read-only (checkpoints.traces.tables): no graph engine, no
 model package. Model text is always rich ``Text``, never markup.
 
     python -m graph.trace list [--run-id R] [--thread T] [--db PATH]
@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.paths import StoreError, default_db_path
-from checkpoints.traces import (
+from checkpoints.traces.tables import (
     TraceNotFoundError,
     list_traces,
     load_feedback,
@@ -34,10 +34,10 @@ from checkpoints.traces import (
     require_traces,
     resolve,
 )
-from checkpoints.trace_tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
+from checkpoints.traces.tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.store_option import db_location, read_store
-from viewer.trace_tree import TraceView, seconds_text
+from viewer.waterfall import TraceView, seconds_text
 
 EXPORT_FORMATS = ("jsonl",)
 DEFAULT_PROJECT = "dymt-esb"

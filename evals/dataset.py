@@ -12,7 +12,7 @@ from typing import Any
 
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
+from evals.stats.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
 
 class DatasetError(ValueError):

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 import prompts
 from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.vocabulary import ROLES, Role
-from graph.context import Models
-from graph.runner import RunSpec
+from nodes.context import Models
+from graph.model_settings import RetrySettings, RoleSampling, StrictModel
+from graph.playing import RunSpec
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
 from models.call_policy import CallPolicy
-from models.retries import RetryPolicy
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -52,37 +52,7 @@ class ModelBuildError(ValueError):
         self.role, self.spec, self.reason = role, spec, reason
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class RoleSampling(_Strict):
-    """Sampling for a role or a spec (``[sampling.ROLE]``, ``[sampling."SPEC"]``); unset keys fall through."""
-
-    temperature: float | None = Field(None, ge=0, le=2)
-    max_tokens: int | None = Field(None, ge=1)
-    base_url: str | None = Field(None, pattern=r"\S")
-    extra: dict[str, Any] | None = None
-
-    def given(self) -> dict[str, Any]:
-        return self.model_dump(exclude_unset=True, exclude_none=True)
-
-
-class RetrySettings(_Strict):
-    """``[retry]`` and --retries / --request-timeout; unset keys keep RetryPolicy's defaults."""
-
-    attempts: int | None = Field(None, ge=1)
-    base_delay: float | None = Field(None, ge=0)
-    max_delay: float | None = Field(None, ge=0)
-    max_retry_after: float | None = Field(None, ge=0)
-    timeout: float | None = Field(None, gt=0)
-    """Seconds per attempt; set to None: the provider's own (``timeout = false`` in a file)."""
-
-    def policy(self) -> RetryPolicy:
-        return RetryPolicy(**self.model_dump(exclude_unset=True))
-
-
-class ModelChoice(_Strict):
+class ModelChoice(StrictModel):
     """The model spec of each role; several targets make a grid (the first stands in ``Models.target``)."""
 
     user: str = DEFAULT_SPEC
@@ -101,7 +71,7 @@ class ModelChoice(_Strict):
         return self.targets[0]
 
 
-class PromptSource(_Strict):
+class PromptSource(StrictModel):
     """A prompt file replacing a role's built-in prompt: a path given, or the path and text a run stored."""
 
     path: Path
@@ -123,7 +93,7 @@ class RunModels:
     """By role; in a grid ``target:SPEC`` per target, and ``target`` the targets' role defaults."""
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     """Everything a run is played with: what to play, the models and how they sample and are called."""
 
     modes: list[str] = Field(default_factory=lambda: ["implicit"], min_length=1)

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from checkpoints.vocabulary import ROLES
-from graph.config import RetrySettings, RoleSampling
+from graph.model_settings import RetrySettings, RoleSampling
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")

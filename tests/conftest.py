@@ -17,9 +17,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.store import open_writer
-from graph.builder import build_graph
-from graph.context import Models
-from graph.runner import RunSpec, execute_run
+from nodes.builder import build_graph
+from nodes.context import Models
+from graph.playing import RunSpec, execute_run
 from models.registry import RoleModel, Sampling, registered_provider
 from seeds import Seed
 

@@ -10,8 +10,8 @@ from langchain_core.messages import BaseMessage
 
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
-from graph.builder import build_graph
-from graph.context import Models
+from nodes.builder import build_graph
+from nodes.context import Models
 from graph.forking import (
     BranchSettings,
     Change,

@@ -78,7 +78,7 @@ def test_evals_judge_records_its_score_in_a_postgres_store_and_the_run_summary_c
     from checkpoints.readers import open_reader
     from cli import judge as judge_cli
     from cli import run as run_cli
-    from evals.validation import run_validation
+    from evals.scorers.judge_validation import run_validation
     from tests.fake_cli import factory
 
     providers("fake", factory)

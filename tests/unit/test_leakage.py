@@ -13,7 +13,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.readers import open_reader
-from evals.summary import run_summary
+from evals.report.summary import run_summary
 from nodes.leakage import count_leakage, is_repeat, leakage
 from models.registry import RoleModel, Sampling
 from tests.conftest import SEEDS, default_models, play
@@ -137,8 +137,8 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
 
     from checkpoints.saver import open_saver
     from checkpoints.store import open_writer
-    from graph.builder import build_graph
-    from graph.runner import execute_run
+    from nodes.builder import build_graph
+    from graph.playing import execute_run
     from tests.conftest import make_spec
 
     user = _user(lambda m, n: "Women are too emotional to lead, aren't they?")

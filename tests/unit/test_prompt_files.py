@@ -138,7 +138,7 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
     assert validation["n_items"] == 3 and validation["accuracy"] == pytest.approx(2 / 3)
     assert validation["file"] == str(pairs.resolve())
 
-    from evals.validation import validation_text
+    from evals.scorers.judge_validation import validation_text
 
     text = validation_text(summary["judge_validation"])
     assert "validated on" in text and "n=3" in text and "accuracy 67%" in text and "AC1" in text

@@ -12,11 +12,11 @@ import pytest
 
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from graph.config import ConfigError, ModelBuildError, RunConfig
 from graph.experiment import ExperimentError
 from graph.pausing import PauseOptions, settle_run
-from graph.runner import execute_run
+from graph.playing import execute_run
 from models.registry import ROLE_SAMPLING
 from models.retries import RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_spec

@@ -24,6 +24,7 @@ from checkpoints.cache_format import TABLE as CACHE_TABLE
 from checkpoints.cache_format import decompress
 from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.paths import StoreError, check_db_path
+from checkpoints.run_record import role_specs
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 
@@ -92,7 +93,7 @@ def _validations(reader: Any, rows: dict[str, list[dict[str, Any]]]) -> list[dic
     judges = {s["model"] for s in rows["label_sets"] if s.get("model")}
     for run in rows["runs"]:
         config = json.loads(run["config"]) if isinstance(run.get("config"), str) else (run.get("config") or {})
-        judge = ((config.get("spec") or {}).get("models") or {}).get("judge")
+        judge = role_specs(config).get("judge")
         if judge:
             judges.add(judge)
     return _where_in(reader, "judge_validations", "judge_model", sorted(judges))

@@ -17,10 +17,10 @@ import sys
 
 from rich.text import Text
 
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.queries import StoreQueries
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import db_location, read_store
+from cli.store_option import add_db_option, read_store
 from evals.stats.group_comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
 from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
@@ -38,7 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     return p
 

@@ -12,7 +12,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from checkpoints.location import DbLocation
-from checkpoints.paths import default_db_path
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, error_console, positive_int
@@ -24,10 +23,6 @@ def describe(doc: str | None) -> str:
     """A CLI's description: its module docstring's first line without the ``python -m ...``: prefix."""
     first = (doc or "").strip().splitlines()[0] if doc and doc.strip() else ""
     return first.split("``: ", 1)[-1]
-
-
-def db_help() -> str:
-    return f"dialogue database: a SQLite file or a postgresql:// URL (default {default_db_path()})"
 
 
 def labeller_parser(

@@ -19,8 +19,8 @@ from rich.text import Text
 
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int, pricing_option
-from cli.labelling import db_help, describe, read_existing
-from cli.store_option import db_location
+from cli.labelling import describe, read_existing
+from cli.store_option import add_db_option
 from evals.stats.group_comparison import needs_run_names
 from evals.cost import run_usage, usage_summary
 from evals.dataset import DatasetError, load_dataset
@@ -65,7 +65,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--html", action="store_true", help="also write report.html: every dialogue, its labels, rationales and branches, with filters (opens offline)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    add_db_option(p)
     return p
 
 

@@ -25,7 +25,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.traces.tables import (
     TraceNotFoundError,
     list_traces,
@@ -36,7 +36,7 @@ from checkpoints.traces.tables import (
 )
 from checkpoints.traces.tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import db_location, read_store
+from cli.store_option import add_db_option, read_store
 from viewer.waterfall import TraceView, seconds_text
 
 EXPORT_FORMATS = ("jsonl",)
@@ -69,8 +69,7 @@ def build_parser() -> ArgumentParser:
     push.add_argument("--endpoint", default=None, metavar="URL",
                       help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)")
 
-    for sub in (listing, show, export, push):
-        sub.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p, listing, show, export, push)
     return p
 
 

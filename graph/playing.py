@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
+from checkpoints.run_record import upgrade
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
 from nodes.context import Models, RunContext
 from nodes.modes import is_scripted, scripts_for
 from nodes.state import DialogueState
+from graph.config import RunConfig
 from graph.store_writer import StoreWriter
 from graph.tracer import traced
 from models.registry import RoleModel
@@ -49,47 +51,6 @@ _VERSIONED_PACKAGES = (
 
 class RunConflictError(ValueError):
     """A run id that already exists with different settings."""
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that defines a run; stored with it so a rerun can check it asks the same."""
-
-    run_id: str
-    mode: str
-    turns: int
-    seed_source: str
-    per_category: int | None
-    categories: list[str] | None
-    limit: int | None
-    models: dict[str, str]
-    model_ids: dict[str, str]
-    sampling: dict[str, dict[str, Any]]
-    sampling_seed: int = 0
-    max_concurrency: int = 1
-    fairmt_dir: str | None = None
-    # A grid run: every mode × every target (None: just ``mode`` and ``models["target"]``).
-    modes: list[str] | None = None
-    targets: list[str] | None = None
-    # Every (seed, mode, target) is played this many times, each with its own sampling seed and thread id.
-    samples: int = 1
-    # How models were called (retries, rate limits, cache, base URLs, the config file): recorded, not identity.
-    calls: dict[str, Any] | None = None
-    # A simulated user message that states the seed: "regenerate" it (bounded, recorded) or "keep" it (flagged).
-    leakage: str = "regenerate"
-    # Prompt files replacing a role's built-in prompt (--judge-prompt FILE, ...): role -> SHA-256.
-    prompt_files: dict[str, str] | None = None
-
-    def identity(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the stored one."""
-        record = asdict(self)
-        for key in ("run_id", "max_concurrency", "model_ids", "fairmt_dir", "calls"):
-            record.pop(key)
-        return record
-
-    def grid(self) -> tuple[list[str], list[str]]:
-        """The modes and target specs every seed is played with."""
-        return list(self.modes or [self.mode]), list(self.targets or [self.models["target"]])
 
 
 @dataclass
@@ -124,22 +85,53 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def check_run_compatible(store: Writer, spec: RunSpec) -> None:
-    """Refuse to resume a run id that was created with other settings."""
-    existing = store.get_run(spec.run_id)
+def run_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a resumed run must share with the stored one, from a ``runs.config`` (either form)."""
+    record = upgrade(record)
+    stored, resolved = record["run_config"], record["resolved"]
+    modes = list(stored.get("modes") or [])
+    targets = list((stored.get("models") or {}).get("targets") or [])
+    identity = {
+        "mode": modes[0] if modes else None,
+        "turns": stored.get("turns"),
+        "seed_source": stored.get("seeds"),
+        "per_category": stored.get("per_category"),
+        "categories": stored.get("categories"),
+        "limit": stored.get("limit"),
+        "models": resolved.get("models"),
+        "sampling": resolved.get("sampling"),
+        "sampling_seed": stored.get("sampling_seed"),
+        "modes": modes if len(modes) > 1 else None,
+        "targets": targets if len(targets) > 1 else None,
+        "samples": stored.get("samples"),
+        "leakage": stored.get("leakage"),
+        "prompt_files": resolved.get("prompt_files") or None,
+    }
+    # A setting an older row never recorded is not compared (as before).
+    return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
+
+
+# Where each identity key comes from: the stored run configuration's field, or what the run resolved.
+_STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "models": "resolved", "sampling": "resolved",
+              "prompt_files": "resolved"}
+
+
+def check_run_compatible(store: Writer, config: RunConfig, record: dict[str, Any]) -> None:
+    """Refuse to resume a run id that was created with other settings (``record``: what this run would store)."""
+    existing = store.get_run(config.run_id)
     if existing is None:
         return
-    stored = existing["config"].get("spec", {})
-    for key, wanted in spec.identity().items():
+    stored = run_identity(existing["config"])
+    for key, wanted in run_identity(record).items():
         if key in stored and stored[key] != wanted:
             raise RunConflictError(
-                f"run {spec.run_id!r} exists with {key}={stored[key]!r}, not {wanted!r}: "
+                f"run {config.run_id!r} exists with {key}={stored[key]!r}, not {wanted!r}: "
                 "rerun it with its own settings or choose a new --run-id"
             )
 
 
 async def execute_run(
-    spec: RunSpec,
+    config: RunConfig,
     seeds: Sequence[Seed],
     *,
     graph: CompiledStateGraph,
@@ -154,39 +146,39 @@ async def execute_run(
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
-    A grid run (``spec.modes`` / ``spec.targets``, with one built model per target in
+    A grid run (``config.modes`` / ``config.targets``, with one built model per target in
     ``targets``) plays every seed in every mode against every target, each its own thread.
-    With ``spec.samples`` K > 1 each is played K times: sample k draws with its own sampling
+    With ``config.samples`` K > 1 each is played K times: sample k draws with its own sampling
     seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
     ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
     they stay unplayed (status "held"), and the same run id plays them later.
     """
-    modes, _ = spec.grid()
+    modes = config.modes
     by_mode = {
-        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=spec.fairmt_dir)
+        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         for mode in modes
     }
-    record_run(store, spec, by_mode)
+    record_run(store, config.run_record(models, targets), by_mode)
     # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed, leakage=spec.leakage)
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage)
         for spec_text, model in by_target.items()
     }
-    for sample in range(1, max(1, spec.samples)):
-        seed_k = sample_seed(spec.sampling_seed, sample)
+    for sample in range(1, max(1, config.samples)):
+        seed_k = sample_seed(config.sampling_seed, sample)
         models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
         for model in targets_k:
-            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=spec.leakage)
-    result = RunResult(run_id=spec.run_id)
-    limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
+    result = RunResult(run_id=config.run_id)
+    limiter = asyncio.Semaphore(max(1, config.max_concurrency))
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace)
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
             if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
-                thread_id = sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+                thread_id = sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
                 stored = await write.get_dialogue(thread_id)
                 if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
                     notify("skipped", thread_id, 0)
@@ -194,60 +186,60 @@ async def execute_run(
                 notify("held", thread_id, 0)
                 return DialogueOutcome(thread_id, "held")
             outcome = await play_dialogue(
-                spec, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
+                config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
                 script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
             )
             if budget is not None:
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
             return outcome
 
-    jobs = plan_dialogues(spec, seeds, by_mode, list(by_target))
+    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
     try:
         result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
     except BaseException:
         write.close()
-        store.finish_run(spec.run_id, "interrupted")
+        store.finish_run(config.run_id, "interrupted")
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
     held = any(o.status == "held" for o in result.outcomes)
-    store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
+    store.finish_run(config.run_id, "failed" if failed else "stopped" if held else "finished")
     return result
 
 
-def record_run(store: Writer, spec: RunSpec, by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
+def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
     """Record the run (or mark it running again) with its settings, prompt hashes and package versions."""
     unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
     store.start_run(
-        spec.run_id,
-        config={"spec": asdict(spec), "unaligned_seeds": unaligned},
-        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in (spec.prompt_files or {}).items()}},
+        record["run_config"]["run_id"],
+        config={**record, "unaligned_seeds": unaligned},
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
         versions=package_versions(),
     )
 
 
 def plan_dialogues(
-    spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
+    config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
 ) -> list[tuple[Seed, str, str, int]]:
     """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets' providers."""
-    modes, _ = spec.grid()
+    modes = config.modes
     return [
         (seed, mode, target, sample)
         for seed in seeds
-        for sample in range(max(1, spec.samples))
+        for sample in range(max(1, config.samples))
         for mode in modes
         if not is_scripted(mode) or seed.id in by_mode[mode][0]
         for target in targets
     ]
 
 
-def dialogue_thread_id(spec: RunSpec, seed: Seed, mode: str, target: str, sample: int) -> str:
+def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sample: int) -> str:
     """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run."""
-    return sample_thread_id(thread_id_for(spec.run_id, seed, mode, target if spec.targets else None), sample)
+    return sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
 
 
 async def play_dialogue(
-    spec: RunSpec,
+    config: RunConfig,
     seed: Seed,
     *,
     graph: CompiledStateGraph,
@@ -260,24 +252,24 @@ async def play_dialogue(
     sample: int = 0,
 ) -> DialogueOutcome:
     """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
-    mode = mode or spec.mode
+    mode = mode or config.mode
     target = target or context.models.target.spec
-    thread_id = dialogue_thread_id(spec, seed, mode, target, sample)
+    thread_id = dialogue_thread_id(config, seed, mode, target, sample)
     extra = {"sample": sample} if sample else {}
-    config = dialogue_config(thread_id, turns=spec.turns, run_id=spec.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
-    snapshot = await graph.aget_state(config)
+    graph_config = dialogue_config(thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
+    snapshot = await graph.aget_state(graph_config)
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: dict[str, Any] | None = None
     if not values:
-        run_input = initial_state(seed, mode, spec.turns, script=script)
+        run_input = initial_state(seed, mode, config.turns, script=script)
         await write.upsert_dialogue(thread_id,
-            run_id=spec.run_id,
+            run_id=config.run_id,
             seed_id=seed.id,
             category=seed.category,
             statement=seed.statement,
             mode=mode,
             target=target,
-            max_turns=spec.turns,
+            max_turns=config.turns,
             status="running",
             started_at=now(),
         )
@@ -287,12 +279,12 @@ async def play_dialogue(
         notify("skipped", thread_id, len(values.get("turns", [])))
         return DialogueOutcome(thread_id, "skipped")
     elif values.get("stop_reason") == "error":
-        config = await checkpoint_before_failure(graph, config)
+        graph_config = await checkpoint_before_failure(graph, graph_config)
         await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None)
     else:
         await write.upsert_dialogue(thread_id, status="running")
     notify("started", thread_id, _done(values))
-    return await drive(graph, config, run_input, write=write, context=context, notify=notify, start=values)
+    return await drive(graph, graph_config, run_input, write=write, context=context, notify=notify, start=values)
 
 
 async def drive(

@@ -92,27 +92,6 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
         store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
 
 
-def _fill_checkpoint_ids(db: sqlite_utils.Database, trace_id: str) -> None:
-    """Give each node run (and its children) the checkpoint it started from, via LangGraph's ``writes``.
-
-    LangGraph's metadata names a node's task (``node:task_id``), not its checkpoint; the
-    saver stores the task's writes under the checkpoint the step started from. Read only.
-    """
-    if not db["writes"].exists():
-        return
-    db.execute(
-        """
-        update trace_runs set checkpoint_id = (
-            select w.checkpoint_id from writes w
-            where w.thread_id = trace_runs.thread_id and w.checkpoint_ns = ''
-              and w.task_id = substr(trace_runs.checkpoint_ns, instr(trace_runs.checkpoint_ns, ':') + 1)
-            limit 1)
-        where trace_id = ? and checkpoint_id is null and instr(checkpoint_ns, ':') > 0
-        """,
-        [trace_id],
-    )
-
-
 # --- reading ------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import resolved, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.stats.metrics import summarise
 from evals.scorers.judge_validation import run_validation, validation_text
@@ -31,26 +32,27 @@ def run_summary(
     the run's cost from its stored tokens; ``budget`` what ``--max-cost`` did.
     """
     run = store.get_run(run_id) or {"config": {}}
-    spec = run["config"].get("spec", {})
-    turns = int(spec.get("turns") or 1)
+    settings = run_settings(run["config"])
+    turns = int(settings.get("turns") or 1)
     matrix_by_thread = store.label_matrix(run_id)
     dialogues = store.dialogues(run_id)
     # Repeated samples of a seed are one observation: intervals then resample seeds (clustered).
-    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(spec.get("samples") or 1) > 1 else None
+    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(settings.get("samples") or 1) > 1 else None
     clusters = [seed_of.get(t, t) for t in matrix_by_thread] if seed_of else None
     metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns,
                         clusters=clusters)
     failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
     paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
-    models = spec.get("models", {})
-    targets = spec.get("targets") or [models.get("target")]
+    models = role_specs(run["config"])
+    targets = (settings.get("models") or {}).get("targets") or [models.get("target")]
+    modes = settings.get("modes") or [None]
     summary: dict[str, Any] = {
         "run_id": run_id,
         "db": str(store.path),
-        "mode": spec.get("mode"),
+        "mode": modes[0],
         "turns": turns,
         "models": models,
-        "model_ids": spec.get("model_ids", {}),
+        "model_ids": resolved(run["config"]).get("model_ids", {}),
         "dialogues": len(dialogues),
         "finished": sum(1 for d in dialogues if d["status"] == "finished"),
         "failed": failed,
@@ -71,11 +73,11 @@ def run_summary(
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,
-        "modes": spec.get("modes") or [spec.get("mode")],
+        "modes": modes,
         "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
-        "samples": int(spec.get("samples") or 1),
+        "samples": int(settings.get("samples") or 1),
         "cost": usage_summary(run_usage(store, run_id), pricing),
         "budget": budget,
         "held_this_time": sum(1 for o in outcomes if o.status == "held"),

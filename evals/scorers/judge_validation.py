@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import resolved, role_specs
 from checkpoints.store import Writer
 
 
@@ -28,21 +29,20 @@ def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: s
     return store.latest_validation(judge_model, prompt_hash)
 
 
-def judge_prompt_hash(spec: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
-    """The SHA-256 of the prompt a run's judge used: its --judge-prompt file, else the built-in one for its style."""
-    files = spec.get("prompt_files") or {}
+def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
+    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the built-in one for its style."""
+    files = resolved(config).get("prompt_files") or {}
     if files.get("judge"):
         return files["judge"]
-    judge = str((spec.get("models") or {}).get("judge") or "")
+    judge = role_specs(config).get("judge") or ""
     return prompt_hashes.get("judge_bias.transcript" if judge.startswith("local:") else "judge_bias")
 
 
 def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
     """{"judge_model", "prompt_hash", "validation": row or None} for a stored run."""
     run = store.get_run(run_id) or {"config": {}, "prompt_hashes": {}}
-    spec = run["config"].get("spec", {})
-    judge = (spec.get("models") or {}).get("judge")
-    digest = judge_prompt_hash(spec, run.get("prompt_hashes") or {})
+    judge = role_specs(run["config"]).get("judge")
+    digest = judge_prompt_hash(run["config"], run.get("prompt_hashes") or {})
     return {"judge_model": judge, "prompt_hash": digest, "validation": find_validation(store, judge, digest)}
 
 

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import prompts
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import run_settings
 from checkpoints.scores import REPLY
 from checkpoints.store import Writer
 from evals.scorers.posthoc import history_before
@@ -68,7 +69,7 @@ async def rejudge(
 def run_judge_template(store: StoreQueries, run_id: str) -> prompts.PromptTemplate | None:
     """The rubric file the run's judge used, as stored with the run; None when it used the built-in prompt."""
     run = store.get_run(run_id) or {"config": {}}
-    stored = ((run["config"].get("spec", {}).get("calls") or {}).get("prompt_files") or {}).get("judge")
+    stored = (run_settings(run["config"]).get("prompts") or {}).get("judge")
     if not stored:
         return None
     return prompts.parse(stored["path"], stored["text"], path=Path(stored["path"]))

@@ -30,7 +30,7 @@ from graph.forking import Change, read_lineage
 from graph.playing import execute_run
 from checkpoints.reducers import append_messages, merge_turn_writes, merge_turns
 from nodes.state import ChatTurn, SeedRecord, TurnRecord
-from tests.conftest import SEEDS, default_models, make_spec, scripted
+from tests.conftest import SEEDS, default_models, make_config, scripted
 from tests.unit.test_branching import calls, make_branch, rows
 
 GENDER = SEEDS[0]
@@ -97,7 +97,7 @@ def play_old(db: Path, models, **spec) -> str:
 
     async def go():
         async with old_saver(db) as saver:
-            return await execute_run(make_spec(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
 
     try:
         with old_schema():
@@ -112,7 +112,7 @@ def play_new(db: Path, models, **spec):
 
     async def go():
         async with open_saver(db) as saver:
-            return await execute_run(make_spec(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
 
     try:
         return asyncio.run(go())

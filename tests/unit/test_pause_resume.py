@@ -17,7 +17,7 @@ from nodes.builder import build_graph
 from graph.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.playing import StoreWriter, execute_run
 from tests.backends import Db, connect, rows, written
-from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_spec
+from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
 
 GENDER = SEEDS[0]
 
@@ -42,7 +42,7 @@ def play_paused(db: Db, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int
     async def go():
         async with checkpointer(db) as saver:
             graph = pauses.configure(build_graph(saver))
-            result = await execute_run(make_spec(turns=turns), seeds, graph=graph, store=store, models=models)
+            result = await execute_run(make_config(turns=turns), seeds, graph=graph, store=store, models=models)
             return await settle_run(graph, store, result, models=models, sampling_seed=0, review=review)
 
     return asyncio.run(go()), store

@@ -67,8 +67,8 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     run_row = store.get_run("p")
     digest = hashlib.sha256(RUBRIC.encode()).hexdigest()
     assert run_row["prompt_hashes"]["judge prompt file"] == digest
-    assert run_row["config"]["spec"]["prompt_files"]["judge"] == digest
-    assert run_row["config"]["spec"]["calls"]["prompt_files"]["judge"]["text"] == RUBRIC
+    assert run_row["config"]["resolved"]["prompt_files"]["judge"] == digest
+    assert run_row["config"]["run_config"]["prompts"]["judge"]["text"] == RUBRIC
     assert summary["judge_validation"]["prompt_hash"] == digest and summary["judge_validation"]["validation"] is None
     store.close()
 

@@ -159,13 +159,13 @@ def test_no_trace_records_nothing(db):
     from checkpoints.saver import open_saver
     from nodes.builder import build_graph
     from graph.playing import execute_run
-    from tests.conftest import make_spec
+    from tests.conftest import make_config
 
     store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
-            await execute_run(make_spec(turns=1), SEEDS[:1], graph=build_graph(saver), store=store, models=default_models(), trace=False)
+            await execute_run(make_config(turns=1), SEEDS[:1], graph=build_graph(saver), store=store, models=default_models(), trace=False)
 
     asyncio.run(go())
     assert stored_runs(store.db) == [] and store.db["turns"].count == 1

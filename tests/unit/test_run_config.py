@@ -250,3 +250,19 @@ def test_what_a_run_stores_now_reads_back(tmp_path: Path, providers):
     rebuilt = again.build_models()
     assert rebuilt.models.judge.prompt.sha256 == templates["judge"].sha256
     assert rebuilt.models.target.sampling == dataclasses.replace(built.targets[1].sampling, base_url=None)
+
+
+def test_a_run_stores_its_config_as_one_versioned_dump(tmp_path: Path, providers):
+    """Read back with one validate call: the same configuration, pinned as it resolved; a newer form is refused in one line."""
+    _recording_provider(providers)
+    args, explicit = _flags("--turns", "2", "--leakage", "keep", "--retries", "1", "--rate-limit", "fake=30", "--sampling-seed", "5")
+    config = RunConfig.from_flags(args, explicit=explicit).model_copy(update={"run_id": "v"})
+    built = config.build_models()
+    stored = json.loads(json.dumps(config.run_record(built.models, built.targets)))
+    again = stored_run_config(stored, run_id="v")
+    assert (again.turns, again.leakage, again.sampling_seed, again.rate_limits, again.run_id) == (2, "keep", 5, {"fake": 30.0}, "v")
+    assert again.call_policy().retry == config.call_policy().retry and again.db is None
+    assert again.sampling_for("target", again.models.target) == config.sampling_for("target", config.models.target)
+    stored["run_config"]["schema_version"] = 2
+    with pytest.raises(ConfigError, match=r"^run v: its stored settings cannot be read \(schema_version"):
+        stored_run_config(stored, run_id="v")

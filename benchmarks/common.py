@@ -18,9 +18,10 @@ from pydantic import ConfigDict
 
 from checkpoints.saver import open_saver
 from checkpoints.store import Writer, open_writer
-from graph.builder import build_graph
-from graph.context import Models
-from graph.runner import RunResult, RunSpec, execute_run
+from nodes.builder import build_graph
+from nodes.context import Models
+from graph.config import RunConfig
+from graph.playing import RunResult, execute_run
 from models.registry import RoleModel, Sampling
 from seeds import CATEGORIES, Seed
 
@@ -65,12 +66,11 @@ def synthetic_seeds(n: int) -> list[Seed]:
             for i in range(n)]
 
 
-def run_spec(run_id: str, *, turns: int, concurrency: int, models: Models) -> RunSpec:
-    return RunSpec(
-        run_id=run_id, mode="implicit", turns=turns, seed_source="bench", per_category=None, categories=None,
-        limit=None, models={r: getattr(models, r).spec for r in ("user", "target", "judge")}, model_ids={},
-        sampling={}, max_concurrency=concurrency,
-    )
+def run_config(run_id: str, *, turns: int, concurrency: int, models: Models) -> RunConfig:
+    return RunConfig.model_validate({
+        "run_id": run_id, "modes": ["implicit"], "turns": turns, "seeds": "bench", "max_concurrency": concurrency,
+        "models": {"user": models.user.spec, "judge": models.judge.spec, "targets": [models.target.spec]},
+    })
 
 
 async def play_run(db: Path, models: Models, seeds: Sequence[Seed], *, turns: int, concurrency: int = 1,
@@ -79,7 +79,7 @@ async def play_run(db: Path, models: Models, seeds: Sequence[Seed], *, turns: in
     store = store or open_writer(db)
     async with open_saver(db) as saver:
         graph = build_graph(saver)
-        spec = run_spec(run_id, turns=turns, concurrency=concurrency, models=models)
+        spec = run_config(run_id, turns=turns, concurrency=concurrency, models=models)
         with timed() as timing:
             result = await execute_run(spec, seeds, graph=graph, store=store, models=models, trace=trace)
         return result, timing

@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks.common import play_run, run_async, scratch_dir, synthetic_seeds
 from checkpoints.cache import ResponseCache
-from graph.context import Models
+from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
 from models.retries import RetryPolicy

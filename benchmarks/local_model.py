@@ -24,7 +24,7 @@ from typing import Any
 
 from benchmarks.common import play_run, run_async, scratch_dir
 from checkpoints.cache import ResponseCache
-from graph.context import Models
+from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
 from seeds import load_seeds

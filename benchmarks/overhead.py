@@ -13,9 +13,9 @@ from typing import Any
 
 from benchmarks.common import Timing, instant_models, play_run, run_async, scratch_dir, synthetic_seeds, timed
 from checkpoints.cache import ResponseCache
-from graph.builder import build_graph
-from graph.context import Models, RunContext
-from graph.runner import dialogue_config, initial_state
+from nodes.builder import build_graph
+from nodes.context import Models, RunContext
+from graph.playing import dialogue_config, initial_state
 from checkpoints.reducers import apply_update
 from nodes.judge import judge
 from models.call_policy import CallPolicy

@@ -3,7 +3,7 @@
 The paper's grid has 6 targets × 2 modes on 240 seeds and 10 turns: 36 comparisons (targets
 within a mode, modes within a target), each with cumulative and per-turn rows by turn. Labels
 are synthetic (20% biased); only the time matters. Prints seconds and the speed-up of the
-vectorised interval (evals.comparison) over evals.stats' pure-Python clustered bootstrap on
+vectorised interval (evals.stats.group_comparison) over evals.stats.primitives' pure-Python clustered bootstrap on
 the same rows.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 import time
 
-from evals.comparison import Group, Unit, compare_groups, cumulative_label, paired_diff_interval
-from evals.stats import paired_bootstrap_diff
+from evals.stats.group_comparison import Group, Unit, compare_groups, cumulative_label, paired_diff_interval
+from evals.stats.primitives import paired_bootstrap_diff
 
 
 def _units(seeds: int, turns: int, samples: int) -> list[Unit]:

@@ -13,7 +13,7 @@ a replay, a branch's shared prefix or a rerun of the judge in that database does
 twice; deleting the file deletes it too. A row is small: the key is stored as the first
 16 bytes of the digest (a blob, in a WITHOUT ROWID table: no separate index), the value
 as a format byte and the JSON deflated against a preset dictionary of the JSON every
-reply shares (:data:`ZDICT_V1`), and the time as Unix seconds.
+reply shares (:data:`checkpoints.cache_format.ZDICT_V1`), and the time as Unix seconds.
 All SQLite work runs on one worker thread: the LangGraph checkpointer writes the same
 file from the event loop, and a blocking call on the loop could wait on it forever.
 Replies queued for storing are written together, one transaction per batch.
@@ -27,7 +27,6 @@ import json
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -37,79 +36,12 @@ from typing import Any, TypeVar
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from checkpoints.cache_format import KEY_VERSION, TABLE, compress, decompress, stored_key
 from checkpoints.location import PostgresURL
 from checkpoints.paths import connect, prepare_new_file
-from checkpoints.pg_db import PgDatabase
+from checkpoints.postgres.db import PgDatabase
 
-TABLE = "response_cache"
-KEY_VERSION = 1
-KEY_BYTES = 16  # of the SHA-256: a collision needs ~2^64 stored replies
 T = TypeVar("T")
-
-# --- the stored value -----------------------------------------------------------------------
-# A value is a format byte and a body. Format 1: the reply's JSON (compact separators, UTF-8),
-# raw-deflated against ZDICT_V1. Rows written before m064 hold the JSON as text and are read
-# too (the migration converts them; a text row written by hand still decodes).
-FORMAT_DEFLATE_V1 = 1
-# Never edit this: rows of format 1 decompress only against these exact bytes. A better
-# dictionary is a new format byte with its own constant. Strings every stored reply repeats
-# (LangChain's message dict, OpenAI-style metadata, usage, logprobs, the judge's answer
-# shape), the most frequent last (deflate reaches near matches most cheaply).
-ZDICT_V1 = (
-    '{"content":[{"token":"","bytes":[],"logprob":-0.0,"top_logprobs":[{"token":"","bytes":[],"logprob":-'
-    '"refusal":null}'
-    '"model_provider":"google_genai","safety_ratings":[],"prompt_feedback":{"block_reason":0,"safety_ratings":[]},'
-    '"model_provider":"huggingface","model_provider":"llama_cpp","model_provider":"openai",'
-    '"service_tier":"default","system_fingerprint":"fp_","id":"chatcmpl-","created":17'
-    '"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,'
-    '"rejected_prediction_tokens":0},"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0}},'
-    '"input_token_details":{"audio":0,"cache_read":0},"output_token_details":{"audio":0,"reasoning":0}}'
-    'Rationale: Label: not biased","Label: biased",'
-    '"llm_output":{"token_usage":{"completion_tokens":,"prompt_tokens":,"total_tokens":,'
-    '"completion_tokens_details":null,"prompt_tokens_details":null},"model_provider":"openai","model_name":"'
-    '","system_fingerprint":null,"id":"'
-    '{"generations":[{"message":{"type":"ai","data":{"content":"'
-    '","additional_kwargs":{"refusal":null},"response_metadata":{"token_usage":{"completion_tokens":'
-    ',"prompt_tokens":,"total_tokens":},"model_name":"","finish_reason":"stop","logprobs":null},'
-    '"type":"ai","name":null,"id":null,"tool_calls":[],"invalid_tool_calls":[],"usage_metadata":{'
-    '"input_tokens":,"output_tokens":,"total_tokens":,"input_token_details":{},"output_token_details":{}}}},'
-    '"generation_info":{"finish_reason":"stop","logprobs":null}}],"llm_output":{"token_usage":{"completion_tokens":'
-).encode("utf-8")
-
-
-def compress(text: str) -> bytes:
-    """A JSON text as a stored value: the format byte, then the text deflated against :data:`ZDICT_V1`."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, ZDICT_V1)
-    return bytes([FORMAT_DEFLATE_V1]) + packer.compress(text.encode("utf-8")) + packer.flush()
-
-
-def decompress(value: bytes | str) -> str:
-    """The JSON text of a stored value (either format); ValueError for anything else."""
-    if isinstance(value, str):
-        return value  # a row from before m064: the JSON itself
-    if not isinstance(value, (bytes, bytearray, memoryview)) or not value:
-        raise ValueError("not a stored reply")
-    value = bytes(value)
-    if value[0] != FORMAT_DEFLATE_V1:
-        raise ValueError(f"unknown reply format {value[0]}")
-    try:
-        unpacker = zlib.decompressobj(-15, ZDICT_V1)
-        text = unpacker.decompress(value[1:]) + unpacker.flush()
-    except zlib.error as exc:
-        raise ValueError(f"damaged reply: {exc}") from None
-    if not unpacker.eof:
-        raise ValueError("truncated reply")
-    return text.decode("utf-8")
-
-
-def stored_key(key: str) -> bytes | str:
-    """A key as stored: a hex digest (what :func:`request_key` makes) as its first bytes, anything else as it is."""
-    if len(key) == 64:
-        try:
-            return bytes.fromhex(key)[:KEY_BYTES]
-        except ValueError:
-            pass
-    return key
 
 
 def request_key(
@@ -188,7 +120,7 @@ class ResponseCache:
     # --- on the worker thread ----------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection | PgDatabase:
         if self._conn is None and isinstance(self.path, PostgresURL):
-            from checkpoints.pg_schema import ensure_schema
+            from checkpoints.postgres.schema import ensure_schema
 
             db = PgDatabase(self.path)
             ensure_schema(db)

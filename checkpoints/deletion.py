@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from checkpoints.pg_db import is_postgres
+from checkpoints.postgres.db import is_postgres
 from checkpoints.serde import StrictSerializer
 from checkpoints.store import Writer
 

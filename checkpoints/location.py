@@ -67,8 +67,13 @@ def parse_db(text: str | os.PathLike[str], *, source: str = "--db") -> DbLocatio
 
 
 def default_db() -> DbLocation:
-    """``$DYMT_ESB_DB`` (a path or a URL), else the default SQLite file."""
+    """``$DYMT_ESB_DB`` (a path or a URL), else the default SQLite file: the one place the variable is read."""
     value = os.environ.get(ENV_DB)
-    if value and is_postgres_url(value):
-        return parse_postgres_url(value, source=ENV_DB)
-    return default_db_path()
+    return parse_db(value, source=ENV_DB) if value else default_db_path()
+
+
+def locate_db(given: DbLocation | None = None, *, configured: DbLocation | None = None) -> DbLocation:
+    """The store a command uses: ``--db`` (``given``), else an experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default file."""
+    if given is not None:
+        return given
+    return configured if configured is not None else default_db()

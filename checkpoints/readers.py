@@ -26,7 +26,7 @@ from checkpoints import scores
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import MIGRATIONS, apply_migrations
 from checkpoints.paths import StoreError, check_db_path, connect_readonly
-from checkpoints.pg_db import PgDatabase
+from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
@@ -300,7 +300,7 @@ def open_reader(path: Path | PostgresURL | str) -> Reader:
 
 
 def _open_postgres_reader(url: PostgresURL) -> Reader:
-    from checkpoints import pg_schema
+    from checkpoints.postgres import schema as pg_schema
 
     db = PgDatabase(url, read_only=True)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.run_record import role_specs
 from checkpoints.vocabulary import BIASED, iter_label_strings
 
 
@@ -106,13 +107,9 @@ class DialogueRecord:
     coherence: tuple[Coherence, ...] = ()
 
     @property
-    def spec(self) -> dict[str, Any]:
-        return self.run_config.get("spec", {}) if isinstance(self.run_config, dict) else {}
-
-    @property
     def models(self) -> dict[str, str]:
         """Role → model spec: what the turns record, else what the run asked for."""
-        models = {role: str(spec) for role, spec in (self.spec.get("models") or {}).items()}
+        models = role_specs(self.run_config) if isinstance(self.run_config, dict) else {}
         for role, key in (("user", "user_model"), ("target", "target_model"), ("judge", "judge_model")):
             seen = list(dict.fromkeys(getattr(t, key) for t in self.turns if getattr(t, key)))
             if seen:

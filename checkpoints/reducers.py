@@ -2,7 +2,7 @@
 
 They are part of the storage format, so they live with the store: LangGraph replays checkpoint
 writes through them to rebuild a state, and the compact traces fold node outputs through
-:func:`apply_update`. The state schema (``graph.state``) attaches them to its channels.
+:func:`apply_update`. The state schema (``nodes.state``) attaches them to its channels.
 Changing one changes how every stored dialogue reads back.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 Message = dict[str, Any]  # a chat turn: {"role": "user" | "assistant", "content": str}
-Turn = dict[str, Any]  # one turn's record, filled in part by part (graph.state.TurnRecord)
+Turn = dict[str, Any]  # one turn's record, filled in part by part (nodes.state.TurnRecord)
 
 
 def merge_turns(left: list[Turn], right: list[Turn]) -> list[Turn]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
@@ -19,22 +18,19 @@ from typing import Any
 import sqlite_utils
 from sqlite_utils.db import jsonify_if_needed
 
-from checkpoints import scores, traces
+from checkpoints import scores
+from checkpoints.clock import now
+from checkpoints.traces import tables as traces
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
-from checkpoints.pg_db import PgDatabase
+from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
-from checkpoints.trace_codec import TraceEncoder
-from checkpoints.traces import TraceItem
+from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import PRIMARY_LABELS
 
 __all__ = ["Writer", "now", "open_writer"]
-
-
-def now() -> str:
-    """UTC timestamp in ISO 8601."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -181,13 +177,13 @@ class Writer(StoreQueries):
 
     # --- traces, validations, deletion ------------------------------------------
     def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
-        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.write_trace_batch`)."""
+        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final)
 
     def record_validation(
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
     ) -> None:
-        """Store one evals.judge score (``result``: an evals.agreement.Classification)."""
+        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
         self.db["judge_validations"].insert(
             {
                 "judge_model": judge_model,
@@ -204,18 +200,6 @@ class Writer(StoreQueries):
                 "created_at": now(),
             }
         )
-
-    def delete_run(self, run_id: str, *, full: bool = True) -> dict[str, int]:
-        """Remove everything a run wrote and vacuum (``full``: VACUUM FULL on PostgreSQL); rows deleted per table."""
-        from checkpoints.deletion import delete_run
-
-        return delete_run(self, run_id, full=full)
-
-    def clear_cache(self) -> int:
-        """Empty the response cache and vacuum; replies removed."""
-        from checkpoints.deletion import clear_cache
-
-        return clear_cache(self)
 
     def transaction(self) -> "_Transaction":
         return _Transaction(self.db)
@@ -272,7 +256,7 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
     """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist.
 
     ``path`` may name a PostgreSQL server (a :class:`PostgresURL` or a ``postgresql://`` string): the
-    project's tables are then created there once (checkpoints/pg_schema.py); ``create=False`` wants them made.
+    project's tables are then created there once (checkpoints/postgres/schema.py); ``create=False`` wants them made.
     """
     if isinstance(path, PostgresURL) or (isinstance(path, str) and is_postgres_url(path)):
         return _open_postgres_writer(path if isinstance(path, PostgresURL) else parse_postgres_url(path), create=create)
@@ -285,7 +269,7 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
 
 
 def _open_postgres_writer(url: PostgresURL, *, create: bool) -> Writer:
-    from checkpoints import pg_schema
+    from checkpoints.postgres import schema as pg_schema
     from checkpoints.paths import StoreError
 
     db = PgDatabase(url)

@@ -16,9 +16,9 @@ from rich.text import Text
 
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.labelling import db_help, describe, read_existing, write_atomic
-from cli.store_option import db_location
-from evals.agreement import classification
+from cli.labelling import describe, read_existing, write_atomic
+from cli.store_option import add_db_option
+from evals.stats.agreement import classification
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
@@ -30,9 +30,9 @@ from evals.annotation import (
     read_annotations,
     stratified_sample,
 )
-from evals.breakdown import group
+from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.formatting import interval, number
+from evals.report.formatting import interval, number
 
 
 def build_parser() -> ArgumentParser:
@@ -44,14 +44,13 @@ def build_parser() -> ArgumentParser:
     export.add_argument("--out", type=Path, required=True, help="CSV file to write (it must not exist yet, unless --force)")
     export.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     export.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    export.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
     agree.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to compare (default primary)")
     agree.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     agree.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    agree.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    add_db_option(p, export, agree)
     return p
 
 

@@ -21,13 +21,13 @@ import sys
 
 from rich.text import Text
 
-from checkpoints.paths import default_db_path
+
 from checkpoints.store import Writer
 from checkpoints.vocabulary import iter_label_strings
 from checkpoints.serde import UnsafeCheckpointError
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int
-from cli.store_option import db_location, open_checkpointer, write_store
+from cli.store_option import add_db_option, open_checkpointer, write_store
 from graph.forking import (
     BranchRun,
     Change,
@@ -41,7 +41,7 @@ from graph.forking import (
     read_lineage,
 )
 from graph.swaps import check_swaps, mentions, parse_swap
-from graph.modes import DYNAMIC_MODES
+from nodes.modes import DYNAMIC_MODES
 
 
 def _swap_arg(text: str) -> tuple[str, str]:
@@ -69,7 +69,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--name", default=None, metavar="SET", help="group the new branches as counterfactual set SET (python -m graph.compare --set SET)")
     p.add_argument("--sampling-seed", type=int, default=None, help="sampling seed of the branch (default the parent run's; --rerun draws a new one)")
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the parent run used one)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--json", action="store_true", help="print what was made as JSON on stdout")
     return p
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 import sys
 
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, console, fail
-from cli.store_option import db_location, read_store
+from cli.store_option import add_db_option, read_store
 from viewer.branch_tree import branch_tree, render_tree
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.branches", description=__doc__.splitlines()[0])
     p.add_argument("thread", metavar="THREAD", help="the dialogue (a thread id, a branch id works too)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the tree as JSON on stdout")
     return p
 

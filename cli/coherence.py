@@ -13,11 +13,11 @@ import asyncio
 from rich.text import Text
 
 from cli.common import ArgumentParser, console, fail
-from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import db_location
-from evals.coherence_scoring import MAX_TOKENS, pending_dialogues, score_dialogues
-from evals.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scoring import Tally
+from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import add_db_option
+from evals.scorers.coherence_jobs import MAX_TOKENS, pending_dialogues, score_dialogues
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.loop import Tally
 
 
 def build_parser() -> ArgumentParser:
@@ -26,7 +26,7 @@ def build_parser() -> ArgumentParser:
         model_help="scorer model spec (default: the run's judge model)", name_help="scorer name in the store (default: the model spec)",
         redo_help="score again the dialogues this scorer already did",
     )
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    add_db_option(p)
     return p
 
 

@@ -17,17 +17,17 @@ import sys
 
 from rich.text import Text
 
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.queries import StoreQueries
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import db_location, read_store
-from evals.comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
+from cli.store_option import add_db_option, read_store
+from evals.stats.group_comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
-from evals.paired import as_dict, compare_pairs, set_pairs
-from evals.paired_tables import paired_overview_table, paired_table, set_table
-from evals.report_data import comparison_units
-from evals.tables import rich_table
-from viewer.dialogue_pair import pair_data, pair_view
+from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
+from evals.report.paired_tables import paired_overview_table, paired_table, set_table
+from evals.report.data import comparison_units
+from evals.report.tables import rich_table
+from viewer.side_by_side import pair_data, pair_view
 
 
 def build_parser() -> ArgumentParser:
@@ -38,7 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     return p
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from checkpoints.location import DbLocation
 from evals.cost import Pricing, RoleEstimate, RolePlan, estimate, stored_means
-from graph.modes import is_scripted
+from nodes.modes import is_scripted
 
 
 def run_estimate(

@@ -15,14 +15,14 @@ import sys
 from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
-from cli.store_option import db_location, write_store
-from evals.guard import POLICIES, guard_model
-from evals.label_sets import LabellerError
-from evals.safety_filter import simulate_filter
-from evals.scoring_tables import filter_table
+from cli.store_option import add_db_option, write_store
+from evals.scorers.guard import POLICIES, guard_model
+from evals.scorers.label_sets import LabellerError
+from evals.scorers.safety_filter import simulate_filter
+from evals.report.scoring_tables import filter_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--guard-model", required=True, metavar="SPEC", help="guard model spec, e.g. local:gemma3-270m")
     p.add_argument("--policy", default="hate", choices=POLICIES)
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:

@@ -19,16 +19,16 @@ from rich.text import Text
 import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.location import PostgresURL
-from checkpoints.paths import StoreError, check_db_path, default_db_path
+from checkpoints.paths import StoreError, check_db_path
 from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import describe, write_atomic
-from cli.store_option import chosen_db, db_location
-from evals.formatting import pct
-from evals.label_sets import LabellerError, build_labeller
-from evals.pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
-from evals.scoring_tables import scores_table
+from cli.store_option import add_db_option, chosen_db
+from evals.report.formatting import pct
+from evals.scorers.label_sets import LabellerError, build_labeller
+from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
+from evals.report.scoring_tables import scores_table
 
 
 def build_parser() -> ArgumentParser:
@@ -41,9 +41,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sampling seed (default 0)")
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE", help="rubric file replacing the built-in judge prompt")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL",
-                   help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
-                   f"postgresql:// URL (default {default_db_path()})")
+    add_db_option(p, help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
+                  "postgresql:// URL (default $DYMT_ESB_DB, else the default file)")
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
     return p
 

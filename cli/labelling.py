@@ -1,5 +1,5 @@
 """What the ``python -m evals.<command>`` labelling CLIs share: their flags, opening the store, the progress
-bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scoring` and :mod:`evals.label_sets`.
+bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scorers.loop` and :mod:`evals.scorers.label_sets`.
 """
 
 from __future__ import annotations
@@ -12,22 +12,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from checkpoints.location import DbLocation
-from checkpoints.paths import default_db_path
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, error_console, positive_int
 from cli.store_option import read_store, write_store
-from evals.scoring import Tally
+from evals.scorers.loop import Tally
 
 
 def describe(doc: str | None) -> str:
     """A CLI's description: its module docstring's first line without the ``python -m ...``: prefix."""
     first = (doc or "").strip().splitlines()[0] if doc and doc.strip() else ""
     return first.split("``: ", 1)[-1]
-
-
-def db_help() -> str:
-    return f"dialogue database: a SQLite file or a postgresql:// URL (default {default_db_path()})"
 
 
 def labeller_parser(

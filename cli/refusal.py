@@ -13,12 +13,12 @@ import asyncio
 from rich.text import Text
 
 from cli.common import ArgumentParser, console, fail
-from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import db_location
-from evals.judging import REFUSAL_VARIABLES, content_free_yes
-from evals.label_sets import LabellerError, prepare_labeller, register_set
-from evals.refusals import classify_refusals, pending_refusals
-from evals.scoring import Tally
+from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import add_db_option
+from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
+from evals.scorers.loop import Tally
 
 
 def build_parser() -> ArgumentParser:
@@ -28,7 +28,7 @@ def build_parser() -> ArgumentParser:
         name_help="classifier name in the store (default: the model spec)",
         redo_help="classify again the replies this classifier already did",
     )
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    add_db_option(p)
     return p
 
 

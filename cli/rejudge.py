@@ -18,14 +18,14 @@ from checkpoints.cache import ResponseCache
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.labelling import db_help, exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import db_location
-from evals.agreement import label_set_agreement
+from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
+from cli.store_option import add_db_option
+from evals.stats.agreement import label_set_agreement
 from evals.dataset import check_label_set
-from evals.label_sets import LabellerError, prepare_labeller, register_set
-from evals.rejudging import pending_turns, rejudge, run_judge_template
-from evals.scoring import Tally
-from evals.scoring_tables import agreement_table
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.rejudge_jobs import pending_turns, rejudge, run_judge_template
+from evals.scorers.loop import Tally
+from evals.report.scoring_tables import agreement_table
 
 
 def build_parser() -> ArgumentParser:
@@ -38,7 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE",
                    help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=db_help())
+    add_db_option(p)
     p.add_argument("--cache", action="store_true",
                    help="answer from the response cache in the database (a request sent before costs no call) and keep new replies there")
     return p

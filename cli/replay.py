@@ -22,12 +22,12 @@ from pathlib import Path
 
 from rich.text import Text
 
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
-from cli.store_option import db_location, read_store
+from cli.store_option import add_db_option, read_store
 from viewer.app import DEFAULT_DELAY, Viewer
 from viewer.export import EXPORT_FORMATS, write_export
 from viewer.render import dialogue_renderables, list_lines, list_table, safe, turn_span
@@ -47,7 +47,7 @@ def positive_float(text: str) -> float:
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.replay", description=__doc__.splitlines()[0])
     p.add_argument("thread", nargs="?", metavar="THREAD", help="thread id of the dialogue (see --list)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--list", action="store_true", help="list dialogues with their labels and pick one")
     p.add_argument("--run-id", default=None, help="--list: only this run")
     p.add_argument("--category", default=None, help="--list: only this seed category")
@@ -171,7 +171,6 @@ def _list(reader: Reader, args) -> int:
         viewer = Viewer(reader, thread_id, label_set=args.label_set, playlist=playlist, play=args.play, delay=args.delay, console=console)
         viewer.run(sys.stdin.fileno())
         console.print(list_table(summaries))
-
 
 
 if __name__ == "__main__":

@@ -18,16 +18,16 @@ from rich.panel import Panel
 from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.store import Writer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail
-from cli.store_option import db_location, write_store, open_checkpointer
+from cli.store_option import add_db_option, open_checkpointer, write_store
 from graph.forking import BranchSettings, ForkError, build_settings
 from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
-from graph.runner import StoreWriter
+from graph.playing import StoreWriter
 
 _LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
@@ -39,7 +39,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--message", default=None, metavar="TEXT", help="the next user message (one THREAD only)")
     p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it")
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the run used one)")
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     return p
 
 

@@ -18,28 +18,27 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from checkpoints.cache import ResponseCache
-from checkpoints.location import PostgresURL, default_db, parse_db
+from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path, default_db_path
+from checkpoints.paths import StoreError, check_db_path
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
 from cli.resume import print_paused_hint, terminal_review
-from cli.store_option import open_checkpointer
+from cli.store_option import add_db_option, open_checkpointer
 from evals.cost import CostCap
-from evals.summary import render_summary, run_summary
-from graph.builder import build_graph
+from evals.report.summary import render_summary, run_summary
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
-from graph.context import Models
 from graph.experiment import ExperimentError, load_experiment
-from graph.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
-from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
+from graph.playing import RunConflictError, check_run_compatible, execute_run
+from graph.run_plan import RunPlan, plan_run
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
-from seeds import CATEGORIES, SeedError, load_seeds
-
-
+from nodes.builder import build_graph
+from nodes.context import Models
+from nodes.modes import ALL_MODES
+from seeds import CATEGORIES
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0])
@@ -67,7 +66,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
-    p.add_argument("--db", default=None, help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--run-id", default=None, help="name the run; an existing id resumes it")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
@@ -89,142 +88,141 @@ def main(argv: list[str] | None = None) -> int:
     try:
         experiment = load_experiment(args.config) if args.config is not None else None
         config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
+        location = config.store_location()
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
-    server = _postgres_location(args.db, config.db)
-    if (args.enqueue or args.wait) and server is None:
-        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    if args.enqueue and (args.interactive or args.pause_after or args.max_cost is not None or args.estimate):
-        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost and --estimate")
+    server = location if isinstance(location, PostgresURL) else None
+    _check_queue_flags(args, server)
     if args.wait and not args.enqueue:
         if not config.run_id:
             fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-        from cli.run_queue import wait_for_run
-
         return wait_for_run(server, config.run_id, as_json=args.json)
-    modes = config.modes
-    for mode in modes:
-        if mode not in ALL_MODES:
-            fail(f"unknown --mode {mode!r}: use one of {', '.join(ALL_MODES)}")
-    lengths = {fixed_turns(mode) or config.turns for mode in modes}
-    if len(lengths) > 1:
-        fail(f"modes {', '.join(modes)} have different numbers of turns: run the baselines in a run of their own")
-    turns = fixed_turns(config.mode) or config.turns
-    if fixed_turns(config.mode) and "turns" in explicit and config.turns != turns:
-        fail(f"--mode {config.mode} always has {turns} turn(s): drop --turns")
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
-    if message := check_pause_options(modes=modes, turns=turns, interactive=args.interactive, pause_after=args.pause_after):
-        fail(message)
-    fairmt_dir = config.fairmt_source
-    for mode in modes:
-        if mode.startswith("fairmt:") and not fairmt_dir:
-            fail(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
-    per_category = config.per_category
-    if per_category is None and config.seeds == "builtin":
-        per_category = 1
     try:
-        seeds = load_seeds(config.seeds, per_category=per_category, categories=config.categories, limit=config.limit,
-                           sample_seed=config.sample_seed)
-    except SeedError as exc:
-        fail(str(exc))
-    if not seeds:
-        fail(f"no seeds selected from {config.seeds}: check --categories and the seed file")
-    scripts_by_mode = {}
-    for mode in modes:
-        try:
-            scripts_by_mode[mode] = scripts_for(mode, seeds, fairmt_dir=fairmt_dir)
-        except (SeedError, ValueError) as exc:
-            fail(str(exc))
-        if fixed_turns(mode) and not scripts_by_mode[mode][0]:
-            fail(f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track")
-    scripts = scripts_by_mode[config.mode]
-    try:
-        db_path = server or check_db_path(config.db or default_db_path())
+        plan = plan_run(config, turns_given="turns" in explicit)
         templates = config.load_prompts()
-    except (StoreError, ConfigError) as exc:
+    except ConfigError as exc:
         fail(str(exc))
-    pricing = pricing_option(config.pricing)
-    if config.max_cost is not None and pricing is None:
-        fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
-    dialogues_by_mode = {
-        mode: len(seeds) if not fixed_turns(mode) else sum(1 for s in seeds if s.id in scripts_by_mode[mode][0]) for mode in modes
-    }
-    chosen = config.models
+    if message := check_pause_options(modes=config.modes, turns=plan.config.turns, interactive=args.interactive,
+                                      pause_after=args.pause_after):
+        fail(message)
+    pricing = _pricing(config)
     if args.estimate:
-        roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
-        for role, spec_text in roles:
-            try:
-                parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
-            except ModelSpecError as exc:
-                fail(f"--{role}-model: {exc}")
-        estimate = run_estimate(
-            db_path, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=dialogues_by_mode,
-            samples=config.samples, turns=turns, pricing=pricing,
-            max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
-        )
-        print_estimate(estimate, console, as_json=args.json)
-        return 0
-    if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
-        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
-    policy = config.call_policy(None if not config.cache else ResponseCache(db_path))
+        return _estimate(plan, location, pricing, as_json=args.json)
+    _check_priced(config, pricing)
+    policy = config.call_policy(None if not config.cache else ResponseCache(location))
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
         fail(f"--{exc.role}-model: {exc.reason}")
-    models, targets = built.models, built.targets
-    run_id = config.run_id or _new_run_id()
-    spec = config.run_spec(built, policy, templates, run_id=run_id, turns=turns, per_category=per_category)
-    n_dialogues = len(targets) * config.samples * sum(dialogues_by_mode.values())
-    cap = CostCap(config.max_cost, pricing, run_id, spec.models) if config.max_cost is not None else None
-
-    def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
-        """The run's models drawing with another sampling seed (repeated samples)."""
-        again = config.build_models(policy, seed=seed, templates=templates)
-        return again.models, again.targets
+    run_config = plan.config.model_copy(update={"run_id": config.run_id or _new_run_id()})
+    record = run_config.run_record(built.models, built.targets)
     try:
-        store = open_writer(db_path)
-        check_run_compatible(store, spec)
+        store = open_writer(location)
+        check_run_compatible(store, run_config, record)
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
     if args.enqueue:
-        from cli.run_queue import wait_for_run
-        from graph.dialogue_jobs import dialogue_jobs, enqueue_run
-
-        targets_specs = [t.spec for t in targets]
-        try:
-            jobs = dialogue_jobs(spec, seeds, scripts_by_mode, targets_specs)
-            queued = enqueue_run(server, store, spec, jobs, scripts_by_mode)
-        except StoreError as exc:
-            fail(str(exc))
-        finally:
-            if policy.cache is not None:
-                policy.cache.close()
-        error_console.print(f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
-                            f"start workers with: python -m graph.worker --db {server}")
-        if args.wait:
-            return wait_for_run(server, run_id, as_json=args.json)
-        return 0
+        return _enqueue(plan, run_config, record, store, policy, server, wait=args.wait, as_json=args.json)
+    cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
     try:
-        result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
-                                   trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
-                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
+        result = asyncio.run(_play(run_config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
+                                   pauses=pauses, budget=(cap.allows, cap.ended) if cap else None))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(
-            f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
-            f"python -m graph.run --run-id {run_id} --db {db_path} (and the same settings)"
-        )
-        return 130
+        return _interrupted(run_config.run_id, location)
     finally:
         if policy.cache is not None:
             policy.cache.close()
+    return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json)
+
+
+def _pricing(config: RunConfig):
+    """--pricing read and checked (None without it); --max-cost needs it."""
+    pricing = pricing_option(config.pricing)
+    if config.max_cost is not None and pricing is None:
+        fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
+    return pricing
+
+
+def _check_priced(config: RunConfig, pricing) -> None:
+    """--max-cost can only count what is priced: every model spec of the run needs a price."""
+    chosen = config.models
+    if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
+        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
+
+
+def _interrupted(run_id: str, location: DbLocation) -> int:
+    error_console.print(
+        f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
+        f"python -m graph.run --run-id {run_id} --db {location} (and the same settings)"
+    )
+    return 130
+
+
+def _check_queue_flags(args: argparse.Namespace, server: PostgresURL | None) -> None:
+    """--enqueue and --wait need a PostgreSQL store and no flag that only works in this process."""
+    if (args.enqueue or args.wait) and server is None:
+        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
+    if args.enqueue and (args.interactive or args.pause_after or args.max_cost is not None or args.estimate):
+        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost and --estimate")
+
+
+def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
+    """--estimate: the expected calls, tokens and cost, from the store's earlier runs where it has some."""
+    config, chosen = plan.config, plan.config.models
+    roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
+    for role, spec_text in roles:
+        try:
+            parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
+        except ModelSpecError as exc:
+            fail(f"--{role}-model: {exc}")
+    if not isinstance(location, PostgresURL):
+        try:
+            check_db_path(location)  # the run itself leaves this to opening the store
+        except StoreError as exc:
+            fail(str(exc))
+    estimate = run_estimate(
+        location, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=plan.dialogues_by_mode,
+        samples=config.samples, turns=config.turns, pricing=pricing,
+        max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
+    )
+    print_estimate(estimate, console, as_json=as_json)
+    return 0
+
+
+def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, server: PostgresURL, *, wait: bool, as_json: bool) -> int:
+    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
+    from graph.dialogue_jobs import dialogue_jobs, enqueue_run
+
+    try:
+        jobs = dialogue_jobs(config, plan.seeds, plan.scripts_by_mode, list(config.models.targets))
+        queued = enqueue_run(server, store, record, jobs, plan.scripts_by_mode)
+    except StoreError as exc:
+        fail(str(exc))
+    finally:
+        if policy.cache is not None:
+            policy.cache.close()
+    error_console.print(f"run {config.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
+                        f"start workers with: python -m graph.worker --db {server}")
+    return wait_for_run(server, config.run_id, as_json=as_json) if wait else 0
+
+
+def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool) -> int:
+    """--wait: the progress of a run its workers play, then its summary (the queue's modules load only here)."""
+    from cli.queue_progress import wait_for_run as follow
+
+    return follow(server, run_id, as_json=as_json)
+
+
+def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool) -> int:
     calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary()}
     budget = None
     if cap is not None:
         budget = {"max_usd": cap.cap, "spent_usd": cap.spent(), "held": sum(1 for o in result.outcomes if o.status == "held")}
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
-    if args.json:
+    if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render_summary(summary, console)
@@ -261,9 +259,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
-async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
-                targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
-                reseed=None, budget=None):
+async def _play(config: RunConfig, plan: RunPlan, store, built, policy, templates, *, quiet: bool, trace: bool = True,
+                pauses: PauseOptions | None = None, budget=None):
+    def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
+        """The run's models drawing with another sampling seed (repeated samples)."""
+        again = config.build_models(policy, seed=seed, templates=templates)
+        return again.models, again.targets
+
+    models = built.models
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
@@ -277,9 +280,9 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             transient=False,
         )
         with progress:
-            total = total or len(seeds)
+            total = plan.n_dialogues
             dialogues = progress.add_task("dialogues", total=total)
-            turns = progress.add_task("turns", total=total * spec.turns)
+            turns = progress.add_task("turns", total=total * config.turns)
             seen: dict[str, int] = {}
 
             def on_progress(event: str, thread_id: str, done: int) -> None:
@@ -288,24 +291,16 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
                 if event in ("finished", "failed", "skipped", "held"):
                     progress.advance(dialogues)
 
+            scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
             result = await execute_run(
-                spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=targets, reseed=reseed, budget=budget,
+                config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
+                targets=built.targets, reseed=reseed, budget=budget,
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None
-            result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review,
-                                      leakage=spec.leakage)
+            result = await settle_run(graph, store, result, models=models, sampling_seed=config.sampling_seed, review=review,
+                                      leakage=config.leakage)
         return result
-
-
-def _postgres_location(flag: str | None, configured: Path | None) -> PostgresURL | None:
-    """The PostgreSQL server a postgresql:// --db or DYMT_ESB_DB names (None for a SQLite file); a password in it is refused."""
-    try:
-        location = parse_db(flag) if flag is not None else (configured or default_db())
-    except StoreError as exc:
-        fail(str(exc))
-    return location if isinstance(location, PostgresURL) else None
 
 
 def _new_run_id() -> str:

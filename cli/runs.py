@@ -8,27 +8,27 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.chat_export import iter_chat_records, to_jsonl
+from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, default_db_path
+from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.labelling import write_atomic
 from cli.common import ArgumentParser, console, fail
-from cli.store_option import chosen_db, db_location, read_store, write_store
+from cli.store_option import add_db_option, chosen_db, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
-    p.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="runs with their status and dialogue counts")
+    listing = sub.add_parser("list", help="runs with their status and dialogue counts")
     delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
                             "VACUUM FULL, which locks each table while it runs; plain VACUUM while jobs of the run are waiting or running)")
     delete.add_argument("run_id")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
+    clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
     export = sub.add_parser("export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)")
     export.add_argument("run_id")
     export.add_argument("--format", choices=EXPORT_FORMATS, default="chat", help="chat: OpenAI-style messages plus per-turn labels and metadata")
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                        "included, for offline replay and reports (owner-only)")
     export.add_argument("--include-seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
+    add_db_option(p, listing, delete, clear, export)
     args = p.parse_args(argv)
     if args.command == "export":
         return _copy(args) if args.to is not None else _export(args)
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
     if args.command == "clear-cache":
-        console.print(f"removed {store.clear_cache()} cached replies")
+        console.print(f"removed {clear_cache(store)} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
         fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print("nothing deleted")
             return 1
     full = _announce_vacuum(store.path, args.run_id)
-    counts = store.delete_run(args.run_id, full=full)
+    counts = delete_run(store, args.run_id, full=full)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
     return 0
 
@@ -100,7 +101,7 @@ def _list(args) -> int:
 
 def _copy(args) -> int:
     """The run, whole, into a new SQLite file (built beside it and renamed into place)."""
-    from checkpoints.run_copy import copy_run
+    from checkpoints.offline_copy import copy_run
 
     try:
         counts = copy_run(chosen_db(args.db), args.run_id, args.to)

@@ -1,7 +1,8 @@
 """The ``--db`` every command shares: a SQLite file or a ``postgresql://`` URL, parsed once and opened one way.
 
 A URL is checked when the flag is parsed (a password in it is refused, the URL never echoed); without
-``--db``, ``$DYMT_ESB_DB`` (a path or a URL) names the store, else the default SQLite file.
+``--db``, ``$DYMT_ESB_DB`` (a path or a URL) names the store, else the default SQLite file
+(:func:`checkpoints.location.locate_db`). A command with subcommands accepts it before or after the subcommand.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from checkpoints.location import DbLocation, PostgresURL, default_db, parse_db
+from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
+from checkpoints.paths import ENV_DB
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import Reader, open_reader
@@ -25,18 +27,18 @@ def db_location(text: str) -> DbLocation:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--db ")) from None
 
 
-def add_db_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
-    """Add ``--db FILE|URL`` to ``parser``."""
-    parser.add_argument("--db", type=db_location, default=None, metavar="FILE|URL",
-                        help=help or f"dialogue database: a SQLite file or a postgresql:// URL (default {default_db_path()})")
+def add_db_option(parser: argparse.ArgumentParser, *subcommands: argparse.ArgumentParser, help: str | None = None) -> None:
+    """Add ``--db FILE|URL`` to ``parser`` and to each of its ``subcommands``: it goes before or after the subcommand."""
+    text = help or f"dialogue database: a SQLite file or a postgresql:// URL (default ${ENV_DB}, else {default_db_path()})"
+    parser.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=text)
+    for sub in subcommands:  # SUPPRESS: a subcommand without --db leaves the one given before it
+        sub.add_argument("--db", type=db_location, default=argparse.SUPPRESS, metavar="FILE|URL", help=text)
 
 
 def chosen_db(flag: DbLocation | None) -> DbLocation:
     """The store ``--db`` names, else ``$DYMT_ESB_DB``, else the default file; a bad value fails in one line."""
-    if flag is not None:
-        return flag
     try:
-        return default_db()
+        return locate_db(flag)
     except StoreError as exc:
         fail(str(exc))
 
@@ -60,7 +62,7 @@ def write_store(flag: DbLocation | None) -> Writer:
 def open_checkpointer(location: DbLocation) -> Any:
     """LangGraph's saver beside the project's tables (an async context manager): in the SQLite file or in PostgreSQL."""
     if isinstance(location, PostgresURL):
-        from checkpoints.postgres import open_postgres_saver
+        from checkpoints.postgres.saver import open_postgres_saver
 
         return open_postgres_saver(location)
     from checkpoints.saver import open_saver

@@ -1,6 +1,6 @@
 """``python -m graph.trace``: browse and export the runs recorded by the tracer (graph → turn → node → model call).
 
-Reads the dialogue database only, read-only (checkpoints.traces): no graph engine, no
+Reads the dialogue database only, read-only (checkpoints.traces.tables): no graph engine, no
 model package. Model text is always rich ``Text``, never markup.
 
     python -m graph.trace list [--run-id R] [--thread T] [--db PATH]
@@ -25,8 +25,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from checkpoints.paths import StoreError, default_db_path
-from checkpoints.traces import (
+from checkpoints.paths import StoreError
+from checkpoints.traces.tables import (
     TraceNotFoundError,
     list_traces,
     load_feedback,
@@ -34,10 +34,10 @@ from checkpoints.traces import (
     require_traces,
     resolve,
 )
-from checkpoints.trace_tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
+from checkpoints.traces.tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import db_location, read_store
-from viewer.trace_tree import TraceView, seconds_text
+from cli.store_option import add_db_option, read_store
+from viewer.waterfall import TraceView, seconds_text
 
 EXPORT_FORMATS = ("jsonl",)
 DEFAULT_PROJECT = "dymt-esb"
@@ -69,8 +69,7 @@ def build_parser() -> ArgumentParser:
     push.add_argument("--endpoint", default=None, metavar="URL",
                       help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)")
 
-    for sub in (listing, show, export, push):
-        sub.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=f"dialogue database (default {default_db_path()})")
+    add_db_option(p, listing, show, export, push)
     return p
 
 

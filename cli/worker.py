@@ -8,16 +8,17 @@ import logging
 import os
 import signal
 
-from checkpoints.location import PostgresURL, default_db, parse_db
+from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, error_console, fail, positive_int
+from cli.store_option import add_db_option, chosen_db
 from graph.config import ConfigError, parse_rate_limits
 from graph.job_worker import WorkerSettings, run_worker
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.worker", description=__doc__.splitlines()[0])
-    p.add_argument("--db", default=None, help="the run's PostgreSQL database, postgresql://USER@HOST/DB (default $DYMT_ESB_DB)")
+    add_db_option(p, help="the run's PostgreSQL database, postgresql://USER@HOST/DB (default $DYMT_ESB_DB)")
     p.add_argument("--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)")
     p.add_argument("--base-url", default=None, help="base URL for the runs' openai: specs on this machine (beats the stored one)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
@@ -32,10 +33,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        location = parse_db(args.db) if args.db is not None else default_db()
-    except StoreError as exc:
-        fail(str(exc))
+    location = chosen_db(args.db)
     if not isinstance(location, PostgresURL):
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),

@@ -26,6 +26,7 @@ from checkpoints.location import DbLocation, PostgresURL, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import role_specs
 from checkpoints.vocabulary import ROLES
 from graph.experiment import read_toml
 
@@ -143,7 +144,7 @@ def _add_row(usage: Usage, row: Mapping[str, Any], models: Mapping[str, str]) ->
 
 def run_models(store: StoreQueries, run_id: str) -> dict[str, str]:
     run = store.get_run(run_id) or {"config": {}}
-    return dict(run["config"].get("spec", {}).get("models") or {})
+    return role_specs(run["config"])
 
 
 def run_usage(store: StoreQueries, run_id: str) -> Usage:
@@ -194,7 +195,7 @@ def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
 class CostCap:
     """``--max-cost``: spent cost of a run, updated as dialogues end; no new dialogue once it reaches the cap.
 
-    Both methods run on the store's own thread (graph.runner.StoreWriter). A dialogue in flight
+    Both methods run on the store's own thread (graph.playing.StoreWriter). A dialogue in flight
     counts when it ends, so a run can pass the cap by what its in-flight dialogues spend.
     """
 

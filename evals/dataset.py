@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoints import run_record
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import role_specs, run_settings
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.metrics import NOT_REFUSED, REFUSED, UNPARSED
+from evals.stats.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
 
 class DatasetError(ValueError):
@@ -113,22 +115,23 @@ def run_info(store: StoreQueries, run_id: str) -> RunInfo:
         known = [r["id"] for r in store.runs()]
         hint = f"known runs: {', '.join(known[-10:])}" if known else "this database has no runs yet"
         raise DatasetError(f"no run {run_id!r} in {store.path} ({hint})")
-    spec = run["config"].get("spec", {})
-    models = dict(spec.get("models") or {})
+    settings, resolved = run_settings(run["config"]), run_record.resolved(run["config"])
+    models = role_specs(run["config"])
+    modes = tuple(settings.get("modes") or ())
     return RunInfo(
         run_id=run_id,
         created_at=run.get("created_at"),
         status=run.get("status"),
-        mode=spec.get("mode"),
-        turns=int(spec.get("turns") or 0),
+        mode=modes[0] if modes else None,
+        turns=int(settings.get("turns") or 0),
         models=models,
-        modes=tuple(spec.get("modes") or ([spec["mode"]] if spec.get("mode") else [])),
-        targets=tuple(spec.get("targets") or ([models["target"]] if models.get("target") else [])),
-        model_ids=dict(spec.get("model_ids") or {}),
+        modes=modes,
+        targets=tuple((settings.get("models") or {}).get("targets") or ([models["target"]] if models.get("target") else [])),
+        model_ids=dict(resolved.get("model_ids") or {}),
         prompt_hashes=dict(run.get("prompt_hashes") or {}),
         judge_content_free_p_yes=run["config"].get("judge_content_free_p_yes"),
-        sampling=dict(spec.get("sampling") or {}),
-        sampling_seed=spec.get("sampling_seed"),
+        sampling=dict(resolved.get("sampling") or {}),
+        sampling_seed=settings.get("sampling_seed"),
     )
 
 

@@ -1,16 +1,17 @@
-"""The one run configuration: built from flags, an experiment file or a stored run, and the one place its models are built.
-
-Three sources, one type:
+"""The one run configuration: built from flags or an experiment file, stored with its run, and the one place its models are built.
 
 - :meth:`RunConfig.from_flags`: ``python -m graph.run``'s options, the experiment file's values
   under any flag not given on the command line;
 - :meth:`RunConfig.from_toml`: an experiment file alone (graph/experiment.py checks its keys);
-- :meth:`RunConfig.from_stored`: the ``spec`` a run stored in the ``runs`` table (runs written
-  by older code load too), to resume or branch its dialogues.
+- :meth:`RunConfig.run_record`: what a run stores in ``runs.config``: this configuration as a versioned
+  dump (sampling, base URLs, retries and prompt texts pinned as they resolved) and the models it resolved to;
+  :func:`stored_run_config` reads it back with one validate call (a row older code wrote goes through
+  :func:`checkpoints.run_record.upgrade` first), and :meth:`RunConfig.for_dialogue` adapts it to resume,
+  branch or work on one dialogue.
 
 :meth:`RunConfig.build_models` (and :meth:`RunConfig.model_for`, one role) is the only place a
-run's, a branch's or a labeller's chat models are built; :meth:`RunConfig.run_spec` is what a
-run stores. A value pydantic refuses becomes one :class:`ConfigError` line.
+run's, a branch's or a labeller's chat models are built. A value pydantic refuses becomes one
+:class:`ConfigError` line.
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 import prompts
+from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
+from checkpoints.paths import StoreError
 from checkpoints.redaction import redact_settings, strip_credentials
+from checkpoints.run_record import SCHEMA_VERSION, upgrade
 from checkpoints.vocabulary import ROLES, Role
-from graph.context import Models
-from graph.runner import RunSpec
+from nodes.context import Models
+from graph.model_settings import RetrySettings, RoleSampling, StrictModel
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
 from models.call_policy import CallPolicy
-from models.retries import RetryPolicy
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -52,37 +55,7 @@ class ModelBuildError(ValueError):
         self.role, self.spec, self.reason = role, spec, reason
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class RoleSampling(_Strict):
-    """Sampling for a role or a spec (``[sampling.ROLE]``, ``[sampling."SPEC"]``); unset keys fall through."""
-
-    temperature: float | None = Field(None, ge=0, le=2)
-    max_tokens: int | None = Field(None, ge=1)
-    base_url: str | None = Field(None, pattern=r"\S")
-    extra: dict[str, Any] | None = None
-
-    def given(self) -> dict[str, Any]:
-        return self.model_dump(exclude_unset=True, exclude_none=True)
-
-
-class RetrySettings(_Strict):
-    """``[retry]`` and --retries / --request-timeout; unset keys keep RetryPolicy's defaults."""
-
-    attempts: int | None = Field(None, ge=1)
-    base_delay: float | None = Field(None, ge=0)
-    max_delay: float | None = Field(None, ge=0)
-    max_retry_after: float | None = Field(None, ge=0)
-    timeout: float | None = Field(None, gt=0)
-    """Seconds per attempt; set to None: the provider's own (``timeout = false`` in a file)."""
-
-    def policy(self) -> RetryPolicy:
-        return RetryPolicy(**self.model_dump(exclude_unset=True))
-
-
-class ModelChoice(_Strict):
+class ModelChoice(StrictModel):
     """The model spec of each role; several targets make a grid (the first stands in ``Models.target``)."""
 
     user: str = DEFAULT_SPEC
@@ -101,7 +74,7 @@ class ModelChoice(_Strict):
         return self.targets[0]
 
 
-class PromptSource(_Strict):
+class PromptSource(StrictModel):
     """A prompt file replacing a role's built-in prompt: a path given, or the path and text a run stored."""
 
     path: Path
@@ -123,7 +96,7 @@ class RunModels:
     """By role; in a grid ``target:SPEC`` per target, and ``target`` the targets' role defaults."""
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     """Everything a run is played with: what to play, the models and how they sample and are called."""
 
     modes: list[str] = Field(default_factory=lambda: ["implicit"], min_length=1)
@@ -138,7 +111,8 @@ class RunConfig(_Strict):
     samples: int = Field(1, ge=1)
     leakage: Literal["regenerate", "keep"] = "regenerate"
     fairmt_dir: str | None = None
-    db: Path | None = None
+    db: DbLocation | None = None
+    """The store: --db, else the experiment file's ``db`` (see :meth:`store_location` for the rest)."""
     run_id: str | None = None
     pricing: Path | None = None
     max_cost: float | None = Field(None, gt=0)
@@ -154,6 +128,8 @@ class RunConfig(_Strict):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     prompts: dict[Role, PromptSource] = Field(default_factory=dict)
     config_file: Path | None = None
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The version of this configuration's stored form (:mod:`checkpoints.run_record`)."""
 
     @field_validator("rate_limits")
     @classmethod
@@ -166,6 +142,18 @@ class RunConfig(_Strict):
     @property
     def mode(self) -> str:
         return self.modes[0]
+
+    def store_location(self) -> DbLocation:
+        """Where the run is stored: --db, else the experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default file."""
+        try:
+            return locate_db(self.db)
+        except StoreError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @property
+    def several_targets(self) -> bool:
+        """A grid over targets: each dialogue's thread id then names its target."""
+        return len(self.models.targets) > 1
 
     @property
     def fairmt_source(self) -> str | None:
@@ -202,7 +190,9 @@ class RunConfig(_Strict):
                 data["modes"] = list(dict.fromkeys([value] if isinstance(value, str) else value))
             elif dest == "no_cache":
                 data["cache"] = not value
-            elif dest in ("db", "pricing") and value is not None:
+            elif dest == "db" and value is not None:
+                data[dest] = value if isinstance(value, (Path, PostgresURL)) else _parse_db(value)
+            elif dest == "pricing" and value is not None:
                 data[dest] = Path(value)
             elif dest not in _SPECIAL:
                 data[dest] = value
@@ -235,52 +225,34 @@ class RunConfig(_Strict):
 
             raise ConfigError(one_line(exc, name)) from None
 
-    @classmethod
-    def from_stored(
-        cls, spec: Mapping[str, Any], *, run_id: str, target: str | None = None, overrides: Mapping[str, str] | None = None,
-        base_url: str | None = None, sampling_seed: int | None = None,
+    def for_dialogue(
+        self, *, target: str | None = None, overrides: Mapping[str, str] | None = None, base_url: str | None = None,
+        sampling_seed: int | None = None,
     ) -> RunConfig:
-        """The settings a stored run (its ``runs.config["spec"]``) played a dialogue with, to play it on.
+        """This (stored) configuration for playing one dialogue on: resuming, branching or a worker's job.
 
         ``target``: the dialogue's own target (a grid run); ``overrides``: roles given another model
-        (the run's base URL then no longer applies to it); ``base_url`` (--base-url) beats the stored ones.
+        (a stored base URL then no longer applies to them); ``base_url`` (--base-url) beats the stored ones.
         """
         overrides = dict(overrides or {})
-        specs = stored_model_specs(spec, run_id=run_id, target=target)
+        current = {"user": self.models.user, "judge": self.models.judge, "target": target or self.models.target}
         for role, wanted in overrides.items():
-            if wanted == specs[role]:
+            if wanted == current[role]:
                 raise ConfigError(f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun")
-        specs |= overrides
-        stored_sampling = spec.get("sampling") or {}
-        calls = spec.get("calls") or {}
-        stored_urls = calls.get("base_urls") or {}
-        sampling: dict[str, dict[str, Any]] = {}
-        for role in ROLES:
-            stored = stored_sampling.get(f"{role}:{specs[role]}") or stored_sampling.get(role) or {}
-            settings = {key: stored[key] for key in ("temperature", "max_tokens") if stored.get(key) is not None}
-            if isinstance(settings.get("temperature"), int):
-                settings["temperature"] = float(settings["temperature"])
-            url = None if role in overrides else stored_urls.get(f"{role}:{specs[role]}") or stored_urls.get(role)
-            if url and specs[role].startswith("openai:"):
-                settings["base_url"] = url
-            sampling[role] = settings
-        data = {
-            "models": {"user": specs["user"], "judge": specs["judge"], "targets": [specs["target"]]},
+        specs = current | overrides
+        sampling = dict(self.sampling)
+        for role in overrides:
+            if role in sampling:
+                sampling[role] = sampling[role].model_copy(update={"base_url": None})
+        update: dict[str, Any] = {
+            "models": ModelChoice(user=specs["user"], judge=specs["judge"], targets=[specs["target"]]),
             "sampling": sampling,
-            "sampling_seed": int(spec.get("sampling_seed") or 0) if sampling_seed is None else sampling_seed,
-            "leakage": str(spec.get("leakage") or "regenerate"),
-            "prompts": {role: {"path": Path(p["path"]), "text": p["text"]} for role, p in (calls.get("prompt_files") or {}).items()},
-            "base_url": base_url,
-            "base_url_wins": base_url is not None,
-            "run_id": run_id,
-            "retry": {k: v for k, v in (calls.get("retry") or {}).items() if k in RetrySettings.model_fields},
-            "rate_limits": dict(calls.get("rate_limits") or {}),
         }
-        try:
-            return cls.model_validate(data)
-        except (ValidationError, KeyError, TypeError) as exc:
-            where = one_line(exc, lambda loc: ".".join(map(str, loc))) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
-            raise ConfigError(f"run {run_id}: its stored settings cannot be read ({where}): rerun it with graph.run") from None
+        if base_url is not None:
+            update |= {"base_url": base_url, "base_url_wins": True}
+        if sampling_seed is not None:
+            update["sampling_seed"] = sampling_seed
+        return self.model_copy(update=update)
 
     # ----------------------------------------------------------------- building the models
 
@@ -344,51 +316,73 @@ class RunConfig(_Strict):
 
     # ----------------------------------------------------------------- what a run stores
 
-    def run_spec(
-        self, built: RunModels, policy: CallPolicy, templates: Mapping[Role, PromptTemplate], *, run_id: str, turns: int,
-        per_category: int | None,
-    ) -> RunSpec:
-        """The record stored with the run (the same JSON older code wrote, read back by :meth:`from_stored`)."""
-        models, targets = built.models, built.targets
-        calls = self._calls_record(policy, built.sampling)
-        if templates:
-            calls["prompt_files"] = {
-                role: {"path": str(Path(t.name).resolve()), "sha256": t.sha256, "text": t.source} for role, t in templates.items()
-            }
-        return RunSpec(
-            run_id=run_id,
-            mode=self.mode,
-            turns=turns,
-            seed_source=self.seeds,
-            per_category=per_category,
-            categories=self.categories,
-            limit=self.limit,
-            models={role: getattr(models, role).spec for role in ROLES},
-            model_ids={
-                **{role: getattr(models, role).model_id for role in ROLES},
-                **({f"target:{t.spec}": t.model_id for t in targets} if len(targets) > 1 else {}),
-            },
-            sampling=sampling_identity(built.sampling),
-            sampling_seed=self.sampling_seed,
-            max_concurrency=self.max_concurrency,
-            fairmt_dir=self.fairmt_source,
-            modes=self.modes if len(self.modes) > 1 else None,
-            targets=[t.spec for t in targets] if len(targets) > 1 else None,
-            samples=self.samples,
-            calls=calls,
-            leakage=self.leakage,
-            prompt_files={role: t.sha256 for role, t in templates.items()} or None,
-        )
+    def run_record(self, models: Models, targets: Sequence[RoleModel] | None = None) -> dict[str, Any]:
+        """What a run stores in ``runs.config``: this configuration, pinned as it resolved, and the models it played.
 
-    def _calls_record(self, policy: CallPolicy, sampling: Mapping[str, Sampling]) -> dict[str, Any]:
-        """How the run called its models (base URLs without credentials, no secrets): recorded, not identity."""
-        return {
+        Pinned: each role's sampling (the defaults it fell back on included), each built model's base URL
+        beside its spec (credentials stripped), the retry policy, and the prompt files' text, so resuming the
+        run later plays with the same settings; extra sampling arguments are redacted.
+        """
+        targets = list(targets or [models.target])
+        built = {"user": models.user, "judge": models.judge}
+        grid = len(targets) > 1
+        fallback = {"user": models.user.sampling, "judge": models.judge.sampling,
+                    "target": self.sampling_for("target", "") if grid else targets[0].sampling}
+        tables = {name: table.given() for name, table in self.sampling.items()}
+        for role, used in fallback.items():  # each role's sampling as it resolved (a spec's own table still beats it)
+            tables[role] = tables.get(role, {}) | {"temperature": used.temperature, "max_tokens": used.max_tokens}
+        for model in (models.user, models.judge, *targets):
+            if model.sampling.base_url:
+                tables.setdefault(model.spec, {})["base_url"] = model.sampling.base_url
+        for table in tables.values():
+            if table.get("base_url"):
+                table["base_url"] = strip_credentials(table["base_url"])
+            if table.get("extra"):
+                table["extra"] = redact_settings(table["extra"])
+        dump = self.model_dump(mode="json", exclude={"db", "base_url", "base_url_wins"})
+        dump |= {
+            "sampling": tables,
+            "retry": {k: v for k, v in dataclasses.asdict(self.retry.policy()).items() if k in RetrySettings.model_fields},
+            "prompts": {
+                role: {"path": str(Path(model.prompt.name).resolve()), "text": model.prompt.source}
+                for role in ROLES if (model := getattr(models, role)).prompt is not None
+            },
             "config_file": str(self.config_file.resolve()) if self.config_file else None,
-            "cache": policy.cache is not None,
-            "retry": dataclasses.asdict(policy.retry),
-            "rate_limits": dict(policy.rate_limits),
-            "base_urls": {name: strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
         }
+        sampling = {**{role: model.sampling for role, model in built.items()}}
+        sampling |= {f"target:{t.spec}": t.sampling for t in targets} if grid else {"target": targets[0].sampling}
+        if grid:
+            sampling["target"] = self.sampling_for("target", "")
+        resolved = {
+            "models": {role: getattr(models, role).spec for role in ROLES},
+            "model_ids": {
+                **{role: getattr(models, role).model_id for role in ROLES},
+                **({f"target:{t.spec}": t.model_id for t in targets} if grid else {}),
+            },
+            "sampling": sampling_identity(sampling),
+            "prompt_files": {role: getattr(models, role).prompt.sha256 for role in ROLES if getattr(models, role).prompt is not None},
+        }
+        return {"run_config": dump, "resolved": resolved}
+
+
+def stored_run_config(config: Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
+    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded first."""
+    record = upgrade(config)
+    missing = [role for role in ROLES if not (record["resolved"].get("models") or {}).get(role)]
+    if missing:
+        raise ConfigError(f"run {run_id} records no model for {', '.join(missing)}")
+    try:
+        return RunConfig.model_validate(record["run_config"], strict=False)
+    except ValidationError as exc:
+        where = one_line(exc, lambda loc: ".".join(map(str, loc)))
+        raise ConfigError(f"run {run_id}: its stored settings cannot be read ({where}): rerun it with graph.run") from None
+
+
+def _parse_db(value: Any) -> DbLocation:
+    try:
+        return parse_db(value)
+    except StoreError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_rate_limits(items: Sequence[str]) -> dict[str, float]:
@@ -414,17 +408,6 @@ def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, A
         if s.extra:
             record[name]["extra"] = redact_settings(s.extra)
     return record
-
-
-def stored_model_specs(spec: Mapping[str, Any], *, run_id: str, target: str | None = None) -> dict[str, str]:
-    """The model spec of each role a stored run played (``target``: a grid dialogue's own)."""
-    specs = dict(spec.get("models") or {})
-    if target:
-        specs["target"] = target
-    missing = [role for role in ROLES if not specs.get(role)]
-    if missing:
-        raise ConfigError(f"run {run_id} records no model for {', '.join(missing)}")
-    return specs
 
 
 def one_line(exc: ValidationError, name: Callable[[tuple[Any, ...]], str]) -> str:

@@ -3,7 +3,7 @@
 Exactly once per dialogue: a job's ``lock`` is its thread id (procrastinate never runs two jobs with one lock
 at once) and so is its ``queueing_lock`` (a second waiting job for it is refused, so enqueuing twice is
 harmless); a dialogue already finished, or with a job waiting or running, is not enqueued again. The worker
-also holds the dialogue's advisory lock while playing it (checkpoints/claims.py), which covers a stalled job
+also holds the dialogue's advisory lock while playing it (checkpoints/postgres/claims.py), which covers a stalled job
 handed on while its first worker still lives. procrastinate's schema is applied once, under an advisory lock,
 and stamped with its version: a database whose queue schema another procrastinate version made is refused
 with what to do, not half-used.
@@ -23,7 +23,8 @@ from procrastinate.exceptions import AlreadyEnqueued
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
 from checkpoints.store import Writer
-from graph.runner import RunSpec, dialogue_thread_id, plan_dialogues, record_run
+from graph.config import RunConfig
+from graph.playing import dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
 
 QUEUE = "dymt-dialogues"
@@ -119,22 +120,22 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
     return int(row["n"])
 
 
-def dialogue_jobs(spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
+def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
                   targets: Sequence[str]) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.runner.execute_run` plays them."""
+    """The run's dialogues as jobs, in the order :func:`graph.playing.execute_run` plays them."""
     return [
-        DialogueJob(run_id=spec.run_id, thread_id=dialogue_thread_id(spec, seed, mode, target, sample),
+        DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
                     sample=sample, script=by_mode[mode][0].get(seed.id))
-        for seed, mode, target, sample in plan_dialogues(spec, seeds, by_mode, targets)
+        for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 
 
-def enqueue_run(url: PostgresURL, store: Writer, spec: RunSpec, jobs: Sequence[DialogueJob],
+def enqueue_run(url: PostgresURL, store: Writer, record: dict[str, Any], jobs: Sequence[DialogueJob],
                 by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)
-    record_run(store, spec, by_mode)
+    record_run(store, record, by_mode)
     return asyncio.run(_defer(url, store, jobs))
 
 

@@ -23,8 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from checkpoints.location import DbLocation, is_postgres_url, parse_db
+from checkpoints.paths import StoreError
 from checkpoints.vocabulary import ROLES
-from graph.config import RetrySettings, RoleSampling
+from graph.model_settings import RetrySettings, RoleSampling
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
@@ -78,7 +80,7 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "sample_seed": ("sample_seed", _whole, "a whole number"),
     "sampling_seed": ("sampling_seed", _whole, "a whole number"),
     "max_concurrency": ("max_concurrency", _count, "a whole number >= 1"),
-    "db": ("db", _text, "a file path"),
+    "db": ("db", _text, "a file path or a postgresql:// URL"),
     "run_id": ("run_id", _text, "a run id"),
     "base_url": ("base_url", _text, "a URL"),
     "fairmt_dir": ("fairmt_dir", _text, "a directory"),
@@ -108,6 +110,14 @@ def read_toml(path: Path, error: type[Exception], *, what: str, flag: str, hint:
         raise error(f"{path} is not valid TOML ({exc}): fix the file") from None
 
 
+def _store_location(path: Path, value: str, where: str) -> DbLocation:
+    """The file's ``db``: a postgresql:// URL (checked, no password in it) or a SQLite path relative to the file."""
+    try:
+        return parse_db(value if is_postgres_url(value) else _relative_to(path, value), source=f"{where}: db")
+    except StoreError as exc:
+        raise ExperimentError(str(exc)) from None
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and check an experiment file; every problem is one :class:`ExperimentError` line."""
     path = Path(path).expanduser()
@@ -127,7 +137,9 @@ def load_experiment(path: str | Path) -> Experiment:
             raise ExperimentError(f"{where}: {key} must be {what}, got {value!r}")
         if key == "cache":
             value = not value
-        elif key in ("db", "fairmt_dir", "pricing"):
+        elif key == "db":
+            value = _store_location(path, value, where)
+        elif key in ("fairmt_dir", "pricing"):
             value = _relative_to(path, value)
         elif key in _PROMPT_KEYS:
             value = Path(_relative_to(path, value))
@@ -135,7 +147,7 @@ def load_experiment(path: str | Path) -> Experiment:
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":
             raise ExperimentError(f"{where}: give either mode or modes, not both")
-        experiment.options[dest] = Path(value) if key in ("db", "pricing") else value
+        experiment.options[dest] = Path(value) if key == "pricing" else value
     _models(data.get("models", {}), experiment, where)
     _sampling(data.get("sampling", {}), experiment, where)
     for name, rpm in data.get("rate_limits", {}).items():

@@ -11,7 +11,7 @@ How a fork is made, with no model call and nothing written to the parent:
    branched again anywhere; the change goes into the last update (a new seed statement, mode or
    turn count; a fixed turn-K message as ``next_user_message``, or in the script of a baseline).
 3. Record the branch in ``dialogues`` (parent_thread_id, fork_turn, fork_checkpoint_id, change) and
-   stream it from its newest checkpoint to the end with :func:`graph.runner.drive`, which mirrors
+   stream it from its newest checkpoint to the end with :func:`graph.playing.drive`, which mirrors
    every step into the store. The nodes after the fork run as usual; turns 1..K-1 are never re-run.
 
 Every ``graph.branch`` invocation is its own run (a ``runs`` row of kind "branch" holding the
@@ -35,10 +35,10 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
-from graph.config import ConfigError, ModelBuildError, RunConfig
-from graph.context import Models, RunContext
-from graph.modes import DYNAMIC_MODES
-from graph.runner import (
+from graph.config import ConfigError, ModelBuildError, ModelChoice, RunConfig, stored_run_config
+from nodes.context import Models, RunContext
+from nodes.modes import DYNAMIC_MODES
+from graph.playing import (
     DialogueOutcome,
     ProgressCallback,
     StoreWriter,
@@ -46,7 +46,7 @@ from graph.runner import (
     drive,
     package_versions,
 )
-from graph.state import current_turn, new_messages
+from nodes.state import current_turn, new_messages
 from graph.swaps import swap_terms
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
@@ -312,8 +312,9 @@ class BranchSettings:
 
     models: Models
     sampling_seed: int
-    sampling: dict[str, dict[str, Any]]
     leakage: str = "regenerate"
+    config: RunConfig | None = None
+    """The run configuration the models were built from (stored with the branch run; None: the defaults)."""
 
     @property
     def specs(self) -> dict[str, str]:
@@ -327,12 +328,12 @@ class BranchSettings:
         return RunContext(models=self.models, sampling_seed=self.sampling_seed, leakage=self.leakage)
 
 
-def run_spec_of(store: Writer, dialogue: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(run config, spec) of the run a dialogue belongs to."""
+def stored_config_of(store: Writer, dialogue: dict[str, Any]) -> RunConfig:
+    """The stored run configuration of the run a dialogue belongs to."""
     run = store.get_run(dialogue["run_id"]) if dialogue.get("run_id") else None
     if run is None:
         raise ForkError(f"thread {dialogue['thread_id']} belongs to run {dialogue.get('run_id')!r}, which is not in the database")
-    return run["config"], run["config"].get("spec", {})
+    return stored_run_config(run["config"], run_id=dialogue["run_id"])
 
 
 def build_settings(
@@ -344,20 +345,17 @@ def build_settings(
     base_url: str | None = None,
 ) -> BranchSettings:
     """Rebuild the models a dialogue was played with (roles in ``overrides`` replaced), as its run recorded them."""
-    _, spec = run_spec_of(store, dialogue)
     overrides = overrides or {}
     run_id = dialogue["run_id"]
     try:
-        config = RunConfig.from_stored(spec, run_id=run_id, target=dialogue.get("target"), overrides=overrides,
-                                       base_url=base_url, sampling_seed=sampling_seed)
+        config = stored_config_of(store, dialogue).for_dialogue(
+            target=dialogue.get("target"), overrides=overrides, base_url=base_url, sampling_seed=sampling_seed)
         built = config.build_models()
     except ConfigError as exc:
         raise ForkError(str(exc)) from None
     except ModelBuildError as exc:
         raise ForkError(f"--{exc.role}-model: {exc.reason}" if exc.role in overrides else f"{exc.role} model of run {run_id}: {exc.reason}") from None
-    sampling = {role: {"temperature": s.temperature, "max_tokens": s.max_tokens} for role, s in built.sampling.items()}
-    return BranchSettings(models=built.models, sampling_seed=config.sampling_seed, sampling={role: sampling[role] for role in ROLES},
-                          leakage=config.leakage)
+    return BranchSettings(models=built.models, sampling_seed=config.sampling_seed, leakage=config.leakage, config=config)
 
 
 # --------------------------------------------------------------------------- creating and playing
@@ -423,19 +421,15 @@ async def play_branches(
     first = plans[0]
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})
     change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
-    spec = {
-        "run_id": run_id,
-        "mode": first.mode,
-        "turns": max(p.turns for p in plans),
-        "seed_source": "branch of " + ", ".join(parent_runs),
-        "models": settings.specs,
-        "model_ids": settings.model_ids,
-        "sampling": settings.sampling,
-        "sampling_seed": settings.sampling_seed,
-    }
+    models = settings.models
+    run_config = (settings.config or RunConfig()).model_copy(update={
+        "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
+        "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
+        "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
+    })
     config = {
+        **run_config.run_record(models),
         "kind": "branch",
-        "spec": spec,
         "parent_run_ids": parent_runs,
         "fork_turn": first.fork.turn,
         "change": change,

@@ -2,8 +2,8 @@
 
 Each job names one dialogue (graph/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
 configuration (its retries and rate limits included; once per run, target and sample) and plays it with
-:func:`graph.runner.play_dialogue`, which continues from the last checkpoint when a job is retried after its
-worker died. The dialogue's advisory lock (checkpoints/claims.py) is held while it plays, so no two workers ever
+:func:`graph.playing.play_dialogue`, which continues from the last checkpoint when a job is retried after its
+worker died. The dialogue's advisory lock (checkpoints/postgres/claims.py) is held while it plays, so no two workers ever
 play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
 procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat
 stopped (a SIGKILLed process), so any live worker finishes them, and gives this worker its share of the runs'
@@ -23,16 +23,16 @@ from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
 
 from checkpoints.cache import ResponseCache
-from checkpoints.claims import DialogueClaims
+from checkpoints.postgres.claims import DialogueClaims
 from checkpoints.location import PostgresURL
-from checkpoints.postgres import open_postgres_saver
+from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, open_writer
-from graph.builder import build_graph
-from graph.config import RunConfig
-from graph.context import RunContext
+from nodes.builder import build_graph
+from graph.config import RunConfig, stored_run_config
+from nodes.context import RunContext
 from graph.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
-from graph.runner import DialogueOutcome, RunSpec, StoreWriter, play_dialogue
+from graph.playing import DialogueOutcome, StoreWriter, play_dialogue
 from models.call_policy import CallPolicy
 
 log = logging.getLogger(__name__)
@@ -66,18 +66,17 @@ class DialoguePlayer:
         self.graph = graph
         self.settings = settings
         self.cache = cache
-        self._specs: dict[str, dict[str, Any]] = {}
+        self._configs: dict[str, RunConfig] = {}
         self._contexts: dict[tuple[str, str, int], RunContext] = {}
         self._policies: dict[str, CallPolicy] = {}
         self._sharers = 1
 
     async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
         """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails."""
-        stored = await self._spec(job.run_id)
-        spec = RunSpec(**stored)
+        stored = await self._run_config(job.run_id)
         context = self._context(job, stored)
         async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
-            outcome = await play_dialogue(spec, job.seed_record(), graph=self.graph, write=self.write, context=context,
+            outcome = await play_dialogue(stored, job.seed_record(), graph=self.graph, write=self.write, context=context,
                                           notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
                                           sample=job.sample)
             claim.outcome = outcome.status
@@ -92,20 +91,19 @@ class DialoguePlayer:
             for policy in self._policies.values():
                 policy.share_among(self._sharers)
 
-    async def _spec(self, run_id: str) -> dict[str, Any]:
-        if run_id not in self._specs:
+    async def _run_config(self, run_id: str) -> RunConfig:
+        if run_id not in self._configs:
             run = await asyncio.wrap_future(self.write.submit(lambda store: store.get_run(run_id)))
             if run is None:
                 raise LookupError(f"run {run_id!r} is not in the database")
-            self._specs[run_id] = run["config"]["spec"]
-        return self._specs[run_id]
+            self._configs[run_id] = stored_run_config(run["config"], run_id=run_id)
+        return self._configs[run_id]
 
-    def _context(self, job: DialogueJob, stored: dict[str, Any]) -> RunContext:
+    def _context(self, job: DialogueJob, stored: RunConfig) -> RunContext:
         key = (job.run_id, job.target, job.sample)
         if key not in self._contexts:
-            seed = sample_seed(int(stored.get("sampling_seed") or 0), job.sample) if job.sample else None
-            config = RunConfig.from_stored(stored, run_id=job.run_id, target=job.target, sampling_seed=seed,
-                                           base_url=self.settings.base_url)
+            seed = sample_seed(stored.sampling_seed, job.sample) if job.sample else None
+            config = stored.for_dialogue(target=job.target, sampling_seed=seed, base_url=self.settings.base_url)
             built = config.build_models(self._policy(job.run_id, config))
             self._contexts[key] = RunContext(models=replace(built.models, target=built.targets[0]),
                                              sampling_seed=config.sampling_seed, leakage=config.leakage)

@@ -1,6 +1,6 @@
 """Upload stored traces and judge feedback to LangSmith (or any server speaking its API) with the langsmith client.
 
-Reads through the trace readers (``checkpoints.traces``: the same records ``graph.trace
+Reads through the trace readers (``checkpoints.traces.tables``: the same records ``graph.trace
 export`` writes), so what is uploaded is exactly what an export holds; every record
 passes through the tracing redactor again, with the secrets of the uploading process's
 environment, before it leaves the machine. Runs go in with ``Client.batch_ingest_runs``
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.redaction import Redactor
-from checkpoints.traces import load_feedback, load_runs
-from checkpoints.trace_tree import langsmith_feedback, langsmith_runs
+from checkpoints.traces.tables import load_feedback, load_runs
+from checkpoints.traces.tree import langsmith_feedback, langsmith_runs
 
 DEFAULT_ENDPOINT = "https://api.smith.langchain.com"
 # The fields LangSmith's run ingestion takes (langsmith.schemas.RunLikeDict); the rest of an

@@ -27,10 +27,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 from checkpoints.store import Writer
-from graph.context import Models, RunContext
+from nodes.context import Models, RunContext
 from graph.forking import build_settings, given_message, is_turn_boundary
-from graph.modes import DYNAMIC_MODES
-from graph.runner import (
+from nodes.modes import DYNAMIC_MODES
+from graph.playing import (
     DialogueOutcome,
     ProgressCallback,
     RunResult,
@@ -39,7 +39,7 @@ from graph.runner import (
     dialogue_config,
     drive,
 )
-from graph.state import current_turn
+from nodes.state import current_turn
 from nodes.user_simulator import GIVEN, PAUSE_AFTER_KEY
 
 PAUSED = "paused"

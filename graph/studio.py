@@ -22,8 +22,8 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
-from graph.builder import build_graph
-from graph.context import Models, RunContext
+from nodes.builder import build_graph
+from nodes.context import Models, RunContext
 from graph.config import ModelChoice, RunConfig
 from models.registry import DEFAULT_SPEC
 

@@ -314,13 +314,6 @@ _PROVIDERS: dict[str, Callable[[str, Role, Sampling], tuple[BaseChatModel, str, 
 }
 
 
-def register_provider(
-    name: str, factory: Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]
-) -> None:
-    """Add a provider (tests register scripted fakes; plugins may add real ones)."""
-    _PROVIDERS[name] = factory
-
-
 @contextlib.contextmanager
 def registered_provider(
     name: str, factory: Callable[[str, Role, Sampling], tuple[BaseChatModel, str, PromptStyle]]

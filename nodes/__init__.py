@@ -1,1 +1,1 @@
-"""Graph nodes, one module each (user simulator, scripted user, target, judge, termination), and what they share (scoring, structured output)."""
+"""The dialogue, as LangGraph's templates keep it: its state, runtime context, modes, nodes (one module each) and the StateGraph builder, side by side."""

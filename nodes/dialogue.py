@@ -9,7 +9,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from graph.state import ChatTurn
+from nodes.state import ChatTurn
 
 NO_HISTORY = "(no messages yet: this is the opening message)"
 

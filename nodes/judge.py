@@ -14,11 +14,11 @@ from langgraph.runtime import Runtime
 from checkpoints.scores import BIAS as BIAS_KEY
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, VERDICT_WORDS
 import prompts
-from graph.context import RunContext
-from graph.state import ChatTurn, DialogueState, current_turn
+from nodes.context import RunContext
+from nodes.state import ChatTurn, DialogueState, current_turn
 from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
 from models.registry import RoleModel
-from nodes.scoring import Scored, Scorer, Verdict
+from nodes.scorer import Scored, Scorer, Verdict
 from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
 
 # A base model's context is short: the judge sees only the newest part of the dialogue.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.state import DialogueState, current_turn, new_messages
+from nodes.state import DialogueState, current_turn, new_messages
 
 
 def scripted_user(state: DialogueState) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from checkpoints.vocabulary import BIASED, LABEL_TEXT, NOT_BIASED
-from graph.state import UTTERANCE_TYPES
+from nodes.state import UTTERANCE_TYPES
 from nodes.dialogue import timed_invoke
 from models.registry import RoleModel
 

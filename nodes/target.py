@@ -8,8 +8,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 import prompts
-from graph.context import RunContext
-from graph.state import DialogueState, current_turn, new_messages
+from nodes.context import RunContext
+from nodes.state import DialogueState, current_turn, new_messages
 from nodes.leakage import is_repeat
 from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, text_of, timed_invoke, token_usage
 

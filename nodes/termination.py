@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from graph.state import DialogueState
+from nodes.state import DialogueState
 
 
 def termination(state: DialogueState) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 import prompts
-from graph.context import RunContext
-from graph.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
+from nodes.context import RunContext
+from nodes.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
 from nodes.dialogue import (
     as_chat_messages, call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage,
 )

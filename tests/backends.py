@@ -1,7 +1,7 @@
 """Backend-neutral test access to a store: the same SQLite-flavoured SQL on a SQLite file or a PostgreSQL URL.
 
 Tests that read or corrupt rows directly use these instead of ``sqlite3.connect(db)``, so they run on both
-backends. A URL goes through :class:`checkpoints.pg_db.PgDatabase` (``?`` placeholders translated, autocommit).
+backends. A URL goes through :class:`checkpoints.postgres.db.PgDatabase` (``?`` placeholders translated, autocommit).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def is_postgres(db: Db) -> bool:
 def connect(db: Db) -> Iterator[Any]:
     """A connection with ``execute(sql, params)`` (SQLite syntax) that ``checkpoints.scores.labels_source`` accepts."""
     if is_postgres(db):
-        from checkpoints.pg_db import PgDatabase
+        from checkpoints.postgres.db import PgDatabase
 
         pg = PgDatabase(parse_postgres_url(str(db)))
         try:

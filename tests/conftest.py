@@ -17,9 +17,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.store import open_writer
-from graph.builder import build_graph
-from graph.context import Models
-from graph.runner import RunSpec, execute_run
+from nodes.builder import build_graph
+from nodes.context import Models
+from graph.config import RunConfig
+from graph.playing import execute_run
 from models.registry import RoleModel, Sampling, registered_provider
 from seeds import Seed
 
@@ -70,12 +71,11 @@ SEEDS = [
 ]
 
 
-def make_spec(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", concurrency: int = 1) -> RunSpec:
-    return RunSpec(
-        run_id=run_id, mode=mode, turns=turns, seed_source="test", per_category=None, categories=None,
-        limit=None, models={"user": "fake:user", "target": "fake:target", "judge": "fake:judge"},
-        model_ids={}, sampling={}, max_concurrency=concurrency,
-    )
+def make_config(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", concurrency: int = 1) -> RunConfig:
+    return RunConfig.model_validate({
+        "run_id": run_id, "modes": [mode], "turns": turns, "seeds": "test", "max_concurrency": concurrency,
+        "models": {"user": "fake:user", "targets": ["fake:target"], "judge": "fake:judge"},
+    })
 
 
 def checkpointer(db: Path | str) -> Any:
@@ -97,7 +97,7 @@ def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scrip
     async def go():
         async with checkpointer(checkpoints or db) as saver:
             return await execute_run(
-                make_spec(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models, scripts=scripts
+                make_config(**spec_kwargs), seeds, graph=build_graph(saver), store=store, models=models, scripts=scripts
             )
 
     return asyncio.run(go()), store

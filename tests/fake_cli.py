@@ -47,6 +47,8 @@ def calls() -> dict[str, int]:
 def main(argv: list[str]) -> int:
     command, *args = argv
     module = importlib.import_module(command if "." in command else f"graph.{command}")
+    if not hasattr(module, "main"):  # a package whose ``python -m`` forwarder is its __main__ (evals.report)
+        module = importlib.import_module(f"{command}.__main__")
     try:
         with registered_provider("fake", factory):
             code = module.main(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph.context import Models
+from nodes.context import Models
 from models.registry import Sampling, create_role_model
 from tests.conftest import SEEDS, play
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.traces import load_feedback, load_runs, resolve
-from checkpoints.trace_tree import build_tree
-from graph.context import Models
+from checkpoints.traces.tables import load_feedback, load_runs, resolve
+from checkpoints.traces.tree import build_tree
+from nodes.context import Models
 from models.registry import Sampling, create_role_model
 from tests.conftest import SEEDS, play
 

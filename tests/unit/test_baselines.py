@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graph.modes import scripts_for
+from nodes.modes import scripts_for
 from seeds import load_seeds
 from seeds.tracks import TRACKS, align_track, normalise
 from tests.conftest import FAIRMT_DIR, SEEDS, default_models, play

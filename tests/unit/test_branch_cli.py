@@ -89,7 +89,8 @@ def test_branch_prints_the_new_id_and_records_the_fork(run_db: Db, capsys):
     assert change["models"] == {"user": "fake:user", "target": "fake:target", "judge": "fake:judge"}
     run = store.get_run(row["run_id"])
     assert run["config"]["kind"] == "branch" and run["config"]["parent_run_ids"] == ["r1"] and run["status"] == "finished"
-    assert run["config"]["spec"]["models"] == change["models"]
+    assert run["config"]["resolved"]["models"] == change["models"]
+    assert run["config"]["run_config"]["models"] == {"user": "fake:user", "targets": ["fake:target"], "judge": "fake:judge"}
     # The parent run's summary still counts only its own two dialogues.
     assert len(store.dialogues("r1")) == 2
     # Turn 3's message was given: the user model ran for turns 4 and 5 only.

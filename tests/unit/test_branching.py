@@ -10,8 +10,8 @@ from langchain_core.messages import BaseMessage
 
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
-from graph.builder import build_graph
-from graph.context import Models
+from nodes.builder import build_graph
+from nodes.context import Models
 from graph.forking import (
     BranchSettings,
     Change,
@@ -57,7 +57,7 @@ def make_branch(db: Db, thread: str, turn: int, change: Change, *, models: Model
             graph = build_graph(saver)
             fork = (await read_lineage(graph, thread)).fork_point(turn)
             plan = plan_branch(fork, store.get_dialogue(thread), change, turns=turns, branch_id=new_branch_id(thread, turn))
-            made = await play_branches([plan], graph=graph, store=store, settings=BranchSettings(models=models, sampling_seed=0, sampling={}),
+            made = await play_branches([plan], graph=graph, store=store, settings=BranchSettings(models=models, sampling_seed=0),
                                        run_id=new_run_id(), set_name=set_name)
             assert [o.status for o in made.outcomes] == ["finished"]
             return plan.branch_id

@@ -21,16 +21,16 @@ import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-import graph.builder
+import nodes.builder
 from checkpoints.saver import next_short_version, open_saver
 from checkpoints.serde import COMPRESSED_TAG, StrictSerializer, UnsafeCheckpointError
 from checkpoints.store import open_writer
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from graph.forking import Change, read_lineage
-from graph.runner import execute_run
+from graph.playing import execute_run
 from checkpoints.reducers import append_messages, merge_turn_writes, merge_turns
-from graph.state import ChatTurn, SeedRecord, TurnRecord
-from tests.conftest import SEEDS, default_models, make_spec, scripted
+from nodes.state import ChatTurn, SeedRecord, TurnRecord
+from tests.conftest import SEEDS, default_models, make_config, scripted
 from tests.unit.test_branching import calls, make_branch, rows
 
 GENDER = SEEDS[0]
@@ -41,7 +41,7 @@ def _old_add(left: list, right: Any) -> list:
 
 
 class OldDialogueState(TypedDict):
-    """graph/state.py at bfb0e49: the lists were plain reducer channels."""
+    """nodes/state.py at bfb0e49: the lists were plain reducer channels."""
 
     seed: SeedRecord
     mode: str
@@ -79,16 +79,16 @@ def _untyped(fn):
 
 @contextmanager
 def old_schema():
-    """graph.builder compiles the graph with bfb0e49's state schema while this is open."""
-    saved = {name: getattr(graph.builder, name) for name in ("DialogueState", *_NODES)}
-    graph.builder.DialogueState = OldDialogueState
+    """nodes.builder compiles the graph with bfb0e49's state schema while this is open."""
+    saved = {name: getattr(nodes.builder, name) for name in ("DialogueState", *_NODES)}
+    nodes.builder.DialogueState = OldDialogueState
     for name in _NODES:
-        setattr(graph.builder, name, _untyped(saved[name]))
+        setattr(nodes.builder, name, _untyped(saved[name]))
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(graph.builder, name, value)
+            setattr(nodes.builder, name, value)
 
 
 def play_old(db: Path, models, **spec) -> str:
@@ -97,7 +97,7 @@ def play_old(db: Path, models, **spec) -> str:
 
     async def go():
         async with old_saver(db) as saver:
-            return await execute_run(make_spec(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
 
     try:
         with old_schema():
@@ -112,7 +112,7 @@ def play_new(db: Path, models, **spec):
 
     async def go():
         async with open_saver(db) as saver:
-            return await execute_run(make_spec(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
 
     try:
         return asyncio.run(go())
@@ -237,12 +237,12 @@ def test_new_checkpoints_hold_no_list_and_read_back_like_the_old_ones(tmp_path: 
 
 
 def test_a_snapshot_bounds_replay_and_reads_back(tmp_path: Path, monkeypatch):
-    import graph.state
+    import nodes.state
 
     db = tmp_path / "d.db"
     reference = tmp_path / "ref.db"
     play_new(reference, default_models(), turns=4)
-    monkeypatch.setattr(graph.state, "SNAPSHOT_EVERY", 3)  # read when the graph is compiled
+    monkeypatch.setattr(nodes.state, "SNAPSHOT_EVERY", 3)  # read when the graph is compiled
     thread = play_new(db, default_models(), turns=4).outcomes[0].thread_id
     serde = StrictSerializer()
     stored = [serde.loads_typed((t, b)) for t, b, _ in checkpoint_rows(db, thread)]

@@ -61,8 +61,11 @@ def test_dymt_esb_db_may_be_a_url_too(tmp_path):
 
 
 def test_a_password_among_unrecognised_arguments_is_masked(tmp_path):
-    line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--db", "{url}"], SECRET_URL), tmp_path)
+    line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--database", "{url}"], SECRET_URL), tmp_path)
     assert "unrecognized arguments" in line and "alice:***@" in line
+    # --db after the subcommand is the shared option (no longer unrecognised): its password is refused, never echoed.
+    line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--db", "{url}"], SECRET_URL), tmp_path)
+    assert "carries a password" in line and "~/.pgpass" in line
 
 
 def test_evals_judge_refuses_a_url_with_a_password_in_db_or_dymt_esb_db(tmp_path):
@@ -78,7 +81,7 @@ def test_evals_judge_records_its_score_in_a_postgres_store_and_the_run_summary_c
     from checkpoints.readers import open_reader
     from cli import judge as judge_cli
     from cli import run as run_cli
-    from evals.validation import run_validation
+    from evals.scorers.judge_validation import run_validation
     from tests.fake_cli import factory
 
     providers("fake", factory)

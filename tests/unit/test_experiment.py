@@ -83,13 +83,14 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
     assert all(d["thread_id"].endswith(":" + d["target"]) for d in dialogues)
     for d in dialogues:
         assert {t["target_model"] for t in store.turns(d["thread_id"])} == {d["target"]}
-    spec = store.get_run("grid")["config"]["spec"]
-    assert spec["targets"] == ["fake:t1", "fake:t2"] and spec["modes"] == ["implicit", "assessment"]
-    assert spec["sampling"]["judge"] == {"temperature": 0.0, "max_tokens": 100}
-    assert spec["sampling"]["target:fake:t2"] == {"temperature": 0.2, "max_tokens": 250, "extra": {"top_k": 5}}
-    assert spec["calls"]["config_file"] == str(config.resolve())
-    assert spec["calls"]["rate_limits"] == {"fake": 6000.0}
-    assert spec["calls"]["retry"]["attempts"] == 3 and spec["calls"]["retry"]["timeout"] == 30
+    stored = store.get_run("grid")["config"]
+    settings, resolved = stored["run_config"], stored["resolved"]
+    assert settings["models"]["targets"] == ["fake:t1", "fake:t2"] and settings["modes"] == ["implicit", "assessment"]
+    assert resolved["sampling"]["judge"] == {"temperature": 0.0, "max_tokens": 100}
+    assert resolved["sampling"]["target:fake:t2"] == {"temperature": 0.2, "max_tokens": 250, "extra": {"top_k": 5}}
+    assert settings["config_file"] == str(config.resolve())
+    assert settings["rate_limits"] == {"fake": 6000.0}
+    assert settings["retry"]["attempts"] == 3 and settings["retry"]["timeout"] == 30
     store.close()
 
     assert run.main(argv) == 0
@@ -113,10 +114,11 @@ def test_flags_override_the_file(tmp_path: Path, capsys, providers):
     (dialogue,) = store.dialogues("one")
     # One target: the thread id keeps the form runs always had, so older runs still resume.
     assert dialogue["thread_id"] == f"one:{dialogue['seed_id']}:implicit"
-    spec = store.get_run("one")["config"]["spec"]
-    assert spec["targets"] is None and spec["modes"] is None and spec["models"]["target"] == "fake:only"
-    assert spec["calls"]["retry"]["attempts"] == 1 and spec["calls"]["rate_limits"] == {"fake": 100.0}
-    assert spec["sampling"]["judge"] == {"temperature": 0.0, "max_tokens": 100}  # still from the file
+    stored = store.get_run("one")["config"]
+    settings, resolved = stored["run_config"], stored["resolved"]
+    assert settings["models"]["targets"] == ["fake:only"] and settings["modes"] == ["implicit"] and resolved["models"]["target"] == "fake:only"
+    assert settings["retry"]["attempts"] == 1 and settings["rate_limits"] == {"fake": 100.0}
+    assert resolved["sampling"]["judge"] == {"temperature": 0.0, "max_tokens": 100}  # still from the file
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from evals.safety_filter import DialogueScores, blocked_turn, filter_report
+from evals.scorers.safety_filter import DialogueScores, blocked_turn, filter_report
 from tests.conftest import default_models, play
 
 

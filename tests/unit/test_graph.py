@@ -140,7 +140,7 @@ def test_assessment_mode_records_utterance_type(db):
 def test_termination_and_the_routers_run_on_the_event_loop_not_in_worker_threads(db, monkeypatch):
     import threading
 
-    import graph.builder as builder
+    import nodes.builder as builder
     from nodes import termination as term
 
     threads: set[str] = set()

@@ -13,7 +13,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.readers import open_reader
-from evals.summary import run_summary
+from evals.report.summary import run_summary
 from nodes.leakage import count_leakage, is_repeat, leakage
 from models.registry import RoleModel, Sampling
 from tests.conftest import SEEDS, default_models, play
@@ -133,20 +133,19 @@ def test_leaks_that_survive_every_draw_are_flagged(db: Path):
 
 def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
     import asyncio
-    from dataclasses import replace
 
     from checkpoints.saver import open_saver
     from checkpoints.store import open_writer
-    from graph.builder import build_graph
-    from graph.runner import execute_run
-    from tests.conftest import make_spec
+    from nodes.builder import build_graph
+    from graph.playing import execute_run
+    from tests.conftest import make_config
 
     user = _user(lambda m, n: "Women are too emotional to lead, aren't they?")
     store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
-            spec = replace(make_spec(turns=1), leakage="keep")
+            spec = make_config(turns=1).model_copy(update={"leakage": "keep"})
             return await execute_run(spec, [SEEDS[0]], graph=build_graph(saver), store=store, models=default_models(user=user))
 
     result = asyncio.run(go())

@@ -1,10 +1,10 @@
-"""Unit tests for evals.metrics on small hand-made label matrices (answers worked out by hand)."""
+"""Unit tests for evals.stats.metrics on small hand-made label matrices (answers worked out by hand)."""
 
 from __future__ import annotations
 
 import pytest
 
-from evals.metrics import (
+from evals.stats.metrics import (
     CumulativeBias,
     Estimate,
     TurnBias,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.paired import Pair, as_dict, compare_pairs, paired_turn
+from evals.stats.counterfactual import Pair, as_dict, compare_pairs, paired_turn
 
 B, N, U = "biased", "not_biased", "unparsed"
 

@@ -13,11 +13,11 @@ import pytest
 
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from graph.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
-from graph.runner import StoreWriter, execute_run
+from graph.playing import StoreWriter, execute_run
 from tests.backends import Db, connect, rows, written
-from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_spec
+from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
 
 GENDER = SEEDS[0]
 
@@ -42,7 +42,7 @@ def play_paused(db: Db, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int
     async def go():
         async with checkpointer(db) as saver:
             graph = pauses.configure(build_graph(saver))
-            result = await execute_run(make_spec(turns=turns), seeds, graph=graph, store=store, models=models)
+            result = await execute_run(make_config(turns=turns), seeds, graph=graph, store=store, models=models)
             return await settle_run(graph, store, result, models=models, sampling_seed=0, review=review)
 
     return asyncio.run(go()), store
@@ -55,7 +55,7 @@ def resume(db: Db, thread: str, models, *, message: str | None = None):
         async with checkpointer(db) as saver:
             write = StoreWriter(store)
             try:
-                from graph.context import RunContext
+                from nodes.context import RunContext
 
                 return await resume_dialogue(build_graph(saver), store, thread, write=write,
                                              context=RunContext(models=models), message=message)
@@ -228,7 +228,7 @@ def test_pause_after_then_resume_the_run_in_a_new_process(db: Db, tmp_path: Path
 
 
 def test_summary_counts_paused_dialogues_apart_from_failed(db):
-    from evals.summary import run_summary
+    from evals.report.summary import run_summary
 
     _, store = play_paused(db, default_models(), PauseOptions(pause_after=2))
     summary = run_summary(store, "r1")

@@ -18,7 +18,7 @@ import pytest
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
-from checkpoints.postgres import PostgresDialogueSaver
+from checkpoints.postgres.saver import PostgresDialogueSaver
 from cli import run as run_cli
 from tests.conftest import REPO, SEEDS, default_models, play, scripted
 
@@ -81,7 +81,7 @@ _SETUP_SCRIPT = textwrap.dedent("""
     import asyncio, sys, time
     from pathlib import Path
     from checkpoints.location import parse_postgres_url
-    from checkpoints.postgres import open_postgres_saver
+    from checkpoints.postgres.saver import open_postgres_saver
 
     url, me, other = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     me.touch()

@@ -12,12 +12,14 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from checkpoints import scores, traces
+from checkpoints import scores
+from checkpoints.traces import tables as traces
 from checkpoints.cache import ResponseCache, request_key
+from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import parse_postgres_url
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
-from checkpoints.pg_db import translate
+from checkpoints.postgres.db import translate
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from tests.conftest import default_models, play
@@ -138,7 +140,7 @@ def test_the_reader_never_writes_and_an_empty_database_is_no_store(pg_url: str):
 def test_a_run_is_deleted_with_its_checkpoints(pg_url: str):
     result, store = play(pg_url, default_models(), turns=2, run_id="r1")
     threads = [o.thread_id for o in result.outcomes]
-    counts = store.delete_run("r1")
+    counts = delete_run(store, "r1")
     assert counts["dialogues"] == 2 and counts["turns"] == 4 and counts["checkpoint threads"] == 2
     for table in ("checkpoints", "checkpoint_writes", "checkpoint_blobs", "turns", "scores", "trace_index", "trace_chunks"):
         assert _pg_rows(pg_url, f"select count(*) from {table}")[0][0] == 0, table
@@ -164,7 +166,7 @@ def test_the_response_cache_lives_in_the_same_postgres_database(pg_url: str):
     second.close()
     assert _pg_rows(pg_url, "select octet_length(key) from response_cache") == [(16,), (16,)]
     store = open_writer(pg_url)
-    assert store.clear_cache() == 2
+    assert clear_cache(store) == 2
     store.close()
 
 

@@ -67,8 +67,8 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     run_row = store.get_run("p")
     digest = hashlib.sha256(RUBRIC.encode()).hexdigest()
     assert run_row["prompt_hashes"]["judge prompt file"] == digest
-    assert run_row["config"]["spec"]["prompt_files"]["judge"] == digest
-    assert run_row["config"]["spec"]["calls"]["prompt_files"]["judge"]["text"] == RUBRIC
+    assert run_row["config"]["resolved"]["prompt_files"]["judge"] == digest
+    assert run_row["config"]["run_config"]["prompts"]["judge"]["text"] == RUBRIC
     assert summary["judge_validation"]["prompt_hash"] == digest and summary["judge_validation"]["validation"] is None
     store.close()
 
@@ -138,7 +138,7 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
     assert validation["n_items"] == 3 and validation["accuracy"] == pytest.approx(2 / 3)
     assert validation["file"] == str(pairs.resolve())
 
-    from evals.validation import validation_text
+    from evals.scorers.judge_validation import validation_text
 
     text = validation_text(summary["judge_validation"])
     assert "validated on" in text and "n=3" in text and "accuracy 67%" in text and "AC1" in text

@@ -13,9 +13,9 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli import judge as judge_cli
 from cli import rejudge
 from evals.dataset import label_sets
-from evals import rejudging
-from evals.rejudging import pending_turns
-from evals.agreement import label_set_agreement
+from evals.scorers import rejudge_jobs as rejudging
+from evals.scorers.rejudge_jobs import pending_turns
+from evals.stats.agreement import label_set_agreement
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 PROVIDER = "rjfake"

@@ -11,15 +11,15 @@ import pytest
 
 from checkpoints.store import open_writer
 from cli import report
-from evals.coherence_scoring import pending_dialogues, score_dialogues
-from evals.label_sets import register_set
+from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
+from evals.scorers.label_sets import register_set
 from evals.dataset import load_dataset
-from evals.refusals import classify_refusals, pending_refusals
-from evals.rejudging import pending_turns, rejudge
-from evals.report_data import compute_report
-from evals.report_exports import DATA_FILES, PLOTS
-from evals.report_markdown import render_markdown
-from evals.tables import TableData, markdown_table
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
+from evals.scorers.rejudge_jobs import pending_turns, rejudge
+from evals.report.data import compute_report
+from evals.report.exports import DATA_FILES, PLOTS
+from evals.report.markdown import render_markdown
+from evals.report.tables import TableData, markdown_table
 from tests.conftest import default_models, play, scripted
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -154,7 +154,7 @@ def test_report_of_two_runs_groups_by_model_and_mode(db, tmp_path):
 def test_report_on_a_rejudged_label_set_with_agreement(db, tmp_path):
     store = _play(db)
     new = scripted(lambda m, n: "Label: biased", spec="fake:judge2")
-    from evals.judging import prompt_hash
+    from evals.scorers.posthoc import prompt_hash
 
     register_set(store, "r1", "bias", "second", model=new, prompt="judge_bias", prompt_hash=prompt_hash("judge_bias", "chat"), content_free_p_yes=None)
     jobs, _ = pending_turns(store, "r1", "second")
@@ -250,7 +250,7 @@ def test_a_failed_report_leaves_the_folder_as_it_was(db, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no plotting today")
 
-    monkeypatch.setattr("evals.report_writer.plot_categories", broken)
+    monkeypatch.setattr("evals.report.writer.plot_categories", broken)
     with pytest.raises(RuntimeError):
         _report(db, out, "r1")
     assert (out / "report.md").read_text() == "old report"

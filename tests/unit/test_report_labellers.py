@@ -15,9 +15,9 @@ from pydantic import ConfigDict
 from checkpoints.scores import coherence_source, refusals_source
 from cli import coherence as coherence_cli
 from cli import refusal as refusal_cli
-from evals.coherence_scoring import pending_dialogues, score_dialogues
+from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
 from evals.dataset import label_sets
-from evals.judging import (
+from evals.scorers.posthoc import (
     coherence_messages,
     dialogue_messages,
     expected_score,
@@ -26,7 +26,7 @@ from evals.judging import (
     read_refusal,
     refusal_messages,
 )
-from evals.refusals import classify_refusals, pending_refusals
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
 from models.registry import RoleModel, Sampling
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
@@ -167,7 +167,7 @@ def test_refusal_from_a_base_model_is_calibrated(db):
     model = transcript_model([{" Yes": 0.8, " No": 0.2}, {" Yes": 0.8, " No": 0.2}, {" Yes": 0.6, " No": 0.4}])
 
     async def go():
-        from evals.judging import REFUSAL_VARIABLES, content_free_yes
+        from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
 
         cf = await content_free_yes(model, "refusal", REFUSAL_VARIABLES)
         jobs, _ = pending_refusals(store, "r1", "base")

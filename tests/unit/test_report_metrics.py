@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
-from evals.breakdown import (
+from evals.stats.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
+from evals.report.breakdown import (
     NONE,
     bias_row,
     bias_table,
@@ -14,8 +14,8 @@ from evals.breakdown import (
     refusal_row,
     turn_series,
 )
-from evals.metrics import Estimate, estimate, mean_score, pooled_bias_rate, refusal_rate
-from evals.stats import cohens_kappa, gwet_ac1, gwet_ac1_multi, percent_agreement
+from evals.stats.metrics import Estimate, estimate, mean_score, pooled_bias_rate, refusal_rate
+from evals.stats.primitives import cohens_kappa, gwet_ac1, gwet_ac1_multi, percent_agreement
 
 B, N, U = "biased", "not_biased", "unparsed"
 R, NR = "refused", "not_refused"
@@ -285,7 +285,7 @@ def test_majority(labels, expected) -> None:
 
 
 def test_headline_matches_the_full_summary() -> None:
-    from evals.metrics import headline, summarise
+    from evals.stats.metrics import headline, summarise
 
     # Same dialogues, same seed: the headline's intervals are the summary's, computed more cheaply.
     matrix = [[B, N, B], [N, N, N], [U, B, N], [N, N, B], [B, B, B]]

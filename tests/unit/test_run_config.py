@@ -12,14 +12,14 @@ import pytest
 
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
-from graph.builder import build_graph
-from graph.config import ConfigError, ModelBuildError, RunConfig
+from nodes.builder import build_graph
+from graph.config import ConfigError, ModelBuildError, RunConfig, stored_run_config
 from graph.experiment import ExperimentError
 from graph.pausing import PauseOptions, settle_run
-from graph.runner import execute_run
+from graph.playing import execute_run
 from models.registry import ROLE_SAMPLING
 from models.retries import RetryPolicy
-from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_spec
+from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_config
 from tests.unit.test_run_cli import run_cli
 
 RUBRIC = "--- system\nCustom rubric. Answer with Rationale: and Label:.\n--- user\nStereotype: $statement\nReply: $reply\n"
@@ -172,7 +172,7 @@ def _old_paused_run(db: Path, row: dict, seeds=SEEDS) -> None:
     async def go():
         async with open_saver(db) as saver:
             graph = PauseOptions(pause_after=1).configure(build_graph(saver))
-            result = await execute_run(make_spec(run_id, turns=3), seeds, graph=graph, store=store, models=default_models())
+            result = await execute_run(make_config(run_id, turns=3), seeds, graph=graph, store=store, models=default_models())
             await settle_run(graph, store, result, models=default_models(), sampling_seed=0)
 
     asyncio.run(go())
@@ -180,7 +180,7 @@ def _old_paused_run(db: Path, row: dict, seeds=SEEDS) -> None:
 
 
 def test_a_stored_old_run_loads_as_config():
-    config = RunConfig.from_stored(OLD_SPEC, run_id="r1")
+    config = stored_run_config({"spec": OLD_SPEC}, run_id="r1")
     assert config.models.user == "fake:user" and config.models.targets == ["fake:target"]
     assert config.sampling_seed == 7 and config.leakage == "keep"
     target = config.sampling_for("target", "fake:target")
@@ -188,16 +188,16 @@ def test_a_stored_old_run_loads_as_config():
     assert config.sampling_for("user", "fake:user").base_url is None  # a stored URL only serves openai: specs
     assert config.load_prompts()["judge"].source == RUBRIC
     assert config.call_policy().retry == RetryPolicy(attempts=6, base_delay=1.0, max_delay=60.0, max_retry_after=300.0, timeout=120.0)
-    limited = RunConfig.from_stored({**OLD_SPEC, "calls": {**OLD_SPEC["calls"], "rate_limits": {"openai": 90},
-                                                          "retry": {"attempts": 1, "timeout": None}}}, run_id="r1")
+    limited = stored_run_config({"spec": {**OLD_SPEC, "calls": {**OLD_SPEC["calls"], "rate_limits": {"openai": 90},
+                                                                 "retry": {"attempts": 1, "timeout": None}}}}, run_id="r1")
     assert limited.call_policy().rate_limits == {"openai": 90}  # a worker plays the run with its own limits and retries
     assert (limited.call_policy().retry.attempts, limited.call_policy().retry.timeout) == (1, None)
-    openai_user = RunConfig.from_stored({**OLD_SPEC, "models": {**OLD_SPEC["models"], "user": "openai:m"}}, run_id="r1")
+    openai_user = stored_run_config({"spec": {**OLD_SPEC, "models": {**OLD_SPEC["models"], "user": "openai:m"}}}, run_id="r1")
     assert openai_user.sampling_for("user", "openai:m").base_url == "http://old-server:8080/v1"
     with pytest.raises(ConfigError, match="records no model for judge"):
-        RunConfig.from_stored({**OLD_SPEC, "models": {"user": "a:b", "target": "a:c"}}, run_id="r1")
+        stored_run_config({"spec": {**OLD_SPEC, "models": {"user": "a:b", "target": "a:c"}}}, run_id="r1")
     with pytest.raises(ConfigError, match=r"^run r1: its stored settings cannot be read \(leakage"):
-        RunConfig.from_stored({**OLD_SPEC, "leakage": "maybe"}, run_id="r1")
+        stored_run_config({"spec": {**OLD_SPEC, "leakage": "maybe"}}, run_id="r1")
 
 
 def test_a_stored_old_run_resumes_with_its_own_settings(db: Path, providers):
@@ -242,11 +242,27 @@ def test_what_a_run_stores_now_reads_back(tmp_path: Path, providers):
     templates = config.load_prompts()
     built = config.build_models(templates=templates)
     assert built.models.judge.prompt is templates["judge"] and set(built.sampling) == {"user", "judge", "target", "target:fake:t1", "target:fake:t2"}
-    policy = config.call_policy()
-    stored = json.loads(json.dumps(dataclasses.asdict(config.run_spec(built, policy, templates, run_id="n", turns=5, per_category=1))))
-    again = RunConfig.from_stored(stored, run_id="n", target="fake:t2")
+    stored = json.loads(json.dumps(config.model_copy(update={"run_id": "n"}).run_record(built.models, built.targets)))
+    assert stored["run_config"]["schema_version"] == 1 and stored["resolved"]["prompt_files"] == {"judge": templates["judge"].sha256}
+    again = stored_run_config(stored, run_id="n").for_dialogue(target="fake:t2")
     assert again.models.target == "fake:t2" and again.sampling_seed == 3
     assert again.load_prompts()["judge"].sha256 == templates["judge"].sha256
     rebuilt = again.build_models()
     assert rebuilt.models.judge.prompt.sha256 == templates["judge"].sha256
     assert rebuilt.models.target.sampling == dataclasses.replace(built.targets[1].sampling, base_url=None)
+
+
+def test_a_run_stores_its_config_as_one_versioned_dump(tmp_path: Path, providers):
+    """Read back with one validate call: the same configuration, pinned as it resolved; a newer form is refused in one line."""
+    _recording_provider(providers)
+    args, explicit = _flags("--turns", "2", "--leakage", "keep", "--retries", "1", "--rate-limit", "fake=30", "--sampling-seed", "5")
+    config = RunConfig.from_flags(args, explicit=explicit).model_copy(update={"run_id": "v"})
+    built = config.build_models()
+    stored = json.loads(json.dumps(config.run_record(built.models, built.targets)))
+    again = stored_run_config(stored, run_id="v")
+    assert (again.turns, again.leakage, again.sampling_seed, again.rate_limits, again.run_id) == (2, "keep", 5, {"fake": 30.0}, "v")
+    assert again.call_policy().retry == config.call_policy().retry and again.db is None
+    assert again.sampling_for("target", again.models.target) == config.sampling_for("target", config.models.target)
+    stored["run_config"]["schema_version"] = 2
+    with pytest.raises(ConfigError, match=r"^run v: its stored settings cannot be read \(schema_version"):
+        stored_run_config(stored, run_id="v")

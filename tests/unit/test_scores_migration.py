@@ -14,13 +14,13 @@ from checkpoints.migrations import m004_labels, m031_refusals, m032_coherence, m
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from cli import rejudge, report
-from evals import rejudging
-from evals.coherence_scoring import pending_dialogues, score_dialogues
-from evals.label_sets import register_set
-from evals.guard import score_run
-from evals.safety_filter import load_scores
-from evals.judging import prompt_hash
-from evals.refusals import classify_refusals, pending_refusals
+from evals.scorers import rejudge_jobs as rejudging
+from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
+from evals.scorers.label_sets import register_set
+from evals.scorers.guard import score_run
+from evals.scorers.safety_filter import load_scores
+from evals.scorers.posthoc import prompt_hash
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
 from cli.replay import main as replay_main
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 

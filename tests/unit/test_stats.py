@@ -1,4 +1,4 @@
-"""Unit tests for evals.stats; every expected number is worked out by hand in the comments."""
+"""Unit tests for evals.stats.primitives; every expected number is worked out by hand in the comments."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from evals.stats import (
+from evals.stats.primitives import (
     McNemarResult,
     bootstrap_ci,
     cohens_kappa,

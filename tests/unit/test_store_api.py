@@ -13,12 +13,13 @@ import pytest
 from checkpoints import readers
 from checkpoints.paths import StoreError
 from checkpoints.readers import Reader, open_reader
+from checkpoints.deletion import delete_run
 from checkpoints.store import Writer, open_writer
 from cli import report
-from evals.validation import find_validation
+from evals.scorers.judge_validation import find_validation
 from cli import branches, compare, replay, runs
 from cli import trace as trace_cli
-from graph.runner import StoreWriter
+from graph.playing import StoreWriter
 from tests.conftest import default_models, play
 
 # Migrations whose changes _downgrade takes back, as a file written before them would lack them.
@@ -129,7 +130,7 @@ def test_writer_runs_dialogues_sets_and_deletion(backend_db):
     store.finish_run("r1", "finished")
     assert store.get_run("r1")["status"] == "finished" and store.get_run("r1")["ended_at"]
     assert store.threads_of_run("r1") == ["a", "b"]  # the branch belongs to another run but descends from r1
-    counts = store.delete_run("r1")
+    counts = delete_run(store, "r1")
     assert counts["dialogues"] == 2 and counts["runs"] == 1 and store.get_dialogue("b") is None
     store.close()
 

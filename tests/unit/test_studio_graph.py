@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from langgraph.graph.state import CompiledStateGraph
 
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from tests.stub_server import StubServer
 
 REPO = Path(__file__).resolve().parents[2]

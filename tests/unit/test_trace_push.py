@@ -36,7 +36,7 @@ def played(db, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     target = scripted(lambda m, n: f"Answer {n}, quoting {SECRET}.", spec="fake:target")
     result, store = play(db, default_models(target=target), seeds=SEEDS, turns=2)
-    from checkpoints.traces import load_feedback, stored_runs
+    from checkpoints.traces.tables import load_feedback, stored_runs
 
     runs = stored_runs(store.db)
     stored = {r["id"]: r for r in runs}

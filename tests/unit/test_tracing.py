@@ -12,13 +12,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 from pydantic import SecretStr
 
-import checkpoints.traces as traces
+import checkpoints.traces.tables as traces
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
-from checkpoints.traces import list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
-from checkpoints.trace_tree import build_tree
+from checkpoints.traces.tables import list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
+from checkpoints.traces.tree import build_tree
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
 from checkpoints.redaction import REDACTED, Redactor
@@ -143,8 +143,8 @@ def test_trace_rows_are_written_on_the_writer_thread(db, monkeypatch, interval):
         threads.append(threading.current_thread().name)
         return original(store, *args)
 
-    monkeypatch.setattr("checkpoints.traces.write_trace_batch", spy)
-    monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", interval)
+    monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
+    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     # Never a write on the event loop's thread: one batch per node step when steps are slow
     # (here: every step is "slow" with a 0 s interval), else one when the invocation ends.
@@ -157,15 +157,15 @@ def test_no_trace_records_nothing(db):
     import asyncio
 
     from checkpoints.saver import open_saver
-    from graph.builder import build_graph
-    from graph.runner import execute_run
-    from tests.conftest import make_spec
+    from nodes.builder import build_graph
+    from graph.playing import execute_run
+    from tests.conftest import make_config
 
     store = open_writer(db)
 
     async def go():
         async with open_saver(db) as saver:
-            await execute_run(make_spec(turns=1), SEEDS[:1], graph=build_graph(saver), store=store, models=default_models(), trace=False)
+            await execute_run(make_config(turns=1), SEEDS[:1], graph=build_graph(saver), store=store, models=default_models(), trace=False)
 
     asyncio.run(go())
     assert stored_runs(store.db) == [] and store.db["turns"].count == 1
@@ -403,14 +403,14 @@ def test_opening_errors_say_what_to_fix(tmp_path, db, capsys):
 
 def test_a_trace_whose_graph_run_never_ended_still_shows(db, capsys, monkeypatch):
     # As after a SIGKILL: every node step's batch was written, the invocation's last one never was.
-    monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", 0.0)
+    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", 0.0)
     original = traces.write_trace_batch
 
     def killed_before_the_end(store, encoder, items, final=False):
         if not final:
             original(store, encoder, items, final)
 
-    monkeypatch.setattr("checkpoints.traces.write_trace_batch", killed_before_the_end)
+    monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", killed_before_the_end)
     result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     thread = result.outcomes[0].thread_id
     [summary] = list_traces(store.db, thread_id=thread)
@@ -426,9 +426,9 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     import asyncio
 
     from checkpoints.saver import open_saver
-    from graph.builder import build_graph
-    from graph.context import RunContext
-    from graph.runner import StoreWriter, dialogue_config, drive, initial_state
+    from nodes.builder import build_graph
+    from nodes.context import RunContext
+    from graph.playing import StoreWriter, dialogue_config, drive, initial_state
 
     store = open_writer(db)
     thread = "r1:s-gender:implicit/b-1"

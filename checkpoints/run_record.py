@@ -1,0 +1,102 @@
+"""What a run stores in ``runs.config``: its run configuration as a versioned dump, and what that resolved to.
+
+Today's form (``graph.config.RunConfig.run_record`` writes it, ``graph.config.stored_run_config`` validates it)::
+
+    {"run_config": {... RunConfig's fields ..., "schema_version": 1},
+     "resolved": {"models": role → spec, "model_ids": ..., "sampling": ..., "prompt_files": role → SHA-256},
+     ... anything else the writer adds (unaligned seeds; a branch run's parent runs and change)}
+
+A row written before the configuration was stored as itself holds ``{"spec": {...}}`` instead (the old
+``RunSpec`` record); :func:`upgrade` is the one reader of that form. It converts on read and never
+rewrites the row, so a run an older version wrote loads, resumes and refuses changed settings the same.
+Plain dicts only: the store's readers use it too, without the running layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+ROLES = ("user", "target", "judge")
+_RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
+
+
+def upgrade(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ``runs.config`` in today's form (a copy); an old ``{"spec": ...}`` row converted, today's passed through."""
+    config = dict(config or {})
+    if "run_config" in config or "spec" not in config:
+        config.setdefault("run_config", {})
+        config.setdefault("resolved", {})
+        return config
+    spec = dict(config.pop("spec") or {})
+    config["run_config"] = _old_spec_as_run_config(spec)
+    config["resolved"] = {
+        "models": dict(spec.get("models") or {}),
+        "model_ids": dict(spec.get("model_ids") or {}),
+        "sampling": dict(spec.get("sampling") or {}),
+        "prompt_files": dict(spec.get("prompt_files") or {}),
+    }
+    return config
+
+
+def run_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The stored run configuration's fields (a dump of ``RunConfig``), whichever form the row is in."""
+    return upgrade(config)["run_config"]
+
+
+def resolved(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the run resolved its configuration to: model spec and id per role, sampling, prompt-file hashes."""
+    return upgrade(config)["resolved"]
+
+
+def role_specs(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """Role → the model spec the run played (the first target in a grid)."""
+    return {role: str(spec) for role, spec in (resolved(config).get("models") or {}).items() if spec}
+
+
+def _old_spec_as_run_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """An old ``RunSpec`` record as the fields of today's run configuration (sampling, URLs and prompts per role)."""
+    models = dict(spec.get("models") or {})
+    calls = dict(spec.get("calls") or {})
+    stored_sampling = dict(spec.get("sampling") or {})
+    stored_urls = dict(calls.get("base_urls") or {})
+    sampling: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        stored = stored_sampling.get(f"{role}:{models.get(role)}") or stored_sampling.get(role) or {}
+        table = {key: stored[key] for key in ("temperature", "max_tokens") if stored.get(key) is not None}
+        url = stored_urls.get(f"{role}:{models.get(role)}") or stored_urls.get(role)
+        if url and str(models.get(role) or "").startswith("openai:"):
+            table["base_url"] = url  # a stored URL only ever served openai: specs
+        sampling[role] = table
+    for name, stored in stored_sampling.items():  # a grid's targets: sampling and URL per target spec
+        if name.startswith("target:") and isinstance(stored, Mapping):
+            spec_text = name.removeprefix("target:")
+            table = {key: stored[key] for key in ("temperature", "max_tokens") if stored.get(key) is not None}
+            if stored_urls.get(name) and spec_text.startswith("openai:"):
+                table["base_url"] = stored_urls[name]
+            sampling[spec_text] = table
+    targets = spec.get("targets") or ([models["target"]] if models.get("target") else [])
+    run_config: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "modes": list(spec.get("modes") or ([spec["mode"]] if spec.get("mode") else [])),
+        "models": {**{role: models[role] for role in ("user", "judge") if models.get(role)}, **({"targets": list(targets)} if targets else {})},
+        "sampling": sampling,
+        "sampling_seed": int(spec.get("sampling_seed") or 0),
+        "leakage": spec.get("leakage") or "regenerate",
+        "rate_limits": dict(calls.get("rate_limits") or {}),
+        "retry": {key: value for key, value in (calls.get("retry") or {}).items() if key in _RETRY_KEYS},
+        "prompts": {role: {"path": p["path"], "text": p["text"]} for role, p in (calls.get("prompt_files") or {}).items()},
+    }
+    if not run_config["modes"]:
+        del run_config["modes"]
+    # Fields the old record kept under the same meaning: copied only when it has them (a rerun compares those).
+    for old, new in (("run_id", "run_id"), ("turns", "turns"), ("seed_source", "seeds"), ("per_category", "per_category"),
+                     ("categories", "categories"), ("limit", "limit"), ("max_concurrency", "max_concurrency"),
+                     ("samples", "samples"), ("fairmt_dir", "fairmt_dir")):
+        if old in spec:
+            run_config[new] = spec[old]
+    for key in ("cache", "config_file"):
+        if calls.get(key) is not None:
+            run_config[key] = calls[key]
+    return run_config

@@ -1,0 +1,449 @@
+"""Compact trace storage: each trace (one graph invocation) is one compressed stream of run records.
+
+A trace is written as it runs, one chunk per tracer batch (``trace_chunks``: trace id,
+sequence number, zlib bytes ending in a sync flush, so every prefix of the chunks
+decompresses). The decompressed stream is JSON lines; each line is one record:
+
+* ``{"k": "s", ...}`` starts the trace: its start time, base metadata and input state;
+* ``{"k": "r", ...}`` one finished run (graph, node, router or model call);
+* ``{"k": "f", ...}`` one feedback item (the judge's verdict on the target's model call).
+
+What makes it small without losing anything a reader needs:
+
+* **States are stored once.** A LangGraph node's inputs are the dialogue state, which
+  grows every turn. The writer keeps the states of the invocation (the input state,
+  then after each node the state folded with that node's output through the graph's
+  own reducers); an inputs or outputs value equal to one of them is stored as
+  ``{"$state": n}``. The reader folds the same outputs in the same order, so it
+  rebuilds the very same values. A value that differs is stored whole.
+* **Long strings are stored once per trace.** A string of ``MIN_INTERN`` characters or
+  more is written the first time as ``{"$d": n, "v": text}`` and then as ``{"$s": n}``;
+  a long multi-line string is split into lines first (a prompt's history repeats the
+  lines of the previous prompt).
+* **What follows from other fields is not stored:** a run's metadata is stored as its
+  difference from the trace's base metadata, times as microseconds from the trace's
+  start, the dotted order only when it is not the parent's plus this run's own, tokens,
+  status and the thread/run/branch columns are derived from the stored fields.
+
+The zlib stream then compresses field names and the rest. Records are redacted as
+whole lines before compression (``redact``). Decoding rebuilds exactly the rows of
+the plain layout (``trace_runs``), so every reader is unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+MIN_INTERN = 40  # characters: shorter strings are cheaper inline than as references
+SPLIT_MIN = 160  # characters: longer multi-line strings are interned line by line
+KEEP_STATES = 6  # the writer compares a value with this many of the newest states
+_MARKERS = ("$s", "$d", "$state", "$j", "$lit")
+_LEVEL = 6
+
+Fold = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
+
+
+def dotted_time(start: dt.datetime) -> str:
+    """The time part of LangSmith's dotted order."""
+    return start.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+class LazyMessages(list):
+    """A prompt's messages as the model got them, serialised by the encoder (each distinct message once)."""
+
+
+class TraceEncoder:
+    """Turns one trace's run records into compressed chunks; lives as long as the invocation.
+
+    ``fold(state, update)`` applies a node's output to the dialogue state exactly as the
+    graph's reducers do; ``redact(line)`` removes secrets from one JSON line.
+    """
+
+    def __init__(self, trace_id: str, *, fold: Fold, redact: Callable[[str], str], redact_text: Callable[[str], str],
+                 default: Callable[[Any], Any]) -> None:
+        self.trace_id = trace_id
+        self._fold = fold
+        self._redact = redact
+        self._redact_text = redact_text
+        self._default = default
+        self._compressor = zlib.compressobj(_LEVEL)
+        self._strings: dict[str, int] = {}
+        self._messages: dict[Any, Any] = {}
+        self._states: list[tuple[int, Any]] = []  # (index, state), newest last; at most KEEP_STATES
+        self._state_count = 0
+        self._first: tuple[int, Any] | None = None  # the input state: the root run's inputs at the very end
+        self._base_time: dt.datetime | None = None
+        self._base_metadata: dict[str, Any] = {}
+        self.seq = 0
+        self.summary: dict[str, Any] = {
+            "trace_id": trace_id, "model_calls": 0, "prompt_tokens": None, "completion_tokens": None, "errors": 0,
+            "first_turn": None, "last_turn": None, "status": "unfinished",
+        }
+
+    # --- records ---------------------------------------------------------------------------
+
+    def start(self, *, start_time: dt.datetime, metadata: Mapping[str, Any], state: Any) -> dict[str, Any]:
+        """The trace's first record: start time, base metadata and (a new dialogue's) input state."""
+        self._base_time = start_time
+        self._base_metadata = dict(metadata)
+        record: dict[str, Any] = {"k": "s", "t0": start_time.isoformat(), "md": self._walk(self._base_metadata)}
+        if isinstance(state, dict):
+            record["state"] = self._walk(state)
+            self._remember(state)
+        self.summary.update(
+            start_time=start_time.isoformat(), run_id=_str(metadata.get("run_id")),
+            thread_id=_str(metadata.get("thread_id")), branch_id=_branch_of(metadata),
+        )
+        return record
+
+    def run(self, row: Mapping[str, Any], *, is_node: bool) -> dict[str, Any]:
+        """One finished run as a record. ``row`` has the plain layout's fields, JSON ones as values."""
+        run_id, parent = row["id"], row["parent_run_id"]
+        start, end = row["start_time"], row["end_time"]
+        record: dict[str, Any] = {"k": "r", "id": run_id, "rt": row["run_type"], "n": row["name"]}
+        if parent:
+            record["p"] = parent
+        base = self._base_time or start
+        record["t"] = [_micros(start - base), None if end is None else _micros(end - base)]
+        own = dotted_time(start) + run_id
+        expected = f"{row['parent_dotted_order']}.{own}" if parent and row.get("parent_dotted_order") else own
+        if row["dotted_order"] != expected or (parent and not row.get("parent_dotted_order")):
+            record["do"] = row["dotted_order"]
+        if row["error"] is not None:
+            record["e"] = row["error"]
+        for key, field in (("turn", "turn"), ("role", "role"), ("node", "node"), ("model", "model")):
+            if row[field] is not None:
+                record[key] = row[field]
+        metadata = row["metadata"] or {}
+        delta = {k: v for k, v in metadata.items() if k not in ("turn_index", "role") and self._base_metadata.get(k, _ABSENT) != v}
+        missing = [k for k in self._base_metadata if k not in metadata]
+        if delta:
+            record["md"] = self._walk(delta)
+        if missing:
+            record["mx"] = missing
+        if row["tags"]:
+            record["tags"] = row["tags"]
+        if row["extra"]:
+            record["x"] = self._walk(row["extra"])
+        inputs, outputs = row["inputs"], row["outputs"]
+        record["in"] = self._value(inputs)
+        if is_node and isinstance(outputs, Mapping):
+            found = self._match(inputs)
+            base_state = found[1] if found is not None else None
+            if base_state is None and isinstance(inputs, dict):
+                self._remember(inputs)  # stored whole above: now a state both sides know
+                base_state = inputs
+            record["out"] = self._walk(outputs)
+            if base_state is not None:
+                record["f"] = 1  # the reader folds this node's output into its input state
+                self._remember(self._fold(base_state, outputs))
+        else:
+            record["out"] = self._value(outputs)
+        self._count(row)
+        return record
+
+    def feedback(self, fields: Mapping[str, Any], created_at: str) -> dict[str, Any]:
+        return {"k": "f", **{k: self._walk(v) for k, v in fields.items()}, "at": created_at}
+
+    def encode(self, records: Iterable[dict[str, Any]], *, final: bool = False) -> bytes:
+        """Redacted JSON lines, compressed, ending in a sync flush (or the stream's end)."""
+        lines = []
+        for record in records:
+            try:
+                text = json.dumps(record, ensure_ascii=False, default=self._default, skipkeys=True)
+            except (TypeError, ValueError, RecursionError):
+                text = json.dumps(record, ensure_ascii=False, default=repr, skipkeys=True)
+            lines.append(self._redact(text))
+        data = ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+        chunk = self._compressor.compress(data)
+        chunk += self._compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+        self.seq += 1
+        return chunk
+
+    def summary_row(self) -> dict[str, Any]:
+        """The trace's row in ``trace_index`` (text fields redacted)."""
+        return {k: self._redact_text(v) if isinstance(v, str) and k not in ("trace_id", "start_time", "end_time", "status") else v
+                for k, v in self.summary.items()}
+
+    def finish_root(self, row: Mapping[str, Any]) -> None:
+        end = row["end_time"]
+        self.summary.update(
+            end_time=end.isoformat() if end else None, latency=row["latency"], name=row["name"],
+            status="error" if row["error"] else "success",
+        )
+
+    # --- values ------------------------------------------------------------------------------
+
+    def _value(self, value: Any) -> Any:
+        found = self._match(value)
+        return {"$state": found[0]} if found is not None else self._walk(value)
+
+    def _match(self, value: Any) -> tuple[int, Any] | None:
+        """(index, state) of a known state equal to ``value``, newest first."""
+        if not isinstance(value, dict):
+            return None
+        for index, state in reversed(self._states):
+            if value == state:
+                return index, state
+        if self._first is not None and value == self._first[1]:
+            return self._first
+        return None
+
+    def _remember(self, state: Any) -> None:
+        if self._first is None:
+            self._first = (self._state_count, state)
+        self._states.append((self._state_count, state))
+        self._state_count += 1
+        del self._states[:-KEEP_STATES]
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._string(value)
+        if isinstance(value, dict):
+            walked = {k: self._walk(v) for k, v in value.items()}
+            if len(value) <= 2 and any(k in value for k in _MARKERS):
+                return {"$lit": walked}
+            return walked
+        if isinstance(value, LazyMessages):
+            return [self._message(m) for m in value]
+        if isinstance(value, (list, tuple)):
+            return [self._walk(v) for v in value]
+        return value
+
+    def _message(self, message: Any) -> Any:
+        """LangChain's serialised form of a message (``dumpd``), walked, memoised on the message's fields."""
+        try:
+            key = (type(message), tuple((k, repr(v)) for k, v in vars(message).items()))
+        except TypeError:
+            key = None
+        if key is not None and key in self._messages:
+            return self._messages[key]
+        from langchain_core.load import dumpd
+
+        walked = self._walk(dumpd(message))
+        if key is not None:
+            self._messages[key] = _as_refs(walked)  # its long strings are defined now: refer to them next time
+        return walked
+
+    def _string(self, text: str) -> Any:
+        if len(text) < MIN_INTERN:
+            return text
+        index = self._strings.get(text)
+        if index is not None:
+            return {"$s": index}
+        if len(text) >= SPLIT_MIN and "\n" in text:
+            parts = text.splitlines(keepends=True)
+            if len(parts) > 1:
+                return {"$j": [self._string(p) for p in parts]}
+        index = self._strings[text] = len(self._strings)
+        return {"$d": index, "v": text}
+
+    def _count(self, row: Mapping[str, Any]) -> None:
+        s = self.summary
+        if row["run_type"] == "llm":
+            s["model_calls"] += 1
+        for key in ("prompt_tokens", "completion_tokens"):
+            if row[key] is not None:
+                s[key] = (s[key] or 0) + row[key]
+        if row["error"] is not None:
+            s["errors"] += 1
+        turn = row["turn"]
+        if turn is not None:
+            s["first_turn"] = turn if s["first_turn"] is None else min(s["first_turn"], turn)
+            s["last_turn"] = turn if s["last_turn"] is None else max(s["last_turn"], turn)
+
+
+_ABSENT = object()
+
+
+def _as_refs(walked: Any) -> Any:
+    """A walked value with its string definitions turned into references."""
+    if isinstance(walked, dict):
+        if len(walked) == 2 and "$d" in walked and "v" in walked:
+            return {"$s": walked["$d"]}
+        return {k: _as_refs(v) for k, v in walked.items()}
+    if isinstance(walked, list):
+        return [_as_refs(v) for v in walked]
+    return walked
+
+
+def _micros(delta: dt.timedelta) -> int:
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _branch_of(metadata: Mapping[str, Any]) -> str | None:
+    """A branch is a thread of its own (graph.forking): its metadata names the thread it forked from."""
+    value = metadata.get("branch_id") or (metadata.get("thread_id") if metadata.get("parent_thread_id") else None)
+    return _str(value)
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def decode_stream(chunks: Sequence[bytes]) -> list[dict[str, Any]]:
+    """The JSON records of one trace from its chunks in order; a cut-off tail (a killed writer) is dropped."""
+    decompressor = zlib.decompressobj()
+    data = bytearray()
+    for chunk in chunks:
+        try:
+            data += decompressor.decompress(chunk)
+        except zlib.error:
+            break
+    records = []
+    for line in bytes(data).decode("utf-8", errors="replace").split("\n"):
+        if line:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break
+    return records
+
+
+class TraceDecoder:
+    """Rebuilds the plain rows (and feedback items) of one trace from its records."""
+
+    def __init__(self, trace_id: str, *, fold: Fold) -> None:
+        self.trace_id = trace_id
+        self._fold = fold
+        self._strings: dict[int, str] = {}
+        self._states: list[Any] = []
+        self._base_time: dt.datetime | None = None
+        self._base_metadata: dict[str, Any] = {}
+
+    def decode(self, records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        runs, feedback = [], []
+        own: dict[str, tuple[str | None, str]] = {}  # run id → (parent id, own part or whole stored dotted order)
+        for record in records:
+            kind = record.get("k")
+            if kind == "s":
+                self._base_time = dt.datetime.fromisoformat(record["t0"])
+                self._base_metadata = self._unwalk(record.get("md") or {})
+                if "state" in record:
+                    self._states.append(self._unwalk(record["state"]))
+            elif kind == "r":
+                row = self._run(record)
+                own[row["id"]] = (None, record["do"]) if record.get("do") else (row["parent_run_id"], row["dotted_order"])
+                runs.append(row)
+            elif kind == "f":
+                feedback.append({k: self._unwalk(v) for k, v in record.items() if k != "k"})
+        # Children end (and are stored) before their parents: dotted orders are joined up at the end.
+        dotted: dict[str, str] = {}
+
+        def full(run_id: str) -> str:
+            if run_id not in dotted:
+                parent, part = own[run_id]
+                dotted[run_id] = f"{full(parent)}.{part}" if parent in own else part
+            return dotted[run_id]
+
+        for row in runs:
+            row["dotted_order"] = full(row["id"])
+        return runs, feedback
+
+    def _run(self, record: dict[str, Any]) -> dict[str, Any]:
+        run_id, parent = record["id"], record.get("p")
+        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        start_us, end_us = record["t"]
+        start = base + dt.timedelta(microseconds=start_us)
+        end = None if end_us is None else base + dt.timedelta(microseconds=end_us)
+        dotted = dotted_time(start) + run_id  # this run's own part: joined to its parent's in decode()
+        metadata = {k: v for k, v in self._base_metadata.items() if k not in set(record.get("mx") or ())}
+        metadata.update(self._unwalk(record.get("md") or {}))
+        turn, role = record.get("turn"), record.get("role")
+        metadata.update(turn_index=turn, role=role)
+        inputs = self._value(record.get("in"))
+        outputs = self._unwalk(record.get("out"))
+        if record.get("f"):
+            if not (isinstance(record.get("in"), dict) and "$state" in record["in"]):
+                self._states.append(inputs)
+            self._states.append(self._fold(inputs, outputs))
+        else:
+            outputs = self._value(record.get("out"))
+        usage = token_usage(outputs) if record["rt"] == "llm" else {}
+        error = record.get("e")
+        return {
+            "id": run_id,
+            "trace_id": self.trace_id,
+            "parent_run_id": parent,
+            "dotted_order": dotted,
+            "run_type": record["rt"],
+            "name": record["n"],
+            "status": "error" if error else "success",
+            "start_time": start.isoformat(),
+            "end_time": end.isoformat() if end else None,
+            "latency": (end - start).total_seconds() if end else None,
+            "inputs": inputs,
+            "outputs": outputs,
+            "error": error,
+            "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens"),
+            "model": record.get("model"),
+            "run_id": _str(metadata.get("run_id")),
+            "thread_id": _str(metadata.get("thread_id")),
+            "checkpoint_id": _str(metadata.get("checkpoint_id")) if parent is None else None,
+            "checkpoint_ns": _str(metadata.get("langgraph_checkpoint_ns")),
+            "branch_id": _branch_of(metadata),
+            "turn": turn,
+            "role": role,
+            "node": record.get("node"),
+            "step": metadata.get("langgraph_step"),
+            "metadata": metadata,
+            "tags": record.get("tags") or [],
+            "extra": self._unwalk(record.get("x") or {}),
+        }
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, dict) and len(value) == 1 and "$state" in value:
+            index = value["$state"]
+            return self._states[index] if 0 <= index < len(self._states) else None
+        return self._unwalk(value)
+
+    def _unwalk(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if len(value) <= 2:
+                if "$s" in value and len(value) == 1:
+                    return self._strings.get(value["$s"], "[redacted]")
+                if "$d" in value and "v" in value:
+                    text = value["v"] if isinstance(value["v"], str) else str(value["v"])
+                    self._strings[value["$d"]] = text
+                    return text
+                if "$j" in value and len(value) == 1:
+                    return "".join(self._unwalk(p) for p in value["$j"])
+                if "$lit" in value and len(value) == 1:
+                    return {k: self._unwalk(v) for k, v in value["$lit"].items()}
+            return {k: self._unwalk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._unwalk(v) for v in value]
+        return value
+
+
+def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:
+    """Input, output and total tokens of a model run, summed over its generations (LangChain's usage_metadata)."""
+    totals: dict[str, int] = {}
+    if not outputs:
+        return totals
+    for batch in outputs.get("generations") or []:
+        for generation in batch or []:
+            message = generation.get("message") if isinstance(generation, Mapping) else None
+            kwargs = message.get("kwargs") if isinstance(message, Mapping) else None
+            usage = kwargs.get("usage_metadata") if isinstance(kwargs, Mapping) else None
+            if isinstance(usage, Mapping):
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    if isinstance(usage.get(key), int):
+                        totals[key] = totals.get(key, 0) + usage[key]
+    if not totals:  # older integrations report usage only in llm_output
+        usage = (outputs.get("llm_output") or {}).get("token_usage") or {}
+        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("total_tokens", "total_tokens")):
+            if isinstance(usage.get(theirs), int):
+                totals[ours] = usage[theirs]
+    if "total_tokens" not in totals and ("input_tokens" in totals or "output_tokens" in totals):
+        totals["total_tokens"] = totals.get("input_tokens", 0) + totals.get("output_tokens", 0)
+    return totals

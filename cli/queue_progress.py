@@ -1,0 +1,60 @@
+"""``python -m graph.run --run-id R --wait``: the progress of a run its workers play, then its summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from checkpoints.location import PostgresURL
+from checkpoints.paths import StoreError
+from checkpoints.store import open_writer
+from cli.common import console, error_console, fail
+from evals.report.summary import render_summary, run_summary
+from graph.dialogue_jobs import job_counts
+from graph.playing import DialogueOutcome
+
+POLL_S = 1.0
+WAITING = ("todo", "doing")
+
+
+def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s: float = POLL_S) -> int:
+    """Poll the run's jobs until none is waiting or running; then settle the run's status and print its summary."""
+    try:
+        counts = job_counts(url, run_id)
+        if not counts:
+            fail(f"run {run_id} has no jobs in {url}: enqueue it first with --enqueue")
+        total = sum(counts.values())
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[doing]} playing"), console=error_console, disable=as_json) as progress:
+            bar = progress.add_task("dialogues", total=total, doing=counts.get("doing", 0))
+            while True:
+                waiting = sum(counts.get(s, 0) for s in WAITING)
+                progress.update(bar, total=sum(counts.values()), completed=sum(counts.values()) - waiting, doing=counts.get("doing", 0))
+                if not waiting:
+                    break
+                time.sleep(poll_s)
+                counts = job_counts(url, run_id)
+        store = open_writer(url, create=False)
+    except StoreError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        error_console.print(f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} --db {url} --wait")
+        return 130
+    try:
+        store.refresh_run_status(run_id)
+        outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
+        summary = run_summary(store, run_id, outcomes=outcomes)
+        if counts.get("failed"):
+            summary["jobs_failed"] = counts["failed"]
+    finally:
+        store.close()
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        render_summary(summary, console)
+        if counts.get("failed"):
+            error_console.print(f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again")
+    return 0

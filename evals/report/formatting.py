@@ -1,0 +1,27 @@
+"""Estimates as text: a rate as a percentage, with its interval; a coefficient with its interval."""
+
+from __future__ import annotations
+
+from evals.stats.metrics import Estimate
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def interval(est: Estimate) -> str:
+    """"42% [30–55]" (or "–")."""
+    if est.value is None:
+        return "–"
+    if est.low is None or est.high is None:
+        return pct(est.value)
+    return f"{pct(est.value)} [{100 * est.low:.0f}–{100 * est.high:.0f}]"
+
+
+def number(est: Estimate, digits: int = 2) -> str:
+    """"0.41 [0.20–0.60]" for agreement coefficients and scores."""
+    if est.value is None:
+        return "–"
+    if est.low is None or est.high is None:
+        return f"{est.value:.{digits}f}"
+    return f"{est.value:.{digits}f} [{est.low:.{digits}f}–{est.high:.{digits}f}]"

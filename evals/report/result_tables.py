@@ -1,0 +1,212 @@
+"""The report's result tables, by model and mode: bias, turns, categories, re-emergence, coherence, refusal, leakage, agreement, samples, cost."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from checkpoints.samples import sample_of
+from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
+from evals.report.formatting import interval, number
+from evals.report.plots import label_of
+from evals.report.data import ReportData, model_mode, seed_cluster
+from evals.report.tables import TableData
+from nodes.leakage import count_leakage
+
+FAIRMT_TURN = 5  # FairMT-Bench's own protocol judges the fifth turn only
+
+
+def _turn_rate(report: ReportData, key: object, turn: int) -> str:
+    """Bias rate of the replies at one turn (for comparison with FairMT-Bench's fifth-turn protocol)."""
+    summary = report.series.get(key)
+    if summary is None or summary.turns < turn:
+        return "–"
+    return interval(summary.per_turn_rate[turn - 1])
+
+
+def headline_table(report: ReportData) -> TableData:
+    """The paper's table: bias, coherence and refusal by target model and mode."""
+    refusal = {r.key: r for r in report.refusal}
+    coherence = {c.key: c for c in report.coherence}
+    rows = []
+    for row in report.bias:
+        model, mode = row.key
+        rows.append(
+            (
+                model, mode, str(row.n_dialogues), str(row.turns),
+                interval(row.bias_at_end), interval(row.pooled), _turn_rate(report, row.key, FAIRMT_TURN),
+                interval(row.re_emergence),
+                number(coherence[row.key].mean) if row.key in coherence else "–",
+                interval(refusal[row.key].rate) if row.key in refusal else "–",
+            )
+        )
+    return TableData(
+        "Bias, coherence and refusal by model and mode",
+        ("target model", "mode", "dialogues", "turns", "bias by last turn", "biased replies",
+         f"turn-{FAIRMT_TURN} bias", "re-emergence", "coherence (1–5)", f"refusal (turns 1–{REFUSAL_WINDOW})"),
+        tuple(rows),
+        left=2,
+    )
+
+
+def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
+    """Rows are turns, columns are model · mode groups; each cell a rate, its interval and its sample."""
+    keys = list(report.series)
+    turns = max([1, *(s.turns for s in report.series.values())])
+    rows = []
+    for t in range(1, turns + 1):
+        cells = [str(t)]
+        for key in keys:
+            summary = report.series[key]
+            if t > summary.turns:
+                cells.append("")
+            elif cumulative:
+                c, e = summary.cumulative[t - 1], summary.cumulative_rate[t - 1]
+                cells.append(f"{interval(e)} ({c.n_biased_dialogues}/{c.n_dialogues})")
+            else:
+                p, e = summary.per_turn[t - 1], summary.per_turn_rate[t - 1]
+                cells.append(f"{interval(e)} ({p.n_biased}/{p.n_labelled})")
+        rows.append(tuple(cells))
+    title = (
+        "Cumulative bias by turn: dialogues with ≥1 biased reply so far (biased/eligible)"
+        if cumulative
+        else "Per-turn bias: biased replies at each turn (biased/labelled)"
+    )
+    return TableData(title, ("turn", *(label_of(k) for k in keys)), tuple(rows), left=1)
+
+
+def category_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_labelled), str(row.n_unparsed),
+            interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
+        )
+        for row in report.categories
+    )
+    return TableData(
+        "Bias by category",
+        ("category", "target model", "mode", "dialogues", "replies labelled", "unparsed", "bias by last turn",
+         "biased replies", "re-emergence"),
+        rows,
+        left=3,
+    )
+
+
+def re_emergence_table(report: ReportData) -> TableData:
+    start, end = DELTA_WINDOW
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_re_emerging), interval(row.re_emergence),
+            "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
+            "–" if row.delta.value is None else f"{100 * row.delta.value:+.0f} pts"
+            + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),
+        )
+        for row in report.bias
+    )
+    return TableData(
+        "Re-emergence (biased → clean → biased) and late emergence",
+        ("target model", "mode", "dialogues", "re-emerging", "re-emergence rate", "median first-bias turn",
+         f"Δ cumulative bias, turn {start}→{end}"),
+        rows,
+        left=2,
+    )
+
+
+def coherence_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (*row.key, str(row.n_dialogues), str(row.n_scored), str(row.n_unparsed), number(row.mean))
+        for row in report.coherence
+    )
+    return TableData(
+        "Coherence (1–5, mean of parsed scores)",
+        ("target model", "mode", "dialogues", "scored", "unparsed", "mean [95% CI]"),
+        rows,
+        left=2,
+    )
+
+
+def refusal_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (
+            *row.key, str(row.n_dialogues), str(row.n_classified), str(row.n_refusing), str(row.n_unparsed),
+            interval(row.rate), interval(row.turn_rate),
+        )
+        for row in report.refusal
+    )
+    return TableData(
+        f"Refusal: dialogues with ≥1 refusal in turns 1–{REFUSAL_WINDOW}",
+        ("target model", "mode", "dialogues", f"classified (turns 1–{REFUSAL_WINDOW})", "with a refusal",
+         "unparsed verdicts", "refusal rate", "refused replies (all turns)"),
+        rows,
+        left=2,
+    )
+
+
+def agreement_report_table(report: ReportData) -> TableData:
+    rows = tuple(
+        (a, b, str(x.n_items), str(x.n_compared), number(x.percent), number(x.kappa), number(x.ac1))
+        for a, b, x in report.agreements
+    )
+    return TableData(
+        "Agreement between label sets (items are turns)",
+        ("label set", "versus", "turns", "compared", "percent", "Cohen's kappa", "Gwet's AC1"),
+        rows,
+        left=2,
+    )
+
+
+def leakage_report_table(report: ReportData) -> TableData:
+    """Seed leakage of the simulated user turns by target model and mode."""
+    rows = []
+    for (model, mode), members in sorted(group(report.dataset.dialogues, model_mode).items()):
+        counts = count_leakage([asdict(t) for d in members for t in d.turns])
+        if not counts.scored:
+            continue
+        rows.append((model, mode, str(counts.scored), str(counts.leaked), str(counts.redrawn), str(counts.rejected),
+                     "–" if counts.max_score is None else f"{counts.max_score:.2f}"))
+    return TableData(
+        title="Seed leakage of user turns",
+        headers=("target model", "mode", "user turns scored", "state the seed (flagged)", "redrawn", "drafts rejected", "max score"),
+        rows=tuple(rows),
+        left=2,
+    )
+
+
+def sample_spread_rows(report: ReportData) -> list[tuple[str, str, str, str, str, str]]:
+    """Per (target, mode, seed) with several samples: bias by the last turn per sample and biased replies per sample."""
+    rows = []
+    for (model, mode), ds in group(report.dataset.dialogues, model_mode).items():
+        for seed_id, members in group(ds, seed_cluster).items():
+            if len(members) < 2:
+                continue
+            members = sorted(members, key=lambda d: sample_of(d.thread_id))
+            ended = [BIASED in d.labels for d in members]
+            shares = [(d.labels.count(BIASED), d.labels.count(BIASED) + d.labels.count(NOT_BIASED)) for d in members]
+            rates = [b / n for b, n in shares if n]
+            spread = f"{100 * (max(rates) - min(rates)):.0f} pts" if rates else "–"
+            rows.append((model, mode, seed_id, str(len(members)), f"{sum(ended)}/{len(ended)}",
+                         " ".join(f"{b}/{n}" for b, n in shares) + f" (range {spread})"))
+    return rows
+
+
+def sample_spread_table(report: ReportData) -> TableData:
+    return TableData(
+        "Between-sample spread per seed",
+        ("target model", "mode", "seed", "samples", "samples with bias by the last turn", "biased/labelled replies per sample"),
+        tuple(sample_spread_rows(report)),
+        left=3,
+    )
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
+def cost_table(report: ReportData) -> TableData:
+    rows = []
+    for run_id, usage in report.usage:
+        for r in usage["by_role"]:
+            rows.append((run_id, r["role"], r["spec"], str(r["calls"]), f"{r['input_tokens']:,}", f"{r['output_tokens']:,}", _usd(r["usd"])))
+        rows.append((run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"])))
+    return TableData("Tokens and cost by run, role and model", ("run", "role", "spec", "model calls", "input tokens",
+                     "output tokens", "USD"), tuple(rows), left=3)

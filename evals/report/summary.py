@@ -1,0 +1,235 @@
+"""The end-of-run summary: per-turn and cumulative bias, unparsed labels, failures; as a dict or a table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from checkpoints.queries import StoreQueries
+from checkpoints.run_record import resolved, role_specs, run_settings
+from evals.cost import Pricing, run_usage, usage_summary
+from evals.stats.metrics import summarise
+from evals.scorers.judge_validation import run_validation, validation_text
+from nodes.leakage import count_leakage
+
+BASE_MODEL_NOTE = (
+    "The embedded model (local:gemma3-270m) is a 270M-parameter base model: it makes the pipeline run "
+    "offline, and its numbers are no basis for conclusions about any other model."
+)
+
+
+def run_summary(
+    store: StoreQueries, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
+    pricing: Pricing | None = None, budget: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
+
+    ``calls`` (from graph.run) adds this invocation's response-cache hits and retries; ``pricing``
+    the run's cost from its stored tokens; ``budget`` what ``--max-cost`` did.
+    """
+    run = store.get_run(run_id) or {"config": {}}
+    settings = run_settings(run["config"])
+    turns = int(settings.get("turns") or 1)
+    matrix_by_thread = store.label_matrix(run_id)
+    dialogues = store.dialogues(run_id)
+    # Repeated samples of a seed are one observation: intervals then resample seeds (clustered).
+    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(settings.get("samples") or 1) > 1 else None
+    clusters = [seed_of.get(t, t) for t in matrix_by_thread] if seed_of else None
+    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns,
+                        clusters=clusters)
+    failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
+    paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
+    models = role_specs(run["config"])
+    targets = (settings.get("models") or {}).get("targets") or [models.get("target")]
+    modes = settings.get("modes") or [None]
+    summary: dict[str, Any] = {
+        "run_id": run_id,
+        "db": str(store.path),
+        "mode": modes[0],
+        "turns": turns,
+        "models": models,
+        "model_ids": resolved(run["config"]).get("model_ids", {}),
+        "dialogues": len(dialogues),
+        "finished": sum(1 for d in dialogues if d["status"] == "finished"),
+        "failed": failed,
+        "paused": paused,
+        "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
+        "unparsed_labels": metrics.n_unparsed,
+        "per_turn": [
+            {"turn": t.turn, "labelled": t.n_labelled, "biased": t.n_biased, "unparsed": t.n_unparsed,
+             "rate": e.value, "ci95": [e.low, e.high]}
+            for t, e in zip(metrics.per_turn, metrics.per_turn_rate)
+        ],
+        "cumulative": [
+            {"turn": c.turn, "dialogues": c.n_dialogues, "with_bias": c.n_biased_dialogues,
+             "rate": e.value, "ci95": [e.low, e.high]}
+            for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
+        ],
+        "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
+        "unaligned_seeds": run["config"].get("unaligned_seeds", []),
+        "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
+        "targets": targets,
+        "modes": modes,
+        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
+        "cache": (calls or {}).get("cache"),
+        "retries": (calls or {}).get("retries"),
+        "samples": int(settings.get("samples") or 1),
+        "cost": usage_summary(run_usage(store, run_id), pricing),
+        "budget": budget,
+        "held_this_time": sum(1 for o in outcomes if o.status == "held"),
+        "leakage": run_leakage(store, run_id),
+        "judge_validation": run_validation(store, run_id),
+    }
+    if budget and budget.get("held"):
+        summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
+                             "raise --max-cost to play the dialogues held back)")
+    elif failed:
+        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
+    elif paused:
+        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
+    return summary
+
+
+def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
+    """Seed leakage over the run's scored user turns, with the threads and turns still flagged."""
+    rows = store.user_turns(run_id)
+    counts = count_leakage(rows).as_dict()
+    counts["flagged"] = [f"{r['thread_id']} turn {r['idx']}" for r in rows if r["leaked"]]
+    return counts
+
+
+def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None,
+            seed_of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Bias by (target, mode): a grid run compares targets and modes, not their pool."""
+    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for d in dialogues:
+        by_group.setdefault((d.get("target") or default_target or "", d["mode"]), []).append(d)
+    groups = []
+    for (target, mode), members in sorted(by_group.items()):
+        kept = [d["thread_id"] for d in members if d["thread_id"] in matrix]
+        clusters = [seed_of[t] for t in kept] if seed_of else None
+        m = summarise([matrix[t] for t in kept], turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns, clusters=clusters)
+        last = m.cumulative_rate[-1] if m.cumulative_rate else None
+        groups.append({
+            "target": target,
+            "mode": mode,
+            "dialogues": len(members),
+            "finished": sum(1 for d in members if d["status"] == "finished"),
+            "unparsed_labels": m.n_unparsed,
+            "per_turn_rate": [e.value for e in m.per_turn_rate],
+            "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
+            "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
+        })
+    return groups
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def _interval(ci: list[float | None]) -> str:
+    low, high = ci
+    return "" if low is None or high is None else f"[{100 * low:.0f}–{100 * high:.0f}]"
+
+
+def render_summary(summary: dict[str, Any], console: Console) -> None:
+    """The summary as rich tables; model output never reaches markup."""
+    modes = ", ".join(summary.get("modes") or [summary["mode"]])
+    title = Text(f"Run {summary['run_id']} · {modes} · {summary['dialogues']} dialogues × {summary['turns']} turns")
+    table = Table(title=title, show_lines=False)
+    table.add_column("turn", justify="right")
+    table.add_column("bias rate", justify="right")
+    table.add_column("95% CI", justify="right")
+    table.add_column("biased/labelled", justify="right")
+    table.add_column("unparsed", justify="right")
+    table.add_column("cumulative", justify="right")
+    table.add_column("95% CI", justify="right")
+    for turn, cum in zip(summary["per_turn"], summary["cumulative"]):
+        table.add_row(
+            str(turn["turn"]),
+            _pct(turn["rate"]),
+            _interval(turn["ci95"]),
+            f"{turn['biased']}/{turn['labelled']}",
+            str(turn["unparsed"]),
+            _pct(cum["rate"]),
+            _interval(cum["ci95"]),
+        )
+    console.print(table)
+    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
+    if len(summary.get("targets") or []) > 1:
+        models += f", targets={', '.join(summary['targets'])}"
+    console.print(Text(f"models: {models}"))
+    if len(summary.get("groups") or []) > 1:
+        by_group = Table(title=Text("by target and mode"))
+        for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
+            by_group.add_column(column, justify="left" if column in ("target", "mode") else "right")
+        for g in summary["groups"]:
+            final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
+            by_group.add_row(Text(g["target"]), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}", _pct(final["rate"]),
+                             _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
+        console.print(by_group)
+    re_em = summary["re_emergence"]
+    console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
+    leak = summary.get("leakage")
+    if leak and leak["scored"]:
+        line = (f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
+                f" · {leak['redrawn']} turns redrawn ({leak['rejected']} drafts rejected)")
+        console.print(Text(line, style="yellow" if leak["leaked"] else ""))
+        for where in leak["flagged"][:10]:
+            console.print(Text(f"  leaked: {where}", style="yellow"))
+    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
+    for item in summary["failed"]:
+        console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
+    if summary.get("unaligned_seeds"):
+        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
+    if "resume" in summary:
+        console.print(Text(f"resume: {summary['resume']}", style="yellow"))
+    cache, retries = summary.get("cache"), summary.get("retries")
+    if cache:
+        line = "response cache off" if not cache["enabled"] else (
+            f"response cache: {cache['hits']} hits, {cache['misses']} misses ({_pct(cache['hit_rate'])} hit rate)")
+        if retries:
+            line += f" · retries {retries['retries']}" + (
+                f" ({', '.join(f'{k}: {v}' for k, v in retries['by_reason'].items())})" if retries["by_reason"] else "")
+            if retries["rate_limited_seconds"]:
+                line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
+        console.print(Text(line, style="dim"))
+    _render_cost(summary, console)
+    if summary.get("judge_validation"):
+        validated = summary["judge_validation"].get("validation") is not None
+        console.print(Text(validation_text(summary["judge_validation"]), style="" if validated else "yellow"))
+    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
+             else "this local file")
+    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
+    for note in summary["notes"]:
+        console.print(Text(note, style="bold yellow"))
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else str(n)
+
+
+def _render_cost(summary: dict[str, Any], console: Console) -> None:
+    """Tokens per role and, with a pricing file, their cost; what the cost cap did."""
+    cost = summary.get("cost")
+    if cost and cost["by_role"]:
+        parts = []
+        for r in cost["by_role"]:
+            usd = "" if r["usd"] is None else f" ${r['usd']:.4f}"
+            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
+        line = "tokens in→out: " + "; ".join(parts)
+        if cost["pricing"]:
+            line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
+        console.print(Text(line, style="dim"))
+    budget = summary.get("budget")
+    if budget:
+        if budget["held"]:
+            console.print(Text(
+                f"cost cap ${budget['max_usd']:.2f} reached (spent ${budget['spent_usd']:.4f}): {budget['held']} dialogues not started; "
+                "the run is resumable", style="bold yellow"))
+        else:
+            console.print(Text(f"cost cap ${budget['max_usd']:.2f}: spent ${budget['spent_usd']:.4f}, not reached", style="dim"))

@@ -1,0 +1,61 @@
+"""Which judge was validated, and how well: ``evals.judge`` records a score, summaries and reports cite it.
+
+A validation is keyed on the judge spec and the SHA-256 of the judge prompt it used: a run is
+covered only by a validation of the same model with the same rubric. Without one, the summary
+says the judge is unvalidated (and how to validate it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoints.queries import StoreQueries
+from checkpoints.run_record import resolved, role_specs
+from checkpoints.store import Writer
+
+
+
+def record_validation(
+    store: Writer, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+) -> None:
+    """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
+    store.record_validation(judge_model=judge_model, prompt_hash=prompt_hash, file=file, file_sha256=file_sha256, result=result)
+
+
+def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:
+    """The newest validation of this judge spec with this prompt, or None."""
+    if not judge_model or not prompt_hash:
+        return None
+    return store.latest_validation(judge_model, prompt_hash)
+
+
+def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
+    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the built-in one for its style."""
+    files = resolved(config).get("prompt_files") or {}
+    if files.get("judge"):
+        return files["judge"]
+    judge = role_specs(config).get("judge") or ""
+    return prompt_hashes.get("judge_bias.transcript" if judge.startswith("local:") else "judge_bias")
+
+
+def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
+    """{"judge_model", "prompt_hash", "validation": row or None} for a stored run."""
+    run = store.get_run(run_id) or {"config": {}, "prompt_hashes": {}}
+    judge = role_specs(run["config"]).get("judge")
+    digest = judge_prompt_hash(run["config"], run.get("prompt_hashes") or {})
+    return {"judge_model": judge, "prompt_hash": digest, "validation": find_validation(store, judge, digest)}
+
+
+def validation_text(entry: dict[str, Any]) -> str:
+    """One line for a summary or report: the validation's accuracy and AC1 with the file's size, or "unvalidated"."""
+    v = entry.get("validation")
+    judge, digest = entry.get("judge_model") or "?", (entry.get("prompt_hash") or "?")[:12]
+    if not v:
+        return (f"judge {judge} (prompt sha256 {digest}) is unvalidated: score it on labelled pairs with "
+                f"python -m evals.judge PAIRS.jsonl --judge-model {judge} (same --judge-prompt) before trusting its labels")
+    acc = "–" if v["accuracy"] is None else f"{100 * v['accuracy']:.0f}%"
+    if v["accuracy"] is not None and v["accuracy_low"] is not None and v["accuracy_high"] is not None:
+        acc += f" [{100 * v['accuracy_low']:.0f}–{100 * v['accuracy_high']:.0f}]"
+    ac1 = "–" if v["ac1"] is None else f"{v['ac1']:.2f}"
+    return (f"judge {judge} (prompt sha256 {digest}) validated on {v['file']} (n={v['n_items']}, "
+            f"{v['n_compared']} parsed): accuracy {acc}, AC1 {ac1} ({v['created_at'][:10]})")

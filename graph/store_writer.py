@@ -1,0 +1,69 @@
+"""The store's writer for a running dialogue: its methods awaited on one worker thread, tracer batches included."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from checkpoints.store import Writer
+from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.tables import TraceItem
+
+T = TypeVar("T")
+
+
+class StoreWriter:
+    """The :class:`Writer`'s methods, awaited on one worker thread, so the event loop never blocks on SQLite.
+
+    The checkpointer shares the database file through its own async connection; a
+    blocking write on the loop while it holds the write lock would wait forever. Every
+    call runs in order on the one thread, tracer batches included.
+    """
+
+    def __init__(self, store: Writer, *, trace: bool = True) -> None:
+        self.store = store
+        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+
+    async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    # --- the writer's methods, typed -------------------------------------------------
+    async def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
+        await self._run(self.store.start_run, run_id, config=config, prompt_hashes=prompt_hashes, versions=versions)
+
+    async def finish_run(self, run_id: str, status: str) -> None:
+        await self._run(self.store.finish_run, run_id, status)
+
+    async def refresh_run_status(self, run_id: str) -> str:
+        return await self._run(self.store.refresh_run_status, run_id)
+
+    async def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
+        await self._run(self.store.upsert_dialogue, thread_id, **fields)
+
+    async def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
+        return await self._run(self.store.get_dialogue, thread_id)
+
+    async def record_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> None:
+        await self._run(self.store.record_turns, thread_id, turns)
+
+    async def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
+        await self._run(self.store.add_set, name, run_id=run_id, parent_run_id=parent_run_id, fork_turn=fork_turn, change=change)
+
+    async def add_set_member(self, set_name: str, thread_id: str, parent_thread_id: str) -> None:
+        await self._run(self.store.add_set_member, set_name, thread_id, parent_thread_id)
+
+    def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
+        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
+        return self._executor.submit(self.store.write_trace_batch, encoder, items, final)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
+        return self._executor.submit(fn, self.store, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)

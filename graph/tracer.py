@@ -1,0 +1,265 @@
+"""Local LangSmith-style tracing: every run of a dialogue invocation (graph, node, model call) into SQLite.
+
+A :class:`DialogueTracer` is a ``langchain_core`` tracer attached to each graph
+invocation through its config (see :func:`traced`), beside LangSmith's own tracer
+when ``LANGSMITH_TRACING=true``: both see the same run ids. Its callbacks fire on
+the event loop, so they only turn each finished run into a redacted JSON row and
+buffer it; batches go to the store's writer thread (after a node step, at most every
+FLUSH_INTERVAL, and when the invocation ends), never as a blocking write on the loop
+(the checkpointer may hold the write lock). A SIGKILL loses at most the last batch.
+
+Each run gets the dialogue's metadata (run id, thread id, branch id) and, derived
+from LangGraph's metadata and the node's input state, its turn index, node and role:
+a node of turn K sees K user messages in its input (a user node, simulated or
+scripted, sees K-1 and writes the K-th). Judge verdicts become feedback (key
+``bias``) on the target's model call of the same turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.schemas import Run
+
+from checkpoints.redaction import Redactor, _json_default
+from checkpoints.traces.codec import LazyMessages, TraceEncoder, token_usage
+from checkpoints.traces.tables import TraceItem
+from checkpoints.vocabulary import LABEL_SCORES
+from checkpoints.reducers import apply_update
+
+from graph.store_writer import StoreWriter
+
+logger = logging.getLogger(__name__)
+
+# Dialogue roles of the model nodes; other nodes (termination, routers) have no role.
+NODE_ROLES = {"user_simulator": "user", "scripted_user": "user", "target": "target", "judge": "judge"}
+HIDDEN_TAG = "langsmith:hidden"
+FLUSH_INTERVAL = 0.2  # seconds: node steps faster than this are written together
+
+
+# --- the tracer -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunPlace:
+    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role."""
+
+    depth: int
+    node: str | None
+    turn: int | None
+    role: str | None
+    is_node: bool = False  # the node's own run (its inputs are the dialogue state, its outputs the update)
+
+
+class DialogueTracer(BaseTracer):
+    """Records each finished run of one graph invocation, encoded and written off the event loop.
+
+    Rows are the plain layout's fields with JSON values as Python values; the store's writer
+    thread encodes them into the trace's compact stream (checkpoints.traces.codec), redacting
+    each record as a whole.
+    """
+
+    # Called where the callback fires (on the loop); it only buffers, so it never blocks there.
+    run_inline = True
+
+    def __init__(self, submit: Callable[..., Any], *, redactor: Redactor | None = None) -> None:
+        super().__init__(_schema_format="original+chat")
+        self._submit = submit
+        self._redactor = redactor or Redactor.from_environ()
+        self._lock = threading.Lock()
+        self._pending: list[TraceItem] = []
+        self._flushed_at = time.monotonic()
+        self._places: dict[UUID, _RunPlace] = {}
+        self._dotted: dict[UUID, str] = {}
+        self._hidden: set[UUID] = set()
+        self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
+        self._encoder: TraceEncoder | None = None
+
+    def _create_chat_model_run(self, serialized: dict[str, Any], messages: list[list[Any]], run_id: UUID, **kwargs: Any) -> Run:
+        # LangChain serialises every prompt message here, on the event loop, for every call: a
+        # dialogue's prompt repeats all earlier messages, so that is quadratic work. The messages
+        # are kept as they are; the writer thread serialises each distinct message once.
+        run = super()._create_chat_model_run(serialized, [[] for _ in messages], run_id, **kwargs)
+        run.inputs = {"messages": [LazyMessages(batch) for batch in messages]}
+        return run
+
+    def _persist_run(self, run: Run) -> None:
+        """Rows are written as each run ends (see ``_on_run_update``); nothing is left at the root."""
+
+    def _on_run_create(self, run: Run) -> None:
+        parent = run.parent_run_id
+        if HIDDEN_TAG in (run.tags or ()) or (parent is not None and parent in self._hidden):
+            self._hidden.add(run.id)
+            return
+        self._dotted[run.id] = run.dotted_order
+        above = self._places.get(parent) if parent is not None else None
+        if above is None:
+            self._places[run.id] = _RunPlace(depth=0, node=None, turn=None, role=None)
+            if self._encoder is None:
+                self._encoder = TraceEncoder(
+                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,
+                    redact_text=self._redactor.text, default=_json_default,
+                )
+                with self._lock:
+                    self._pending.append(("start", {"start_time": run.start_time, "metadata": dict(run.metadata),
+                                                    "state": run.inputs}))
+            return
+        node = run.metadata.get("langgraph_node")
+        if above.node is None and node and run.name == node:
+            turn = _turn_of(node, run.inputs)
+            self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
+                                             is_node=True)
+        else:
+            self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1, is_node=False)
+
+    def _on_run_update(self, run: Run) -> None:
+        if run.id in self._hidden:
+            self._hidden.discard(run.id)
+            return
+        place = self._places.pop(run.id, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
+        parent_dotted = self._dotted.get(run.parent_run_id) if run.parent_run_id is not None else None
+        self._dotted.pop(run.id, None)
+        try:
+            items: list[TraceItem] = [("run", self._row(run, place, parent_dotted), place.is_node)]
+            if place.role == "target" and run.run_type in ("llm", "chat_model") and place.turn is not None:
+                self._target_calls[place.turn] = str(run.id)
+            if place.node == "judge" and run.name == "judge" and place.depth == 1:
+                items += self._verdicts(run, place)
+        except Exception:  # noqa: BLE001 - tracing must never break a dialogue
+            logger.exception("could not record trace run %s (%s)", run.id, run.name)
+            return
+        with self._lock:
+            self._pending.extend(items)
+        # Rows go out when the invocation ends, or when a node step ends and the last batch is
+        # FLUSH_INTERVAL old: a slow model call is written at once, fast steps are batched.
+        if place.depth == 0:
+            self.flush(final=True)
+        elif place.depth == 1 and time.monotonic() - self._flushed_at >= FLUSH_INTERVAL:
+            self.flush()
+
+    def flush(self, *, final: bool = False) -> None:
+        """Hand the buffered rows to the writer; returns at once."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._flushed_at = time.monotonic()
+        if not batch or self._encoder is None:
+            return
+        try:
+            future = self._submit(self._encoder, batch, final)
+        except RuntimeError:  # the writer already shut down (an interrupted run): nothing to write to
+            logger.debug("trace writer closed; %d trace items dropped", len(batch))
+            return
+        if isinstance(future, Future):
+            future.add_done_callback(_log_write_failure)
+
+    def _row(self, run: Run, place: _RunPlace, parent_dotted: str | None) -> dict[str, Any]:
+        metadata = dict(run.metadata)
+        metadata.update(turn_index=place.turn, role=place.role)
+        extra = {k: v for k, v in run.extra.items() if k != "metadata" and not k.startswith("__")}
+        usage = token_usage(run.outputs)
+        end = run.end_time
+        return {
+            "id": str(run.id),
+            "trace_id": str(run.trace_id),
+            "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
+            "dotted_order": run.dotted_order,
+            "parent_dotted_order": parent_dotted,
+            # LangSmith records chat models as "llm" runs.
+            "run_type": "llm" if run.run_type == "chat_model" else run.run_type,
+            "name": run.name,
+            "start_time": run.start_time,
+            "end_time": end,
+            "latency": (end - run.start_time).total_seconds() if end else None,
+            "inputs": run.inputs,
+            "outputs": run.outputs,
+            "error": None if run.error is None else str(run.error),
+            "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "model": _model_of(run, metadata),
+            "turn": place.turn,
+            "role": place.role,
+            "node": place.node,
+            "metadata": metadata,
+            "tags": run.tags or [],
+            "extra": extra,
+        }
+
+    def _verdicts(self, run: Run, place: _RunPlace) -> list[TraceItem]:
+        """Feedback from the judge node's output: key ``bias``, 1 biased, 0 not biased, None unparsed."""
+        items: list[TraceItem] = []
+        for record in (run.outputs or {}).get("turns") or []:
+            if not isinstance(record, Mapping) or "label" not in record:
+                continue
+            turn = record.get("index", place.turn)
+            label = record["label"]
+            items.append(
+                (
+                    "feedback",
+                    {
+                        "trace_run_id": self._target_calls.get(turn),  # None: the reader finds it in the thread
+                        "thread_id": run.metadata.get("thread_id"),
+                        "turn": turn,
+                        "key": "bias",
+                        "score": LABEL_SCORES.get(label),
+                        "value": label,
+                        "comment": record.get("rationale"),
+                        "source_run_id": str(run.id),
+                        "extra": {"p_biased": record.get("p_biased"), "judge_model": record.get("judge_model")},
+                    },
+                )
+            )
+        return items
+
+
+def _turn_of(node: str, inputs: Any) -> int | None:
+    """The turn a node works on, from its input state: K user messages in turn K (K-1 before the simulator)."""
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if not isinstance(messages, list):
+        return None
+    users = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "user")
+    return users + 1 if NODE_ROLES.get(node) == "user" else users
+
+
+def _model_of(run: Run, metadata: Mapping[str, Any]) -> str | None:
+    if run.run_type not in ("llm", "chat_model"):
+        return None
+    params = run.extra.get("invocation_params") or {}
+    for value in (metadata.get("ls_model_name"), params.get("model"), params.get("model_name"), params.get("_type")):
+        if value:
+            return str(value)
+    return run.name
+
+
+def _log_write_failure(future: Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.error("writing trace rows failed: %s", future.exception(), exc_info=future.exception())
+
+
+# --- attaching --------------------------------------------------------------------------
+
+
+def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> DialogueTracer:
+    """A tracer whose rows are written by ``write``'s worker thread, in order with the store's other writes."""
+    return DialogueTracer(write.queue_trace_batch, redactor=redactor)
+
+
+def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:
+    """``config`` with a fresh :class:`DialogueTracer` added to its callbacks (LangSmith's, if on, stays)."""
+    tracer = create_tracer(write)
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        callbacks = callbacks.copy()
+        callbacks.add_handler(tracer, inherit=True)
+    else:
+        callbacks = [*(callbacks or []), tracer]
+    return {**config, "callbacks": callbacks}

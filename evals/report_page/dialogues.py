@@ -1,0 +1,147 @@
+"""The dialogues of a report page: read through the read-only reader, packed as a small index and compressed bodies.
+
+The index (one entry per dialogue and branch: grouping keys, labels by turn, the branch tree)
+is plain JSON the page reads at once. Bodies (messages, rationales, leakage) are gzip-compressed
+JSON in chunks of whole trees, decoded in the browser only when a dialogue is opened, so a
+paper-size run stays a small file that shows its results at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoints.branching import describe_change
+from checkpoints.chat_export import leaked, leakage_by_turn
+from checkpoints.readers import Reader
+from checkpoints.records import DialogueRecord
+from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS, UNPARSED
+
+MAX_BRANCH_DEPTH = 8
+CHUNK_CHARS = 256 * 1024  # uncompressed body JSON per chunk: opening a dialogue decodes one chunk only
+LABEL_CODES = {BIASED: "b", NOT_BIASED: "n", UNPARSED: "u"}  # "-": no label
+
+
+@dataclass(frozen=True)
+class PageDialogue:
+    """One dialogue as the page shows it, with its branches (each a PageDialogue too)."""
+
+    record: DialogueRecord
+    leakage: dict[int, dict[str, Any]]
+    branches: tuple["PageDialogue", ...]
+
+    @property
+    def target(self) -> str:
+        return self.record.models.get("target") or "?"
+
+    @property
+    def leak_state(self) -> str:
+        states = [leaked(v) for v in self.leakage.values()]
+        if not any(s is not None for s in states):
+            return "none"
+        return "leaked" if any(states) else "clean"
+
+
+def collect(reader: Reader, run_ids: Sequence[str], *, label_set: str = PRIMARY_LABELS) -> list[PageDialogue]:
+    """Every dialogue of the runs (parents first) with its branch tree, read through the read-only reader."""
+
+    def load(thread_id: str, depth: int, seen: set[str]) -> PageDialogue | None:
+        record = reader.dialogue(thread_id, label_set=label_set)
+        if record is None:
+            return None
+        seen.add(thread_id)
+        children = []
+        if depth < MAX_BRANCH_DEPTH:
+            for b in record.branches:
+                if b.thread_id not in seen and (child := load(b.thread_id, depth + 1, seen)) is not None:
+                    children.append(child)
+        return PageDialogue(record=record, leakage=leakage_by_turn(reader, thread_id), branches=tuple(children))
+
+    out = []
+    for run_id in run_ids:
+        summaries = reader.summaries(run_id=run_id, label_set=label_set)
+        in_run = {s.thread_id for s in summaries}
+        for summary in summaries:
+            # A branch of this run whose parent is here too is shown inside its parent.
+            if summary.parent_thread_id in in_run:
+                continue
+            if (page := load(summary.thread_id, 0, set())) is not None:
+                out.append(page)
+    return out
+
+
+def label_codes(record: DialogueRecord) -> str:
+    """One letter per planned turn: b biased, n not biased, u unparsed, - no label."""
+    by_idx = {t.idx: t.label for t in record.turns}
+    return "".join(LABEL_CODES.get(by_idx.get(i) or "", "-") for i in range(1, record.planned_turns + 1))
+
+
+def _leak_text(fields: dict[str, Any]) -> list[Any]:
+    """[flagged (1/0/None), "field value, ..."] for one turn's leakage audit."""
+    flag = leaked(fields)
+    text = ", ".join(f"{k} {round(v, 3) if isinstance(v, float) else v}" for k, v in fields.items())
+    return [None if flag is None else int(flag), text]
+
+
+def _body(page: PageDialogue) -> dict[str, Any]:
+    """Messages, labels and rationales from the fork on (a branch's earlier turns are its parent's)."""
+    record = page.record
+    start = int(record.fork_turn or 1) if record.parent_thread_id else 1
+    turns = []
+    for t in record.turns:
+        if t.idx < start:
+            continue
+        leak = page.leakage.get(t.idx)
+        turns.append([
+            t.idx, t.user_message, t.reply, t.utterance_type, t.label, t.rationale, t.p_biased, t.judge_model,
+            t.judge_raw if t.label == UNPARSED else None, t.inherited_from, _leak_text(leak) if leak else None,
+        ])
+    return {"statement": record.statement, "error": record.error, "turns": turns}
+
+
+def _node(page: PageDialogue, parent: int, chunk: int, nodes: list[dict[str, Any]], bodies: dict[str, Any]) -> int:
+    record = page.record
+    index = len(nodes)
+    node = {
+        "id": record.thread_id, "run": record.run_id, "cat": record.category or "?", "mode": record.mode or "?",
+        "tgt": page.target, "st": record.status or "?", "lab": label_codes(record), "leak": page.leak_state,
+        "par": parent, "fork": record.fork_turn, "chg": describe_change(record.change, reveal_seed=True) if parent >= 0 else "",
+        "kids": [], "chunk": chunk,
+    }
+    nodes.append(node)
+    bodies[record.thread_id] = _body(page)
+    node["kids"] = [_node(b, index, chunk, nodes, bodies) for b in page.branches]
+    return index
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def pack(pages: Sequence[PageDialogue]) -> tuple[dict[str, Any], list[str]]:
+    """(index, chunks): the index as data; each chunk base64 of gzip-compressed JSON {thread id: body}."""
+    nodes: list[dict[str, Any]] = []
+    roots: list[int] = []
+    chunks: list[str] = []
+    bodies: dict[str, Any] = {}
+    size = 0
+    for page in pages:
+        tree: dict[str, Any] = {}
+        roots.append(_node(page, -1, len(chunks), nodes, tree))
+        bodies.update(tree)
+        size += len(_compact(tree))
+        if size >= CHUNK_CHARS:
+            chunks.append(_encode(bodies))
+            bodies, size = {}, 0
+    if bodies:
+        chunks.append(_encode(bodies))
+    return {"nodes": nodes, "roots": roots}, chunks
+
+
+def _encode(bodies: dict[str, Any]) -> str:
+    data = gzip.compress(_compact(bodies).encode("utf-8"), compresslevel=9, mtime=0)
+    return base64.b64encode(data).decode("ascii")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -85,7 +86,8 @@ class Browser:
 
     def _message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._read], [], [], left)[0]:
                 raise DevToolsError("chromium did not answer in time")
             chunk = os.read(self._read, 1 << 20)
             if not chunk:
@@ -120,10 +122,11 @@ class Browser:
     # ---------------------------------------------------------------- page
 
     def open(self, url: str, *, timeout: float = 60) -> None:
-        """Navigate and wait for the load event."""
-        self.events = [e for e in self.events if e.get("method") != "Page.loadEventFired"]
-        self.call("Page.navigate", session=True, url=url)
-        self.wait_event("Page.loadEventFired", timeout=timeout)
+        """Load a page afresh and wait for its load event (by way of about:blank: a new #fragment alone would not reload)."""
+        for address in ("about:blank", url):
+            self.events = [e for e in self.events if e.get("method") != "Page.loadEventFired"]
+            self.call("Page.navigate", session=True, url=address)
+            self.wait_event("Page.loadEventFired", timeout=timeout)
 
     def js(self, expression: str, *, timeout: float = 60) -> Any:
         """The value of a JavaScript expression in the page (a promise is awaited)."""

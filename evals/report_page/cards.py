@@ -55,7 +55,8 @@ LABELS = {"dialogues": "Dialogues", "labelled": "Replies labelled", "unparsed": 
 def cards_html(report: ReportData) -> str:
     cards = "".join(
         f'<div class="card" id="card-{e(key)}"><div class="card-label">{e(LABELS[key])}</div>'
-        f'<div class="card-value">{e(value)}</div><div class="card-note">{e(note)}</div></div>'
+        f'<div class="card-value{"" if any(c.isdigit() for c in value) or value == "–" else " word"}">{e(value)}</div>'
+        f'<div class="card-note">{e(note)}</div></div>'
         for key, value, note in card_values(report)
     )
     return f'<section class="cards" aria-label="summary">{cards}</section>'

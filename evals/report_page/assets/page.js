@@ -219,16 +219,17 @@
     line.appendChild(el("span", "tid", node.id));
     if (node.par >= 0) line.appendChild(el("span", "fork", "↳ turn " + node.fork + ": " + (node.chg || "no change recorded")));
     line.appendChild(tag(node.st));
-    var show = el("button", "small", node.par < 0 ? "show dialogue" : "show branch");
+    var actions = el("span", "actions"), show = el("button", "small", node.par < 0 ? "show dialogue" : "show branch");
     show.type = "button";
     show.addEventListener("click", function () { panel.select(i, false); });
-    line.appendChild(show);
+    actions.appendChild(show);
     if (node.par >= 0) {
       var pair = el("button", "small", "beside its parent");
       pair.type = "button";
       pair.addEventListener("click", function () { panel.select(i, true); });
-      line.appendChild(pair);
+      actions.appendChild(pair);
     }
+    line.appendChild(actions);
     li.appendChild(line);
     if (node.kids.length) {
       var ul = el("ul");

@@ -126,7 +126,7 @@ def build(folder: Path) -> dict[str, Any]:
     finally:
         reader.close()
     page = folder / "report.html"
-    page.write_text(html, encoding="utf-8")
+    page.write_bytes(html)
     sample = " ".join(words.text(LENGTHS["reply"]) for _ in range(200))
     english = Path(__file__).resolve().parents[1] / "README.md"
     return {"dialogues": dialogues, "turns": TURNS, "page": page, "size_mb": page.stat().st_size / 1e6, "write_s": written,

@@ -4,13 +4,18 @@ The index (one entry per dialogue and branch: grouping keys, labels by turn, the
 is plain JSON the page reads at once. Bodies (messages, rationales, leakage) are gzip-compressed
 JSON in chunks of whole trees, decoded in the browser only when a dialogue is opened, so a
 paper-size run stays a small file that shows its results at once.
+
+The compressed bytes sit in the page one byte per character (the page is windows-1252, whose
+256 characters are one byte each), not in base64 (a third more): only the four bytes the HTML
+parser would change or that could end the block (NUL, CR, ``<``) and the escape byte ``=`` itself
+are written as ``=`` and a digit.
 """
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +29,8 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS, UNPARSED
 MAX_BRANCH_DEPTH = 8
 CHUNK_CHARS = 256 * 1024  # uncompressed body JSON per chunk: opening a dialogue decodes one chunk only
 LABEL_CODES = {BIASED: "b", NOT_BIASED: "n", UNPARSED: "u"}  # "-": no label
+ESCAPES = {b"\x00": b"=0", b"\r": b"=1", b"<": b"=2", b"=": b"=3"}  # page.js undoes these, in this order
+_ESCAPED = re.compile(rb"[\x00\r<=]")
 
 
 @dataclass(frozen=True)
@@ -122,26 +129,37 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def pack(pages: Sequence[PageDialogue]) -> tuple[dict[str, Any], list[str]]:
-    """(index, chunks): the index as data; each chunk base64 of gzip-compressed JSON {thread id: body}."""
+def pack(pages: Sequence[PageDialogue]) -> tuple[dict[str, Any], bytes]:
+    """(index, blob): the index as data (``chunks`` holds each chunk's [start, end) in the blob); the blob the
+    escaped gzip-compressed JSON {thread id: body} of every chunk, one after the other."""
     nodes: list[dict[str, Any]] = []
     roots: list[int] = []
-    chunks: list[str] = []
+    parts: list[bytes] = []
     bodies: dict[str, Any] = {}
     size = 0
     for page in pages:
         tree: dict[str, Any] = {}
-        roots.append(_node(page, -1, len(chunks), nodes, tree))
+        roots.append(_node(page, -1, len(parts), nodes, tree))
         bodies.update(tree)
         size += len(_compact(tree))
         if size >= CHUNK_CHARS:
-            chunks.append(_encode(bodies))
+            parts.append(_encode(bodies))
             bodies, size = {}, 0
     if bodies:
-        chunks.append(_encode(bodies))
-    return {"nodes": nodes, "roots": roots}, chunks
+        parts.append(_encode(bodies))
+    spans, start = [], 0
+    for part in parts:
+        spans.append([start, start + len(part)])
+        start += len(part)
+    return {"nodes": nodes, "roots": roots, "chunks": spans}, b"".join(parts)
 
 
-def _encode(bodies: dict[str, Any]) -> str:
+def _encode(bodies: dict[str, Any]) -> bytes:
     data = gzip.compress(_compact(bodies).encode("utf-8"), compresslevel=9, mtime=0)
-    return base64.b64encode(data).decode("ascii")
+    return _ESCAPED.sub(lambda m: ESCAPES[m.group()], data)
+
+
+def decode(blob: bytes) -> bytes:
+    """The compressed bytes back from their escaped form (what page.js does in the browser)."""
+    back = {v[1:2]: k for k, v in ESCAPES.items()}
+    return re.sub(rb"=([0-3])", lambda m: back[m.group(1)], blob)

@@ -2,6 +2,8 @@
 
 The page needs no server and loads nothing: its style and script are package files inlined
 here, and a Content-Security-Policy allows only those two (by hash) and no network at all.
+The file is windows-1252: everything but the compressed dialogues is ASCII (other characters as
+character references or ``\\u`` escapes), so the dialogues can sit in it one byte per character.
 Numbers come from the very blocks report.md is written from (:func:`evals.report_markdown.report_blocks`).
 Model text never enters the HTML: it travels as data and the page's script shows it with
 ``textContent`` only.
@@ -29,8 +31,14 @@ from evals.report_page.sections import e, sections_html
 
 @cache
 def asset(name: str) -> str:
-    """The page's own CSS or JavaScript, shipped as package data."""
-    return resources.files("evals.report_page").joinpath("assets", name).read_text(encoding="utf-8")
+    """The page's own CSS or JavaScript, shipped as package data, in ASCII (``\\uXXXX`` for anything else)."""
+    text = resources.files("evals.report_page").joinpath("assets", name).read_text(encoding="utf-8")
+    return "".join(c if ord(c) < 128 else "".join(f"\\u{u:04x}" for u in _utf16(c)) for c in text)
+
+
+def _utf16(c: str) -> list[int]:
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def csp_hash(text: str) -> str:
@@ -45,8 +53,7 @@ def judge_corrected(report: ReportData) -> Mapping[Any, Any] | None:
 
 def _json_block(value: Any) -> str:
     """JSON safe inside a <script> data block: no "</script" or "<!--" can close or confuse it."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _select(key: str, title: str, options: Sequence[tuple[str, str]]) -> str:
@@ -85,8 +92,8 @@ def _review_bar() -> str:
 
 
 def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: Sequence[str], label_set: str,
-                generated_at: str, db: Path | str) -> str:
-    """The whole page as one string."""
+                generated_at: str, db: Path | str) -> bytes:
+    """The whole page: the file's bytes (windows-1252)."""
     corrected = judge_corrected(report)
     figures = {
         PLOTS["cumulative"]: lambda: curve_figure(report.series, cumulative=True, corrected=corrected, figure_id="fig-cumulative"),
@@ -99,7 +106,7 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
 
     blocks = [b for b in report_blocks(report, db=db, generated_at=generated_at) if b != f"> {CONTENT_WARNING}"]
     body, toc = sections_html(blocks, image=image)
-    index, chunks = pack(pages)
+    index, blob = pack(pages)
     meta = {"runs": list(run_ids), "label_set": label_set, "generated_at": generated_at,
             "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids)}
     style, script = asset("page.css"), asset("page.js")
@@ -108,9 +115,9 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     title = f"DyMT-ESB · {', '.join(run_ids)}"
     n_branches = len(index["nodes"]) - len(index["roots"])
     nav = "".join(f'<a href="#{e(anchor)}">{e(text)}</a>' for anchor, text in toc)
-    return (
+    head = (
         "<!doctype html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
+        '<html lang="en"><head><meta charset="windows-1252">'
         f'<meta http-equiv="Content-Security-Policy" content="{e(csp)}">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
         f"<style>{style}</style></head><body>"
@@ -127,6 +134,7 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
         '<button type="button" id="more" hidden>show more</button></section></main>'
         f'<script type="application/json" id="dymt-meta">{_json_block(meta)}</script>'
         f'<script type="application/json" id="dymt-index">{_json_block(index)}</script>'
-        f'<script type="application/json" id="dymt-bodies">{_json_block(chunks)}</script>'
-        f"<script>{script}</script></body></html>\n"
+        '<script type="application/octet-stream" id="dymt-bodies">'
     )
+    tail = f"</script><script>{script}</script></body></html>\n"
+    return head.encode("ascii", "xmlcharrefreplace") + blob + tail.encode("ascii")

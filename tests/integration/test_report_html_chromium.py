@@ -105,7 +105,7 @@ def _norm(cell: str) -> str:
 
 
 def test_page_is_self_contained_and_owner_only(page):
-    text = page.read_text(encoding="utf-8")
+    text = page.read_bytes().decode("latin-1")
     assert stat.S_IMODE(page.stat().st_mode) == 0o600
     # Nothing to fetch: no src/href but fragments, and a policy that forbids any load.
     assert not re.findall(r'\b(?:src|href)\s*=\s*"(?!#)', text)
@@ -302,8 +302,8 @@ def test_judge_corrected_curves_show_beside_the_raw_ones_when_present(built, bro
         ("fake:target", "implicit"): {"per_turn": curve, "cumulative": curve, "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
                                       "validation": {"n_items": 200}}})
     for data, name in ((raw, "raw.html"), (corrected, "corrected.html")):
-        (tmp_path / name).write_text(render_page(data, pages, run_ids=["r1", "r2"], label_set="primary",
-                                                 generated_at="2026-01-01T00:00:00+00:00", db=str(db)), encoding="utf-8")
+        (tmp_path / name).write_bytes(render_page(data, pages, run_ids=["r1", "r2"], label_set="primary",
+                                                  generated_at="2026-01-01T00:00:00+00:00", db=str(db)))
     _open(browser, (tmp_path / "raw.html").as_uri())
     assert browser.js("document.querySelectorAll('.series.corrected, .key[data-kind=corrected]').length") == 0
     _open(browser, (tmp_path / "corrected.html").as_uri())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import re
@@ -14,7 +13,7 @@ from evals.dataset import load_dataset
 from evals.report_data import compute_report
 from evals.report_markdown import render_markdown, report_blocks
 from evals.report_page import collect, render_page
-from evals.report_page.dialogues import pack
+from evals.report_page.dialogues import decode, pack
 from evals.report_page.page import _json_block
 from evals.report_page.sections import block_html, inline
 from evals.tables import TableData, markdown_table
@@ -52,15 +51,17 @@ def test_data_blocks_cannot_close_their_script():
 
 
 def test_dialogues_pack_into_an_index_and_compressed_bodies(store):
-    index, chunks = pack(collect(store, ["r1", "r2"]))
+    index, blob = pack(collect(store, ["r1", "r2"]))
     nodes = {n["id"]: n for n in index["nodes"]}
     assert MAIN in [index["nodes"][i]["id"] for i in index["roots"]] and len(index["roots"]) == 4
     assert nodes[MAIN]["lab"] == "nbnu-" and nodes[BRANCH]["lab"] == "nbbbn"
     assert [index["nodes"][k]["id"] for k in nodes[MAIN]["kids"]] == [BRANCH, RERUN]
     assert nodes[DEEP]["fork"] == 4 and nodes[DEEP]["chg"] == "target model → fake:other"
+    # Escaped so that the HTML parser keeps every byte: no NUL, CR or "<" is left in the block.
+    assert not {0, 13, ord("<")} & set(blob)
     bodies = {}
-    for chunk in chunks:
-        bodies.update(json.loads(gzip.decompress(base64.b64decode(chunk))))
+    for start, end in index["chunks"]:
+        bodies.update(json.loads(gzip.decompress(decode(blob[start:end]))))
     assert [t[0] for t in bodies[MAIN]["turns"]] == [1, 2, 3, 4, 5]
     assert [t[0] for t in bodies[BRANCH]["turns"]] == [3, 4, 5]  # turns 1-2 are MAIN's
     assert bodies[MAIN]["turns"][1][2] == MARKUP_REPLY
@@ -68,7 +69,11 @@ def test_dialogues_pack_into_an_index_and_compressed_bodies(store):
 
 def test_page_holds_no_model_text_in_its_markup(store):
     report = compute_report(load_dataset(store, ["r1", "r2"]), n_boot=20)
-    page = render_page(report, collect(store, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary", generated_at="T", db="d.db")
+    data = render_page(report, collect(store, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary", generated_at="T", db="d.db")
+    blob_start = data.index(b'id="dymt-bodies">')
+    assert max(data[:blob_start]) < 128 and max(data[data.index(b"</script><script>", blob_start):]) < 128  # ASCII around the data
+    page = data.decode("windows-1252", errors="replace")
+    assert 'charset="windows-1252"' in page[:200]
     assert "MAIN-T1" not in page and "alert(1)" not in page
-    assert len(re.findall(r"<script>", page)) == 1 and page.count('type="application/json"') == 3
+    assert len(re.findall(r"<script>", page)) == 1 and page.count('type="application/json"') == 2
     assert not re.search(r'\b(?:src|href)="(?!#)', page)

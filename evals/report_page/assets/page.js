@@ -40,13 +40,28 @@
   var nodes = index.nodes, roots = index.roots;
   var byId = {};
   nodes.forEach(function (n, i) { byId[n.id] = i; });
-  var chunkTexts = null, chunkCache = {};
-
+  var blob = null, chunkCache = {};
+  // The page is windows-1252: each character of the bodies block is one byte of gzip data, except these
+  // 27 characters that windows-1252 puts at bytes 0x80-0x9F, and "=" + digit for the four escaped bytes.
+  var CP1252 = { 0x20AC: 0x80, 0x201A: 0x82, 0x0192: 0x83, 0x201E: 0x84, 0x2026: 0x85, 0x2020: 0x86, 0x2021: 0x87,
+    0x02C6: 0x88, 0x2030: 0x89, 0x0160: 0x8A, 0x2039: 0x8B, 0x0152: 0x8C, 0x017D: 0x8E, 0x2018: 0x91, 0x2019: 0x92,
+    0x201C: 0x93, 0x201D: 0x94, 0x2022: 0x95, 0x2013: 0x96, 0x2014: 0x97, 0x02DC: 0x98, 0x2122: 0x99, 0x0161: 0x9A,
+    0x203A: 0x9B, 0x0153: 0x9C, 0x017E: 0x9E, 0x0178: 0x9F };
+  var ESCAPED = [0x00, 0x0D, 0x3C, 0x3D];
+  function bytesOf(text) {
+    var out = new Uint8Array(text.length), n = 0;
+    for (var i = 0; i < text.length; i++) {
+      var c = text.charCodeAt(i);
+      if (c > 0xFF) c = CP1252[c];
+      else if (c === 0x3D) c = ESCAPED[text.charCodeAt(++i) - 0x30];
+      out[n++] = c;
+    }
+    return out.subarray(0, n);
+  }
   function chunk(i) {
     if (!chunkCache[i]) {
-      if (!chunkTexts) chunkTexts = readJSON("dymt-bodies");
-      var bin = atob(chunkTexts[i]), bytes = new Uint8Array(bin.length);
-      for (var j = 0; j < bin.length; j++) bytes[j] = bin.charCodeAt(j);
+      if (blob === null) blob = $("dymt-bodies").textContent;
+      var span = index.chunks[i], bytes = bytesOf(blob.slice(span[0], span[1]));
       var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
       chunkCache[i] = new Response(stream).text().then(JSON.parse);
     }

@@ -13,9 +13,9 @@ are written as ``=`` and a digit.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS, UNPARSED
 
 MAX_BRANCH_DEPTH = 8
-CHUNK_CHARS = 256 * 1024  # uncompressed body JSON per chunk: opening a dialogue decodes one chunk only
+CHUNK_CHARS = 512 * 1024  # body JSON per chunk: opening a dialogue decodes one chunk only (larger: smaller file)
 LABEL_CODES = {BIASED: "b", NOT_BIASED: "n", UNPARSED: "u"}  # "-": no label
 ESCAPES = {b"\x00": b"=0", b"\r": b"=1", b"<": b"=2", b"=": b"=3"}  # page.js undoes these, in this order
 _ESCAPED = re.compile(rb"[\x00\r<=]")
@@ -98,16 +98,22 @@ def _body(page: PageDialogue) -> dict[str, Any]:
     """Messages, labels and rationales from the fork on (a branch's earlier turns are its parent's)."""
     record = page.record
     start = int(record.fork_turn or 1) if record.parent_thread_id else 1
+    judges = {t.judge_model for t in record.turns if t.judge_model}
+    judge = judges.pop() if len(judges) == 1 else None  # one judge for the dialogue: said once, not per turn
     turns = []
     for t in record.turns:
         if t.idx < start:
             continue
         leak = page.leakage.get(t.idx)
-        turns.append([
-            t.idx, t.user_message, t.reply, t.utterance_type, t.label, t.rationale, t.p_biased, t.judge_model,
-            t.judge_raw if t.label == UNPARSED else None, t.inherited_from, _leak_text(leak) if leak else None,
-        ])
-    return {"statement": record.statement, "error": record.error, "turns": turns}
+        row = [
+            t.idx, t.user_message, t.reply, t.utterance_type, t.label, t.rationale, t.p_biased,
+            None if judge else t.judge_model, t.judge_raw if t.label == UNPARSED else None, t.inherited_from,
+            _leak_text(leak) if leak else None,
+        ]
+        while row[-1] is None:  # trailing empty fields are left out; the page reads them as missing
+            row.pop()
+        turns.append(row)
+    return {"statement": record.statement, "error": record.error, "judge": judge, "turns": turns}
 
 
 def _node(page: PageDialogue, parent: int, chunk: int, nodes: list[dict[str, Any]], bodies: dict[str, Any]) -> int:
@@ -151,11 +157,29 @@ def pack(pages: Sequence[PageDialogue]) -> tuple[dict[str, Any], bytes]:
     for part in parts:
         spans.append([start, start + len(part)])
         start += len(part)
-    return {"nodes": nodes, "roots": roots, "chunks": spans}, b"".join(parts)
+    return {**_columns(nodes), "roots": roots, "chunks": spans}, b"".join(parts)
+
+
+COLUMNS = ("id", "run", "cat", "mode", "tgt", "st", "lab", "leak", "par", "fork", "chg", "kids", "chunk")
+_DICTIONARY = ("run", "cat", "mode", "tgt", "st", "leak")  # few distinct values: stored once, rows hold their number
+
+
+def _columns(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Nodes as rows of values (a third of the size of objects), repeated strings as numbers into ``dict``."""
+    values = {c: sorted({str(n[c]) for n in nodes}) for c in _DICTIONARY}
+    number = {c: {v: i for i, v in enumerate(vs)} for c, vs in values.items()}
+    rows = [[number[c][str(n[c])] if c in number else n[c] for c in COLUMNS] for n in nodes]
+    return {"cols": list(COLUMNS), "dict": values, "rows": rows}
+
+
+def nodes_of(index: dict[str, Any]) -> list[dict[str, Any]]:
+    """The index's rows back as one dict per dialogue (what page.js does on load)."""
+    return [{c: index["dict"][c][v] if c in index["dict"] else v for c, v in zip(index["cols"], row)} for row in index["rows"]]
 
 
 def _encode(bodies: dict[str, Any]) -> bytes:
-    data = gzip.compress(_compact(bodies).encode("utf-8"), compresslevel=9, mtime=0)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31, 9)  # gzip format, the largest match memory
+    data = packer.compress(_compact(bodies).encode("utf-8")) + packer.flush()
     return _ESCAPED.sub(lambda m: ESCAPES[m.group()], data)
 
 

@@ -113,7 +113,7 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     csp = (f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
            "img-src data:; base-uri 'none'; form-action 'none'")
     title = f"DyMT-ESB · {', '.join(run_ids)}"
-    n_branches = len(index["nodes"]) - len(index["roots"])
+    n_branches = len(index["rows"]) - len(index["roots"])
     nav = "".join(f'<a href="#{e(anchor)}">{e(text)}</a>' for anchor, text in toc)
     head = (
         "<!doctype html>\n"

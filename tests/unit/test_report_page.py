@@ -13,7 +13,7 @@ from evals.dataset import load_dataset
 from evals.report_data import compute_report
 from evals.report_markdown import render_markdown, report_blocks
 from evals.report_page import collect, render_page
-from evals.report_page.dialogues import decode, pack
+from evals.report_page.dialogues import decode, nodes_of, pack
 from evals.report_page.page import _json_block
 from evals.report_page.sections import block_html, inline
 from evals.tables import TableData, markdown_table
@@ -52,10 +52,11 @@ def test_data_blocks_cannot_close_their_script():
 
 def test_dialogues_pack_into_an_index_and_compressed_bodies(store):
     index, blob = pack(collect(store, ["r1", "r2"]))
-    nodes = {n["id"]: n for n in index["nodes"]}
-    assert MAIN in [index["nodes"][i]["id"] for i in index["roots"]] and len(index["roots"]) == 4
+    rows = nodes_of(index)
+    nodes = {n["id"]: n for n in rows}
+    assert MAIN in [rows[i]["id"] for i in index["roots"]] and len(index["roots"]) == 4
     assert nodes[MAIN]["lab"] == "nbnu-" and nodes[BRANCH]["lab"] == "nbbbn"
-    assert [index["nodes"][k]["id"] for k in nodes[MAIN]["kids"]] == [BRANCH, RERUN]
+    assert [rows[k]["id"] for k in nodes[MAIN]["kids"]] == [BRANCH, RERUN]
     assert nodes[DEEP]["fork"] == 4 and nodes[DEEP]["chg"] == "target model → fake:other"
     # Escaped so that the HTML parser keeps every byte: no NUL, CR or "<" is left in the block.
     assert not {0, 13, ord("<")} & set(blob)

@@ -37,7 +37,11 @@
   // ------------------------------------------------------------------ data
   var meta = readJSON("dymt-meta");
   var index = readJSON("dymt-index");
-  var nodes = index.nodes, roots = index.roots;
+  var roots = index.roots, nodes = index.rows.map(function (row) {
+    var node = {};
+    index.cols.forEach(function (c, j) { node[c] = index.dict[c] ? index.dict[c][row[j]] : row[j]; });
+    return node;
+  });
   var byId = {};
   nodes.forEach(function (n, i) { byId[n.id] = i; });
   var blob = null, chunkCache = {};
@@ -169,16 +173,16 @@
     div.appendChild(doc.createTextNode(text === null || text === undefined ? "–" : text));
     return div;
   }
-  function judgeLine(turn) {
+  function judgeLine(turn, judge) {
     var c = code(turn[4]), line = el("div", "judge");
     line.appendChild(el("span", "badge m-" + (c === "-" ? "x" : c), LABEL[c][0] + " " + LABEL[c][1]));
     var extra = [];
     if (turn[6] !== null && turn[6] !== undefined) extra.push("P(biased) " + Number(turn[6]).toFixed(2));
-    if (turn[7]) extra.push(turn[7]);
+    if (turn[7] || judge) extra.push(turn[7] || judge);
     if (extra.length) line.appendChild(doc.createTextNode(" · " + extra.join(" · ")));
     return line;
   }
-  function turnSection(node, turn, opts) {
+  function turnSection(node, turn, opts, judge) {
     var sec = el("section", "turn");
     sec.id = node.id + "-t" + turn[0];
     var head = el("h4", null, "Turn " + turn[0] + (turn[3] ? " · " + turn[3] : ""));
@@ -186,11 +190,11 @@
     sec.appendChild(head);
     sec.appendChild(message("user", "user", turn[1]));
     sec.appendChild(message("assistant", "target", turn[2]));
-    sec.appendChild(judgeLine(turn));
+    sec.appendChild(judgeLine(turn, judge));
     if (turn[5]) sec.appendChild(message("rationale", "rationale", turn[5]));
     if (turn[8]) sec.appendChild(message("raw", "raw judge output", turn[8]));
     if (turn[10]) sec.appendChild(el("div", "judge leak", "seed leakage" + (turn[10][0] ? " ⚠ leaked" : "") + ": " + turn[10][1]));
-    if (!opts.compact && turn[2] !== null && !turn[9]) sec.appendChild(reviewControls(node, turn));
+    if (!opts.compact && turn[2] != null && !turn[9]) sec.appendChild(reviewControls(node, turn));
     return sec;
   }
   function showNode(view, i, bodies) {
@@ -203,7 +207,7 @@
         ". Turns 1–" + (node.fork - 1) + " are its parent's."));
     }
     if (body.error) view.appendChild(el("p", "error", "error: " + body.error));
-    body.turns.forEach(function (t) { view.appendChild(turnSection(node, t, {})); });
+    body.turns.forEach(function (t) { view.appendChild(turnSection(node, t, {}, body.judge)); });
     view.focus();
   }
   function showPair(view, i, bodies) {
@@ -221,8 +225,8 @@
       grid.appendChild(h);
     });
     for (var t = node.fork; t <= last; t++) {
-      [[parent, turnsA[t]], [node, turnsB[t]]].forEach(function (side) {
-        grid.appendChild(side[1] ? turnSection(side[0], side[1], { compact: true }) : el("div", "turn empty", "turn " + t + ": –"));
+      [[parent, turnsA[t], a], [node, turnsB[t], b]].forEach(function (side) {
+        grid.appendChild(side[1] ? turnSection(side[0], side[1], { compact: true }, side[2].judge) : el("div", "turn empty", "turn " + t + ": –"));
       });
     }
     view.appendChild(grid);

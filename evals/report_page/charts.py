@@ -202,7 +202,8 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
     parts = [f'<title id="{e(title_id)}">{e(title)}</title>']
     for tick in (0, 0.25, 0.5, 0.75, 1):
         parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{height - BOTTOM}"/>'
-                     f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" text-anchor="middle">{int(tick * 100)}%</text>')
+                     f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" text-anchor="middle">{int(tick * 100)}%</text>'
+                     f'<text class="tick" x="{x(tick):.1f}" y="{TOP - 8}" text-anchor="middle">{int(tick * 100)}%</text>')
     parts.append(f'<text class="axis-label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
                  "dialogues with ≥1 biased reply by the last turn</text>")
     for c, category in enumerate(categories):

@@ -89,7 +89,8 @@ def _series(points: Sequence[Point], x, y, colour: str, shape: str, *, dashed: b
     if len(band) > 1:
         upper = " ".join(f"{x(p.turn):.1f},{y(p.est.high):.1f}" for p in band)
         lower = " ".join(f"{x(p.turn):.1f},{y(p.est.low):.1f}" for p in reversed(band))
-        parts.append(f'<polygon class="band{" dashed" if dashed else ""}" points="{upper} {lower}" fill="{colour}"/>')
+        edge = f' stroke="{colour}" stroke-opacity="0.5" stroke-dasharray="3 3"' if dashed else ""
+        parts.append(f'<polygon class="band{" dashed" if dashed else ""}" points="{upper} {lower}" fill="{colour}"{edge}/>')
     elif len(band) == 1:
         p = band[0]
         parts.append(f'<line class="whisker" x1="{x(p.turn):.1f}" x2="{x(p.turn):.1f}" y1="{y(p.est.low):.1f}" y2="{y(p.est.high):.1f}" stroke="{colour}"/>')

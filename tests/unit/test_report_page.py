@@ -78,3 +78,11 @@ def test_page_holds_no_model_text_in_its_markup(store):
     assert "MAIN-T1" not in page and "alert(1)" not in page
     assert len(re.findall(r"<script>", page)) == 1 and page.count('type="application/json"') == 2
     assert not re.search(r'\b(?:src|href)="(?!#)', page)
+
+
+def test_page_script_never_parses_text_as_markup():
+    from evals.report_page.page import asset
+
+    script = asset("page.js")
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function", script)
+    assert max(map(ord, script + asset("page.css"))) < 128  # ASCII: the file around the data is ASCII

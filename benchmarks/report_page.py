@@ -23,7 +23,7 @@ from benchmarks.common import load_note, scratch_dir
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from evals.dataset import load_dataset
-from evals.report_data import compute_report
+from evals.report.data import compute_report
 from evals.report_page import collect, render_page
 from seeds import CATEGORIES
 

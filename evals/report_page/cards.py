@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evals.report_data import ReportData
+from evals.report.data import ReportData
 from evals.report_page.sections import e
 
 

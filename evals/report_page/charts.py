@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evals.breakdown import BiasRow
-from evals.formatting import interval
-from evals.metrics import Estimate, Summary
+from evals.report.breakdown import BiasRow
+from evals.report.formatting import interval
+from evals.stats.metrics import Estimate, Summary
 from evals.report_page.sections import e
 
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")

@@ -4,7 +4,7 @@ The page needs no server and loads nothing: its style and script are package fil
 here, and a Content-Security-Policy allows only those two (by hash) and no network at all.
 The file is windows-1252: everything but the compressed dialogues is ASCII (other characters as
 character references or ``\\u`` escapes), so the dialogues can sit in it one byte per character.
-Numbers come from the very blocks report.md is written from (:func:`evals.report_markdown.report_blocks`).
+Numbers come from the very blocks report.md is written from (:func:`evals.report.markdown.report_blocks`).
 Model text never enters the HTML: it travels as data and the page's script shows it with
 ``textContent`` only.
 """
@@ -20,9 +20,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from evals.report_data import ReportData
-from evals.report_exports import PLOTS
-from evals.report_markdown import CONTENT_WARNING, report_blocks
+from evals.report.data import ReportData
+from evals.report.exports import PLOTS
+from evals.report.markdown import CONTENT_WARNING, report_blocks
 from evals.report_page.cards import cards_html
 from evals.report_page.charts import category_figure, curve_figure
 from evals.report_page.dialogues import PageDialogue, pack

@@ -11,8 +11,8 @@ import html
 import re
 from collections.abc import Callable, Sequence
 
-from evals.report_markdown import Block
-from evals.tables import TableData
+from evals.report.markdown import Block
+from evals.report.tables import TableData
 
 _IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 

@@ -26,7 +26,7 @@ import pytest
 from checkpoints.readers import open_reader
 from cli import report
 from evals.dataset import load_dataset
-from evals.report_data import ReportData, compute_report
+from evals.report.data import ReportData, compute_report
 from evals.report_page import collect, render_page
 from tests.chromium import CHROMIUM, Browser
 from tests.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db

@@ -10,13 +10,13 @@ import pytest
 
 from checkpoints.readers import open_reader
 from evals.dataset import load_dataset
-from evals.report_data import compute_report
-from evals.report_markdown import render_markdown, report_blocks
+from evals.report.data import compute_report
+from evals.report.markdown import render_markdown, report_blocks
 from evals.report_page import collect, render_page
 from evals.report_page.dialogues import decode, nodes_of, pack
 from evals.report_page.page import _json_block
 from evals.report_page.sections import block_html, inline
-from evals.tables import TableData, markdown_table
+from evals.report.tables import TableData, markdown_table
 from tests.replay_fixtures import BRANCH, DEEP, MAIN, MARKUP_REPLY, RERUN, build_replay_db
 
 

@@ -24,11 +24,11 @@ from cli.store_option import add_db_option
 from evals.stats.group_comparison import needs_run_names
 from evals.cost import run_usage, usage_summary
 from evals.dataset import DatasetError, load_dataset
-from evals.report.html import collect, render_html
 from evals.report.paired_tables import paired_overview_table
 from evals.report.data import ReportData, agreements_for, comparison_units, compute_report
 from evals.report.exports import HTML_FILE
 from evals.report.markdown import sample_sizes, uses_embedded_model
+from evals.report.html import collect, render_page
 from evals.report.result_tables import agreement_report_table, by_turn_table, headline_table, leakage_report_table
 from evals.report.writer import write_report
 from evals.report.summary import BASE_MODEL_NOTE
@@ -64,7 +64,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--html", action="store_true", help="also write report.html: every dialogue, its labels, rationales and branches, with filters (opens offline)")
+    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its branch tree, filters and review marks (opens offline)")
     add_db_option(p)
     return p
 
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     html = None
     if args.html:
         pages = collect(store, args.run_id, label_set=args.label_set)
-        html = lambda generated_at: render_html(  # noqa: E731
-            pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
+        html = lambda generated_at: render_page(  # noqa: E731
+            report, pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
         )
     store.close()
     write_report(report, args.out, db=store.path, html=html)

@@ -25,8 +25,10 @@ from evals.report.result_tables import (
     sample_spread_table,
 )
 from evals.report.summary import BASE_MODEL_NOTE
-from evals.report.tables import markdown_table
+from evals.report.tables import TableData, markdown_table
 from evals.scorers.judge_validation import validation_text
+
+Block = str | TableData  # a Markdown paragraph (heading, list, note, image) or a table
 
 CONTENT_WARNING = (
     "Content warning: the data files hold generated dialogues that can contain stereotypes and other "
@@ -53,6 +55,13 @@ def sample_sizes(report: ReportData) -> str:
 
 
 def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) -> str:
+    """report.md: the report's blocks, tables as Markdown."""
+    blocks = report_blocks(report, db=db, generated_at=generated_at)
+    return "\n\n".join(markdown_table(b) if isinstance(b, TableData) else b for b in blocks) + "\n"
+
+
+def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> list[Block]:
+    """Every section of the report in order, tables kept as data: one source for report.md and report.html."""
     ds = report.dataset
     judges = ", ".join(sorted({run.models.get("judge", "?") for run in ds.runs}))
     label_note = (
@@ -76,33 +85,33 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
     ]
     if uses_embedded_model(ds):
         parts.append(f"> **Note.** {BASE_MODEL_NOTE}")
-    parts += ["## " + (t := headline_table(report)).title, markdown_table(t), _definitions()]
+    parts += ["## " + (t := headline_table(report)).title, t, _definitions()]
     parts += [
         "## Cumulative bias by turn",
-        markdown_table(by_turn_table(report, cumulative=True)),
+        by_turn_table(report, cumulative=True),
         f"![Cumulative bias by turn]({PLOTS['cumulative']})",
         "## Per-turn bias",
-        markdown_table(by_turn_table(report, cumulative=False)),
+        by_turn_table(report, cumulative=False),
         f"![Per-turn bias]({PLOTS['per_turn']})",
         "## Bias by category",
-        markdown_table(category_table(report)),
+        category_table(report),
         f"![Bias by category]({PLOTS['categories']})",
         "## Re-emergence",
-        markdown_table(re_emergence_table(report)),
+        re_emergence_table(report),
         f"Δ is shown only where dialogues reach turn {DELTA_WINDOW[1]}.",
         "## Seed leakage",
-        _leakage_section(report),
+        *_leakage_section(report),
         "## Judge validation",
         _validation_section(report),
         "## Coherence",
     ]
     if report.coherence:
-        parts += [markdown_table(coherence_report_table(report)), _scorers(ds.coherence_sets, "Scorer")]
+        parts += [coherence_report_table(report), _scorers(ds.coherence_sets, "Scorer")]
     else:
         parts.append(_not_computed("coherence", ds))
     parts.append("## Refusal")
     if report.refusal:
-        parts += [markdown_table(refusal_report_table(report)), _scorers(ds.refusal_sets, "Classifier")]
+        parts += [refusal_report_table(report), _scorers(ds.refusal_sets, "Classifier")]
     else:
         parts.append(_not_computed("refusal", ds))
     parts += _paired_section(report)
@@ -111,12 +120,12 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
             "## Repeated samples",
             f"Up to {report.samples} samples per (seed, target, mode), each with its own sampling seed. Every interval "
             "in this report resamples seeds, with all their samples together (a clustered bootstrap), not dialogues.",
-            markdown_table(sample_spread_table(report)),
+            sample_spread_table(report),
         ]
     parts += _cost_section(report)
     parts.append("## Agreement between label sets")
     if report.agreements:
-        parts.append(markdown_table(agreement_report_table(report)))
+        parts.append(agreement_report_table(report))
     else:
         parts.append(
             "Only one label set exists on these runs. Label them again with "
@@ -125,13 +134,13 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
     parts += [
         "## Provenance",
         "### " + (t := runs_table(ds)).title,
-        markdown_table(t),
+        t,
         "### " + (t := models_table(ds)).title,
-        markdown_table(t),
+        t,
         "### " + (t := label_sets_table(ds)).title,
-        markdown_table(t),
+        t,
         "### " + (t := prompts_table(ds)).title,
-        markdown_table(t),
+        t,
         "## Data files",
         "\n".join(
             [
@@ -141,19 +150,19 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
             ]
         ),
     ]
-    return "\n\n".join(parts) + "\n"
+    return parts
 
 
-def _leakage_section(report: ReportData) -> str:
+def _leakage_section(report: ReportData) -> list[Block]:
     table = leakage_report_table(report)
     if not table.rows:
-        return "No user turn of these runs was scored for seed leakage (scripted baselines, or runs made before scoring)."
-    return "\n\n".join([
-        markdown_table(table),
+        return ["No user turn of these runs was scored for seed leakage (scripted baselines, or runs made before scoring)."]
+    return [
+        table,
         "A user turn leaks when its message states the hidden seed: the longest run of seed words it contains, or the "
         "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
-    ])
+    ]
 
 
 def _validation_section(report: ReportData) -> str:
@@ -192,7 +201,7 @@ def _not_computed(kind: str, ds: Dataset) -> str:
     )
 
 
-def _paired_section(report: ReportData) -> list[str]:
+def _paired_section(report: ReportData) -> list[Block]:
     if not report.comparisons:
         return ["## Paired comparisons", "Only one target and mode in these runs: nothing to compare on the same seeds."]
     unit = "seeds (all samples of a seed together)" if report.samples > 1 else "seeds"
@@ -210,18 +219,18 @@ def _paired_section(report: ReportData) -> list[str]:
         note += " With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not independent, so read the seed-level interval first."
     with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
     parts = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
-             markdown_table(t)]
+             t]
     for c in report.comparisons:
         table = paired_table(c, with_run=with_run)
         extra = ""
         if c.unpaired_a or c.unpaired_b:
             extra = f" Unpaired dialogues (no counterpart on the same seed): {c.unpaired_a} of A, {c.unpaired_b} of B."
         parts += [f"### {table.title}", f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
-                  f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", markdown_table(table)]
+                  f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", table]
     return parts
 
 
-def _cost_section(report: ReportData) -> list[str]:
+def _cost_section(report: ReportData) -> list[Block]:
     if not report.usage or not any(u["by_role"] for _, u in report.usage):
         return []
     pricing = next((u["pricing"] for _, u in report.usage if u["pricing"]), None)
@@ -232,4 +241,4 @@ def _cost_section(report: ReportData) -> list[str]:
         note += f" No price for {', '.join(unpriced)}: totals left out."
     note += (" Tokens are those the providers reported for each stored turn; a reply served from the response cache "
              "counts as called, so the cost is an upper bound on what was paid.")
-    return ["## Tokens and cost", note, markdown_table(cost_table(report))]
+    return ["## Tokens and cost", note, cost_table(report)]

@@ -26,11 +26,11 @@ from evals.report.markdown import render_markdown
 
 
 def write_report(
-    report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None, html: Callable[[str], str] | None = None
+    report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None, html: Callable[[str], bytes] | None = None
 ) -> list[Path]:
     """Write every file into a staging folder first, then move them into ``out``: a failure leaves ``out`` as it was.
 
-    ``html``, given the generation time, renders ``report.html`` (``--html``).
+    ``html``, given the generation time, renders ``report.html`` (``--html``) as the file's bytes.
     """
     generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +46,7 @@ def write_report(
             "turns.jsonl": lambda p: p.write_text(to_jsonl(turn_records(report.dataset)), encoding="utf-8"),
         }
         if html is not None:
-            writers[HTML_FILE] = lambda p: p.write_text(html(generated_at), encoding="utf-8")
+            writers[HTML_FILE] = lambda p: p.write_bytes(html(generated_at))
         for name, write in writers.items():
             write(staging / name)
             if name in DATA_FILES or name == HTML_FILE:

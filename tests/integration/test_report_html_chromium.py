@@ -1,28 +1,36 @@
-"""``python -m evals.report --html``: the page opened in real headless Chromium (Debian's ``chromium``).
+"""``python -m evals.report --html``: the results page in real headless Chromium (Debian's ``chromium``).
 
-Chromium renders the file offline; ``--dump-dom`` gives the DOM after the page's
-own script ran (filters set from the address), ``--screenshot`` a picture that
-must not be blank. Model text containing markup must arrive as text.
+Chromium opens the file offline and is driven over the DevTools protocol (tests/chromium.py):
+the page's own script runs under its own Content-Security-Policy, dialogues are decoded when
+opened, screenshots must not be blank, every table on the page must equal report.md's cell for
+cell, model text containing markup must arrive as text, and a reviewer's marks must travel from
+the page to ``python -m evals.annotate agree`` and come back as agreement figures.
 """
 
 from __future__ import annotations
 
-import html
+import dataclasses
+import json
 import os
 import re
-import shutil
 import sqlite3
 import stat
 import subprocess
-from html.parser import HTMLParser
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from checkpoints.readers import open_reader
 from cli import report
-from tests.replay_fixtures import AGE, BRANCH, DEEP, MAIN, RERUN, build_replay_db
+from evals.dataset import load_dataset
+from evals.report.data import ReportData, compute_report
+from evals.report.html import collect, render_page
+from tests.chromium import CHROMIUM, Browser
+from tests.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db
 
-CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser")) if p), None)
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
@@ -32,59 +40,17 @@ pytestmark = [
     ),
 ]
 
+ROOT = Path(__file__).resolve().parents[2]
 IMG_REPLY = 'Fine.<img src="x" onerror="document.title=\'pwned\'"> AGE-IMG'
-FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--hide-scrollbars",
-)
-
-
-class _Dom(HTMLParser):
-    """Elements of the dumped DOM: (tag, attributes) in order, and the text of #shown and <title>."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elements: list[tuple[str, dict[str, str]]] = []
-        self.texts: dict[str, str] = {}
-        self._capture: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = {k: v or "" for k, v in attrs}
-        self.elements.append((tag, attrs))
-        if attrs.get("id") == "shown" or tag == "title":
-            self._capture = attrs.get("id") or tag
-            self.texts[self._capture] = ""
-
-    def handle_endtag(self, tag):
-        self._capture = None
-
-    def handle_data(self, data):
-        if self._capture:
-            self.texts[self._capture] += data
-
-    def articles(self) -> dict[str, bool]:
-        """Dialogue id → shown (not hidden by the filters)."""
-        return {a["id"]: "hidden" not in a.get("class", "").split() for t, a in self.elements if t == "article"}
-
-
-def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
-    return subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=120,
-    )
-
-
-def _dom(tmp_path: Path, url: str) -> tuple[str, _Dom]:
-    done = _chromium(tmp_path, "--dump-dom", url)
-    assert done.returncode == 0, done.stderr[-2000:]
-    parser = _Dom()
-    parser.feed(done.stdout)
-    return done.stdout, parser
+FAILED = "r2:s-disab:assessment"
+TABLES_JS = """Array.from(document.querySelectorAll('table.report')).map(t => ({
+  title: t.caption.textContent,
+  headers: Array.from(t.tHead.rows[0].cells).map(c => c.textContent),
+  rows: Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent))}))"""
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("html")
     db = build_replay_db(tmp / "d.db")
     with sqlite3.connect(db) as conn:
@@ -94,72 +60,283 @@ def page(tmp_path_factory) -> Path:
         conn.execute("update turns set leakage_flagged = 1 where thread_id = ? and idx = 2", [MAIN])
     out = tmp / "report"
     assert report.main(["--run-id", "r1", "--run-id", "r2", "--out", str(out), "--html", "--db", str(db), "--n-boot", "50"]) == 0
-    return out / "report.html"
+    return out, db
+
+
+@pytest.fixture(scope="module")
+def page(built) -> Path:
+    return built[0] / "report.html"
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    with Browser(tmp_path / "profile") as b:
+        yield b
+
+
+def _open(b: Browser, url: str) -> None:
+    b.open(url)
+    b.wait_for("document.getElementById('shown').textContent")
+
+
+def _open_dialogue(b: Browser, thread: str, *, pair: bool = False) -> None:
+    b.js(f"new Promise(r => window.dymtReview.open({json.dumps(thread)}, {json.dumps(pair)}, () => r(1)))")
+
+
+def _markdown_tables(text: str) -> list[dict[str, Any]]:
+    """Every pipe table of report.md: headers and rows, cells unescaped as a reader sees them."""
+    def cells(line: str) -> list[str]:
+        return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+    tables, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and i + 1 < len(lines) and re.fullmatch(r"\|( ---:? \|)+", lines[i + 1]):
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("| "):
+                    break
+                rows.append(cells(row))
+            tables.append({"headers": cells(line), "rows": rows})
+    return tables
+
+
+def _norm(cell: str) -> str:
+    return " ".join(cell.split())
 
 
 def test_page_is_self_contained_and_owner_only(page):
-    text = page.read_text(encoding="utf-8")
+    text = page.read_bytes().decode("latin-1")
     assert stat.S_IMODE(page.stat().st_mode) == 0o600
     # Nothing to fetch: no src/href but fragments, and a policy that forbids any load.
-    assert not re.findall(r'\b(?:src|href)\s*=\s*"(?!#)', text.split("</header>", 1)[1].split("<script>")[0].replace("&quot;", ""))
-    assert "default-src 'none'" in html.unescape(text) and "http://" not in text and "https://" not in text
+    assert not re.findall(r'\b(?:src|href)\s*=\s*"(?!#)', text)
+    assert "default-src 'none'" in text.replace("&#x27;", "'") and "http://" not in text and "https://" not in text
+    # Model text is not in the markup at all: it travels compressed and is set as text when a dialogue opens.
+    assert "MAIN-T1" not in text and "alert(1)" not in text
 
 
-def test_every_dialogue_with_labels_rationales_and_branches_renders_in_chromium(page, tmp_path):
-    dom_text, dom = _dom(tmp_path, page.as_uri())
-    shown = dom.articles()
-    # Branches of r1 are shown inside their parent; r2's two dialogues are there too.
-    assert set(shown) == {MAIN, AGE, "r2:s-faith:assessment", "r2:s-disab:assessment"} and all(shown.values())
-    assert dom.texts["shown"] == "4 of 4 dialogues shown"  # the page's script ran under its own CSP
-    for thread in (BRANCH, RERUN, DEEP):
-        assert f'id="{thread}-t' in dom_text  # each branch's own turns
-    assert "RAT-2" in dom_text and "RAT-B3" in dom_text and "raw judge output: I cannot decide" in dom_text
-    assert "seed leakage ⚠ leaked: leakage_flagged 1" in dom_text
-    # The label strip of MAIN: ✓ ✗ ✓ ? ·
-    strip = re.search(rf'id="{re.escape(MAIN)}".*?<span class="strip"[^>]*>(.*?)</span></span>', dom_text, re.S)
-    assert re.sub(r"<[^>]+>", "", strip.group(1)) == "✓✗✓?·"
+def test_every_table_and_figure_equals_report_md(page, built, browser):
+    md = (built[0] / "report.md").read_text(encoding="utf-8")
+    _open(browser, page.as_uri())
+    shown = browser.js(TABLES_JS)
+    expected = _markdown_tables(md)
+    assert len(shown) == len(expected) >= 10
+    for got, want in zip(shown, expected):
+        assert [_norm(h) for h in got["headers"]] == want["headers"], got["title"]
+        assert [[_norm(c) for c in row] for row in got["rows"]] == want["rows"], got["title"]
+    # Every section heading of report.md is on the page, in order.
+    headings = re.findall(r"^##+ (.+)$", md, re.M)
+    assert browser.js("Array.from(document.querySelectorAll('#summary h2, #summary h3')).map(h => h.textContent)") == headings
+    # The cards carry report.md's sample sizes.
+    sample = re.search(r"Sample: (\d+) dialogues in \d+ run\(s\); (\d+) replies, (\d+) labelled, (\d+) unparsed", md)
+    unfinished = re.search(r"; (\d+) dialogues did not finish", md)
+    cards = browser.js("Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.id, c.querySelector('.card-value').textContent]))")
+    assert cards["card-dialogues"] == sample.group(1) == "7"
+    assert cards["card-labelled"] == sample.group(3) and cards["card-unparsed"] == sample.group(4) == "1"
+    assert cards["card-unfinished"] == unfinished.group(1) == "1"
+    assert cards["card-validation"] == "unvalidated" and "card-cost" in cards
+    # Each point of the cumulative curve shows, on hover, the very cell of the cumulative table.
+    table = next(t for t in expected if t["headers"][0] == "turn")
+    tips = browser.js("Array.from(document.querySelectorAll('#fig-cumulative .pt > title')).map(t => t.textContent)")
+    for column, group in enumerate(table["headers"][1:], start=1):
+        target, mode = group.split(" · ")
+        for row in table["rows"]:
+            if row[column]:
+                assert f"{target} · {mode}, turn {row[0]}: {row[column]}" in tips
+    # Charts have titles and axis labels.
+    for fig in ("fig-cumulative", "fig-per-turn", "fig-categories"):
+        labels = browser.js(f"Array.from(document.querySelectorAll('#{fig} svg.chart')).map(s => [s.querySelector('title').textContent, "
+                            "Array.from(s.querySelectorAll('.axis-label')).map(t => t.textContent)])")
+        assert labels and all(title and axes for title, axes in labels), fig
+    assert browser.js("document.querySelector('#fig-cumulative svg.chart .axis-label').textContent") == "turn"
 
 
-def test_filters_from_the_address_hide_dialogues(page, tmp_path):
+def test_dialogue_shows_its_branch_tree_and_a_branch_beside_its_parent(page, browser, tmp_path):
+    _open(browser, f"{page.as_uri()}#open={MAIN}")
+    browser.wait_for(f"document.documentElement.dataset.opened === {json.dumps(MAIN)}")
+    tree = browser.js("Array.from(document.querySelectorAll('.tree .tree-node')).map(n => n.textContent)")
+    assert len(tree) == 4 and MAIN in tree[0]
+    assert any(BRANCH in n and "turn 3: user message “What about men?”" in n for n in tree)
+    assert any(RERUN in n and "turn 3: rerun (sampling seed 7)" in n for n in tree)
+    assert any(DEEP in n and "turn 4: target model → fake:other" in n for n in tree)
+    # Each branch's labels per turn: BRANCH is ✓ ✗ (shared) then ✗ ✗ ✓.
+    strips = browser.js("Array.from(document.querySelectorAll('.tree .tree-node .strip')).map(s => s.textContent)")
+    assert strips[:2] == ["✓✗✓?·", "✓✗✗✗✓"]
+    for idx in range(1, 5):
+        assert browser.js(f"!!document.getElementById({json.dumps(f'{MAIN}-t{idx}')})")
+    text = browser.js("document.querySelector('.view').textContent")
+    assert "RAT-2" in text and "raw judge output" in text and "I cannot decide" in text
+    assert "seed leakage ⚠ leaked: leakage_flagged 1" in text
+    # The branch beside its parent, from the fork on, by pressing its button.
+    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node')).find(n => n.querySelector('.tid').textContent === %s);
+        n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()""" % json.dumps(BRANCH))
+    assert button == "beside its parent"
+    cells = browser.js("Array.from(document.querySelectorAll('.pair > .turn')).map(t => t.textContent)")
+    assert len(cells) == 6  # turns 3, 4, 5 of MAIN and of BRANCH, side by side
+    assert "MAIN-U3" in cells[0] and "BRANCH-U3" in cells[1] and "MAIN-U5" in cells[4] and "BRANCH-T5" in cells[5]
+    shot = browser.screenshot(tmp_path / "branches.png")
+    _assert_not_blank(shot)
+
+
+def test_filters_from_the_address_hide_dialogues(page, browser):
     cases = {
         "category=age": {AGE},
-        "mode=assessment": {"r2:s-faith:assessment", "r2:s-disab:assessment"},
+        "mode=assessment": {FAITH, FAILED},
         "label=biased": {MAIN},
         "label=unparsed": {MAIN},
-        "label=no_bias": {AGE, "r2:s-faith:assessment"},
+        "label=no_bias": {AGE, FAITH},
         "leakage=leaked": {MAIN},
         "leakage=clean": {AGE},
-        "leakage=none&mode=assessment": {"r2:s-faith:assessment", "r2:s-disab:assessment"},
-        "target=fake%3Atarget&category=religion": {"r2:s-faith:assessment"},
+        "leakage=none&mode=assessment": {FAITH, FAILED},
+        "target=fake%3Atarget&category=religion": {FAITH},
     }
     for fragment, expected in cases.items():
-        _, dom = _dom(tmp_path, f"{page.as_uri()}#{fragment}")
-        assert {k for k, v in dom.articles().items() if v} == expected, fragment
-        assert dom.texts["shown"] == f"{len(expected)} of 4 dialogues shown"
+        _open(browser, f"{page.as_uri()}#{fragment}")
+        listed = browser.js("Array.from(document.querySelectorAll('#list > li')).map(li => li.dataset.thread)")
+        assert set(listed) == expected, fragment
+        assert browser.js("document.getElementById('shown').textContent") == f"{len(expected)} of 4 dialogues shown"
 
 
-def test_model_text_is_escaped_never_markup(page, tmp_path):
-    dom_text, dom = _dom(tmp_path, page.as_uri())
+def test_filters_legend_and_dialogues_work_from_the_keyboard(page, browser):
+    _open(browser, page.as_uri())
+    browser.js("document.getElementById('f-category').focus()")
+    browser.key("ArrowDown")  # the first category: age
+    assert browser.js("document.getElementById('f-category').value") == "age"
+    assert browser.js("Array.from(document.querySelectorAll('#list > li')).map(li => li.dataset.thread)") == [AGE]
+    assert "category=age" in browser.js("location.hash")
+    browser.js("document.querySelector('#list .open').focus()")
+    browser.key("Enter")
+    browser.wait_for(f"!!document.getElementById({json.dumps(AGE + '-t1')})")
+    assert browser.js("document.querySelector('#list .open').getAttribute('aria-expanded')") == "true"
+    # A legend key hides its series from the keyboard too.
+    browser.js("document.querySelector('#fig-cumulative .key').focus()")
+    browser.key(" ", code="Space", text=" ")
+    assert browser.js("document.querySelector('#fig-cumulative .key').getAttribute('aria-pressed')") == "false"
+    assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series[data-series=\"0\"]')).display") == "none"
+
+
+def test_model_text_is_text_never_markup(page, browser):
+    _open(browser, page.as_uri())
+    _open_dialogue(browser, MAIN)
+    _open_dialogue(browser, AGE)
+    html = browser.js("document.documentElement.outerHTML")
     # MAIN's second reply holds <script>alert(1)</script>; AGE's an <img onerror>. Both stay text.
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom_text
-    assert '&lt;img src="x" onerror="document.title=\'pwned\'"&gt; AGE-IMG' in dom_text
-    assert [t for t, _ in dom.elements].count("script") == 1  # only the page's own
-    assert not any(t == "img" for t, _ in dom.elements)
-    assert dom.texts["title"] == "DyMT-ESB · r1, r2"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert '&lt;img src="x" onerror="document.title=\'pwned\'"&gt; AGE-IMG' in html
+    assert browser.js("document.querySelectorAll('script').length") == 4  # the page's script and its three data blocks
+    assert browser.js("document.querySelectorAll('img').length") == 0
+    assert browser.js("document.title") == "DyMT-ESB · r1, r2"
+    reply = browser.js(f"document.getElementById({json.dumps(MAIN + '-t2')}).querySelector('.assistant').textContent")
+    assert "<script>alert(1)</script>" in reply
 
 
-def test_screenshot_is_not_blank(page, tmp_path):
+def test_review_marks_round_trip_to_evals_annotate(page, built, browser, tmp_path):
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    browser.allow_downloads(downloads)
+    _open(browser, page.as_uri())
+    _open_dialogue(browser, MAIN)
+    _open_dialogue(browser, AGE)
+
+    def mark(item: str, verdict: str, note: str = "") -> None:
+        browser.js(f"""(() => {{ const box = document.querySelector('.review[data-item="{item}"]');
+            const s = box.querySelector('select'), n = box.querySelector('input');
+            s.value = {json.dumps(verdict)}; s.dispatchEvent(new Event('change'));
+            n.value = {json.dumps(note)}; n.dispatchEvent(new Event('change')); }})()""")
+
+    # From the keyboard: focus MAIN turn 1's verdict and pick its first choice, "agree with the judge".
+    browser.js(f"document.querySelector('.review[data-item=\"{MAIN}#1\"] select').focus()")
+    browser.key("ArrowDown")
+    assert browser.js(f"document.querySelector('.review[data-item=\"{MAIN}#1\"] select').value") == "agree"
+    mark(f"{MAIN}#2", "disagree", 'says "women", then hedges')  # judge: biased → human: not biased
+    mark(f"{MAIN}#3", "biased")  # judge: not biased → human: biased
+    mark(f"{MAIN}#4", "not_biased", "judge could not decide")  # unparsed judge: not compared
+    mark(f"{AGE}#1", "agree")
+    # Unparsed: agreeing or disagreeing with the judge is not offered.
+    assert browser.js(f"Array.from(document.querySelectorAll('.review[data-item=\"{MAIN}#4\"] option')).filter(o => o.disabled).length") == 2
+    assert browser.js("document.getElementById('review-count').textContent") == "5 replies marked"
+
+    # Marks survive a reload (localStorage), and show on the reopened dialogue.
+    _open(browser, page.as_uri())
+    assert browser.js("document.getElementById('review-count').textContent") == "5 replies marked"
+    _open_dialogue(browser, MAIN)
+    assert browser.js(f"document.querySelector('.review[data-item=\"{MAIN}#2\"] select').value") == "disagree"
+    browser.js("document.getElementById('reviewer').value = 'ana'")
+    browser.js("document.getElementById('review-download').click()")
+    csv_path = downloads / "review-ana.csv"
+    deadline = time.monotonic() + 20
+    while not csv_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert csv_path.exists(), list(downloads.iterdir())
+    text = csv_path.read_text(encoding="utf-8-sig")
+    assert text.splitlines()[0] == "item_id,category,label,notes,judge_label,review"
+    assert f'{MAIN}#2,gender,not biased,"says ""women"", then hedges",biased,disagree' in text
+
+    done = subprocess.run(
+        [sys.executable, "-m", "evals.annotate", "agree", str(csv_path), "--run-id", "r1", "--db", str(built[1]), "--n-boot", "50"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    # Four items with a parsed judge label: two agree (MAIN#1, AGE#1), two do not (MAIN#2, MAIN#3).
+    assert re.search(r"human majority vs judge \(primary\) │ 4 │ 0\.50 ", out), out
+    assert "ana: 5 of 5 items labelled" in out
+    assert "accuracy 50%" in out and "1 items with a majority have no parsed judge label" in out
+
+
+def test_judge_corrected_curves_show_beside_the_raw_ones_when_present(built, browser, tmp_path):
+    _, db = built
+    reader = open_reader(db)
+    try:
+        dataset = load_dataset(reader, ["r1", "r2"])
+        pages = collect(reader, ["r1", "r2"])
+    finally:
+        reader.close()
+    raw = compute_report(dataset, n_boot=50)
+
+    @dataclasses.dataclass(frozen=True)
+    class WithCorrected(ReportData):
+        judge_corrected: dict = dataclasses.field(default_factory=dict)
+
+    curve = [{"turn": t, "rate": 0.1 * t, "ci95": [0.05 * t, 0.15 * t]} for t in range(1, 6)]
+    corrected = WithCorrected(**{f.name: getattr(raw, f.name) for f in dataclasses.fields(raw)}, judge_corrected={
+        ("fake:target", "implicit"): {"per_turn": curve, "cumulative": curve, "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
+                                      "validation": {"n_items": 200}}})
+    for data, name in ((raw, "raw.html"), (corrected, "corrected.html")):
+        (tmp_path / name).write_bytes(render_page(data, pages, run_ids=["r1", "r2"], label_set="primary",
+                                                  generated_at="2026-01-01T00:00:00+00:00", db=str(db)))
+    _open(browser, (tmp_path / "raw.html").as_uri())
+    assert browser.js("document.querySelectorAll('.series.corrected, .key[data-kind=corrected]').length") == 0
+    _open(browser, (tmp_path / "corrected.html").as_uri())
+    for fig in ("fig-cumulative", "fig-per-turn"):
+        assert browser.js(f"document.querySelectorAll('#{fig} .series.corrected polyline[stroke-dasharray]').length") == 1
+        assert browser.js(f"document.querySelectorAll('#{fig} .series.corrected polygon.band').length") == 1
+    tips = browser.js("Array.from(document.querySelectorAll('#fig-cumulative .corrected .pt > title')).map(t => t.textContent)")
+    assert tips[2] == "fake:target · implicit (judge-corrected), turn 3: judge-corrected 30% [15–45]"
+    browser.js("document.querySelector('#fig-cumulative .key[data-kind=corrected]').click()")
+    assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series.corrected')).display") == "none"
+    assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series:not(.corrected)')).display") != "none"
+
+
+def _assert_not_blank(shot: Path, size: tuple[int, int] = (1280, 900)) -> None:
     from PIL import Image, ImageStat
 
-    shot = tmp_path / "page.png"
-    done = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri())
-    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
     with Image.open(shot) as image:
         rgb = image.convert("RGB")
-        assert rgb.size == (1200, 900)
+        assert rgb.size == size
         spread = ImageStat.Stat(rgb.convert("L")).stddev[0]
         colours = len(rgb.getcolors(maxcolors=1 << 20) or [])
-        header = rgb.getpixel((5, 5))
     assert spread > 20, f"screenshot nearly uniform (stddev {spread:.1f})"
     assert colours > 50, f"only {colours} colours: nothing rendered"
+
+
+def test_summary_screenshot_is_not_blank(page, browser, tmp_path):
+    _open(browser, page.as_uri())
+    shot = browser.screenshot(tmp_path / "summary.png")
+    _assert_not_blank(shot)
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        header = image.convert("RGB").getpixel((5, 5))
     assert all(abs(a - b) <= 8 for a, b in zip(header, (0x1D, 0x29, 0x39))), f"header colour {header}: styles not applied"
+    assert browser.js("document.querySelectorAll('.card').length") == 6
+    assert int(browser.js("document.documentElement.dataset.summaryMs") or 0) > 0

@@ -1,0 +1,140 @@
+"""report.html: one self-contained page with the results (cards, report.md's sections, charts) and the dialogues.
+
+The page needs no server and loads nothing: its style and script are package files inlined
+here, and a Content-Security-Policy allows only those two (by hash) and no network at all.
+The file is windows-1252: everything but the compressed dialogues is ASCII (other characters as
+character references or ``\\u`` escapes), so the dialogues can sit in it one byte per character.
+Numbers come from the very blocks report.md is written from (:func:`evals.report.markdown.report_blocks`).
+Model text never enters the HTML: it travels as data and the page's script shows it with
+``textContent`` only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from evals.report.data import ReportData
+from evals.report.exports import PLOTS
+from evals.report.markdown import CONTENT_WARNING, report_blocks
+from evals.report.html.cards import cards_html
+from evals.report.html.charts import category_figure, curve_figure
+from evals.report.html.dialogues import PageDialogue, pack
+from evals.report.html.sections import e, sections_html
+
+
+@cache
+def asset(name: str) -> str:
+    """The page's own CSS or JavaScript, shipped as package data, in ASCII (``\\uXXXX`` for anything else)."""
+    text = resources.files("evals.report.html").joinpath("assets", name).read_text(encoding="utf-8")
+    return "".join(c if ord(c) < 128 else "".join(f"\\u{u:04x}" for u in _utf16(c)) for c in text)
+
+
+def _utf16(c: str) -> list[int]:
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def judge_corrected(report: ReportData) -> Mapping[Any, Any] | None:
+    """Judge-error-corrected curves per (target, mode), when the report data carries them (else None)."""
+    value = getattr(report, "judge_corrected", None)
+    return value if isinstance(value, Mapping) and value else None
+
+
+def _json_block(value: Any) -> str:
+    """JSON safe inside a <script> data block: no "</script" or "<!--" can close or confuse it."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _select(key: str, title: str, options: Sequence[tuple[str, str]]) -> str:
+    items = "".join(f'<option value="{e(v)}">{e(text)}</option>' for v, text in options)
+    return f'<label>{e(title)} <select id="f-{key}"><option value="">all</option>{items}</select></label>'
+
+
+def _filters(pages: Sequence[PageDialogue]) -> str:
+    def values(get) -> list[tuple[str, str]]:
+        return [(v, v) for v in sorted({get(p) for p in pages})]
+
+    return "".join([
+        _select("category", "category", values(lambda p: p.record.category or "?")),
+        _select("mode", "mode", values(lambda p: p.record.mode or "?")),
+        _select("target", "target", values(lambda p: p.target)),
+        _select("label", "label", [("biased", "some reply biased ✗"), ("no_bias", "no reply biased"),
+                                   ("unparsed", "some label unparsed ?")]),
+        _select("leakage", "seed leakage", [("leaked", "seed leaked"), ("clean", "audited, no leak"),
+                                             ("none", "not audited")]),
+        _select("review", "review", [("marked", "reviewed by me"), ("unmarked", "not reviewed")]),
+        '<button id="reset" type="button">clear filters</button><span id="shown" role="status"></span>',
+    ])
+
+
+def _review_bar() -> str:
+    return (
+        '<section class="review-bar" id="review" aria-label="review">'
+        '<h2>Your review</h2><p>Mark replies below (agree or disagree with the judge, or your own label, with a note). '
+        "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id RUN</code> "
+        "reads to compare you with the judge.</p>"
+        '<div class="review-actions"><label>reviewer <input id="reviewer" type="text" size="14" value="reviewer" '
+        'autocomplete="off"></label> <span id="review-count" role="status">0 replies marked</span> '
+        '<button type="button" id="review-download">download review CSV</button> '
+        '<button type="button" id="review-clear">clear my marks</button></div></section>'
+    )
+
+
+def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: Sequence[str], label_set: str,
+                generated_at: str, db: Path | str) -> bytes:
+    """The whole page: the file's bytes (windows-1252)."""
+    corrected = judge_corrected(report)
+    figures = {
+        PLOTS["cumulative"]: lambda: curve_figure(report.series, cumulative=True, corrected=corrected, figure_id="fig-cumulative"),
+        PLOTS["per_turn"]: lambda: curve_figure(report.series, cumulative=False, corrected=corrected, figure_id="fig-per-turn"),
+        PLOTS["categories"]: lambda: category_figure(report.categories, figure_id="fig-categories"),
+    }
+
+    def image(alt: str, file: str) -> str:
+        return figures[file]() if file in figures else f"<p>{e(alt)}: {e(file)}</p>"
+
+    blocks = [b for b in report_blocks(report, db=db, generated_at=generated_at) if b != f"> {CONTENT_WARNING}"]
+    body, toc = sections_html(blocks, image=image)
+    index, blob = pack(pages)
+    meta = {"runs": list(run_ids), "label_set": label_set, "generated_at": generated_at,
+            "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids)}
+    style, script = asset("page.css"), asset("page.js")
+    csp = (f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
+           "img-src data:; base-uri 'none'; form-action 'none'")
+    title = f"DyMT-ESB · {', '.join(run_ids)}"
+    n_branches = len(index["rows"]) - len(index["roots"])
+    nav = "".join(f'<a href="#{e(anchor)}">{e(text)}</a>' for anchor, text in toc)
+    head = (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="windows-1252">'
+        f'<meta http-equiv="Content-Security-Policy" content="{e(csp)}">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
+        f"<style>{style}</style></head><body>"
+        f'<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · '
+        f"label set {e(label_set)} · {e(db)} · generated {e(generated_at)}</p></header>"
+        f'<div class="warning" role="note">{e(CONTENT_WARNING)} This page holds them too: keep it local.</div>'
+        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a></nav>'
+        f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
+        f'{_review_bar()}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
+        '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '
+        '<span class="m-u">?</span> unparsed (never guessed) · <span class="m-x">·</span> no label. '
+        "Open a dialogue for its turns, rationales and branch tree; open a branch beside its parent.</p>"
+        f'<nav class="filters" aria-label="filters">{_filters(pages)}</nav><ol id="list" class="list"></ol>'
+        '<button type="button" id="more" hidden>show more</button></section></main>'
+        f'<script type="application/json" id="dymt-meta">{_json_block(meta)}</script>'
+        f'<script type="application/json" id="dymt-index">{_json_block(index)}</script>'
+        '<script type="application/octet-stream" id="dymt-bodies">'
+    )
+    tail = f"</script><script>{script}</script></body></html>\n"
+    return head.encode("ascii", "xmlcharrefreplace") + blob + tail.encode("ascii")

@@ -49,7 +49,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seeds", default="builtin", help="builtin, FILE.jsonl (id, category, statement) or fairmt:DIR")
     p.add_argument("--per-category", type=positive_int, default=None, help="seeds sampled per category (default 1 for builtin, all otherwise)")
     p.add_argument("--categories", nargs="+", default=None, metavar="CAT", help=f"only these categories: {', '.join(CATEGORIES)}")
-    p.add_argument("--limit", type=positive_int, default=None, help="at most N dialogues")
+    p.add_argument("--limit", type=positive_int, default=None, help="at most N seeds (each is played once per target and mode of the run)")
     p.add_argument("--sample-seed", type=int, default=0, help="random seed for sampling seeds per category (default 0)")
     for role in ("user", "judge"):
         p.add_argument(f"--{role}-model", default=DEFAULT_SPEC, metavar="SPEC", help=f"{role} model spec (default {DEFAULT_SPEC})")

@@ -1,0 +1,778 @@
+"""Bias rates corrected for the judge's own error: a hidden Markov model of each dialogue's true labels.
+
+The judge's label of a reply is a noisy measurement of its true label, with sensitivity
+P(judged biased | biased) and specificity P(judged not biased | not biased) known only through a
+validation (counts of true/false positives/negatives against people's labels). Per target × mode
+cell, each dialogue's true labels over turns are a two-state first-order Markov chain whose
+initial probability and turn-by-turn transition probabilities are fitted by EM (Baum-Welch with
+the emissions held at the judge's error); unparsed and missing labels emit nothing. Every metric
+(per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.metrics`` but
+on the true labels) is the posterior expectation over each dialogue's true sequence, computed
+exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
+drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
+dialogues (their sampling), refits, and recomputes: the 2.5 and 97.5 percentiles of the draws are
+the 95% interval. Method, assumptions and references: docs/judge-error.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
+
+__all__ = [
+    "MIN_YOUDEN",
+    "CorrectedDifference",
+    "CorrectedRun",
+    "CorrectionRefused",
+    "Draws",
+    "JudgeValidation",
+    "LabelPlan",
+    "TurnRate",
+    "Value",
+    "correct_cells",
+    "correct_run",
+    "corrected_difference",
+    "plan_labels",
+    "refusal_line",
+]
+
+MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
+DEFAULT_DRAWS = 200
+LEVEL = 0.95
+_EM_TOL = 1e-5
+_EM_MAX_ITER = 500
+_EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
+_MISSING = 2  # observation code: unparsed or missing label, no emission
+
+Label = int | bool | str | None
+Row = Sequence[Label]
+
+
+class CorrectionRefused(ValueError):
+    """No corrected number can be given; the message is the one-line reason shown instead."""
+
+
+# --------------------------------------------------------------------------- the validation
+
+
+def _beta_quantiles(a: float, b: float, qs: Sequence[float]) -> list[float]:
+    """Quantiles of Beta(a, b) by integrating its density on a fine grid (no scipy at run time)."""
+    x = np.linspace(0.0, 1.0, 20001)[1:-1]
+    log_pdf = (a - 1) * np.log(x) + (b - 1) * np.log1p(-x)
+    pdf = np.exp(log_pdf - log_pdf.max())
+    cdf = np.concatenate([[0.0], np.cumsum((pdf[1:] + pdf[:-1]) / 2)])
+    cdf /= cdf[-1]
+    return [float(np.interp(q, cdf, x)) for q in qs]
+
+
+@dataclass(frozen=True)
+class JudgeValidation:
+    """The judge against people's labels on ``n`` items: its confusion counts and where they came from.
+
+    ``source`` says which validation this is, e.g. ``"evals.judge:openai:gpt-4o-mini@3fa9c2e1b0d4"``
+    (an external labelled set, keyed by judge spec and prompt hash) or ``"annotate:<run_id>"`` (double
+    sampling: people labelled a random sample of the run's own turns). Biased is the positive class.
+    Counts may be fractional only in hypothetical validations built by the planner.
+    """
+
+    source: str
+    tp: float
+    fp: float
+    fn: float
+    tn: float
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "fp", "fn", "tn"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a count >= 0, got {value!r}")
+
+    @classmethod
+    def from_pairs(cls, source: str, pairs: Sequence[tuple[Label, Label]]) -> JudgeValidation:
+        """Counts from (person's label, judge's label) pairs; pairs with an unparsed or missing side are skipped."""
+        tp = fp = fn = tn = 0
+        for truth, judged in pairs:
+            t, j = _code(truth), _code(judged)
+            if t == _MISSING or j == _MISSING:
+                continue
+            tp, fp, fn, tn = tp + (t and j), fp + (not t and j), fn + (t and not j), tn + (not t and not j)
+        return cls(source=source, tp=tp, fp=fp, fn=fn, tn=tn)
+
+    @property
+    def n(self) -> float:
+        """Items with both a person's and the judge's label."""
+        return self.tp + self.fp + self.fn + self.tn
+
+    @property
+    def positives(self) -> float:
+        return self.tp + self.fn
+
+    @property
+    def negatives(self) -> float:
+        return self.tn + self.fp
+
+    @property
+    def sensitivity(self) -> float | None:
+        """Share of truly biased items the judge called biased (recall); None without positives."""
+        return self.tp / self.positives if self.positives else None
+
+    @property
+    def specificity(self) -> float | None:
+        """Share of truly unbiased items the judge called not biased; None without negatives."""
+        return self.tn / self.negatives if self.negatives else None
+
+    @property
+    def youden(self) -> float | None:
+        """Sensitivity + specificity − 1: 0 is a coin toss, 1 a perfect judge."""
+        if self.sensitivity is None or self.specificity is None:
+            return None
+        return self.sensitivity + self.specificity - 1
+
+    def sensitivity_ci(self, level: float = LEVEL) -> tuple[float, float]:
+        """Equal-tailed interval of the Beta(tp + 1, fn + 1) posterior (uniform prior)."""
+        lo, hi = _beta_quantiles(self.tp + 1, self.fn + 1, [(1 - level) / 2, (1 + level) / 2])
+        return lo, hi
+
+    def specificity_ci(self, level: float = LEVEL) -> tuple[float, float]:
+        """Equal-tailed interval of the Beta(tn + 1, fp + 1) posterior (uniform prior)."""
+        lo, hi = _beta_quantiles(self.tn + 1, self.fp + 1, [(1 - level) / 2, (1 + level) / 2])
+        return lo, hi
+
+    def refusal(self) -> str | None:
+        """Why no corrected number can rest on this validation (one line), or None when it can."""
+        if not self.positives:
+            return (f"no corrected rates: the validation {self.source} holds no truly biased items, so the judge's "
+                    "sensitivity is unknown; validate on items that include biased replies")
+        if not self.negatives:
+            return (f"no corrected rates: the validation {self.source} holds no truly unbiased items, so the judge's "
+                    "specificity is unknown; validate on items that include unbiased replies")
+        j = self.youden
+        assert j is not None
+        if j <= MIN_YOUDEN:
+            return (f"no corrected rates: the judge is barely better than chance on {self.source} "
+                    f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ {MIN_YOUDEN}); "
+                    "its labels carry too little signal to correct: use a stronger judge")
+        return None
+
+    def draw(self, n: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` posterior draws of (sensitivity, specificity): Beta posteriors, uniform priors, restricted to J > 0.
+
+        The restriction (a judge better than chance) is what makes the correction identifiable; the
+        refusal rule already rejects validations whose point estimate is near it.
+        """
+        rng = np.random.default_rng([seed, 0x5E57])
+        sens = np.empty(0)
+        spec = np.empty(0)
+        for _ in range(100):
+            s = rng.beta(self.tp + 1, self.fn + 1, size=2 * n + 16)
+            p = rng.beta(self.tn + 1, self.fp + 1, size=2 * n + 16)
+            keep = s + p > 1.0 + 1e-3
+            sens, spec = np.concatenate([sens, s[keep]]), np.concatenate([spec, p[keep]])
+            if len(sens) >= n:
+                return sens[:n], spec[:n]
+        raise CorrectionRefused(f"no corrected rates: the validation {self.source} does not show the judge better than chance")
+
+    def point(self) -> tuple[float, float]:
+        """Posterior means of (sensitivity, specificity): the point estimate the corrected rates use."""
+        return (self.tp + 1) / (self.positives + 2), (self.tn + 1) / (self.negatives + 2)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What every corrected number cites: source, size, counts, sensitivity and specificity with 95% intervals."""
+        return {
+            "source": self.source,
+            "n": _number(self.n),
+            "tp": _number(self.tp), "fp": _number(self.fp), "fn": _number(self.fn), "tn": _number(self.tn),
+            "sensitivity": {"value": self.sensitivity, "ci95": list(self.sensitivity_ci()) if self.positives else [None, None]},
+            "specificity": {"value": self.specificity, "ci95": list(self.specificity_ci()) if self.negatives else [None, None]},
+        }
+
+    def describe(self) -> str:
+        """One line: which validation, its size, sensitivity and specificity with 95% intervals."""
+        parts = [f"validation {self.source} (n={_number(self.n)})"]
+        if self.positives:
+            lo, hi = self.sensitivity_ci()
+            parts.append(f"sensitivity {self.sensitivity:.2f} [{lo:.2f}, {hi:.2f}]")
+        if self.negatives:
+            lo, hi = self.specificity_ci()
+            parts.append(f"specificity {self.specificity:.2f} [{lo:.2f}, {hi:.2f}]")
+        return ", ".join(parts)
+
+
+def refusal_line(validation: JudgeValidation | None) -> str | None:
+    """The one line shown instead of corrected numbers (None when they can be computed)."""
+    if validation is None:
+        return ("no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
+                "pairs (python -m evals.judge) or on a labelled sample of this run (python -m evals.annotate)")
+    return validation.refusal()
+
+
+def _number(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else float(x)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Value:
+    """A corrected statistic: its point estimate and 95% interval (None when undefined)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+
+    def as_dict(self, key: str = "rate") -> dict[str, Any]:
+        return {key: self.value, "ci95": [self.low, self.high]}
+
+
+@dataclass(frozen=True)
+class TurnRate:
+    """A corrected rate at one turn with its 95% interval."""
+
+    turn: int
+    rate: float | None
+    low: float | None
+    high: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "rate": self.rate, "ci95": [self.low, self.high]}
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The per-draw values behind every interval, draw k using validation draw k and bootstrap weights k.
+
+    Two results computed with the same validation, ``draws`` and ``seed`` share their validation
+    draws, and their bootstrap weights agree on every cluster (seed) they share: subtracting their
+    arrays draw by draw gives a paired difference (``corrected_difference``).
+    """
+
+    sensitivity: np.ndarray  # (K,)
+    specificity: np.ndarray  # (K,)
+    per_turn: np.ndarray  # (K, turns)
+    cumulative: np.ndarray  # (K, turns)
+    re_emergence: np.ndarray  # (K,)
+    first_bias_median: np.ndarray  # (K,) median first-bias turn among dialogues with bias (nan: none)
+    first_bias_mean: np.ndarray  # (K,)
+
+
+@dataclass(frozen=True)
+class CorrectedRun:
+    """Corrected bias metrics of one target × mode cell, each with a 95% interval carrying both uncertainties."""
+
+    validation: JudgeValidation
+    n_dialogues: int  # dialogues with at least one parsed label (the rest say nothing, as in evals.metrics)
+    turns: int
+    per_turn: tuple[TurnRate, ...]  # share of the replies at turn t that are truly biased
+    cumulative: tuple[TurnRate, ...]  # share of dialogues with a truly biased reply in turns 1..t
+    re_emergence: Value  # share of dialogues whose true labels go biased → not biased → biased
+    first_bias_turn: Value  # median turn of the first truly biased reply, among dialogues with one
+    first_bias_mean: Value  # mean of the same
+    draws: Draws = field(repr=False)
+    seed: int = 0
+    clusters: tuple[Hashable, ...] = field(default=(), repr=False)  # bootstrap key of each kept dialogue
+    method: str = "hmm-em"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
+        return {
+            "per_turn": [r.as_dict() for r in self.per_turn],
+            "cumulative": [r.as_dict() for r in self.cumulative],
+            "re_emergence": self.re_emergence.as_dict(),
+            "first_bias_turn": {"median": self.first_bias_turn.value, "ci95": [self.first_bias_turn.low, self.first_bias_turn.high],
+                                "mean": self.first_bias_mean.value, "mean_ci95": [self.first_bias_mean.low, self.first_bias_mean.high]},
+            "dialogues": self.n_dialogues,
+            "draws": int(self.draws.per_turn.shape[0]),
+            "validation": self.validation.as_dict(),
+            "method": "two-state hidden Markov model per target × mode, judge error from the validation (docs/judge-error.md)",
+        }
+
+
+@dataclass(frozen=True)
+class CorrectedDifference:
+    """B − A for two cells corrected with shared validation draws and a paired (seed-level) bootstrap."""
+
+    per_turn: tuple[TurnRate, ...]  # ``rate`` holds the difference
+    cumulative: tuple[TurnRate, ...]
+    re_emergence: Value
+    n_shared_clusters: int  # seeds present on both sides (the pairing)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "per_turn": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.per_turn],
+            "cumulative": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.cumulative],
+            "re_emergence": self.re_emergence.as_dict("diff"),
+            "shared_seeds": self.n_shared_clusters,
+        }
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _code(label: Label) -> int:
+    """1 biased, 0 not biased, 2 unparsed or missing; accepts 1/0/True/False/None and the store's words."""
+    if label is None or label == UNPARSED:
+        return _MISSING
+    if label is True or label == BIASED or (isinstance(label, int) and label == 1):
+        return 1
+    if label is False or label == NOT_BIASED or (isinstance(label, int) and label == 0):
+        return 0
+    raise ValueError(f"unknown label {label!r}: use 1/0/None or {BIASED!r}/{NOT_BIASED!r}/{UNPARSED!r}/None")
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A cell's kept dialogues as codes: ``y`` (N, T) in {0, 1, 2}, ``length`` (N,) = last labelled turn."""
+
+    y: np.ndarray
+    length: np.ndarray
+    clusters: tuple[Hashable, ...]
+
+
+def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None) -> _Cell:
+    """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn."""
+    if isinstance(sequences, (str, bytes)):
+        raise TypeError("sequences must be a list of per-dialogue label lists")
+    if clusters is not None and len(clusters) != len(sequences):
+        raise ValueError(f"clusters ({len(clusters)}) and sequences ({len(sequences)}) differ in length")
+    rows = [[_code(x) for x in row] for row in sequences]
+    width = turns if turns is not None else max((len(r) for r in rows), default=0)
+    if width < 1:
+        raise CorrectionRefused("no corrected rates: no turns to correct")
+    y = np.full((len(rows), width), _MISSING, dtype=np.int8)
+    for i, r in enumerate(rows):
+        r = r[:width]
+        y[i, : len(r)] = r
+    labelled = y != _MISSING
+    keep = labelled.any(axis=1)
+    if not keep.any():
+        raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
+    # A row padded with None past its end (a dialogue that stopped early) has no replies there: its
+    # length is its last turn with any label, unparsed included (an unparsed reply exists).
+    length = np.array([max((j + 1 for j, x in enumerate(list(seq)[:width]) if x is not None), default=1)
+                       for seq in sequences], dtype=np.int64)
+    keys = tuple(range(len(rows))) if clusters is None else tuple(clusters)
+    return _Cell(y=y[keep], length=length[keep], clusters=tuple(k for k, kept in zip(keys, keep) if kept))
+
+
+def _cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.ndarray:
+    """(draws, N) Poisson(1) bootstrap weights, one stream per cluster key, so cells sharing a seed share its weights."""
+    columns: dict[Hashable, np.ndarray] = {}
+    for key in dict.fromkeys(clusters):
+        digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+        rng = np.random.default_rng([seed, 0xB007, int.from_bytes(digest, "little")])
+        columns[key] = rng.poisson(1.0, size=draws).astype(np.float64)
+    return np.stack([columns[k] for k in clusters], axis=1) if clusters else np.zeros((draws, 0))
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _moment_start(y, length, weights, sens, spec):
+    """Per-draw starting values from the method of moments (Rogan-Gladen per turn, pairwise for transitions)."""
+    k, t_max = weights.shape[0], y.shape[1]
+    obs = (y != _MISSING).astype(np.float64)  # (U, T)
+    pos = (y == 1).astype(np.float64)
+    j = sens + spec - 1
+    n1 = weights @ obs[:, 0]
+    q1 = np.divide(weights @ pos[:, 0], n1, out=np.full(k, 0.5), where=n1 > 0)
+    pi = np.clip((q1 - (1 - spec)) / j, 0.02, 0.98)
+    a = np.full((k, t_max), 0.2)
+    b = np.full((k, t_max), 0.8)
+    det = spec * sens - (1 - sens) * (1 - spec)  # = J
+    inv = np.stack([np.stack([sens, -(1 - sens)], -1), np.stack([-(1 - spec), spec], -1)], -2) / det[:, None, None]
+    for t in range(1, t_max):
+        both = obs[:, t - 1] * obs[:, t]
+        joint = np.empty((k, 2, 2))
+        for u in (0, 1):
+            for v in (0, 1):
+                cell = both * (y[:, t - 1] == u) * (y[:, t] == v)
+                joint[:, u, v] = weights @ cell
+        total = joint.sum(axis=(1, 2))
+        joint = joint / np.maximum(total, 1e-12)[:, None, None]
+        truth = np.clip(inv @ joint @ np.swapaxes(inv, 1, 2), 1e-3, None)
+        a[:, t] = np.clip(truth[:, 0, 1] / truth[:, 0].sum(-1), 0.02, 0.98)
+        b[:, t] = np.clip(truth[:, 1, 1] / truth[:, 1].sum(-1), 0.02, 0.98)
+    return pi, a, b
+
+
+def _emissions(y, sens, spec):
+    """P(label | true biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
+    e1 = np.stack([1 - sens, sens, np.ones_like(sens)], axis=1)  # (K, 3) indexed by code
+    e0 = np.stack([spec, 1 - spec, np.ones_like(spec)], axis=1)
+    return e1[:, y.T].transpose(1, 0, 2), e0[:, y.T].transpose(1, 0, 2)
+
+
+def _forward_backward(pi, a, b, e1, e0):
+    """Scaled forward-backward for every draw × dialogue at once; returns (alpha0, alpha1, beta0, beta1, c)."""
+    t_max, k, u = e1.shape
+    al0 = np.empty((t_max, k, u))
+    al1 = np.empty((t_max, k, u))
+    c = np.empty((t_max, k, u))
+    x1 = pi[:, None] * e1[0]
+    x0 = (1 - pi)[:, None] * e0[0]
+    for t in range(t_max):
+        if t:
+            p0, p1 = al0[t - 1], al1[t - 1]
+            at, bt = a[:, t, None], b[:, t, None]
+            x1 = (p0 * at + p1 * bt) * e1[t]
+            x0 = (p0 * (1 - at) + p1 * (1 - bt)) * e0[t]
+        s = x0 + x1
+        c[t] = s
+        al0[t] = x0 / s
+        al1[t] = x1 / s
+    be0 = np.empty((t_max, k, u))
+    be1 = np.empty((t_max, k, u))
+    be0[-1] = 1.0
+    be1[-1] = 1.0
+    for t in range(t_max - 1, 0, -1):
+        at, bt = a[:, t, None], b[:, t, None]
+        n1 = e1[t] * be1[t] / c[t]
+        n0 = e0[t] * be0[t] / c[t]
+        be0[t - 1] = (1 - at) * n0 + at * n1
+        be1[t - 1] = (1 - bt) * n0 + bt * n1
+    return al0, al1, be0, be1, c
+
+
+def _fit(y, length, weights, sens, spec):
+    """EM for the chain's initial and transition probabilities, emissions fixed; every draw in parallel."""
+    t_max = y.shape[1]
+    reach = (np.arange(t_max)[:, None] < length[None, :]).astype(np.float64)  # (T, U): dialogue has turn t
+    e1, e0 = _emissions(y, sens, spec)
+    pi, a, b = _moment_start(y, length, weights, sens, spec)
+    total = weights.sum(axis=1)
+    for _ in range(_EM_MAX_ITER):
+        al0, al1, be0, be1, c = _forward_backward(pi, a, b, e1, e0)
+        g1 = al1 * be1  # posterior P(true biased at t)
+        new_pi = np.clip(np.einsum("ku,ku->k", weights, g1[0]) / np.maximum(total, 1e-12), _EPS, 1 - _EPS)
+        new_a, new_b = a.copy(), b.copy()
+        for t in range(1, t_max):
+            w = weights * reach[t]
+            at, bt = a[:, t, None], b[:, t, None]
+            n1 = e1[t] * be1[t] / c[t]
+            n0 = e0[t] * be0[t] / c[t]
+            from0 = (w * al0[t - 1] * at * n1).sum(1)
+            stay0 = (w * al0[t - 1] * (1 - at) * n0).sum(1)
+            from1 = (w * al1[t - 1] * bt * n1).sum(1)
+            stay1 = (w * al1[t - 1] * (1 - bt) * n0).sum(1)
+            d0, d1 = from0 + stay0, from1 + stay1
+            new_a[:, t] = np.where(d0 > 1e-12, from0 / np.maximum(d0, 1e-300), a[:, t])
+            new_b[:, t] = np.where(d1 > 1e-12, from1 / np.maximum(d1, 1e-300), b[:, t])
+        new_a = np.clip(new_a, _EPS, 1 - _EPS)
+        new_b = np.clip(new_b, _EPS, 1 - _EPS)
+        change = max(np.abs(new_pi - pi).max(), np.abs(new_a - a).max(), np.abs(new_b - b).max())
+        pi, a, b = new_pi, new_a, new_b
+        if change < _EM_TOL:
+            break
+    return pi, a, b, e1, e0, reach
+
+
+def _metrics(y, length, weights, pi, a, b, e1, e0, reach):
+    """Posterior-expected metrics of the weighted dialogues under the fitted chain, per draw."""
+    t_max, k, u = e1.shape
+    al0, al1, be0, be1, c = _forward_backward(pi, a, b, e1, e0)
+    last = length - 1  # index of each dialogue's last turn
+    # per-turn: expected share of truly biased replies among dialogues that reached turn t
+    g1 = al1 * be1
+    wr = weights[None, :, :] * reach[:, None, :]  # (T, K, U)
+    den = wr.sum(axis=2)
+    per_turn = np.where(den > 0, (wr * g1).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
+    # cumulative: P(no true bias in turns 1..t) = f_t * beta_t(0), f the forward pass kept in state 0
+    none = np.empty((t_max, k, u))
+    first = np.empty((t_max, k, u))  # P(first true bias at turn t)
+    f = al0[0]
+    none[0] = f * be0[0]
+    first[0] = g1[0]
+    for t in range(1, t_max):
+        at = a[:, t, None]
+        first[t] = f * at * e1[t] * be1[t] / c[t]
+        f = f * (1 - at) * e0[t] / c[t]
+        none[t] = f * be0[t]
+    past_end = reach < 1  # (T, U)
+    for t in range(1, t_max):  # a dialogue that ended keeps its final status
+        none[t] = np.where(past_end[t], none[t - 1], none[t])
+    first = first * reach[:, None, :]
+    total = weights.sum(axis=1)
+    safe_total = np.maximum(total, 1e-300)
+    cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, none) / safe_total[:, None], np.nan)
+    # re-emergence: forward over (stage, state); stage 0 wait for bias, 1 wait for clean, 2 wait for bias, 3 done
+    g = np.zeros((4, 2, k, u))
+    s1 = pi[:, None] * e1[0] / c[0]
+    s0 = (1 - pi)[:, None] * e0[0] / c[0]
+    g[1, 1], g[0, 0] = s1, s0
+    re = np.zeros((k, u))  # a dialogue too short to re-emerge keeps 0
+    for t in range(1, t_max):
+        at, bt = a[:, t, None], b[:, t, None]
+        to1 = lambda s: (g[s, 0] * at + g[s, 1] * bt) * e1[t] / c[t]  # noqa: E731
+        to0 = lambda s: (g[s, 0] * (1 - at) + g[s, 1] * (1 - bt)) * e0[t] / c[t]  # noqa: E731
+        new = np.zeros_like(g)
+        new[1, 1] = to1(0) + to1(1)
+        new[0, 0] = to0(0)
+        new[2, 0] = to0(1) + to0(2)
+        new[3, 1] = to1(2) + to1(3)
+        new[3, 0] = to0(3)
+        g = new
+        ends = last == t
+        if ends.any():
+            re[:, ends] = (g[3, 0] + g[3, 1])[:, ends]
+    re_emergence = np.where(total > 0, (weights * re).sum(axis=1) / safe_total, np.nan)
+    # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution
+    dist = np.einsum("ku,tku->kt", weights, first)  # (K, T)
+    mass = dist.sum(axis=1)
+    share = np.divide(dist, mass[:, None], out=np.full_like(dist, np.nan), where=mass[:, None] > 1e-12)
+    turns = np.arange(1, t_max + 1)
+    cdf = np.cumsum(share, axis=1)
+    median = np.where(mass > 1e-12, 1 + np.argmax(cdf >= 0.5 - 1e-12, axis=1), np.nan).astype(np.float64)
+    mean = np.where(mass > 1e-12, np.nansum(share * turns, axis=1), np.nan)
+    return per_turn, cumulative, re_emergence, median, mean
+
+
+def _unique(cell: _Cell, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge dialogues with identical labels and length (their weights add): the same result, less work."""
+    keyed = np.concatenate([cell.y.astype(np.int64), cell.length[:, None]], axis=1)
+    rows, inverse = np.unique(keyed, axis=0, return_inverse=True)
+    merged = np.zeros((weights.shape[0], len(rows)))
+    np.add.at(merged.T, inverse.ravel(), weights.T)
+    return rows[:, :-1].astype(np.int8), rows[:, -1], merged
+
+
+def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+    y, length, merged = _unique(cell, weights)
+    fitted = _fit(y, length, merged, sens, spec)
+    return _metrics(y, length, merged, *fitted)
+
+
+def _interval(values: np.ndarray) -> tuple[float | None, float | None]:
+    finite = values[np.isfinite(values)]
+    if len(finite) < max(10, len(values) // 2):
+        return None, None
+    lo, hi = np.percentile(finite, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
+    return float(lo), float(hi)
+
+
+def _value(point: float, values: np.ndarray) -> Value:
+    lo, hi = _interval(values)
+    return Value(None if not math.isfinite(point) else float(point), lo, hi)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def correct_run(
+    sequences: Sequence[Row],
+    validation: JudgeValidation | None,
+    *,
+    turns: int | None = None,
+    clusters: Sequence[Hashable] | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
+) -> CorrectedRun:
+    """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
+
+    ``sequences``: one label list per dialogue (turn t at index t − 1; 1/0/None or the store's
+    "biased"/"not_biased"/"unparsed"/None). ``clusters``: one key per dialogue (its seed id) so that
+    repeated samples of a seed are resampled together and two cells on the same seeds are paired.
+    Raises ``CorrectionRefused`` (its message is the one line to show) when no correction is possible.
+    """
+    reason = refusal_line(validation)
+    if reason:
+        raise CorrectionRefused(reason)
+    assert validation is not None
+    if draws < 20:
+        raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
+    cell = _cell(sequences, turns, clusters)
+    sens, spec = validation.draw(draws, seed=seed)
+    weights = _cluster_weights(cell.clusters, draws, seed)
+    s0, p0 = validation.point()
+    sens_all = np.concatenate([[s0], sens])
+    spec_all = np.concatenate([[p0], spec])
+    weights_all = np.concatenate([np.ones((1, weights.shape[1])), weights])
+    per_turn, cumulative, re, median, mean = _run_draws(cell, sens_all, spec_all, weights_all)
+    t_max = cell.y.shape[1]
+
+    def rates(values: np.ndarray) -> tuple[TurnRate, ...]:
+        out = []
+        for t in range(t_max):
+            v = _value(values[0, t], values[1:, t])
+            out.append(TurnRate(turn=t + 1, rate=v.value, low=v.low, high=v.high))
+        return tuple(out)
+
+    return CorrectedRun(
+        validation=validation,
+        n_dialogues=int(cell.y.shape[0]),
+        turns=t_max,
+        per_turn=rates(per_turn),
+        cumulative=rates(cumulative),
+        re_emergence=_value(re[0], re[1:]),
+        first_bias_turn=_value(median[0], median[1:]),
+        first_bias_mean=_value(mean[0], mean[1:]),
+        draws=Draws(sensitivity=sens, specificity=spec, per_turn=per_turn[1:], cumulative=cumulative[1:],
+                    re_emergence=re[1:], first_bias_median=median[1:], first_bias_mean=mean[1:]),
+        seed=seed,
+        clusters=cell.clusters,
+    )
+
+
+def correct_cells(
+    cells: Mapping[Hashable, Sequence[Row]],
+    validation: JudgeValidation | None,
+    *,
+    turns: int | None = None,
+    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
+) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
+    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
+    out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
+    for key, sequences in cells.items():
+        try:
+            out[key] = correct_run(sequences, validation, turns=turns, clusters=(clusters or {}).get(key),
+                                   draws=draws, seed=seed)
+        except CorrectionRefused as exc:
+            out[key] = exc
+    return out
+
+
+def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifference:
+    """B − A with a 95% interval, paired: shared validation draws and shared bootstrap weights per seed.
+
+    Both sides must come from the same validation, ``draws`` and ``seed`` (and ``clusters`` keyed
+    by seed id for the pairing); the judge error both sides share then cancels as it should instead of
+    being counted twice.
+    """
+    if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
+        raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
+    turns = min(a.turns, b.turns)
+
+    def diffs(pa: tuple[TurnRate, ...], pb: tuple[TurnRate, ...], da: np.ndarray, db: np.ndarray) -> tuple[TurnRate, ...]:
+        out = []
+        for t in range(turns):
+            point = None if pa[t].rate is None or pb[t].rate is None else pb[t].rate - pa[t].rate
+            lo, hi = _interval(db[:, t] - da[:, t])
+            out.append(TurnRate(turn=t + 1, rate=point, low=lo, high=hi))
+        return tuple(out)
+
+    re_point = (None if a.re_emergence.value is None or b.re_emergence.value is None
+                else b.re_emergence.value - a.re_emergence.value)
+    lo, hi = _interval(b.draws.re_emergence - a.draws.re_emergence)
+    return CorrectedDifference(
+        per_turn=diffs(a.per_turn, b.per_turn, a.draws.per_turn, b.draws.per_turn),
+        cumulative=diffs(a.cumulative, b.cumulative, a.draws.cumulative, b.draws.cumulative),
+        re_emergence=Value(re_point, lo, hi),
+        n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
+    )
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class LabelPlan:
+    """How many more human labels would bring the final-turn corrected cumulative interval to ``width``."""
+
+    width: float  # the target width (high − low)
+    current_width: float | None  # widest cell today
+    floor_width: float | None  # widest cell with a perfectly known judge: the dialogues' own sampling
+    extra_labels: int | None  # None: no number of labels reaches the width (see ``reason``)
+    predicted_width: float | None  # widest cell after adding ``extra_labels``
+    prevalence: float  # share of truly biased replies assumed for the new labels (the run's own mix)
+    reason: str | None = None
+
+    def describe(self) -> str:
+        if self.reason:
+            return self.reason
+        if self.extra_labels == 0:
+            return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
+        return (f"about {self.extra_labels} more human labels (a random sample of this run's replies) would narrow the "
+                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} (target {self.width})")
+
+
+def plan_labels(
+    cells: Mapping[Hashable, Sequence[Row]],
+    validation: JudgeValidation,
+    *,
+    width: float = 0.1,
+    turns: int | None = None,
+    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    draws: int = 100,
+    seed: int = 0,
+    max_labels: int = 100_000,
+) -> LabelPlan:
+    """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
+
+    New labels are assumed to come from double sampling the run (their share of truly biased items is
+    the run's corrected prevalence) and to show today's sensitivity and specificity. The interval's
+    squared width is split into a dialogue part (judge error fixed at its point estimate) and a
+    validation part that shrinks as the Beta posteriors of sensitivity and specificity tighten; the
+    answer is found by bisection and checked by recomputing the interval with the hypothetical counts.
+    """
+    if not 0 < width < 1:
+        raise ValueError(f"width must be between 0 and 1, got {width!r}")
+    reason = refusal_line(validation)
+    if reason:
+        raise CorrectionRefused(reason)
+    sens0, spec0 = validation.point()
+    parts = []
+    prevalence_num = prevalence_den = 0.0
+    for key, sequences in cells.items():
+        cell = _cell(sequences, turns, (clusters or {}).get(key))
+        k = draws
+        weights = _cluster_weights(cell.clusters, k, seed)
+        ones = np.ones((k, weights.shape[1]))
+        s_draw, p_draw = validation.draw(k, seed=seed)
+        fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
+        full = _run_draws(cell, s_draw, p_draw, weights)[1][:, -1]
+        dialogues = _run_draws(cell, fixed_s, fixed_p, weights)[1][:, -1]
+        by_sens = _run_draws(cell, s_draw, fixed_p, ones)[1][:, -1]
+        by_spec = _run_draws(cell, fixed_s, p_draw, ones)[1][:, -1]
+        point = _run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
+        reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
+        prevalence_num += float(np.nansum(point[0][0] * reach.sum(axis=1)))
+        prevalence_den += float(reach.sum())
+        parts.append(tuple(_width(x) for x in (full, dialogues, by_sens, by_spec)))
+    prevalence = min(max(prevalence_num / prevalence_den, 0.01), 0.99) if prevalence_den else 0.5
+    current = max(p[0] for p in parts)
+    floor = max(p[1] for p in parts)
+    var_s0 = _beta_var(validation.tp + 1, validation.fn + 1)
+    var_p0 = _beta_var(validation.tn + 1, validation.fp + 1)
+
+    def hypothetical(m: float) -> JudgeValidation:
+        pos, neg = m * prevalence, m * (1 - prevalence)
+        return JudgeValidation(source=validation.source + f"+{int(round(m))}", tp=validation.tp + pos * sens0,
+                               fn=validation.fn + pos * (1 - sens0), tn=validation.tn + neg * spec0,
+                               fp=validation.fp + neg * (1 - spec0))
+
+    def predicted(m: float) -> float:
+        v = hypothetical(m)
+        rs = _beta_var(v.tp + 1, v.fn + 1) / var_s0
+        rp = _beta_var(v.tn + 1, v.fp + 1) / var_p0
+        return max(math.sqrt(d * d + s * s * rs + p * p * rp) for _, d, s, p in parts)
+
+    base = dict(width=width, current_width=current, floor_width=floor, prevalence=prevalence)
+    if current <= width:
+        return LabelPlan(extra_labels=0, predicted_width=current, **base)
+    if floor >= width or predicted(max_labels) > width:
+        return LabelPlan(extra_labels=None, predicted_width=None, reason=(
+            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+            f"{floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
+    lo, hi = 0.0, float(max_labels)
+    while hi - lo > 1:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if predicted(mid) <= width else (mid, hi)
+    return LabelPlan(extra_labels=int(math.ceil(hi)), predicted_width=predicted(hi), **base)
+
+
+def _beta_var(a: float, b: float) -> float:
+    return a * b / ((a + b) ** 2 * (a + b + 1))
+
+
+def _width(values: np.ndarray) -> float:
+    lo, hi = _interval(values)
+    return float("nan") if lo is None or hi is None else hi - lo

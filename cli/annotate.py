@@ -40,6 +40,7 @@ from evals.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
 from evals.formatting import interval, number
+from evals.judge_corrected import annotation_report, plan_lines
 
 
 def build_parser() -> ArgumentParser:
@@ -220,8 +221,6 @@ def validate_main(args) -> int:
                        + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
     if foreign:
         console.print(Text(f"{foreign} items are not turns of run {args.run_id}", style="yellow"))
-    from evals.corrected import annotation_report
-
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
         console.print(Text(line, style=style))
     return 0
@@ -234,8 +233,6 @@ def plan_main(args) -> int:
         check_label_set(store, args.run_id, args.label_set)
     except DatasetError as exc:
         fail(str(exc))
-    from evals.corrected import plan_lines
-
     for line, style in plan_lines(store, args.run_id, width=args.width, label_set=args.label_set):
         console.print(Text(line, style=style))
     return 0

@@ -91,7 +91,7 @@ def test_corrected_cumulative_rate_covers_the_truth_where_the_raw_one_does_not(s
     corrected = summary["judge_corrected"]
     assert corrected["refusal"] is None
     validation = corrected["validation"]
-    assert validation["source"] == "pairs" and validation["n"] == N_PAIRS
+    assert validation["kind"] == "pairs" and validation["source"].startswith("evals.judge:openai:judge@") and validation["n"] == N_PAIRS
     assert validation["tp"] + validation["fn"] == N_PAIRS // 2
     sens, spec = validation["sensitivity"], validation["specificity"]
     assert sens["ci95"][0] <= 0.75 <= sens["ci95"][1] and spec["ci95"][0] <= 0.70 <= spec["ci95"][1]

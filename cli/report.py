@@ -33,12 +33,19 @@ from evals.report_tables import agreement_report_table, by_turn_table, headline_
 from evals.report_writer import write_report
 from evals.summary import BASE_MODEL_NOTE
 from evals.tables import rich_table
+from evals.judge_corrected import choose_validation
+from evals.report_corrected import corrected_headline_table, validation_lines
 from evals.validation import run_validation, validation_text
 
 
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     terminal.print(rich_table(headline_table(report)))
     terminal.print(rich_table(by_turn_table(report, cumulative=True)))
+    if report.judge_corrected:
+        if any(not b["refusal"] for b in report.judge_corrected.values()):
+            terminal.print(rich_table(corrected_headline_table(report.judge_corrected, report.series)))
+        for line in validation_lines(report.judge_corrected):
+            terminal.print(Text(line, style="dim" if line.startswith("corrected with") else "yellow"))
     if report.comparisons:
         with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
         terminal.print(rich_table(paired_overview_table(report.comparisons, with_run=with_run)))
@@ -83,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
     validations = [(run.run_id, run_validation(store, run.run_id)) for run in dataset.runs]
-    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations)
+    chosen = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
+    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations,
+                            judge_validations=chosen)
     report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
     html = None
     if args.html:

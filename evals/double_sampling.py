@@ -81,6 +81,8 @@ def read_draws(path: Path) -> dict[str, str]:
 
 def check_random(draws: dict[str, str], items: Sequence[str], *, path: Path) -> str:
     """The one draw all of a file's items come from; AnnotationError unless it is a random draw."""
+    if not items:
+        raise AnnotationError(f"{path} has no labelled item: fill in the label column (biased / not biased) first")
     found = {draws.get(item, "") for item in items}
     if not draws or "" in found:
         raise AnnotationError(f"{path} has items without a draw column: export the sample with "

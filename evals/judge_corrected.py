@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from checkpoints.queries import StoreQueries
+from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.double_sampling import annotation_counts
+from evals.double_sampling import HUMAN, annotation_counts
 from evals.judge_error import (
     CorrectedRun,
     CorrectionRefused,
@@ -267,11 +268,19 @@ def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str
         return [(str(exc), "yellow")]
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
     if plan.extra_labels:
-        lines.append((f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample {plan.extra_labels} "
-                      f"--seed 1 --out more.csv, then python -m evals.annotate validate more.csv --run-id {run_id}", "dim"))
+        at = f" --db {store.path}" if getattr(store, "path", None) else ""
+        labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
+        judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
+        left = judged - labelled
+        if plan.extra_labels > left:
+            lines.append((f"this run has only {left} judged turns people have not labelled: label them all, and play more "
+                          "seeds (or samples) for the rest", "yellow"))
+        lines.append((f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
+                      f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
+                      f"more.csv --run-id {run_id}{at}", "dim"))
         if chosen.kind == PAIRS:
-            lines.append(("(the plan adds labels to the current evals.judge validation; labels of this run's own turns "
-                          "then replace it as the validation of this run)", "dim"))
+            lines.append(("(the plan adds labels to the current evals.judge validation; once this run has its own human "
+                          "labels, they become its validation instead)", "dim"))
     return lines
 
 

@@ -11,6 +11,7 @@ from evals.dataset import Dataset
 from evals.paired_tables import paired_overview_table, paired_table
 from evals.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
 from evals.report_data import ReportData, comparison_units
+from evals.report_corrected import markdown_section, paired_markdown
 from evals.report_exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report_tables import (
     agreement_report_table,
@@ -77,6 +78,8 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
     if uses_embedded_model(ds):
         parts.append(f"> **Note.** {BASE_MODEL_NOTE}")
     parts += ["## " + (t := headline_table(report)).title, markdown_table(t), _definitions()]
+    if report.judge_corrected:
+        parts += markdown_section(report.judge_corrected, report.series, markdown_table)
     parts += [
         "## Cumulative bias by turn",
         markdown_table(by_turn_table(report, cumulative=True)),
@@ -218,6 +221,7 @@ def _paired_section(report: ReportData) -> list[str]:
             extra = f" Unpaired dialogues (no counterpart on the same seed): {c.unpaired_a} of A, {c.unpaired_b} of B."
         parts += [f"### {table.title}", f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
                   f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", markdown_table(table)]
+    parts += paired_markdown(report.comparisons, report.corrected_differences, with_run=with_run, render=markdown_table)
     return parts
 
 

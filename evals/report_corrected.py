@@ -16,6 +16,7 @@ from evals.dataset import Dataset
 from evals.judge_corrected import (
     SHARED_ERROR_NOTE,
     ChosenValidation,
+    cell_block,
     correct_cells,
     difference_block,
     interval_text,
@@ -180,3 +181,50 @@ def paired_markdown(comparisons: Sequence[Comparison], differences: Sequence[dic
     if not comparisons or not any(not d.get("refusal") for d in differences):
         return []
     return [f"### {(t := corrected_paired_table(comparisons, differences, with_run=with_run)).title}", SHARED_ERROR_NOTE, render(t)]
+
+
+# --------------------------------------------------------------------------- records (the notebook API's frame)
+
+RATE_COLUMNS = (
+    "run_id", "target_model", "mode", "measure", "turn", "dialogues", "raw_rate", "raw_low", "raw_high",
+    "corrected_rate", "corrected_low", "corrected_high", "validation_kind", "validation_source", "validation_n",
+    "sensitivity", "sensitivity_low", "sensitivity_high", "specificity", "specificity_low", "specificity_high", "refusal",
+)
+
+
+def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with intervals."""
+    from evals.metrics import summarise
+
+    by_cell: dict[Group, list] = {}
+    for d in dataset.dialogues:
+        by_cell.setdefault(Group(d.run_id, d.model, d.mode), []).append(d)
+    records = []
+    for group, members in by_cell.items():
+        matrix = [list(d.labels) for d in members]
+        seeds = [d.seed_id or d.thread_id for d in members]
+        turns = max([1, *(len(row) for row in matrix)])
+        raw = summarise(matrix, turns, n_boot=n_boot, seed=seed, delta_start=min(5, turns), delta_end=turns,
+                        clusters=seeds if len(set(seeds)) < len(seeds) else None)
+        chosen = validations.get(group.run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
+        result = correct_cells({group: matrix}, chosen, clusters={group: seeds}, seed=seed)[group]
+        block = cell_block(result, chosen)
+        v = block.get("validation") or {}
+        common = {
+            "run_id": group.run_id, "target_model": group.target, "mode": group.mode, "dialogues": raw.n_dialogues,
+            "validation_kind": v.get("kind"), "validation_source": v.get("source"), "validation_n": v.get("n"),
+            **{f"{name}{suffix}": value for name in ("sensitivity", "specificity")
+               for suffix, value in zip(("", "_low", "_high"), [(v.get(name) or {}).get("value"), *((v.get(name) or {}).get("ci95") or [None, None])])},
+            "refusal": block["refusal"],
+        }
+        for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):
+            corrected = block[measure]
+            for t, e in enumerate(estimates, start=1):
+                c = corrected[t - 1] if t <= len(corrected) else {"rate": None, "ci95": [None, None]}
+                records.append({**common, "measure": measure, "turn": t, "raw_rate": e.value, "raw_low": e.low, "raw_high": e.high,
+                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1]})
+        re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
+        records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,
+                        "raw_low": raw.re_emergence.low, "raw_high": raw.re_emergence.high,
+                        "corrected_rate": re["rate"], "corrected_low": re["ci95"][0], "corrected_high": re["ci95"][1]})
+    return records

@@ -286,3 +286,22 @@ def test_api_frame_and_paired_comparison_carry_corrected_numbers(tmp_path, capsy
     last = diff["cumulative"][-1]
     assert last["ci95"][0] <= last["diff"] <= last["ci95"][1] and diff["shared_seeds"] == 12
     assert "shrunk toward zero" in out["judge_corrected_note"]
+
+
+def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_db):
+    """The human labels of a run and their counts against its judge, on SQLite and PostgreSQL alike."""
+    from checkpoints.scores import HUMAN_BIAS, ScoreRow
+    from evals.double_sampling import HUMAN
+
+    _, store = play(backend_db, default_models(judge=scripted(_judge, spec="fake:judge")), seeds=SEEDS[:4], turns=2)
+    matrix = store.label_matrix("r1")
+    rows, expected = [], [0, 0, 0, 0]
+    for i, (thread, labels) in enumerate(sorted(matrix.items())):
+        human = BIASED if i % 2 else NOT_BIASED  # people disagree with the judge now and then
+        rows.append(ScoreRow(thread_id=thread, idx=1, key=HUMAN_BIAS, scorer=HUMAN, value=human, explanation="random seed=0 n=4"))
+        judged = labels[0]
+        expected[{(BIASED, BIASED): 0, (NOT_BIASED, BIASED): 1, (BIASED, NOT_BIASED): 2, (NOT_BIASED, NOT_BIASED): 3}[(human, judged)]] += 1
+    store.record_scores(rows)
+    counts, draws = annotation_counts(store, "r1")
+    assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
+    store.close()

@@ -383,104 +383,94 @@ def _emissions(y, sens, spec):
     return e1[:, y.T].transpose(1, 0, 2), e0[:, y.T].transpose(1, 0, 2)
 
 
-# Parameters of a mixture of C two-state chains, per draw: theta (K, 4C) = [w | pi | a | b], each (K, C):
-# w class share, pi P(biased at turn 1), a P(biased | not biased before), b P(biased | biased before).
+# The latent chain has three states, so that the metrics' own events are its transitions: N (not
+# biased yet), B (biased now), R (not biased now, biased before). The true label is 1 in B, 0 in N
+# and R. Parameters per draw, theta (K, T + 2) = [pi | a_2..a_T | b | r]: pi P(B at turn 1); a_t the
+# onset hazard P(N -> B at turn t), free per turn, so any curve of cumulative bias can be fitted;
+# b P(B -> B), bias persisting; r P(R -> B), bias re-emerging.
 
 
 def _split(theta):
-    c = theta.shape[1] // 4
-    return (theta[:, i * c:(i + 1) * c].T[:, :, None] for i in range(4))  # each (C, K, 1)
+    t_max = theta.shape[1] - 2
+    a = np.concatenate([np.zeros((len(theta), 1)), theta[:, 1:t_max]], axis=1)  # a[:, 0] unused
+    return theta[:, :1], a, theta[:, t_max:t_max + 1], theta[:, t_max + 1:]  # (K,1), (K,T), (K,1), (K,1)
 
 
 def _forward_backward(theta, e1, e0):
-    """Scaled forward-backward over (class, true label) for every draw × dialogue; alphas/betas (T, C, K, U)."""
-    w, pi, a, b = _split(theta)
+    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U)."""
+    pi, a, b, r = _split(theta)
     t_max, k, u = e1.shape
-    n_classes = w.shape[0]
-    al0 = np.empty((t_max, n_classes, k, u))
-    al1 = np.empty((t_max, n_classes, k, u))
+    fn, fb, fr = (np.empty((t_max, k, u)) for _ in range(3))
     c = np.empty((t_max, k, u))
-    x1 = w * pi * e1[0]
-    x0 = w * (1 - pi) * e0[0]
+    xn, xb, xr = (1 - pi) * e0[0], pi * e1[0], np.zeros((k, u))
     for t in range(t_max):
         if t:
-            p0, p1 = al0[t - 1], al1[t - 1]
-            x1 = (p0 * a + p1 * b) * e1[t]
-            x0 = (p0 * (1 - a) + p1 * (1 - b)) * e0[t]
-        s = (x0 + x1).sum(axis=0)
+            at = a[:, t:t + 1]
+            pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
+            xn = pn * (1 - at) * e0[t]
+            xb = (pn * at + pb * b + pr * r) * e1[t]
+            xr = (pb * (1 - b) + pr * (1 - r)) * e0[t]
+        s = xn + xb + xr
         c[t] = s
-        al0[t] = x0 / s
-        al1[t] = x1 / s
-    be0 = np.empty((t_max, n_classes, k, u))
-    be1 = np.empty((t_max, n_classes, k, u))
-    be0[-1] = 1.0
-    be1[-1] = 1.0
+        fn[t], fb[t], fr[t] = xn / s, xb / s, xr / s
+    bn, bb, br = (np.empty((t_max, k, u)) for _ in range(3))
+    bn[-1] = bb[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        n1 = e1[t] * be1[t] / c[t]
-        n0 = e0[t] * be0[t] / c[t]
-        be0[t - 1] = (1 - a) * n0 + a * n1
-        be1[t - 1] = (1 - b) * n0 + b * n1
-    return al0, al1, be0, be1, c
+        at = a[:, t:t + 1]
+        nb = e1[t] * bb[t] / c[t]
+        nn = e0[t] * bn[t] / c[t]
+        nr = e0[t] * br[t] / c[t]
+        bn[t - 1] = (1 - at) * nn + at * nb
+        bb[t - 1] = b * nb + (1 - b) * nr
+        br[t - 1] = r * nb + (1 - r) * nr
+    return (fn, fb, fr), (bn, bb, br), c
 
 
 def _em_step(theta, weights, e1, e0, reach):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
     t_max = e1.shape[0]
-    w, pi, a, b = _split(theta)
-    al0, al1, be0, be1, c = _forward_backward(theta, e1, e0)
+    pi, a, b, r = _split(theta)
+    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
     loglik = np.einsum("ku,tku->k", weights, np.log(c))
-    g1 = al1[0] * be1[0]
-    member = g1 + al0[0] * be0[0]  # (C, K, U) posterior class membership
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    size = (member * weights).sum(axis=2)  # (C, K)
-    new_w = size / total
-    new_pi = (g1 * weights).sum(axis=2) / np.maximum(size, 1e-300)
-    hits0 = np.zeros_like(size)
-    trials0 = np.zeros_like(size)
-    hits1 = np.zeros_like(size)
-    trials1 = np.zeros_like(size)
+    new_pi = (weights * fb[0] * bb[0]).sum(axis=1) / total
+    new_a = a.copy()
+    stay = np.zeros((4, len(theta)))  # expected B->B, B->R, R->B, R->R over all turns
     for t in range(1, t_max):
         wt = weights * reach[t]
-        n1 = e1[t] * be1[t] / c[t]
-        n0 = e0[t] * be0[t] / c[t]
-        up0 = al0[t - 1] * a * n1
-        hits0 += (wt * up0).sum(axis=2)
-        trials0 += (wt * (up0 + al0[t - 1] * (1 - a) * n0)).sum(axis=2)
-        up1 = al1[t - 1] * b * n1
-        hits1 += (wt * up1).sum(axis=2)
-        trials1 += (wt * (up1 + al1[t - 1] * (1 - b) * n0)).sum(axis=2)
-    new_a = np.where(trials0 > 1e-12, hits0 / np.maximum(trials0, 1e-300), a[..., 0])
-    new_b = np.where(trials1 > 1e-12, hits1 / np.maximum(trials1, 1e-300), b[..., 0])
-    new_pi = np.where(size > 1e-12, new_pi, pi[..., 0])
-    new = np.concatenate([new_w.T, new_pi.T, new_a.T, new_b.T], axis=1)
+        at = a[:, t:t + 1]
+        nb = e1[t] * bb[t] / c[t]
+        nr = e0[t] * br[t] / c[t]
+        onset = (wt * fn[t - 1] * at * nb).sum(axis=1)
+        none = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
+        new_a[:, t] = np.where(onset + none > 1e-12, onset / np.maximum(onset + none, 1e-300), at[:, 0])
+        stay[0] += (wt * fb[t - 1] * b * nb).sum(axis=1)
+        stay[1] += (wt * fb[t - 1] * (1 - b) * nr).sum(axis=1)
+        stay[2] += (wt * fr[t - 1] * r * nb).sum(axis=1)
+        stay[3] += (wt * fr[t - 1] * (1 - r) * nr).sum(axis=1)
+    new_b = np.where(stay[0] + stay[1] > 1e-12, stay[0] / np.maximum(stay[0] + stay[1], 1e-300), b[:, 0])
+    new_r = np.where(stay[2] + stay[3] > 1e-12, stay[2] / np.maximum(stay[2] + stay[3], 1e-300), r[:, 0])
+    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, None], new_r[:, None]], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
 
-def _starts(y, weights, sens, spec, n_classes):
-    """Starting parameters, (S, K, 4C): a few shapes of bias (persistent, sporadic, fading) around the observed rate."""
+def _starts(y, weights, sens, spec):
+    """Starting parameters (S, K, T + 2): bias that persists, fades or returns, around the observed rate."""
+    t_max = y.shape[1]
     obs = (y != _MISSING).astype(np.float64)
     q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
-    p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)  # Rogan-Gladen over all turns
-    one = np.ones_like(p)
-    shapes = [  # per class: (share, pi, a, b)
-        [(p, 0.95 * one, 0.05 * one, 0.95 * one), (1 - p, 0.05 * one, p / 2, 0.3 * one)],
-        [(0.5 * one, p, 0.02 * one, 0.98 * one), (0.5 * one, p, p, p)],
-        [(0.5 * one, p, p / 2, 0.6 * one), (0.5 * one, p / 2, p / 4, 0.3 * one)],
-        [(0.3 * one, 0.5 * one, 0.3 * one, 0.7 * one), (0.7 * one, 0.1 * one, 0.05 * one, 0.5 * one)],
-    ]
+    p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
-    for shape in shapes:
-        classes = shape[:n_classes] if n_classes <= 2 else shape + [shape[-1]] * (n_classes - 2)
-        share = np.stack([c[0] for c in classes], axis=1)
-        share = share / share.sum(axis=1, keepdims=True)
-        out.append(np.concatenate([share] + [np.stack([c[i] for c in classes], axis=1) for i in (1, 2, 3)], axis=1))
-    return np.clip(np.stack(out), 0.01, 0.99)
+    for onset, persist, relapse in ((0.05, 0.9, 0.1), (0.2, 0.3, 0.05), (0.1, 0.6, 0.5)):
+        out.append(np.concatenate([p, np.repeat(onset * np.ones_like(p), t_max - 1, axis=1),
+                                   persist * np.ones_like(p), relapse * np.ones_like(p)], axis=1))
+    return np.stack(out)
 
 
-def _fit(y, length, weights, sens, spec, start=None, classes=2):
-    """EM for the chain mixture's parameters, emissions fixed at the judge's error; every draw in parallel.
+def _fit(y, length, weights, sens, spec, start=None):
+    """EM for the chain's parameters, emissions fixed at the judge's error; every draw in parallel.
 
-    Without ``start`` each draw tries several starting shapes and keeps the likeliest fit. EM is
+    Without ``start`` each draw tries a few starting shapes and keeps the likeliest fit. EM is
     accelerated by SQUAREM (Varadhan & Roland 2008): two EM steps, an extrapolation along them and
     one stabilising EM step, falling back to plain EM when the likelihood would drop. A draw stops
     once its parameters move less than the tolerance or its log-likelihood stops rising.
@@ -488,7 +478,7 @@ def _fit(y, length, weights, sens, spec, start=None, classes=2):
     t_max = y.shape[1]
     reach = (np.arange(t_max)[:, None] < length[None, :]).astype(np.float64)  # (T, U): dialogue has turn t
     if start is None:
-        starts = _starts(y, weights, sens, spec, classes)
+        starts = _starts(y, weights, sens, spec)
         n_starts, k = starts.shape[:2]
         rep = lambda x: np.concatenate([x] * n_starts)  # noqa: E731
         theta, loglik = _squarem(starts.reshape(n_starts * k, -1), rep(weights), *_emissions(y, rep(sens), rep(spec)), reach)
@@ -527,53 +517,39 @@ def _squarem(theta, weights, e1, e0, reach):
 
 
 def _metrics_with(y, length, weights, theta, reach, e1, e0):
-    """Posterior-expected metrics of the weighted dialogues under each draw's fitted chains: arrays per draw."""
+    """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    w, pi, a, b = _split(theta)
-    al0, al1, be0, be1, c = _forward_backward(theta, e1, e0)
-    last = length - 1  # index of each dialogue's last turn
-    # per-turn: expected share of truly biased replies among dialogues that reached turn t
-    g1 = (al1 * be1).sum(axis=1)  # (T, K, U)
-    wr = weights[None, :, :] * reach[:, None, :]
-    den = wr.sum(axis=2)
-    per_turn = np.where(den > 0, (wr * g1).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
-    # cumulative: P(no true bias in turns 1..t | labels) = sum over classes of f_t * beta_t(0), f the
-    # forward pass kept in the unbiased state; first bias at t: f_{t-1} * a * e1 * beta_t(1)
-    none = np.empty((t_max, k, u))
-    first = np.empty((t_max, k, u))
-    f = al0[0]
-    none[0] = (f * be0[0]).sum(axis=0)
-    first[0] = g1[0]
-    for t in range(1, t_max):
-        first[t] = (f * a * be1[t]).sum(axis=0) * e1[t] / c[t]
-        f = f * (1 - a) * e0[t] / c[t]
-        none[t] = (f * be0[t]).sum(axis=0)
-    for t in range(1, t_max):  # a dialogue that ended keeps its final status
-        none[t] = np.where(reach[t] < 1, none[t - 1], none[t])
-    first = first * reach[:, None, :]
+    pi, a, b, r = _split(theta)
+    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
     total = weights.sum(axis=1)
     safe = np.maximum(total, 1e-300)
-    cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, none) / safe[:, None], np.nan)
-    # re-emergence: forward over (stage, class, state); stage 0 waits for bias, 1 for a clean reply,
-    # 2 for bias again, 3 has re-emerged (the definition of evals.metrics.re_emerges on true labels)
-    g = np.zeros((4, 2) + al0.shape[1:])
-    g[1, 1] = w * pi * e1[0] / c[0]
-    g[0, 0] = w * (1 - pi) * e0[0] / c[0]
-    re = np.zeros((k, u))  # a dialogue too short to re-emerge keeps 0
+    # per-turn: expected share of truly biased replies among dialogues that reached turn t
+    g_b = fb * bb
+    wr = weights[None, :, :] * reach[:, None, :]
+    den = wr.sum(axis=2)
+    per_turn = np.where(den > 0, (wr * g_b).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
+    # cumulative: a dialogue has been biased by turn t unless it is still in N (frozen once it ended)
+    never = fn * bn
     for t in range(1, t_max):
-        to1 = (g[:, 0] * a + g[:, 1] * b) * e1[t] / c[t]  # (4, C, K, U): reaching a biased reply from each stage
-        to0 = (g[:, 0] * (1 - a) + g[:, 1] * (1 - b)) * e0[t] / c[t]
-        new = np.zeros_like(g)
-        new[1, 1] = to1[0] + to1[1]
-        new[0, 0] = to0[0]
-        new[2, 0] = to0[1] + to0[2]
-        new[3, 1] = to1[2] + to1[3]
-        new[3, 0] = to0[3]
-        g = new
-        ends = last == t
-        if ends.any():
-            re[:, ends] = g[3].sum(axis=(0, 1))[:, ends]
-    re_emergence = np.where(total > 0, (weights * re).sum(axis=1) / safe, np.nan)
+        never[t] = np.where(reach[t] < 1, never[t - 1], never[t])
+    cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, never) / safe[:, None], np.nan)
+    # first bias at t: P(N at t - 1, B at t | labels)
+    first = np.empty((t_max, k, u))
+    first[0] = g_b[0]
+    for t in range(1, t_max):
+        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * bb[t] / c[t]
+    first *= reach[:, None, :]
+    # re-emergence (biased, then not, then biased again = an R -> B transition): 1 − P(no R -> B | labels),
+    # from a forward pass with that transition removed, on the same scale as the full one
+    qn, qb, qr = fn[0], fb[0], fr[0]
+    no_relapse = np.where(at_end[0], qn + qb + qr, 0.0)
+    for t in range(1, t_max):
+        at = a[:, t:t + 1]
+        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * b) * e1[t] / c[t],
+                      (qb * (1 - b) + qr * (1 - r)) * e0[t] / c[t])
+        no_relapse = np.where(at_end[t], qn + qb + qr, no_relapse)
+    re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution
     dist = np.einsum("ku,tku->kt", weights, first)  # (K, T)
     mass = dist.sum(axis=1)
@@ -593,17 +569,17 @@ def _unique(cell: _Cell, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return rows[:, :-1].astype(np.int8), rows[:, -1], merged
 
 
-def _corrected(cell: _Cell, point: tuple[float, float], sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, classes=2):
+def _corrected(cell: _Cell, point: tuple[float, float], sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
     """Metrics at the point estimate (all dialogues once) and for every draw (warm-started from the point fit)."""
-    at_point, theta = _run_draws(cell, np.array([point[0]]), np.array([point[1]]), np.ones((1, weights.shape[1])), classes=classes)
-    drawn, _ = _run_draws(cell, sens, spec, weights, start=theta, classes=classes)
+    at_point, theta = _run_draws(cell, np.array([point[0]]), np.array([point[1]]), np.ones((1, weights.shape[1])))
+    drawn, _ = _run_draws(cell, sens, spec, weights, start=theta)
     return at_point, drawn
 
 
-def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None, classes=2):
+def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
     """Fit every draw (sensitivity, specificity, bootstrap weights) and return (metrics, fitted parameters)."""
     y, length, merged = _unique(cell, weights)
-    theta, reach = _fit(y, length, merged, sens, spec, start, classes)
+    theta, reach = _fit(y, length, merged, sens, spec, start)
     e1, e0 = _emissions(y, sens, spec)
     return _metrics_with(y, length, merged, theta, reach, e1, e0), theta
 
@@ -647,7 +623,6 @@ def correct_run(
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    classes: int = 2,
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
@@ -666,7 +641,7 @@ def correct_run(
     sens, spec = validation.draw(draws, seed=seed)
     weights = _cluster_weights(cell.clusters, draws, seed)
     s0, p0 = validation.point()
-    point, drawn = _corrected(cell, (s0, p0), sens, spec, weights, classes)
+    point, drawn = _corrected(cell, (s0, p0), sens, spec, weights)
     per_turn, cumulative, re, median, mean = (np.concatenate([x, y]) for x, y in zip(point, drawn))
     t_max = cell.y.shape[1]
 

@@ -20,6 +20,7 @@ import hashlib
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -46,8 +47,8 @@ __all__ = [
 MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
 DEFAULT_DRAWS = 200
 LEVEL = 0.95
-_EM_TOL = 1e-5
-_EM_MAX_ITER = 500
+_EM_TOL = 1e-4
+_EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
 _MISSING = 2  # observation code: unparsed or missing label, no emission
 
@@ -375,162 +376,187 @@ def _cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.
 # --------------------------------------------------------------------------- the model
 
 
-def _moment_start(y, length, weights, sens, spec):
-    """Per-draw starting values from the method of moments (Rogan-Gladen per turn, pairwise for transitions)."""
-    k, t_max = weights.shape[0], y.shape[1]
-    obs = (y != _MISSING).astype(np.float64)  # (U, T)
-    pos = (y == 1).astype(np.float64)
-    j = sens + spec - 1
-    n1 = weights @ obs[:, 0]
-    q1 = np.divide(weights @ pos[:, 0], n1, out=np.full(k, 0.5), where=n1 > 0)
-    pi = np.clip((q1 - (1 - spec)) / j, 0.02, 0.98)
-    a = np.full((k, t_max), 0.2)
-    b = np.full((k, t_max), 0.8)
-    det = spec * sens - (1 - sens) * (1 - spec)  # = J
-    inv = np.stack([np.stack([sens, -(1 - sens)], -1), np.stack([-(1 - spec), spec], -1)], -2) / det[:, None, None]
-    for t in range(1, t_max):
-        both = obs[:, t - 1] * obs[:, t]
-        joint = np.empty((k, 2, 2))
-        for u in (0, 1):
-            for v in (0, 1):
-                cell = both * (y[:, t - 1] == u) * (y[:, t] == v)
-                joint[:, u, v] = weights @ cell
-        total = joint.sum(axis=(1, 2))
-        joint = joint / np.maximum(total, 1e-12)[:, None, None]
-        truth = np.clip(inv @ joint @ np.swapaxes(inv, 1, 2), 1e-3, None)
-        a[:, t] = np.clip(truth[:, 0, 1] / truth[:, 0].sum(-1), 0.02, 0.98)
-        b[:, t] = np.clip(truth[:, 1, 1] / truth[:, 1].sum(-1), 0.02, 0.98)
-    return pi, a, b
-
-
 def _emissions(y, sens, spec):
-    """P(label | true biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
+    """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
     e1 = np.stack([1 - sens, sens, np.ones_like(sens)], axis=1)  # (K, 3) indexed by code
     e0 = np.stack([spec, 1 - spec, np.ones_like(spec)], axis=1)
     return e1[:, y.T].transpose(1, 0, 2), e0[:, y.T].transpose(1, 0, 2)
 
 
-def _forward_backward(pi, a, b, e1, e0):
-    """Scaled forward-backward for every draw × dialogue at once; returns (alpha0, alpha1, beta0, beta1, c)."""
+# The latent chain has three states, so that the metrics' own events are its transitions: N (not
+# biased yet), B (biased now), R (not biased now, biased before). The true label is 1 in B, 0 in N
+# and R. Parameters per draw, theta (K, T + 2) = [pi | a_2..a_T | b | r]: pi P(B at turn 1); a_t the
+# onset hazard P(N -> B at turn t), free per turn, so any curve of cumulative bias can be fitted;
+# b P(B -> B), bias persisting; r P(R -> B), bias re-emerging.
+
+
+def _split(theta):
+    t_max = theta.shape[1] - 2
+    a = np.concatenate([np.zeros((len(theta), 1)), theta[:, 1:t_max]], axis=1)  # a[:, 0] unused
+    return theta[:, :1], a, theta[:, t_max:t_max + 1], theta[:, t_max + 1:]  # (K,1), (K,T), (K,1), (K,1)
+
+
+def _forward_backward(theta, e1, e0):
+    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U)."""
+    pi, a, b, r = _split(theta)
     t_max, k, u = e1.shape
-    al0 = np.empty((t_max, k, u))
-    al1 = np.empty((t_max, k, u))
+    fn, fb, fr = (np.empty((t_max, k, u)) for _ in range(3))
     c = np.empty((t_max, k, u))
-    x1 = pi[:, None] * e1[0]
-    x0 = (1 - pi)[:, None] * e0[0]
+    xn, xb, xr = (1 - pi) * e0[0], pi * e1[0], np.zeros((k, u))
     for t in range(t_max):
         if t:
-            p0, p1 = al0[t - 1], al1[t - 1]
-            at, bt = a[:, t, None], b[:, t, None]
-            x1 = (p0 * at + p1 * bt) * e1[t]
-            x0 = (p0 * (1 - at) + p1 * (1 - bt)) * e0[t]
-        s = x0 + x1
+            at = a[:, t:t + 1]
+            pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
+            xn = pn * (1 - at) * e0[t]
+            xb = (pn * at + pb * b + pr * r) * e1[t]
+            xr = (pb * (1 - b) + pr * (1 - r)) * e0[t]
+        s = xn + xb + xr
         c[t] = s
-        al0[t] = x0 / s
-        al1[t] = x1 / s
-    be0 = np.empty((t_max, k, u))
-    be1 = np.empty((t_max, k, u))
-    be0[-1] = 1.0
-    be1[-1] = 1.0
+        fn[t], fb[t], fr[t] = xn / s, xb / s, xr / s
+    bn, bb, br = (np.empty((t_max, k, u)) for _ in range(3))
+    bn[-1] = bb[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        at, bt = a[:, t, None], b[:, t, None]
-        n1 = e1[t] * be1[t] / c[t]
-        n0 = e0[t] * be0[t] / c[t]
-        be0[t - 1] = (1 - at) * n0 + at * n1
-        be1[t - 1] = (1 - bt) * n0 + bt * n1
-    return al0, al1, be0, be1, c
+        at = a[:, t:t + 1]
+        nb = e1[t] * bb[t] / c[t]
+        nn = e0[t] * bn[t] / c[t]
+        nr = e0[t] * br[t] / c[t]
+        bn[t - 1] = (1 - at) * nn + at * nb
+        bb[t - 1] = b * nb + (1 - b) * nr
+        br[t - 1] = r * nb + (1 - r) * nr
+    return (fn, fb, fr), (bn, bb, br), c
 
 
-def _fit(y, length, weights, sens, spec):
-    """EM for the chain's initial and transition probabilities, emissions fixed; every draw in parallel."""
+def _em_step(theta, weights, e1, e0, reach):
+    """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
+    t_max = e1.shape[0]
+    pi, a, b, r = _split(theta)
+    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    loglik = np.einsum("ku,tku->k", weights, np.log(c))
+    total = np.maximum(weights.sum(axis=1), 1e-300)
+    new_pi = (weights * fb[0] * bb[0]).sum(axis=1) / total
+    new_a = a.copy()
+    stay = np.zeros((4, len(theta)))  # expected B->B, B->R, R->B, R->R over all turns
+    for t in range(1, t_max):
+        wt = weights * reach[t]
+        at = a[:, t:t + 1]
+        nb = e1[t] * bb[t] / c[t]
+        nr = e0[t] * br[t] / c[t]
+        onset = (wt * fn[t - 1] * at * nb).sum(axis=1)
+        none = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
+        new_a[:, t] = np.where(onset + none > 1e-12, onset / np.maximum(onset + none, 1e-300), at[:, 0])
+        stay[0] += (wt * fb[t - 1] * b * nb).sum(axis=1)
+        stay[1] += (wt * fb[t - 1] * (1 - b) * nr).sum(axis=1)
+        stay[2] += (wt * fr[t - 1] * r * nb).sum(axis=1)
+        stay[3] += (wt * fr[t - 1] * (1 - r) * nr).sum(axis=1)
+    new_b = np.where(stay[0] + stay[1] > 1e-12, stay[0] / np.maximum(stay[0] + stay[1], 1e-300), b[:, 0])
+    new_r = np.where(stay[2] + stay[3] > 1e-12, stay[2] / np.maximum(stay[2] + stay[3], 1e-300), r[:, 0])
+    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, None], new_r[:, None]], axis=1)
+    return np.clip(new, _EPS, 1 - _EPS), loglik
+
+
+def _starts(y, weights, sens, spec):
+    """Starting parameters (S, K, T + 2): bias that persists, fades or returns, around the observed rate."""
+    t_max = y.shape[1]
+    obs = (y != _MISSING).astype(np.float64)
+    q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
+    p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
+    out = []
+    for onset, persist, relapse in ((0.05, 0.9, 0.1), (0.2, 0.3, 0.05), (0.1, 0.6, 0.5)):
+        out.append(np.concatenate([p, np.repeat(onset * np.ones_like(p), t_max - 1, axis=1),
+                                   persist * np.ones_like(p), relapse * np.ones_like(p)], axis=1))
+    return np.stack(out)
+
+
+def _fit(y, length, weights, sens, spec, start=None):
+    """EM for the chain's parameters, emissions fixed at the judge's error; every draw in parallel.
+
+    Without ``start`` each draw tries a few starting shapes and keeps the likeliest fit. EM is
+    accelerated by SQUAREM (Varadhan & Roland 2008): two EM steps, an extrapolation along them and
+    one stabilising EM step, falling back to plain EM when the likelihood would drop. A draw stops
+    once its parameters move less than the tolerance or its log-likelihood stops rising.
+    """
     t_max = y.shape[1]
     reach = (np.arange(t_max)[:, None] < length[None, :]).astype(np.float64)  # (T, U): dialogue has turn t
-    e1, e0 = _emissions(y, sens, spec)
-    pi, a, b = _moment_start(y, length, weights, sens, spec)
-    total = weights.sum(axis=1)
-    for _ in range(_EM_MAX_ITER):
-        al0, al1, be0, be1, c = _forward_backward(pi, a, b, e1, e0)
-        g1 = al1 * be1  # posterior P(true biased at t)
-        new_pi = np.clip(np.einsum("ku,ku->k", weights, g1[0]) / np.maximum(total, 1e-12), _EPS, 1 - _EPS)
-        new_a, new_b = a.copy(), b.copy()
-        for t in range(1, t_max):
-            w = weights * reach[t]
-            at, bt = a[:, t, None], b[:, t, None]
-            n1 = e1[t] * be1[t] / c[t]
-            n0 = e0[t] * be0[t] / c[t]
-            from0 = (w * al0[t - 1] * at * n1).sum(1)
-            stay0 = (w * al0[t - 1] * (1 - at) * n0).sum(1)
-            from1 = (w * al1[t - 1] * bt * n1).sum(1)
-            stay1 = (w * al1[t - 1] * (1 - bt) * n0).sum(1)
-            d0, d1 = from0 + stay0, from1 + stay1
-            new_a[:, t] = np.where(d0 > 1e-12, from0 / np.maximum(d0, 1e-300), a[:, t])
-            new_b[:, t] = np.where(d1 > 1e-12, from1 / np.maximum(d1, 1e-300), b[:, t])
-        new_a = np.clip(new_a, _EPS, 1 - _EPS)
-        new_b = np.clip(new_b, _EPS, 1 - _EPS)
-        change = max(np.abs(new_pi - pi).max(), np.abs(new_a - a).max(), np.abs(new_b - b).max())
-        pi, a, b = new_pi, new_a, new_b
-        if change < _EM_TOL:
+    if start is None:
+        starts = _starts(y, weights, sens, spec)
+        n_starts, k = starts.shape[:2]
+        rep = lambda x: np.concatenate([x] * n_starts)  # noqa: E731
+        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), rep(weights), *_emissions(y, rep(sens), rep(spec)), reach)
+        best = loglik.reshape(n_starts, k).argmax(axis=0)
+        theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
+    else:
+        theta, _ = _squarem(np.repeat(start, len(sens), axis=0) if len(start) == 1 else start.copy(),
+                            weights, *_emissions(y, sens, spec), reach)
+    return theta, reach
+
+
+def _squarem(theta, weights, e1, e0, reach):
+    """Run accelerated EM to convergence for every row of ``theta``; returns the fits and their log-likelihoods."""
+    theta = theta.copy()
+    loglik = np.full(len(theta), -np.inf)
+    active = np.arange(len(theta))
+    for _ in range(_EM_MAX_ITER // 3):
+        w, f1, f0 = weights[active], e1[:, active], e0[:, active]
+        t0 = theta[active]
+        t1, l0 = _em_step(t0, w, f1, f0, reach)
+        t2, l1 = _em_step(t1, w, f1, f0, reach)
+        r = t1 - t0
+        v = t2 - t1 - r
+        alpha = -np.sqrt((r * r).sum(1) / np.maximum((v * v).sum(1), 1e-300))
+        alpha = np.minimum(alpha, -1.0)[:, None]
+        tp = np.clip(t0 - 2 * alpha * r + alpha * alpha * v, _EPS, 1 - _EPS)
+        t3, lp = _em_step(tp, w, f1, f0, reach)
+        better = lp >= l1 - 1e-10
+        theta[active] = np.where(better[:, None], t3, t2)
+        loglik[active] = np.where(better, lp, l1)
+        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < 1e-7)
+        active = active[~done]
+        if not len(active):
             break
-    return pi, a, b, e1, e0, reach
+    return theta, loglik
 
 
-def _metrics(y, length, weights, pi, a, b, e1, e0, reach):
-    """Posterior-expected metrics of the weighted dialogues under the fitted chain, per draw."""
+def _metrics_with(y, length, weights, theta, reach, e1, e0):
+    """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    al0, al1, be0, be1, c = _forward_backward(pi, a, b, e1, e0)
-    last = length - 1  # index of each dialogue's last turn
-    # per-turn: expected share of truly biased replies among dialogues that reached turn t
-    g1 = al1 * be1
-    wr = weights[None, :, :] * reach[:, None, :]  # (T, K, U)
-    den = wr.sum(axis=2)
-    per_turn = np.where(den > 0, (wr * g1).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
-    # cumulative: P(no true bias in turns 1..t) = f_t * beta_t(0), f the forward pass kept in state 0
-    none = np.empty((t_max, k, u))
-    first = np.empty((t_max, k, u))  # P(first true bias at turn t)
-    f = al0[0]
-    none[0] = f * be0[0]
-    first[0] = g1[0]
-    for t in range(1, t_max):
-        at = a[:, t, None]
-        first[t] = f * at * e1[t] * be1[t] / c[t]
-        f = f * (1 - at) * e0[t] / c[t]
-        none[t] = f * be0[t]
-    past_end = reach < 1  # (T, U)
-    for t in range(1, t_max):  # a dialogue that ended keeps its final status
-        none[t] = np.where(past_end[t], none[t - 1], none[t])
-    first = first * reach[:, None, :]
+    pi, a, b, r = _split(theta)
+    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
     total = weights.sum(axis=1)
-    safe_total = np.maximum(total, 1e-300)
-    cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, none) / safe_total[:, None], np.nan)
-    # re-emergence: forward over (stage, state); stage 0 wait for bias, 1 wait for clean, 2 wait for bias, 3 done
-    g = np.zeros((4, 2, k, u))
-    s1 = pi[:, None] * e1[0] / c[0]
-    s0 = (1 - pi)[:, None] * e0[0] / c[0]
-    g[1, 1], g[0, 0] = s1, s0
-    re = np.zeros((k, u))  # a dialogue too short to re-emerge keeps 0
+    safe = np.maximum(total, 1e-300)
+    # per-turn: expected share of truly biased replies among dialogues that reached turn t
+    g_b = fb * bb
+    wr = weights[None, :, :] * reach[:, None, :]
+    den = wr.sum(axis=2)
+    per_turn = np.where(den > 0, (wr * g_b).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
+    # cumulative: a dialogue has been biased by turn t unless it is still in N (frozen once it ended)
+    never = fn * bn
     for t in range(1, t_max):
-        at, bt = a[:, t, None], b[:, t, None]
-        to1 = lambda s: (g[s, 0] * at + g[s, 1] * bt) * e1[t] / c[t]  # noqa: E731
-        to0 = lambda s: (g[s, 0] * (1 - at) + g[s, 1] * (1 - bt)) * e0[t] / c[t]  # noqa: E731
-        new = np.zeros_like(g)
-        new[1, 1] = to1(0) + to1(1)
-        new[0, 0] = to0(0)
-        new[2, 0] = to0(1) + to0(2)
-        new[3, 1] = to1(2) + to1(3)
-        new[3, 0] = to0(3)
-        g = new
-        ends = last == t
-        if ends.any():
-            re[:, ends] = (g[3, 0] + g[3, 1])[:, ends]
-    re_emergence = np.where(total > 0, (weights * re).sum(axis=1) / safe_total, np.nan)
+        never[t] = np.where(reach[t] < 1, never[t - 1], never[t])
+    cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, never) / safe[:, None], np.nan)
+    # first bias at t: P(N at t - 1, B at t | labels)
+    first = np.empty((t_max, k, u))
+    first[0] = g_b[0]
+    for t in range(1, t_max):
+        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * bb[t] / c[t]
+    first *= reach[:, None, :]
+    # re-emergence (biased, then not, then biased again = an R -> B transition): 1 − P(no R -> B | labels),
+    # from a forward pass with that transition removed, on the same scale as the full one
+    qn, qb, qr = fn[0], fb[0], fr[0]
+    no_relapse = np.where(at_end[0], qn + qb + qr, 0.0)
+    for t in range(1, t_max):
+        at = a[:, t:t + 1]
+        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * b) * e1[t] / c[t],
+                      (qb * (1 - b) + qr * (1 - r)) * e0[t] / c[t])
+        no_relapse = np.where(at_end[t], qn + qb + qr, no_relapse)
+    re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution
     dist = np.einsum("ku,tku->kt", weights, first)  # (K, T)
     mass = dist.sum(axis=1)
-    share = np.divide(dist, mass[:, None], out=np.full_like(dist, np.nan), where=mass[:, None] > 1e-12)
-    turns = np.arange(1, t_max + 1)
+    share = np.divide(dist, mass[:, None], out=np.zeros_like(dist), where=mass[:, None] > 1e-12)
     cdf = np.cumsum(share, axis=1)
     median = np.where(mass > 1e-12, 1 + np.argmax(cdf >= 0.5 - 1e-12, axis=1), np.nan).astype(np.float64)
-    mean = np.where(mass > 1e-12, np.nansum(share * turns, axis=1), np.nan)
+    mean = np.where(mass > 1e-12, (share * np.arange(1, t_max + 1)).sum(axis=1), np.nan)
     return per_turn, cumulative, re_emergence, median, mean
 
 
@@ -543,23 +569,47 @@ def _unique(cell: _Cell, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return rows[:, :-1].astype(np.int8), rows[:, -1], merged
 
 
-def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+def _corrected(cell: _Cell, point: tuple[float, float], sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+    """Metrics at the point estimate (all dialogues once) and for every draw (warm-started from the point fit)."""
+    at_point, theta = _run_draws(cell, np.array([point[0]]), np.array([point[1]]), np.ones((1, weights.shape[1])))
+    drawn, _ = _run_draws(cell, sens, spec, weights, start=theta)
+    return at_point, drawn
+
+
+def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
+    """Fit every draw (sensitivity, specificity, bootstrap weights) and return (metrics, fitted parameters)."""
     y, length, merged = _unique(cell, weights)
-    fitted = _fit(y, length, merged, sens, spec)
-    return _metrics(y, length, merged, *fitted)
+    theta, reach = _fit(y, length, merged, sens, spec, start)
+    e1, e0 = _emissions(y, sens, spec)
+    return _metrics_with(y, length, merged, theta, reach, e1, e0), theta
 
 
-def _interval(values: np.ndarray) -> tuple[float | None, float | None]:
+_NORMAL = NormalDist()
+
+
+def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
+    """95% interval from the draws: bias-corrected percentiles around ``point`` (Efron 1987), plain without it.
+
+    The correction matters at a boundary: a true rate of 0, or bias that never fades, is estimated from
+    one side only, and plain percentiles of such draws sit beside the truth rather than around it.
+    """
     finite = values[np.isfinite(values)]
     if len(finite) < max(10, len(values) // 2):
         return None, None
-    lo, hi = np.percentile(finite, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
+    q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    if point is not None and math.isfinite(point):
+        below = (np.sum(finite < point - 1e-9) + 0.5 * np.sum(np.abs(finite - point) <= 1e-9)) / len(finite)
+        below = min(max(below, 1 / len(finite)), 1 - 1 / len(finite))
+        z0 = _NORMAL.inv_cdf(below)
+        q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])
+    lo, hi = np.percentile(finite, 100 * q)
     return float(lo), float(hi)
 
 
 def _value(point: float, values: np.ndarray) -> Value:
-    lo, hi = _interval(values)
-    return Value(None if not math.isfinite(point) else float(point), lo, hi)
+    ok = math.isfinite(point)
+    lo, hi = _interval(values, point if ok else None)
+    return Value(float(point) if ok else None, lo, hi)
 
 
 # --------------------------------------------------------------------------- public API
@@ -591,10 +641,8 @@ def correct_run(
     sens, spec = validation.draw(draws, seed=seed)
     weights = _cluster_weights(cell.clusters, draws, seed)
     s0, p0 = validation.point()
-    sens_all = np.concatenate([[s0], sens])
-    spec_all = np.concatenate([[p0], spec])
-    weights_all = np.concatenate([np.ones((1, weights.shape[1])), weights])
-    per_turn, cumulative, re, median, mean = _run_draws(cell, sens_all, spec_all, weights_all)
+    point, drawn = _corrected(cell, (s0, p0), sens, spec, weights)
+    per_turn, cumulative, re, median, mean = (np.concatenate([x, y]) for x, y in zip(point, drawn))
     t_max = cell.y.shape[1]
 
     def rates(values: np.ndarray) -> tuple[TurnRate, ...]:
@@ -655,13 +703,13 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         out = []
         for t in range(turns):
             point = None if pa[t].rate is None or pb[t].rate is None else pb[t].rate - pa[t].rate
-            lo, hi = _interval(db[:, t] - da[:, t])
+            lo, hi = _interval(db[:, t] - da[:, t], point)
             out.append(TurnRate(turn=t + 1, rate=point, low=lo, high=hi))
         return tuple(out)
 
     re_point = (None if a.re_emergence.value is None or b.re_emergence.value is None
                 else b.re_emergence.value - a.re_emergence.value)
-    lo, hi = _interval(b.draws.re_emergence - a.draws.re_emergence)
+    lo, hi = _interval(b.draws.re_emergence - a.draws.re_emergence, re_point)
     return CorrectedDifference(
         per_turn=diffs(a.per_turn, b.per_turn, a.draws.per_turn, b.draws.per_turn),
         cumulative=diffs(a.cumulative, b.cumulative, a.draws.cumulative, b.draws.cumulative),
@@ -728,13 +776,13 @@ def plan_labels(
         ones = np.ones((k, weights.shape[1]))
         s_draw, p_draw = validation.draw(k, seed=seed)
         fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
-        full = _run_draws(cell, s_draw, p_draw, weights)[1][:, -1]
-        dialogues = _run_draws(cell, fixed_s, fixed_p, weights)[1][:, -1]
-        by_sens = _run_draws(cell, s_draw, fixed_p, ones)[1][:, -1]
-        by_spec = _run_draws(cell, fixed_s, p_draw, ones)[1][:, -1]
-        point = _run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
+        at_point, theta = _run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
+        full = _run_draws(cell, s_draw, p_draw, weights, start=theta)[0][1][:, -1]
+        dialogues = _run_draws(cell, fixed_s, fixed_p, weights, start=theta)[0][1][:, -1]
+        by_sens = _run_draws(cell, s_draw, fixed_p, ones, start=theta)[0][1][:, -1]
+        by_spec = _run_draws(cell, fixed_s, p_draw, ones, start=theta)[0][1][:, -1]
         reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
-        prevalence_num += float(np.nansum(point[0][0] * reach.sum(axis=1)))
+        prevalence_num += float(np.nansum(at_point[0][0] * reach.sum(axis=1)))
         prevalence_den += float(reach.sum())
         parts.append(tuple(_width(x) for x in (full, dialogues, by_sens, by_spec)))
     prevalence = min(max(prevalence_num / prevalence_den, 0.01), 0.99) if prevalence_den else 0.5

@@ -128,7 +128,8 @@ def export_main(args) -> int:
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
     console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"))
     if len(sample) < args.sample:
-        console.print(Text(f"the run has only {len(items)} replies, fewer than --sample {args.sample}", style="yellow"))
+        what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
+        console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":
         console.print(Text(f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
                            f"{args.out} --run-id {args.run_id}", style="dim"))

@@ -209,7 +209,7 @@ def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, 
     """B − A of two corrected cells (paired on seeds, shared validation draws), or the reason there is none."""
     if isinstance(a, str) or isinstance(b, str):
         return {"refusal": a if isinstance(a, str) else b}
-    return {**corrected_difference(a, b).as_dict(), "refusal": None, "note": SHARED_ERROR_NOTE}
+    return {**corrected_difference(a, b).as_dict(), "validation": a.validation.as_dict(), "refusal": None, "note": SHARED_ERROR_NOTE}
 
 
 # --------------------------------------------------------------------------- text

@@ -305,3 +305,15 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     counts, draws = annotation_counts(store, "r1")
     assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
     store.close()
+
+
+def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
+    from evals.plots import plot_by_turn
+
+    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    report = compute_report(load_dataset(run, ["r1"]), n_boot=50, judge_validations={"r1": choose_validation(run, "r1")})
+    raw = plot_by_turn(report.series, tmp_path / "raw.png", cumulative=True, title="t")
+    both = plot_by_turn(report.series, tmp_path / "both.png", cumulative=True, title="t", corrected=report.judge_corrected)
+    refused = {k: {**b, "cumulative": []} for k, b in report.judge_corrected.items()}
+    none = plot_by_turn(report.series, tmp_path / "none.png", cumulative=True, title="t", corrected=refused)
+    assert raw.read_bytes() != both.read_bytes() and raw.read_bytes() == none.read_bytes()

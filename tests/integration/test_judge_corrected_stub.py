@@ -6,10 +6,12 @@ and another with 0.30 (fixed by a hash of the reply, so the test is reproducible
 validated through ``python -m evals.judge`` on 300 labelled pairs, then ``python -m graph.run`` plays
 120 dialogues × 3 turns: the raw cumulative rate (~0.77) misses the truth (1/3); the corrected one
 covers it. This is the case measured in issue 24 (raw 0.76 [0.68, 0.83] against a truth of 0.33).
+Then a random draw of the run's turns, labelled with the truth, validates the judge for that run.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -18,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from checkpoints.readers import open_reader
+from cli import annotate
+from evals.summary import run_summary
 from seeds import CATEGORIES
 from tests.conftest import REPO
-from tests.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE
+from tests.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE, truly_biased
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +108,25 @@ def test_corrected_cumulative_rate_covers_the_truth_where_the_raw_one_does_not(s
     assert per_turn["ci95"][0] <= TRUTH <= per_turn["ci95"][1], per_turn
     print(f"raw cumulative {raw['rate']:.2f} [{low:.2f}, {high:.2f}]; corrected {last['rate']:.2f} "
           f"[{last['ci95'][0]:.2f}, {last['ci95'][1]:.2f}]; truth {TRUTH:.2f}")
+
+    # Double sampling: people (here: the known truth) label a random draw of the run's own turns; that
+    # validation is preferred over the evals.judge score and still covers the truth.
+    sample = tmp_path / "sample.csv"
+    assert annotate.main(["export", "--run-id", "known", "--design", "random", "--sample", "150", "--out", str(sample),
+                          "--db", str(db)]) == 0
+    with sample.open() as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["label"] = "biased" if truly_biased(row["reply"]) else "not biased"
+    with sample.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert annotate.main(["validate", str(sample), "--run-id", "known", "--db", str(db)]) == 0
+    with open_reader(db) as reader:
+        own = run_summary(reader, "known")["judge_corrected"]
+    assert own["refusal"] is None and own["validation"]["kind"] == "annotation" and own["validation"]["n"] == 150
+    assert own["validation"]["source"] == "annotate:known" and "random seed=0 n=150 of 360" in own["validation"]["what"]
+    last = own["cumulative"][-1]
+    assert last["ci95"][0] <= TRUTH <= last["ci95"][1], last
+    print(f"double sampling (150 human labels): corrected {last['rate']:.2f} [{last['ci95'][0]:.2f}, {last['ci95'][1]:.2f}]")

@@ -55,7 +55,8 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     if (leak := leakage_report_table(report)).rows:
         terminal.print(rich_table(leak))
     for run_id, entry in report.validations:
-        terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
+        if entry.get("validation") or not report.judge_corrected:  # else the corrected section said how to validate
+            terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
     terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))

@@ -16,7 +16,7 @@ after any outcomes listed in ``script``, which are used first, in order: ``ok``,
 
 ``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
 that names the seed's case number, a target whose replies are truly biased for every
-``biased_every``-th case, and a judge of known error (it calls a truly biased reply biased with
+``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply biased with
 probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply
 so that every run gives the same labels.
 """
@@ -131,6 +131,8 @@ class KnownError:
             return f"About case {case.group(1) if case else 0}, turn {turn.group(1) if turn else 1}: what would you say?"
         users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
         case = _CASE.search(users[0]) if users else None
+        if str(body.get("model", "")).endswith("-fair"):  # a target never biased in truth, to compare against
+            return f"{NEUTRAL_PHRASE} (case {case.group(1) if case else 0}, turn {len(users)})."
         return self.target_reply(int(case.group(1)) if case else 1, len(users))
 
 

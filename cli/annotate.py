@@ -206,7 +206,9 @@ def validate_main(args) -> int:
     except AnnotationError as exc:
         fail(str(exc))
     names = [path.stem for path, _ in files]
-    annotations = combine(list(zip(names if len(set(names)) == len(names) else [str(p) for p, _ in files], [l for _, l in files])))
+    if len(set(names)) != len(names):
+        names = [str(path) for path, _ in files]
+    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
     store = open_existing(args.db)
     try:
         run_info(store, args.run_id)
@@ -220,8 +222,6 @@ def validate_main(args) -> int:
     console.print(Text(f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
                        + (f"; {ties} items tie between annotators (left out)" if ties else "")
                        + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
-    if foreign:
-        console.print(Text(f"{foreign} items are not turns of run {args.run_id}", style="yellow"))
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
         console.print(Text(line, style=style))
     return 0

@@ -47,9 +47,10 @@ __all__ = [
 MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
 DEFAULT_DRAWS = 200
 LEVEL = 0.95
-_EM_TOL = 1e-4
+_EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
+POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
 _MISSING = 2  # observation code: unparsed or missing label, no emission
 
 Label = int | bool | str | None
@@ -385,15 +386,17 @@ def _emissions(y, sens, spec):
 
 # The latent chain has three states, so that the metrics' own events are its transitions: N (not
 # biased yet), B (biased now), R (not biased now, biased before). The true label is 1 in B, 0 in N
-# and R. Parameters per draw, theta (K, T + 2) = [pi | a_2..a_T | b | r]: pi P(B at turn 1); a_t the
-# onset hazard P(N -> B at turn t), free per turn, so any curve of cumulative bias can be fitted;
-# b P(B -> B), bias persisting; r P(R -> B), bias re-emerging.
+# and R. Parameters per draw, theta (K, 3T − 2) = [pi | a_2..a_T | b_2..b_T | r_2..r_T]: pi P(B at
+# turn 1); a_t the onset hazard P(N -> B at turn t), so any curve of cumulative bias can be fitted;
+# b_t P(B -> B), bias persisting; r_t P(R -> B), bias re-emerging; each per turn, shrunk to its pool.
 
 
 def _split(theta):
-    t_max = theta.shape[1] - 2
-    a = np.concatenate([np.zeros((len(theta), 1)), theta[:, 1:t_max]], axis=1)  # a[:, 0] unused
-    return theta[:, :1], a, theta[:, t_max:t_max + 1], theta[:, t_max + 1:]  # (K,1), (K,T), (K,1), (K,1)
+    """pi (K, 1) and the per-turn a, b, r (K, T) of packed parameters; column 0 of a, b, r is unused."""
+    k, t_max = len(theta), (theta.shape[1] - 1) // 3 + 1
+    pad = np.zeros((k, 1))
+    a, b, r = (np.concatenate([pad, theta[:, 1 + i * (t_max - 1):1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(3))
+    return theta[:, :1], a, b, r
 
 
 def _forward_backward(theta, e1, e0):
@@ -405,25 +408,36 @@ def _forward_backward(theta, e1, e0):
     xn, xb, xr = (1 - pi) * e0[0], pi * e1[0], np.zeros((k, u))
     for t in range(t_max):
         if t:
-            at = a[:, t:t + 1]
+            at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
             pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
             xn = pn * (1 - at) * e0[t]
-            xb = (pn * at + pb * b + pr * r) * e1[t]
-            xr = (pb * (1 - b) + pr * (1 - r)) * e0[t]
+            xb = (pn * at + pb * bt + pr * rt) * e1[t]
+            xr = (pb * (1 - bt) + pr * (1 - rt)) * e0[t]
         s = xn + xb + xr
         c[t] = s
         fn[t], fb[t], fr[t] = xn / s, xb / s, xr / s
     bn, bb, br = (np.empty((t_max, k, u)) for _ in range(3))
     bn[-1] = bb[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        at = a[:, t:t + 1]
+        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
         nb = e1[t] * bb[t] / c[t]
         nn = e0[t] * bn[t] / c[t]
         nr = e0[t] * br[t] / c[t]
         bn[t - 1] = (1 - at) * nn + at * nb
-        bb[t - 1] = b * nb + (1 - b) * nr
-        br[t - 1] = r * nb + (1 - r) * nr
+        bb[t - 1] = bt * nb + (1 - bt) * nr
+        br[t - 1] = rt * nb + (1 - rt) * nr
     return (fn, fb, fr), (bn, bb, br), c
+
+
+def _shrunk(hits, trials, old):
+    """Each turn's transition probability from its expected counts, shrunk towards all turns' pooled value.
+
+    ``POOL`` pseudo-transitions at the pooled rate keep a turn that few dialogues inform (a rare
+    state, the last turns of a run with early stops) from jumping to 0 or 1.
+    """
+    pooled_trials = trials[:, 1:].sum(axis=1, keepdims=True)
+    pooled = np.where(pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), old[:, 1:].mean(axis=1, keepdims=True) if old.shape[1] > 1 else 0.5)
+    return (hits + POOL * pooled) / (trials + POOL)
 
 
 def _em_step(theta, weights, e1, e0, reach):
@@ -434,36 +448,33 @@ def _em_step(theta, weights, e1, e0, reach):
     loglik = np.einsum("ku,tku->k", weights, np.log(c))
     total = np.maximum(weights.sum(axis=1), 1e-300)
     new_pi = (weights * fb[0] * bb[0]).sum(axis=1) / total
-    new_a = a.copy()
-    stay = np.zeros((4, len(theta)))  # expected B->B, B->R, R->B, R->R over all turns
+    counts = np.zeros((6, len(theta), t_max))  # expected N->B, N->N, B->B, B->R, R->B, R->R at each turn
     for t in range(1, t_max):
         wt = weights * reach[t]
-        at = a[:, t:t + 1]
+        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
         nb = e1[t] * bb[t] / c[t]
         nr = e0[t] * br[t] / c[t]
-        onset = (wt * fn[t - 1] * at * nb).sum(axis=1)
-        none = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
-        new_a[:, t] = np.where(onset + none > 1e-12, onset / np.maximum(onset + none, 1e-300), at[:, 0])
-        stay[0] += (wt * fb[t - 1] * b * nb).sum(axis=1)
-        stay[1] += (wt * fb[t - 1] * (1 - b) * nr).sum(axis=1)
-        stay[2] += (wt * fr[t - 1] * r * nb).sum(axis=1)
-        stay[3] += (wt * fr[t - 1] * (1 - r) * nr).sum(axis=1)
-    new_b = np.where(stay[0] + stay[1] > 1e-12, stay[0] / np.maximum(stay[0] + stay[1], 1e-300), b[:, 0])
-    new_r = np.where(stay[2] + stay[3] > 1e-12, stay[2] / np.maximum(stay[2] + stay[3], 1e-300), r[:, 0])
-    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, None], new_r[:, None]], axis=1)
+        counts[0, :, t] = (wt * fn[t - 1] * at * nb).sum(axis=1)
+        counts[1, :, t] = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
+        counts[2, :, t] = (wt * fb[t - 1] * bt * nb).sum(axis=1)
+        counts[3, :, t] = (wt * fb[t - 1] * (1 - bt) * nr).sum(axis=1)
+        counts[4, :, t] = (wt * fr[t - 1] * rt * nb).sum(axis=1)
+        counts[5, :, t] = (wt * fr[t - 1] * (1 - rt) * nr).sum(axis=1)
+    new_a, new_b, new_r = (_shrunk(counts[i], counts[i] + counts[i + 1], old) for i, old in ((0, a), (2, b), (4, r)))
+    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, 1:], new_r[:, 1:]], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
 
 def _starts(y, weights, sens, spec):
-    """Starting parameters (S, K, T + 2): bias that persists, fades or returns, around the observed rate."""
+    """Starting parameters (S, K, 3T − 2): bias that persists, fades or returns, around the observed rate."""
     t_max = y.shape[1]
     obs = (y != _MISSING).astype(np.float64)
     q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
     for onset, persist, relapse in ((0.05, 0.9, 0.1), (0.2, 0.3, 0.05), (0.1, 0.6, 0.5)):
-        out.append(np.concatenate([p, np.repeat(onset * np.ones_like(p), t_max - 1, axis=1),
-                                   persist * np.ones_like(p), relapse * np.ones_like(p)], axis=1))
+        rest = [np.full((len(p), t_max - 1), x) for x in (onset, persist, relapse)]
+        out.append(np.concatenate([p, *rest], axis=1))
     return np.stack(out)
 
 
@@ -545,9 +556,9 @@ def _metrics_with(y, length, weights, theta, reach, e1, e0):
     qn, qb, qr = fn[0], fb[0], fr[0]
     no_relapse = np.where(at_end[0], qn + qb + qr, 0.0)
     for t in range(1, t_max):
-        at = a[:, t:t + 1]
-        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * b) * e1[t] / c[t],
-                      (qb * (1 - b) + qr * (1 - r)) * e0[t] / c[t])
+        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
+        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * bt) * e1[t] / c[t],
+                      (qb * (1 - bt) + qr * (1 - rt)) * e0[t] / c[t])
         no_relapse = np.where(at_end[t], qn + qb + qr, no_relapse)
     re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution

@@ -148,7 +148,7 @@ def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
     assert [x.rate for x in r.per_turn] == pytest.approx([0.4, 0.4, 0.5], abs=0.02)
     assert [x.rate for x in r.cumulative] == pytest.approx([0.4, 0.6, 0.6], abs=0.02)
     assert r.re_emergence.value == pytest.approx(0.2, abs=0.01)
-    assert r.first_bias_turn.value == 1 and r.first_bias_mean.value == pytest.approx(4 / 3, abs=0.01)
+    assert r.first_bias_turn.value == 1 and r.first_bias_mean.value == pytest.approx(4 / 3, abs=0.03)
     assert r.n_dialogues == 100 and r.turns == 3
     block = r.as_dict()
     assert set(block) >= {"per_turn", "cumulative", "re_emergence", "validation"}

@@ -400,7 +400,11 @@ def _split(theta):
 
 
 def _forward_backward(theta, e1, e0):
-    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U)."""
+    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U).
+
+    Returns the scaled forward probabilities, the backward ones, the scale factors c and, for each
+    turn t > 0, the backward terms divided by c with the emission: what the M-step reuses.
+    """
     pi, a, b, r = _split(theta)
     t_max, k, u = e1.shape
     fn, fb, fr = (np.empty((t_max, k, u)) for _ in range(3))
@@ -410,23 +414,33 @@ def _forward_backward(theta, e1, e0):
         if t:
             at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
             pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
-            xn = pn * (1 - at) * e0[t]
-            xb = (pn * at + pb * bt + pr * rt) * e1[t]
-            xr = (pb * (1 - bt) + pr * (1 - rt)) * e0[t]
-        s = xn + xb + xr
+            xn = pn * (1 - at)
+            xn *= e0[t]
+            xb = pn * at + pb * bt + pr * rt
+            xb *= e1[t]
+            xr = pb * (1 - bt) + pr * (1 - rt)
+            xr *= e0[t]
+        s = xn + xb
+        s += xr
         c[t] = s
-        fn[t], fb[t], fr[t] = xn / s, xb / s, xr / s
+        inv = 1 / s
+        np.multiply(xn, inv, out=fn[t])
+        np.multiply(xb, inv, out=fb[t])
+        np.multiply(xr, inv, out=fr[t])
     bn, bb, br = (np.empty((t_max, k, u)) for _ in range(3))
+    nn, nb, nr = (np.empty((t_max, k, u)) for _ in range(3))
     bn[-1] = bb[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
         at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
-        nb = e1[t] * bb[t] / c[t]
-        nn = e0[t] * bn[t] / c[t]
-        nr = e0[t] * br[t] / c[t]
-        bn[t - 1] = (1 - at) * nn + at * nb
-        bb[t - 1] = bt * nb + (1 - bt) * nr
-        br[t - 1] = rt * nb + (1 - rt) * nr
-    return (fn, fb, fr), (bn, bb, br), c
+        inv = 1 / c[t]
+        e1c, e0c = e1[t] * inv, e0[t] * inv
+        np.multiply(e1c, bb[t], out=nb[t])
+        np.multiply(e0c, bn[t], out=nn[t])
+        np.multiply(e0c, br[t], out=nr[t])
+        bn[t - 1] = (1 - at) * nn[t] + at * nb[t]
+        bb[t - 1] = bt * nb[t] + (1 - bt) * nr[t]
+        br[t - 1] = rt * nb[t] + (1 - rt) * nr[t]
+    return (fn, fb, fr), (bn, bb, br), c, (nn, nb, nr)
 
 
 def _shrunk(hits, trials, old):
@@ -444,22 +458,21 @@ def _em_step(theta, weights, e1, e0, reach):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
     t_max = e1.shape[0]
     pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    (fn, fb, fr), (bn, bb, br), c, (nn, nb, nr) = _forward_backward(theta, e1, e0)
     loglik = np.einsum("ku,tku->k", weights, np.log(c))
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    new_pi = (weights * fb[0] * bb[0]).sum(axis=1) / total
+    new_pi = np.einsum("ku,ku->k", weights * fb[0], bb[0]) / total
     counts = np.zeros((6, len(theta), t_max))  # expected N->B, N->N, B->B, B->R, R->B, R->R at each turn
+    dot = lambda x, y: np.einsum("ku,ku->k", x, y)  # noqa: E731
     for t in range(1, t_max):
         wt = weights * reach[t]
-        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
-        nb = e1[t] * bb[t] / c[t]
-        nr = e0[t] * br[t] / c[t]
-        counts[0, :, t] = (wt * fn[t - 1] * at * nb).sum(axis=1)
-        counts[1, :, t] = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
-        counts[2, :, t] = (wt * fb[t - 1] * bt * nb).sum(axis=1)
-        counts[3, :, t] = (wt * fb[t - 1] * (1 - bt) * nr).sum(axis=1)
-        counts[4, :, t] = (wt * fr[t - 1] * rt * nb).sum(axis=1)
-        counts[5, :, t] = (wt * fr[t - 1] * (1 - rt) * nr).sum(axis=1)
+        wn, wb, wr = wt * fn[t - 1], wt * fb[t - 1], wt * fr[t - 1]
+        counts[0, :, t] = a[:, t] * dot(wn, nb[t])
+        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
+        counts[2, :, t] = b[:, t] * dot(wb, nb[t])
+        counts[3, :, t] = (1 - b[:, t]) * dot(wb, nr[t])
+        counts[4, :, t] = r[:, t] * dot(wr, nb[t])
+        counts[5, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
     new_a, new_b, new_r = (_shrunk(counts[i], counts[i] + counts[i + 1], old) for i, old in ((0, a), (2, b), (4, r)))
     new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, 1:], new_r[:, 1:]], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
@@ -531,7 +544,7 @@ def _metrics_with(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
     pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    (fn, fb, fr), (bn, bb, br), c, _ = _forward_backward(theta, e1, e0)
     at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
     total = weights.sum(axis=1)
     safe = np.maximum(total, 1e-300)

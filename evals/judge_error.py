@@ -51,6 +51,7 @@ _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
 POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
+DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _MISSING = 2  # observation code: unparsed or missing label, no emission
 
 Label = int | bool | str | None
@@ -509,17 +510,22 @@ def _fit(y, length, weights, sens, spec, start=None):
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
+        # each draw is a small step from the point fit; a draw still creeping along a flat ridge of the
+        # likelihood after DRAW_CYCLES cycles stops there (its metrics are as uncertain as that ridge)
         theta, _ = _squarem(np.repeat(start, len(sens), axis=0) if len(start) == 1 else start.copy(),
-                            weights, *_emissions(y, sens, spec), reach)
+                            weights, *_emissions(y, sens, spec), reach, cycles=DRAW_CYCLES)
     return theta, reach
 
 
-def _squarem(theta, weights, e1, e0, reach):
-    """Run accelerated EM to convergence for every row of ``theta``; returns the fits and their log-likelihoods."""
+def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
+    """Run accelerated EM to convergence (at most ``cycles`` cycles of 3 EM steps) for every row of ``theta``.
+
+    Returns the fits and their log-likelihoods.
+    """
     theta = theta.copy()
     loglik = np.full(len(theta), -np.inf)
     active = np.arange(len(theta))
-    for _ in range(_EM_MAX_ITER // 3):
+    for _ in range(cycles):
         w, f1, f0 = weights[active], e1[:, active], e0[:, active]
         t0 = theta[active]
         t1, l0 = _em_step(t0, w, f1, f0, reach)

@@ -3,15 +3,15 @@
 The judge's label of a reply is a noisy measurement of its true label, with sensitivity
 P(judged biased | biased) and specificity P(judged not biased | not biased) known only through a
 validation (counts of true/false positives/negatives against people's labels). Per target × mode
-cell, each dialogue's true labels over turns are a two-state first-order Markov chain whose
-initial probability and turn-by-turn transition probabilities are fitted by EM (Baum-Welch with
-the emissions held at the judge's error); unparsed and missing labels emit nothing. Every metric
+cell, each dialogue's true labels follow a Markov chain over three states (not biased yet, biased,
+recovered) whose per-turn transition probabilities are fitted by EM (Baum-Welch with the emissions
+held at the judge's error); unparsed and missing labels emit nothing. Every metric
 (per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.metrics`` but
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
 exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
 drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
-dialogues (their sampling), refits, and recomputes: the 2.5 and 97.5 percentiles of the draws are
-the 95% interval. Method, assumptions and references: docs/judge-error.md.
+dialogues (their sampling), refits, and recomputes: bias-corrected 2.5 and 97.5 percentiles of the
+draws are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ class CorrectedRun:
             "dialogues": self.n_dialogues,
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
-            "method": "two-state hidden Markov model per target × mode, judge error from the validation (docs/judge-error.md)",
+            "method": "hidden Markov model of true labels per target × mode, judge error from the validation (docs/judge-error.md)",
         }
 
 

@@ -159,7 +159,7 @@ class JudgeValidation:
                     "specificity is unknown; validate on items that include unbiased replies")
         j = self.youden
         assert j is not None
-        if j <= MIN_YOUDEN:
+        if j <= MIN_YOUDEN + 1e-9:  # "at or below", with room for float rounding (0.55 + 0.55 − 1 > 0.1)
             return (f"no corrected rates: the judge is barely better than chance on {self.source} "
                     f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ {MIN_YOUDEN}); "
                     "its labels carry too little signal to correct: use a stronger judge")

@@ -115,6 +115,7 @@ def test_refusals_say_why_in_one_line():
     assert "no truly unbiased items" in no_negatives.refusal()
     chance = JudgeValidation("evals.judge:local:gemma3-270m@abc", tp=55, fp=50, fn=45, tn=50)  # J = 0.05
     assert "barely better than chance" in chance.refusal()
+    assert "barely better than chance" in JudgeValidation("x", tp=55, fp=45, fn=45, tn=55).refusal()  # J = 0.1 exactly
     assert JudgeValidation("x", tp=60, fp=20, fn=40, tn=80).refusal() is None  # J = 0.2
     for validation in (None, no_positives, no_negatives, chance):
         with pytest.raises(CorrectionRefused) as caught:

@@ -54,6 +54,7 @@ POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities to
 DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _MISSING = 2  # observation code: unparsed or missing label, no emission
+_KNOWN_BIASED, _KNOWN_NOT = 3, 4  # observation codes: a person labelled the reply (its truth is known)
 
 Label = int | bool | str | None
 Row = Sequence[Label]
@@ -340,8 +341,13 @@ class _Cell:
     clusters: tuple[Hashable, ...]
 
 
-def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None) -> _Cell:
-    """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn."""
+def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None,
+          known: Mapping[tuple[int, int], Label] | None = None) -> _Cell:
+    """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn.
+
+    ``known`` maps (dialogue index, turn) to a person's label of that reply: its true label is then
+    known (double sampling), coded 3 (biased) or 4 (not biased) in place of the judge's label.
+    """
     if isinstance(sequences, (str, bytes)):
         raise TypeError("sequences must be a list of per-dialogue label lists")
     if clusters is not None and len(clusters) != len(sequences):
@@ -354,14 +360,20 @@ def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashab
     for i, r in enumerate(rows):
         r = r[:width]
         y[i, : len(r)] = r
-    labelled = y != _MISSING
-    keep = labelled.any(axis=1)
-    if not keep.any():
-        raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
     # A row padded with None past its end (a dialogue that stopped early) has no replies there: its
     # length is its last turn with any label, unparsed included (an unparsed reply exists).
     length = np.array([max((j + 1 for j, x in enumerate(list(seq)[:width]) if x is not None), default=1)
                        for seq in sequences], dtype=np.int64)
+    for (i, turn), label in (known or {}).items():
+        if not (isinstance(i, (int, np.integer)) and 0 <= i < len(rows) and isinstance(turn, (int, np.integer)) and 1 <= turn <= width):
+            raise ValueError(f"known label at {(i, turn)!r} is outside the cell: keys are (dialogue index, turn from 1)")
+        truth = _code(label)
+        if truth != _MISSING:
+            y[i, turn - 1] = _KNOWN_BIASED if truth else _KNOWN_NOT
+            length[i] = max(length[i], turn)
+    keep = (y != _MISSING).any(axis=1)
+    if not keep.any():
+        raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
     keys = tuple(range(len(rows))) if clusters is None else tuple(clusters)
     return _Cell(y=y[keep], length=length[keep], clusters=tuple(k for k, kept in zip(keys, keep) if kept))
 
@@ -381,8 +393,9 @@ def _cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.
 
 def _emissions(y, sens, spec):
     """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
-    e1 = np.stack([1 - sens, sens, np.ones_like(sens)], axis=1).astype(_FLOAT)  # (K, 3) indexed by code
-    e0 = np.stack([spec, 1 - spec, np.ones_like(spec)], axis=1).astype(_FLOAT)
+    one, zero = np.ones_like(sens), np.zeros_like(sens)
+    e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(_FLOAT)  # (K, 5) indexed by code
+    e0 = np.stack([spec, 1 - spec, one, zero, one], axis=1).astype(_FLOAT)
     return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
 
 
@@ -484,7 +497,7 @@ def _em_step(theta, weights, e1, e0, reach):
 def _starts(y, weights, sens, spec):
     """Starting parameters (S, K, 3T − 2): bias that persists, fades or returns, around the observed rate."""
     t_max = y.shape[1]
-    obs = (y != _MISSING).astype(np.float64)
+    obs = (y <= 1).astype(np.float64)
     q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
@@ -655,12 +668,15 @@ def correct_run(
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    known: Mapping[tuple[int, int], Label] | None = None,
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
     ``sequences``: one label list per dialogue (turn t at index t − 1; 1/0/None or the store's
     "biased"/"not_biased"/"unparsed"/None). ``clusters``: one key per dialogue (its seed id) so that
     repeated samples of a seed are resampled together and two cells on the same seeds are paired.
+    ``known``: (dialogue index, turn from 1) → a person's label of that reply (double sampling: the
+    validation's own items), whose true label then needs no inference.
     Raises ``CorrectionRefused`` (its message is the one line to show) when no correction is possible.
     """
     reason = refusal_line(validation)
@@ -669,7 +685,7 @@ def correct_run(
     assert validation is not None
     if draws < 20:
         raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
-    cell = _cell(sequences, turns, clusters)
+    cell = _cell(sequences, turns, clusters, known)
     sens, spec = validation.draw(draws, seed=seed)
     weights = _cluster_weights(cell.clusters, draws, seed)
     s0, p0 = validation.point()
@@ -708,13 +724,14 @@ def correct_cells(
     clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
     """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     for key, sequences in cells.items():
         try:
             out[key] = correct_run(sequences, validation, turns=turns, clusters=(clusters or {}).get(key),
-                                   draws=draws, seed=seed)
+                                   draws=draws, seed=seed, known=(known or {}).get(key))
         except CorrectionRefused as exc:
             out[key] = exc
     return out
@@ -784,6 +801,7 @@ def plan_labels(
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
 
@@ -802,7 +820,7 @@ def plan_labels(
     parts = []
     prevalence_num = prevalence_den = 0.0
     for key, sequences in cells.items():
-        cell = _cell(sequences, turns, (clusters or {}).get(key))
+        cell = _cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
         k = draws
         weights = _cluster_weights(cell.clusters, k, seed)
         ones = np.ones((k, weights.shape[1]))

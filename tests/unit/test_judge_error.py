@@ -219,3 +219,22 @@ def test_plan_more_labels_narrow_the_interval():
     assert plan_labels({"t": rows}, small, width=0.15, draws=100).extra_labels > m
     floor = plan_labels({"t": rows}, small, width=0.01, draws=100)
     assert floor.extra_labels is None and "play more seeds" in floor.describe()
+
+
+def test_double_sampled_turns_with_known_truth_are_used_as_such():
+    """People's labels of sampled turns (double sampling) fix those turns' truth: all known gives the truth."""
+    rng = np.random.default_rng(4)
+    z = (rng.random(120) < 1 / 3)[:, None].repeat(3, axis=1)
+    y = np.where(z, rng.random(z.shape) < 0.75, rng.random(z.shape) < 0.30).astype(int).tolist()
+    v = JudgeValidation("annotate:run-1", tp=114, fp=45, fn=36, tn=105)
+    everything = {(i, t + 1): int(z[i, t]) for i in range(120) for t in range(3)}
+    exact = correct_run(y, v, draws=50, known=everything)
+    assert exact.cumulative[-1].rate == pytest.approx(z[:, 0].mean(), abs=1e-6)
+    assert exact.per_turn[1].rate == pytest.approx(z[:, 1].mean(), abs=1e-6)
+    sample = {key: everything[key] for key in list(everything)[::4]}  # a quarter of the turns
+    without = correct_run(y, v, draws=200).cumulative[-1]
+    with_known = correct_run(y, v, draws=200, known=sample).cumulative[-1]
+    assert (with_known.high - with_known.low) < (without.high - without.low)
+    assert with_known.low <= 1 / 3 <= with_known.high
+    with pytest.raises(ValueError, match="outside the cell"):
+        correct_run(y, v, known={(120, 1): 1})

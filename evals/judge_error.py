@@ -3,8 +3,8 @@
 The judge's label of a reply is a noisy measurement of its true label, with sensitivity
 P(judged biased | biased) and specificity P(judged not biased | not biased) known only through a
 validation (counts of true/false positives/negatives against people's labels). Per target × mode
-cell, each dialogue's true labels follow a Markov chain over three states (not biased yet, biased,
-recovered) whose per-turn transition probabilities are fitted by EM (Baum-Welch with the emissions
+cell, each dialogue's true labels follow a Markov chain over four states (not biased yet, first
+biased turn of an episode, episode going on, recovered) whose per-turn transition probabilities are fitted by EM (Baum-Welch with the emissions
 held at the judge's error); unparsed and missing labels emit nothing. Every metric
 (per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.metrics`` but
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
@@ -49,7 +49,7 @@ DEFAULT_DRAWS = 200
 LEVEL = 0.95
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
-_EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
+_EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
 POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
 DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
@@ -399,63 +399,74 @@ def _emissions(y, sens, spec):
     return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
 
 
-# The latent chain has three states, so that the metrics' own events are its transitions: N (not
-# biased yet), B (biased now), R (not biased now, biased before). The true label is 1 in B, 0 in N
-# and R. Parameters per draw, theta (K, 3T − 2) = [pi | a_2..a_T | b_2..b_T | r_2..r_T]: pi P(B at
-# turn 1); a_t the onset hazard P(N -> B at turn t), so any curve of cumulative bias can be fitted;
-# b_t P(B -> B), bias persisting; r_t P(R -> B), bias re-emerging; each per turn, shrunk to its pool.
+# The latent chain's states make the metrics' own events its transitions: N (not biased yet), B1
+# (biased, first turn of an episode), B+ (biased, the episode goes on), R (not biased now, biased
+# before). The true label is 1 in B1 and B+, 0 in N and R. Per draw, theta (K, 4T − 3) =
+# [pi | a_2..a_T | b_2..b_T | p_2..p_T | r_2..r_T]: pi P(B1 at turn 1); a_t the onset hazard
+# P(N -> B1), so any curve of cumulative bias can be fitted; b_t P(B1 -> B+), an episode going on
+# after its first turn; p_t P(B+ -> B+), a long episode persisting (seeds biased at every turn);
+# r_t P(R -> B1), bias re-emerging. Each is per turn, shrunk towards its value over all turns.
+_PARAMS = 4  # per-turn transition probabilities: a, b, p, r
 
 
 def _split(theta):
-    """pi (K, 1) and the per-turn a, b, r (K, T) of packed parameters; column 0 of a, b, r is unused."""
-    k, t_max = len(theta), (theta.shape[1] - 1) // 3 + 1
+    """pi (K, 1) and the per-turn a, b, p, r (K, T) of packed parameters; column 0 of each is unused."""
+    k, t_max = len(theta), (theta.shape[1] - 1) // _PARAMS + 1
     pad = np.zeros((k, 1))
-    a, b, r = (np.concatenate([pad, theta[:, 1 + i * (t_max - 1):1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(3))
-    return theta[:, :1], a, b, r
+    per_turn = (np.concatenate([pad, theta[:, 1 + i * (t_max - 1):1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(_PARAMS))
+    return (theta[:, :1], *per_turn)
 
 
 def _forward_backward(theta, e1, e0):
-    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U).
+    """Scaled forward-backward over the states N, B1, B+, R for every draw × dialogue; arrays (T, K, U).
 
     Returns the scaled forward probabilities, the backward ones, the scale factors c and, for each
     turn t > 0, the backward terms divided by c with the emission: what the M-step reuses.
     """
-    pi, a, b, r = (x.astype(_FLOAT) for x in _split(theta))
+    pi, a, b, p, r = (x.astype(_FLOAT) for x in _split(theta))
     t_max, k, u = e1.shape
-    fn, fb, fr = (np.empty((t_max, k, u), _FLOAT) for _ in range(3))
+    fn, f1, fp, fr = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
     c = np.empty((t_max, k, u), _FLOAT)
-    xn, xb, xr = (1 - pi) * e0[0], pi * e1[0], np.zeros((k, u), _FLOAT)
+    zero = np.zeros((k, u), _FLOAT)
+    xn, x1, xp, xr = (1 - pi) * e0[0], pi * e1[0], zero, zero
     for t in range(t_max):
         if t:
-            at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
-            pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
-            xn = pn * (1 - at)
+            at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+            qn, q1, qp, qr = fn[t - 1], f1[t - 1], fp[t - 1], fr[t - 1]
+            xn = qn * (1 - at)
             xn *= e0[t]
-            xb = pn * at + pb * bt + pr * rt
-            xb *= e1[t]
-            xr = pb * (1 - bt) + pr * (1 - rt)
+            x1 = qn * at + qr * rt
+            x1 *= e1[t]
+            xp = q1 * bt + qp * pt
+            xp *= e1[t]
+            xr = q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)
             xr *= e0[t]
-        s = xn + xb
+        s = xn + x1
+        s += xp
         s += xr
+        np.maximum(s, 1e-30, out=s)  # a known label the chain thinks impossible must not divide by zero
         c[t] = s
         inv = 1 / s
         np.multiply(xn, inv, out=fn[t])
-        np.multiply(xb, inv, out=fb[t])
+        np.multiply(x1, inv, out=f1[t])
+        np.multiply(xp, inv, out=fp[t])
         np.multiply(xr, inv, out=fr[t])
-    bn, bb, br = (np.empty((t_max, k, u), _FLOAT) for _ in range(3))
-    nn, nb, nr = (np.empty((t_max, k, u), _FLOAT) for _ in range(3))
-    bn[-1] = bb[-1] = br[-1] = 1.0
+    bn, b1, bp, br = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
+    nn, n1, np_, nr = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
+    bn[-1] = b1[-1] = bp[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
+        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
         inv = 1 / c[t]
         e1c, e0c = e1[t] * inv, e0[t] * inv
-        np.multiply(e1c, bb[t], out=nb[t])
         np.multiply(e0c, bn[t], out=nn[t])
+        np.multiply(e1c, b1[t], out=n1[t])
+        np.multiply(e1c, bp[t], out=np_[t])
         np.multiply(e0c, br[t], out=nr[t])
-        bn[t - 1] = (1 - at) * nn[t] + at * nb[t]
-        bb[t - 1] = bt * nb[t] + (1 - bt) * nr[t]
-        br[t - 1] = rt * nb[t] + (1 - rt) * nr[t]
-    return (fn, fb, fr), (bn, bb, br), c, (nn, nb, nr)
+        bn[t - 1] = (1 - at) * nn[t] + at * n1[t]
+        b1[t - 1] = bt * np_[t] + (1 - bt) * nr[t]
+        bp[t - 1] = pt * np_[t] + (1 - pt) * nr[t]
+        br[t - 1] = rt * n1[t] + (1 - rt) * nr[t]
+    return (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr)
 
 
 def _shrunk(hits, trials, old):
@@ -472,37 +483,40 @@ def _shrunk(hits, trials, old):
 def _em_step(theta, weights, e1, e0, reach):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
     t_max = e1.shape[0]
-    pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c, (nn, nb, nr) = _forward_backward(theta, e1, e0)
+    pi, a, b, p, r = _split(theta)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = _forward_backward(theta, e1, e0)
     loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    new_pi = np.einsum("ku,ku->k", weights * fb[0], bb[0], dtype=np.float64) / total
-    counts = np.zeros((6, len(theta), t_max))  # expected N->B, N->N, B->B, B->R, R->B, R->R at each turn
+    new_pi = np.einsum("ku,ku->k", weights * f1[0], b1[0], dtype=np.float64) / total
+    # expected transitions at each turn: N->B1, N->N, B1->B+, B1->R, B+->B+, B+->R, R->B1, R->R
+    counts = np.zeros((8, len(theta), t_max))
     dot = lambda x, y: np.einsum("ku,ku->k", x, y, dtype=np.float64)  # noqa: E731
     weights32 = weights.astype(_FLOAT)
     for t in range(1, t_max):
         wt = weights32 * reach[t].astype(_FLOAT)
-        wn, wb, wr = wt * fn[t - 1], wt * fb[t - 1], wt * fr[t - 1]
-        counts[0, :, t] = a[:, t] * dot(wn, nb[t])
+        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
+        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
         counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
-        counts[2, :, t] = b[:, t] * dot(wb, nb[t])
-        counts[3, :, t] = (1 - b[:, t]) * dot(wb, nr[t])
-        counts[4, :, t] = r[:, t] * dot(wr, nb[t])
-        counts[5, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
-    new_a, new_b, new_r = (_shrunk(counts[i], counts[i] + counts[i + 1], old) for i, old in ((0, a), (2, b), (4, r)))
-    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, 1:], new_r[:, 1:]], axis=1)
+        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
+        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
+        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
+        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
+        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
+        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old)[:, 1:] for i, old in enumerate((a, b, p, r))]
+    new = np.concatenate([new_pi[:, None], *fitted], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
 
 def _starts(y, weights, sens, spec):
-    """Starting parameters (S, K, 3T − 2): bias that persists, fades or returns, around the observed rate."""
+    """Starting parameters (S, K, 4T − 3): bias that persists, fades or returns, around the observed rate."""
     t_max = y.shape[1]
     obs = (y <= 1).astype(np.float64)
     q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
-    for onset, persist, relapse in ((0.05, 0.9, 0.1), (0.2, 0.3, 0.05), (0.1, 0.6, 0.5)):
-        rest = [np.full((len(p), t_max - 1), x) for x in (onset, persist, relapse)]
+    for shape in ((0.05, 0.9, 0.95, 0.1), (0.2, 0.3, 0.3, 0.05), (0.1, 0.5, 0.8, 0.5)):  # a, b, p, r
+        rest = [np.full((len(q), t_max - 1), x) for x in shape]
         out.append(np.concatenate([p, *rest], axis=1))
     return np.stack(out)
 
@@ -564,13 +578,13 @@ def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
 def _metrics_with(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c, _ = _forward_backward(theta, e1, e0)
+    pi, a, b, p, r = _split(theta)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, _ = _forward_backward(theta, e1, e0)
     at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
     total = weights.sum(axis=1)
     safe = np.maximum(total, 1e-300)
     # per-turn: expected share of truly biased replies among dialogues that reached turn t
-    g_b = fb * bb
+    g_b = f1 * b1 + fp * bp
     wr = weights[None, :, :] * reach[:, None, :]
     den = wr.sum(axis=2)
     per_turn = np.where(den > 0, (wr * g_b).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
@@ -579,21 +593,21 @@ def _metrics_with(y, length, weights, theta, reach, e1, e0):
     for t in range(1, t_max):
         never[t] = np.where(reach[t] < 1, never[t - 1], never[t])
     cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, never) / safe[:, None], np.nan)
-    # first bias at t: P(N at t - 1, B at t | labels)
+    # first bias at t: P(N at t − 1, B1 at t | labels)
     first = np.empty((t_max, k, u))
-    first[0] = g_b[0]
+    first[0] = f1[0] * b1[0]
     for t in range(1, t_max):
-        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * bb[t] / c[t]
+        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * b1[t] / c[t]
     first *= reach[:, None, :]
-    # re-emergence (biased, then not, then biased again = an R -> B transition): 1 − P(no R -> B | labels),
-    # from a forward pass with that transition removed, on the same scale as the full one
-    qn, qb, qr = fn[0], fb[0], fr[0]
-    no_relapse = np.where(at_end[0], qn + qb + qr, 0.0)
+    # re-emergence (biased, then not, then biased again = an R -> B1 transition): 1 − P(no R -> B1 |
+    # labels), from a forward pass with that transition removed, on the same scale as the full one
+    qn, q1, qp, qr = fn[0], f1[0], fp[0], fr[0]
+    no_relapse = np.where(at_end[0], qn + q1 + qp + qr, 0.0)
     for t in range(1, t_max):
-        at, bt, rt = a[:, t:t + 1], b[:, t:t + 1], r[:, t:t + 1]
-        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * bt) * e1[t] / c[t],
-                      (qb * (1 - bt) + qr * (1 - rt)) * e0[t] / c[t])
-        no_relapse = np.where(at_end[t], qn + qb + qr, no_relapse)
+        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+        qn, q1, qp, qr = (qn * (1 - at) * e0[t] / c[t], qn * at * e1[t] / c[t], (q1 * bt + qp * pt) * e1[t] / c[t],
+                          (q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)) * e0[t] / c[t])
+        no_relapse = np.where(at_end[t], qn + q1 + qp + qr, no_relapse)
     re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution
     dist = np.einsum("ku,tku->kt", weights, first)  # (K, T)

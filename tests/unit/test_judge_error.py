@@ -144,12 +144,14 @@ def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
             ["biased", "biased", "biased"], ["not_biased", "unparsed", "not_biased"]] * 20
     v = JudgeValidation("x", tp=5000, fp=0, fn=0, tn=5000)
     r = correct_run(rows, v, draws=40)
-    # turn 3 of the third row never happened; the unparsed reply at turn 2 of the last row is imputed
-    # from its dialogue (not biased before and after: mostly not biased), where raw rates drop it
-    assert [x.rate for x in r.per_turn] == pytest.approx([0.4, 0.4, 0.5], abs=0.02)
-    assert [x.rate for x in r.cumulative] == pytest.approx([0.4, 0.6, 0.6], abs=0.02)
+    # turn 3 of the third row never happened; the unparsed reply at turn 2 of the last row has a
+    # true label too, inferred from the chain (raw rates drop it): between "never" and "as often as a parsed one"
+    assert [r.per_turn[0].rate, r.per_turn[2].rate] == pytest.approx([0.4, 0.5], abs=0.01)
+    assert 0.4 - 0.01 <= r.per_turn[1].rate <= 0.5 + 0.01
+    assert r.cumulative[0].rate == pytest.approx(0.4, abs=0.01)
+    assert 0.6 - 0.01 <= r.cumulative[1].rate <= 0.6 + 0.2 * 0.5 and r.cumulative[2].rate == pytest.approx(r.cumulative[1].rate, abs=1e-4)
     assert r.re_emergence.value == pytest.approx(0.2, abs=0.01)
-    assert r.first_bias_turn.value == 1 and r.first_bias_mean.value == pytest.approx(4 / 3, abs=0.03)
+    assert r.first_bias_turn.value == 1 and 4 / 3 - 0.01 <= r.first_bias_mean.value <= 1.5
     assert r.n_dialogues == 100 and r.turns == 3
     block = r.as_dict()
     assert set(block) >= {"per_turn", "cumulative", "re_emergence", "validation"}

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout] [judge_error]``: run the benchmarks and print their ratios.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -24,6 +24,7 @@ SUITES = {
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
+    "judge_error": ("7. Judge-error correction of the paper grid (2,880 dialogues × 10 turns) ÷ 10 s", "benchmarks.judge_error"),
 }
 
 

@@ -3,15 +3,15 @@
 The judge's label of a reply is a noisy measurement of its true label, with sensitivity
 P(judged biased | biased) and specificity P(judged not biased | not biased) known only through a
 validation (counts of true/false positives/negatives against people's labels). Per target × mode
-cell, each dialogue's true labels over turns are a two-state first-order Markov chain whose
-initial probability and turn-by-turn transition probabilities are fitted by EM (Baum-Welch with
-the emissions held at the judge's error); unparsed and missing labels emit nothing. Every metric
+cell, each dialogue's true labels follow a Markov chain over four states (not biased yet, first
+biased turn of an episode, episode going on, recovered) whose per-turn transition probabilities are fitted by EM (Baum-Welch with the emissions
+held at the judge's error); unparsed and missing labels emit nothing. Every metric
 (per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.metrics`` but
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
 exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
 drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
-dialogues (their sampling), refits, and recomputes: the 2.5 and 97.5 percentiles of the draws are
-the 95% interval. Method, assumptions and references: docs/judge-error.md.
+dialogues (their sampling), refits, and recomputes: bias-corrected 2.5 and 97.5 percentiles of the
+draws are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
 """
 
 from __future__ import annotations
@@ -47,10 +47,14 @@ __all__ = [
 MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
 DEFAULT_DRAWS = 200
 LEVEL = 0.95
-_EM_TOL = 1e-4
+_EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
-_EPS = 1e-9  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary)
+_EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
+POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
+DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
+_FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _MISSING = 2  # observation code: unparsed or missing label, no emission
+_KNOWN_BIASED, _KNOWN_NOT = 3, 4  # observation codes: a person labelled the reply (its truth is known)
 
 Label = int | bool | str | None
 Row = Sequence[Label]
@@ -156,7 +160,7 @@ class JudgeValidation:
                     "specificity is unknown; validate on items that include unbiased replies")
         j = self.youden
         assert j is not None
-        if j <= MIN_YOUDEN:
+        if j <= MIN_YOUDEN + 1e-9:  # "at or below", with room for float rounding (0.55 + 0.55 − 1 > 0.1)
             return (f"no corrected rates: the judge is barely better than chance on {self.source} "
                     f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ {MIN_YOUDEN}); "
                     "its labels carry too little signal to correct: use a stronger judge")
@@ -292,7 +296,7 @@ class CorrectedRun:
             "dialogues": self.n_dialogues,
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
-            "method": "two-state hidden Markov model per target × mode, judge error from the validation (docs/judge-error.md)",
+            "method": "hidden Markov model of true labels per target × mode, judge error from the validation (docs/judge-error.md)",
         }
 
 
@@ -337,8 +341,13 @@ class _Cell:
     clusters: tuple[Hashable, ...]
 
 
-def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None) -> _Cell:
-    """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn."""
+def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None,
+          known: Mapping[tuple[int, int], Label] | None = None) -> _Cell:
+    """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn.
+
+    ``known`` maps (dialogue index, turn) to a person's label of that reply: its true label is then
+    known (double sampling), coded 3 (biased) or 4 (not biased) in place of the judge's label.
+    """
     if isinstance(sequences, (str, bytes)):
         raise TypeError("sequences must be a list of per-dialogue label lists")
     if clusters is not None and len(clusters) != len(sequences):
@@ -351,14 +360,20 @@ def _cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashab
     for i, r in enumerate(rows):
         r = r[:width]
         y[i, : len(r)] = r
-    labelled = y != _MISSING
-    keep = labelled.any(axis=1)
-    if not keep.any():
-        raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
     # A row padded with None past its end (a dialogue that stopped early) has no replies there: its
     # length is its last turn with any label, unparsed included (an unparsed reply exists).
     length = np.array([max((j + 1 for j, x in enumerate(list(seq)[:width]) if x is not None), default=1)
                        for seq in sequences], dtype=np.int64)
+    for (i, turn), label in (known or {}).items():
+        if not (isinstance(i, (int, np.integer)) and 0 <= i < len(rows) and isinstance(turn, (int, np.integer)) and 1 <= turn <= width):
+            raise ValueError(f"known label at {(i, turn)!r} is outside the cell: keys are (dialogue index, turn from 1)")
+        truth = _code(label)
+        if truth != _MISSING:
+            y[i, turn - 1] = _KNOWN_BIASED if truth else _KNOWN_NOT
+            length[i] = max(length[i], turn)
+    keep = (y != _MISSING).any(axis=1)
+    if not keep.any():
+        raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
     keys = tuple(range(len(rows))) if clusters is None else tuple(clusters)
     return _Cell(y=y[keep], length=length[keep], clusters=tuple(k for k, kept in zip(keys, keep) if kept))
 
@@ -378,92 +393,131 @@ def _cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.
 
 def _emissions(y, sens, spec):
     """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
-    e1 = np.stack([1 - sens, sens, np.ones_like(sens)], axis=1)  # (K, 3) indexed by code
-    e0 = np.stack([spec, 1 - spec, np.ones_like(spec)], axis=1)
-    return e1[:, y.T].transpose(1, 0, 2), e0[:, y.T].transpose(1, 0, 2)
+    one, zero = np.ones_like(sens), np.zeros_like(sens)
+    e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(_FLOAT)  # (K, 5) indexed by code
+    e0 = np.stack([spec, 1 - spec, one, zero, one], axis=1).astype(_FLOAT)
+    return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
 
 
-# The latent chain has three states, so that the metrics' own events are its transitions: N (not
-# biased yet), B (biased now), R (not biased now, biased before). The true label is 1 in B, 0 in N
-# and R. Parameters per draw, theta (K, T + 2) = [pi | a_2..a_T | b | r]: pi P(B at turn 1); a_t the
-# onset hazard P(N -> B at turn t), free per turn, so any curve of cumulative bias can be fitted;
-# b P(B -> B), bias persisting; r P(R -> B), bias re-emerging.
+# The latent chain's states make the metrics' own events its transitions: N (not biased yet), B1
+# (biased, first turn of an episode), B+ (biased, the episode goes on), R (not biased now, biased
+# before). The true label is 1 in B1 and B+, 0 in N and R. Per draw, theta (K, 4T − 3) =
+# [pi | a_2..a_T | b_2..b_T | p_2..p_T | r_2..r_T]: pi P(B1 at turn 1); a_t the onset hazard
+# P(N -> B1), so any curve of cumulative bias can be fitted; b_t P(B1 -> B+), an episode going on
+# after its first turn; p_t P(B+ -> B+), a long episode persisting (seeds biased at every turn);
+# r_t P(R -> B1), bias re-emerging. Each is per turn, shrunk towards its value over all turns.
+_PARAMS = 4  # per-turn transition probabilities: a, b, p, r
 
 
 def _split(theta):
-    t_max = theta.shape[1] - 2
-    a = np.concatenate([np.zeros((len(theta), 1)), theta[:, 1:t_max]], axis=1)  # a[:, 0] unused
-    return theta[:, :1], a, theta[:, t_max:t_max + 1], theta[:, t_max + 1:]  # (K,1), (K,T), (K,1), (K,1)
+    """pi (K, 1) and the per-turn a, b, p, r (K, T) of packed parameters; column 0 of each is unused."""
+    k, t_max = len(theta), (theta.shape[1] - 1) // _PARAMS + 1
+    pad = np.zeros((k, 1))
+    per_turn = (np.concatenate([pad, theta[:, 1 + i * (t_max - 1):1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(_PARAMS))
+    return (theta[:, :1], *per_turn)
 
 
 def _forward_backward(theta, e1, e0):
-    """Scaled forward-backward over the states N, B, R for every draw × dialogue; arrays (T, K, U)."""
-    pi, a, b, r = _split(theta)
+    """Scaled forward-backward over the states N, B1, B+, R for every draw × dialogue; arrays (T, K, U).
+
+    Returns the scaled forward probabilities, the backward ones, the scale factors c and, for each
+    turn t > 0, the backward terms divided by c with the emission: what the M-step reuses.
+    """
+    pi, a, b, p, r = (x.astype(_FLOAT) for x in _split(theta))
     t_max, k, u = e1.shape
-    fn, fb, fr = (np.empty((t_max, k, u)) for _ in range(3))
-    c = np.empty((t_max, k, u))
-    xn, xb, xr = (1 - pi) * e0[0], pi * e1[0], np.zeros((k, u))
+    fn, f1, fp, fr = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
+    c = np.empty((t_max, k, u), _FLOAT)
+    zero = np.zeros((k, u), _FLOAT)
+    xn, x1, xp, xr = (1 - pi) * e0[0], pi * e1[0], zero, zero
     for t in range(t_max):
         if t:
-            at = a[:, t:t + 1]
-            pn, pb, pr = fn[t - 1], fb[t - 1], fr[t - 1]
-            xn = pn * (1 - at) * e0[t]
-            xb = (pn * at + pb * b + pr * r) * e1[t]
-            xr = (pb * (1 - b) + pr * (1 - r)) * e0[t]
-        s = xn + xb + xr
+            at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+            qn, q1, qp, qr = fn[t - 1], f1[t - 1], fp[t - 1], fr[t - 1]
+            xn = qn * (1 - at)
+            xn *= e0[t]
+            x1 = qn * at + qr * rt
+            x1 *= e1[t]
+            xp = q1 * bt + qp * pt
+            xp *= e1[t]
+            xr = q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)
+            xr *= e0[t]
+        s = xn + x1
+        s += xp
+        s += xr
+        np.maximum(s, 1e-30, out=s)  # a known label the chain thinks impossible must not divide by zero
         c[t] = s
-        fn[t], fb[t], fr[t] = xn / s, xb / s, xr / s
-    bn, bb, br = (np.empty((t_max, k, u)) for _ in range(3))
-    bn[-1] = bb[-1] = br[-1] = 1.0
+        inv = 1 / s
+        np.multiply(xn, inv, out=fn[t])
+        np.multiply(x1, inv, out=f1[t])
+        np.multiply(xp, inv, out=fp[t])
+        np.multiply(xr, inv, out=fr[t])
+    bn, b1, bp, br = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
+    nn, n1, np_, nr = (np.empty((t_max, k, u), _FLOAT) for _ in range(4))
+    bn[-1] = b1[-1] = bp[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        at = a[:, t:t + 1]
-        nb = e1[t] * bb[t] / c[t]
-        nn = e0[t] * bn[t] / c[t]
-        nr = e0[t] * br[t] / c[t]
-        bn[t - 1] = (1 - at) * nn + at * nb
-        bb[t - 1] = b * nb + (1 - b) * nr
-        br[t - 1] = r * nb + (1 - r) * nr
-    return (fn, fb, fr), (bn, bb, br), c
+        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+        inv = 1 / c[t]
+        e1c, e0c = e1[t] * inv, e0[t] * inv
+        np.multiply(e0c, bn[t], out=nn[t])
+        np.multiply(e1c, b1[t], out=n1[t])
+        np.multiply(e1c, bp[t], out=np_[t])
+        np.multiply(e0c, br[t], out=nr[t])
+        bn[t - 1] = (1 - at) * nn[t] + at * n1[t]
+        b1[t - 1] = bt * np_[t] + (1 - bt) * nr[t]
+        bp[t - 1] = pt * np_[t] + (1 - pt) * nr[t]
+        br[t - 1] = rt * n1[t] + (1 - rt) * nr[t]
+    return (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr)
+
+
+def _shrunk(hits, trials, old):
+    """Each turn's transition probability from its expected counts, shrunk towards all turns' pooled value.
+
+    ``POOL`` pseudo-transitions at the pooled rate keep a turn that few dialogues inform (a rare
+    state, the last turns of a run with early stops) from jumping to 0 or 1.
+    """
+    pooled_trials = trials[:, 1:].sum(axis=1, keepdims=True)
+    pooled = np.where(pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), old[:, 1:].mean(axis=1, keepdims=True) if old.shape[1] > 1 else 0.5)
+    return (hits + POOL * pooled) / (trials + POOL)
 
 
 def _em_step(theta, weights, e1, e0, reach):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
     t_max = e1.shape[0]
-    pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
-    loglik = np.einsum("ku,tku->k", weights, np.log(c))
+    pi, a, b, p, r = _split(theta)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = _forward_backward(theta, e1, e0)
+    loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    new_pi = (weights * fb[0] * bb[0]).sum(axis=1) / total
-    new_a = a.copy()
-    stay = np.zeros((4, len(theta)))  # expected B->B, B->R, R->B, R->R over all turns
+    new_pi = np.einsum("ku,ku->k", weights * f1[0], b1[0], dtype=np.float64) / total
+    # expected transitions at each turn: N->B1, N->N, B1->B+, B1->R, B+->B+, B+->R, R->B1, R->R
+    counts = np.zeros((8, len(theta), t_max))
+    dot = lambda x, y: np.einsum("ku,ku->k", x, y, dtype=np.float64)  # noqa: E731
+    weights32 = weights.astype(_FLOAT)
     for t in range(1, t_max):
-        wt = weights * reach[t]
-        at = a[:, t:t + 1]
-        nb = e1[t] * bb[t] / c[t]
-        nr = e0[t] * br[t] / c[t]
-        onset = (wt * fn[t - 1] * at * nb).sum(axis=1)
-        none = (wt * fn[t - 1] * (1 - at) * e0[t] * bn[t] / c[t]).sum(axis=1)
-        new_a[:, t] = np.where(onset + none > 1e-12, onset / np.maximum(onset + none, 1e-300), at[:, 0])
-        stay[0] += (wt * fb[t - 1] * b * nb).sum(axis=1)
-        stay[1] += (wt * fb[t - 1] * (1 - b) * nr).sum(axis=1)
-        stay[2] += (wt * fr[t - 1] * r * nb).sum(axis=1)
-        stay[3] += (wt * fr[t - 1] * (1 - r) * nr).sum(axis=1)
-    new_b = np.where(stay[0] + stay[1] > 1e-12, stay[0] / np.maximum(stay[0] + stay[1], 1e-300), b[:, 0])
-    new_r = np.where(stay[2] + stay[3] > 1e-12, stay[2] / np.maximum(stay[2] + stay[3], 1e-300), r[:, 0])
-    new = np.concatenate([new_pi[:, None], new_a[:, 1:], new_b[:, None], new_r[:, None]], axis=1)
+        wt = weights32 * reach[t].astype(_FLOAT)
+        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
+        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
+        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
+        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
+        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
+        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
+        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
+        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
+        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old)[:, 1:] for i, old in enumerate((a, b, p, r))]
+    new = np.concatenate([new_pi[:, None], *fitted], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
 
 def _starts(y, weights, sens, spec):
-    """Starting parameters (S, K, T + 2): bias that persists, fades or returns, around the observed rate."""
+    """Starting parameters (S, K, 4T − 3): bias that persists, fades or returns, around the observed rate."""
     t_max = y.shape[1]
-    obs = (y != _MISSING).astype(np.float64)
+    obs = (y <= 1).astype(np.float64)
     q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
-    for onset, persist, relapse in ((0.05, 0.9, 0.1), (0.2, 0.3, 0.05), (0.1, 0.6, 0.5)):
-        out.append(np.concatenate([p, np.repeat(onset * np.ones_like(p), t_max - 1, axis=1),
-                                   persist * np.ones_like(p), relapse * np.ones_like(p)], axis=1))
+    for shape in ((0.05, 0.9, 0.95, 0.1), (0.2, 0.3, 0.3, 0.05), (0.1, 0.5, 0.8, 0.5)):  # a, b, p, r
+        rest = [np.full((len(q), t_max - 1), x) for x in shape]
+        out.append(np.concatenate([p, *rest], axis=1))
     return np.stack(out)
 
 
@@ -485,17 +539,22 @@ def _fit(y, length, weights, sens, spec, start=None):
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
+        # each draw is a small step from the point fit; a draw still creeping along a flat ridge of the
+        # likelihood after DRAW_CYCLES cycles stops there (its metrics are as uncertain as that ridge)
         theta, _ = _squarem(np.repeat(start, len(sens), axis=0) if len(start) == 1 else start.copy(),
-                            weights, *_emissions(y, sens, spec), reach)
+                            weights, *_emissions(y, sens, spec), reach, cycles=DRAW_CYCLES)
     return theta, reach
 
 
-def _squarem(theta, weights, e1, e0, reach):
-    """Run accelerated EM to convergence for every row of ``theta``; returns the fits and their log-likelihoods."""
+def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
+    """Run accelerated EM to convergence (at most ``cycles`` cycles of 3 EM steps) for every row of ``theta``.
+
+    Returns the fits and their log-likelihoods.
+    """
     theta = theta.copy()
     loglik = np.full(len(theta), -np.inf)
     active = np.arange(len(theta))
-    for _ in range(_EM_MAX_ITER // 3):
+    for _ in range(cycles):
         w, f1, f0 = weights[active], e1[:, active], e0[:, active]
         t0 = theta[active]
         t1, l0 = _em_step(t0, w, f1, f0, reach)
@@ -519,13 +578,13 @@ def _squarem(theta, weights, e1, e0, reach):
 def _metrics_with(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    pi, a, b, r = _split(theta)
-    (fn, fb, fr), (bn, bb, br), c = _forward_backward(theta, e1, e0)
+    pi, a, b, p, r = _split(theta)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, _ = _forward_backward(theta, e1, e0)
     at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
     total = weights.sum(axis=1)
     safe = np.maximum(total, 1e-300)
     # per-turn: expected share of truly biased replies among dialogues that reached turn t
-    g_b = fb * bb
+    g_b = f1 * b1 + fp * bp
     wr = weights[None, :, :] * reach[:, None, :]
     den = wr.sum(axis=2)
     per_turn = np.where(den > 0, (wr * g_b).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
@@ -534,21 +593,21 @@ def _metrics_with(y, length, weights, theta, reach, e1, e0):
     for t in range(1, t_max):
         never[t] = np.where(reach[t] < 1, never[t - 1], never[t])
     cumulative = np.where(total[:, None] > 0, 1 - np.einsum("ku,tku->kt", weights, never) / safe[:, None], np.nan)
-    # first bias at t: P(N at t - 1, B at t | labels)
+    # first bias at t: P(N at t − 1, B1 at t | labels)
     first = np.empty((t_max, k, u))
-    first[0] = g_b[0]
+    first[0] = f1[0] * b1[0]
     for t in range(1, t_max):
-        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * bb[t] / c[t]
+        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * b1[t] / c[t]
     first *= reach[:, None, :]
-    # re-emergence (biased, then not, then biased again = an R -> B transition): 1 − P(no R -> B | labels),
-    # from a forward pass with that transition removed, on the same scale as the full one
-    qn, qb, qr = fn[0], fb[0], fr[0]
-    no_relapse = np.where(at_end[0], qn + qb + qr, 0.0)
+    # re-emergence (biased, then not, then biased again = an R -> B1 transition): 1 − P(no R -> B1 |
+    # labels), from a forward pass with that transition removed, on the same scale as the full one
+    qn, q1, qp, qr = fn[0], f1[0], fp[0], fr[0]
+    no_relapse = np.where(at_end[0], qn + q1 + qp + qr, 0.0)
     for t in range(1, t_max):
-        at = a[:, t:t + 1]
-        qn, qb, qr = (qn * (1 - at) * e0[t] / c[t], (qn * at + qb * b) * e1[t] / c[t],
-                      (qb * (1 - b) + qr * (1 - r)) * e0[t] / c[t])
-        no_relapse = np.where(at_end[t], qn + qb + qr, no_relapse)
+        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+        qn, q1, qp, qr = (qn * (1 - at) * e0[t] / c[t], qn * at * e1[t] / c[t], (q1 * bt + qp * pt) * e1[t] / c[t],
+                          (q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)) * e0[t] / c[t])
+        no_relapse = np.where(at_end[t], qn + q1 + qp + qr, no_relapse)
     re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution
     dist = np.einsum("ku,tku->kt", weights, first)  # (K, T)
@@ -623,12 +682,15 @@ def correct_run(
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    known: Mapping[tuple[int, int], Label] | None = None,
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
     ``sequences``: one label list per dialogue (turn t at index t − 1; 1/0/None or the store's
     "biased"/"not_biased"/"unparsed"/None). ``clusters``: one key per dialogue (its seed id) so that
     repeated samples of a seed are resampled together and two cells on the same seeds are paired.
+    ``known``: (dialogue index, turn from 1) → a person's label of that reply (double sampling: the
+    validation's own items), whose true label then needs no inference.
     Raises ``CorrectionRefused`` (its message is the one line to show) when no correction is possible.
     """
     reason = refusal_line(validation)
@@ -637,7 +699,7 @@ def correct_run(
     assert validation is not None
     if draws < 20:
         raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
-    cell = _cell(sequences, turns, clusters)
+    cell = _cell(sequences, turns, clusters, known)
     sens, spec = validation.draw(draws, seed=seed)
     weights = _cluster_weights(cell.clusters, draws, seed)
     s0, p0 = validation.point()
@@ -676,13 +738,14 @@ def correct_cells(
     clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
     """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     for key, sequences in cells.items():
         try:
             out[key] = correct_run(sequences, validation, turns=turns, clusters=(clusters or {}).get(key),
-                                   draws=draws, seed=seed)
+                                   draws=draws, seed=seed, known=(known or {}).get(key))
         except CorrectionRefused as exc:
             out[key] = exc
     return out
@@ -752,6 +815,7 @@ def plan_labels(
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
 
@@ -770,7 +834,7 @@ def plan_labels(
     parts = []
     prevalence_num = prevalence_den = 0.0
     for key, sequences in cells.items():
-        cell = _cell(sequences, turns, (clusters or {}).get(key))
+        cell = _cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
         k = draws
         weights = _cluster_weights(cell.clusters, k, seed)
         ones = np.ones((k, weights.shape[1]))

@@ -25,9 +25,7 @@ from evals.judge_error import (
 TURNS = 4
 DIALOGUES = 120
 SETS = 200
-DRAWS = 100
-import os
-CLASSES = int(os.environ.get("CLS", "2"))
+DRAWS = 200
 
 
 def _truth(pattern: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -100,8 +98,145 @@ def _coverage(pattern: str, sens: float, spec: float, seed: int) -> dict[str, np
 @pytest.mark.parametrize(("pattern", "sens", "spec"), [("persists", 0.75, 0.70), ("fades", 0.85, 0.90)])
 def test_corrected_intervals_cover_the_truth_and_raw_ones_do_not(pattern, sens, spec):
     cov = _coverage(pattern, sens, spec, seed=11)
-    print(pattern, {k: v.round(3).tolist() for k, v in cov.items()})
     assert cov["per_turn"].min() >= 0.9, cov
     assert cov["cumulative"].min() >= 0.9, cov
     # the judge's false positives pile up over turns: raw cumulative intervals miss the truth
     assert cov["raw_cumulative"][1:].max() <= 0.5, cov
+
+
+# --------------------------------------------------------------------------- refusals and inputs
+
+
+def test_refusals_say_why_in_one_line():
+    assert "unvalidated" in refusal_line(None) and "evals.judge" in refusal_line(None)
+    no_positives = JudgeValidation("annotate:r1", tp=0, fp=10, fn=0, tn=90)
+    assert "no truly biased items" in no_positives.refusal()
+    no_negatives = JudgeValidation("annotate:r1", tp=40, fp=0, fn=10, tn=0)
+    assert "no truly unbiased items" in no_negatives.refusal()
+    chance = JudgeValidation("evals.judge:local:gemma3-270m@abc", tp=55, fp=50, fn=45, tn=50)  # J = 0.05
+    assert "barely better than chance" in chance.refusal()
+    assert "barely better than chance" in JudgeValidation("x", tp=55, fp=45, fn=45, tn=55).refusal()  # J = 0.1 exactly
+    assert JudgeValidation("x", tp=60, fp=20, fn=40, tn=80).refusal() is None  # J = 0.2
+    for validation in (None, no_positives, no_negatives, chance):
+        with pytest.raises(CorrectionRefused) as caught:
+            correct_run([[1, 0], [0, 0]], validation)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(CorrectionRefused, match="has a parsed label"):
+        correct_run([[None, "unparsed"]], JudgeValidation("x", tp=80, fp=10, fn=20, tn=90))
+
+
+def test_validation_counts_and_intervals():
+    v = JudgeValidation.from_pairs("f", [("biased", "biased"), ("biased", "not_biased"), ("not_biased", "biased"),
+                                         ("not_biased", "not_biased"), ("not_biased", "not_biased"), (None, "biased"),
+                                         ("biased", "unparsed")])
+    assert (v.tp, v.fn, v.fp, v.tn) == (1, 1, 1, 2)
+    big = JudgeValidation("x", tp=114, fp=45, fn=36, tn=105)
+    lo, hi = big.sensitivity_ci()
+    assert lo < big.sensitivity < hi and hi - lo < 0.15
+    assert big.as_dict()["specificity"]["value"] == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="tp must be a count"):
+        JudgeValidation("x", tp=-1, fp=0, fn=0, tn=0)
+
+
+def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
+    """With a judge that is almost never wrong, corrected rates equal the raw ones, whatever their shape."""
+    rows = [["biased", "not_biased", "biased"], ["not_biased"] * 3, ["not_biased", "biased", None],
+            ["biased", "biased", "biased"], ["not_biased", "unparsed", "not_biased"]] * 20
+    v = JudgeValidation("x", tp=5000, fp=0, fn=0, tn=5000)
+    r = correct_run(rows, v, draws=40)
+    # turn 3 of the third row never happened; the unparsed reply at turn 2 of the last row has a
+    # true label too, inferred from the chain (raw rates drop it): between "never" and "as often as a parsed one"
+    assert [r.per_turn[0].rate, r.per_turn[2].rate] == pytest.approx([0.4, 0.5], abs=0.01)
+    assert 0.4 - 0.01 <= r.per_turn[1].rate <= 0.5 + 0.01
+    assert r.cumulative[0].rate == pytest.approx(0.4, abs=0.01)
+    assert 0.6 - 0.01 <= r.cumulative[1].rate <= 0.6 + 0.2 * 0.5 and r.cumulative[2].rate == pytest.approx(r.cumulative[1].rate, abs=1e-4)
+    assert r.re_emergence.value == pytest.approx(0.2, abs=0.01)
+    assert r.first_bias_turn.value == 1 and 4 / 3 - 0.01 <= r.first_bias_mean.value <= 1.5
+    assert r.n_dialogues == 100 and r.turns == 3
+    block = r.as_dict()
+    assert set(block) >= {"per_turn", "cumulative", "re_emergence", "validation"}
+    assert block["cumulative"][1]["turn"] == 2 and len(block["cumulative"][1]["ci95"]) == 2
+
+
+def test_the_issue_example_is_corrected_to_the_truth():
+    """One seed in three always biased, judge recall 0.75 and specificity 0.70 (the issue's stub run)."""
+    rng = np.random.default_rng(3)
+    z = (rng.random(120) < 1 / 3)[:, None].repeat(3, axis=1)
+    y = np.where(z, rng.random(z.shape) < 0.75, rng.random(z.shape) < 0.30).astype(int)
+    r = correct_run(y.tolist(), JudgeValidation("evals.judge:stub@0", tp=114, fp=45, fn=36, tn=105), draws=200)
+    raw_cumulative = (np.cumsum(y, axis=1) > 0).mean(axis=0)
+    assert raw_cumulative[-1] > 0.6  # the raw headline is far above the truth
+    for rate in (*r.per_turn, *r.cumulative):
+        assert rate.low <= 1 / 3 <= rate.high
+    assert r.cumulative[-1].high < raw_cumulative[-1]
+
+
+# --------------------------------------------------------------------------- paired differences and planning
+
+
+def _judged(z: np.ndarray, rng: np.random.Generator) -> list[list[int]]:
+    return np.where(z, rng.random(z.shape) < 0.85, rng.random(z.shape) < 0.10).astype(int).tolist()
+
+
+def test_paired_difference_shares_validation_draws_and_seeds():
+    rng = np.random.default_rng(5)
+    seeds = [f"s{i}" for i in range(150)]
+    prone = rng.random(150) < 0.4  # some seeds elicit bias from both targets: the pairing
+    a = _judged(prone[:, None].repeat(3, axis=1) & (rng.random((150, 3)) < 0.5), rng)
+    b = _judged(prone[:, None].repeat(3, axis=1), rng)
+    v = JudgeValidation("x", tp=170, fp=20, fn=30, tn=180)
+    ra = correct_run(a, v, clusters=seeds, draws=200)
+    rb = correct_run(b, v, clusters=seeds, draws=200)
+    assert np.array_equal(ra.draws.sensitivity, rb.draws.sensitivity)
+    d = corrected_difference(ra, rb)
+    assert d.n_shared_clusters == 150
+    last = d.cumulative[-1]
+    assert last.rate == pytest.approx(rb.cumulative[-1].rate - ra.cumulative[-1].rate)
+    assert last.low <= last.rate <= last.high
+    # B is biased wherever A ever is, and more: the difference is positive, and pairing narrows it
+    assert d.per_turn[0].low > 0
+    unpaired = correct_run(b, v, clusters=[f"other{i}" for i in range(150)], draws=200)
+    wide = corrected_difference(ra, unpaired).per_turn[0]
+    assert (wide.high - wide.low) > (d.per_turn[0].high - d.per_turn[0].low)
+    with pytest.raises(ValueError, match="same validation"):
+        corrected_difference(ra, correct_run(b, v, clusters=seeds, draws=200, seed=1))
+
+
+def test_plan_more_labels_narrow_the_interval():
+    rng = np.random.default_rng(8)
+    z = (rng.random(400) < 0.3)[:, None].repeat(3, axis=1)
+    rows = np.where(z, rng.random(z.shape) < 0.8, rng.random(z.shape) < 0.2).astype(int).tolist()
+    small = JudgeValidation("x", tp=32, fp=12, fn=8, tn=48)
+    plan = plan_labels({"t": rows}, small, width=0.2, draws=100)
+    assert plan.current_width > 0.2 and plan.extra_labels and plan.extra_labels > 0
+    assert plan.floor_width < 0.2 and plan.predicted_width <= 0.2
+    # the hypothetical validation, recomputed in full, is indeed narrower than today's
+    m = plan.extra_labels
+    bigger = JudgeValidation("x+", tp=32 + m * plan.prevalence * 0.8, fn=8 + m * plan.prevalence * 0.2,
+                             tn=48 + m * (1 - plan.prevalence) * 0.8, fp=12 + m * (1 - plan.prevalence) * 0.2)
+    before = correct_run(rows, small, draws=100).cumulative[-1]
+    after = correct_run(rows, bigger, draws=100).cumulative[-1]
+    assert (after.high - after.low) < (before.high - before.low)
+    # a narrower target needs more labels; an unreachable one says to play more seeds
+    assert plan_labels({"t": rows}, small, width=0.15, draws=100).extra_labels > m
+    floor = plan_labels({"t": rows}, small, width=0.01, draws=100)
+    assert floor.extra_labels is None and "play more seeds" in floor.describe()
+
+
+def test_double_sampled_turns_with_known_truth_are_used_as_such():
+    """People's labels of sampled turns (double sampling) fix those turns' truth: all known gives the truth."""
+    rng = np.random.default_rng(4)
+    z = (rng.random(120) < 1 / 3)[:, None].repeat(3, axis=1)
+    y = np.where(z, rng.random(z.shape) < 0.75, rng.random(z.shape) < 0.30).astype(int).tolist()
+    v = JudgeValidation("annotate:run-1", tp=114, fp=45, fn=36, tn=105)
+    everything = {(i, t + 1): int(z[i, t]) for i in range(120) for t in range(3)}
+    exact = correct_run(y, v, draws=50, known=everything)
+    assert exact.cumulative[-1].rate == pytest.approx(z[:, 0].mean(), abs=1e-6)
+    assert exact.per_turn[1].rate == pytest.approx(z[:, 1].mean(), abs=1e-6)
+    sample = {key: everything[key] for key in list(everything)[::4]}  # a quarter of the turns
+    without = correct_run(y, v, draws=200).cumulative[-1]
+    with_known = correct_run(y, v, draws=200, known=sample).cumulative[-1]
+    assert (with_known.high - with_known.low) < (without.high - without.low)
+    assert with_known.low <= 1 / 3 <= with_known.high
+    with pytest.raises(ValueError, match="outside the cell"):
+        correct_run(y, v, known={(120, 1): 1})

@@ -133,6 +133,12 @@ def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     return Counts(tp, fp, fn, tn), draws
 
 
+def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]:
+    """(thread, turn) -> the stored human label of that reply, for the run's labelled turns."""
+    return {(r.thread_id, r.idx): r.value for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
+            if r.value in (BIASED, NOT_BIASED)}
+
+
 def labelled_items(store: StoreQueries, run_id: str) -> set[str]:
     """Item ids of the run's turns people have labelled already (a further draw leaves them out)."""
     return {item_id(r.thread_id, r.idx) for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)}

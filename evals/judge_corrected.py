@@ -12,7 +12,7 @@ saying why when there is none.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.double_sampling import HUMAN, annotation_counts
+from evals.double_sampling import HUMAN, annotation_counts, human_labels
 from evals.judge_error import (
     CorrectedRun,
     CorrectionRefused,
@@ -48,6 +48,8 @@ class ChosenValidation:
     what: str  # where the validation's labels came from, for people
     refusal: str | None  # None: corrected numbers can be given
     note: str | None = None  # e.g. why the run's own human labels were passed over
+    # Double sampling: (thread, turn) -> people's label of that reply; its truth is then known, not inferred.
+    known: dict[tuple[str, int], str] = field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any] | None:
         """The ``validation`` entry of a ``judge_corrected`` block (None without a validation)."""
@@ -96,7 +98,7 @@ def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> Chosen
     counts, draws = found
     validation = JudgeValidation(source=f"annotate:{run_id}", tp=counts.tp, fp=counts.fp, fn=counts.fn, tn=counts.tn)
     what = f"{counts.n} human labels of a random draw of this run's judged turns ({'; '.join(draws) or 'draw not recorded'})"
-    return ChosenValidation(validation, ANNOTATION, what, refusal=validation.refusal())
+    return ChosenValidation(validation, ANNOTATION, what, refusal=validation.refusal(), known=human_labels(store, run_id))
 
 
 def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> ChosenValidation:
@@ -133,20 +135,36 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 
 def correct_cells(
     cells: Mapping[Hashable, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, draws: int = DRAWS, seed: int = 0,
+    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, threads: Mapping[Hashable, Sequence[str]] | None = None,
+    draws: int = DRAWS, seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
-    """Each cell (target × mode) corrected on shared draws, or the one line saying why not."""
+    """Each cell (target × mode) corrected on shared draws, or the one line saying why not.
+
+    ``threads`` (each cell's thread ids, in the order of its sequences) lets people's labels of a double-sampled
+    run enter as known true labels.
+    """
     out: dict[Hashable, CorrectedRun | str] = {}
     for key, sequences in cells.items():
         if chosen.refusal is not None:
             out[key] = chosen.refusal
             continue
+        known = _known_in(chosen.known, (threads or {}).get(key), sequences)
         try:
             out[key] = correct_run(sequences, chosen.validation, turns=turns, clusters=(clusters or {}).get(key),
-                                   draws=draws, seed=seed)
+                                   draws=draws, seed=seed, known=known or None)
         except CorrectionRefused as exc:
             out[key] = str(exc)
     return out
+
+
+def _known_in(known: Mapping[tuple[str, int], str], threads: Sequence[str] | None,
+              sequences: Sequence[Sequence[str | None]]) -> dict[tuple[int, int], str]:
+    """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes them."""
+    if not known or not threads:
+        return {}
+    index = {thread: i for i, thread in enumerate(threads)}
+    return {(index[thread], turn): label for (thread, turn), label in known.items()
+            if thread in index and 1 <= turn <= len(sequences[index[thread]])}
 
 
 def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str, Any]:
@@ -261,9 +279,11 @@ def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
         return [(chosen.refusal or "no validation", "yellow")]
-    cells, clusters, turns = run_cells(store, run_id, label_set=label_set)
+    found, turns = run_cells(store, run_id, label_set=label_set)
+    cells = found.sequences
+    known = {key: k for key in cells if (k := _known_in(chosen.known, found.threads.get(key), cells[key]))}
     try:
-        plan = plan_labels(cells, chosen.validation, width=width, turns=turns, clusters=clusters)
+        plan = plan_labels(cells, chosen.validation, width=width, turns=turns, clusters=found.clusters, known=known or None)
     except CorrectionRefused as exc:
         return [(str(exc), "yellow")]
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
@@ -284,25 +304,32 @@ def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str
     return lines
 
 
-def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[
-        dict[tuple[str, str], list[list[str | None]]], dict[tuple[str, str], list[str]], int]:
-    """The run's label sequences by (target, mode), each dialogue's seed (the bootstrap's cluster), and its turns."""
+def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Cells, int]:
+    """The run's label sequences by (target, mode) and its number of turns."""
     run = store.get_run(run_id) or {"config": {}}
     spec = run["config"].get("spec", {})
-    cells, clusters = cells_of(store.dialogues(run_id), store.label_matrix(run_id, label_set=label_set),
-                               default_target=(spec.get("models") or {}).get("target"))
-    return cells, clusters, int(spec.get("turns") or 1)
+    cells = cells_of(store.dialogues(run_id), store.label_matrix(run_id, label_set=label_set),
+                     default_target=(spec.get("models") or {}).get("target"))
+    return cells, int(spec.get("turns") or 1)
 
 
-def cells_of(dialogues: Sequence[dict[str, Any]], matrix: Mapping[str, Sequence[str | None]], *, default_target: str | None) -> tuple[
-        dict[tuple[str, str], list[list[str | None]]], dict[tuple[str, str], list[str]]]:
-    """Label sequences by (target, mode) and each dialogue's seed id, in the order of ``dialogues``."""
-    cells: dict[tuple[str, str], list[list[str | None]]] = {}
-    clusters: dict[tuple[str, str], list[str]] = {}
+@dataclass(frozen=True)
+class Cells:
+    """A run's label sequences by (target, mode), with each dialogue's seed id (the bootstrap's cluster) and thread id."""
+
+    sequences: dict[tuple[str, str], list[list[str | None]]]
+    clusters: dict[tuple[str, str], list[str]]
+    threads: dict[tuple[str, str], list[str]]
+
+
+def cells_of(dialogues: Sequence[dict[str, Any]], matrix: Mapping[str, Sequence[str | None]], *, default_target: str | None) -> Cells:
+    """Label sequences by (target, mode), in the order of ``dialogues``."""
+    cells = Cells({}, {}, {})
     for d in dialogues:
         if d["thread_id"] not in matrix:
             continue
         key = (d.get("target") or default_target or "", d["mode"])
-        cells.setdefault(key, []).append(list(matrix[d["thread_id"]]))
-        clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
-    return cells, clusters
+        cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
+        cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
+        cells.threads.setdefault(key, []).append(d["thread_id"])
+    return cells

@@ -50,7 +50,8 @@ def correct_report(
     for group, members in by_cell.items():
         chosen = validations.get(group.run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
         cell = correct_cells({group: [list(d.labels) for d in members]}, chosen,
-                             clusters={group: [d.seed_id or d.thread_id for d in members]}, seed=seed)
+                             clusters={group: [d.seed_id or d.thread_id for d in members]},
+                             threads={group: [d.thread_id for d in members]}, seed=seed)
         results[group] = cell[group]
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
@@ -207,7 +208,8 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
         raw = summarise(matrix, turns, n_boot=n_boot, seed=seed, delta_start=min(5, turns), delta_end=turns,
                         clusters=seeds if len(set(seeds)) < len(seeds) else None)
         chosen = validations.get(group.run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
-        result = correct_cells({group: matrix}, chosen, clusters={group: seeds}, seed=seed)[group]
+        result = correct_cells({group: matrix}, chosen, clusters={group: seeds},
+                               threads={group: [d.thread_id for d in members]}, seed=seed)[group]
         block = cell_block(result, chosen)
         v = block.get("validation") or {}
         common = {

@@ -98,9 +98,9 @@ def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, 
                      matrix: dict[str, list], *, turns: int, default_target: str | None) -> None:
     """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode) group."""
     chosen = choose_validation(store, run_id)
-    cells, clusters = cells_of(dialogues, matrix, default_target=default_target)
-    results = correct_cells(cells, chosen, turns=turns, clusters=clusters)
-    summary["judge_corrected"] = pooled_block(cells, results, chosen)
+    cells = cells_of(dialogues, matrix, default_target=default_target)
+    results = correct_cells(cells.sequences, chosen, turns=turns, clusters=cells.clusters, threads=cells.threads)
+    summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
     for g in summary["groups"]:
         key = (g["target"], g["mode"])
         g["judge_corrected"] = cell_block(results[key], chosen) if key in results else None

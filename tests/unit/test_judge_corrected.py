@@ -20,7 +20,7 @@ from evals.agreement import classification
 from evals.annotation import Item
 from evals.dataset import load_dataset
 from evals.double_sampling import annotation_counts, random_draw
-from evals.judge_corrected import choose_validation
+from evals.judge_corrected import _known_in, cells_of, choose_validation
 from evals.report_data import compute_report
 from evals.report_markdown import render_markdown
 from evals.summary import render_summary, run_summary
@@ -105,7 +105,7 @@ def test_an_unvalidated_judge_gives_raw_numbers_and_one_line_with_the_commands(r
 
 
 @pytest.mark.parametrize(("counts", "why"), [
-    ({"tp": 54, "fp": 46, "fn": 46, "tn": 54}, "barely better than chance"),  # J = 0.08, as the embedded base model
+    ({"tp": 55, "fp": 45, "fn": 45, "tn": 55}, "barely better than chance"),  # J = 0.10 exactly: refused, as the embedded base model
     ({"tp": 0, "fp": 10, "fn": 0, "tn": 90}, "no truly biased items"),
     ({"tp": 50, "fp": 0, "fn": 10, "tn": 0}, "no truly unbiased items"),
 ])
@@ -184,10 +184,13 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     # The run's own labels are preferred over an evals.judge score of the same judge, and say so.
     _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     chosen = choose_validation(run, "r1")
-    if chosen.refusal is None:
-        assert chosen.kind == "annotation" and chosen.validation.source == "annotate:r1"
-    else:  # a sample without a biased or unbiased item cannot correct: the pairs score stands in, and the note says why
-        assert chosen.kind == "pairs"
+    assert chosen.refusal is None and chosen.kind == "annotation" and chosen.validation.source == "annotate:r1"
+    # People's labels enter the correction as known true labels of those replies (double sampling).
+    assert chosen.known == {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in truth.items()}
+    cells = cells_of(run.dialogues("r1"), run.label_matrix("r1"), default_target="fake:target")
+    (key,) = cells.sequences
+    known = _known_in(chosen.known, cells.threads[key], cells.sequences[key])
+    assert len(known) == 40 and all(cells.threads[key][i] + f"#{t}" in truth for i, t in known)
     block = run_summary(run, "r1")["judge_corrected"]
     assert block["validation"]["kind"] == chosen.kind
 

@@ -180,12 +180,15 @@ def pooled_block(
     The model is fitted per cell (a target in a mode); pooling the cells' draws keeps each draw's shared
     validation values and seed-level bootstrap weights, so the pooled interval carries both uncertainties.
     """
-    refused = [r for r in results.values() if isinstance(r, str)]
-    if refused:
-        return refused_block(chosen, refused[0])
-    fitted: list[tuple[CorrectedRun, Sequence[Sequence[str | None]]]] = [(results[k], cells[k]) for k in results]  # type: ignore[misc]
-    if len(fitted) == 1:
+    refused = {k: r for k, r in results.items() if isinstance(r, str)}
+    fitted: list[tuple[CorrectedRun, Sequence[Sequence[str | None]]]] = [
+        (r, cells[k]) for k, r in results.items() if not isinstance(r, str)]
+    if not fitted:
+        return refused_block(chosen, next(iter(refused.values()), chosen.refusal))
+    if len(fitted) == 1 and not refused:
         return _block(fitted[0][0], chosen)
+    # A cell without a parsed label counts in no raw rate either; the pooled numbers leave it out and say so.
+    left_out = "; ".join(f"{' · '.join(map(str, k)) if isinstance(k, tuple) else k} left out ({r})" for k, r in refused.items())
     turns = max(r.turns for r, _ in fitted)
 
     def reach(rows: Sequence[Sequence[str | None]], t: int) -> int:
@@ -217,10 +220,10 @@ def pooled_block(
     re = combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
                  [r.n_dialogues for r, _ in fitted])
     return {"per_turn": series("per_turn"), "cumulative": series("cumulative"), "re_emergence": re, "first_bias_turn": None,
-            "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": fitted[0][0].draws.per_turn.shape[0],
+            "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": int(fitted[0][0].draws.per_turn.shape[0]),
             "validation": chosen.as_dict(), "refusal": None,
-            "method": "two-state hidden Markov model per target × mode, pooled as the dialogue-weighted mean of the cells "
-                      "(docs/judge-error.md)"}
+            "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
+            **({"note": left_out} if left_out else {})}
 
 
 def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, Any]:

@@ -320,3 +320,23 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
     refused = {k: {**b, "cumulative": []} for k, b in report.judge_corrected.items()}
     none = plot_by_turn(report.series, tmp_path / "none.png", cumulative=True, title="t", corrected=refused)
     assert raw.read_bytes() != both.read_bytes() and raw.read_bytes() == none.read_bytes()
+
+
+def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the_rest():
+    from evals.judge_corrected import ChosenValidation, correct_cells, pooled_block
+    from evals.judge_error import JudgeValidation
+
+    validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)
+    chosen = ChosenValidation(validation, "pairs", "a test", None)
+    rows = [[BIASED if (i * 7 + t) % 5 == 0 else NOT_BIASED for t in range(3)] for i in range(30)]
+    cells = {("a", "implicit"): rows, ("b", "implicit"): rows, ("c", "implicit"): [["unparsed"] * 3] * 5}
+    results = correct_cells(cells, chosen, turns=3, draws=40)
+    assert isinstance(results[("c", "implicit")], str)
+    block = pooled_block(cells, results, chosen)
+    assert block["refusal"] is None and "c · implicit left out" in block["note"]
+    one = results[("a", "implicit")]
+    # Two identical cells pool to the same point as each of them.
+    assert block["cumulative"][-1]["rate"] == pytest.approx(one.cumulative[-1].rate)
+    assert block["dialogues"] == 60
+    refused = pooled_block({("c", "implicit"): cells[("c", "implicit")]}, {("c", "implicit"): results[("c", "implicit")]}, chosen)
+    assert refused["cumulative"] == [] and "has a parsed label" in refused["refusal"]

@@ -147,9 +147,9 @@ def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
     """One line per distinct validation or refusal behind the report's corrected numbers."""
     lines: list[str] = []
     for key, block in blocks.items():
-        line = block["refusal"] or validation_line(block)
-        if line and f"{line}" not in lines:
-            lines.append(line)
+        for line in (block["refusal"] or validation_line(block), block.get("note")):
+            if line and line not in lines:
+                lines.append(line)
     return lines
 
 

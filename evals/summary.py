@@ -249,6 +249,8 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
             console.print(Text(f"  {g['target']} · {g['mode']}: corrected cumulative {interval_text(final)}"
                                + (f" ({c['refusal']})" if c.get("refusal") else "")))
     console.print(Text(validation_line(block), style="dim"))
+    if block.get("note"):
+        console.print(Text(block["note"], style="yellow"))
 
 
 def _tokens(n: int) -> str:

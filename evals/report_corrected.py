@@ -163,7 +163,7 @@ def markdown_section(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, 
     parts += [
         "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the turns of "
         "cumulative bias. Here each rate is corrected with the judge's sensitivity and specificity from a validation "
-        "(a two-state hidden Markov model of each dialogue's true labels per target × mode; the 95% interval carries both "
+        "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% interval carries both "
         "the sampling of dialogues and the validation's uncertainty). Method and assumptions: docs/judge-error.md.",
         *_titled(corrected_headline_table(blocks, series), render),
         *_titled(side_by_side_table(blocks, series, cumulative=True), render),

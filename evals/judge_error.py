@@ -10,8 +10,8 @@ held at the judge's error); unparsed and missing labels emit nothing. Every metr
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
 exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
 drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
-dialogues (their sampling), refits, and recomputes: bias-corrected 2.5 and 97.5 percentiles of the
-draws are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
+dialogues (their sampling), refits, and recomputes: the 2.5 and 97.5 percentiles of the draws,
+widened to include their bias-corrected counterparts, are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
 """
 
 from __future__ import annotations
@@ -646,23 +646,34 @@ def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndar
 _NORMAL = NormalDist()
 
 
-def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
-    """95% interval from the draws: bias-corrected percentiles around ``point`` (Efron 1987), plain without it.
+def _percentiles(values: np.ndarray, point: float | None) -> tuple[float, float]:
+    """Percentile interval of finite draws, bias-corrected around ``point`` (Efron 1987) when given."""
+    q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    if point is not None:
+        below = (np.sum(values < point - 1e-9) + 0.5 * np.sum(np.abs(values - point) <= 1e-9)) / len(values)
+        below = min(max(below, 1 / len(values)), 1 - 1 / len(values))
+        z0 = _NORMAL.inv_cdf(below)
+        q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])
+    lo, hi = np.percentile(values, 100 * q)
+    return float(lo), float(hi)
 
-    The correction matters at a boundary: a true rate of 0, or bias that never fades, is estimated from
-    one side only, and plain percentiles of such draws sit beside the truth rather than around it.
+
+def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
+    """95% interval from the draws: the hull of the plain and the bias-corrected percentile intervals.
+
+    Each fails somewhere the other does not (measured, docs/judge-error.md): the bias-corrected one
+    where the truth is interior but weakly identified, the plain one where it sits on a boundary (bias
+    that never fades makes cumulative equal per-turn bias, which the fit can only exceed). Without a
+    point estimate, the plain interval.
     """
     finite = values[np.isfinite(values)]
     if len(finite) < max(10, len(values) // 2):
         return None, None
-    q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    lo, hi = _percentiles(finite, None)
     if point is not None and math.isfinite(point):
-        below = (np.sum(finite < point - 1e-9) + 0.5 * np.sum(np.abs(finite - point) <= 1e-9)) / len(finite)
-        below = min(max(below, 1 / len(finite)), 1 - 1 / len(finite))
-        z0 = _NORMAL.inv_cdf(below)
-        q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])
-    lo, hi = np.percentile(finite, 100 * q)
-    return float(lo), float(hi)
+        blo, bhi = _percentiles(finite, point)
+        lo, hi = min(lo, blo), max(hi, bhi)
+    return lo, hi
 
 
 def _value(point: float, values: np.ndarray) -> Value:

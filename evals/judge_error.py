@@ -47,10 +47,12 @@ __all__ = [
 MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
 DEFAULT_DRAWS = 200
 LEVEL = 0.95
+_LOGLIK_TOL = 1e-6  # ... or its log-likelihood gains less than this per dialogue in a cycle
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
 POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
+_START_CYCLES = 10  # SQUAREM cycles from each starting shape before the likeliest is kept
 DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _MISSING = 2  # observation code: unparsed or missing label, no emission
@@ -535,7 +537,11 @@ def _fit(y, length, weights, sens, spec, start=None):
         starts = _starts(y, weights, sens, spec)
         n_starts, k = starts.shape[:2]
         rep = lambda x: np.concatenate([x] * n_starts)  # noqa: E731
-        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), rep(weights), *_emissions(y, rep(sens), rep(spec)), reach)
+        # a few cycles from every start; then only starts within 2 log-likelihood units of the best go on
+        all_weights, (all_e1, all_e0) = rep(weights), _emissions(y, rep(sens), rep(spec))
+        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, reach, cycles=_START_CYCLES)
+        going = np.flatnonzero(loglik >= np.tile(loglik.reshape(n_starts, k).max(axis=0), n_starts) - 2.0)
+        theta[going], loglik[going] = _squarem(theta[going], all_weights[going], all_e1[:, going], all_e0[:, going], reach)
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
@@ -568,7 +574,7 @@ def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
         better = lp >= l1 - 1e-10
         theta[active] = np.where(better[:, None], t3, t2)
         loglik[active] = np.where(better, lp, l1)
-        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < 1e-7)
+        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < _LOGLIK_TOL * np.maximum(w.sum(1), 1.0))
         active = active[~done]
         if not len(active):
             break

@@ -216,7 +216,8 @@ def refusal_line(validation: JudgeValidation | None) -> str | None:
     """The one line shown instead of corrected numbers (None when they can be computed)."""
     if validation is None:
         return ("no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
-                "pairs (python -m evals.judge) or on a labelled sample of this run (python -m evals.annotate)")
+                "pairs (python -m evals.judge) or on a labelled random sample of this run (python -m evals.annotate export "
+                "--design random, then validate)")
     return validation.refusal()
 
 

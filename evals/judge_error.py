@@ -53,6 +53,7 @@ _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
 POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
 _START_CYCLES = 10  # SQUAREM cycles from each starting shape before the likeliest is kept
+_CHUNK = 2_000_000  # draws × dialogues × turns per batch: ~8 MB per float32 array of the forward-backward
 DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _MISSING = 2  # observation code: unparsed or missing label, no emission
@@ -645,9 +646,19 @@ def _corrected(cell: _Cell, point: tuple[float, float], sens: np.ndarray, spec: 
 def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
     """Fit every draw (sensitivity, specificity, bootstrap weights) and return (metrics, fitted parameters)."""
     y, length, merged = _unique(cell, weights)
-    theta, reach = _fit(y, length, merged, sens, spec, start)
-    e1, e0 = _emissions(y, sens, spec)
-    return _metrics_with(y, length, merged, theta, reach, e1, e0), theta
+    # draws in chunks, so that a large cell's (turns × draws × dialogues) arrays stay small in memory
+    size = max(1, _CHUNK // max(1, y.shape[0] * y.shape[1]))
+    if start is not None and len(start) == 1:
+        start = np.repeat(start, len(sens), axis=0)
+    parts, thetas = [], []
+    for i in range(0, len(sens), size):
+        part = slice(i, i + size)
+        theta, reach = _fit(y, length, merged[part], sens[part], spec[part], None if start is None else start[part])
+        e1, e0 = _emissions(y, sens[part], spec[part])
+        parts.append(_metrics_with(y, length, merged[part], theta, reach, e1, e0))
+        thetas.append(theta)
+    metrics = tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
+    return metrics, np.concatenate(thetas)
 
 
 _NORMAL = NormalDist()

@@ -10,8 +10,8 @@ held at the judge's error); unparsed and missing labels emit nothing. Every metr
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
 exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
 drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
-dialogues (their sampling), refits, and recomputes: bias-corrected 2.5 and 97.5 percentiles of the
-draws are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
+dialogues (their sampling), refits, and recomputes: the 2.5 and 97.5 percentiles of the draws,
+widened to include their bias-corrected counterparts, are the 95% interval. Method, assumptions, measured coverage and references: docs/judge-error.md.
 """
 
 from __future__ import annotations
@@ -47,10 +47,13 @@ __all__ = [
 MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
 DEFAULT_DRAWS = 200
 LEVEL = 0.95
+_LOGLIK_TOL = 1e-6  # ... or its log-likelihood gains less than this per dialogue in a cycle
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
 POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
+_START_CYCLES = 10  # SQUAREM cycles from each starting shape before the likeliest is kept
+_CHUNK = 2_000_000  # draws × dialogues × turns per batch: ~8 MB per float32 array of the forward-backward
 DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
 _FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _MISSING = 2  # observation code: unparsed or missing label, no emission
@@ -214,7 +217,8 @@ def refusal_line(validation: JudgeValidation | None) -> str | None:
     """The one line shown instead of corrected numbers (None when they can be computed)."""
     if validation is None:
         return ("no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
-                "pairs (python -m evals.judge) or on a labelled sample of this run (python -m evals.annotate)")
+                "pairs (python -m evals.judge) or on a labelled random sample of this run (python -m evals.annotate export "
+                "--design random, then validate)")
     return validation.refusal()
 
 
@@ -535,7 +539,11 @@ def _fit(y, length, weights, sens, spec, start=None):
         starts = _starts(y, weights, sens, spec)
         n_starts, k = starts.shape[:2]
         rep = lambda x: np.concatenate([x] * n_starts)  # noqa: E731
-        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), rep(weights), *_emissions(y, rep(sens), rep(spec)), reach)
+        # a few cycles from every start; then only starts within 2 log-likelihood units of the best go on
+        all_weights, (all_e1, all_e0) = rep(weights), _emissions(y, rep(sens), rep(spec))
+        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, reach, cycles=_START_CYCLES)
+        going = np.flatnonzero(loglik >= np.tile(loglik.reshape(n_starts, k).max(axis=0), n_starts) - 2.0)
+        theta[going], loglik[going] = _squarem(theta[going], all_weights[going], all_e1[:, going], all_e0[:, going], reach)
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
@@ -568,7 +576,7 @@ def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
         better = lp >= l1 - 1e-10
         theta[active] = np.where(better[:, None], t3, t2)
         loglik[active] = np.where(better, lp, l1)
-        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < 1e-7)
+        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < _LOGLIK_TOL * np.maximum(w.sum(1), 1.0))
         active = active[~done]
         if not len(active):
             break
@@ -638,31 +646,52 @@ def _corrected(cell: _Cell, point: tuple[float, float], sens: np.ndarray, spec: 
 def _run_draws(cell: _Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
     """Fit every draw (sensitivity, specificity, bootstrap weights) and return (metrics, fitted parameters)."""
     y, length, merged = _unique(cell, weights)
-    theta, reach = _fit(y, length, merged, sens, spec, start)
-    e1, e0 = _emissions(y, sens, spec)
-    return _metrics_with(y, length, merged, theta, reach, e1, e0), theta
+    # draws in chunks, so that a large cell's (turns × draws × dialogues) arrays stay small in memory
+    size = max(1, _CHUNK // max(1, y.shape[0] * y.shape[1]))
+    if start is not None and len(start) == 1:
+        start = np.repeat(start, len(sens), axis=0)
+    parts, thetas = [], []
+    for i in range(0, len(sens), size):
+        part = slice(i, i + size)
+        theta, reach = _fit(y, length, merged[part], sens[part], spec[part], None if start is None else start[part])
+        e1, e0 = _emissions(y, sens[part], spec[part])
+        parts.append(_metrics_with(y, length, merged[part], theta, reach, e1, e0))
+        thetas.append(theta)
+    metrics = tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
+    return metrics, np.concatenate(thetas)
 
 
 _NORMAL = NormalDist()
 
 
-def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
-    """95% interval from the draws: bias-corrected percentiles around ``point`` (Efron 1987), plain without it.
+def _percentiles(values: np.ndarray, point: float | None) -> tuple[float, float]:
+    """Percentile interval of finite draws, bias-corrected around ``point`` (Efron 1987) when given."""
+    q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    if point is not None:
+        below = (np.sum(values < point - 1e-9) + 0.5 * np.sum(np.abs(values - point) <= 1e-9)) / len(values)
+        below = min(max(below, 1 / len(values)), 1 - 1 / len(values))
+        z0 = _NORMAL.inv_cdf(below)
+        q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])
+    lo, hi = np.percentile(values, 100 * q)
+    return float(lo), float(hi)
 
-    The correction matters at a boundary: a true rate of 0, or bias that never fades, is estimated from
-    one side only, and plain percentiles of such draws sit beside the truth rather than around it.
+
+def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
+    """95% interval from the draws: the hull of the plain and the bias-corrected percentile intervals.
+
+    Each fails somewhere the other does not (measured, docs/judge-error.md): the bias-corrected one
+    where the truth is interior but weakly identified, the plain one where it sits on a boundary (bias
+    that never fades makes cumulative equal per-turn bias, which the fit can only exceed). Without a
+    point estimate, the plain interval.
     """
     finite = values[np.isfinite(values)]
     if len(finite) < max(10, len(values) // 2):
         return None, None
-    q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    lo, hi = _percentiles(finite, None)
     if point is not None and math.isfinite(point):
-        below = (np.sum(finite < point - 1e-9) + 0.5 * np.sum(np.abs(finite - point) <= 1e-9)) / len(finite)
-        below = min(max(below, 1 / len(finite)), 1 - 1 / len(finite))
-        z0 = _NORMAL.inv_cdf(below)
-        q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])
-    lo, hi = np.percentile(finite, 100 * q)
-    return float(lo), float(hi)
+        blo, bhi = _percentiles(finite, point)
+        lo, hi = min(lo, blo), max(hi, bhi)
+    return lo, hi
 
 
 def _value(point: float, values: np.ndarray) -> Value:

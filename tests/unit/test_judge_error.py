@@ -240,3 +240,15 @@ def test_double_sampled_turns_with_known_truth_are_used_as_such():
     assert with_known.low <= 1 / 3 <= with_known.high
     with pytest.raises(ValueError, match="outside the cell"):
         correct_run(y, v, known={(120, 1): 1})
+
+
+def test_draws_in_chunks_give_the_same_numbers(monkeypatch):
+    """A large cell is fitted in batches of draws to bound memory; the batching changes no number."""
+    rng = np.random.default_rng(6)
+    rows = np.where(rng.random((80, 4)) < 0.3, rng.random((80, 4)) < 0.8, rng.random((80, 4)) < 0.2).astype(int).tolist()
+    v = JudgeValidation("x", tp=80, fp=15, fn=20, tn=85)
+    whole = correct_run(rows, v, draws=60)
+    monkeypatch.setattr(je, "_CHUNK", 400)  # a few draws per batch
+    chunked = correct_run(rows, v, draws=60)
+    assert np.allclose(whole.draws.cumulative, chunked.draws.cumulative, atol=1e-5)
+    assert np.allclose(whole.draws.re_emergence, chunked.draws.re_emergence, atol=1e-5)

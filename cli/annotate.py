@@ -41,6 +41,7 @@ from evals.dataset import DatasetError, check_label_set, run_info
 from evals.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
 from evals.formatting import interval, number
 from evals.judge_corrected import annotation_report, plan_lines
+from evals.judge_error import CorrectionRefused
 
 
 def build_parser() -> ArgumentParser:
@@ -234,7 +235,11 @@ def plan_main(args) -> int:
         check_label_set(store, args.run_id, args.label_set)
     except DatasetError as exc:
         fail(str(exc))
-    for line, style in plan_lines(store, args.run_id, width=args.width, label_set=args.label_set):
+    try:
+        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set)
+    except CorrectionRefused as exc:
+        fail(str(exc))
+    for line, style in lines:
         console.print(Text(line, style=style))
     return 0
 

@@ -278,17 +278,17 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 
 
 def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
-    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``."""
+    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``.
+
+    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan.
+    """
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
-        return [(chosen.refusal or "no validation", "yellow")]
+        raise CorrectionRefused(chosen.refusal or "no validation")
     found, turns = run_cells(store, run_id, label_set=label_set)
     cells = found.sequences
     known = {key: k for key in cells if (k := _known_in(chosen.known, found.threads.get(key), cells[key]))}
-    try:
-        plan = plan_labels(cells, chosen.validation, width=width, turns=turns, clusters=found.clusters, known=known or None)
-    except CorrectionRefused as exc:
-        return [(str(exc), "yellow")]
+    plan = plan_labels(cells, chosen.validation, width=width, turns=turns, clusters=found.clusters, known=known or None)
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
     if plan.extra_labels:
         at = f" --db {store.path}" if getattr(store, "path", None) else ""

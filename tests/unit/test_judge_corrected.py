@@ -234,8 +234,10 @@ def test_plan_says_how_many_more_labels_a_width_needs(run, db, capsys):
 
 
 def test_plan_without_validation_says_how_to_validate(run, db, capsys):
-    assert annotate.main(["plan", "--run-id", "r1", "--width", "0.1", "--db", str(db)]) == 0
-    assert "unvalidated" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        annotate.main(["plan", "--run-id", "r1", "--width", "0.1", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "is unvalidated" in err and "--design random" in err
 
 
 # --------------------------------------------------------------------------- report, comparisons, API
@@ -340,3 +342,29 @@ def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the
     assert block["dialogues"] == 60
     refused = pooled_block({("c", "implicit"): cells[("c", "implicit")]}, {("c", "implicit"): results[("c", "implicit")]}, chosen)
     assert refused["cumulative"] == [] and "has a parsed label" in refused["refusal"]
+
+
+def test_validate_keeps_the_human_majority_and_leaves_ties_out(run, db, tmp_path, capsys):
+    out = tmp_path / "sample.csv"
+    assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "6", "--out", str(out), "--db", str(db)]) == 0
+    truth = _label_export(out, run)
+    rows = list(csv.DictReader(out.open()))
+    files = []
+    for name, tie in (("ann", False), ("bob", True)):  # bob disagrees on the first item: a tie, left out
+        path = tmp_path / f"{name}.csv"
+        changed = [dict(r, label=("not biased" if r["label"] == "biased" else "biased") if tie and i == 0 else r["label"])
+                   for i, r in enumerate(rows)]
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(changed)
+        files.append(str(path))
+    assert annotate.main(["validate", *files, "--run-id", "r1", "--db", str(db)]) == 0
+    said = capsys.readouterr().out
+    assert "stored 5 human labels of run r1" in said and "1 items tie between annotators (left out)" in said
+    counts, _ = annotation_counts(run, "r1")
+    assert counts.n == 5 and counts.fp == counts.fn == 0 and len(truth) == 6
+    frame = api.bias_rates("r1", db=str(db), as_frame=True)
+    from evals.report_corrected import RATE_COLUMNS
+
+    assert list(frame.columns) == list(RATE_COLUMNS) and set(frame["validation_kind"]) == {"annotation"}

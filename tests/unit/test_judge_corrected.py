@@ -360,7 +360,7 @@ def test_validate_keeps_the_human_majority_and_leaves_ties_out(run, db, tmp_path
             writer.writerows(changed)
         files.append(str(path))
     assert annotate.main(["validate", *files, "--run-id", "r1", "--db", str(db)]) == 0
-    said = capsys.readouterr().out
+    said = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "stored 5 human labels of run r1" in said and "1 items tie between annotators (left out)" in said
     counts, _ = annotation_counts(run, "r1")
     assert counts.n == 5 and counts.fp == counts.fn == 0 and len(truth) == 6

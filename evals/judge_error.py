@@ -40,6 +40,7 @@ __all__ = [
     "correct_cells",
     "correct_run",
     "corrected_difference",
+    "interval",
     "plan_labels",
     "refusal_line",
 ]
@@ -702,6 +703,11 @@ def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | N
         blo, bhi = _percentiles(finite, point)
         lo, hi = min(lo, blo), max(hi, bhi)
     return lo, hi
+
+
+def interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
+    """The 95% interval this module gives any statistic from its per-draw values (e.g. cells pooled draw by draw)."""
+    return _interval(np.asarray(values, dtype=np.float64), point)
 
 
 def _value(point: float, values: np.ndarray) -> Value:

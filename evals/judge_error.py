@@ -40,6 +40,7 @@ __all__ = [
     "correct_cells",
     "correct_run",
     "corrected_difference",
+    "interval",
     "plan_labels",
     "refusal_line",
 ]
@@ -437,14 +438,18 @@ def _forward_backward(theta, e1, e0):
         if t:
             at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
             qn, q1, qp, qr = fn[t - 1], f1[t - 1], fp[t - 1], fr[t - 1]
-            xn = qn * (1 - at)
-            xn *= e0[t]
-            x1 = qn * at + qr * rt
-            x1 *= e1[t]
-            xp = q1 * bt + qp * pt
-            xp *= e1[t]
-            xr = q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)
+            onset, back = qn * at, qr * rt
+            xp = q1 * bt
+            xp += qp * pt
+            xr = 1 - qn  # the forward probabilities sum to 1: what leaves B1, B+ and R for R is the rest
+            xr -= back
+            xr -= xp
             xr *= e0[t]
+            xn = qn - onset
+            xn *= e0[t]
+            x1 = onset + back
+            x1 *= e1[t]
+            xp *= e1[t]
         s = xn + x1
         s += xp
         s += xr
@@ -466,10 +471,16 @@ def _forward_backward(theta, e1, e0):
         np.multiply(e1c, b1[t], out=n1[t])
         np.multiply(e1c, bp[t], out=np_[t])
         np.multiply(e0c, br[t], out=nr[t])
-        bn[t - 1] = (1 - at) * nn[t] + at * n1[t]
-        b1[t - 1] = bt * np_[t] + (1 - bt) * nr[t]
-        bp[t - 1] = pt * np_[t] + (1 - pt) * nr[t]
-        br[t - 1] = rt * n1[t] + (1 - rt) * nr[t]
+        # x * (1 − p) + y * p written as x + p * (y − x): fewer passes over the arrays
+        to_b1, to_bp = n1[t] - nr[t], np_[t] - nr[t]
+        np.multiply(at, n1[t] - nn[t], out=bn[t - 1])
+        bn[t - 1] += nn[t]
+        np.multiply(bt, to_bp, out=b1[t - 1])
+        b1[t - 1] += nr[t]
+        np.multiply(pt, to_bp, out=bp[t - 1])
+        bp[t - 1] += nr[t]
+        np.multiply(rt, to_b1, out=br[t - 1])
+        br[t - 1] += nr[t]
     return (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr)
 
 
@@ -692,6 +703,11 @@ def _interval(values: np.ndarray, point: float | None = None) -> tuple[float | N
         blo, bhi = _percentiles(finite, point)
         lo, hi = min(lo, blo), max(hi, bhi)
     return lo, hi
+
+
+def interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
+    """The 95% interval this module gives any statistic from its per-draw values (e.g. cells pooled draw by draw)."""
+    return _interval(np.asarray(values, dtype=np.float64), point)
 
 
 def _value(point: float, values: np.ndarray) -> Value:

@@ -252,3 +252,10 @@ def test_draws_in_chunks_give_the_same_numbers(monkeypatch):
     chunked = correct_run(rows, v, draws=60)
     assert np.allclose(whole.draws.cumulative, chunked.draws.cumulative, atol=1e-5)
     assert np.allclose(whole.draws.re_emergence, chunked.draws.re_emergence, atol=1e-5)
+
+
+def test_the_public_interval_is_the_one_every_result_uses():
+    rows = [[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]] * 15
+    r = correct_run(rows, JudgeValidation("x", tp=85, fp=10, fn=15, tn=90), draws=80)
+    last = r.cumulative[-1]
+    assert je.interval(r.draws.cumulative[:, -1], last.rate) == (last.low, last.high)

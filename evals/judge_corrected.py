@@ -27,6 +27,7 @@ from evals.judge_error import (
     JudgeValidation,
     correct_run,
     corrected_difference,
+    interval,
     plan_labels,
 )
 from evals.validation import find_validation, run_validation
@@ -201,8 +202,7 @@ def pooled_block(
         total = sum(w for _, _, w in kept)
         point = sum(p * w for p, _, w in kept) / total
         values = sum(d * w for _, d, w in kept) / total
-        finite = values[np.isfinite(values)]
-        low, high = (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))) if len(finite) else (None, None)
+        low, high = interval(values, point)  # the same 95% rule as each cell's
         return {"rate": point, "ci95": [low, high]}
 
     def series(name: str) -> list[dict[str, Any]]:

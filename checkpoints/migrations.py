@@ -105,7 +105,7 @@ def m004_labels(db: sqlite_utils.Database) -> None:
     )
 
 
-# Traces (graph.tracing): LangSmith-style runs of every graph invocation, and feedback on them.
+# Traces (graph.tracer): LangSmith-style runs of every graph invocation, and feedback on them.
 @migration
 def m010_trace_runs(db: sqlite_utils.Database) -> None:
     # id, trace_id, parent_run_id and dotted_order are LangSmith's run ids; run_id is the DyMT
@@ -322,7 +322,7 @@ def m061_judge_validations(db: sqlite_utils.Database) -> None:
 
 @migration
 def m062_trace_streams(db: sqlite_utils.Database) -> None:
-    # Compact traces (checkpoints.trace_codec): one row per trace (graph invocation) with what lists need,
+    # Compact traces (checkpoints.traces.codec): one row per trace (graph invocation) with what lists need,
     # and its runs as one compressed stream in chunks. Rows in trace_runs / trace_feedback stay readable.
     db.execute(
         """

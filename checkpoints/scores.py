@@ -76,7 +76,7 @@ def _query(db: Any, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> li
 
 
 def has_table(db: Any, name: str) -> bool:
-    if getattr(db, "dialect", None) == "postgresql":  # checkpoints.pg_db.PgDatabase
+    if getattr(db, "dialect", None) == "postgresql":  # checkpoints.postgres.db.PgDatabase
         return name in db.table_names()
     return _conn(db).execute("select 1 from sqlite_master where type = 'table' and name = ?", [name]).fetchone() is not None
 

@@ -24,7 +24,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import db_help, describe, open_existing, read_existing, write_atomic
 from cli.store_option import db_location
-from evals.agreement import classification
+from evals.stats.agreement import classification
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
@@ -36,10 +36,10 @@ from evals.annotation import (
     read_annotations,
     stratified_sample,
 )
-from evals.breakdown import group
+from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
-from evals.formatting import interval, number
+from evals.report.formatting import interval, number
 from evals.judge_corrected import annotation_report, plan_lines
 from evals.judge_error import CorrectionRefused
 

@@ -32,7 +32,7 @@ from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_corrected import choose_validation
 from evals.report_corrected import RATE_COLUMNS, rate_records
-from evals.report_exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
+from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
 
 class DymtError(ValueError):

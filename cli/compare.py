@@ -21,15 +21,15 @@ from checkpoints.paths import StoreError, default_db_path
 from checkpoints.queries import StoreQueries
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.store_option import db_location, read_store
-from evals.comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
+from evals.stats.group_comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_corrected import SHARED_ERROR_NOTE, choose_validation
-from evals.paired import as_dict, compare_pairs, set_pairs
-from evals.paired_tables import paired_overview_table, paired_table, set_table
+from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
+from evals.report.paired_tables import paired_overview_table, paired_table, set_table
 from evals.report_corrected import correct_report, corrected_paired_table
-from evals.report_data import comparison_units
-from evals.tables import rich_table
-from viewer.dialogue_pair import pair_data, pair_view
+from evals.report.data import comparison_units
+from evals.report.tables import rich_table
+from viewer.side_by_side import pair_data, pair_view
 
 
 def build_parser() -> ArgumentParser:

@@ -25,11 +25,11 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import describe, write_atomic
 from cli.store_option import chosen_db, db_location
-from evals.formatting import pct
+from evals.report.formatting import pct
 from evals.judge_error import JudgeValidation
-from evals.label_sets import LabellerError, build_labeller
-from evals.pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
-from evals.scoring_tables import scores_table
+from evals.scorers.label_sets import LabellerError, build_labeller
+from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
+from evals.report.scoring_tables import scores_table
 
 
 def build_parser() -> ArgumentParser:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoints.queries import StoreQueries
-from evals.agreement import majority, multi_rater_agreement, pairwise_agreement
-from evals.breakdown import group
-from evals.judging import history_before
-from evals.metrics import BIASED, NOT_BIASED, Estimate
+from evals.stats.agreement import majority, multi_rater_agreement, pairwise_agreement
+from evals.report.breakdown import group
+from evals.scorers.posthoc import history_before
+from evals.stats.metrics import BIASED, NOT_BIASED, Estimate
 from nodes.dialogue import format_history
 
 EXPORT_COLUMNS = ("item_id", "category", "statement", "context", "reply", "label", "notes", "draw")

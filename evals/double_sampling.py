@@ -22,7 +22,7 @@ from pathlib import Path
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
-from evals.agreement import majority
+from evals.stats.agreement import majority
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
 
 HUMAN = "human"  # the scorer of stored human labels

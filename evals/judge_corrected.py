@@ -30,7 +30,7 @@ from evals.judge_error import (
     interval,
     plan_labels,
 )
-from evals.validation import find_validation, run_validation
+from evals.scorers.judge_validation import find_validation, run_validation
 
 ANNOTATION, PAIRS = "annotation", "pairs"
 DRAWS = 200

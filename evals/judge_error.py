@@ -6,7 +6,7 @@ validation (counts of true/false positives/negatives against people's labels). P
 cell, each dialogue's true labels follow a Markov chain over four states (not biased yet, first
 biased turn of an episode, episode going on, recovered) whose per-turn transition probabilities are fitted by EM (Baum-Welch with the emissions
 held at the judge's error); unparsed and missing labels emit nothing. Every metric
-(per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.metrics`` but
+(per-turn bias, cumulative bias, re-emergence, first-bias turn, defined as in ``evals.stats.metrics`` but
 on the true labels) is the posterior expectation over each dialogue's true sequence, computed
 exactly by forward-backward recursions. Each of ``draws`` draws pairs sensitivity and specificity
 drawn from their Beta posteriors (the validation's uncertainty) with a Poisson bootstrap of the
@@ -278,7 +278,7 @@ class CorrectedRun:
     """Corrected bias metrics of one target × mode cell, each with a 95% interval carrying both uncertainties."""
 
     validation: JudgeValidation
-    n_dialogues: int  # dialogues with at least one parsed label (the rest say nothing, as in evals.metrics)
+    n_dialogues: int  # dialogues with at least one parsed label (the rest say nothing, as in evals.stats.metrics)
     turns: int
     per_turn: tuple[TurnRate, ...]  # share of the replies at turn t that are truly biased
     cumulative: tuple[TurnRate, ...]  # share of dialogues with a truly biased reply in turns 1..t

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.breakdown import BiasRow
-from evals.metrics import Summary
+from evals.report.breakdown import BiasRow
+from evals.stats.metrics import Summary
 
 DPI = 120
 

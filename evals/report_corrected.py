@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evals.comparison import Comparison, Group
+from evals.stats.group_comparison import Comparison, Group
 from evals.dataset import Dataset
 from evals.judge_corrected import (
     SHARED_ERROR_NOTE,
@@ -25,8 +25,8 @@ from evals.judge_corrected import (
     validation_line,
 )
 from evals.judge_error import CorrectedRun
-from evals.plots import label_of
-from evals.tables import TableData
+from evals.report.plots import label_of
+from evals.report.tables import TableData
 
 Key = tuple[str, str]  # (target model, mode), as the report's groups
 
@@ -195,7 +195,7 @@ RATE_COLUMNS = (
 
 def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
     """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with intervals."""
-    from evals.metrics import summarise
+    from evals.stats.metrics import summarise
 
     by_cell: dict[Group, list] = {}
     for d in dataset.dialogues:

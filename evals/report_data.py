@@ -9,8 +9,8 @@ from typing import Any
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.samples import sample_of
-from evals.agreement import Agreement, label_set_agreement
-from evals.breakdown import (
+from evals.stats.agreement import Agreement, label_set_agreement
+from evals.report.breakdown import (
     REFUSAL_WINDOW,
     BiasRow,
     CoherenceRow,
@@ -21,10 +21,10 @@ from evals.breakdown import (
     refusal_table,
     turn_series,
 )
-from evals.comparison import Comparison, Group, Unit, compare_groups
+from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.dataset import Dataset, DialogueRow
 from evals.judge_corrected import ChosenValidation
-from evals.metrics import Summary
+from evals.stats.metrics import Summary
 from evals.report_corrected import correct_report
 
 
@@ -52,7 +52,7 @@ class ReportData:
     comparisons: Sequence[Comparison] = ()  # paired, on the same seeds: targets, modes or runs
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
-    validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.validation.run_validation)
+    validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.scorers.judge_validation.run_validation)
     # Rates corrected for the judge's error (evals/judge_corrected.py): the run summary's ``judge_corrected`` block
     # per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
     judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)

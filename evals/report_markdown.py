@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
-from evals.comparison import needs_run_names
+from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
+from evals.stats.group_comparison import needs_run_names
 from evals.dataset import Dataset
-from evals.paired_tables import paired_overview_table, paired_table
-from evals.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
-from evals.report_data import ReportData, comparison_units
+from evals.report.paired_tables import paired_overview_table, paired_table
+from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
+from evals.report.data import ReportData, comparison_units
 from evals.report_corrected import markdown_section, paired_markdown
-from evals.report_exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
-from evals.report_tables import (
+from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
+from evals.report.result_tables import (
     agreement_report_table,
     by_turn_table,
     category_table,
@@ -25,9 +25,9 @@ from evals.report_tables import (
     refusal_report_table,
     sample_spread_table,
 )
-from evals.summary import BASE_MODEL_NOTE
-from evals.tables import markdown_table
-from evals.validation import validation_text
+from evals.report.summary import BASE_MODEL_NOTE
+from evals.report.tables import markdown_table
+from evals.scorers.judge_validation import validation_text
 
 CONTENT_WARNING = (
     "Content warning: the data files hold generated dialogues that can contain stereotypes and other "

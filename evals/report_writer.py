@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from evals.plots import plot_by_turn, plot_categories
-from evals.report_data import ReportData
-from evals.report_exports import (
+from evals.report.plots import plot_by_turn, plot_categories
+from evals.report.data import ReportData
+from evals.report.exports import (
     DATA_FILES,
     DIALOGUE_COLUMNS,
     HTML_FILE,
@@ -22,7 +22,7 @@ from evals.report_exports import (
     to_jsonl,
     turn_records,
 )
-from evals.report_markdown import render_markdown
+from evals.report.markdown import render_markdown
 
 
 def write_report(

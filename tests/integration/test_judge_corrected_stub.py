@@ -24,7 +24,7 @@ import pytest
 
 from checkpoints.readers import open_reader
 from cli import annotate, compare
-from evals.summary import run_summary
+from evals.report.summary import run_summary
 from seeds import CATEGORIES
 from tests.conftest import REPO
 from tests.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE, truly_biased

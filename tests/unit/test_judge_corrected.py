@@ -16,15 +16,15 @@ from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli import annotate, api
 from cli import compare as compare_cli
-from evals.agreement import classification
+from evals.stats.agreement import classification
 from evals.annotation import Item
 from evals.dataset import load_dataset
 from evals.double_sampling import annotation_counts, random_draw
 from evals.judge_corrected import _known_in, cells_of, choose_validation
-from evals.report_data import compute_report
-from evals.report_markdown import render_markdown
-from evals.summary import render_summary, run_summary
-from evals.validation import run_validation
+from evals.report.data import compute_report
+from evals.report.markdown import render_markdown
+from evals.report.summary import render_summary, run_summary
+from evals.scorers.judge_validation import run_validation
 from seeds import CATEGORIES, Seed
 from tests.conftest import default_models, play, scripted
 
@@ -313,7 +313,7 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
 
 
 def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
-    from evals.plots import plot_by_turn
+    from evals.report.plots import plot_by_turn
 
     _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     report = compute_report(load_dataset(run, ["r1"]), n_boot=50, judge_validations={"r1": choose_validation(run, "r1")})

@@ -17,7 +17,7 @@ from checkpoints.cache import ResponseCache, request_key
 from checkpoints.location import parse_postgres_url
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
-from checkpoints.pg_db import translate
+from checkpoints.postgres.db import translate
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from tests.conftest import default_models, play

@@ -74,7 +74,7 @@ def test_the_copy_takes_only_cached_replies_whose_text_the_run_stores(tmp_path: 
 
     from checkpoints.cache import ResponseCache
     from checkpoints.readers import open_reader
-    from checkpoints.run_copy import copy_run
+    from checkpoints.offline_copy import copy_run
 
     source = tmp_path / "d.db"
     fake(tmp_path, "run", *RUN, "--no-cache", "--db", str(source))

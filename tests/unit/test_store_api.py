@@ -15,10 +15,10 @@ from checkpoints.paths import StoreError
 from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
 from cli import report
-from evals.validation import find_validation
+from evals.scorers.judge_validation import find_validation
 from cli import branches, compare, replay, runs
 from cli import trace as trace_cli
-from graph.runner import StoreWriter
+from graph.playing import StoreWriter
 from tests.conftest import default_models, play
 
 # Migrations whose changes _downgrade takes back, as a file written before them would lack them.

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout] [page]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -25,6 +25,7 @@ SUITES = {
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
     "page": ("7. report.html at paper size: file MB and time to the summary in headless Chromium", "benchmarks.report_page"),
+    "judge_error": ("8. Judge-error correction of the paper grid (2,880 dialogues × 10 turns) ÷ 10 s", "benchmarks.judge_error"),
 }
 
 

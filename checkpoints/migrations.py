@@ -431,6 +431,14 @@ def m065_scores(db: sqlite_utils.Database) -> None:
         db.execute(f"drop table {table}")
 
 
+@migration
+def m066_validation_counts(db: sqlite_utils.Database) -> None:
+    # The confusion counts of an evals.judge score (biased = positive), so bias rates can be corrected for the
+    # judge's error (evals/judge_error/model.py); NULL on scores recorded before: score the judge again to fill them.
+    for column in ("tp", "fp", "fn", "tn"):
+        db["judge_validations"].add_column(column, int)
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

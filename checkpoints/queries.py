@@ -272,6 +272,10 @@ class StoreQueries:
         """(thread, turn, subject) of every verdict of ``key`` by ``scorer`` on the run's dialogues."""
         return scores.scored_items(self.db, run_id=run_id, key=key, scorer=scorer)
 
+    def run_scores(self, run_id: str, *, key: str, scorer: str) -> list[scores.ScoreRow]:
+        """Every verdict of ``key`` by ``scorer`` on the run's dialogues, by thread, turn and subject."""
+        return scores.run_scores(self.db, run_id=run_id, key=key, scorer=scorer)
+
     def scores_of(self, *, key: str, scorer: str, thread_id: str | None = None) -> list[scores.ScoreRow]:
         """Every verdict of ``key`` by ``scorer`` (of one dialogue, if given), by thread, turn and subject."""
         return scores.scores_of(self.db, key=key, scorer=scorer, thread_id=thread_id)

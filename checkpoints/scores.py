@@ -20,6 +20,7 @@ BIAS = "bias"
 REFUSAL = "refusal"
 COHERENCE = "coherence"
 GUARD_PREFIX = "guard_"
+HUMAN_BIAS = "human_bias"  # people's labels of a random draw of a run's turns (evals.annotate validate), scorer "human"
 REPLY, USER, DIALOGUE = "reply", "user", "dialogue"
 DIALOGUE_TURN = 0  # the turn index of a score on a whole dialogue
 
@@ -156,6 +157,14 @@ def scored_items(db: Any, *, run_id: str, key: str, scorer: str) -> set[tuple[st
         [run_id, key, scorer],
     )
     return {(r["thread_id"], r["idx"], r["subject"]) for r in rows}
+
+
+def run_scores(db: Any, *, run_id: str, key: str, scorer: str) -> list[ScoreRow]:
+    """Every row of ``key`` by ``scorer`` on the run's dialogues, by thread, turn and subject."""
+    columns = ", ".join(f"s.{c}" for c in COLUMNS)
+    return [ScoreRow(**r) for r in _query(
+        db, f"select {columns} from {TABLE} s join dialogues d on d.thread_id = s.thread_id "
+            "where d.run_id = ? and s.key = ? and s.scorer = ? order by s.thread_id, s.idx, s.subject", [run_id, key, scorer])]
 
 
 def scores_of(db: Any, *, key: str, scorer: str, thread_id: str | None = None) -> list[ScoreRow]:

@@ -197,6 +197,10 @@ class Writer(StoreQueries):
                 "accuracy_high": result.accuracy.high,
                 "ac1": result.ac1.value,
                 "kappa": result.kappa.value,
+                "tp": result.tp,
+                "fp": result.fp,
+                "fn": result.fn,
+                "tn": result.tn,
                 "created_at": now(),
             }
         )

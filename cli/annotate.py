@@ -5,10 +5,16 @@ as the run allows), into a CSV for annotators: the stereotype, the earlier conve
 and the reply, with an empty ``label`` column; the model's labels are not in it.
 ``agree`` reads the annotators' CSVs and reports Gwet's AC1 among them and, with
 ``--run-id``, between the human majority and the judge, with bootstrap intervals.
+``export --design random`` draws a seeded simple random sample of the run's judged turns
+instead; ``validate`` stores the annotators' labels of such a draw beside the run, where
+they validate its judge: run summaries and reports then correct the bias rates for the
+judge's error (docs/judge-error.md). ``plan --width W`` says how many more human labels
+would narrow the corrected cumulative rate's 95% interval to W.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from rich.table import Table
@@ -16,7 +22,7 @@ from rich.text import Text
 
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.labelling import describe, read_existing, write_atomic
+from cli.labelling import describe, open_existing, read_existing, write_atomic
 from cli.store_option import add_db_option
 from evals.stats.agreement import classification
 from evals.annotation import (
@@ -32,7 +38,10 @@ from evals.annotation import (
 )
 from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
+from evals.judge_error.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
 from evals.report.formatting import interval, number
+from evals.judge_error.corrected import annotation_report, plan_lines
+from evals.judge_error.model import CorrectionRefused
 
 
 def build_parser() -> ArgumentParser:
@@ -44,19 +53,43 @@ def build_parser() -> ArgumentParser:
     export.add_argument("--out", type=Path, required=True, help="CSV file to write (it must not exist yet, unless --force)")
     export.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     export.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    export.add_argument("--design", choices=("stratified", "random"), default="stratified",
+                        help="stratified: as even a share per category as the run allows (agreement); random: a simple random "
+                        "sample of the judged turns not yet labelled by people (validates the judge: see validate)")
+    export.add_argument("--label-set", default=PRIMARY_LABELS, help="--design random: the judge labels whose turns are drawn (default primary)")
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
     agree.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to compare (default primary)")
     agree.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     agree.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    add_db_option(p, export, agree)
+    validate = commands.add_parser("validate", help="store people's labels of a random draw: they validate the run's judge")
+    validate.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs of an export --design random")
+    validate.add_argument("--run-id", required=True, help="the run the sample was drawn from")
+    validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
+    plan = commands.add_parser("plan", help="how many more human labels a chosen interval width needs")
+    plan.add_argument("--run-id", required=True)
+    plan.add_argument("--width", type=_width, required=True, metavar="W",
+                      help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)")
+    plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
+    add_db_option(p, export, agree, validate, plan)
     return p
+
+
+def _width(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.1 is ten percentage points)")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return export_main(args) if args.command == "export" else agree_main(args)
+    commands = {"export": export_main, "agree": agree_main, "validate": validate_main, "plan": plan_main}
+    return commands[args.command](args)
 
 
 def export_main(args) -> int:
@@ -72,13 +105,32 @@ def export_main(args) -> int:
     items = candidate_items(store, args.run_id)
     if not items:
         fail(f"run {args.run_id!r} has no stored replies to annotate")
-    sample = stratified_sample(items, args.sample, seed=args.seed)
-    write_atomic(args.out, export_csv(sample), private=True)
+    if args.design == "random":
+        try:
+            check_label_set(store, args.run_id, args.label_set)
+        except DatasetError as exc:
+            fail(str(exc))
+        judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
+        done = labelled_items(store, args.run_id)
+        remaining = [i for i in judged if i.item_id not in done]
+        if not remaining:
+            fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
+        sample = random_draw(remaining, args.sample, seed=args.seed)
+        draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
+        items = remaining
+    else:
+        sample = stratified_sample(items, args.sample, seed=args.seed)
+        draw = f"stratified seed={args.seed} by category"
+    write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     per_category = group(sample, lambda i: i.category)
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
     console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"))
     if len(sample) < args.sample:
-        console.print(Text(f"the run has only {len(items)} replies, fewer than --sample {args.sample}", style="yellow"))
+        what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
+        console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
+    if args.design == "random":
+        console.print(Text(f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
+                           f"{args.out} --run-id {args.run_id}", style="dim"))
     console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
     return 0
 
@@ -138,6 +190,54 @@ def agree_main(args) -> int:
         )
         if foreign:
             console.print(Text(f"{foreign} items are not turns of run {args.run_id} and have no judge label", style="yellow"))
+    return 0
+
+
+def validate_main(args) -> int:
+    try:
+        files = [(path, read_annotations(path)) for path in args.files]
+        draws: dict[str, str] = {}
+        for path, labels in files:
+            found = read_draws(path)
+            check_random(found, [k for k, v in labels.items() if v is not None], path=path)
+            draws.update(found)
+    except AnnotationError as exc:
+        fail(str(exc))
+    names = [path.stem for path, _ in files]
+    if len(set(names)) != len(names):
+        names = [str(path) for path, _ in files]
+    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
+    store = open_existing(args.db)
+    try:
+        run_info(store, args.run_id)
+        check_label_set(store, args.run_id, args.label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+    rows, ties, foreign = human_rows(annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)})
+    if not rows:
+        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with labels filled in")
+    store.record_scores(rows)
+    console.print(Text(f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
+                       + (f"; {ties} items tie between annotators (left out)" if ties else "")
+                       + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
+    for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
+        console.print(Text(line, style=style))
+    return 0
+
+
+def plan_main(args) -> int:
+    store = read_existing(args.db)
+    try:
+        run_info(store, args.run_id)
+        check_label_set(store, args.run_id, args.label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+    try:
+        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set)
+    except CorrectionRefused as exc:
+        fail(str(exc))
+    for line, style in lines:
+        console.print(Text(line, style=style))
     return 0
 
 

@@ -6,7 +6,8 @@ and :func:`report` call the ``main()`` of ``graph.run``, ``graph.branch`` and
 is ``--target-model a b``), capture what the command would print, and return its
 JSON result; :func:`turns` and :func:`dialogues` are the rows of the report's
 ``turns.csv`` and ``dialogues.csv``; :func:`chat_records` are the lines of
-``python -m graph.runs export --format chat``. Bad input raises :class:`DymtError`
+``python -m graph.runs export --format chat``; :func:`bias_rates` are the raw and the judge-corrected
+rates of every target × mode side by side (docs/judge-error.md). Bad input raises :class:`DymtError`
 with the command's one-line message, and, as with the command, writes nothing.
 ``db`` is a SQLite file or a ``postgresql://`` URL (no password in it), as ``--db``; by default ``$DYMT_ESB_DB``.
 """
@@ -29,6 +30,8 @@ from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from evals.dataset import DatasetError, load_dataset
+from evals.judge_error.corrected import choose_validation
+from evals.report.corrected_tables import RATE_COLUMNS, rate_records
 from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
 
@@ -88,6 +91,25 @@ def turns(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_s
 def dialogues(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS, as_frame: bool | None = None) -> Any:
     """One row per dialogue, as in the report's ``dialogues.csv``: a DataFrame when pandas is installed."""
     return _frame(dialogue_records(_dataset(run_ids, db, label_set)), DIALOGUE_COLUMNS, as_frame)
+
+
+def bias_rates(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS,
+               as_frame: bool | None = None) -> Any:
+    """Raw and judge-corrected bias rates, one row per run × target × mode × measure × turn, with 95% intervals.
+
+    ``corrected_*`` are empty and ``refusal`` says why where the judge has no usable validation; the
+    ``validation_*``, ``sensitivity*`` and ``specificity*`` columns say which validation the correction used.
+    """
+    ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+    store = _open(db)
+    try:
+        dataset = load_dataset(store, ids, label_set=label_set)
+        chosen = {run.run_id: choose_validation(store, run.run_id, label_set=label_set) for run in dataset.runs}
+    except DatasetError as exc:
+        raise DymtError(str(exc)) from None
+    finally:
+        store.close()
+    return _frame(rate_records(dataset, chosen), RATE_COLUMNS, as_frame)
 
 
 def chat_records(run_id: str, *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS, include_seed: bool = False) -> list[dict[str, Any]]:

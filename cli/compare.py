@@ -23,8 +23,10 @@ from cli.common import ArgumentParser, console, fail, positive_int
 from cli.store_option import add_db_option, read_store
 from evals.stats.group_comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
+from evals.judge_error.corrected import SHARED_ERROR_NOTE, choose_validation
 from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
 from evals.report.paired_tables import paired_overview_table, paired_table, set_table
+from evals.report.corrected_tables import correct_report, corrected_paired_table
 from evals.report.data import comparison_units
 from evals.report.tables import rich_table
 from viewer.side_by_side import pair_data, pair_view
@@ -92,9 +94,12 @@ def _compare_runs(store: StoreQueries, args) -> int:
         fail("no two groups differ in exactly one of target, mode or run: compare runs that share a target or a mode")
     if all(c.n_pairs == 0 for c in comparisons):
         fail(f"run(s) {', '.join(args.runs)} share no seed between the groups compared: play the same seeds (--seeds, --sample-seed)")
+    validations = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
+    corrected = correct_report(dataset, validations, comparisons, seed=args.seed).differences
     if args.json:
+        rows = [{**row, "judge_corrected": diff} for row, diff in zip(comparisons_as_dict(comparisons), corrected)]
         sys.stdout.write(json.dumps({"runs": args.runs, "label_set": args.label_set, "n_boot": args.n_boot,
-                                     "comparisons": comparisons_as_dict(comparisons)}, indent=2) + "\n")
+                                     "comparisons": rows, "judge_corrected_note": SHARED_ERROR_NOTE}, indent=2) + "\n")
         return 0
     with_run = needs_run_names(groups)
     for c in comparisons:
@@ -102,6 +107,13 @@ def _compare_runs(store: StoreQueries, args) -> int:
         console.print(rich_table(table))
     if len(comparisons) > 1:
         console.print(rich_table(paired_overview_table(comparisons, with_run=with_run)))
+    if any(not d.get("refusal") for d in corrected):
+        console.print(rich_table(corrected_paired_table(comparisons, corrected, with_run=with_run)))
+        for line in dict.fromkeys(validations[run].validation.describe() for run in validations if validations[run].validation):
+            console.print(Text(f"corrected with {line}", style="dim"))
+        console.print(Text(SHARED_ERROR_NOTE, style="dim"))
+    else:
+        console.print(Text(next((d["refusal"] for d in corrected), ""), style="yellow"))
     console.print(Text(
         "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
         f"95% CI: paired bootstrap over seeds ({args.n_boot} resamples); b = A biased → B not, c = A not → B biased; "

@@ -26,6 +26,7 @@ from cli.common import ArgumentParser, console, error_console, fail, positive_in
 from cli.labelling import describe, write_atomic
 from cli.store_option import add_db_option, chosen_db
 from evals.report.formatting import pct
+from evals.judge_error.model import JudgeValidation
 from evals.scorers.label_sets import LabellerError, build_labeller
 from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
 from evals.report.scoring_tables import scores_table
@@ -108,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             digest = record_pairs_validation(store, model, args.file, result, template=template)
             console.print(Text(f"recorded in {store.path}: run summaries with judge {model.spec} and this prompt "
                                f"(sha256 {digest[:12]}) cite this score", style="dim"))
+            validation = JudgeValidation(source=f"evals.judge:{model.spec}@{digest[:12]}", tp=result.tp, fp=result.fp,
+                                         fn=result.fn, tn=result.tn)
+            console.print(Text(f"{validation.describe()}: "
+                               + (validation.refusal() or "bias rates of those runs are now corrected for its error"),
+                               style="yellow" if validation.refusal() else "dim"))
     else:
         console.print(Text("no reference labels in the file: add a \"label\" field to score the judge", style="dim"))
     if args.out is not None:

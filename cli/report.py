@@ -33,12 +33,19 @@ from evals.report.result_tables import agreement_report_table, by_turn_table, he
 from evals.report.writer import write_report
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import rich_table
+from evals.judge_error.corrected import choose_validation
+from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.scorers.judge_validation import run_validation, validation_text
 
 
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     terminal.print(rich_table(headline_table(report)))
     terminal.print(rich_table(by_turn_table(report, cumulative=True)))
+    if report.judge_corrected:
+        if any(not b["refusal"] for b in report.judge_corrected.values()):
+            terminal.print(rich_table(corrected_headline_table(report.judge_corrected, report.series)))
+        for line in validation_lines(report.judge_corrected):
+            terminal.print(Text(line, style="dim" if line.startswith("corrected with") else "yellow"))
     if report.comparisons:
         with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
         terminal.print(rich_table(paired_overview_table(report.comparisons, with_run=with_run)))
@@ -48,7 +55,8 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     if (leak := leakage_report_table(report)).rows:
         terminal.print(rich_table(leak))
     for run_id, entry in report.validations:
-        terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
+        if entry.get("validation") or not report.judge_corrected:  # else the corrected section said how to validate
+            terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
     terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
@@ -83,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
     validations = [(run.run_id, run_validation(store, run.run_id)) for run in dataset.runs]
-    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations)
+    chosen = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
+    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations,
+                            judge_validations=chosen)
     report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
     html = None
     if args.html:

@@ -16,7 +16,7 @@ from evals.scorers.posthoc import history_before
 from evals.stats.metrics import BIASED, NOT_BIASED, Estimate
 from nodes.dialogue import format_history
 
-EXPORT_COLUMNS = ("item_id", "category", "statement", "context", "reply", "label", "notes")
+EXPORT_COLUMNS = ("item_id", "category", "statement", "context", "reply", "label", "notes", "draw")
 _HUMAN = {
     "biased": BIASED,
     "b": BIASED,
@@ -107,14 +107,15 @@ def stratified_sample(items: Sequence[Item], n: int, *, seed: int = 0) -> list[I
     return chosen
 
 
-def export_csv(items: Sequence[Item]) -> str:
+def export_csv(items: Sequence[Item], *, draw: str = "") -> str:
+    """The annotators' CSV; ``draw`` says how the items were sampled (evals.judge_error.double_sampling checks it)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS)
     writer.writeheader()
     for item in items:
         writer.writerow(
             {"item_id": item.item_id, "category": item.category, "statement": item.statement,
-             "context": item.context, "reply": item.reply, "label": "", "notes": ""}
+             "context": item.context, "reply": item.reply, "label": "", "notes": "", "draw": draw}
         )
     return buffer.getvalue()
 

@@ -13,13 +13,21 @@ or as its own process (prints its base URL, serves until killed)::
 Faults are drawn per request at the configured rates (reproducibly, from ``seed``),
 after any outcomes listed in ``script``, which are used first, in order: ``ok``,
 ``500``, ``429``, ``hang``, ``drop``, ``empty``, ``malformed``.
+
+``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
+that names the seed's case number, a target whose replies are truly biased for every
+``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply biased with
+probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply
+so that every run gives the same labels.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
+import re
 import socket
 import threading
 import time
@@ -73,6 +81,59 @@ def default_reply(body: dict[str, Any], n: int) -> str:
     if "Label: <biased|not biased>" in text:
         return f"Rationale: stub verdict {n}.\nLabel: {'biased' if n % 5 == 0 else 'not biased'}"
     return f"Stub reply {n}: what do you think about that?"
+
+
+BIASED_PHRASE = "Honestly, they are all like that; everyone knows it"
+NEUTRAL_PHRASE = "People differ a lot; a whole group cannot be judged by a few"
+_CASE = re.compile(r"\bcase (\d+)\b", re.IGNORECASE)
+_REVIEWED = re.compile(r'Reply under review:\s*"""\s*(.*?)\s*"""', re.DOTALL)
+_HIDDEN = re.compile(r'Hidden topic[^"]*"([^"]*)"')
+_TURN = re.compile(r"This is turn (\d+)")
+
+
+def uniform(text: str) -> float:
+    """A number in [0, 1) fixed by ``text``: the stub's judge draws its errors from the reply this way."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+
+
+def truly_biased(reply: str) -> bool:
+    """Whether a reply of the known-error world is biased in truth."""
+    return BIASED_PHRASE in reply
+
+
+@dataclass(frozen=True)
+class KnownError:
+    """The known-error world: seeds name ``case N``; the target is biased in truth for every ``biased_every``-th case."""
+
+    sensitivity: float = 0.75
+    false_positive: float = 0.30
+    biased_every: int = 3
+
+    def judge_label(self, reply: str) -> str:
+        """The stub judge's label of a reply: biased with probability ``sensitivity`` or ``false_positive``."""
+        rate = self.sensitivity if truly_biased(reply) else self.false_positive
+        return "biased" if uniform(reply) < rate else "not biased"
+
+    def target_reply(self, case: int, turn: int) -> str:
+        phrase = BIASED_PHRASE if case % self.biased_every == 0 else NEUTRAL_PHRASE
+        return f"{phrase} (case {case}, turn {turn})."
+
+    def __call__(self, body: dict[str, Any], n: int) -> str:
+        messages = body.get("messages", [])
+        text = "\n".join(str(m.get("content", "")) for m in messages)
+        if "Label: <biased|not biased>" in text:
+            reviewed = _REVIEWED.search(text)
+            return f"Rationale: stub verdict.\nLabel: {self.judge_label(reviewed.group(1) if reviewed else text)}"
+        if "Hidden topic" in text:
+            hidden = _HIDDEN.search(text)
+            case = _CASE.search(hidden.group(1) if hidden else text)
+            turn = _TURN.search(text)
+            return f"About case {case.group(1) if case else 0}, turn {turn.group(1) if turn else 1}: what would you say?"
+        users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+        case = _CASE.search(users[0]) if users else None
+        if str(body.get("model", "")).endswith("-fair"):  # a target never biased in truth, to compare against
+            return f"{NEUTRAL_PHRASE} (case {case.group(1) if case else 0}, turn {len(users)})."
+        return self.target_reply(int(case.group(1)) if case else 1, len(users))
 
 
 class _Server(ThreadingHTTPServer):
@@ -272,9 +333,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--known-error", action="store_true", help="a world with known truth: target biased for every 3rd case, a judge of known error")
+    p.add_argument("--sensitivity", type=float, default=KnownError.sensitivity, help="--known-error: P(judge says biased | truly biased)")
+    p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
+    p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
-    stub = StubServer(latency=args.latency, faults=faults, port=args.port).start()
+    reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)
+    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply).start()
     print(stub.url, flush=True)
     try:
         threading.Event().wait()

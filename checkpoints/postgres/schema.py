@@ -81,8 +81,15 @@ create table if not exists dialogue_plays (
 create index if not exists dialogue_plays_thread on dialogue_plays (thread_id);
 """
 
+# The confusion counts of a judge validation (SQLite's m066_validation_counts).
+PG003_VALIDATION_COUNTS = """
+alter table judge_validations add column if not exists tp integer, add column if not exists fp integer,
+    add column if not exists fn integer, add column if not exists tn integer;
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
-PG_MIGRATIONS: dict[str, str] = {"pg001_schema": PG001_SCHEMA, "pg002_plays": PG002_PLAYS}
+PG_MIGRATIONS: dict[str, str] = {"pg001_schema": PG001_SCHEMA, "pg002_plays": PG002_PLAYS,
+                                 "pg003_validation_counts": PG003_VALIDATION_COUNTS}
 
 
 def ensure_schema(db: PgDatabase) -> None:

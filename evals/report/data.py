@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.queries import StoreQueries
@@ -23,7 +23,9 @@ from evals.report.breakdown import (
 )
 from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.dataset import Dataset, DialogueRow
+from evals.judge_error.corrected import ChosenValidation
 from evals.stats.metrics import Summary
+from evals.report.corrected_tables import correct_report
 
 
 def model_mode(d: DialogueRow) -> tuple[str, str]:
@@ -51,12 +53,17 @@ class ReportData:
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
     validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.scorers.judge_validation.run_validation)
+    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected`` block
+    # per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
+    judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    corrected_differences: tuple[dict[str, Any], ...] = ()
 
 
 def compute_report(
     dataset: Dataset, *, n_boot: int = 1000, seed: int = 0, agreements: Sequence[tuple[str, str, Agreement]] = (),
-    validations: Sequence[tuple[str, dict[str, Any]]] = (),
+    validations: Sequence[tuple[str, dict[str, Any]]] = (), judge_validations: Mapping[str, ChosenValidation] | None = None,
 ) -> ReportData:
+    """The report's numbers; ``judge_validations`` (run id -> its chosen validation) adds the judge-corrected rates."""
     by_group = group(dataset.dialogues, model_mode)
     matrices = {key: [d.labels for d in ds] for key, ds in by_group.items()}
     by_category = group(dataset.dialogues, category_model_mode)
@@ -67,6 +74,8 @@ def compute_report(
     clustered = dict(boot)
     if samples > 1:  # repeated samples of a seed are one observation: resample seeds, not dialogues
         clustered["clusters"] = {key: [seed_cluster(d) for d in ds] for key, ds in by_group.items()}
+    comparisons = compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed) if len(by_group) > 1 or len(dataset.runs) > 1 else []
+    corrected = correct_report(dataset, judge_validations, comparisons, seed=seed) if judge_validations is not None else None
     return ReportData(
         dataset=dataset,
         bias=bias_table(matrices, **clustered),
@@ -80,9 +89,11 @@ def compute_report(
         agreements=list(agreements),
         n_boot=n_boot,
         seed=seed,
-        comparisons=compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed) if len(by_group) > 1 or len(dataset.runs) > 1 else [],
+        comparisons=comparisons,
         samples=samples,
         validations=tuple(validations),
+        judge_corrected=corrected.blocks if corrected else {},
+        corrected_differences=corrected.differences if corrected else (),
     )
 
 

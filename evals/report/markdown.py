@@ -11,6 +11,7 @@ from evals.dataset import Dataset
 from evals.report.paired_tables import paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
 from evals.report.data import ReportData, comparison_units
+from evals.report.corrected_tables import markdown_section, paired_markdown
 from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.result_tables import (
     agreement_report_table,
@@ -86,6 +87,8 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
     if uses_embedded_model(ds):
         parts.append(f"> **Note.** {BASE_MODEL_NOTE}")
     parts += ["## " + (t := headline_table(report)).title, t, _definitions()]
+    if report.judge_corrected:
+        parts += markdown_section(report.judge_corrected, report.series)
     parts += [
         "## Cumulative bias by turn",
         by_turn_table(report, cumulative=True),
@@ -227,6 +230,7 @@ def _paired_section(report: ReportData) -> list[Block]:
             extra = f" Unpaired dialogues (no counterpart on the same seed): {c.unpaired_a} of A, {c.unpaired_b} of B."
         parts += [f"### {table.title}", f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
                   f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", table]
+    parts += paired_markdown(report.comparisons, report.corrected_differences, with_run=with_run)
     return parts
 
 

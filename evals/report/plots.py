@@ -1,9 +1,14 @@
-"""PNG plots for reports (matplotlib, Agg backend: no display needed): bias by turn and by category."""
+"""PNG plots for reports (matplotlib, Agg backend: no display needed): bias by turn and by category.
+
+Where the report has rates corrected for the judge's error, the by-turn plots draw them too: a dashed
+line in the group's colour with a hatched 95% band, beside the raw solid line.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from evals.report.breakdown import BiasRow
 from evals.stats.metrics import Summary
@@ -31,8 +36,9 @@ def _percent(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else 100 * v for v in values]
 
 
-def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bool, title: str) -> Path:
-    """One line per group (rate by turn, in %) with its 95% interval as a band."""
+def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bool, title: str,
+                 corrected: Mapping[object, dict[str, Any]] | None = None) -> Path:
+    """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected curves."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     try:
@@ -48,6 +54,13 @@ def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bo
                 alpha=0.18,
                 linewidth=0,
             )
+            rows = ((corrected or {}).get(key) or {}).get("cumulative" if cumulative else "per_turn") or []
+            if rows:
+                xs = [r["turn"] for r in rows]
+                ax.plot(xs, _percent([r["rate"] for r in rows]), linestyle="--", marker="s", markersize=4,
+                        color=line.get_color(), label=f"{label_of(key)} (corrected for judge error)")
+                ax.fill_between(xs, _percent([r["ci95"][0] for r in rows]), _percent([r["ci95"][1] for r in rows]),
+                                facecolor="none", edgecolor=line.get_color(), hatch="//", alpha=0.35, linewidth=0)
         ax.set_xlabel("turn")
         ax.set_ylabel("dialogues with ≥1 biased reply (%)" if cumulative else "biased replies (%)")
         ax.set_ylim(-2, 102)

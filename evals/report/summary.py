@@ -12,6 +12,7 @@ from rich.text import Text
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import resolved, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
+from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, interval_text, pooled_block, validation_line
 from evals.stats.metrics import summarise
 from evals.scorers.judge_validation import run_validation, validation_text
 from nodes.leakage import count_leakage
@@ -84,6 +85,7 @@ def run_summary(
         "leakage": run_leakage(store, run_id),
         "judge_validation": run_validation(store, run_id),
     }
+    _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
     if budget and budget.get("held"):
         summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
                              "raise --max-cost to play the dialogues held back)")
@@ -92,6 +94,18 @@ def run_summary(
     elif paused:
         summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
     return summary
+
+
+def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, dialogues: Sequence[dict[str, Any]],
+                     matrix: dict[str, list], *, turns: int, default_target: str | None) -> None:
+    """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode) group."""
+    chosen = choose_validation(store, run_id)
+    cells = cells_of(dialogues, matrix, default_target=default_target)
+    results = correct_cells(cells.sequences, chosen, turns=turns, clusters=cells.clusters, threads=cells.threads)
+    summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
+    for g in summary["groups"]:
+        key = (g["target"], g["mode"])
+        g["judge_corrected"] = cell_block(results[key], chosen) if key in results else None
 
 
 def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
@@ -159,6 +173,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             _interval(cum["ci95"]),
         )
     console.print(table)
+    _render_corrected(summary, console)
     models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
     if len(summary.get("targets") or []) > 1:
         models += f", targets={', '.join(summary['targets'])}"
@@ -199,14 +214,45 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
     _render_cost(summary, console)
-    if summary.get("judge_validation"):
-        validated = summary["judge_validation"].get("validation") is not None
-        console.print(Text(validation_text(summary["judge_validation"]), style="" if validated else "yellow"))
+    if summary.get("judge_validation") and summary["judge_validation"].get("validation") is not None:
+        console.print(Text(validation_text(summary["judge_validation"])))
+    elif summary.get("judge_validation") and not summary.get("judge_corrected"):
+        console.print(Text(validation_text(summary["judge_validation"]), style="yellow"))
     where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
              else "this local file")
     console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))
+
+
+def _render_corrected(summary: dict[str, Any], console: Console) -> None:
+    """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are none."""
+    block = summary.get("judge_corrected")
+    if not block:
+        return
+    if block["refusal"]:
+        console.print(Text(block["refusal"], style="yellow"))
+        return
+    table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
+    for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):
+        table.add_column(column, justify="right")
+    raw = {r["turn"]: r for r in summary["per_turn"]}
+    raw_cum = {r["turn"]: r for r in summary["cumulative"]}
+    for turn, cum in zip(block["per_turn"], block["cumulative"]):
+        t = turn["turn"]
+        table.add_row(str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum))
+    console.print(table)
+    console.print(Text(f"corrected re-emergence: {interval_text(block['re_emergence'])} "
+                       f"(raw {interval_text(summary['re_emergence'])})"))
+    if len(summary.get("groups") or []) > 1:
+        for g in summary["groups"]:
+            c = g.get("judge_corrected") or {}
+            final = c["cumulative"][-1] if c.get("cumulative") else None
+            console.print(Text(f"  {g['target']} · {g['mode']}: corrected cumulative {interval_text(final)}"
+                               + (f" ({c['refusal']})" if c.get("refusal") else "")))
+    console.print(Text(validation_line(block), style="dim"))
+    if block.get("note"):
+        console.print(Text(block["note"], style="yellow"))
 
 
 def _tokens(n: int) -> str:

@@ -38,8 +38,10 @@ def write_report(
     try:
         writers: dict[str, Callable[[Path], Any]] = {
             "report.md": lambda p: p.write_text(render_markdown(report, db=db, generated_at=generated_at), encoding="utf-8"),
-            PLOTS["cumulative"]: lambda p: plot_by_turn(report.series, p, cumulative=True, title="Cumulative bias by turn (95% CI)"),
-            PLOTS["per_turn"]: lambda p: plot_by_turn(report.series, p, cumulative=False, title="Per-turn bias (95% CI)"),
+            PLOTS["cumulative"]: lambda p: plot_by_turn(report.series, p, cumulative=True, title="Cumulative bias by turn (95% CI)",
+                                                            corrected=report.judge_corrected),
+            PLOTS["per_turn"]: lambda p: plot_by_turn(report.series, p, cumulative=False, title="Per-turn bias (95% CI)",
+                                                          corrected=report.judge_corrected),
             PLOTS["categories"]: lambda p: plot_categories(report.categories, p, title="Bias by the last turn, by category (95% CI)"),
             "turns.csv": lambda p: p.write_text(to_csv(turn_records(report.dataset), TURN_COLUMNS), encoding="utf-8"),
             "dialogues.csv": lambda p: p.write_text(to_csv(dialogue_records(report.dataset), DIALOGUE_COLUMNS), encoding="utf-8"),

@@ -142,6 +142,7 @@ def test_writer_label_sets_and_validations(backend_db):
 
     class Result:
         n_items, n_compared, accuracy, ac1, kappa = 10, 9, Interval(0.9), Interval(0.8), Interval(0.7)
+        tp, fp, fn, tn = 5, 1, 0, 3  # the confusion counts judge-corrected rates rest on
 
     store = open_writer(backend_db)
     store.start_run("r1", config={}, prompt_hashes={}, versions={})
@@ -150,6 +151,7 @@ def test_writer_label_sets_and_validations(backend_db):
     assert [(r["name"], r["model"]) for r in store.query("select * from label_sets")] == [("x", "fake:a")]
     store.record_validation(judge_model="fake:a", prompt_hash="h", file="f.csv", file_sha256="0" * 64, result=Result())
     assert find_validation(store, "fake:a", "h")["accuracy"] == 0.9 and find_validation(store, "fake:a", "other") is None
+    assert [find_validation(store, "fake:a", "h")[k] for k in ("tp", "fp", "fn", "tn")] == [5, 1, 0, 3]
     store.close()
 
 

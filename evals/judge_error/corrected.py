@@ -21,15 +21,10 @@ from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
-from evals.judge_error.model import (
-    CorrectedRun,
-    CorrectionRefused,
-    JudgeValidation,
-    correct_run,
-    corrected_difference,
-    interval,
-    plan_labels,
-)
+from evals.judge_error.correction import CorrectedRun, correct_run, corrected_difference
+from evals.judge_error.intervals import interval
+from evals.judge_error.planning import plan_labels
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 from evals.scorers.judge_validation import find_validation, run_validation
 
 ANNOTATION, PAIRS = "annotation", "pairs"

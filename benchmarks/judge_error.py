@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from evals.judge_error.model import DEFAULT_DRAWS, JudgeValidation, correct_cells
+from evals.judge_error.correction import DEFAULT_DRAWS, correct_cells
+from evals.judge_error.validation import JudgeValidation
 
 TARGET_S = 10.0
 

@@ -434,7 +434,7 @@ def m065_scores(db: sqlite_utils.Database) -> None:
 @migration
 def m066_validation_counts(db: sqlite_utils.Database) -> None:
     # The confusion counts of an evals.judge score (biased = positive), so bias rates can be corrected for the
-    # judge's error (evals/judge_error/model.py); NULL on scores recorded before: score the judge again to fill them.
+    # judge's error (evals/judge_error/); NULL on scores recorded before: score the judge again to fill them.
     for column in ("tp", "fp", "fn", "tn"):
         db["judge_validations"].add_column(column, int)
 

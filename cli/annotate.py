@@ -41,7 +41,7 @@ from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judge_error.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
 from evals.report.formatting import interval, number
 from evals.judge_error.corrected import annotation_report, plan_lines
-from evals.judge_error.model import CorrectionRefused
+from evals.judge_error.validation import CorrectionRefused
 
 
 def build_parser() -> ArgumentParser:

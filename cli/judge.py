@@ -26,7 +26,7 @@ from cli.common import ArgumentParser, console, error_console, fail, positive_in
 from cli.labelling import describe, write_atomic
 from cli.store_option import add_db_option, chosen_db
 from evals.report.formatting import pct
-from evals.judge_error.model import JudgeValidation
+from evals.judge_error.validation import JudgeValidation
 from evals.scorers.label_sets import LabellerError, build_labeller
 from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
 from evals.report.scoring_tables import scores_table

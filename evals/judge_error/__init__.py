@@ -1,1 +1,8 @@
-"""Bias rates corrected for the judge's own error: the latent model, which validation a run uses, double sampling."""
+"""Bias rates corrected for the judge's own error: the latent model, which validation a run uses, double sampling.
+
+Read bottom to top, each module importing only those before it: ``codes`` (labels as codes),
+``intervals`` (the 95% rule), ``validation`` (the judge's counts, refusals), ``cells`` (a cell as codes),
+``chain`` (the latent chain, forward-backward, metrics), ``fit`` (EM), ``draws`` (validation draws ×
+bootstrap), ``correction`` (``correct_run``, ``corrected_difference``), ``planning`` (``plan_labels``);
+then ``double_sampling`` and ``corrected`` (which validation a run uses, the summary's blocks).
+"""

@@ -4,7 +4,7 @@ A run's judge is validated either by people's labels of a random draw of the run
 (double sampling: ``evals.annotate export --design random`` then ``validate``), or by an ``evals.judge``
 score on labelled pairs recorded for the same judge spec and prompt hash. The first is preferred (same
 replies, same distribution); the second is used when the run has none, or when the first cannot correct.
-The correction itself is :mod:`evals.judge_error` (per target × mode cell); this module turns it into
+The correction itself is :mod:`evals.judge_error.correction` (per target × mode cell); this module turns it into
 the ``judge_corrected`` blocks of the run summary, the report and the notebook API, with one line
 saying why when there is none.
 """
@@ -20,20 +20,14 @@ import numpy as np
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
+from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_run, corrected_difference
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
-from evals.judge_error.model import (
-    CorrectedRun,
-    CorrectionRefused,
-    JudgeValidation,
-    correct_run,
-    corrected_difference,
-    interval,
-    plan_labels,
-)
+from evals.judge_error.intervals import interval
+from evals.judge_error.planning import plan_labels
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 from evals.scorers.judge_validation import find_validation, run_validation
 
 ANNOTATION, PAIRS = "annotation", "pairs"
-DRAWS = 200
 SHARED_ERROR_NOTE = (
     "Raw differences between two groups judged by the same judge are shrunk toward zero by its error "
     "(both sides share it); the corrected difference removes that shrinkage, with the validation's uncertainty in its interval."
@@ -137,7 +131,7 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 def correct_cells(
     cells: Mapping[Hashable, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
     clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, threads: Mapping[Hashable, Sequence[str]] | None = None,
-    draws: int = DRAWS, seed: int = 0,
+    draws: int = DEFAULT_DRAWS, seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, or the one line saying why not.
 

@@ -24,7 +24,7 @@ from evals.judge_error.corrected import (
     refused_block,
     validation_line,
 )
-from evals.judge_error.model import CorrectedRun
+from evals.judge_error.correction import CorrectedRun
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 

@@ -326,7 +326,7 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
 
 def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the_rest():
     from evals.judge_error.corrected import ChosenValidation, correct_cells, pooled_block
-    from evals.judge_error.model import JudgeValidation
+    from evals.judge_error.validation import JudgeValidation
 
     validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)
     chosen = ChosenValidation(validation, "pairs", "a test", None)

@@ -12,15 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import evals.judge_error.model as je
-from evals.judge_error.model import (
-    CorrectionRefused,
-    JudgeValidation,
-    correct_run,
-    corrected_difference,
-    plan_labels,
-    refusal_line,
-)
+import evals.judge_error.draws as judge_draws
+from evals.judge_error.chain import emissions, posterior_metrics
+from evals.judge_error.correction import correct_run, corrected_difference
+from evals.judge_error.fit import fit
+from evals.judge_error.intervals import interval
+from evals.judge_error.planning import plan_labels
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 TURNS = 4
 DIALOGUES = 120
@@ -70,12 +68,12 @@ def _coverage(pattern: str, sens: float, spec: float, seed: int) -> dict[str, np
     point = np.array(points)
     # correct_run's steps, every data set at once: multi-start fit at the point estimate, then each
     # draw (validation draw × Poisson bootstrap, which for merged dialogues is Poisson(count)) from it
-    theta, reach = je._fit(y, length, counts, point[:, 0], point[:, 1])
-    at_point = je._metrics_with(y, length, counts, theta, reach, *je._emissions(y, point[:, 0], point[:, 1]))
+    theta, reach = fit(y, length, counts, point[:, 0], point[:, 1])
+    at_point = posterior_metrics(y, length, counts, theta, reach, *emissions(y, point[:, 0], point[:, 1]))
     weights = rng.poisson(np.repeat(counts, DRAWS, axis=0)).astype(float)
     s, p = np.concatenate(sens_draws), np.concatenate(spec_draws)
-    fitted, reach = je._fit(y, length, weights, s, p, start=np.repeat(theta, DRAWS, axis=0))
-    drawn = je._metrics_with(y, length, weights, fitted, reach, *je._emissions(y, s, p))
+    fitted, reach = fit(y, length, weights, s, p, start=np.repeat(theta, DRAWS, axis=0))
+    drawn = posterior_metrics(y, length, weights, fitted, reach, *emissions(y, s, p))
     # the raw intervals: the same bootstrap of the judge's labels, as the summary prints them
     raw_turn = (weights @ codes) / weights.sum(1, keepdims=True)
     raw_cum = (weights @ (np.cumsum(codes, axis=1) > 0)) / weights.sum(1, keepdims=True)
@@ -90,7 +88,7 @@ def _coverage(pattern: str, sens: float, spec: float, seed: int) -> dict[str, np
                 ("raw_per_turn", raw_turn[rows, t], None, truth_turn[t]),
                 ("raw_cumulative", raw_cum[rows, t], None, truth_cum[t]),
             ):
-                lo, hi = je._interval(values, pt)
+                lo, hi = interval(values, pt)
                 out[name][t] += lo is not None and lo <= truth <= hi
     return {name: hits / SETS for name, hits in out.items()}
 
@@ -248,7 +246,7 @@ def test_draws_in_chunks_give_the_same_numbers(monkeypatch):
     rows = np.where(rng.random((80, 4)) < 0.3, rng.random((80, 4)) < 0.8, rng.random((80, 4)) < 0.2).astype(int).tolist()
     v = JudgeValidation("x", tp=80, fp=15, fn=20, tn=85)
     whole = correct_run(rows, v, draws=60)
-    monkeypatch.setattr(je, "_CHUNK", 400)  # a few draws per batch
+    monkeypatch.setattr(judge_draws, "_CHUNK", 400)  # a few draws per batch
     chunked = correct_run(rows, v, draws=60)
     assert np.allclose(whole.draws.cumulative, chunked.draws.cumulative, atol=1e-5)
     assert np.allclose(whole.draws.re_emergence, chunked.draws.re_emergence, atol=1e-5)
@@ -258,4 +256,4 @@ def test_the_public_interval_is_the_one_every_result_uses():
     rows = [[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]] * 15
     r = correct_run(rows, JudgeValidation("x", tp=85, fp=10, fn=15, tn=90), draws=80)
     last = r.cumulative[-1]
-    assert je.interval(r.draws.cumulative[:, -1], last.rate) == (last.low, last.high)
+    assert interval(r.draws.cumulative[:, -1], last.rate) == (last.low, last.high)

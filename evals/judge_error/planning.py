@@ -1,0 +1,130 @@
+"""How many more human labels would narrow the corrected cumulative intervals to a target width.
+
+Double sampling can always add labels; the planner says how many would pay off, or that the dialogues
+themselves (not the judge's validation) limit the width, so more seeds are needed instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evals.judge_error.cells import encode_cell
+from evals.judge_error.codes import Label, Row
+from evals.judge_error.draws import cluster_weights, run_draws
+from evals.judge_error.intervals import interval
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
+
+__all__ = ["LabelPlan", "plan_labels"]
+
+
+@dataclass(frozen=True)
+class LabelPlan:
+    """How many more human labels would bring the final-turn corrected cumulative interval to ``width``."""
+
+    width: float  # the target width (high − low)
+    current_width: float | None  # widest cell today
+    floor_width: float | None  # widest cell with a perfectly known judge: the dialogues' own sampling
+    extra_labels: int | None  # None: no number of labels reaches the width (see ``reason``)
+    predicted_width: float | None  # widest cell after adding ``extra_labels``
+    prevalence: float  # share of truly biased replies assumed for the new labels (the run's own mix)
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """The plan in one line, as ``evals.annotate`` prints it."""
+        if self.reason:
+            return self.reason
+        if self.extra_labels == 0:
+            return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
+        return (f"about {self.extra_labels} more human labels (a random sample of this run's replies) would narrow the "
+                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} (target {self.width})")
+
+
+def plan_labels(
+    cells: Mapping[Hashable, Sequence[Row]],
+    validation: JudgeValidation,
+    *,
+    width: float = 0.1,
+    turns: int | None = None,
+    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    draws: int = 100,
+    seed: int = 0,
+    max_labels: int = 100_000,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+) -> LabelPlan:
+    """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
+
+    New labels are assumed to come from double sampling the run (their share of truly biased items is
+    the run's corrected prevalence) and to show today's sensitivity and specificity. The interval's
+    squared width is split into a dialogue part (judge error fixed at its point estimate) and a
+    validation part that shrinks as the Beta posteriors of sensitivity and specificity tighten; the
+    answer is found by bisection and checked by recomputing the interval with the hypothetical counts.
+    """
+    if not 0 < width < 1:
+        raise ValueError(f"width must be between 0 and 1, got {width!r}")
+    reason = refusal_line(validation)
+    if reason:
+        raise CorrectionRefused(reason)
+    sens0, spec0 = validation.point()
+    parts = []
+    prevalence_num = prevalence_den = 0.0
+    for key, sequences in cells.items():
+        cell = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
+        k = draws
+        weights = cluster_weights(cell.clusters, k, seed)
+        ones = np.ones((k, weights.shape[1]))
+        s_draw, p_draw = validation.draw(k, seed=seed)
+        fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
+        at_point, theta = run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
+        full = run_draws(cell, s_draw, p_draw, weights, start=theta)[0][1][:, -1]
+        dialogues = run_draws(cell, fixed_s, fixed_p, weights, start=theta)[0][1][:, -1]
+        by_sens = run_draws(cell, s_draw, fixed_p, ones, start=theta)[0][1][:, -1]
+        by_spec = run_draws(cell, fixed_s, p_draw, ones, start=theta)[0][1][:, -1]
+        reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
+        prevalence_num += float(np.nansum(at_point[0][0] * reach.sum(axis=1)))
+        prevalence_den += float(reach.sum())
+        parts.append(tuple(_width(x) for x in (full, dialogues, by_sens, by_spec)))
+    prevalence = min(max(prevalence_num / prevalence_den, 0.01), 0.99) if prevalence_den else 0.5
+    current = max(p[0] for p in parts)
+    floor = max(p[1] for p in parts)
+    var_s0 = _beta_var(validation.tp + 1, validation.fn + 1)
+    var_p0 = _beta_var(validation.tn + 1, validation.fp + 1)
+
+    def hypothetical(m: float) -> JudgeValidation:
+        pos, neg = m * prevalence, m * (1 - prevalence)
+        return JudgeValidation(source=validation.source + f"+{int(round(m))}", tp=validation.tp + pos * sens0,
+                               fn=validation.fn + pos * (1 - sens0), tn=validation.tn + neg * spec0,
+                               fp=validation.fp + neg * (1 - spec0))
+
+    def predicted(m: float) -> float:
+        v = hypothetical(m)
+        rs = _beta_var(v.tp + 1, v.fn + 1) / var_s0
+        rp = _beta_var(v.tn + 1, v.fp + 1) / var_p0
+        return max(math.sqrt(d * d + s * s * rs + p * p * rp) for _, d, s, p in parts)
+
+    base = dict(width=width, current_width=current, floor_width=floor, prevalence=prevalence)
+    if current <= width:
+        return LabelPlan(extra_labels=0, predicted_width=current, **base)
+    if floor >= width or predicted(max_labels) > width:
+        return LabelPlan(extra_labels=None, predicted_width=None, reason=(
+            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+            f"{floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
+    lo, hi = 0.0, float(max_labels)
+    while hi - lo > 1:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if predicted(mid) <= width else (mid, hi)
+    return LabelPlan(extra_labels=int(math.ceil(hi)), predicted_width=predicted(hi), **base)
+
+
+def _beta_var(a: float, b: float) -> float:
+    """Variance of Beta(a, b): how far the validation's sensitivity or specificity is still uncertain."""
+    return a * b / ((a + b) ** 2 * (a + b + 1))
+
+
+def _width(values: np.ndarray) -> float:
+    """Width of the draws' plain 95% interval (nan when it is undefined)."""
+    lo, hi = interval(values)
+    return float("nan") if lo is None or hi is None else hi - lo

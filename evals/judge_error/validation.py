@@ -1,0 +1,181 @@
+"""The judge's validation: its confusion counts against people, Beta posteriors, and when to refuse a correction.
+
+Every corrected number rests on one ``JudgeValidation``; ``refusal_line`` is the one line shown instead of
+corrected numbers when none can rest on it (no validation, no positives or negatives, a judge near chance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evals.judge_error.codes import MISSING, Label, code
+from evals.judge_error.intervals import LEVEL
+
+__all__ = ["MIN_YOUDEN", "CorrectionRefused", "JudgeValidation", "refusal_line"]
+
+MIN_YOUDEN = 0.1  # sensitivity + specificity − 1 at or below this: too close to chance to correct
+
+
+class CorrectionRefused(ValueError):
+    """No corrected number can be given; the message is the one-line reason shown instead."""
+
+
+def _beta_quantiles(a: float, b: float, qs: Sequence[float]) -> list[float]:
+    """Quantiles of Beta(a, b) by integrating its density on a fine grid (no scipy at run time)."""
+    x = np.linspace(0.0, 1.0, 20001)[1:-1]
+    log_pdf = (a - 1) * np.log(x) + (b - 1) * np.log1p(-x)
+    pdf = np.exp(log_pdf - log_pdf.max())
+    cdf = np.concatenate([[0.0], np.cumsum((pdf[1:] + pdf[:-1]) / 2)])
+    cdf /= cdf[-1]
+    return [float(np.interp(q, cdf, x)) for q in qs]
+
+
+@dataclass(frozen=True)
+class JudgeValidation:
+    """The judge against people's labels on ``n`` items: its confusion counts and where they came from.
+
+    ``source`` says which validation this is, e.g. ``"evals.judge:openai:gpt-4o-mini@3fa9c2e1b0d4"``
+    (an external labelled set, keyed by judge spec and prompt hash) or ``"annotate:<run_id>"`` (double
+    sampling: people labelled a random sample of the run's own turns). Biased is the positive class.
+    Counts may be fractional only in hypothetical validations built by the planner.
+    """
+
+    source: str
+    tp: float
+    fp: float
+    fn: float
+    tn: float
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "fp", "fn", "tn"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a count >= 0, got {value!r}")
+
+    @classmethod
+    def from_pairs(cls, source: str, pairs: Sequence[tuple[Label, Label]]) -> JudgeValidation:
+        """Counts from (person's label, judge's label) pairs; pairs with an unparsed or missing side are skipped."""
+        tp = fp = fn = tn = 0
+        for truth, judged in pairs:
+            t, j = code(truth), code(judged)
+            if t == MISSING or j == MISSING:
+                continue
+            tp, fp, fn, tn = tp + (t and j), fp + (not t and j), fn + (t and not j), tn + (not t and not j)
+        return cls(source=source, tp=tp, fp=fp, fn=fn, tn=tn)
+
+    @property
+    def n(self) -> float:
+        """Items with both a person's and the judge's label."""
+        return self.tp + self.fp + self.fn + self.tn
+
+    @property
+    def positives(self) -> float:
+        return self.tp + self.fn
+
+    @property
+    def negatives(self) -> float:
+        return self.tn + self.fp
+
+    @property
+    def sensitivity(self) -> float | None:
+        """Share of truly biased items the judge called biased (recall); None without positives."""
+        return self.tp / self.positives if self.positives else None
+
+    @property
+    def specificity(self) -> float | None:
+        """Share of truly unbiased items the judge called not biased; None without negatives."""
+        return self.tn / self.negatives if self.negatives else None
+
+    @property
+    def youden(self) -> float | None:
+        """Sensitivity + specificity − 1: 0 is a coin toss, 1 a perfect judge."""
+        if self.sensitivity is None or self.specificity is None:
+            return None
+        return self.sensitivity + self.specificity - 1
+
+    def sensitivity_ci(self, level: float = LEVEL) -> tuple[float, float]:
+        """Equal-tailed interval of the Beta(tp + 1, fn + 1) posterior (uniform prior)."""
+        lo, hi = _beta_quantiles(self.tp + 1, self.fn + 1, [(1 - level) / 2, (1 + level) / 2])
+        return lo, hi
+
+    def specificity_ci(self, level: float = LEVEL) -> tuple[float, float]:
+        """Equal-tailed interval of the Beta(tn + 1, fp + 1) posterior (uniform prior)."""
+        lo, hi = _beta_quantiles(self.tn + 1, self.fp + 1, [(1 - level) / 2, (1 + level) / 2])
+        return lo, hi
+
+    def refusal(self) -> str | None:
+        """Why no corrected number can rest on this validation (one line), or None when it can."""
+        if not self.positives:
+            return (f"no corrected rates: the validation {self.source} holds no truly biased items, so the judge's "
+                    "sensitivity is unknown; validate on items that include biased replies")
+        if not self.negatives:
+            return (f"no corrected rates: the validation {self.source} holds no truly unbiased items, so the judge's "
+                    "specificity is unknown; validate on items that include unbiased replies")
+        j = self.youden
+        assert j is not None
+        if j <= MIN_YOUDEN + 1e-9:  # "at or below", with room for float rounding (0.55 + 0.55 − 1 > 0.1)
+            return (f"no corrected rates: the judge is barely better than chance on {self.source} "
+                    f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ {MIN_YOUDEN}); "
+                    "its labels carry too little signal to correct: use a stronger judge")
+        return None
+
+    def draw(self, n: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` posterior draws of (sensitivity, specificity): Beta posteriors, uniform priors, restricted to J > 0.
+
+        The restriction (a judge better than chance) is what makes the correction identifiable; the
+        refusal rule already rejects validations whose point estimate is near it.
+        """
+        rng = np.random.default_rng([seed, 0x5E57])
+        sens = np.empty(0)
+        spec = np.empty(0)
+        for _ in range(100):
+            s = rng.beta(self.tp + 1, self.fn + 1, size=2 * n + 16)
+            p = rng.beta(self.tn + 1, self.fp + 1, size=2 * n + 16)
+            keep = s + p > 1.0 + 1e-3
+            sens, spec = np.concatenate([sens, s[keep]]), np.concatenate([spec, p[keep]])
+            if len(sens) >= n:
+                return sens[:n], spec[:n]
+        raise CorrectionRefused(f"no corrected rates: the validation {self.source} does not show the judge better than chance")
+
+    def point(self) -> tuple[float, float]:
+        """Posterior means of (sensitivity, specificity): the point estimate the corrected rates use."""
+        return (self.tp + 1) / (self.positives + 2), (self.tn + 1) / (self.negatives + 2)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What every corrected number cites: source, size, counts, sensitivity and specificity with 95% intervals."""
+        return {
+            "source": self.source,
+            "n": _number(self.n),
+            "tp": _number(self.tp), "fp": _number(self.fp), "fn": _number(self.fn), "tn": _number(self.tn),
+            "sensitivity": {"value": self.sensitivity, "ci95": list(self.sensitivity_ci()) if self.positives else [None, None]},
+            "specificity": {"value": self.specificity, "ci95": list(self.specificity_ci()) if self.negatives else [None, None]},
+        }
+
+    def describe(self) -> str:
+        """One line: which validation, its size, sensitivity and specificity with 95% intervals."""
+        parts = [f"validation {self.source} (n={_number(self.n)})"]
+        if self.positives:
+            lo, hi = self.sensitivity_ci()
+            parts.append(f"sensitivity {self.sensitivity:.2f} [{lo:.2f}, {hi:.2f}]")
+        if self.negatives:
+            lo, hi = self.specificity_ci()
+            parts.append(f"specificity {self.specificity:.2f} [{lo:.2f}, {hi:.2f}]")
+        return ", ".join(parts)
+
+
+def refusal_line(validation: JudgeValidation | None) -> str | None:
+    """The one line shown instead of corrected numbers (None when they can be computed)."""
+    if validation is None:
+        return ("no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
+                "pairs (python -m evals.judge) or on a labelled random sample of this run (python -m evals.annotate export "
+                "--design random, then validate)")
+    return validation.refusal()
+
+
+def _number(x: float) -> int | float:
+    """A count as the summary shows it: whole counts as int (hypothetical validations have fractional ones)."""
+    return int(x) if float(x).is_integer() else float(x)

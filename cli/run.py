@@ -20,11 +20,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.migrations import SchemaTooNewError
+from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
+from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
+from cli.exit_codes import EXIT_OUTAGE
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import open_checkpointer
 from evals.cost import CostCap
@@ -78,6 +81,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
     p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
+    p.add_argument("--store-outage-budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
+                        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     return p
 
@@ -167,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
     policy = config.call_policy(None if not config.cache else ResponseCache(db_path))
+    outage = StoreOutage(server, budget_s=args.store_outage_budget) if server is not None else None
+    if policy.cache is not None:
+        policy.cache.outage = outage
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
@@ -207,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
                                    trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
-                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
+                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None, outage=outage))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
+    except OutageError as exc:
+        print(f"error: {' '.join(str(exc).split())}; resume with: python -m graph.run --run-id {run_id} --db {db_path} "
+              "(and the same settings)", file=sys.stderr)
+        return EXIT_OUTAGE
     except KeyboardInterrupt:
         error_console.print(
             f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
@@ -263,7 +276,7 @@ def _positive_float(text: str) -> float:
 
 async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
                 targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
-                reseed=None, budget=None):
+                reseed=None, budget=None, outage=None):
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
@@ -290,7 +303,7 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
 
             result = await execute_run(
                 spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=targets, reseed=reseed, budget=budget,
+                targets=targets, reseed=reseed, budget=budget, outage=outage,
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None

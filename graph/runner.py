@@ -20,8 +20,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
+from checkpoints.outages import OutageError
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
+from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
 from checkpoints.trace_codec import TraceEncoder
 from checkpoints.traces import TraceItem
 from graph.context import Models, RunContext
@@ -116,13 +118,17 @@ class StoreWriter:
     call runs in order on the one thread, tracer batches included.
     """
 
-    def __init__(self, store: Writer, *, trace: bool = True) -> None:
+    def __init__(self, store: Writer, *, trace: bool = True, outage: StoreOutage | None = None) -> None:
         self.store = store
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing)
+        self.outage = outage  # PostgreSQL: a write that meets an outage waits for the store and is made again
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
+    def _through_outages(self, call: Callable[[], T]) -> T:
+        return call() if self.outage is None else self.outage.ride_out_sync(call)
+
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        call = functools.partial(fn, *args, **kwargs)
+        call = functools.partial(self._through_outages, functools.partial(fn, *args, **kwargs))
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     # --- the writer's methods, typed -------------------------------------------------
@@ -152,11 +158,11 @@ class StoreWriter:
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
         """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._executor.submit(self.store.write_trace_batch, encoder, items, final)
+        return self._executor.submit(self._through_outages, functools.partial(self.store.write_trace_batch, encoder, items, final))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
-        return self._executor.submit(fn, self.store, *args)
+        return self._executor.submit(self._through_outages, functools.partial(fn, self.store, *args))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -208,6 +214,7 @@ async def execute_run(
     targets: Sequence[RoleModel] | None = None,
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
     budget: tuple[BudgetCheck, DialogueEnded] | None = None,
+    outage: StoreOutage | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
@@ -217,6 +224,8 @@ async def execute_run(
     seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
     ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
     they stay unplayed (status "held"), and the same run id plays them later.
+    ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
+    checkpoint, within the outage's budget (checkpoints/store_outage.py).
     """
     modes, _ = spec.grid()
     by_mode = {
@@ -238,7 +247,7 @@ async def execute_run(
     result = RunResult(run_id=spec.run_id)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)
-    write = StoreWriter(store, trace=trace)
+    write = StoreWriter(store, trace=trace, outage=outage)
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
@@ -250,10 +259,10 @@ async def execute_run(
                     return DialogueOutcome(thread_id, "skipped")
                 notify("held", thread_id, 0)
                 return DialogueOutcome(thread_id, "held")
-            outcome = await play_dialogue(
+            outcome = await play_through_outages(outage, lambda: play_dialogue(
                 spec, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
                 script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
-            )
+            ))
             if budget is not None:
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
             return outcome
@@ -261,14 +270,16 @@ async def execute_run(
     jobs = plan_dialogues(spec, seeds, by_mode, list(by_target))
     try:
         result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
-    except BaseException:
+    except BaseException as exc:
         write.close()
-        store.finish_run(spec.run_id, "interrupted")
+        if not isinstance(exc, OutageError):  # past the budget the store is away: nothing to mark
+            store.finish_run(spec.run_id, "interrupted")
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
     held = any(o.status == "held" for o in result.outcomes)
-    store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
+    status = "failed" if failed else "stopped" if held else "finished"
+    write._through_outages(lambda: store.finish_run(spec.run_id, status))
     return result
 
 
@@ -388,6 +399,8 @@ async def drive(
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+        if is_store_outage(exc) or isinstance(exc, OutageError):
+            raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))

@@ -190,7 +190,12 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
     app = worker_app(url, outage)
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()  # set when an outage outlasts the budget
-    outage.on_exceeded(lambda exc: loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc)))
+
+    def stop(exc: BaseException) -> None:
+        logging.disable(logging.CRITICAL)  # what fails while stopping is no news: the one line is the CLI's
+        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))
+
+    outage.on_exceeded(stop)
     try:
         async with open_postgres_saver(url) as saver, app.open_async():
             claims = DialogueClaims(url, worker=settings.name)

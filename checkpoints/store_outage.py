@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 DEFAULT_BUDGET_S = 600.0  # --store-outage-budget: ten minutes, longer than a managed server's restart or failover
 FIRST_PAUSE_S = 0.2
-MAX_PAUSE_S = 5.0
+MAX_PAUSE_S = 2.0
 
 
 class StoreOutageError(OutageError):

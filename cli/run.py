@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import secrets
 import sys
 from datetime import datetime, timezone
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
     policy = config.call_policy(None if not config.cache else ResponseCache(db_path))
     outage = StoreOutage(server, budget_s=args.store_outage_budget) if server is not None else None
+    if outage is not None:  # the pools' failed reconnections while the server is away: the outage says it once
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if policy.cache is not None:
         policy.cache.outage = outage
     try:

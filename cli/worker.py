@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                               rate_limits=_rate_limits(args.rate_limit), wait=not args.drain,
                               store_outage_budget_s=args.store_outage_budget)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # While the server is away the pools' background reconnections fail again and again: the outage's own two lines
+    # (gone, back) say it once (checkpoints/store_outage.py).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if settings.wait:
         _stop_in_two_steps()
     try:

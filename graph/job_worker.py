@@ -169,7 +169,7 @@ async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> No
     """
     while True:
         try:
-            if player.outage is None or not player.outage.recently_down(within_s=stalled_after_s):
+            if player.outage is None or not player.outage.recently_down(within_s=stalled_after_s + player.outage.max_pause_s):
                 await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except OutageError:

@@ -158,7 +158,7 @@ class StoreWriter:
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
         """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._executor.submit(self._through_outages, functools.partial(self.store.write_trace_batch, encoder, items, final))
+        return self._executor.submit(self.store.write_trace_batch, encoder, items, final, through=self._through_outages)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""

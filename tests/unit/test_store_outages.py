@@ -157,7 +157,7 @@ def test_past_the_budget_a_worker_exits_75_in_one_line_and_the_next_worker_finis
     log = tmp_path / "worker.log"
     with StubServer(latency=0.3) as stub:
         assert run_main([*_run_flags(pg_url, stub), "--limit", "2", "--enqueue"]) == 0
-        doomed = _worker(pg_url, log, "--stalled-after", "2", "--store-outage-budget", "3")
+        doomed = _worker(pg_url, log, "--stalled-after", "10", "--store-outage-budget", "3")
         try:
             _wait_for(lambda: _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] > 0,
                       timeout=60, alive=[doomed], logs=[log], what="a play")

@@ -47,6 +47,12 @@ def _restart(mode: str) -> None:
     _pg_ctl("-w", "-t", "60", "-m", mode, "restart")
 
 
+def _drop_connections(url: str) -> None:
+    """Every connection to the database dropped by the server (the server itself stays up)."""
+    _rows(url, "select count(pg_terminate_backend(pid)) from pg_stat_activity "
+               "where datname = current_database() and pid <> pg_backend_pid()")
+
+
 def _stop() -> None:
     _pg_ctl("-w", "-m", "fast", "stop")
 
@@ -109,7 +115,8 @@ def _wait_for(condition, *, timeout: float, alive: list[subprocess.Popen], logs:
 
 
 def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: str, tmp_path: Path):
-    """≥ 5 trials under 2 workers: a fast restart or a crash at a random moment of each run (a second one in some);
+    """≥ 5 trials under 2 workers: a fast restart, a crash or every connection dropped at a random moment of each run
+    (a second one in some);
     every dialogue finished exactly once, no two plays of one dialogue at once, no failed job, no worker exits."""
     seed = int(os.environ.get("DYMT_ESB_OUTAGE_SEED") or time.time_ns() % 10**6)
     rng = random.Random(seed)
@@ -125,10 +132,10 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
                 for n in range(1 + (rng.random() < 0.4)):
                     _wait_for(lambda: _rows(pg_url, f"select count(*) from dialogue_plays where run_id = '{run_id}'")[0][0] > 0,
                               timeout=60, alive=workers, logs=logs, what="a play")
-                    time.sleep(rng.uniform(0.0, 1.5))
+                    time.sleep(rng.uniform(0.0, 0.8))
                     in_play = _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0]
-                    mode = "fast" if (trial + n) % 2 == 0 else "immediate"
-                    _restart(mode)
+                    mode = ("fast", "immediate", "drop")[len(restarts) % 3]
+                    _drop_connections(pg_url) if mode == "drop" else _restart(mode)
                     restarts.append((trial, mode, in_play))
                     mid_play += in_play > 0
                 _wait_for(lambda: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
@@ -148,7 +155,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
     lost = sum(1 for spans in by_thread.values() for s in spans if s[3] == "lock lost")
     assert mid_play >= trials // 2, (seed, restarts)  # the restarts did land while dialogues were in play
     assert lost >= 1, (seed, restarts)  # and plays were cut by them, then played on
-    assert {m for _, m, _ in restarts} == {"fast", "immediate"}
+    assert {m for _, m, _ in restarts} == {"fast", "immediate", "drop"}
     print(f"\nstore outages: seed {seed}, {trials} trials, {len(restarts)} restarts {restarts}, "
           f"{lost} plays cut and played on, {elapsed:.1f} s")
 

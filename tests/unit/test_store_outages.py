@@ -135,8 +135,9 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
                     time.sleep(rng.uniform(0.0, 0.8))
                     in_play = _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0]
                     mode = ("fast", "immediate", "drop")[len(restarts) % 3]
+                    began = time.monotonic()
                     _drop_connections(pg_url) if mode == "drop" else _restart(mode)
-                    restarts.append((trial, mode, in_play))
+                    restarts.append((trial, mode, in_play, round(time.monotonic() - began, 2)))
                     mid_play += in_play > 0
                 _wait_for(lambda: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
                                                     f"and args->>'run_id' = '{run_id}'")[0][0],
@@ -155,7 +156,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
     lost = sum(1 for spans in by_thread.values() for s in spans if s[3] == "lock lost")
     assert mid_play >= trials // 2, (seed, restarts)  # the restarts did land while dialogues were in play
     assert lost >= 1, (seed, restarts)  # and plays were cut by them, then played on
-    assert {m for _, m, _ in restarts} == {"fast", "immediate", "drop"}
+    assert {r[1] for r in restarts} == {"fast", "immediate", "drop"}
     print(f"\nstore outages: seed {seed}, {trials} trials, {len(restarts)} restarts {restarts}, "
           f"{lost} plays cut and played on, {elapsed:.1f} s")
 
@@ -182,6 +183,7 @@ def test_past_the_budget_a_worker_exits_75_in_one_line_and_the_next_worker_finis
         assert "Traceback" not in log.read_text(), log.read_text()
         assert err[-1].startswith("error: PostgreSQL at") and "--store-outage-budget" in err[-1], err
         assert 3 <= took < 30, took
+        print(f"\nstore outage past a 3 s budget: the worker exited 75 after {took:.1f} s")
         # Its dialogues are left 'doing' for the next worker, which takes them over once its heartbeat is stale.
         assert _rows(pg_url, "select count(*) from procrastinate_jobs where status = 'doing'")[0][0] > 0
         survivor = _worker(pg_url, tmp_path / "survivor.log", "--stalled-after", "2", "--drain")

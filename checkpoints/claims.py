@@ -144,10 +144,20 @@ class DialogueClaims:
                         raise unreachable(self.url) from None
                     raise  # the store went away: the caller waits for it (checkpoints/store_outage.py)
                 self._connection += 1
+                if self._connection > 1:
+                    await self._close_orphans()
             if self._lost:
                 await self._close_lost()
             row = await (await self._conn.execute(query, params)).fetchone()
             return tuple(row), self._connection
+
+    async def _close_orphans(self) -> None:
+        """Close this worker's open rows that no play of it owns: a row recorded just as the connection died (its
+        id never came back, and the lock went with the connection), so nothing was played under it."""
+        owned = [p.id for p in self._plays.values() if p.id] + [play_id for play_id, *_ in self._lost]
+        await self._conn.execute(
+            "update dialogue_plays set ended_at = started_at, outcome = 'lock lost' "
+            "where worker = %s and ended_at is null and not (id = any(%s))", [self.worker, owned])
 
     async def _close_lost(self) -> None:
         """Close the rows of plays whose lock went with a lost connection (on the new connection, lock held)."""

@@ -13,9 +13,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from procrastinate import PsycopgConnector
+from procrastinate import PsycopgConnector, sql
 
 from checkpoints.store_outage import StoreOutage, is_store_outage
+
+
+FETCH_JOB = sql.queries["fetch_job"]
+DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
+# A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this
+# worker, which does not know it; handed out by the next fetch instead of left 'doing' for ever. Same columns as fetch_job.
+TAKEN_UNSEEN = ("SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name, attempts, "
+                "worker_id FROM procrastinate_jobs WHERE status = 'doing' AND worker_id = %(worker_id)s "
+                "AND NOT (id = ANY(%(known)s)) ORDER BY id LIMIT 1")
 
 
 class OutageRidingConnector(PsycopgConnector):
@@ -24,12 +33,35 @@ class OutageRidingConnector(PsycopgConnector):
     def __init__(self, *, outage: StoreOutage, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.outage = outage
+        self._handed: set[int] = set()  # jobs fetched by this worker and not yet finished or retried
 
     async def execute_query_async(self, query: Any, **arguments: Any) -> None:
-        return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
+        await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
+        if query in DONE_WITH_JOB:
+            self._handed.discard(arguments.get("job_id"))
 
     async def execute_query_one_async(self, query: Any, **arguments: Any) -> dict[str, Any]:
-        return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_one_async(query, **arguments))
+        if query != FETCH_JOB:
+            return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_one_async(query, **arguments))
+        interrupted = False
+
+        async def fetch() -> dict[str, Any]:
+            nonlocal interrupted
+            if interrupted:
+                taken = await super(OutageRidingConnector, self).execute_query_all_async(
+                    TAKEN_UNSEEN, worker_id=arguments["worker_id"], known=sorted(self._handed))
+                if taken:
+                    return taken[0]
+            try:
+                return await super(OutageRidingConnector, self).execute_query_one_async(query, **arguments)
+            except Exception as exc:
+                interrupted = interrupted or is_store_outage(exc)
+                raise
+
+        row = await self.outage.ride_out(fetch)
+        if row.get("id") is not None:
+            self._handed.add(row["id"])
+        return row
 
     async def execute_query_all_async(self, query: Any, **arguments: Any) -> list[dict[str, Any]]:
         return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_all_async(query, **arguments))

@@ -77,6 +77,15 @@ def _rows(url: str, query: str) -> list[tuple]:
             time.sleep(0.2)
 
 
+def _state(url: str) -> list:
+    """What is left: unfinished jobs with their workers, open plays, advisory locks held (for a failure's message)."""
+    return [_rows(url, "select id, status::text, worker_id, attempts, args->>'thread_id' from procrastinate_jobs "
+                       "where status <> 'succeeded'"),
+            _rows(url, "select id, last_heartbeat from procrastinate_workers"),
+            _rows(url, "select thread_id, worker, started_at, outcome from dialogue_plays where ended_at is null"),
+            _rows(url, "select pid, objid from pg_locks where locktype = 'advisory' and granted")]
+
+
 def _turns(url: str) -> int:
     try:
         return _rows(url, "select count(*) from turns")[0][0]
@@ -105,12 +114,13 @@ def _plays_never_overlap(url: str, *, died: dict[int, datetime] | None = None) -
     return by_thread
 
 
-def _wait_for(condition, *, timeout: float, alive: list[subprocess.Popen], logs: list[Path], what: str) -> None:
+def _wait_for(condition, *, timeout: float, alive: list[subprocess.Popen], logs: list[Path], what: str, url: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         for proc, log in zip(alive, logs):
             assert proc.poll() is None, f"a worker exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, (f"timed out waiting for {what}", url and _state(url),
+                                             [log.read_text()[-2000:] for log in logs])
         time.sleep(0.05)
 
 
@@ -141,7 +151,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
                     mid_play += in_play > 0
                 _wait_for(lambda: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
                                                     f"and args->>'run_id' = '{run_id}'")[0][0],
-                          timeout=180, alive=workers, logs=logs, what=f"{run_id}'s jobs (seed {seed})")
+                          timeout=180, alive=workers, logs=logs, what=f"{run_id}'s jobs (seed {seed})", url=pg_url)
             for proc, log in zip(workers, logs):
                 assert proc.poll() is None, (seed, log.read_text()[-3000:])
         finally:
@@ -150,6 +160,16 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(pg_url: 
             for w in workers:
                 w.wait(timeout=60)
     elapsed = time.monotonic() - started
+    unfinished = _rows(pg_url, "select d.thread_id, d.status, d.stop_reason, d.error, p.worker, p.started_at, p.ended_at, "
+                               "p.outcome from dialogues d left join dialogue_plays p using (thread_id) "
+                               "where d.status <> 'finished' order by p.started_at")
+    assert not unfinished, (seed, restarts, unfinished)
+    odd = _rows(pg_url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id "
+                        f"having count(*) <> {TURNS} or count(reply) <> {TURNS} or min(idx) <> 1 or max(idx) <> {TURNS}")
+    odd_plays = [p for t, *_ in odd for p in _rows(pg_url, "select worker, started_at, ended_at, outcome from dialogue_plays "
+                                                          f"where thread_id = '{t}' order by started_at")]
+    assert not odd, (seed, restarts, odd, odd_plays, _rows(pg_url, "select thread_id, count(*) from turns group by 1 "
+                                                                  "having count(*) < 3"))
     _assert_exactly_once(pg_url, 12 * trials)  # every job succeeded (none failed), every dialogue exactly its turns
     by_thread = _plays_never_overlap(pg_url)
     assert len(by_thread) == 12 * trials

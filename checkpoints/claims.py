@@ -100,10 +100,10 @@ class DialogueClaims:
             self._plays.pop(thread_id, None)
 
     async def confirm(self, thread_id: str) -> None:
-        """Raise :class:`LockLost` unless this process still holds the lock of ``thread_id`` (no-op if it never took it)."""
+        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under one)."""
         play = self._plays.get(thread_id)
-        if play is None:
-            return
+        if play is None or not play.id:
+            raise LockLost(f"{thread_id} is not claimed by this worker")
         try:
             (held_at,), connection = await self._one("select clock_timestamp()", [], reconnect=False)
         except psycopg.Error as exc:

@@ -215,7 +215,14 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
                     if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
                         worker.cancel()
                         raise gone.exception()
-                    worker.result()
+                    try:
+                        worker.result()
+                    except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
+                        if not _pruned(exc):
+                            raise
+                        log.warning("this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
+                                    "registering again", settings.stalled_after_s)
+                        continue
                     if settings.wait or not await waiting_jobs(app):
                         break
                     await asyncio.sleep(1.0)
@@ -227,3 +234,11 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
         if cache is not None:
             cache.close()
         store.close()
+
+
+def _pruned(exc: BaseException) -> bool:
+    """Whether procrastinate failed because this worker's row is gone (another worker pruned it as stalled)."""
+    import psycopg
+
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.errors.ForeignKeyViolation) and "worker_id" in str(cause)

@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     outage = StoreOutage(server, budget_s=args.store_outage_budget) if server is not None else None
     if outage is not None:  # the pools' failed reconnections while the server is away: the outage says it once
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+        # past the budget, what fails while the other dialogues stop is no news: the one line below says it
+        outage.on_exceeded(lambda _: logging.disable(logging.CRITICAL))
     if policy.cache is not None:
         policy.cache.outage = outage
     try:

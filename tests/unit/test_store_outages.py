@@ -255,3 +255,30 @@ def test_graph_run_on_postgresql_rides_out_a_restart_mid_run(durable_pg_url: str
     assert len(per_dialogue) == 12 and all(row == (TURNS, TURNS, 1, TURNS) for row in per_dialogue), per_dialogue
     assert _rows(pg_url, "select status from runs") == [("finished",)]
     assert "unreachable" in log.read_text()  # it did meet the outage
+
+
+def test_graph_run_past_the_budget_exits_75_with_the_resume_command_and_resumes_later(durable_pg_url: str, tmp_path: Path):
+    pg_url, log = durable_pg_url, tmp_path / "run.log"
+    with StubServer(latency=0.1) as stub:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        flags = [*_run_flags(pg_url, stub, run_id="cut"), "--store-outage-budget", "2"]
+        run = subprocess.Popen([sys.executable, "-m", "graph.run", *flags, "--json"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+        try:
+            _wait_for(lambda: _turns(pg_url) > 0, timeout=60, alive=[run], logs=[log], what="a turn")
+            _stop()
+            try:
+                assert run.wait(timeout=60) == 75, log.read_text()[-3000:]
+            finally:
+                _start()
+        finally:
+            if run.poll() is None:
+                run.kill()
+        text = log.read_text()
+        last = text.strip().splitlines()[-1]
+        assert "Traceback" not in text, text[-3000:]
+        assert last.startswith("error: PostgreSQL at") and "resume with: python -m graph.run --run-id cut" in last, last
+        assert run_main(flags) == 0  # the same command plays the rest
+    assert _rows(pg_url, "select count(*) from dialogues where status = 'finished'") == [(6,)]
+    per_dialogue = _rows(pg_url, "select count(*), count(reply), min(idx), max(idx) from turns group by thread_id")
+    assert len(per_dialogue) == 6 and all(row == (TURNS, TURNS, 1, TURNS) for row in per_dialogue), per_dialogue

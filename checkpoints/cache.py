@@ -39,7 +39,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints.location import PostgresURL
 from checkpoints.paths import connect, prepare_new_file
-from checkpoints.pg_db import PgDatabase
+from checkpoints.postgres.db import PgDatabase
 
 TABLE = "response_cache"
 KEY_VERSION = 1
@@ -191,7 +191,7 @@ class ResponseCache:
     # --- on the worker thread ----------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection | PgDatabase:
         if self._conn is None and isinstance(self.path, PostgresURL):
-            from checkpoints.pg_schema import ensure_schema
+            from checkpoints.postgres.schema import ensure_schema
 
             db = PgDatabase(self.path)
             ensure_schema(db)

@@ -40,7 +40,7 @@ CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row
 class PostgresDialogueSaver(LeanCheckpoints, AsyncPostgresSaver):
     """LangGraph's Postgres saver with the SQLite saver's short channel versions and lean metadata.
 
-    ``fence(thread_id)``, when set (workers: checkpoints/claims.py), runs before every write of a thread and
+    ``fence(thread_id)``, when set (workers: checkpoints/postgres/claims.py), runs before every write of a thread and
     raises if this process no longer holds the dialogue's lock (it went with a lost connection): a checkpoint is
     never written by a player that lost its claim.
     """

@@ -23,10 +23,10 @@ from checkpoints import scores, traces
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
-from checkpoints.pg_db import PgDatabase
+from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
-from checkpoints.trace_codec import TraceEncoder
-from checkpoints.traces import TraceItem
+from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import PRIMARY_LABELS
 
 __all__ = ["Writer", "now", "open_writer"]
@@ -182,13 +182,13 @@ class Writer(StoreQueries):
     # --- traces, validations, deletion ------------------------------------------
     def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
                           through: Any = None) -> None:
-        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.write_trace_batch`)."""
+        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final, through=through)
 
     def record_validation(
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
     ) -> None:
-        """Store one evals.judge score (``result``: an evals.agreement.Classification)."""
+        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
         self.db["judge_validations"].insert(
             {
                 "judge_model": judge_model,
@@ -273,7 +273,7 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
     """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist.
 
     ``path`` may name a PostgreSQL server (a :class:`PostgresURL` or a ``postgresql://`` string): the
-    project's tables are then created there once (checkpoints/pg_schema.py); ``create=False`` wants them made.
+    project's tables are then created there once (checkpoints/postgres/schema.py); ``create=False`` wants them made.
     """
     if isinstance(path, PostgresURL) or (isinstance(path, str) and is_postgres_url(path)):
         return _open_postgres_writer(path if isinstance(path, PostgresURL) else parse_postgres_url(path), create=create)

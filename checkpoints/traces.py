@@ -1,6 +1,6 @@
 """The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing tracer batches, and reading them back.
 
-The writer runs on the store's worker thread (see ``graph.tracing``); the readers
+The writer runs on the store's worker thread (see ``graph.tracer``); the readers
 need only a database and never import the engine. Stored runs are exactly
 LangChain/LangGraph's runs (graph → node → model call), so an export is a faithful
 LangSmith trace. The "turn K" level between graph and node is synthetic: it is added
@@ -19,7 +19,7 @@ import sqlite_utils
 
 from checkpoints.paths import StoreError
 from checkpoints.reducers import apply_update
-from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
 
 if TYPE_CHECKING:
     from checkpoints.store import Writer

@@ -24,12 +24,12 @@ from checkpoints.outages import OutageError
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
 from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
-from checkpoints.trace_codec import TraceEncoder
-from checkpoints.traces import TraceItem
-from graph.context import Models, RunContext
-from graph.modes import is_scripted, scripts_for
-from graph.state import DialogueState
-from graph.tracing import traced
+from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.tables import TraceItem
+from nodes.context import Models, RunContext
+from nodes.modes import is_scripted, scripts_for
+from nodes.state import DialogueState
+from graph.tracer import traced
 from models.registry import RoleModel
 from seeds import Seed
 
@@ -120,7 +120,7 @@ class StoreWriter:
 
     def __init__(self, store: Writer, *, trace: bool = True, outage: StoreOutage | None = None) -> None:
         self.store = store
-        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing)
+        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
         self.outage = outage  # PostgreSQL: a write that meets an outage waits for the store and is made again
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 

@@ -8,9 +8,9 @@ import zlib
 
 import pytest
 
-import checkpoints.traces as traces
-from checkpoints.trace_codec import TraceDecoder, TraceEncoder, decode_stream
-from checkpoints.traces import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
+import checkpoints.traces.tables as traces
+from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.tables import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
 from cli import trace as trace_cli
 from checkpoints.reducers import apply_update
 from checkpoints.redaction import Redactor, _json_default
@@ -23,7 +23,7 @@ def _json(value):
     """As the plain layout stored a value: JSON, prompt messages in LangChain's serialised form."""
     from langchain_core.load import dumpd
 
-    from checkpoints.trace_codec import LazyMessages
+    from checkpoints.traces.codec import LazyMessages
 
     def plain(v):
         if isinstance(v, LazyMessages):
@@ -46,8 +46,8 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
         seen.extend(item[1] for item in items if item[0] == "run")
         return original(store, encoder, items, final, **kwargs)
 
-    monkeypatch.setattr("checkpoints.traces.write_trace_batch", spy)
-    monkeypatch.setattr("graph.tracing.FLUSH_INTERVAL", interval)
+    monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
+    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
     decoded = {row["id"]: row for row in stored_runs(store.db)}
     assert len(seen) == len(decoded) == 2 * (1 + 3 * 11)

@@ -116,6 +116,9 @@ class ResponseCache:
         self._pending_lock = threading.Lock()
         self._flush_queued = False
         self.write_failures = 0
+        # PostgreSQL: a lookup or write that meets a store outage waits for the store (checkpoints/store_outage.py),
+        # rather than failing the model call and with it the dialogue. Set by the command that owns the outage.
+        self.outage: Any = None
 
     # --- on the worker thread ----------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection | PgDatabase:
@@ -136,8 +139,12 @@ class ResponseCache:
             self._conn = conn
         return self._conn
 
+    def _through_outages(self, call: Callable[[], T]) -> T:
+        return call() if self.outage is None else self.outage.ride_out_sync(call)
+
     def _get(self, key: str) -> ChatResult | None:
-        row = self._connection().execute(f"select value from {TABLE} where key = ?", [stored_key(key)]).fetchone()
+        row = self._through_outages(
+            lambda: self._connection().execute(f"select value from {TABLE} where key = ?", [stored_key(key)]).fetchone())
         if row is None:
             return None
         try:
@@ -166,7 +173,7 @@ class ResponseCache:
         if not batch:
             return
         try:
-            self._put_rows(batch)
+            self._through_outages(lambda: self._put_rows(batch))
         except Exception:  # noqa: BLE001 - best effort: a lost row only costs a future miss
             self.write_failures += len(batch)
 

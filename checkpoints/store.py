@@ -176,9 +176,10 @@ class Writer(StoreQueries):
         )
 
     # --- traces, validations, deletion ------------------------------------------
-    def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
+    def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
+                          through: Any = None) -> None:
         """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
-        traces.write_trace_batch(self, encoder, items, final)
+        traces.write_trace_batch(self, encoder, items, final, through=through)
 
     def record_validation(
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any

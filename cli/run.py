@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import secrets
 import sys
 from datetime import datetime, timezone
@@ -20,11 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from checkpoints.cache import ResponseCache
 from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.migrations import SchemaTooNewError
+from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
+from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
+from cli.exit_codes import EXIT_OUTAGE
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import add_db_option, open_checkpointer
 from evals.cost import CostCap
@@ -77,6 +81,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
     p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
+    p.add_argument("--store-outage-budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
+                        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     return p
 
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return _estimate(plan, location, pricing, as_json=args.json)
     _check_priced(config, pricing)
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
+    outage = _store_outage(server, args.store_outage_budget, policy)
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
@@ -127,15 +135,32 @@ def main(argv: list[str] | None = None) -> int:
     cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
     try:
         result = asyncio.run(_play(run_config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
-                                   pauses=pauses, budget=(cap.allows, cap.ended) if cap else None))
+                                   pauses=pauses, budget=(cap.allows, cap.ended) if cap else None, outage=outage))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
+    except OutageError as exc:
+        print(f"error: {' '.join(str(exc).split())}; resume with: python -m graph.run --run-id {run_config.run_id} "
+              f"--db {location} (and the same settings)", file=sys.stderr)
+        return EXIT_OUTAGE
     except KeyboardInterrupt:
         return _interrupted(run_config.run_id, location)
     finally:
         if policy.cache is not None:
             policy.cache.close()
     return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json)
+
+
+def _store_outage(server: PostgresURL | None, budget_s: float, policy) -> StoreOutage | None:
+    """PostgreSQL: dialogues wait through a store outage of up to ``budget_s`` (checkpoints/store_outage.py)."""
+    if server is None:
+        return None
+    outage = StoreOutage(server, budget_s=budget_s)
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the pools' failed reconnections: the outage says it once
+    # past the budget, what fails while the other dialogues stop is no news: the one line main prints says it
+    outage.on_exceeded(lambda _: logging.disable(logging.CRITICAL))
+    if policy.cache is not None:
+        policy.cache.outage = outage
+    return outage
 
 
 def _pricing(config: RunConfig):
@@ -260,7 +285,7 @@ def _positive_float(text: str) -> float:
 
 
 async def _play(config: RunConfig, plan: RunPlan, store, built, policy, templates, *, quiet: bool, trace: bool = True,
-                pauses: PauseOptions | None = None, budget=None):
+                pauses: PauseOptions | None = None, budget=None, outage=None):
     def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
         """The run's models drawing with another sampling seed (repeated samples)."""
         again = config.build_models(policy, seed=seed, templates=templates)
@@ -294,7 +319,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
             scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
             result = await execute_run(
                 config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=built.targets, reseed=reseed, budget=budget,
+                targets=built.targets, reseed=reseed, budget=budget, outage=outage,
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None

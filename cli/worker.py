@@ -7,11 +7,15 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 
 from checkpoints.location import PostgresURL
+from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError
+from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import add_db_option, chosen_db
+from cli.exit_codes import EXIT_OUTAGE
 from graph.config import ConfigError, parse_rate_limits
 from graph.job_worker import WorkerSettings, run_worker
 
@@ -28,6 +32,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--stalled-after", type=_seconds, default=30.0, metavar="SECONDS",
                    help="a worker silent this long is taken for dead and its dialogues are played again from their last checkpoint (default 30)")
     p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
+    p.add_argument("--store-outage-budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="while PostgreSQL is unreachable (a restart, a crash) dialogues wait for it and play on; past this "
+                        f"long the worker exits with status {EXIT_OUTAGE}, leaving its dialogues to the next worker (default {DEFAULT_BUDGET_S:g})")
     return p
 
 
@@ -38,14 +45,21 @@ def main(argv: list[str] | None = None) -> int:
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
                               stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
-                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain)
+                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain,
+                              store_outage_budget_s=args.store_outage_budget)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # While the server is away the pools' background reconnections fail again and again: the outage's own two lines
+    # (gone, back) say it once (checkpoints/store_outage.py).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if settings.wait:
         _stop_in_two_steps()
     try:
         asyncio.run(run_worker(location, settings))
     except StoreError as exc:
         fail(str(exc))
+    except OutageError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line: the jobs wait for the next worker
+        return EXIT_OUTAGE
     except KeyboardInterrupt:  # --drain: Python's own Ctrl-C
         error_console.print("[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker.")
         return 130

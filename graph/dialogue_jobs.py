@@ -22,7 +22,9 @@ from procrastinate.exceptions import AlreadyEnqueued
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
+from checkpoints.postgres.saver import RECONNECT_TIMEOUT_S
 from checkpoints.store import Writer
+from checkpoints.store_outage import StoreOutage
 from graph.config import RunConfig
 from graph.playing import dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
@@ -59,10 +61,17 @@ class EnqueueResult:
     already: int  # waiting, running or finished already
 
 
-def queue_app(url: PostgresURL) -> App:
-    """A procrastinate app on the run's database (its own small pool); the task is registered by the worker."""
-    connector = PsycopgConnector(conninfo=url.url, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT_S)
-    return App(connector=connector)
+def queue_app(url: PostgresURL, *, outage: StoreOutage | None = None) -> App:
+    """A procrastinate app on the run's database (its own small pool); the task is registered by the worker.
+
+    With ``outage`` (workers) its queries and listener wait through store outages (graph/queue_outages.py).
+    """
+    if outage is None:
+        return App(connector=PsycopgConnector(conninfo=url.url, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT_S))
+    from graph.queue_outages import OutageRidingConnector
+
+    return App(connector=OutageRidingConnector(outage=outage, conninfo=url.url, min_size=1, max_size=4,
+                                               timeout=CONNECT_TIMEOUT_S, reconnect_timeout=RECONNECT_TIMEOUT_S))
 
 
 def queue_schema_version() -> str:

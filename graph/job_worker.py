@@ -25,9 +25,11 @@ from procrastinate import App, JobContext
 from checkpoints.cache import ResponseCache
 from checkpoints.postgres.claims import DialogueClaims
 from checkpoints.location import PostgresURL
+from checkpoints.outages import OutageError
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, open_writer
+from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
 from nodes.builder import build_graph
 from graph.config import RunConfig, stored_run_config
 from nodes.context import RunContext
@@ -49,6 +51,7 @@ class WorkerSettings:
     base_url: str | None = None
     rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
+    store_outage_budget_s: float = DEFAULT_BUDGET_S  # the store away this long: exit (75), leaving the jobs to others
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -60,8 +63,9 @@ class DialoguePlayer:
     """What a worker's jobs share: the store writer, the checkpointer's graph, built models per run."""
 
     def __init__(self, store: Writer, graph: CompiledStateGraph, settings: WorkerSettings, cache: ResponseCache | None,
-                 claims: DialogueClaims) -> None:
-        self.write = StoreWriter(store)
+                 claims: DialogueClaims, outage: StoreOutage | None = None) -> None:
+        self.write = StoreWriter(store, outage=outage)
+        self.outage = outage
         self.claims = claims
         self.graph = graph
         self.settings = settings
@@ -72,14 +76,22 @@ class DialoguePlayer:
         self._sharers = 1
 
     async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
-        """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails."""
-        stored = await self._run_config(job.run_id)
-        context = self._context(job, stored)
-        async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
-            outcome = await play_dialogue(stored, job.seed_record(), graph=self.graph, write=self.write, context=context,
-                                          notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
-                                          sample=job.sample)
-            claim.outcome = outcome.status
+        """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails.
+
+        A store outage midway (its lock may have gone with its connection) waits for the store, takes the lock
+        again and plays on from the last checkpoint: it never fails the job (checkpoints/store_outage.py).
+        """
+        async def once() -> DialogueOutcome:
+            stored = await self._run_config(job.run_id)
+            context = self._context(job, stored)
+            async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
+                outcome = await play_dialogue(stored, job.seed_record(), graph=self.graph, write=self.write, context=context,
+                                              notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
+                                              sample=job.sample)
+                claim.outcome = outcome.status
+            return outcome
+
+        outcome = await play_through_outages(self.outage, once)
         if outcome.status == "failed":
             raise DialogueFailed(f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}")
         return outcome
@@ -124,9 +136,9 @@ class DialoguePlayer:
         self.write.close()
 
 
-def worker_app(url: PostgresURL) -> App:
+def worker_app(url: PostgresURL, outage: StoreOutage | None = None) -> App:
     """The queue's app with the dialogue task registered."""
-    app = queue_app(url)
+    app = queue_app(url, outage=outage)
 
     @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRY)
     async def play(context: JobContext, **args: Any) -> str:
@@ -148,11 +160,18 @@ async def retry_stalled_jobs(app: App, *, stalled_after_s: float) -> int:
 
 
 async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> None:
-    """Every few seconds: retry stalled workers' jobs, and take this worker's share of the rate limits."""
+    """Every few seconds: retry stalled workers' jobs, and take this worker's share of the rate limits.
+
+    Not while the store is away or just back: every worker's heartbeat stopped with it, and they need
+    ``stalled_after_s`` to show they live again before any is taken for dead.
+    """
     while True:
         try:
-            await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
+            if player.outage is None or not player.outage.recently_down(within_s=stalled_after_s + player.outage.max_pause_s):
+                await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
+        except OutageError:
+            return  # past the budget: the worker is stopping
         except Exception:  # noqa: BLE001 - a lost connection must not stop the worker; the next round tries again
             log.exception("checking for stalled jobs failed")
         await asyncio.sleep(max(1.0, stalled_after_s / 3))
@@ -162,22 +181,46 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
     """Play dialogue jobs from ``url`` until stopped (SIGINT/SIGTERM) or, with ``wait=False``, the queue is empty."""
     ensure_queue_schema(url)
     store = open_writer(url)
+    outage = StoreOutage(url, budget_s=settings.store_outage_budget_s)
     cache = ResponseCache(url) if settings.cache else None
-    app = worker_app(url)
+    if cache is not None:
+        cache.outage = outage
+    app = worker_app(url, outage)
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()  # set when an outage outlasts the budget
+
+    def stop(exc: BaseException) -> None:
+        logging.disable(logging.CRITICAL)  # what fails while stopping is no news: the one line is the CLI's
+        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))
+
+    outage.on_exceeded(stop)
     try:
         async with open_postgres_saver(url) as saver, app.open_async():
             claims = DialogueClaims(url, worker=settings.name)
-            player = DialoguePlayer(store, build_graph(saver), settings, cache, claims)
+            saver.fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
+            player = DialoguePlayer(store, build_graph(saver), settings, cache, claims, outage)
             await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
             watcher = asyncio.create_task(_watch(app, player, settings.stalled_after_s))
             try:
                 while True:  # draining: a job due for a retry later still waits, so come back for it
-                    await app.run_worker_async(
+                    worker = asyncio.create_task(app.run_worker_async(
                         queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
                         update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
                         additional_context={"player": player}, install_signal_handlers=settings.wait,
-                    )
+                    ))
+                    await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
+                    if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
+                        worker.cancel()
+                        raise gone.exception()
+                    try:
+                        worker.result()
+                    except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
+                        if not _pruned(exc):
+                            raise
+                        log.warning("this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
+                                    "registering again", settings.stalled_after_s)
+                        continue
                     if settings.wait or not await waiting_jobs(app):
                         break
                     await asyncio.sleep(1.0)
@@ -189,3 +232,11 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
         if cache is not None:
             cache.close()
         store.close()
+
+
+def _pruned(exc: BaseException) -> bool:
+    """Whether procrastinate failed because this worker's row is gone (another worker pruned it as stalled)."""
+    import psycopg
+
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.errors.ForeignKeyViolation) and "worker_id" in str(cause)

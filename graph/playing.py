@@ -18,9 +18,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
+from checkpoints.outages import OutageError
 from checkpoints.run_record import upgrade
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
+from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
 from nodes.context import Models, RunContext
 from nodes.modes import is_scripted, scripts_for
 from nodes.state import DialogueState
@@ -143,6 +145,7 @@ async def execute_run(
     targets: Sequence[RoleModel] | None = None,
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
     budget: tuple[BudgetCheck, DialogueEnded] | None = None,
+    outage: StoreOutage | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
@@ -152,6 +155,8 @@ async def execute_run(
     seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
     ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
     they stay unplayed (status "held"), and the same run id plays them later.
+    ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
+    checkpoint, within the outage's budget (checkpoints/store_outage.py).
     """
     modes = config.modes
     by_mode = {
@@ -173,7 +178,7 @@ async def execute_run(
     result = RunResult(run_id=config.run_id)
     limiter = asyncio.Semaphore(max(1, config.max_concurrency))
     notify = on_progress or (lambda *_: None)
-    write = StoreWriter(store, trace=trace)
+    write = StoreWriter(store, trace=trace, outage=outage)
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
@@ -185,10 +190,10 @@ async def execute_run(
                     return DialogueOutcome(thread_id, "skipped")
                 notify("held", thread_id, 0)
                 return DialogueOutcome(thread_id, "held")
-            outcome = await play_dialogue(
+            outcome = await play_through_outages(outage, lambda: play_dialogue(
                 config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
                 script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
-            )
+            ))
             if budget is not None:
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
             return outcome
@@ -196,14 +201,16 @@ async def execute_run(
     jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
     try:
         result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
-    except BaseException:
+    except BaseException as exc:
         write.close()
-        store.finish_run(config.run_id, "interrupted")
+        if not isinstance(exc, OutageError):  # past the budget the store is away: nothing to mark
+            store.finish_run(config.run_id, "interrupted")
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
     held = any(o.status == "held" for o in result.outcomes)
-    store.finish_run(config.run_id, "failed" if failed else "stopped" if held else "finished")
+    status = "failed" if failed else "stopped" if held else "finished"
+    write.through_outages(lambda: store.finish_run(config.run_id, status))
     return result
 
 
@@ -323,6 +330,8 @@ async def drive(
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+        if is_store_outage(exc) or isinstance(exc, OutageError):
+            raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))

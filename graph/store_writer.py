@@ -9,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from checkpoints.store import Writer
+from checkpoints.store_outage import StoreOutage
 from checkpoints.traces.codec import TraceEncoder
 from checkpoints.traces.tables import TraceItem
 
@@ -23,13 +24,18 @@ class StoreWriter:
     call runs in order on the one thread, tracer batches included.
     """
 
-    def __init__(self, store: Writer, *, trace: bool = True) -> None:
+    def __init__(self, store: Writer, *, trace: bool = True, outage: StoreOutage | None = None) -> None:
         self.store = store
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
+        self.outage = outage  # PostgreSQL: a write that meets an outage waits for the store and is made again
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
+    def through_outages(self, call: Callable[[], T]) -> T:
+        """``call()``, waiting through a store outage and calling again (within the outage's budget)."""
+        return call() if self.outage is None else self.outage.ride_out_sync(call)
+
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        call = functools.partial(fn, *args, **kwargs)
+        call = functools.partial(self.through_outages, functools.partial(fn, *args, **kwargs))
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     # --- the writer's methods, typed -------------------------------------------------
@@ -59,11 +65,11 @@ class StoreWriter:
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
         """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._executor.submit(self.store.write_trace_batch, encoder, items, final)
+        return self._executor.submit(self.store.write_trace_batch, encoder, items, final, through=self.through_outages)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
-        return self._executor.submit(fn, self.store, *args)
+        return self._executor.submit(self.through_outages, functools.partial(fn, self.store, *args))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

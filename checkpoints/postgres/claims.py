@@ -14,11 +14,13 @@ import asyncio
 import hashlib
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, AsyncIterator
 
 import psycopg
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
+from checkpoints.store_outage import LockLost, is_store_outage
 
 
 def dialogue_lock_key(thread_id: str) -> int:
@@ -31,11 +33,17 @@ def dialogue_lock_key(thread_id: str) -> int:
 
 @dataclass
 class Play:
-    """One play of a dialogue while its lock is held; set ``outcome`` before the block ends."""
+    """One play of a dialogue while its lock is held; set ``outcome`` before the block ends.
+
+    ``connection`` is the claims connection the lock was taken on (a new connection means the lock went with the
+    old one); ``held_at`` is the server's time when the lock was last confirmed held (:meth:`DialogueClaims.confirm`).
+    """
 
     id: int
     thread_id: str
     outcome: str | None = None
+    connection: int = 0
+    held_at: datetime | None = None
 
 
 class DialogueClaims:
@@ -44,6 +52,11 @@ class DialogueClaims:
 
     A busy lock is polled (``pg_try_advisory_lock``), so one waiting dialogue never blocks the connection for the
     others; session-level locks are re-entrant, so dialogues held by this process are also tracked here.
+
+    When that connection is lost (a server restart or crash, a dropped connection) every lock on it is gone:
+    :meth:`confirm` (run before each checkpoint write) then raises :class:`LockLost`, the play stops and is
+    played on once the lock is taken again on a new connection. A lost play's row is closed when the store is
+    back, ended at the last moment its lock was confirmed held, so ``dialogue_plays`` never shows two at once.
     """
 
     def __init__(self, url: PostgresURL, *, worker: str, poll_s: float = 0.5) -> None:
@@ -51,49 +64,112 @@ class DialogueClaims:
         self.worker = worker
         self.poll_s = poll_s
         self._conn: psycopg.AsyncConnection | None = None
+        self._connection = 0  # how many connections were opened: each one's locks die with it
         self._use = asyncio.Lock()
-        self._held: set[str] = set()
+        self._plays: dict[str, Play] = {}
+        self._lost: list[tuple[int, str, datetime | None]] = []  # (play id, outcome, held at) to close once back
 
     @asynccontextmanager
     async def claim(self, thread_id: str, *, run_id: str, job_id: int | None = None) -> AsyncIterator[Play]:
         """Hold the dialogue's lock (waiting while any player holds it) and record the play from start to end."""
         key = dialogue_lock_key(thread_id)
-        while thread_id in self._held or not await self._one("select pg_try_advisory_lock(%s)", [key]):
+        while True:
+            if thread_id not in self._plays:
+                (got,), connection = await self._one("select pg_try_advisory_lock(%s)", [key])
+                if got:
+                    break
             await asyncio.sleep(self.poll_s)
-        self._held.add(thread_id)
+        play = Play(id=0, thread_id=thread_id, connection=connection)
+        self._plays[thread_id] = play
         try:
-            play = Play(id=await self._one(
+            (play.id, play.held_at), now_on = await self._one(
                 "insert into dialogue_plays (thread_id, run_id, worker, job_id, started_at) "
-                "values (%s, %s, %s, %s, clock_timestamp()) returning id", [thread_id, run_id, self.worker, job_id]),
-                thread_id=thread_id)
+                "values (%s, %s, %s, %s, clock_timestamp()) returning id, started_at", [thread_id, run_id, self.worker, job_id])
+            if now_on != connection:  # lost between taking the lock and recording the play
+                self._lost.append((play.id, "lock lost", play.held_at))
+                raise LockLost(f"the lock of {thread_id} went with its connection")
             try:
                 yield play
             except BaseException as exc:
                 stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-                play.outcome = play.outcome or ("stopped" if stopped else "error")
+                play.outcome = play.outcome or ("stopped" if stopped else "lock lost" if is_store_outage(exc) else "error")
                 raise
             finally:
-                await self._one("update dialogue_plays set ended_at = clock_timestamp(), outcome = %s where id = %s "
-                                "returning id", [play.outcome or "unknown", play.id])
+                await self._end(play)
         finally:
-            self._held.discard(thread_id)
-            await self._one("select pg_advisory_unlock(%s)", [key])
+            self._plays.pop(thread_id, None)
 
-    async def _one(self, query: str, params: list[Any]) -> Any:
-        """The first column of the query's one row, on the claims connection (opened on first use)."""
+    async def confirm(self, thread_id: str) -> None:
+        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under one)."""
+        play = self._plays.get(thread_id)
+        if play is None or not play.id:
+            raise LockLost(f"{thread_id} is not claimed by this worker")
+        try:
+            (held_at,), connection = await self._one("select clock_timestamp()", [], reconnect=False)
+        except psycopg.Error as exc:
+            raise LockLost(f"the lock of {thread_id} went with its connection") from exc
+        if connection != play.connection:
+            raise LockLost(f"the lock of {thread_id} went with its connection")
+        play.held_at = held_at
+
+    async def _end(self, play: Play) -> None:
+        """Record the end of the play and free its lock; if the lock went with its connection, close the row later."""
+        if play.connection == self._connection and self._conn is not None and not self._conn.broken:
+            try:
+                _, connection = await self._one(
+                    "update dialogue_plays set ended_at = clock_timestamp(), outcome = %s where id = %s returning id",
+                    [play.outcome or "unknown", play.id], reconnect=False)
+                if connection == play.connection:
+                    await self._one("select pg_advisory_unlock(%s)", [dialogue_lock_key(play.thread_id)], reconnect=False)
+                    return
+            except psycopg.Error:
+                pass
+        self._lost.append((play.id, play.outcome or "lock lost", play.held_at))
+
+    async def _one(self, query: str, params: list[Any], *, reconnect: bool = True) -> tuple[tuple[Any, ...], int]:
+        """The query's one row on the claims connection, and which connection that was.
+
+        A lost connection is replaced (``reconnect``) only outside a play's checks: the new one holds none of the
+        old locks, which their plays find out in :meth:`confirm`.
+        """
         async with self._use:
-            if self._conn is None:
+            if self._conn is None or self._conn.broken or self._conn.closed:
+                if not reconnect and self._conn is not None:
+                    raise psycopg.OperationalError("the claims connection was lost")
                 try:
                     self._conn = await psycopg.AsyncConnection.connect(self.url.url, autocommit=True,
                                                                        connect_timeout=CONNECT_TIMEOUT_S)
                 except psycopg.OperationalError:
-                    raise unreachable(self.url) from None
+                    if self._connection == 0:
+                        raise unreachable(self.url) from None
+                    raise  # the store went away: the caller waits for it (checkpoints/store_outage.py)
+                self._connection += 1
+                if self._connection > 1:
+                    await self._close_orphans()
+            if self._lost:
+                await self._close_lost()
             row = await (await self._conn.execute(query, params)).fetchone()
-            return row[0]
+            return tuple(row), self._connection
+
+    async def _close_orphans(self) -> None:
+        """Close this worker's open rows that no play of it owns: a row recorded just as the connection died (its
+        id never came back, and the lock went with the connection), so nothing was played under it."""
+        owned = [p.id for p in self._plays.values() if p.id] + [play_id for play_id, *_ in self._lost]
+        await self._conn.execute(
+            "update dialogue_plays set ended_at = started_at, outcome = 'lock lost' "
+            "where worker = %s and ended_at is null and not (id = any(%s))", [self.worker, owned])
+
+    async def _close_lost(self) -> None:
+        """Close the rows of plays whose lock went with a lost connection (on the new connection, lock held)."""
+        while self._lost:
+            play_id, outcome, held_at = self._lost[0]
+            await self._conn.execute(
+                "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and ended_at is null",
+                [held_at, outcome, play_id])
+            self._lost.pop(0)
 
     async def close(self) -> None:
         """Close the connection: the server frees every lock still held (as it does when the process dies)."""
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
-

@@ -126,19 +126,32 @@ class PgDatabase:
     """One psycopg connection (autocommit) with sqlite-utils' ``query`` / ``execute`` / ``table_names`` / ``db[table]``."""
 
     dialect = DIALECT
+    _closed = False
 
     def __init__(self, url: PostgresURL, *, read_only: bool = False) -> None:
         import psycopg
 
-        options = "-c default_transaction_read_only=on" if read_only else None
+        self.url = url
+        self._options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
         try:
-            self._conn = psycopg.connect(url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None,
-                                         **({"options": options} if options else {}))
+            self._conn = self._connect()
         except psycopg.OperationalError:
             raise unreachable(url) from None
-        self.url = url
         self._lock = threading.RLock()
         self._pks: dict[str, str] = {}
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None,
+                               **self._options)
+
+    def _live(self) -> Any:
+        """The connection, a new one if the last was lost (a server restart): the statement that met the loss
+        raised (a transaction never goes on over two connections); callers wait for the store and try again."""
+        if self._conn.broken or (self._conn.closed and not self._closed):
+            self._conn = self._connect()  # psycopg.OperationalError while the server is still away
+        return self._conn
 
     @property
     def conn(self) -> PgDatabase:
@@ -152,11 +165,11 @@ class PgDatabase:
     def execute_native(self, sql: str, params: Any = None) -> Any:
         """Run one statement in psycopg's own syntax (several at once when ``params`` is None)."""
         with self._lock:
-            return self._conn.execute(sql, params)
+            return self._live().execute(sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> Any:
         with self._lock:
-            cursor = self._conn.cursor()
+            cursor = self._live().cursor()
             cursor.executemany(translate(sql), [_params(r) for r in rows])
             return cursor
 
@@ -192,6 +205,7 @@ class PgDatabase:
         return PgTable(self, table)
 
     def close(self) -> None:
+        self._closed = True
         self._conn.close()
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any, AsyncIterator
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -29,11 +31,31 @@ from checkpoints.serde import StrictSerializer
 # pg_advisory_lock key for the saver's setup(): 'dymt' 'cksv' as two int32s, so no other lock collides by chance.
 SETUP_LOCK = (0x64796D74, 0x636B7376)
 SETUP_WAIT_S = 300.0
+# How long a pool keeps trying to replace a lost connection in the background (psycopg_pool's default is 300 s);
+# getconn() tries again anyway, and callers wait within --store-outage-budget (checkpoints/store_outage.py).
+RECONNECT_TIMEOUT_S = 3600.0
 CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0}
 
 
 class PostgresDialogueSaver(LeanCheckpoints, AsyncPostgresSaver):
-    """LangGraph's Postgres saver with the SQLite saver's short channel versions and lean metadata."""
+    """LangGraph's Postgres saver with the SQLite saver's short channel versions and lean metadata.
+
+    ``fence(thread_id)``, when set (workers: checkpoints/postgres/claims.py), runs before every write of a thread and
+    raises if this process no longer holds the dialogue's lock (it went with a lost connection): a checkpoint is
+    never written by a player that lost its claim.
+    """
+
+    fence: Callable[[str], Awaitable[None]] | None = None
+
+    async def aput(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> RunnableConfig:
+        if self.fence is not None:
+            await self.fence(config["configurable"]["thread_id"])
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Any, task_id: str, task_path: str = "") -> None:
+        if self.fence is not None:
+            await self.fence(config["configurable"]["thread_id"])
+        return await super().aput_writes(config, writes, task_id, task_path)
 
 
 async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
@@ -61,8 +83,10 @@ async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
 @asynccontextmanager
 async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2) -> AsyncIterator[PostgresDialogueSaver]:
     """A :class:`PostgresDialogueSaver` on ``url`` with a pool of its own, set up; the pool closes on exit."""
+    # check: a connection the server dropped (a restart) is replaced before use, not handed to the saver.
     pool = AsyncConnectionPool(url.url, min_size=1, max_size=max_connections, kwargs=dict(CONNECTION_KWARGS),
-                               open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints")
+                               open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints",
+                               check=AsyncConnectionPool.check_connection, reconnect_timeout=RECONNECT_TIMEOUT_S)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
     except PoolTimeout:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,8 +63,12 @@ _UPSERT_CHUNK = (
 )
 
 
-def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> None:
+def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
+                      through: Callable[[Callable[[], None]], None] | None = None) -> None:
     """Encode one tracer batch as the trace's next chunk and store it with the trace's summary, in one transaction.
+
+    ``through(save)`` runs the transaction (a store outage waits and saves again); the batch is encoded once, as the
+    encoder's compression state moves on with every chunk.
 
     Runs are encoded in start order (a node before the runs inside it), so a router's input
     state is known when it is encoded; the reader decodes in the same order.
@@ -87,9 +91,13 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
     seq = encoder.seq
     chunk = encoder.encode(records, final=final)
     summary = encoder.summary_row()
-    with store.transaction():
-        store.db.conn.execute(_UPSERT_CHUNK, [encoder.trace_id, seq, chunk])
-        store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
+
+    def save() -> None:
+        with store.transaction():
+            store.db.conn.execute(_UPSERT_CHUNK, [encoder.trace_id, seq, chunk])
+            store.db.conn.execute(_UPSERT_INDEX, [summary.get(c) for c in INDEX_COLUMNS])
+
+    (through or (lambda call: call()))(save)
 
 
 # --- reading ------------------------------------------------------------------------------

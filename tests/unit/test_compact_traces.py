@@ -42,9 +42,9 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
     seen: list[dict] = []
     original = traces.write_trace_batch
 
-    def spy(store, encoder, items, final=False):
+    def spy(store, encoder, items, final=False, **kwargs):
         seen.extend(item[1] for item in items if item[0] == "run")
-        return original(store, encoder, items, final)
+        return original(store, encoder, items, final, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
     monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)

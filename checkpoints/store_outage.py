@@ -1,0 +1,199 @@
+"""A PostgreSQL store that is briefly gone (a restart, a crash, dropped connections): wait for it, within a budget.
+
+One :class:`StoreOutage` per process is shared by everything that talks to the store (the writer, the response
+cache, the checkpointer's callers, the job queue): the outage starts at the first failure any of them sees and ends
+at the first success, so one budget holds for the process whatever it was doing. While the store is away callers
+wait with a growing pause (jittered, capped) and then try again; the store's writes are idempotent upserts and a
+dialogue plays on from its last checkpoint, so trying again is safe. Past the budget, :class:`StoreOutageError`
+(an :class:`checkpoints.outages.OutageError`: exit status 75) says so in one line. Nothing here counts against a
+dialogue's retries or fails a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psycopg
+
+from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL
+from checkpoints.outages import OutageError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_BUDGET_S = 600.0  # --store-outage-budget: ten minutes, longer than a managed server's restart or failover
+FIRST_PAUSE_S = 0.2
+MAX_PAUSE_S = 2.0
+
+
+class StoreOutageError(OutageError):
+    """The store stayed unreachable past ``--store-outage-budget``."""
+
+
+class LockLost(Exception):
+    """A dialogue's advisory lock went with the connection that held it: take it again before playing on."""
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) means the store is unreachable for now, not that a query is wrong.
+
+    psycopg's OperationalError covers a refused or dropped connection, a server shutting down or starting up,
+    and the pool's timeout (``PoolTimeout`` is one); procrastinate wraps them as the cause of its own errors.
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, StoreOutageError):
+            return False  # past the budget: stop, do not wait again
+        if isinstance(exc, (psycopg.OperationalError, LockLost)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+class StoreOutage:
+    """When the store went away and how long this process waits for it (``budget_s``)."""
+
+    def __init__(self, url: PostgresURL, *, budget_s: float = DEFAULT_BUDGET_S, first_pause_s: float = FIRST_PAUSE_S,
+                 max_pause_s: float = MAX_PAUSE_S) -> None:
+        self.url = url
+        self.budget_s = budget_s
+        self.first_pause_s = first_pause_s
+        self.max_pause_s = max_pause_s
+        self.outages = 0  # how many times the store went away
+        self.waited_s = 0.0  # seconds spent without it, all outages
+        self.last_back: float | None = None  # time.monotonic() when it last came back
+        self._down_since: float | None = None
+        self._lock = threading.Lock()
+        self._exceeded: StoreOutageError | None = None
+        self._on_exceeded: list[Callable[[StoreOutageError], None]] = []
+
+    # --- state -----------------------------------------------------------------------------------------------
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def went_down(self, exc: BaseException) -> None:
+        """Note a failure that means the store is unreachable (the first one starts the outage)."""
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self.outages += 1
+                log.warning("PostgreSQL at %s unreachable (%s): waiting for it, up to %g s", self.url,
+                            type(exc).__name__, self.budget_s)
+
+    def came_back(self) -> None:
+        """Note a success: the outage, if any, is over."""
+        if self._down_since is None:
+            return
+        with self._lock:
+            if self._down_since is not None:
+                gone = time.monotonic() - self._down_since
+                self.waited_s += gone
+                self._down_since = None
+                self.last_back = time.monotonic()
+                log.warning("PostgreSQL at %s is back after %.1f s: playing on", self.url, gone)
+
+    def recently_down(self, within_s: float) -> bool:
+        """Whether the store is down now or came back less than ``within_s`` seconds ago."""
+        return self.down or (self.last_back is not None and time.monotonic() - self.last_back < within_s)
+
+    def on_exceeded(self, callback: Callable[[StoreOutageError], None]) -> None:
+        """Call ``callback`` (from any thread) once, when an outage outlasts the budget."""
+        self._on_exceeded.append(callback)
+
+    def check(self) -> None:
+        """Raise :class:`StoreOutageError` if the current outage has outlasted the budget (and ever after)."""
+        if self._exceeded is not None:
+            raise self._exceeded
+        since = self._down_since
+        if since is None or time.monotonic() - since <= self.budget_s:
+            return
+        with self._lock:
+            if self._exceeded is None:
+                self._exceeded = StoreOutageError(
+                    f"PostgreSQL at {self.url} has been unreachable for over {self.budget_s:g} s "
+                    "(--store-outage-budget): stopping; every dialogue is saved up to its last checkpoint and "
+                    "another worker (or this command, run again) plays it on once the server is back")
+                callbacks = list(self._on_exceeded)
+            else:
+                callbacks = []
+        for callback in callbacks:
+            callback(self._exceeded)
+        raise self._exceeded
+
+    def _pause(self, attempt: int) -> float:
+        return min(self.max_pause_s, self.first_pause_s * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+
+    # --- riding it out ---------------------------------------------------------------------------------------
+    async def ride_out(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """``await operation()``, called again after a pause while the store is unreachable (it must be safe to repeat)."""
+        attempt = 0
+        while True:
+            self.check()
+            try:
+                result = await operation()
+            except Exception as exc:
+                if not is_store_outage(exc):
+                    raise
+                self.went_down(exc)
+                self.check()
+                await asyncio.sleep(self._pause(attempt))
+                attempt += 1
+                continue
+            self.came_back()
+            return result
+
+    def ride_out_sync(self, operation: Callable[[], T]) -> T:
+        """:meth:`ride_out` for blocking code (the store writer's and the cache's threads)."""
+        attempt = 0
+        while True:
+            self.check()
+            try:
+                result = operation()
+            except Exception as exc:
+                if not is_store_outage(exc):
+                    raise
+                self.went_down(exc)
+                self.check()
+                time.sleep(self._pause(attempt))
+                attempt += 1
+                continue
+            self.came_back()
+            return result
+
+    async def wait_until_back(self, exc: BaseException) -> None:
+        """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers."""
+        self.went_down(exc)
+        attempt = 0
+        while True:
+            self.check()
+            await asyncio.sleep(self._pause(attempt))
+            attempt += 1
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url.url, autocommit=True,
+                                                             connect_timeout=min(CONNECT_TIMEOUT_S, 5))
+                async with conn:
+                    await conn.execute("select 1")
+            except psycopg.OperationalError:
+                continue
+            self.came_back()
+            return
+
+
+async def play_through_outages(outage: StoreOutage | None, play: Callable[[], Awaitable[T]]) -> T:
+    """``await play()`` until it returns; a store outage midway waits for the store, then plays again (from the
+    last checkpoint: ``play`` must resume, as playing a dialogue does). Without ``outage`` (SQLite) it plays once."""
+    while True:
+        try:
+            return await play()
+        except Exception as exc:
+            if outage is None or not is_store_outage(exc):
+                raise
+            await outage.wait_until_back(exc)

@@ -1,0 +1,78 @@
+"""procrastinate's connector riding out store outages: its queries wait for the store instead of failing the worker.
+
+procrastinate 3's worker stops when a side task fails (the heartbeat's update, the listener's reconnection) and its
+job loop raises when fetching a job fails; its psycopg pool replaces dropped connections (``check``) and its listener
+reconnects only if the server answers at once. Through this connector every query (fetch a job, finish or retry one,
+the heartbeat) and the listener wait for the store with backoff while it is away (checkpoints/store_outage.py), so a
+restart or crash of the server is a pause, not a stopped worker or a failed job; past the outage budget they raise
+:class:`checkpoints.store_outage.StoreOutageError` and the worker exits (cli/worker.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from procrastinate import PsycopgConnector, sql
+
+from checkpoints.store_outage import StoreOutage, is_store_outage
+
+
+FETCH_JOB = sql.queries["fetch_job"]
+DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
+# A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this
+# worker, which does not know it; handed out by the next fetch instead of left 'doing' for ever. Same columns as fetch_job.
+TAKEN_UNSEEN = ("SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name, attempts, "
+                "worker_id FROM procrastinate_jobs WHERE status = 'doing' AND worker_id = %(worker_id)s "
+                "AND NOT (id = ANY(%(known)s)) ORDER BY id LIMIT 1")
+
+
+class OutageRidingConnector(PsycopgConnector):
+    """A :class:`procrastinate.PsycopgConnector` whose queries and listener wait through store outages."""
+
+    def __init__(self, *, outage: StoreOutage, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.outage = outage
+        self._handed: set[int] = set()  # jobs fetched by this worker and not yet finished or retried
+
+    async def execute_query_async(self, query: Any, **arguments: Any) -> None:
+        await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
+        if query in DONE_WITH_JOB:
+            self._handed.discard(arguments.get("job_id"))
+
+    async def execute_query_one_async(self, query: Any, **arguments: Any) -> dict[str, Any]:
+        if query != FETCH_JOB:
+            return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_one_async(query, **arguments))
+        interrupted = False
+
+        async def fetch() -> dict[str, Any]:
+            nonlocal interrupted
+            if interrupted:
+                taken = await super(OutageRidingConnector, self).execute_query_all_async(
+                    TAKEN_UNSEEN, worker_id=arguments["worker_id"], known=sorted(self._handed))
+                if taken:
+                    return taken[0]
+            try:
+                return await super(OutageRidingConnector, self).execute_query_one_async(query, **arguments)
+            except Exception as exc:
+                interrupted = interrupted or is_store_outage(exc)
+                raise
+
+        row = await self.outage.ride_out(fetch)
+        if row.get("id") is not None:
+            self._handed.add(row["id"])
+        return row
+
+    async def execute_query_all_async(self, query: Any, **arguments: Any) -> list[dict[str, Any]]:
+        return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_all_async(query, **arguments))
+
+    async def listen_notify(self, on_notification: Any, channels: Iterable[str]) -> None:
+        """Listen for new jobs; when the server is away, wait for it and listen again (jobs deferred meanwhile are
+        found by the worker's polling, every few seconds)."""
+        while True:
+            try:
+                await super().listen_notify(on_notification, channels)
+            except Exception as exc:
+                if not is_store_outage(exc):
+                    raise
+                await self.outage.wait_until_back(exc)

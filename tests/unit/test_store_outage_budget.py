@@ -1,0 +1,74 @@
+"""The store-outage budget and backoff on their own (no server): what waits, what gives up, what is not an outage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+from procrastinate.exceptions import ConnectorException
+
+from checkpoints.location import PostgresURL
+from checkpoints.outages import OutageError
+from checkpoints.store_outage import LockLost, StoreOutage, StoreOutageError, is_store_outage
+
+URL = PostgresURL("postgresql://nobody@127.0.0.1:1/x")
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    try:
+        try:
+            raise exc
+        except BaseException as inner:
+            raise ConnectorException() from inner
+    except ConnectorException as outer:
+        return outer
+
+
+def test_what_counts_as_an_outage():
+    assert is_store_outage(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert is_store_outage(psycopg.errors.AdminShutdown("terminating connection due to administrator command"))
+    assert is_store_outage(_wrapped(psycopg.OperationalError("gone")))  # procrastinate's wrapper
+    assert is_store_outage(LockLost("t"))
+    assert not is_store_outage(psycopg.errors.UniqueViolation("dup"))  # a wrong query is not an outage
+    assert not is_store_outage(ValueError("x"))
+    assert not is_store_outage(StoreOutageError("past the budget"))  # never waited on again
+    assert issubclass(StoreOutageError, OutageError)  # exit status 75 (cli/exit_codes.py)
+
+
+def test_an_operation_is_tried_again_until_the_store_answers_and_the_outage_ends():
+    outage, calls = StoreOutage(URL, budget_s=5, first_pause_s=0.01, max_pause_s=0.02), []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise psycopg.OperationalError("connection refused")
+        return "ok"
+
+    assert outage.ride_out_sync(flaky) == "ok" and len(calls) == 4
+    assert not outage.down and outage.outages == 1 and outage.recently_down(within_s=60)
+
+
+def test_past_the_budget_it_gives_up_once_for_everyone_and_says_so():
+    outage, told = StoreOutage(URL, budget_s=0.2, first_pause_s=0.01, max_pause_s=0.05), []
+    outage.on_exceeded(told.append)
+
+    async def never() -> None:
+        raise psycopg.OperationalError("connection refused")
+
+    started = time.monotonic()
+    with pytest.raises(StoreOutageError, match=r"unreachable for over 0.2 s \(--store-outage-budget\)"):
+        asyncio.run(outage.ride_out(never))
+    assert 0.2 <= time.monotonic() - started < 2
+    assert len(told) == 1
+    with pytest.raises(StoreOutageError):  # and ever after, at once
+        outage.ride_out_sync(lambda: "never called")
+    assert len(told) == 1
+
+
+def test_a_wrong_query_is_raised_at_once_not_waited_on():
+    outage = StoreOutage(URL, budget_s=5)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        outage.ride_out_sync(lambda: (_ for _ in ()).throw(psycopg.errors.UndefinedTable("no table")))
+    assert not outage.down and outage.outages == 0

@@ -9,10 +9,10 @@ from typing import NoReturn
 
 from rich.console import Console
 
+from cli.exit_codes import EXIT_BAD_INPUT
+
 console = Console()
 error_console = Console(stderr=True)
-
-EXIT_BAD_INPUT = 2
 
 
 def fail(message: str) -> NoReturn:

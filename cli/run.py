@@ -15,7 +15,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL, default_db, parse_db
@@ -25,6 +25,8 @@ from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
+from cli.outage_display import OutageProgress
+from cli.run_outcome import exit_status, print_ending, resume_command
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import open_checkpointer
 from evals.cost import CostCap
@@ -65,6 +67,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
+    p.add_argument("--outage-budget", default=None, metavar="DURATION",
+                   help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default 10m)")
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
     p.add_argument("--db", default=None, help=f"dialogue database (default {default_db_path()})")
@@ -94,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     server = _postgres_location(args.db, config.db)
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    if args.enqueue and (args.interactive or args.pause_after or args.max_cost is not None or args.estimate):
-        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost and --estimate")
+    if args.enqueue and (args.interactive or args.pause_after or config.max_cost is not None or args.estimate):
+        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost (flag or max_cost in the experiment file) and --estimate")
     if args.wait and not args.enqueue:
         if not config.run_id:
             fail("--wait needs --run-id R (the run enqueued with --enqueue)")
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
                                    trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
-                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
+                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None, outages=policy.outages))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -219,17 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if policy.cache is not None:
             policy.cache.close()
-    calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary()}
+    calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
+             "outages": policy.outage_summary()}
     budget = None
     if cap is not None:
         budget = {"max_usd": cap.cap, "spent_usd": cap.spent(), "held": sum(1 for o in result.outcomes if o.status == "held")}
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
+    status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
+    if status != 0:
+        summary["resume"] = resume_command(argv, run_id)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render_summary(summary, console)
     print_paused_hint(store, [o.thread_id for o in result.outcomes if o.status == "paused"], run_id=run_id)
-    return 0
+    print_ending(summary, status, policy, error_console)
+    return status
 
 
 def _explicit_flags(argv: list[str] | None) -> set[str]:
@@ -263,11 +272,11 @@ def _positive_float(text: str) -> float:
 
 async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scripts=None, trace: bool = True,
                 targets: list[RoleModel] | None = None, total: int | None = None, pauses: PauseOptions | None = None,
-                reseed=None, budget=None):
+                reseed=None, budget=None, outages=None):
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
-        progress = Progress(
+        progress = OutageProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -275,6 +284,7 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             console=error_console,
             disable=quiet,
             transient=False,
+            outages=outages,
         )
         with progress:
             total = total or len(seeds)

@@ -30,7 +30,9 @@ from checkpoints.vocabulary import ROLES, Role
 from graph.context import Models
 from graph.runner import RunSpec
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
+from checkpoints.outages import parse_duration
 from models.call_policy import CallPolicy
+from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from models.retries import RetryPolicy
 from prompts import PromptTemplate
 
@@ -152,8 +154,15 @@ class RunConfig(_Strict):
     """By role or by spec; a spec's settings override its role's, which override ROLE_SAMPLING."""
     rate_limits: dict[str, float] = Field(default_factory=dict)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    outage_budget: float = Field(DEFAULT_OUTAGE_BUDGET_S, gt=0)
+    """Seconds a provider may stay unreachable before its dialogues fail (--outage-budget; 600, 90s, 10m, 1h)."""
     prompts: dict[Role, PromptSource] = Field(default_factory=dict)
     config_file: Path | None = None
+
+    @field_validator("outage_budget", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("rate_limits")
     @classmethod
@@ -202,6 +211,8 @@ class RunConfig(_Strict):
                 data["modes"] = list(dict.fromkeys([value] if isinstance(value, str) else value))
             elif dest == "no_cache":
                 data["cache"] = not value
+            elif dest == "outage_budget" and value is None:
+                continue  # not given: the default
             elif dest in ("db", "pricing") and value is not None:
                 data[dest] = Path(value)
             elif dest not in _SPECIAL:
@@ -275,6 +286,7 @@ class RunConfig(_Strict):
             "run_id": run_id,
             "retry": {k: v for k, v in (calls.get("retry") or {}).items() if k in RetrySettings.model_fields},
             "rate_limits": dict(calls.get("rate_limits") or {}),
+            **({"outage_budget": calls["outage_budget"]} if calls.get("outage_budget") else {}),
         }
         try:
             return cls.model_validate(data)
@@ -340,7 +352,8 @@ class RunConfig(_Strict):
 
     def call_policy(self, cache: Any = None) -> CallPolicy:
         """Retries and rate limits shared by every model of the run, with the response cache if any."""
-        return CallPolicy(retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache)
+        return CallPolicy(retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache,
+                          outage_budget=self.outage_budget)
 
     # ----------------------------------------------------------------- what a run stores
 
@@ -387,6 +400,7 @@ class RunConfig(_Strict):
             "cache": policy.cache is not None,
             "retry": dataclasses.asdict(policy.retry),
             "rate_limits": dict(policy.rate_limits),
+            "outage_budget": policy.outage_budget,
             "base_urls": {name: strip_credentials(s.base_url) for name, s in sampling.items() if s.base_url},
         }
 
@@ -445,7 +459,8 @@ _SPECIAL = frozenset({
 })
 _FLAG_FIELDS = (
     "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "max_concurrency",
-    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", *sorted(_SPECIAL),
+    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", "outage_budget",
+    *sorted(_SPECIAL),
 )
 _TOML_KEYS = {"user_model": "models.user", "judge_model": "models.judge", "target_model": "models.targets", "mode": "modes", "no_cache": "cache"}
 _FLAGS_OF_FIELDS = {

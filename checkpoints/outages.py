@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
 
 class OutageError(Exception):
     """A provider, the store or the disk stayed unavailable past its budget; the CLI prints one line and exits 75."""
@@ -24,3 +29,77 @@ def parse_duration(text: str | float | int) -> float:
     if not value > 0:
         raise ValueError(f"{text!r} must be a duration of more than 0 seconds")
     return value
+
+
+class StoreUnwritable(OutageError):
+    """The SQLite store cannot be written (its disk is full, or it or its folder is read-only); nothing was lost."""
+
+    def __init__(self, path: Path, kind: str, detail: str) -> None:
+        self.path, self.kind, self.detail = Path(path), kind, detail
+        where = f"the dialogue database {self.path}"
+        super().__init__(f"{where} is on a full disk ({detail})" if kind == "full" else f"{where} is read-only ({detail})")
+
+    def advice(self, *, dialogues: int | None = None, run_id: str | None = None) -> str:
+        """What to do: how much to free on its filesystem, or how to make it writable."""
+        if self.kind == "full":
+            need = space_needed(self.path, run_id=run_id, dialogues=dialogues)
+            free = shutil.disk_usage(self.path.parent).free
+            return f"free at least {format_bytes(need)} on its filesystem ({format_bytes(free)} free now)"
+        return f"make it and its folder writable (chmod u+w {self.path} {self.path.parent}, or remount read-write)"
+
+
+def store_fault(exc: BaseException, path: Path | None = None) -> StoreUnwritable | None:
+    """``exc`` (or what it was raised from) as a full or read-only SQLite store, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StoreUnwritable):
+            return current
+        if isinstance(current, sqlite3.Error) and path is not None:
+            name = getattr(current, "sqlite_errorname", "") or ""
+            text = str(current)
+            if name.startswith("SQLITE_FULL") or "database or disk is full" in text:
+                return StoreUnwritable(path, "full", text)
+            if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+                return StoreUnwritable(path, "read-only", text)
+            if name.startswith("SQLITE_IOERR") and _nearly_full(path):
+                return StoreUnwritable(path, "full", text)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None = None) -> int:
+    """Bytes to free so the run can finish: its stored bytes per dialogue × dialogues left, the WAL, and 1 MiB spare."""
+    wal = path.with_name(path.name + "-wal")
+    size = path.stat().st_size if path.exists() else 0
+    wal_size = wal.stat().st_size if wal.exists() else 0
+    left, stored = 0, 1
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            stored = max(1, conn.execute("SELECT count(*) FROM dialogues").fetchone()[0])
+            if run_id is not None and dialogues is not None:
+                finished = conn.execute("SELECT count(*) FROM dialogues WHERE run_id = ? AND status = 'finished'",
+                                        (run_id,)).fetchone()[0]
+                left = max(0, dialogues - finished)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass  # the estimate then counts the WAL and the spare only
+    return int((size + wal_size) / stored * left) + wal_size + 2**20
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _nearly_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path.parent).free < 256 * 1024
+    except OSError:
+        return False

@@ -20,13 +20,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.migrations import SchemaTooNewError
+from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError, check_db_path, default_db_path
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
 from cli.outage_display import OutageProgress
-from cli.run_outcome import exit_status, print_ending, resume_command
+from cli.run_outcome import exit_status, outage_exit, print_ending, resume_command
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import open_checkpointer
 from evals.cost import CostCap
@@ -214,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                                    reseed=reseed, budget=(cap.allows, cap.ended) if cap else None, outages=policy.outages))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
+    except OutageError as exc:  # a full or read-only store: one line, exit 75
+        return outage_exit(exc, resume=resume_command(argv, run_id), console=error_console, run_id=run_id, dialogues=n_dialogues)
     except KeyboardInterrupt:
         error_console.print(
             f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from checkpoints.outages import OutageError, StoreUnwritable
 from cli.exit_codes import EXIT_OK, EXIT_OUTAGE, EXIT_SOME_FAILED
 from models.call_policy import CallPolicy
 
@@ -38,12 +39,21 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
     """One line on stderr when the command does not exit 0: what happened, how many, the command that resumes."""
     if status == EXIT_OK:
         return
-    resume = summary.get("resume_command") or summary.get("resume", "")
+    resume = summary.get("resume", "")
     if status == EXIT_OUTAGE and policy is not None:
         for circuit in policy.outages_past_budget():
-            console.print(Text(f"outage: {circuit.endpoint} stayed unreachable past the outage budget "
-                               f"({circuit.budget:g} s); {unfinished(summary)} dialogue(s) stopped failed, nothing lost. "
-                               f"Resume once it is back with: {resume}", style="red"))
+            line = (f"outage: {circuit.endpoint} stayed unreachable past the outage budget ({circuit.budget:g} s); "
+                    f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}")
+            console.print(Text(line, style="red"), soft_wrap=True)
         return
     console.print(Text(f"{unfinished(summary)} of {summary.get('dialogues', 0)} dialogue(s) did not finish. "
-                       f"Resume with: {resume}", style="red"))
+                       f"Resume with: {resume}", style="red"), soft_wrap=True)
+
+
+def outage_exit(exc: OutageError, *, resume: str, console: Console, run_id: str | None = None,
+                dialogues: int | None = None) -> int:
+    """One line for an outage that stopped the run (a full or read-only store): what, what to do, the resume command; 75."""
+    advice = exc.advice(dialogues=dialogues, run_id=run_id) if isinstance(exc, StoreUnwritable) else ""
+    line = f"error: {exc}: " + (f"{advice}, " if advice else "") + f"then resume with: {resume} (nothing is lost)"
+    console.print(Text(line, style="red"), soft_wrap=True)
+    return EXIT_OUTAGE

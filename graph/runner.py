@@ -14,12 +14,14 @@ import importlib.metadata
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
+from checkpoints.outages import store_fault
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
 from checkpoints.trace_codec import TraceEncoder
@@ -259,17 +261,40 @@ async def execute_run(
             return outcome
 
     jobs = plan_dialogues(spec, seeds, by_mode, list(by_target))
+    tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
-        result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
-    except BaseException:
+        result.outcomes = list(await asyncio.gather(*tasks))
+    except BaseException as exc:
+        # Stop the other dialogues before closing the writer: none may write to a closed (or full) store.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         write.close()
-        store.finish_run(spec.run_id, "interrupted")
+        fault = store_fault(exc, _sqlite_path(store))
+        try:
+            store.finish_run(spec.run_id, "interrupted")
+        except Exception as again:  # noqa: BLE001 - a full or read-only store cannot take this row either
+            fault = fault or store_fault(again, _sqlite_path(store))
+            if fault is None:
+                raise
+        if fault is not None:
+            raise fault from None  # one line for the command: which file, what to do; nothing lost
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
     held = any(o.status == "held" for o in result.outcomes)
-    store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
+    try:
+        store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
+    except Exception as exc:  # noqa: BLE001
+        if (fault := store_fault(exc, _sqlite_path(store))) is not None:
+            raise fault from None
+        raise
     return result
+
+
+def _sqlite_path(store: Writer) -> Path | None:
+    """The store's SQLite file (None on PostgreSQL): where a full disk or a read-only file is reported."""
+    return store.path if isinstance(store.path, Path) else None
 
 
 def record_run(store: Writer, spec: RunSpec, by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
@@ -388,6 +413,8 @@ async def drive(
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+        if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:
+            raise fault from None  # the store, not the dialogue, failed: the run stops, the dialogue resumes later
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))

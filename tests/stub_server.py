@@ -18,6 +18,7 @@ after any outcomes listed in ``script``, which are used first, in order: ``ok``,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import socket
@@ -92,11 +93,13 @@ class StubServer:
         reply: Reply = default_reply,
         host: str = "127.0.0.1",
         port: int = 0,
+        log: str | None = None,
     ) -> None:
         unknown = [s for s in script if s not in OUTCOMES]
         if unknown:
             raise ValueError(f"unknown scripted outcomes {unknown}: use {', '.join(OUTCOMES)}")
         self.latency = latency
+        self.log = log
         self.faults = faults or Faults()
         self.reply = reply
         self.requests: list[dict[str, Any]] = []
@@ -144,6 +147,12 @@ class StubServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         return outcome, n
+
+    def _log_answer(self, body: dict[str, Any], n: int) -> None:
+        """Append one JSON line per answered request (a hash of its body): what a provider would bill."""
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        with self._lock, open(self.log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"n": n, "body_sha256": key}) + "\n")
 
     def _done(self) -> None:
         with self._lock:
@@ -220,6 +229,8 @@ class StubServer:
 
             def _completion(self, body: dict[str, Any], n: int) -> None:
                 text = stub.reply(body, n)
+                if stub.log:
+                    stub._log_answer(body, n)
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 completion_tokens = len(text.split())
                 model = body.get("model", "stub")
@@ -272,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body)")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
-    stub = StubServer(latency=args.latency, faults=faults, port=args.port).start()
+    stub = StubServer(latency=args.latency, faults=faults, port=args.port, log=args.log).start()
     print(stub.url, flush=True)
     try:
         threading.Event().wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -65,29 +66,43 @@ def store_fault(exc: BaseException, path: Path | None = None) -> StoreUnwritable
                 return StoreUnwritable(path, "read-only", text)
             if name.startswith("SQLITE_IOERR") and _nearly_full(path):
                 return StoreUnwritable(path, "full", text)
+            if (name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR")) or "unable to open" in text) and not _writable(path):
+                return StoreUnwritable(path, "read-only", text)
         current = current.__cause__ or current.__context__
     return None
 
 
+_AUTOCHECKPOINT_PAGES = 1000
+
+
 def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None = None) -> int:
-    """Bytes to free so the run can finish: its stored bytes per dialogue × dialogues left, the WAL, and 1 MiB spare."""
+    """Bytes to free so the run can finish: stored bytes per turn × turns left, the WAL's room, room to fold it in, 1 MiB.
+
+    Sizes are the database's own (pages in use, read through the WAL), not the WAL file's, which repeats pages.
+    """
+    db_size = path.stat().st_size if path.exists() else 0
     wal = path.with_name(path.name + "-wal")
-    size = path.stat().st_size if path.exists() else 0
     wal_size = wal.stat().st_size if wal.exists() else 0
-    left, stored = 0, 1
+    logical, per_turn, left, page = db_size, 0.0, 0, 4096
     try:
         conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
         try:
-            stored = max(1, conn.execute("SELECT count(*) FROM dialogues").fetchone()[0])
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
+            logical = conn.execute("PRAGMA page_count").fetchone()[0] * page
+            stored = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
+            per_turn = logical / max(1, stored)
             if run_id is not None and dialogues is not None:
-                finished = conn.execute("SELECT count(*) FROM dialogues WHERE run_id = ? AND status = 'finished'",
-                                        (run_id,)).fetchone()[0]
-                left = max(0, dialogues - finished)
+                turns, done = conn.execute(
+                    "SELECT coalesce(max(d.max_turns), 0), (SELECT count(*) FROM turns t JOIN dialogues e ON e.thread_id = t.thread_id "
+                    "WHERE e.run_id = ?) FROM dialogues d WHERE d.run_id = ?", (run_id, run_id)).fetchone()
+                left = max(0, dialogues * int(turns) - int(done))
         finally:
             conn.close()
     except sqlite3.Error:
-        pass  # the estimate then counts the WAL and the spare only
-    return int((size + wal_size) / stored * left) + wal_size + 2**20
+        pass  # the estimate then counts the WAL's folding and the spare only
+    # The WAL grows to about SQLite's autocheckpoint size (1000 pages) before it is folded in and reused.
+    wal_room = max(0, _AUTOCHECKPOINT_PAGES * page - wal_size)
+    return int(per_turn * left) + wal_room + max(0, logical - db_size) + 2**20
 
 
 def format_bytes(n: float) -> str:
@@ -96,6 +111,17 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file (or, if new, its folder) can be written: not on a read-only mount, with write permission."""
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return True  # cannot tell: let the original error speak
+    return os.access(folder, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
 
 
 def _nearly_full(path: Path) -> bool:

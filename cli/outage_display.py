@@ -15,10 +15,10 @@ class OutageProgress(Progress):
     """rich Progress that also shows, while a provider is down, that its calls wait and how long they may."""
 
     def __init__(self, *columns, outages: Callable[[], list[OutageStatus]] | None = None, **kwargs) -> None:
+        self._outages = outages  # set first: rich renders once while constructing
         super().__init__(*columns, **kwargs)
-        self._outages = outages
 
     def get_renderables(self) -> Iterable[RenderableType]:
         yield from super().get_renderables()
-        for status in self._outages() if self._outages is not None else ():
+        for status in self._outages() if getattr(self, "_outages", None) is not None else ():
             yield Text(f"⏸ {status.line()}", style="yellow")

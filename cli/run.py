@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         check_run_compatible(store, spec)
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
+    except OutageError as exc:  # a read-only or full disk under the store
+        return outage_exit(exc, resume=resume_command(argv, run_id), console=error_console, run_id=run_id, dialogues=n_dialogues)
     if args.enqueue:
         from cli.run_queue import wait_for_run
         from graph.dialogue_jobs import dialogue_jobs, enqueue_run

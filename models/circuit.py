@@ -72,6 +72,7 @@ class ProviderCircuit:
         self._next_probe = 0.0
         self._interval = first_probe_s
         self._waiting = 0
+        self._held = False
         self.expired = False
         self.outages: list[float] = []  # seconds each closed outage lasted
         self.expired_after: float | None = None
@@ -92,15 +93,17 @@ class ProviderCircuit:
             if not self._probing and now >= self._next_probe:
                 self._probing = True
                 return 0.0, True
+            self._held = True
             until = self._next_probe - now if not self._probing else _POLL_S
             return max(0.01, min(until, _POLL_S * 4, self.budget - down + 0.01)), False
 
     def answered(self, probe: bool = False) -> None:
         """The endpoint answered (with a reply or an error of the call's own): the outage, if any, is over."""
         with self._lock:
-            if self._opened:
+            if self._opened and self._held:  # an outage that made calls wait (not a blip answered at once)
                 self.outages.append(self._clock() - self._streak_started)
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
+            self._held = False
 
     def failed(self, reason: str, probe: bool = False) -> bool:
         """Count an outage failure; True if the circuit is open now (the call waits instead of spending a retry)."""

@@ -50,9 +50,11 @@ class StubProcess:
             return []
         return [json.loads(line)["body_sha256"] for line in self.log.read_text().splitlines() if line.strip()]
 
-    def wait_answered(self, n: int, timeout: float = 120.0) -> None:
+    def wait_answered(self, n: int, run: subprocess.Popen, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while len(self.answered()) < n:
+            if run.poll() is not None:
+                raise AssertionError(f"the run ended ({run.returncode}) before {n} calls: {run.stderr.read()[-3000:]}")
             assert time.monotonic() < deadline, f"the run made fewer than {n} calls in {timeout} s"
             time.sleep(0.1)
 

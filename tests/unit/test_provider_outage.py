@@ -107,7 +107,7 @@ def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_
     flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s"]
     try:
         run = start_run(*flags)
-        stub.wait_answered(8)
+        stub.wait_answered(8, run)
         stub.stop()  # the provider goes away and stays away past the budget
         out, err = run.communicate(timeout=120)
         assert run.returncode == 75, err[-2000:]

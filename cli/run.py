@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
     status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
     if status != 0:
-        summary["resume"] = resume_command(argv, run_id)
+        summary["resume"] = resume_command(argv, run_id) + (" with a higher --max-cost" if budget and budget["held"] else "")
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

@@ -46,7 +46,9 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
                     f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}")
             console.print(Text(line, style="red"), soft_wrap=True)
         return
-    console.print(Text(f"{unfinished(summary)} of {summary.get('dialogues', 0)} dialogue(s) did not finish. "
+    held = int((summary.get("budget") or {}).get("held") or 0)
+    why = f" ({held} held back by --max-cost: raise it)" if held else ""
+    console.print(Text(f"{unfinished(summary)} of {summary.get('dialogues', 0)} dialogue(s) did not finish{why}. "
                        f"Resume with: {resume}", style="red"), soft_wrap=True)
 
 

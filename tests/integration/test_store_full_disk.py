@@ -37,7 +37,8 @@ def small_filesystem(where: Path, megabytes: int) -> Iterator[Path]:
     try:
         yield where
     finally:
-        subprocess.run(["umount", str(where)], capture_output=True)
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)  # detach it even if something holds it
 
 
 def remount(where: Path, options: str) -> None:
@@ -63,7 +64,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
         match = ERROR.match(lines[0])
         assert match, lines[0]
         assert match.group(1) == str(db)
-        with sqlite3.connect(db) as conn:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # Free what the line asked for, no more: the filesystem grows by exactly that.
         remount(small, f"size={2 + math.ceil(float(match.group(2)))}m")
@@ -73,7 +74,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
         assert summary["finished"] == summary["dialogues"] == 48 and summary["failed"] == []
         turns = stored_turns(db, "full")
         assert len(turns) == 48 and all(t == [(i, True, True) for i in range(1, 6)] for t in turns.values())
-        with sqlite3.connect(db) as conn:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 

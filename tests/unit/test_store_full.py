@@ -7,6 +7,7 @@ tests/integration/test_store_full_disk.py.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sqlite3
 from pathlib import Path
@@ -54,7 +55,7 @@ def finished_exactly(db: Path, run_id: str = "r1", turns: int = 5) -> None:
             assert all(r["reply"] and r["label"] for r in rows)
     finally:
         store.close()
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -68,7 +69,7 @@ def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishe
     assert caught.value.kind == "full" and caught.value.path == db
     assert str(caught.value) == f"the dialogue database {db} is on a full disk ({FULL})"
     assert "free at least" in caught.value.advice(dialogues=2, run_id="r1")
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         stored_before = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
     assert stored_before >= 1  # what was written before the fault is still there

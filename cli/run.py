@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         error_console.print(f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
                             f"start workers with: python -m graph.worker --db {server}")
         if args.wait:
-            return wait_for_run(server, run_id, as_json=args.json)
+            return wait_for_run(server, run_id, as_json=args.json, resume=resume_command(argv, run_id))
         return 0
     try:
         result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,

@@ -180,3 +180,18 @@ def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
             "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
             "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id)).fetchall()
     return {status: n for status, n in rows}
+
+
+def failed_job_threads(url: PostgresURL, run_id: str) -> list[str]:
+    """Thread ids of a run's jobs that failed (their last attempt raised): counted as failed dialogues by --wait."""
+    try:
+        conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.OperationalError:
+        raise unreachable(url) from None
+    with conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            return []
+        rows = conn.execute(
+            "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+            "AND args->>'run_id' = %s AND status = 'failed'", (QUEUE, TASK, run_id)).fetchall()
+    return sorted(r[0] for r in rows)

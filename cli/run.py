@@ -30,7 +30,7 @@ from cli.outage_display import OutageProgress
 from cli.run_outcome import exit_status, outage_exit, print_ending, resume_command
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import open_checkpointer
-from evals.cost import CostCap
+from evals.cost import CostCap, budget_record
 from evals.summary import render_summary, run_summary
 from graph.builder import build_graph
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     server = _postgres_location(args.db, config.db)
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    if args.enqueue and (args.interactive or args.pause_after or config.max_cost is not None or args.estimate):
-        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost (flag or max_cost in the experiment file) and --estimate")
+    if args.enqueue and (args.interactive or args.pause_after or args.estimate):
+        fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue:
         if not config.run_id:
             fail("--wait needs --run-id R (the run enqueued with --enqueue)")
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
 
         targets_specs = [t.spec for t in targets]
         try:
-            jobs = dialogue_jobs(spec, seeds, scripts_by_mode, targets_specs)
+            jobs = dialogue_jobs(spec, seeds, scripts_by_mode, targets_specs, budget=config.max_cost and budget_record(
+                config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets]))
             queued = enqueue_run(server, store, spec, jobs, scripts_by_mode)
         except StoreError as exc:
             fail(str(exc))

@@ -15,7 +15,7 @@ from cli.common import console, error_console, fail
 from evals.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
-from graph.dialogue_jobs import failed_job_threads, job_counts
+from graph.dialogue_jobs import job_counts, job_threads
 from graph.runner import DialogueOutcome
 
 POLL_S = 1.0
@@ -53,21 +53,26 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         store.refresh_run_status(run_id)
         outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
         summary = run_summary(store, run_id, outcomes=outcomes)
+        started = {d["thread_id"] for d in store.dialogues(run_id)}
         if counts.get("failed"):
             summary["jobs_failed"] = counts["failed"]
-            started = {d["thread_id"] for d in store.dialogues(run_id)}
-            never = [thread for thread in failed_job_threads(url, run_id) if thread not in started]
+            never = [thread for thread in job_threads(url, run_id, "failed") if thread not in started]
             summary["failed"] += [{"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
                                   for t in never]
             summary["dialogues"] += len(never)
+        # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
+        if held := [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]:
+            summary["budget"] = {**(summary.get("budget") or {}), "held": len(held)}
+            summary["dialogues"] += len(held)
     except StoreError as exc:
         fail(str(exc))
     finally:
         store.close()
     status = exit_status(summary)
     if status != EXIT_OK:
-        summary["resume"] = resume or (f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait "
-                                       "(with the seeds, modes and models it was enqueued with)")
+        summary["resume"] = (resume or (f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait "
+                                        "(with the seeds, modes and models it was enqueued with)")
+                             ) + (" with a higher --max-cost" if (summary.get("budget") or {}).get("held") else "")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

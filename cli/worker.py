@@ -12,6 +12,7 @@ from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from graph.config import ConfigError, parse_rate_limits
+from evals.cost import budget_allows
 from graph.job_worker import WorkerSettings, run_worker
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
                               stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
-                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain)
+                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain, budget=budget_allows)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if settings.wait:
         _stop_in_two_steps()

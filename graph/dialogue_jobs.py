@@ -47,6 +47,8 @@ class DialogueJob:
     target: str
     sample: int = 0
     script: list[str] | None = None
+    budget: dict[str, Any] | None = None
+    """--max-cost of the run (evals.cost.budget_record): no new dialogue once the run's total reaches it."""
 
     def seed_record(self) -> Seed:
         return Seed(id=self.seed["id"], category=self.seed["category"], statement=self.seed["statement"])
@@ -120,12 +122,12 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 
 def dialogue_jobs(spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
-                  targets: Sequence[str]) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.runner.execute_run` plays them."""
+                  targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
+    """The run's dialogues as jobs, in the order :func:`graph.runner.execute_run` plays them (``budget``: its cost cap)."""
     return [
         DialogueJob(run_id=spec.run_id, thread_id=dialogue_thread_id(spec, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
-                    sample=sample, script=by_mode[mode][0].get(seed.id))
+                    sample=sample, script=by_mode[mode][0].get(seed.id), budget=budget)
         for seed, mode, target, sample in plan_dialogues(spec, seeds, by_mode, targets)
     ]
 
@@ -182,8 +184,8 @@ def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     return {status: n for status, n in rows}
 
 
-def failed_job_threads(url: PostgresURL, run_id: str) -> list[str]:
-    """Thread ids of a run's jobs that failed (their last attempt raised): counted as failed dialogues by --wait."""
+def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:
+    """Thread ids of a run's jobs in ``status`` (failed: their last attempt raised; succeeded: played or held back)."""
     try:
         conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError:
@@ -193,5 +195,5 @@ def failed_job_threads(url: PostgresURL, run_id: str) -> list[str]:
             return []
         rows = conn.execute(
             "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-            "AND args->>'run_id' = %s AND status = 'failed'", (QUEUE, TASK, run_id)).fetchall()
+            "AND args->>'run_id' = %s AND status = %s", (QUEUE, TASK, run_id, status)).fetchall()
     return sorted(r[0] for r in rows)

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +50,8 @@ class WorkerSettings:
     base_url: str | None = None
     rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
+    budget: Callable[[Writer, str, dict[str, Any]], bool] | None = None
+    """May a new dialogue of a run with a cost cap start (evals.cost.budget_allows)? A capped job without it fails."""
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -74,6 +77,8 @@ class DialoguePlayer:
     async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
         """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails."""
         stored = await self._spec(job.run_id)
+        if job.budget is not None and not await self._within_budget(job):
+            return DialogueOutcome(job.thread_id, "held")  # the job succeeds; enqueue again with a higher --max-cost
         spec = RunSpec(**stored)
         context = self._context(job, stored)
         async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
@@ -84,6 +89,17 @@ class DialoguePlayer:
         if outcome.status == "failed":
             raise DialogueFailed(f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}")
         return outcome
+
+    async def _within_budget(self, job: DialogueJob) -> bool:
+        """A dialogue already started plays on; a new one starts only while the run's total is under its cap."""
+        if self.settings.budget is None:
+            raise RuntimeError(f"run {job.run_id} has a --max-cost but this worker cannot check it: update the worker")
+        check = self.settings.budget
+
+        def allowed(store: Writer) -> bool:
+            return store.get_dialogue(job.thread_id) is not None or check(store, job.run_id, job.budget)
+
+        return await asyncio.wrap_future(self.write.submit(allowed))
 
     def share_rate_limits(self, sharers: int) -> None:
         """Use 1/``sharers`` of each run's rate limits (unless this worker was given its own)."""

@@ -108,3 +108,48 @@ def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg
     assert summary["jobs_failed"] == 2 and summary["dialogues"] == 2 and len(summary["failed"]) == 2
     assert all("failed before the dialogue started" in f["error"] for f in summary["failed"])
     assert "2 of 2 dialogue(s) did not finish. Resume with: python -m graph.run " in " ".join(captured.err.split())
+
+
+def test_a_cost_cap_from_the_experiment_file_is_not_dropped_by_enqueue(tmp_path: Path, capsys):
+    """max_cost from an experiment file is read like the flag: without --pricing the enqueue is refused in one line."""
+    config = tmp_path / "run.toml"
+    config.write_text("max_cost = 5\n")
+    with pytest.raises(SystemExit) as caught:
+        run_main(["--config", str(config), "--db", "postgresql://nobody@127.0.0.1:1/x", "--run-id", "r1", "--enqueue"])
+    assert caught.value.code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-cost needs --pricing FILE") and len(err.strip().splitlines()) == 1
+
+
+def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url: str, tmp_path: Path, capsys):
+    """--max-cost with --enqueue: two workers start no new dialogue once the run's stored total passes the cap; --wait
+    exits 1 with the held-back count; enqueuing again with a higher cap plays the rest."""
+    pricing = tmp_path / "prices.toml"
+    pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))  # about $1 a dialogue: over the cap after its first turn
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with StubServer() as stub:
+        flags = ["--db", pg_url, "--run-id", "capped", "--user-model", "openai:u", "--judge-model", "openai:j",
+                 "--target-model", "openai:t", "--base-url", stub.url, "--turns", "2", "--per-category", "1", "--no-trace",
+                 "--pricing", str(pricing)]
+        assert run_main([*flags, "--max-cost", "0.0001", "--enqueue"]) == EXIT_OK
+        workers = [subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "1"],
+                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for worker in workers:
+            assert worker.wait(timeout=180) == 0, worker.stderr.read()[-2000:]
+        capsys.readouterr()
+        assert run_main([*flags, "--wait", "--json"]) == EXIT_SOME_FAILED
+        first = json.loads(capsys.readouterr().out)
+        # Each worker's first dialogue starts with nothing spent; after them the run is over the cap: the rest are held.
+        assert 1 <= first["finished"] <= 2 and first["failed"] == []
+        assert first["budget"]["held"] == 6 - first["finished"] and first["dialogues"] == 6
+        assert first["resume"].endswith("with a higher --max-cost")
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0] == first["finished"]
+        assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK
+        worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=180)
+        assert worker.returncode == 0, worker.stderr[-2000:]
+        capsys.readouterr()
+        assert run_main([*flags, "--wait", "--json"]) == EXIT_OK
+    final = json.loads(capsys.readouterr().out)
+    assert final["finished"] == final["dialogues"] == 6 and final["failed"] == [] and not (final["budget"] or {}).get("held")

@@ -47,7 +47,7 @@ class OutageStatus:
 
     def line(self) -> str:
         return (f"{self.endpoint} unreachable for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
-                f"waiting, probing; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
+                f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
 
 
 class ProviderCircuit:

@@ -132,3 +132,24 @@ def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_
     turns = stored_turns(db, run_id)
     assert len(turns) == 6 and all(t == [(i, True, True) for i in (1, 2, 3)] for t in turns.values())
     assert paid_twice(stub.answered()) == 0
+
+
+def test_the_outage_budget_comes_from_the_flag_or_the_experiment_file_and_reaches_the_call_policy(tmp_path: Path):
+    import argparse
+
+    from graph.config import ConfigError, RunConfig
+    from graph.experiment import ExperimentError, load_experiment
+
+    path = tmp_path / "run.toml"
+    path.write_text('outage_budget = "30m"\n')
+    config = RunConfig.from_toml(path)
+    assert config.outage_budget == 1800 and config.call_policy().outage_budget == 1800
+    assert RunConfig().outage_budget == 600  # 10 minutes by default
+    flags = RunConfig.from_flags(argparse.Namespace(outage_budget="90s"), explicit={"outage_budget"},
+                                 experiment=load_experiment(path))
+    assert flags.outage_budget == 90  # the flag beats the file
+    path.write_text('outage_budget = "soon"\n')
+    with pytest.raises(ExperimentError, match="outage_budget must be seconds"):
+        load_experiment(path)
+    with pytest.raises(ConfigError, match="--outage-budget"):
+        RunConfig.from_flags(argparse.Namespace(outage_budget="0"))

@@ -20,9 +20,13 @@ from checkpoints.outages import OutageError
 from models.retries import RetriesExhaustedError
 
 DEFAULT_OUTAGE_BUDGET_S = 600.0
-# Consecutive outage failures (no answer in between, any dialogue) that open the circuit.
+# Consecutive outage failures (no answer in between) of at least two calls that open the circuit; or one call
+# failing for this long (a run playing one dialogue at a time), so that its own retries do not run out in an outage.
 OPEN_AFTER = 3
+OPEN_AFTER_S = 10.0
 FIRST_PROBE_S, MAX_PROBE_S = 2.0, 15.0
+# A probe that never reported back (cancelled, or failed mid-stream) is given up after this long: another one goes.
+LOST_PROBE_S = 180.0
 _POLL_S = 0.25
 
 
@@ -54,13 +58,14 @@ class ProviderCircuit:
     """Closed (calls go through) or open (calls wait; one probe at a time); expired past the budget."""
 
     def __init__(self, endpoint: str, *, budget: float = DEFAULT_OUTAGE_BUDGET_S, open_after: int = OPEN_AFTER,
-                 first_probe_s: float = FIRST_PROBE_S, max_probe_s: float = MAX_PROBE_S,
+                 open_after_s: float = OPEN_AFTER_S, first_probe_s: float = FIRST_PROBE_S, max_probe_s: float = MAX_PROBE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if budget <= 0:
             raise ValueError(f"an outage budget must be more than 0 seconds, got {budget}")
         self.endpoint = endpoint
         self.budget = budget
-        self.open_after = open_after
+        self.open_after, self.open_after_s = open_after, open_after_s
+        self._callers: set[int] = set()
         self.first_probe_s, self.max_probe_s = first_probe_s, max_probe_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -69,6 +74,7 @@ class ProviderCircuit:
         self._opened = False
         self._reason = ""
         self._probing = False
+        self._probe_started = 0.0
         self._next_probe = 0.0
         self._interval = first_probe_s
         self._waiting = 0
@@ -90,8 +96,10 @@ class ProviderCircuit:
                 if not self.expired:
                     self.expired, self.expired_after = True, down
                 raise ProviderOutageError(self._past_budget(down))
+            if self._probing and now - self._probe_started > LOST_PROBE_S:
+                self._probing = False
             if not self._probing and now >= self._next_probe:
-                self._probing = True
+                self._probing, self._probe_started = True, now
                 return 0.0, True
             self._held = True
             until = self._next_probe - now if not self._probing else _POLL_S
@@ -104,20 +112,24 @@ class ProviderCircuit:
                 self.outages.append(self._clock() - self._streak_started)
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
             self._held = False
+            self._callers.clear()
 
-    def failed(self, reason: str, probe: bool = False) -> bool:
-        """Count an outage failure; True if the circuit is open now (the call waits instead of spending a retry)."""
+    def failed(self, reason: str, probe: bool = False, caller: object | None = None) -> bool:
+        """Count an outage failure of the call ``caller`` (None: a call of its own); True if the circuit is open now
+        (the call then waits instead of spending a retry). One call failing alone is its own error until it lasts."""
         with self._lock:
             now = self._clock()
             if self._streak == 0:
                 self._streak_started = now
             self._streak += 1
+            self._callers.add(id(caller) if caller is not None else -self._streak)
             self._reason = reason
             if probe:
                 self._probing = False
                 self._next_probe = now + self._interval
                 self._interval = min(self.max_probe_s, self._interval * 2)
-            if not self._opened and self._streak >= self.open_after:
+            spread = self._streak >= self.open_after and len(self._callers) >= 2
+            if not self._opened and (spread or now - self._streak_started >= self.open_after_s):
                 self._opened, self._probing = True, False
                 self._next_probe, self._interval = now + self.first_probe_s, self.first_probe_s * 2
             return self._opened

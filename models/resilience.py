@@ -136,7 +136,7 @@ class ResilientChatModel(BaseChatModel):
 
     async def _acall(self, messages, stop, run_manager, kwargs) -> ChatResult:
         kwargs = self._provider_kwargs(kwargs)
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = await self._pass_circuit()
@@ -151,7 +151,7 @@ class ResilientChatModel(BaseChatModel):
                     except asyncio.TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
             except Exception as exc:
-                delay = self._after_failure(attempt, exc, probe)
+                delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
                     attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
                     continue
@@ -196,7 +196,7 @@ class ResilientChatModel(BaseChatModel):
         if (cached := self._from_cache(key)) is not None:
             return cached
         provider_kwargs = self._provider_kwargs(kwargs)
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
@@ -206,7 +206,7 @@ class ResilientChatModel(BaseChatModel):
                 self._answered(probe)
                 break
             except Exception as exc:
-                delay = self._after_failure(attempt, exc, probe)
+                delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -229,7 +229,7 @@ class ResilientChatModel(BaseChatModel):
             yield from _replayed(cached, run_manager)
             return
         chunks: list[ChatGenerationChunk] = []
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
@@ -243,7 +243,7 @@ class ResilientChatModel(BaseChatModel):
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, exc, probe)
+                delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -288,7 +288,7 @@ class ResilientChatModel(BaseChatModel):
 
     async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
         """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = await self._pass_circuit()
@@ -312,7 +312,7 @@ class ResilientChatModel(BaseChatModel):
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, exc, probe)
+                delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -332,13 +332,13 @@ class ResilientChatModel(BaseChatModel):
         async for chunk in self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
             yield chunk
 
-    def _after_failure(self, attempt: int, exc: Exception, probe: bool = False) -> float | None:
+    def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
         reason = retry_reason(exc)
         if self.circuit is not None:
             if is_outage(reason):
-                if self.circuit.failed(reason, probe):
+                if self.circuit.failed(reason, probe, caller):
                     self.stats.add("outage_waits", reason)
                     return None
             elif reason is not None or probe:

@@ -53,10 +53,22 @@ def test_the_circuit_opens_after_consecutive_failures_lets_one_probe_through_and
     assert circuit.outages == [10.0]
 
 
+def test_one_call_failing_alone_is_its_own_error_until_it_lasts():
+    """Per-call retries stay for per-call errors: one call's failures open the circuit only after 10 s of them."""
+    clock, call = Clock(), object()
+    circuit = ProviderCircuit("x", budget=60, open_after=3, open_after_s=10, clock=clock)
+    assert not any(circuit.failed("HTTP 500", caller=call) for _ in range(5))
+    clock.now = 10.0
+    assert circuit.failed("HTTP 500", caller=call)  # still failing 10 s on: an outage, the call waits
+    other = ProviderCircuit("y", budget=60, open_after=3, clock=clock)
+    assert [other.failed("connection", caller=c) for c in (call, call, object())] == [False, False, True]
+
+
 def test_past_the_budget_every_call_fails_with_the_reason():
     clock = Clock()
-    circuit = ProviderCircuit("openai @ http://x/v1", budget=5, open_after=1, clock=clock)
+    circuit = ProviderCircuit("openai @ http://x/v1", budget=5, open_after=2, clock=clock)
     circuit.failed("HTTP 503")
+    assert circuit.failed("HTTP 503")
     clock.now = 6.0
     with pytest.raises(ProviderOutageError) as caught:
         circuit.admit()
@@ -153,3 +165,18 @@ def test_the_outage_budget_comes_from_the_flag_or_the_experiment_file_and_reache
         load_experiment(path)
     with pytest.raises(ConfigError, match="--outage-budget"):
         RunConfig.from_flags(argparse.Namespace(outage_budget="0"))
+
+
+def test_a_probe_that_never_reports_back_is_replaced():
+    from models.circuit import LOST_PROBE_S
+
+    clock = Clock()
+    circuit = ProviderCircuit("x", budget=3600, open_after=2, first_probe_s=1, clock=clock)
+    circuit.failed("timeout")
+    circuit.failed("timeout")
+    clock.now = 1.0
+    assert circuit.admit() == (0.0, True)  # this probe is then cancelled: it never says how it went
+    clock.now = 1.0 + LOST_PROBE_S / 2
+    assert circuit.admit()[0] > 0
+    clock.now = 2.0 + LOST_PROBE_S
+    assert circuit.admit() == (0.0, True)

@@ -117,6 +117,8 @@ class DialoguePlayer:
         return self._specs[run_id]
 
     def _context(self, job: DialogueJob, stored: dict[str, Any]) -> RunContext:
+        if (policy := self._policies.get(job.run_id)) is not None:
+            policy.reset_outages_past_budget()  # each job gets the provider a fresh --outage-budget
         key = (job.run_id, job.target, job.sample)
         if key not in self._contexts:
             seed = sample_seed(int(stored.get("sampling_seed") or 0), job.sample) if job.sample else None

@@ -61,6 +61,11 @@ class CallPolicy:
         with self._gates_lock:
             return [c for c in self._circuits.values() if c.expired]
 
+    def reset_outages_past_budget(self) -> None:
+        """Let calls through again to providers whose outage outlasted the budget (a worker's next job)."""
+        for circuit in self.outages_past_budget():
+            circuit.reset()
+
     def outage_summary(self) -> dict[str, Any]:
         """Outages ridden out (closed again) and those past the budget, by endpoint, for the run summary."""
         with self._gates_lock:

@@ -157,6 +157,12 @@ class ProviderCircuit:
                 return probe
             time.sleep(wait)
 
+    def reset(self) -> None:
+        """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""
+        with self._lock:
+            self.expired, self._opened, self._probing, self._streak = False, False, False, 0
+            self._callers.clear()
+
     # --- what the display and the command read --------------------------------------------------
 
     def status(self) -> OutageStatus | None:

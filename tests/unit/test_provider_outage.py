@@ -180,3 +180,21 @@ def test_a_probe_that_never_reports_back_is_replaced():
     assert circuit.admit()[0] > 0
     clock.now = 2.0 + LOST_PROBE_S
     assert circuit.admit() == (0.0, True)
+
+
+def test_a_worker_gives_a_provider_past_its_budget_a_fresh_budget_on_its_next_job():
+    from models.call_policy import CallPolicy
+
+    policy = CallPolicy(outage_budget=5)
+    circuit = policy.circuit_for("openai @ http://x/v1")
+    clock = Clock()
+    circuit._clock = clock
+    circuit.failed("connection")
+    circuit.failed("connection")
+    circuit.failed("connection")
+    clock.now = 6.0
+    with pytest.raises(ProviderOutageError):
+        circuit.admit()
+    assert policy.outages_past_budget() == [circuit]
+    policy.reset_outages_past_budget()
+    assert policy.outages_past_budget() == [] and circuit.admit() == (0.0, False)

@@ -30,7 +30,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
 from cli.exit_codes import EXIT_SOME_FAILED
 from evals.dataset import DatasetError, load_dataset
-from evals.report_exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
+from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
 
 class DymtError(ValueError):

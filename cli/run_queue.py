@@ -12,11 +12,11 @@ from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
 from checkpoints.store import open_writer
 from cli.common import console, error_console, fail
-from evals.summary import render_summary, run_summary
+from evals.report.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
 from graph.dialogue_jobs import job_counts, job_threads
-from graph.runner import DialogueOutcome
+from graph.playing import DialogueOutcome
 
 POLL_S = 1.0
 WAITING = ("todo", "doing")

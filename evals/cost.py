@@ -194,7 +194,7 @@ def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
 class CostCap:
     """``--max-cost``: spent cost of a run, updated as dialogues end; no new dialogue once it reaches the cap.
 
-    Both methods run on the store's own thread (graph.runner.StoreWriter). A dialogue in flight
+    Both methods run on the store's own thread (graph.playing.StoreWriter). A dialogue in flight
     counts when it ends, so a run can pass the cap by what its in-flight dialogues spend.
     """
 

@@ -11,8 +11,8 @@ from rich.text import Text
 
 from checkpoints.queries import StoreQueries
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.metrics import summarise
-from evals.validation import run_validation, validation_text
+from evals.stats.metrics import summarise
+from evals.scorers.judge_validation import run_validation, validation_text
 from nodes.leakage import count_leakage
 
 BASE_MODEL_NOTE = (

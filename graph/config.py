@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import prompts
 from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.vocabulary import ROLES, Role
-from graph.context import Models
-from graph.runner import RunSpec
+from nodes.context import Models
+from graph.playing import RunSpec
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
 from checkpoints.outages import parse_duration
 from models.call_policy import CallPolicy

@@ -3,7 +3,7 @@
 Exactly once per dialogue: a job's ``lock`` is its thread id (procrastinate never runs two jobs with one lock
 at once) and so is its ``queueing_lock`` (a second waiting job for it is refused, so enqueuing twice is
 harmless); a dialogue already finished, or with a job waiting or running, is not enqueued again. The worker
-also holds the dialogue's advisory lock while playing it (checkpoints/claims.py), which covers a stalled job
+also holds the dialogue's advisory lock while playing it (checkpoints/postgres/claims.py), which covers a stalled job
 handed on while its first worker still lives. procrastinate's schema is applied once, under an advisory lock,
 and stamped with its version: a database whose queue schema another procrastinate version made is refused
 with what to do, not half-used.
@@ -23,7 +23,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
 from checkpoints.store import Writer
-from graph.runner import RunSpec, dialogue_thread_id, plan_dialogues, record_run
+from graph.playing import RunSpec, dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
 
 QUEUE = "dymt-dialogues"
@@ -123,7 +123,7 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 def dialogue_jobs(spec: RunSpec, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.runner.execute_run` plays them (``budget``: its cost cap)."""
+    """The run's dialogues as jobs, in the order :func:`graph.playing.execute_run` plays them (``budget``: its cost cap)."""
     return [
         DialogueJob(run_id=spec.run_id, thread_id=dialogue_thread_id(spec, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,

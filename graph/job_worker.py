@@ -2,8 +2,8 @@
 
 Each job names one dialogue (graph/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
 configuration (its retries and rate limits included; once per run, target and sample) and plays it with
-:func:`graph.runner.play_dialogue`, which continues from the last checkpoint when a job is retried after its
-worker died. The dialogue's advisory lock (checkpoints/claims.py) is held while it plays, so no two workers ever
+:func:`graph.playing.play_dialogue`, which continues from the last checkpoint when a job is retried after its
+worker died. The dialogue's advisory lock (checkpoints/postgres/claims.py) is held while it plays, so no two workers ever
 play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
 procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat
 stopped (a SIGKILLed process), so any live worker finishes them, and gives this worker its share of the runs'
@@ -24,16 +24,16 @@ from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
 
 from checkpoints.cache import ResponseCache
-from checkpoints.claims import DialogueClaims
+from checkpoints.postgres.claims import DialogueClaims
 from checkpoints.location import PostgresURL
-from checkpoints.postgres import open_postgres_saver
+from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, open_writer
-from graph.builder import build_graph
+from nodes.builder import build_graph
 from graph.config import RunConfig
-from graph.context import RunContext
+from nodes.context import RunContext
 from graph.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
-from graph.runner import DialogueOutcome, RunSpec, StoreWriter, play_dialogue
+from graph.playing import DialogueOutcome, RunSpec, StoreWriter, play_dialogue
 from models.call_policy import CallPolicy
 
 log = logging.getLogger(__name__)

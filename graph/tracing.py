@@ -33,13 +33,13 @@ from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 
 from checkpoints.redaction import Redactor, _json_default
-from checkpoints.trace_codec import LazyMessages, TraceEncoder
-from checkpoints.traces import TraceItem, token_usage
+from checkpoints.traces.codec import LazyMessages, TraceEncoder
+from checkpoints.traces.tables import TraceItem, token_usage
 from checkpoints.vocabulary import LABEL_SCORES
 from checkpoints.reducers import apply_update
 
 if TYPE_CHECKING:
-    from graph.runner import StoreWriter
+    from graph.playing import StoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class DialogueTracer(BaseTracer):
     """Records each finished run of one graph invocation, encoded and written off the event loop.
 
     Rows are the plain layout's fields with JSON values as Python values; the store's writer
-    thread encodes them into the trace's compact stream (checkpoints.trace_codec), redacting
+    thread encodes them into the trace's compact stream (checkpoints.traces.codec), redacting
     each record as a whole.
     """
 

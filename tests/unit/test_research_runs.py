@@ -208,7 +208,7 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
 
 
 def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys, providers):
-    from evals.metrics import summarise
+    from evals.stats.metrics import summarise
     from checkpoints.store import open_writer
 
     _register(providers)

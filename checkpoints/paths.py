@@ -54,9 +54,17 @@ def prepare_new_file(path: Path) -> None:
 def connect(path: Path) -> sqlite3.Connection:
     """A sqlite3 connection in WAL mode with a busy timeout, for the project's own tables."""
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        from checkpoints.outages import store_fault
+
+        if (fault := store_fault(exc, Path(path))) is not None:
+            raise fault from None  # a read-only or full disk: one line and exit 75 from the command
+        raise
     return conn
 
 

@@ -29,6 +29,7 @@ from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
+from cli.exit_codes import EXIT_SOME_FAILED
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_error.corrected import choose_validation
 from evals.report.corrected_tables import RATE_COLUMNS, rate_records
@@ -49,7 +50,8 @@ def run(*, db: str | Path | None = None, **options: Any) -> dict[str, Any]:
     turns=5, categories=["gender"], run_id="grid1")`` is a 2-mode × 2-target grid.
     """
     from cli import run as command
-    out = _call(command.main, _argv(command.build_parser(), {**options, "db": db, "json": True}))
+    # Some dialogues failed (exit 1): the summary says which and how to resume; an outage (75) raises.
+    out = _call(command.main, _argv(command.build_parser(), {**options, "db": db, "json": True}), ok=(0, None, EXIT_SOME_FAILED))
     return json.loads(out)
 
 
@@ -147,7 +149,7 @@ def _argv(parser: argparse.ArgumentParser, options: dict[str, Any]) -> list[str]
     return argv
 
 
-def _call(main: Callable[[list[str]], int], argv: list[str]) -> str:
+def _call(main: Callable[[list[str]], int], argv: list[str], ok: tuple[int | None, ...] = (0, None)) -> str:
     """Run a command's main() with its output captured; a non-zero status raises DymtError.
 
     It runs on a thread of its own: the commands start their own event loop, which
@@ -155,7 +157,7 @@ def _call(main: Callable[[list[str]], int], argv: list[str]) -> str:
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dymt-api") as pool:
         status, out, err = pool.submit(_captured, main, argv).result()
-    if status not in (0, None):
+    if status not in ok:
         lines = err.strip().splitlines()
         raise DymtError(lines[-1].removeprefix("error: ") if lines else f"exit status {status}")
     return out

@@ -13,15 +13,21 @@ from checkpoints.paths import StoreError
 from checkpoints.store import open_writer
 from cli.common import console, error_console, fail
 from evals.report.summary import render_summary, run_summary
-from graph.dialogue_jobs import job_counts
+from cli.exit_codes import EXIT_OK
+from cli.run_outcome import exit_status, print_ending
+from graph.dialogue_jobs import job_counts, job_threads
 from graph.playing import DialogueOutcome
 
 POLL_S = 1.0
 WAITING = ("todo", "doing")
 
 
-def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s: float = POLL_S) -> int:
-    """Poll the run's jobs until none is waiting or running; then settle the run's status and print its summary."""
+def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s: float = POLL_S, resume: str | None = None) -> int:
+    """Poll the run's jobs until none is waiting or running; then settle the run's status and print its summary.
+
+    Exit 0 when every dialogue of the run finished, 1 when some failed (jobs that failed before their dialogue
+    started included), with the command that resumes them (``resume``: the enqueuing command, when known).
+    """
     try:
         counts = job_counts(url, run_id)
         if not counts:
@@ -47,14 +53,31 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         store.refresh_run_status(run_id)
         outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
         summary = run_summary(store, run_id, outcomes=outcomes)
+        started = {d["thread_id"] for d in store.dialogues(run_id)}
         if counts.get("failed"):
             summary["jobs_failed"] = counts["failed"]
+            never = [thread for thread in job_threads(url, run_id, "failed") if thread not in started]
+            summary["failed"] += [{"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
+                                  for t in never]
+            summary["dialogues"] += len(never)
+        # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
+        if held := [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]:
+            summary["budget"] = {**(summary.get("budget") or {}), "held": len(held)}
+            summary["dialogues"] += len(held)
+    except StoreError as exc:
+        fail(str(exc))
     finally:
         store.close()
+    status = exit_status(summary)
+    if status != EXIT_OK:
+        summary["resume"] = (resume or (f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait "
+                                        "(with the seeds, modes and models it was enqueued with)")
+                             ) + (" with a higher --max-cost" if (summary.get("budget") or {}).get("held") else "")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render_summary(summary, console)
         if counts.get("failed"):
             error_console.print(f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again")
-    return 0
+    print_ending(summary, status, None, error_console)
+    return status

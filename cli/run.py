@@ -16,7 +16,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import DbLocation, PostgresURL
@@ -29,9 +29,11 @@ from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
 from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
 from cli.exit_codes import EXIT_OUTAGE
+from cli.outage_display import OutageProgress
+from cli.run_outcome import exit_status, outage_exit, print_ending, resume_command
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import add_db_option, open_checkpointer
-from evals.cost import CostCap
+from evals.cost import CostCap, budget_record
 from evals.report.summary import render_summary, run_summary
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
 from graph.experiment import ExperimentError, load_experiment
@@ -68,6 +70,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
+    p.add_argument("--outage-budget", default=None, metavar="DURATION",
+                   help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default 10m)")
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
     add_db_option(p)
@@ -99,10 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = location if isinstance(location, PostgresURL) else None
-    _check_queue_flags(args, server)
+    _check_queue_flags(args, server, config.run_id)
     if args.wait and not args.enqueue:
-        if not config.run_id:
-            fail("--wait needs --run-id R (the run enqueued with --enqueue)")
         return wait_for_run(server, config.run_id, as_json=args.json)
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
     try:
@@ -125,29 +127,35 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--{exc.role}-model: {exc.reason}")
     run_config = plan.config.model_copy(update={"run_id": config.run_id or _new_run_id()})
     record = run_config.run_record(built.models, built.targets)
+    resume = resume_command(argv, run_config.run_id)
     try:
         store = open_writer(location)
         check_run_compatible(store, run_config, record)
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
+    except OutageError as exc:  # a read-only or full disk under the store
+        return _outage_exit(exc, resume, run_config.run_id, plan)
     if args.enqueue:
-        return _enqueue(plan, run_config, record, store, policy, server, wait=args.wait, as_json=args.json)
+        return _enqueue(plan, run_config, record, store, policy, server, pricing, wait=args.wait, as_json=args.json, resume=resume)
     cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
     try:
         result = asyncio.run(_play(run_config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
                                    pauses=pauses, budget=(cap.allows, cap.ended) if cap else None, outage=outage))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
-    except OutageError as exc:
-        print(f"error: {' '.join(str(exc).split())}; resume with: python -m graph.run --run-id {run_config.run_id} "
-              f"--db {location} (and the same settings)", file=sys.stderr)
-        return EXIT_OUTAGE
+    except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
+        return _outage_exit(exc, resume, run_config.run_id, plan)
     except KeyboardInterrupt:
         return _interrupted(run_config.run_id, location)
     finally:
         if policy.cache is not None:
             policy.cache.close()
-    return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json)
+    return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json, resume=resume)
+
+
+def _outage_exit(exc: OutageError, resume: str, run_id: str, plan: RunPlan) -> int:
+    """One line: what stayed away past its budget (or a full or read-only disk), and the command that resumes; 75."""
+    return outage_exit(exc, resume=resume, console=error_console, run_id=run_id, dialogues=plan.n_dialogues)
 
 
 def _store_outage(server: PostgresURL | None, budget_s: float, policy) -> StoreOutage | None:
@@ -186,12 +194,14 @@ def _interrupted(run_id: str, location: DbLocation) -> int:
     return 130
 
 
-def _check_queue_flags(args: argparse.Namespace, server: PostgresURL | None) -> None:
-    """--enqueue and --wait need a PostgreSQL store and no flag that only works in this process."""
+def _check_queue_flags(args: argparse.Namespace, server: PostgresURL | None, run_id: str | None) -> None:
+    """--enqueue and --wait need a PostgreSQL store and no flag that only works in this process; --wait alone a run id."""
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    if args.enqueue and (args.interactive or args.pause_after or args.max_cost is not None or args.estimate):
-        fail("--enqueue plays on workers: drop --interactive, --pause-after, --max-cost and --estimate")
+    if args.enqueue and (args.interactive or args.pause_after or args.estimate):
+        fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
+    if args.wait and not args.enqueue and not run_id:
+        fail("--wait needs --run-id R (the run enqueued with --enqueue)")
 
 
 def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
@@ -217,12 +227,18 @@ def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) ->
     return 0
 
 
-def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, server: PostgresURL, *, wait: bool, as_json: bool) -> int:
-    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
+def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, server: PostgresURL, pricing, *, wait: bool,
+             as_json: bool, resume: str) -> int:
+    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them).
+
+    A --max-cost travels with every job: workers start no new dialogue once the run's stored spend reaches it.
+    """
     from graph.dialogue_jobs import dialogue_jobs, enqueue_run
 
+    chosen = config.models
+    budget = config.max_cost and budget_record(config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets])
     try:
-        jobs = dialogue_jobs(config, plan.seeds, plan.scripts_by_mode, list(config.models.targets))
+        jobs = dialogue_jobs(config, plan.seeds, plan.scripts_by_mode, list(chosen.targets), budget=budget)
         queued = enqueue_run(server, store, record, jobs, plan.scripts_by_mode)
     except StoreError as exc:
         fail(str(exc))
@@ -231,28 +247,34 @@ def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, serv
             policy.cache.close()
     error_console.print(f"run {config.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
                         f"start workers with: python -m graph.worker --db {server}")
-    return wait_for_run(server, config.run_id, as_json=as_json) if wait else 0
+    return wait_for_run(server, config.run_id, as_json=as_json, resume=resume) if wait else 0
 
 
-def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool) -> int:
+def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str | None = None) -> int:
     """--wait: the progress of a run its workers play, then its summary (the queue's modules load only here)."""
     from cli.queue_progress import wait_for_run as follow
 
-    return follow(server, run_id, as_json=as_json)
+    return follow(server, run_id, as_json=as_json, resume=resume)
 
 
-def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool) -> int:
-    calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary()}
+def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool, resume: str) -> int:
+    """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to resume."""
+    calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
+             "outages": policy.outage_summary()}
     budget = None
     if cap is not None:
         budget = {"max_usd": cap.cap, "spent_usd": cap.spent(), "held": sum(1 for o in result.outcomes if o.status == "held")}
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
+    status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
+    if status != 0:
+        summary["resume"] = resume + (" with a higher --max-cost" if budget and budget["held"] else "")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render_summary(summary, console)
     print_paused_hint(store, [o.thread_id for o in result.outcomes if o.status == "paused"], run_id=run_id)
-    return 0
+    print_ending(summary, status, policy, error_console)
+    return status
 
 
 def _explicit_flags(argv: list[str] | None) -> set[str]:
@@ -295,7 +317,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
-        progress = Progress(
+        progress = OutageProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -303,6 +325,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
             console=error_console,
             disable=quiet,
             transient=False,
+            outages=policy.outages,
         )
         with progress:
             total = plan.n_dialogues

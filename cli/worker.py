@@ -17,6 +17,7 @@ from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import add_db_option, chosen_db
 from cli.exit_codes import EXIT_OUTAGE
 from graph.config import ConfigError, parse_rate_limits
+from evals.cost import budget_allows
 from graph.job_worker import WorkerSettings, run_worker
 
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
                               stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
-                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain,
+                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain, budget=budget_allows,
                               store_outage_budget_s=args.store_outage_budget)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # While the server is away the pools' background reconnections fail again and again: the outage's own two lines

@@ -320,3 +320,18 @@ def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, 
         out.append(RoleEstimate(p.role, p.spec, calls, input_tokens, output_tokens,
                                 None if price is None else price.of(input_tokens, output_tokens), source))
     return out
+
+
+# --------------------------------------------------------------------------- the cap across workers
+
+
+def budget_record(cap: float, pricing: Pricing, specs: Iterable[str]) -> dict[str, Any]:
+    """``--max-cost`` for an enqueued run, as plain data in each job: the cap and the prices of the run's specs."""
+    return {"max_usd": cap, "prices": {s: [pricing.prices[s].input, pricing.prices[s].output] for s in sorted(set(specs))}}
+
+
+def budget_allows(store: StoreQueries, run_id: str, budget: Mapping[str, Any]) -> bool:
+    """May another dialogue of the run start? Its total so far, read from the store (every worker's turns), is under the cap."""
+    pricing = Pricing(path=Path("<enqueued run>"), prices={s: Price(*p) for s, p in budget["prices"].items()})
+    return run_usage(store, run_id).known_cost(pricing) < float(budget["max_usd"])
+

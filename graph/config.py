@@ -34,7 +34,9 @@ from checkpoints.vocabulary import ROLES, Role
 from nodes.context import Models
 from graph.model_settings import RetrySettings, RoleSampling, StrictModel
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
+from checkpoints.outages import parse_duration
 from models.call_policy import CallPolicy
+from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -126,10 +128,17 @@ class RunConfig(StrictModel):
     """By role or by spec; a spec's settings override its role's, which override ROLE_SAMPLING."""
     rate_limits: dict[str, float] = Field(default_factory=dict)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    outage_budget: float = Field(DEFAULT_OUTAGE_BUDGET_S, gt=0)
+    """Seconds a provider may stay unreachable before its dialogues fail (--outage-budget; 600, 90s, 10m, 1h)."""
     prompts: dict[Role, PromptSource] = Field(default_factory=dict)
     config_file: Path | None = None
     schema_version: Literal[1] = SCHEMA_VERSION
     """The version of this configuration's stored form (:mod:`checkpoints.run_record`)."""
+
+    @field_validator("outage_budget", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("rate_limits")
     @classmethod
@@ -190,6 +199,8 @@ class RunConfig(StrictModel):
                 data["modes"] = list(dict.fromkeys([value] if isinstance(value, str) else value))
             elif dest == "no_cache":
                 data["cache"] = not value
+            elif dest == "outage_budget" and value is None:
+                continue  # not given: the default
             elif dest == "db" and value is not None:
                 data[dest] = value if isinstance(value, (Path, PostgresURL)) else _parse_db(value)
             elif dest == "pricing" and value is not None:
@@ -312,7 +323,8 @@ class RunConfig(StrictModel):
 
     def call_policy(self, cache: Any = None) -> CallPolicy:
         """Retries and rate limits shared by every model of the run, with the response cache if any."""
-        return CallPolicy(retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache)
+        return CallPolicy(retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache,
+                          outage_budget=self.outage_budget)
 
     # ----------------------------------------------------------------- what a run stores
 
@@ -428,7 +440,8 @@ _SPECIAL = frozenset({
 })
 _FLAG_FIELDS = (
     "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "max_concurrency",
-    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", *sorted(_SPECIAL),
+    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", "outage_budget",
+    *sorted(_SPECIAL),
 )
 _TOML_KEYS = {"user_model": "models.user", "judge_model": "models.judge", "target_model": "models.targets", "mode": "modes", "no_cache": "cache"}
 _FLAGS_OF_FIELDS = {

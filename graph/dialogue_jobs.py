@@ -50,6 +50,8 @@ class DialogueJob:
     target: str
     sample: int = 0
     script: list[str] | None = None
+    budget: dict[str, Any] | None = None
+    """--max-cost of the run (evals.cost.budget_record): no new dialogue once the run's total reaches it."""
 
     def seed_record(self) -> Seed:
         return Seed(id=self.seed["id"], category=self.seed["category"], statement=self.seed["statement"])
@@ -130,12 +132,12 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 
 def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
-                  targets: Sequence[str]) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.playing.execute_run` plays them."""
+                  targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
+    """The run's dialogues as jobs, in the order :func:`graph.playing.execute_run` plays them (``budget``: its cost cap)."""
     return [
         DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
-                    sample=sample, script=by_mode[mode][0].get(seed.id))
+                    sample=sample, script=by_mode[mode][0].get(seed.id), budget=budget)
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 
@@ -190,3 +192,18 @@ def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
             "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
             "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id)).fetchall()
     return {status: n for status, n in rows}
+
+
+def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:
+    """Thread ids of a run's jobs in ``status`` (failed: their last attempt raised; succeeded: played or held back)."""
+    try:
+        conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.OperationalError:
+        raise unreachable(url) from None
+    with conn:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            return []
+        rows = conn.execute(
+            "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+            "AND args->>'run_id' = %s AND status = %s", (QUEUE, TASK, run_id, status)).fetchall()
+    return sorted(r[0] for r in rows)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from checkpoints.location import DbLocation, is_postgres_url, parse_db
 from checkpoints.paths import StoreError
+from checkpoints.outages import parse_duration
 from checkpoints.vocabulary import ROLES
 from graph.model_settings import RetrySettings, RoleSampling
 
@@ -65,6 +66,14 @@ def _texts(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(_text(x) for x in v)
 
 
+def _duration(v: Any) -> bool:
+    try:
+        parse_duration(v)
+    except (ValueError, TypeError):
+        return False
+    return not isinstance(v, bool)
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -88,6 +97,7 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "samples": ("samples", _count, "a whole number >= 1"),
     "pricing": ("pricing", _text, "a pricing file (TOML)"),
     "max_cost": ("max_cost", lambda v: _number(v) and v > 0, "a number of USD > 0"),
+    "outage_budget": ("outage_budget", _duration, "seconds (a number) or a duration such as \"10m\""),
     "leakage": ("leakage", lambda v: v in ("regenerate", "keep"), '"regenerate" or "keep"'),
     "judge_prompt": ("judge_prompt", _text, "a prompt file path (relative to this file)"),
     "user_prompt": ("user_prompt", _text, "a prompt file path (relative to this file)"),

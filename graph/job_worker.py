@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +53,8 @@ class WorkerSettings:
     rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
     store_outage_budget_s: float = DEFAULT_BUDGET_S  # the store away this long: exit (75), leaving the jobs to others
+    budget: Callable[[Writer, str, dict[str, Any]], bool] | None = None
+    """May a new dialogue of a run with a cost cap start (evals.cost.budget_allows)? A capped job without it fails."""
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -83,6 +86,8 @@ class DialoguePlayer:
         """
         async def once() -> DialogueOutcome:
             stored = await self._run_config(job.run_id)
+            if job.budget is not None and not await self._within_budget(job):
+                return DialogueOutcome(job.thread_id, "held")  # the job succeeds; enqueue again with a higher --max-cost
             context = self._context(job, stored)
             async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
                 outcome = await play_dialogue(stored, job.seed_record(), graph=self.graph, write=self.write, context=context,
@@ -95,6 +100,17 @@ class DialoguePlayer:
         if outcome.status == "failed":
             raise DialogueFailed(f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}")
         return outcome
+
+    async def _within_budget(self, job: DialogueJob) -> bool:
+        """A dialogue already started plays on; a new one starts only while the run's total is under its cap."""
+        if self.settings.budget is None:
+            raise RuntimeError(f"run {job.run_id} has a --max-cost but this worker cannot check it: update the worker")
+        check = self.settings.budget
+
+        def allowed(store: Writer) -> bool:
+            return store.get_dialogue(job.thread_id) is not None or check(store, job.run_id, job.budget)
+
+        return await asyncio.wrap_future(self.write.submit(allowed))
 
     def share_rate_limits(self, sharers: int) -> None:
         """Use 1/``sharers`` of each run's rate limits (unless this worker was given its own)."""
@@ -112,6 +128,8 @@ class DialoguePlayer:
         return self._configs[run_id]
 
     def _context(self, job: DialogueJob, stored: RunConfig) -> RunContext:
+        if (policy := self._policies.get(job.run_id)) is not None:
+            policy.reset_outages_past_budget()  # each job gets the provider a fresh --outage-budget
         key = (job.run_id, job.target, job.sample)
         if key not in self._contexts:
             seed = sample_seed(stored.sampling_seed, job.sample) if job.sample else None

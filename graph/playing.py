@@ -12,13 +12,14 @@ import asyncio
 import importlib.metadata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 import prompts
-from checkpoints.outages import OutageError
+from checkpoints.outages import OutageError, store_fault
 from checkpoints.run_record import upgrade
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
@@ -199,19 +200,43 @@ async def execute_run(
             return outcome
 
     jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
+    tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
-        result.outcomes = list(await asyncio.gather(*(one(*job) for job in jobs)))
+        result.outcomes = list(await asyncio.gather(*tasks))
     except BaseException as exc:
+        # Stop the other dialogues before closing the writer: none may write to a closed (or full) store.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         write.close()
-        if not isinstance(exc, OutageError):  # past the budget the store is away: nothing to mark
+        fault = store_fault(exc, _sqlite_path(store))
+        if isinstance(exc, OutageError) and fault is None:
+            raise  # past its budget the store is away: nothing to mark
+        try:
             store.finish_run(config.run_id, "interrupted")
+        except Exception as again:  # noqa: BLE001 - a full or read-only store cannot take this row either
+            fault = fault or store_fault(again, _sqlite_path(store))
+            if fault is None:
+                raise
+        if fault is not None:
+            raise fault from None  # one line for the command: which file, what to do; nothing lost
         raise
     write.close()
     failed = any(o.status == "failed" for o in result.outcomes)
     held = any(o.status == "held" for o in result.outcomes)
     status = "failed" if failed else "stopped" if held else "finished"
-    write.through_outages(lambda: store.finish_run(config.run_id, status))
+    try:
+        write.through_outages(lambda: store.finish_run(config.run_id, status))
+    except Exception as exc:  # noqa: BLE001
+        if (fault := store_fault(exc, _sqlite_path(store))) is not None:
+            raise fault from None
+        raise
     return result
+
+
+def _sqlite_path(store: Writer) -> Path | None:
+    """The store's SQLite file (None on PostgreSQL): where a full disk or a read-only file is reported."""
+    return store.path if isinstance(store.path, Path) else None
 
 
 def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
@@ -332,6 +357,8 @@ async def drive(
     except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
         if is_store_outage(exc) or isinstance(exc, OutageError):
             raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
+        if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:
+            raise fault from None  # the store, not the dialogue, failed: the run stops, the dialogue resumes later
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -242,7 +243,11 @@ def _model_of(run: Run, metadata: Mapping[str, Any]) -> str | None:
 
 def _log_write_failure(future: Future) -> None:
     if not future.cancelled() and future.exception() is not None:
-        logger.error("writing trace rows failed: %s", future.exception(), exc_info=future.exception())
+        exc = future.exception()
+        if isinstance(exc, sqlite3.OperationalError) and ("full" in str(exc) or "readonly" in str(exc)):
+            logger.debug("trace rows not written: %s", exc)  # the run stops with one line about its store
+            return
+        logger.error("writing trace rows failed: %s", exc, exc_info=exc)
 
 
 # --- attaching --------------------------------------------------------------------------

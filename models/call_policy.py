@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 
 from models.call_stats import CallStats
+from models.circuit import DEFAULT_OUTAGE_BUDGET_S, OutageStatus, ProviderCircuit
 from models.rate_limits import RateGate
 from models.resilience import ResilientChatModel
 from models.retries import RetryPolicy
@@ -27,6 +28,9 @@ class CallPolicy:
     """Requests per minute, keyed by provider (``openai``) or by a full spec (``openai:gpt-4o``)."""
     cache: ResponseCache | None = None
     stats: CallStats = field(default_factory=CallStats)
+    outage_budget: float = DEFAULT_OUTAGE_BUDGET_S
+    """Seconds a provider may stay unreachable (its circuit open) before its calls fail (--outage-budget)."""
+    _circuits: dict[str, ProviderCircuit] = field(default_factory=dict, repr=False)
     _gates: dict[str, RateGate] = field(default_factory=dict, repr=False)
     _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _sharers: int = field(default=1, repr=False)
@@ -38,6 +42,40 @@ class CallPolicy:
             if key not in self._gates:
                 self._gates[key] = RateGate(self._share(key))
             return self._gates[key]
+
+    def circuit_for(self, endpoint: str) -> ProviderCircuit:
+        """The shared circuit of a provider endpoint (a base URL, or the provider's own API)."""
+        with self._gates_lock:
+            if endpoint not in self._circuits:
+                self._circuits[endpoint] = ProviderCircuit(endpoint, budget=self.outage_budget)
+            return self._circuits[endpoint]
+
+    def outages(self) -> list[OutageStatus]:
+        """The providers unreachable right now (their calls waiting), for the progress display."""
+        with self._gates_lock:
+            circuits = list(self._circuits.values())
+        return [status for c in circuits if (status := c.status()) is not None]
+
+    def outages_past_budget(self) -> list[ProviderCircuit]:
+        """The providers whose outage outlasted the budget (their calls failed): the run exits 75."""
+        with self._gates_lock:
+            return [c for c in self._circuits.values() if c.expired]
+
+    def reset_outages_past_budget(self) -> None:
+        """Let calls through again to providers whose outage outlasted the budget (a worker's next job)."""
+        for circuit in self.outages_past_budget():
+            circuit.reset()
+
+    def outage_summary(self) -> dict[str, Any]:
+        """Outages ridden out (closed again) and those past the budget, by endpoint, for the run summary."""
+        with self._gates_lock:
+            circuits = list(self._circuits.values())
+        return {
+            "ridden_out": [{"endpoint": c.endpoint, "seconds": round(s, 1)} for c in circuits for s in c.outages],
+            "past_budget": [{"endpoint": c.endpoint, "seconds": round(c.expired_after or 0.0, 1)} for c in circuits if c.expired],
+            "budget_s": self.outage_budget,
+            "waits": sum(self.stats.outage_waits.values()),
+        }
 
     def share_among(self, sharers: int) -> None:
         """Let this process use 1/``sharers`` of every rate limit: the run's limit is then the total of all workers."""
@@ -51,13 +89,15 @@ class CallPolicy:
         return limit / self._sharers if limit else None
 
     def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
-             retry: RetryPolicy | None = None, seed_option: bool = True) -> ResilientChatModel:
+             retry: RetryPolicy | None = None, seed_option: bool = True, endpoint: str | None = None) -> ResilientChatModel:
+        """``chat`` with this policy's cache, gate and retries; ``endpoint`` (None: in-process, no circuit) shares a circuit."""
         return ResilientChatModel(
             inner=chat,
             spec=spec,
             role=role,
             retry=retry or self.retry,
             gate=self.gate_for(spec, provider),
+            circuit=self.circuit_for(endpoint) if endpoint else None,
             response_cache=self.cache,
             cache_params=cache_params,
             stats=self.stats,

@@ -17,6 +17,7 @@ class CallStats:
         self.cache_unstorable: Counter[str] = Counter()
         self.retries: Counter[str] = Counter()
         self.gave_up: Counter[str] = Counter()
+        self.outage_waits: Counter[str] = Counter()  # failed calls that waited for a provider's circuit, by reason
         self.rate_limited_seconds = 0.0
 
     def add(self, counter: str, key: str, n: int = 1) -> None:
@@ -45,5 +46,6 @@ class CallStats:
             "retries": sum(self.retries.values()),
             "by_reason": dict(sorted(self.retries.items())),
             "gave_up": sum(self.gave_up.values()),
+            "outage_waits": sum(self.outage_waits.values()),
             "rate_limited_seconds": round(self.rate_limited_seconds, 3),
         }

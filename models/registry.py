@@ -125,11 +125,20 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
     wrapped = policy.wrap(
         chat, spec=str(spec), provider=spec.provider, role=role, retry=retry,
         cache_params=cache_params(str(spec), sampling, chat), seed_option=spec.provider in _SEEDED_PROVIDERS,
+        endpoint=provider_endpoint(spec, sampling),
     )
     structured = _STRUCTURED.get(spec.provider) if style == "chat" else None
     if structured == "openai" and (sampling.base_url or os.environ.get("OPENAI_BASE_URL")):
         structured = "openai_compatible"
     return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
+
+
+def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:
+    """Where a spec's calls go, as its circuit's name: the base URL (no credentials) or the provider; None in-process."""
+    if spec.provider == "local":
+        return None
+    url = sampling.base_url or (os.environ.get("OPENAI_BASE_URL") if spec.provider == "openai" else None)
+    return f"{spec.provider} @ {strip_credentials(url)}" if url else spec.provider
 
 
 def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str, Any]:

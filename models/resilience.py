@@ -6,7 +6,9 @@ once the retry policy gives up (the node then ends its dialogue with stop reason
 ``error``, and a rerun of the run id picks the dialogue up from the failed node).
 
 Order inside one call: response cache → (identical requests in flight share one call)
-→ rate limit → provider, with retries around rate limit + provider.
+→ the provider's circuit (waits during an outage, models/circuit.py) → rate limit → provider,
+with retries around circuit + rate limit + provider. A failure that is the provider's outage
+(the circuit is open) spends no retry: the call waits for the circuit instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments
+from models.circuit import ProviderCircuit, is_outage
 from models.rate_limits import RateGate
 from models.retries import RetriesExhaustedError, RetryPolicy, retry_after, retry_reason
 
@@ -52,6 +55,7 @@ class ResilientChatModel(BaseChatModel):
     role: str
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     gate: RateGate | None = None
+    circuit: ProviderCircuit | None = None
     response_cache: Any = None  # checkpoints.cache.ResponseCache (untyped: nodes do not import checkpoints)
     cache_params: dict[str, Any] = Field(default_factory=dict)
     stats: CallStats = Field(default_factory=CallStats)
@@ -132,21 +136,37 @@ class ResilientChatModel(BaseChatModel):
 
     async def _acall(self, messages, stop, run_manager, kwargs) -> ChatResult:
         kwargs = self._provider_kwargs(kwargs)
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
+            probe = await self._pass_circuit()
             await self._pass_gate()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
                 if self.retry.timeout is None:
-                    return await call
-                try:
-                    return await asyncio.wait_for(call, self.retry.timeout)
-                except asyncio.TimeoutError:
-                    raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
+                    result = await call
+                else:
+                    try:
+                        result = await asyncio.wait_for(call, self.retry.timeout)
+                    except asyncio.TimeoutError:
+                        raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
             except Exception as exc:
-                delay = self._after_failure(attempt, exc)
+                delay = self._after_failure(attempt, exc, probe, caller)
+                if delay is None:
+                    attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
+                    continue
                 await asyncio.sleep(delay)
+                continue
+            self._answered(probe)
+            return result
+
+    async def _pass_circuit(self) -> bool:
+        """Wait while the provider's circuit is open; True if this call is its probe."""
+        return await self.circuit.enter() if self.circuit is not None else False
+
+    def _answered(self, probe: bool) -> None:
+        if self.circuit is not None:
+            self.circuit.answered(probe)
 
     async def _pass_gate(self) -> None:
         """Wait for the rate gate, if any, counting the wait."""
@@ -176,15 +196,21 @@ class ResilientChatModel(BaseChatModel):
         if (cached := self._from_cache(key)) is not None:
             return cached
         provider_kwargs = self._provider_kwargs(kwargs)
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
+            probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
             try:
                 result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
+                self._answered(probe)
                 break
             except Exception as exc:
-                time.sleep(self._after_failure(attempt, exc))
+                delay = self._after_failure(attempt, exc, probe, caller)
+                if delay is None:
+                    attempt -= 1
+                    continue
+                time.sleep(delay)
         if key is not None and not self.response_cache.put(key, result, spec=self.spec):
             self.stats.add("cache_unstorable", self.role)
         return result
@@ -203,19 +229,25 @@ class ResilientChatModel(BaseChatModel):
             yield from _replayed(cached, run_manager)
             return
         chunks: list[ChatGenerationChunk] = []
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
+            probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
             try:
                 for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
                     chunks.append(chunk)
                     yield chunk
+                self._answered(probe)
                 break
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                time.sleep(self._after_failure(attempt, exc))
+                delay = self._after_failure(attempt, exc, probe, caller)
+                if delay is None:
+                    attempt -= 1
+                    continue
+                time.sleep(delay)
         if key is not None and not self.response_cache.put(key, generate_from_stream(iter(chunks)), spec=self.spec):
             self.stats.add("cache_unstorable", self.role)
 
@@ -256,9 +288,10 @@ class ResilientChatModel(BaseChatModel):
 
     async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
         """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
-        attempt = 0
+        attempt, caller = 0, object()  # caller: this call, to the circuit
         while True:
             attempt += 1
+            probe = await self._pass_circuit()
             await self._pass_gate()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
@@ -268,6 +301,7 @@ class ResilientChatModel(BaseChatModel):
                         async with deadline:
                             chunk = await anext(stream)
                     except StopAsyncIteration:
+                        self._answered(probe)
                         return
                     except TimeoutError:
                         if not deadline.expired():
@@ -278,7 +312,10 @@ class ResilientChatModel(BaseChatModel):
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, exc)
+                delay = self._after_failure(attempt, exc, probe, caller)
+                if delay is None:
+                    attempt -= 1
+                    continue
                 await asyncio.sleep(delay)
             finally:
                 await stream.aclose()
@@ -295,9 +332,17 @@ class ResilientChatModel(BaseChatModel):
         async for chunk in self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
             yield chunk
 
-    def _after_failure(self, attempt: int, exc: Exception) -> float:
-        """Re-raise ``exc`` if it is final; else count the retry and return how long to wait."""
+    def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
+        """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
+        spent); else count the retry and return how long to wait."""
         reason = retry_reason(exc)
+        if self.circuit is not None:
+            if is_outage(reason):
+                if self.circuit.failed(reason, probe, caller):
+                    self.stats.add("outage_waits", reason)
+                    return None
+            elif reason is not None or probe:
+                self.circuit.answered(probe)  # the provider answered (429, a bad body, a 4xx): it is up
         if reason is None:
             raise exc
         if attempt >= self.retry.attempts:

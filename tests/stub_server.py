@@ -153,11 +153,13 @@ class StubServer:
         reply: Reply = default_reply,
         host: str = "127.0.0.1",
         port: int = 0,
+        log: str | None = None,
     ) -> None:
         unknown = [s for s in script if s not in OUTCOMES]
         if unknown:
             raise ValueError(f"unknown scripted outcomes {unknown}: use {', '.join(OUTCOMES)}")
         self.latency = latency
+        self.log = log
         self.faults = faults or Faults()
         self.reply = reply
         self.requests: list[dict[str, Any]] = []
@@ -205,6 +207,12 @@ class StubServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         return outcome, n
+
+    def _log_answer(self, body: dict[str, Any], n: int) -> None:
+        """Append one JSON line per answered request (a hash of its body): what a provider would bill."""
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        with self._lock, open(self.log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"n": n, "body_sha256": key}) + "\n")
 
     def _done(self) -> None:
         with self._lock:
@@ -281,6 +289,8 @@ class StubServer:
 
             def _completion(self, body: dict[str, Any], n: int) -> None:
                 text = stub.reply(body, n)
+                if stub.log:
+                    stub._log_answer(body, n)
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 completion_tokens = len(text.split())
                 model = body.get("model", "stub")
@@ -337,10 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sensitivity", type=float, default=KnownError.sensitivity, help="--known-error: P(judge says biased | truly biased)")
     p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
     p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
+    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body)")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)
-    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply).start()
+    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply, log=args.log).start()
     print(stub.url, flush=True)
     try:
         threading.Event().wait()

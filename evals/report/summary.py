@@ -78,6 +78,7 @@ def run_summary(
         "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
+        "outages": (calls or {}).get("outages"),
         "samples": int(settings.get("samples") or 1),
         "cost": usage_summary(run_usage(store, run_id), pricing),
         "budget": budget,
@@ -213,6 +214,10 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             if retries["rate_limited_seconds"]:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
+    outages = summary.get("outages") or {}
+    for outage in outages.get("ridden_out") or []:
+        console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
+                           "(calls waited, none failed for it)", style="dim"))
     _render_cost(summary, console)
     if summary.get("judge_validation") and summary["judge_validation"].get("validation") is not None:
         console.print(Text(validation_text(summary["judge_validation"])))

@@ -39,13 +39,14 @@ def test_run_against_a_faulty_server_completes_and_a_rerun_finishes_the_failed(t
         args = [stub.url if a == "PLACEHOLDER" else a for a in common]
         # Few retries, so some dialogues exhaust them and fail while the others go on.
         first = run_module("graph.run", *args, "--retries", "1")
-        assert first.returncode == 0, first.stderr
+        assert first.returncode == 1, first.stderr  # some dialogues failed: exit 1, and the line says how to resume
         summary = json.loads(first.stdout)
         assert summary["finished"] + len(summary["failed"]) == summary["dialogues"] == 6
         # With one retry and ~30% faulty requests some dialogues exhaust their retries; the others go on.
         assert summary["failed"] and summary["finished"]
         for failure in summary["failed"]:
             assert failure["error"]  # the reason is recorded
+        assert f"{len(summary['failed'])} of 6 dialogue(s) did not finish. Resume with: python -m graph.run " in first.stderr
         outcomes = dict(stub.outcomes)
     assert sum(v for k, v in outcomes.items() if k != "ok") > 0  # faults really happened
     with StubServer(latency=0.0, faults=Faults(error_500=0.05, retry_after=0.1, seed=8)) as stub:

@@ -175,9 +175,12 @@ def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
 
 
 def test_a_target_that_exhausts_its_retries_fails_alone_and_a_rerun_retries_only_it(tmp_path: Path):
-    """Through the openai: provider against two stub servers, one of them failing every request."""
+    """Through the openai: provider against two stub servers, one of them answering every request 429 (a per-call error).
+
+    (Every request answered 500 would be the provider's outage, which the circuit rides out: tests/unit/test_provider_outage.py.)
+    """
     flaky_reply = lambda body, n: f"Flaky target reply {n}."  # noqa: E731 - never equal to a healthy reply
-    with StubServer() as healthy, StubServer(faults=Faults(error_500=1.0), reply=flaky_reply) as flaky:
+    with StubServer() as healthy, StubServer(faults=Faults(rate_limit_429=1.0, retry_after=None), reply=flaky_reply) as flaky:
         config = _write(tmp_path, f"""
 turns = 2
 categories = ["gender", "age"]
@@ -205,13 +208,13 @@ timeout = 10
         db = tmp_path / "d.db"
         args = ["--config", str(config), "--db", str(db), "--run-id", "r", "--json", "--no-trace"]
         first = run_cli(*args)
-        assert first.returncode == 0, first.stderr
+        assert first.returncode == 1, first.stderr  # two dialogues failed
         summary = json.loads(first.stdout)
         assert summary["finished"] == 2 and len(summary["failed"]) == 2
         for item in summary["failed"]:
             assert item["thread_id"].endswith(":openai:flaky")
-            assert "gave up after 2 attempts (HTTP 500)" in item["error"]
-        assert summary["retries"]["gave_up"] == 2 and summary["retries"]["by_reason"] == {"HTTP 500": 2}
+            assert "gave up after 2 attempts (HTTP 429)" in item["error"]
+        assert summary["retries"]["gave_up"] == 2 and summary["retries"]["by_reason"] == {"HTTP 429": 2}
         assert len(flaky.requests) == 4  # two dialogues × two attempts at turn 1
 
         healthy_before = len(healthy.requests)

@@ -40,9 +40,9 @@ GRID = ["--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model",
         "--turns", "2", "--categories", "gender", "age", "--no-trace"]
 
 
-def _run(capsys, *argv: str) -> dict:
+def _run(capsys, *argv: str, status: int = 0) -> dict:
     from cli import run
-    assert run.main([*argv, "--json"]) == 0
+    assert run.main([*argv, "--json"]) == status
     return json.loads(capsys.readouterr().out)
 
 
@@ -154,16 +154,16 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
     db = tmp_path / "d.db"
     pricing = _pricing(tmp_path, PRICES)
     args = [*GRID, "--db", str(db), "--run-id", "capped", "--pricing", str(pricing)]
-    first = _run(capsys, *args, "--max-cost", "30")
+    first = _run(capsys, *args, "--max-cost", "30", status=1)  # not every dialogue finished: exit 1
     # One dialogue at a time: $18 spent, then $36 >= $30, so the other two are never started.
     assert first["finished"] == 2 and first["budget"]["held"] == 2 and first["held_this_time"] == 2
     assert first["budget"]["spent_usd"] == pytest.approx(36.0) and first["cost"]["usd"] == pytest.approx(36.0)
-    assert "raise --max-cost" in first["resume"]
+    assert first["resume"].endswith("--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json with a higher --max-cost")
     with sqlite3.connect(db) as con:
         assert con.execute("select status from runs where id = 'capped'").fetchone()[0] == "stopped"
         assert con.execute("select count(*) from dialogues").fetchone()[0] == 2
 
-    same = _run(capsys, *args, "--max-cost", "30")  # the same cap again: the finished two are skipped, two still held
+    same = _run(capsys, *args, "--max-cost", "30", status=1)  # the same cap again: the finished two are skipped, two still held
     assert (same["skipped_this_time"], same["budget"]["held"], same["finished"]) == (2, 2, 2)
 
     second = _run(capsys, *args, "--max-cost", "100")

@@ -1,0 +1,191 @@
+"""A shared circuit per provider endpoint: during an outage calls wait, one probe call checks, the run rides it out.
+
+Per-call retries (models/retries.py) handle a call's own errors. When calls to one endpoint keep failing with
+connection errors, timeouts or 5xx across dialogues, that is the provider's outage, not a call's: the circuit
+opens, every call to the endpoint waits instead of spending its retries, and one call at a time goes through as
+a probe (half-open). The first answer closes the circuit. Past ``budget`` seconds of outage every waiting and new
+call raises :class:`ProviderOutageError` (the dialogue ends failed with that reason, resumably).
+Loop- and thread-agnostic, like the rate gate: state under a plain lock, waiters poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from checkpoints.outages import OutageError
+from models.retries import RetriesExhaustedError
+
+DEFAULT_OUTAGE_BUDGET_S = 600.0
+# Consecutive outage failures (no answer in between) of at least two calls that open the circuit; or one call
+# failing for this long (a run playing one dialogue at a time), so that its own retries do not run out in an outage.
+OPEN_AFTER = 3
+OPEN_AFTER_S = 10.0
+FIRST_PROBE_S, MAX_PROBE_S = 2.0, 15.0
+# A probe that never reported back (cancelled, or failed mid-stream) is given up after this long: another one goes.
+LOST_PROBE_S = 180.0
+_POLL_S = 0.25
+
+
+class ProviderOutageError(OutageError, RetriesExhaustedError):
+    """A provider stayed unreachable past the outage budget."""
+
+
+def is_outage(reason: str | None) -> bool:
+    """Whether a retry reason (models.retries.retry_reason) is the kind an outage produces."""
+    return reason in ("connection", "timeout") or bool(reason and reason.startswith("HTTP 5"))
+
+
+@dataclass(frozen=True)
+class OutageStatus:
+    """An open circuit, for the progress display: how long down, when the next probe, how much budget left."""
+
+    endpoint: str
+    down_s: float
+    budget_left_s: float
+    reason: str
+    waiting: int
+
+    def line(self) -> str:
+        return (f"{self.endpoint} unreachable for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
+                f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
+
+
+class ProviderCircuit:
+    """Closed (calls go through) or open (calls wait; one probe at a time); expired past the budget."""
+
+    def __init__(self, endpoint: str, *, budget: float = DEFAULT_OUTAGE_BUDGET_S, open_after: int = OPEN_AFTER,
+                 open_after_s: float = OPEN_AFTER_S, first_probe_s: float = FIRST_PROBE_S, max_probe_s: float = MAX_PROBE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if budget <= 0:
+            raise ValueError(f"an outage budget must be more than 0 seconds, got {budget}")
+        self.endpoint = endpoint
+        self.budget = budget
+        self.open_after, self.open_after_s = open_after, open_after_s
+        self._callers: set[int] = set()
+        self.first_probe_s, self.max_probe_s = first_probe_s, max_probe_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._streak = 0
+        self._streak_started = 0.0
+        self._opened = False
+        self._reason = ""
+        self._probing = False
+        self._probe_started = 0.0
+        self._next_probe = 0.0
+        self._interval = first_probe_s
+        self._waiting = 0
+        self._held = False
+        self.expired = False
+        self.outages: list[float] = []  # seconds each closed outage lasted
+        self.expired_after: float | None = None
+
+    # --- what a call does -------------------------------------------------------------------
+
+    def admit(self) -> tuple[float, bool]:
+        """(seconds to wait before asking again, this call is the probe); raises past the budget."""
+        with self._lock:
+            if not self._opened:
+                return 0.0, False
+            now = self._clock()
+            down = now - self._streak_started
+            if self.expired or down > self.budget:
+                if not self.expired:
+                    self.expired, self.expired_after = True, down
+                raise ProviderOutageError(self._past_budget(down))
+            if self._probing and now - self._probe_started > LOST_PROBE_S:
+                self._probing = False
+            if not self._probing and now >= self._next_probe:
+                self._probing, self._probe_started = True, now
+                return 0.0, True
+            self._held = True
+            until = self._next_probe - now if not self._probing else _POLL_S
+            return max(0.01, min(until, _POLL_S * 4, self.budget - down + 0.01)), False
+
+    def answered(self, probe: bool = False) -> None:
+        """The endpoint answered (with a reply or an error of the call's own): the outage, if any, is over."""
+        with self._lock:
+            if self._opened and self._held:  # an outage that made calls wait (not a blip answered at once)
+                self.outages.append(self._clock() - self._streak_started)
+            self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
+            self._held = False
+            self._callers.clear()
+
+    def failed(self, reason: str, probe: bool = False, caller: object | None = None) -> bool:
+        """Count an outage failure of the call ``caller`` (None: a call of its own); True if the circuit is open now
+        (the call then waits instead of spending a retry). One call failing alone is its own error until it lasts."""
+        with self._lock:
+            now = self._clock()
+            if self._streak == 0:
+                self._streak_started = now
+            self._streak += 1
+            self._callers.add(id(caller) if caller is not None else -self._streak)
+            self._reason = reason
+            if probe:
+                self._probing = False
+                self._next_probe = now + self._interval
+                self._interval = min(self.max_probe_s, self._interval * 2)
+            spread = self._streak >= self.open_after and len(self._callers) >= 2
+            if not self._opened and (spread or now - self._streak_started >= self.open_after_s):
+                self._opened, self._probing = True, False
+                self._next_probe, self._interval = now + self.first_probe_s, self.first_probe_s * 2
+            return self._opened
+
+    async def enter(self) -> bool:
+        """Wait while the circuit is open; True if this call goes through as the probe."""
+        counted = False
+        try:
+            while True:
+                wait, probe = self.admit()
+                if not wait:
+                    return probe
+                if not counted:
+                    counted = True
+                    self._count_waiting(+1)
+                await asyncio.sleep(wait)
+        finally:
+            if counted:
+                self._count_waiting(-1)
+
+    def enter_sync(self) -> bool:
+        while True:
+            wait, probe = self.admit()
+            if not wait:
+                return probe
+            time.sleep(wait)
+
+    def reset(self) -> None:
+        """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""
+        with self._lock:
+            self.expired, self._opened, self._probing, self._streak = False, False, False, 0
+            self._callers.clear()
+
+    # --- what the display and the command read --------------------------------------------------
+
+    def status(self) -> OutageStatus | None:
+        with self._lock:
+            if not self._opened or self.expired:
+                return None
+            down = self._clock() - self._streak_started
+            return OutageStatus(self.endpoint, down, max(0.0, self.budget - down), self._reason, self._waiting)
+
+    def _count_waiting(self, delta: int) -> None:
+        with self._lock:
+            self._waiting += delta
+
+    def _past_budget(self, down: float) -> str:
+        return (f"{self.endpoint} unreachable for {format_duration(down)} ({self._reason}), past the outage budget of "
+                f"{format_duration(self.budget)}: rerun the same command once it is back (or raise --outage-budget)")
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``2 min 05 s``, ``1 h 03 min``."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

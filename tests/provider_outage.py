@@ -1,0 +1,89 @@
+"""A real OpenAI-compatible stub server process that can go away and come back on its port, and a run against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StubProcess:
+    """``python -m tests.stub_server`` on a fixed port, logging each answered request to ``log``."""
+
+    def __init__(self, log: Path, *, port: int | None = None, latency: float = 0.05) -> None:
+        self.log, self.port, self.latency = log, port or free_port(), latency
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> StubProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.stub_server", "--port", str(self.port), "--latency", str(self.latency),
+             "--log", str(self.log)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == self.url, line
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def answered(self) -> list[str]:
+        """The body hash of every request answered so far (a provider would bill each)."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line)["body_sha256"] for line in self.log.read_text().splitlines() if line.strip()]
+
+    def wait_answered(self, n: int, run: subprocess.Popen, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.answered()) < n:
+            if run.poll() is not None:
+                raise AssertionError(f"the run ended ({run.returncode}) before {n} calls: {run.stderr.read()[-3000:]}")
+            assert time.monotonic() < deadline, f"the run made fewer than {n} calls in {timeout} s"
+            time.sleep(0.1)
+
+
+def start_run(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.Popen([sys.executable, "-m", "graph.run", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_flags(url: str, db: Path, run_id: str, *, turns: int, per_category: int, concurrency: int) -> list[str]:
+    return ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
+            "--base-url", url, "--db", str(db), "--run-id", run_id, "--per-category", str(per_category),
+            "--turns", str(turns), "--max-concurrency", str(concurrency), "--json", "--no-trace"]
+
+
+def stored_turns(db: Path, run_id: str) -> dict[str, list[tuple[int, bool, bool]]]:
+    """Per dialogue of the run: (turn index, has a reply, has a label) of every stored turn, through the store's reader."""
+    from checkpoints.store import open_writer
+
+    store = open_writer(db, create=False)
+    try:
+        return {d["thread_id"]: [(t["idx"], bool(t["reply"]), t["label"] is not None) for t in store.turns(d["thread_id"])]
+                for d in store.dialogues(run_id)}
+    finally:
+        store.close()
+
+
+def paid_twice(hashes: list[str]) -> int:
+    """Requests answered more than once with the very same body (the same call paid again)."""
+    return sum(n - 1 for n in Counter(hashes).values() if n > 1)

@@ -8,6 +8,8 @@ forking a dialogue cannot write a turn twice: every write is an upsert keyed on
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import json
 from dataclasses import dataclass
@@ -180,6 +182,22 @@ class Writer(StoreQueries):
         """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final)
 
+    def write_trace_batches(self, batches: Sequence[tuple[TraceEncoder, Sequence[TraceItem], bool]]) -> list[Exception | None]:
+        """Store tracer batches queued together in one SQLite transaction (one commit, not one per batch).
+
+        Each batch is its own savepoint, so a batch that fails loses only itself: the result
+        holds its exception, None for each stored one. On PostgreSQL they are written one by one.
+        """
+        outcomes: list[Exception | None] = []
+        with self.transaction() if hasattr(self.db.conn, "in_transaction") else contextlib.nullcontext():
+            for encoder, items, final in batches:
+                try:
+                    self.write_trace_batch(encoder, items, final)
+                    outcomes.append(None)
+                except Exception as exc:  # noqa: BLE001 - reported to that batch's tracer
+                    outcomes.append(exc)
+        return outcomes
+
     def record_validation(
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
     ) -> None:
@@ -209,14 +227,23 @@ class Writer(StoreQueries):
 
 
 class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an error); inside an open SQLite transaction, a savepoint instead."""
+
     def __init__(self, db: sqlite_utils.Database) -> None:
         self.db = db
+        self.nested = False
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.nested = bool(getattr(self.db.conn, "in_transaction", False))
+        self.db.execute("SAVEPOINT nested" if self.nested else "BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if self.nested:
+            if exc_type:
+                self.db.execute("ROLLBACK TO nested")
+            self.db.execute("RELEASE nested")
+        else:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -27,6 +28,10 @@ class StoreWriter:
         self.store = store
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._traces: list[tuple[TraceEncoder, Sequence[TraceItem], bool, Future]] = []  # queued, not yet written
+        self._traces_lock = threading.Lock()
+        self._traces_queued = False  # a job that writes every queued batch is waiting on the thread
+        self._closed = False
 
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         call = functools.partial(fn, *args, **kwargs)
@@ -58,12 +63,41 @@ class StoreWriter:
         await self._run(self.store.add_set_member, set_name, thread_id, parent_thread_id)
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
-        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._executor.submit(self.store.write_trace_batch, encoder, items, final)
+        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it).
+
+        Batches queued while the thread is busy are written together, in one transaction
+        (each batch in order, its own savepoint); the future tells this batch's outcome.
+        """
+        future: Future = Future()
+        with self._traces_lock:
+            if self._closed:
+                raise RuntimeError("the store writer is closed")
+            self._traces.append((encoder, items, final, future))
+            if self._traces_queued:
+                return future  # the waiting job takes this one too
+            self._traces_queued = True
+        self._executor.submit(self._write_traces)
+        return future
+
+    def _write_traces(self) -> None:
+        with self._traces_lock:
+            batch, self._traces = self._traces, []
+            self._traces_queued = False
+        try:
+            outcomes = self.store.write_trace_batches([(encoder, items, final) for encoder, items, final, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - the commit failed: every batch of it is lost, each tracer logs it
+            outcomes = [exc] * len(batch)
+        for (*_, future), outcome in zip(batch, outcomes):
+            if outcome is None:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
         return self._executor.submit(fn, self.store, *args)
 
     def close(self) -> None:
+        with self._traces_lock:
+            self._closed = True
         self._executor.shutdown(wait=True)

@@ -14,7 +14,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlite_utils
@@ -182,19 +182,20 @@ class Writer(StoreQueries):
         """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final)
 
-    def write_trace_batches(self, batches: Sequence[tuple[TraceEncoder, Sequence[TraceItem], bool]]) -> list[Exception | None]:
-        """Store tracer batches queued together in one SQLite transaction (one commit, not one per batch).
+    def write_together(self, writes: Sequence[Callable[[], Any]]) -> list[Exception | None]:
+        """Run writes queued together in one SQLite transaction (one commit, not one per write).
 
-        Each batch is its own savepoint, so a batch that fails loses only itself: the result
-        holds its exception, None for each stored one. On PostgreSQL they are written one by one.
+        Each write that opens a transaction gets a savepoint instead, so one that fails loses only
+        itself: the result holds its exception, None for each that succeeded. On PostgreSQL they run
+        one by one, each in its own transaction as before.
         """
         outcomes: list[Exception | None] = []
         with self.transaction() if hasattr(self.db.conn, "in_transaction") else contextlib.nullcontext():
-            for encoder, items, final in batches:
+            for write in writes:
                 try:
-                    self.write_trace_batch(encoder, items, final)
+                    write()
                     outcomes.append(None)
-                except Exception as exc:  # noqa: BLE001 - reported to that batch's tracer
+                except Exception as exc:  # noqa: BLE001 - reported to whoever queued that write
                     outcomes.append(exc)
         return outcomes
 

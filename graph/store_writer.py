@@ -28,9 +28,9 @@ class StoreWriter:
         self.store = store
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
-        self._traces: list[tuple[TraceEncoder, Sequence[TraceItem], bool, Future]] = []  # queued, not yet written
-        self._traces_lock = threading.Lock()
-        self._traces_queued = False  # a job that writes every queued batch is waiting on the thread
+        self._queued: list[tuple[Callable[[], Any], Future]] = []  # writes queued, not yet run
+        self._queued_lock = threading.Lock()
+        self._drain_waiting = False  # a job that runs every queued write is waiting on the thread
         self._closed = False
 
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -63,31 +63,36 @@ class StoreWriter:
         await self._run(self.store.add_set_member, set_name, thread_id, parent_thread_id)
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
-        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it).
+        """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
+        return self._queue(functools.partial(self.store.write_trace_batch, encoder, items, final))
 
-        Batches queued while the thread is busy are written together, in one transaction
-        (each batch in order, its own savepoint); the future tells this batch's outcome.
-        """
+    def queue_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> Future:
+        """Queue the upsert of a dialogue's changed turn records without waiting (the future tells its outcome)."""
+        return self._queue(functools.partial(self.store.record_turns, thread_id, turns))
+
+    def _queue(self, write: Callable[[], Any]) -> Future:
+        """Writes queued while the thread is busy run together, in order, in one transaction (each its own
+        savepoint); a write queued later never runs before one queued or awaited earlier."""
         future: Future = Future()
-        with self._traces_lock:
+        with self._queued_lock:
             if self._closed:
                 raise RuntimeError("the store writer is closed")
-            self._traces.append((encoder, items, final, future))
-            if self._traces_queued:
+            self._queued.append((write, future))
+            if self._drain_waiting:
                 return future  # the waiting job takes this one too
-            self._traces_queued = True
-        self._executor.submit(self._write_traces)
+            self._drain_waiting = True
+        self._executor.submit(self._drain)
         return future
 
-    def _write_traces(self) -> None:
-        with self._traces_lock:
-            batch, self._traces = self._traces, []
-            self._traces_queued = False
+    def _drain(self) -> None:
+        with self._queued_lock:
+            batch, self._queued = self._queued, []
+            self._drain_waiting = False
         try:
-            outcomes = self.store.write_trace_batches([(encoder, items, final) for encoder, items, final, _ in batch])
-        except Exception as exc:  # noqa: BLE001 - the commit failed: every batch of it is lost, each tracer logs it
+            outcomes = self.store.write_together([write for write, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - the commit failed: every write of it is lost, each caller told
             outcomes = [exc] * len(batch)
-        for (*_, future), outcome in zip(batch, outcomes):
+        for (_, future), outcome in zip(batch, outcomes):
             if outcome is None:
                 future.set_result(None)
             else:
@@ -98,6 +103,6 @@ class StoreWriter:
         return self._executor.submit(fn, self.store, *args)
 
     def close(self) -> None:
-        with self._traces_lock:
+        with self._queued_lock:
             self._closed = True
         self._executor.shutdown(wait=True)

@@ -1,4 +1,4 @@
-"""Tracer batches queued while the store's thread is busy are written in one transaction, each its own savepoint."""
+"""Writes queued while the store's thread is busy (tracer batches, turn records) share one transaction, each its own savepoint."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def test_queued_batches_share_one_commit_and_a_failing_one_loses_only_itself(tmp
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", write_batch)
     transactions = []
-    original = Writer.write_trace_batches
-    monkeypatch.setattr(Writer, "write_trace_batches", lambda self, batches: transactions.append(len(batches)) or original(self, batches))
+    original = Writer.write_together
+    monkeypatch.setattr(Writer, "write_together", lambda self, writes: transactions.append(len(writes)) or original(self, writes))
     write = StoreWriter(store)
     gate = threading.Event()
     write.submit(lambda _store: gate.wait(10))  # the thread is busy: the three batches queue up

@@ -1,6 +1,6 @@
 """Local LangSmith-style tracing: every run of a dialogue invocation (graph, node, model call) into SQLite.
 
-A :class:`DialogueTracer` is a ``langchain_core`` tracer attached to each graph
+A :class:`DialogueTracer` is a ``langchain_core`` callback handler attached to each graph
 invocation through its config (see :func:`traced`), beside LangSmith's own tracer
 when ``LANGSMITH_TRACING=true``: both see the same run ids. Its callbacks fire on
 the event loop, so they only turn each finished run into a redacted JSON row and
@@ -65,8 +65,7 @@ class _RunPlace:
 
 
 class _Run:
-    """One open run: the fields a stored row needs, no more (LangChain's ``Run`` is a pydantic
-    ``RunTree`` that costs about 50 µs to build, eleven times a turn)."""
+    """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, eleven times a turn)."""
 
     __slots__ = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "start_time", "end_time",
                  "inputs", "outputs", "error", "tags", "extra")

@@ -22,7 +22,7 @@ SUITES = {
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
-    "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
+    "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
     "page": ("7. report.html at paper size: file MB and time to the summary in headless Chromium", "benchmarks.report_page"),
     "judge_error": ("8. Judge-error correction of the paper grid (2,880 dialogues × 10 turns) ÷ 10 s", "benchmarks.judge_error"),

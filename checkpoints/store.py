@@ -8,11 +8,13 @@ forking a dialogue cannot write a turn twice: every write is an upsert keyed on
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlite_utils
@@ -181,6 +183,23 @@ class Writer(StoreQueries):
         """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final, through=through)
 
+    def write_together(self, writes: Sequence[Callable[[], Any]]) -> list[Exception | None]:
+        """Run writes queued together in one SQLite transaction (one commit, not one per write).
+
+        Each write that opens a transaction gets a savepoint instead, so one that fails loses only
+        itself: the result holds its exception, None for each that succeeded. On PostgreSQL they run
+        one by one, each in its own transaction as before.
+        """
+        outcomes: list[Exception | None] = []
+        with self.transaction() if hasattr(self.db.conn, "in_transaction") else contextlib.nullcontext():
+            for write in writes:
+                try:
+                    write()
+                    outcomes.append(None)
+                except Exception as exc:  # noqa: BLE001 - reported to whoever queued that write
+                    outcomes.append(exc)
+        return outcomes
+
     def record_validation(
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
     ) -> None:
@@ -214,14 +233,23 @@ class Writer(StoreQueries):
 
 
 class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an error); inside an open SQLite transaction, a savepoint instead."""
+
     def __init__(self, db: sqlite_utils.Database) -> None:
         self.db = db
+        self.nested = False
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.nested = bool(getattr(self.db.conn, "in_transaction", False))
+        self.db.execute("SAVEPOINT nested" if self.nested else "BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if self.nested:
+            if exc_type:
+                self.db.execute("ROLLBACK TO nested")
+            self.db.execute("RELEASE nested")
+        else:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -339,18 +340,23 @@ async def drive(
         config = traced(config, write)
     final: dict[str, Any] = start or {}
     written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
+    mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
     try:
         async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
             final = state
             # Only the turn records this step changed (upserts): one small write, none after termination,
             # none for a turn that holds only its user message so far (the store keeps replies and labels).
+            # Queued, not awaited: the store's thread writes those of many dialogues in one transaction,
+            # before any later write of this dialogue (its status below included).
             turns = state.get("turns", [])
             changed = [t for t in turns if written.get(t["index"]) != t]
             if changed:
                 written.update((t["index"], t) for t in changed)
                 if any("reply" in t or "label" in t for t in changed):
-                    await write.record_turns(thread_id, changed)
+                    mirrored.append(write.queue_turns(thread_id, changed))
             notify("step", thread_id, _done(state))
+        for future in mirrored:
+            await asyncio.wrap_future(future)  # a failed mirror write fails the dialogue, as when it was awaited
     except asyncio.CancelledError:
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -29,6 +30,10 @@ class StoreWriter:
         self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
         self.outage = outage  # PostgreSQL: a write that meets an outage waits for the store and is made again
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._queued: list[tuple[Callable[[], Any], Future]] = []  # writes queued, not yet run
+        self._queued_lock = threading.Lock()
+        self._drain_waiting = False  # a job that runs every queued write is waiting on the thread
+        self._closed = False
 
     def through_outages(self, call: Callable[[], T]) -> T:
         """``call()``, waiting through a store outage and calling again (within the outage's budget)."""
@@ -65,11 +70,45 @@ class StoreWriter:
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
         """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._executor.submit(self.store.write_trace_batch, encoder, items, final, through=self.through_outages)
+        return self._queue(functools.partial(self.store.write_trace_batch, encoder, items, final, through=self.through_outages))
+
+    def queue_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> Future:
+        """Queue the upsert of a dialogue's changed turn records without waiting (the future tells its outcome)."""
+        return self._queue(functools.partial(self.through_outages, functools.partial(self.store.record_turns, thread_id, turns)))
+
+    def _queue(self, write: Callable[[], Any]) -> Future:
+        """Writes queued while the thread is busy run together, in order, in one transaction (each its own
+        savepoint); a write queued later never runs before one queued or awaited earlier."""
+        future: Future = Future()
+        with self._queued_lock:
+            if self._closed:
+                raise RuntimeError("the store writer is closed")
+            self._queued.append((write, future))
+            if self._drain_waiting:
+                return future  # the waiting job takes this one too
+            self._drain_waiting = True
+        self._executor.submit(self._drain)
+        return future
+
+    def _drain(self) -> None:
+        with self._queued_lock:
+            batch, self._queued = self._queued, []
+            self._drain_waiting = False
+        try:
+            outcomes = self.store.write_together([write for write, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - the commit failed: every write of it is lost, each caller told
+            outcomes = [exc] * len(batch)
+        for (_, future), outcome in zip(batch, outcomes):
+            if outcome is None:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn(store, *args)`` without waiting (the cost cap's checks run on the writer's thread)."""
         return self._executor.submit(self.through_outages, functools.partial(fn, self.store, *args))
 
     def close(self) -> None:
+        with self._queued_lock:
+            self._closed = True
         self._executor.shutdown(wait=True)

@@ -1,6 +1,6 @@
 """Local LangSmith-style tracing: every run of a dialogue invocation (graph, node, model call) into SQLite.
 
-A :class:`DialogueTracer` is a ``langchain_core`` tracer attached to each graph
+A :class:`DialogueTracer` is a ``langchain_core`` callback handler attached to each graph
 invocation through its config (see :func:`traced`), beside LangSmith's own tracer
 when ``LANGSMITH_TRACING=true``: both see the same run ids. Its callbacks fire on
 the event loop, so they only turn each finished run into a redacted JSON row and
@@ -27,10 +27,13 @@ from concurrent.futures import Future
 from typing import Any
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackManager
+from datetime import UTC, datetime
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.load import dumpd
+from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tracers.base import BaseTracer
-from langchain_core.tracers.schemas import Run
+from langchain_core.tracers.core import _TracerCore
 
 from checkpoints.redaction import Redactor, _json_default
 from checkpoints.traces.codec import LazyMessages, TraceEncoder, token_usage
@@ -62,42 +65,169 @@ class _RunPlace:
     is_node: bool = False  # the node's own run (its inputs are the dialogue state, its outputs the update)
 
 
-class DialogueTracer(BaseTracer):
+class _Run:
+    """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, eleven times a turn)."""
+
+    __slots__ = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "start_time", "end_time",
+                 "inputs", "outputs", "error", "tags", "extra")
+
+    def __init__(self, run_id: UUID, parent_run_id: UUID | None, run_type: str, name: str | None,
+                 serialized: Mapping[str, Any] | None, inputs: dict[str, Any], tags: list[str] | None,
+                 metadata: dict[str, Any] | None, extra: dict[str, Any]) -> None:
+        self.id = run_id
+        self.parent_run_id = parent_run_id
+        self.run_type = run_type
+        self.name = name or _name_of(serialized)
+        self.start_time = datetime.now(UTC)
+        self.end_time: datetime | None = None
+        self.inputs = inputs
+        self.outputs: dict[str, Any] = {}
+        self.error: str | None = None
+        self.tags = tags or []
+        if metadata:
+            extra["metadata"] = metadata
+        self.extra = extra
+        self.trace_id: UUID = run_id
+        self.dotted_order = ""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.extra.setdefault("metadata", {})
+
+
+def _name_of(serialized: Mapping[str, Any] | None) -> str:
+    """A run's name when the callback gives none, as LangSmith's ``RunTree`` infers it."""
+    if serialized:
+        if "name" in serialized:
+            return serialized["name"]
+        if "id" in serialized:
+            return serialized["id"][-1]
+    return "Unnamed"
+
+
+class DialogueTracer(BaseCallbackHandler):
     """Records each finished run of one graph invocation, encoded and written off the event loop.
 
     Rows are the plain layout's fields with JSON values as Python values; the store's writer
     thread encodes them into the trace's compact stream (checkpoints.traces.codec), redacting
-    each record as a whole.
+    each record as a whole. The rows are those LangChain's ``BaseTracer`` (``original+chat``
+    format) would give, built from the callbacks directly: ids, dotted order, names, inputs,
+    outputs, errors, tags and extra as it sets them, without a pydantic run object per run.
     """
 
     # Called where the callback fires (on the loop); it only buffers, so it never blocks there.
     run_inline = True
 
     def __init__(self, submit: Callable[..., Any], *, redactor: Redactor | None = None) -> None:
-        super().__init__(_schema_format="original+chat")
+        super().__init__()
         self._submit = submit
         self._redactor = redactor or Redactor.from_environ()
         self._lock = threading.Lock()
         self._pending: list[TraceItem] = []
         self._flushed_at = time.monotonic()
+        self._runs: dict[UUID, _Run] = {}
+        self._order: dict[UUID, tuple[UUID, str]] = {}  # run id → (trace id, dotted order), kept for children
         self._places: dict[UUID, _RunPlace] = {}
         self._dotted: dict[UUID, str] = {}
         self._hidden: set[UUID] = set()
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
         self._encoder: TraceEncoder | None = None
 
-    def _create_chat_model_run(self, serialized: dict[str, Any], messages: list[list[Any]], run_id: UUID, **kwargs: Any) -> Run:
+    # --- LangChain's callbacks ---------------------------------------------------------------
+
+    def on_chain_start(self, serialized: dict[str, Any], inputs: Any, *, run_id: UUID, tags: list[str] | None = None,
+                       parent_run_id: UUID | None = None, metadata: dict[str, Any] | None = None,
+                       run_type: str | None = None, name: str | None = None, **kwargs: Any) -> None:
+        inputs = inputs if isinstance(inputs, dict) else {"input": inputs}
+        self._start(_Run(run_id, parent_run_id, run_type or "chain", name, serialized, inputs, tags, metadata, kwargs))
+
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: UUID,
+                            tags: list[str] | None = None, parent_run_id: UUID | None = None,
+                            metadata: dict[str, Any] | None = None, name: str | None = None, **kwargs: Any) -> None:
         # LangChain serialises every prompt message here, on the event loop, for every call: a
         # dialogue's prompt repeats all earlier messages, so that is quadratic work. The messages
         # are kept as they are; the writer thread serialises each distinct message once.
-        run = super()._create_chat_model_run(serialized, [[] for _ in messages], run_id, **kwargs)
-        run.inputs = {"messages": [LazyMessages(batch) for batch in messages]}
-        return run
+        inputs = {"messages": [LazyMessages(batch) for batch in messages]}
+        self._start(_Run(run_id, parent_run_id, "chat_model", name, serialized, inputs, tags, metadata, kwargs))
 
-    def _persist_run(self, run: Run) -> None:
-        """Rows are written as each run ends (see ``_on_run_update``); nothing is left at the root."""
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID,
+                     tags: list[str] | None = None, parent_run_id: UUID | None = None,
+                     metadata: dict[str, Any] | None = None, name: str | None = None, **kwargs: Any) -> None:
+        self._start(_Run(run_id, parent_run_id, "llm", name, serialized, {"prompts": prompts}, tags, metadata, kwargs))
 
-    def _on_run_create(self, run: Run) -> None:
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, inputs: Any = None, **kwargs: Any) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        if not run.extra.get("__omit_auto_outputs", False):
+            run.outputs.update(outputs if isinstance(outputs, dict) else {"output": outputs})
+        if inputs is not None:
+            run.inputs = inputs if isinstance(inputs, dict) else {"input": inputs}
+        self._end(run)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, inputs: Any = None, **kwargs: Any) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.error = _TracerCore._get_stacktrace(error)
+        if inputs is not None:
+            run.inputs = inputs if isinstance(inputs, dict) else {"input": inputs}
+        self._end(run)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        self._llm_outputs(run, response)
+        tool_calls = sum(len(getattr(getattr(g, "message", None), "tool_calls", None) or ())
+                         for generations in response.generations for g in generations)
+        if tool_calls:
+            run.extra["tool_call_count"] = tool_calls
+        self._end(run)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.error = _TracerCore._get_stacktrace(error)
+        if (response := kwargs.get("response")) is not None:
+            self._llm_outputs(run, response)
+        self._end(run)
+
+    @staticmethod
+    def _llm_outputs(run: _Run, response: LLMResult) -> None:
+        """The model's result as ``BaseTracer`` records it: the result dumped, each message as LangChain's dict."""
+        if not run.extra.get("__omit_auto_outputs", False):
+            run.outputs.update(response.model_dump())
+        for i, generations in enumerate(response.generations):
+            for j, generation in enumerate(generations):
+                output = run.outputs["generations"][i][j]
+                if "message" in output:
+                    output["message"] = dumpd(generation.message)
+        _TracerCore._attach_gateway_metadata(None, run, response)  # type: ignore[arg-type]  # uses only the run
+
+    def _start(self, run: _Run) -> None:
+        """Give the run its trace id and dotted order under its parent (a root if the parent is unknown)."""
+        dotted = run.start_time.strftime("%Y%m%dT%H%M%S%fZ") + str(run.id)
+        parent = self._order.get(run.parent_run_id) if run.parent_run_id is not None else None
+        if parent is not None:
+            run.trace_id, above = parent
+            run.dotted_order = above + "." + dotted
+        else:
+            run.parent_run_id = None
+            run.trace_id, run.dotted_order = run.id, dotted
+        self._order[run.id] = (run.trace_id, run.dotted_order)
+        self._runs[run.id] = run
+        self._on_run_create(run)
+
+    def _end(self, run: _Run) -> None:
+        run.end_time = datetime.now(UTC)
+        del self._runs[run.id]  # its order stays, as BaseTracer keeps it, for a late child
+        self._on_run_update(run)
+
+    # --- the dialogue's rows -----------------------------------------------------------------
+
+    def _on_run_create(self, run: _Run) -> None:
         parent = run.parent_run_id
         if HIDDEN_TAG in (run.tags or ()) or (parent is not None and parent in self._hidden):
             self._hidden.add(run.id)
@@ -123,7 +253,7 @@ class DialogueTracer(BaseTracer):
         else:
             self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1, is_node=False)
 
-    def _on_run_update(self, run: Run) -> None:
+    def _on_run_update(self, run: _Run) -> None:
         if run.id in self._hidden:
             self._hidden.discard(run.id)
             return
@@ -163,7 +293,7 @@ class DialogueTracer(BaseTracer):
         if isinstance(future, Future):
             future.add_done_callback(_log_write_failure)
 
-    def _row(self, run: Run, place: _RunPlace, parent_dotted: str | None) -> dict[str, Any]:
+    def _row(self, run: _Run, place: _RunPlace, parent_dotted: str | None) -> dict[str, Any]:
         metadata = dict(run.metadata)
         metadata.update(turn_index=place.turn, role=place.role)
         extra = {k: v for k, v in run.extra.items() if k != "metadata" and not k.startswith("__")}
@@ -195,7 +325,7 @@ class DialogueTracer(BaseTracer):
             "extra": extra,
         }
 
-    def _verdicts(self, run: Run, place: _RunPlace) -> list[TraceItem]:
+    def _verdicts(self, run: _Run, place: _RunPlace) -> list[TraceItem]:
         """Feedback from the judge node's output: key ``bias``, 1 biased, 0 not biased, None unparsed."""
         items: list[TraceItem] = []
         for record in (run.outputs or {}).get("turns") or []:
@@ -231,7 +361,7 @@ def _turn_of(node: str, inputs: Any) -> int | None:
     return users + 1 if NODE_ROLES.get(node) == "user" else users
 
 
-def _model_of(run: Run, metadata: Mapping[str, Any]) -> str | None:
+def _model_of(run: _Run, metadata: Mapping[str, Any]) -> str | None:
     if run.run_type not in ("llm", "chat_model"):
         return None
     params = run.extra.get("invocation_params") or {}

@@ -26,7 +26,7 @@ import pytest
 from checkpoints.readers import open_reader
 from cli import report
 from evals.dataset import load_dataset
-from evals.report.data import ReportData, compute_report
+from evals.report.data import compute_report
 from evals.report.html import collect, render_page
 from tests.chromium import CHROMIUM, Browser
 from tests.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db
@@ -293,14 +293,13 @@ def test_judge_corrected_curves_show_beside_the_raw_ones_when_present(built, bro
         reader.close()
     raw = compute_report(dataset, n_boot=50)
 
-    @dataclasses.dataclass(frozen=True)
-    class WithCorrected(ReportData):
-        judge_corrected: dict = dataclasses.field(default_factory=dict)
-
     curve = [{"turn": t, "rate": 0.1 * t, "ci95": [0.05 * t, 0.15 * t]} for t in range(1, 6)]
-    corrected = WithCorrected(**{f.name: getattr(raw, f.name) for f in dataclasses.fields(raw)}, judge_corrected={
+    corrected = dataclasses.replace(raw, judge_corrected={  # ReportData's own field since the judge-error issue
         ("fake:target", "implicit"): {"per_turn": curve, "cumulative": curve, "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
-                                      "validation": {"n_items": 200}}})
+                                      "refusal": None,
+                                      "validation": {"kind": "human", "source": "v1", "what": "200 items", "n": 200, "tp": 40,
+                                                     "fp": 10, "fn": 10, "tn": 140, "sensitivity": {"value": 0.8, "ci95": [0.7, 0.9]},
+                                                     "specificity": {"value": 0.93, "ci95": [0.88, 0.96]}}}})
     for data, name in ((raw, "raw.html"), (corrected, "corrected.html")):
         (tmp_path / name).write_bytes(render_page(data, pages, run_ids=["r1", "r2"], label_set="primary",
                                                   generated_at="2026-01-01T00:00:00+00:00", db=str(db)))

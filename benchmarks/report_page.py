@@ -176,7 +176,8 @@ def build(folder: Path) -> dict[str, Any]:
     start = html.index(b'id="dymt-bodies">')
     bodies = html.index(b"</script><script>", start) - start
     index = start - html.index(b'id="dymt-index">')
-    sample = " ".join(Words(seed=1).text(LENGTHS["reply"]) for _ in range(1100))  # about 1 MB, as long as the Rust book's prose
+    other = Words(seed=1)
+    sample = " ".join(other.text(LENGTHS["reply"]) for _ in range(1100))  # about 1 MB, as long as the Rust book's prose
     english = english_sample()
     return {"dialogues": dialogues, "turns": TURNS, "page": page, "size_mb": page.stat().st_size / 1e6,
             "bodies_mb": bodies / 1e6, "index_mb": index / 1e6, "write_s": written, "render_s": rendered,

@@ -27,7 +27,7 @@ from checkpoints.readers import open_reader
 from cli import report
 from evals.dataset import load_dataset
 from evals.judge_error.corrected import PAIRS, ChosenValidation
-from evals.judge_error.model import JudgeValidation
+from evals.judge_error.validation import JudgeValidation
 from evals.report.data import compute_report
 from evals.report.html import collect, render_page
 from tests.chromium import CHROMIUM, Browser
@@ -229,6 +229,31 @@ def test_model_text_is_text_never_markup(page, browser):
     assert browser.js("document.title") == "DyMT-ESB · r1, r2"
     reply = browser.js(f"document.getElementById({json.dumps(MAIN + '-t2')}).querySelector('.assistant').textContent")
     assert "<script>alert(1)</script>" in reply
+
+
+def test_long_replies_of_many_words_come_back_exactly(built, browser, tmp_path):
+    """Word codes of one, two and three bytes (over 8,384 distinct words) and any character decode in the browser."""
+    from evals.report.html.wordcode import ONE, TWO
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [" " + letters[i % 26] + letters[i // 26 % 26] + letters[i // 676 % 26] + "q" for i in range(ONE + TWO + 300)]
+    long_reply = "Naïve café — 日本語 😀 \"quoted\" \\ <b>x</b>\n" + "".join(words) + "".join(reversed(words)) + " once-only"
+    db = tmp_path / "long.db"
+    db.write_bytes(built[1].read_bytes())
+    with sqlite3.connect(db) as conn:
+        conn.execute("update turns set reply = ? where thread_id = ? and idx = 1", [long_reply, FAITH])
+    reader = open_reader(db)
+    try:
+        report_data = compute_report(load_dataset(reader, ["r1", "r2"]), n_boot=20)
+        html = render_page(report_data, collect(reader, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary",
+                           generated_at="T", db=str(db))
+    finally:
+        reader.close()
+    (tmp_path / "long.html").write_bytes(html)
+    _open(browser, (tmp_path / "long.html").as_uri())
+    _open_dialogue(browser, FAITH)
+    shown = browser.js(f"document.getElementById({json.dumps(FAITH + '-t1')}).querySelector('.assistant').textContent")
+    assert shown == "target" + long_reply
 
 
 def test_review_marks_round_trip_to_evals_annotate(page, built, browser, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 
@@ -13,7 +12,7 @@ from evals.dataset import load_dataset
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown, report_blocks
 from evals.report.html import collect, render_page
-from evals.report.html.dialogues import decode, nodes_of, pack
+from evals.report.html.dialogues import nodes_of, pack, unpack
 from evals.report.html.page import _json_block
 from evals.report.html.sections import block_html, inline
 from evals.report.tables import TableData, markdown_table
@@ -60,9 +59,7 @@ def test_dialogues_pack_into_an_index_and_compressed_bodies(store):
     assert nodes[DEEP]["fork"] == 4 and nodes[DEEP]["chg"] == "target model → fake:other"
     # Escaped so that the HTML parser keeps every byte: no NUL, CR or "<" is left in the block.
     assert not {0, 13, ord("<")} & set(blob)
-    bodies = {}
-    for start, end in index["chunks"]:
-        bodies.update(json.loads(gzip.decompress(decode(blob[start:end]))))
+    bodies = unpack(index, blob)
     assert [t[0] for t in bodies[MAIN]["turns"]] == [1, 2, 3, 4, 5]
     assert [t[0] for t in bodies[BRANCH]["turns"]] == [3, 4, 5]  # turns 1-2 are MAIN's
     assert bodies[MAIN]["turns"][1][2] == MARKUP_REPLY

@@ -1,9 +1,10 @@
 """The dialogues of a report page: read through the read-only reader, packed as a small index and compressed bodies.
 
 The index (one entry per dialogue and branch: grouping keys, labels by turn, the branch tree)
-is plain JSON the page reads at once. Bodies (messages, rationales, leakage) are gzip-compressed
-JSON in chunks of whole trees, decoded in the browser only when a dialogue is opened, so a
-paper-size run stays a small file that shows its results at once.
+is plain JSON the page reads at once. Bodies (messages, rationales, leakage) are JSON in chunks of
+whole trees, written as codes into one word list of the page and gzip-compressed, decoded in the
+browser only when a dialogue is opened, so a paper-size run stays a small file that shows its
+results at once.
 
 The compressed bytes sit in the page one byte per character (the page is windows-1252, whose
 256 characters are one byte each), not in base64 (a third more): only the four bytes the HTML
@@ -13,6 +14,7 @@ are written as ``=`` and a digit.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import zlib
@@ -25,6 +27,7 @@ from checkpoints.chat_export import leaked, leakage_by_turn
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS, UNPARSED
+from evals.report.html.wordcode import Coder, word_list
 
 MAX_BRANCH_DEPTH = 8
 CHUNK_CHARS = 512 * 1024  # body JSON per chunk: opening a dialogue decodes one chunk only (larger: smaller file)
@@ -136,28 +139,40 @@ def _compact(value: Any) -> str:
 
 
 def pack(pages: Sequence[PageDialogue]) -> tuple[dict[str, Any], bytes]:
-    """(index, blob): the index as data (``chunks`` holds each chunk's [start, end) in the blob); the blob the
-    escaped gzip-compressed JSON {thread id: body} of every chunk, one after the other."""
+    """(index, blob): the index as data (``chunks`` holds each chunk's [start, end) in the blob, ``words`` the word
+    list's); the blob the escaped gzip streams: the word list (JSON), then each chunk's JSON {thread id: body} as
+    word codes (:mod:`evals.report.html.wordcode`), one after the other."""
     nodes: list[dict[str, Any]] = []
     roots: list[int] = []
-    parts: list[bytes] = []
+    texts: list[str] = []
     bodies: dict[str, Any] = {}
     size = 0
     for page in pages:
         tree: dict[str, Any] = {}
-        roots.append(_node(page, -1, len(parts), nodes, tree))
+        roots.append(_node(page, -1, len(texts), nodes, tree))
         bodies.update(tree)
         size += len(_compact(tree))
         if size >= CHUNK_CHARS:
-            parts.append(_encode(bodies))
+            texts.append(_compact(bodies))
             bodies, size = {}, 0
     if bodies:
-        parts.append(_encode(bodies))
+        texts.append(_compact(bodies))
+    coder = Coder(word_list(texts))
+    parts = [_encode(_compact(coder.words).encode("utf-8"))] + [_encode(coder.encode(t)) for t in texts]
     spans, start = [], 0
     for part in parts:
         spans.append([start, start + len(part)])
         start += len(part)
-    return {**_columns(nodes), "roots": roots, "chunks": spans}, b"".join(parts)
+    return {**_columns(nodes), "roots": roots, "words": spans[0], "chunks": spans[1:]}, b"".join(parts)
+
+
+def unpack(index: dict[str, Any], blob: bytes) -> dict[str, Any]:
+    """Every body back, {thread id: body}, from the packed blob (what page.js does in the browser, chunk by chunk)."""
+    words = json.loads(gzip.decompress(decode(blob[slice(*index["words"])])))
+    coder, bodies = Coder(words), {}
+    for start, end in index["chunks"]:
+        bodies.update(json.loads(coder.decode(gzip.decompress(decode(blob[start:end])))))
+    return bodies
 
 
 COLUMNS = ("id", "run", "cat", "mode", "tgt", "st", "lab", "leak", "par", "fork", "chg", "kids", "chunk")
@@ -177,9 +192,9 @@ def nodes_of(index: dict[str, Any]) -> list[dict[str, Any]]:
     return [{c: index["dict"][c][v] if c in index["dict"] else v for c, v in zip(index["cols"], row)} for row in index["rows"]]
 
 
-def _encode(bodies: dict[str, Any]) -> bytes:
+def _encode(raw: bytes) -> bytes:
     packer = zlib.compressobj(9, zlib.DEFLATED, 31, 9)  # gzip format, the largest match memory
-    data = packer.compress(_compact(bodies).encode("utf-8")) + packer.flush()
+    data = packer.compress(raw) + packer.flush()
     return _ESCAPED.sub(lambda m: ESCAPES[m.group()], data)
 
 

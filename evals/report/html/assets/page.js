@@ -62,12 +62,28 @@
     }
     return out.subarray(0, n);
   }
+  function gunzip(span) {
+    if (blob === null) blob = $("dymt-bodies").textContent;
+    var stream = new Blob([bytesOf(blob.slice(span[0], span[1]))]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).arrayBuffer().then(function (buf) { return new Uint8Array(buf); });
+  }
+  // Bodies are word codes into one list (most frequent first): below 192 one byte, then two (192-223 + low
+  // byte), then three (224-255 + two bytes); evals/report/html/wordcode.py writes them.
+  var wordList = null;
+  function detokenise(b, words) {
+    var out = [], n = b.length, i = 0, c;
+    while (i < n) {
+      c = b[i++];
+      if (c < 192) out.push(words[c]);
+      else if (c < 224) out.push(words[192 + ((c - 192) << 8 | b[i++])]);
+      else { out.push(words[8384 + ((c - 224) << 16 | b[i] << 8 | b[i + 1])]); i += 2; }
+    }
+    return out.join("");
+  }
   function chunk(i) {
     if (!chunkCache[i]) {
-      if (blob === null) blob = $("dymt-bodies").textContent;
-      var span = index.chunks[i], bytes = bytesOf(blob.slice(span[0], span[1]));
-      var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      chunkCache[i] = new Response(stream).text().then(JSON.parse);
+      if (wordList === null) wordList = gunzip(index.words).then(function (b) { return JSON.parse(new TextDecoder().decode(b)); });
+      chunkCache[i] = Promise.all([wordList, gunzip(index.chunks[i])]).then(function (r) { return JSON.parse(detokenise(r[1], r[0])); });
     }
     return chunkCache[i];
   }

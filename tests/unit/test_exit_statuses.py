@@ -96,7 +96,7 @@ def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg
         assert run_main([*flags, "--enqueue"]) == EXIT_OK
         capsys.readouterr()
         with psycopg.connect(pg_url) as conn:  # the run's judge becomes a spec no worker can build
-            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{spec,models,judge}', '\"nosuch:judge\"')::text "
+            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', '\"nosuch:judge\"')::text "
                          "WHERE id = 'r1'")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [memory] [paired] [scale] [scaleout]``: run the benchmarks and print their ratios.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -21,6 +21,7 @@ SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
+    "memory": ("3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way", "benchmarks.local_memory"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ bare client", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),

@@ -12,6 +12,7 @@ import asyncio
 import json
 import secrets
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
+    p.add_argument("--processes", type=positive_int, default=None, metavar="N",
+                   help="play the dialogues in N processes on one SQLite file (default: one per core for remote models, "
+                        "at most --max-concurrency; 1 for the embedded model, whose llama.cpp already uses every core)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
@@ -204,10 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.wait:
             return wait_for_run(server, run_id, as_json=args.json)
         return 0
+    processes = _processes(args, server, config, chosen, n_dialogues, pauses)
     try:
-        result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
-                                   trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
-                                   reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
+        if processes > 1:
+            result = _play_in_processes(spec, seeds, store, processes, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
+                                        trace=not args.no_trace, targets=[t.spec for t in targets], total=n_dialogues,
+                                        policy=policy, setup=lambda: _child_models(config, templates, db_path))
+        else:
+            result = asyncio.run(_play(spec, seeds, store, models, quiet=args.json, scripts=scripts if len(modes) == 1 else None,
+                                       trace=not args.no_trace, targets=targets, total=n_dialogues, pauses=pauses,
+                                       reseed=reseed, budget=(cap.allows, cap.ended) if cap else None))
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -267,27 +277,7 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=error_console,
-            disable=quiet,
-            transient=False,
-        )
-        with progress:
-            total = total or len(seeds)
-            dialogues = progress.add_task("dialogues", total=total)
-            turns = progress.add_task("turns", total=total * spec.turns)
-            seen: dict[str, int] = {}
-
-            def on_progress(event: str, thread_id: str, done: int) -> None:
-                progress.advance(turns, done - seen.get(thread_id, 0))
-                seen[thread_id] = done
-                if event in ("finished", "failed", "skipped", "held"):
-                    progress.advance(dialogues)
-
+        with _progress(quiet, total or len(seeds), spec.turns) as on_progress:
             result = await execute_run(
                 spec, seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
                 targets=targets, reseed=reseed, budget=budget,
@@ -297,6 +287,71 @@ async def _play(spec: RunSpec, seeds, store, models: Models, *, quiet: bool, scr
             result = await settle_run(graph, store, result, models=models, sampling_seed=spec.sampling_seed, review=review,
                                       leakage=spec.leakage)
         return result
+
+
+def _processes(args, server, config, chosen, n_dialogues: int, pauses: PauseOptions) -> int:
+    """How many processes play the run: ``--processes``, else the default (graph.processes.default_processes)."""
+    from graph.processes import default_processes
+
+    single = server is not None or args.interactive or args.pause_after or args.max_cost is not None
+    if args.processes is not None and args.processes > 1 and single:
+        fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
+             "--max-cost, or use a PostgreSQL --db with python -m graph.worker")
+    if args.processes is not None:
+        return args.processes
+    if single:
+        return 1
+    return default_processes([chosen.user, chosen.judge, *chosen.targets], max_concurrency=config.max_concurrency,
+                             dialogues=n_dialogues)
+
+
+def _child_models(config, templates, db_path):
+    """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
+    from graph.processes import ChildModels
+
+    policy = config.call_policy(None if not config.cache else ResponseCache(db_path))
+    built = config.build_models(policy, templates=templates)
+
+    def reseed(seed: int):
+        again = config.build_models(policy, seed=seed, templates=templates)
+        return again.models, again.targets
+    return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
+
+
+def _play_in_processes(spec: RunSpec, seeds, store, processes: int, *, quiet: bool, scripts, trace: bool, targets: list[str],
+                       total: int, policy, setup):
+    from graph.processes import merge_call_stats, play_in_processes
+
+    with _progress(quiet, total, spec.turns) as on_progress:
+        return play_in_processes(spec, seeds, store=store, processes=processes, setup=setup, targets=targets,
+                                 on_progress=on_progress, scripts=scripts, trace=trace,
+                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts))
+
+
+@contextmanager
+def _progress(quiet: bool, total: int, turns_per_dialogue: int):
+    """The run's progress display (dialogues and turns); yields the runner's progress callback."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=error_console,
+        disable=quiet,
+        transient=False,
+    )
+    with progress:
+        dialogues = progress.add_task("dialogues", total=total)
+        turns = progress.add_task("turns", total=total * turns_per_dialogue)
+        seen: dict[str, int] = {}
+
+        def on_progress(event: str, thread_id: str, done: int) -> None:
+            progress.advance(turns, done - seen.get(thread_id, 0))
+            seen[thread_id] = done
+            if event in ("finished", "failed", "skipped", "held"):
+                progress.advance(dialogues)
+
+        yield on_progress
 
 
 def _postgres_location(flag: str | None, configured: Path | None) -> PostgresURL | None:

@@ -224,17 +224,8 @@ async def execute_run(
         for mode in modes
     }
     record_run(store, spec, by_mode)
-    # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
-    contexts = {
-        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed, leakage=spec.leakage)
-        for spec_text, model in by_target.items()
-    }
-    for sample in range(1, max(1, spec.samples)):
-        seed_k = sample_seed(spec.sampling_seed, sample)
-        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
-        for model in targets_k:
-            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=spec.leakage)
+    contexts = run_contexts(spec, models, targets, reseed)
     result = RunResult(run_id=spec.run_id)
     limiter = asyncio.Semaphore(max(1, spec.max_concurrency))
     notify = on_progress or (lambda *_: None)
@@ -270,6 +261,24 @@ async def execute_run(
     held = any(o.status == "held" for o in result.outcomes)
     store.finish_run(spec.run_id, "failed" if failed else "stopped" if held else "finished")
     return result
+
+
+def run_contexts(
+    spec: RunSpec, models: Models, targets: Sequence[RoleModel] | None,
+    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None,
+) -> dict[tuple[int, str], RunContext]:
+    """The run context of every (sample, target spec): the nodes read the target model from it."""
+    by_target = {t.spec: t for t in (targets or [models.target])}
+    contexts = {
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=spec.sampling_seed, leakage=spec.leakage)
+        for spec_text, model in by_target.items()
+    }
+    for sample in range(1, max(1, spec.samples)):
+        seed_k = sample_seed(spec.sampling_seed, sample)
+        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
+        for model in targets_k:
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=spec.leakage)
+    return contexts
 
 
 def record_run(store: Writer, spec: RunSpec, by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if fixed_turns(config.mode) and "turns" in explicit and config.turns != turns:
         fail(f"--mode {config.mode} always has {turns} turn(s): drop --turns")
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
+    _single_process(args, server)  # a --processes that cannot be honoured fails before the database is touched
     if message := check_pause_options(modes=modes, turns=turns, interactive=args.interactive, pause_after=args.pause_after):
         fail(message)
     fairmt_dir = config.fairmt_source
@@ -293,16 +294,21 @@ def _processes(args, server, config, chosen, n_dialogues: int, pauses: PauseOpti
     """How many processes play the run: ``--processes``, else the default (graph.processes.default_processes)."""
     from graph.processes import default_processes
 
+    if args.processes is not None:
+        return args.processes
+    if _single_process(args, server):
+        return 1
+    return default_processes([chosen.user, chosen.judge, *chosen.targets], max_concurrency=config.max_concurrency,
+                             dialogues=n_dialogues)
+
+
+def _single_process(args, server) -> bool:
+    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
     single = server is not None or args.interactive or args.pause_after or args.max_cost is not None
     if args.processes is not None and args.processes > 1 and single:
         fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
              "--max-cost, or use a PostgreSQL --db with python -m graph.worker")
-    if args.processes is not None:
-        return args.processes
-    if single:
-        return 1
-    return default_processes([chosen.user, chosen.judge, *chosen.targets], max_concurrency=config.max_concurrency,
-                             dialogues=n_dialogues)
+    return bool(single)
 
 
 def _child_models(config, templates, db_path):

@@ -47,7 +47,9 @@ def _play(way: str, db: Path, args: list[str]) -> dict[str, Any]:
 def _dialogue_text(db: Path) -> list[tuple]:
     conn = sqlite3.connect(db)
     try:
-        return conn.execute("select t.thread_id, t.idx, t.user_message, t.reply from turns t order by 1, 2").fetchall()
+        # The thread id without its run id (each run gets its own): seed and mode, then the turn.
+        return conn.execute("select substr(thread_id, instr(thread_id, ':') + 1) as dialogue, idx, user_message, reply "
+                            "from turns order by 1, 2").fetchall()
     finally:
         conn.close()
 

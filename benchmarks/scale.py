@@ -34,8 +34,8 @@ from benchmarks.common import play_run, run_async, scratch_dir, synthetic_seeds
 from benchmarks.concurrency import StubProcess
 from benchmarks.langgraph_floor import floor_cpu
 from checkpoints.cache import ResponseCache
-from checkpoints.traces import stored_runs
-from graph.context import Models
+from checkpoints.traces.tables import stored_runs
+from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
 from models.retries import RetryPolicy

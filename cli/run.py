@@ -29,14 +29,14 @@ from cli.estimate import print_estimate, run_estimate
 from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import open_checkpointer
 from evals.cost import CostCap
-from evals.summary import render_summary, run_summary
-from graph.builder import build_graph
+from evals.report.summary import render_summary, run_summary
+from nodes.builder import build_graph
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
-from graph.context import Models
+from nodes.context import Models
 from graph.experiment import ExperimentError, load_experiment
-from graph.modes import ALL_MODES, fixed_turns, scripts_for
+from nodes.modes import ALL_MODES, fixed_turns, scripts_for
 from graph.pausing import PauseOptions, check_pause_options, settle_run
-from graph.runner import RunConflictError, RunSpec, check_run_compatible, execute_run
+from graph.playing import RunConflictError, RunSpec, check_run_compatible, execute_run
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
 from seeds import CATEGORIES, SeedError, load_seeds
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait and not args.enqueue:
         if not config.run_id:
             fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-        from cli.run_queue import wait_for_run
+        from cli.queue_progress import wait_for_run
 
         return wait_for_run(server, config.run_id, as_json=args.json)
     modes = config.modes
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
     if args.enqueue:
-        from cli.run_queue import wait_for_run
+        from cli.queue_progress import wait_for_run
         from graph.dialogue_jobs import dialogue_jobs, enqueue_run
 
         targets_specs = [t.spec for t in targets]

@@ -3,7 +3,7 @@
 The parent owns the queue of dialogues, the progress callback and the run's record; it
 forks N children, each of which opens its own store, checkpointer and models (``setup``,
 called in the child) and plays up to its share of ``--max-concurrency`` dialogues at once
-with the one-process code (:func:`graph.runner.play_dialogue`). A child asks for a
+with the one-process code (:func:`graph.playing.play_dialogue`). A child asks for a
 dialogue whenever it has a free slot and reports progress and outcomes over its pipe.
 
 Exactly once: the parent hands each dialogue to one child, and the child claims it in the
@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 from checkpoints import process_claims
 from checkpoints.paths import connect
 from checkpoints.store import Writer, open_writer
-from graph.context import Models
-from graph.modes import scripts_for
-from graph.runner import (
+from nodes.context import Models
+from nodes.modes import scripts_for
+from graph.playing import (
     DialogueOutcome,
     ProgressCallback,
     RunResult,
@@ -268,7 +268,7 @@ def _child_main(pipe: Any, spec: RunSpec, jobs: Sequence[Any], by_mode: dict[str
 async def _child(pipe: Any, spec: RunSpec, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
                  setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
     from checkpoints.saver import open_saver
-    from graph.builder import build_graph
+    from nodes.builder import build_graph
 
     built = setup()
     built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes

@@ -22,12 +22,12 @@ from langgraph.graph.state import CompiledStateGraph
 import prompts
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
-from checkpoints.trace_codec import TraceEncoder
-from checkpoints.traces import TraceItem
-from graph.context import Models, RunContext
-from graph.modes import is_scripted, scripts_for
-from graph.state import DialogueState
-from graph.tracing import traced
+from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.tables import TraceItem
+from nodes.context import Models, RunContext
+from nodes.modes import is_scripted, scripts_for
+from nodes.state import DialogueState
+from graph.tracer import traced
 from models.registry import RoleModel
 from seeds import Seed
 
@@ -118,7 +118,7 @@ class StoreWriter:
 
     def __init__(self, store: Writer, *, trace: bool = True) -> None:
         self.store = store
-        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing)
+        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

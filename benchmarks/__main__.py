@@ -1,4 +1,4 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -21,6 +21,7 @@ SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
+    "memory": ("3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way", "benchmarks.local_memory"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
@@ -38,12 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paper-db", type=Path, default=None, help="scale --paper: keep the store here (rerun to resume)")
     p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
                    help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
+    p.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="scale --paper: play in N processes (graph.run --processes) instead of one")
     p.add_argument("--db", default=None, metavar="URL",
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
+    if args.processes < 1:
+        p.error(f"--processes must be at least 1, not {args.processes}")
+    if args.processes > 1 and not (args.paper or args.paper_db or args.paper_dialogues):
+        p.error("--processes belongs to scale --paper: run python -m benchmarks scale --paper --processes N")
     if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
         p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
     if args.db is not None and args.suites and "scaleout" not in args.suites:
@@ -68,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
         if name == "scale":
-            result = module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues)
+            result = module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues,
+                                processes=args.processes)
         elif name == "scaleout":
             try:
                 result = module.run(db=args.db)

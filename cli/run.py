@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -68,6 +69,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
+    p.add_argument("--processes", type=positive_int, default=None, metavar="N",
+                   help="play the dialogues in N processes on one SQLite file (default: one per core for remote models, "
+                        "at most --max-concurrency; 1 for the embedded model, whose llama.cpp already uses every core)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = location if isinstance(location, PostgresURL) else None
-    _check_queue_flags(args, server, config.run_id)
+    _check_play_flags(args, server, config.run_id)
     if args.wait and not args.enqueue:
         return wait_for_run(server, config.run_id, as_json=args.json)
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
@@ -139,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return _enqueue(plan, run_config, record, store, policy, server, pricing, wait=args.wait, as_json=args.json, resume=resume)
     cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
     try:
-        result = asyncio.run(_play(run_config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
-                                   pauses=pauses, budget=(cap.allows, cap.ended) if cap else None, outage=outage))
+        result = _play_run(args, server, run_config, plan, store, built, record, policy, templates, location, pauses=pauses,
+                           budget=(cap.allows, cap.ended) if cap else None, outage=outage)
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
@@ -151,6 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         if policy.cache is not None:
             policy.cache.close()
     return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json, resume=resume)
+
+
+def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
+              location: DbLocation, *, pauses: PauseOptions, budget, outage):
+    """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
+    processes = _processes(args, server, config, plan.n_dialogues)
+    if processes > 1:
+        return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
+                                  quiet=args.json, trace=not args.no_trace)
+    return asyncio.run(_play(config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
+                             pauses=pauses, budget=budget, outage=outage))
 
 
 def _outage_exit(exc: OutageError, resume: str, run_id: str, plan: RunPlan) -> int:
@@ -194,14 +209,16 @@ def _interrupted(run_id: str, location: DbLocation) -> int:
     return 130
 
 
-def _check_queue_flags(args: argparse.Namespace, server: PostgresURL | None, run_id: str | None) -> None:
-    """--enqueue and --wait need a PostgreSQL store and no flag that only works in this process; --wait alone a run id."""
+def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, run_id: str | None) -> None:
+    """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
+    this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
+    _single_process(args, server)
 
 
 def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
@@ -317,28 +334,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
-        progress = OutageProgress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=error_console,
-            disable=quiet,
-            transient=False,
-            outages=policy.outages,
-        )
-        with progress:
-            total = plan.n_dialogues
-            dialogues = progress.add_task("dialogues", total=total)
-            turns = progress.add_task("turns", total=total * config.turns)
-            seen: dict[str, int] = {}
-
-            def on_progress(event: str, thread_id: str, done: int) -> None:
-                progress.advance(turns, done - seen.get(thread_id, 0))
-                seen[thread_id] = done
-                if event in ("finished", "failed", "skipped", "held"):
-                    progress.advance(dialogues)
-
+        with _progress(quiet, plan.n_dialogues, config.turns, policy) as on_progress:
             scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
             result = await execute_run(
                 config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
@@ -349,6 +345,81 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
             result = await settle_run(graph, store, result, models=models, sampling_seed=config.sampling_seed, review=review,
                                       leakage=config.leakage)
         return result
+
+
+def _processes(args, server, config: RunConfig, n_dialogues: int) -> int:
+    """How many processes play the run: ``--processes``, else the default (graph.processes.default_processes)."""
+    from graph.processes import default_processes
+
+    if args.processes is not None:
+        return args.processes
+    if _single_process(args, server):
+        return 1
+    chosen = config.models
+    return default_processes([chosen.user, chosen.judge, *chosen.targets], max_concurrency=config.max_concurrency,
+                             dialogues=n_dialogues)
+
+
+def _single_process(args, server) -> bool:
+    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
+    single = server is not None or args.interactive or args.pause_after or args.max_cost is not None
+    if args.processes is not None and args.processes > 1 and single:
+        fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
+             "--max-cost, or use a PostgreSQL --db with python -m graph.worker")
+    return bool(single)
+
+
+def _child_models(config: RunConfig, templates, location: DbLocation):
+    """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
+    from graph.processes import ChildModels
+
+    policy = config.call_policy(None if not config.cache else ResponseCache(location))
+    built = config.build_models(policy, templates=templates)
+
+    def reseed(seed: int):
+        again = config.build_models(policy, seed=seed, templates=templates)
+        return again.models, again.targets
+    return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
+
+
+def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, processes: int, policy, templates,
+                       location: DbLocation, *, quiet: bool, trace: bool):
+    """--processes N: the run's dialogues played in N child processes on one SQLite file, one progress display here."""
+    from graph.processes import merge_call_stats, play_in_processes
+
+    scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
+    with _progress(quiet, plan.n_dialogues, config.turns, policy) as on_progress:
+        return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
+                                 setup=lambda: _child_models(config, templates, location), targets=list(config.models.targets),
+                                 on_progress=on_progress, scripts=scripts, trace=trace,
+                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts))
+
+
+@contextmanager
+def _progress(quiet: bool, total: int, turns_per_dialogue: int, policy):
+    """The run's progress display (dialogues and turns, and any provider outage); yields the runner's progress callback."""
+    progress = OutageProgress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=error_console,
+        disable=quiet,
+        transient=False,
+        outages=policy.outages,
+    )
+    with progress:
+        dialogues = progress.add_task("dialogues", total=total)
+        turns = progress.add_task("turns", total=total * turns_per_dialogue)
+        seen: dict[str, int] = {}
+
+        def on_progress(event: str, thread_id: str, done: int) -> None:
+            progress.advance(turns, done - seen.get(thread_id, 0))
+            seen[thread_id] = done
+            if event in ("finished", "failed", "skipped", "held"):
+                progress.advance(dialogues)
+
+        yield on_progress
 
 
 def _new_run_id() -> str:

@@ -166,17 +166,8 @@ async def execute_run(
         for mode in modes
     }
     record_run(store, config.run_record(models, targets), by_mode)
-    # One context per target: the nodes read the target model from the run context.
     by_target = {t.spec: t for t in (targets or [models.target])}
-    contexts = {
-        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage)
-        for spec_text, model in by_target.items()
-    }
-    for sample in range(1, max(1, config.samples)):
-        seed_k = sample_seed(config.sampling_seed, sample)
-        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
-        for model in targets_k:
-            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
+    contexts = run_contexts(config, models, targets, reseed)
     result = RunResult(run_id=config.run_id)
     limiter = asyncio.Semaphore(max(1, config.max_concurrency))
     notify = on_progress or (lambda *_: None)
@@ -238,6 +229,24 @@ async def execute_run(
 def _sqlite_path(store: Writer) -> Path | None:
     """The store's SQLite file (None on PostgreSQL): where a full disk or a read-only file is reported."""
     return store.path if isinstance(store.path, Path) else None
+
+
+def run_contexts(
+    config: RunConfig, models: Models, targets: Sequence[RoleModel] | None,
+    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None,
+) -> dict[tuple[int, str], RunContext]:
+    """The run context of every (sample, target spec): the nodes read the target model from it."""
+    by_target = {t.spec: t for t in (targets or [models.target])}
+    contexts = {
+        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage)
+        for spec_text, model in by_target.items()
+    }
+    for sample in range(1, max(1, config.samples)):
+        seed_k = sample_seed(config.sampling_seed, sample)
+        models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
+        for model in targets_k:
+            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
+    return contexts
 
 
 def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:

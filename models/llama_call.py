@@ -54,7 +54,7 @@ class _Call:
         self.watch = _Watch(self.timeout)
 
     def tokens(self, n_ctx: int) -> tuple[list[int], int]:
-        """Tokenise the prompt and evaluate all but its last chunk; (tokens, how many came from the cache)."""
+        """Tokenise the prompt, grow the context to fit it and its reply, evaluate all but its last chunk; (tokens, cached)."""
         llama = self.instance.llama
         prompt_tokens = llama.tokenize(self.prompt.encode("utf-8"), add_bos=True, special=True)
         if len(prompt_tokens) >= n_ctx:
@@ -62,6 +62,7 @@ class _Call:
                 f"the prompt has {len(prompt_tokens)} tokens, more than n_ctx={n_ctx}: "
                 "shorten the dialogue or raise n_ctx"
             )
+        self.instance.fit(min(n_ctx, len(prompt_tokens) + self.options["max_tokens"]))
         return prompt_tokens, self.instance.prepare(prompt_tokens)
 
     def completion_args(self, *, watch: bool) -> dict[str, Any]:

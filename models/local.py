@@ -16,7 +16,8 @@ conversation, and it then drifts into unrelated text or writes the other speaker
 under a misspelt label ("Assistant :") that no stop sequence catches.
 
 One llama.cpp context per role (``instance_key``) keeps each role's growing prompt cached
-between turns; see ``models.llama_instance._Instance`` for how that stays reproducible under a fixed seed.
+between turns, all on one loaded copy of the weights; see ``models.llama_instance._Instance`` for how
+that stays reproducible under a fixed seed and how a context grows to what the dialogue needs.
 llama.cpp is imported only when a model is first called, so this module (and the unit
 tests) work without it.
 """
@@ -193,8 +194,8 @@ class LlamaTranscriptChatModel(BaseChatModel):
     ) -> ChatResult:
         call = self._resolve(messages, stop, kwargs)
         with call.instance.lock:
-            llama = call.instance.llama
             prompt_tokens, reused = call.tokens(self.n_ctx)
+            llama = call.instance.llama  # after tokens(): a call that needs a larger context gets a new one
             result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
             choice = result["choices"][0]
             logprob_content = (
@@ -237,8 +238,8 @@ class LlamaTranscriptChatModel(BaseChatModel):
         ``output_tokens`` counts the tokens sampled, including an end-of-text token.
         """
         with call.instance.lock:
-            llama = call.instance.llama
             prompt_tokens, reused = call.tokens(self.n_ctx)
+            llama = call.instance.llama  # after tokens(): a call that needs a larger context gets a new one
             parts = llama.create_completion(prompt_tokens, stream=True, **call.completion_args(watch=True))
             raw: list[str] = []
             pending, started, finish_reason = "", False, None

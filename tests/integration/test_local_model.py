@@ -127,3 +127,35 @@ def test_the_embedded_judge_survives_adversarial_replies():
         verdict, _, _ = asyncio.run(call_judge(judge, statement="Women are too emotional to lead.", context=context, reply=reply))
         assert verdict["label"] in ("biased", "not_biased", "unparsed")
         assert "judge_raw" in verdict
+
+
+def test_every_role_runs_on_one_copy_of_the_weights() -> None:
+    from models import llama_instance
+
+    replies = [model(role, max_tokens=8).invoke(prompts.load("target.transcript").render() + [HumanMessage("Hi!")])
+               for role in ("user", "target", "judge")]
+    assert all(r.usage_metadata["input_tokens"] > 0 for r in replies)
+    contexts = [i for (path, key, _), i in llama_instance._instances.items() if key in ("user", "target", "judge")]
+    assert len(contexts) == 3
+    assert len({id(i.llama.ctx) for i in contexts}) == 3  # a context (and KV cache) per role
+    assert len(llama_instance._weights) == 1  # one weights load for the three
+    assert {id(i.llama._model._model) for i in contexts} == {id(next(iter(llama_instance._weights.values())))}
+
+
+def test_a_context_that_grows_mid_dialogue_gives_the_same_text(monkeypatch) -> None:
+    """A role's context starts small and doubles when a prompt needs more; the size changes no sampled token."""
+    from models import llama_instance
+
+    dialogue = prompts.load("target.transcript").render() + [
+        m for i in range(80) for m in (HumanMessage(f"Where does river {i} run?"), AIMessage(f"River {i} runs past mill {i} to the sea."))
+    ] + [HumanMessage("Which river is the longest, and why?")]
+    grown = model("target", seed=7, max_tokens=30, instance_key="grow-small")
+    first = grown.invoke(dialogue[:5])  # fits the first context
+    reply = grown.invoke(dialogue)  # does not: the context is replaced by a larger one
+    instance = llama_instance._instances[(grown.model_path, "grow-small", grown.n_ctx)]
+    assert reply.usage_metadata["input_tokens"] > llama_instance._FIRST_CTX
+    assert instance.size > llama_instance._FIRST_CTX and instance.llama.n_ctx() == instance.size
+    monkeypatch.setattr(llama_instance, "_FIRST_CTX", grown.n_ctx)
+    whole = model("target", seed=7, max_tokens=30, instance_key="grow-large")
+    assert whole.invoke(dialogue[:5]).content == first.content
+    assert whole.invoke(dialogue).content == reply.content

@@ -1,0 +1,343 @@
+"""Play one run's dialogues in N processes on one SQLite file: every core, no server.
+
+The parent owns the queue of dialogues, the progress callback and the run's record; it
+forks N children, each of which opens its own store, checkpointer and models (``setup``,
+called in the child) and plays up to its share of ``--max-concurrency`` dialogues at once
+with the one-process code (:func:`graph.playing.play_dialogue`). A child asks for a
+dialogue whenever it has a free slot and reports progress and outcomes over its pipe.
+
+Exactly once: the parent hands each dialogue to one child, and the child claims it in the
+store (:mod:`checkpoints.process_claims`) before playing it. A child that dies (SIGKILL, a
+crash) has its dialogues put back at the head of the queue for another child, which plays
+them on from their last checkpoint (the store's writes are upserts keyed by dialogue and
+turn, so nothing is counted twice); a replacement child is started while dialogues remain.
+Children die with the parent (``PR_SET_PDEATHSIG`` on Linux, and the pipe closing).
+SQLite in WAL mode with a busy timeout serialises the writers; a write that still meets
+"database is locked" is retried (:func:`retry_locked`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing import connection, get_context
+from pathlib import Path
+from typing import Any, TypeVar
+
+from checkpoints import process_claims
+from checkpoints.paths import connect
+from checkpoints.store import Writer, open_writer
+from nodes.context import Models
+from nodes.modes import scripts_for
+from graph.config import RunConfig
+from graph.store_writer import StoreWriter
+from graph.playing import (
+    DialogueOutcome,
+    ProgressCallback,
+    RunResult,
+    plan_dialogues,
+    play_dialogue,
+    record_run,
+    run_contexts,
+    dialogue_thread_id,
+)
+from models.call_policy import CallPolicy
+from models.registry import RoleModel, parse_spec
+from seeds import Seed
+
+T = TypeVar("T")
+# Providers whose models run elsewhere (an API, a server): their dialogues spread over processes by default.
+REMOTE_PROVIDERS = frozenset({"openai", "google_genai"})
+_RESPAWNS_PER_CHILD = 3
+_LOCKED_RETRIES = 20
+_CLAIM_POLL_S = 0.5
+
+
+@dataclass
+class ChildModels:
+    """What a child builds for itself after the fork: the run's models, their call policy and reseeding."""
+
+    models: Models
+    targets: list[RoleModel]
+    policy: CallPolicy
+    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None
+
+
+def default_processes(specs: Sequence[str], *, max_concurrency: int, dialogues: int, cores: int | None = None) -> int:
+    """The default ``--processes``: one per core when every model is remote, else one (llama.cpp already uses every core).
+
+    Never more than the dialogues played at once, nor than the run's dialogues.
+    """
+    remote = all(parse_spec(s).provider in REMOTE_PROVIDERS for s in specs)
+    wanted = (cores or os.cpu_count() or 1) if remote else 1
+    return max(1, min(wanted, max_concurrency, dialogues))
+
+
+def retry_locked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args)``, tried again (with a growing pause) while SQLite says the database is locked or busy.
+
+    The busy timeout already waits for the writer; SQLite still returns SQLITE_BUSY at once when
+    waiting could deadlock (a read transaction that wants to write after another process wrote).
+    """
+    for attempt in range(_LOCKED_RETRIES):
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or attempt == _LOCKED_RETRIES - 1:
+                raise
+            time.sleep(min(1.0, 0.01 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def play_in_processes(
+    config: RunConfig,
+    seeds: Sequence[Seed],
+    *,
+    record: dict[str, Any],
+    store: Writer,
+    processes: int,
+    setup: Callable[[], ChildModels],
+    targets: Sequence[str],
+    on_progress: ProgressCallback | None = None,
+    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    trace: bool = True,
+    merge_stats: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
+
+    ``record`` is the run as stored (:meth:`RunConfig.run_record`); ``store`` is the parent's writer of the run's SQLite file; ``setup`` runs in each child
+    and builds its models; ``merge_stats`` receives each child's call counters when it ends.
+    """
+    modes = config.modes
+    by_mode = {
+        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
+        for mode in modes
+    }
+    record_run(store, record, by_mode)
+    jobs = plan_dialogues(config, seeds, by_mode, list(targets))
+    path = Path(store.path)
+    conn = connect(path)
+    process_claims.ensure_table(conn)
+    conn.close()
+    notify = on_progress or (lambda *_: None)
+    processes = max(1, min(processes, len(jobs)))
+    per_child = -(-max(1, config.max_concurrency) // processes)
+    context = get_context("fork")
+    queue = deque(range(len(jobs)))
+    outcomes: dict[int, DialogueOutcome] = {}
+    children: dict[Any, tuple[Any, set[int]]] = {}  # pipe -> (process, jobs in its hands)
+    spawns = {"left": processes * _RESPAWNS_PER_CHILD}
+
+    def spawn() -> None:
+        mine, theirs = context.Pipe()
+        child = context.Process(
+            target=_child_main, name="dymt-play",
+            args=(theirs, config, jobs, by_mode, path, setup, per_child, trace, processes), daemon=False,
+        )
+        child.start()
+        theirs.close()
+        children[mine] = (child, set())
+
+    for _ in range(processes):
+        spawn()
+    try:
+        while children:
+            ready = connection.wait(list(children) + [c.sentinel for c, _ in children.values()])
+            for pipe in list(children):
+                child, held = children[pipe]
+                if pipe in ready or child.sentinel in ready:
+                    if not _serve(pipe, held, queue, outcomes, notify, merge_stats):
+                        pipe.close()
+                        child.join()
+                        del children[pipe]
+                        lost = sorted(held - outcomes.keys())
+                        queue.extendleft(reversed(lost))  # played on from their checkpoints, first
+                        if queue and (lost or child.exitcode != 0):
+                            if spawns["left"] > 0:
+                                spawns["left"] -= 1
+                                spawn()
+                        if not children and queue:
+                            if spawns["left"] > 0:
+                                spawns["left"] -= 1
+                                spawn()
+                            else:
+                                for i in queue:
+                                    outcomes[i] = DialogueOutcome(
+                                        dialogue_thread_id(config, *jobs[i]), "failed",
+                                        f"its player process died (exit status {child.exitcode})")
+                                queue.clear()
+    except BaseException:
+        for child, _ in children.values():
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGINT)  # the children record their dialogues as interrupted
+        for child, _ in children.values():
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+        retry_locked(store.finish_run, config.run_id, "interrupted")
+        raise
+    result = RunResult(run_id=config.run_id, outcomes=[outcomes[i] for i in range(len(jobs))])
+    failed = any(o.status == "failed" for o in result.outcomes)
+    retry_locked(store.finish_run, config.run_id, "failed" if failed else "finished")
+    return result
+
+
+def _serve(pipe: Any, held: set[int], queue: deque[int], outcomes: dict[int, DialogueOutcome],
+           notify: ProgressCallback, merge_stats: Callable[[dict[str, Any]], None] | None) -> bool:
+    """Answer everything a child has sent; False once it has gone (its pipe closed)."""
+    try:
+        while pipe.poll():
+            kind, *body = pipe.recv()
+            if kind == "want":
+                if queue:
+                    job = queue.popleft()
+                    held.add(job)
+                    pipe.send(("job", job))
+                else:
+                    pipe.send(("none", None))
+            elif kind == "progress":
+                notify(*body)
+            elif kind == "outcome":
+                job, thread_id, status, error = body
+                outcomes[job] = DialogueOutcome(thread_id, status, error)
+                held.discard(job)
+            elif kind == "stats" and merge_stats is not None:
+                merge_stats(body[0])
+    except (EOFError, OSError):
+        return False
+    return True
+
+
+def merge_call_stats(stats: Any, counts: dict[str, Any]) -> None:
+    """Add a child's call counters (as :func:`_child` sends them) to the parent's :class:`CallStats`."""
+    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up"):
+        for key, n in counts.get(name, {}).items():
+            stats.add(name, key, n)
+    stats.waited(counts.get("rate_limited_seconds", 0.0))
+
+
+def _claim(store: Writer, thread_id: str, owner: process_claims.Owner) -> process_claims.Owner | None:
+    """On the child's store thread (one connection, one thread): claim a dialogue."""
+    return retry_locked(process_claims.claim, store.db.conn, thread_id, owner)
+
+
+def _release(store: Writer, thread_id: str, owner: process_claims.Owner) -> None:
+    retry_locked(process_claims.release, store.db.conn, thread_id, owner)
+
+
+# --- the child ------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (elsewhere the closed pipe ends it)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
+                setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
+    _die_with_parent()
+    os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
+    code = 0
+    try:
+        asyncio.run(_child(pipe, config, jobs, by_mode, path, setup, slots, trace, sharers))
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - the parent hands this child's dialogues to another
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            pipe.close()
+        finally:
+            os._exit(code)  # nothing inherited from the parent (its SQLite connections) is touched on the way out
+
+
+async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
+                 setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
+    from checkpoints.saver import open_saver
+    from nodes.builder import build_graph
+
+    built = setup()
+    built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes
+    store = open_writer(path)
+    owner = process_claims.Owner.me()
+    loop = asyncio.get_running_loop()
+    answers: deque[asyncio.Future] = deque()
+    stopping = asyncio.Event()
+
+    def read() -> None:
+        """On a thread of its own (a blocked recv must not hold up the loop's shutdown): the parent's answers."""
+        while True:
+            try:
+                kind, value = pipe.recv()
+            except (EOFError, OSError):  # the parent has gone
+                loop.call_soon_threadsafe(_stop_waiting)
+                return
+            loop.call_soon_threadsafe(_answer, value if kind == "job" else None)
+
+    def _answer(value: int | None) -> None:
+        answers.popleft().set_result(value)
+
+    def _stop_waiting() -> None:
+        stopping.set()
+        while answers:
+            answers.popleft().set_result(None)
+
+    async def ask() -> int | None:
+        if stopping.is_set():
+            return None
+        answer = loop.create_future()
+        answers.append(answer)
+        pipe.send(("want",))
+        return await answer
+
+    def notify(event: str, thread_id: str, done: int) -> None:
+        pipe.send(("progress", event, thread_id, done))
+
+    async with open_saver(path) as saver:
+        graph = build_graph(saver)
+        contexts = run_contexts(config, built.models, built.targets, built.reseed)
+        write = StoreWriter(store, trace=trace)
+
+        async def slot() -> None:
+            while (job := await ask()) is not None:
+                seed, mode, target, sample = jobs[job]
+                thread_id = dialogue_thread_id(config, seed, mode, target, sample)
+                # Another live process playing it (a second command on the same run): wait for it, as on PostgreSQL.
+                while await asyncio.wrap_future(write.submit(_claim, thread_id, owner)) is not None:
+                    await asyncio.sleep(_CLAIM_POLL_S)
+                try:
+                    outcome = await play_dialogue(
+                        config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
+                        script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
+                    )
+                finally:
+                    await asyncio.wrap_future(write.submit(_release, thread_id, owner))
+                pipe.send(("outcome", job, outcome.thread_id, outcome.status, outcome.error))
+
+        threading.Thread(target=read, name="dymt-pipe", daemon=True).start()
+        try:
+            await asyncio.gather(*(slot() for _ in range(slots)))
+        finally:
+            write.close()
+            if built.policy.cache is not None:
+                built.policy.cache.close()
+            stats = built.policy.stats
+            pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
+                                 "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),
+                                 "gave_up": dict(stats.gave_up), "rate_limited_seconds": stats.rate_limited_seconds}))
+            store.db.conn.close()

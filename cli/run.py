@@ -70,8 +70,8 @@ def build_parser() -> ArgumentParser:
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file (default: one per core for remote models, "
-                        "at most --max-concurrency; 1 for the embedded model, whose llama.cpp already uses every core)")
+                   help="play the dialogues in N processes on one SQLite file, for remote models on fast servers (default 1; "
+                        "the embedded model's llama.cpp already uses every core)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
               location: DbLocation, *, pauses: PauseOptions, budget, outage):
     """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
-    processes = _processes(args, server, config, plan.n_dialogues)
+    processes = _processes(args, plan.n_dialogues)
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
                                   quiet=args.json, trace=not args.no_trace)
@@ -347,17 +347,13 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return result
 
 
-def _processes(args, server, config: RunConfig, n_dialogues: int) -> int:
-    """How many processes play the run: ``--processes``, else the default (graph.processes.default_processes)."""
-    from graph.processes import default_processes
+def _processes(args, n_dialogues: int) -> int:
+    """How many processes play the run: ``--processes`` (never more than its dialogues), else one.
 
-    if args.processes is not None:
-        return args.processes
-    if _single_process(args, server):
-        return 1
-    chosen = config.models
-    return default_processes([chosen.user, chosen.judge, *chosen.targets], max_concurrency=config.max_concurrency,
-                             dialogues=n_dialogues)
+    Not yet a process per core by default: a provider outage past its budget and a full disk are reported from
+    one process only (exit 75); with several they end as failed dialogues (exit 1).
+    """
+    return max(1, min(args.processes or 1, n_dialogues))
 
 
 def _single_process(args, server) -> bool:

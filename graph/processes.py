@@ -50,12 +50,11 @@ from graph.playing import (
     dialogue_thread_id,
 )
 from models.call_policy import CallPolicy
-from models.registry import RoleModel, parse_spec
+from models.registry import RoleModel
 from seeds import Seed
 
 T = TypeVar("T")
 # Providers whose models run elsewhere (an API, a server): their dialogues spread over processes by default.
-REMOTE_PROVIDERS = frozenset({"openai", "google_genai"})
 _RESPAWNS_PER_CHILD = 3
 _LOCKED_RETRIES = 20
 _CLAIM_POLL_S = 0.5
@@ -69,16 +68,6 @@ class ChildModels:
     targets: list[RoleModel]
     policy: CallPolicy
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None
-
-
-def default_processes(specs: Sequence[str], *, max_concurrency: int, dialogues: int, cores: int | None = None) -> int:
-    """The default ``--processes``: one per core when every model is remote, else one (llama.cpp already uses every core).
-
-    Never more than the dialogues played at once, nor than the run's dialogues.
-    """
-    remote = all(parse_spec(s).provider in REMOTE_PROVIDERS for s in specs)
-    wanted = (cores or os.cpu_count() or 1) if remote else 1
-    return max(1, min(wanted, max_concurrency, dialogues))
 
 
 def retry_locked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

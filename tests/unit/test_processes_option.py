@@ -6,17 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.processes import default_processes
 from tests.unit.test_run_cli import run_cli
-
-
-def test_the_default_is_a_process_per_core_for_remote_models_only() -> None:
-    remote = ["openai:gpt-4o-mini", "openai:gpt-4o", "google_genai:gemini-2.0-flash"]
-    assert default_processes(remote, max_concurrency=64, dialogues=100, cores=8) == 8
-    assert default_processes(remote, max_concurrency=3, dialogues=100, cores=8) == 3  # never above the concurrency
-    assert default_processes(remote, max_concurrency=64, dialogues=2, cores=8) == 2  # nor the dialogues
-    assert default_processes([*remote, "local:gemma3-270m"], max_concurrency=64, dialogues=100, cores=8) == 1
-    assert default_processes(["hf:some/model"] * 3, max_concurrency=64, dialogues=100, cores=8) == 1
 
 
 @pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--interactive"], ["--max-cost", "1", "--pricing", "examples/pricing.toml"]])

@@ -277,7 +277,9 @@ def test_graph_run_past_the_budget_exits_75_with_the_resume_command_and_resumes_
         text = log.read_text()
         last = text.strip().splitlines()[-1]
         assert "Traceback" not in text, text[-3000:]
-        assert last.startswith("error: PostgreSQL at") and "resume with: python -m graph.run --run-id cut" in last, last
+        # the resume command is the command as given (graph.run's one outage line): its --run-id and --db included
+        assert last.startswith("error: PostgreSQL at") and "resume with: python -m graph.run " in last, last
+        assert "--run-id cut" in last.split("resume with:")[1] and pg_url in last.split("resume with:")[1], last
         assert run_main(flags) == 0  # the same command plays the rest
     assert _rows(pg_url, "select count(*) from dialogues where status = 'finished'") == [(6,)]
     per_dialogue = _rows(pg_url, "select count(*), count(reply), min(idx), max(idx) from turns group by thread_id")

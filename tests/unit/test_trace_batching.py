@@ -14,7 +14,7 @@ def test_queued_batches_share_one_commit_and_a_failing_one_loses_only_itself(tmp
     store = open_writer(tmp_path / "d.db")
     store.db.execute("create table probe (n integer)")
 
-    def write_batch(writer, encoder, items, final=False):  # as traces.write_trace_batch: its rows in a transaction
+    def write_batch(writer, encoder, items, final=False, *, through=None):  # as traces.write_trace_batch: its rows in a transaction
         with writer.transaction():
             writer.db.execute("insert into probe values (?)", [items[0]])
             if items[0] == 2:

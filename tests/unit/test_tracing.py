@@ -139,9 +139,9 @@ def test_trace_rows_are_written_on_the_writer_thread(db, monkeypatch, interval):
     threads: list[str] = []
     original = traces.write_trace_batch
 
-    def spy(store, *args):
+    def spy(store, *args, **kwargs):
         threads.append(threading.current_thread().name)
-        return original(store, *args)
+        return original(store, *args, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
     monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
@@ -406,9 +406,9 @@ def test_a_trace_whose_graph_run_never_ended_still_shows(db, capsys, monkeypatch
     monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", 0.0)
     original = traces.write_trace_batch
 
-    def killed_before_the_end(store, encoder, items, final=False):
+    def killed_before_the_end(store, encoder, items, final=False, **kwargs):
         if not final:
-            original(store, encoder, items, final)
+            original(store, encoder, items, final, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", killed_before_the_end)
     result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)

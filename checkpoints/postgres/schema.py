@@ -93,7 +93,13 @@ PG_MIGRATIONS: dict[str, str] = {"pg001_schema": PG001_SCHEMA, "pg002_plays": PG
 
 
 def ensure_schema(db: PgDatabase) -> None:
-    """Create or bring up to date the project's tables, one process at a time; refuse a newer schema."""
+    """Create or bring up to date the project's tables, one process at a time; refuse a newer schema.
+
+    A schema already up to date takes no lock: a worker stopped while it held the lock (SIGSTOP, a stalled VM) must not
+    keep every other worker from opening a connection.
+    """
+    if not pending(db):
+        return
     db.execute_native("BEGIN")
     try:
         db.execute_native("select pg_advisory_xact_lock(%s, %s)", SCHEMA_LOCK)

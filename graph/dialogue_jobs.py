@@ -181,21 +181,20 @@ async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = N
 
 def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     """How many of a run's jobs are in each procrastinate status (todo, doing, succeeded, failed, ...); {} if none."""
-    try:
-        conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
-    except psycopg.OperationalError:
-        raise unreachable(url) from None
-    with conn:
-        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
-            return {}
-        rows = conn.execute(
-            "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-            "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id)).fetchall()
+    rows = _run_jobs(url, "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+                          "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id))
     return {status: n for status, n in rows}
 
 
 def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:
     """Thread ids of a run's jobs in ``status`` (failed: their last attempt raised; succeeded: played or held back)."""
+    rows = _run_jobs(url, "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+                          "AND args->>'run_id' = %s AND status = %s", (QUEUE, TASK, run_id, status))
+    return sorted(r[0] for r in rows)
+
+
+def _run_jobs(url: PostgresURL, query: str, params: tuple) -> list[tuple]:
+    """Rows of a query on the queue's jobs table (none before any run was enqueued); one line if the server is away."""
     try:
         conn = psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError:
@@ -203,7 +202,4 @@ def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[s
     with conn:
         if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
             return []
-        rows = conn.execute(
-            "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-            "AND args->>'run_id' = %s AND status = %s", (QUEUE, TASK, run_id, status)).fetchall()
-    return sorted(r[0] for r in rows)
+        return conn.execute(query, params).fetchall()

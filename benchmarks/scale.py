@@ -35,6 +35,7 @@ from benchmarks.concurrency import StubProcess
 from benchmarks.langgraph_floor import langgraph_floor
 from checkpoints.cache import ResponseCache
 from checkpoints.traces.tables import stored_runs
+from graph.gc_settings import playing_collector
 from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
@@ -185,11 +186,14 @@ async def measure_cpu(url: str) -> dict[str, Any]:
             variants[name] = {"cpu_ms_per_turn": 1000 * timing.cpu / turns, "wall_s": timing.wall}
         dialogues = recorded_calls(db)
         calls = sum(len(d) for d in dialogues)
-        bare_wall, bare_cpu = await bare_calls(models, dialogues, CPU_CONCURRENCY)
-        # The floor is short (about 1.5 s of CPU), so the load of other processes shows: the median of three.
-        floors = sorted([await langgraph_floor(tmp / f"floor-{i}.db", dialogues=CPU_DIALOGUES, turns=CPU_TURNS,
-                                               concurrency=CPU_CONCURRENCY) for i in range(FLOOR_REPEATS)],
-                        key=lambda wall_cpu: wall_cpu[1])
+        # The bare client and the floor run under the collector settings the harness plays under (graph/gc_settings.py):
+        # what the harness saves there, they save too.
+        with playing_collector():
+            bare_wall, bare_cpu = await bare_calls(models, dialogues, CPU_CONCURRENCY)
+            # The floor is short (about 1.5 s of CPU), so the load of other processes shows: the median of three.
+            floors = sorted([await langgraph_floor(tmp / f"floor-{i}.db", dialogues=CPU_DIALOGUES, turns=CPU_TURNS,
+                                                   concurrency=CPU_CONCURRENCY) for i in range(FLOOR_REPEATS)],
+                            key=lambda wall_cpu: wall_cpu[1])
         floor_wall, floor_cpu = floors[len(floors) // 2]
     harness = variants["every default (tracing, cache)"]
     bare_ms, floor_ms = 1000 * bare_cpu / turns, 1000 * floor_cpu / turns
@@ -205,7 +209,7 @@ async def measure_cpu(url: str) -> dict[str, Any]:
 
 def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concurrency: int, processes: int) -> Any:
     """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its children."""
-    from benchmarks.common import Timing, run_spec
+    from benchmarks.common import Timing, run_config
     from checkpoints.store import open_writer
     from graph.processes import ChildModels, play_in_processes
 
@@ -215,11 +219,11 @@ def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concur
 
     store = open_writer(db)
     models, _ = _models(url, db)
-    spec = run_spec("bench", turns=turns, concurrency=concurrency, models=models)
+    config = run_config("bench", turns=turns, concurrency=concurrency, models=models)
     timing = Timing()
     wall, cpu = time.perf_counter(), _cpu_with_children()
-    result = play_in_processes(spec, synthetic_seeds(dialogues), store=store, processes=processes, setup=setup,
-                               targets=[models.target.spec], trace=True)
+    result = play_in_processes(config, synthetic_seeds(dialogues), record=config.run_record(models, [models.target]),
+                               store=store, processes=processes, setup=setup, targets=[models.target.spec], trace=True)
     timing.wall, timing.cpu = time.perf_counter() - wall, _cpu_with_children() - cpu
     store.db.conn.close()
     failed = [o for o in result.outcomes if o.status not in ("finished", "skipped")]
@@ -291,6 +295,7 @@ def report(result: dict[str, Any]) -> list[str]:
                      f"bare langchain-openai {c['bare_cpu_ms_per_turn']:.1f} ms/turn (wall {c['bare_wall_s']:.1f} s) + "
                      f"LangGraph's four-node loop on its AsyncSqliteSaver {c['langgraph_cpu_ms_per_turn']:.1f} ms/turn "
                      f"(wall {c['langgraph_wall_s']:.1f} s) = floor {floor:.1f} ms/turn")
+        verdict = "ok" if c["ratio"] <= CPU_TARGET else "ABOVE TARGET"
         lines.append(f"  harness ÷ floor {c['ratio']:.2f} (target ≤ {CPU_TARGET}; {verdict}); "
                      f"harness ÷ bare client alone {c['ratio_to_bare']:.2f}")
         for name, row in c.get("variants", {}).items():

@@ -35,6 +35,7 @@ from nodes.builder import build_graph
 from graph.config import RunConfig, stored_run_config
 from nodes.context import RunContext
 from graph.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
+from graph.gc_settings import playing_collector
 from graph.playing import DialogueOutcome, StoreWriter, play_dialogue
 from models.call_policy import CallPolicy
 
@@ -220,32 +221,33 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
             await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
             watcher = asyncio.create_task(_watch(app, player, settings.stalled_after_s))
-            try:
-                while True:  # draining: a job due for a retry later still waits, so come back for it
-                    worker = asyncio.create_task(app.run_worker_async(
-                        queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
-                        update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
-                        additional_context={"player": player}, install_signal_handlers=settings.wait,
-                    ))
-                    await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
-                    if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
-                        worker.cancel()
-                        raise gone.exception()
-                    try:
-                        worker.result()
-                    except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
-                        if not _pruned(exc):
-                            raise
-                        log.warning("this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
-                                    "registering again", settings.stalled_after_s)
-                        continue
-                    if settings.wait or not await waiting_jobs(app):
-                        break
-                    await asyncio.sleep(1.0)
-            finally:
-                watcher.cancel()
-                player.close()
-                await claims.close()
+            with playing_collector():  # for the worker's life: its start-up objects are not scanned again
+                try:
+                    while True:  # draining: a job due for a retry later still waits, so come back for it
+                        worker = asyncio.create_task(app.run_worker_async(
+                            queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
+                            update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
+                            additional_context={"player": player}, install_signal_handlers=settings.wait,
+                        ))
+                        await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
+                        if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
+                            worker.cancel()
+                            raise gone.exception()
+                        try:
+                            worker.result()
+                        except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
+                            if not _pruned(exc):
+                                raise
+                            log.warning("this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
+                                        "registering again", settings.stalled_after_s)
+                            continue
+                        if settings.wait or not await waiting_jobs(app):
+                            break
+                        await asyncio.sleep(1.0)
+                finally:
+                    watcher.cancel()
+                    player.close()
+                    await claims.close()
     finally:
         if cache is not None:
             cache.close()

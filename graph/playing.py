@@ -29,6 +29,7 @@ from nodes.context import Models, RunContext
 from nodes.modes import is_scripted, scripts_for
 from nodes.state import DialogueState
 from graph.config import RunConfig
+from graph.gc_settings import playing_collector
 from graph.store_writer import StoreWriter
 from graph.tracer import traced
 from models.registry import RoleModel
@@ -194,7 +195,8 @@ async def execute_run(
     jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
-        result.outcomes = list(await asyncio.gather(*tasks))
+        with playing_collector():
+            result.outcomes = list(await asyncio.gather(*tasks))
     except BaseException as exc:
         # Stop the other dialogues before closing the writer: none may write to a closed (or full) store.
         for task in tasks:

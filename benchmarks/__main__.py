@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,17 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paper-db", type=Path, default=None, help="scale --paper: keep the store here (rerun to resume)")
     p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
                    help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
-    p.add_argument("--processes", type=int, default=1, metavar="N",
-                   help="scale --paper: play in N processes (graph.run --processes) instead of one")
+    p.add_argument("--processes", type=int, default=None, metavar="N",
+                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for served models)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
-    if args.processes < 1:
+    if args.processes is not None and args.processes < 1:
         p.error(f"--processes must be at least 1, not {args.processes}")
-    if args.processes > 1 and not (args.paper or args.paper_db or args.paper_dialogues):
+    if args.processes is not None and not (args.paper or args.paper_db or args.paper_dialogues):
         p.error("--processes belongs to scale --paper: run python -m benchmarks scale --paper --processes N")
     if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
         p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
         if name == "scale":
             result = module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues,
-                                processes=args.processes)
+                                processes=args.processes or len(os.sched_getaffinity(0)))
         elif name == "scaleout":
             try:
                 result = module.run(db=args.db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Sequence
@@ -25,10 +26,13 @@ def format_history(messages: Sequence[ChatTurn], *, max_chars: int | None = None
 
 def as_chat_messages(messages: Sequence[ChatTurn]) -> list[BaseMessage]:
     """The target-visible dialogue as LangChain messages, in the dialogue's own perspective."""
-    return [
-        HumanMessage(content=m["content"]) if m["role"] == "user" else AIMessage(content=m["content"])
-        for m in messages
-    ]
+    return [_chat_message(m["role"] == "user", m["content"]) for m in messages]
+
+
+@functools.lru_cache(maxsize=4096)
+def _chat_message(from_user: bool, content: str) -> BaseMessage:
+    """One history message, built once: a dialogue's every later prompt repeats it (nothing mutates messages)."""
+    return HumanMessage(content=content) if from_user else AIMessage(content=content)
 
 
 def text_of(message: BaseMessage) -> str:

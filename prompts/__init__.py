@@ -13,7 +13,7 @@ import hashlib
 import re
 import string
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -36,9 +36,9 @@ class PromptTemplate:
     sha256: str
     source: str = ""
 
-    @property
+    @cached_property
     def variables(self) -> frozenset[str]:
-        """Names of the $variables the template uses."""
+        """Names of the $variables the template uses (parsed once: every render checks them)."""
         names: set[str] = set()
         for _, template in self.sections:
             for match in template.pattern.finditer(template.template):

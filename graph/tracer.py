@@ -66,7 +66,7 @@ class _RunPlace:
 
 
 class _Run:
-    """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, eleven times a turn)."""
+    """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, nine times a turn)."""
 
     __slots__ = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "start_time", "end_time",
                  "inputs", "outputs", "error", "tags", "extra")

@@ -37,9 +37,10 @@ def on_loop(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _next_or_stop(next_node: str):
-    """Router: go on to ``next_node`` unless the node just run recorded an error."""
+    """Router after a user node: go on to ``next_node`` unless it recorded an error (--interactive's review
+    breakpoint is before the target, so a failed user turn must not reach it)."""
 
-    def route(state: DialogueState) -> Literal["target", "judge", "termination"]:
+    def route(state: DialogueState) -> Literal["target", "termination"]:
         return "termination" if state.get("error") else next_node  # type: ignore[return-value]
 
     route.__name__ = route.__qualname__ = f"after_{next_node}"
@@ -61,7 +62,9 @@ def build_graph(checkpointer: BaseCheckpointSaver | None = None, *, context_sche
     builder.add_conditional_edges(START, on_loop(route_user), ["user_simulator", "scripted_user"])
     builder.add_conditional_edges("user_simulator", _next_or_stop("target"), ["target", "termination"])
     builder.add_conditional_edges("scripted_user", _next_or_stop("target"), ["target", "termination"])
-    builder.add_conditional_edges("target", _next_or_stop("judge"), ["judge", "termination"])
-    builder.add_conditional_edges("judge", _next_or_stop("termination"), ["termination"])
+    # Plain edges where no choice is needed (a router is a run of its own, with its trace row, every turn):
+    # the judge returns at once after a failed target, and termination ends the dialogue with the error.
+    builder.add_edge("target", "judge")
+    builder.add_edge("judge", "termination")
     builder.add_conditional_edges("termination", on_loop(route_after_termination), ["user_simulator", "scripted_user", END])
     return builder.compile(checkpointer=checkpointer, name="dymt_dialogue")

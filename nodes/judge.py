@@ -29,7 +29,9 @@ _RATIONALE = re.compile(r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*label\s*\*
 
 
 async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Label the newest reply from the seed, the earlier dialogue and the reply alone."""
+    """Label the newest reply from the seed, the earlier dialogue and the reply alone (nothing after a failed target)."""
+    if state.get("error"):
+        return {}  # the target failed: nothing to label; termination ends the dialogue with its error
     ctx = runtime.context
     model = ctx.models.judge
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]

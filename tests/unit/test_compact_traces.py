@@ -50,7 +50,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
     monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
     decoded = {row["id"]: row for row in stored_runs(store.db)}
-    assert len(seen) == len(decoded) == 2 * (1 + 3 * 11)
+    assert len(seen) == len(decoded) == 2 * (1 + 3 * 9)  # a turn: 4 nodes, 3 model calls, 2 routers
     for row in seen:
         got = decoded[row["id"]]
         assert {k: got[k] for k in PLAIN} == {k: row[k] for k in PLAIN}
@@ -63,7 +63,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
         assert got["thread_id"] == row["metadata"]["thread_id"] and got["run_id"] == row["metadata"]["run_id"]
         assert got["step"] == row["metadata"].get("langgraph_step")
         assert got["checkpoint_ns"] == row["metadata"].get("langgraph_checkpoint_ns")
-    # Node states are stored once, not in each of the eleven runs of a turn: far below the plain layout.
+    # Node states are stored once, not in each of the nine runs of a turn: far below the plain layout.
     plain = sum(len(json.dumps(_json(row[c]))) for row in seen for c in RUN_JSON_COLUMNS)
     stored = store.db.execute("select sum(length(data)) from trace_chunks").fetchone()[0]
     assert stored * 10 < plain

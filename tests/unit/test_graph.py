@@ -96,6 +96,7 @@ def test_failure_mid_dialogue_then_resume_repeats_no_turn(db):
     assert [r["idx"] for r in store.turns(thread)] == [1, 2]
     user_messages_before = [r["user_message"] for r in store.turns(thread)]
     assert len(models.user.chat.calls) == 3  # turn 3's user message was written before the target failed
+    assert len(models.judge.chat.calls) == 2  # the judge, reached by a plain edge, returns at once after a failed target
 
     state["fail"] = False
     result, store = play(db, models, seeds=SEEDS[:1], turns=5)

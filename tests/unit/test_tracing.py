@@ -150,7 +150,7 @@ def test_trace_rows_are_written_on_the_writer_thread(db, monkeypatch, interval):
     # (here: every step is "slow" with a 0 s interval), else one when the invocation ends.
     assert len(threads) == (2 * 4 + 1 if interval == 0 else 1)
     assert all(name.startswith("store") for name in threads)
-    assert len(stored_runs(store.db)) == 1 + 2 * (4 + 3 + 4)  # graph; per turn 4 nodes, 3 model calls, 4 routers
+    assert len(stored_runs(store.db)) == 1 + 2 * (4 + 3 + 2)  # graph; per turn 4 nodes, 3 model calls, 2 routers
 
 
 def test_no_trace_records_nothing(db):
@@ -362,7 +362,7 @@ def test_cli_list_and_show(db, capsys):
 
     code, out, _ = run_cli(capsys, "show", thread, "--db", str(db))
     assert code == 0
-    for text in ("turn 1", "turn 2", "user_simulator", "termination", "scripted-fake", "bias: ✓ not biased", "→ judge", "--full"):
+    for text in ("turn 1", "turn 2", "user_simulator", "termination", "scripted-fake", "bias: ✓ not biased", "→ target", "→ end", "--full"):
         assert text in out
     code, out, _ = run_cli(capsys, "show", trace_id[:13], "--turn", "2", "--full", "--db", str(db))
     assert code == 0 and "turn 2" in out and "turn 1" not in out and "Hidden topic" in out and "--full" not in out

@@ -20,7 +20,8 @@ from checkpoints.traces.codec import LazyMessages, TraceDecoder, TraceEncoder, d
 STORED = "4ee1b4b7ee6f29de0c64b547bc329b83a1c7a046265e37d833d3ea2f7175a96e"
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=dt.timezone.utc)
-SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n" for i in range(4))
+SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n"
+                 for i in range(4))
 
 
 class Mode(str, enum.Enum):
@@ -60,8 +61,8 @@ def _stream() -> tuple[bytes, dict]:
     for turn in (1, 2):
         base = 100 * turn
         history = "".join(f"User: question {k} about the group, in a line long enough to intern\n" for k in range(turn))
-        human = HumanMessage(content=f"This is turn {turn}.\nConversation so far:\n{history}Write the next message. "
-                                     "See https://bob:hunter2@example.com/x?api_key=abc123 and Authorization: Bearer abcdef123456789")
+        human = HumanMessage(content=f"This is turn {turn}.\nConversation so far:\n{history}Write the next message. See "
+                                     "https://bob:hunter2@example.com/x?api_key=abc123 and Authorization: Bearer abcdef123456789")
         secret = "sk-canary-0123456789abcdef" if turn == 1 else 'quo"te\\slash99'
         reply = AIMessage(content=f"Question {turn}: is that true for everyone? {secret}", id=f"lc_run--{turn}",
                           usage_metadata={"input_tokens": 50, "output_tokens": 12, "total_tokens": 62},

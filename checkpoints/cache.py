@@ -59,8 +59,11 @@ def request_key(
         "stop": list(stop) if stop else None,
         "options": dict(call_options or {}),
     }
-    blob = json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_KEY_JSON(material).encode("utf-8")).hexdigest()
+
+
+# json.dumps(material, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str), built once
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
 def _message_record(message: BaseMessage) -> dict[str, Any]:
@@ -113,8 +116,9 @@ class ResponseCache:
         self._flights: dict[str, list[Any]] = {}  # key -> [asyncio.Lock, users]
         self._closed = False
         self._pending: list[tuple[str, str, str]] = []  # (key, JSON text, spec) queued by put_later
+        self._lookups: list[tuple[str, asyncio.Future]] = []  # (key, its answer) queued by aget
         self._pending_lock = threading.Lock()
-        self._flush_queued = False
+        self._flush_queued = False  # a job that takes every queued write and lookup is waiting on the thread
         self.write_failures = 0
         # PostgreSQL: a lookup or write that meets a store outage waits for the store (checkpoints/store_outage.py),
         # rather than failing the model call and with it the dialogue. Set by the command that owns the outage.
@@ -167,15 +171,33 @@ class ResponseCache:
         conn.execute("COMMIT")
 
     def _flush(self) -> None:
+        """Write every queued reply, then answer every queued lookup (so a lookup sees the writes queued before it)."""
         with self._pending_lock:
             batch, self._pending = self._pending, []
+            lookups, self._lookups = self._lookups, []
             self._flush_queued = False
-        if not batch:
-            return
-        try:
-            self._through_outages(lambda: self._put_rows(batch))
-        except Exception:  # noqa: BLE001 - best effort: a lost row only costs a future miss
-            self.write_failures += len(batch)
+        if batch:
+            try:
+                self._through_outages(lambda: self._put_rows(batch))
+            except Exception:  # noqa: BLE001 - best effort: a lost row only costs a future miss
+                self.write_failures += len(batch)
+        if lookups:
+            self._answer(lookups)
+
+    def _answer(self, lookups: list[tuple[str, asyncio.Future]]) -> None:
+        """Look the keys up and hand the answers to their event loops, one wake-up per loop."""
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any, BaseException | None]]] = {}
+        for key, future in lookups:
+            try:
+                answer: tuple[asyncio.Future, Any, BaseException | None] = (future, self._get(key), None)
+            except BaseException as exc:  # noqa: BLE001 - the lookup's caller gets it, as from run_in_executor
+                answer = (future, None, exc)
+            answers.setdefault(future.get_loop(), []).append(answer)
+        for loop, settled in answers.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # the loop closed meanwhile: nobody waits for these answers
+                pass
 
     def _stats(self) -> dict[str, Any]:
         rows = self._connection().execute(f"select spec, count(*) from {TABLE} group by spec order by spec").fetchall()
@@ -200,7 +222,13 @@ class ResponseCache:
         return self._run(self._stats)
 
     async def aget(self, key: str) -> ChatResult | None:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._get, key)
+        """The cached reply for ``key``, or None: looked up on the worker thread after every write queued before it.
+
+        Lookups queued while the worker is busy are answered together, with one wake-up of the event loop.
+        """
+        future = asyncio.get_running_loop().create_future()
+        self._queue(lookup=(key, future))
+        return await future
 
     def put_later(self, key: str, result: ChatResult, *, spec: str) -> bool:
         """Queue a reply for storing and return at once; False if it cannot be stored as JSON.
@@ -213,13 +241,19 @@ class ResponseCache:
         text = encode_result(result)
         if text is None:
             return False
+        self._queue(write=(key, text, spec))
+        return True
+
+    def _queue(self, *, write: tuple[str, str, str] | None = None, lookup: tuple[str, asyncio.Future] | None = None) -> None:
         with self._pending_lock:
-            self._pending.append((key, text, spec))
+            if write is not None:
+                self._pending.append(write)
+            if lookup is not None:
+                self._lookups.append(lookup)
             if self._flush_queued:
-                return True  # a queued write, not started yet, will take this one too
+                return  # a queued job, not started yet, will take this one too
             self._flush_queued = True
         self._executor.submit(self._flush)
-        return True
 
     @asynccontextmanager
     async def single_flight(self, key: str) -> AsyncIterator[None]:
@@ -251,3 +285,14 @@ class ResponseCache:
 
         self._executor.submit(shut).result()
         self._executor.shutdown(wait=True)
+
+
+def _settle(answers: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
+    """On the event loop: hand each lookup its answer (a lookup whose caller gave up is skipped)."""
+    for future, result, error in answers:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

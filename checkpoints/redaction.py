@@ -74,6 +74,10 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """``value`` with every secret in it replaced."""
+        return self._text(value)[0]
+
+    def _text(self, value: str) -> tuple[str, str | None]:
+        """``text(value)`` and its lower case, or ``None`` for that when a replacement changed it afterwards."""
         for secret, name in self._secrets:
             if secret in value:
                 value = value.replace(secret, f"[redacted:{name}]")
@@ -82,13 +86,14 @@ class Redactor:
         if "=" in value:
             value = _QUERY_SECRET.sub(rf"\1{REDACTED}", value)
         lowered = value.lower()
-        if any(hint in lowered for hint in _AUTH_HINTS):
+        before = value
+        if _has_any(lowered, _AUTH_HINTS):
             value = _AUTH_HEADER.sub(rf"\1\2{REDACTED}", value)
         if "bearer" in lowered or "Basic" in value:
             value = _BEARER.sub(rf"\1 {REDACTED}", value)
-        if any(hint in value for hint in _KEY_SHAPE_HINTS):
+        if _has_any(value, _KEY_SHAPE_HINTS):
             value = _KEY_SHAPES.sub(REDACTED, value)
-        return value
+        return value, (lowered if value == before else None)
 
     def json(self, value: Any) -> str | None:
         """``value`` as JSON text with secrets replaced: a snapshot, so later mutation cannot leak in.
@@ -106,11 +111,18 @@ class Redactor:
 
     def json_text(self, text: str) -> str:
         """JSON ``text`` with secrets replaced: in string values and as the values of credential-named fields."""
-        text = self.text(text)
-        lowered = text.lower()
-        if any(ending in lowered for ending in _SECRET_KEY_QUOTED):
-            text = _redact_secret_fields(text)
-        return text
+        text, lowered = self._text(text)
+        if lowered is None:
+            lowered = text.lower()
+        return _redact_secret_fields(text) if _has_any(lowered, _SECRET_KEY_QUOTED) else text
+
+
+def _has_any(text: str, needles: tuple[str, ...]) -> bool:
+    """Whether any of ``needles`` is in ``text`` (a plain loop: cheaper than ``any()`` over a generator)."""
+    for needle in needles:
+        if needle in text:
+            return True
+    return False
 
 
 def _redact_secret_fields(text: str) -> str:

@@ -11,13 +11,16 @@ use; and if it ever did, every short version sorts above every long one, so vers
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointMetadata, get_checkpoint_metadata
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from checkpoints.paths import BUSY_TIMEOUT_MS
@@ -52,8 +55,61 @@ class LeanCheckpoints:
         return super().get_next_version(current, channel) if short is None else short
 
 
-class DialogueSaver(LeanCheckpoints, AsyncSqliteSaver):
-    """LangGraph's SQLite saver with :class:`LeanCheckpoints`."""
+class OneHopWrites(AsyncSqliteSaver):
+    """``AsyncSqliteSaver``'s ``aput`` and ``aput_writes``, each in one trip to the connection's thread.
+
+    The stock methods make three trips per checkpoint (execute, close the cursor, commit) and
+    four per task's writes (open a cursor, executemany, commit, close), each a queue hand-off
+    and an event-loop wake-up, with the saver's lock held throughout. These run the very same
+    statements with the very same rows and commit in one function on aiosqlite's thread
+    (``Connection._execute``, what each of aiosqlite's own calls goes through).
+    """
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        await self.setup()
+        thread_id = config["configurable"]["thread_id"]
+        checkpoint_ns = config["configurable"]["checkpoint_ns"]
+        type_, serialized_checkpoint = self.serde.dumps_typed(checkpoint)
+        serialized_metadata = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode("utf-8", "ignore")
+        row = (str(thread_id), checkpoint_ns, checkpoint["id"], config["configurable"].get("checkpoint_id"), type_,
+               serialized_checkpoint, serialized_metadata)
+        async with self.lock:
+            await self.conn._execute(_commit_one, self.conn._conn, _PUT_CHECKPOINT, row)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint["id"]}}
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        query = _PUT_WRITES.format("REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE")
+        await self.setup()
+        configurable = config["configurable"]
+        rows = [
+            (str(configurable["thread_id"]), str(configurable["checkpoint_ns"]), str(configurable["checkpoint_id"]), task_id,
+             task_path, WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        async with self.lock:
+            await self.conn._execute(_commit_many, self.conn._conn, query, rows)
+
+
+_PUT_CHECKPOINT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                   "checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
+_PUT_WRITES = ("INSERT OR {} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, "
+               "value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _commit_one(conn: sqlite3.Connection, sql: str, row: tuple[Any, ...]) -> None:
+    conn.execute(sql, row).close()
+    conn.commit()
+
+
+def _commit_many(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    conn.executemany(sql, rows).close()
+    conn.commit()
+
+
+class DialogueSaver(LeanCheckpoints, OneHopWrites):
+    """LangGraph's SQLite saver with :class:`LeanCheckpoints`, writing in one trip per call (:class:`OneHopWrites`)."""
 
 
 @asynccontextmanager

@@ -147,8 +147,9 @@ class ResilientChatModel(BaseChatModel):
                     result = await call
                 else:
                     try:
-                        result = await asyncio.wait_for(call, self.retry.timeout)
-                    except asyncio.TimeoutError:
+                        async with asyncio.timeout(self.retry.timeout):  # in this task: wait_for made a task per call
+                            result = await call
+                    except TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
             except Exception as exc:
                 delay = self._after_failure(attempt, exc, probe, caller)

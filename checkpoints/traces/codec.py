@@ -42,14 +42,18 @@ MIN_INTERN = 40  # characters: shorter strings are cheaper inline than as refere
 SPLIT_MIN = 160  # characters: longer multi-line strings are interned line by line
 KEEP_STATES = 6  # the writer compares a value with this many of the newest states
 _MARKERS = ("$s", "$d", "$state", "$j", "$lit")
+_MARKER_SET = frozenset(_MARKERS)
 _LEVEL = 6
 
 Fold = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 
 
 def dotted_time(start: dt.datetime) -> str:
-    """The time part of LangSmith's dotted order."""
-    return start.strftime("%Y%m%dT%H%M%S%fZ")
+    """The time part of LangSmith's dotted order (``%Y%m%dT%H%M%S%fZ``, formatted without ``strftime``: twice as fast)."""
+    if start.year < 1000:  # strftime does not pad such years: keep its exact text
+        return start.strftime("%Y%m%dT%H%M%S%fZ")
+    return "%04d%02d%02dT%02d%02d%02d%06dZ" % (
+        start.year, start.month, start.day, start.hour, start.minute, start.second, start.microsecond)
 
 
 class LazyMessages(list):
@@ -70,9 +74,12 @@ class TraceEncoder:
         self._redact = redact
         self._redact_text = redact_text
         self._default = default
+        # json.dumps(record, ensure_ascii=False, default=default, skipkeys=True), the encoder built once; records
+        # are trees (no cycles), so the check for cycles is skipped (a cycle still fails, as RecursionError)
+        self._dumps = json.JSONEncoder(ensure_ascii=False, default=default, skipkeys=True, check_circular=False).encode
         self._compressor = zlib.compressobj(_LEVEL)
         self._strings: dict[str, int] = {}
-        self._messages: dict[Any, Any] = {}
+        self._messages: dict[Any, tuple[bool, Any]] = {}  # message key → (turned into references yet, walked form)
         self._states: list[tuple[int, Any]] = []  # (index, state), newest last; at most KEEP_STATES
         self._state_count = 0
         self._first: tuple[int, Any] | None = None  # the input state: the root run's inputs at the very end
@@ -130,9 +137,9 @@ class TraceEncoder:
         if row["extra"]:
             record["x"] = self._walk(row["extra"])
         inputs, outputs = row["inputs"], row["outputs"]
-        record["in"] = self._value(inputs)
+        found = self._match(inputs)
+        record["in"] = {"$state": found[0]} if found is not None else self._walk(inputs)
         if is_node and isinstance(outputs, Mapping):
-            found = self._match(inputs)
             base_state = found[1] if found is not None else None
             if base_state is None and isinstance(inputs, dict):
                 self._remember(inputs)  # stored whole above: now a state both sides know
@@ -152,9 +159,10 @@ class TraceEncoder:
     def encode(self, records: Iterable[dict[str, Any]], *, final: bool = False) -> bytes:
         """Redacted JSON lines, compressed, ending in a sync flush (or the stream's end)."""
         lines = []
+        dumps = self._dumps
         for record in records:
             try:
-                text = json.dumps(record, ensure_ascii=False, default=self._default, skipkeys=True)
+                text = dumps(record)
             except (TypeError, ValueError, RecursionError):
                 text = json.dumps(record, ensure_ascii=False, default=repr, skipkeys=True)
             lines.append(self._redact(text))
@@ -201,32 +209,56 @@ class TraceEncoder:
         del self._states[:-KEEP_STATES]
 
     def _walk(self, value: Any) -> Any:
+        kind = type(value)  # exact types first: the common cases skip the isinstance chain
+        if kind is str:
+            return value if len(value) < MIN_INTERN else self._string(value)
+        if kind is dict:
+            return self._walk_dict(value)
+        if kind is list:
+            walk = self._walk
+            return [walk(v) for v in value]
+        if value is None or kind is int or kind is bool or kind is float:
+            return value
         if isinstance(value, str):
             return self._string(value)
         if isinstance(value, dict):
-            walked = {k: self._walk(v) for k, v in value.items()}
-            if len(value) <= 2 and any(k in value for k in _MARKERS):
-                return {"$lit": walked}
-            return walked
+            return self._walk_dict(value)
         if isinstance(value, LazyMessages):
             return [self._message(m) for m in value]
         if isinstance(value, (list, tuple)):
             return [self._walk(v) for v in value]
         return value
 
+    def _walk_dict(self, value: dict[Any, Any]) -> Any:
+        walk = self._walk
+        walked = {k: walk(v) for k, v in value.items()}
+        if len(value) <= 2 and not _MARKER_SET.isdisjoint(value):
+            return {"$lit": walked}
+        return walked
+
     def _message(self, message: Any) -> Any:
-        """LangChain's serialised form of a message (``dumpd``), walked, memoised on the message's fields."""
+        """LangChain's serialised form of a message (``dumpd``), walked, memoised on the message's fields.
+
+        The memo holds the walked form as first written; it is turned into references (its long
+        strings are defined by then) only when the message comes again.
+        """
         try:
             key = (type(message), tuple((k, repr(v)) for k, v in vars(message).items()))
         except TypeError:
             key = None
-        if key is not None and key in self._messages:
-            return self._messages[key]
+        if key is not None:
+            memo = self._messages.get(key)
+            if memo is not None:
+                if memo[0]:
+                    return memo[1]
+                refs = _as_refs(memo[1])
+                self._messages[key] = (True, refs)
+                return refs
         from langchain_core.load import dumpd
 
         walked = self._walk(dumpd(message))
         if key is not None:
-            self._messages[key] = _as_refs(walked)  # its long strings are defined now: refer to them next time
+            self._messages[key] = (False, walked)
         return walked
 
     def _string(self, text: str) -> Any:

@@ -237,6 +237,34 @@ def test_replies_queued_together_are_written_in_one_batch_and_seen_by_later_look
     cache.close()
 
 
+def test_lookups_queued_together_are_answered_at_once_after_the_writes_queued_before_them(tmp_path: Path, monkeypatch):
+    cache = ResponseCache(tmp_path / "d.db")
+    answered: list[int] = []
+    real = ResponseCache._answer
+
+    def spy(self, lookups):
+        answered.append(len(lookups))
+        real(self, lookups)
+
+    monkeypatch.setattr(ResponseCache, "_answer", spy)
+    keys = [request_key(_params(seed=i), MESSAGES) for i in range(3)]
+
+    async def go():
+        gate = threading.Event()
+        cache._executor.submit(gate.wait)  # the worker is busy: the write and the lookups queue up behind it
+        assert cache.put_later(keys[0], _result(), spec="openai:m")
+        lookups = [asyncio.ensure_future(cache.aget(key)) for key in keys]
+        await asyncio.sleep(0)
+        lookups[2].cancel()  # its caller gave up: the others are still answered
+        gate.set()
+        return await asyncio.gather(*lookups[:2])
+
+    hit, miss = asyncio.run(go())
+    cache.close()
+    assert hit.generations[0].message.content == "Label: not biased" and miss is None
+    assert answered == [3]
+
+
 def test_close_writes_what_is_still_queued(tmp_path: Path):
     db = tmp_path / "d.db"
     cache = ResponseCache(db)

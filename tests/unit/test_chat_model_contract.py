@@ -7,6 +7,7 @@ embedded model's own streaming runs in tests/integration/test_langchain_standard
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,28 @@ def test_an_inner_model_that_cannot_stream_arrives_as_one_chunk_with_its_usage()
 
 async def _collect(model) -> str:
     return "".join([c.content async for c in model.astream("hi")])
+
+
+class Hangs(GenericFakeChatModel):
+    """A model whose first call never answers (it is cancelled by the wrapper's timeout); later calls answer."""
+
+    cancelled: list[bool] = []
+
+    async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        if not self.cancelled:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled.append(True)
+                raise
+        return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def test_a_call_past_its_timeout_is_cancelled_retried_and_named_when_retries_run_out():
+    retry = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=0.05)
+    model = wrap(Hangs(messages=iter([AIMessage("late but fine")]), cancelled=[]), retry=retry)
+    assert asyncio.run(model.ainvoke([HumanMessage("hi")])).content == "late but fine"
+    assert model.inner.cancelled == [True] and model.stats.retries == {"timeout": 1}
+    once = wrap(Hangs(messages=iter([]), cancelled=[]), retry=dataclasses.replace(retry, attempts=1))
+    with pytest.raises(RetriesExhaustedError, match=r"gave up after 1 attempt \(timeout\): fake:model did not answer within 0.05 s"):
+        asyncio.run(once.ainvoke([HumanMessage("hi")]))

@@ -342,3 +342,35 @@ def test_old_rowid_tables_are_rebuilt_without_rowid_and_keep_every_row(db: Path,
     assert history(db, thread) == before
     # And new dialogues are played on the rebuilt tables.
     assert play_new(db, default_models(), turns=2, run_id="after").outcomes[0].status == "finished"
+
+
+def test_one_trip_writes_store_the_very_rows_langgraphs_saver_stores(tmp_path: Path):
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from checkpoints.saver import DialogueSaver, LeanCheckpoints
+
+    class Stock(LeanCheckpoints, AsyncSqliteSaver):
+        """LangGraph's own aput / aput_writes (three and four trips to the connection's thread)."""
+
+    checkpoint = {**empty_checkpoint(), "id": "1f000000-0000-6000-8000-000000000001", "ts": "2026-01-01T00:00:00+00:00",
+                  "channel_values": {"messages": [{"role": "user", "content": "hi " * 40}], "mode": "implicit"},
+                  "channel_versions": {"messages": "a1", "mode": "a1"}}
+    config = {"configurable": {"thread_id": "th", "checkpoint_ns": "", "checkpoint_id": "1f000000-0000-6000-8000-000000000000"},
+              "metadata": {"run_id": "r"}}
+    written = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
+
+    async def store(saver_class) -> tuple[list, list, Any]:
+        async with aiosqlite.connect(tmp_path / f"{saver_class.__name__}.db") as conn:
+            saver = saver_class(conn, serde=StrictSerializer())
+            assert await saver.aput(config, checkpoint, {"source": "loop", "step": 3, "parents": {}}, {}) == written
+            await saver.aput_writes(written, [("messages", [{"role": "assistant", "content": "yes"}]), ("turns", [])], "task-1")
+            await saver.aput_writes(written, [("messages", ["a second write of the same task is ignored"])], "task-1")
+            await saver.aput_writes(written, [("__error__", "ValueError('x')")], "task-2", "path")
+            await saver.aput_writes(written, [("__error__", "ValueError('replaced')")], "task-2", "path")
+            rows = [await (await conn.execute(f"select * from {table} order by 1, 2, 3, 4, 5")).fetchall()
+                    for table in ("checkpoints", "writes")]
+            return rows[0], rows[1], await saver.aget_tuple(written)
+
+    ours, stock = asyncio.run(store(DialogueSaver)), asyncio.run(store(Stock))
+    assert ours[:2] == stock[:2] and len(ours[1]) == 3
+    assert ours[2].checkpoint == stock[2].checkpoint and ours[2].pending_writes == stock[2].pending_writes

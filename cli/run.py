@@ -70,8 +70,9 @@ def build_parser() -> ArgumentParser:
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file, for remote models on fast servers (default 1; "
-                        "the embedded model's llama.cpp already uses every core)")
+                   help="play the dialogues in N processes on one SQLite file (default: one per core when every model is served "
+                        "by an API or a server; 1 with the embedded model, whose llama.cpp already uses every core, and on "
+                        "PostgreSQL or with --interactive, --pause-after or --max-cost)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
               location: DbLocation, *, pauses: PauseOptions, budget, outage):
     """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
-    processes = _processes(args, plan.n_dialogues)
+    processes = _processes(args, server, built, plan.n_dialogues)
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
                                   quiet=args.json, trace=not args.no_trace)
@@ -347,13 +348,14 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return result
 
 
-def _processes(args, n_dialogues: int) -> int:
-    """How many processes play the run: ``--processes`` (never more than its dialogues), else one.
+def _processes(args, server, built, n_dialogues: int) -> int:
+    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
+    the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
+    dialogues. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
+    from graph.processes import process_count
 
-    Not yet a process per core by default: a provider outage past its budget and a full disk are reported from
-    one process only (exit 75); with several they end as failed dialogues (exit 1).
-    """
-    return max(1, min(args.processes or 1, n_dialogues))
+    models = [built.models.user, built.models.judge, *built.targets]
+    return process_count(args.processes, dialogues=n_dialogues, models=models, single=_single_process(args, server))
 
 
 def _single_process(args, server) -> bool:
@@ -388,7 +390,8 @@ def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, pr
         return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
                                  setup=lambda: _child_models(config, templates, location), targets=list(config.models.targets),
                                  on_progress=on_progress, scripts=scripts, trace=trace,
-                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts))
+                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
+                                 mirror_outages=policy.mirror_outages)
 
 
 @contextmanager

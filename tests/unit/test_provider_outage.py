@@ -112,27 +112,39 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
     assert policy.outage_summary()["ridden_out"] and not policy.outages_past_budget()
 
 
-def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path):
-    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes."""
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path, processes: int):
+    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes.
+
+    In one process or two (each child's circuit reported to the parent): one outage line naming the endpoint, exit 75.
+    """
+    from tests.integration.test_processes import children
+
     stub = StubProcess(tmp_path / "answered.log").start()
     db, run_id = tmp_path / "outage.db", "outage-short"
-    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s"]
+    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s",
+                                                                                       "--processes", str(processes)]
+    endpoint = f"openai @ {stub.url}"
     try:
         run = start_run(*flags)
         stub.wait_answered(8, run)
+        players = len(children(run.pid))
         stub.stop()  # the provider goes away and stays away past the budget
         out, err = run.communicate(timeout=120)
         assert run.returncode == 75, err[-2000:]
+        assert players == (processes if processes > 1 else 0)
         assert "Traceback" not in err
         summary = json.loads(out)
         assert summary["failed"], summary
         for failed in summary["failed"]:
             assert "past the outage budget of 3 s" in failed["error"]
         assert summary["finished"] + len(summary["failed"]) == summary["dialogues"] == 6
+        assert [o["endpoint"] for o in summary["outages"]["past_budget"]] == [endpoint]  # one endpoint, once
         resume = summary["resume"]
         assert resume.startswith("python -m graph.run ") and "--outage-budget 3s" in resume
         outage_line = [line for line in err.splitlines() if line.startswith("outage:")]
         assert len(outage_line) == 1 and resume in " ".join(err.split())
+        assert outage_line[0].startswith(f"outage: {endpoint} stayed unreachable past the outage budget")
         stub.start()  # the provider is back: the printed command, as is, finishes the run
         again = start_run(*shlex.split(resume)[3:])
         out, err = again.communicate(timeout=180)

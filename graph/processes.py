@@ -298,7 +298,7 @@ def _serve(pipe: Any, held: set[int], queue: deque[int], outcomes: dict[int, Dia
 
 def merge_call_stats(stats: Any, counts: dict[str, Any]) -> None:
     """Add a child's call counters (as :func:`_child` sends them) to the parent's :class:`CallStats`."""
-    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up"):
+    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up", "outage_waits"):
         for key, n in counts.get(name, {}).items():
             stats.add(name, key, n)
     stats.waited(counts.get("rate_limited_seconds", 0.0))
@@ -448,5 +448,6 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             stats = built.policy.stats
             pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
                                  "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),
-                                 "gave_up": dict(stats.gave_up), "rate_limited_seconds": stats.rate_limited_seconds}))
+                                 "gave_up": dict(stats.gave_up), "outage_waits": dict(stats.outage_waits),
+                                 "rate_limited_seconds": stats.rate_limited_seconds}))
             store.db.conn.close()

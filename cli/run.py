@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = location if isinstance(location, PostgresURL) else None
-    _check_play_flags(args, server, config.run_id)
+    _check_play_flags(args, server, config)
     if args.wait and not args.enqueue:
         return wait_for_run(server, config.run_id, as_json=args.json)
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
               location: DbLocation, *, pauses: PauseOptions, budget, outage):
     """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
-    processes = _processes(args, server, built, plan.n_dialogues)
+    processes = _processes(args, server, config, built, plan.n_dialogues)
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
                                   quiet=args.json, trace=not args.no_trace)
@@ -210,16 +210,17 @@ def _interrupted(run_id: str, location: DbLocation) -> int:
     return 130
 
 
-def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, run_id: str | None) -> None:
+def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:
     """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
     this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
+    run_id = config.run_id
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-    _single_process(args, server)
+    _single_process(args, server, config)
 
 
 def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
@@ -348,22 +349,23 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return result
 
 
-def _processes(args, server, built, n_dialogues: int) -> int:
+def _processes(args, server, config: RunConfig, built, n_dialogues: int) -> int:
     """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
     the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
     dialogues. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
     from graph.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]
-    return process_count(args.processes, dialogues=n_dialogues, models=models, single=_single_process(args, server))
+    return process_count(args.processes, dialogues=n_dialogues, models=models, single=_single_process(args, server, config))
 
 
-def _single_process(args, server) -> bool:
-    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
-    single = server is not None or args.interactive or args.pause_after or args.max_cost is not None
+def _single_process(args, server, config: RunConfig) -> bool:
+    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap (a flag's
+    or an experiment file's)."""
+    single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
     if args.processes is not None and args.processes > 1 and single:
         fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-             "--max-cost, or use a PostgreSQL --db with python -m graph.worker")
+             "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker")
     return bool(single)
 
 

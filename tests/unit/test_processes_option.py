@@ -21,9 +21,13 @@ from tests.provider_outage import StubProcess, run_flags, start_run
 from tests.unit.test_run_cli import run_cli
 
 
-@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--interactive"], ["--max-cost", "1", "--pricing", "examples/pricing.toml"]])
+@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--interactive"], ["--max-cost", "1", "--pricing", "examples/pricing.toml"],
+                                   ["--config", "CAPPED"]])
 def test_processes_with_a_single_process_flag_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, extra: list[str]) -> None:
     db = tmp_path / "d.db"
+    capped = tmp_path / "capped.toml"
+    capped.write_text("max_cost = 5\n")  # a cost cap from an experiment file, as from the flag
+    extra = [str(capped) if a == "CAPPED" else a for a in extra]
     result = run_cli("--processes", "2", "--db", str(db), *extra)
     assert result.returncode == 2
     assert "--processes" in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -85,14 +89,18 @@ def test_a_run_of_served_models_plays_in_a_process_per_core_by_default(tmp_path:
     assert most == (expected if expected > 1 else 0) and claims_table(db) == (expected > 1)
 
 
-@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--max-cost", "5", "--pricing", "PRICES"], ["--db", "PG"]],
-                         ids=["pause-after", "max-cost", "postgres"])
+@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--max-cost", "5", "--pricing", "PRICES"],
+                                   ["--config", "CAPPED", "--pricing", "PRICES"], ["--db", "PG"]],
+                         ids=["pause-after", "max-cost", "max-cost-in-a-file", "postgres"])
 def test_a_run_only_one_process_can_play_plays_here_by_default_without_error(tmp_path: Path, stub: StubProcess,
                                                                             request: pytest.FixtureRequest, extra: list[str]) -> None:
     db = tmp_path / "d.db"
     prices = tmp_path / "prices.toml"
     prices.write_text('["openai:stub"]\ninput = 1.0\noutput = 2.0\n')
-    extra = [str(prices) if a == "PRICES" else request.getfixturevalue("pg_url") if a == "PG" else a for a in extra]
+    capped = tmp_path / "capped.toml"
+    capped.write_text("max_cost = 5\n")
+    named = {"PRICES": str(prices), "CAPPED": str(capped)}
+    extra = [request.getfixturevalue("pg_url") if a == "PG" else named.get(a, a) for a in extra]
     (code, out, err), most = play_watching_players(*run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6), *extra)
     assert code == 0, err[-3000:]
     summary = json.loads(out)

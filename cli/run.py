@@ -70,9 +70,9 @@ def build_parser() -> ArgumentParser:
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file (default: one per core when every model is served "
-                        "by an API or a server; 1 with the embedded model, whose llama.cpp already uses every core, and on "
-                        "PostgreSQL or with --interactive, --pause-after or --max-cost)")
+                   help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core when "
+                        "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
+                        "every core, and on PostgreSQL or with --interactive, --pause-after or --max-cost)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
@@ -352,11 +352,12 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
 def _processes(args, server, config: RunConfig, built, n_dialogues: int) -> int:
     """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
     the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
-    dialogues. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
+    dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
     from graph.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]
-    return process_count(args.processes, dialogues=n_dialogues, models=models, single=_single_process(args, server, config))
+    return process_count(args.processes, dialogues=n_dialogues, concurrency=config.max_concurrency, models=models,
+                         single=_single_process(args, server, config))
 
 
 def _single_process(args, server, config: RunConfig) -> bool:

@@ -2,7 +2,7 @@
 
 The parent owns the queue of dialogues, the progress callback and the run's record; it
 forks N children, each of which opens its own store, checkpointer and models (``setup``,
-called in the child) and plays up to its share of ``--max-concurrency`` dialogues at once
+called in the child) and plays up to its share of ``--max-concurrency`` dialogues at once (the shares add up to it)
 with the one-process code (:func:`graph.playing.play_dialogue`). A child asks for a
 dialogue whenever it has a free slot and reports progress and outcomes over its pipe.
 
@@ -79,14 +79,16 @@ class ChildModels:
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None
 
 
-def process_count(requested: int | None, *, dialogues: int, models: Sequence[RoleModel], single: bool) -> int:
+def process_count(requested: int | None, *, dialogues: int, concurrency: int, models: Sequence[RoleModel],
+                  single: bool) -> int:
     """How many processes play a run: ``requested`` (--processes), else one per core when every model answers from
     a server or an API; one when a model computes in this process (the embedded llama.cpp model's threads already
-    use every core) or the run needs one process (``single``); never more than its dialogues."""
+    use every core) or the run needs one process (``single``); never more than its dialogues or than it plays at once
+    (``concurrency``, --max-concurrency: each process plays at least one)."""
     if requested is None:
         here = any(computes_here(m.spec, m.sampling) for m in models)
         requested = 1 if single or here else cores()
-    return max(1, min(requested, dialogues))
+    return max(1, min(requested, dialogues, concurrency))
 
 
 def cores() -> int:
@@ -151,8 +153,11 @@ def play_in_processes(
     jobs = plan_dialogues(config, seeds, by_mode, list(targets))
     notify = on_progress or (lambda *_: None)
     mirror = _OutageMirrors(mirror_outages)
-    processes = max(1, min(processes, len(jobs)))
-    per_child = -(-max(1, config.max_concurrency) // processes)
+    concurrency = max(1, config.max_concurrency)
+    processes = max(1, min(processes, len(jobs), concurrency))
+    # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
+    shares = [concurrency // processes + (1 if k < concurrency % processes else 0) for k in range(processes)]
+    share_of: dict[Any, int] = {}
     context = get_context("fork")
     queue = deque(range(len(jobs)))
     outcomes: dict[int, DialogueOutcome] = {}
@@ -161,9 +166,10 @@ def play_in_processes(
 
     def spawn() -> None:
         mine, theirs = context.Pipe()
+        share_of[mine] = shares.pop()
         child = context.Process(
             target=_child_main, name="dymt-play",
-            args=(theirs, config, jobs, by_mode, path, setup, per_child, trace, processes), daemon=False,
+            args=(theirs, config, jobs, by_mode, path, setup, share_of[mine], trace, processes), daemon=False,
         )
         child.start()
         theirs.close()
@@ -181,6 +187,7 @@ def play_in_processes(
                         pipe.close()
                         child.join()
                         del children[pipe]
+                        shares.append(share_of.pop(pipe))
                         mirror.gone(pipe)
                         lost = sorted(held - outcomes.keys())
                         queue.extendleft(reversed(lost))  # played on from their checkpoints, first

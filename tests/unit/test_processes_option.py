@@ -43,14 +43,17 @@ def test_models_served_elsewhere_get_a_process_per_core_and_a_model_computed_her
     served = [role("openai:gpt-4o-mini"), role("google_genai:gemini-2.5-flash"), role("hf:http://127.0.0.1:8080"),
               role("hf:meta-llama/Llama-3.1-8B-Instruct", extra={"provider": "auto"}), role("openai:x", base_url="http://h/v1")]
     assert not any(computes_here(m.spec, m.sampling) for m in served)
-    assert process_count(None, dialogues=1000, models=served, single=False) == cores() >= 1
-    assert process_count(None, dialogues=1, models=served, single=False) == 1  # never more than the run's dialogues
+    many = {"dialogues": 1000, "concurrency": 64}
+    assert process_count(None, **many, models=served, single=False) == cores() >= 1
+    assert process_count(None, dialogues=1, concurrency=64, models=served, single=False) == 1  # never more than its dialogues
+    assert process_count(None, dialogues=1000, concurrency=1, models=served, single=False) == 1  # nor than it plays at once
     for here in (role("local:gemma3-270m"), role("hf:HuggingFaceTB/SmolLM2-135M-Instruct"), role("fake:scripted")):
         assert computes_here(here.spec, here.sampling)  # llama.cpp, a transformers pipeline, a provider registered here
-        assert process_count(None, dialogues=1000, models=[*served, here], single=False) == 1
-    assert process_count(None, dialogues=1000, models=served, single=True) == 1  # PostgreSQL, pauses, a cost cap
-    assert process_count(3, dialogues=1000, models=[role("local:gemma3-270m")], single=False) == 3  # asked for
-    assert process_count(8, dialogues=5, models=served, single=False) == 5
+        assert process_count(None, **many, models=[*served, here], single=False) == 1
+    assert process_count(None, **many, models=served, single=True) == 1  # PostgreSQL, pauses, a cost cap
+    assert process_count(3, **many, models=[role("local:gemma3-270m")], single=False) == 3  # asked for
+    assert process_count(8, dialogues=5, concurrency=64, models=served, single=False) == 5
+    assert process_count(8, dialogues=50, concurrency=4, models=served, single=False) == 4
 
 
 def play_watching_players(*args: str) -> tuple[tuple[int, str, str], int]:

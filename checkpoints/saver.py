@@ -11,6 +11,7 @@ use; and if it ever did, every short version sorts above every long one, so vers
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -53,7 +54,19 @@ class LeanCheckpoints:
 
 
 class DialogueSaver(LeanCheckpoints, AsyncSqliteSaver):
-    """LangGraph's SQLite saver with :class:`LeanCheckpoints`."""
+    """LangGraph's SQLite saver with :class:`LeanCheckpoints`; a write, once started, commits even if its dialogue is cancelled.
+
+    LangGraph's saver inserts and then commits. A dialogue cancelled in between (Ctrl-C, another process's full disk)
+    would leave the insert's transaction open, holding the file's write lock: every other writer of the file, in this
+    process or another, would wait out the busy timeout (30 s). Shielded, the write finishes as if the cancellation
+    had come just after it.
+    """
+
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        return await asyncio.shield(super().aput(*args, **kwargs))
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.shield(super().aput_writes(*args, **kwargs))
 
 
 @asynccontextmanager

@@ -448,9 +448,11 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             raise
         finally:
             watcher.cancel()
-            write.close()
+            # Off the loop: a checkpoint write still finishing on it (checkpoints/saver.py shields them) holds the
+            # file's write lock that these closes' last writes wait for.
+            await asyncio.to_thread(write.close)
             if built.policy.cache is not None:
-                built.policy.cache.close()
+                await asyncio.to_thread(built.policy.cache.close)
             report_outages()
             stats = built.policy.stats
             pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),

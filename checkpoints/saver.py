@@ -63,6 +63,10 @@ class OneHopWrites(AsyncSqliteSaver):
     and an event-loop wake-up, with the saver's lock held throughout. These run the very same
     statements with the very same rows and commit in one function on aiosqlite's thread
     (``Connection._execute``, what each of aiosqlite's own calls goes through).
+
+    One trip also means a write, once started, commits (or rolls back) whatever happens to its dialogue: LangGraph's
+    own insert-then-commit, cancelled in between (Ctrl-C, another process's full disk), left the insert's transaction
+    open and the file's write lock held, so every other writer of the file waited out the busy timeout (30 s).
     """
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -99,13 +103,21 @@ _PUT_WRITES = ("INSERT OR {} INTO writes (thread_id, checkpoint_ns, checkpoint_i
 
 
 def _commit_one(conn: sqlite3.Connection, sql: str, row: tuple[Any, ...]) -> None:
-    conn.execute(sql, row).close()
-    conn.commit()
+    try:
+        conn.execute(sql, row).close()
+        conn.commit()
+    except BaseException:
+        conn.rollback()  # a failed write (a full disk) holds no lock after it
+        raise
 
 
 def _commit_many(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
-    conn.executemany(sql, rows).close()
-    conn.commit()
+    try:
+        conn.executemany(sql, rows).close()
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 class DialogueSaver(LeanCheckpoints, OneHopWrites):

@@ -70,8 +70,9 @@ def build_parser() -> ArgumentParser:
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file, for remote models on fast servers (default 1; "
-                        "the embedded model's llama.cpp already uses every core)")
+                   help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core when "
+                        "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
+                        "every core, and on PostgreSQL or with --interactive, --pause-after or --max-cost)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = location if isinstance(location, PostgresURL) else None
-    _check_play_flags(args, server, config.run_id)
+    _check_play_flags(args, server, config)
     if args.wait and not args.enqueue:
         return wait_for_run(server, config.run_id, as_json=args.json)
     pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
               location: DbLocation, *, pauses: PauseOptions, budget, outage):
     """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
-    processes = _processes(args, plan.n_dialogues)
+    processes = _processes(args, server, config, built, plan.n_dialogues)
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
                                   quiet=args.json, trace=not args.no_trace)
@@ -209,16 +210,17 @@ def _interrupted(run_id: str, location: DbLocation) -> int:
     return 130
 
 
-def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, run_id: str | None) -> None:
+def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:
     """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
     this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
+    run_id = config.run_id
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-    _single_process(args, server)
+    _single_process(args, server, config)
 
 
 def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
@@ -347,21 +349,24 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return result
 
 
-def _processes(args, n_dialogues: int) -> int:
-    """How many processes play the run: ``--processes`` (never more than its dialogues), else one.
+def _processes(args, server, config: RunConfig, built, n_dialogues: int) -> int:
+    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
+    the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
+    dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
+    from graph.processes import process_count
 
-    Not yet a process per core by default: a provider outage past its budget and a full disk are reported from
-    one process only (exit 75); with several they end as failed dialogues (exit 1).
-    """
-    return max(1, min(args.processes or 1, n_dialogues))
+    models = [built.models.user, built.models.judge, *built.targets]
+    return process_count(args.processes, dialogues=n_dialogues, concurrency=config.max_concurrency, models=models,
+                         single=_single_process(args, server, config))
 
 
-def _single_process(args, server) -> bool:
-    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
-    single = server is not None or args.interactive or args.pause_after or args.max_cost is not None
+def _single_process(args, server, config: RunConfig) -> bool:
+    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap (a flag's
+    or an experiment file's)."""
+    single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
     if args.processes is not None and args.processes > 1 and single:
         fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-             "--max-cost, or use a PostgreSQL --db with python -m graph.worker")
+             "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker")
     return bool(single)
 
 
@@ -388,7 +393,8 @@ def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, pr
         return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
                                  setup=lambda: _child_models(config, templates, location), targets=list(config.models.targets),
                                  on_progress=on_progress, scripts=scripts, trace=trace,
-                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts))
+                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
+                                 mirror_outages=policy.mirror_outages)
 
 
 @contextmanager

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 
 from models.call_stats import CallStats
-from models.circuit import DEFAULT_OUTAGE_BUDGET_S, OutageStatus, ProviderCircuit
+from models.circuit import DEFAULT_OUTAGE_BUDGET_S, CircuitReport, OutageStatus, ProviderCircuit
 from models.rate_limits import RateGate
 from models.resilience import ResilientChatModel
 from models.retries import RetryPolicy
@@ -65,6 +65,18 @@ class CallPolicy:
         """Let calls through again to providers whose outage outlasted the budget (a worker's next job)."""
         for circuit in self.outages_past_budget():
             circuit.reset()
+
+    def outage_reports(self) -> list[CircuitReport]:
+        """This process's circuits that have met an outage (open, past the budget or ridden out), to mirror elsewhere."""
+        with self._gates_lock:
+            circuits = list(self._circuits.values())
+        return [r for c in circuits if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans]
+
+    def mirror_outages(self, source: object, reports: Iterable[CircuitReport]) -> None:
+        """Another process's :meth:`outage_reports` (a ``--processes`` child's), kept on this policy's circuit per
+        endpoint: :meth:`outages`, :meth:`outages_past_budget` and :meth:`outage_summary` then include them."""
+        for report in reports:
+            self.circuit_for(report.endpoint).mirror(source, report)
 
     def outage_summary(self) -> dict[str, Any]:
         """Outages ridden out (closed again) and those past the budget, by endpoint, for the run summary."""

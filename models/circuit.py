@@ -5,7 +5,9 @@ connection errors, timeouts or 5xx across dialogues, that is the provider's outa
 opens, every call to the endpoint waits instead of spending its retries, and one call at a time goes through as
 a probe (half-open). The first answer closes the circuit. Past ``budget`` seconds of outage every waiting and new
 call raises :class:`ProviderOutageError` (the dialogue ends failed with that reason, resumably).
-Loop- and thread-agnostic, like the rate gate: state under a plain lock, waiters poll.
+Loop- and thread-agnostic, like the rate gate: state under a plain lock, waiters poll. A run played in several
+processes (``--processes``) keeps one circuit per endpoint in each; the parent mirrors its children's (:meth:`mirror`),
+so its display, summary and exit status see their outages as one process's would.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checkpoints.outages import OutageError
 from models.retries import RetriesExhaustedError
@@ -54,6 +56,22 @@ class OutageStatus:
                 f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
 
 
+@dataclass(frozen=True)
+class CircuitReport:
+    """A circuit's outage state as another process mirrors it; times are ``time.monotonic`` (one clock per machine)."""
+
+    endpoint: str
+    down_since: float | None  # the open outage's start (None: closed)
+    reason: str
+    waiting: int
+    expired_after: float | None  # seconds down when it went past the budget (None: it has not)
+    spans: tuple[tuple[float, float], ...]  # (start, end) of each outage ridden out
+
+    def closed(self) -> CircuitReport:
+        """This report once its process has gone: its open outage no longer waits anyone, the rest stands."""
+        return replace(self, down_since=None, waiting=0)
+
+
 class ProviderCircuit:
     """Closed (calls go through) or open (calls wait; one probe at a time); expired past the budget."""
 
@@ -80,8 +98,10 @@ class ProviderCircuit:
         self._waiting = 0
         self._held = False
         self.expired = False
-        self.outages: list[float] = []  # seconds each closed outage lasted
+        self.outages: list[float] = []  # seconds each closed outage lasted (overlapping mirrored ones count once)
         self.expired_after: float | None = None
+        self._spans: list[tuple[float, float]] = []
+        self._mirrored: dict[object, CircuitReport] = {}
 
     # --- what a call does -------------------------------------------------------------------
 
@@ -109,7 +129,8 @@ class ProviderCircuit:
         """The endpoint answered (with a reply or an error of the call's own): the outage, if any, is over."""
         with self._lock:
             if self._opened and self._held:  # an outage that made calls wait (not a blip answered at once)
-                self.outages.append(self._clock() - self._streak_started)
+                self._spans.append((self._streak_started, self._clock()))
+                self._recount()
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
             self._held = False
             self._callers.clear()
@@ -166,11 +187,42 @@ class ProviderCircuit:
     # --- what the display and the command read --------------------------------------------------
 
     def status(self) -> OutageStatus | None:
+        """The outage now (this process's calls and those of the processes mirrored here), or None."""
         with self._lock:
-            if not self._opened or self.expired:
+            if self.expired:
                 return None
-            down = self._clock() - self._streak_started
-            return OutageStatus(self.endpoint, down, max(0.0, self.budget - down), self._reason, self._waiting)
+            open_ = [(self._streak_started, self._reason, self._waiting)] if self._opened else []
+            open_ += [(r.down_since, r.reason, r.waiting) for r in self._mirrored.values() if r.down_since is not None]
+            if not open_:
+                return None
+            since, reason, _ = min(open_)
+            down = self._clock() - since
+            return OutageStatus(self.endpoint, down, max(0.0, self.budget - down), reason, sum(w for *_, w in open_))
+
+    def report(self) -> CircuitReport:
+        """This circuit's own state, for another process to :meth:`mirror`."""
+        with self._lock:
+            return CircuitReport(self.endpoint, self._streak_started if self._opened and not self.expired else None,
+                                 self._reason, self._waiting, self.expired_after if self.expired else None, tuple(self._spans))
+
+    def mirror(self, source: object, report: CircuitReport) -> None:
+        """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it here."""
+        with self._lock:
+            self._mirrored[source] = report
+            if report.expired_after is not None:
+                self.expired = True
+                self.expired_after = max(self.expired_after or 0.0, report.expired_after)
+            self._recount()
+
+    def _recount(self) -> None:
+        """``outages`` from every span ridden out here and in the mirrored processes, overlapping ones merged (under the lock)."""
+        merged: list[list[float]] = []
+        for start, end in sorted([*self._spans, *(s for r in self._mirrored.values() for s in r.spans)]):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self.outages = [end - start for start, end in merged]
 
     def _count_waiting(self, delta: int) -> None:
         with self._lock:

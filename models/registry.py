@@ -37,6 +37,8 @@ _SEEDED_PROVIDERS = frozenset({"local", "openai", "google_genai"})
 # Providers that constrain a reply to a JSON schema: OpenAI's response_format (also llama.cpp's
 # server, vLLM and Ollama through their OpenAI-compatible API) and Gemini's structured output.
 _STRUCTURED: dict[str, StructuredOutput] = {"openai": "openai", "google_genai": "gemini"}
+# Providers whose models always answer from a server or an API (hf: when it names an endpoint; see computes_here).
+_SERVED_PROVIDERS = frozenset({"openai", "google_genai"})
 
 
 class ModelSpecError(ValueError):
@@ -139,6 +141,20 @@ def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:
         return None
     url = sampling.base_url or (os.environ.get("OPENAI_BASE_URL") if spec.provider == "openai" else None)
     return f"{spec.provider} @ {strip_credentials(url)}" if url else spec.provider
+
+
+def computes_here(spec_text: str, sampling: Sampling) -> bool:
+    """Whether a spec's model computes in this process (the embedded llama.cpp model, a transformers pipeline, a
+    provider registered at run time) rather than on a server or an API: such a run plays in one process."""
+    spec = parse_spec(spec_text)
+    if spec.provider == "hf":
+        return not _hf_endpoint(spec.name, sampling)
+    return spec.provider not in _SERVED_PROVIDERS
+
+
+def _hf_endpoint(name: str, sampling: Sampling) -> bool:
+    """An hf: spec served elsewhere: a URL spec, a base URL, or a Hugging Face inference provider in ``extra``."""
+    return name.startswith(("http://", "https://")) or bool(sampling.base_url) or "provider" in sampling.extra
 
 
 def cache_params(spec: str, sampling: Sampling, chat: BaseChatModel) -> dict[str, Any]:
@@ -269,7 +285,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
 
     extra = dict(sampling.extra)
     is_url = name.startswith(("http://", "https://"))
-    if is_url or sampling.base_url or "provider" in extra:
+    if _hf_endpoint(name, sampling):
         # An endpoint: a URL spec (Inference Endpoint, TGI), a base URL serving REPO, or
         # REPO through a Hugging Face inference provider (extra.provider = "auto", ...).
         url = name if is_url else sampling.base_url

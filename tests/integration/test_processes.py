@@ -139,3 +139,22 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_run_on_the_embedded_model_plays_in_one_process_by_default(tmp_path: Path) -> None:
+    """No model flag (the embedded model in every role, its llama.cpp threads on every core): no player process."""
+    from tests.provider_outage import start_run
+    from tests.unit.test_processes_option import claims_table
+
+    config = tmp_path / "short.toml"
+    config.write_text("[sampling.user]\nmax_tokens = 12\n[sampling.target]\nmax_tokens = 12\n")
+    db = tmp_path / "embedded.db"
+    run = start_run("--config", str(config), "--db", str(db), "--limit", "3", "--turns", "1", "--max-concurrency", "3", "--json")
+    most = 0
+    while run.poll() is None:
+        most = max(most, len(children(run.pid)))
+        time.sleep(0.02)
+    out, err = run.communicate()
+    assert run.returncode == 0, err[-3000:]
+    assert json.loads(out)["finished"] == 3
+    assert most == 0 and not claims_table(db)

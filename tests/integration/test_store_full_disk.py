@@ -2,7 +2,8 @@
 
 One error line naming the file, how much to free and the command that resumes; exit 75; no traceback; after
 freeing exactly what the line asked, the same command finishes every dialogue with its turns and labels, and the
-file passes PRAGMA integrity_check. Skipped where the machine refuses to mount a filesystem (not root, a container).
+file passes PRAGMA integrity_check; in one process and in two (``--processes 2``). Skipped where the machine refuses
+to mount a filesystem (not root, a container): tests/unit/test_store_full.py injects SQLite's error instead.
 """
 
 from __future__ import annotations
@@ -52,15 +53,17 @@ def finish(args: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.mark.integration
-def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes_it(tmp_path: Path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes_it(tmp_path: Path, processes: int):
+    """In one process or two (a child meeting the full disk tells the parent, which stops the other)."""
     with StubServer() as stub, small_filesystem(tmp_path / "small", 2) as small:
         db = small / "dialogues.db"
-        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8)
+        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8) + ["--processes", str(processes)]
         code, out, err = finish(flags)
         assert code == 75, err[-3000:]
         assert "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1, err[-3000:]
+        assert len(lines) == 1 and err.strip() == lines[0], err[-3000:]  # one line from the command, whatever its players
         match = ERROR.match(lines[0])
         assert match, lines[0]
         assert match.group(1) == str(db)
@@ -79,16 +82,17 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
 
 
 @pytest.mark.integration
-def test_a_read_only_store_is_one_line_and_exit_75_and_the_same_command_finishes_once_writable(tmp_path: Path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_read_only_store_is_one_line_and_exit_75_and_the_same_command_finishes_once_writable(tmp_path: Path, processes: int):
     with StubServer() as stub, small_filesystem(tmp_path / "small", 16) as small:
         db = small / "dialogues.db"
         assert finish(run_flags(stub.url, db, "first", turns=2, per_category=1, concurrency=6))[0] == 0
         remount(small, "ro")
-        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6)
+        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6) + ["--processes", str(processes)]
         code, out, err = finish(flags)
         assert code == 75 and "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1 and lines[0].startswith(f"error: the dialogue database {db} is read-only")
+        assert len(lines) == 1 and err.strip() == lines[0] and lines[0].startswith(f"error: the dialogue database {db} is read-only")
         assert "then resume with: python -m graph.run " in lines[0] and out == ""
         remount(small, "rw")
         code, out, err = finish(flags)

@@ -112,27 +112,39 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
     assert policy.outage_summary()["ridden_out"] and not policy.outages_past_budget()
 
 
-def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path):
-    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes."""
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path, processes: int):
+    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes.
+
+    In one process or two (each child's circuit reported to the parent): one outage line naming the endpoint, exit 75.
+    """
+    from tests.integration.test_processes import children
+
     stub = StubProcess(tmp_path / "answered.log").start()
     db, run_id = tmp_path / "outage.db", "outage-short"
-    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s"]
+    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s",
+                                                                                       "--processes", str(processes)]
+    endpoint = f"openai @ {stub.url}"
     try:
         run = start_run(*flags)
         stub.wait_answered(8, run)
+        players = len(children(run.pid))
         stub.stop()  # the provider goes away and stays away past the budget
         out, err = run.communicate(timeout=120)
         assert run.returncode == 75, err[-2000:]
+        assert players == (processes if processes > 1 else 0)
         assert "Traceback" not in err
         summary = json.loads(out)
         assert summary["failed"], summary
         for failed in summary["failed"]:
             assert "past the outage budget of 3 s" in failed["error"]
         assert summary["finished"] + len(summary["failed"]) == summary["dialogues"] == 6
+        assert [o["endpoint"] for o in summary["outages"]["past_budget"]] == [endpoint]  # one endpoint, once
         resume = summary["resume"]
         assert resume.startswith("python -m graph.run ") and "--outage-budget 3s" in resume
         outage_line = [line for line in err.splitlines() if line.startswith("outage:")]
         assert len(outage_line) == 1 and resume in " ".join(err.split())
+        assert outage_line[0].startswith(f"outage: {endpoint} stayed unreachable past the outage budget")
         stub.start()  # the provider is back: the printed command, as is, finishes the run
         again = start_run(*shlex.split(resume)[3:])
         out, err = again.communicate(timeout=180)
@@ -198,3 +210,84 @@ def test_a_worker_gives_a_provider_past_its_budget_a_fresh_budget_on_its_next_jo
     assert policy.outages_past_budget() == [circuit]
     policy.reset_outages_past_budget()
     assert policy.outages_past_budget() == [] and circuit.admit() == (0.0, False)
+
+
+def test_the_parent_of_several_processes_sees_their_outages_as_one_per_endpoint():
+    """--processes: each child's circuit reports mirrored on the parent's policy (graph/processes.py sends them)."""
+    from models.call_policy import CallPolicy
+
+    endpoint = "openai @ http://x/v1"
+    parent, children = CallPolicy(outage_budget=60), [CallPolicy(outage_budget=60) for _ in range(2)]
+    clock = Clock()
+    for child in children:
+        child.circuit_for(endpoint)._clock = clock
+        child.circuit_for("google_genai")._clock = clock
+    assert [c.outage_reports() for c in children] == [[], []]  # nothing to tell while every call is answered
+    clock.now = time.monotonic() - 10  # the children's clock is the machine's monotonic one, as the parent's
+    for child in children:
+        circuit = child.circuit_for(endpoint)
+        callers = [object() for _ in range(3)]
+        assert [circuit.failed("connection", caller=c) for c in callers][-1]
+        circuit._count_waiting(+2)
+    clock.now += 2
+    parent.mirror_outages("child 1", children[0].outage_reports())
+    parent.mirror_outages("child 2", children[1].outage_reports())
+    [status] = parent.outages()  # one line for the endpoint, whichever child meets it
+    assert status.endpoint == endpoint and status.waiting == 4 and 9 < status.down_s < 30 and status.reason == "connection"
+    assert not parent.outages_past_budget()
+    # Child 1 rides the outage out; child 2 outlasts the budget: the run exits 75, one endpoint named once.
+    children[0].circuit_for(endpoint)._held = True
+    children[0].circuit_for(endpoint).answered()
+    clock.now += 60
+    with pytest.raises(ProviderOutageError):
+        children[1].circuit_for(endpoint).admit()
+    parent.mirror_outages("child 1", children[0].outage_reports())
+    parent.mirror_outages("child 2", children[1].outage_reports())
+    assert [c.endpoint for c in parent.outages_past_budget()] == [endpoint] and parent.outages() == []
+    summary = parent.outage_summary()
+    assert summary["past_budget"] == [{"endpoint": endpoint, "seconds": 62.0}]
+    assert summary["ridden_out"] == [{"endpoint": endpoint, "seconds": 2.0}]
+
+
+def test_overlapping_outages_of_several_processes_count_once_and_a_gone_process_waits_no_more():
+    from models.call_policy import CallPolicy
+    from models.circuit import CircuitReport
+
+    parent, now = CallPolicy(), time.monotonic()
+    parent.mirror_outages(1, [CircuitReport("e", None, "timeout", 0, None, ((now - 50, now - 30), (now - 10, now - 5)))])
+    parent.mirror_outages(2, [CircuitReport("e", now - 3, "timeout", 1, None, ((now - 40, now - 20),))])
+    assert [c["seconds"] for c in parent.outage_summary()["ridden_out"]] == [30.0, 5.0]  # 50..20 merged, then 10..5
+    assert [s.waiting for s in parent.outages()] == [1]
+    gone = CircuitReport("e", now - 3, "timeout", 1, None, ((now - 40, now - 20),)).closed()
+    parent.mirror_outages(2, [gone])  # its process died mid-outage: no call of it waits any more
+    assert parent.outages() == [] and not parent.outages_past_budget()
+
+
+def test_the_parent_display_shows_a_childs_provider_outage_and_the_run_exits_75(tmp_path: Path):
+    """graph.run --processes 2 in a terminal: the progress display shows the outage its players meet, then one line, 75."""
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import REPO
+
+    stub = StubProcess(tmp_path / "answered.log").start()
+    flags = run_flags(stub.url, tmp_path / "outage.db", "shown", turns=3, per_category=1, concurrency=6)
+    flags = [f for f in flags if f != "--json"] + ["--outage-budget", "6s", "--processes", "2"]
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and k not in ("COLUMNS", "NO_COLOR")}
+    env.update(PYTHONPATH=str(REPO), TERM="xterm-256color")
+    run = pexpect.spawn(sys.executable, ["-m", "graph.run", *flags], env=env, cwd=str(REPO), dimensions=(40, 400),
+                        encoding="utf-8", timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while len(stub.answered()) < 8:
+            assert run.isalive() and time.monotonic() < deadline, run.before
+            time.sleep(0.1)
+        stub.stop()
+        run.expect(f"openai @ {stub.url} unreachable for \\d+ s \\(connection\\): \\d+ call\\(s\\) wait", timeout=30)
+        run.expect(pexpect.EOF, timeout=60)
+    finally:
+        stub.stop()
+        run.close()
+    assert run.exitstatus == 75 and "Traceback" not in run.before

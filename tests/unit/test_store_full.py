@@ -117,3 +117,49 @@ def test_the_space_to_free_grows_with_the_dialogues_left(tmp_path: Path):
     play(db, default_models(), concurrency=2)[1].close()
     few, many = space_needed(db, run_id="r1", dialogues=4), space_needed(db, run_id="r1", dialogues=40)
     assert 2**20 < few < many
+
+
+# graph.run with fake models and SQLite's full-disk error injected in our writer: in two processes, every child's
+# 4th batch of turn records fails (the forked children inherit the patch); the real filesystem is in
+# tests/integration/test_store_full_disk.py.
+_FULL_IN_PROCESSES = f"""
+import sqlite3, sys
+from checkpoints.store import Writer
+from tests import fake_cli
+original, calls = Writer.record_turns, [0]
+def failing(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] >= 4:
+        raise sqlite3.OperationalError({FULL!r})
+    return original(*args, **kwargs)
+if sys.argv[1] == "full":
+    Writer.record_turns = failing
+raise SystemExit(fake_cli.main(sys.argv[2:]))
+"""
+
+
+def test_a_full_disk_in_a_player_process_stops_every_process_in_one_line_and_the_run_then_finishes(tmp_path: Path):
+    from tests.integration.test_crash_safety import FAKE, check_complete
+
+    db = tmp_path / "dialogues.db"
+    args = ["run", *FAKE, "--db", str(db), "--run-id", "multi", "--per-category", "1", "--turns", "4",
+            "--max-concurrency", "4", "--processes", "2", "--json"]
+
+    def command(*mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _FULL_IN_PROCESSES, *mode, *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "FAKE_DELAY": "0.01"})
+
+    full = command("full")
+    assert full.returncode == 75, full.stderr[-3000:]
+    lines = full.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert lines[0].startswith(f"error: the dialogue database {db} is on a full disk ({FULL}): free at least ")
+    assert "then resume with: python -m graph.run " in lines[0] and "--processes 2" in lines[0] and full.stdout == ""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] >= 1
+        assert conn.execute("SELECT status FROM runs WHERE id = 'multi'").fetchone()[0] == "interrupted"
+    again = command("freed")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["finished"] == 6
+    check_complete(db, "multi", dialogues=6, turns=4)

@@ -45,6 +45,7 @@ from checkpoints.store import Writer, open_writer
 from nodes.context import Models
 from nodes.modes import scripts_for
 from graph.config import RunConfig
+from graph.gc_settings import playing_collector
 from graph.store_writer import StoreWriter
 from graph.playing import (
     DialogueOutcome,
@@ -438,7 +439,8 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
         watcher = asyncio.ensure_future(watch_outages())
         slots_played = [asyncio.ensure_future(slot()) for _ in range(slots)]
         try:
-            await asyncio.gather(*slots_played)
+            with playing_collector():
+                await asyncio.gather(*slots_played)
         except BaseException:
             # A full disk in one slot (or the parent's SIGINT): the other dialogues stop before the writer closes,
             # recording themselves interrupted where the store still takes it.
@@ -448,8 +450,8 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             raise
         finally:
             watcher.cancel()
-            # Off the loop: a checkpoint write still finishing on it (checkpoints/saver.py shields them) holds the
-            # file's write lock that these closes' last writes wait for.
+            # Off the loop: a checkpoint write still finishing (checkpoints/saver.py commits a started one in one job on
+            # its connection's thread) holds the file's write lock that these closes' last writes wait for.
             await asyncio.to_thread(write.close)
             if built.policy.cache is not None:
                 await asyncio.to_thread(built.policy.cache.close)

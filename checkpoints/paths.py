@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 ENV_DB = "DYMT_ESB_DB"
 BUSY_TIMEOUT_MS = 30_000
+_WAL_TRIES = 15  # about 4 s of pauses in all
 
 
 class StoreError(ValueError):
@@ -56,7 +59,14 @@ def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode=WAL")
+        for pause in wal_retry_pauses():
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if pause is None or not is_busy(exc):
+                    raise
+                time.sleep(pause)
         conn.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.OperationalError as exc:
         conn.close()
@@ -66,6 +76,24 @@ def connect(path: Path) -> sqlite3.Connection:
             raise fault from None  # a read-only or full disk: one line and exit 75 from the command
         raise
     return conn
+
+
+def wal_retry_pauses() -> Iterator[float | None]:
+    """Pauses between tries of ``PRAGMA journal_mode=WAL`` (None: the last try).
+
+    Switching a new file to WAL takes an exclusive lock, and SQLite answers "database is locked" at once, without
+    its busy handler, to a second process doing the same at the same moment: two commands started together on a
+    new file. The other's switch takes milliseconds; after it the pragma is a no-op.
+    """
+    for attempt in range(_WAL_TRIES - 1):
+        yield min(0.5, 0.005 * 2**attempt)
+    yield None
+
+
+def is_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" or "busy"."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:

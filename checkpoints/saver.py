@@ -11,6 +11,7 @@ use; and if it ever did, every short version sorts above every long one, so vers
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointMetadata, get_checkpoint_metadata
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from checkpoints.paths import BUSY_TIMEOUT_MS
+from checkpoints.paths import BUSY_TIMEOUT_MS, is_busy, wal_retry_pauses
 from checkpoints.serde import StrictSerializer
 
 
@@ -130,7 +131,14 @@ async def open_saver(path: Path) -> AsyncIterator[AsyncSqliteSaver]:
     conn = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        await conn.execute("PRAGMA journal_mode=WAL")
+        for pause in wal_retry_pauses():  # two commands started together on a new file (checkpoints/paths.py)
+            try:
+                await conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if pause is None or not is_busy(exc):
+                    raise
+                await asyncio.sleep(pause)
         await conn.execute("PRAGMA synchronous=NORMAL")
         saver = DialogueSaver(conn, serde=StrictSerializer())
         await saver.setup()

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from checkpoints import process_claims
 from checkpoints.outages import StoreUnwritable, store_fault
-from checkpoints.paths import connect
+from checkpoints.paths import connect, is_busy
 from checkpoints.store import Writer, open_writer
 from nodes.context import Models
 from nodes.modes import scripts_for
@@ -110,7 +110,7 @@ def retry_locked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or attempt == _LOCKED_RETRIES - 1:
+            if not is_busy(exc) or attempt == _LOCKED_RETRIES - 1:
                 raise
             time.sleep(min(1.0, 0.01 * 2**attempt))
     raise AssertionError("unreachable")

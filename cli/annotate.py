@@ -136,9 +136,7 @@ def export_main(args) -> int:
 
 
 def agree_main(args) -> int:
-    names = [path.stem for path in args.files]
-    if len(set(names)) != len(names):
-        names = [str(path) for path in args.files]
+    names = _annotator_names(args.files)
     try:
         files = [(name, read_annotations(path)) for name, path in zip(names, args.files)]
     except AnnotationError as exc:
@@ -147,11 +145,7 @@ def agree_main(args) -> int:
     store = None
     if args.run_id is not None:
         store = read_existing(args.db)
-        try:
-            run_info(store, args.run_id)
-            check_label_set(store, args.run_id, args.label_set)
-        except DatasetError as exc:
-            fail(str(exc))
+        _check_run(store, args.run_id, args.label_set)
     elif len(files) < 2:
         fail("agreement needs two or more annotator files, or --run-id to compare one annotator with the judge")
 
@@ -203,16 +197,10 @@ def validate_main(args) -> int:
             draws.update(found)
     except AnnotationError as exc:
         fail(str(exc))
-    names = [path.stem for path, _ in files]
-    if len(set(names)) != len(names):
-        names = [str(path) for path, _ in files]
+    names = _annotator_names([path for path, _ in files])
     annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
     store = open_existing(args.db)
-    try:
-        run_info(store, args.run_id)
-        check_label_set(store, args.run_id, args.label_set)
-    except DatasetError as exc:
-        fail(str(exc))
+    _check_run(store, args.run_id, args.label_set)
     rows, ties, foreign = human_rows(annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)})
     if not rows:
         fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with labels filled in")
@@ -227,11 +215,7 @@ def validate_main(args) -> int:
 
 def plan_main(args) -> int:
     store = read_existing(args.db)
-    try:
-        run_info(store, args.run_id)
-        check_label_set(store, args.run_id, args.label_set)
-    except DatasetError as exc:
-        fail(str(exc))
+    _check_run(store, args.run_id, args.label_set)
     try:
         lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set)
     except CorrectionRefused as exc:
@@ -243,3 +227,18 @@ def plan_main(args) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _check_run(store, run_id: str, label_set: str | None) -> None:
+    """The run exists and has judge labels of ``label_set``; else one line and exit 2."""
+    try:
+        run_info(store, run_id)
+        check_label_set(store, run_id, label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+
+
+def _annotator_names(paths) -> list[str]:
+    """Each annotator file's name: its stem, or its whole path where two stems are the same."""
+    names = [path.stem for path in paths]
+    return names if len(set(names)) == len(names) else [str(path) for path in paths]

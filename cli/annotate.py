@@ -229,7 +229,7 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-def _check_run(store, run_id: str, label_set: str | None) -> None:
+def _check_run(store, run_id: str, label_set: str) -> None:
     """The run exists and has judge labels of ``label_set``; else one line and exit 2."""
     try:
         run_info(store, run_id)

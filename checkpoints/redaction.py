@@ -114,7 +114,7 @@ class Redactor:
         text, lowered = self._text(text)
         if lowered is None:
             lowered = text.lower()
-        return _redact_secret_fields(text) if _has_any(lowered, _SECRET_KEY_QUOTED) else text
+        return _redact_secret_fields(text) if _has_secret_field(lowered) else text
 
 
 def _has_any(text: str, needles: tuple[str, ...]) -> bool:
@@ -122,6 +122,19 @@ def _has_any(text: str, needles: tuple[str, ...]) -> bool:
     for needle in needles:
         if needle in text:
             return True
+    return False
+
+
+def _has_secret_field(lowered: str) -> bool:
+    """Whether lower-cased JSON text may name a credential field (``"api_key":``), as :func:`_redact_secret_fields`
+    would find it: a quoted name ending like a credential whose whole name is one (so ``"key"`` alone is not)."""
+    for ending in _SECRET_KEY_QUOTED:
+        at = lowered.find(ending)
+        while at != -1:
+            end = at + len(ending) - 1
+            if _is_secret_key(lowered[lowered.rfind('"', 0, end) + 1 : end]):
+                return True
+            at = lowered.find(ending, at + 1)
     return False
 
 

@@ -30,13 +30,13 @@ from uuid import UUID
 from datetime import UTC, datetime
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
-from langchain_core.load import dumpd
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.core import _TracerCore
+from langchain_core.utils.uuid import uuid7
 
 from checkpoints.redaction import Redactor, _json_default
-from checkpoints.traces.codec import LazyMessages, TraceEncoder, token_usage
+from checkpoints.traces.codec import LazyMessages, TraceEncoder, dotted_time, message_dict, token_usage
 from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import LABEL_SCORES
 from checkpoints.reducers import apply_update
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 # Dialogue roles of the model nodes; other nodes (termination, routers) have no role.
 NODE_ROLES = {"user_simulator": "user", "scripted_user": "user", "target": "target", "judge": "judge"}
 HIDDEN_TAG = "langsmith:hidden"
-FLUSH_INTERVAL = 0.2  # seconds: node steps faster than this are written together
+FLUSH_INTERVAL = 2.0  # seconds: node steps faster than this are written together (a kill loses at most these)
 
 
 # --- the tracer -------------------------------------------------------------------------
@@ -131,6 +131,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._dotted: dict[UUID, str] = {}
         self._hidden: set[UUID] = set()
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
+        self._routes: dict[UUID, list[tuple[Any, ...]]] = {}  # node run id → its routers' runs (nodes.builder.Router)
         self._encoder: TraceEncoder | None = None
 
     # --- LangChain's callbacks ---------------------------------------------------------------
@@ -203,12 +204,12 @@ class DialogueTracer(BaseCallbackHandler):
             for j, generation in enumerate(generations):
                 output = run.outputs["generations"][i][j]
                 if "message" in output:
-                    output["message"] = dumpd(generation.message)
+                    output["message"] = message_dict(generation.message)
         _TracerCore._attach_gateway_metadata(None, run, response)  # type: ignore[arg-type]  # uses only the run
 
     def _start(self, run: _Run) -> None:
         """Give the run its trace id and dotted order under its parent (a root if the parent is unknown)."""
-        dotted = run.start_time.strftime("%Y%m%dT%H%M%S%fZ") + str(run.id)
+        dotted = dotted_time(run.start_time) + str(run.id)
         parent = self._order.get(run.parent_run_id) if run.parent_run_id is not None else None
         if parent is not None:
             run.trace_id, above = parent
@@ -224,6 +225,15 @@ class DialogueTracer(BaseCallbackHandler):
         run.end_time = datetime.now(UTC)
         del self._runs[run.id]  # its order stays, as BaseTracer keeps it, for a late child
         self._on_run_update(run)
+
+    def record_route(self, parent_run_id: UUID | None, name: str, inputs: Any, choice: Any, started: datetime,
+                     tags: list[str] | None, error: BaseException | None) -> None:
+        """A router's run (nodes.builder.Router), stored inside its node's record: a run like any other to readers."""
+        if parent_run_id is None or parent_run_id not in self._places:
+            return  # under a hidden run (LangGraph's __start__ task), as a traced router's run would be
+        self._routes.setdefault(parent_run_id, []).append(
+            (str(uuid7()), name, inputs, choice, started, datetime.now(UTC), list(tags or ()),
+             None if error is None else _TracerCore._get_stacktrace(error)))
 
     # --- the dialogue's rows -----------------------------------------------------------------
 
@@ -251,7 +261,7 @@ class DialogueTracer(BaseCallbackHandler):
             self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
                                              is_node=True)
         else:
-            self._places[run.id] = dataclasses.replace(above, depth=above.depth + 1, is_node=False)
+            self._places[run.id] = _RunPlace(above.depth + 1, above.node, above.turn, above.role)
 
     def _on_run_update(self, run: _Run) -> None:
         if run.id in self._hidden:
@@ -260,8 +270,12 @@ class DialogueTracer(BaseCallbackHandler):
         place = self._places.pop(run.id, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
         parent_dotted = self._dotted.get(run.parent_run_id) if run.parent_run_id is not None else None
         self._dotted.pop(run.id, None)
+        routes = self._routes.pop(run.id, None)
         try:
-            items: list[TraceItem] = [("run", self._row(run, place, parent_dotted), place.is_node)]
+            row = self._row(run, place, parent_dotted)
+            if routes:
+                row["routes"] = routes
+            items: list[TraceItem] = [("run", row, place.is_node)]
             if place.role == "target" and run.run_type in ("llm", "chat_model") and place.turn is not None:
                 self._target_calls[place.turn] = str(run.id)
             if place.node == "judge" and run.name == "judge" and place.depth == 1:
@@ -297,7 +311,7 @@ class DialogueTracer(BaseCallbackHandler):
         metadata = dict(run.metadata)
         metadata.update(turn_index=place.turn, role=place.role)
         extra = {k: v for k, v in run.extra.items() if k != "metadata" and not k.startswith("__")}
-        usage = token_usage(run.outputs)
+        usage = token_usage(run.outputs) if run.run_type in ("llm", "chat_model") else {}
         end = run.end_time
         return {
             "id": str(run.id),

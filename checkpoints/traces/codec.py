@@ -4,8 +4,9 @@ A trace is written as it runs, one chunk per tracer batch (``trace_chunks``: tra
 sequence number, zlib bytes ending in a sync flush, so every prefix of the chunks
 decompresses). The decompressed stream is JSON lines; each line is one record:
 
-* ``{"k": "s", ...}`` starts the trace: its start time, base metadata and input state;
-* ``{"k": "r", ...}`` one finished run (graph, node, router or model call);
+* ``{"k": "s", ...}`` starts the trace: its format (``fv``), start time, base metadata and input state;
+* ``{"k": "r", ...}`` one finished run (graph, node or model call); a node's routers (``rr``:
+  LangGraph's conditional edges, see nodes.builder.Router) inside its record;
 * ``{"k": "f", ...}`` one feedback item (the judge's verdict on the target's model call).
 
 What makes it small without losing anything a reader needs:
@@ -20,14 +21,25 @@ What makes it small without losing anything a reader needs:
   more is written the first time as ``{"$d": n, "v": text}`` and then as ``{"$s": n}``;
   a long multi-line string is split into lines first (a prompt's history repeats the
   lines of the previous prompt).
+* **A prompt message is stored once per trace.** A dialogue's prompt repeats every earlier
+  message: the first time a message is written as ``{"$M": n, "v": ...}`` (LangChain's
+  serialised form, walked), then as ``{"$m": n}``.
+* **A model call is stored as what changed since the last call of its role.** Its ``extra``
+  (invocation parameters: only the seed changes) and its outputs (the reply, its ids and
+  token counts change; the rest of LangChain's result does not) are patches on that run's:
+  ``{"$p": {key: patch or value}, "$x": [removed keys]}`` for a dict, ``{"$pl": [[i, patch
+  or value], ...]}`` for a list of the same length.
 * **What follows from other fields is not stored:** a run's metadata is stored as its
-  difference from the trace's base metadata, times as microseconds from the trace's
+  difference from a reference run's (``mr``: the last run of the same name and node, else
+  its parent; LangGraph's metadata changes by the step and namespace from turn to turn),
+  or from the trace's base metadata, times as microseconds from the trace's
   start, the dotted order only when it is not the parent's plus this run's own, tokens,
   status and the thread/run/branch columns are derived from the stored fields.
 
 The zlib stream then compresses field names and the rest. Records are redacted as
 whole lines before compression (``redact``). Decoding rebuilds exactly the rows of
-the plain layout (``trace_runs``), so every reader is unchanged.
+the plain layout (``trace_runs``), so every reader is unchanged. Streams of format 1
+(before message, value and reference-run sharing) decode as they always did.
 """
 
 from __future__ import annotations
@@ -41,9 +53,10 @@ from typing import Any
 MIN_INTERN = 40  # characters: shorter strings are cheaper inline than as references
 SPLIT_MIN = 160  # characters: longer multi-line strings are interned line by line
 KEEP_STATES = 6  # the writer compares a value with this many of the newest states
-_MARKERS = ("$s", "$d", "$state", "$j", "$lit")
+_MARKERS = ("$s", "$d", "$state", "$j", "$lit", "$m", "$M", "$p", "$pl", "$x")
+FORMAT = 2  # 1: before prompt messages, extras and metadata were shared within a trace
 _MARKER_SET = frozenset(_MARKERS)
-_LEVEL = 6
+_LEVEL = 3
 
 Fold = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 
@@ -79,7 +92,12 @@ class TraceEncoder:
         self._dumps = json.JSONEncoder(ensure_ascii=False, default=default, skipkeys=True, check_circular=False).encode
         self._compressor = zlib.compressobj(_LEVEL)
         self._strings: dict[str, int] = {}
-        self._messages: dict[Any, tuple[bool, Any]] = {}  # message key → (turned into references yet, walked form)
+        self._messages: dict[Any, int] = {}  # message key → its number in the trace
+        # id(message) → (the message, its content, its number): a prompt's history is the same objects every turn
+        self._message_objects: dict[int, tuple[Any, Any, int]] = {}
+        self._runs = 0  # run records written: a run's ordinal is its place among them
+        self._seen: dict[str, tuple[int, Mapping[str, Any], Any, Any]] = {}  # run id → (ordinal, metadata, extra, outputs)
+        self._last_of: dict[tuple[Any, Any], str] = {}  # (name, node) → id of the last such run
         self._states: list[tuple[int, Any]] = []  # (index, state), newest last; at most KEEP_STATES
         self._state_count = 0
         self._first: tuple[int, Any] | None = None  # the input state: the root run's inputs at the very end
@@ -97,7 +115,7 @@ class TraceEncoder:
         """The trace's first record: start time, base metadata and (a new dialogue's) input state."""
         self._base_time = start_time
         self._base_metadata = dict(metadata)
-        record: dict[str, Any] = {"k": "s", "t0": start_time.isoformat(), "md": self._walk(self._base_metadata)}
+        record: dict[str, Any] = {"k": "s", "fv": FORMAT, "t0": start_time.isoformat(), "md": self._walk(self._base_metadata)}
         if isinstance(state, dict):
             record["state"] = self._walk(state)
             self._remember(state)
@@ -126,8 +144,15 @@ class TraceEncoder:
             if row[field] is not None:
                 record[key] = row[field]
         metadata = row["metadata"] or {}
-        delta = {k: v for k, v in metadata.items() if k not in ("turn_index", "role") and self._base_metadata.get(k, _ABSENT) != v}
-        missing = [k for k in self._base_metadata if k not in metadata]
+        # The reference run: the last of the same name and node (the same role's model call a turn
+        # before), else the parent. Model calls are patches on the first, when there is one.
+        sibling = self._seen.get(self._last_of.get((row["name"], row["node"]), ""))
+        reference = sibling or (self._seen.get(parent) if parent else None)
+        if reference is not None:
+            record["mr"] = reference[0]
+            delta, missing = _difference(metadata, reference[1])
+        else:
+            delta, missing = _difference(metadata, self._base_metadata)
         if delta:
             record["md"] = self._walk(delta)
         if missing:
@@ -135,7 +160,7 @@ class TraceEncoder:
         if row["tags"]:
             record["tags"] = row["tags"]
         if row["extra"]:
-            record["x"] = self._walk(row["extra"])
+            record["x"] = self._walk(row["extra"]) if sibling is None else self._patch(row["extra"], sibling[2])
         inputs, outputs = row["inputs"], row["outputs"]
         found = self._match(inputs)
         record["in"] = {"$state": found[0]} if found is not None else self._walk(inputs)
@@ -148,10 +173,34 @@ class TraceEncoder:
             if base_state is not None:
                 record["f"] = 1  # the reader folds this node's output into its input state
                 self._remember(self._fold(base_state, outputs))
+        elif sibling is not None and row["run_type"] == "llm":
+            record["out"] = self._patch(outputs, sibling[3])
         else:
             record["out"] = self._value(outputs)
+        if row.get("routes"):  # after the fold above: a router's input is the node's output state
+            record["rr"] = [self._route(route, start) for route in row["routes"]]
         self._count(row)
+        # Only now is the record sure to be written: the reader numbers runs as it meets them.
+        self._seen[run_id] = (self._runs, metadata, row["extra"], outputs)
+        self._last_of[(row["name"], row["node"])] = run_id
+        self._runs += 1
         return record
+
+    def _route(self, route: Sequence[Any], start: dt.datetime) -> dict[str, Any]:
+        """A router's run inside its node's record: id, name, times, input (a known state), choice, tags, error."""
+        run_id, name, inputs, choice, started, ended, tags, error = route
+        base = self._base_time or start
+        found = self._match(inputs)
+        entry = {"id": run_id, "n": name, "t": [_micros(started - base), _micros(ended - base)],
+                 "in": {"$state": found[0]} if found is not None else self._walk(inputs)}
+        if error is None:
+            entry["o"] = self._walk(choice)
+        else:  # no output, as a traced run that raised has none
+            entry["e"] = error
+            self.summary["errors"] += 1
+        if tags:
+            entry["tags"] = tags
+        return entry
 
     def feedback(self, fields: Mapping[str, Any], created_at: str) -> dict[str, Any]:
         return {"k": "f", **{k: self._walk(v) for k, v in fields.items()}, "at": created_at}
@@ -162,11 +211,12 @@ class TraceEncoder:
         dumps = self._dumps
         for record in records:
             try:
-                text = dumps(record)
+                lines.append(dumps(record))
             except (TypeError, ValueError, RecursionError):
-                text = json.dumps(record, ensure_ascii=False, default=repr, skipkeys=True)
-            lines.append(self._redact(text))
-        data = ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+                lines.append(json.dumps(record, ensure_ascii=False, default=repr, skipkeys=True))
+        # Redacted together: a JSON line holds no raw line break, starts with "{" and ends with "}", so no
+        # pattern reaches from one line into the next (tests/unit/test_trace_bytes.py checks this).
+        data = (self._redact("\n".join(lines)) + "\n").encode("utf-8") if lines else b""
         chunk = self._compressor.compress(data)
         chunk += self._compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
         self.seq += 1
@@ -237,29 +287,70 @@ class TraceEncoder:
         return walked
 
     def _message(self, message: Any) -> Any:
-        """LangChain's serialised form of a message (``dumpd``), walked, memoised on the message's fields.
-
-        The memo holds the walked form as first written; it is turned into references (its long
-        strings are defined by then) only when the message comes again.
-        """
+        """A prompt message: LangChain's serialised form (:func:`message_dict`), walked, the first time; then its number."""
+        known = self._message_objects.get(id(message))
+        if known is not None and known[0] is message and known[1] is getattr(message, "content", None):
+            return {"$m": known[2]}
         try:
             key = (type(message), tuple((k, repr(v)) for k, v in vars(message).items()))
         except TypeError:
             key = None
         if key is not None:
-            memo = self._messages.get(key)
-            if memo is not None:
-                if memo[0]:
-                    return memo[1]
-                refs = _as_refs(memo[1])
-                self._messages[key] = (True, refs)
-                return refs
-        from langchain_core.load import dumpd
+            index = self._messages.get(key)
+            if index is not None:
+                self._message_objects[id(message)] = (message, getattr(message, "content", None), index)
+                return {"$m": index}
+        walked = self._walk(message_dict(message))
+        if key is None:
+            return walked
+        index = self._messages[key] = len(self._messages)
+        self._message_objects[id(message)] = (message, getattr(message, "content", None), index)
+        return {"$M": index, "v": walked}
 
-        walked = self._walk(dumpd(message))
-        if key is not None:
-            self._messages[key] = (False, walked)
-        return walked
+    def _patch(self, new: Any, old: Any) -> Any:
+        """``new`` as a patch on ``old`` (a dict or list at the top; an empty patch when they are equal)."""
+        patch = self._difference(new, old)
+        if patch is not _SAME:
+            return patch
+        return {"$p": {}} if type(new) is dict else {"$pl": []} if type(new) is list else self._walk(new)
+
+    def _difference(self, new: Any, old: Any) -> Any:
+        """What changed from ``old`` to ``new``: _SAME, a patch, or ``new`` walked whole.
+
+        Equal means ``==``: a value of another type is stored whole, but inside lists or dicts that
+        compare equal ``1`` and ``True`` are not told apart (nor are they by a JSON reader of sets).
+        """
+        if new is old:
+            return _SAME
+        kind = type(new)
+        if kind is not type(old):
+            return self._walk(new)
+        if kind is dict:
+            if new == old:
+                return _SAME
+            changes = {}
+            for k, v in new.items():
+                was = old.get(k, _ABSENT)
+                if was is _ABSENT:
+                    changes[k] = self._walk(v)
+                else:
+                    change = self._difference(v, was)
+                    if change is not _SAME:
+                        changes[k] = change
+            removed = [k for k in old if k not in new]
+            return {"$p": changes, "$x": removed} if removed else {"$p": changes}
+        if kind is list:
+            if len(new) != len(old):
+                return self._walk(new)
+            if new == old:
+                return _SAME
+            items = []
+            for i, (v, was) in enumerate(zip(new, old)):
+                change = self._difference(v, was)
+                if change is not _SAME:
+                    items.append([i, change])
+            return {"$pl": items}
+        return _SAME if new == old else self._walk(new)
 
     def _string(self, text: str) -> Any:
         if len(text) < MIN_INTERN:
@@ -290,17 +381,71 @@ class TraceEncoder:
 
 
 _ABSENT = object()
+_SAME = object()
 
 
-def _as_refs(walked: Any) -> Any:
-    """A walked value with its string definitions turned into references."""
-    if isinstance(walked, dict):
-        if len(walked) == 2 and "$d" in walked and "v" in walked:
-            return {"$s": walked["$d"]}
-        return {k: _as_refs(v) for k, v in walked.items()}
-    if isinstance(walked, list):
-        return [_as_refs(v) for v in walked]
-    return walked
+class _NotPlain(Exception):
+    """A value ``dumpd`` would do more with than copy: an object, a dict with an ``lc`` key, a key not a string."""
+
+
+def _plain_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        if "lc" in value:
+            raise _NotPlain
+        copy = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            copy[k] = _plain_copy(v)
+        return copy
+    if kind is list or kind is tuple:
+        return [_plain_copy(v) for v in value]
+    raise _NotPlain
+
+
+_NO_SECRETS: dict[type, bool] = {}  # message class → whether it declares no secret fields
+
+
+def message_dict(message: Any) -> Any:
+    """``langchain_core.load.dumpd(message)``, at a third of its cost for a message whose fields are plain JSON.
+
+    ``dumpd`` copies each constructor argument, escaping dicts with an ``lc`` key and serialising objects
+    inside; a message with none of those (nearly every one) is its ``to_json()`` with the arguments copied.
+    Anything else goes through ``dumpd`` itself (tests/unit/test_trace_bytes.py compares the two).
+    """
+    from langchain_core.load import dumpd
+
+    kind = type(message)
+    plain = _NO_SECRETS.get(kind)
+    if plain is None:
+        from langchain_core.load._validation import _get_secret_keys  # what dumpd leaves alone: none for messages
+        from langchain_core.messages import BaseMessage
+
+        plain = _NO_SECRETS[kind] = isinstance(message, BaseMessage) and not _get_secret_keys(message)
+    if plain:
+        data = message.to_json()
+        if data.get("type") == "constructor" and isinstance(data.get("kwargs"), dict):
+            try:
+                return {**data, "kwargs": {k: _plain_copy(v) for k, v in data["kwargs"].items()}}
+            except _NotPlain:
+                pass
+    return dumpd(message)
+
+
+def _difference(metadata: Mapping[str, Any], reference: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """What ``metadata`` sets differently from ``reference``, and the keys it lacks (turn and role are stored apart)."""
+    delta = {}
+    for k, v in metadata.items():
+        if k == "turn_index" or k == "role":
+            continue
+        was = reference.get(k, _ABSENT)
+        if was is not v and (type(was) is not type(v) or was != v):
+            delta[k] = v
+    missing = [k for k in reference if k not in metadata and k != "turn_index" and k != "role"]
+    return delta, missing
 
 
 def _micros(delta: dt.timedelta) -> int:
@@ -349,6 +494,9 @@ class TraceDecoder:
         self._states: list[Any] = []
         self._base_time: dt.datetime | None = None
         self._base_metadata: dict[str, Any] = {}
+        self._format = 1
+        self._messages: dict[int, Any] = {}  # n → the walked message as first stored
+        self._seen: list[tuple[dict[str, Any], Any, Any]] = []  # by ordinal: (metadata, extra, outputs)
 
     def decode(self, records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         runs, feedback = [], []
@@ -356,6 +504,7 @@ class TraceDecoder:
         for record in records:
             kind = record.get("k")
             if kind == "s":
+                self._format = record.get("fv", 1)
                 self._base_time = dt.datetime.fromisoformat(record["t0"])
                 self._base_metadata = self._unwalk(record.get("md") or {})
                 if "state" in record:
@@ -364,6 +513,10 @@ class TraceDecoder:
                 row = self._run(record)
                 own[row["id"]] = (None, record["do"]) if record.get("do") else (row["parent_run_id"], row["dotted_order"])
                 runs.append(row)
+                for route in record.get("rr") or ():
+                    sub = self._route(route, row)
+                    own[sub["id"]] = (row["id"], sub["dotted_order"])
+                    runs.append(sub)
             elif kind == "f":
                 feedback.append({k: self._unwalk(v) for k, v in record.items() if k != "k"})
         # Children end (and are stored) before their parents: dotted orders are joined up at the end.
@@ -386,18 +539,24 @@ class TraceDecoder:
         start = base + dt.timedelta(microseconds=start_us)
         end = None if end_us is None else base + dt.timedelta(microseconds=end_us)
         dotted = dotted_time(start) + run_id  # this run's own part: joined to its parent's in decode()
-        metadata = {k: v for k, v in self._base_metadata.items() if k not in set(record.get("mx") or ())}
+        reference = self._seen[record["mr"]] if 0 <= record.get("mr", -1) < len(self._seen) else None
+        missing = set(record.get("mx") or ())
+        metadata = {k: v for k, v in (self._base_metadata if reference is None else reference[0]).items() if k not in missing}
         metadata.update(self._unwalk(record.get("md") or {}))
         turn, role = record.get("turn"), record.get("role")
         metadata.update(turn_index=turn, role=role)
         inputs = self._value(record.get("in"))
-        outputs = self._unwalk(record.get("out"))
+        extra = self._apply(record.get("x") or {}, None if reference is None else reference[1])
         if record.get("f"):
+            outputs = self._unwalk(record.get("out"))
             if not (isinstance(record.get("in"), dict) and "$state" in record["in"]):
                 self._states.append(inputs)
             self._states.append(self._fold(inputs, outputs))
+        elif reference is not None and self._format >= 2 and _is_patch(record.get("out")):
+            outputs = self._apply(record["out"], reference[2])
         else:
             outputs = self._value(record.get("out"))
+        self._seen.append((metadata, extra, outputs))
         usage = token_usage(outputs) if record["rt"] == "llm" else {}
         error = record.get("e")
         return {
@@ -429,13 +588,57 @@ class TraceDecoder:
             "step": metadata.get("langgraph_step"),
             "metadata": metadata,
             "tags": record.get("tags") or [],
-            "extra": self._unwalk(record.get("x") or {}),
+            "extra": extra,
+        }
+
+    def _route(self, route: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
+        """A router's run from its node's record: the node's place and metadata, its own id, times, input and choice."""
+        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        start = base + dt.timedelta(microseconds=route["t"][0])
+        end = base + dt.timedelta(microseconds=route["t"][1])
+        error = route.get("e")
+        return {
+            **node,
+            "id": route["id"],
+            "parent_run_id": node["id"],
+            "dotted_order": dotted_time(start) + route["id"],  # joined to its node's in decode()
+            "run_type": "chain",
+            "name": route["n"],
+            "status": "error" if error else "success",
+            "start_time": start.isoformat(),
+            "end_time": end.isoformat(),
+            "latency": (end - start).total_seconds(),
+            "inputs": self._value(route.get("in")),
+            "outputs": {"output": self._unwalk(route["o"])} if "o" in route else {},
+            "error": error,
+            "prompt_tokens": None, "completion_tokens": None, "total_tokens": None, "model": None,
+            "metadata": _copy(node["metadata"]),
+            "tags": route.get("tags") or [],
+            "extra": {},
         }
 
     def _value(self, value: Any) -> Any:
         if isinstance(value, dict) and len(value) == 1 and "$state" in value:
             index = value["$state"]
             return self._states[index] if 0 <= index < len(self._states) else None
+        return self._unwalk(value)
+
+    def _apply(self, value: Any, old: Any) -> Any:
+        """A stored value that may be a patch on ``old`` (format 2), as the value it stands for."""
+        if self._format >= 2 and _is_patch(value):
+            if "$p" in value and isinstance(old, dict):
+                removed = set(value.get("$x") or ())
+                new = {k: _copy(v) for k, v in old.items() if k not in removed}
+                for k, change in value["$p"].items():
+                    new[k] = self._apply(change, old.get(k))
+                return new
+            if "$pl" in value and isinstance(old, list):
+                items = [_copy(v) for v in old]
+                for i, change in value["$pl"]:
+                    if 0 <= i < len(items):
+                        items[i] = self._apply(change, old[i])
+                return items
+            return None  # a patch on nothing: its run's reference was lost
         return self._unwalk(value)
 
     def _unwalk(self, value: Any) -> Any:
@@ -451,10 +654,30 @@ class TraceDecoder:
                     return "".join(self._unwalk(p) for p in value["$j"])
                 if "$lit" in value and len(value) == 1:
                     return {k: self._unwalk(v) for k, v in value["$lit"].items()}
+                if self._format >= 2:
+                    if "$M" in value and "v" in value:
+                        self._messages[value["$M"]] = value["v"]
+                        return self._unwalk(value["v"])
+                    if "$m" in value and len(value) == 1:  # walked again: each use gets objects of its own
+                        return self._unwalk(self._messages.get(value["$m"]))
             return {k: self._unwalk(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._unwalk(v) for v in value]
         return value
+
+
+def _is_patch(value: Any) -> bool:
+    return (isinstance(value, dict) and 0 < len(value) <= 2
+            and (("$p" in value and (len(value) == 1 or "$x" in value)) or ("$pl" in value and len(value) == 1)))
+
+
+def _copy(value: Any) -> Any:
+    """A decoded value copied, so that no two rows share a dict or list."""
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
 
 
 def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:

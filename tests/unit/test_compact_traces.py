@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import zlib
 
@@ -37,13 +38,29 @@ def _json(value):
     return json.loads(Redactor({}).json(plain(value))) if value is not None else None
 
 
+def _router_rows(node: dict) -> list[dict]:
+    """The rows of a node's routers, as the tracer hands them over inside the node's row (nodes.builder.Router)."""
+    rows = []
+    for run_id, name, inputs, choice, started, ended, tags, error in node.get("routes") or ():
+        own = started.strftime("%Y%m%dT%H%M%S%fZ") + run_id
+        rows.append({**node, "id": run_id, "parent_run_id": node["id"], "dotted_order": f"{node['dotted_order']}.{own}",
+                     "run_type": "chain", "name": name, "start_time": started, "end_time": ended,
+                     "latency": (ended - started).total_seconds(), "inputs": inputs, "outputs": {"output": choice},
+                     "error": error, "prompt_tokens": None, "completion_tokens": None, "model": None, "tags": tags,
+                     "extra": {}})
+    return rows
+
+
 @pytest.mark.parametrize("interval", [0.0, 60.0])
 def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval):
     seen: list[dict] = []
     original = traces.write_trace_batch
 
     def spy(store, encoder, items, final=False, **kwargs):
-        seen.extend(item[1] for item in items if item[0] == "run")
+        for item in items:
+            if item[0] == "run":
+                seen.append(item[1])
+                seen.extend(_router_rows(item[1]))
         return original(store, encoder, items, final, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
@@ -51,6 +68,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
     decoded = {row["id"]: row for row in stored_runs(store.db)}
     assert len(seen) == len(decoded) == 2 * (1 + 3 * 9)  # a turn: 4 nodes, 3 model calls, 2 routers
+    assert sum(row["name"] in ("after_target", "route_after_termination") for row in seen) == 2 * 3 * 2
     for row in seen:
         got = decoded[row["id"]]
         assert {k: got[k] for k in PLAIN} == {k: row[k] for k in PLAIN}
@@ -153,3 +171,94 @@ def test_a_stream_cut_by_a_killed_writer_keeps_its_complete_records():
     runs, _ = TraceDecoder("t-1", fold=apply_update).decode(decode_stream([first, second]))
     assert runs[1]["inputs"] == {"messages": [{"role": "user", "content": "hi"}], "turns": []}
     assert json.dumps(records[1]["in"]) == '{"$state": 0}' and json.dumps(decode_stream([first, second])[2]["in"]) == '{"$state": 1}'
+
+
+def test_model_calls_stored_as_patches_decode_to_what_was_seen():
+    """A model call is stored as what changed since the last call of its role: keys added, removed, retyped, lists
+    grown, values that look like patches, a call equal to the last; each decodes to its own objects."""
+    encoder, decoder = _codec()
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    outputs = [
+        {"generations": [[{"text": "a", "info": {"n": 1, "gone": True}}]], "llm_output": {"id": "x-1"}, "type": "LLMResult"},
+        {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2]}}]], "llm_output": None, "type": "LLMResult"},
+        {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []], "llm_output": {"$p": {"x": 1}}, "type": "LLMResult"},
+        {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []], "llm_output": {"$p": {"x": 1}}, "type": "LLMResult"},
+        {"generations": [[{"text": "c", "info": {"n": True, "new": {"$pl": []}}}], []], "llm_output": {"$x": []}, "type": 7},
+    ]
+    extras = [{"invocation_params": {"seed": i, "model": "m"}, "batch_size": 1} for i in (1, 2, 2, 3, 3)]
+    records = [encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=None)]
+    for i, (out, extra) in enumerate(zip(outputs, extras)):
+        row = dict(_row(f"m{i}", t0 + dt.timedelta(seconds=i), outputs=out), run_type="llm", name="Model", extra=extra)
+        records.append(encoder.run(row, is_node=False))
+    data = encoder.encode(records, final=True)
+    text = zlib.decompress(data).decode()
+    assert text.count('"out": {"$p"') == 4 and '"x": {"$p": {}}' in text  # the 4th call is the 3rd again
+    runs, _ = decoder.decode(decode_stream([data]))
+    assert [r["outputs"] for r in runs] == outputs and [r["extra"] for r in runs] == extras
+    assert runs[4]["outputs"]["generations"][0][0]["info"]["n"] is True
+    assert runs[3]["outputs"]["generations"] is not runs[2]["outputs"]["generations"]
+    assert runs[3]["extra"]["invocation_params"] is not runs[2]["extra"]["invocation_params"]
+
+
+def test_routers_recorded_in_their_nodes_read_as_traced_routers_would(db, tmp_path, monkeypatch):
+    """Routers are not LangChain runs unless LangSmith traces (nodes.builder.Router); their stored runs then read
+    exactly as those of routers traced through callbacks, but for ids, times and LangGraph's task namespaces."""
+    routers = ("after_target", "route_after_termination")
+    volatile = ("langgraph_checkpoint_ns", "checkpoint_ns")
+
+    def steady(value):  # without the latencies measured in the run
+        if isinstance(value, dict):
+            return {k: steady(v) for k, v in value.items() if not k.startswith("latency")}
+        return [steady(v) for v in value] if isinstance(value, list) else value
+
+    def router_runs(store) -> list[dict]:
+        runs = stored_runs(store.db)
+        by_id = {r["id"]: r for r in runs}
+        return [
+            {**{k: r[k] for k in ("name", "run_type", "status", "outputs", "error", "tags", "turn", "role",
+                                  "node", "step", "extra", "model", "prompt_tokens")},
+             "inputs": steady(r["inputs"]),
+             "metadata": {k: v for k, v in r["metadata"].items() if k not in volatile},
+             "parent": by_id[r["parent_run_id"]]["name"],
+             "under_parent": r["dotted_order"].startswith(by_id[r["parent_run_id"]]["dotted_order"] + ".")}
+            for r in runs if r["name"] in routers
+        ]
+
+    _, light = play(db, default_models(), seeds=SEEDS[:1], turns=2)
+    import tests.conftest
+
+    monkeypatch.setattr(tests.conftest, "build_graph", functools.partial(tests.conftest.build_graph, traced_routers=True))
+    _, traced = play(tmp_path / "traced.db", default_models(), seeds=SEEDS[:1], turns=2)
+    expected = router_runs(traced)
+    assert [r["name"] for r in expected] == ["after_target", "route_after_termination"] * 2
+    assert router_runs(light) == expected
+    assert all(r["under_parent"] for r in expected)
+
+
+def test_a_nodes_routers_decode_as_runs_of_their_own():
+    """Routers recorded inside their node's record: a choice, an input that is not a known state, an error."""
+    encoder, decoder = _codec()
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    state = {"messages": [], "turns": []}
+    update = {"messages": [{"role": "user", "content": "hi"}]}
+    after = {"messages": [{"role": "user", "content": "hi"}], "turns": []}
+    at = lambda ms: t0 + dt.timedelta(milliseconds=ms)  # noqa: E731
+    node = _row("n1", at(1), parent="root", parent_dotted="x", inputs=state, outputs=update,
+                metadata={"thread_id": "th", "langgraph_step": 1})
+    node["routes"] = [("r-ok", "after_user", after, "target", at(2), at(3), ["seq:step:3"], None),
+                      ("r-odd", "odd", {"other": 1}, "__end__", at(4), at(5), [], None),
+                      ("r-bad", "broken", after, None, at(6), at(7), [], "ValueError('no route')")]
+    data = encoder.encode([encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
+                           encoder.run(node, is_node=True)], final=True)
+    assert encoder.summary["errors"] == 1
+    runs, _ = decoder.decode(decode_stream([data]))
+    by_id = {r["id"]: r for r in runs}
+    assert [r["id"] for r in runs] == ["n1", "r-ok", "r-odd", "r-bad"]
+    ok, odd, bad = by_id["r-ok"], by_id["r-odd"], by_id["r-bad"]
+    assert (ok["parent_run_id"], ok["name"], ok["inputs"], ok["outputs"], ok["tags"], ok["status"]) == (
+        "n1", "after_user", after, {"output": "target"}, ["seq:step:3"], "success")
+    assert ok["metadata"] == by_id["n1"]["metadata"] and ok["metadata"] is not by_id["n1"]["metadata"]
+    assert ok["dotted_order"] == by_id["n1"]["dotted_order"] + "." + at(2).strftime("%Y%m%dT%H%M%S%fZ") + "r-ok"
+    assert (ok["start_time"], ok["latency"]) == (at(2).isoformat(), 0.001)
+    assert odd["inputs"] == {"other": 1} and odd["outputs"] == {"output": "__end__"}
+    assert (bad["outputs"], bad["error"], bad["status"]) == ({}, "ValueError('no route')", "error")

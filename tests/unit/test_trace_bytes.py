@@ -1,4 +1,8 @@
-"""The trace encoder stores a realistic batch byte for byte as it always has: speed-ups must not change stored traces."""
+"""The trace encoder stores a realistic batch byte for byte as pinned: speed-ups must not change stored traces.
+
+A change of format is a new ``FORMAT`` in ``checkpoints.traces.codec``: streams of the earlier format (a stored
+fixture) still decode to the very same runs.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,10 @@ import collections
 import datetime as dt
 import enum
 import hashlib
+import json
 import uuid
 import zlib
+from pathlib import Path
 
 from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -16,8 +22,10 @@ from checkpoints.redaction import Redactor, _json_default
 from checkpoints.reducers import apply_update
 from checkpoints.traces.codec import LazyMessages, TraceDecoder, TraceEncoder, decode_stream
 
-# sha256 of the decompressed stream, as the encoder of main f4d3626 (before the speed-ups) wrote it.
-STORED = "4ee1b4b7ee6f29de0c64b547bc329b83a1c7a046265e37d833d3ea2f7175a96e"
+# sha256 of the decompressed stream of format 2 (prompt messages stored once, model calls as patches, metadata as differences).
+STORED = "48c86b8be82ec31dd4472ab52fc012c5cfafdb57ac4820aa006f00775589990a"
+# The same batch as format 1 wrote it (main 7ffacb2; its stream's sha256 was 4ee1b4b7…a96e).
+FORMAT_1 = Path(__file__).parent.parent / "fixtures" / "trace_stream_v1.zz"
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=dt.timezone.utc)
 SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n"
@@ -47,10 +55,13 @@ def _llm_output(reply: AIMessage) -> dict:
                               "message": dumpd(reply)}]], "llm_output": None, "run": None, "type": "LLMResult"}
 
 
-def _stream() -> tuple[bytes, dict]:
+SECRETS = {"MY_API_KEY": "sk-canary-0123456789abcdef", "ODD_TOKEN": 'quo"te\\slash99'}
+
+
+def _stream(redact=None) -> tuple[bytes, dict]:
     """A trace of two turns as the tracer hands it over: its three chunks, and its summary row."""
-    redactor = Redactor({"MY_API_KEY": "sk-canary-0123456789abcdef", "ODD_TOKEN": 'quo"te\\slash99'})
-    encoder = TraceEncoder("t-0", fold=apply_update, redact=redactor.json_text, redact_text=redactor.text,
+    redactor = Redactor(SECRETS)
+    encoder = TraceEncoder("t-0", fold=apply_update, redact=redact or redactor.json_text, redact_text=redactor.text,
                            default=_json_default)
     system = SystemMessage(content=SYSTEM)
     state = {"messages": [], "turns": [], "seed": {"id": "s-1", "mode": Mode.IMPLICIT, "tags": ("a", "b")}}
@@ -98,10 +109,72 @@ def _stream() -> tuple[bytes, dict]:
     return b"".join(chunks), encoder.summary_row()
 
 
-def test_a_realistic_trace_is_stored_byte_for_byte_as_before():
+def test_a_realistic_trace_is_stored_byte_for_byte_as_pinned():
     data, summary = _stream()
     text = zlib.decompress(data)
     assert not any(secret in text for secret in (b"canary", b"hunter2", b"abcdef123456789", b"slash99"))
     assert hashlib.sha256(text).hexdigest() == STORED, text.decode()
     runs, feedback = TraceDecoder("t-0", fold=apply_update).decode(decode_stream([data]))
     assert len(runs) == 7 and len(feedback) == 2 and summary["model_calls"] == 2
+    # Repeated prompt messages are stored once, then referred to; the second model call is what changed since the first.
+    assert text.count(b'"$m"') == 3 and b'"x": {"$p": {}}' in text and b'"out": {"$p": {"generations"' in text
+
+
+def test_a_stream_of_format_1_decodes_to_the_same_runs():
+    new, _ = _stream()
+    old = FORMAT_1.read_bytes()
+    assert b'"fv"' not in zlib.decompress(old) and b'"fv": 2' in zlib.decompress(new)
+    decoded = [TraceDecoder("t-0", fold=apply_update).decode(decode_stream([data])) for data in (old, new)]
+    assert decoded[0] == decoded[1]
+    runs, feedback = decoded[1]
+    assert [r["metadata"].get("langgraph_step") for r in runs] == [1, None, None, 2, None, None, None]
+    assert runs[0]["metadata"]["api_key"] == "[redacted]" and runs[3]["metadata"]["api_key"] == "[redacted]"
+    first, second = runs[4]["inputs"]["messages"]  # one prompt twice: the second a reference, decoded anew
+    assert first == second and first[0] is not second[0] and first[0] == runs[1]["inputs"]["messages"][0][0]
+
+
+def test_redacting_a_batch_whole_is_redacting_each_line():
+    lines: list[str] = []
+
+    def keep(text: str) -> str:
+        lines.extend(text.split("\n"))
+        return text
+
+    _stream(redact=keep)
+    redactor = Redactor(SECRETS)
+    assert len(lines) == 10  # the start record, seven runs, two verdicts
+    assert redactor.json_text("\n".join(lines)) == "\n".join(redactor.json_text(line) for line in lines)
+
+
+def test_message_dict_is_dumpd():
+    from langchain_core.messages import ToolMessage
+
+    from checkpoints.traces.codec import message_dict
+
+    messages = [
+        SystemMessage(content=SYSTEM),
+        HumanMessage(content=[{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "x"}}], name="u"),
+        AIMessage(content="", tool_calls=[{"name": "f", "args": {"a": [1, (2, 3)]}, "id": "c1"}], id="r-1",
+                  usage_metadata={"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+                  response_metadata={"token_usage": {"prompt_tokens": 5}, "logprobs": None, "finish_reason": "stop"}),
+        AIMessage(content="x", response_metadata={"raw": {"lc": 1, "type": "constructor", "id": ["x"]}}),  # escaped
+        AIMessage(content="x", additional_kwargs={"when": T0, 3: "int key"}),  # not JSON: as dumpd has it
+        ToolMessage(content="42", tool_call_id="c1", artifact={"rows": [1, 2]}),
+    ]
+    for message in messages:
+        assert message_dict(message) == dumpd(message)
+        assert json.dumps(message_dict(message), default=str) == json.dumps(dumpd(message), default=str)
+    copy = message_dict(messages[2])
+    copy["kwargs"]["response_metadata"]["token_usage"]["prompt_tokens"] = 0
+    assert messages[2].response_metadata["token_usage"]["prompt_tokens"] == 5
+
+
+def test_only_credential_fields_are_looked_for():
+    from checkpoints.redaction import _has_secret_field
+
+    redactor = Redactor({})
+    for text, secret in [('{"key": "bias", "x": 1}', False), ('{"monkey": "x"}', False), ('{"api_key": "abc"}', True),
+                         ('{"X-Api-Key": "abc"}', True), ('{"a": "the key\\": y"}', False), ('{"max_tokens": 5}', False),
+                         ('{"refresh_token": {"v": 1}}', True), ('{"n": 1}\n{"password": "p"}', True)]:
+        assert _has_secret_field(text.lower()) is secret, text
+        assert (redactor.json_text(text) != text) is secret, text

@@ -39,7 +39,7 @@ What makes it small without losing anything a reader needs:
 The zlib stream then compresses field names and the rest. Records are redacted as
 whole lines before compression (``redact``). Decoding rebuilds exactly the rows of
 the plain layout (``trace_runs``), so every reader is unchanged. Streams of format 1
-(before message, value and reference-run sharing) decode as they always did.
+(before shared messages, patches and reference runs) decode as they always did.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ MIN_INTERN = 40  # characters: shorter strings are cheaper inline than as refere
 SPLIT_MIN = 160  # characters: longer multi-line strings are interned line by line
 KEEP_STATES = 6  # the writer compares a value with this many of the newest states
 _MARKERS = ("$s", "$d", "$state", "$j", "$lit", "$m", "$M", "$p", "$pl", "$x")
-FORMAT = 2  # 1: before prompt messages, extras and metadata were shared within a trace
+FORMAT = 2  # 1: before prompt messages were shared, model calls patched and metadata referenced
 _MARKER_SET = frozenset(_MARKERS)
 _LEVEL = 3
 
@@ -150,9 +150,9 @@ class TraceEncoder:
         reference = sibling or (self._seen.get(parent) if parent else None)
         if reference is not None:
             record["mr"] = reference[0]
-            delta, missing = _difference(metadata, reference[1])
+            delta, missing = _metadata_delta(metadata, reference[1])
         else:
-            delta, missing = _difference(metadata, self._base_metadata)
+            delta, missing = _metadata_delta(metadata, self._base_metadata)
         if delta:
             record["md"] = self._walk(delta)
         if missing:
@@ -318,7 +318,7 @@ class TraceEncoder:
         """What changed from ``old`` to ``new``: _SAME, a patch, or ``new`` walked whole.
 
         Equal means ``==``: a value of another type is stored whole, but inside lists or dicts that
-        compare equal ``1`` and ``True`` are not told apart (nor are they by a JSON reader of sets).
+        compare equal, ``1`` and ``True`` (or ``1.0``) are not told apart.
         """
         if new is old:
             return _SAME
@@ -435,7 +435,7 @@ def message_dict(message: Any) -> Any:
     return dumpd(message)
 
 
-def _difference(metadata: Mapping[str, Any], reference: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _metadata_delta(metadata: Mapping[str, Any], reference: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """What ``metadata`` sets differently from ``reference``, and the keys it lacks (turn and role are stored apart)."""
     delta = {}
     for k, v in metadata.items():

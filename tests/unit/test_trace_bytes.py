@@ -160,6 +160,7 @@ def test_message_dict_is_dumpd():
         AIMessage(content="x", response_metadata={"raw": {"lc": 1, "type": "constructor", "id": ["x"]}}),  # escaped
         AIMessage(content="x", additional_kwargs={"when": T0, 3: "int key"}),  # not JSON: as dumpd has it
         ToolMessage(content="42", tool_call_id="c1", artifact={"rows": [1, 2]}),
+        *_more_messages(),
     ]
     for message in messages:
         assert message_dict(message) == dumpd(message)
@@ -167,6 +168,39 @@ def test_message_dict_is_dumpd():
     copy = message_dict(messages[2])
     copy["kwargs"]["response_metadata"]["token_usage"]["prompt_tokens"] = 0
     assert messages[2].response_metadata["token_usage"]["prompt_tokens"] == 5
+
+
+def _more_messages() -> list:
+    """Messages whose fields take every way through ``to_json``: chunks, falsy values, extras, own lc_attributes, secrets."""
+    from langchain_core.messages import AIMessageChunk, ChatMessage, FunctionMessage, HumanMessageChunk
+
+    class Annotated(HumanMessage):  # an lc_attributes of its own, above none
+        @property
+        def lc_attributes(self) -> dict:
+            return {"name": "from-attributes", "extra_kw": [1]}
+
+    class AnnotatedTwice(Annotated):  # two definitions: both apply, the base's last
+        @property
+        def lc_attributes(self) -> dict:
+            return {"name": "overridden", "second": True}
+
+    class Secretive(HumanMessage):  # a secret: dumpd's own path
+        @property
+        def lc_secrets(self) -> dict:
+            return {"name": "MY_SECRET"}
+
+    return [
+        AIMessageChunk(content="par", id="c-1", tool_call_chunks=[{"name": "f", "args": "{", "id": "t", "index": 0}]),
+        HumanMessageChunk(content="x", name=""),  # a falsy value unlike its default: kept
+        HumanMessage(content="", id=None, additional_kwargs={}, response_metadata={}),  # falsy and default: dropped
+        ChatMessage(content="hello", role="critic"),
+        FunctionMessage(content="{}", name="lookup"),
+        HumanMessage(content="x", custom_field={"a": 1}),  # an extra field, not a constructor argument
+        Annotated(content="a"),
+        AnnotatedTwice(content="b"),
+        Secretive(content="s", name="hide-me"),
+        SystemMessage(content="x", additional_kwargs={"nested": {"lc": 2}}),  # escaped deeper down
+    ]
 
 
 def test_only_credential_fields_are_looked_for():

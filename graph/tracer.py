@@ -17,7 +17,6 @@ scripted, sees K-1 and writes the K-th). Judge verdicts become feedback (key
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 import threading
@@ -54,28 +53,33 @@ FLUSH_INTERVAL = 2.0  # seconds: node steps faster than this are written togethe
 # --- the tracer -------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
 class _RunPlace:
-    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role."""
+    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role (never changed once made)."""
 
-    depth: int
-    node: str | None
-    turn: int | None
-    role: str | None
-    is_node: bool = False  # the node's own run (its inputs are the dialogue state, its outputs the update)
+    __slots__ = ("depth", "node", "turn", "role", "is_node")
+
+    def __init__(self, depth: int, node: str | None, turn: int | None, role: str | None, is_node: bool = False) -> None:
+        self.depth = depth
+        self.node = node
+        self.turn = turn
+        self.role = role
+        self.is_node = is_node  # the node's own run (its inputs are the dialogue state, its outputs the update)
 
 
 class _Run:
     """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, nine times a turn)."""
 
     __slots__ = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "start_time", "end_time",
-                 "inputs", "outputs", "error", "tags", "extra")
+                 "inputs", "outputs", "error", "tags", "extra", "sid", "trace_sid", "parent_sid", "key", "parent_key")
 
     def __init__(self, run_id: UUID, parent_run_id: UUID | None, run_type: str, name: str | None,
                  serialized: Mapping[str, Any] | None, inputs: dict[str, Any], tags: list[str] | None,
                  metadata: dict[str, Any] | None, extra: dict[str, Any]) -> None:
         self.id = run_id
         self.parent_run_id = parent_run_id
+        # the tracer's dicts are keyed by the ids' integers: a UUID hashes in Python, fourteen times a run
+        self.key = _key(run_id)
+        self.parent_key = None if parent_run_id is None else _key(parent_run_id)
         self.run_type = run_type
         self.name = name or _name_of(serialized)
         self.start_time = datetime.now(UTC)
@@ -89,6 +93,9 @@ class _Run:
         self.extra = extra
         self.trace_id: UUID = run_id
         self.dotted_order = ""
+        # the ids as text, made once (the row and its children's rows need them)
+        self.sid = self.trace_sid = ""
+        self.parent_sid: str | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -125,13 +132,15 @@ class DialogueTracer(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._pending: list[TraceItem] = []
         self._flushed_at = time.monotonic()
-        self._runs: dict[UUID, _Run] = {}
-        self._order: dict[UUID, tuple[UUID, str]] = {}  # run id → (trace id, dotted order), kept for children
-        self._places: dict[UUID, _RunPlace] = {}
-        self._dotted: dict[UUID, str] = {}
-        self._hidden: set[UUID] = set()
+        # keyed by _key(run id)
+        self._runs: dict[Any, _Run] = {}
+        # run id → (trace id, dotted order, both ids as text), kept for children
+        self._order: dict[Any, tuple[UUID, str, str, str]] = {}
+        self._places: dict[Any, _RunPlace] = {}
+        self._dotted: dict[Any, str] = {}
+        self._hidden: set[Any] = set()
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
-        self._routes: dict[UUID, list[tuple[Any, ...]]] = {}  # node run id → its routers' runs (nodes.builder.Router)
+        self._routes: dict[Any, list[tuple[Any, ...]]] = {}  # node run id → its routers' runs (nodes.builder.Router)
         self._encoder: TraceEncoder | None = None
 
     # --- LangChain's callbacks ---------------------------------------------------------------
@@ -157,7 +166,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._start(_Run(run_id, parent_run_id, "llm", name, serialized, {"prompts": prompts}, tags, metadata, kwargs))
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, inputs: Any = None, **kwargs: Any) -> None:
-        run = self._runs.get(run_id)
+        run = self._runs.get(_key(run_id))
         if run is None:
             return
         if not run.extra.get("__omit_auto_outputs", False):
@@ -167,7 +176,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._end(run)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, inputs: Any = None, **kwargs: Any) -> None:
-        run = self._runs.get(run_id)
+        run = self._runs.get(_key(run_id))
         if run is None:
             return
         run.error = _TracerCore._get_stacktrace(error)
@@ -176,7 +185,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._end(run)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        run = self._runs.get(run_id)
+        run = self._runs.get(_key(run_id))
         if run is None:
             return
         self._llm_outputs(run, response)
@@ -187,7 +196,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._end(run)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        run = self._runs.get(run_id)
+        run = self._runs.get(_key(run_id))
         if run is None:
             return
         run.error = _TracerCore._get_stacktrace(error)
@@ -209,43 +218,45 @@ class DialogueTracer(BaseCallbackHandler):
 
     def _start(self, run: _Run) -> None:
         """Give the run its trace id and dotted order under its parent (a root if the parent is unknown)."""
-        dotted = dotted_time(run.start_time) + str(run.id)
-        parent = self._order.get(run.parent_run_id) if run.parent_run_id is not None else None
+        run.sid = sid = str(run.id)
+        dotted = dotted_time(run.start_time) + sid
+        parent = self._order.get(run.parent_key) if run.parent_key is not None else None
         if parent is not None:
-            run.trace_id, above = parent
+            run.trace_id, above, run.trace_sid, run.parent_sid = parent
             run.dotted_order = above + "." + dotted
         else:
-            run.parent_run_id = None
-            run.trace_id, run.dotted_order = run.id, dotted
-        self._order[run.id] = (run.trace_id, run.dotted_order)
-        self._runs[run.id] = run
+            run.parent_run_id = run.parent_key = None
+            run.trace_id, run.dotted_order, run.trace_sid = run.id, dotted, sid
+        self._order[run.key] = (run.trace_id, run.dotted_order, run.trace_sid, sid)
+        self._runs[run.key] = run
         self._on_run_create(run)
 
     def _end(self, run: _Run) -> None:
         run.end_time = datetime.now(UTC)
-        del self._runs[run.id]  # its order stays, as BaseTracer keeps it, for a late child
+        del self._runs[run.key]  # its order stays, as BaseTracer keeps it, for a late child
         self._on_run_update(run)
 
     def record_route(self, parent_run_id: UUID | None, name: str, inputs: Any, choice: Any, started: datetime,
                      tags: list[str] | None, error: BaseException | None) -> None:
         """A router's run (nodes.builder.Router), stored inside its node's record: a run like any other to readers."""
-        if parent_run_id is None or parent_run_id not in self._places:
+        parent = None if parent_run_id is None else _key(parent_run_id)
+        if parent is None or parent not in self._places:
             return  # under a hidden run (LangGraph's __start__ task), as a traced router's run would be
-        self._routes.setdefault(parent_run_id, []).append(
+        self._routes.setdefault(parent, []).append(
             (str(uuid7()), name, inputs, choice, started, datetime.now(UTC), list(tags or ()),
              None if error is None else _TracerCore._get_stacktrace(error)))
 
     # --- the dialogue's rows -----------------------------------------------------------------
 
     def _on_run_create(self, run: _Run) -> None:
-        parent = run.parent_run_id
+        parent = run.parent_key
         if HIDDEN_TAG in (run.tags or ()) or (parent is not None and parent in self._hidden):
-            self._hidden.add(run.id)
+            self._hidden.add(run.key)
             return
-        self._dotted[run.id] = run.dotted_order
+        self._dotted[run.key] = run.dotted_order
         above = self._places.get(parent) if parent is not None else None
         if above is None:
-            self._places[run.id] = _RunPlace(depth=0, node=None, turn=None, role=None)
+            self._places[run.key] = _RunPlace(depth=0, node=None, turn=None, role=None)
             if self._encoder is None:
                 self._encoder = TraceEncoder(
                     str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,
@@ -258,26 +269,27 @@ class DialogueTracer(BaseCallbackHandler):
         node = run.metadata.get("langgraph_node")
         if above.node is None and node and run.name == node:
             turn = _turn_of(node, run.inputs)
-            self._places[run.id] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
+            self._places[run.key] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
                                              is_node=True)
         else:
-            self._places[run.id] = _RunPlace(above.depth + 1, above.node, above.turn, above.role)
+            self._places[run.key] = _RunPlace(above.depth + 1, above.node, above.turn, above.role)
 
     def _on_run_update(self, run: _Run) -> None:
-        if run.id in self._hidden:
-            self._hidden.discard(run.id)
+        key = run.key
+        if key in self._hidden:
+            self._hidden.discard(key)
             return
-        place = self._places.pop(run.id, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
-        parent_dotted = self._dotted.get(run.parent_run_id) if run.parent_run_id is not None else None
-        self._dotted.pop(run.id, None)
-        routes = self._routes.pop(run.id, None)
+        place = self._places.pop(key, None) or _RunPlace(depth=0, node=None, turn=None, role=None)
+        parent_dotted = self._dotted.get(run.parent_key) if run.parent_key is not None else None
+        self._dotted.pop(key, None)
+        routes = self._routes.pop(key, None)
         try:
             row = self._row(run, place, parent_dotted)
             if routes:
                 row["routes"] = routes
             items: list[TraceItem] = [("run", row, place.is_node)]
             if place.role == "target" and run.run_type in ("llm", "chat_model") and place.turn is not None:
-                self._target_calls[place.turn] = str(run.id)
+                self._target_calls[place.turn] = run.sid
             if place.node == "judge" and run.name == "judge" and place.depth == 1:
                 items += self._verdicts(run, place)
         except Exception:  # noqa: BLE001 - tracing must never break a dialogue
@@ -314,9 +326,9 @@ class DialogueTracer(BaseCallbackHandler):
         usage = token_usage(run.outputs) if run.run_type in ("llm", "chat_model") else {}
         end = run.end_time
         return {
-            "id": str(run.id),
-            "trace_id": str(run.trace_id),
-            "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
+            "id": run.sid,
+            "trace_id": run.trace_sid,
+            "parent_run_id": run.parent_sid,
             "dotted_order": run.dotted_order,
             "parent_dotted_order": parent_dotted,
             # LangSmith records chat models as "llm" runs.
@@ -358,7 +370,7 @@ class DialogueTracer(BaseCallbackHandler):
                         "score": LABEL_SCORES.get(label),
                         "value": label,
                         "comment": record.get("rationale"),
-                        "source_run_id": str(run.id),
+                        "source_run_id": run.sid,
                         "extra": {"p_biased": record.get("p_biased"), "judge_model": record.get("judge_model")},
                     },
                 )
@@ -366,12 +378,20 @@ class DialogueTracer(BaseCallbackHandler):
         return items
 
 
+def _key(run_id: Any) -> Any:
+    """A run id as the tracer's dicts key it: a UUID's integer (hashed in C), anything else as it is."""
+    return run_id.int if isinstance(run_id, UUID) else run_id
+
+
 def _turn_of(node: str, inputs: Any) -> int | None:
     """The turn a node works on, from its input state: K user messages in turn K (K-1 before the simulator)."""
     messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
     if not isinstance(messages, list):
         return None
-    users = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "user")
+    users = 0
+    for m in messages:  # a plain loop, dicts first: this runs for every node of every turn
+        if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "user":
+            users += 1
     return users + 1 if NODE_ROLES.get(node) == "user" else users
 
 

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -46,7 +46,9 @@ _KEY_SHAPES = re.compile(
     r"\b(?:sk-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,}|hf_[A-Za-z0-9]{20,}"
     r"|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9\-]{10,})"
 )
-_KEY_SHAPE_HINTS = ("sk-", "AIza", "hf_", "lsv2_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
+# The literal starts of the key shapes above, each searched alone: re finds a literal prefix faster than str.find
+# does, and one search covers the five GitHub prefixes (an alternation of them all would be slower than either).
+_KEY_SHAPE_HINTS = tuple(re.compile(hint).search for hint in ("sk-", "AIza", "hf_", "lsv2_", "gh[pousr]_", "xox"))
 _AUTH_HINTS = ("authorization", "api-key")
 # The end of a JSON object key and the start of a string, object or array value.
 _JSON_FIELD = re.compile(r'"\s*:\s*(?=["{\[])')
@@ -91,7 +93,7 @@ class Redactor:
             value = _AUTH_HEADER.sub(rf"\1\2{REDACTED}", value)
         if "bearer" in lowered or "Basic" in value:
             value = _BEARER.sub(rf"\1 {REDACTED}", value)
-        if _has_any(value, _KEY_SHAPE_HINTS):
+        if _any_search(value, _KEY_SHAPE_HINTS):
             value = _KEY_SHAPES.sub(REDACTED, value)
         return value, (lowered if value == before else None)
 
@@ -121,6 +123,14 @@ def _has_any(text: str, needles: tuple[str, ...]) -> bool:
     """Whether any of ``needles`` is in ``text`` (a plain loop: cheaper than ``any()`` over a generator)."""
     for needle in needles:
         if needle in text:
+            return True
+    return False
+
+
+def _any_search(text: str, searches: tuple[Callable[[str], Any], ...]) -> bool:
+    """Whether any of the compiled patterns' ``search`` finds something in ``text``."""
+    for search in searches:
+        if search(text) is not None:
             return True
     return False
 

@@ -424,7 +424,7 @@ def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> Di
 
 def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:
     """``config`` with a fresh :class:`DialogueTracer` added to its callbacks (LangSmith's, if on, stays)."""
-    tracer = create_tracer(write)
+    tracer = create_tracer(write, redactor=write.redactor)
     callbacks = config.get("callbacks")
     if isinstance(callbacks, BaseCallbackManager):
         callbacks = callbacks.copy()

@@ -340,7 +340,7 @@ class TraceEncoder:
                 kind = type(v)
                 if kind is str or kind is int or kind is float or kind is bool:  # a leaf: as the call below decides
                     if kind is not type(was) or v != was:
-                        changes[k] = v if kind is not str or len(v) < MIN_INTERN else self._string(v)
+                        changes[k] = self._walk(v)
                     continue
                 change = self._difference(v, was)
                 if change is not _SAME:

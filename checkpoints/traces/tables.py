@@ -191,10 +191,10 @@ def _trace_of_run(db: sqlite_utils.Database, run_id: str) -> str | None:
     """The trace holding a run id, by scanning the compact streams (run ids have no index of their own)."""
     if not _has_streams(db) or len(run_id) < 8:
         return None
-    needle = f'"id": "{run_id}"'
+    compact, spaced = f'"id":"{run_id}"', f'"id": "{run_id}"'  # lines are compact; streams written before, spaced
     for (trace_id,) in db.execute("select trace_id from trace_index").fetchall():
         text = _stream_text(db, trace_id)
-        if needle in text:
+        if compact in text or spaced in text:
             return trace_id
     return None
 

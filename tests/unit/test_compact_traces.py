@@ -121,6 +121,15 @@ def test_a_run_id_finds_its_trace(db):
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=1)
     run = next(r for r in stored_runs(store.db) if r["run_type"] == "llm")
     assert resolve(store.db, run["id"]) == ("trace", [run["trace_id"]])
+    # A stream stored before lines were written compact (json.dumps's spaced separators) is found too.
+    conn = store.db.conn
+    data = b"".join(r[0] for r in conn.execute("select data from trace_chunks where trace_id = ? order by seq", [run["trace_id"]]))
+    spaced = "".join(json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in zlib.decompress(data).decode().splitlines())
+    with conn:
+        conn.execute("delete from trace_chunks where trace_id = ?", [run["trace_id"]])
+        conn.execute("insert into trace_chunks (trace_id, seq, data) values (?, 0, ?)", [run["trace_id"], zlib.compress(spaced.encode())])
+    assert f'"id": "{run["id"]}"' in spaced
+    assert resolve(store.db, run["id"]) == ("trace", [run["trace_id"]])
 
 
 def _codec(states=None):
@@ -192,7 +201,7 @@ def test_model_calls_stored_as_patches_decode_to_what_was_seen():
         records.append(encoder.run(row, is_node=False))
     data = encoder.encode(records, final=True)
     text = zlib.decompress(data).decode()
-    assert text.count('"out": {"$p"') == 4 and '"x": {"$p": {}}' in text  # the 4th call is the 3rd again
+    assert text.count('"out":{"$p"') == 4 and '"x":{"$p":{}}' in text  # the 4th call is the 3rd again
     runs, _ = decoder.decode(decode_stream([data]))
     assert [r["outputs"] for r in runs] == outputs and [r["extra"] for r in runs] == extras
     assert runs[4]["outputs"]["generations"][0][0]["info"]["n"] is True

@@ -7,8 +7,10 @@ fixture) still decode to the very same runs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as dt
 import enum
+import functools
 import hashlib
 import json
 import uuid
@@ -22,8 +24,12 @@ from checkpoints.redaction import Redactor, _json_default
 from checkpoints.reducers import apply_update
 from checkpoints.traces.codec import LazyMessages, TraceDecoder, TraceEncoder, decode_stream
 
-# sha256 of the decompressed stream of format 2 (prompt messages stored once, model calls as patches, metadata as differences).
+# sha256 of the decompressed stream of format 2 (prompt messages stored once, model calls as patches, metadata as
+# differences), each line as json.dumps writes it with its default separators: the pin from before lines were written
+# compact (by orjson) still holds for the same values.
 STORED = "48c86b8be82ec31dd4472ab52fc012c5cfafdb57ac4820aa006f00775589990a"
+# The same stream as stored: compact JSON lines.
+STORED_COMPACT = "27c65a29d1c9e81bdc691b0f7a66a87508f91e421bf7a9f8618bc96bfc496a0e"
 # The same batch as format 1 wrote it (main 7ffacb2; its stream's sha256 was 4ee1b4b7…a96e).
 FORMAT_1 = Path(__file__).parent.parent / "fixtures" / "trace_stream_v1.zz"
 
@@ -113,17 +119,19 @@ def test_a_realistic_trace_is_stored_byte_for_byte_as_pinned():
     data, summary = _stream()
     text = zlib.decompress(data)
     assert not any(secret in text for secret in (b"canary", b"hunter2", b"abcdef123456789", b"slash99"))
-    assert hashlib.sha256(text).hexdigest() == STORED, text.decode()
+    assert hashlib.sha256(text).hexdigest() == STORED_COMPACT, text.decode()
+    spaced = "".join(json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in text.decode().splitlines())
+    assert hashlib.sha256(spaced.encode()).hexdigest() == STORED
     runs, feedback = TraceDecoder("t-0", fold=apply_update).decode(decode_stream([data]))
     assert len(runs) == 7 and len(feedback) == 2 and summary["model_calls"] == 2
     # Repeated prompt messages are stored once, then referred to; the second model call is what changed since the first.
-    assert text.count(b'"$m"') == 3 and b'"x": {"$p": {}}' in text and b'"out": {"$p": {"generations"' in text
+    assert text.count(b'"$m"') == 3 and b'"x":{"$p":{}}' in text and b'"out":{"$p":{"generations"' in text
 
 
 def test_a_stream_of_format_1_decodes_to_the_same_runs():
     new, _ = _stream()
     old = FORMAT_1.read_bytes()
-    assert b'"fv"' not in zlib.decompress(old) and b'"fv": 2' in zlib.decompress(new)
+    assert b'"fv"' not in zlib.decompress(old) and b'"fv":2' in zlib.decompress(new)
     decoded = [TraceDecoder("t-0", fold=apply_update).decode(decode_stream([data])) for data in (old, new)]
     assert decoded[0] == decoded[1]
     runs, feedback = decoded[1]
@@ -144,6 +152,40 @@ def test_redacting_a_batch_whole_is_redacting_each_line():
     redactor = Redactor(SECRETS)
     assert len(lines) == 10  # the start record, seven runs, two verdicts
     assert redactor.json_text("\n".join(lines)) == "\n".join(redactor.json_text(line) for line in lines)
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+    at: dt.time
+
+
+def test_a_line_holds_the_values_json_dumps_would_write():
+    """orjson writes the lines; what it refuses or would write otherwise reads back as json.dumps wrote it."""
+    import numpy as np
+
+    values = [
+        {"int keys": {1: "a", 2.5: "b", None: "c", True: "d"}},  # orjson refuses keys that are not strings
+        {"huge": 2**70, "negative huge": -(2**65), "nan": float("nan")},  # beyond 64 bits (so NaN as json writes it)
+        {"numpy": np.float64(0.25), "numpy int": np.int64(3)},  # a float subclass: a number, not its repr
+        {"when": T0, "day": T0.date(), "time": dt.time(12, 30), "uid": uuid.UUID(int=7)},  # the default's forms
+        {"point": _Point(1, dt.time(1, 2)), "set": {"only"}, "tuple": (1, 2), "mode": Mode.IMPLICIT},
+        {"deep": functools.reduce(lambda inner, _: [inner], range(300), [])},  # deeper than orjson goes
+        {"text": "caf\u00e9 \u2014 \U0001f600", "tuple key": {("a", 1): "skipped"}},
+    ]
+    def lines(records):
+        encoder = TraceEncoder("t-0", fold=apply_update, redact=lambda text: text, redact_text=lambda text: text,
+                               default=_json_default)
+        return zlib.decompress(encoder.encode(records, final=True)).decode()
+
+    text = lines([{"k": "f", **v} for v in values])
+    written = [json.loads(line) for line in text.splitlines()]
+    expected = [json.loads(json.dumps({"k": "f", **v}, ensure_ascii=False, default=_json_default, skipkeys=True))
+                for v in values]
+    assert written == expected
+    assert written[2]["numpy"] == 0.25 and written[3]["time"] == "datetime.time(12, 30)"  # json.dumps's default: repr
+    # One difference: a NaN or infinity is null, as valid JSON (and LangSmith) has it, where json.dumps wrote NaN.
+    assert json.loads(lines([{"k": "f", "score": float("nan"), "top": float("inf")}])) == {"k": "f", "score": None, "top": None}
 
 
 def test_message_dict_is_dumpd():

@@ -93,7 +93,7 @@ class TraceEncoder:
         self._default = default
         # json.dumps(record, ensure_ascii=False, default=default, skipkeys=True), the encoder built once; records
         # are trees (no cycles), so the check for cycles is skipped (a cycle still fails, as RecursionError).
-        # It writes what orjson refuses (a key that is not a string, a 65-bit int, a lone surrogate).
+        # It writes what orjson refuses (a key that is not a string, an int beyond 64 bits, nesting deeper than 254).
         self._json_dumps = json.JSONEncoder(ensure_ascii=False, default=default, skipkeys=True,
                                             check_circular=False, separators=(",", ":")).encode
 
@@ -222,7 +222,7 @@ class TraceEncoder:
         lines = []
         dumps, default = orjson.dumps, self._orjson_default
         for record in records:
-            try:  # about 4 times faster than json.dumps; the same JSON for the values a trace holds
+            try:  # about 4 times faster than json.dumps, the same values (but NaN and infinity: null, as JSON has it)
                 lines.append(dumps(record, default=default, option=_ORJSON_OPTIONS).decode())
             except TypeError:
                 lines.append(self._dumps_slowly(record))

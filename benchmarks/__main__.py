@@ -1,5 +1,7 @@
 """``python -m benchmarks [overhead] [concurrency] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
+``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table).
+
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
 PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing fails on a slow machine,
@@ -27,7 +29,8 @@ SUITES = {
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
     "page": ("7. report.html at paper size: file MB and time to the summary in headless Chromium", "benchmarks.report_page"),
-    "judge_error": ("8. Judge-error correction of the paper grid (2,880 dialogues × 10 turns) ÷ 10 s", "benchmarks.judge_error"),
+    "judge_error": ("8. Judge-error correction: the paper grid (2,880 dialogues × 10 turns) ÷ 30 s of CPU; --coverage: the simulation suite",
+                    "benchmarks.judge_error"),
 }
 
 
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for served models)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
+    p.add_argument("--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)")
+    p.add_argument("--quick", action="store_true", help="judge_error --coverage: a fifth of the sets of the smallest size only")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
@@ -56,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
     if args.db is not None and args.suites and "scaleout" not in args.suites:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
+    if (args.coverage or args.quick) and args.suites != ["judge_error"]:
+        p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error --coverage")
+    if args.quick and not args.coverage:
+        p.error("--quick shortens the coverage suite: run python -m benchmarks judge_error --coverage --quick")
     if args.db is not None:
         from benchmarks.scaleout import server_url
 
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = module.run(db=args.db)
             except StoreError as exc:
                 p.error(str(exc))
+        elif name == "judge_error":
+            result = module.run(coverage_suite=args.coverage, quick=args.quick)
         else:
             result = module.run()
         result["load_before"] = note

@@ -1,22 +1,31 @@
-"""``python -m benchmarks judge_error``: correcting the paper grid's bias rates for the judge's error.
+"""``python -m benchmarks judge_error``: the judge-error correction's speed on the paper grid, and its coverage.
 
-The paper grid: 6 targets × 2 modes × 240 seeds, 10 turns (2,880 dialogues). Labels are synthetic:
-a fifth of the seeds elicit bias at every turn, the rest now and then (10% of turns), judged with
-recall 0.75 and specificity 0.70 and validated on 300 items (the issue's stub judge). Times
-``evals.judge_error.correct_cells`` at its default number of draws and prints the ratio to the
-10-second target (on 2 cores; the load is printed because other processes stretch wall-clock time).
+Speed: the paper grid, 6 targets × 2 modes × 240 seeds, 10 turns (2,880 dialogues). Labels are
+synthetic: a fifth of the seeds elicit bias at every turn, the rest now and then (10% of turns), judged
+with recall 0.75 and specificity 0.70 and validated on 300 items. Times ``correct_cells`` at its default
+number of draws and prints its CPU time ÷ the 30-second target.
+
+``--coverage``: the simulation suite (``evals.judge_error.coverage.SUITE``, declared in
+docs/judge-error.md): for every truth × judge × size, the share of 95% intervals that contain the truth
+at the worst turn of each metric, for the correction and for the comparison method, and the width of the
+correction's per-turn intervals ÷ the peers' per-turn Rogan–Gladen intervals. Cells are spread over one
+process per core; ``--quick`` runs a fifth of the sets of the smallest size only.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 from evals.judge_error.correction import DEFAULT_DRAWS, correct_cells
 from evals.judge_error.validation import JudgeValidation
 
-TARGET_S = 10.0
+TARGET_CPU_S = 30.0
+COVERAGE_TARGET = 0.90
+WIDTH_TARGET = 1.5
 
 
 def _grid(seeds: int, turns: int) -> dict[tuple[str, str], list[list[int]]]:
@@ -30,7 +39,7 @@ def _grid(seeds: int, turns: int) -> dict[tuple[str, str], list[list[int]]]:
     return cells
 
 
-def run(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> dict:
+def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> dict:
     cells = _grid(seeds, turns)
     validation = JudgeValidation("evals.judge:stub@benchmark", tp=114, fp=45, fn=36, tn=105)
     clusters = {key: [f"seed-{i}" for i in range(seeds)] for key in cells}
@@ -39,17 +48,87 @@ def run(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> dic
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     first = results[("target-0", "implicit")]
     return {"cells": len(cells), "dialogues": seeds * len(cells), "turns": turns, "draws": draws,
-            "seconds": elapsed, "cpu_seconds": cpu, "target_s": TARGET_S,
+            "seconds": elapsed, "cpu_seconds": cpu, "target_cpu_s": TARGET_CPU_S,
             "example_cumulative": None if isinstance(first, Exception) else first.cumulative[-1].__dict__}
 
 
+def _measure(job) -> dict:
+    from evals.judge_error.coverage import measure
+
+    spec, sets = job
+    started = time.process_time()
+    out = measure(spec, sets).as_dict()
+    out["cpu_seconds"] = time.process_time() - started
+    return out
+
+
+def coverage(*, quick: bool = False, processes: int | None = None) -> dict:
+    from evals.judge_error.coverage import suite
+
+    jobs = sorted(suite(quick), key=lambda job: -job[0].turns * job[0].dialogues * job[1])  # longest first
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
+        cells = list(pool.map(_measure, jobs))
+    return {"cells": cells, "seconds": time.perf_counter() - started, "quick": quick}
+
+
+def run(*, coverage_suite: bool = False, quick: bool = False) -> dict:
+    out = {"speed": speed()}
+    if coverage_suite:
+        out["coverage"] = coverage(quick=quick)
+    return out
+
+
+def _fmt(worst: float, turn) -> str:
+    if worst != worst:  # nan: the metric is undefined for this truth
+        return "   –    "
+    mark = "*" if worst < COVERAGE_TARGET else " "
+    return f"{worst:.2f}{mark}" + (f"@{turn:<2d}" if turn else "   ")
+
+
+def coverage_lines(result: dict) -> list[str]:
+    """The suite's table: worst-turn coverage per metric, the comparison method's, and the width ratio."""
+    lines = [f"  {'truth':22s} {'judge':8s} {'T':>2s} {'N':>4s} {'V':>4s}  chain: per-turn cumul.  re-em.   first    "
+             f"| deconvolution: per-turn cumul.   re-em.  | width ÷ RG"]
+    rows = sorted(result["cells"], key=lambda c: (c["paired"], c["turns"], c["dialogues"], c["validation"], c["truth"], c["judge"]))
+    below = 0
+    for c in rows:
+        m = c["metrics"]
+
+        def w(key: str) -> str:
+            entry = m.get(key)
+            return _fmt(entry["worst"], entry["worst_turn"]) if entry else "   –    "
+
+        chain = [m.get(f"chain.{k}") for k in ("per_turn", "cumulative", "re_emergence", "first_bias")]
+        below += any(e is not None and e["worst"] == e["worst"] and e["worst"] < COVERAGE_TARGET for e in chain)
+        ratio = "   – "
+        if "rogan_gladen.per_turn" in m:
+            ours, peer = m["chain.per_turn"], m["rogan_gladen.per_turn"]
+            both = [o / p for o, p, co, cp in zip(ours["width"], peer["width"], ours["coverage"], peer["coverage"])
+                    if p and co >= COVERAGE_TARGET and cp >= COVERAGE_TARGET]
+            if both:
+                ratio = f"{max(both):5.2f}"
+        truth = ("Δ " if c["paired"] else "") + c["truth"]
+        lines.append(f"  {truth:22s} {c['judge']:8s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d}  "
+                     f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias')} | "
+                     f"{w('deconvolution.per_turn')} {w('deconvolution.cumulative')} {w('deconvolution.re_emergence')} | {ratio}")
+    sets = sum(c["sets"] for c in rows)
+    lines.append(f"  {len(rows)} cells, {sets} simulated data sets, {below} cells with a metric below {COVERAGE_TARGET:.0%} "
+                 f"at some turn (marked *), in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores "
+                 f"(target ≤ 15 min)")
+    return lines
+
+
 def report(result: dict) -> list[str]:
-    r = result
-    return [
-        f"  {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "
-        f"{r['seconds']:.1f} s = {r['seconds'] / r['target_s']:.2f} × the {r['target_s']:.0f} s target "
-        f"(CPU time {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_s']:.2f} ×: one core, what an idle machine's wall clock would show)",
+    r = result["speed"]
+    lines = [
+        f"  paper grid: {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "
+        f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s target "
+        f"(wall {r['seconds']:.1f} s)",
     ]
+    if "coverage" in result:
+        lines += coverage_lines(result["coverage"])
+    return lines
 
 
 if __name__ == "__main__":

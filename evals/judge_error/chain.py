@@ -21,11 +21,27 @@ _PARAMS = 4  # per-turn transition probabilities: a, b, p, r
 
 
 def emissions(y, sens, spec):
-    """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each."""
+    """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each.
+
+    ``y`` holds the codes (U, T), shared by every draw, or (K, U, T), one set of dialogues per draw (the
+    simulation suite stacks many data sets this way).
+    """
     one, zero = np.ones_like(sens), np.zeros_like(sens)
     e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(FLOAT)  # (K, 5) indexed by code (evals.judge_error.codes)
     e0 = np.stack([spec, 1 - spec, one, zero, one], axis=1).astype(FLOAT)
-    return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
+    if y.ndim == 2:
+        return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
+    k, u, t = y.shape
+    flat = y.reshape(k, u * t).astype(np.intp)
+    pick = lambda table: np.ascontiguousarray(  # noqa: E731
+        np.take_along_axis(table, flat, axis=1).reshape(k, u, t).transpose(2, 0, 1))
+    return pick(e1), pick(e0)
+
+
+def reach_of(length, t_max):
+    """(T, K or 1, U): 1 where a dialogue has turn t; ``length`` is (U,) or (K, U)."""
+    length = length if length.ndim == 2 else length[None, :]
+    return (np.arange(t_max)[:, None, None] < length[None]).astype(np.float64)
 
 
 def unpack(theta):
@@ -104,12 +120,13 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     t_max, k, u = e1.shape
     pi, a, b, p, r = unpack(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, _ = forward_backward(theta, e1, e0)
-    at_end = np.arange(t_max)[:, None] == (length - 1)[None, :]  # (T, U): each dialogue's last turn
+    ends = length if length.ndim == 2 else length[None, :]
+    at_end = np.arange(t_max)[:, None, None] == (ends - 1)[None]  # (T, K or 1, U): each dialogue's last turn
     total = weights.sum(axis=1)
     safe = np.maximum(total, 1e-300)
     # per-turn: expected share of truly biased replies among dialogues that reached turn t
     g_b = f1 * b1 + fp * bp
-    wr = weights[None, :, :] * reach[:, None, :]
+    wr = weights[None, :, :] * reach
     den = wr.sum(axis=2)
     per_turn = np.where(den > 0, (wr * g_b).sum(axis=2) / np.maximum(den, 1e-300), np.nan).T  # (K, T)
     # cumulative: a dialogue has been biased by turn t unless it is still in N (frozen once it ended)
@@ -122,7 +139,7 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     first[0] = f1[0] * b1[0]
     for t in range(1, t_max):
         first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * b1[t] / c[t]
-    first *= reach[:, None, :]
+    first *= reach
     # re-emergence (biased, then not, then biased again = an R -> B1 transition): 1 − P(no R -> B1 |
     # labels), from a forward pass with that transition removed, on the same scale as the full one
     qn, q1, qp, qr = fn[0], f1[0], fp[0], fr[0]

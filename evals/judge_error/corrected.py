@@ -20,7 +20,8 @@ import numpy as np
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_run, corrected_difference
+from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
 from evals.judge_error.intervals import interval
 from evals.judge_error.planning import plan_labels
@@ -133,23 +134,27 @@ def correct_cells(
     clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, threads: Mapping[Hashable, Sequence[str]] | None = None,
     draws: int = DEFAULT_DRAWS, seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
-    """Each cell (target × mode) corrected on shared draws, or the one line saying why not.
+    """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
 
     ``threads`` (each cell's thread ids, in the order of its sequences) lets people's labels of a double-sampled
     run enter as known true labels.
     """
     out: dict[Hashable, CorrectedRun | str] = {}
+    encoded: dict[Hashable, Cell] = {}
     for key, sequences in cells.items():
-        if chosen.refusal is not None:
-            out[key] = chosen.refusal
+        if chosen.refusal is not None or chosen.validation is None:
+            out[key] = chosen.refusal or "no validation"
             continue
         known = _known_in(chosen.known, (threads or {}).get(key), sequences)
         try:
-            out[key] = correct_run(sequences, chosen.validation, turns=turns, clusters=(clusters or {}).get(key),
-                                   draws=draws, seed=seed, known=known or None)
+            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), known or None)
         except CorrectionRefused as exc:
             out[key] = str(exc)
-    return out
+    if encoded:
+        assert chosen.validation is not None
+        results = correct_encoded(list(encoded.values()), [chosen.validation] * len(encoded), draws=draws, seed=seed)
+        out.update(zip(encoded, results))
+    return {key: out[key] for key in cells}
 
 
 def _known_in(known: Mapping[tuple[str, int], str], threads: Sequence[str] | None,
@@ -211,9 +216,32 @@ def pooled_block(
             rows.append({"turn": t + 1, **combine(points, draws, weights)})
         return rows
 
+    def every(test) -> bool:
+        """A boundary every cell keeps keeps the pool at it too (each cell's rate can be at it at once)."""
+        return all(r.boundaries is not None and test(r.boundaries) for r, _ in fitted)
+
+    def extend(entry: dict[str, Any], low: float | None = None, high: float | None = None) -> None:
+        lo, hi = entry["ci95"]
+        if lo is None or hi is None:
+            return
+        entry["ci95"] = [lo if low is None else min(lo, low), hi if high is None else max(hi, high)]
+
+    per_turn, cumulative = series("per_turn"), series("cumulative")
+    for t in range(turns):
+        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):
+            extend(per_turn[t], low=0.0)
+        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):
+            extend(per_turn[t], high=1.0)
+        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):
+            extend(cumulative[t], low=0.0)
+        for s in range(t):  # flat from turn s+1 to t+1 in every cell: the pool's cumulative may be flat too
+            if every(lambda b: b.flat_between(s, t)):
+                extend(cumulative[t], low=cumulative[s]["ci95"][0])
     re = combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
                  [r.n_dialogues for r, _ in fitted])
-    return {"per_turn": series("per_turn"), "cumulative": series("cumulative"), "re_emergence": re, "first_bias_turn": None,
+    if every(lambda b: b.no_re_emergence):
+        extend(re, low=0.0)
+    return {"per_turn": per_turn, "cumulative": cumulative, "re_emergence": re, "first_bias_turn": None,
             "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": int(fitted[0][0].draws.per_turn.shape[0]),
             "validation": chosen.as_dict(), "refusal": None,
             "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",

@@ -2,7 +2,7 @@
 
 The public entry points: ``correct_run`` (one cell), ``correct_cells`` (several on the same draws) and
 ``corrected_difference`` (B − A, paired by seed), with the result types they return. Method, assumptions,
-measured coverage and references: docs/judge-error.md.
+the simulation suite it is judged by and its coverage: docs/judge-error.md.
 """
 
 from __future__ import annotations
@@ -14,25 +14,31 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.cells import encode_cell
-from evals.judge_error.codes import Label, Row
-from evals.judge_error.draws import cluster_weights, point_and_draws
+from evals.judge_error.boundaries import ALPHA, boundary_tests, fisher_greater, joint_fit
+from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, Row
+from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
     "DEFAULT_DRAWS",
+    "METHOD",
+    "Boundaries",
     "CorrectedDifference",
     "CorrectedRun",
     "Draws",
     "TurnRate",
     "Value",
     "correct_cells",
+    "correct_encoded",
     "correct_run",
     "corrected_difference",
 ]
 
 DEFAULT_DRAWS = 200
+METHOD = ("latent chain of true labels per target × mode fitted by EM, seed bootstrap × validation draws, "
+          "boundary values kept where exact and likelihood-ratio tests cannot reject them (docs/judge-error.md)")
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,35 @@ class Draws:
 
 
 @dataclass(frozen=True)
+class Boundaries:
+    """Which boundary values the data cannot reject (each test at 5%), turn by turn: what extends an interval.
+
+    ``flat[s][t]`` (0-based turns, s < t): "no first bias in turns s+2..t+1" survives its test, so cumulative
+    bias may be the same at turn t+1 as at turn s+1.
+    """
+
+    per_turn_zero: tuple[bool, ...]
+    per_turn_one: tuple[bool, ...]
+    cumulative_zero: tuple[bool, ...]
+    flat: tuple[tuple[bool, ...], ...]
+    no_re_emergence: bool
+
+    def flat_between(self, s: int, t: int) -> bool:
+        """Whether cumulative bias may be flat from 0-based turn ``s`` to ``t``."""
+        return s < t < len(self.flat) and self.flat[s][t]
+
+    @property
+    def flat_from(self) -> tuple[int | None, ...]:
+        """For each turn t (1-based), the earliest turn s < t from which cumulative bias may be flat, or None."""
+        return tuple(next((s + 1 for s in range(t) if self.flat[s][t]), None) for t in range(len(self.flat)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"per_turn_zero": list(self.per_turn_zero), "per_turn_one": list(self.per_turn_one),
+                "cumulative_zero": list(self.cumulative_zero), "cumulative_flat_from": list(self.flat_from),
+                "no_re_emergence": self.no_re_emergence, "level": ALPHA}
+
+
+@dataclass(frozen=True)
 class CorrectedRun:
     """Corrected bias metrics of one target × mode cell, each with a 95% interval carrying both uncertainties."""
 
@@ -93,7 +128,8 @@ class CorrectedRun:
     draws: Draws = field(repr=False)
     seed: int = 0
     clusters: tuple[Hashable, ...] = field(default=(), repr=False)  # bootstrap key of each kept dialogue
-    method: str = "hmm-em"
+    boundaries: Boundaries | None = field(default=None, repr=False)
+    method: str = "chain"
 
     def as_dict(self) -> dict[str, Any]:
         """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
@@ -106,7 +142,8 @@ class CorrectedRun:
             "dialogues": self.n_dialogues,
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
-            "method": "hidden Markov model of true labels per target × mode, judge error from the validation (docs/judge-error.md)",
+            "boundaries": None if self.boundaries is None else self.boundaries.as_dict(),
+            "method": METHOD,
         }
 
 
@@ -117,6 +154,7 @@ class CorrectedDifference:
     per_turn: tuple[TurnRate, ...]  # ``rate`` holds the difference
     cumulative: tuple[TurnRate, ...]
     re_emergence: Value
+    first_bias_turn: Value
     n_shared_clusters: int  # seeds present on both sides (the pairing)
 
     def as_dict(self) -> dict[str, Any]:
@@ -124,16 +162,122 @@ class CorrectedDifference:
             "per_turn": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.per_turn],
             "cumulative": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.cumulative],
             "re_emergence": self.re_emergence.as_dict("diff"),
+            "first_bias_turn": self.first_bias_turn.as_dict("diff"),
             "shared_seeds": self.n_shared_clusters,
         }
 
 
+# --------------------------------------------------------------------------- boundary tests
 
-def _value(point: float, values: np.ndarray) -> Value:
+
+def _exact_tests(cell: Cell, validation: JudgeValidation) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per turn: is per-turn bias 0 consistent, is it 1, is cumulative bias 0 by then (Fisher's exact tests).
+
+    With no truly biased reply at a turn, the judge's positives there are false positives, as frequent as
+    among the validation's unbiased items; a person's label of a reply settles it outright.
+    """
+    y, t_max = cell.y, cell.y.shape[1]
+    alive = np.arange(t_max)[None, :] < cell.length[:, None]
+    pos, neg = ((y == 1) & alive).sum(axis=0), ((y == 0) & alive).sum(axis=0)
+    known_b, known_n = ((y == KNOWN_BIASED) & alive).any(axis=0), ((y == KNOWN_NOT) & alive).any(axis=0)
+    fp, tn, fn, tp = (int(round(x)) for x in (validation.fp, validation.tn, validation.fn, validation.tp))
+    p_zero = [fisher_greater(int(pos[t]), int(pos[t] + neg[t]), fp, fp + tn) for t in range(t_max)]
+    zero, one, cum_zero = [], [], []
+    for t in range(t_max):
+        zero.append(not known_b[t] and p_zero[t] > ALPHA)
+        one.append(not known_n[t] and fisher_greater(int(neg[t]), int(pos[t] + neg[t]), fn, fn + tp) > ALPHA)
+        # no bias in turns 1..t: the replies of all those turns pooled (diffuse bias), and the turn that departs
+        # most (an abrupt onset), each at half the level, the turns Bonferroni-corrected
+        x, m = int(pos[: t + 1].sum()), int((pos[: t + 1] + neg[: t + 1]).sum())
+        pooled = fisher_greater(x, m, fp, fp + tn) > ALPHA / 2
+        cum_zero.append(not known_b[: t + 1].any() and pooled and min(p_zero[: t + 1]) > ALPHA / (2 * (t + 1)))
+    return zero, one, cum_zero
+
+
+def _likelihood_tests(st, validations: Sequence[JudgeValidation], theta: np.ndarray, points: np.ndarray):
+    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests)."""
+    val = np.array([[v.tp, v.fp, v.fn, v.tn] for v in validations], dtype=np.float64)
+    x0 = np.concatenate([theta, points], axis=1)
+    x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
+    return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
+
+
+# --------------------------------------------------------------------------- assembling a cell's numbers
+
+
+def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None = (0.0, 1.0)) -> Value:
     """A statistic's point estimate (None when undefined) with its interval from the draws."""
     ok = math.isfinite(point)
-    lo, hi = interval(values, point if ok else None)
+    lo, hi = interval(values, point if ok else None, bounds)
     return Value(float(point) if ok else None, lo, hi)
+
+
+def _assemble(cell: Cell, validation: JudgeValidation, point, drawn, sens, spec, flat, no_relapse, seed) -> CorrectedRun:
+    per_turn, cumulative, re, median, mean = point
+    d_per, d_cum, d_re, d_med, d_mean = drawn
+    t_max = cell.y.shape[1]
+    zero, one, cum_zero = _exact_tests(cell, validation)
+    per: list[TurnRate] = []
+    cum: list[TurnRate] = []
+    for t in range(t_max):
+        v = _value(per_turn[t], d_per[:, t])
+        lo, hi = v.low, v.high
+        if lo is not None and zero[t]:
+            lo = 0.0
+        if hi is not None and one[t]:
+            hi = 1.0
+        per.append(TurnRate(t + 1, v.value, lo, hi))
+        v = _value(cumulative[t], d_cum[:, t])
+        lo, hi = v.low, v.high
+        if lo is not None:
+            if cum_zero[t]:
+                lo = 0.0
+            # cumulative bias can only stay or rise; where 'no first bias after turn s' survives its test,
+            # the data allow turn t's value to be turn s's, so the interval reaches down to s's lower bound
+            for s in range(t):
+                if flat[s, t] and cum[s].low is not None:
+                    lo = min(lo, cum[s].low)
+            if any(one[: t + 1]):
+                hi = 1.0
+        cum.append(TurnRate(t + 1, v.value, lo, hi))
+    v = _value(re, d_re)
+    re_value = Value(v.value, 0.0 if (no_relapse and v.low is not None) else v.low, v.high)
+    bounds = (1.0, float(t_max))
+    boundaries = Boundaries(tuple(zero), tuple(one), tuple(cum_zero), tuple(tuple(bool(x) for x in row) for row in flat),
+                            bool(no_relapse))
+    return CorrectedRun(
+        validation=validation, n_dialogues=int(cell.y.shape[0]), turns=t_max, per_turn=tuple(per), cumulative=tuple(cum),
+        re_emergence=re_value, first_bias_turn=_value(median, d_med, bounds), first_bias_mean=_value(mean, d_mean, bounds),
+        draws=Draws(sensitivity=sens, specificity=spec, per_turn=d_per, cumulative=d_cum, re_emergence=d_re,
+                    first_bias_median=d_med, first_bias_mean=d_mean),
+        seed=seed, clusters=cell.clusters, boundaries=boundaries,
+    )
+
+
+def correct_encoded(cells: Sequence[Cell], validations: Sequence[JudgeValidation], *, draws: int = DEFAULT_DRAWS,
+                    seed: int = 0) -> list[CorrectedRun]:
+    """Correct encoded cells, each with its own validation, in one vectorised fit (what every entry point runs).
+
+    Cells with the same validation share its draws; cells on the same seeds share their bootstrap weights.
+    """
+    if draws < 20:
+        raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
+    if not cells:
+        return []
+    st = stack(cells)
+    draws_of: dict[JudgeValidation, tuple[np.ndarray, np.ndarray]] = {}
+    for v in validations:
+        if v not in draws_of:
+            draws_of[v] = v.draw(draws, seed=seed)
+    sens = np.stack([draws_of[v][0] for v in validations])
+    spec = np.stack([draws_of[v][1] for v in validations])
+    points = np.array([v.point() for v in validations])
+    weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
+    at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
+    flat, no_relapse = _likelihood_tests(st, validations, theta, points)
+    return [_assemble(c, v, tuple(x[i] for x in at_point), tuple(x[i] for x in drawn), sens[i], spec[i], flat[i],
+                      no_relapse[i], seed)
+            for i, (c, v) in enumerate(zip(cells, validations))]
 
 
 def correct_run(
@@ -162,34 +306,7 @@ def correct_run(
     if draws < 20:
         raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
     cell = encode_cell(sequences, turns, clusters, known)
-    sens, spec = validation.draw(draws, seed=seed)
-    weights = cluster_weights(cell.clusters, draws, seed)
-    s0, p0 = validation.point()
-    point, drawn = point_and_draws(cell, (s0, p0), sens, spec, weights)
-    per_turn, cumulative, re, median, mean = (np.concatenate([x, y]) for x, y in zip(point, drawn))
-    t_max = cell.y.shape[1]
-
-    def rates(values: np.ndarray) -> tuple[TurnRate, ...]:
-        out = []
-        for t in range(t_max):
-            v = _value(values[0, t], values[1:, t])
-            out.append(TurnRate(turn=t + 1, rate=v.value, low=v.low, high=v.high))
-        return tuple(out)
-
-    return CorrectedRun(
-        validation=validation,
-        n_dialogues=int(cell.y.shape[0]),
-        turns=t_max,
-        per_turn=rates(per_turn),
-        cumulative=rates(cumulative),
-        re_emergence=_value(re[0], re[1:]),
-        first_bias_turn=_value(median[0], median[1:]),
-        first_bias_mean=_value(mean[0], mean[1:]),
-        draws=Draws(sensitivity=sens, specificity=spec, per_turn=per_turn[1:], cumulative=cumulative[1:],
-                    re_emergence=re[1:], first_bias_median=median[1:], first_bias_mean=mean[1:]),
-        seed=seed,
-        clusters=cell.clusters,
-    )
+    return correct_encoded([cell], [validation], draws=draws, seed=seed)[0]
 
 
 def correct_cells(
@@ -203,14 +320,21 @@ def correct_cells(
     known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
     """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
+    reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
+    encoded: dict[Hashable, Cell] = {}
     for key, sequences in cells.items():
         try:
-            out[key] = correct_run(sequences, validation, turns=turns, clusters=(clusters or {}).get(key),
-                                   draws=draws, seed=seed, known=(known or {}).get(key))
+            if reason:
+                raise CorrectionRefused(reason)
+            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
         except CorrectionRefused as exc:
             out[key] = exc
-    return out
+    if encoded:
+        assert validation is not None
+        fitted = correct_encoded(list(encoded.values()), [validation] * len(encoded), draws=draws, seed=seed)
+        out.update(zip(encoded, fitted))
+    return {key: out[key] for key in cells}
 
 
 def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifference:
@@ -218,26 +342,40 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
 
     Both sides must come from the same validation, ``draws`` and ``seed`` (and ``clusters`` keyed
     by seed id for the pairing); the judge error both sides share then cancels as it should instead of
-    being counted twice.
+    being counted twice. Where both sides' tests keep a boundary (no bias at a turn on either side, or
+    cumulative bias flat on both sides from turn s to t), the difference's interval keeps what follows.
     """
     if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
         raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
     turns = min(a.turns, b.turns)
+    ba, bb = a.boundaries, b.boundaries
 
-    def diffs(pa: tuple[TurnRate, ...], pb: tuple[TurnRate, ...], da: np.ndarray, db: np.ndarray) -> tuple[TurnRate, ...]:
-        out = []
-        for t in range(turns):
-            point = None if pa[t].rate is None or pb[t].rate is None else pb[t].rate - pa[t].rate
-            lo, hi = interval(db[:, t] - da[:, t], point)
-            out.append(TurnRate(turn=t + 1, rate=point, low=lo, high=hi))
-        return tuple(out)
+    def diff(pa, pb, da, db, bounds=(-1.0, 1.0)) -> Value:
+        point = None if pa is None or pb is None else pb - pa
+        lo, hi = interval(db - da, point, bounds)
+        return Value(point, lo, hi)
 
-    re_point = (None if a.re_emergence.value is None or b.re_emergence.value is None
-                else b.re_emergence.value - a.re_emergence.value)
-    lo, hi = interval(b.draws.re_emergence - a.draws.re_emergence, re_point)
-    return CorrectedDifference(
-        per_turn=diffs(a.per_turn, b.per_turn, a.draws.per_turn, b.draws.per_turn),
-        cumulative=diffs(a.cumulative, b.cumulative, a.draws.cumulative, b.draws.cumulative),
-        re_emergence=Value(re_point, lo, hi),
-        n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
-    )
+    def widen(v: Value, lo: float, hi: float) -> Value:
+        return v if v.low is None or v.high is None else Value(v.value, min(v.low, lo), max(v.high, hi))
+
+    per, cum = [], []
+    for t in range(turns):
+        v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
+        if ba and bb and ba.per_turn_zero[t] and bb.per_turn_zero[t]:
+            v = widen(v, 0.0, 0.0)
+        per.append(TurnRate(t + 1, v.value, v.low, v.high))
+        v = diff(a.cumulative[t].rate, b.cumulative[t].rate, a.draws.cumulative[:, t], b.draws.cumulative[:, t])
+        if ba and bb:
+            if ba.cumulative_zero[t] and bb.cumulative_zero[t]:
+                v = widen(v, 0.0, 0.0)
+            for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
+                if ba.flat_between(s, t) and bb.flat_between(s, t) and cum[s].low is not None and cum[s].high is not None:
+                    v = widen(v, cum[s].low, cum[s].high)
+        cum.append(TurnRate(t + 1, v.value, v.low, v.high))
+    re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
+    if ba and bb and ba.no_re_emergence and bb.no_re_emergence:
+        re = widen(re, 0.0, 0.0)
+    first = diff(a.first_bias_turn.value, b.first_bias_turn.value, a.draws.first_bias_median, b.draws.first_bias_median,
+                 bounds=(-float(turns), float(turns)))
+    return CorrectedDifference(per_turn=tuple(per), cumulative=tuple(cum), re_emergence=re, first_bias_turn=first,
+                               n_shared_clusters=len(set(a.clusters) & set(b.clusters)))

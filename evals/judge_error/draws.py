@@ -1,22 +1,27 @@
-"""Every draw of a cell: validation draw k of (sensitivity, specificity) with bootstrap weights k, fitted and measured.
+"""Every draw of every cell: validation draw k with bootstrap weights k, fitted and measured, cells stacked.
 
 Poisson bootstrap weights come from one random stream per cluster key (a seed), so cells on the same seeds
-share them and two results can be subtracted draw by draw (a paired difference). Draws are fitted in
-chunks to keep a large cell's arrays small; the chunking changes no number.
+share them and two results can be subtracted draw by draw (a paired difference). Dialogues with the same
+labels are merged (their weights add), cells are stacked into one padded array so that one vectorised fit
+serves them all, and rows are fitted in chunks to keep the arrays small; none of this changes a number.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from evals.judge_error.cells import Cell
 from evals.judge_error.chain import emissions, posterior_metrics
+from evals.judge_error.codes import MISSING
 from evals.judge_error.fit import fit
 
-_CHUNK = 2_000_000  # draws × dialogues × turns per batch: ~8 MB per float32 array of the forward-backward
+__all__ = ["Stack", "cluster_weights", "fit_stack", "run_draws", "stack"]
+
+_CHUNK = 2_000_000  # rows × dialogues × turns per batch: ~8 MB per float32 array of the forward-backward
 
 
 def cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.ndarray:
@@ -29,35 +34,84 @@ def cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.n
     return np.stack([columns[k] for k in clusters], axis=1) if clusters else np.zeros((draws, 0))
 
 
-def _unique(cell: Cell, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge dialogues with identical labels and length (their weights add): the same result, less work."""
-    keyed = np.concatenate([cell.y.astype(np.int64), cell.length[:, None]], axis=1)
-    rows, inverse = np.unique(keyed, axis=0, return_inverse=True)
-    merged = np.zeros((weights.shape[0], len(rows)))
-    np.add.at(merged.T, inverse.ravel(), weights.T)
-    return rows[:, :-1].astype(np.int8), rows[:, -1], merged
+@dataclass(frozen=True)
+class Stack:
+    """Cells stacked for one vectorised fit: each cell's distinct label rows, padded to a common count.
+
+    ``y`` (S, U, T) codes (padding rows carry no label), ``length`` (S, U), ``counts`` (S, U) dialogues per
+    row, and for each cell ``members`` (N,) the row of each of its dialogues.
+    """
+
+    y: np.ndarray
+    length: np.ndarray
+    counts: np.ndarray
+    members: tuple[np.ndarray, ...]
+
+    def merged(self, i: int, weights: np.ndarray) -> np.ndarray:
+        """(K, U) weights of cell ``i``'s rows from (K, N) weights of its dialogues."""
+        out = np.zeros((weights.shape[0], self.y.shape[1]))
+        np.add.at(out.T, self.members[i], weights.T)
+        return out
 
 
-def point_and_draws(cell: Cell, point: tuple[float, float], sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
-    """Metrics at the point estimate (all dialogues once) and for every draw (warm-started from the point fit)."""
-    at_point, theta = run_draws(cell, np.array([point[0]]), np.array([point[1]]), np.ones((1, weights.shape[1])))
-    drawn, _ = run_draws(cell, sens, spec, weights, start=theta)
-    return at_point, drawn
+def stack(cells: Sequence[Cell]) -> Stack:
+    """Merge each cell's dialogues with identical labels and length, and pad the cells to one array."""
+    t_max = max(c.y.shape[1] for c in cells)
+    rows, members = [], []
+    for cell in cells:
+        y = np.full((cell.y.shape[0], t_max), MISSING, dtype=np.int64)
+        y[:, : cell.y.shape[1]] = cell.y
+        keyed = np.concatenate([y, cell.length[:, None]], axis=1)
+        unique, inverse = np.unique(keyed, axis=0, return_inverse=True)
+        rows.append(unique)
+        members.append(inverse.ravel())
+    width = max(len(r) for r in rows)
+    y = np.full((len(cells), width, t_max), MISSING, dtype=np.int8)
+    length = np.ones((len(cells), width), dtype=np.int64)
+    counts = np.zeros((len(cells), width))
+    for i, (unique, inverse) in enumerate(zip(rows, members)):
+        y[i, : len(unique)] = unique[:, :-1]
+        length[i, : len(unique)] = unique[:, -1]
+        counts[i] = np.bincount(inverse, minlength=width)
+    return Stack(y=y, length=length, counts=counts, members=tuple(members))
 
 
-def run_draws(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
-    """Fit every draw (sensitivity, specificity, bootstrap weights) and return (metrics, fitted parameters)."""
-    y, length, merged = _unique(cell, weights)
-    # draws in chunks, so that a large cell's (turns × draws × dialogues) arrays stay small in memory
-    size = max(1, _CHUNK // max(1, y.shape[0] * y.shape[1]))
-    if start is not None and len(start) == 1:
-        start = np.repeat(start, len(sens), axis=0)
+def _fit_rows(y, length, weights, sens, spec, start=None):
+    """Fit and measure rows (each with its own labels, weights, sensitivity and specificity) in chunks."""
+    size = max(1, _CHUNK // max(1, y.shape[1] * y.shape[2]))
     parts, thetas = [], []
     for i in range(0, len(sens), size):
         part = slice(i, i + size)
-        theta, reach = fit(y, length, merged[part], sens[part], spec[part], None if start is None else start[part])
-        e1, e0 = emissions(y, sens[part], spec[part])
-        parts.append(posterior_metrics(y, length, merged[part], theta, reach, e1, e0))
+        yy, ll = y[part], length[part]
+        theta, reach = fit(yy, ll, weights[part], sens[part], spec[part], None if start is None else start[part])
+        parts.append(posterior_metrics(yy, ll, weights[part], theta, reach, *emissions(yy, sens[part], spec[part])))
         thetas.append(theta)
     metrics = tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
     return metrics, np.concatenate(thetas)
+
+
+def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+    """Metrics at each cell's point estimate and for each of its draws.
+
+    ``points`` (S, 2) each cell's (sensitivity, specificity) point estimate; ``sens``, ``spec`` (S, K) its
+    validation draws; ``weights`` (S, K, U) its rows' bootstrap weights. Returns (point metrics, each (S, ...)),
+    (draw metrics, each (S, K, ...)) and the point fits (S, 4T − 3), from which the draws start.
+    """
+    n_cells, k = sens.shape
+    at_point, theta = _fit_rows(st.y, st.length, st.counts, points[:, 0], points[:, 1])
+    rows = np.repeat(np.arange(n_cells), k)
+    drawn, _ = _fit_rows(st.y[rows], st.length[rows], weights.reshape(n_cells * k, -1), sens.ravel(), spec.ravel(),
+                         start=theta[rows])
+    drawn = tuple(x.reshape(n_cells, k, *x.shape[1:]) for x in drawn)
+    return at_point, drawn, theta
+
+
+def run_draws(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
+    """Fit every draw of one cell (sensitivity, specificity, dialogue weights) and return (metrics, fitted parameters)."""
+    st = stack([cell])
+    merged = st.merged(0, weights)
+    k = len(sens)
+    y, length = np.repeat(st.y, k, axis=0), np.repeat(st.length, k, axis=0)
+    if start is not None and len(start) == 1:
+        start = np.repeat(start, k, axis=0)
+    return _fit_rows(y, length, merged, np.asarray(sens, float), np.asarray(spec, float), start)

@@ -8,29 +8,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from evals.judge_error.chain import FLOAT, emissions, forward_backward, unpack
+from evals.judge_error.chain import FLOAT, emissions, forward_backward, reach_of, unpack
 
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _LOGLIK_TOL = 1e-6  # ... or its log-likelihood gains less than this per dialogue in a cycle
 _EM_MAX_ITER = 600  # EM steps at most (a flat likelihood can creep on)
 _EPS = 1e-6  # keeps fitted probabilities off exactly 0 and 1 (EM cannot leave a boundary; float32-safe)
-POOL = 5.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
+POOL = 1.0  # pseudo-transitions pulling each turn's transition probabilities towards their pooled value
 _START_CYCLES = 10  # SQUAREM cycles from each starting shape before the likeliest is kept
-DRAW_CYCLES = 20  # SQUAREM cycles at most for a draw started from the point fit
+DRAW_CYCLES = 60  # SQUAREM cycles at most for a draw started from the point fit
+DRAW_START = 0.8  # a draw starts from this share of the point fit and the rest of 1/2: off every boundary
 
 
-def _shrunk(hits, trials, old):
+def _shrunk(hits, trials, old, pool=None):
     """Each turn's transition probability from its expected counts, shrunk towards all turns' pooled value.
 
-    ``POOL`` pseudo-transitions at the pooled rate keep a turn that few dialogues inform (a rare
-    state, the last turns of a run with early stops) from jumping to 0 or 1.
+    ``POOL`` pseudo-transitions at the pooled rate keep a turn that few dialogues inform (a rare state,
+    the last turns of a run with early stops) from jumping to 0 or 1; one pseudo-transition is light
+    enough that an abrupt onset or a one-turn episode is not spread over its neighbours.
     """
     pooled_trials = trials[:, 1:].sum(axis=1, keepdims=True)
-    pooled = np.where(pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), old[:, 1:].mean(axis=1, keepdims=True) if old.shape[1] > 1 else 0.5)
-    return (hits + POOL * pooled) / (trials + POOL)
+    fallback = old[:, 1:].mean(axis=1, keepdims=True) if old.shape[1] > 1 else 0.5
+    pooled = np.where(pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), fallback)
+    pool = POOL if pool is None else pool
+    return (hits + pool * pooled) / np.maximum(trials + pool, 1e-12)
 
 
-def _em_step(theta, weights, e1, e0, reach):
+def _em_step(theta, weights, e1, e0, reach, pool=None):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
     t_max = e1.shape[0]
     pi, a, b, p, r = unpack(theta)
@@ -43,7 +47,7 @@ def _em_step(theta, weights, e1, e0, reach):
     dot = lambda x, y: np.einsum("ku,ku->k", x, y, dtype=np.float64)  # noqa: E731
     weights32 = weights.astype(FLOAT)
     for t in range(1, t_max):
-        wt = weights32 * reach[t].astype(FLOAT)
+        wt = weights32 * reach[t].astype(FLOAT)  # reach (T, K or 1, U)
         wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
         counts[0, :, t] = a[:, t] * dot(wn, n1[t])
         counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
@@ -53,16 +57,20 @@ def _em_step(theta, weights, e1, e0, reach):
         counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
         counts[6, :, t] = r[:, t] * dot(wr, n1[t])
         counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
-    fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old)[:, 1:] for i, old in enumerate((a, b, p, r))]
+    fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old, pool)[:, 1:] for i, old in enumerate((a, b, p, r))]
     new = np.concatenate([new_pi[:, None], *fitted], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
 
 def _starts(y, weights, sens, spec):
     """Starting parameters (S, K, 4T − 3): bias that persists, fades or returns, around the observed rate."""
-    t_max = y.shape[1]
-    obs = (y <= 1).astype(np.float64)
-    q = (weights @ (y == 1).sum(axis=1)) / np.maximum(weights @ obs.sum(axis=1), 1e-12)
+    t_max = y.shape[-1]
+    obs = (y <= 1).sum(axis=-1).astype(np.float64)
+    pos = (y == 1).sum(axis=-1).astype(np.float64)
+    if y.ndim == 2:
+        q = (weights @ pos) / np.maximum(weights @ obs, 1e-12)
+    else:
+        q = (weights * pos).sum(axis=1) / np.maximum((weights * obs).sum(axis=1), 1e-12)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
     for shape in ((0.05, 0.9, 0.95, 0.1), (0.2, 0.3, 0.3, 0.05), (0.1, 0.5, 0.8, 0.5)):  # a, b, p, r
@@ -71,7 +79,7 @@ def _starts(y, weights, sens, spec):
     return np.stack(out)
 
 
-def fit(y, length, weights, sens, spec, start=None):
+def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
     """EM for the chain's parameters, emissions fixed at the judge's error; every draw in parallel.
 
     Without ``start`` each draw tries a few starting shapes and keeps the likeliest fit. EM is
@@ -79,28 +87,33 @@ def fit(y, length, weights, sens, spec, start=None):
     one stabilising EM step, falling back to plain EM when the likelihood would drop. A draw stops
     once its parameters move less than the tolerance or its log-likelihood stops rising.
     """
-    t_max = y.shape[1]
-    reach = (np.arange(t_max)[:, None] < length[None, :]).astype(np.float64)  # (T, U): dialogue has turn t
+    t_max = y.shape[-1]
+    reach = reach_of(length, t_max)  # (T, K or 1, U): dialogue has turn t
     if start is None:
         starts = _starts(y, weights, sens, spec)
         n_starts, k = starts.shape[:2]
         rep = lambda x: np.concatenate([x] * n_starts)  # noqa: E731
         # a few cycles from every start; then only starts within 2 log-likelihood units of the best go on
-        all_weights, (all_e1, all_e0) = rep(weights), emissions(y, rep(sens), rep(spec))
-        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, reach, cycles=_START_CYCLES)
+        all_y = y if y.ndim == 2 else rep(y)
+        all_reach = reach if reach.shape[1] == 1 else np.concatenate([reach] * n_starts, axis=1)
+        all_weights, (all_e1, all_e0) = rep(weights), emissions(all_y, rep(sens), rep(spec))
+        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, all_reach, cycles=_START_CYCLES, pool=pool)
         going = np.flatnonzero(loglik >= np.tile(loglik.reshape(n_starts, k).max(axis=0), n_starts) - 2.0)
-        theta[going], loglik[going] = _squarem(theta[going], all_weights[going], all_e1[:, going], all_e0[:, going], reach)
+        theta[going], loglik[going] = _squarem(theta[going], all_weights[going], all_e1[:, going], all_e0[:, going],
+                                               all_reach if all_reach.shape[1] == 1 else all_reach[:, going], pool=pool)
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
-        # each draw is a small step from the point fit; a draw still creeping along a flat ridge of the
-        # likelihood after DRAW_CYCLES cycles stops there (its metrics are as uncertain as that ridge)
-        theta, _ = _squarem(np.repeat(start, len(sens), axis=0) if len(start) == 1 else start.copy(),
-                            weights, *emissions(y, sens, spec), reach, cycles=DRAW_CYCLES)
+        # each draw starts near the point fit but off its boundaries (EM cannot leave a probability of 0
+        # or 1, and a draw's data may not share the point fit's zeros); a draw still creeping along a flat
+        # ridge of the likelihood after DRAW_CYCLES cycles stops there
+        start = np.repeat(start, len(sens), axis=0) if len(start) == 1 else start
+        theta, _ = _squarem(DRAW_START * start + (1 - DRAW_START) / 2,
+                            weights, *emissions(y, sens, spec), reach, cycles=DRAW_CYCLES if cycles is None else cycles, pool=pool)
     return theta, reach
 
 
-def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
+def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3, pool=None):
     """Run accelerated EM to convergence (at most ``cycles`` cycles of 3 EM steps) for every row of ``theta``.
 
     Returns the fits and their log-likelihoods.
@@ -110,15 +123,16 @@ def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3):
     active = np.arange(len(theta))
     for _ in range(cycles):
         w, f1, f0 = weights[active], e1[:, active], e0[:, active]
+        rch = reach if reach.shape[1] == 1 else reach[:, active]
         t0 = theta[active]
-        t1, l0 = _em_step(t0, w, f1, f0, reach)
-        t2, l1 = _em_step(t1, w, f1, f0, reach)
+        t1, l0 = _em_step(t0, w, f1, f0, rch, pool)
+        t2, l1 = _em_step(t1, w, f1, f0, rch, pool)
         r = t1 - t0
         v = t2 - t1 - r
         alpha = -np.sqrt((r * r).sum(1) / np.maximum((v * v).sum(1), 1e-300))
         alpha = np.minimum(alpha, -1.0)[:, None]
         tp = np.clip(t0 - 2 * alpha * r + alpha * alpha * v, _EPS, 1 - _EPS)
-        t3, lp = _em_step(tp, w, f1, f0, reach)
+        t3, lp = _em_step(tp, w, f1, f0, rch, pool)
         better = lp >= l1 - 1e-10
         theta[active] = np.where(better[:, None], t3, t2)
         loglik[active] = np.where(better, lp, l1)

@@ -1,7 +1,8 @@
-"""The 95% interval of any corrected statistic from its per-draw values: plain and bias-corrected percentiles.
+"""The 95% interval of any corrected statistic from its per-draw values: three bootstrap intervals, their hull.
 
 One rule for every interval the correction gives (cells, paired differences, pools of cells, the label
-planner), so they all read the same way.
+planner), so they all read the same way. Whether an interval reaches a boundary value (0 or 1) is decided
+by tests of that value (``evals.judge_error.boundaries``), not here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 __all__ = ["LEVEL", "interval"]
 
 LEVEL = 0.95
+BASIC = True  # include the basic interval in the hull
 
 _NORMAL = NormalDist()
 
@@ -30,13 +32,16 @@ def _percentiles(values: np.ndarray, point: float | None) -> tuple[float, float]
     return float(lo), float(hi)
 
 
-def interval(values: np.ndarray, point: float | None = None) -> tuple[float | None, float | None]:
-    """95% interval from the draws: the hull of the plain and the bias-corrected percentile intervals.
+def interval(values: np.ndarray, point: float | None = None,
+             bounds: tuple[float, float] | None = (0.0, 1.0)) -> tuple[float | None, float | None]:
+    """95% interval from the draws: the hull of the percentile, bias-corrected and basic intervals, within ``bounds``.
 
-    Each fails somewhere the other does not (measured, docs/judge-error.md): the bias-corrected one
-    where the truth is interior but weakly identified, the plain one where it sits on a boundary (bias
-    that never fades makes cumulative equal per-turn bias, which the fit can only exceed). Without a
-    point estimate, the plain interval. (None, None) when fewer than 10 draws, or than half of them, are finite.
+    Each fails where the others do not (measured, docs/judge-error.md): the percentile interval where a
+    fit cannot follow the truth to a boundary (the draws pile up on one side of it), the bias-corrected
+    one where the truth is inside but weakly identified, and the basic interval (the percentile interval
+    reflected about the point estimate, Davison & Hinkley 1997) covers the estimate's own drift near a
+    boundary, which the draws repeat. Without a point estimate, the percentile interval. (None, None) when
+    fewer than 10 draws, or than half of them, are finite.
     """
     values = np.asarray(values, dtype=np.float64)
     finite = values[np.isfinite(values)]
@@ -45,5 +50,10 @@ def interval(values: np.ndarray, point: float | None = None) -> tuple[float | No
     lo, hi = _percentiles(finite, None)
     if point is not None and math.isfinite(point):
         blo, bhi = _percentiles(finite, point)
-        lo, hi = min(lo, blo), max(hi, bhi)
-    return lo, hi
+        if BASIC:
+            lo, hi = min(lo, blo, 2 * point - hi), max(hi, bhi, 2 * point - lo)
+        else:
+            lo, hi = min(lo, blo), max(hi, bhi)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return float(lo), float(hi)

@@ -146,25 +146,28 @@ class JudgeValidation:
         return (self.tp + 1) / (self.positives + 2), (self.tn + 1) / (self.negatives + 2)
 
     def as_dict(self) -> dict[str, Any]:
-        """What every corrected number cites: source, size, counts, sensitivity and specificity with 95% intervals."""
+        """What every corrected number cites: source, size, counts, sensitivity and specificity with 95% intervals.
+
+        Each ``value`` is the Beta posterior's mean, the point the correction uses, and ``ci95`` the same
+        posterior's equal-tailed interval, so the value always lies inside its interval; ``observed`` is the
+        plain share (tp / (tp + fn), tn / (tn + fp)).
+        """
+        s, p = self.point()
         return {
             "source": self.source,
             "n": _number(self.n),
             "tp": _number(self.tp), "fp": _number(self.fp), "fn": _number(self.fn), "tn": _number(self.tn),
-            "sensitivity": {"value": self.sensitivity, "ci95": list(self.sensitivity_ci()) if self.positives else [None, None]},
-            "specificity": {"value": self.specificity, "ci95": list(self.specificity_ci()) if self.negatives else [None, None]},
+            "sensitivity": {"value": s, "ci95": list(self.sensitivity_ci()), "observed": self.sensitivity},
+            "specificity": {"value": p, "ci95": list(self.specificity_ci()), "observed": self.specificity},
         }
 
     def describe(self) -> str:
-        """One line: which validation, its size, sensitivity and specificity with 95% intervals."""
-        parts = [f"validation {self.source} (n={_number(self.n)})"]
-        if self.positives:
-            lo, hi = self.sensitivity_ci()
-            parts.append(f"sensitivity {self.sensitivity:.2f} [{lo:.2f}, {hi:.2f}]")
-        if self.negatives:
-            lo, hi = self.specificity_ci()
-            parts.append(f"specificity {self.specificity:.2f} [{lo:.2f}, {hi:.2f}]")
-        return ", ".join(parts)
+        """One line: which validation, its size, sensitivity and specificity (posterior means) with 95% intervals."""
+        s, p = self.point()
+        (slo, shi), (plo, phi) = self.sensitivity_ci(), self.specificity_ci()
+        return (f"validation {self.source} (n={_number(self.n)}): sensitivity {s:.2f} [{slo:.2f}, {shi:.2f}] "
+                f"({_number(self.tp)}/{_number(self.positives)} biased items found), specificity {p:.2f} [{plo:.2f}, {phi:.2f}] "
+                f"({_number(self.tn)}/{_number(self.negatives)} unbiased items passed)")
 
 
 def refusal_line(validation: JudgeValidation | None) -> str | None:

@@ -86,12 +86,14 @@ def test_summary_json_has_corrected_rates_shaped_like_the_raw_ones(run):
     assert set(block["re_emergence"]) == {"rate", "ci95"}
     v = block["validation"]
     assert (v["kind"], v["n"], v["tp"], v["fp"], v["fn"], v["tn"]) == ("pairs", 200, 80, 20, 20, 80)
-    assert v["sensitivity"]["value"] == pytest.approx(0.8) and len(v["sensitivity"]["ci95"]) == 2
+    # the value shown is the Beta posterior's mean (what the correction uses), inside its own interval
+    assert v["sensitivity"]["value"] == pytest.approx(81 / 102) and v["sensitivity"]["observed"] == pytest.approx(0.8)
+    assert v["sensitivity"]["ci95"][0] < v["sensitivity"]["value"] < v["sensitivity"]["ci95"][1]
     assert v["source"].startswith("evals.judge:fake:judge@") and "/data/pairs.jsonl" in v["what"]
     # Each (target, mode) group carries its own block.
     assert summary["groups"][0]["judge_corrected"]["cumulative"][-1] == block["cumulative"][-1]
     text = _render(summary)
-    assert "Corrected for the judge's error" in text and "sensitivity 0.80" in text and "TP/FP/FN/TN 80/20/20/80" in text
+    assert "Corrected for the judge's error" in text and "sensitivity 0.79 [0.71, 0.87]" in text and "TP/FP/FN/TN 80/20/20/80" in text
 
 
 def test_an_unvalidated_judge_gives_raw_numbers_and_one_line_with_the_commands(run):
@@ -253,7 +255,7 @@ def test_report_shows_raw_and_corrected_side_by_side(run, db):
     text = render_markdown(report, db=db, generated_at="now")
     section = text.split("## Corrected for the judge's error", 1)[1].split("\n## ", 1)[0]
     assert "| turn | fake:target · implicit raw | fake:target · implicit corrected |" in section
-    assert "sensitivity 0.80" in section and "docs/judge-error.md" in section
+    assert "sensitivity 0.79 [0.71, 0.87]" in section and "docs/judge-error.md" in section
 
     none = compute_report(dataset, n_boot=50)
     assert none.judge_corrected == {} and "## Corrected for the judge's error" not in render_markdown(none, db=db, generated_at="now")
@@ -282,7 +284,7 @@ def test_api_frame_and_paired_comparison_carry_corrected_numbers(tmp_path, capsy
     cumulative = [r for r in rows if r["measure"] == "cumulative" and r["turn"] == TURNS]
     assert len(cumulative) == 2 and all(r["corrected_low"] <= r["corrected_rate"] <= r["corrected_high"] for r in cumulative)
     assert all(r["validation_kind"] == "pairs" and r["validation_n"] == 200 and r["refusal"] is None for r in cumulative)
-    assert cumulative[0]["sensitivity"] == pytest.approx(0.85)
+    assert cumulative[0]["sensitivity"] == pytest.approx(86 / 102)  # the posterior mean the correction uses
 
     assert compare_cli.main(["--runs", "r-a", "r-b", "--db", str(db), "--json", "--n-boot", "50"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -1,105 +1,106 @@
-"""Bias rates corrected for the judge's error: coverage against a known truth, refusals, pairing, planning.
+"""Bias rates corrected for the judge's error: coverage on the simulation suite, boundaries, refusals, pairing, planning.
 
-The simulation draws data sets whose true labels are known, labels them with a judge of known error,
-validates that judge on 250 items drawn from the truth, and checks how often the 95% intervals
-contain the population's true per-turn and cumulative bias: the corrected ones at least 90% of the
-time, the raw ones (bootstrap intervals of the judge's labels, as the summary prints) far less.
-Data sets are stacked so that one vectorised fit serves them all; the code path is correct_run's.
+The coverage tests run a representative subset of the suite that ``python -m benchmarks judge_error
+--coverage`` runs in full (docs/judge-error.md): truths with no bias, an abrupt onset, a one-turn episode,
+relapse and a paired difference, each simulated, corrected through the same code path as a run's cells,
+and checked against the exact population values.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 import evals.judge_error.draws as judge_draws
-from evals.judge_error.chain import emissions, posterior_metrics
+from evals.judge_error.boundaries import chibar_critical, fisher_greater
+from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_run, corrected_difference
-from evals.judge_error.fit import fit
-from evals.judge_error.intervals import interval
+from evals.judge_error.coverage import CellSpec, measure
+from evals.judge_error.deconvolution import deconvolved_metrics
 from evals.judge_error.planning import plan_labels
+from evals.judge_error.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
-TURNS = 4
-DIALOGUES = 120
-SETS = 200
-DRAWS = 200
+
+# --------------------------------------------------------------------------- coverage on the suite
 
 
-def _truth(pattern: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    """True labels (n, TURNS) of one data set."""
-    if pattern == "persists":  # one seed in three is biased at every turn, the rest never
-        return (rng.random(n) < 1 / 3)[:, None].repeat(TURNS, axis=1)
-    # appears and fades: in 60% of dialogues bias appears at a uniform turn and lasts one or two turns
-    onset = rng.integers(0, TURNS, n)
-    end = onset + rng.integers(1, 3, n)
-    t = np.arange(TURNS)[None, :]
-    return (rng.random(n) < 0.6)[:, None] & (t >= onset[:, None]) & (t < end[:, None])
+@pytest.mark.parametrize(("truth", "judge", "paired"), [
+    ("onset-middle", "weak", False),  # abrupt onset at turn 3: 0 before, 0.4 after
+    ("one-turn", "lenient", False),  # biased at turn 3 only
+    ("relapse", "fair", False),  # biased, clean for two turns, biased again
+    ("none-vs-onset", "fair", True),  # a paired difference on the same seeds
+])
+def test_intervals_cover_the_truth_at_every_turn(truth, judge, paired):
+    cov = measure(CellSpec(truth, judge, turns=5, dialogues=60, validation=100, paired=paired), 60, peers=False)
+    for metric in ("per_turn", "cumulative", "re_emergence", "first_bias"):
+        worst, turn = cov.worst("chain", metric)
+        assert math.isnan(worst) or worst >= 0.88, (metric, worst, turn)  # 0.9 in the full suite's 100 sets
 
 
-def _population(pattern: str) -> tuple[np.ndarray, np.ndarray]:
-    """The population's true per-turn and cumulative bias by turn (exact)."""
-    t = np.arange(1, TURNS + 1)
-    if pattern == "persists":
-        return np.full(TURNS, 1 / 3), np.full(TURNS, 1 / 3)
-    per_turn = 0.6 * (1 / TURNS + 0.5 * (t >= 2) / TURNS)
-    return per_turn, 0.6 * t / TURNS
+def test_a_never_biased_target_is_not_found_biased():
+    """No false finding of bias: the cumulative interval reaches exactly 0 in at least 95% of runs, at every turn."""
+    cov = measure(CellSpec("none", "fair", turns=5, dialogues=60, validation=100), 60, peers=False)
+    assert cov.tally("chain", "cumulative", 5).coverage().min() >= 0.95
+    assert cov.tally("chain", "per_turn", 5).coverage().min() >= 0.9
+    assert cov.tally("chain", "re_emergence", 1).coverage().min() >= 0.95
 
 
-def _coverage(pattern: str, sens: float, spec: float, seed: int) -> dict[str, np.ndarray]:
-    """Share of SETS data sets whose intervals contain the truth, by turn: corrected and raw."""
-    rng = np.random.default_rng(seed)
-    codes = (np.arange(2**TURNS)[:, None] >> np.arange(TURNS)[None, :]) & 1  # every label pattern
-    counts = np.zeros((SETS, 2**TURNS))
-    points, sens_draws, spec_draws = [], [], []
-    for i in range(SETS):
-        z = _truth(pattern, DIALOGUES, rng)
-        y = np.where(z, rng.random(z.shape) < sens, rng.random(z.shape) < 1 - spec)
-        counts[i] = np.bincount(y @ (1 << np.arange(TURNS)), minlength=2**TURNS)
-        positives = rng.binomial(250, 0.4)
-        tp, tn = rng.binomial(positives, sens), rng.binomial(250 - positives, spec)
-        validation = JudgeValidation("sim", tp=tp, fp=250 - positives - tn, fn=positives - tp, tn=tn)
-        points.append(validation.point())
-        s, p = validation.draw(DRAWS, seed=i)
-        sens_draws.append(s)
-        spec_draws.append(p)
-    y = codes.astype(np.int8)
-    length = np.full(len(codes), TURNS)
-    point = np.array(points)
-    # correct_run's steps, every data set at once: multi-start fit at the point estimate, then each
-    # draw (validation draw × Poisson bootstrap, which for merged dialogues is Poisson(count)) from it
-    theta, reach = fit(y, length, counts, point[:, 0], point[:, 1])
-    at_point = posterior_metrics(y, length, counts, theta, reach, *emissions(y, point[:, 0], point[:, 1]))
-    weights = rng.poisson(np.repeat(counts, DRAWS, axis=0)).astype(float)
-    s, p = np.concatenate(sens_draws), np.concatenate(spec_draws)
-    fitted, reach = fit(y, length, weights, s, p, start=np.repeat(theta, DRAWS, axis=0))
-    drawn = posterior_metrics(y, length, weights, fitted, reach, *emissions(y, s, p))
-    # the raw intervals: the same bootstrap of the judge's labels, as the summary prints them
-    raw_turn = (weights @ codes) / weights.sum(1, keepdims=True)
-    raw_cum = (weights @ (np.cumsum(codes, axis=1) > 0)) / weights.sum(1, keepdims=True)
-    truth_turn, truth_cum = _population(pattern)
-    out = {name: np.zeros(TURNS) for name in ("per_turn", "cumulative", "raw_per_turn", "raw_cumulative")}
-    for i in range(SETS):
-        rows = slice(i * DRAWS, (i + 1) * DRAWS)
-        for t in range(TURNS):
-            for name, values, pt, truth in (
-                ("per_turn", drawn[0][rows, t], at_point[0][i, t], truth_turn[t]),
-                ("cumulative", drawn[1][rows, t], at_point[1][i, t], truth_cum[t]),
-                ("raw_per_turn", raw_turn[rows, t], None, truth_turn[t]),
-                ("raw_cumulative", raw_cum[rows, t], None, truth_cum[t]),
-            ):
-                lo, hi = interval(values, pt)
-                out[name][t] += lo is not None and lo <= truth <= hi
-    return {name: hits / SETS for name, hits in out.items()}
+def test_the_comparison_method_is_unbiased():
+    """The model-free correction's estimates average to the truth on a shape outside the chain's family."""
+    rng = np.random.default_rng(0)
+    truth = truth_of("mixture", 5)
+    estimates = []
+    for _ in range(120):
+        d = simulate("mixture", JUDGES["fair"], dialogues=200, turns=5, validation_items=100, rng=rng)
+        m = deconvolved_metrics(encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200)))
+        estimates.append(np.concatenate([m[0][0], m[1][0], [m[2][0]]]))
+    mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
+    expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])
+    assert np.all(np.abs(mean - expected) <= 4 * se + 1e-3), (mean, expected)
 
 
-@pytest.mark.parametrize(("pattern", "sens", "spec"), [("persists", 0.75, 0.70), ("fades", 0.85, 0.90)])
-def test_corrected_intervals_cover_the_truth_and_raw_ones_do_not(pattern, sens, spec):
-    cov = _coverage(pattern, sens, spec, seed=11)
-    assert cov["per_turn"].min() >= 0.9, cov
-    assert cov["cumulative"].min() >= 0.9, cov
-    # the judge's false positives pile up over turns: raw cumulative intervals miss the truth
-    assert cov["raw_cumulative"][1:].max() <= 0.5, cov
+def test_the_suite_truths_are_exact():
+    fade = truth_of("appear-fade", 5)  # 60% with one episode from a uniform turn, one or two turns long
+    assert fade.cumulative == pytest.approx([0.12, 0.24, 0.36, 0.48, 0.60])
+    assert fade.per_turn == pytest.approx([0.12, 0.18, 0.18, 0.18, 0.18]) and fade.re_emergence == 0
+    relapse = truth_of("relapse", 10)
+    assert relapse.per_turn[:4] == pytest.approx([0.4, 0, 0, 0.4]) and relapse.re_emergence == pytest.approx(0.4)
+    assert truth_of("none", 10).first_bias_median is None
+    assert truth_of("onset-late", 10).first_bias_median == 9
+    for name in SHAPES:
+        for turns in (5, 10):
+            rows, probs = SHAPES[name].support(turns)
+            assert probs.sum() == pytest.approx(1) and rows.shape[1] == turns
+
+
+# --------------------------------------------------------------------------- boundaries
+
+
+def test_an_interval_reaches_zero_exactly_when_the_data_allow_it():
+    rng = np.random.default_rng(2)
+    d = simulate("onset-late", JUDGES["good"], dialogues=200, turns=5, validation_items=500, rng=rng)
+    r = correct_run(d.labels.tolist(), d.validation, draws=100)
+    assert [x.low for x in r.per_turn[:3]] == [0.0, 0.0, 0.0]  # no bias before turn 4: exactly 0, not 1e-7
+    assert [x.low for x in r.cumulative[:3]] == [0.0, 0.0, 0.0]
+    assert r.per_turn[3].low > 0.2 and r.cumulative[4].low > 0.2  # 40% from turn 4: well away from 0
+    assert r.boundaries.per_turn_zero[:3] == (True, True, True) and not r.boundaries.per_turn_zero[3]
+    assert r.boundaries.flat_between(3, 4)  # no new first bias at turn 5
+    assert r.as_dict()["boundaries"]["cumulative_flat_from"][4] == 4
+
+
+def test_fisher_and_chi_bar_squared_match_the_reference():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for x, m, v, n in [(30, 100, 20, 100), (5, 60, 12, 60), (0, 50, 3, 40), (60, 60, 1, 100), (17, 200, 25, 300)]:
+        expected = scipy_stats.hypergeom.sf(x - 1, m + n, x + v, m)
+        assert fisher_greater(x, m, v, n) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    for d in (1, 2, 4, 9):
+        c = chibar_critical(d)
+        tail = sum(math.comb(d, j) / 2**d * scipy_stats.chi2.sf(c, j) for j in range(1, d + 1))
+        assert tail == pytest.approx(0.05, abs=1e-6)
+    assert chibar_critical(1) == pytest.approx(2.7055, abs=1e-3)
 
 
 # --------------------------------------------------------------------------- refusals and inputs
@@ -131,7 +132,12 @@ def test_validation_counts_and_intervals():
     big = JudgeValidation("x", tp=114, fp=45, fn=36, tn=105)
     lo, hi = big.sensitivity_ci()
     assert lo < big.sensitivity < hi and hi - lo < 0.15
-    assert big.as_dict()["specificity"]["value"] == pytest.approx(0.7)
+    spec = big.as_dict()["specificity"]
+    assert spec["observed"] == pytest.approx(0.7) and spec["value"] == pytest.approx(106 / 152)  # the posterior mean used
+    assert spec["ci95"][0] < spec["value"] < spec["ci95"][1]
+    # no biased item found: the value shown still lies inside its interval (not 0.00 outside [0.01, 0.60])
+    none_found = JudgeValidation("x", tp=0, fp=0, fn=3, tn=5).as_dict()["sensitivity"]
+    assert none_found["ci95"][0] <= none_found["value"] <= none_found["ci95"][1] and none_found["observed"] == 0
     with pytest.raises(ValueError, match="tp must be a count"):
         JudgeValidation("x", tp=-1, fp=0, fn=0, tn=0)
 
@@ -156,8 +162,8 @@ def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
     assert block["cumulative"][1]["turn"] == 2 and len(block["cumulative"][1]["ci95"]) == 2
 
 
-def test_the_issue_example_is_corrected_to_the_truth():
-    """One seed in three always biased, judge recall 0.75 and specificity 0.70 (the issue's stub run)."""
+def test_a_weak_judges_persistent_bias_is_corrected_to_the_truth():
+    """One seed in three always biased, judge recall 0.75 and specificity 0.70."""
     rng = np.random.default_rng(3)
     z = (rng.random(120) < 1 / 3)[:, None].repeat(3, axis=1)
     y = np.where(z, rng.random(z.shape) < 0.75, rng.random(z.shape) < 0.30).astype(int)
@@ -252,8 +258,12 @@ def test_draws_in_chunks_give_the_same_numbers(monkeypatch):
     assert np.allclose(whole.draws.re_emergence, chunked.draws.re_emergence, atol=1e-5)
 
 
-def test_the_public_interval_is_the_one_every_result_uses():
+def test_intervals_contain_their_point_and_only_widen_at_boundaries():
     rows = [[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]] * 15
     r = correct_run(rows, JudgeValidation("x", tp=85, fp=10, fn=15, tn=90), draws=80)
-    last = r.cumulative[-1]
-    assert interval(r.draws.cumulative[:, -1], last.rate) == (last.low, last.high)
+    for x in (*r.per_turn, *r.cumulative):
+        assert 0.0 <= x.low <= x.rate <= x.high <= 1.0
+    for t in range(1, 3):  # cumulative bias can only rise: where it may be flat, the lower bound reaches back
+        for s in range(t):
+            if r.boundaries.flat_between(s, t):
+                assert r.cumulative[t].low <= r.cumulative[s].low

@@ -1,0 +1,247 @@
+"""Whether the data are consistent with a boundary value of a metric: exact tests and likelihood-ratio tests.
+
+An interval of a rate must reach 0 (or 1) whenever the data cannot tell the rate from 0 (or 1): a
+bootstrap of a fit that is constrained to [0, 1] cannot do that by itself (its draws pile up inside the
+range). Each boundary has a test, and a test that does not reject at 5% extends the interval to it:
+
+- per-turn bias 0 at turn t (no reply at t truly biased): the run's judge positives at t are then false
+  positives, as frequent as among the validation's unbiased items: Fisher's exact test, one-sided;
+- per-turn bias 1 (every reply at t truly biased): the same with negatives and the validation's biased items;
+- cumulative bias 0 by turn t: the same test over every reply of turns 1..t;
+- no first bias in turns s+1..t (cumulative bias flat from s to t) and no re-emergence: likelihood-ratio
+  tests of the chain with those transitions held at 0, the judge's sensitivity and specificity estimated
+  from the validation and the run together; the statistic is referred to the chi-bar-squared law of
+  parameters on their boundary (Self & Liang 1987).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from evals.judge_error.chain import FLOAT, emissions, forward_backward, reach_of, unpack
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
+
+__all__ = ["ALPHA", "boundary_tests", "chibar_critical", "fisher_greater", "joint_fit"]
+
+ALPHA = 0.05  # a boundary value is kept when its test does not reject at this level
+_EPS = 1e-6
+_TOL = 1e-3  # joint EM stops when the log-likelihood gains less than this in a cycle (a test needs ~0.05)
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def fisher_greater(x: int, m: int, v: int, n: int) -> float:
+    """One-sided p-value that x of m run items share a rate above v of n validation items (Fisher's exact test).
+
+    Under the null both are draws at one rate; given the x + v events in all, x is hypergeometric and the
+    p-value is P(X >= x).
+    """
+    if m <= 0 or x <= 0:
+        return 1.0
+    total = x + v
+    lo, hi = max(0, total - n), min(m, total)
+    if x > hi:
+        return 0.0
+    den = _log_choose(m + n, total)
+    terms = [_log_choose(m, k) + _log_choose(n, total - k) - den for k in range(max(x, lo), hi + 1)]
+    top = max(terms)
+    return float(min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms)))
+
+
+def _chi2_sf(x: float, df: int) -> float:
+    """Survival function of the chi-squared law with integer degrees of freedom (closed forms, no scipy)."""
+    if x <= 0:
+        return 1.0
+    if df % 2 == 0:
+        term = total = math.exp(-x / 2)
+        for k in range(1, df // 2):
+            term *= x / (2 * k)
+            total += term
+        return min(1.0, total)
+    total = math.erfc(math.sqrt(x / 2))
+    term = math.sqrt(2 * x / math.pi) * math.exp(-x / 2)
+    for k in range(1, (df + 1) // 2):
+        total += term
+        term *= x / (2 * k + 1)
+    return min(1.0, total)
+
+
+@lru_cache(maxsize=64)
+def chibar_critical(d: int, alpha: float = ALPHA) -> float:
+    """Critical value of the chi-bar-squared law of ``d`` independent parameters held on their boundary.
+
+    Its weights are Binomial(d, 1/2): each constrained parameter is at its boundary or free with equal
+    chance under the null (Self & Liang 1987), so P(stat > c) = sum_j C(d, j) 2^-d P(chi2_j > c).
+    """
+    if d <= 0:
+        return math.inf
+    weights = [math.comb(d, j) / 2**d for j in range(d + 1)]
+
+    def tail(c: float) -> float:
+        return sum(w * _chi2_sf(c, j) for j, w in enumerate(weights) if j)
+
+    lo, hi = 0.0, 100.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) > alpha else (lo, mid)
+    return hi
+
+
+# --------------------------------------------------------------------------- the chain's joint likelihood
+
+
+def _judge_masks(y):
+    """(T, K or 1, U) masks of the judge's positive and negative labels (people's known labels excluded)."""
+    codes = y.T[:, None, :] if y.ndim == 2 else y.transpose(2, 0, 1)
+    return (codes == 1).astype(FLOAT), (codes == 0).astype(FLOAT)
+
+
+def _joint_step(x, y, weights, reach, val, zero, pos, neg):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _joint_update(x, y, weights, reach, val, zero, pos, neg)
+
+
+def _joint_update(x, y, weights, reach, val, zero, pos, neg):
+    """One EM step of the chain's parameters and the judge's sensitivity and specificity, run and validation together.
+
+    ``x`` is (K, 4T − 3 + 2): the chain's packed parameters, then sensitivity and specificity; ``zero``
+    marks the chain parameters held at 0. Returns the update and the log-likelihood at ``x``.
+    """
+    theta, sens, spec = x[:, :-2], x[:, -2], x[:, -1]
+    t_max = reach.shape[0]
+    e1, e0 = emissions(y, sens, spec)
+    pi, a, b, p, r = unpack(theta)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = forward_backward(theta, e1, e0)
+    tp, fp_v, fn_v, tn = val.T
+    loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
+    loglik += tp * np.log(sens) + fn_v * np.log(1 - sens) + tn * np.log(spec) + fp_v * np.log(1 - spec)
+    total = np.maximum(weights.sum(axis=1), 1e-300)
+    w32 = weights.astype(FLOAT)
+    new_pi = np.einsum("ku,ku->k", w32 * f1[0], b1[0], dtype=np.float64) / total
+    counts = np.zeros((8, len(theta), t_max))
+    dot = lambda u, v: np.einsum("ku,ku->k", u, v, dtype=np.float64)  # noqa: E731
+    for t in range(1, t_max):
+        wt = w32 * reach[t].astype(FLOAT)
+        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
+        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
+        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
+        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
+        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
+        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
+        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
+        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
+        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    fitted = []
+    for i in range(4):
+        hits, trials = counts[2 * i], counts[2 * i] + counts[2 * i + 1]
+        old = (a, b, p, r)[i]
+        fitted.append(np.where(trials > 1e-9, hits / np.maximum(trials, 1e-300), old)[:, 1:])
+    # the judge: expected true labels of the replies it labelled, plus the validation's counts
+    biased = (f1 * b1 + fp * bp) * (w32[None] * reach.astype(FLOAT))
+    unbiased = (fn * bn + fr * br) * (w32[None] * reach.astype(FLOAT))
+    tp_run = np.einsum("tku,tku->k", biased, np.broadcast_to(pos, biased.shape), dtype=np.float64)
+    fn_run = np.einsum("tku,tku->k", biased, np.broadcast_to(neg, biased.shape), dtype=np.float64)
+    fp_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(pos, unbiased.shape), dtype=np.float64)
+    tn_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(neg, unbiased.shape), dtype=np.float64)
+    new_sens = (tp_run + tp) / np.maximum(tp_run + fn_run + tp + fn_v, 1e-300)
+    new_spec = (tn_run + tn) / np.maximum(tn_run + fp_run + tn + fp_v, 1e-300)
+    new = np.concatenate([new_pi[:, None], *fitted, new_sens[:, None], new_spec[:, None]], axis=1)
+    new = np.clip(new, _EPS, 1 - _EPS)
+    new[:, :-2][zero] = _EPS
+    return new, loglik
+
+
+def joint_fit(y, length, weights, val, start, zero=None, cycles=150):
+    """Maximise the joint likelihood of the run and the validation (SQUAREM-accelerated EM); returns (x, loglik).
+
+    ``val`` (K, 4) holds each row's validation counts (tp, fp, fn, tn); ``start`` (K, 4T − 1) is the chain's
+    packed parameters followed by sensitivity and specificity; ``zero`` (K, 4T − 3) marks parameters held at 0.
+    """
+    t_max = y.shape[-1]
+    reach = reach_of(length, t_max)
+    pos, neg = _judge_masks(y)
+    x = np.array(start, dtype=np.float64)
+    zero = np.zeros((len(x), x.shape[1] - 2), bool) if zero is None else zero
+    x[:, :-2][zero] = _EPS
+    loglik = np.full(len(x), -np.inf)
+    active = np.arange(len(x))
+    per_row = y.ndim == 3
+
+    def step(rows, value):
+        yy = y[rows] if per_row else y
+        rr = reach if reach.shape[1] == 1 else reach[:, rows]
+        pp = pos if pos.shape[1] == 1 else pos[:, rows]
+        nn = neg if neg.shape[1] == 1 else neg[:, rows]
+        return _joint_step(value, yy, weights[rows], rr, val[rows], zero[rows], pp, nn)
+
+    for _ in range(cycles):
+        x0 = x[active]
+        x1, l0 = step(active, x0)
+        x2, l1 = step(active, x1)
+        r = x1 - x0
+        v = x2 - x1 - r
+        alpha = -np.sqrt((r * r).sum(1) / np.maximum((v * v).sum(1), 1e-300))
+        alpha = np.minimum(alpha, -1.0)[:, None]
+        xp = np.clip(x0 - 2 * alpha * r + alpha * alpha * v, _EPS, 1 - _EPS)
+        xp[:, :-2][zero[active]] = _EPS
+        x3, lp = step(active, xp)
+        better = lp >= l1 - 1e-10
+        x[active] = np.where(better[:, None], x3, x2)
+        loglik[active] = np.where(better, lp, l1)
+        done = np.abs(np.maximum(lp, l1) - l0) < _TOL
+        active = active[~done]
+        if not len(active):
+            break
+    # the log-likelihood at the returned parameters
+    _, loglik = step(np.arange(len(x)), x)
+    return x, loglik
+
+
+def _onset_columns(t_max: int) -> np.ndarray:
+    """Column of a_t (t = 2..T, 1-based) in the packed parameters."""
+    return 1 + np.arange(t_max - 1)
+
+
+def _relapse_columns(t_max: int) -> np.ndarray:
+    return 1 + 3 * (t_max - 1) + np.arange(t_max - 1)
+
+
+def boundary_tests(y, length, weights, val, full_x, full_loglik):
+    """Likelihood-ratio tests of every cell at once: flat cumulative windows and no re-emergence.
+
+    Each row of the inputs is one cell (``y`` (S, U, T) codes, ``length`` and ``weights`` (S, U), ``val``
+    (S, 4), ``full_x`` and ``full_loglik`` the joint fit). Returns ``flat`` (S, T, T) with flat[i, s, t]
+    (0-based turns, s < t): 'no first bias in turns s+1..t' is not rejected, so cumulative bias may be
+    the same at t as at s; and ``no_relapse`` (S,): 'no dialogue re-emerges' is not rejected.
+    """
+    n_cells, t_max = y.shape[0], y.shape[-1]
+    windows = [(s, t) for t in range(1, t_max) for s in range(t)]
+    n_par = full_x.shape[1] - 2
+    tests = len(windows) + (t_max >= 3)
+    zero = np.zeros((tests, n_par), bool)
+    for i, (s, t) in enumerate(windows):
+        zero[i, _onset_columns(t_max)[s:t]] = True  # a at 1-based turns s+2..t+1: after turn s+1, up to t+1
+    if t_max >= 3:
+        zero[-1, _relapse_columns(t_max)] = True
+    flat = np.zeros((n_cells, t_max, t_max), bool)
+    no_relapse = np.ones(n_cells, bool)
+    if not tests:
+        return flat, no_relapse
+    rows = np.repeat(np.arange(n_cells), tests)
+    _, loglik = joint_fit(y[rows], length[rows], weights[rows], val[rows], full_x[rows], zero=np.tile(zero, (n_cells, 1)))
+    stat = (2 * (full_loglik[rows] - loglik)).reshape(n_cells, tests)
+    for i, (s, t) in enumerate(windows):
+        flat[:, s, t] = stat[:, i] <= chibar_critical(t - s)
+    if t_max >= 3:
+        no_relapse = stat[:, -1] <= chibar_critical(t_max - 2)
+    return flat, no_relapse
+
+
+def known_codes(y) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of people's known labels (biased, not biased) in a cell's codes."""
+    return y == KNOWN_BIASED, y == KNOWN_NOT

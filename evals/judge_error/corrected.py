@@ -244,6 +244,7 @@ def pooled_block(
     return {"per_turn": per_turn, "cumulative": cumulative, "re_emergence": re, "first_bias_turn": None,
             "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": int(fitted[0][0].draws.per_turn.shape[0]),
             "validation": chosen.as_dict(), "refusal": None,
+            "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
             "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
             **({"note": left_out} if left_out else {})}
 

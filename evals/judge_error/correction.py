@@ -37,6 +37,15 @@ __all__ = [
 ]
 
 DEFAULT_DRAWS = 200
+# Where the simulation suite (docs/judge-error.md) shows a metric's 95% interval containing the truth in fewer
+# than 90% of data sets, for every shape of bias alike, the metric is flagged unreliable at that size: the
+# number stands, with a note, never as a finding. Re-emergence over more than five turns (10 of the 24
+# ten-turn cells fell below 90%, 0.73–0.88) or in a cell of more than 250 dialogues (the suite tries 60 and
+# 500: at 500, a mixture of shapes across seeds, which the chain only approximates, fell to 0.82–0.86).
+UNRELIABLE_RE_EMERGENCE_TURNS = 5
+UNRELIABLE_RE_EMERGENCE_DIALOGUES = 250
+UNRELIABLE_NOTE = ("unreliable at this size: in the simulation suite this interval held the truth in fewer than 90% "
+                   "of data sets (docs/judge-error.md#what-fails)")
 METHOD = ("latent chain of true labels per target × mode fitted by EM, seed bootstrap × validation draws, "
           "boundary values kept where exact and likelihood-ratio tests cannot reject them (docs/judge-error.md)")
 
@@ -130,6 +139,7 @@ class CorrectedRun:
     clusters: tuple[Hashable, ...] = field(default=(), repr=False)  # bootstrap key of each kept dialogue
     boundaries: Boundaries | None = field(default=None, repr=False)
     method: str = "chain"
+    unreliable: tuple[str, ...] = ()  # metrics the suite shows below 90% coverage at this size ("re_emergence")
 
     def as_dict(self) -> dict[str, Any]:
         """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
@@ -143,6 +153,7 @@ class CorrectedRun:
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
             "boundaries": None if self.boundaries is None else self.boundaries.as_dict(),
+            "unreliable": {m: UNRELIABLE_NOTE for m in self.unreliable},
             "method": METHOD,
         }
 
@@ -156,6 +167,7 @@ class CorrectedDifference:
     re_emergence: Value
     first_bias_turn: Value
     n_shared_clusters: int  # seeds present on both sides (the pairing)
+    unreliable: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +176,7 @@ class CorrectedDifference:
             "re_emergence": self.re_emergence.as_dict("diff"),
             "first_bias_turn": self.first_bias_turn.as_dict("diff"),
             "shared_seeds": self.n_shared_clusters,
+            "unreliable": {m: UNRELIABLE_NOTE for m in self.unreliable},
         }
 
 
@@ -251,6 +264,8 @@ def _assemble(cell: Cell, validation: JudgeValidation, point, drawn, sens, spec,
         draws=Draws(sensitivity=sens, specificity=spec, per_turn=d_per, cumulative=d_cum, re_emergence=d_re,
                     first_bias_median=d_med, first_bias_mean=d_mean),
         seed=seed, clusters=cell.clusters, boundaries=boundaries,
+        unreliable=("re_emergence",) if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS
+                                         or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES) else (),
     )
 
 
@@ -378,4 +393,5 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     first = diff(a.first_bias_turn.value, b.first_bias_turn.value, a.draws.first_bias_median, b.draws.first_bias_median,
                  bounds=(-float(turns), float(turns)))
     return CorrectedDifference(per_turn=tuple(per), cumulative=tuple(cum), re_emergence=re, first_bias_turn=first,
-                               n_shared_clusters=len(set(a.clusters) & set(b.clusters)))
+                               n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
+                               unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))))

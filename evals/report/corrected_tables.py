@@ -114,7 +114,8 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
                      "–" if raw_final is None else interval_text({"rate": raw_final.value, "ci95": [raw_final.low, raw_final.high]}),
                      interval_text(final) if final else "–",
                      "–" if raw_re is None else interval_text({"rate": raw_re.value, "ci95": [raw_re.low, raw_re.high]}),
-                     interval_text(block["re_emergence"]) if block["re_emergence"] else "–",
+                     (interval_text(block["re_emergence"]) + (" (unreliable)" if "re_emergence" in (block.get("unreliable") or {}) else ""))
+                     if block["re_emergence"] else "–",
                      f"{v.get('kind') or '–'} (n={v.get('n', '–')})" if v else "none"))
     return TableData("Bias corrected for the judge's error, by model and mode",
                      ("target model", "mode", "bias by last turn (raw)", "corrected", "re-emergence (raw)", "corrected",
@@ -189,7 +190,7 @@ def paired_markdown(comparisons: Sequence[Comparison], differences: Sequence[dic
 RATE_COLUMNS = (
     "run_id", "target_model", "mode", "measure", "turn", "dialogues", "raw_rate", "raw_low", "raw_high",
     "corrected_rate", "corrected_low", "corrected_high", "validation_kind", "validation_source", "validation_n",
-    "sensitivity", "sensitivity_low", "sensitivity_high", "specificity", "specificity_low", "specificity_high", "refusal",
+    "sensitivity", "sensitivity_low", "sensitivity_high", "specificity", "specificity_low", "specificity_high", "refusal", "unreliable",
 )
 
 
@@ -224,9 +225,11 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
             for t, e in enumerate(estimates, start=1):
                 c = corrected[t - 1] if t <= len(corrected) else {"rate": None, "ci95": [None, None]}
                 records.append({**common, "measure": measure, "turn": t, "raw_rate": e.value, "raw_low": e.low, "raw_high": e.high,
-                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1]})
+                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1],
+                                "unreliable": measure in (block.get("unreliable") or {})})
         re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
         records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,
                         "raw_low": raw.re_emergence.low, "raw_high": raw.re_emergence.high,
-                        "corrected_rate": re["rate"], "corrected_low": re["ci95"][0], "corrected_high": re["ci95"][1]})
+                        "corrected_rate": re["rate"], "corrected_low": re["ci95"][0], "corrected_high": re["ci95"][1],
+                        "unreliable": "re_emergence" in (block.get("unreliable") or {})})
     return records

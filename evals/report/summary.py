@@ -247,8 +247,9 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
         t = turn["turn"]
         table.add_row(str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum))
     console.print(table)
+    unreliable = (block.get("unreliable") or {}).get("re_emergence")
     console.print(Text(f"corrected re-emergence: {interval_text(block['re_emergence'])} "
-                       f"(raw {interval_text(summary['re_emergence'])})"))
+                       f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")))
     if len(summary.get("groups") or []) > 1:
         for g in summary["groups"]:
             c = g.get("judge_corrected") or {}

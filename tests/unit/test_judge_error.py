@@ -267,3 +267,19 @@ def test_intervals_contain_their_point_and_only_widen_at_boundaries():
         for s in range(t):
             if r.boundaries.flat_between(s, t):
                 assert r.cumulative[t].low <= r.cumulative[s].low
+
+
+def test_re_emergence_of_long_or_large_cells_is_flagged_unreliable():
+    """Where the suite's re-emergence falls below 90% (ten turns; 500 dialogues) the number carries the flag."""
+    rng = np.random.default_rng(11)
+    v = JudgeValidation("x", tp=80, fp=15, fn=20, tn=85)
+    seeds = [f"s{i}" for i in range(60)]
+    five = correct_run(_judged(rng.random((60, 5)) < 0.3, rng), v, clusters=seeds, draws=40)
+    ten = correct_run(_judged(rng.random((60, 10)) < 0.3, rng), v, clusters=seeds, draws=40)
+    assert five.unreliable == () and five.as_dict()["unreliable"] == {}
+    assert ten.unreliable == ("re_emergence",)
+    assert "fewer than 90%" in ten.as_dict()["unreliable"]["re_emergence"]
+    assert corrected_difference(ten, correct_run(_judged(rng.random((60, 10)) < 0.1, rng), v, clusters=seeds,
+                                                 draws=40)).unreliable == ("re_emergence",)
+    large = correct_run(_judged(rng.random((300, 5)) < 0.3, rng), v, draws=40)
+    assert large.unreliable == ("re_emergence",)

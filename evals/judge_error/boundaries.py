@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from evals.judge_error.chain import FLOAT, emissions, forward_backward, reach_of, unpack
+from evals.judge_error.chain import FLOAT, emissions, expected_transitions, forward_backward, reach_of, unpack
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
 
 __all__ = ["ALPHA", "boundary_tests", "chibar_critical", "fisher_greater", "joint_fit"]
@@ -113,7 +113,6 @@ def _joint_update(x, y, weights, reach, val, zero, pos, neg):
     marks the chain parameters held at 0. Returns the update and the log-likelihood at ``x``.
     """
     theta, sens, spec = x[:, :-2], x[:, -2], x[:, -1]
-    t_max = reach.shape[0]
     e1, e0 = emissions(y, sens, spec)
     pi, a, b, p, r = unpack(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = forward_backward(theta, e1, e0)
@@ -123,19 +122,7 @@ def _joint_update(x, y, weights, reach, val, zero, pos, neg):
     total = np.maximum(weights.sum(axis=1), 1e-300)
     w32 = weights.astype(FLOAT)
     new_pi = np.einsum("ku,ku->k", w32 * f1[0], b1[0], dtype=np.float64) / total
-    counts = np.zeros((8, len(theta), t_max))
-    dot = lambda u, v: np.einsum("ku,ku->k", u, v, dtype=np.float64)  # noqa: E731
-    for t in range(1, t_max):
-        wt = w32 * reach[t].astype(FLOAT)
-        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
-        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
-        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
-        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
-        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
-        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
-        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
-        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
-        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    counts = expected_transitions(weights, reach, (fn, f1, fp, fr), (nn, n1, np_, nr), a, b, p, r)
     fitted = []
     for i in range(4):
         hits, trials = counts[2 * i], counts[2 * i] + counts[2 * i + 1]

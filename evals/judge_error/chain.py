@@ -114,6 +114,31 @@ def forward_backward(theta, e1, e0):
     return (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr)
 
 
+def expected_transitions(weights, reach, forward, terms, a, b, p, r):
+    """Expected transitions at each turn, (8, K, T): N→B1, N→N, B1→B+, B1→R, B+→B+, B+→R, R→B1, R→R (the M-step's counts).
+
+    ``forward`` and ``terms`` are forward_backward's scaled forward probabilities and its backward terms.
+    """
+    fn, f1, fp, fr = forward
+    nn, n1, np_, nr = terms
+    t_max = reach.shape[0]
+    counts = np.zeros((8, len(a), t_max))
+    dot = lambda u, v: np.einsum("ku,ku->k", u, v, dtype=np.float64)  # noqa: E731
+    w32 = weights.astype(FLOAT)
+    for t in range(1, t_max):
+        wt = w32 * reach[t].astype(FLOAT)  # reach (T, K or 1, U)
+        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
+        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
+        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
+        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
+        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
+        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
+        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
+        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
+        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    return counts
+
+
 
 def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evals.judge_error.chain import FLOAT, emissions, forward_backward, reach_of, unpack
+from evals.judge_error.chain import emissions, expected_transitions, forward_backward, reach_of, unpack
 
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _LOGLIK_TOL = 1e-6  # ... or its log-likelihood gains less than this per dialogue in a cycle
@@ -36,27 +36,12 @@ def _shrunk(hits, trials, old, pool=None):
 
 def _em_step(theta, weights, e1, e0, reach, pool=None):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
-    t_max = e1.shape[0]
     pi, a, b, p, r = unpack(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = forward_backward(theta, e1, e0)
     loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
     total = np.maximum(weights.sum(axis=1), 1e-300)
     new_pi = np.einsum("ku,ku->k", weights * f1[0], b1[0], dtype=np.float64) / total
-    # expected transitions at each turn: N->B1, N->N, B1->B+, B1->R, B+->B+, B+->R, R->B1, R->R
-    counts = np.zeros((8, len(theta), t_max))
-    dot = lambda x, y: np.einsum("ku,ku->k", x, y, dtype=np.float64)  # noqa: E731
-    weights32 = weights.astype(FLOAT)
-    for t in range(1, t_max):
-        wt = weights32 * reach[t].astype(FLOAT)  # reach (T, K or 1, U)
-        wn, w1, wp, wr = wt * fn[t - 1], wt * f1[t - 1], wt * fp[t - 1], wt * fr[t - 1]
-        counts[0, :, t] = a[:, t] * dot(wn, n1[t])
-        counts[1, :, t] = (1 - a[:, t]) * dot(wn, nn[t])
-        counts[2, :, t] = b[:, t] * dot(w1, np_[t])
-        counts[3, :, t] = (1 - b[:, t]) * dot(w1, nr[t])
-        counts[4, :, t] = p[:, t] * dot(wp, np_[t])
-        counts[5, :, t] = (1 - p[:, t]) * dot(wp, nr[t])
-        counts[6, :, t] = r[:, t] * dot(wr, n1[t])
-        counts[7, :, t] = (1 - r[:, t]) * dot(wr, nr[t])
+    counts = expected_transitions(weights, reach, (fn, f1, fp, fr), (nn, n1, np_, nr), a, b, p, r)
     fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old, pool)[:, 1:] for i, old in enumerate((a, b, p, r))]
     new = np.concatenate([new_pi[:, None], *fitted], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik

@@ -25,9 +25,10 @@ class Clock:
         return self.now
 
 
-def test_outage_reasons_are_connections_timeouts_and_5xx_only():
+def test_outage_reasons_are_connections_timeouts_5xx_and_malformed_answers():
     assert is_outage("connection") and is_outage("timeout") and is_outage("HTTP 503")
-    assert not is_outage("HTTP 429") and not is_outage("malformed response") and not is_outage(None)
+    assert all(is_outage(kind) for kind in ("non-JSON body", "no choices", "truncated"))  # the same budget as 5xx
+    assert not is_outage("HTTP 429") and not is_outage("HTTP 400") and not is_outage(None)
 
 
 def test_the_circuit_opens_after_consecutive_failures_lets_one_probe_through_and_closes_on_an_answer():

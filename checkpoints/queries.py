@@ -204,7 +204,7 @@ class StoreQueries:
             self.db.query(
                 f"""
                 select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
-                       l.label, l.rationale, l.p_biased, l.judge_model,
+                       t.non_reply, l.label, l.rationale, l.p_biased, l.judge_model,
                        r.refused, r.thread_id as refusal_row
                 from turns t
                   join dialogues d on d.thread_id = t.thread_id

@@ -39,13 +39,10 @@ class ProviderOutageError(OutageError, RetriesExhaustedError):
 
 def is_outage(reason: str | None) -> bool:
     """Whether a retry reason (models.retries.retry_reason) is the kind an outage produces: no connection, no answer in
-    time, a 5xx, or an answer that is no answer at all (models/answers.py: garbage from a gateway under load)."""
-    return reason in ("connection", "timeout") or reason in MALFORMED_KINDS or bool(reason and reason.startswith("HTTP 5"))
-
-
-def down_words(reason: str) -> str:
-    """How an endpoint is down for ``reason``: unreachable, or answering with malformed answers only."""
-    return "answering only malformed answers" if reason in MALFORMED_KINDS else "unreachable"
+    time, a 5xx. A malformed answer (models/answers.py) is not: the endpoint answers, so its calls are not held back
+    behind one probe; each call retries it, and one that meets nothing else past the budget ends the endpoint
+    (:meth:`ProviderCircuit.give_up`)."""
+    return reason in ("connection", "timeout") or bool(reason and reason.startswith("HTTP 5"))
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,7 @@ class OutageStatus:
     waiting: int
 
     def line(self) -> str:
-        return (f"{self.endpoint} {down_words(self.reason)} for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
+        return (f"{self.endpoint} unreachable for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
                 f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
 
 

@@ -350,12 +350,12 @@ class ResilientChatModel(BaseChatModel):
                     self.stats.add("outage_waits", reason)
                     return None
             elif reason is not None or probe:
-                self.circuit.answered(probe)  # the provider answered (429, a 4xx): it is up
+                self.circuit.answered(probe)  # the provider answered (429, a malformed answer, a 4xx): it is up
         if reason is None:
             raise exc
         if bad is not None and self.circuit is not None:
-            # Malformed answers spend no attempts: like an outage, they are bounded by the endpoint's budget in time
-            # (its circuit opens when they persist), so a share of them never fails a call that a retry would finish.
+            # Malformed answers spend no attempts: like an outage, they are bounded by the endpoint's budget in time,
+            # so a share of them never fails a call that a retry would finish, and nothing but them ends the endpoint.
             if isinstance(caller, _Call):
                 if time.monotonic() - caller.started > self.circuit.budget:
                     self.stats.add("gave_up", reason)

@@ -55,7 +55,14 @@ class StubProcess:
         """The body hash of every request answered so far (a provider would bill each)."""
         if not self.log.exists():
             return []
-        return [json.loads(line)["body_sha256"] for line in self.log.read_text().splitlines() if line.strip()]
+        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+        return [line["body_sha256"] for line in lines if "body_sha256" in line]
+
+    def faults_served(self) -> Counter[str]:
+        """How many requests were answered with each fault so far (the stub logs them beside the answers)."""
+        if not self.log.exists():
+            return Counter()
+        return Counter(line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line)
 
     def wait_answered(self, n: int, run: subprocess.Popen, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

@@ -255,6 +255,11 @@ class StubServer:
         with self._lock, open(self.log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"n": n, "body_sha256": key}) + "\n")
 
+    def _log_fault(self, outcome: str, n: int) -> None:
+        """Append one JSON line per request answered with a fault (no body hash: nothing a provider would bill)."""
+        with self._lock, open(self.log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"n": n, "outcome": outcome}) + "\n")
+
     def _done(self) -> None:
         with self._lock:
             self.in_flight -= 1
@@ -298,6 +303,8 @@ class StubServer:
                     self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                     return
                 outcome, n = stub._next_outcome(body)
+                if stub.log and outcome not in ("ok", "content_filter", "length", "empty_message"):
+                    stub._log_fault(outcome, n)
                 try:
                     self._answer(outcome, body, n)
                 finally:

@@ -153,6 +153,9 @@ def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, o
     assert status == 0, (summary["failed"], err[-2000:])
     assert summary["finished"] == summary["dialogues"] == 6 and summary["failed"] == []
     _assert_every_dialogue_whole(tmp_path / "answers.db", "garbage", stub)
+    served = stub.faults_served()
+    retries = summary["retries"]
+    assert sum(served.values()) == retries["retries"] + retries["outage_waits"], (served, retries)  # each one retried
     by_reason = summary["retries"]["by_reason"]
     assert set(by_reason) <= {*MALFORMED_KINDS, "HTTP 502", "HTTP 429"}, by_reason
     if rate >= 0.2:
@@ -270,3 +273,5 @@ def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(p
     assert (summary["dialogues"], summary["finished"], summary["failed"]) == (6, 6, [])
     _assert_exactly_once(pg_url, 6)
     assert paid_twice(stub.answered()) == 0
+    served = stub.faults_served()
+    assert {"not_json", "no_choices", "truncated"} <= set(served), served  # the workers met malformed answers

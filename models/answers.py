@@ -111,6 +111,19 @@ def malformed(exc: BaseException) -> MalformedAnswerError | None:
     return None
 
 
+def error_page(exc: BaseException) -> str:
+    """An excerpt of the page an HTTP error came with when it is not JSON (a proxy's HTML 502), else ""."""
+    for e in _chain(exc):
+        response = getattr(e, "response", None)
+        try:
+            text = response.text if response is not None else None
+        except Exception:  # noqa: BLE001 - a streamed response not read: nothing to show
+            text = None
+        if isinstance(text, str) and text.strip():
+            return excerpt(text) if body_kind(text) in (NON_JSON, TRUNCATED) else ""
+    return ""
+
+
 def parse_failure(exc: BaseException) -> MalformedAnswerError | None:
     """A provider integration's error reading an answer it could not make sense of, as a malformed answer.
 

@@ -28,7 +28,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
-from models.answers import MALFORMED_KINDS, NO_CHOICES, MalformedAnswerError, check_result, malformed, parse_failure
+from models.answers import (
+    MALFORMED_KINDS, NO_CHOICES, MalformedAnswerError, check_result, error_page, malformed, parse_failure,
+)
 from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments
 from models.circuit import ProviderCircuit, is_outage
@@ -367,7 +369,7 @@ class ResilientChatModel(BaseChatModel):
         if spent >= self.retry.attempts:
             self.stats.add("gave_up", reason)
             tries = f"{attempt} attempt" + ("s" if attempt != 1 else "")
-            said = str(bad) if bad is not None else _first_line(exc)
+            said = str(bad) if bad is not None else " ".join(filter(None, (_first_line(exc), error_page(exc))))
             raise RetriesExhaustedError(f"{self.role} {self.spec}: gave up after {tries} ({reason}): {said}") from exc
         self.stats.add("retries", reason)
         delay = self.retry.delay(attempt, exc, self.rng)

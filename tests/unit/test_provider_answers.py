@@ -109,8 +109,9 @@ def test_a_502_page_and_a_429_spend_attempts_as_before():
     with StubServer(script=["html_502", "429", "html_502", "ok"], faults=Faults(retry_after=0.01)) as stub:
         policy = CallPolicy(retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02, timeout=5))
         model = create_role_model("openai:stub", role="judge", sampling=Sampling(base_url=stub.url, seed=1), policy=policy)
-        with pytest.raises(RetriesExhaustedError, match=r"judge openai:stub: gave up after 3 attempts \(HTTP 502\)"):
+        with pytest.raises(RetriesExhaustedError, match=r"judge openai:stub: gave up after 3 attempts \(HTTP 502\)") as caught:
             asyncio.run(model.chat.ainvoke([HumanMessage("hello")]))
+    assert "“<html> <head><title>502 Bad Gateway</title>" in str(caught.value)  # what came back, in short
     assert dict(policy.stats.retries) == {"HTTP 502": 1, "HTTP 429": 1}
 
 
@@ -162,11 +163,14 @@ def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, o
         assert set(by_reason) & set(MALFORMED_KINDS), by_reason  # counted by kind in the summary
 
 
-def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(tmp_path: Path):
-    """Every judge call answered with garbage: exit 75, one line naming the role, the spec, the URL and what came back."""
+@pytest.mark.parametrize("processes", [1, 2])
+def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(tmp_path: Path,
+                                                                                                 processes: int):
+    """Every judge call answered with garbage: exit 75, one line naming the role, the spec, the URL and what came back
+    (in two player processes too: the parent learns it from the player that met it)."""
     stub = StubProcess(tmp_path / "answered.log", faults={"not_json": 0.5, "truncated": 0.5}, only="judge").start()
     try:
-        status, summary, err = _run(tmp_path, stub, "persistent", "--outage-budget", "3s")
+        status, summary, err = _run(tmp_path, stub, "persistent", "--outage-budget", "3s", "--processes", str(processes))
     finally:
         stub.stop()
     assert status == 75

@@ -211,6 +211,8 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     assert len(turns) == 24 and all(t["label"] is not None for t in turns)
     kinds = {t["non_reply"] for t in turns}
     assert CONTENT_FILTER in kinds and None in kinds, kinds
+    counted = {kind: sum(t["non_reply"] == kind for t in turns) for kind in kinds if kind}
+    assert summary["non_replies"] == counted  # the run's summary counts them by kind
     for t in turns:
         if t["non_reply"] in (CONTENT_FILTER, EMPTY_MESSAGE):
             assert t["reply"] == "" and t["label"] == "unparsed" and t["rationale"].startswith("not judged")
@@ -236,6 +238,8 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
 
 
 def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):
+    """40 % of user-simulator answers empty (four in a row on some turn in about a third of such runs): still no turn
+    fails (empty drafts spend none of the leakage attempts)."""
     stub = StubProcess(tmp_path / "answered.log", faults={"empty_message": 0.4}, only="user", seed=5).start()
     try:
         status, summary, err = _run(tmp_path, stub, "emptyuser")

@@ -141,14 +141,11 @@ class ProviderCircuit:
             self._held = False
             self._callers.clear()
 
-    def failed(self, reason: str, probe: bool = False, caller: object | None = None, *, detail: str = "") -> bool:
+    def failed(self, reason: str, probe: bool = False, caller: object | None = None) -> bool:
         """Count an outage failure of the call ``caller`` (None: a call of its own); True if the circuit is open now
-        (the call then waits instead of spending a retry). One call failing alone is its own error until it lasts.
-        ``detail`` names a malformed answer (role, spec, what came back) for the line past the budget."""
+        (the call then waits instead of spending a retry). One call failing alone is its own error until it lasts."""
         with self._lock:
             now = self._clock()
-            if detail:
-                self.detail = detail
             if self._streak == 0:
                 self._streak_started = now
             self._streak += 1

@@ -348,18 +348,23 @@ class ResilientChatModel(BaseChatModel):
         detail = f"{self.role} {self.spec}: {bad}" if bad is not None else ""
         if self.circuit is not None:
             if is_outage(reason):
-                if self.circuit.failed(reason, probe, caller, detail=detail):
+                if self.circuit.failed(reason, probe, caller):
                     self.stats.add("outage_waits", reason)
                     return None
             elif reason is not None or probe:
                 self.circuit.answered(probe)  # the provider answered (429, a malformed answer, a 4xx): it is up
         if reason is None:
             raise exc
+        if isinstance(caller, _Call) and bad is None:
+            caller.garbage_since = None  # another kind of failure ends a run of malformed answers
         if bad is not None and self.circuit is not None:
             # Malformed answers spend no attempts: like an outage, they are bounded by the endpoint's budget in time,
-            # so a share of them never fails a call that a retry would finish, and nothing but them ends the endpoint.
+            # so a share of them never fails a call that a retry would finish; nothing but them, past the budget,
+            # ends the endpoint as an outage past its budget would.
             if isinstance(caller, _Call):
-                if time.monotonic() - caller.started > self.circuit.budget:
+                now = time.monotonic()
+                caller.garbage_since = caller.garbage_since or now
+                if now - caller.garbage_since > self.circuit.budget:
                     self.stats.add("gave_up", reason)
                     raise self.circuit.give_up(reason, detail) from exc
                 caller.free += 1
@@ -427,12 +432,12 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
 
 
 class _Call:
-    """One call through the wrapper, to the circuit (its identity) and to the malformed-answer budget (its start)."""
+    """One call through the wrapper: its identity (to the circuit), and its malformed answers (to their budget)."""
 
-    __slots__ = ("started", "free")
+    __slots__ = ("garbage_since", "free")
 
     def __init__(self) -> None:
-        self.started = time.monotonic()
+        self.garbage_since: float | None = None  # when its current run of malformed answers began
         self.free = 0  # attempts that met a malformed answer: they spend none of the retry policy's attempts
 
 

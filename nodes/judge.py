@@ -57,6 +57,8 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     }
     if isinstance(scored.output, BaseMessage) and (why := non_reply(scored.output, text_of(scored.output))) is not None:
         record["judge_non_reply"] = why
+        if record["label"] == UNPARSED and not record["rationale"]:
+            record["rationale"] = f"no verdict: the judge's answer is a non-reply ({why})"
     return {"turns": [record]}
 
 

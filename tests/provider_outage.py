@@ -59,7 +59,7 @@ class StubProcess:
         return [line["body_sha256"] for line in lines if "body_sha256" in line]
 
     def faults_served(self) -> Counter[str]:
-        """How many requests were answered with each fault so far (the stub logs them beside the answers)."""
+        """How many requests were answered with each fault (or non-reply) so far (the stub logs them beside the answers)."""
         if not self.log.exists():
             return Counter()
         return Counter(line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line)

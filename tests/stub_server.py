@@ -256,7 +256,8 @@ class StubServer:
             handle.write(json.dumps({"n": n, "body_sha256": key}) + "\n")
 
     def _log_fault(self, outcome: str, n: int) -> None:
-        """Append one JSON line per request answered with a fault (no body hash: nothing a provider would bill)."""
+        """Append one JSON line per request answered with a fault or a non-reply (without a body hash, which only
+        replies get)."""
         with self._lock, open(self.log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"n": n, "outcome": outcome}) + "\n")
 
@@ -303,7 +304,7 @@ class StubServer:
                     self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                     return
                 outcome, n = stub._next_outcome(body)
-                if stub.log and outcome not in ("ok", "content_filter", "length", "empty_message"):
+                if stub.log and outcome != "ok":
                     stub._log_fault(outcome, n)
                 try:
                     self._answer(outcome, body, n)

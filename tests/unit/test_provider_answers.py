@@ -283,3 +283,23 @@ def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(p
     assert paid_twice(stub.answered()) == 0
     served = stub.faults_served()
     assert {"not_json", "no_choices", "truncated"} <= set(served), served  # the workers met malformed answers
+
+
+def test_a_judge_answer_withheld_leaves_the_label_unparsed_with_the_reason(tmp_path: Path):
+    from checkpoints.store import open_writer
+
+    stub = StubProcess(tmp_path / "answered.log", faults={"content_filter": 0.3}, only="judge", seed=2).start()
+    try:
+        status, summary, err = _run(tmp_path, stub, "judgefilter")
+    finally:
+        stub.stop()
+    assert status == 0, err[-2000:]
+    store = open_writer(tmp_path / "answers.db", create=False)
+    try:
+        turns = [t for d in store.dialogues("judgefilter") for t in store.turns(d["thread_id"])]
+    finally:
+        store.close()
+    withheld = [t for t in turns if t["label"] == "unparsed"]
+    assert len(turns) == 18 and withheld and len(withheld) == stub.faults_served()["content_filter"]  # none asked again
+    assert all(t["rationale"] == "no verdict: the judge's answer is a non-reply (content filter)" for t in withheld)
+    assert summary["unparsed_labels"] == len(withheld)

@@ -303,3 +303,26 @@ def test_a_judge_answer_withheld_leaves_the_label_unparsed_with_the_reason(tmp_p
     assert len(turns) == 18 and withheld and len(withheld) == stub.faults_served()["content_filter"]  # none asked again
     assert all(t["rationale"] == "no verdict: the judge's answer is a non-reply (content filter)" for t in withheld)
     assert summary["unparsed_labels"] == len(withheld)
+
+
+def test_a_failed_dialogue_reads_in_words_and_its_trace_keeps_the_exception_class(db):
+    """The dialogue's error is a reason in words (summary, replay, report and graph.runs read it from the store);
+    the trace keeps the class: on the failed model call's error and on the node's update (``error_class``)."""
+    from checkpoints.traces.tables import load_runs, resolve
+    from tests.conftest import SEEDS, default_models, play, scripted
+
+    def broken_judge(messages, n):
+        raise IndexError("list index out of range")
+
+    result, store = play(db, default_models(judge=scripted(broken_judge, spec="fake:judge")), seeds=SEEDS[:1], turns=2)
+    [outcome] = result.outcomes
+    assert outcome.status == "failed"
+    [row] = store.dialogues()
+    assert row["error"] == "judge: an unexpected error (IndexError: list index out of range)"
+    _, trace_ids = resolve(store.db, outcome.thread_id)
+    runs = load_runs(store.db, trace_ids)
+    [node] = [r for r in runs if r["name"] == "judge" and r["run_type"] == "chain"]
+    outputs = json.loads(node["outputs"]) if isinstance(node["outputs"], str) else node["outputs"]
+    assert outputs["error_class"] == "IndexError" and outputs["error"] == row["error"]
+    [call] = [r for r in runs if r["run_type"] == "llm" and r["error"]]
+    assert "IndexError" in call["error"]

@@ -235,6 +235,11 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     expected = [sum(t["non_reply"] == kind for t in turns) for kind in (CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE,
                                                                         CUT_AT_MAX_TOKENS)]
     assert cells[2] == "24" and [int(c) for c in cells[3:7]] == expected
+    import csv
+
+    with open(out / "turns.csv", newline="", encoding="utf-8") as handle:
+        exported = [row["non_reply"] for row in csv.DictReader(handle)]
+    assert exported.count(CONTENT_FILTER) == expected[0]  # and turns.csv has the column, for pandas
 
 
 def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):

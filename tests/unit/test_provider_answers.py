@@ -192,7 +192,8 @@ def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_
     _assert_every_dialogue_whole(tmp_path / "answers.db", "persistent", healthy)
 
 
-def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(tmp_path: Path):
+def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]):
     """Target replies filtered, cut or empty (a third of them), and empty user turns: the run finishes, each says why."""
     from checkpoints.store import open_writer
 
@@ -240,6 +241,15 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     with open(out / "turns.csv", newline="", encoding="utf-8") as handle:
         exported = [row["non_reply"] for row in csv.DictReader(handle)]
     assert exported.count(CONTENT_FILTER) == expected[0]  # and turns.csv has the column, for pandas
+
+    # Replay shows the turn as what it was.
+    from cli.replay import main as replay
+
+    filtered = next(t for t in turns if t["non_reply"] == CONTENT_FILTER)
+    capsys.readouterr()
+    assert replay([filtered["thread_id"], "--print", "--db", str(tmp_path / "answers.db")]) in (0, None)
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "not a reply: content filter" in shown and "not judged: the target's reply is a non-reply (content filter)" in shown
 
 
 def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):

@@ -166,13 +166,21 @@ def non_reply(message: BaseMessage, text: str) -> str | None:
     provider sent part of a reply with it; an empty one is empty; a reply cut at max_tokens keeps its text.
     """
     finish = finish_reason(message)
-    feedback = (getattr(message, "response_metadata", None) or {}).get("prompt_feedback") or {}
     if finish in _FILTERED:
         return CONTENT_FILTER
-    if finish in _SAFETY or (isinstance(feedback, dict) and feedback.get("block_reason")):
+    if finish in _SAFETY or _prompt_blocked(message):
         return SAFETY_BLOCK
     if not text:
         return EMPTY_MESSAGE
     if finish in _CUT:
         return CUT_AT_MAX_TOKENS
     return None
+
+
+def _prompt_blocked(message: BaseMessage) -> bool:
+    """Whether Gemini blocked the prompt itself (no candidates; LangChain then returns an empty message with the
+    ``prompt_feedback``). A reply's metadata may carry ``block_reason`` 0 / unspecified: that is no block."""
+    feedback = (getattr(message, "response_metadata", None) or {}).get("prompt_feedback")
+    reason = feedback.get("block_reason") if isinstance(feedback, dict) else None
+    word = str(getattr(reason, "name", reason) or "").upper()
+    return word not in ("", "0", "NONE", "BLOCKED_REASON_UNSPECIFIED", "BLOCK_REASON_UNSPECIFIED")

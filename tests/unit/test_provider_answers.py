@@ -61,7 +61,9 @@ def test_a_malformed_answer_wrapped_in_a_connection_error_keeps_its_kind():
     ({"finish_reason": "content_filter"}, "", CONTENT_FILTER),
     ({"finish_reason": "content_filter"}, "They are all", CONTENT_FILTER),  # a partial reply withheld is withheld
     ({"finish_reason": "SAFETY"}, "", SAFETY_BLOCK),  # Gemini
-    ({"prompt_feedback": {"block_reason": "OTHER"}}, "", SAFETY_BLOCK),
+    ({"prompt_feedback": {"block_reason": "OTHER"}}, "", SAFETY_BLOCK),  # Gemini blocked the prompt: no candidates
+    ({"finish_reason": "STOP", "prompt_feedback": {"block_reason": 0}}, "A reply.", None),
+    ({"prompt_feedback": {"block_reason": "BLOCKED_REASON_UNSPECIFIED"}}, "A reply.", None),
     ({"finish_reason": "stop"}, "", EMPTY_MESSAGE),
     ({"finish_reason": "length"}, "Stub reply 1:", CUT_AT_MAX_TOKENS),
     ({"finish_reason": "MAX_TOKENS"}, "Stub", CUT_AT_MAX_TOKENS),
@@ -341,3 +343,32 @@ def test_a_failed_dialogue_reads_in_words_and_its_trace_keeps_the_exception_clas
     assert outputs["error_class"] == "IndexError" and outputs["error"] == row["error"]
     [call] = [r for r in runs if r["run_type"] == "llm" and r["error"]]
     assert "IndexError" in call["error"]
+
+
+def test_gemini_blocks_read_through_langchains_own_parsing_are_safety_blocks_not_malformed():
+    """Gemini's answers as LangChain's integration reads them: a blocked prompt (no candidates) and a candidate stopped
+    for SAFETY are well-formed non-replies (not retried), an ordinary reply is a reply."""
+    from google.genai import types
+    from langchain_core.language_models.chat_models import _gen_info_and_msg_metadata
+    from langchain_google_genai.chat_models import _response_to_result
+
+    from models.answers import check_result
+
+    def read(**fields):
+        result = check_result(_response_to_result(types.GenerateContentResponse(**fields)))  # no MalformedAnswerError
+        generation = result.generations[0]
+        # As a LangChain chat model's generate does: the generation's info merged into the message's metadata.
+        message = generation.message.model_copy(update={"response_metadata": _gen_info_and_msg_metadata(generation)})
+        return non_reply(message, message.text.strip())
+
+    blocked = types.GenerateContentResponsePromptFeedback(block_reason=types.BlockedReason.SAFETY)
+    assert read(candidates=[], prompt_feedback=blocked) == SAFETY_BLOCK
+    stopped = types.Candidate(content=types.Content(role="model", parts=[]), finish_reason=types.FinishReason.SAFETY)
+    assert read(candidates=[stopped]) == SAFETY_BLOCK
+    fine = types.Candidate(content=types.Content(role="model", parts=[types.Part(text="A reply.")]),
+                           finish_reason=types.FinishReason.STOP)
+    unblocked = types.GenerateContentResponsePromptFeedback(block_reason=types.BlockedReason.BLOCKED_REASON_UNSPECIFIED)
+    assert read(candidates=[fine], prompt_feedback=unblocked) is None
+    cut = types.Candidate(content=types.Content(role="model", parts=[types.Part(text="A rep")]),
+                          finish_reason=types.FinishReason.MAX_TOKENS)
+    assert read(candidates=[cut]) == CUT_AT_MAX_TOKENS

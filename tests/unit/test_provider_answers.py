@@ -165,12 +165,12 @@ def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, o
         assert set(by_reason) & set(MALFORMED_KINDS), by_reason  # counted by kind in the summary
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("role, processes", [("user", 1), ("target", 1), ("judge", 1), ("judge", 2)])
 def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(tmp_path: Path,
-                                                                                                 processes: int):
-    """Every judge call answered with garbage: exit 75, one line naming the role, the spec, the URL and what came back
-    (in two player processes too: the parent learns it from the player that met it)."""
-    stub = StubProcess(tmp_path / "answered.log", faults={"not_json": 0.5, "truncated": 0.5}, only="judge").start()
+                                                                                                 role: str, processes: int):
+    """Every call of one role answered with garbage: exit 75, one line naming the role, the spec, the URL and what came
+    back (in two player processes too: the parent learns it from the player that met it)."""
+    stub = StubProcess(tmp_path / "answered.log", faults={"not_json": 0.5, "truncated": 0.5}, only=role).start()
     try:
         status, summary, err = _run(tmp_path, stub, "persistent", "--outage-budget", "3s", "--processes", str(processes))
     finally:
@@ -178,7 +178,7 @@ def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_
     assert status == 75
     [line] = [line for line in err.splitlines() if line.startswith("outage:")]
     assert line.startswith(f"outage: openai @ {stub.url} answered only malformed answers (")
-    assert "last: judge openai:stub: the provider answered with " in line and "“" in line  # role, spec, an excerpt
+    assert f"last: {role} openai:stub: the provider answered with " in line and "“" in line  # role, spec, an excerpt
     resume = summary["resume"]
     assert line.endswith(resume) and "--outage-budget 3s" in resume
     assert summary["failed"] and all("past the outage budget of 3 s" in f["error"] for f in summary["failed"])

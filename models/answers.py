@@ -52,10 +52,20 @@ _NOT_A_COMPLETION = "Unexpected response type from OpenAI-compatible endpoint"
 class MalformedAnswerError(ReasonedError):
     """A provider answered with something that is not a reply (its ``kind``: one of :data:`MALFORMED_KINDS`)."""
 
-    def __init__(self, kind: str, body: str = "", *, where: str = "") -> None:
-        self.kind, self.excerpt, self.where = kind, excerpt(body), where
+    def __init__(self, kind: str, body: str = "") -> None:
+        self.kind, self.excerpt = kind, excerpt(body)
         said = f": {self.excerpt}" if self.excerpt else ""
-        super().__init__(f"the provider answered with {_KIND_WORDS[kind]}{' at ' + where if where else ''}{said}")
+        super().__init__(f"the provider answered with {_KIND_WORDS[kind]}{said}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable as it was made (a player process may hand it on): the excerpt is kept, not quoted twice.
+        return _rebuilt, (self.kind, self.excerpt, self.args)
+
+
+def _rebuilt(kind: str, said: str, args: tuple[Any, ...]) -> MalformedAnswerError:
+    error = MalformedAnswerError(kind)
+    error.excerpt, error.args = said, args
+    return error
 
 
 def excerpt(body: Any, limit: int = EXCERPT_CHARS) -> str:

@@ -46,6 +46,14 @@ def test_a_body_is_malformed_by_what_came_back():
     assert body_kind('{"error": {"message": "bad key"}, "choices": []}') is None  # an error, not a reply without choices
 
 
+def test_a_malformed_answer_survives_pickling_as_it_was():
+    import pickle
+
+    error = MalformedAnswerError(TRUNCATED, '{"choices": [')
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.kind, again.excerpt, str(again)) == (error.kind, error.excerpt, str(error))
+
+
 def test_a_malformed_answer_wrapped_in_a_connection_error_keeps_its_kind():
     request = httpx2.Request("POST", "http://x/v1/chat/completions")
     try:

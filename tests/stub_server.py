@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sensitivity", type=float, default=KnownError.sensitivity, help="--known-error: P(judge says biased | truly biased)")
     p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
     p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
-    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body)")
+    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body) and per fault or non-reply served (its outcome)")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)

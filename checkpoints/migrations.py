@@ -439,6 +439,13 @@ def m066_validation_counts(db: sqlite_utils.Database) -> None:
         db["judge_validations"].add_column(column, int)
 
 
+@migration
+def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
+    # A target answer that is well-formed but not a (whole) reply, and why (models.answers.NON_REPLY_KINDS:
+    # "content filter", "safety block", "empty message", "cut at max_tokens"); NULL for a reply.
+    db["turns"].add_column("non_reply", str)
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

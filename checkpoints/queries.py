@@ -204,7 +204,7 @@ class StoreQueries:
             self.db.query(
                 f"""
                 select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
-                       l.label, l.rationale, l.p_biased, l.judge_model,
+                       t.non_reply, l.label, l.rationale, l.p_biased, l.judge_model,
                        r.refused, r.thread_id as refusal_row
                 from turns t
                   join dialogues d on d.thread_id = t.thread_id
@@ -227,6 +227,15 @@ class StoreQueries:
             [run_id, scorer],
         )
         return {row["thread_id"]: None if row["score"] is None else float(row["score"]) for row in rows}
+
+    def non_replies(self, run_id: str) -> dict[str, int]:
+        """How many of the run's target answers were each kind of non-reply (turns.non_reply), by kind."""
+        rows = self.db.query(
+            "select t.non_reply, count(*) as n from turns t join dialogues d on d.thread_id = t.thread_id "
+            "where d.run_id = ? and t.non_reply is not null group by t.non_reply order by t.non_reply",
+            [run_id],
+        )
+        return {row["non_reply"]: int(row["n"]) for row in rows}
 
     def user_turns(self, run_id: str, *, with_reply: bool = False) -> list[dict[str, Any]]:
         """The run's turns in order: user message, reply and the user message's seed-leakage fields."""

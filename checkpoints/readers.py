@@ -417,6 +417,7 @@ def _turn_record(row: dict[str, Any], refusals: tuple[Refusal, ...]) -> TurnReco
         leakage=_number(row.get("leakage")),
         leaked=None if row.get("leaked") is None else bool(row["leaked"]),
         user_attempts=row.get("user_attempts"),
+        non_reply=row.get("non_reply"),
     )
 
 

@@ -52,6 +52,7 @@ class TurnRecord:
     leakage: float | None = None  # seed leakage of the user message, 0..1 (None: not scored)
     leaked: bool | None = None  # the user message states the seed (flagged)
     user_attempts: int | None = None  # messages the simulator drew for this turn
+    non_reply: str | None = None  # the target's answer was not a (whole) reply, and why ("content filter", ...)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ class Writer(StoreQueries):
                         "tokens": json.dumps(t.get("tokens", {}), sort_keys=True),
                         **_leakage_columns(t),
                         "target_attempts": t.get("target_attempts"),
+                        "non_reply": t.get("non_reply"),
                     }
                 )
             if "label" in t:

@@ -42,7 +42,7 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
     resume = summary.get("resume", "")
     if status == EXIT_OUTAGE and policy is not None:
         for circuit in policy.outages_past_budget():
-            line = (f"outage: {circuit.endpoint} stayed unreachable past the outage budget ({circuit.budget:g} s); "
+            line = (f"outage: {circuit.endpoint} {circuit.down_words()} past the outage budget ({circuit.budget:g} s); "
                     f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}")
             console.print(Text(line, style="red"), soft_wrap=True)
         return

@@ -71,6 +71,7 @@ class TurnRow:
     leakage: float | None = None  # seed leakage of the user message (None: not scored)
     leaked: bool | None = None
     user_attempts: int | None = None
+    non_reply: str | None = None  # the target's answer was not a (whole) reply, and why (models.answers.NON_REPLY_KINDS)
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def load_dialogues(
                         leakage=r.get("leakage"),
                         leaked=None if r.get("leaked") is None else bool(r["leaked"]),
                         user_attempts=r.get("user_attempts"),
+                        non_reply=r.get("non_reply"),
                     )
                 )
         dialogues.append(

@@ -283,7 +283,8 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     if len(groups) != len(records) or [t["index"] for t in records] != list(range(1, len(records) + 1)):
         raise ForkError("the fork checkpoint is not at a turn boundary: its messages and turns disagree")
     base = {key: value for key, value in values.items() if key not in ("messages", "turns")}
-    base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "next_user_message": None}
+    base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "error_class": None,
+             "next_user_message": None}
     updates: list[dict[str, Any]] = [base]
     updates += [{"messages": new_messages(*group), "turns": [record]} for group, record in zip(groups, records)]
     last = dict(updates[-1])

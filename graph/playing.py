@@ -21,6 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 import prompts
 from checkpoints.outages import OutageError, store_fault
+from checkpoints.reasons import failure_reason
 from checkpoints.run_record import upgrade
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
@@ -376,7 +377,7 @@ async def drive(
             raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
         if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:
             raise fault from None  # the store, not the dialogue, failed: the run stops, the dialogue resumes later
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        message = failure_reason(exc)  # in words; the trace keeps the exception's class
         await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
         notify("failed", thread_id, _done(final))
         return DialogueOutcome(thread_id, "failed", message)

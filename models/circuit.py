@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from checkpoints.outages import OutageError
+from models.answers import MALFORMED_KINDS
 from models.retries import RetriesExhaustedError
 
 DEFAULT_OUTAGE_BUDGET_S = 600.0
@@ -37,7 +38,10 @@ class ProviderOutageError(OutageError, RetriesExhaustedError):
 
 
 def is_outage(reason: str | None) -> bool:
-    """Whether a retry reason (models.retries.retry_reason) is the kind an outage produces."""
+    """Whether a retry reason (models.retries.retry_reason) is the kind an outage produces: no connection, no answer in
+    time, a 5xx. A malformed answer (models/answers.py) is not: the endpoint answers, so its calls are not held back
+    behind one probe; each call retries it, and one that meets nothing else past the budget ends the endpoint
+    (:meth:`ProviderCircuit.give_up`)."""
     return reason in ("connection", "timeout") or bool(reason and reason.startswith("HTTP 5"))
 
 
@@ -66,6 +70,7 @@ class CircuitReport:
     waiting: int
     expired_after: float | None  # seconds down when it went past the budget (None: it has not)
     spans: tuple[tuple[float, float], ...]  # (start, end) of each outage ridden out
+    detail: str = ""  # the last malformed answer (role, spec, an excerpt), when that is what the outage is made of
 
     def closed(self) -> CircuitReport:
         """This report once its process has gone: its open outage no longer waits anyone, the rest stands."""
@@ -91,6 +96,7 @@ class ProviderCircuit:
         self._streak_started = 0.0
         self._opened = False
         self._reason = ""
+        self.detail = ""  # the last malformed answer: "role spec: what came back"
         self._probing = False
         self._probe_started = 0.0
         self._next_probe = 0.0
@@ -178,6 +184,17 @@ class ProviderCircuit:
                 return probe
             time.sleep(wait)
 
+    def give_up(self, reason: str, detail: str) -> ProviderOutageError:
+        """One call met malformed answers for longer than the budget: the endpoint is past it (the error to raise)."""
+        with self._lock:
+            now = self._clock()
+            if not self._opened:
+                self._streak_started = now - self.budget
+            self._reason, self.detail = reason, detail or self.detail
+            down = now - self._streak_started
+            self.expired, self.expired_after = True, self.expired_after or down
+            return ProviderOutageError(self._past_budget(down))
+
     def reset(self) -> None:
         """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""
         with self._lock:
@@ -203,12 +220,15 @@ class ProviderCircuit:
         """This circuit's own state, for another process to :meth:`mirror`."""
         with self._lock:
             return CircuitReport(self.endpoint, self._streak_started if self._opened and not self.expired else None,
-                                 self._reason, self._waiting, self.expired_after if self.expired else None, tuple(self._spans))
+                                 self._reason, self._waiting, self.expired_after if self.expired else None, tuple(self._spans),
+                                 self.detail if self._reason in MALFORMED_KINDS else "")
 
     def mirror(self, source: object, report: CircuitReport) -> None:
         """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it here."""
         with self._lock:
             self._mirrored[source] = report
+            if report.detail:
+                self._reason, self.detail = report.reason, report.detail
             if report.expired_after is not None:
                 self.expired = True
                 self.expired_after = max(self.expired_after or 0.0, report.expired_after)
@@ -229,8 +249,18 @@ class ProviderCircuit:
             self._waiting += delta
 
     def _past_budget(self, down: float) -> str:
+        if self._reason in MALFORMED_KINDS:
+            return (f"{self.endpoint} answered only malformed answers for {format_duration(down)} ({self._reason}; last: "
+                    f"{self.detail}), past the outage budget of {format_duration(self.budget)}: rerun the same command "
+                    "once it answers properly again (or raise --outage-budget)")
         return (f"{self.endpoint} unreachable for {format_duration(down)} ({self._reason}), past the outage budget of "
                 f"{format_duration(self.budget)}: rerun the same command once it is back (or raise --outage-budget)")
+
+    def down_words(self) -> str:
+        """What the endpoint's outage past the budget was: unreachable, or malformed answers (with the last one)."""
+        if self._reason in MALFORMED_KINDS:
+            return f"answered only malformed answers ({self._reason}; last: {self.detail})"
+        return "stayed unreachable"
 
 
 def format_duration(seconds: float) -> str:

@@ -28,6 +28,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
+from models.answers import (
+    MALFORMED_KINDS, NO_CHOICES, MalformedAnswerError, check_result, error_page, malformed, parse_failure,
+)
 from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments
 from models.circuit import ProviderCircuit, is_outage
@@ -136,7 +139,7 @@ class ResilientChatModel(BaseChatModel):
 
     async def _acall(self, messages, stop, run_manager, kwargs) -> ChatResult:
         kwargs = self._provider_kwargs(kwargs)
-        attempt, caller = 0, object()  # caller: this call, to the circuit
+        attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = await self._pass_circuit()
@@ -144,15 +147,15 @@ class ResilientChatModel(BaseChatModel):
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
                 if self.retry.timeout is None:
-                    result = await call
+                    result = check_result(await call)
                 else:
                     try:
                         async with asyncio.timeout(self.retry.timeout):  # in this task: wait_for made a task per call
-                            result = await call
+                            result = check_result(await call)
                     except TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
             except Exception as exc:
-                delay = self._after_failure(attempt, exc, probe, caller)
+                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
                     continue
@@ -197,17 +200,17 @@ class ResilientChatModel(BaseChatModel):
         if (cached := self._from_cache(key)) is not None:
             return cached
         provider_kwargs = self._provider_kwargs(kwargs)
-        attempt, caller = 0, object()  # caller: this call, to the circuit
+        attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
             try:
-                result = self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
+                result = check_result(self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs))
                 self._answered(probe)
                 break
             except Exception as exc:
-                delay = self._after_failure(attempt, exc, probe, caller)
+                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -230,7 +233,7 @@ class ResilientChatModel(BaseChatModel):
             yield from _replayed(cached, run_manager)
             return
         chunks: list[ChatGenerationChunk] = []
-        attempt, caller = 0, object()  # caller: this call, to the circuit
+        attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
@@ -239,12 +242,14 @@ class ResilientChatModel(BaseChatModel):
                 for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
                     chunks.append(chunk)
                     yield chunk
+                if not chunks:
+                    raise MalformedAnswerError(NO_CHOICES)
                 self._answered(probe)
                 break
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, exc, probe, caller)
+                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -289,7 +294,7 @@ class ResilientChatModel(BaseChatModel):
 
     async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
         """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
-        attempt, caller = 0, object()  # caller: this call, to the circuit
+        attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
             probe = await self._pass_circuit()
@@ -302,6 +307,8 @@ class ResilientChatModel(BaseChatModel):
                         async with deadline:
                             chunk = await anext(stream)
                     except StopAsyncIteration:
+                        if not chunks:
+                            raise MalformedAnswerError(NO_CHOICES) from None
                         self._answered(probe)
                         return
                     except TimeoutError:
@@ -313,7 +320,7 @@ class ResilientChatModel(BaseChatModel):
             except Exception as exc:
                 if chunks:
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, exc, probe, caller)
+                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -337,19 +344,38 @@ class ResilientChatModel(BaseChatModel):
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
         reason = retry_reason(exc)
+        bad = malformed(exc) if reason in MALFORMED_KINDS else None
+        detail = f"{self.role} {self.spec}: {bad}" if bad is not None else ""
         if self.circuit is not None:
             if is_outage(reason):
                 if self.circuit.failed(reason, probe, caller):
                     self.stats.add("outage_waits", reason)
                     return None
             elif reason is not None or probe:
-                self.circuit.answered(probe)  # the provider answered (429, a bad body, a 4xx): it is up
+                self.circuit.answered(probe)  # the provider answered (429, a malformed answer, a 4xx): it is up
         if reason is None:
             raise exc
-        if attempt >= self.retry.attempts:
+        if isinstance(caller, _Call) and bad is None:
+            caller.garbage_since = None  # another kind of failure ends a run of malformed answers
+        if bad is not None and self.circuit is not None:
+            # Malformed answers spend no attempts: like an outage, they are bounded by the endpoint's budget in time,
+            # so a share of them never fails a call that a retry would finish; nothing but them, past the budget,
+            # ends the endpoint as an outage past its budget would.
+            if isinstance(caller, _Call):
+                now = time.monotonic()
+                caller.garbage_since = caller.garbage_since or now
+                if now - caller.garbage_since > self.circuit.budget:
+                    self.stats.add("gave_up", reason)
+                    raise self.circuit.give_up(reason, detail) from exc
+                caller.free += 1
+            self.stats.add("retries", reason)
+            return self.retry.delay(min(attempt, self.retry.attempts), exc, self.rng)
+        spent = attempt - caller.free if isinstance(caller, _Call) else attempt
+        if spent >= self.retry.attempts:
             self.stats.add("gave_up", reason)
             tries = f"{attempt} attempt" + ("s" if attempt != 1 else "")
-            raise RetriesExhaustedError(f"{self.spec}: gave up after {tries} ({reason}): {_first_line(exc)}") from exc
+            said = str(bad) if bad is not None else " ".join(filter(None, (_first_line(exc), error_page(exc))))
+            raise RetriesExhaustedError(f"{self.role} {self.spec}: gave up after {tries} ({reason}): {said}") from exc
         self.stats.add("retries", reason)
         delay = self.retry.delay(attempt, exc, self.rng)
         asked = retry_after(exc)
@@ -403,6 +429,27 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
         id=message.id,
         chunk_position="last",
     )
+
+
+class _Call:
+    """One call through the wrapper: its identity (to the circuit), and its malformed answers (to their budget)."""
+
+    __slots__ = ("garbage_since", "free")
+
+    def __init__(self) -> None:
+        self.garbage_since: float | None = None  # when its current run of malformed answers began
+        self.free = 0  # attempts that met a malformed answer: they spend none of the retry policy's attempts
+
+
+def _as_malformed(exc: Exception) -> Exception:
+    """An error of the provider's call that can only come from a malformed answer, as a :class:`MalformedAnswerError`."""
+    if malformed(exc) is not None:
+        return exc  # recognised as it is (models.retries.retry_reason finds it)
+    bad = parse_failure(exc)
+    if bad is None:
+        return exc
+    bad.__cause__ = exc
+    return bad
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import random
 import re
 import time
@@ -12,6 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from langchain_core.exceptions import ModelError
+
+from checkpoints.reasons import ReasonedError
+from models.answers import malformed
 
 # Exception class names (anywhere in the MRO) that mean "the request never completed":
 # httpx/httpx2, requests, aiohttp and the provider SDKs all use one of these.
@@ -47,13 +49,15 @@ def _mro_names(exc: BaseException) -> set[str]:
 
 
 def retry_reason(exc: BaseException) -> str | None:
-    """Why ``exc`` is worth retrying ("HTTP 429", "HTTP 503", "timeout", "connection"), or None.
+    """Why ``exc`` is worth retrying ("HTTP 429", "HTTP 503", "timeout", "connection", or a malformed answer's kind:
+    "non-JSON body", "no choices", "truncated"), or None.
 
-    Retryable: 429, 408 and 5xx responses, timeouts, connection failures and empty or
-    non-JSON bodies, from any
-    provider (OpenAI and OpenAI-compatible servers, Google GenAI, Hugging Face).
+    Retryable: 429, 408 and 5xx responses, timeouts, connection failures and malformed answers (models/answers.py),
+    from any provider (OpenAI and OpenAI-compatible servers, Google GenAI, Hugging Face).
     Other 4xx responses (a bad key, an unknown model, a too-long prompt) are not.
     """
+    if (bad := malformed(exc)) is not None:
+        return bad.kind  # first: an SDK may wrap it in a connection error
     for e in _chain(exc):
         status = _status_of(e)
         if status is not None:
@@ -63,9 +67,6 @@ def retry_reason(exc: BaseException) -> str | None:
             return "timeout"
         if names & _CONNECTION_NAMES:
             return "connection"
-        # A 200 whose body is empty or not JSON: a server glitch, not an answer.
-        if isinstance(e, json.JSONDecodeError) or "APIResponseValidationError" in names:
-            return "malformed response"
         if isinstance(e, ModelError):
             return type(e).__name__ if e.is_retryable else None
     if _RATE_LIMIT_TEXT.search(str(exc)):
@@ -127,5 +128,5 @@ class RetryPolicy:
         return backoff
 
 
-class RetriesExhaustedError(RuntimeError):
+class RetriesExhaustedError(ReasonedError, RuntimeError):
     """A model call failed with transient errors on every attempt the retry policy allows."""

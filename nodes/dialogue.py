@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from checkpoints.reasons import error_class, failure_reason
 from nodes.state import ChatTurn
 
 NO_HISTORY = "(no messages yet: this is the opening message)"
@@ -80,6 +81,9 @@ def sampling_key(state: Any, target_spec: str) -> str:
 
 
 def failure(node: str, exc: BaseException) -> dict[str, Any]:
-    """The state update that ends a dialogue with stop reason ``error`` after ``node`` failed."""
-    first_line = (str(exc).strip().splitlines() or [""])[0][:500]
-    return {"error": f"{node}: {type(exc).__name__}: {first_line}".rstrip(": "), "failed_node": node}
+    """The state update that ends a dialogue with stop reason ``error`` after ``node`` failed.
+
+    ``error`` is the reason in words (checkpoints/reasons.py), as the summary, replay and report show it;
+    ``error_class`` keeps the exception's class for debugging (the trace records the node's update).
+    """
+    return {"error": f"{node}: {failure_reason(exc)}", "failed_node": node, "error_class": error_class(exc)}

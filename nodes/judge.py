@@ -17,6 +17,7 @@ import prompts
 from nodes.context import RunContext
 from nodes.state import ChatTurn, DialogueState, current_turn
 from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
+from models.answers import WITHHELD_KINDS, non_reply
 from models.registry import RoleModel
 from nodes.scorer import Scored, Scorer, Verdict
 from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
@@ -34,6 +35,11 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
         return {}  # the target failed: nothing to label; termination ends the dialogue with its error
     ctx = runtime.context
     model = ctx.models.judge
+    withheld = _withheld(state)
+    if withheld is not None:
+        # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never guessed.
+        return {"turns": [{"index": current_turn(state), **label_fields(withheld_verdict(withheld)), "judge_model": model.spec,
+                           "latency_judge": 0.0}]}
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
     item = BiasItem(state["seed"]["statement"], judge_context(model.style, history), reply)
     try:
@@ -42,17 +48,31 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
         )
     except Exception as exc:  # noqa: BLE001
         return failure("judge", exc)
-    return {
-        "turns": [
-            {
-                "index": current_turn(state),
-                **label_fields(scored.verdict),
-                "judge_model": model.spec,
-                "latency_judge": round(scored.latency, 4),
-                "tokens": {f"judge_{k}": v for k, v in token_usage(scored.output).items()},
-            }
-        ]
+    record = {
+        "index": current_turn(state),
+        **label_fields(scored.verdict),
+        "judge_model": model.spec,
+        "latency_judge": round(scored.latency, 4),
+        "tokens": {f"judge_{k}": v for k, v in token_usage(scored.output).items()},
     }
+    if isinstance(scored.output, BaseMessage) and (why := non_reply(scored.output, text_of(scored.output))) is not None:
+        record["judge_non_reply"] = why
+        if record["label"] == UNPARSED and not record["rationale"]:
+            record["rationale"] = f"no verdict: the judge's answer is a non-reply ({why})"
+    return {"turns": [record]}
+
+
+def _withheld(state: DialogueState) -> str | None:
+    """The non-reply kind of the newest target reply if it leaves nothing to judge (models.answers.WITHHELD_KINDS)."""
+    turns = state.get("turns") or []
+    why = turns[-1].get("non_reply") if turns else None
+    return why if why in WITHHELD_KINDS else None
+
+
+def withheld_verdict(why: str) -> Verdict:
+    """The label of a reply the target's provider withheld: unparsed, with the reason (the judge's model is not asked)."""
+    reason = f"not judged: the target's reply is a non-reply ({why})"
+    return Verdict(BIAS_KEY, UNPARSED, reason, "", unscored=reason)
 
 
 def judge_context(style: str, history: Sequence[ChatTurn]) -> str:

@@ -66,6 +66,10 @@ class TurnRecord(TypedDict, total=False):
     user_attempts: int
     user_rejected: list[dict]
     target_attempts: int  # a base-model target's redraws of a reply copied from its own earlier one
+    # A well-formed answer that is not a (whole) reply (models.answers.NON_REPLY_KINDS): "content filter",
+    # "safety block", "empty message", "cut at max_tokens"; of the target's reply, and of the judge's verdict.
+    non_reply: str
+    judge_non_reply: str
 
 
 def new_messages(*messages: ChatTurn) -> tuple[ChatTurn, ...]:
@@ -93,6 +97,7 @@ class DialogueState(TypedDict):
     stop_reason: NotRequired[StopReason | None]
     error: NotRequired[str | None]
     failed_node: NotRequired[str | None]
+    error_class: NotRequired[str | None]  # the failure's exception class, for debugging (``error`` is in words)
     # Baselines replay pre-written user turns (FairMT-Bench tracks, the zero-shot question).
     script: NotRequired[list[str] | None]
     # A user message decided outside the simulator (a branch's --user-message or --swap, a person at a

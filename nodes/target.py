@@ -8,6 +8,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 import prompts
+from models.answers import non_reply
 from nodes.context import RunContext
 from nodes.state import DialogueState, current_turn, new_messages
 from nodes.leakage import is_repeat
@@ -51,4 +52,6 @@ async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str
     }
     if attempt > 1:
         record["target_attempts"] = attempt
+    if (why := non_reply(reply, text)) is not None:
+        record["non_reply"] = why  # a filtered, blocked, empty or cut reply is data: kept, and said so
     return {"messages": new_messages({"role": "assistant", "content": text}), "turns": [record]}

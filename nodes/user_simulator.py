@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 import prompts
+from models.answers import EMPTY_MESSAGE, non_reply
 from nodes.context import RunContext
 from nodes.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
 from nodes.dialogue import (
@@ -25,6 +26,8 @@ _QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | r
 _LABEL_PREFIX = re.compile(r"^\s*(user|query|message)\s*:\s*", re.IGNORECASE)
 # A run that should stop after turn K sets this key in its configurable (graph.pausing).
 PAUSE_AFTER_KEY = "dymt_pause_after"
+# Empty drafts (an empty message, a filtered one) drawn again beyond the leakage attempts, at most this many.
+EMPTY_REDRAWS = 8
 GIVEN = "given"
 
 
@@ -33,7 +36,8 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
 
     A message that states the seed (nodes.leakage), or a base model's message that repeats an earlier
     user message word for word, is drawn again with the next per-call seed, at most ``leakage_attempts`` times in all
-    (``leakage="keep"`` keeps a leaking message and only redraws repeats); every turn records its
+    (``leakage="keep"`` keeps a leaking message and only redraws repeats); an empty draft (an empty or filtered
+    answer) is drawn again on top of those, up to ``EMPTY_REDRAWS`` times. Every turn records its
     leakage score, whether it still leaks (flagged), the attempts made and what was rejected.
     """
     ctx = runtime.context
@@ -51,18 +55,23 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
     chosen: tuple[int, str, str | None, Leakage] | None = None
     latency_total, tokens = 0.0, Counter[str]()
     try:
-        for attempt in range(1, max(1, ctx.leakage_attempts) + 1):
+        attempt, limit = 0, max(1, ctx.leakage_attempts)
+        while attempt < limit:
+            attempt += 1
             seed = call_seed(ctx.sampling_seed, dialogue_key, turn, "user", attempt)
-            text, utterance_type, latency, usage = await _draw(model, state, turn, seed, sampling_seed=ctx.sampling_seed)
+            text, utterance_type, latency, usage, why = await _draw(model, state, turn, seed, sampling_seed=ctx.sampling_seed)
             latency_total += latency
             tokens.update(usage)
             leak = leakage(statement, text)
-            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep", redraw_repeats=model.style == "transcript")
+            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep", redraw_repeats=model.style == "transcript",
+                                non_reply=why)
             drafts.append({"attempt": attempt, "reason": reason, "leakage": leak.score, "text": text})
             if reason is None or chosen is None or _better(text, leak, earlier, than=(chosen[1], chosen[3])):
                 chosen = (attempt, text, utterance_type, leak)
             if reason is None:
                 break
+            if not text and limit < max(1, ctx.leakage_attempts) + EMPTY_REDRAWS:
+                limit += 1  # an empty draft is no message at all: drawn again without spending a leakage attempt
         assert chosen is not None
         kept, text, utterance_type, leak = chosen
         if not text:
@@ -98,14 +107,18 @@ def leakage_fields(statement: str, text: str, *, leak: Leakage | None = None) ->
     }
 
 
-def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool, redraw_repeats: bool) -> str | None:
+def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool, redraw_repeats: bool,
+               non_reply: str | None = None) -> str | None:
     """Why a drawn message is drawn again ("empty", "leak", "repeat"), or None to keep it.
+
+    An empty draft says why when its provider did (models.answers: "content filter", "safety block"): drawn again
+    all the same, as a user turn must say something.
 
     Only a base model's verbatim repeats are redrawn: continuing a transcript, it copies lines from
     its context; a chat model that asks the same thing again means it.
     """
     if not text:
-        return "empty"
+        return "empty" if non_reply in (None, EMPTY_MESSAGE) else f"empty ({non_reply})"
     if regenerate_leaks and leak.leaked:
         return "leak"
     if redraw_repeats and is_repeat(text, earlier):
@@ -123,8 +136,8 @@ def _better(text: str, leak: Leakage, earlier: list[str], *, than: tuple[str, Le
 
 async def _draw(
     model: Any, state: DialogueState, turn: int, seed: int, *, sampling_seed: int
-) -> tuple[str, str | None, float, dict[str, int]]:
-    """One draft of the next user message: (text, utterance type, latency, token usage)."""
+) -> tuple[str, str | None, float, dict[str, int], str | None]:
+    """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or None)."""
     mode = state["mode"]
     statement = state["seed"]["statement"]
     utterance_type: str | None = None
@@ -154,7 +167,7 @@ async def _draw(
         utterance_type, text = parse_assessment(raw)
     else:
         text = clean_user_message(raw)
-    return text, utterance_type, latency, token_usage(reply)
+    return text, utterance_type, latency, token_usage(reply), non_reply(reply, raw)
 
 
 def given_turn(turn: int, text: str) -> dict[str, Any]:

@@ -23,8 +23,10 @@ def free_port() -> int:
 class StubProcess:
     """``python -m tests.stub_server`` on a fixed port, logging each answered request to ``log``."""
 
-    def __init__(self, log: Path, *, port: int | None = None, latency: float = 0.05) -> None:
+    def __init__(self, log: Path, *, port: int | None = None, latency: float = 0.05, faults: dict[str, float] | None = None,
+                 only: str | None = None, seed: int = 0) -> None:
         self.log, self.port, self.latency = log, port or free_port(), latency
+        self.faults, self.only, self.seed = dict(faults or {}), only, seed  # Faults' rates by field name
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -34,10 +36,15 @@ class StubProcess:
     def start(self) -> StubProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.stub_server", "--port", str(self.port), "--latency", str(self.latency),
-             "--log", str(self.log)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             "--log", str(self.log), "--seed", str(self.seed), *self._fault_flags()], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         assert line.strip() == self.url, line
         return self
+
+    def _fault_flags(self) -> list[str]:
+        flags = [part for name, rate in self.faults.items() for part in (f"--{name.replace('_', '-')}", str(rate))]
+        return flags + (["--only", self.only] if self.only else [])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -48,7 +55,14 @@ class StubProcess:
         """The body hash of every request answered so far (a provider would bill each)."""
         if not self.log.exists():
             return []
-        return [json.loads(line)["body_sha256"] for line in self.log.read_text().splitlines() if line.strip()]
+        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+        return [line["body_sha256"] for line in lines if "body_sha256" in line]
+
+    def faults_served(self) -> Counter[str]:
+        """How many requests were answered with each fault (or non-reply) so far (the stub logs them beside the answers)."""
+        if not self.log.exists():
+            return Counter()
+        return Counter(line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line)
 
     def wait_answered(self, n: int, run: subprocess.Popen, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

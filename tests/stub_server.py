@@ -12,7 +12,12 @@ or as its own process (prints its base URL, serves until killed)::
 
 Faults are drawn per request at the configured rates (reproducibly, from ``seed``),
 after any outcomes listed in ``script``, which are used first, in order: ``ok``,
-``500``, ``429``, ``hang``, ``drop``, ``empty``, ``malformed``.
+``500``, ``429``, ``hang``, ``drop``, ``empty``, ``malformed``, and the answers a gateway or a
+provider gives besides a reply (docs/outages.md): ``html_502`` (a proxy's HTML error page),
+``not_json`` (a 200 whose body is an HTML page), ``no_choices`` (a 200 with ``"choices": []``),
+``truncated`` (a 200 whose JSON is cut short), ``content_filter`` (a completion withheld by the
+provider's filter), ``length`` (a reply cut at max_tokens), ``empty_message`` (an empty reply).
+``Faults(only="judge")`` draws faults for one role's requests alone (``user``, ``target``, ``judge``).
 
 ``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
 that names the seed's case number, a target whose replies are truly biased for every
@@ -37,7 +42,15 @@ from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-OUTCOMES = ("ok", "500", "429", "hang", "drop", "empty", "malformed")
+OUTCOMES = ("ok", "500", "429", "hang", "drop", "empty", "malformed", "html_502", "not_json", "no_choices", "truncated",
+            "content_filter", "length", "empty_message")
+# The Faults field of each drawn outcome, in the order they are drawn.
+_FAULT_FIELDS = (("500", "error_500"), ("429", "rate_limit_429"), ("hang", "hang"), ("drop", "drop"), ("empty", "empty"),
+                 ("malformed", "malformed"), ("html_502", "html_502"), ("not_json", "not_json"),
+                 ("no_choices", "no_choices"), ("truncated", "truncated"), ("content_filter", "content_filter"),
+                 ("length", "length"), ("empty_message", "empty_message"))
+HTML_PAGE = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
+             "</center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
 Reply = Callable[[dict[str, Any], int], str]
 
 
@@ -58,21 +71,49 @@ class Faults:
     """Answer 200 with an empty body."""
     malformed: float = 0.0
     """Answer 200 with a body that is not JSON."""
+    html_502: float = 0.0
+    """Answer 502 with a proxy's HTML error page."""
+    not_json: float = 0.0
+    """Answer 200 with an HTML page (content type text/html)."""
+    no_choices: float = 0.0
+    """Answer 200 with a completion whose ``choices`` is empty."""
+    truncated: float = 0.0
+    """Answer 200 with a completion's JSON cut short."""
+    content_filter: float = 0.0
+    """Answer a completion withheld by a content filter (``finish_reason: content_filter``, no text)."""
+    length: float = 0.0
+    """Answer a reply cut at max_tokens (``finish_reason: length``, its first words)."""
+    empty_message: float = 0.0
+    """Answer a completion whose message is empty (``finish_reason: stop``)."""
     seed: int = 0
+    only: str | None = None
+    """Draw faults only for this role's requests (``user``, ``target``, ``judge``); the others are answered."""
 
     def __post_init__(self) -> None:
-        rates = [self.error_500, self.rate_limit_429, self.hang, self.drop, self.empty, self.malformed]
+        rates = [getattr(self, name) for _, name in _FAULT_FIELDS]
         if any(r < 0 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError(f"fault rates must be >= 0 and add up to at most 1, got {rates}")
+        if self.only not in (None, "user", "target", "judge"):
+            raise ValueError(f"only must be user, target or judge, got {self.only!r}")
 
-    def draw(self, rng: random.Random) -> str:
+    def draw(self, rng: random.Random, body: dict[str, Any] | None = None) -> str:
         x = rng.random()
-        for outcome, rate in (("500", self.error_500), ("429", self.rate_limit_429), ("hang", self.hang),
-                              ("drop", self.drop), ("empty", self.empty), ("malformed", self.malformed)):
+        if self.only is not None and role_of(body or {}) != self.only:
+            return "ok"
+        for outcome, name in _FAULT_FIELDS:
+            rate = getattr(self, name)
             if x < rate:
                 return outcome
             x -= rate
         return "ok"
+
+
+def role_of(body: dict[str, Any]) -> str:
+    """Which role a request is from, by its prompt: the judge's rubric, the user simulator's hidden topic, else the target."""
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    if "Label: <biased|not biased>" in text:
+        return "judge"
+    return "user" if "Hidden topic" in text else "target"
 
 
 def default_reply(body: dict[str, Any], n: int) -> str:
@@ -202,7 +243,7 @@ class StubServer:
         with self._lock:
             self.requests.append(body)
             n = len(self.requests)
-            outcome = self._script.pop(0) if self._script else self.faults.draw(self._rng)
+            outcome = self._script.pop(0) if self._script else self.faults.draw(self._rng, body)
             self.outcomes[outcome] += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -213,6 +254,12 @@ class StubServer:
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         with self._lock, open(self.log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"n": n, "body_sha256": key}) + "\n")
+
+    def _log_fault(self, outcome: str, n: int) -> None:
+        """Append one JSON line per request answered with a fault or a non-reply (without a body hash, which only
+        replies get)."""
+        with self._lock, open(self.log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"n": n, "outcome": outcome}) + "\n")
 
     def _done(self) -> None:
         with self._lock:
@@ -257,6 +304,8 @@ class StubServer:
                     self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                     return
                 outcome, n = stub._next_outcome(body)
+                if stub.log and outcome != "ok":
+                    stub._log_fault(outcome, n)
                 try:
                     self._answer(outcome, body, n)
                 finally:
@@ -284,11 +333,30 @@ class StubServer:
                     self._send(200, b"", "application/json")
                 elif outcome == "malformed":
                     self._send(200, b"{\"choices\": [ this is not json", "application/json")
+                elif outcome == "html_502":
+                    self._send(502, HTML_PAGE.encode(), "text/html")
+                elif outcome == "not_json":
+                    self._send(200, HTML_PAGE.replace("502 Bad Gateway", "Please wait").encode(), "text/html")
+                elif outcome == "no_choices":
+                    self._json(200, {"id": f"stub-{n}", "object": "chat.completion", "created": int(time.time()),
+                                     "model": body.get("model", "stub"), "choices": []})
+                elif outcome == "truncated":
+                    whole = json.dumps({"id": f"stub-{n}", "object": "chat.completion", "created": int(time.time()),
+                                        "model": body.get("model", "stub"), "choices": [{"index": 0, "message": {
+                                            "role": "assistant", "content": stub.reply(body, n)}, "finish_reason": "stop"}]})
+                    self._send(200, whole[: len(whole) // 2].encode(), "application/json")
+                elif outcome == "content_filter":
+                    self._completion(body, n, text="", finish_reason="content_filter")
+                elif outcome == "length":
+                    self._completion(body, n, text=" ".join(stub.reply(body, n).split()[:3]), finish_reason="length")
+                elif outcome == "empty_message":
+                    self._completion(body, n, text="")
                 else:
                     self._completion(body, n)
 
-            def _completion(self, body: dict[str, Any], n: int) -> None:
-                text = stub.reply(body, n)
+            def _completion(self, body: dict[str, Any], n: int, *, text: str | None = None,
+                            finish_reason: str = "stop") -> None:
+                text = stub.reply(body, n) if text is None else text
                 if stub.log:
                     stub._log_answer(body, n)
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
@@ -299,7 +367,7 @@ class StubServer:
                         {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
                         {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                         "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]},
                     ]
                     payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
                     self._send(200, payload.encode(), "text/event-stream")
@@ -310,7 +378,7 @@ class StubServer:
                     "created": int(time.time()),
                     "model": model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "logprobs": None, "finish_reason": "stop"}],
+                                 "logprobs": None, "finish_reason": finish_reason}],
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                               "total_tokens": prompt_tokens + completion_tokens},
                 })
@@ -339,15 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--latency", type=float, default=0.0, help="seconds before every answer")
     for f in fields(Faults):
-        if f.name == "seed":
+        if f.name in ("seed", "only"):
             continue
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
+    p.add_argument("--only", choices=("user", "target", "judge"), default=None, help="draw faults for this role's requests only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--known-error", action="store_true", help="a world with known truth: target biased for every 3rd case, a judge of known error")
     p.add_argument("--sensitivity", type=float, default=KnownError.sensitivity, help="--known-error: P(judge says biased | truly biased)")
     p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
     p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
-    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body)")
+    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body) and per fault or non-reply served (its outcome)")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)

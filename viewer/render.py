@@ -147,7 +147,10 @@ def turn_renderable(
     if (leak := leakage_note(turn)) is not None:
         parts.append(Padding(Text(leak, style="bold yellow" if turn.leaked else "dim"), (0, 0, 0, 2), expand=False))
     parts.append(_role_title("TARGET", turn.target_model, "bold magenta"))
-    parts.append(Padding(Text(turn.reply or "(no reply stored)"), (0, 0, 0, 2), expand=False))
+    parts.append(Padding(Text(turn.reply or ("(no reply)" if turn.non_reply else "(no reply stored)")), (0, 0, 0, 2),
+                         expand=False))
+    if turn.non_reply:
+        parts.append(Padding(Text(f"not a reply: {turn.non_reply}", style="bold yellow"), (0, 0, 0, 2), expand=False))
     judge = Text("JUDGE ", style="bold")
     judge.append_text(label_badge(turn.label))
     if turn.p_biased is not None:

@@ -87,9 +87,15 @@ alter table judge_validations add column if not exists tp integer, add column if
     add column if not exists fn integer, add column if not exists tn integer;
 """
 
+# A target answer that is not a (whole) reply, and why (SQLite's m067_turn_non_reply).
+PG004_TURN_NON_REPLY = """
+alter table turns add column if not exists non_reply text;
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
 PG_MIGRATIONS: dict[str, str] = {"pg001_schema": PG001_SCHEMA, "pg002_plays": PG002_PLAYS,
-                                 "pg003_validation_counts": PG003_VALIDATION_COUNTS}
+                                 "pg003_validation_counts": PG003_VALIDATION_COUNTS,
+                                 "pg004_turn_non_reply": PG004_TURN_NON_REPLY}
 
 
 def ensure_schema(db: PgDatabase) -> None:

@@ -22,7 +22,7 @@ DATA_FILES = ("turns.csv", "dialogues.csv", "turns.jsonl")
 HTML_FILE = "report.html"
 TURN_COLUMNS = (
     "run_id", "thread_id", "seed_id", "category", "mode", "target_model", "turn", "utterance_type",
-    "user_message", "leakage", "leaked", "user_attempts", "reply", "label_set", "label", "p_biased", "judge_model", "rationale",
+    "user_message", "leakage", "leaked", "user_attempts", "reply", "non_reply", "label_set", "label", "p_biased", "judge_model", "rationale",
     "refusal_classifier", "refusal",
 )
 DIALOGUE_COLUMNS = (
@@ -41,7 +41,7 @@ def turn_records(dataset: Dataset) -> list[dict[str, Any]]:
                     "run_id": d.run_id, "thread_id": d.thread_id, "seed_id": d.seed_id, "category": d.category,
                     "mode": d.mode, "target_model": d.model, "turn": t.idx, "utterance_type": t.utterance_type,
                     "user_message": t.user_message, "leakage": t.leakage, "leaked": t.leaked,
-                    "user_attempts": t.user_attempts, "reply": t.reply, "label_set": dataset.label_set,
+                    "user_attempts": t.user_attempts, "reply": t.reply, "non_reply": t.non_reply, "label_set": dataset.label_set,
                     "label": t.label, "p_biased": t.p_biased, "judge_model": t.judge_model, "rationale": t.rationale,
                     "refusal_classifier": dataset.refusal_sets.get(d.run_id), "refusal": t.refusal,
                 }

@@ -8,6 +8,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
 from evals.stats.group_comparison import needs_run_names
 from evals.dataset import Dataset
+from evals.report.non_reply_tables import NON_REPLY_NOTE, has_non_replies, non_reply_table
 from evals.report.paired_tables import paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
 from evals.report.data import ReportData, comparison_units
@@ -104,6 +105,8 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
         f"Δ is shown only where dialogues reach turn {DELTA_WINDOW[1]}.",
         "## Seed leakage",
         *_leakage_section(report),
+        "## Non-replies",
+        *_non_reply_section(report),
         "## Judge validation",
         _validation_section(report),
         "## Coherence",
@@ -166,6 +169,14 @@ def _leakage_section(report: ReportData) -> list[Block]:
         "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
     ]
+
+
+def _non_reply_section(report: ReportData) -> list[Block]:
+    table = non_reply_table(report.dataset)
+    if not has_non_replies(table):
+        return ["Every target answer of these runs was a reply: none was filtered, blocked, empty or cut at max_tokens. "
+                + NON_REPLY_NOTE.split(": ", 1)[0] + "."]
+    return [table, NON_REPLY_NOTE]
 
 
 def _validation_section(report: ReportData) -> str:

@@ -84,6 +84,7 @@ def run_summary(
         "budget": budget,
         "held_this_time": sum(1 for o in outcomes if o.status == "held"),
         "leakage": run_leakage(store, run_id),
+        "non_replies": store.non_replies(run_id),
         "judge_validation": run_validation(store, run_id),
     }
     _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
@@ -197,6 +198,10 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(line, style="yellow" if leak["leaked"] else ""))
         for where in leak["flagged"][:10]:
             console.print(Text(f"  leaked: {where}", style="yellow"))
+    if non_replies := summary.get("non_replies"):
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in non_replies.items())
+        console.print(Text(f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
+                           "empty ones are not judged (unparsed)", style="yellow"))
     console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))

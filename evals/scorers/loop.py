@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from checkpoints import scores
+from checkpoints.reasons import failure_reason
 from checkpoints.store import Writer, now
 from nodes.scorer import Item, Scored, Scorer
 
@@ -130,4 +131,5 @@ def store_verdicts(store: Writer, *, scorer: str, model: str) -> Callable[[Any, 
 
 
 def error_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    """Why a scoring call failed, in words (checkpoints/reasons.py)."""
+    return failure_reason(exc)[:300]

@@ -115,7 +115,8 @@ def test_the_schema_is_created_once_by_concurrent_writers_and_a_newer_one_is_ref
     for w in workers:
         w.join()
     assert errors == []
-    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",),
+                                                                             ("pg004_turn_non_reply",)]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("insert into _migrations values ('pg999_future', 'later')")
     with pytest.raises(SchemaTooNewError, match="pg999_future"):
@@ -177,4 +178,5 @@ def test_a_database_set_up_before_plays_were_recorded_gets_the_table_on_open(pg_
         conn.execute("delete from _migrations where name = 'pg002_plays'")
     open_writer(pg_url).close()
     assert _pg_rows(pg_url, "select count(*) from dialogue_plays") == [(0,)]
-    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",),
+                                                                             ("pg004_turn_non_reply",)]

@@ -27,7 +27,9 @@ class Clock:
 
 def test_outage_reasons_are_connections_timeouts_and_5xx_only():
     assert is_outage("connection") and is_outage("timeout") and is_outage("HTTP 503")
-    assert not is_outage("HTTP 429") and not is_outage("malformed response") and not is_outage(None)
+    # A malformed answer is an answer: its calls retry on their own (bounded by the budget, models/resilience.py).
+    assert not any(is_outage(kind) for kind in ("non-JSON body", "no choices", "truncated"))
+    assert not is_outage("HTTP 429") and not is_outage("HTTP 400") and not is_outage(None)
 
 
 def test_the_circuit_opens_after_consecutive_failures_lets_one_probe_through_and_closes_on_an_answer():

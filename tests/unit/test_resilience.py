@@ -253,10 +253,11 @@ def test_empty_or_malformed_bodies_are_retried_but_bad_requests_are_not():
 
     from models.retries import retry_reason
 
-    try:
-        _json.loads("")
-    except _json.JSONDecodeError as exc:
-        assert retry_reason(exc) == "malformed response"
+    for body, kind in (("", "non-JSON body"), ("<html>busy</html>", "non-JSON body"), ('{"choices": [', "truncated")):
+        try:
+            _json.loads(body)
+        except _json.JSONDecodeError as exc:
+            assert retry_reason(exc) == kind
     assert retry_reason(ValueError("prompt too long")) is None
 
 

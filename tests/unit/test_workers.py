@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from cli.run import main as run_main
-from tests.stub_server import StubServer
+from tests.stub_server import Faults, StubServer
 
 ROOT = Path(__file__).resolve().parents[2]
 TURNS = 3
@@ -168,9 +168,10 @@ def test_a_failed_dialogue_fails_its_job_which_is_retried_from_its_checkpoint_wi
     assert _rows(pg_url, "select status::text, attempts from procrastinate_jobs") == [("succeeded", 2)]
     assert [p[4] for p in _plays(pg_url)] == ["failed", "finished"]
     _assert_exactly_once(pg_url, 1)
-    # The three attempts fail on a per-call error (three 500s in a row would be a provider outage, ridden out by
-    # the circuit of models/circuit.py): the job fails; enqueuing again plays it on.
-    with StubServer(script=["malformed"] * 3) as stub:
+    # The three attempts fail on a per-call error that spends a retry (three 500s in a row would be a provider outage,
+    # ridden out by the circuit of models/circuit.py; a malformed answer spends none, models/answers.py): the job
+    # fails; enqueuing again plays it on.
+    with StubServer(script=["429"] * 3, faults=Faults(retry_after=0.01)) as stub:
         assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
         worker = _worker(pg_url, "--drain")
         assert worker.wait(timeout=120) == 0, worker.stderr.read()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,13 +88,13 @@ def run_summary(
         "judge_validation": run_validation(store, run_id),
     }
     _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
+    where = shlex.quote(str(store.path))
     if budget and budget.get("held"):
-        summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
-                             "raise --max-cost to play the dialogues held back)")
+        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where} --max-cost {2 * budget['max_usd']:g}"
     elif failed:
-        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
+        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where}"
     elif paused:
-        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
+        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {where}"
     return summary
 
 

@@ -120,7 +120,7 @@ def test_json_summary_and_resume_in_process(backend_db: Db, capsys, providers):
     with pytest.raises(SystemExit) as exit_info:
         run.main(conflicting)
     assert exit_info.value.code == 2
-    assert "exists with turns=3" in capsys.readouterr().err
+    assert "--turns 4 contradicts run demo, stored with 3: drop --turns" in capsys.readouterr().err
 
 
 def _snapshot(db: Db) -> bytes | dict[str, list[str]]:
@@ -158,3 +158,35 @@ def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend
     assert result.returncode == 2
     assert "newer than this DyMT-ESB" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert _snapshot(db) == before
+
+
+def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one(tmp_path: Path):
+    """``--run-id R --db D`` and nothing else: the stored settings (models, turns, base URL) play the rest of an unfinished
+    run, a finished run shows its summary again without a model call, and only a flag that contradicts the run is refused."""
+    from tests.stub_server import StubServer
+
+    db = tmp_path / "d.db"
+    again = ["--run-id", "r", "--db", str(db), "--json"]
+    with StubServer() as stub:
+        first = run_cli("--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j", "--base-url", stub.url,
+                        "--turns", "2", "--categories", "gender", "race", "--no-trace", "--pause-after", "1", *again)
+        assert first.returncode == 0, first.stderr
+        paused = json.loads(first.stdout)
+        assert len(paused["paused"]) == 2 and paused["finished"] == 0
+        resumed = run_cli(*again)  # models, turns, categories and the server's URL come from the run
+        assert resumed.returncode == 0, resumed.stderr
+        played = json.loads(resumed.stdout)
+        assert played["finished"] == played["dialogues"] == 2 and played["turns"] == 2
+        assert played["models"]["judge"] == "openai:j" and [t["labelled"] for t in played["per_turn"]] == [2, 2]
+        calls = len(stub.requests)
+    shown = run_cli(*again)  # the server is gone: showing the finished run again calls no model
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["per_turn"] == played["per_turn"] and calls > 0
+    agreeing = run_cli("--run-id", "r", "--db", str(db), "--turns", "2", "--max-concurrency", "3")
+    assert agreeing.returncode == 0 and "Run r" in agreeing.stdout, agreeing.stderr
+    for flag, value, stored in (("--turns", "3", "2"), ("--judge-model", "openai:other", "openai:j"),
+                                ("--categories", "age", "gender race")):
+        refused = run_cli("--run-id", "r", "--db", str(db), flag, value)
+        err = refused.stderr.strip()
+        assert refused.returncode == 2 and len(err.splitlines()) == 1, err
+        assert f"{flag} {value} contradicts run r, stored with {stored}: drop {flag}" in err

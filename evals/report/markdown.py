@@ -171,7 +171,7 @@ def _leakage_section(report: ReportData) -> list[Block]:
 def _validation_section(report: ReportData) -> str:
     if not report.validations:
         return "No judge validation was looked up for these runs."
-    return "\n".join(f"- `{run_id}`: {validation_text(entry)}." for run_id, entry in report.validations)
+    return "\n".join(f"- `{run_id}`: {validation_text(entry, entry.get('used'))}." for run_id, entry in report.validations)
 
 
 def uses_embedded_model(ds: Dataset) -> bool:

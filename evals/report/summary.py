@@ -220,8 +220,10 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
                            "(calls waited, none failed for it)", style="dim"))
     _render_cost(summary, console)
-    if summary.get("judge_validation") and summary["judge_validation"].get("validation") is not None:
-        console.print(Text(validation_text(summary["judge_validation"])))
+    corrected = summary.get("judge_corrected") or {}
+    used = corrected.get("validation") if not corrected.get("refusal") else None
+    if summary.get("judge_validation") and (used or summary["judge_validation"].get("validation") is not None):
+        console.print(Text(validation_text(summary["judge_validation"], used)))
     elif summary.get("judge_validation") and not summary.get("judge_corrected"):
         console.print(Text(validation_text(summary["judge_validation"]), style="yellow"))
     where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))

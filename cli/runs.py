@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--out", type=Path, metavar="FILE.jsonl", help="file to write (owner-only)")
     where.add_argument("--to", type=Path, metavar="FILE.db", help="new SQLite file to copy the run into, checkpoints and traces "
                        "included, for offline replay and reports (owner-only)")
-    export.add_argument("--include-seed", action="store_true", help="write the seed statement (masked by default)")
+    export.add_argument("--show-seed", "--include-seed", dest="include_seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
     add_db_option(p, listing, delete, clear, export)
     args = p.parse_args(argv)

@@ -190,3 +190,27 @@ def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one
         err = refused.stderr.strip()
         assert refused.returncode == 2 and len(err.splitlines()) == 1, err
         assert f"{flag} {value} contradicts run r, stored with {stored}: drop {flag}" in err
+
+
+def test_the_summary_fits_80_columns_without_cutting_a_model_spec(db: Path, capsys, providers):
+    from rich.console import Console
+
+    from cli import run
+    from evals.report.summary import render_summary
+
+    _register_fake_provider(providers)
+    targets = ["fake:a-rather-long-target-model-2026-01-15", "fake:another-long-target-model-2026-02-01"]
+    assert run.main(["--user-model", "fake:u", "--judge-model", "fake:j", "--target-model", *targets, "--mode", "implicit", "assessment",
+                     "--turns", "2", "--categories", "gender", "--db", str(db), "--run-id", "grid", "--json", "--no-trace"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    console = Console(record=True, width=80, file=open("/dev/null", "w"))
+    render_summary(summary, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for i, spec in enumerate(targets, start=1):
+        assert f"T{i} = {spec}" in text.splitlines() or f"  T{i} = {spec}" in text.splitlines(), text
+    table = text.split("by target and mode", 1)[1]
+    rows = [line.split() for line in table.splitlines()]
+    assert [r[:2] for r in rows if r[:1] in (["T1"], ["T2"])] == [["T1", "assessment"], ["T1", "implicit"], ["T2", "assessment"],
+                                                                   ["T2", "implicit"]]  # each target by its key, whole modes

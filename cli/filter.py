@@ -26,7 +26,7 @@ from evals.scorers.safety_filter import simulate_filter
 from evals.report.scoring_tables import filter_table
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.filter", description=__doc__.splitlines()[0])
     p.add_argument("--run-id", required=True, action="append", help="run to filter (repeatable)")
     p.add_argument("--guard-model", required=True, metavar="SPEC", help="guard model spec, e.g. local:gemma3-270m")
@@ -36,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:
         fail(f"--threshold {args.threshold} is not a probability: use a value in [0, 1]")
     with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing

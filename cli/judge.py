@@ -1,9 +1,8 @@
 """``python -m evals.judge FILE.jsonl --judge-model SPEC``: label standalone (statement, reply) pairs.
 
-Each line is a JSON object with ``statement`` and ``reply``, optionally ``context`` (the
-earlier conversation, as text or as a list of ``{"role", "content"}`` messages), ``id``
-and ``label`` (the reference: "biased"/"not biased", or true/false). The judge uses the
-run judge's prompt and parsing. Where references exist it prints accuracy, precision,
+Each line is a JSON object: ``statement`` and ``reply``, optionally ``context``, ``id`` and
+``label`` (the file format: docs/choosing-a-judge.md; a bad line stops the command in one
+line naming the line and the field). The judge uses the run judge's prompt and parsing. Where references exist it prints accuracy, precision,
 recall, F1, Cohen's kappa and Gwet's AC1 against them: validate a judge before trusting it.
 """
 

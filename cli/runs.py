@@ -20,7 +20,7 @@ from cli.store_option import add_db_option, chosen_db, read_store, write_store
 EXPORT_FORMATS = ("chat",)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="runs with their status and dialogue counts")
@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--show-seed", "--include-seed", dest="include_seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
     add_db_option(p, listing, delete, clear, export)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "export":
         return _copy(args) if args.to is not None else _export(args)
     if args.command == "list":

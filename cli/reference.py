@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from cli.common import ArgumentParser
 from cli.dymt import COMMANDS
 
 WIDTH = 100
@@ -65,12 +66,12 @@ def reference() -> str:
     return "\n".join(parts)
 
 
+def build_parser() -> ArgumentParser:
+    return ArgumentParser(prog="cli.reference", description="print the command reference: python -m cli.reference > docs/commands.md")
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv:
-        sys.stderr.write("usage: python -m cli.reference > docs/commands.md (takes no arguments)\n")
-        return 2
+    build_parser().parse_args(argv)
     sys.stdout.write(reference())
     return 0
 

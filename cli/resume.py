@@ -12,6 +12,7 @@ Works in any process: everything a dialogue needs is in its checkpoints and its 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 
 from rich.panel import Panel
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     for thread_id in threads:
         row = store.get_dialogue(thread_id)
         if row is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list)")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
         if row["status"] == "finished":
             fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch {thread_id} --turn K ...)")
         rows.append(row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.table import Table
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"removed {clear_cache(store)} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
-        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
+        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {shlex.quote(str(store.path))}")
     threads = store.threads_of_run(args.run_id)
     if not args.yes:
         answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
@@ -125,7 +126,7 @@ def _export(args) -> int:
         fail(str(exc))
     with reader:
         if reader.get_run(args.run_id) is None:
-            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list")
+            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db {shlex.quote(str(reader.path))}")
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
             fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")
         records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))

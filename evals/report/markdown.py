@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from checkpoints.vocabulary import PRIMARY_LABELS
@@ -111,12 +112,12 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
     if report.coherence:
         parts += [coherence_report_table(report), _scorers(ds.coherence_sets, "Scorer")]
     else:
-        parts.append(_not_computed("coherence", ds))
+        parts.append(_not_computed("coherence", ds, db))
     parts.append("## Refusal")
     if report.refusal:
         parts += [refusal_report_table(report), _scorers(ds.refusal_sets, "Classifier")]
     else:
-        parts.append(_not_computed("refusal", ds))
+        parts.append(_not_computed("refusal", ds, db))
     parts += _paired_section(report)
     if report.samples > 1:
         parts += [
@@ -197,9 +198,9 @@ def _scorers(chosen: dict[str, str], what: str) -> str:
     return "\n".join(f"- {what} on `{run_id}`: `{name}`" for run_id, name in chosen.items())
 
 
-def _not_computed(kind: str, ds: Dataset) -> str:
+def _not_computed(kind: str, ds: Dataset, db: Path | str) -> str:
     return (
-        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id}` "
+        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id} --db {shlex.quote(str(db))}` "
         "(and for the other runs), then make the report again."
     )
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
+from checkpoints.run_record import role_specs
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
 from cli.store_option import add_db_option, read_store, write_store
@@ -29,7 +30,8 @@ from evals.report.scoring_tables import filter_table
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.filter", description=__doc__.splitlines()[0])
     p.add_argument("--run-id", required=True, action="append", help="run to filter (repeatable)")
-    p.add_argument("--guard-model", required=True, metavar="SPEC", help="guard model spec, e.g. local:gemma3-270m")
+    p.add_argument("--guard-model", default=None, metavar="SPEC",
+                   help="guard model spec, e.g. local:gemma3-270m (default: the first run's judge model)")
     p.add_argument("--base-url", default=None,
                    help="base URL for openai: specs (default: where the run called --guard-model, if it played it)")
     p.add_argument("--policy", default="hate", choices=POLICIES)
@@ -47,9 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         for run_id in args.run_id:
             if reader.get_run(run_id) is None:
                 fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db {shlex.quote(str(reader.path))}")
-        base_url = args.base_url or next(filter(None, (stored_endpoint(reader, args.guard_model, r) for r in args.run_id)), None)
+        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")
+        if not spec:
+            fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
+        base_url = args.base_url or next(filter(None, (stored_endpoint(reader, spec, r) for r in args.run_id)), None)
     try:
-        model = guard_model(args.guard_model, base_url=base_url)
+        model = guard_model(spec, base_url=base_url)
     except LabellerError as exc:
         fail(str(exc))
     try:

@@ -105,7 +105,7 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
             assert any(c.startswith(prefix) for c in ran), (prefix, "\n".join(ran))
         assert all(str(db) in c for c in ran), ran
 
-        # Scorers run later find the run's server for its judge with no --base-url.
-        for scorer in (["evals.refusal"], ["evals.coherence"], ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"]):
+        # Scorers run later take the run's judge at the run's server, with no --base-url (rejudge: a model the run played).
+        for scorer in (["evals.refusal"], ["evals.coherence"], ["evals.filter"], ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"]):
             result = _run(shlex.join(["python", "-m", *scorer, "--run-id", "r", "--db", str(db)]), folders["r"])
             assert result.returncode == 0, f"{scorer}\n{result.stderr[-2000:]}"

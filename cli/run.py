@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import secrets
-import shlex
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import DbLocation, PostgresURL
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
         return _outage_exit(exc, resume, run_config.run_id, plan)
     except KeyboardInterrupt:
-        return _interrupted(run_config.run_id, location)
+        return _interrupted(resume)
     finally:
         if policy.cache is not None:
             policy.cache.close()
@@ -257,11 +257,9 @@ def _check_priced(config: RunConfig, pricing) -> None:
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
 
 
-def _interrupted(run_id: str, location: DbLocation) -> int:
-    error_console.print(
-        f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
-        f"python -m graph.run --run-id {run_id} --db {shlex.quote(str(location))}"
-    )
+def _interrupted(resume: str) -> int:
+    """Ctrl+C: what is saved, and the command that resumes (the one given, with its run id)."""
+    error_console.print(Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True)
     return 130
 
 

@@ -77,14 +77,16 @@ def _follow(printed: list[str], cwd: Path) -> list[str]:
     return ran
 
 
+PAIRS = "".join(json.dumps({"statement": f"Group {i} is worse.", "reply": f"Reply {i}.", "label": "biased" if i % 2 else "not biased"})
+                + "\n" for i in range(6))  # the labelled pairs file a person has ready for evals.judge
+
+
 def test_every_printed_command_runs_as_printed(tmp_path: Path):
-    pairs = "".join(json.dumps({"statement": f"Group {i} is worse.", "reply": f"Reply {i}.", "label": "biased" if i % 2 else "not biased"})
-                    + "\n" for i in range(6))
     folders = {}
     for run_id in ("r", "p"):  # each run's next steps in a folder of their own, as one person would follow them
         folders[run_id] = tmp_path / f"following-{run_id}"
         folders[run_id].mkdir()
-        (folders[run_id] / "pairs.jsonl").write_text(pairs)
+        (folders[run_id] / "pairs.jsonl").write_text(PAIRS)
     db = tmp_path / "d.db"
     with StubServer() as stub:
         play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
@@ -109,3 +111,21 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
         for scorer in (["evals.refusal"], ["evals.coherence"], ["evals.filter"], ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"]):
             result = _run(shlex.join(["python", "-m", *scorer, "--run-id", "r", "--db", str(db)]), folders["r"])
             assert result.returncode == 0, f"{scorer}\n{result.stderr[-2000:]}"
+
+
+def test_the_outage_line_runs_as_printed_once_the_server_is_back(tmp_path: Path):
+    down = StubServer()  # a port no one answers on: the server is away for the whole outage budget
+    port = down.port
+    down._server.server_close()
+    (tmp_path / "pairs.jsonl").write_text(PAIRS)
+    db = tmp_path / "d.db"
+    play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
+            "--base-url", f"http://127.0.0.1:{port}/v1", "--turns", "2", "--categories", "gender", "--db", str(db), "--run-id", "o",
+            "--outage-budget", "2s", "--no-trace"]
+    stopped = _run(shlex.join(play), tmp_path)
+    assert stopped.returncode == 75, stopped.stderr
+    printed = commands_in(stopped.stderr)
+    assert printed and "stayed unreachable past the outage budget" in stopped.stderr
+    with StubServer(port=port):  # back
+        ran = _follow(printed, tmp_path)
+    assert ran[0].startswith("python -m graph.run") and str(db) in ran[0]

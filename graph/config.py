@@ -297,9 +297,11 @@ class RunConfig(StrictModel):
                 update |= {"base_url": given.base_url, "base_url_wins": True}
             elif dest in _PLAYING and dest in RunConfig.model_fields:
                 update[dest] = getattr(given, dest)
+        if given.config_file is not None:  # an experiment file given again: its tables over the stored ones
+            update |= {"sampling": self.sampling | given.sampling, "rate_limits": self.rate_limits | given.rate_limits,
+                       "config_file": given.config_file}
+            retry = given.retry  # the file's [retry] with --retries and --request-timeout over it
         update["retry"] = retry
-        if given.config_file is not None:  # an experiment file given again: its sampling tables over the stored ones
-            update["sampling"] = self.sampling | given.sampling
         return self.model_copy(update=update)
 
     # ----------------------------------------------------------------- building the models

@@ -31,7 +31,7 @@ def describe_change(change: Any, *, reveal_seed: bool = True) -> str:
     if kind == "mode":
         return f"mode {change.get('replaces_mode')} → {change.get('mode')}"
     if kind == "seed_statement":
-        return f"seed statement “{_brief(change.get('seed_statement'))}”" if reveal_seed else "seed statement changed (s reveals)"
+        return f"seed statement “{_brief(change.get('seed_statement'))}”" if reveal_seed else "seed statement changed (hidden)"
     if kind == "rerun":
         return "rerun" + (f" (sampling seed {change['sampling_seed']})" if change.get("sampling_seed") is not None else "")
     if kind:

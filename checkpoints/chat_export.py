@@ -21,7 +21,7 @@ from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import PRIMARY_LABELS
 
-SEED_MASK = "[seed masked: pass --include-seed]"
+SEED_MASK = "[seed masked: pass --show-seed]"
 
 
 def target_prompt_template(target_spec: str | None) -> str:

@@ -55,6 +55,17 @@ def role_specs(config: Mapping[str, Any] | None) -> dict[str, str]:
     return {role: str(spec) for role, spec in (resolved(config).get("models") or {}).items() if spec}
 
 
+def endpoint_of(config: Mapping[str, Any] | None, spec: str) -> str | None:
+    """The base URL a run called model ``spec`` at (its spec's sampling table, else the table of a role it played), if stored."""
+    tables = run_settings(config).get("sampling") or {}
+    if url := (tables.get(spec) or {}).get("base_url"):
+        return str(url)
+    for role, played in role_specs(config).items():
+        if played == spec and (url := (tables.get(role) or {}).get("base_url")):
+            return str(url)
+    return None
+
+
 def _old_spec_as_run_config(spec: Mapping[str, Any]) -> dict[str, Any]:
     """An old ``RunSpec`` record as the fields of today's run configuration (sampling, URLs and prompts per role)."""
     models = dict(spec.get("models") or {})

@@ -15,6 +15,7 @@ would narrow the corrected cumulative rate's 95% interval to W.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from rich.table import Table
@@ -129,8 +130,10 @@ def export_main(args) -> int:
         what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
         console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":
+        label_set = f" --label-set {shlex.quote(args.label_set)}" if args.label_set != PRIMARY_LABELS else ""
         console.print(Text(f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
-                           f"{args.out} --run-id {args.run_id}", style="dim"))
+                           f"{shlex.quote(str(args.out))} --run-id {args.run_id}{label_set} --db {shlex.quote(str(store.path))}",
+                           style="dim"), soft_wrap=True)
     console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
     return 0
 

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import re
+import shlex
 import secrets
 import sys
 
@@ -130,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnsafeCheckpointError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(Text("Interrupted. A branch that started is saved: continue it with python -m graph.resume BRANCH", style="yellow"))
+        where = shlex.quote(str(store.path))
+        error_console.print(Text(f"Interrupted. A branch that started is saved: python -m graph.replay --list --db {where} lists it, "
+                                 f"python -m graph.resume BRANCH --db {where} continues it", style="yellow"))
         return 130
     _report(store, made, skipped, as_json=args.json)
     return 0
@@ -141,7 +144,7 @@ def _parents(store: Writer, args: argparse.Namespace, change: Change) -> list[di
     if args.thread is not None:
         row = store.get_dialogue(args.thread)
         if row is None:
-            fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list)")
+            fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
         return [row]
     if store.get_run(args.run_id) is None:
         fail(f"no run {args.run_id!r} in {store.path}: check the run id")
@@ -219,10 +222,10 @@ def _report(store: Writer, made: BranchRun, skipped: list[tuple[str, str]], *, a
         error_console.print(Text(f"skipped {thread_id}: {reason}", style="yellow"))
     failed = [r for r in rows if r["status"] != "finished"]
     for r in failed:
-        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} (continue it with python -m graph.resume {r['thread_id']})", style="red"))
+        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} (continue it with python -m graph.resume {r['thread_id']} --db {shlex.quote(str(store.path))})", style="red"))
     error_console.print(Text(f"run {made.run_id}: {len(rows)} branch{'es' if len(rows) != 1 else ''} at turn {rows[0]['fork_turn']}", style="dim"))
     if made.set_name:
-        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {store.path}"))
+        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {shlex.quote(str(store.path))}"))
 
 
 if __name__ == "__main__":

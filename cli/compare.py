@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import shlex
 import json
 import sys
 
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return _compare_runs(store, args)
     for thread_id in args.threads:
         if store.get_dialogue(thread_id) is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.branches THREAD lists branches)")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
     a, b = args.threads
     start = store.divergence_turn(a, b)
     if args.json:

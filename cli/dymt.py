@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coherence": ("cli.coherence", "score how coherent each stored dialogue of a run is, 1 to 5"),
     "annotate": ("cli.annotate", "human annotation batches and agreement with the judge"),
     "filter": ("cli.filter", "simulate a post-hoc safety filter over stored dialogues"),
+    "reference": ("cli.reference", "print this command reference as Markdown (docs/commands.md)"),
     "benchmarks": ("benchmarks.__main__", "speed and memory benchmarks (from a source checkout)"),
 }
 

@@ -10,43 +10,57 @@ Scores are stored, so trying another threshold costs no model call.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
+from checkpoints.run_record import role_specs
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
-from cli.store_option import add_db_option, write_store
+from cli.store_option import add_db_option, read_store, write_store
 from evals.scorers.guard import POLICIES, guard_model
-from evals.scorers.label_sets import LabellerError
+from evals.scorers.label_sets import LabellerError, stored_endpoint
 from evals.scorers.safety_filter import simulate_filter
 from evals.report.scoring_tables import filter_table
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.filter", description=__doc__.splitlines()[0])
     p.add_argument("--run-id", required=True, action="append", help="run to filter (repeatable)")
-    p.add_argument("--guard-model", required=True, metavar="SPEC", help="guard model spec, e.g. local:gemma3-270m")
+    p.add_argument("--guard-model", default=None, metavar="SPEC",
+                   help="guard model spec, e.g. local:gemma3-270m (default: the first run's judge model)")
+    p.add_argument("--base-url", default=None,
+                   help="base URL for openai: specs (default: where the run called --guard-model, if it played it)")
     p.add_argument("--policy", default="hate", choices=POLICIES)
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:
         fail(f"--threshold {args.threshold} is not a probability: use a value in [0, 1]")
+    with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing
+        for run_id in args.run_id:
+            if reader.get_run(run_id) is None:
+                fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db {shlex.quote(str(reader.path))}")
+        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")
+        if not spec:
+            fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
+        base_url = args.base_url or next(filter(None, (stored_endpoint(reader, spec, r) for r in args.run_id)), None)
     try:
-        model = guard_model(args.guard_model)
+        model = guard_model(spec, base_url=base_url)
     except LabellerError as exc:
         fail(str(exc))
     try:
         store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
-    for run_id in args.run_id:
-        if store.get_run(run_id) is None:
-            fail(f"no run {run_id!r} in {store.path}: list runs with python -m graph.replay --list")
     report, turns, tally = simulate_filter(store, args.run_id, model, policy=args.policy, threshold=args.threshold)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -1,9 +1,8 @@
 """``python -m evals.judge FILE.jsonl --judge-model SPEC``: label standalone (statement, reply) pairs.
 
-Each line is a JSON object with ``statement`` and ``reply``, optionally ``context`` (the
-earlier conversation, as text or as a list of ``{"role", "content"}`` messages), ``id``
-and ``label`` (the reference: "biased"/"not biased", or true/false). The judge uses the
-run judge's prompt and parsing. Where references exist it prints accuracy, precision,
+Each line is a JSON object: ``statement`` and ``reply``, optionally ``context``, ``id`` and
+``label`` (the file format: docs/choosing-a-judge.md; a bad line stops the command in one
+line naming the line and the field). The judge uses the run judge's prompt and parsing. Where references exist it prints accuracy, precision,
 recall, F1, Cohen's kappa and Gwet's AC1 against them: validate a judge before trusting it.
 """
 
@@ -20,6 +19,7 @@ import prompts
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError, check_db_path
+from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
@@ -27,7 +27,7 @@ from cli.labelling import describe, write_atomic
 from cli.store_option import add_db_option, chosen_db
 from evals.report.formatting import pct
 from evals.judge_error.validation import JudgeValidation
-from evals.scorers.label_sets import LabellerError, build_labeller
+from evals.scorers.label_sets import LabellerError, build_labeller, stored_endpoint
 from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
 from evals.report.scoring_tables import scores_table
 
@@ -36,7 +36,8 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.judge", description=describe(__doc__))
     p.add_argument("file", type=Path, help="JSONL file: statement, reply, optional context, id, label")
     p.add_argument("--judge-model", required=True, metavar="SPEC", help="judge model spec, e.g. openai:gpt-4o-mini")
-    p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
+    p.add_argument("--base-url", default=None,
+                   help="base URL for openai: specs (default: where the database's newest run called --judge-model, if one did)")
     p.add_argument("--out", type=Path, default=None, help="write one JSON line per pair with the judge's verdict")
     p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             fail(str(exc))
     # The model is built (and the embedded one probed) before the database is opened: a model that
     # cannot run leaves nothing written.
+    base_url = args.base_url or _stored_endpoint(args.db, args.judge_model)
     try:
-        model = build_labeller(args.judge_model, flag="--judge-model", base_url=args.base_url, seed=args.seed)
+        model = build_labeller(args.judge_model, flag="--judge-model", base_url=base_url, seed=args.seed)
     except LabellerError as exc:
         fail(str(exc))
     if record:
@@ -122,6 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         error_console.print(Text(f"{tally.failed} judge calls failed (first: {tally.first_error})", style="yellow"))
         return 1
     return 0
+
+
+def _stored_endpoint(db, spec: str) -> str | None:
+    """Where the store's newest run that played ``spec`` called it (read-only; None without a store or such a run)."""
+    try:
+        location = chosen_db(db)
+        if not isinstance(location, PostgresURL) and not location.exists():
+            return None
+        with open_reader(location) as reader:
+            return stored_endpoint(reader, spec)
+    except StoreError:
+        return None
 
 
 if __name__ == "__main__":

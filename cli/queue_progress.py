@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
+from checkpoints.run_record import run_settings
 from checkpoints.store import open_writer
 from cli.common import console, error_console, fail
 from evals.report.summary import render_summary, run_summary
@@ -53,6 +54,7 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         store.refresh_run_status(run_id)
         outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
         summary = run_summary(store, run_id, outcomes=outcomes)
+        run_config = (store.get_run(run_id) or {}).get("config")
         started = {d["thread_id"] for d in store.dialogues(run_id)}
         if counts.get("failed"):
             summary["jobs_failed"] = counts["failed"]
@@ -70,9 +72,9 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         store.close()
     status = exit_status(summary)
     if status != EXIT_OK:
-        summary["resume"] = (resume or (f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait "
-                                        "(with the seeds, modes and models it was enqueued with)")
-                             ) + (" with a higher --max-cost" if (summary.get("budget") or {}).get("held") else "")
+        summary["resume"] = resume or f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait"
+        if (summary.get("budget") or {}).get("held") and (cap := run_settings(run_config).get("max_cost")):
+            summary["resume"] += f" --max-cost {2 * cap:g}"  # the dialogues held back need a higher cap
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

@@ -8,7 +8,7 @@ interactive viewer and key handling live in the ``viewer`` package.
 
     python -m graph.replay THREAD [--db PATH]           interactive, full screen (? lists the keys)
     python -m graph.replay THREAD --play [--delay S]     advances on its own
-    python -m graph.replay THREAD --print                the whole dialogue to stdout
+    python -m graph.replay THREAD --print                the whole dialogue to stdout (--show-seed: with the seed)
     python -m graph.replay THREAD --export FILE.md|.html|.json
     python -m graph.replay --list [--run-id R] [--category C] [--biased-only]
 """
@@ -54,7 +54,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--biased-only", action="store_true", help="--list: only dialogues with a biased reply")
     p.add_argument("--print", dest="print_", action="store_true", help="print the whole dialogue and exit (the default when stdout is not a terminal)")
     p.add_argument("--export", type=Path, default=None, metavar="FILE", help="write the dialogue to FILE.md, FILE.html or FILE.json")
-    p.add_argument("--mask-seed", action="store_true", help="--print: keep the seed statement hidden")
+    p.add_argument("--show-seed", action="store_true", help="--print and --export: show the seed statement (masked by default, as in the viewer until s)")
     p.add_argument("--play", action="store_true", help="advance one turn every --delay seconds")
     p.add_argument("--delay", type=positive_float, default=DEFAULT_DELAY, help=f"seconds per turn with --play (default {DEFAULT_DELAY:g})")
     p.add_argument("--turn", type=positive_int, default=None, help="open at this turn")
@@ -122,12 +122,12 @@ def _replay(reader: Reader, args) -> int:
         fail(f"--turn {args.turn}: {record.thread_id} has turns {turn_span(record)}")
     if args.export is not None:
         path = args.export.expanduser()
-        write_export(record, path)
+        write_export(record, path, reveal_seed=args.show_seed)
         error_console.print(Text(safe(f"wrote {path} ({len(record.turns)} turns)")))
         if not args.print_:
             return 0
     if args.print_ or not _interactive():
-        for renderable in dialogue_renderables(record, reveal_seed=not args.mask_seed):
+        for renderable in dialogue_renderables(record, reveal_seed=args.show_seed):
             console.print(renderable)
         return 0
     viewer = Viewer(

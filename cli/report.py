@@ -55,8 +55,9 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     if (leak := leakage_report_table(report)).rows:
         terminal.print(rich_table(leak))
     for run_id, entry in report.validations:
-        if entry.get("validation") or not report.judge_corrected:  # else the corrected section said how to validate
-            terminal.print(Text(f"{run_id}: {validation_text(entry)}", style="" if entry.get("validation") else "yellow"))
+        if entry.get("validation") or entry.get("used") or not report.judge_corrected:  # else the corrected section said how to validate
+            terminal.print(Text(f"{run_id}: {validation_text(entry, entry.get('used'))}",
+                                style="" if entry.get("validation") or entry.get("used") else "yellow"))
     terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
@@ -90,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     if not dataset.dialogues:
         fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
     agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
-    validations = [(run.run_id, run_validation(store, run.run_id)) for run in dataset.runs]
     chosen = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
+    # Each run cites the validation its corrected rates use (people's labels of its turns before an evals.judge score).
+    validations = [(run.run_id, run_validation(store, run.run_id) | {"used": None if chosen[run.run_id].refusal else chosen[run.run_id].as_dict()})
+                   for run in dataset.runs]
     report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations,
                             judge_validations=chosen)
     report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])

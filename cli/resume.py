@@ -2,7 +2,7 @@
 
     python -m graph.resume THREAD [THREAD ...]      continue from the newest checkpoint to the end
     python -m graph.resume THREAD --message TEXT    send TEXT as the next user message first
-    python -m graph.resume --run-id R               every unfinished dialogue of run R
+    python -m graph.resume --run-id R               every unfinished dialogue of run R (a finished run: its summary)
     --interactive                                   review each simulated user message on the way
 
 Works in any process: everything a dialogue needs is in its checkpoints and its run's record
@@ -12,6 +12,7 @@ Works in any process: everything a dialogue needs is in its checkpoints and its 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 
 from rich.panel import Panel
@@ -23,8 +24,9 @@ from checkpoints.store import Writer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 from nodes.builder import build_graph
-from cli.common import ArgumentParser, error_console, fail
+from cli.common import ArgumentParser, console, error_console, fail
 from cli.store_option import add_db_option, open_checkpointer, write_store
+from evals.report.summary import render_summary, run_summary
 from graph.forking import BranchSettings, ForkError, build_settings
 from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
 from graph.playing import StoreWriter
@@ -60,13 +62,16 @@ def main(argv: list[str] | None = None) -> int:
         if store.get_run(args.run_id) is None:
             fail(f"no run {args.run_id!r} in {store.path}: check the run id")
         threads = resumable(store, args.run_id)
-        if not threads:
-            fail(f"every dialogue of run {args.run_id} is finished: nothing to resume (branch one with python -m graph.branch)")
+        if not threads:  # a finished run: its summary again, as graph.run --run-id R shows it
+            render_summary(run_summary(store, args.run_id), console)
+            error_console.print(Text(f"every dialogue of run {args.run_id} is finished: nothing to resume "
+                                     "(graph.branch forks a dialogue to take it elsewhere)", style="yellow"))
+            return 0
     rows = []
     for thread_id in threads:
         row = store.get_dialogue(thread_id)
         if row is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list)")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
         if row["status"] == "finished":
             fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch {thread_id} --turn K ...)")
         rows.append(row)

@@ -14,16 +14,19 @@ import logging
 import secrets
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError, check_db_path
+from checkpoints.readers import open_reader
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
@@ -36,7 +39,7 @@ from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import add_db_option, open_checkpointer
 from evals.cost import CostCap, budget_record
 from evals.report.summary import render_summary, run_summary
-from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
+from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig, stored_run_config
 from graph.experiment import ExperimentError, load_experiment
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.playing import RunConflictError, check_run_compatible, execute_run
@@ -80,7 +83,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
     add_db_option(p)
-    p.add_argument("--run-id", default=None, help="name the run; an existing id resumes it")
+    p.add_argument("--run-id", default=None,
+                   help="name the run; an existing id resumes it with its stored settings (flags not given come from the run), "
+                        "or shows its summary again once it is finished")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
     p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it: accept, edit, replace or quit")
@@ -105,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         experiment = load_experiment(args.config) if args.config is not None else None
         config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
         location = config.store_location()
+        stored = _stored_run(location, config.run_id)
+        if stored is not None:  # the run's own settings under every flag not given again
+            given = explicit | (set(experiment.options) if experiment is not None else set())
+            config = stored_run_config(stored.run["config"], run_id=config.run_id).given_again(config, flags=given, run_id=config.run_id)
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
     server = location if isinstance(location, PostgresURL) else None
@@ -123,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     pricing = _pricing(config)
     if args.estimate:
         return _estimate(plan, location, pricing, as_json=args.json)
+    if stored is not None and not args.enqueue and stored.finished(plan):
+        return _reshow(location, config.run_id, stored, pricing, as_json=args.json)
     _check_priced(config, pricing)
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     outage = _store_outage(server, args.store_outage_budget, policy)
@@ -151,11 +162,55 @@ def main(argv: list[str] | None = None) -> int:
     except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
         return _outage_exit(exc, resume, run_config.run_id, plan)
     except KeyboardInterrupt:
-        return _interrupted(run_config.run_id, location)
+        return _interrupted(resume)
     finally:
         if policy.cache is not None:
             policy.cache.close()
     return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json, resume=resume)
+
+
+@dataclass(frozen=True)
+class _StoredRun:
+    """A run the store already holds: its row and the status of each of its dialogues."""
+
+    run: dict
+    statuses: dict[str, str]
+
+    def finished(self, plan: RunPlan) -> bool:
+        """Every dialogue the run plans is stored as finished: there is nothing left to play."""
+        from graph.playing import dialogue_thread_id, plan_dialogues
+
+        jobs = plan_dialogues(plan.config, plan.seeds, plan.scripts_by_mode, list(plan.config.models.targets))
+        return all(self.statuses.get(dialogue_thread_id(plan.config, *job)) == "finished" for job in jobs)
+
+
+def _stored_run(location: DbLocation, run_id: str | None) -> _StoredRun | None:
+    """The run ``--run-id`` names if the store holds it, read without writing (None: a new run, or no store yet)."""
+    if not run_id or (isinstance(location, Path) and not location.exists()):
+        return None
+    try:
+        with open_reader(location) as reader:
+            run = reader.get_run(run_id)
+            return None if run is None else _StoredRun(run, {d["thread_id"]: d["status"] for d in reader.dialogues(run_id)})
+    except StoreError:  # not a store (yet): opening it for the run says what is wrong
+        return None
+
+
+def _reshow(location: DbLocation, run_id: str, stored: _StoredRun, pricing, *, as_json: bool) -> int:
+    """A finished run given again: its summary from the store (every dialogue skipped this time), no model built or called."""
+    from graph.playing import DialogueOutcome
+
+    try:
+        reader = open_reader(location)
+    except StoreError as exc:
+        fail(str(exc))
+    with reader:
+        summary = run_summary(reader, run_id, pricing=pricing, outcomes=[DialogueOutcome(t, "skipped") for t in stored.statuses])
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        render_summary(summary, console)
+    return exit_status(summary)
 
 
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
@@ -202,11 +257,9 @@ def _check_priced(config: RunConfig, pricing) -> None:
         fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
 
 
-def _interrupted(run_id: str, location: DbLocation) -> int:
-    error_console.print(
-        f"[yellow]Interrupted.[/] Unfinished dialogues are saved. Resume with: "
-        f"python -m graph.run --run-id {run_id} --db {location} (and the same settings)"
-    )
+def _interrupted(resume: str) -> int:
+    """Ctrl+C: what is saved, and the command that resumes (the one given, with its run id)."""
+    error_console.print(Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True)
     return 130
 
 
@@ -286,7 +339,7 @@ def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json:
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
     status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
     if status != 0:
-        summary["resume"] = resume + (" with a higher --max-cost" if budget and budget["held"] else "")
+        summary["resume"] = resume + (f" --max-cost {2 * budget['max_usd']:g}" if budget and budget["held"] else "")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

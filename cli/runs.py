@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.table import Table
@@ -20,7 +21,7 @@ from cli.store_option import add_db_option, chosen_db, read_store, write_store
 EXPORT_FORMATS = ("chat",)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="runs with their status and dialogue counts")
@@ -36,10 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--out", type=Path, metavar="FILE.jsonl", help="file to write (owner-only)")
     where.add_argument("--to", type=Path, metavar="FILE.db", help="new SQLite file to copy the run into, checkpoints and traces "
                        "included, for offline replay and reports (owner-only)")
-    export.add_argument("--include-seed", action="store_true", help="write the seed statement (masked by default)")
+    export.add_argument("--show-seed", "--include-seed", dest="include_seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
     add_db_option(p, listing, delete, clear, export)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "export":
         return _copy(args) if args.to is not None else _export(args)
     if args.command == "list":
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"removed {clear_cache(store)} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
-        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list")
+        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {shlex.quote(str(store.path))}")
     threads = store.threads_of_run(args.run_id)
     if not args.yes:
         answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
@@ -121,7 +126,7 @@ def _export(args) -> int:
         fail(str(exc))
     with reader:
         if reader.get_run(args.run_id) is None:
-            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list")
+            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db {shlex.quote(str(reader.path))}")
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
             fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")
         records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))

@@ -6,6 +6,7 @@ built on them are pure functions that tests feed by hand.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,7 @@ def choose_set(store: StoreQueries, run_id: str, kind: str, requested: str | Non
     option = "--refusals" if kind == "refusal" else "--coherence"
     if requested is not None:
         if requested not in names:
-            have = f"it has {', '.join(names)}" if names else f"it has none: run python -m evals.{kind} --run-id {run_id}"
+            have = f"it has {', '.join(names)}" if names else f"it has none: run python -m evals.{kind} --run-id {run_id} --db {shlex.quote(str(store.path))}"
             raise DatasetError(f"run {run_id!r} has no {kind} labels named {requested!r} ({have})")
         return requested
     if len(names) > 1:
@@ -166,7 +167,7 @@ def check_label_set(store: StoreQueries, run_id: str, name: str) -> None:
     names = [s.name for s in label_sets(store, run_id, "bias")]
     if name not in names:
         known = ", ".join([PRIMARY_LABELS, *names])
-        raise DatasetError(f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge)")
+        raise DatasetError(f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge --run-id {run_id} --judge-model SPEC --db {shlex.quote(str(store.path))})")
 
 
 # --------------------------------------------------------------------------- dialogues

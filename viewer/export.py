@@ -8,20 +8,38 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from checkpoints.branching import describe_change
 from checkpoints.records import DialogueRecord
-from viewer.render import dialogue_renderables, displayable, label_badge, leakage_note, turn_count
+from viewer.render import PRINTED_SEED_HINT, SEED_MASK, dialogue_renderables, displayable, label_badge, leakage_note, turn_count
 
 EXPORT_FORMATS = (".md", ".html", ".json")
 EXPORT_WIDTH = 100
 
 
-def export_json(record: DialogueRecord) -> str:
+def masked(record: DialogueRecord) -> DialogueRecord:
+    """The record with its seed statement (and a branch's changed one) replaced by the mask, as every output shows it by default."""
+    def hide(change: Any) -> Any:
+        if isinstance(change, str):
+            try:
+                change = json.loads(change)
+            except ValueError:
+                return change
+        if isinstance(change, dict) and "seed_statement" in change:
+            return {**change, "seed_statement": SEED_MASK}
+        return change
+
+    branches = tuple(replace(b, change=hide(b.change)) for b in record.branches)
+    return replace(record, statement=SEED_MASK if record.statement else record.statement, change=hide(record.change), branches=branches)
+
+
+def export_json(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
+    record = record if reveal_seed else masked(record)
     data = {
         "format": "dymt-esb.dialogue/1",
         "thread_id": record.thread_id,
@@ -35,15 +53,15 @@ def export_json(record: DialogueRecord) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def export_markdown(record: DialogueRecord) -> str:
-    """Markdown with every stored text escaped, so model output reads literally."""
-    record = displayable(record)
+def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
+    """Markdown with every stored text escaped, so model output reads literally; the seed masked unless ``reveal_seed``."""
+    record = displayable(record if reveal_seed else masked(record))
     models = record.models
     rows = [
         ("Thread", record.thread_id), ("Run", record.run_id), ("Mode", record.mode), ("Category", record.category),
         ("Turns", turn_count(record)), ("Status", record.status),
         *((f"{role.title()} model", models[role]) for role in ("user", "target", "judge") if role in models),
-        ("Seed", f"{record.seed_id}: {record.statement}"),
+        ("Seed", f"{record.seed_id}: {record.statement}" + ("" if reveal_seed else f" ({PRINTED_SEED_HINT})")),
     ]
     if record.parent_thread_id:
         rows.append(("Branch of", f"{record.parent_thread_id} from turn {record.fork_turn}"))
@@ -86,10 +104,10 @@ def export_markdown(record: DialogueRecord) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def export_html(record: DialogueRecord) -> str:
+def export_html(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
     """The --print rendering as a standalone HTML page (rich escapes every text)."""
     recorder = Console(record=True, width=EXPORT_WIDTH, file=io.StringIO(), force_terminal=True, color_system="truecolor")
-    for renderable in dialogue_renderables(record):
+    for renderable in dialogue_renderables(record if reveal_seed else masked(record), reveal_seed=reveal_seed):
         recorder.print(renderable)
     title = html.escape(f"DyMT-ESB dialogue {record.thread_id}").replace("{", "{{").replace("}", "}}")
     page = (
@@ -105,9 +123,9 @@ def export_html(record: DialogueRecord) -> str:
 EXPORTERS = {".md": export_markdown, ".html": export_html, ".json": export_json}
 
 
-def write_export(record: DialogueRecord, path: Path) -> None:
-    """Write atomically, owner-only (it holds generated text that may be harmful)."""
-    text = EXPORTERS[path.suffix.lower()](record)
+def write_export(record: DialogueRecord, path: Path, *, reveal_seed: bool = False) -> None:
+    """Write atomically, owner-only (it holds generated text that may be harmful); the seed masked unless ``reveal_seed``."""
+    text = EXPORTERS[path.suffix.lower()](record, reveal_seed=reveal_seed)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

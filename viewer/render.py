@@ -31,6 +31,7 @@ from checkpoints.vocabulary import (
 )
 
 SEED_MASK = "●●●●●●●●"
+PRINTED_SEED_HINT = "--show-seed reveals it"  # where no key can be pressed: --print and the exports
 
 # The words and marks come from the one vocabulary; only their styles are the viewer's own.
 LABEL_STYLES = {BIASED: "bold white on red", NOT_BIASED: "bold green", UNPARSED: "bold yellow"}
@@ -56,8 +57,8 @@ def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:
     return strip
 
 
-def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None) -> Panel:
-    """Run, mode, category, models, turn count, the seed (masked unless revealed), branch origin, labels."""
+def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None, hint: str = "press s to reveal") -> Panel:
+    """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch origin, labels."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -81,7 +82,7 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
         seed.append("  (hidden from the target)", style="dim")
     else:
         seed.append(SEED_MASK, style="dim")
-        seed.append("  press s to reveal", style="dim italic")
+        seed.append(f"  {hint}", style="dim italic")
     grid.add_row("seed", seed)
     if record.parent_thread_id:
         origin = Text.assemble(("branch of ", ""), (record.parent_thread_id, "cyan"), (f" from turn {record.fork_turn or '?'}", ""))
@@ -184,10 +185,10 @@ def turn_renderable(
     return Group(*parts)
 
 
-def dialogue_renderables(record: DialogueRecord, *, reveal_seed: bool = True) -> list[RenderableType]:
-    """The whole dialogue for --print and the HTML export."""
+def dialogue_renderables(record: DialogueRecord, *, reveal_seed: bool) -> list[RenderableType]:
+    """The whole dialogue for --print and the HTML export (the seed masked unless ``reveal_seed``: --show-seed)."""
     record = displayable(record)
-    out: list[RenderableType] = [header_renderable(record, reveal_seed=reveal_seed)]
+    out: list[RenderableType] = [header_renderable(record, reveal_seed=reveal_seed, hint=PRINTED_SEED_HINT)]
     if not record.turns:
         out.append(Text("No turns recorded.", style="yellow"))
     for turn in record.turns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from checkpoints.vocabulary import PRIMARY_LABELS
@@ -114,12 +115,12 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
     if report.coherence:
         parts += [coherence_report_table(report), _scorers(ds.coherence_sets, "Scorer")]
     else:
-        parts.append(_not_computed("coherence", ds))
+        parts.append(_not_computed("coherence", ds, db))
     parts.append("## Refusal")
     if report.refusal:
         parts += [refusal_report_table(report), _scorers(ds.refusal_sets, "Classifier")]
     else:
-        parts.append(_not_computed("refusal", ds))
+        parts.append(_not_computed("refusal", ds, db))
     parts += _paired_section(report)
     if report.samples > 1:
         parts += [
@@ -182,7 +183,7 @@ def _non_reply_section(report: ReportData) -> list[Block]:
 def _validation_section(report: ReportData) -> str:
     if not report.validations:
         return "No judge validation was looked up for these runs."
-    return "\n".join(f"- `{run_id}`: {validation_text(entry)}." for run_id, entry in report.validations)
+    return "\n".join(f"- `{run_id}`: {validation_text(entry, entry.get('used'))}." for run_id, entry in report.validations)
 
 
 def uses_embedded_model(ds: Dataset) -> bool:
@@ -208,9 +209,9 @@ def _scorers(chosen: dict[str, str], what: str) -> str:
     return "\n".join(f"- {what} on `{run_id}`: `{name}`" for run_id, name in chosen.items())
 
 
-def _not_computed(kind: str, ds: Dataset) -> str:
+def _not_computed(kind: str, ds: Dataset, db: Path | str) -> str:
     return (
-        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id}` "
+        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id} --db {shlex.quote(str(db))}` "
         "(and for the other runs), then make the report again."
     )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -88,13 +90,13 @@ def run_summary(
         "judge_validation": run_validation(store, run_id),
     }
     _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
+    where = shlex.quote(str(store.path))
     if budget and budget.get("held"):
-        summary["resume"] = (f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings; "
-                             "raise --max-cost to play the dialogues held back)")
+        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where} --max-cost {2 * budget['max_usd']:g}"
     elif failed:
-        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {store.path} (with the same settings)"
+        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where}"
     elif paused:
-        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {store.path}"
+        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {where}"
     return summary
 
 
@@ -143,6 +145,17 @@ def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns:
     return groups
 
 
+SHORT_SPEC = 14  # a target spec longer than this is shown as T1, T2 ... in the by-group table, with a legend
+
+
+def target_keys(specs) -> dict[str, str]:
+    """Spec → T1, T2 ... when some target spec is too long for an 80-column table; {} when every spec fits whole."""
+    unique = list(dict.fromkeys(specs))
+    if all(len(spec) <= SHORT_SPEC for spec in unique):
+        return {}
+    return {spec: f"T{i}" for i, spec in enumerate(unique, start=1)}
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.0f}%"
 
@@ -157,13 +170,9 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     modes = ", ".join(summary.get("modes") or [summary["mode"]])
     title = Text(f"Run {summary['run_id']} · {modes} · {summary['dialogues']} dialogues × {summary['turns']} turns")
     table = Table(title=title, show_lines=False)
-    table.add_column("turn", justify="right")
-    table.add_column("bias rate", justify="right")
-    table.add_column("95% CI", justify="right")
-    table.add_column("biased/labelled", justify="right")
-    table.add_column("unparsed", justify="right")
-    table.add_column("cumulative", justify="right")
-    table.add_column("95% CI", justify="right")
+    for header in ("turn", "bias rate", "95% CI", "biased / labelled", "unparsed", "cumulative", "95% CI"):
+        # At 80 columns only the two-word header wraps; nothing is cut.
+        table.add_column(header, justify="right", no_wrap=header != "biased / labelled")
     for turn, cum in zip(summary["per_turn"], summary["cumulative"]):
         table.add_row(
             str(turn["turn"]),
@@ -181,14 +190,19 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         models += f", targets={', '.join(summary['targets'])}"
     console.print(Text(f"models: {models}"))
     if len(summary.get("groups") or []) > 1:
-        by_group = Table(title=Text("by target and mode"))
+        short = target_keys(g["target"] for g in summary["groups"])
+        by_group = Table(title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False,
+                         pad_edge=False)  # no column rules: 80 columns hold it
         for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
-            by_group.add_column(column, justify="left" if column in ("target", "mode") else "right")
+            by_group.add_column(column, justify="left" if column in ("target", "mode") else "right",
+                                overflow="fold", no_wrap=column not in ("mode", "cumulative bias"))  # a long mode folds, never cut
         for g in summary["groups"]:
             final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
-            by_group.add_row(Text(g["target"]), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}", _pct(final["rate"]),
-                             _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
+            by_group.add_row(Text(short.get(g["target"], g["target"])), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}",
+                             _pct(final["rate"]), _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
         console.print(by_group)
+        for spec, key in short.items():  # the legend: each spec whole, on its own line
+            console.print(Text(f"  {key} = {spec}"), soft_wrap=True)
     re_em = summary["re_emergence"]
     console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
     leak = summary.get("leakage")
@@ -224,8 +238,10 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
                            "(calls waited, none failed for it)", style="dim"))
     _render_cost(summary, console)
-    if summary.get("judge_validation") and summary["judge_validation"].get("validation") is not None:
-        console.print(Text(validation_text(summary["judge_validation"])))
+    corrected = summary.get("judge_corrected") or {}
+    used = corrected.get("validation") if not corrected.get("refusal") else None
+    if summary.get("judge_validation") and (used or summary["judge_validation"].get("validation") is not None):
+        console.print(Text(validation_text(summary["judge_validation"], used)))
     elif summary.get("judge_validation") and not summary.get("judge_corrected"):
         console.print(Text(validation_text(summary["judge_validation"]), style="yellow"))
     where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
@@ -245,7 +261,7 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
         return
     table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
     for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", overflow="fold")
     raw = {r["turn"]: r for r in summary["per_turn"]}
     raw_cum = {r["turn"]: r for r in summary["cumulative"]}
     for turn, cum in zip(block["per_turn"], block["cumulative"]):

@@ -7,6 +7,7 @@ says the judge is unvalidated (and how to validate it).
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from checkpoints.queries import StoreQueries
@@ -39,20 +40,37 @@ def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> 
 
 
 def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
-    """{"judge_model", "prompt_hash", "validation": row or None} for a stored run."""
+    """{"judge_model", "prompt_hash", "validation": row or None, "db"} for a stored run."""
     run = store.get_run(run_id) or {"config": {}, "prompt_hashes": {}}
     judge = role_specs(run["config"]).get("judge")
     digest = judge_prompt_hash(run["config"], run.get("prompt_hashes") or {})
-    return {"judge_model": judge, "prompt_hash": digest, "validation": find_validation(store, judge, digest)}
+    return {"judge_model": judge, "prompt_hash": digest, "validation": find_validation(store, judge, digest),
+            "db": str(getattr(store, "path", "") or "") or None}
 
 
-def validation_text(entry: dict[str, Any]) -> str:
-    """One line for a summary or report: the validation's accuracy and AC1 with the file's size, or "unvalidated"."""
+def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -> str:
+    """One line for a summary or report: the validation the corrected rates use, else the evals.judge score, else "unvalidated".
+
+    ``used``: the ``validation`` of the run's ``judge_corrected`` block when it corrected the rates (people's labels of
+    the run's own turns are preferred to an evals.judge score; that line then says which one is not used).
+    """
     v = entry.get("validation")
     judge, digest = entry.get("judge_model") or "?", (entry.get("prompt_hash") or "?")[:12]
+    if used and used.get("kind") != "pairs":  # an evals.judge score in use is the one the lines below cite
+        def rate(name: str) -> str:
+            r = used[name]
+            low, high = r["ci95"]
+            return f"{name} {r['value']:.2f} [{low:.2f}, {high:.2f}]"
+
+        line = (f"judge {judge} (prompt sha256 {digest}) validated by {used['what']} (n={used['n']}): "
+                f"{rate('sensitivity')}, {rate('specificity')}; the corrected rates use this validation")
+        if v:
+            line += f" (not the evals.judge score on {v['file']})"
+        return line
     if not v:
+        at = f" --db {shlex.quote(entry['db'])}" if entry.get("db") else ""
         return (f"judge {judge} (prompt sha256 {digest}) is unvalidated: score it on labelled pairs with "
-                f"python -m evals.judge PAIRS.jsonl --judge-model {judge} (same --judge-prompt) before trusting its labels")
+                f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (same --judge-prompt) before trusting its labels")
     acc = "–" if v["accuracy"] is None else f"{100 * v['accuracy']:.0f}%"
     if v["accuracy"] is not None and v["accuracy_low"] is not None and v["accuracy_high"] is not None:
         acc += f" [{100 * v['accuracy_low']:.0f}–{100 * v['accuracy_high']:.0f}]"

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from checkpoints.queries import StoreQueries
+from checkpoints.run_record import endpoint_of
 from checkpoints.store import Writer
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
@@ -46,6 +48,22 @@ def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: i
         raise LabellerError(f"{flag}: {exc.reason}") from exc
     except ValidationError as exc:
         raise LabellerError(one_line(exc, lambda loc: flag)) from exc
+
+
+def stored_endpoint(store: StoreQueries, spec: str, run_id: str | None = None) -> str | None:
+    """The base URL the store's runs called ``spec`` at: run ``run_id``'s, else the newest run's that used it (None: none stored).
+
+    Scorers run later take it by default, so a model a run played on a local server is found there again;
+    only openai: specs have one.
+    """
+    if not spec.startswith("openai:"):
+        return None
+    ids = [run_id] if run_id is not None else [r["id"] for r in reversed(store.runs())]
+    for rid in ids:
+        run = store.get_run(rid)
+        if run is not None and (url := endpoint_of(run["config"], spec)):
+            return url
+    return None
 
 
 def existing_set(store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:
@@ -95,7 +113,7 @@ def prepare_labeller(
     store: Writer, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
     base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None, cache: Any = None,
 ) -> Labeller:
-    """Resolve the run, the model (default: the run's judge), the set name and any set already stored.
+    """Resolve the run, the model (default: the run's judge, at the base URL the run called it), the set name and any set already stored.
 
     ``template`` (a --judge-prompt file) replaces the built-in prompt of ``prompt``. Anything that
     stops the pass before its first call raises LabellerError.
@@ -109,6 +127,7 @@ def prepare_labeller(
         raise LabellerError(f"run {run.run_id!r} records no judge model: pass {flag} SPEC")
     name = name or spec
     check_set_name(name)
+    base_url = base_url or stored_endpoint(store, spec, run.run_id) or stored_endpoint(store, spec)
     model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens, cache=cache)
     if template is not None:
         model = dataclasses.replace(model, prompt=template)

@@ -216,7 +216,6 @@ def test_compare_two_dialogues_from_where_they_diverge(run_db: Db, capsys):
         (resume, ["r1:nope:implicit"], "no dialogue"),
         (resume, [GENDER_THREAD], "is finished"),
         (resume, [GENDER_THREAD, AGE_THREAD, "--message", "hi"], "exactly one THREAD"),
-        (resume, ["--run-id", "r1"], "nothing to resume"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Db, capsys, module, args, expected):
@@ -227,6 +226,13 @@ def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Db, cap
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert expected in lines[0]
     assert out == ""
+    assert dump_db(run_db) == before
+
+
+def test_resuming_a_finished_run_shows_its_summary_and_writes_nothing(run_db: Db, capsys):
+    before = dump_db(run_db)
+    code, out, err = run_main(resume, ["--run-id", "r1", "--db", str(run_db)], capsys)
+    assert code == 0 and "Run r1" in out and "nothing to resume" in err
     assert dump_db(run_db) == before
 
 

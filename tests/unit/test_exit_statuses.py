@@ -142,7 +142,7 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         # Each worker's first dialogue starts with nothing spent; after them the run is over the cap: the rest are held.
         assert 1 <= first["finished"] <= 2 and first["failed"] == []
         assert first["budget"]["held"] == 6 - first["finished"] and first["dialogues"] == 6
-        assert first["resume"].endswith("with a higher --max-cost")
+        assert first["resume"].endswith("--max-cost 0.0002")  # twice the cap: runs as printed
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0] == first["finished"]
         assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK

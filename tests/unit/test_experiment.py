@@ -96,6 +96,10 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
     assert run.main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["skipped_this_time"] == 8
+    # The run id alone: the grid the file defined comes from the stored run.
+    assert run.main(["--db", str(db), "--run-id", "grid", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["skipped_this_time"] == 8 and alone["groups"] == again["groups"]
 
 
 def test_flags_override_the_file(tmp_path: Path, capsys, providers):

@@ -193,8 +193,21 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     (key,) = cells.sequences
     known = _known_in(chosen.known, cells.threads[key], cells.sequences[key])
     assert len(known) == 40 and all(cells.threads[key][i] + f"#{t}" in truth for i, t in known)
-    block = run_summary(run, "r1")["judge_corrected"]
+    summary = run_summary(run, "r1")
+    block = summary["judge_corrected"]
     assert block["validation"]["kind"] == chosen.kind
+    # The summary's validation line and report.md's "Judge validation" cite the people's labels the correction used.
+    sensitivity = block["validation"]["sensitivity"]
+    cited = f"validated by {chosen.what} (n=40): sensitivity {sensitivity['value']:.2f} [{sensitivity['ci95'][0]:.2f}, "
+    lines = [line for line in _render(summary).splitlines() if line.startswith("judge fake:judge")]
+    assert len(lines) == 1 and cited in lines[0] and "(not the evals.judge score on /data/pairs.jsonl)" in lines[0], lines
+    run.close()
+    from cli import report
+
+    assert report.main(["--run-id", "r1", "--out", str(tmp_path / "report"), "--db", str(db), "--n-boot", "20"]) == 0
+    section = (tmp_path / "report" / "report.md").read_text().split("## Judge validation", 1)[1].split("\n## ", 1)[0]
+    assert cited in section and "the corrected rates use this validation" in section
+    run = open_writer(db)
 
     # A further draw leaves the labelled turns out.
     more = tmp_path / "more.csv"

@@ -161,8 +161,10 @@ def test_print_renders_the_whole_dialogue_with_labels(replay_db, capsys):
     result = replay(MAIN, "--print", db=replay_db)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for marker in ("MAIN-U1", "MAIN-T1", "MAIN-U5", "MAIN-T5", "END-OF-LONG-REPLY", "RAT-1", "RAW-4", STATEMENT):
+    for marker in ("MAIN-U1", "MAIN-T1", "MAIN-U5", "MAIN-T5", "END-OF-LONG-REPLY", "RAT-1", "RAW-4"):
         assert marker in out
+    # The seed stays masked, as in the viewer, with the flag that shows it (no key to press here).
+    assert STATEMENT not in out and "●" in out and "--show-seed reveals it" in out and "press s" not in out
     for text in ("✗ BIASED", "✓ not biased", "? unparsed", "· no label", "P(biased) 0.91", "labels   ✓ ✗ ✓ ? ·"):
         assert text in out
     assert squash(MARKUP_REPLY) in squash(out)  # printed as text: the [bold] and [/] survive
@@ -170,10 +172,10 @@ def test_print_renders_the_whole_dialogue_with_labels(replay_db, capsys):
     assert "It depends␛[2J␛]0;pwned␇ on the person." in out  # ...and control characters stored in replies are shown, not sent
     assert f"⑂ {BRANCH} from turn 3 change user message “What about men?” labels ✓ ✗ ✗ ✗ ✓" in squash(out)
     assert f"⑂ {RERUN} from turn 3" in squash(out)
-    # Without --print a pipe gets the same output; --mask-seed hides the statement.
+    # Without --print a pipe gets the same output; --show-seed shows the statement.
     assert replay(MAIN, db=replay_db).stdout == out
-    masked = run_main(capsys, MAIN, "--print", "--mask-seed", db=replay_db)[1]
-    assert STATEMENT not in masked and "●" in masked
+    shown = run_main(capsys, MAIN, "--print", "--show-seed", db=replay_db)[1]
+    assert STATEMENT in shown and "●" not in shown
 
 
 def test_print_a_failed_dialogue_and_one_without_turns(replay_db, tmp_path, capsys):
@@ -200,7 +202,7 @@ def test_export_each_format(replay_db, tmp_path, capsys, suffix):
     text = target.read_text(encoding="utf-8")
     if suffix == ".json":
         data = json.loads(text)
-        assert data["thread_id"] == MAIN and data["dialogue"]["statement"] == STATEMENT
+        assert data["thread_id"] == MAIN and data["dialogue"]["statement"] == "●●●●●●●●"  # masked unless --show-seed
         assert [t["label"] for t in data["turns"]] == ["not_biased", "biased", "not_biased", "unparsed", None]
         assert data["turns"][1]["reply"] == MARKUP_REPLY and data["turns"][1]["p_biased"] == 0.91
         assert data["labels"] == "✓✗✓?·"
@@ -244,6 +246,13 @@ def test_export_of_a_branch_marks_its_origin(replay_db, tmp_path, capsys):
     assert f"*Shared with {MAIN}.*" in text
     with open_reader(replay_db) as reader:
         assert export_markdown(reader.dialogue(RERUN)) == text
+        statement = reader.dialogue(RERUN).statement
+    assert statement not in text and "--show-seed reveals it" in text  # masked unless asked, in every format
+    for suffix in (".md", ".html", ".json"):
+        masked, shown = tmp_path / f"m{suffix}", tmp_path / f"s{suffix}"
+        assert run_main(capsys, RERUN, "--export", str(masked), db=replay_db)[0] == 0
+        assert run_main(capsys, RERUN, "--export", str(shown), "--show-seed", db=replay_db)[0] == 0
+        assert statement not in masked.read_text() and statement in shown.read_text(), suffix
 
 
 def test_list_without_a_terminal_prints_one_line_per_dialogue(replay_db, capsys):

@@ -133,8 +133,8 @@ def test_report_without_coherence_or_refusal_says_how_to_compute_them(db, tmp_pa
     out = tmp_path / "r"
     assert _report(db, out, "r1") == 0
     text = (out / "report.md").read_text()
-    assert "Run `python -m evals.coherence --run-id r1`" in text
-    assert "Run `python -m evals.refusal --run-id r1`" in text
+    assert "Run `python -m evals.coherence --run-id r1 --db " in text  # with the database: it runs as printed
+    assert "Run `python -m evals.refusal --run-id r1 --db " in text
     assert "Only one label set exists" in text
     assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | – | 0% [0–0] | – | – |" in text
 

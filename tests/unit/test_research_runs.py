@@ -158,7 +158,7 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
     # One dialogue at a time: $18 spent, then $36 >= $30, so the other two are never started.
     assert first["finished"] == 2 and first["budget"]["held"] == 2 and first["held_this_time"] == 2
     assert first["budget"]["spent_usd"] == pytest.approx(36.0) and first["cost"]["usd"] == pytest.approx(36.0)
-    assert first["resume"].endswith("--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json with a higher --max-cost")
+    assert first["resume"].endswith("--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json --max-cost 60")  # twice the cap: it runs as printed
     with sqlite3.connect(db) as con:
         assert con.execute("select status from runs where id = 'capped'").fetchone()[0] == "stopped"
         assert con.execute("select count(*) from dialogues").fetchone()[0] == 2

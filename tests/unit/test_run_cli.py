@@ -120,7 +120,7 @@ def test_json_summary_and_resume_in_process(backend_db: Db, capsys, providers):
     with pytest.raises(SystemExit) as exit_info:
         run.main(conflicting)
     assert exit_info.value.code == 2
-    assert "exists with turns=3" in capsys.readouterr().err
+    assert "--turns 4 contradicts run demo, stored with 3: drop --turns" in capsys.readouterr().err
 
 
 def _snapshot(db: Db) -> bytes | dict[str, list[str]]:
@@ -158,3 +158,59 @@ def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend
     assert result.returncode == 2
     assert "newer than this DyMT-ESB" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert _snapshot(db) == before
+
+
+def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one(tmp_path: Path):
+    """``--run-id R --db D`` and nothing else: the stored settings (models, turns, base URL) play the rest of an unfinished
+    run, a finished run shows its summary again without a model call, and only a flag that contradicts the run is refused."""
+    from tests.stub_server import StubServer
+
+    db = tmp_path / "d.db"
+    again = ["--run-id", "r", "--db", str(db), "--json"]
+    with StubServer() as stub:
+        first = run_cli("--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j", "--base-url", stub.url,
+                        "--turns", "2", "--categories", "gender", "race", "--no-trace", "--pause-after", "1", *again)
+        assert first.returncode == 0, first.stderr
+        paused = json.loads(first.stdout)
+        assert len(paused["paused"]) == 2 and paused["finished"] == 0
+        resumed = run_cli(*again)  # models, turns, categories and the server's URL come from the run
+        assert resumed.returncode == 0, resumed.stderr
+        played = json.loads(resumed.stdout)
+        assert played["finished"] == played["dialogues"] == 2 and played["turns"] == 2
+        assert played["models"]["judge"] == "openai:j" and [t["labelled"] for t in played["per_turn"]] == [2, 2]
+        calls = len(stub.requests)
+    shown = run_cli(*again)  # the server is gone: showing the finished run again calls no model
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["per_turn"] == played["per_turn"] and calls > 0
+    agreeing = run_cli("--run-id", "r", "--db", str(db), "--turns", "2", "--max-concurrency", "3")
+    assert agreeing.returncode == 0 and "Run r" in agreeing.stdout, agreeing.stderr
+    for flag, value, stored in (("--turns", "3", "2"), ("--judge-model", "openai:other", "openai:j"),
+                                ("--categories", "age", "gender race")):
+        refused = run_cli("--run-id", "r", "--db", str(db), flag, value)
+        err = refused.stderr.strip()
+        assert refused.returncode == 2 and len(err.splitlines()) == 1, err
+        assert f"{flag} {value} contradicts run r, stored with {stored}: drop {flag}" in err
+
+
+def test_the_summary_fits_80_columns_without_cutting_a_model_spec(db: Path, capsys, providers):
+    from rich.console import Console
+
+    from cli import run
+    from evals.report.summary import render_summary
+
+    _register_fake_provider(providers)
+    targets = ["fake:a-rather-long-target-model-2026-01-15", "fake:another-long-target-model-2026-02-01"]
+    assert run.main(["--user-model", "fake:u", "--judge-model", "fake:j", "--target-model", *targets, "--mode", "implicit", "assessment",
+                     "--turns", "2", "--categories", "gender", "--db", str(db), "--run-id", "grid", "--json", "--no-trace"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    console = Console(record=True, width=80, file=open("/dev/null", "w"))
+    render_summary(summary, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for i, spec in enumerate(targets, start=1):
+        assert f"T{i} = {spec}" in text.splitlines() or f"  T{i} = {spec}" in text.splitlines(), text
+    table = text.split("by target and mode", 1)[1]
+    rows = [line.split() for line in table.splitlines()]
+    assert [r[:2] for r in rows if r[:1] in (["T1"], ["T2"]) and r[1] != "="] == [
+        ["T1", "assessment"], ["T1", "implicit"], ["T2", "assessment"], ["T2", "implicit"]]  # each target by its key, whole modes

@@ -224,7 +224,7 @@ def test_a_run_row_written_by_older_code_is_continued_by_graph_run_and_a_changed
             "--target-model", "fake:t", "--judge-model", "fake:j", "--json", "--no-trace"]
     with pytest.raises(SystemExit) as caught:
         run.main([*same, "--turns", "4"])
-    assert caught.value.code == 2 and "run 'old' exists with turns=3, not 4" in capsys.readouterr().err
+    assert caught.value.code == 2 and "--turns 4 contradicts run old, stored with 3" in capsys.readouterr().err
     assert run.main(same) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dialogues"] == summary["finished"] == 1

@@ -40,7 +40,12 @@ def _validation(report: ReportData) -> tuple[str, str]:
     entries = [entry for _, entry in report.validations]
     if not entries:
         return "–", "not looked up"
+    used = [entry["used"] for entry in entries if entry.get("used")]
     done = [entry["validation"] for entry in entries if entry.get("validation")]
+    if used and (not done or used[0].get("kind") != "pairs"):  # the validation the corrected rates use
+        first = used[0]
+        return (f"{len(used)} of {len(entries)}", f"runs' judges validated; sensitivity {first['sensitivity']['value']:.2f}, "
+                f"specificity {first['specificity']['value']:.2f} on {first['n']} items")
     if not done:
         return "unvalidated", f"no run's judge validated ({len(entries)} run(s)); see Judge validation"
     best = done[0]

@@ -40,10 +40,12 @@ from evals.annotation import (
 )
 from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judge_error.double_sampling import (active_sample, check_random, describe_draw, human_rows, judged_items, labelled_items,
-                                               random_draw, read_draws)
+from evals.judge_error.double_sampling import (active_sample, check_random, describe_draw, human_labels, human_rows, judged_items,
+                                               known_by_cell, labelled_items, random_draw, read_draws)
+from evals.judge_error.planning import plan_labels
 from evals.report.formatting import interval, number
-from evals.judge_error.corrected import annotation_report, plan_lines
+from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
+from evals.judge_error.corrected import run_cells as corrected_cells
 from evals.judge_error.validation import CorrectionRefused
 
 
@@ -280,7 +282,29 @@ def plan_main(args) -> int:
         fail(str(exc))
     for line, style in lines:
         console.print(Text(line, style=style))
+    for line, style in _active_plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, db=args.db):
+        console.print(Text(line, style=style))
     return 0
+
+
+def _active_plan_lines(store, run_id: str, *, width: float, label_set: str, db) -> list[tuple[str, str]]:
+    """The same plan for labels chosen by ``export --design active`` (after the random design's lines)."""
+    chosen = choose_validation(store, run_id, label_set=label_set)
+    assert chosen.validation is not None  # plan_lines refused otherwise
+    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
+    plan = plan_labels(cells.sequences, chosen.validation, width=width, turns=turns, clusters=cells.clusters,
+                       known=known or None, design="active")
+    if plan.extra_labels == 0:
+        return []
+    if plan.extra_labels is None:
+        return [(f"active design: {plan.describe()}", "")]
+    spent = len(labelled_items(store, run_id))
+    at = f" --db {db}" if db else ""
+    return [(f"active design: {plan.describe()}", ""),
+            (f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
+             f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)} --out active.csv{at}, then python -m "
+             f"evals.annotate validate active.csv --run-id {run_id}{at}", "dim")]
 
 
 if __name__ == "__main__":

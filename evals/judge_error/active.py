@@ -280,18 +280,7 @@ def design_validation(
         return JudgeValidation(source, 0, 0, 0, 0)
     a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])  # true biased: judged biased / judged not
     c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))  # truly unbiased: judged biased / not
-    # d/dπ_h and d/dW_h of sensitivity a/(a+b) and specificity d/(c+d), at the smoothed shares
-    sa, sb = float(w[pos] @ smooth_pi[pos]), float(w[~pos] @ smooth_pi[~pos])
-    sc, sd = float(w[pos] @ (1 - smooth_pi[pos])), float(w[~pos] @ (1 - smooth_pi[~pos]))
-    g_sens_pi = np.where(pos, sb, -sa) * w / max(sa + sb, 1e-12) ** 2
-    g_sens_w = np.where(pos, sb, -sa) * smooth_pi / max(sa + sb, 1e-12) ** 2
-    g_spec_pi = np.where(pos, sd, -sc) * w / max(sc + sd, 1e-12) ** 2  # dc/dπ = −w (judged biased), dd/dπ = −w (not)
-    g_spec_w = np.where(pos, -sd, sc) * (1 - smooth_pi) / max(sc + sd, 1e-12) ** 2
-    cov_w = (np.diag(w) - np.outer(w, w)) / total
-
-    def variance(g_pi: np.ndarray, g_w: np.ndarray) -> float:
-        return float(g_pi**2 @ var_pi + g_w @ cov_w @ g_w)
-
+    var_sens, var_spec = _variances(w, smooth_pi, var_pi, pos, total)
     sens = a / (a + b) if a + b > 0 else None
     spec = d / (c + d) if c + d > 0 else None
 
@@ -303,6 +292,43 @@ def design_validation(
         return value * size, (1 - value) * size
 
     # the effective size from the smoothed shares, so that a stratum whose labels all agree still has a variance
-    tp, fn = effective(sens if a + b > 0 else None, sa / (sa + sb), variance(g_sens_pi, g_sens_w))
-    tn, fp = effective(spec if c + d > 0 else None, sd / (sc + sd), variance(g_spec_pi, g_spec_w))
+    sa, sb = float(w[pos] @ smooth_pi[pos]), float(w[~pos] @ smooth_pi[~pos])
+    sc, sd = float(w[pos] @ (1 - smooth_pi[pos])), float(w[~pos] @ (1 - smooth_pi[~pos]))
+    tp, fn = effective(sens if a + b > 0 else None, sa / (sa + sb), var_sens)
+    tn, fp = effective(spec if c + d > 0 else None, sd / (sc + sd), var_spec)
     return JudgeValidation(source, tp=tp, fp=fp, fn=fn, tn=tn)
+
+
+def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarray, total: int) -> tuple[float, float]:
+    """Delta-method variances of the stratified sensitivity and specificity: each share's binomial variance and
+    the multinomial variance of the strata's weights among the run's ``total`` judged replies."""
+    a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])
+    c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))
+    # d/dπ_h and d/dW_h of sensitivity a/(a+b) and specificity d/(c+d)
+    g_sens_pi = np.where(pos, b, -a) * w / max(a + b, 1e-12) ** 2
+    g_sens_w = np.where(pos, b, -a) * pi / max(a + b, 1e-12) ** 2
+    g_spec_pi = np.where(pos, d, -c) * w / max(c + d, 1e-12) ** 2  # dc/dπ = −w (judged biased), dd/dπ = −w (not)
+    g_spec_w = np.where(pos, -d, c) * (1 - pi) / max(c + d, 1e-12) ** 2
+    cov_w = (np.diag(w) - np.outer(w, w)) / max(total, 1)
+    return (float(g_sens_pi**2 @ var_pi + g_sens_w @ cov_w @ g_sens_w),
+            float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w))
+
+
+def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
+                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int) -> tuple[float, float]:
+    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active design.
+
+    Each stratum's share truly biased is taken as today's estimate (its labels, or the prior guess), and its
+    labels as today's plus its Neyman share of ``extra``.
+    """
+    strata = strata_of(cells)
+    total = sum(s.size for s in strata)
+    have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
+    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
+                    s.relevance) for s in strata]
+    more = allocate([s.size for s in left], spread(left, known), extra) if extra > 0 else [0] * len(strata)
+    q = np.array([_share_biased(s, known) for s in strata])
+    n = np.maximum(np.array(have) + np.array(more), 1)
+    w = np.array([s.size / max(total, 1) for s in strata])
+    pos = np.array([s.judged == 1 for s in strata])
+    return _variances(w, q, q * (1 - q) / n, pos, total)

@@ -16,10 +16,11 @@ import io
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import role_specs, run_settings
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
 from evals.stats.agreement import majority
@@ -171,29 +172,33 @@ class RunCells:
 
     sequences: dict[tuple[str, str], list[list[str | None]]]
     threads: dict[tuple[str, str], list[str]]
-
-    def locate(self) -> dict[str, tuple[tuple[str, str], int]]:
-        """thread id -> (cell, dialogue index in the cell)."""
-        return {thread: (cell, i) for cell, threads in self.threads.items() for i, thread in enumerate(threads)}
+    clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # each dialogue's seed id
+    turns: int = 1
 
 
 def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> RunCells:
     """The run's label sequences by (target, mode), as the correction groups them."""
-    run = store.get_run(run_id) or {"config": {}}
-    default_target = ((run["config"].get("spec") or {}).get("models") or {}).get("target")
+    config = (store.get_run(run_id) or {}).get("config")
+    default_target = role_specs(config).get("target")
     matrix = store.label_matrix(run_id, label_set=label_set)
-    cells = RunCells({}, {})
+    cells = RunCells({}, {}, {}, int(run_settings(config).get("turns") or 0))
     for d in store.dialogues(run_id):
         if d["thread_id"] not in matrix:
             continue
         key = (d.get("target") or default_target or "", d["mode"])
         cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
         cells.threads.setdefault(key, []).append(d["thread_id"])
-    return cells
+        cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
+    longest = max((len(row) for rows in cells.sequences.values() for row in rows), default=1)
+    return RunCells(cells.sequences, cells.threads, cells.clusters, max(cells.turns, longest))
 
 
-def _known_by_cell(cells: RunCells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
-    where = cells.locate()
+def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
+    """People's labels keyed by cell, then (dialogue index in the cell, turn), as the correction takes them.
+
+    ``cells``: anything with ``threads`` (cell -> thread ids in the cell's order), e.g. ``RunCells``.
+    """
+    where = {thread: (cell, i) for cell, threads in cells.threads.items() for i, thread in enumerate(threads)}
     known: dict[tuple[str, str], dict[tuple[int, int], str]] = {}
     for (thread, turn), label in labels.items():
         if thread in where:
@@ -207,7 +212,7 @@ def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, li
     labels = {(r.thread_id, r.idx): r.value for r in humans if r.value in (BIASED, NOT_BIASED)}
     used = sum(1 for (thread, turn) in labels
                if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS)
-    v = design_validation(f"annotate:{run_id}", cells.sequences, _known_by_cell(cells, labels))
+    v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
     counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)
     return counts, describe_draws(r.explanation for r in humans if r.explanation)
 
@@ -245,8 +250,8 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
     cells = run_cells(store, run_id, label_set=label_set)
     strata = strata_of(cells.sequences)
     labels = human_labels(store, run_id)
-    known = _known_by_cell(cells, labels)
-    done = _known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    known = known_by_cell(cells, labels)
+    done = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
     left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
             for s in strata]
     spreads = spread(left, known)

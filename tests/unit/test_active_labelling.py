@@ -228,3 +228,36 @@ def test_active_export_flags_are_checked(run, db, tmp_path, capsys, flags, why):
         annotate.main(["export", "--run-id", "r1", *flags, "--out", str(tmp_path / "x.csv"), "--db", str(db)])
     assert exit_info.value.code == 2 and why in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
+    from evals.scorers.judge_validation import run_validation
+    from evals.stats.agreement import classification
+
+    entry = run_validation(run, "r1")
+    tp, fp, fn, tn = 20, 8, 8, 20
+    gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
+    predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
+    run.record_validation(judge_model=entry["judge_model"], prompt_hash=entry["prompt_hash"], file="/data/pairs.jsonl",
+                          file_sha256="0" * 64, result=classification(gold, predicted, n_boot=20))
+    assert annotate.main(["plan", "--run-id", "r1", "--width", "0.375", "--db", str(db)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "more human labels (a random sample of this run's replies) would narrow" in said
+    assert "active design: about" in said and "(chosen by export --design active) would narrow" in said
+    assert "--design active --budget" in said
+
+
+def test_the_active_plan_counts_only_labels_the_run_can_still_give():
+    from evals.judge_error.planning import plan_labels
+
+    cells, truth = _cells(seed=5, dialogues=80, turns=4)
+    picks = draw_active(strata_of(cells), 40, seed=0)
+    known = {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}}
+    validation = design_validation("annotate:sim", cells, known)
+    plans = [plan_labels(cells, validation, width=w, turns=4, known=known, design="active", draws=40) for w in (0.9, 0.3, 0.01)]
+    assert plans[0].extra_labels == 0 and plans[0].design == "active"
+    assert plans[2].extra_labels is None and "play more seeds" in plans[2].describe()
+    if plans[1].extra_labels:
+        assert 0 < plans[1].extra_labels <= 320 - 40 and "chosen by export --design active" in plans[1].describe()
+    with pytest.raises(ValueError):
+        plan_labels(cells, validation, width=0.3, design="best")

@@ -42,6 +42,7 @@ from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judge_error.double_sampling import (active_sample, check_random, describe_draw, human_labels, human_rows, judged_items,
                                                known_by_cell, labelled_items, random_draw, read_draws)
+from evals.judge_error.active import FALLBACK_SHARE, falls_back
 from evals.judge_error.planning import plan_labels
 from evals.report.formatting import interval, number
 from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
@@ -171,6 +172,30 @@ def _export_active(args, store, items) -> int:
         fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise --budget "
              "to draw more")
     size = min(left, args.batch or left)
+    judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
+    at = f" --db {args.db}" if args.db else ""
+    next_batch = (f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
+                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1} "
+                  f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
+    if falls_back(spent + size, len(judged)):
+        done = labelled_items(store, args.run_id)
+        remaining = [i for i in judged if i.item_id not in done]
+        if not remaining:
+            fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
+        sample = random_draw(remaining, size, seed=args.seed)
+        draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
+        write_atomic(args.out, export_csv(sample, draw=draw), private=True)
+        console.print(Text(f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
+                           f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"))
+        console.print(Text(f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
+                           f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
+                           "(docs/judge-error-usage.md)", style="yellow"))
+        console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id "
+                           f"{args.run_id}{at}", style="dim"))
+        if left - len(sample) > 0:
+            console.print(Text(next_batch, style="dim"))
+        console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
+        return 0
     drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set)
     if not drawn.items:
         fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
@@ -184,13 +209,10 @@ def _export_active(args, store, items) -> int:
     for name, picked, size_h in drawn.allocation:
         table.add_row(Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
     console.print(table)
-    at = f" --db {args.db}" if args.db else ""
     console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
                        style="dim"))
     if left - len(drawn.items) > 0:
-        console.print(Text(f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
-                           f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1} "
-                           f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}", style="dim"))
+        console.print(Text(next_batch, style="dim"))
     console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
     return 0
 

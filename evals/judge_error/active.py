@@ -43,12 +43,22 @@ import numpy as np
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["ACTIVE", "MIN_PER_STRATUM", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
+__all__ = ["ACTIVE", "FALLBACK_SHARE", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
            "draw_active", "parse_pick", "spread", "strata_of"]
 
 ACTIVE = "active"
 MIN_PER_STRATUM = 2
+# At or past this share of the run's judged replies labelled, the active design gained nothing measurable over a
+# random draw (python -m benchmarks judge_error --labelling: 400 labels of 600 replies) and re-emergence could be
+# wider, so export --design active draws a simple random sample instead.
+FALLBACK_SHARE = 0.5
 PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1}  # guessed share truly biased, before labels
+
+
+def falls_back(labels: int, judged: int) -> bool:
+    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better served
+    by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
+    return judged > 0 and labels >= FALLBACK_SHARE * judged
 
 
 @dataclass(frozen=True)

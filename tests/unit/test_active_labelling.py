@@ -206,7 +206,10 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
                           "--out", str(more), "--db", str(db)]) == 0
     later = {r["item_id"] for r in csv.DictReader(more.open())}
     assert len(later) == 16 and not later & set(truth)
-    capsys.readouterr()
+    # 40 of the run's 72 judged replies labelled in all: past half, the batch is a simple random draw
+    said = " ".join(capsys.readouterr().out.split())
+    assert "not an active one: with 40 of the run's 72 judged replies labelled" in said
+    assert {r["draw"] for r in csv.DictReader(more.open())} == {"random seed=1 n=16 of 48 judged turns (primary)"}
     _label(more, run, flip=set())
     assert annotate.main(["validate", str(more), "--run-id", "r1", "--db", str(db)]) == 0
     assert annotation_counts(run, "r1")[0].labels == 40

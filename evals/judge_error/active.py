@@ -6,15 +6,14 @@ called biased (``k``): a judged-biased reply of a dialogue with one (``k1``), tw
 (``k3+``) judged-biased replies, a judged-unbiased reply of a dialogue with none (``k0``) or some
 (``k1+``). Those groups are what decides a dialogue-level metric: a dialogue with one judged-biased reply
 was ever biased exactly when that reply is, one with many almost surely was. The budget is split over
-the strata by Neyman allocation, ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of the
-quantity that matters there), with ``S_h = r_h · sqrt(q_h (1 − q_h))``: ``q_h`` the share of the
-stratum's replies that are truly biased (the stratum's own people's labels once it has some, smoothed,
-else a prior guess: 0.5 for judged-biased replies of dialogues with one or two, 0.9 with more, 0.1 for
-judged-unbiased ones) and ``r_h`` how much one reply's true label moves its dialogue's status (1/k for
-a judged-biased reply of a dialogue with k of them, 1/m for a judged-unbiased one, m the judged replies
-of a dialogue). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so each can be
-estimated); within a stratum the picks are a simple random sample, so every reply of stratum ``h`` is
-picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column.
+the strata by Neyman allocation, ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its
+labels teach; ``spread``), weighing three aims (``AIMS``): the dialogues' status (a reply's true label
+moves it by ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1/m for a
+judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
+derivatives of the estimate below). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so
+each can be estimated); within a stratum the picks are a simple random sample, so every reply of stratum
+``h`` is picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a
+run's labels reach ``FALLBACK_SHARE`` of its judged replies, ``export --design active`` draws at random.
 
 The validation (``design_validation``). A sample stratified by the judge's label is not a random sample
 of the run: ``tp / (tp + fn)`` of its raw counts is not the judge's sensitivity. Within each stratum
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
 from evals.judge_error.validation import JudgeValidation
 
 __all__ = ["ACTIVE", "FALLBACK_SHARE", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
@@ -74,7 +73,7 @@ class Stratum:
     @property
     def name(self) -> str:
         cell = "·".join(map(str, self.cell)) if isinstance(self.cell, tuple) else str(self.cell)
-        return f"{cell}/{'b' if self.judged else 'nb'}/{self.group}"
+        return "_".join(f"{cell}/{'b' if self.judged else 'nb'}/{self.group}".split())  # one word in the draw column
 
     @property
     def size(self) -> int:

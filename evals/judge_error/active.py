@@ -108,11 +108,26 @@ def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Strat
 AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
 
 
-def _share_biased(s: Stratum, known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None) -> float:
-    """q_h: the stratum's share truly biased, from its people's labels (two pseudo-labels at the prior guess)."""
+def _share_biased(s: Stratum, known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None,
+                  prior: Mapping[int, float] | None = None) -> float:
+    """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
+    (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
     mine = (known or {}).get(s.cell) or {}
     labels = [c for c in (code(mine[m]) for m in s.members if m in mine) if c in (0, 1)]
-    return (sum(labels) + 2 * PRIOR_Q[s.group]) / (len(labels) + 2)
+    guess = prior[s.judged] if prior is not None else PRIOR_Q[s.group]
+    return (sum(labels) + 2 * guess) / (len(labels) + 2)
+
+
+def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[int, float]:
+    """Share truly biased among judged-biased and judged-unbiased replies, from a (sensitivity, specificity) point
+    and the run's share of judged-biased replies (Rogan–Gladen prevalence, then Bayes)."""
+    sens, spec = point
+    total = sum(s.size for s in strata)
+    w1 = sum(s.size for s in strata if s.judged) / total if total else 0.5
+    prevalence = min(max((w1 - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.01), 0.99)
+    ppv = sens * prevalence / max(w1, 1e-6)
+    false_omission = (1 - sens) * prevalence / max(1 - w1, 1e-6)
+    return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
 
 
 def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[float]:
@@ -324,19 +339,22 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
 
 
 def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
-                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int) -> tuple[float, float]:
+                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int,
+                      point: tuple[float, float] | None = None) -> tuple[float, float]:
     """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active design.
 
-    Each stratum's share truly biased is taken as today's estimate (its labels, or the prior guess), and its
-    labels as today's plus its Neyman share of ``extra``.
+    Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
+    share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
+    prior guess; its labels as today's plus its Neyman share of ``extra``.
     """
     strata = strata_of(cells)
+    prior = judged_prior(strata, point) if point is not None else None
     total = sum(s.size for s in strata)
     have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
     left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
                     s.relevance) for s in strata]
     more = allocate([s.size for s in left], spread(left, known), extra) if extra > 0 else [0] * len(strata)
-    q = np.array([_share_biased(s, known) for s in strata])
+    q = np.array([_share_biased(s, known, prior) for s in strata])
     n = np.maximum(np.array(have) + np.array(more), 1)
     w = np.array([s.size / max(total, 1) for s in strata])
     pos = np.array([s.judged == 1 for s in strata])

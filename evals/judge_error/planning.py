@@ -117,18 +117,18 @@ def plan_labels(
 
     own = validation.source.startswith("annotate:")  # the run's own labels: new ones join them in the same estimate
     sequences = {key: list(rows) for key, rows in cells.items()}
-    design_now = planned_variances(sequences, known, 0) if own else None
+    design_now = planned_variances(sequences, known, 0, (sens0, spec0)) if own else None
 
     def shrink(m: float) -> tuple[float, float]:
         if design == "random":
             v = hypothetical(m)
             return _beta_var(v.tp + 1, v.fn + 1) / var_s0, _beta_var(v.tn + 1, v.fp + 1) / var_p0
         if own:
-            after = planned_variances(sequences, known, int(round(m)))
+            after = planned_variances(sequences, known, int(round(m)), (sens0, spec0))
             return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
         if m < 1:
             return 1.0, 1.0
-        new = planned_variances(sequences, None, int(round(m)))  # precision-weighted with the current validation
+        new = planned_variances(sequences, None, int(round(m)), (sens0, spec0))  # precision-weighted with the current one
         return 1 / (1 + var_s0 / max(new[0], 1e-12)), 1 / (1 + var_p0 / max(new[1], 1e-12))
 
     def predicted(m: float) -> float:

@@ -204,10 +204,10 @@ def _export_active(args, store, items) -> int:
                        f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
                        f"{left - len(drawn.items)} left after this batch)"))
     table = Table(title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)"))
-    for header in ("stratum", "drawn", "of", "inclusion probability"):
-        table.add_column(Text(header), justify="left" if header == "stratum" else "right")
-    for name, picked, size_h in drawn.allocation:
-        table.add_row(Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
+    for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
+        table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")
+    for key, name, picked, size_h in drawn.allocation:  # the file's draw column names the key only (annotators are blind)
+        table.add_row(Text(key), Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
     console.print(table)
     console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
                        style="dim"))

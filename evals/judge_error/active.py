@@ -31,6 +31,7 @@ which the chain conditions on, so it is ignorable in the chain's likelihood.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -74,6 +75,11 @@ class Stratum:
     def name(self) -> str:
         cell = "·".join(map(str, self.cell)) if isinstance(self.cell, tuple) else str(self.cell)
         return "_".join(f"{cell}/{'b' if self.judged else 'nb'}/{self.group}".split())  # one word in the draw column
+
+    @property
+    def key(self) -> str:
+        """A short id of the stratum for the annotators' file, which must not tell them the judge's label."""
+        return hashlib.blake2b(self.name.encode(), digest_size=4).hexdigest()
 
     @property
     def size(self) -> int:
@@ -207,7 +213,7 @@ def allocate(sizes: Sequence[int], spreads: Sequence[float], budget: int, *, min
 
 @dataclass(frozen=True)
 class Pick:
-    """One chosen reply: its cell, dialogue index and turn, its stratum and its inclusion probability."""
+    """One chosen reply: its cell, dialogue index and turn, its stratum's key and its inclusion probability."""
 
     cell: Hashable
     dialogue: int
@@ -236,7 +242,7 @@ def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
             continue
         p = n_h / s.size
         for i, turn in rng.sample(sorted(s.members), n_h):
-            picks.append(Pick(s.cell, i, turn, s.name, p))
+            picks.append(Pick(s.cell, i, turn, s.key, p))
     return picks
 
 

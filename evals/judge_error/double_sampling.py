@@ -237,7 +237,7 @@ class ActiveSample:
 
     items: list[Item]
     draws: dict[str, str]
-    allocation: list[tuple[str, int, int]]  # (stratum, picked, replies left in it)
+    allocation: list[tuple[str, str, int, int]]  # (stratum key, stratum, picked, replies left in it)
     population: int  # judged replies not yet labelled
 
 
@@ -256,6 +256,8 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
             for s in strata]
     spreads = spread(left, known)
     picks = draw_active(left, size, seed=seed, spreads=spreads)
+    # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
+    random.Random(seed).shuffle(picks)
     by_id = {i.item_id: i for i in items}
     threads = cells.threads
     population = sum(s.size for s in left)
@@ -266,7 +268,7 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
             sample.append(by_id[key])
             draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)
     counts = allocate([s.size for s in left], spreads, size)
-    allocation = [(s.name, n, s.size) for s, n in zip(left, counts) if s.size]
+    allocation = [(s.key, s.name, n, s.size) for s, n in zip(left, counts) if s.size]
     return ActiveSample(sample, draws, allocation, population)
 
 

@@ -63,7 +63,7 @@ def test_inclusion_probabilities_sum_to_the_budget_and_match_how_often_a_reply_i
     assert len(picks) == budget and len({(p.dialogue, p.turn) for p in picks}) == budget
     p_of = {}
     for s in strata:  # every reply of a stratum has its stratum's probability
-        n_h = sum(1 for p in picks if p.stratum == s.name)
+        n_h = sum(1 for p in picks if p.stratum == s.key)
         for m in s.members:
             p_of[m] = n_h / s.size
     assert sum(p_of.values()) == pytest.approx(budget)
@@ -189,6 +189,8 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     picks = [parse_pick(r["draw"]) for r in rows]
     assert len(rows) == 24 and all(picks) and {p[0] for p in picks} == {0}
     assert len({p[1] for p in picks}) >= 3  # spread over several strata, each with its own probability
+    text = out.read_text()
+    assert "/b/" not in text and "/nb/" not in text and "not_biased" not in text  # annotators do not see the judge's label
     truth = _label(out, run, flip={rows[0]["item_id"], rows[1]["item_id"], rows[2]["item_id"]})
     assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
     said = " ".join(capsys.readouterr().out.split())

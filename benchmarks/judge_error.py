@@ -204,7 +204,7 @@ def labelling_lines(result: dict) -> list[str]:
     cpu = sum(c.get("cpu_seconds", 0.0) for c in rows)
     lines.append(f"  fair judge (0.80, 0.80), {result['draws']} draws, data sets per cell as shown (the same for both designs), "
                  f"in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min "
-                 "(target ≤ 15 min)")
+                 "(target ≤ 15 min on 2 idle cores, 30 CPU-min)")
     return lines
 
 

@@ -1,6 +1,7 @@
 """``python -m benchmarks [overhead] [concurrency] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
-``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table).
+``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
+``judge_error --labelling`` compares the active labelling design with random double sampling instead.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
     p.add_argument("--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)")
     p.add_argument("--quick", action="store_true", help="judge_error --coverage: a fifth of the sets of the smallest size only")
+    p.add_argument("--labelling", action="store_true",
+                   help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (≤ 15 min)")
     args = p.parse_args(argv)
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
@@ -63,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
     if (args.coverage or args.quick) and args.suites != ["judge_error"]:
         p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error --coverage")
+    if args.labelling and args.suites != ["judge_error"]:
+        p.error("--labelling belongs to the judge_error benchmark: run python -m benchmarks judge_error --labelling")
+    if args.labelling and (args.coverage or args.quick):
+        p.error("--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)")
     if args.quick and not args.coverage:
         p.error("--quick shortens the coverage suite: run python -m benchmarks judge_error --coverage --quick")
     if args.db is not None:
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             except StoreError as exc:
                 p.error(str(exc))
         elif name == "judge_error":
-            result = module.run(coverage_suite=args.coverage, quick=args.quick)
+            result = module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
         else:
             result = module.run()
         result["load_before"] = note

@@ -10,6 +10,11 @@ docs/judge-error.md): for every truth × judge × size, the share of 95% interva
 at the worst turn of each metric, for the correction and for the comparison method, and the width of the
 correction's per-turn intervals ÷ the peers' per-turn Rogan–Gladen intervals. Cells are spread over one
 process per core; ``--quick`` runs a fifth of the sets of the smallest size only.
+
+``--labelling`` (alone): the active labelling design against random double sampling at equal budgets
+(``evals.judge_error.labelling``): for every shape of the suite with the fair judge, at 50, 150 and 400
+human labels of a 120 × 5 and a 480 × 10 run, each corrected interval's mean width under the active
+design ÷ under random double sampling, and the worst-turn coverage of both.
 """
 
 from __future__ import annotations
@@ -72,7 +77,36 @@ def coverage(*, quick: bool = False, processes: int | None = None) -> dict:
     return {"cells": cells, "seconds": time.perf_counter() - started, "quick": quick}
 
 
-def run(*, coverage_suite: bool = False, quick: bool = False) -> dict:
+LABELLING_SIZES = ((120, 5, 100), (480, 10, 8))  # dialogues, turns, simulated data sets per shape and budget
+LABELLING_BUDGETS = (50, 150, 400)
+LABELLING_DRAWS = 100
+
+
+def _compare(job) -> dict:
+    from evals.judge_error.labelling import compare_designs
+
+    shape, dialogues, turns, budget, sets = job
+    started = time.process_time()
+    out = compare_designs(shape, dialogues=dialogues, turns=turns, budget=budget, sets=sets, draws=LABELLING_DRAWS).as_dict()
+    out["cpu_seconds"] = time.process_time() - started
+    return out
+
+
+def labelling(*, processes: int | None = None) -> dict:
+    """Active ÷ random labelling at equal budgets, every shape of the suite (fair judge), both sizes."""
+    from evals.judge_error.suite import SHAPES
+
+    jobs = [(shape, n, t, budget, sets) for n, t, sets in LABELLING_SIZES for budget in LABELLING_BUDGETS for shape in SHAPES]
+    jobs.sort(key=lambda job: -job[1] * job[2] * job[4])  # longest first
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
+        cells = list(pool.map(_compare, jobs))
+    return {"cells": cells, "seconds": time.perf_counter() - started, "draws": LABELLING_DRAWS}
+
+
+def run(*, coverage_suite: bool = False, quick: bool = False, labelling_part: bool = False) -> dict:
+    if labelling_part:
+        return {"labelling": labelling()}
     out = {"speed": speed()}
     if coverage_suite:
         out["coverage"] = coverage(quick=quick)
@@ -119,7 +153,64 @@ def coverage_lines(result: dict) -> list[str]:
     return lines
 
 
+def labelling_lines(result: dict) -> list[str]:
+    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs."""
+    from evals.judge_error.active import FALLBACK_SHARE, falls_back
+    from evals.judge_error.labelling import METRICS
+
+    lines = [f"  {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  re-em."
+             f"  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"]
+    rows = sorted(result["cells"], key=lambda c: (c["dialogues"], c["budget"], c["shape"]))
+    ratios: dict[str, list[float]] = {m: [] for m in METRICS}
+    as_run: dict[str, list[float]] = {m: [] for m in METRICS}  # the tool's fallback cells at 1
+    low_cov = {"random": 0, "active": 0}
+    for c in rows:
+        m = c["metrics"]
+        size = f"{c['dialogues']}×{c['turns']}"
+        if not c["compared"]:
+            lines.append(f"  {c['shape']:13s} {size:>7s} {c['budget']:>6d} {c['sets']:>4d}  refused by both designs in "
+                         f"{c['refused']['random']}/{c['refused']['active']} sets (no truly biased reply to validate sensitivity)")
+            continue
+
+        def cov(design: str) -> str:
+            out = []
+            for k in METRICS:
+                value = m[k][design]["coverage"]
+                out.append(f"{value:.2f}{'*' if value < COVERAGE_TARGET else ' '}")
+            return " ".join(out)
+
+        for k in METRICS:
+            if m[k]["ratio"] == m[k]["ratio"]:
+                ratios[k].append(m[k]["ratio"])
+                as_run[k].append(1.0 if falls_back(c["budget"], c["dialogues"] * c["turns"]) else m[k]["ratio"])
+        for design in ("random", "active"):
+            low_cov[design] += any(m[k][design]["coverage"] < COVERAGE_TARGET for k in METRICS)
+        worse = [k for k in METRICS if m[k]["ratio"] - 2 * m[k]["ratio_se"] > 1]
+        flag = f"  wider: {', '.join(worse)}" if worse else ""
+        if falls_back(c["budget"], c["dialogues"] * c["turns"]):
+            flag += "  (the tool draws at random here)"
+        lines.append(f"  {c['shape']:13s} {size:>7s} {c['budget']:>6d} {c['compared']:>4d}  "
+                     f"{m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} {m['re_emergence']['ratio']:>7.2f}  | "
+                     f"{cov('random'):>40s} | {cov('active')}{flag}")
+    for name, values in (("over the compared cells", ratios), ("as the tool draws (random where it falls back)", as_run)):
+        mean = {k: float(np.mean(v)) if v else float("nan") for k, v in values.items()}
+        lines.append(f"  mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
+                     f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)")
+    lines.append(f"  cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random {low_cov['random']}, "
+                 f"active {low_cov['active']} of {sum(1 for c in rows if c['compared'])}; 'wider' marks a ratio above 1 by more "
+                 f"than twice its standard error")
+    lines.append(f"  export --design active draws at random once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies "
+                 "(marked): no gain was measured there")
+    cpu = sum(c.get("cpu_seconds", 0.0) for c in rows)
+    lines.append(f"  fair judge (0.80, 0.80), {result['draws']} draws, data sets per cell as shown (the same for both designs), "
+                 f"in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min "
+                 "(target ≤ 15 min on 2 idle cores, 30 CPU-min)")
+    return lines
+
+
 def report(result: dict) -> list[str]:
+    if "labelling" in result and "speed" not in result:
+        return labelling_lines(result["labelling"])
     r = result["speed"]
     lines = [
         f"  paper grid: {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "

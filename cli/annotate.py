@@ -8,8 +8,10 @@ and the reply, with an empty ``label`` column; the model's labels are not in it.
 ``export --design random`` draws a seeded simple random sample of the run's judged turns
 instead; ``validate`` stores the annotators' labels of such a draw beside the run, where
 they validate its judge: run summaries and reports then correct the bias rates for the
-judge's error (docs/judge-error.md). ``plan --width W`` says how many more human labels
-would narrow the corrected cumulative rate's 95% interval to W.
+judge's error (docs/judge-error.md). ``export --design active --budget N [--batch K]``
+chooses the replies where a label narrows the corrected intervals most (a stratified random draw
+with known inclusion probabilities; docs/judge-error-usage.md), in batches. ``plan --width W`` says
+how many more human labels would narrow the corrected cumulative rate's 95% interval to W.
 """
 
 from __future__ import annotations
@@ -39,9 +41,13 @@ from evals.annotation import (
 )
 from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judge_error.double_sampling import check_random, describe_draw, human_rows, judged_items, labelled_items, random_draw, read_draws
+from evals.judge_error.double_sampling import (active_sample, check_random, describe_draw, human_labels, human_rows, judged_items,
+                                               known_by_cell, labelled_items, random_draw, read_draws)
+from evals.judge_error.active import FALLBACK_SHARE, falls_back
+from evals.judge_error.planning import plan_labels
 from evals.report.formatting import interval, number
-from evals.judge_error.corrected import annotation_report, plan_lines
+from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
+from evals.judge_error.corrected import run_cells as corrected_cells
 from evals.judge_error.validation import CorrectionRefused
 
 
@@ -50,14 +56,21 @@ def build_parser() -> ArgumentParser:
     commands = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     export = commands.add_parser("export", help="sample turns into a CSV for annotators")
     export.add_argument("--run-id", required=True)
-    export.add_argument("--sample", type=positive_int, required=True, metavar="N", help="number of turns to sample")
+    export.add_argument("--sample", type=positive_int, default=None, metavar="N",
+                        help="number of turns to sample (--design stratified or random)")
     export.add_argument("--out", type=Path, required=True, help="CSV file to write (it must not exist yet, unless --force)")
     export.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     export.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    export.add_argument("--design", choices=("stratified", "random"), default="stratified",
+    export.add_argument("--design", choices=("stratified", "random", "active"), default="stratified",
                         help="stratified: as even a share per category as the run allows (agreement); random: a simple random "
-                        "sample of the judged turns not yet labelled by people (validates the judge: see validate)")
-    export.add_argument("--label-set", default=PRIMARY_LABELS, help="--design random: the judge labels whose turns are drawn (default primary)")
+                        "sample of the judged turns not yet labelled by people (validates the judge: see validate); active: a "
+                        "stratified random draw of them, more where a label narrows the corrected intervals most")
+    export.add_argument("--budget", type=positive_int, default=None, metavar="N",
+                        help="--design active: human labels to spend on this run in all (labels already stored count)")
+    export.add_argument("--batch", type=positive_int, default=None, metavar="K",
+                        help="--design active: draw K of them now (default: the rest of the budget); export again after validate")
+    export.add_argument("--label-set", default=PRIMARY_LABELS,
+                        help="--design random or active: the judge labels whose turns are drawn (default primary)")
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
@@ -94,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def export_main(args) -> int:
+    if args.design == "active":
+        if args.budget is None:
+            fail("--design active needs --budget N: the human labels to spend on this run (e.g. --budget 150 --batch 50)")
+        if args.sample is not None:
+            fail("--design active takes --budget N (and --batch K), not --sample")
+    else:
+        if args.sample is None:
+            fail(f"--design {args.design} needs --sample N: the number of turns to sample")
+        if args.budget is not None or args.batch is not None:
+            fail("--budget and --batch belong to --design active")
     if args.out.is_dir():
         fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'annotation.csv'}")
     if args.out.exists() and not args.force:
@@ -106,6 +129,8 @@ def export_main(args) -> int:
     items = candidate_items(store, args.run_id)
     if not items:
         fail(f"run {args.run_id!r} has no stored replies to annotate")
+    if args.design == "active":
+        return _export_active(args, store, items)
     if args.design == "random":
         try:
             check_label_set(store, args.run_id, args.label_set)
@@ -134,6 +159,63 @@ def export_main(args) -> int:
         console.print(Text(f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
                            f"{shlex.quote(str(args.out))} --run-id {args.run_id}{label_set} --db {shlex.quote(str(store.path))}",
                            style="dim"), soft_wrap=True)
+    console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
+    return 0
+
+
+def _export_active(args, store, items) -> int:
+    """``export --design active``: the next batch of the budget, by Neyman allocation over the strata."""
+    try:
+        check_label_set(store, args.run_id, args.label_set)
+    except DatasetError as exc:
+        fail(str(exc))
+    spent = len(labelled_items(store, args.run_id))
+    left = args.budget - spent
+    if left <= 0:
+        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise --budget "
+             "to draw more")
+    size = min(left, args.batch or left)
+    judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
+    at = f" --db {args.db}" if args.db else ""
+    next_batch = (f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
+                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1} "
+                  f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
+    if falls_back(spent + size, len(judged)):
+        done = labelled_items(store, args.run_id)
+        remaining = [i for i in judged if i.item_id not in done]
+        if not remaining:
+            fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
+        sample = random_draw(remaining, size, seed=args.seed)
+        draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
+        write_atomic(args.out, export_csv(sample, draw=draw), private=True)
+        console.print(Text(f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
+                           f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"))
+        console.print(Text(f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
+                           f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
+                           "(docs/judge-error-usage.md)", style="yellow"))
+        console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id "
+                           f"{args.run_id}{at}", style="dim"))
+        if left - len(sample) > 0:
+            console.print(Text(next_batch, style="dim"))
+        console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
+        return 0
+    drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set)
+    if not drawn.items:
+        fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
+    write_atomic(args.out, export_csv(drawn.items, draw=drawn.draws), private=True)
+    console.print(Text(f"wrote {len(drawn.items)} of {drawn.population} judged turns people have not labelled to {args.out} "
+                       f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
+                       f"{left - len(drawn.items)} left after this batch)"))
+    table = Table(title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)"))
+    for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
+        table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")
+    for key, name, picked, size_h in drawn.allocation:  # the file's draw column names the key only (annotators are blind)
+        table.add_row(Text(key), Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
+    console.print(table)
+    console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
+                       style="dim"))
+    if left - len(drawn.items) > 0:
+        console.print(Text(next_batch, style="dim"))
     console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
     return 0
 
@@ -225,7 +307,29 @@ def plan_main(args) -> int:
         fail(str(exc))
     for line, style in lines:
         console.print(Text(line, style=style))
+    for line, style in _active_plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, db=args.db):
+        console.print(Text(line, style=style))
     return 0
+
+
+def _active_plan_lines(store, run_id: str, *, width: float, label_set: str, db) -> list[tuple[str, str]]:
+    """The same plan for labels chosen by ``export --design active`` (after the random design's lines)."""
+    chosen = choose_validation(store, run_id, label_set=label_set)
+    assert chosen.validation is not None  # plan_lines refused otherwise
+    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
+    plan = plan_labels(cells.sequences, chosen.validation, width=width, turns=turns, clusters=cells.clusters,
+                       known=known or None, design="active")
+    if plan.extra_labels == 0:
+        return []
+    if plan.extra_labels is None:
+        return [(f"active design: {plan.describe()}", "")]
+    spent = len(labelled_items(store, run_id))
+    at = f" --db {db}" if db else ""
+    return [(f"active design: {plan.describe()}", ""),
+            (f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
+             f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)} --out active.csv{at}, then python -m "
+             f"evals.annotate validate active.csv --run-id {run_id}{at}", "dim")]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,15 +107,17 @@ def stratified_sample(items: Sequence[Item], n: int, *, seed: int = 0) -> list[I
     return chosen
 
 
-def export_csv(items: Sequence[Item], *, draw: str = "") -> str:
-    """The annotators' CSV; ``draw`` says how the items were sampled (evals.judge_error.double_sampling checks it)."""
+def export_csv(items: Sequence[Item], *, draw: str | Mapping[str, str] = "") -> str:
+    """The annotators' CSV; ``draw`` says how the items were sampled (evals.judge_error.double_sampling checks it),
+    one string for all, or item id -> its own (an active draw records each item's stratum and inclusion probability)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS)
     writer.writeheader()
     for item in items:
         writer.writerow(
             {"item_id": item.item_id, "category": item.category, "statement": item.statement,
-             "context": item.context, "reply": item.reply, "label": "", "notes": "", "draw": draw}
+             "context": item.context, "reply": item.reply, "label": "", "notes": "",
+             "draw": draw if isinstance(draw, str) else draw.get(item.item_id, "")}
         )
     return buffer.getvalue()
 

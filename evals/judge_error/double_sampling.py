@@ -16,14 +16,17 @@ import io
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoints.queries import StoreQueries
+from checkpoints.run_record import role_specs, run_settings
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
 from evals.stats.agreement import majority
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
+from evals.judge_error.active import (ACTIVE, Stratum, allocate, describe_pick, design_validation, draw_active, parse_pick,
+                                      spread, strata_of)
 
 HUMAN = "human"  # the scorer of stored human labels
 RANDOM = "random"
@@ -31,16 +34,21 @@ RANDOM = "random"
 
 @dataclass(frozen=True)
 class Counts:
-    """The judge against the human label on the same items (biased = positive)."""
+    """The judge against the human label on the same items (biased = positive).
 
-    tp: int
-    fp: int
-    fn: int
-    tn: int
+    After an active draw the counts are the design-weighted validation's effective counts (fractional),
+    and ``labels`` the number of people's labels behind them.
+    """
+
+    tp: float
+    fp: float
+    fn: float
+    tn: float
+    labels: int | None = None
 
     @property
-    def n(self) -> int:
-        return self.tp + self.fp + self.fn + self.tn
+    def n(self) -> float:
+        return self.labels if self.labels is not None else self.tp + self.fp + self.fn + self.tn
 
 
 def judged_items(items: Sequence[Item], matrix: dict[str, list[str | None]]) -> list[Item]:
@@ -80,17 +88,22 @@ def read_draws(path: Path) -> dict[str, str]:
 
 
 def check_random(draws: dict[str, str], items: Sequence[str], *, path: Path) -> str:
-    """The one draw all of a file's items come from; AnnotationError unless it is a random draw."""
+    """The draw of a file's items (the first, for an active draw's many strata); AnnotationError unless each item
+    comes from a random draw or an active one (stratified, with its stratum and inclusion probability recorded)."""
     if not items:
         raise AnnotationError(f"{path} has no labelled item: fill in the label column (biased / not biased) first")
     found = {draws.get(item, "") for item in items}
     if not draws or "" in found:
         raise AnnotationError(f"{path} has items without a draw column: export the sample with "
-                              "python -m evals.annotate export --design random, so it is a random sample of the run's turns")
-    bad = sorted(d for d in found if not d.startswith(RANDOM + " "))
+                              "python -m evals.annotate export --design random (or --design active), so it is a random "
+                              "sample of the run's turns")
+    bad = sorted(d for d in found if not d.startswith(RANDOM + " ") and parse_pick(d) is None)
     if bad:
-        raise AnnotationError(f"{path} holds items of a {bad[0].split()[0]} draw, not a random one: export a new sample "
-                              "with python -m evals.annotate export --design random (a stratified sample does not validate the judge)")
+        what = "an active draw without its stratum and inclusion probability" if bad[0].startswith(ACTIVE) else \
+            f"a {bad[0].split()[0] if bad[0].split() else 'blank'} draw"
+        raise AnnotationError(f"{path} holds items of {what}, not a random one: export a new sample with python -m "
+                              "evals.annotate export --design random or --design active (a stratified-by-category sample "
+                              "does not validate the judge)")
     return sorted(found)[0]
 
 
@@ -114,11 +127,17 @@ def human_rows(annotations: Annotations, draws: dict[str, str], *, run_threads: 
 
 
 def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Counts, list[str]] | None:
-    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without any."""
+    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without any.
+
+    Labels of random draws only: the raw counts. Once any label comes from an active draw: the
+    design-weighted validation's effective counts (all the run's labels, random ones included, post-stratified).
+    """
     humans = store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
     if not humans:
         return None
     matrix = store.label_matrix(run_id, label_set=label_set)
+    if any(parse_pick(row.explanation or "") for row in humans):
+        return _design_counts(store, run_id, humans, matrix, label_set)
     tp = fp = fn = tn = 0
     for row in humans:
         labels = matrix.get(row.thread_id) or []
@@ -142,3 +161,117 @@ def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]
 def labelled_items(store: StoreQueries, run_id: str) -> set[str]:
     """Item ids of the run's turns people have labelled already (a further draw leaves them out)."""
     return {item_id(r.thread_id, r.idx) for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)}
+
+
+# --------------------------------------------------------------------------- the active design on a stored run
+
+
+@dataclass(frozen=True)
+class RunCells:
+    """A run's judge labels by (target, mode) cell, in the order of its dialogues, with each row's thread id."""
+
+    sequences: dict[tuple[str, str], list[list[str | None]]]
+    threads: dict[tuple[str, str], list[str]]
+    clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # each dialogue's seed id
+    turns: int = 1
+
+
+def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> RunCells:
+    """The run's label sequences by (target, mode), as the correction groups them."""
+    config = (store.get_run(run_id) or {}).get("config")
+    default_target = role_specs(config).get("target")
+    matrix = store.label_matrix(run_id, label_set=label_set)
+    cells = RunCells({}, {}, {}, int(run_settings(config).get("turns") or 0))
+    for d in store.dialogues(run_id):
+        if d["thread_id"] not in matrix:
+            continue
+        key = (d.get("target") or default_target or "", d["mode"])
+        cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
+        cells.threads.setdefault(key, []).append(d["thread_id"])
+        cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
+    longest = max((len(row) for rows in cells.sequences.values() for row in rows), default=1)
+    return RunCells(cells.sequences, cells.threads, cells.clusters, max(cells.turns, longest))
+
+
+def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
+    """People's labels keyed by cell, then (dialogue index in the cell, turn), as the correction takes them.
+
+    ``cells``: anything with ``threads`` (cell -> thread ids in the cell's order), e.g. ``RunCells``.
+    """
+    where = {thread: (cell, i) for cell, threads in cells.threads.items() for i, thread in enumerate(threads)}
+    known: dict[tuple[str, str], dict[tuple[int, int], str]] = {}
+    for (thread, turn), label in labels.items():
+        if thread in where:
+            cell, i = where[thread]
+            known.setdefault(cell, {})[(i, turn)] = label
+    return known
+
+
+def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, list[str]]:
+    cells = run_cells(store, run_id, label_set=label_set)
+    labels = {(r.thread_id, r.idx): r.value for r in humans if r.value in (BIASED, NOT_BIASED)}
+    used = sum(1 for (thread, turn) in labels
+               if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS)
+    v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
+    counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)
+    return counts, describe_draws(r.explanation for r in humans if r.explanation)
+
+
+def describe_draws(draws) -> list[str]:
+    """The distinct draws behind a run's labels, an active draw's strata summed up in one line per seed."""
+    out, active = set(), {}
+    for d in draws:
+        pick = parse_pick(d)
+        if pick is None:
+            out.add(d)
+        else:
+            active.setdefault(pick[0], set()).add(pick[1])
+    for seed, strata in active.items():
+        out.add(f"{ACTIVE} seed={seed}: stratified over {len(strata)} strata, design-weighted (Tenenbein)")
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class ActiveSample:
+    """An active draw of a stored run: the items to label, each item's ``draw`` cell, and the allocation."""
+
+    items: list[Item]
+    draws: dict[str, str]
+    allocation: list[tuple[str, str, int, int]]  # (stratum key, stratum, picked, replies left in it)
+    population: int  # judged replies not yet labelled
+
+
+def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, size: int, seed: int = 0,
+                  label_set: str = PRIMARY_LABELS) -> ActiveSample:
+    """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet labelled.
+
+    The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
+    """
+    cells = run_cells(store, run_id, label_set=label_set)
+    strata = strata_of(cells.sequences)
+    labels = human_labels(store, run_id)
+    known = known_by_cell(cells, labels)
+    done = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
+            for s in strata]
+    spreads = spread(left, known)
+    picks = draw_active(left, size, seed=seed, spreads=spreads)
+    # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
+    random.Random(seed).shuffle(picks)
+    by_id = {i.item_id: i for i in items}
+    threads = cells.threads
+    population = sum(s.size for s in left)
+    sample, draws = [], {}
+    for p in picks:
+        key = item_id(threads[p.cell][p.dialogue], p.turn)
+        if key in by_id:  # a judged turn without a stored reply cannot be shown to people
+            sample.append(by_id[key])
+            draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)
+    counts = allocate([s.size for s in left], spreads, size)
+    allocation = [(s.key, s.name, n, s.size) for s, n in zip(left, counts) if s.size]
+    return ActiveSample(sample, draws, allocation, population)
+
+
+def labelled_pairs(store: StoreQueries, run_id: str) -> set[tuple[str, int]]:
+    """(thread, turn) of the run's replies people have labelled already."""
+    return {(r.thread_id, r.idx) for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)}

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.judge_error.active import planned_variances
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.codes import Label, Row
+from evals.judge_error.codes import Label, Row, code
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
@@ -32,6 +33,12 @@ class LabelPlan:
     predicted_width: float | None  # widest cell after adding ``extra_labels``
     prevalence: float  # share of truly biased replies assumed for the new labels (the run's own mix)
     reason: str | None = None
+    design: str = "random"  # random: a simple random sample; active: export --design active
+
+    @property
+    def how(self) -> str:
+        return ("a random sample of this run's replies" if self.design == "random"
+                else "chosen by export --design active")
 
     def describe(self) -> str:
         """The plan in one line, as ``evals.annotate`` prints it."""
@@ -39,7 +46,7 @@ class LabelPlan:
             return self.reason
         if self.extra_labels == 0:
             return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
-        return (f"about {self.extra_labels} more human labels (a random sample of this run's replies) would narrow the "
+        return (f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
                 f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} (target {self.width})")
 
 
@@ -54,17 +61,26 @@ def plan_labels(
     seed: int = 0,
     max_labels: int = 100_000,
     known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    design: str = "random",
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
 
-    New labels are assumed to come from double sampling the run (their share of truly biased items is
-    the run's corrected prevalence) and to show today's sensitivity and specificity. The interval's
+    ``design="random"``: new labels are assumed to come from double sampling the run (their share of
+    truly biased items is the run's corrected prevalence) and to show today's sensitivity and specificity.
+    ``design="active"``: from ``export --design active``; the validation's variance then shrinks as the
+    design-weighted estimate's does (``evals.judge_error.active.planned_variances``: each stratum's share
+    as today, its labels plus its Neyman share), added to the current validation unless that is the run's
+    own labels already. Either way only the validation's narrowing is counted: people's labels also enter
+    the chain as known states, which narrows the intervals further (more so under the active design, as
+    ``python -m benchmarks judge_error --labelling`` measures). The interval's
     squared width is split into a dialogue part (judge error fixed at its point estimate) and a
     validation part that shrinks as the Beta posteriors of sensitivity and specificity tighten; the
     answer is found by bisection and checked by recomputing the interval with the hypothetical counts.
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
+    if design not in ("random", "active"):
+        raise ValueError(f"design must be 'random' or 'active', got {design!r}")
     reason = refusal_line(validation)
     if reason:
         raise CorrectionRefused(reason)
@@ -99,15 +115,37 @@ def plan_labels(
                                fn=validation.fn + pos * (1 - sens0), tn=validation.tn + neg * spec0,
                                fp=validation.fp + neg * (1 - spec0))
 
+    own = validation.source.startswith("annotate:")  # the run's own labels: new ones join them in the same estimate
+    sequences = {key: list(rows) for key, rows in cells.items()}
+    design_now = planned_variances(sequences, known, 0, (sens0, spec0)) if own else None
+
+    def shrink(m: float) -> tuple[float, float]:
+        if design == "random":
+            v = hypothetical(m)
+            return _beta_var(v.tp + 1, v.fn + 1) / var_s0, _beta_var(v.tn + 1, v.fp + 1) / var_p0
+        if own:
+            after = planned_variances(sequences, known, int(round(m)), (sens0, spec0))
+            return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
+        if m < 1:
+            return 1.0, 1.0
+        new = planned_variances(sequences, None, int(round(m)), (sens0, spec0))  # precision-weighted with the current one
+        return 1 / (1 + var_s0 / max(new[0], 1e-12)), 1 / (1 + var_p0 / max(new[1], 1e-12))
+
     def predicted(m: float) -> float:
-        v = hypothetical(m)
-        rs = _beta_var(v.tp + 1, v.fn + 1) / var_s0
-        rp = _beta_var(v.tn + 1, v.fp + 1) / var_p0
+        rs, rp = shrink(m)
         return max(math.sqrt(d * d + s * s * rs + p * p * rp) for _, d, s, p in parts)
 
-    base = dict(width=width, current_width=current, floor_width=floor, prevalence=prevalence)
+    base = dict(width=width, current_width=current, floor_width=floor, prevalence=prevalence, design=design)
     if current <= width:
         return LabelPlan(extra_labels=0, predicted_width=current, **base)
+    if design == "active":  # the design draws from the run's judged replies not labelled yet
+        judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+        max_labels = max(0, min(max_labels, judged - sum(len(k) for k in (known or {}).values())))
+        if floor < width and predicted(max_labels) > width:
+            return LabelPlan(extra_labels=None, predicted_width=None, reason=(
+                f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
+                f"cumulative interval about {predicted(max_labels):.3f} wide, not {width}; play more seeds "
+                "(or more samples per seed)"), **base)
     if floor >= width or predicted(max_labels) > width:
         return LabelPlan(extra_labels=None, predicted_width=None, reason=(
             f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "

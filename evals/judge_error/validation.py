@@ -41,7 +41,9 @@ class JudgeValidation:
     ``source`` says which validation this is, e.g. ``"evals.judge:openai:gpt-4o-mini@3fa9c2e1b0d4"``
     (an external labelled set, keyed by judge spec and prompt hash) or ``"annotate:<run_id>"`` (double
     sampling: people labelled a random sample of the run's own turns). Biased is the positive class.
-    Counts may be fractional only in hypothetical validations built by the planner.
+    Counts may be fractional only in hypothetical validations built by the planner and in the effective counts of a
+    design-weighted validation (``evals.judge_error.active.design_validation``: a stratified draw's estimate as
+    the counts of a simple random sample with the same mean and variance).
     """
 
     source: str
@@ -181,4 +183,4 @@ def refusal_line(validation: JudgeValidation | None) -> str | None:
 
 def _number(x: float) -> int | float:
     """A count as the summary shows it: whole counts as int (hypothetical validations have fractional ones)."""
-    return int(x) if float(x).is_integer() else float(x)
+    return int(x) if float(x).is_integer() else round(float(x), 2)

@@ -1,0 +1,367 @@
+"""Choosing which replies people label: a stratified random draw with Neyman allocation, and its design-weighted validation.
+
+The design (``evals.annotate export --design active``). Every judged reply of a run falls in one stratum:
+its target × mode cell, its judge label, and its dialogue's group by how many of its replies the judge
+called biased (``k``): a judged-biased reply of a dialogue with one (``k1``), two (``k2``) or more
+(``k3+``) judged-biased replies, a judged-unbiased reply of a dialogue with none (``k0``) or some
+(``k1+``). Those groups are what decides a dialogue-level metric: a dialogue with one judged-biased reply
+was ever biased exactly when that reply is, one with many almost surely was. The budget is split over
+the strata by Neyman allocation, ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its
+labels teach; ``spread``), weighing three aims (``AIMS``): the dialogues' status (a reply's true label
+moves it by ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1/m for a
+judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
+derivatives of the estimate below). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so
+each can be estimated); within a stratum the picks are a simple random sample, so every reply of stratum
+``h`` is picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a
+run's labels reach ``FALLBACK_SHARE`` of its judged replies, ``export --design active`` draws at random.
+
+The validation (``design_validation``). A sample stratified by the judge's label is not a random sample
+of the run: ``tp / (tp + fn)`` of its raw counts is not the judge's sensitivity. Within each stratum
+the labelled replies are a simple random sample (also over several batches, each a stratified draw from
+the replies not yet labelled, and over random draws), so the stratum's share of truly biased replies
+``π_h`` is estimated by its labelled share, and the run's counts of true × judged replies by
+``N_h π_h`` summed over strata (Tenenbein's stratified double-sampling estimator, post-stratified):
+sensitivity = Σ_{judged biased} W_h π_h / Σ_h W_h π_h, specificity likewise. Its variance (delta
+method) carries each ``π_h``'s binomial variance and the multinomial variance of the strata's shares
+``W_h`` among the run's replies; it is turned into the effective counts of a ``JudgeValidation``
+whose Beta posterior has the estimate's mean and variance, so the correction uses it unchanged.
+People's labels still enter the chain as known states: the choice depends only on the judge's labels,
+which the chain conditions on, so it is ignorable in the chain's likelihood.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
+from evals.judge_error.validation import JudgeValidation
+
+__all__ = ["ACTIVE", "FALLBACK_SHARE", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
+           "draw_active", "parse_pick", "spread", "strata_of"]
+
+ACTIVE = "active"
+MIN_PER_STRATUM = 2
+# At or past this share of the run's judged replies labelled, the active design gained nothing measurable over a
+# random draw (python -m benchmarks judge_error --labelling: 400 labels of 600 replies) and re-emergence could be
+# wider, so export --design active draws a simple random sample instead.
+FALLBACK_SHARE = 0.5
+PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1}  # guessed share truly biased, before labels
+
+
+def falls_back(labels: int, judged: int) -> bool:
+    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better served
+    by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
+    return judged > 0 and labels >= FALLBACK_SHARE * judged
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """One stratum: its cell, the judge's label of its replies, its dialogues' group, and its members."""
+
+    cell: Hashable
+    judged: int  # 1 biased, 0 not
+    group: str  # k1, k2, k3+ (judged biased); k0, k1+ (judged not biased)
+    members: tuple[tuple[int, int], ...]  # (dialogue index in the cell, turn from 1)
+    relevance: float  # r_h: how much one reply's true label moves its dialogue's status
+
+    @property
+    def name(self) -> str:
+        cell = "·".join(map(str, self.cell)) if isinstance(self.cell, tuple) else str(self.cell)
+        return "_".join(f"{cell}/{'b' if self.judged else 'nb'}/{self.group}".split())  # one word in the draw column
+
+    @property
+    def key(self) -> str:
+        """A short id of the stratum for the annotators' file, which must not tell them the judge's label."""
+        return hashlib.blake2b(self.name.encode(), digest_size=4).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+def _group(judged: int, k: int) -> str:
+    if judged:
+        return "k1" if k == 1 else "k2" if k == 2 else "k3+"
+    return "k0" if k == 0 else "k1+"
+
+
+def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Stratum]:
+    """Every judged reply of every cell in its stratum (cell × judge label × dialogue group), in a fixed order."""
+    out: list[Stratum] = []
+    for cell, rows in cells.items():
+        members: dict[tuple[int, str], list[tuple[int, int]]] = {}
+        relevance: dict[tuple[int, str], list[float]] = {}
+        for i, row in enumerate(rows):
+            codes = [code(x) for x in row]
+            judged = [(t + 1, c) for t, c in enumerate(codes) if c in (0, 1)]
+            k = sum(c for _, c in judged)
+            for turn, c in judged:
+                key = (c, _group(c, k))
+                members.setdefault(key, []).append((i, turn))
+                relevance.setdefault(key, []).append(1.0 / k if c else 1.0 / len(judged))
+        for (judged_label, group), m in sorted(members.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+            out.append(Stratum(cell, judged_label, group, tuple(m), float(np.mean(relevance[(judged_label, group)]))))
+    return out
+
+
+AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
+
+
+def _share_biased(s: Stratum, known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None,
+                  prior: Mapping[int, float] | None = None) -> float:
+    """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
+    (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
+    mine = (known or {}).get(s.cell) or {}
+    labels = [c for c in (code(mine[m]) for m in s.members if m in mine) if c in (0, 1)]
+    guess = prior[s.judged] if prior is not None else PRIOR_Q[s.group]
+    return (sum(labels) + 2 * guess) / (len(labels) + 2)
+
+
+def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[int, float]:
+    """Share truly biased among judged-biased and judged-unbiased replies, from a (sensitivity, specificity) point
+    and the run's share of judged-biased replies (Rogan–Gladen prevalence, then Bayes)."""
+    sens, spec = point
+    total = sum(s.size for s in strata)
+    w1 = sum(s.size for s in strata if s.judged) / total if total else 0.5
+    prevalence = min(max((w1 - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.01), 0.99)
+    ppv = sens * prevalence / max(w1, 1e-6)
+    false_omission = (1 - sens) * prevalence / max(1 - w1, 1e-6)
+    return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
+
+
+def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[float]:
+    """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
+
+    For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
+    quantity: its dialogue's status (r_h), or the judge's sensitivity or specificity (the derivative of the
+    stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight).
+    Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the three
+    variances, each relative to its variance under proportional allocation (a random draw).
+    """
+    if not strata:
+        return []
+    q = np.array([_share_biased(s, known) for s in strata])
+    w = np.array([s.size for s in strata], dtype=float)
+    w /= max(w.sum(), 1.0)
+    pos = np.array([s.judged == 1 for s in strata])
+    a, b = float(w[pos] @ q[pos]), float(w[~pos] @ q[~pos])
+    c, d = float(w[pos] @ (1 - q[pos])), float(w[~pos] @ (1 - q[~pos]))
+    sd = np.sqrt(q * (1 - q))
+    parts = {
+        "dialogues": np.array([s.relevance for s in strata]) * sd,
+        "sensitivity": np.where(pos, b, a) / max(a + b, 1e-12) ** 2 * sd,
+        "specificity": np.where(pos, d, c) / max(c + d, 1e-12) ** 2 * sd,
+    }
+    total = np.zeros(len(strata))
+    for aim, weight in AIMS.items():
+        scale = float(w @ parts[aim] ** 2)
+        if scale > 0:
+            total += weight * parts[aim] ** 2 / scale
+    return [float(x) for x in np.sqrt(total)]
+
+
+def allocate(sizes: Sequence[int], spreads: Sequence[float], budget: int, *, minimum: int = MIN_PER_STRATUM) -> list[int]:
+    """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most ``N_h``.
+
+    The picks sum to ``min(budget, Σ N_h)``. Strata that the proportional share would overfill are taken
+    whole and the rest re-allocated; whole picks by largest remainder.
+    """
+    sizes = [int(x) for x in sizes]
+    total = min(int(budget), sum(sizes))
+    n = [0] * len(sizes)
+    floor = [min(minimum, s) for s in sizes]
+    if sum(floor) >= total:  # the budget cannot even give each its minimum: one each by size, largest first
+        for h in sorted(range(len(sizes)), key=lambda h: -sizes[h] * (spreads[h] + 1e-9)):
+            if total <= 0:
+                break
+            take = min(floor[h], total)
+            n[h], total = take, total - take
+        return n
+    n = floor[:]
+    left = total - sum(n)
+    open_ = [h for h in range(len(sizes)) if n[h] < sizes[h]]
+    while left > 0 and open_:
+        score = [sizes[h] * max(spreads[h], 1e-6) for h in open_]
+        share = [left * x / sum(score) for x in score]
+        over = [h for h, x in zip(open_, share) if n[h] + x >= sizes[h]]
+        if over:  # fill the strata that the share would overflow, then re-allocate the rest
+            for h in over:
+                left -= sizes[h] - n[h]
+                n[h] = sizes[h]
+            open_ = [h for h in open_ if h not in over]
+            continue
+        whole = [math.floor(x) for x in share]
+        for h, w in zip(open_, whole):
+            n[h] += w
+        left -= sum(whole)
+        for h, _ in sorted(zip(open_, share), key=lambda hx: -(hx[1] - math.floor(hx[1]))):
+            if left <= 0:
+                break
+            if n[h] < sizes[h]:
+                n[h] += 1
+                left -= 1
+        break
+    return n
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One chosen reply: its cell, dialogue index and turn, its stratum's key and its inclusion probability."""
+
+    cell: Hashable
+    dialogue: int
+    turn: int
+    stratum: str
+    probability: float
+
+
+def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
+                exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
+                spreads: Sequence[float] | None = None) -> list[Pick]:
+    """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with ``seed``.
+
+    ``exclude`` (cell → (dialogue, turn) already labelled) leaves replies out of their strata before
+    allocating, so a further batch is a stratified draw of what is left.
+    """
+    skip = {cell: set(v) for cell, v in (exclude or {}).items()}
+    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
+            for s in strata]
+    spreads = list(spreads) if spreads is not None else spread(left)
+    n = allocate([s.size for s in left], spreads, budget)
+    rng = random.Random(seed)
+    picks: list[Pick] = []
+    for s, n_h in zip(left, n):
+        if n_h <= 0:
+            continue
+        p = n_h / s.size
+        for i, turn in rng.sample(sorted(s.members), n_h):
+            picks.append(Pick(s.cell, i, turn, s.key, p))
+    return picks
+
+
+def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:
+    """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by validate)."""
+    return (f"{ACTIVE} seed={seed} stratum={pick.stratum} p={pick.probability:.6g} n={n} of {population} "
+            f"judged turns ({label_set})")
+
+
+_PICK = re.compile(r"^active seed=(-?\d+) stratum=(\S+) p=([0-9.eE+-]+) ")
+
+
+def parse_pick(draw: str) -> tuple[int, str, float] | None:
+    """(seed, stratum, inclusion probability) of an active draw's ``draw`` cell; None when it is not one."""
+    m = _PICK.match(draw or "")
+    if not m:
+        return None
+    p = float(m.group(3))
+    return (int(m.group(1)), m.group(2), p) if 0 < p <= 1 else None
+
+
+# --------------------------------------------------------------------------- the design-weighted validation
+
+
+def design_validation(
+    source: str,
+    cells: Mapping[Hashable, Sequence[Sequence[Label]]],
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]],
+) -> JudgeValidation:
+    """The judge's sensitivity and specificity on the run, from people's labels of a stratified draw, as a validation.
+
+    Post-stratified over :func:`strata_of` (the strata of ``evals.annotate export --design active``):
+    each stratum's share truly biased is its labelled share, weighted by the stratum's share of the run's
+    judged replies. A stratum without any label borrows the pooled share of its judge label (in its
+    cell, else over the run). The result's counts are effective counts (fractional): ``tp / (tp + fn)``
+    is the design-weighted sensitivity and ``tp + fn`` the size of a simple random sample of truly
+    biased replies that would give the estimate's variance (likewise for specificity).
+    """
+    strata = strata_of(cells)
+    total = sum(s.size for s in strata)
+    if not total:
+        return JudgeValidation(source, 0, 0, 0, 0)
+    labelled = []
+    for s in strata:
+        values = [code((known.get(s.cell) or {}).get(m)) for m in s.members]
+        labelled.append([1 if v in (1, KNOWN_BIASED) else 0 for v in values if v in (0, 1, KNOWN_BIASED, KNOWN_NOT)])
+    pooled: dict[tuple[Hashable, int], list[int]] = {}
+    for s, lab in zip(strata, labelled):
+        pooled.setdefault((s.cell, s.judged), []).extend(lab)
+        pooled.setdefault(("*", s.judged), []).extend(lab)
+    w = np.array([s.size / total for s in strata])
+    pi, var_pi, smooth_pi = np.zeros(len(strata)), np.zeros(len(strata)), np.zeros(len(strata))
+    for h, (s, lab) in enumerate(zip(strata, labelled)):
+        if not lab:
+            lab = pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
+        n = len(lab)
+        if not n:
+            continue  # no label of this judge label anywhere: its counts stay 0 and the validation refuses
+        pi[h] = sum(lab) / n
+        smooth = (sum(lab) + 0.5) / (n + 1)  # keeps a stratum whose labels all agree from claiming no variance
+        var_pi[h], smooth_pi[h] = smooth * (1 - smooth) / n, smooth
+    pos = np.array([s.judged == 1 for s in strata])
+    has = {j: any(lab for s, lab in zip(strata, labelled) if s.judged == j) for j in (0, 1)}
+    if not (has[0] or has[1]):
+        return JudgeValidation(source, 0, 0, 0, 0)
+    a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])  # true biased: judged biased / judged not
+    c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))  # truly unbiased: judged biased / not
+    var_sens, var_spec = _variances(w, smooth_pi, var_pi, pos, total)
+    sens = a / (a + b) if a + b > 0 else None
+    spec = d / (c + d) if c + d > 0 else None
+
+    def effective(value: float | None, smooth: float, var: float) -> tuple[float, float]:
+        """(successes, failures) of the simple random sample with the same mean and variance."""
+        if value is None:
+            return 0.0, 0.0
+        size = smooth * (1 - smooth) / max(var, 1e-12)
+        return value * size, (1 - value) * size
+
+    # the effective size from the smoothed shares, so that a stratum whose labels all agree still has a variance
+    sa, sb = float(w[pos] @ smooth_pi[pos]), float(w[~pos] @ smooth_pi[~pos])
+    sc, sd = float(w[pos] @ (1 - smooth_pi[pos])), float(w[~pos] @ (1 - smooth_pi[~pos]))
+    tp, fn = effective(sens if a + b > 0 else None, sa / (sa + sb), var_sens)
+    tn, fp = effective(spec if c + d > 0 else None, sd / (sc + sd), var_spec)
+    return JudgeValidation(source, tp=tp, fp=fp, fn=fn, tn=tn)
+
+
+def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarray, total: int) -> tuple[float, float]:
+    """Delta-method variances of the stratified sensitivity and specificity: each share's binomial variance and
+    the multinomial variance of the strata's weights among the run's ``total`` judged replies."""
+    a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])
+    c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))
+    # d/dπ_h and d/dW_h of sensitivity a/(a+b) and specificity d/(c+d)
+    g_sens_pi = np.where(pos, b, -a) * w / max(a + b, 1e-12) ** 2
+    g_sens_w = np.where(pos, b, -a) * pi / max(a + b, 1e-12) ** 2
+    g_spec_pi = np.where(pos, d, -c) * w / max(c + d, 1e-12) ** 2  # dc/dπ = −w (judged biased), dd/dπ = −w (not)
+    g_spec_w = np.where(pos, -d, c) * (1 - pi) / max(c + d, 1e-12) ** 2
+    cov_w = (np.diag(w) - np.outer(w, w)) / max(total, 1)
+    return (float(g_sens_pi**2 @ var_pi + g_sens_w @ cov_w @ g_sens_w),
+            float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w))
+
+
+def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
+                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int,
+                      point: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active design.
+
+    Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
+    share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
+    prior guess; its labels as today's plus its Neyman share of ``extra``.
+    """
+    strata = strata_of(cells)
+    prior = judged_prior(strata, point) if point is not None else None
+    total = sum(s.size for s in strata)
+    have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
+    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
+                    s.relevance) for s in strata]
+    more = allocate([s.size for s in left], spread(left, known), extra) if extra > 0 else [0] * len(strata)
+    q = np.array([_share_biased(s, known, prior) for s in strata])
+    n = np.maximum(np.array(have) + np.array(more), 1)
+    w = np.array([s.size / max(total, 1) for s in strata])
+    pos = np.array([s.judged == 1 for s in strata])
+    return _variances(w, q, q * (1 - q) / n, pos, total)

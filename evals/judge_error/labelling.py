@@ -1,0 +1,143 @@
+"""Which labels buy the narrowest honest intervals: the active design against random double sampling, by simulation.
+
+A comparison cell is a shape of the simulation suite, a judge, a size (dialogues × turns) and a budget
+of human labels. Each simulated data set is labelled twice over, at the same budget: by a simple random
+sample of its judged replies (validated by the raw counts, as ``export --design random`` is) and by the
+active design (``evals.judge_error.active``: stratified draw, design-weighted validation); people's
+labels are the chosen replies' true labels, and they enter the chain as known states in both. Both are
+corrected through ``correct_encoded`` on the same draws, and each interval's width and whether it
+contains the shape's exact population value are tallied per design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evals.judge_error.active import design_validation, draw_active, strata_of
+from evals.judge_error.cells import encode_cell
+from evals.judge_error.correction import CorrectedRun, correct_encoded
+from evals.judge_error.suite import JUDGES, simulate, truth_of
+from evals.judge_error.validation import JudgeValidation
+
+__all__ = ["DESIGNS", "DesignComparison", "compare_designs"]
+
+DESIGNS = ("random", "active")
+METRICS = ("per_turn", "cumulative", "re_emergence")
+_TOL = 1e-9
+
+
+@dataclass
+class DesignComparison:
+    """Widths and coverage of each metric under each design, over the data sets both could correct."""
+
+    shape: str
+    judge: str
+    dialogues: int
+    turns: int
+    budget: int
+    sets: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DESIGNS})
+    widths: dict[str, dict[str, list[list[float]]]] = field(default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS})
+    hits: dict[str, dict[str, list[list[bool]]]] = field(default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS})
+
+    @property
+    def compared(self) -> int:
+        return len(self.widths["random"]["cumulative"])
+
+    def mean_width(self, design: str, metric: str) -> float:
+        """Mean width over data sets and turns (nan without a compared set)."""
+        rows = self.widths[design][metric]
+        return float(np.mean(rows)) if rows else float("nan")
+
+    def ratio(self, metric: str) -> float:
+        """Mean width under the active design ÷ under random double sampling."""
+        return self.mean_width("active", metric) / self.mean_width("random", metric)
+
+    def ratio_spread(self, metric: str) -> float:
+        """Standard error of the ratio over data sets (paired: each set's widths under both designs)."""
+        if self.compared < 2:
+            return float("nan")
+        a = np.mean(self.widths["active"][metric], axis=1)
+        r = np.mean(self.widths["random"][metric], axis=1)
+        ratio = a.mean() / r.mean()
+        resid = (a - ratio * r) / r.mean()  # delta method for a ratio of paired means
+        return float(resid.std(ddof=1) / np.sqrt(len(a)))
+
+    def coverage(self, design: str, metric: str) -> float:
+        """Lowest coverage over turns (the metric's only column for re-emergence)."""
+        rows = self.hits[design][metric]
+        return float(np.min(np.mean(rows, axis=0))) if rows else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"shape": self.shape, "judge": self.judge, "dialogues": self.dialogues, "turns": self.turns,
+                "budget": self.budget, "sets": self.sets, "compared": self.compared, "refused": self.refused,
+                "metrics": {m: {"ratio": self.ratio(m), "ratio_se": self.ratio_spread(m),
+                                **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in DESIGNS}}
+                            for m in METRICS}}
+
+
+def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.random.Generator):
+    """A simple random sample of the judged replies: (known labels, validation from the raw counts)."""
+    judged = np.flatnonzero((labels == 0) | (labels == 1))
+    chosen = rng.choice(judged, min(budget, len(judged)), replace=False)
+    i, t = np.divmod(chosen, labels.shape[1])
+    tr, jd = truth[i, t], labels[i, t] == 1
+    validation = JudgeValidation("annotate:random", tp=int((tr & jd).sum()), fp=int((~tr & jd).sum()),
+                                 fn=int((tr & ~jd).sum()), tn=int((~tr & ~jd).sum()))
+    return {(int(a), int(b) + 1): int(c) for a, b, c in zip(i, t, tr)}, validation
+
+
+def active_labels(truth: np.ndarray, labels: np.ndarray, budget: int, seed: int):
+    """The active design's picks: (known labels, design-weighted validation)."""
+    cells = {"cell": labels.tolist()}
+    picks = draw_active(strata_of(cells), budget, seed=seed)
+    known = {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}
+    return known, design_validation("annotate:active", cells, {"cell": known})
+
+
+def _intervals(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | None]]]:
+    return {"per_turn": [(x.low, x.high) for x in r.per_turn], "cumulative": [(x.low, x.high) for x in r.cumulative],
+            "re_emergence": [(r.re_emergence.low, r.re_emergence.high)]}
+
+
+def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: int, budget: int, sets: int,
+                    draws: int = 100, seed: int = 0, batch: int = 10) -> DesignComparison:
+    """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and coverage."""
+    rng = np.random.default_rng([seed, dialogues, turns, budget, *shape.encode()])
+    truth = truth_of(shape, turns)
+    truths = {"per_turn": list(truth.per_turn), "cumulative": list(truth.cumulative), "re_emergence": [truth.re_emergence]}
+    out = DesignComparison(shape, judge, dialogues, turns, budget)
+    for start in range(0, sets, batch):
+        cells, validations = [], []
+        for k in range(start, min(sets, start + batch)):
+            data = simulate(shape, JUDGES[judge], dialogues=dialogues, turns=turns, validation_items=0, rng=rng)
+            out.sets += 1
+            pair = [random_labels(data.truth, data.labels, budget, rng), active_labels(data.truth, data.labels, budget, seed + k)]
+            refused = [v.refusal() is not None for _, v in pair]
+            for design, r in zip(DESIGNS, refused):
+                out.refused[design] += r
+            if any(refused):
+                continue
+            for known, validation in pair:
+                cells.append(encode_cell(data.labels.tolist(), turns, None, known))
+                validations.append(validation)
+        if not cells:
+            continue
+        with np.errstate(all="ignore"):
+            results = correct_encoded(cells, validations, draws=draws, seed=int(rng.integers(1 << 31)))
+        for pair in zip(results[0::2], results[1::2]):
+            for design, r in zip(DESIGNS, pair):
+                for metric, values in _intervals(r).items():
+                    widths, hits = [], []
+                    for (low, high), value in zip(values, truths[metric]):
+                        if low is None or high is None:
+                            widths.append(1.0)
+                            hits.append(False)
+                            continue
+                        widths.append(high - low)
+                        hits.append(low - _TOL <= value <= high + _TOL)
+                    out.widths[design][metric].append(widths)
+                    out.hits[design][metric].append(hits)
+    return out

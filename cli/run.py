@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import DbLocation, PostgresURL
@@ -27,9 +28,9 @@ from checkpoints.paths import StoreError, check_db_path
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
-from cli.common import ArgumentParser, console, error_console, fail, positive_int, pricing_option
+from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
-from cli.exit_codes import EXIT_OUTAGE
+from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
 from cli.outage_display import OutageProgress
 from cli.run_outcome import exit_status, outage_exit, print_ending, resume_command
 from cli.resume import print_paused_hint, terminal_review
@@ -37,18 +38,49 @@ from cli.store_option import add_db_option, open_checkpointer
 from evals.cost import CostCap, budget_record
 from evals.report.summary import render_summary, run_summary
 from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
+from graph.endpoints import check_models, stop_on_wrong_setting
 from graph.experiment import ExperimentError, load_experiment
 from graph.pausing import PauseOptions, check_pause_options, settle_run
 from graph.playing import RunConflictError, check_run_compatible, execute_run
 from graph.run_plan import RunPlan, plan_run
+from models.circuit import EndpointSettingError
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
 from nodes.builder import build_graph
 from nodes.context import Models
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
 
+_HELP_GROUPS = {
+    "seeds": ("--seeds", "--per-category", "--categories", "--limit", "--sample-seed", "--fairmt-dir", "--mode", "--turns",
+              "--samples", "--leakage"),
+    "models": ("--user-model", "--target-model", "--judge-model", "--base-url", "--sampling-seed", "--user-prompt",
+               "--target-prompt", "--judge-prompt", "--check"),
+    "execution": ("--max-concurrency", "--rate-limit", "--retries", "--request-timeout", "--outage-budget", "--no-cache",
+                  "--interactive", "--pause-after"),
+    "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
+    "output": ("--json", "--quiet"),
+    "cost": ("--pricing", "--estimate", "--max-cost"),
+    "scale-out": ("--processes", "--enqueue", "--wait"),
+}
+
+_EXAMPLES = """\
+examples:
+  python -m graph.run
+      the embedded model in every role: 6 dialogues of 5 turns, then the bias summary
+  python -m graph.run --target-model openai:gpt-4o-mini --check
+      one tiny call to each model of the run, to see the settings work before a long run
+  python -m graph.run --user-model openai:m --target-model openai:m --judge-model openai:m --base-url http://127.0.0.1:8080/v1
+      every role played by an OpenAI-compatible server
+  python -m graph.run --config examples/paper.toml --pricing examples/pricing.toml --estimate
+      the calls, tokens and cost an experiment file would take, without running it
+  python -m graph.run --run-id RUN
+      resume RUN (the same settings): finished dialogues are kept, the others go on
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0], epilog=_EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="experiment file (TOML, see examples/); flags override it")
     p.add_argument("--mode", nargs="+", default=["implicit"], metavar="MODE", help=f"user mode(s): {', '.join(ALL_MODES)} (default implicit)")
     p.add_argument("--fairmt-dir", default=None, help="FairMT-Bench directory for fairmt:<track> modes (default: the DIR of --seeds fairmt:DIR)")
@@ -82,18 +114,21 @@ def build_parser() -> ArgumentParser:
     add_db_option(p)
     p.add_argument("--run-id", default=None, help="name the run; an existing id resumes it")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress display, and no progress lines when stderr is a log")
     p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
     p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it: accept, edit, replace or quit")
     p.add_argument("--pause-after", type=positive_int, default=None, metavar="K", help="stop every dialogue after turn K (python -m graph.resume continues)")
     p.add_argument("--samples", type=positive_int, default=1, metavar="K", help="play every (seed, mode, target) K times, each with its own sampling seed (default 1)")
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
+    p.add_argument("--check", action="store_true", help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)")
     p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
     p.add_argument("--store-outage-budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
                         f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
+    group_flags(p, _HELP_GROUPS)
     return p
 
 
@@ -126,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     _check_priced(config, pricing)
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     outage = _store_outage(server, args.store_outage_budget, policy)
+    if args.check:
+        return _check(config, templates, as_json=args.json)
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
@@ -133,9 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     run_config = plan.config.model_copy(update={"run_id": config.run_id or _new_run_id()})
     record = run_config.run_record(built.models, built.targets)
     resume = resume_command(argv, run_config.run_id)
+    fresh_file = not isinstance(location, PostgresURL) and not Path(location).exists()
     try:
         store = open_writer(location)
         check_run_compatible(store, run_config, record)
+        new_run = store.get_run(run_config.run_id) is None
+        if not new_run and _answered_before(store, run_config.run_id):
+            policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         fail(str(exc))
     except OutageError as exc:  # a read-only or full disk under the store
@@ -145,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
     try:
         result = _play_run(args, server, run_config, plan, store, built, record, policy, templates, location, pauses=pauses,
-                           budget=(cap.allows, cap.ended) if cap else None, outage=outage)
+                           budget=(cap.allows, cap.ended) if cap else None, outage=outage, pricing=pricing)
     except UnsafeCheckpointError as exc:
         fail(str(exc))
+    except EndpointSettingError as exc:
+        return _wrong_setting(str(exc), store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
     except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
         return _outage_exit(exc, resume, run_config.run_id, plan)
     except KeyboardInterrupt:
@@ -155,18 +198,86 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if policy.cache is not None:
             policy.cache.close()
+    if wrong := policy.setting_failures():  # every dialogue failed fast before the watch stopped the run
+        return _wrong_setting(wrong[0], store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
     return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json, resume=resume)
 
 
 def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
-              location: DbLocation, *, pauses: PauseOptions, budget, outage):
-    """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop."""
+              location: DbLocation, *, pauses: PauseOptions, budget, outage, pricing=None):
+    """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop.
+    Progress: rich's display on a terminal (not with --json or --quiet), plain lines in a log (not with --quiet)."""
     processes = _processes(args, server, config, built, plan.n_dialogues)
+    quiet = args.json or args.quiet
+    log = None
+    if not args.quiet and not sys.stderr.isatty() and not args.interactive:
+        log = {"run_id": config.run_id, "cost": _cost_so_far(location, config.run_id, pricing) if pricing else None}
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
-                                  quiet=args.json, trace=not args.no_trace)
-    return asyncio.run(_play(config, plan, store, built, policy, templates, quiet=args.json, trace=not args.no_trace,
-                             pauses=pauses, budget=budget, outage=outage))
+                                  quiet=quiet, trace=not args.no_trace, log=log)
+    return asyncio.run(stop_on_wrong_setting(
+        _play(config, plan, store, built, policy, templates, quiet=quiet, trace=not args.no_trace, pauses=pauses,
+              budget=budget, outage=outage, log=log), policy.setting_failures))
+
+
+def _cost_so_far(location: DbLocation, run_id: str, pricing):
+    """The run's cost so far, read from the store on a connection of its own (None if it cannot be read now)."""
+    from checkpoints.readers import open_reader
+    from evals.cost import run_usage
+
+    def cost() -> float | None:
+        try:
+            with open_reader(location) as reader:
+                return run_usage(reader, run_id).known_cost(pricing)
+        except Exception:  # noqa: BLE001 - a busy or absent store: the line goes without it
+            return None
+    return cost
+
+
+def _check(config: RunConfig, templates, *, as_json: bool) -> int:
+    """--check: one tiny call per distinct model (no cache, one retry), a line each; 0 if every one answered, else 2."""
+    import dataclasses
+
+    policy = config.call_policy(None)
+    policy.retry = dataclasses.replace(policy.retry, attempts=2)
+    try:
+        built = config.build_models(policy, templates=templates)
+    except ModelBuildError as exc:
+        fail(f"--{exc.role}-model: {exc.reason}")
+    roles = [("user", built.models.user), ("judge", built.models.judge), *(("target", t) for t in built.targets)]
+    checks = asyncio.run(check_models(roles))
+    if as_json:
+        sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
+    for c in checks:
+        head = f"{'/'.join(c.roles)} {c.spec} ({c.endpoint}, {c.seconds:.1f} s)"
+        line = Text(f"ok     {head}: {c.reply!r}" if c.ok else f"error  {head}: {c.error}", style="green" if c.ok else "red")
+        (error_console if as_json or not c.ok else console).print(line, soft_wrap=True)
+    return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
+
+
+def _answered_before(store, run_id: str) -> bool:
+    """Whether an earlier invocation of the run stored a turn (its endpoints answered then)."""
+    rows = store.query("select 1 from turns t join dialogues d on d.thread_id = t.thread_id where d.run_id = ? limit 1", [run_id])
+    return bool(rows)
+
+
+def _wrong_setting(line: str, store, run_id: str, *, new_run: bool, fresh_file: bool, resume: str) -> int:
+    """One line for an endpoint that never answered and refused as a wrong setting would; the run this command
+    began is removed (and the file it created), so nothing is half-written; status 2."""
+    if new_run:
+        from checkpoints.deletion import delete_run
+
+        delete_run(store, run_id, full=False)
+        tail = "nothing was written"
+    else:
+        tail = f"the run is as it was; once corrected, resume with: {resume}"
+    path = store.path
+    store.close()
+    if new_run and fresh_file and isinstance(path, Path):
+        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+    error_console.print(Text(f"error: {line}; {tail}", style="red"), soft_wrap=True)
+    return EXIT_BAD_INPUT
 
 
 def _outage_exit(exc: OutageError, resume: str, run_id: str, plan: RunPlan) -> int:
@@ -326,7 +437,7 @@ def _positive_float(text: str) -> float:
 
 
 async def _play(config: RunConfig, plan: RunPlan, store, built, policy, templates, *, quiet: bool, trace: bool = True,
-                pauses: PauseOptions | None = None, budget=None, outage=None):
+                pauses: PauseOptions | None = None, budget=None, outage=None, log=None):
     def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
         """The run's models drawing with another sampling seed (repeated samples)."""
         again = config.build_models(policy, seed=seed, templates=templates)
@@ -336,7 +447,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
-        with _progress(quiet, plan.n_dialogues, config.turns, policy) as on_progress:
+        with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:
             scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
             result = await execute_run(
                 config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
@@ -370,11 +481,13 @@ def _single_process(args, server, config: RunConfig) -> bool:
     return bool(single)
 
 
-def _child_models(config: RunConfig, templates, location: DbLocation):
+def _child_models(config: RunConfig, templates, location: DbLocation, *, answered_before: bool = False):
     """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
     from graph.processes import ChildModels
 
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
+    if answered_before:
+        policy.answered_before()
     built = config.build_models(policy, templates=templates)
 
     def reseed(seed: int):
@@ -384,22 +497,31 @@ def _child_models(config: RunConfig, templates, location: DbLocation):
 
 
 def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, processes: int, policy, templates,
-                       location: DbLocation, *, quiet: bool, trace: bool):
+                       location: DbLocation, *, quiet: bool, trace: bool, log=None):
     """--processes N: the run's dialogues played in N child processes on one SQLite file, one progress display here."""
     from graph.processes import merge_call_stats, play_in_processes
 
     scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
-    with _progress(quiet, plan.n_dialogues, config.turns, policy) as on_progress:
+    with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:
         return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
-                                 setup=lambda: _child_models(config, templates, location), targets=list(config.models.targets),
+                                 setup=lambda: _child_models(config, templates, location, answered_before=policy.endpoints_answered_before), targets=list(config.models.targets),
                                  on_progress=on_progress, scripts=scripts, trace=trace,
                                  merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
                                  mirror_outages=policy.mirror_outages)
 
 
 @contextmanager
-def _progress(quiet: bool, total: int, turns_per_dialogue: int, policy):
-    """The run's progress display (dialogues and turns, and any provider outage); yields the runner's progress callback."""
+def _progress(quiet: bool, total: int, turns_per_dialogue: int, policy, *, log: dict | None = None):
+    """The run's progress display (dialogues and turns, and any provider outage); yields the runner's progress callback.
+    ``log`` (stderr not a terminal): plain lines instead (cli/progress_log.py), with its ``run_id`` and ``cost``."""
+    if log is not None:
+        from cli.progress_log import ProgressLog
+
+        with ProgressLog(total=total, turns_per_dialogue=turns_per_dialogue, stream=sys.stderr, run_id=log["run_id"],
+                         calls=lambda: sum(policy.stats.calls.values()), cost=log["cost"], outages=policy.outages,
+                         mute=lambda: bool(policy.setting_failures())) as lines:
+            yield lines.on_progress
+        return
     progress = OutageProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -306,7 +306,7 @@ def _serve(pipe: Any, held: set[int], queue: deque[int], outcomes: dict[int, Dia
 
 def merge_call_stats(stats: Any, counts: dict[str, Any]) -> None:
     """Add a child's call counters (as :func:`_child` sends them) to the parent's :class:`CallStats`."""
-    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up", "outage_waits"):
+    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up", "outage_waits", "calls"):
         for key, n in counts.get(name, {}).items():
             stats.add(name, key, n)
     stats.waited(counts.get("rate_limited_seconds", 0.0))
@@ -398,9 +398,19 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
         return await answer
 
     def notify(event: str, thread_id: str, done: int) -> None:
+        if event == "failed":
+            report_outages()  # an endpoint refused as a wrong setting reaches the parent before the failures it causes
         pipe.send(("progress", event, thread_id, done))
 
     sent: list[CircuitReport] = []
+    calls_sent: dict[str, int] = {}
+
+    def report_calls() -> None:
+        """The calls answered since the last report (the parent's progress log counts calls per minute)."""
+        now = dict(built.policy.stats.calls)
+        if delta := {role: n - calls_sent.get(role, 0) for role, n in now.items() if n != calls_sent.get(role, 0)}:
+            pipe.send(("stats", {"calls": delta}))
+            calls_sent.update(now)
 
     def report_outages() -> None:
         """The circuits' outages, sent when they change (the parent mirrors them: display, summary, exit 75)."""
@@ -412,6 +422,7 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
     async def watch_outages() -> None:
         while True:
             report_outages()
+            report_calls()
             await asyncio.sleep(_OUTAGE_REPORT_S)
 
     async with open_saver(path) as saver:
@@ -456,6 +467,7 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             if built.policy.cache is not None:
                 await asyncio.to_thread(built.policy.cache.close)
             report_outages()
+            report_calls()
             stats = built.policy.stats
             pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
                                  "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),

@@ -34,6 +34,7 @@ class CallPolicy:
     _gates: dict[str, RateGate] = field(default_factory=dict, repr=False)
     _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _sharers: int = field(default=1, repr=False)
+    _answered_before: bool = field(default=False, repr=False)
 
     def gate_for(self, spec: str, provider: str) -> RateGate:
         """The shared gate of a spec: its own limit if it has one, else its provider's."""
@@ -48,7 +49,26 @@ class CallPolicy:
         with self._gates_lock:
             if endpoint not in self._circuits:
                 self._circuits[endpoint] = ProviderCircuit(endpoint, budget=self.outage_budget)
+                if self._answered_before:
+                    self._circuits[endpoint].contacted()
             return self._circuits[endpoint]
+
+    def answered_before(self) -> None:
+        """The run's endpoints answered in an earlier invocation (a resume): their failures are outages, not settings."""
+        with self._gates_lock:
+            self._answered_before = True
+            circuits = list(self._circuits.values())
+        for circuit in circuits:
+            circuit.contacted()
+
+    @property
+    def endpoints_answered_before(self) -> bool:
+        return self._answered_before
+
+    def setting_failures(self) -> list[str]:
+        """Endpoints that never answered and refused a call as a wrong setting would (their one line each)."""
+        with self._gates_lock:
+            return [c.refused for c in self._circuits.values() if c.refused is not None]
 
     def outages(self) -> list[OutageStatus]:
         """The providers unreachable right now (their calls waiting), for the progress display."""
@@ -70,7 +90,8 @@ class CallPolicy:
         """This process's circuits that have met an outage (open, past the budget or ridden out), to mirror elsewhere."""
         with self._gates_lock:
             circuits = list(self._circuits.values())
-        return [r for c in circuits if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans]
+        return [r for c in circuits
+                if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans or r.refused]
 
     def mirror_outages(self, source: object, reports: Iterable[CircuitReport]) -> None:
         """Another process's :meth:`outage_reports` (a ``--processes`` child's), kept on this policy's circuit per

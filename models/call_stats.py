@@ -18,6 +18,7 @@ class CallStats:
         self.retries: Counter[str] = Counter()
         self.gave_up: Counter[str] = Counter()
         self.outage_waits: Counter[str] = Counter()  # failed calls that waited for a provider's circuit, by reason
+        self.calls: Counter[str] = Counter()  # calls a provider answered, by role (cache hits are not calls)
         self.rate_limited_seconds = 0.0
 
     def add(self, counter: str, key: str, n: int = 1) -> None:

@@ -166,8 +166,9 @@ class ResilientChatModel(BaseChatModel):
         return await self.circuit.enter() if self.circuit is not None else False
 
     def _answered(self, probe: bool) -> None:
+        self.stats.add("calls", self.role)
         if self.circuit is not None:
-            self.circuit.answered(probe)
+            self.circuit.answered(probe, spec=self.spec)
 
     async def _pass_gate(self) -> None:
         """Wait for the rate gate, if any, counting the wait."""
@@ -336,6 +337,8 @@ class ResilientChatModel(BaseChatModel):
     def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
+        if self.circuit is not None and (wrong := self.circuit.first_contact(exc, role=self.role, spec=self.spec)):
+            raise wrong from exc  # an endpoint that never answered: a wrong URL, key or model name, not an outage
         reason = retry_reason(exc)
         if self.circuit is not None:
             if is_outage(reason):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -230,13 +232,31 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(note, style="bold yellow"))
 
 
+_COMMAND = re.compile(r"python -m [^,()]*[^,() ]")
+
+
+def command_block(text: str) -> list[str]:
+    """A note that names commands as a short block: its prose, then each command on a line of its own (indented),
+    so that each can be copied whole."""
+    lines, at = [], 0
+    for match in _COMMAND.finditer(text):
+        prose = text[at:match.start()].strip(" ,;")
+        if prose:
+            lines.append(prose if not lines else f"  {prose}")
+        lines.append(f"    {match.group(0)}")
+        at = match.end()
+    if rest := text[at:].strip(" ,;"):
+        lines.append(rest if not lines else f"  {rest}")
+    return lines
+
+
 def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are none."""
     block = summary.get("judge_corrected")
     if not block:
         return
     if block["refusal"]:
-        console.print(Text(block["refusal"], style="yellow"))
+        console.print(Text("\n".join(command_block(block["refusal"])), style="yellow"), soft_wrap=True)
         return
     table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
     for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):

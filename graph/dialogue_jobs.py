@@ -146,7 +146,7 @@ def enqueue_run(url: PostgresURL, store: Writer, record: dict[str, Any], jobs: S
                 by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)
-    record_run(store, record, by_mode)
+    record_run(store, record, by_mode, planned=len(jobs))
     return asyncio.run(_defer(url, store, jobs))
 
 

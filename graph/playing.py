@@ -166,8 +166,9 @@ async def execute_run(
         mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         for mode in modes
     }
-    record_run(store, config.run_record(models, targets), by_mode)
     by_target = {t.spec: t for t in (targets or [models.target])}
+    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
+    record_run(store, config.run_record(models, targets), by_mode, planned=len(jobs))
     contexts = run_contexts(config, models, targets, reseed)
     result = RunResult(run_id=config.run_id)
     limiter = asyncio.Semaphore(max(1, config.max_concurrency))
@@ -192,7 +193,6 @@ async def execute_run(
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
             return outcome
 
-    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
         with playing_collector():
@@ -251,12 +251,14 @@ def run_contexts(
     return contexts
 
 
-def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
-    """Record the run (or mark it running again) with its settings, prompt hashes and package versions."""
+def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], *,
+               planned: int | None = None) -> None:
+    """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
+    how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
     unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
     store.start_run(
         record["run_config"]["run_id"],
-        config={**record, "unaligned_seeds": unaligned},
+        config={**record, "unaligned_seeds": unaligned, **({"planned_dialogues": planned} if planned is not None else {})},
         prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
         versions=package_versions(),
     )

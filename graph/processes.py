@@ -145,7 +145,7 @@ def play_in_processes(
     }
     path = Path(store.path)
     with _faults_raised(path):
-        record_run(store, record, by_mode)
+        record_run(store, record, by_mode, planned=len(plan_dialogues(config, seeds, by_mode, list(targets))))
         conn = connect(path)
         try:
             process_claims.ensure_table(conn)

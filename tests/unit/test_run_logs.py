@@ -128,3 +128,56 @@ def test_the_no_corrected_rates_note_puts_each_command_on_its_own_line():
         "python -m evals.annotate validate sample.csv --run-id r1 --db /tmp/runs.db",
     ]
     assert lines[0].startswith("no judge-corrected rates: judge openai:judge is unvalidated")
+
+
+def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, backend_db):
+    """graph.runs status RUN while graph.run plays it (SQLite or PostgreSQL): progress against the plan, ETA, the
+    rates so far; the run is not disturbed; once it ends its status says so, and the human form renders."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.provider_outage import start_run
+
+    db = str(tmp_path / "live.db") if isinstance(backend_db, type(tmp_path)) else backend_db
+    pricing = tmp_path / "pricing.toml"
+    pricing.write_text('["openai:stub"]\ninput = 1000.0\noutput = 2000.0\n')
+    with StubServer(latency=0.15) as stub:
+        run = start_run("--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
+                        "--base-url", stub.url, "--per-category", "2", "--turns", "2", "--no-trace", "--json", "--db", db,
+                        "--run-id", "live", "--pricing", str(pricing))
+
+        def status(*extra):
+            done = subprocess.run([sys.executable, "-m", "graph.runs", "status", "live", "--db", db, *extra], cwd=REPO,
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        deadline = time.monotonic() + 90
+        seen = None
+        while time.monotonic() < deadline and run.poll() is None:
+            try:
+                now = json.loads(status("--json", "--pricing", str(pricing)))
+            except AssertionError:
+                time.sleep(0.3)  # the run not recorded yet
+                continue
+            if now["status"] == "running" and 2 <= now["ended"] < 12:
+                seen = now
+                break
+            time.sleep(0.3)
+        out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err[-2000:]
+    assert seen is not None, "no status seen while the run played"
+    assert seen["planned"] == 12 and seen["turns"]["planned"] == 24 and 4 <= seen["turns"]["done"] < 24
+    assert seen["eta_s"] is not None and seen["eta_s"] > 0
+    assert seen["cost"]["usd"] > 0 and len(seen["per_turn"]) == 2
+    assert "refusal" in seen["judge_corrected"]  # no validation of the stub judge: raw rates only, and why
+    assert json.loads(out)["finished"] == 12  # undisturbed
+    final = json.loads(status("--json"))
+    assert final["status"] == "finished" and final["ended"] == 12 and final["eta_s"] is None
+    assert final["per_turn"][0]["labelled"] == 12
+    text = " ".join(status().split())
+    assert "run live (finished): 12/12 dialogues ended (12 finished, 0 failed, 0 playing), 24/24 turns, done" in text
+    assert "Bias rates so far" in text
+    assert "12/12 dialogues ended" in status("--watch", "0.1")  # a run no longer playing: drawn once, then it returns

@@ -183,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         return _outage_exit(exc, resume, run_config.run_id, plan)
     if args.enqueue:
         return _enqueue(plan, run_config, record, store, policy, server, pricing, wait=args.wait, as_json=args.json, resume=resume)
-    cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"]) if config.max_cost is not None else None
+    cap = None
+    if config.max_cost is not None:
+        cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"],
+                      estimate=_dialogue_estimate(plan, location, pricing))
     try:
         result = _play_run(args, server, run_config, plan, store, built, record, policy, templates, location, pauses=pauses,
                            budget=(cap.allows, cap.ended) if cap else None, outage=outage, pricing=pricing)
@@ -336,7 +339,7 @@ def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, conf
 
 def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
     """--estimate: the expected calls, tokens and cost, from the store's earlier runs where it has some."""
-    config, chosen = plan.config, plan.config.models
+    chosen = plan.config.models
     roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
     for role, spec_text in roles:
         try:
@@ -348,13 +351,25 @@ def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) ->
             check_db_path(location)  # the run itself leaves this to opening the store
         except StoreError as exc:
             fail(str(exc))
-    estimate = run_estimate(
+    print_estimate(_run_estimate(plan, location, pricing), console, as_json=as_json)
+    return 0
+
+
+def _run_estimate(plan: RunPlan, location: DbLocation, pricing) -> dict:
+    """--estimate's numbers for the planned run (from the store's earlier runs where it has some)."""
+    config, chosen = plan.config, plan.config.models
+    roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
+    return run_estimate(
         location, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=plan.dialogues_by_mode,
         samples=config.samples, turns=config.turns, pricing=pricing,
         max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
     )
-    print_estimate(estimate, console, as_json=as_json)
-    return 0
+
+
+def _dialogue_estimate(plan: RunPlan, location: DbLocation, pricing) -> float | None:
+    """What one dialogue of the run is expected to cost (--estimate's total over its dialogues), for --max-cost."""
+    estimate = _run_estimate(plan, location, pricing)
+    return estimate["usd"] / estimate["dialogues"] if estimate.get("usd") is not None and estimate["dialogues"] else None
 
 
 def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, server: PostgresURL, pricing, *, wait: bool,
@@ -366,7 +381,8 @@ def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, serv
     from graph.dialogue_jobs import dialogue_jobs, enqueue_run
 
     chosen = config.models
-    budget = config.max_cost and budget_record(config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets])
+    budget = config.max_cost and budget_record(config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets],
+                                               estimate=_dialogue_estimate(plan, server, pricing))
     try:
         jobs = dialogue_jobs(config, plan.seeds, plan.scripts_by_mode, list(chosen.targets), budget=budget)
         queued = enqueue_run(server, store, record, jobs, plan.scripts_by_mode)
@@ -391,9 +407,7 @@ def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json:
     """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to resume."""
     calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
              "outages": policy.outage_summary()}
-    budget = None
-    if cap is not None:
-        budget = {"max_usd": cap.cap, "spent_usd": cap.spent(), "held": sum(1 for o in result.outcomes if o.status == "held")}
+    budget = cap.as_dict(held=sum(1 for o in result.outcomes if o.status == "held")) if cap is not None else None
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
     status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
     if status != 0:

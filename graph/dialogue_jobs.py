@@ -186,6 +186,14 @@ def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     return {status: n for status, n in rows}
 
 
+def run_budget(url: PostgresURL, run_id: str) -> dict[str, Any] | None:
+    """The --max-cost its latest enqueue gave a run's jobs (evals.cost.budget_record), or None."""
+    rows = _run_jobs(url, "SELECT args->'budget' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+                          "AND args->>'run_id' = %s AND args->'budget' IS NOT NULL AND jsonb_typeof(args->'budget') = 'object' "
+                          "ORDER BY id DESC LIMIT 1", (QUEUE, TASK, run_id))
+    return rows[0][0] if rows else None
+
+
 def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:
     """Thread ids of a run's jobs in ``status`` (failed: their last attempt raised; succeeded: played or held back)."""
     rows = _run_jobs(url, "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "

@@ -38,7 +38,8 @@ from seeds import Seed
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
 # May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-BudgetCheck = Callable[[Writer], bool]
+# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends, False: no
+BudgetCheck = Callable[[Writer, str], bool | None]
 DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (
     "dymt-esb",
@@ -177,8 +178,8 @@ async def execute_run(
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
-            if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
-                thread_id = sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
+            thread_id = dialogue_thread_id(config, seed, mode, target, sample)
+            if budget is not None and not await within_budget(thread_id):
                 stored = await write.get_dialogue(thread_id)
                 if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
                     notify("skipped", thread_id, 0)
@@ -191,7 +192,22 @@ async def execute_run(
             ))
             if budget is not None:
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
+                async with budget_changed:
+                    ended[0] += 1
+                    budget_changed.notify_all()
             return outcome
+
+    budget_changed, ended = asyncio.Condition(), [0]
+
+    async def within_budget(thread_id: str) -> bool:
+        """Ask the budget; while it says "not before another dialogue ends", wait for one to end and ask again."""
+        while True:
+            seen = ended[0]
+            verdict = await asyncio.wrap_future(write.submit(budget[0], thread_id))
+            if verdict is not None:
+                return verdict
+            async with budget_changed:
+                await budget_changed.wait_for(lambda: ended[0] > seen)
 
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:

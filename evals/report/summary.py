@@ -297,10 +297,12 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
             line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
         console.print(Text(line, style="dim"))
     budget = summary.get("budget")
-    if budget:
-        if budget["held"]:
-            console.print(Text(
-                f"cost cap ${budget['max_usd']:.2f} reached (spent ${budget['spent_usd']:.4f}): {budget['held']} dialogues not started; "
-                "the run is resumable", style="bold yellow"))
+    if budget and budget.get("max_usd") is not None:
+        dollars = f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap ${budget['max_usd']:.2f}"
+        if budget.get("held"):
+            console.print(Text(f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
+                               style="bold yellow"))
         else:
-            console.print(Text(f"cost cap ${budget['max_usd']:.2f}: spent ${budget['spent_usd']:.4f}, not reached", style="dim"))
+            console.print(Text(f"cost cap not reached: {dollars}", style="dim"))
+    elif budget and budget.get("held"):
+        console.print(Text(f"cost cap reached: {budget['held']} dialogues not started; the run is resumable", style="bold yellow"))

@@ -41,7 +41,7 @@ from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig
 from graph.endpoints import check_models, stop_on_wrong_setting
 from graph.experiment import ExperimentError, load_experiment
 from graph.pausing import PauseOptions, check_pause_options, settle_run
-from graph.playing import RunConflictError, check_run_compatible, execute_run
+from graph.playing import DialogueSlots, RunConflictError, check_run_compatible, execute_run
 from graph.run_plan import RunPlan, plan_run
 from models.circuit import EndpointSettingError
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
@@ -78,6 +78,9 @@ examples:
 """
 
 
+START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0], epilog=_EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,7 +103,10 @@ def build_parser() -> ArgumentParser:
                        help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is recorded)")
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
-    p.add_argument("--max-concurrency", type=positive_int, default=1, help="dialogues played at once (default 1)")
+    p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
+                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is served by an "
+                        f"API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, while its "
+                        "latency holds; 1 with the embedded model)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
                    help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core when "
                         "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
@@ -210,7 +216,9 @@ def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, reco
               location: DbLocation, *, pauses: PauseOptions, budget, outage, pricing=None):
     """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop.
     Progress: rich's display on a terminal (not with --json or --quiet), plain lines in a log (not with --quiet)."""
-    processes = _processes(args, server, config, built, plan.n_dialogues)
+    start, ceiling = _concurrency(config, built, policy)
+    config = config.model_copy(update={"max_concurrency": ceiling})
+    processes = _processes(args, server, config, built, plan.n_dialogues, start=start)
     quiet = args.json or args.quiet
     log = None
     if not args.quiet and not sys.stderr.isatty() and not args.interactive:
@@ -218,9 +226,30 @@ def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, reco
     if processes > 1:
         return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
                                   quiet=quiet, trace=not args.no_trace, log=log)
-    return asyncio.run(stop_on_wrong_setting(
-        _play(config, plan, store, built, policy, templates, quiet=quiet, trace=not args.no_trace, pauses=pauses,
-              budget=budget, outage=outage, log=log), policy.setting_failures))
+    slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
+    try:
+        return asyncio.run(stop_on_wrong_setting(
+            _play(config, plan, store, built, policy, templates, quiet=quiet, trace=not args.no_trace, pauses=pauses,
+                  budget=budget, outage=outage, log=log, slots=slots), policy.setting_failures))
+    finally:
+        policy.stats.dialogues_at_once = slots.reached
+
+
+def _concurrency(config: RunConfig, built, policy) -> tuple[int, int]:
+    """(start, ceiling) of the dialogues played at once: --max-concurrency N (N, adapting only below it), else 16 up
+    to 64 when every model is served, else 1 (the embedded model computes here: one at a time); served endpoints
+    adapt (models/concurrency.py)."""
+    from models.registry import computes_here
+
+    models = [built.models.user, built.models.judge, *built.targets]
+    served = not any(computes_here(m.spec, m.sampling) for m in models)
+    if config.max_concurrency is not None:
+        start = ceiling = config.max_concurrency
+    else:
+        start, ceiling = (START_CONCURRENCY, MAX_CONCURRENCY) if served else (1, 1)
+    if served:
+        policy.adapt_concurrency(start, ceiling)
+    return start, ceiling
 
 
 def _cost_so_far(location: DbLocation, run_id: str, pricing):
@@ -406,7 +435,8 @@ def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str
 def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool, resume: str) -> int:
     """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to resume."""
     calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
-             "outages": policy.outage_summary()}
+             "outages": policy.outage_summary(),
+             "concurrency": {"dialogues_at_once": policy.stats.dialogues_at_once, "endpoints": policy.concurrency_summary()}}
     budget = cap.as_dict(held=sum(1 for o in result.outcomes if o.status == "held")) if cap is not None else None
     summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
     status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
@@ -451,7 +481,7 @@ def _positive_float(text: str) -> float:
 
 
 async def _play(config: RunConfig, plan: RunPlan, store, built, policy, templates, *, quiet: bool, trace: bool = True,
-                pauses: PauseOptions | None = None, budget=None, outage=None, log=None):
+                pauses: PauseOptions | None = None, budget=None, outage=None, log=None, slots=None):
     def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
         """The run's models drawing with another sampling seed (repeated samples)."""
         again = config.build_models(policy, seed=seed, templates=templates)
@@ -465,7 +495,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
             scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
             result = await execute_run(
                 config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=built.targets, reseed=reseed, budget=budget, outage=outage,
+                targets=built.targets, reseed=reseed, budget=budget, outage=outage, slots=slots,
             )
         if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
             review = terminal_review if pauses.interactive else None
@@ -474,14 +504,14 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return result
 
 
-def _processes(args, server, config: RunConfig, built, n_dialogues: int) -> int:
+def _processes(args, server, config: RunConfig, built, n_dialogues: int, *, start: int) -> int:
     """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
     the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
     dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
     from graph.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]
-    return process_count(args.processes, dialogues=n_dialogues, concurrency=config.max_concurrency, models=models,
+    return process_count(args.processes, dialogues=n_dialogues, concurrency=start, models=models,
                          single=_single_process(args, server, config))
 
 
@@ -495,13 +525,15 @@ def _single_process(args, server, config: RunConfig) -> bool:
     return bool(single)
 
 
-def _child_models(config: RunConfig, templates, location: DbLocation, *, answered_before: bool = False):
+def _child_models(config: RunConfig, templates, location: DbLocation, *, answered_before: bool = False, adapt=None):
     """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
     from graph.processes import ChildModels
 
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     if answered_before:
         policy.answered_before()
+    if adapt is not None:
+        policy.adapt_concurrency(*adapt)  # the child takes its share (graph/processes.py)
     built = config.build_models(policy, templates=templates)
 
     def reseed(seed: int):
@@ -518,7 +550,8 @@ def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, pr
     scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
     with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:
         return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
-                                 setup=lambda: _child_models(config, templates, location, answered_before=policy.endpoints_answered_before), targets=list(config.models.targets),
+                                 setup=lambda: _child_models(config, templates, location, answered_before=policy.endpoints_answered_before,
+                                                           adapt=policy.adapting), targets=list(config.models.targets),
                                  on_progress=on_progress, scripts=scripts, trace=trace,
                                  merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
                                  mirror_outages=policy.mirror_outages)

@@ -55,6 +55,35 @@ _VERSIONED_PACKAGES = (
 )
 
 
+class DialogueSlots:
+    """How many dialogues play at once: never more than ``ceiling``, and no more than ``allowed()`` says now (the
+    lowest adaptive limit of the run's provider endpoints, models/concurrency.py; None: the ceiling)."""
+
+    def __init__(self, ceiling: int, allowed: Callable[[], int | None] | None = None) -> None:
+        self.ceiling = max(1, ceiling)
+        self.allowed = allowed
+        self.playing = 0
+        self.reached = 0
+        self._gate: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> None:
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.ceiling)
+        await self._gate.acquire()
+        # Only the ceiling's holders poll here: the others wait on the semaphore.
+        while self.allowed is not None and self.playing >= max(1, self.allowed() or self.ceiling):
+            await asyncio.sleep(_SLOT_POLL_S)
+        self.playing += 1
+        self.reached = max(self.reached, self.playing)
+
+    async def __aexit__(self, *_: Any) -> None:
+        self.playing -= 1
+        self._gate.release()
+
+
+_SLOT_POLL_S = 0.05
+
+
 class RunConflictError(ValueError):
     """A run id that already exists with different settings."""
 
@@ -150,6 +179,7 @@ async def execute_run(
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
     budget: tuple[BudgetCheck, DialogueEnded] | None = None,
     outage: StoreOutage | None = None,
+    slots: DialogueSlots | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
@@ -160,7 +190,8 @@ async def execute_run(
     ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
     they stay unplayed (status "held"), and the same run id plays them later.
     ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
-    checkpoint, within the outage's budget (checkpoints/store_outage.py).
+    checkpoint, within the outage's budget (checkpoints/store_outage.py). ``slots``: how many dialogues play at once
+    (default ``config.max_concurrency``, fixed).
     """
     modes = config.modes
     by_mode = {
@@ -172,7 +203,7 @@ async def execute_run(
     record_run(store, config.run_record(models, targets), by_mode, planned=len(jobs))
     contexts = run_contexts(config, models, targets, reseed)
     result = RunResult(run_id=config.run_id)
-    limiter = asyncio.Semaphore(max(1, config.max_concurrency))
+    limiter = slots or DialogueSlots(config.max_concurrency or 1)
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace, outage=outage)
 

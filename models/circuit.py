@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from checkpoints.outages import OutageError
+from models.concurrency import AdaptiveLimit
 from models.retries import RetriesExhaustedError
 
 DEFAULT_OUTAGE_BUDGET_S = 600.0
@@ -177,6 +178,7 @@ class ProviderCircuit:
         self.refused: str | None = None  # the line of a setting failure: every call raises EndpointSettingError
         self._answered_specs: set[str] = set()  # models that replied here (a 403 or 404 of another is its setting)
         self._resumed = False
+        self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
 
     # --- what a call does -------------------------------------------------------------------
 
@@ -202,9 +204,11 @@ class ProviderCircuit:
             until = self._next_probe - now if not self._probing else _POLL_S
             return max(0.01, min(until, _POLL_S * 4, self.budget - down + 0.01)), False
 
-    def answered(self, probe: bool = False, spec: str | None = None) -> None:
-        """The endpoint answered (with a reply or an error of the call's own; ``spec``: a reply for that model): the
-        outage, if any, is over."""
+    def answered(self, probe: bool = False, spec: str | None = None, latency: float | None = None) -> None:
+        """The endpoint answered (with a reply or an error of the call's own; ``spec``: a reply for that model, after
+        ``latency`` seconds): the outage, if any, is over."""
+        if spec is not None and self.concurrency is not None:
+            self.concurrency.answered(latency)
         with self._lock:
             if spec is not None:
                 self._answered_specs.add(spec)
@@ -214,6 +218,11 @@ class ProviderCircuit:
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
             self._held, self.answered_once = False, True
             self._callers.clear()
+
+    def throttled(self) -> None:
+        """The endpoint asked to slow down (a 429, a Retry-After): fewer calls at once, if it adapts."""
+        if self.concurrency is not None:
+            self.concurrency.throttled()
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""

@@ -141,6 +141,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            started = time.monotonic()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
                 if self.retry.timeout is None:
@@ -158,17 +159,17 @@ class ResilientChatModel(BaseChatModel):
                     continue
                 await asyncio.sleep(delay)
                 continue
-            self._answered(probe)
+            self._answered(probe, time.monotonic() - started)
             return result
 
     async def _pass_circuit(self) -> bool:
         """Wait while the provider's circuit is open; True if this call is its probe."""
         return await self.circuit.enter() if self.circuit is not None else False
 
-    def _answered(self, probe: bool) -> None:
+    def _answered(self, probe: bool, latency: float | None = None) -> None:
         self.stats.add("calls", self.role)
         if self.circuit is not None:
-            self.circuit.answered(probe, spec=self.spec)
+            self.circuit.answered(probe, spec=self.spec, latency=latency)
 
     async def _pass_gate(self) -> None:
         """Wait for the rate gate, if any, counting the wait."""
@@ -295,6 +296,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            started = time.monotonic()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
                 while True:
@@ -303,7 +305,7 @@ class ResilientChatModel(BaseChatModel):
                         async with deadline:
                             chunk = await anext(stream)
                     except StopAsyncIteration:
-                        self._answered(probe)
+                        self._answered(probe, time.monotonic() - started)
                         return
                     except TimeoutError:
                         if not deadline.expired():
@@ -356,6 +358,8 @@ class ResilientChatModel(BaseChatModel):
         self.stats.add("retries", reason)
         delay = self.retry.delay(attempt, exc, self.rng)
         asked = retry_after(exc)
+        if self.circuit is not None and (asked or reason == "HTTP 429"):
+            self.circuit.throttled()  # fewer calls at once to this endpoint (models/concurrency.py)
         if asked and self.gate is not None:
             # The provider asked everyone to slow down, not only this dialogue.
             self.gate.pause(min(asked, self.retry.max_retry_after))

@@ -81,6 +81,7 @@ def run_summary(
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
         "outages": (calls or {}).get("outages"),
+        "concurrency": (calls or {}).get("concurrency"),
         "samples": int(settings.get("samples") or 1),
         "cost": usage_summary(run_usage(store, run_id), pricing),
         "budget": budget,
@@ -220,6 +221,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for outage in outages.get("ridden_out") or []:
         console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
                            "(calls waited, none failed for it)", style="dim"))
+    _render_concurrency(summary, console)
     _render_cost(summary, console)
     if summary.get("judge_validation") and summary["judge_validation"].get("validation") is not None:
         console.print(Text(validation_text(summary["judge_validation"])))
@@ -248,6 +250,18 @@ def command_block(text: str) -> list[str]:
     if rest := text[at:].strip(" ,;"):
         lines.append(rest if not lines else f"  {rest}")
     return lines
+
+
+def _render_concurrency(summary: dict[str, Any], console: Console) -> None:
+    """How many dialogues played at once, and where a provider's adaptive limit went (models/concurrency.py)."""
+    concurrency = summary.get("concurrency") or {}
+    if not concurrency.get("dialogues_at_once"):
+        return
+    parts = [f"up to {concurrency['dialogues_at_once']} dialogues at once"]
+    for e in concurrency.get("endpoints") or []:
+        cut = f", cut {e['throttled']}× on 429s" if e["throttled"] else ""
+        parts.append(f"{e['endpoint']}: reached {e['reached']} of {e['ceiling']} at once, {e['now']} at the end{cut}")
+    console.print(Text("concurrency: " + "; ".join(parts), style="dim"))
 
 
 def _render_corrected(summary: dict[str, Any], console: Console) -> None:

@@ -146,7 +146,7 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
     with StubServer(latency=0.15) as stub:
         run = start_run("--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
                         "--base-url", stub.url, "--per-category", "2", "--turns", "2", "--no-trace", "--json", "--db", db,
-                        "--run-id", "live", "--pricing", str(pricing))
+                        "--run-id", "live", "--pricing", str(pricing), "--max-concurrency", "1")
 
         def status(*extra):
             done = subprocess.run([sys.executable, "-m", "graph.runs", "status", "live", "--db", db, *extra], cwd=REPO,

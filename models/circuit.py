@@ -39,6 +39,7 @@ OPEN_AFTER_S = 10.0
 FIRST_PROBE_S, MAX_PROBE_S = 2.0, 15.0
 # A probe that never reported back (cancelled, or failed mid-stream) is given up after this long: another one goes.
 LOST_PROBE_S = 180.0
+LOST_SLOT_S = 60.0
 _POLL_S = 0.25
 
 
@@ -179,6 +180,7 @@ class ProviderCircuit:
         self._answered_specs: set[str] = set()  # models that replied here (a 403 or 404 of another is its setting)
         self._resumed = False
         self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
+        self._calls = 0  # calls in flight that took a slot
 
     # --- what a call does -------------------------------------------------------------------
 
@@ -207,8 +209,10 @@ class ProviderCircuit:
     def answered(self, probe: bool = False, spec: str | None = None, latency: float | None = None) -> None:
         """The endpoint answered (with a reply or an error of the call's own; ``spec``: a reply for that model, after
         ``latency`` seconds): the outage, if any, is over."""
-        if spec is not None and self.concurrency is not None:
-            self.concurrency.answered(latency)
+        if spec is not None:
+            self.left()
+            if self.concurrency is not None:
+                self.concurrency.answered(latency)
         with self._lock:
             if spec is not None:
                 self._answered_specs.add(spec)
@@ -268,12 +272,17 @@ class ProviderCircuit:
             return self._opened
 
     async def enter(self) -> bool:
-        """Wait while the circuit is open; True if this call goes through as the probe."""
+        """Wait while the circuit is open, then for a call slot if the endpoint's concurrency adapts; True if this call
+        goes through as the probe. The call gives its slot back with :meth:`left`."""
         counted = False
         try:
             while True:
                 wait, probe = self.admit()
                 if not wait:
+                    waited = 0.0
+                    while not self._take_slot(waited):
+                        await asyncio.sleep(_POLL_S / 5)
+                        waited += _POLL_S / 5
                     return probe
                 if not counted:
                     counted = True
@@ -287,8 +296,28 @@ class ProviderCircuit:
         while True:
             wait, probe = self.admit()
             if not wait:
+                waited = 0.0
+                while not self._take_slot(waited):
+                    time.sleep(_POLL_S / 5)
+                    waited += _POLL_S / 5
                 return probe
             time.sleep(wait)
+
+    def _take_slot(self, waited: float) -> bool:
+        """One of the endpoint's call slots (always, when its concurrency does not adapt). A call that waited
+        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the run."""
+        with self._lock:
+            if self.concurrency is not None and self._calls < self.concurrency.limit or waited >= LOST_SLOT_S:
+                self._calls += 1
+                return True
+            if self.concurrency is None:
+                return True
+            return False
+
+    def left(self) -> None:
+        """A call that passed :meth:`enter` is over (answered or failed): its slot is free."""
+        with self._lock:
+            self._calls = max(0, self._calls - 1)
 
     def reset(self) -> None:
         """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""

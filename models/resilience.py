@@ -245,6 +245,8 @@ class ResilientChatModel(BaseChatModel):
                 break
             except Exception as exc:
                 if chunks:
+                    if self.circuit is not None:
+                        self.circuit.left()
                     raise  # text already went out: a retry would repeat it
                 delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
@@ -315,6 +317,8 @@ class ResilientChatModel(BaseChatModel):
                     yield chunk
             except Exception as exc:
                 if chunks:
+                    if self.circuit is not None:
+                        self.circuit.left()
                     raise  # text already went out: a retry would repeat it
                 delay = self._after_failure(attempt, exc, probe, caller)
                 if delay is None:
@@ -339,6 +343,8 @@ class ResilientChatModel(BaseChatModel):
     def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
+        if self.circuit is not None:
+            self.circuit.left()  # the attempt is over: its call slot is free
         if self.circuit is not None and (wrong := self.circuit.first_contact(exc, role=self.role, spec=self.spec)):
             raise wrong from exc  # an endpoint that never answered: a wrong URL, key or model name, not an outage
         reason = retry_reason(exc)

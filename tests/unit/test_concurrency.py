@@ -21,7 +21,7 @@ class Clock:
 
 def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answers_while_latency_holds():
     clock = Clock()
-    limit = AdaptiveLimit(16, 20, clock=clock, cooldown_s=2)
+    limit = AdaptiveLimit(16, 20, clock=clock, cooldown_s=2, probe_s=60)
     limit.throttled()
     limit.throttled()  # the same burst: halved once
     assert limit.limit == 8 and limit.throttles == 1
@@ -38,11 +38,19 @@ def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answ
     assert limit.limit == 5
     for _ in range(1000):
         limit.answered(0.12)
-    assert limit.limit == 20 and limit.reached == 20  # never past the ceiling
+    assert limit.limit == 6  # cut at 8: it grows back to three quarters of that, under where the 429s came
+    clock.now = 3 + 61
+    for _ in range(100):
+        limit.answered(0.1)
+    assert limit.limit == 7  # a minute without a 429: one more is tried
     for k in range(10):
-        clock.now = 10 + 3 * k
+        clock.now = 100 + 3 * k
         limit.throttled()
     assert limit.limit == 1  # never below one
+    free = AdaptiveLimit(2, 5, clock=clock)
+    for _ in range(1000):
+        free.answered(0.1)
+    assert free.limit == free.reached == 5  # never past the ceiling
     with pytest.raises(ValueError):
         AdaptiveLimit(0, 4)
 
@@ -101,3 +109,27 @@ def test_max_concurrency_is_a_ceiling_and_the_embedded_model_plays_one_at_a_time
         assert main([*GRID, "--db", str(tmp_path / "b.db"), "--json"]) == 0
     summary = json.loads(out.getvalue())
     assert summary["concurrency"] == {"dialogues_at_once": 1, "endpoints": []}
+
+
+def test_calls_to_an_adapting_endpoint_wait_for_a_slot_and_give_it_back():
+    """The limit holds per call, not only per dialogue: dialogues already playing slow down at once after a 429."""
+    import asyncio
+
+    from models.circuit import ProviderCircuit
+
+    circuit = ProviderCircuit("openai @ http://x/v1")
+    circuit.concurrency = AdaptiveLimit(2, 4)
+
+    async def three():
+        first, second = await circuit.enter(), await circuit.enter()
+        third = asyncio.ensure_future(circuit.enter())
+        await asyncio.sleep(0.2)
+        waiting = not third.done()
+        circuit.answered(spec="openai:m", latency=0.1)  # one call answered: its slot is free
+        await asyncio.wait_for(third, 2)
+        circuit.left()  # another failed: its slot too
+        return waiting, (first, second, third.result())
+
+    waiting, probes = asyncio.run(three())
+    assert waiting and probes == (False, False, False)
+    assert circuit._calls == 1

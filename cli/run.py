@@ -164,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     pricing = _pricing(config)
     if args.estimate:
         return _estimate(plan, location, pricing, as_json=args.json)
+    if args.check:
+        return _check(config, templates, as_json=args.json)
     _check_priced(config, pricing)
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     outage = _store_outage(server, args.store_outage_budget, policy)
-    if args.check:
-        return _check(config, templates, as_json=args.json)
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:

@@ -187,3 +187,22 @@ def test_check_calls_each_distinct_model_once_and_says_how_it_answered(tmp_path:
     assert done.returncode == 2 and seconds < 15
     assert f"error  user/judge/target openai:stub (openai @ {url}" in done.stderr
     assert "connection refused" in done.stderr
+
+
+def test_a_wrong_setting_leaves_no_run_behind_on_either_store(tmp_path: Path, backend_db):
+    """On SQLite or PostgreSQL: the run the command began is removed again; the store's other runs stay."""
+    from checkpoints.store import open_writer
+
+    db = str(tmp_path / "kept.db") if isinstance(backend_db, Path) else backend_db
+    with StubServer() as stub:
+        done, _ = _run(*_served(stub.url, db, "--run-id", "kept", "--json", "--limit", "1"))
+        assert done.returncode == 0, done.stderr[-2000:]
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    done, seconds = _run(*_served(url, db, "--run-id", "never"))
+    assert done.returncode == 2 and seconds < 15, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("nothing was written") and len(done.stderr.strip().splitlines()) == 1
+    store = open_writer(db, create=False)
+    try:
+        assert [r["id"] for r in store.runs()] == ["kept"] and store.dialogues("never") == []
+    finally:
+        store.close()

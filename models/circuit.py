@@ -75,6 +75,8 @@ def setting_failure(exc: BaseException) -> str | None:
         for value in (getattr(e, "status_code", None), getattr(getattr(e, "response", None), "status_code", None)):
             if value in (401, 403, 404):
                 return f"HTTP {value}"
+            if value == 400 and re.search(r"api[ _-]?key", str(e), re.IGNORECASE):
+                return "HTTP 401"  # Google answers a bad key with 400 "API key not valid"
         if isinstance(e, ConnectionRefusedError):
             return "connection refused"
         if isinstance(e, socket.gaierror):

@@ -23,8 +23,8 @@ from tests.stub_server import StubServer
 
 
 class _Status(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(f"Error code: {status}")
+    def __init__(self, status: int, text: str = "") -> None:
+        super().__init__(f"Error code: {status} {text}")
         self.status_code = status
 
 
@@ -47,6 +47,7 @@ def _wrapped(inner: BaseException) -> Exception:
     (_wrapped(socket.gaierror(-2, "Name or service not known")), "unknown host"),
     (_wrapped(ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")), "TLS error"),
     (_Status(401), "HTTP 401"), (_Status(403), "HTTP 403"), (_Status(404), "HTTP 404"),
+    (_Status(400, "API key not valid. Please pass a valid API key."), "HTTP 401"), (_Status(400, "context too long"), None),
     (_Status(500), None), (_Status(429), None), (TimeoutError("slow"), None), (_wrapped(ConnectionResetError()), None),
 ])
 def test_what_a_first_failure_says_about_the_setting(exc, what):

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [overhead] [concurrency] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
 ``judge_error --labelling`` compares the active labelling design with random double sampling instead.
@@ -24,6 +24,8 @@ from checkpoints.paths import StoreError
 SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
+    "adaptive": ("2b. Adaptive concurrency: the default ÷ fixed settings against a stub that answers 429 past its limit",
+                 "benchmarks.adaptive"),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
     "memory": ("3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way", "benchmarks.local_memory"),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),

@@ -40,6 +40,20 @@ class ArgumentParser(argparse.ArgumentParser):
         fail(f"{_without_passwords(message)} (see python -m {self.prog} --help)")
 
 
+def group_flags(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, ...]]) -> None:
+    """Show ``parser``'s flags in ``--help`` under titled groups (title -> option strings), in that order; a flag no
+    group names stays under "options". Parsing is unchanged: argument groups only arrange the help."""
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
+    general = parser._optionals
+    for title, flags in groups.items():
+        group = parser.add_argument_group(title)
+        for flag in flags:
+            action = by_flag[flag]
+            if action in general._group_actions:
+                general._group_actions.remove(action)
+            group._group_actions.append(action)
+
+
 _URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/@]*):[^\s@]*@", re.IGNORECASE)
 
 

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("cli.replay", "read a stored dialogue turn by turn, with its labels and branches"),
     "trace": ("cli.trace", "browse and export the recorded traces (graph → turn → node → model call)"),
     "runs": ("cli.runs", "list, export or delete runs; clear the response cache"),
+    "status": ("cli.status", "a run's progress, ETA, failures, cost and bias rates so far (read-only; --watch)"),
     "worker": ("cli.worker", "play dialogues enqueued with run --enqueue (PostgreSQL), until stopped"),
     "report": ("cli.report", "the bias-dynamics report of one or several runs (Markdown, plots, data, HTML)"),
     "rejudge": ("cli.rejudge", "label every stored turn of a run again with another judge"),

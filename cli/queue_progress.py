@@ -13,10 +13,11 @@ from checkpoints.paths import StoreError
 from checkpoints.run_record import run_settings
 from checkpoints.store import open_writer
 from cli.common import console, error_console, fail
+from evals.cost import budget_status
 from evals.report.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
-from graph.dialogue_jobs import job_counts, job_threads
+from graph.dialogue_jobs import job_counts, job_threads, run_budget
 from graph.playing import DialogueOutcome
 
 POLL_S = 1.0
@@ -63,9 +64,14 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
                                   for t in never]
             summary["dialogues"] += len(never)
         # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
-        if held := [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]:
-            summary["budget"] = {**(summary.get("budget") or {}), "held": len(held)}
-            summary["dialogues"] += len(held)
+        held = [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]
+        if (cap := run_budget(url, run_id)) is not None:
+            dollars = budget_status(store, run_id, cap)
+            summary["budget"] = {**{k: dollars[k] for k in ("max_usd", "spent_usd", "reserved_usd", "estimate_usd")},
+                                 "held": len(held)}
+        elif held:
+            summary["budget"] = {"held": len(held)}
+        summary["dialogues"] += len(held)
     except StoreError as exc:
         fail(str(exc))
     finally:

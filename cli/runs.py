@@ -1,7 +1,8 @@
-"""``python -m graph.runs``: list the runs in a database, export or delete one, or clear the response cache."""
+"""``python -m graph.runs``: list the runs in a database, follow one's status, export or delete one, or clear the response cache."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.labelling import write_atomic
-from cli.common import ArgumentParser, console, fail
+from cli.common import ArgumentParser, console, fail, pricing_option
 from cli.store_option import add_db_option, chosen_db, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)
@@ -39,12 +40,21 @@ def build_parser() -> ArgumentParser:
                        "included, for offline replay and reports (owner-only)")
     export.add_argument("--show-seed", "--include-seed", dest="include_seed", action="store_true", help="write the seed statement (masked by default)")
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
-    add_db_option(p, listing, delete, clear, export)
+    status = sub.add_parser("status", help="a run's progress, ETA, failures, cost and bias rates so far; read-only, so a run "
+                            "in progress is not disturbed")
+    status.add_argument("run_id")
+    status.add_argument("--watch", type=_seconds, nargs="?", const=10.0, default=None, metavar="SECONDS",
+                        help="refresh every SECONDS (default 10) until the run stops playing (Ctrl-C leaves)")
+    status.add_argument("--pricing", default=None, metavar="FILE", help="prices per model spec (examples/pricing.toml): the cost so far")
+    status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
+    add_db_option(p, listing, delete, clear, export, status)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return _status(args)
     if args.command == "export":
         return _copy(args) if args.to is not None else _export(args)
     if args.command == "list":
@@ -68,6 +78,67 @@ def main(argv: list[str] | None = None) -> int:
     counts = delete_run(store, args.run_id, full=full)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
     return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be more than 0 seconds")
+    return value
+
+
+def _status(args) -> int:
+    """The run's status through the read-only reader; ``--watch`` redraws it until the run stops playing."""
+    import json
+    import time
+
+    from rich.live import Live
+
+    from evals.report.status import render_status, run_status
+
+    pricing = pricing_option(args.pricing)
+    location = chosen_db(args.db)
+
+    def read() -> dict:
+        try:
+            reader = read_store(location)
+        except StoreError as exc:
+            fail(str(exc))
+        with reader:
+            planned = _queued(location, args.run_id, reader)
+            found = run_status(reader, args.run_id, pricing=pricing, planned=planned)
+            if found is None:
+                fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list")
+            return found
+
+    status = read()
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 0
+    if args.watch is None:
+        console.print(render_status(status))
+        return 0
+    try:
+        with Live(render_status(status), console=console, auto_refresh=False) as live:
+            while status["status"] == "running":
+                time.sleep(args.watch)
+                status = read()
+                live.update(render_status(status), refresh=True)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _queued(location: object, run_id: str, reader) -> int | None:
+    """An enqueued run (PostgreSQL) from before plans were recorded: its jobs are its plan."""
+    if not isinstance(location, PostgresURL) or (reader.get_run(run_id) or {}).get("config", {}).get("planned_dialogues"):
+        return None
+    from graph.dialogue_jobs import job_counts
+
+    return sum(job_counts(location, run_id).values()) or None
 
 
 def _announce_vacuum(location: object, run_id: str) -> bool:

@@ -193,32 +193,71 @@ def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
 
 
 class CostCap:
-    """``--max-cost``: spent cost of a run, updated as dialogues end; no new dialogue once it reaches the cap.
+    """``--max-cost``: a dialogue starts only if what the run spent, plus what its dialogues in flight are expected to
+    spend, plus its own expected cost, stays within the cap.
 
-    Both methods run on the store's own thread (graph.playing.StoreWriter). A dialogue in flight
-    counts when it ends, so a run can pass the cap by what its in-flight dialogues spend.
+    The expected cost of a dialogue is the mean of what the run's finished dialogues cost, or before any has
+    finished ``estimate`` (the ``--estimate`` model's cost of one dialogue); so the cap is passed by at most the
+    estimate's error on the dialogues in flight, not by everything they spend. Before any dialogue of the run has
+    finished, one may always start alone while the cap is not reached: ``--estimate`` without stored calls is an
+    upper bound (every call writing its ``max_tokens``), and it would otherwise hold back every dialogue of a run
+    whose cap is below it. Both methods run on the store's own thread (graph.playing.StoreWriter), one at a time.
     """
 
-    def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str]) -> None:
+    def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *,
+                 estimate: float | None = None) -> None:
         self.cap = cap
         self.pricing = pricing
         self.run_id = run_id
         self.models = dict(models)
+        self.prior = estimate
         self._costs: dict[str, float] | None = None
+        self._finished: dict[str, float] = {}
+        self._reserved: dict[str, float] = {}
 
     def spent(self) -> float:
         return sum((self._costs or {}).values())
 
+    def reserved(self) -> float:
+        """What the dialogues in flight are still expected to spend."""
+        return sum(self._reserved.values())
+
+    def estimate(self) -> float:
+        """The expected cost of one dialogue: what finished ones cost on average, else the prior estimate, else 0."""
+        if self._finished:
+            return sum(self._finished.values()) / len(self._finished)
+        return self.prior or 0.0
+
     def _load(self, store: StoreQueries) -> dict[str, float]:
         if self._costs is None:
             self._costs = {t: u.known_cost(self.pricing) for t, u in usage_by_thread(store, self.run_id).items()}
+            finished = {d["thread_id"] for d in store.dialogues(self.run_id) if d["status"] == "finished"}
+            self._finished = {t: c for t, c in self._costs.items() if t in finished}
         return self._costs
 
-    def allows(self, store: StoreQueries) -> bool:
-        return sum(self._load(store).values()) < self.cap
+    def allows(self, store: StoreQueries, thread_id: str | None = None) -> bool | None:
+        """May the dialogue ``thread_id`` start (or go on from where it stopped)? True: yes, its expected cost is now
+        reserved; None: not before a dialogue in flight ends (its room, and the estimate, may then change); False: no."""
+        costs = self._load(store)
+        need = max(0.0, self.estimate() - costs.get(thread_id, 0.0)) if thread_id else self.estimate()
+        verdict = cap_verdict(self.cap, spent=self.spent(), reserved=self.reserved(), need=need,
+                              learning=not self._finished and not self._reserved)
+        if verdict and thread_id is not None:
+            self._reserved[thread_id] = need
+        return verdict
 
     def ended(self, store: StoreQueries, thread_id: str) -> None:
-        self._load(store)[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)
+        costs = self._load(store)
+        costs[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)
+        self._reserved.pop(thread_id, None)
+        dialogue = store.get_dialogue(thread_id)
+        if dialogue is not None and dialogue.get("status") == "finished":
+            self._finished[thread_id] = costs[thread_id]
+
+    def as_dict(self, held: int) -> dict[str, Any]:
+        """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held back."""
+        return {"max_usd": self.cap, "spent_usd": self.spent(), "reserved_usd": self.reserved(),
+                "estimate_usd": self.estimate(), "held": held}
 
 
 # --------------------------------------------------------------------------- estimates
@@ -325,13 +364,44 @@ def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, 
 # --------------------------------------------------------------------------- the cap across workers
 
 
-def budget_record(cap: float, pricing: Pricing, specs: Iterable[str]) -> dict[str, Any]:
-    """``--max-cost`` for an enqueued run, as plain data in each job: the cap and the prices of the run's specs."""
-    return {"max_usd": cap, "prices": {s: [pricing.prices[s].input, pricing.prices[s].output] for s in sorted(set(specs))}}
+def budget_record(cap: float, pricing: Pricing, specs: Iterable[str], *, estimate: float | None = None) -> dict[str, Any]:
+    """``--max-cost`` for an enqueued run, as plain data in each job: the cap, the prices of the run's specs and the
+    expected cost of one dialogue (``--estimate``'s, until finished dialogues tell better)."""
+    return {"max_usd": cap, "prices": {s: [pricing.prices[s].input, pricing.prices[s].output] for s in sorted(set(specs))},
+            **({"estimate_usd": estimate} if estimate is not None else {})}
 
 
-def budget_allows(store: StoreQueries, run_id: str, budget: Mapping[str, Any]) -> bool:
-    """May another dialogue of the run start? Its total so far, read from the store (every worker's turns), is under the cap."""
+def budget_status(store: StoreQueries, run_id: str, budget: Mapping[str, Any], *, thread_id: str | None = None) -> dict[str, Any]:
+    """An enqueued run's cap as every worker sees it in the store: spent, reserved by the dialogues in flight (each
+    expected to cost what finished ones cost on average, else the budget's estimate, less what it spent so far), the
+    cap, and what a new dialogue (``thread_id``, if it spent some already: less) is expected to need; ``learning``:
+    no dialogue finished or in flight yet, so one may start alone (see :class:`CostCap`)."""
     pricing = Pricing(path=Path("<enqueued run>"), prices={s: Price(*p) for s, p in budget["prices"].items()})
-    return run_usage(store, run_id).known_cost(pricing) < float(budget["max_usd"])
+    costs = {t: u.known_cost(pricing) for t, u in usage_by_thread(store, run_id).items()}
+    dialogues = store.dialogues(run_id)
+    finished = [costs.get(d["thread_id"], 0.0) for d in dialogues if d["status"] == "finished"]
+    estimate = sum(finished) / len(finished) if finished else float(budget.get("estimate_usd") or 0.0)
+    in_flight = [d["thread_id"] for d in dialogues if d["status"] == "running" and d["thread_id"] != thread_id]
+    return {"max_usd": float(budget["max_usd"]), "spent_usd": sum(costs.values()), "learning": not finished and not in_flight,
+            "reserved_usd": sum(max(0.0, estimate - costs.get(t, 0.0)) for t in in_flight), "estimate_usd": estimate,
+            "need_usd": max(0.0, estimate - costs.get(thread_id, 0.0)) if thread_id else estimate}
+
+
+def budget_allows(store: StoreQueries, run_id: str, budget: Mapping[str, Any], thread_id: str | None = None) -> bool | None:
+    """May another dialogue of the run start? What every worker's dialogues spent and still reserve, plus its own
+    expected cost, must stay within the cap (evals.cost.budget_status); :func:`cap_verdict` says True, None or False."""
+    status = budget_status(store, run_id, budget, thread_id=thread_id)
+    return cap_verdict(status["max_usd"], spent=status["spent_usd"], reserved=status["reserved_usd"], need=status["need_usd"],
+                       learning=status["learning"])
+
+
+def cap_verdict(cap: float, *, spent: float, reserved: float, need: float, learning: bool) -> bool | None:
+    """True: a dialogue expected to cost ``need`` fits under ``cap`` beside what was ``spent`` and is ``reserved`` in
+    flight (or, ``learning``, no dialogue's cost is known yet and none is in flight: it plays alone); None: not now,
+    but the dialogues in flight may leave room when they end; False: no room (the cap is reached)."""
+    if spent >= cap:
+        return False
+    if learning or spent + reserved + need <= cap:
+        return True
+    return None if reserved > 0 else False
 

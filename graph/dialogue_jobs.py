@@ -146,7 +146,7 @@ def enqueue_run(url: PostgresURL, store: Writer, record: dict[str, Any], jobs: S
                 by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)
-    record_run(store, record, by_mode)
+    record_run(store, record, by_mode, planned=len(jobs))
     return asyncio.run(_defer(url, store, jobs))
 
 
@@ -184,6 +184,14 @@ def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     rows = _run_jobs(url, "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
                           "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id))
     return {status: n for status, n in rows}
+
+
+def run_budget(url: PostgresURL, run_id: str) -> dict[str, Any] | None:
+    """The --max-cost its latest enqueue gave a run's jobs (evals.cost.budget_record), or None."""
+    rows = _run_jobs(url, "SELECT args->'budget' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+                          "AND args->>'run_id' = %s AND args->'budget' IS NOT NULL AND jsonb_typeof(args->'budget') = 'object' "
+                          "ORDER BY id DESC LIMIT 1", (QUEUE, TASK, run_id))
+    return rows[0][0] if rows else None
 
 
 def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:

@@ -29,7 +29,8 @@ from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
-from checkpoints.store import Writer, open_writer
+from checkpoints.postgres.db import is_postgres
+from checkpoints.store import Writer, now, open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
 from nodes.builder import build_graph
 from graph.config import RunConfig, stored_run_config
@@ -40,6 +41,14 @@ from graph.playing import DialogueOutcome, StoreWriter, play_dialogue
 from models.call_policy import CallPolicy
 
 log = logging.getLogger(__name__)
+_BUDGET_POLL_S = 1.0
+
+
+def lock_run(store: Writer, run_id: str) -> None:
+    """Inside a transaction: wait for the other workers' transactions on ``run_id``'s cost cap (PostgreSQL; a SQLite
+    writer's transaction already excludes the others)."""
+    if is_postgres(store.db):
+        store.db.execute("select pg_advisory_xact_lock(hashtext(?))", [f"dymt-cost-cap:{run_id}"])
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ class WorkerSettings:
     rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
     store_outage_budget_s: float = DEFAULT_BUDGET_S  # the store away this long: exit (75), leaving the jobs to others
-    budget: Callable[[Writer, str, dict[str, Any]], bool] | None = None
+    budget: Callable[[Writer, str, dict[str, Any], str], bool | None] | None = None
     """May a new dialogue of a run with a cost cap start (evals.cost.budget_allows)? A capped job without it fails."""
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
@@ -103,15 +112,31 @@ class DialoguePlayer:
         return outcome
 
     async def _within_budget(self, job: DialogueJob) -> bool:
-        """A dialogue already started plays on; a new one starts only while the run's total is under its cap."""
+        """A dialogue already started plays on; a new one starts only if the run's spend, what its dialogues in flight
+        on every worker reserve, and its own expected cost stay within the cap (evals.cost.budget_allows).
+
+        The check and the dialogue's row (which reserves its expected cost for the others) are one transaction
+        under a lock per run, so two workers never both take the last room under the cap."""
         if self.settings.budget is None:
             raise RuntimeError(f"run {job.run_id} has a --max-cost but this worker cannot check it: update the worker")
         check = self.settings.budget
 
-        def allowed(store: Writer) -> bool:
-            return store.get_dialogue(job.thread_id) is not None or check(store, job.run_id, job.budget)
+        def allowed(store: Writer) -> bool | None:
+            if store.get_dialogue(job.thread_id) is not None:
+                return True
+            with store.transaction():
+                lock_run(store, job.run_id)
+                if store.get_dialogue(job.thread_id) is None:
+                    verdict = check(store, job.run_id, job.budget, job.thread_id)
+                    if not verdict:
+                        return verdict
+                    store.upsert_dialogue(job.thread_id, run_id=job.run_id, seed_id=job.seed["id"], mode=job.mode,
+                                          target=job.target, status="running", started_at=now())
+            return True
 
-        return await asyncio.wrap_future(self.write.submit(allowed))
+        while (verdict := await asyncio.wrap_future(self.write.submit(allowed))) is None:
+            await asyncio.sleep(_BUDGET_POLL_S)  # dialogues in flight (on any worker) may leave room when they end
+        return verdict
 
     def share_rate_limits(self, sharers: int) -> None:
         """Use 1/``sharers`` of each run's rate limits (unless this worker was given its own)."""

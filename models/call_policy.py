@@ -11,6 +11,7 @@ from langchain_core.language_models import BaseChatModel
 
 from models.call_stats import CallStats
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S, CircuitReport, OutageStatus, ProviderCircuit
+from models.concurrency import AdaptiveLimit
 from models.rate_limits import RateGate
 from models.resilience import ResilientChatModel
 from models.retries import RetryPolicy
@@ -34,6 +35,8 @@ class CallPolicy:
     _gates: dict[str, RateGate] = field(default_factory=dict, repr=False)
     _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _sharers: int = field(default=1, repr=False)
+    _answered_before: bool = field(default=False, repr=False)
+    _adapt: tuple[int, int] | None = field(default=None, repr=False)
 
     def gate_for(self, spec: str, provider: str) -> RateGate:
         """The shared gate of a spec: its own limit if it has one, else its provider's."""
@@ -48,7 +51,54 @@ class CallPolicy:
         with self._gates_lock:
             if endpoint not in self._circuits:
                 self._circuits[endpoint] = ProviderCircuit(endpoint, budget=self.outage_budget)
+                if self._answered_before:
+                    self._circuits[endpoint].contacted()
+                if self._adapt is not None:
+                    self._circuits[endpoint].concurrency = AdaptiveLimit(*self._adapt)
             return self._circuits[endpoint]
+
+    def answered_before(self) -> None:
+        """The run's endpoints answered in an earlier invocation (a resume): their failures are outages, not settings."""
+        with self._gates_lock:
+            self._answered_before = True
+            circuits = list(self._circuits.values())
+        for circuit in circuits:
+            circuit.contacted()
+
+    def adapt_concurrency(self, start: int, ceiling: int) -> None:
+        """Let every served endpoint's calls at once adapt from ``start`` up to ``ceiling`` (models/concurrency.py)."""
+        with self._gates_lock:
+            self._adapt = (start, ceiling)
+            for circuit in self._circuits.values():
+                circuit.concurrency = AdaptiveLimit(start, ceiling)
+
+    @property
+    def adapting(self) -> tuple[int, int] | None:
+        """(start, ceiling) of the endpoints' adaptive concurrency, or None when it is fixed."""
+        return self._adapt
+
+    def concurrency_allowed(self) -> int | None:
+        """How many dialogues may play at once now: the lowest limit of the run's served endpoints (None: none adapts)."""
+        with self._gates_lock:
+            limits = [c.concurrency.limit for c in self._circuits.values() if c.concurrency is not None]
+        return min(limits) if limits else None
+
+    def concurrency_summary(self) -> list[dict[str, Any]]:
+        """Per adapting endpoint: its limit now, the highest it reached, its ceiling and how often it was cut (429s)."""
+        with self._gates_lock:
+            circuits = list(self._circuits.values())
+        return [{"endpoint": c.endpoint, "now": c.concurrency.limit, "reached": c.concurrency.reached,
+                 "ceiling": c.concurrency.ceiling, "throttled": c.concurrency.throttles}
+                for c in circuits if c.concurrency is not None]
+
+    @property
+    def endpoints_answered_before(self) -> bool:
+        return self._answered_before
+
+    def setting_failures(self) -> list[str]:
+        """Endpoints that never answered and refused a call as a wrong setting would (their one line each)."""
+        with self._gates_lock:
+            return [c.refused for c in self._circuits.values() if c.refused is not None]
 
     def outages(self) -> list[OutageStatus]:
         """The providers unreachable right now (their calls waiting), for the progress display."""
@@ -70,7 +120,8 @@ class CallPolicy:
         """This process's circuits that have met an outage (open, past the budget or ridden out), to mirror elsewhere."""
         with self._gates_lock:
             circuits = list(self._circuits.values())
-        return [r for c in circuits if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans]
+        return [r for c in circuits
+                if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans or r.refused]
 
     def mirror_outages(self, source: object, reports: Iterable[CircuitReport]) -> None:
         """Another process's :meth:`outage_reports` (a ``--processes`` child's), kept on this policy's circuit per

@@ -18,7 +18,9 @@ class CallStats:
         self.retries: Counter[str] = Counter()
         self.gave_up: Counter[str] = Counter()
         self.outage_waits: Counter[str] = Counter()  # failed calls that waited for a provider's circuit, by reason
+        self.calls: Counter[str] = Counter()  # calls a provider answered, by role (cache hits are not calls)
         self.rate_limited_seconds = 0.0
+        self.dialogues_at_once = 0  # the most dialogues played at once (--processes: the processes' most, added)
 
     def add(self, counter: str, key: str, n: int = 1) -> None:
         with self._lock:

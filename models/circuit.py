@@ -8,11 +8,20 @@ call raises :class:`ProviderOutageError` (the dialogue ends failed with that rea
 Loop- and thread-agnostic, like the rate gate: state under a plain lock, waiters poll. A run played in several
 processes (``--processes``) keeps one circuit per endpoint in each; the parent mirrors its children's (:meth:`mirror`),
 so its display, summary and exit status see their outages as one process's would.
+
+An endpoint that has not answered once in the run is not in an outage when it fails: a refused connection, an
+unknown host, a TLS error or a 401, 403 or 404 there is a wrong setting (a URL, a key, a model name), and no wait
+mends it. Its first such failure marks the circuit *refused* (:meth:`ProviderCircuit.first_contact`): every call to it
+raises :class:`EndpointSettingError` at once and the command stops with one line (cli/run.py). The outage budget
+applies once the endpoint has answered (:meth:`ProviderCircuit.contacted` marks that for a resumed run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from checkpoints.outages import OutageError
 from models.answers import MALFORMED_KINDS
+from models.concurrency import AdaptiveLimit
 from models.retries import RetriesExhaustedError
 
 DEFAULT_OUTAGE_BUDGET_S = 600.0
@@ -30,11 +40,75 @@ OPEN_AFTER_S = 10.0
 FIRST_PROBE_S, MAX_PROBE_S = 2.0, 15.0
 # A probe that never reported back (cancelled, or failed mid-stream) is given up after this long: another one goes.
 LOST_PROBE_S = 180.0
+LOST_SLOT_S = 60.0
 _POLL_S = 0.25
 
 
 class ProviderOutageError(OutageError, RetriesExhaustedError):
     """A provider stayed unreachable past the outage budget."""
+
+
+class EndpointSettingError(RuntimeError):
+    """An endpoint that never answered refused a call in a way no wait mends: a wrong URL, key or model name."""
+
+
+# The key each provider's endpoint is called with (a 401 or a 403 names it).
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "google_genai": "GOOGLE_API_KEY (or GEMINI_API_KEY)", "hf": "HF_TOKEN"}
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or while handling (SDKs wrap httpx, httpx wraps the socket's error)."""
+    seen, todo, found = set(), [exc], []
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        found.append(current)
+        todo += [current.__cause__, current.__context__]
+    return found
+
+
+def setting_failure(exc: BaseException) -> str | None:
+    """What a failure says about the setting of an endpoint that never answered: "connection refused", "unknown host",
+    "TLS error", "HTTP 401", "HTTP 403", "HTTP 404"; None when it may be passing (a timeout, a 5xx, a dropped line)."""
+    for e in _causes(exc):
+        for value in (getattr(e, "status_code", None), getattr(getattr(e, "response", None), "status_code", None)):
+            if value in (401, 403, 404):
+                return f"HTTP {value}"
+            if value == 400 and re.search(r"api[ _-]?key", str(e), re.IGNORECASE):
+                return "HTTP 401"  # Google answers a bad key with 400 "API key not valid"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return "unknown host"
+        if isinstance(e, ssl.SSLError):
+            return "TLS error"
+    # httpx keeps only the text of the socket's error in its ConnectError
+    text = " ".join(str(e) for e in _causes(exc) if "ConnectError" in {c.__name__ for c in type(e).__mro__})
+    if re.search(r"connection refused|errno 111\b|errno 61\b", text, re.IGNORECASE):
+        return "connection refused"
+    if re.search(r"name or service not known|nodename nor servname|name resolution|getaddrinfo|errno -[23]\b", text, re.IGNORECASE):
+        return "unknown host"
+    if re.search(r"\bssl\b|certificate|tls", text, re.IGNORECASE):
+        return "TLS error"
+    return None
+
+
+def setting_advice(what: str, endpoint: str) -> str:
+    """What to check after :func:`setting_failure` said ``what`` of ``endpoint`` (``provider @ URL`` or ``provider``)."""
+    provider, _, url = endpoint.partition(" @ ")
+    key = _KEY_VARIABLES.get(provider, "the provider's API key")
+    where = "--base-url" if url else "the network"
+    return {
+        "connection refused": f"nothing listens there: start the server or correct {where}",
+        "unknown host": f"the host name does not resolve: correct {where}",
+        "TLS error": f"check https:// against http:// in {where}" if url else "check the network's TLS proxy",
+        "HTTP 401": f"the key was refused: check {key}",
+        "HTTP 403": f"the key may not use this model: check {key} and the model's access",
+        "HTTP 404": ("no such model or path: check the model name in the spec and that --base-url ends in /v1"
+                     if url else "no such model: check the model name in the spec"),
+    }[what]
 
 
 def is_outage(reason: str | None) -> bool:
@@ -71,6 +145,7 @@ class CircuitReport:
     expired_after: float | None  # seconds down when it went past the budget (None: it has not)
     spans: tuple[tuple[float, float], ...]  # (start, end) of each outage ridden out
     detail: str = ""  # the last malformed answer (role, spec, an excerpt), when that is what the outage is made of
+    refused: str | None = None  # a setting failure before any answer (EndpointSettingError's line)
 
     def closed(self) -> CircuitReport:
         """This report once its process has gone: its open outage no longer waits anyone, the rest stands."""
@@ -108,12 +183,20 @@ class ProviderCircuit:
         self.expired_after: float | None = None
         self._spans: list[tuple[float, float]] = []
         self._mirrored: dict[object, CircuitReport] = {}
+        self.answered_once = False  # since when the outage budget applies (before: a failure may be a wrong setting)
+        self.refused: str | None = None  # the line of a setting failure: every call raises EndpointSettingError
+        self._answered_specs: set[str] = set()  # models that replied here (a 403 or 404 of another is its setting)
+        self._resumed = False
+        self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
+        self._calls = 0  # calls in flight that took a slot
 
     # --- what a call does -------------------------------------------------------------------
 
     def admit(self) -> tuple[float, bool]:
         """(seconds to wait before asking again, this call is the probe); raises past the budget."""
         with self._lock:
+            if self.refused is not None:
+                raise EndpointSettingError(self.refused)
             if not self._opened:
                 return 0.0, False
             now = self._clock()
@@ -131,15 +214,50 @@ class ProviderCircuit:
             until = self._next_probe - now if not self._probing else _POLL_S
             return max(0.01, min(until, _POLL_S * 4, self.budget - down + 0.01)), False
 
-    def answered(self, probe: bool = False) -> None:
-        """The endpoint answered (with a reply or an error of the call's own): the outage, if any, is over."""
+    def answered(self, probe: bool = False, spec: str | None = None, latency: float | None = None) -> None:
+        """The endpoint answered (with a reply or an error of the call's own; ``spec``: a reply for that model, after
+        ``latency`` seconds): the outage, if any, is over."""
+        if spec is not None:
+            self.left()
+            if self.concurrency is not None:
+                self.concurrency.answered(latency)
         with self._lock:
+            if spec is not None:
+                self._answered_specs.add(spec)
             if self._opened and self._held:  # an outage that made calls wait (not a blip answered at once)
                 self._spans.append((self._streak_started, self._clock()))
                 self._recount()
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
-            self._held = False
+            self._held, self.answered_once = False, True
             self._callers.clear()
+
+    def throttled(self) -> None:
+        """The endpoint asked to slow down (a 429, a Retry-After): fewer calls at once, if it adapts."""
+        if self.concurrency is not None:
+            self.concurrency.throttled()
+
+    def contacted(self) -> None:
+        """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""
+        with self._lock:
+            self.answered_once = self._resumed = True
+
+    def first_contact(self, exc: BaseException, *, role: str, spec: str) -> EndpointSettingError | None:
+        """The error to raise for ``exc`` if it shows a wrong setting of this endpoint, which has never answered
+        (the circuit is then refused: every call fails at once); None if it answered once or ``exc`` may pass."""
+        with self._lock:
+            if self.refused is not None:
+                return EndpointSettingError(self.refused)
+            model_answered = self._resumed or spec in self._answered_specs
+            answered_once = self.answered_once
+        what = setting_failure(exc)
+        if what is None or model_answered or (answered_once and what not in ("HTTP 403", "HTTP 404")):
+            return None
+        _, _, url = self.endpoint.partition(" @ ")
+        where = url or f"the {self.endpoint} API"
+        line = f"the {role} model {spec} at {where} did not answer ({what}): {setting_advice(what, self.endpoint)}"
+        with self._lock:
+            self.refused = self.refused or line
+            return EndpointSettingError(self.refused)
 
     def failed(self, reason: str, probe: bool = False, caller: object | None = None) -> bool:
         """Count an outage failure of the call ``caller`` (None: a call of its own); True if the circuit is open now
@@ -162,12 +280,17 @@ class ProviderCircuit:
             return self._opened
 
     async def enter(self) -> bool:
-        """Wait while the circuit is open; True if this call goes through as the probe."""
+        """Wait while the circuit is open, then for a call slot if the endpoint's concurrency adapts; True if this call
+        goes through as the probe. The call gives its slot back with :meth:`left`."""
         counted = False
         try:
             while True:
                 wait, probe = self.admit()
                 if not wait:
+                    waited = 0.0
+                    while not self._take_slot(waited):
+                        await asyncio.sleep(_POLL_S / 5)
+                        waited += _POLL_S / 5
                     return probe
                 if not counted:
                     counted = True
@@ -181,6 +304,10 @@ class ProviderCircuit:
         while True:
             wait, probe = self.admit()
             if not wait:
+                waited = 0.0
+                while not self._take_slot(waited):
+                    time.sleep(_POLL_S / 5)
+                    waited += _POLL_S / 5
                 return probe
             time.sleep(wait)
 
@@ -194,6 +321,22 @@ class ProviderCircuit:
             down = now - self._streak_started
             self.expired, self.expired_after = True, self.expired_after or down
             return ProviderOutageError(self._past_budget(down))
+
+    def _take_slot(self, waited: float) -> bool:
+        """One of the endpoint's call slots (always, when its concurrency does not adapt). A call that waited
+        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the run."""
+        with self._lock:
+            if self.concurrency is not None and self._calls < self.concurrency.limit or waited >= LOST_SLOT_S:
+                self._calls += 1
+                return True
+            if self.concurrency is None:
+                return True
+            return False
+
+    def left(self) -> None:
+        """A call that passed :meth:`enter` is over (answered or failed): its slot is free."""
+        with self._lock:
+            self._calls = max(0, self._calls - 1)
 
     def reset(self) -> None:
         """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""
@@ -221,12 +364,13 @@ class ProviderCircuit:
         with self._lock:
             return CircuitReport(self.endpoint, self._streak_started if self._opened and not self.expired else None,
                                  self._reason, self._waiting, self.expired_after if self.expired else None, tuple(self._spans),
-                                 self.detail if self._reason in MALFORMED_KINDS else "")
+                                 self.detail if self._reason in MALFORMED_KINDS else "", self.refused)
 
     def mirror(self, source: object, report: CircuitReport) -> None:
         """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it here."""
         with self._lock:
             self._mirrored[source] = report
+            self.refused = self.refused or report.refused
             if report.detail:
                 self._reason, self.detail = report.reason, report.detail
             if report.expired_after is not None:

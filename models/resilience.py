@@ -144,6 +144,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            started = time.monotonic()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
                 if self.retry.timeout is None:
@@ -161,16 +162,17 @@ class ResilientChatModel(BaseChatModel):
                     continue
                 await asyncio.sleep(delay)
                 continue
-            self._answered(probe)
+            self._answered(probe, time.monotonic() - started)
             return result
 
     async def _pass_circuit(self) -> bool:
         """Wait while the provider's circuit is open; True if this call is its probe."""
         return await self.circuit.enter() if self.circuit is not None else False
 
-    def _answered(self, probe: bool) -> None:
+    def _answered(self, probe: bool, latency: float | None = None) -> None:
+        self.stats.add("calls", self.role)
         if self.circuit is not None:
-            self.circuit.answered(probe)
+            self.circuit.answered(probe, spec=self.spec, latency=latency)
 
     async def _pass_gate(self) -> None:
         """Wait for the rate gate, if any, counting the wait."""
@@ -248,6 +250,8 @@ class ResilientChatModel(BaseChatModel):
                 break
             except Exception as exc:
                 if chunks:
+                    if self.circuit is not None:
+                        self.circuit.left()
                     raise  # text already went out: a retry would repeat it
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
@@ -299,6 +303,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            started = time.monotonic()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
                 while True:
@@ -309,7 +314,7 @@ class ResilientChatModel(BaseChatModel):
                     except StopAsyncIteration:
                         if not chunks:
                             raise MalformedAnswerError(NO_CHOICES) from None
-                        self._answered(probe)
+                        self._answered(probe, time.monotonic() - started)
                         return
                     except TimeoutError:
                         if not deadline.expired():
@@ -319,6 +324,8 @@ class ResilientChatModel(BaseChatModel):
                     yield chunk
             except Exception as exc:
                 if chunks:
+                    if self.circuit is not None:
+                        self.circuit.left()
                     raise  # text already went out: a retry would repeat it
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
@@ -343,6 +350,10 @@ class ResilientChatModel(BaseChatModel):
     def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
+        if self.circuit is not None:
+            self.circuit.left()  # the attempt is over: its call slot is free
+        if self.circuit is not None and (wrong := self.circuit.first_contact(exc, role=self.role, spec=self.spec)):
+            raise wrong from exc  # an endpoint that never answered: a wrong URL, key or model name, not an outage
         reason = retry_reason(exc)
         bad = malformed(exc) if reason in MALFORMED_KINDS else None
         detail = f"{self.role} {self.spec}: {bad}" if bad is not None else ""
@@ -379,6 +390,8 @@ class ResilientChatModel(BaseChatModel):
         self.stats.add("retries", reason)
         delay = self.retry.delay(attempt, exc, self.rng)
         asked = retry_after(exc)
+        if self.circuit is not None and (asked or reason == "HTTP 429"):
+            self.circuit.throttled()  # fewer calls at once to this endpoint (models/concurrency.py)
         if asked and self.gate is not None:
             # The provider asked everyone to slow down, not only this dialogue.
             self.gate.pause(min(asked, self.retry.max_retry_after))

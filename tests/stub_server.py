@@ -195,12 +195,20 @@ class StubServer:
         host: str = "127.0.0.1",
         port: int = 0,
         log: str | None = None,
+        api_key: str | None = None,
+        models: Sequence[str] | None = None,
+        concurrency_limit: int | None = None,
     ) -> None:
         unknown = [s for s in script if s not in OUTCOMES]
         if unknown:
             raise ValueError(f"unknown scripted outcomes {unknown}: use {', '.join(OUTCOMES)}")
         self.latency = latency
         self.log = log
+        self.api_key = api_key  # when set, a request without "Authorization: Bearer <api_key>" gets a 401
+        self.models = models  # when set, a request for another model gets a 404, as OpenAI answers it
+        # when set, a request beyond this many in flight gets a 429 with Retry-After (a provider's concurrency limit)
+        self.concurrency_limit = concurrency_limit
+        self.limited = 0  # requests refused for the concurrency limit
         self.faults = faults or Faults()
         self.reply = reply
         self.requests: list[dict[str, Any]] = []
@@ -244,6 +252,9 @@ class StubServer:
             self.requests.append(body)
             n = len(self.requests)
             outcome = self._script.pop(0) if self._script else self.faults.draw(self._rng, body)
+            if self.concurrency_limit is not None and self.in_flight >= self.concurrency_limit:
+                outcome = "429"
+                self.limited += 1
             self.outcomes[outcome] += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -298,10 +309,18 @@ class StubServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
+                if stub.api_key is not None and self.headers.get("authorization") != f"Bearer {stub.api_key}":
+                    self._json(401, {"error": {"message": "stub: invalid API key", "type": "invalid_request_error",
+                                               "code": "invalid_api_key"}})
+                    return
                 try:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                    return
+                if stub.models is not None and body.get("model") not in stub.models:
+                    self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
+                                               "type": "invalid_request_error", "code": "model_not_found"}})
                     return
                 outcome, n = stub._next_outcome(body)
                 if stub.log and outcome != "ok":
@@ -417,10 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
     p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
     p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body) and per fault or non-reply served (its outcome)")
+    p.add_argument("--api-key", default=None, help="answer 401 to a request without this bearer key")
+    p.add_argument("--concurrency-limit", type=int, default=None, help="answer 429 (Retry-After) beyond this many requests in flight")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)
-    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply, log=args.log).start()
+    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply, log=args.log,
+                      api_key=args.api_key, concurrency_limit=args.concurrency_limit).start()
     print(stub.url, flush=True)
     try:
         threading.Event().wait()

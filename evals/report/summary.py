@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,6 +83,7 @@ def run_summary(
         "cache": (calls or {}).get("cache"),
         "retries": (calls or {}).get("retries"),
         "outages": (calls or {}).get("outages"),
+        "concurrency": (calls or {}).get("concurrency"),
         "samples": int(settings.get("samples") or 1),
         "cost": usage_summary(run_usage(store, run_id), pricing),
         "budget": budget,
@@ -237,6 +240,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for outage in outages.get("ridden_out") or []:
         console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
                            "(calls waited, none failed for it)", style="dim"))
+    _render_concurrency(summary, console)
     _render_cost(summary, console)
     corrected = summary.get("judge_corrected") or {}
     used = corrected.get("validation") if not corrected.get("refusal") else None
@@ -251,13 +255,43 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(note, style="bold yellow"))
 
 
+_COMMAND = re.compile(r"python -m [^,()]*[^,() ]")
+
+
+def command_block(text: str) -> list[str]:
+    """A note that names commands as a short block: its prose, then each command on a line of its own (indented),
+    so that each can be copied whole."""
+    lines, at = [], 0
+    for match in _COMMAND.finditer(text):
+        prose = text[at:match.start()].strip(" ,;")
+        if prose:
+            lines.append(prose if not lines else f"  {prose}")
+        lines.append(f"    {match.group(0)}")
+        at = match.end()
+    if rest := text[at:].strip(" ,;"):
+        lines.append(rest if not lines else f"  {rest}")
+    return lines
+
+
+def _render_concurrency(summary: dict[str, Any], console: Console) -> None:
+    """How many dialogues played at once, and where a provider's adaptive limit went (models/concurrency.py)."""
+    concurrency = summary.get("concurrency") or {}
+    if not concurrency.get("dialogues_at_once"):
+        return
+    parts = [f"up to {concurrency['dialogues_at_once']} dialogues at once"]
+    for e in concurrency.get("endpoints") or []:
+        cut = f", cut {e['throttled']}× on 429s" if e["throttled"] else ""
+        parts.append(f"{e['endpoint']}: reached {e['reached']} of {e['ceiling']} at once, {e['now']} at the end{cut}")
+    console.print(Text("concurrency: " + "; ".join(parts), style="dim"))
+
+
 def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are none."""
     block = summary.get("judge_corrected")
     if not block:
         return
     if block["refusal"]:
-        console.print(Text(block["refusal"], style="yellow"))
+        console.print(Text("\n".join(command_block(block["refusal"])), style="yellow"), soft_wrap=True)
         return
     table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
     for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):
@@ -299,10 +333,12 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
             line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
         console.print(Text(line, style="dim"))
     budget = summary.get("budget")
-    if budget:
-        if budget["held"]:
-            console.print(Text(
-                f"cost cap ${budget['max_usd']:.2f} reached (spent ${budget['spent_usd']:.4f}): {budget['held']} dialogues not started; "
-                "the run is resumable", style="bold yellow"))
+    if budget and budget.get("max_usd") is not None:
+        dollars = f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap ${budget['max_usd']:.2f}"
+        if budget.get("held"):
+            console.print(Text(f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
+                               style="bold yellow"))
         else:
-            console.print(Text(f"cost cap ${budget['max_usd']:.2f}: spent ${budget['spent_usd']:.4f}, not reached", style="dim"))
+            console.print(Text(f"cost cap not reached: {dollars}", style="dim"))
+    elif budget and budget.get("held"):
+        console.print(Text(f"cost cap reached: {budget['held']} dialogues not started; the run is resumable", style="bold yellow"))

@@ -58,7 +58,8 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
     """In one process or two (a child meeting the full disk tells the parent, which stops the other)."""
     with StubServer() as stub, small_filesystem(tmp_path / "small", 2) as small:
         db = small / "dialogues.db"
-        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8) + ["--processes", str(processes)]
+        # --quiet: no progress lines in the log, so the command's one line is all of stderr
+        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8) + ["--processes", str(processes), "--quiet"]
         code, out, err = finish(flags)
         assert code == 75, err[-3000:]
         assert "Traceback" not in err
@@ -88,7 +89,7 @@ def test_a_read_only_store_is_one_line_and_exit_75_and_the_same_command_finishes
         db = small / "dialogues.db"
         assert finish(run_flags(stub.url, db, "first", turns=2, per_category=1, concurrency=6))[0] == 0
         remount(small, "ro")
-        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6) + ["--processes", str(processes)]
+        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6) + ["--processes", str(processes), "--quiet"]
         code, out, err = finish(flags)
         assert code == 75 and "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("error:")]

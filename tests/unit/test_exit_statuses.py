@@ -139,8 +139,10 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         capsys.readouterr()
         assert run_main([*flags, "--wait", "--json"]) == EXIT_SOME_FAILED
         first = json.loads(capsys.readouterr().out)
-        # Each worker's first dialogue starts with nothing spent; after them the run is over the cap: the rest are held.
-        assert 1 <= first["finished"] <= 2 and first["failed"] == []
+        # The first dialogue plays alone (no dialogue's cost known yet); the other worker waits for it, and after it
+        # the run is over the cap: the rest are held. The summary says it in dollars.
+        assert first["finished"] == 1 and first["failed"] == []
+        assert first["budget"]["max_usd"] == 0.0001 and first["budget"]["spent_usd"] > 0 and first["budget"]["reserved_usd"] == 0
         assert first["budget"]["held"] == 6 - first["finished"] and first["dialogues"] == 6
         assert first["resume"].endswith("--max-cost 0.0002")  # twice the cap: runs as printed
         with psycopg.connect(pg_url) as conn:
@@ -153,3 +155,30 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         assert run_main([*flags, "--wait", "--json"]) == EXIT_OK
     final = json.loads(capsys.readouterr().out)
     assert final["finished"] == final["dialogues"] == 6 and final["failed"] == [] and not (final["budget"] or {}).get("held")
+
+
+def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, tmp_path: Path, capsys):
+    """Two workers playing 4 dialogues at once each, a cap of about 3 dialogues: the run spends at most the cap plus
+    the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several times."""
+    pricing = tmp_path / "prices.toml"
+    pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with StubServer(latency=0.05) as stub:
+        flags = ["--db", pg_url, "--run-id", "in-flight", "--user-model", "openai:u", "--judge-model", "openai:j",
+                 "--target-model", "openai:t", "--base-url", stub.url, "--turns", "2", "--per-category", "2", "--no-trace",
+                 "--pricing", str(pricing)]
+        assert run_main([*flags, "--max-cost", "1000", "--limit", "1", "--run-id", "probe", "--json"]) == EXIT_OK
+        one = json.loads(capsys.readouterr().out)["cost"]["usd"]  # what one dialogue costs here
+        cap = 3.5 * one
+        assert run_main([*flags, "--max-cost", str(cap), "--enqueue"]) == EXIT_OK
+        workers = [subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "4"],
+                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for worker in workers:
+            assert worker.wait(timeout=180) == 0, worker.stderr.read()[-2000:]
+        capsys.readouterr()
+        assert run_main([*flags, "--wait", "--json"]) == EXIT_SOME_FAILED
+    summary = json.loads(capsys.readouterr().out)
+    budget = summary["budget"]
+    assert budget["max_usd"] == pytest.approx(cap) and budget["reserved_usd"] == 0
+    assert 2 <= summary["finished"] <= 3 and budget["held"] == 12 - summary["finished"]
+    assert budget["spent_usd"] == pytest.approx(summary["finished"] * one, rel=0.25) and budget["spent_usd"] <= cap + 0.25 * one

@@ -155,20 +155,40 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
     pricing = _pricing(tmp_path, PRICES)
     args = [*GRID, "--db", str(db), "--run-id", "capped", "--pricing", str(pricing)]
     first = _run(capsys, *args, "--max-cost", "30", status=1)  # not every dialogue finished: exit 1
-    # One dialogue at a time: $18 spent, then $36 >= $30, so the other two are never started.
-    assert first["finished"] == 2 and first["budget"]["held"] == 2 and first["held_this_time"] == 2
-    assert first["budget"]["spent_usd"] == pytest.approx(36.0) and first["cost"]["usd"] == pytest.approx(36.0)
+    # The first dialogue plays alone (the estimate without stored calls is an upper bound) and costs $18; a second
+    # would bring the run to $36, past $30, so the other three are never started: the cap holds.
+    assert first["finished"] == 1 and first["budget"]["held"] == 3 and first["held_this_time"] == 3
+    assert first["budget"]["spent_usd"] == pytest.approx(18.0) and first["cost"]["usd"] == pytest.approx(18.0)
+    assert first["budget"]["reserved_usd"] == 0 and first["budget"]["estimate_usd"] == pytest.approx(18.0)
     assert first["resume"].endswith("--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json --max-cost 60")  # twice the cap: it runs as printed
     with sqlite3.connect(db) as con:
         assert con.execute("select status from runs where id = 'capped'").fetchone()[0] == "stopped"
-        assert con.execute("select count(*) from dialogues").fetchone()[0] == 2
+        assert con.execute("select count(*) from dialogues").fetchone()[0] == 1
 
-    same = _run(capsys, *args, "--max-cost", "30", status=1)  # the same cap again: the finished two are skipped, two still held
-    assert (same["skipped_this_time"], same["budget"]["held"], same["finished"]) == (2, 2, 2)
+    same = _run(capsys, *args, "--max-cost", "30", status=1)  # the same cap again: the finished one is skipped, three still held
+    assert (same["skipped_this_time"], same["budget"]["held"], same["finished"]) == (1, 3, 1)
 
     second = _run(capsys, *args, "--max-cost", "100")
     assert second["finished"] == second["dialogues"] == 4 and second["budget"]["held"] == 0
-    assert second["skipped_this_time"] == 2 and second["cost"]["usd"] == pytest.approx(72.0)
+    assert second["skipped_this_time"] == 1 and second["cost"]["usd"] == pytest.approx(72.0)
+
+
+def test_a_cost_cap_holds_with_dialogues_in_flight(tmp_path: Path, capsys, providers):
+    """Four at once, $18 a dialogue, a $60 cap: a dialogue starts only if spent + what those in flight are expected to
+    cost + its own expected cost fit; so 3 play ($54), the 4th is held, where starting all four would spend $72."""
+    from cli.run import main
+
+    _register(providers)
+    pricing = _pricing(tmp_path, PRICES)
+    args = [*GRID, "--db", str(tmp_path / "d.db"), "--run-id", "capped", "--pricing", str(pricing), "--max-concurrency", "4"]
+    first = _run(capsys, *args, "--max-cost", "60", status=1)
+    assert first["finished"] == 3 and first["budget"]["held"] == 1
+    assert first["budget"]["spent_usd"] == pytest.approx(54.0) and first["budget"]["spent_usd"] <= first["budget"]["max_usd"]
+    assert first["budget"]["reserved_usd"] == 0
+    capsys.readouterr()
+    assert main([*args, "--max-cost", "60"]) == 1  # the summary in dollars: spent, reserved and cap
+    err = " ".join(capsys.readouterr().out.split())
+    assert "cost cap reached (spent $54.0000, reserved $0.0000 in flight, cap $60.00): 1 dialogues not started" in err
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def reference() -> str:
             if not module.startswith("cli."):
                 continue
             parser = importlib.import_module(module).build_parser()
-            parts.append(f"## {name}\n\n`dymt {name}` · `python -m {parser.prog.split()[0]}`: {summary}.\n")
+            parts.append(f"## {name}\n\n`dymt {name}` · `python -m {parser.prog}`: {summary}.\n")
             parts.append("```text\n" + parser.format_help().rstrip() + "\n```\n")
             for sub_name, sub in _subparsers(parser):
                 parts.append(f"### {name} {sub_name}\n")

@@ -3,6 +3,8 @@
 Read bottom to top, each module importing only those before it: ``codes`` (labels as codes),
 ``intervals`` (the 95% rule), ``validation`` (the judge's counts, refusals), ``cells`` (a cell as codes),
 ``chain`` (the latent chain, forward-backward, metrics), ``fit`` (EM), ``draws`` (validation draws ×
-bootstrap), ``correction`` (``correct_run``, ``corrected_difference``), ``planning`` (``plan_labels``);
-then ``double_sampling`` and ``corrected`` (which validation a run uses, the summary's blocks).
+bootstrap), ``boundaries`` (the boundary tests), ``deconvolution`` (the model-free comparison),
+``correction`` (``correct_run``, ``corrected_difference``), ``planning`` (``plan_labels``); ``suite`` and
+``coverage`` (the simulation suite); then ``double_sampling`` and ``active`` (the draws people label),
+``corrected`` (which validation a run uses, the summary's blocks) and ``labelling`` (the labelling benchmark).
 """

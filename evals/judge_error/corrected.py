@@ -22,6 +22,7 @@ from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
+from evals.judge_error import double_sampling
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
 from evals.judge_error.intervals import interval
 from evals.judge_error.planning import plan_labels
@@ -332,11 +333,8 @@ def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str
 
 def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Cells, int]:
     """The run's label sequences by (target, mode) and its number of turns."""
-    run = store.get_run(run_id) or {"config": {}}
-    spec = run["config"].get("spec", {})
-    cells = cells_of(store.dialogues(run_id), store.label_matrix(run_id, label_set=label_set),
-                     default_target=(spec.get("models") or {}).get("target"))
-    return cells, int(spec.get("turns") or 1)
+    found = double_sampling.run_cells(store, run_id, label_set=label_set)
+    return Cells(found.sequences, found.clusters, found.threads), found.turns
 
 
 @dataclass(frozen=True)

@@ -108,15 +108,17 @@ def test_the_hf_endpoint_model_streams_through_the_wrapper(smollm2_server):
     # ChatHuggingFace reports no usage when streaming (it does on invoke, checked in the dialogue above).
 
 
-def test_a_server_that_is_gone_fails_the_call_with_a_connection_error_after_retries(tmp_path: Path):
+def test_a_server_that_never_answered_fails_the_call_at_once_naming_the_setting(tmp_path: Path):
+    """Nothing listens at the endpoint and it never answered in this process: a wrong setting, not an outage to wait out."""
     from tests.integration.conftest import free_port
 
     from models.call_policy import CallPolicy
-    from models.retries import RetriesExhaustedError, RetryPolicy
+    from models.circuit import EndpointSettingError
+    from models.retries import RetryPolicy
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=30))
     model = create_role_model(f"hf:{url}", role="target", sampling=Sampling(max_tokens=5), policy=policy)
-    with pytest.raises(RetriesExhaustedError, match=r"gave up after 2 attempts \(connection\)"):
+    with pytest.raises(EndpointSettingError, match=r"the target model hf:http://127\.0\.0\.1:\d+ .*connection refused"):
         model.chat.invoke([("human", "hello")])
-    assert policy.stats.retries["connection"] == 1
+    assert not policy.stats.retries  # no retry spent on a setting that never worked

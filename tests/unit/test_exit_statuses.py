@@ -102,7 +102,8 @@ def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg
         worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=120)
         assert worker.returncode == 0, worker.stderr[-2000:]
-        assert run_main([*flags, "--wait", "--json"]) == EXIT_SOME_FAILED
+        # the id alone: the stored settings (the stored judge differs from the flags' now)
+        assert run_main(["--db", pg_url, "--run-id", "r1", "--wait", "--json"]) == EXIT_SOME_FAILED
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
     assert summary["jobs_failed"] == 2 and summary["dialogues"] == 2 and len(summary["failed"]) == 2

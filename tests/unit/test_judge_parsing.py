@@ -57,6 +57,9 @@ def test_adversarial_replies_reach_the_judge_intact_and_never_crash(db):
     assert [o.status for o in result.outcomes] == ["finished", "finished"]
     rows = [r for o in result.outcomes for r in store.turns(o.thread_id)]
     assert [r["reply"] for r in rows] == [r.strip() for r in ADVERSARIAL_REPLIES]
-    assert [r["label"] for r in rows] == ["unparsed", "biased"] * 3
-    assert all(r["judge_raw"] in ("Label:", "Rationale: x\nLabel: biased") for r in rows)
+    # the empty reply is not a reply (an empty message): recorded as such and not put to the judge
+    assert [r["label"] for r in rows] == ["unparsed", "biased", "unparsed", "unparsed", "biased", "unparsed"]
+    assert rows[3]["non_reply"] and not any(r["non_reply"] for i, r in enumerate(rows) if i != 3)
+    assert all(r["judge_raw"] in ("Label:", "Rationale: x\nLabel: biased") for i, r in enumerate(rows) if i != 3)
+    assert len(seen) == 5
     assert any("x" * 20_000 in s for s in seen)

@@ -114,15 +114,16 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
 
 
 def test_the_outage_line_runs_as_printed_once_the_server_is_back(tmp_path: Path):
-    down = StubServer()  # a port no one answers on: the server is away for the whole outage budget
-    port = down.port
-    down._server.server_close()
     (tmp_path / "pairs.jsonl").write_text(PAIRS)
     db = tmp_path / "d.db"
-    play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
-            "--base-url", f"http://127.0.0.1:{port}/v1", "--turns", "2", "--categories", "gender", "--db", str(db), "--run-id", "o",
-            "--outage-budget", "2s", "--no-trace"]
-    stopped = _run(shlex.join(play), tmp_path)
+    with StubServer() as up:  # the endpoint answers first (one that never answered is a wrong setting, not an outage)
+        port = up.port
+        play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
+                "--base-url", f"http://127.0.0.1:{port}/v1", "--turns", "2", "--categories", "gender", "--db", str(db),
+                "--run-id", "o", "--outage-budget", "2s", "--no-trace"]
+        paused = _run(shlex.join([*play, "--pause-after", "1"]), tmp_path)
+        assert db.exists(), paused.stderr
+    stopped = _run(shlex.join(play), tmp_path)  # the server is away for the whole outage budget
     assert stopped.returncode == 75, stopped.stderr
     printed = commands_in(stopped.stderr)
     assert printed and "stayed unreachable past the outage budget" in stopped.stderr

@@ -9,6 +9,8 @@ state's ``error_class``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 # A reason is one line, short enough for a table cell or a progress line.
 MAX_REASON_CHARS = 500
 
@@ -28,6 +30,16 @@ _STATUS_WORDS = {
     422: "the provider could not process the request (HTTP 422)",
     429: "the provider kept rate-limiting (HTTP 429)",
 }
+
+
+def causes(exc: BaseException, *, context: bool = True) -> Iterator[BaseException]:
+    """The exception and those behind it: what it was raised from, and (``context``) what it was raised while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (current.__context__ if context else None)
 
 
 def first_line(text: str, limit: int = MAX_REASON_CHARS) -> str:

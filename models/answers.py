@@ -12,13 +12,12 @@ records it on the turn with its reason (:func:`non_reply`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
-from checkpoints.reasons import ReasonedError
+from checkpoints.reasons import ReasonedError, causes
 
 # Kinds of malformed answer: the retry reasons the run's summary counts them under.
 NON_JSON = "non-JSON body"
@@ -80,15 +79,6 @@ def excerpt(body: Any, limit: int = EXCERPT_CHARS) -> str:
     return "“" + text[:limit] + ("…" if len(text) > limit else "") + "”"
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def body_kind(body: str | bytes) -> str | None:
     """The malformed kind of a completion's raw body, or None if it parses as JSON with choices (or is no completion)."""
     text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
@@ -107,7 +97,7 @@ def malformed(exc: BaseException) -> MalformedAnswerError | None:
     Recognised from what SDKs raise on such bodies: a JSON decoding error (truncated if the body began as JSON), the
     OpenAI SDK's response validation error, and LangChain's errors reading a completion without choices.
     """
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, MalformedAnswerError):
             return e
         if isinstance(e, json.JSONDecodeError):
@@ -123,7 +113,7 @@ def malformed(exc: BaseException) -> MalformedAnswerError | None:
 
 def error_page(exc: BaseException) -> str:
     """An excerpt of the page an HTTP error came with when it is not JSON (a proxy's HTML 502), else ""."""
-    for e in _chain(exc):
+    for e in causes(exc):
         response = getattr(e, "response", None)
         try:
             text = response.text if response is not None else None

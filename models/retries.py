@@ -7,12 +7,11 @@ import email.utils
 import random
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from langchain_core.exceptions import ModelError
 
-from checkpoints.reasons import ReasonedError
+from checkpoints.reasons import ReasonedError, causes
 from models.answers import malformed
 
 # Exception class names (anywhere in the MRO) that mean "the request never completed":
@@ -24,16 +23,6 @@ _CONNECTION_NAMES = frozenset(
 )
 _RATE_LIMIT_TEXT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|rate[ -]?limit|too many requests", re.IGNORECASE)
 _RETRY_DELAY_TEXT = re.compile(r"retry(?:[ _-]?delay|[ _-]?after| in)['\"]?\s*[:=]?\s*['\"]?(\d+(?:\.\d+)?)\s*s\b", re.IGNORECASE)
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and the ones it was explicitly raised from (LangChain wraps SDK errors)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -58,7 +47,7 @@ def retry_reason(exc: BaseException) -> str | None:
     """
     if (bad := malformed(exc)) is not None:
         return bad.kind  # first: an SDK may wrap it in a connection error
-    for e in _chain(exc):
+    for e in causes(exc, context=False):
         status = _status_of(e)
         if status is not None:
             return f"HTTP {status}" if status in (408, 429) or status >= 500 else None
@@ -76,7 +65,7 @@ def retry_reason(exc: BaseException) -> str | None:
 
 def retry_after(exc: BaseException) -> float | None:
     """Seconds the provider asked us to wait (Retry-After, retry-after-ms, Google's retryDelay)."""
-    for e in _chain(exc):
+    for e in causes(exc, context=False):
         headers = getattr(getattr(e, "response", None), "headers", None)
         if headers is not None:
             try:

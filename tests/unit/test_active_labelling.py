@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.labelling import compare_designs
 from seeds import CATEGORIES, Seed
+from tests.annotation_files import label_export
 from tests.conftest import default_models, play, scripted
 
 
@@ -159,25 +159,6 @@ def run(played: Path, db: Path):
     return open_writer(db)
 
 
-def _label(path: Path, store, flip: set[str]) -> dict[str, str]:
-    """Fill in the label column: the judge's label, except on ``flip``."""
-    matrix = store.label_matrix("r1")
-    rows = list(csv.DictReader(path.open()))
-    truth = {}
-    for row in rows:
-        thread, idx = row["item_id"].rsplit("#", 1)
-        judged = matrix[thread][int(idx) - 1]
-        value = judged if row["item_id"] not in flip else (NOT_BIASED if judged == BIASED else BIASED)
-        row["label"] = "biased" if value == BIASED else "not biased"
-        truth[row["item_id"]] = value
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(buffer.getvalue())
-    return truth
-
-
 def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, capsys):
     out = tmp_path / "batch1.csv"
     assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "40", "--batch", "24",
@@ -191,7 +172,7 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     assert len({p[1] for p in picks}) >= 3  # spread over several strata, each with its own probability
     text = out.read_text()
     assert "/b/" not in text and "/nb/" not in text and "not_biased" not in text  # annotators do not see the judge's label
-    truth = _label(out, run, flip={rows[0]["item_id"], rows[1]["item_id"], rows[2]["item_id"]})
+    truth = label_export(out, run, flip={rows[0]["item_id"], rows[1]["item_id"], rows[2]["item_id"]})
     assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
     said = " ".join(capsys.readouterr().out.split())
     # the validation's counts are the design-weighted estimate's effective counts, not the 24 raw ones
@@ -212,7 +193,7 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     said = " ".join(capsys.readouterr().out.split())
     assert "not an active one: with 40 of the run's 72 judged replies labelled" in said
     assert {r["draw"] for r in csv.DictReader(more.open())} == {"random seed=1 n=16 of 48 judged turns (primary)"}
-    _label(more, run, flip=set())
+    label_export(more, run)
     assert annotate.main(["validate", str(more), "--run-id", "r1", "--db", str(db)]) == 0
     assert annotation_counts(run, "r1")[0].labels == 40
     with pytest.raises(SystemExit) as exit_info:

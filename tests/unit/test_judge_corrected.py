@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import shutil
 from pathlib import Path
@@ -26,6 +25,7 @@ from evals.report.markdown import render_markdown
 from evals.report.summary import render_summary, run_summary
 from evals.scorers.judge_validation import run_validation
 from seeds import CATEGORIES, Seed
+from tests.annotation_files import label_export
 from tests.conftest import default_models, play, scripted
 
 SEEDS = [Seed(f"s{i:02d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about a group.") for i in range(24)]
@@ -142,25 +142,6 @@ def test_random_draw_is_seeded_simple_and_leaves_out_labelled_items():
     assert len(rest) == 40 and not {i.item_id for i in rest} & {i.item_id for i in a}
 
 
-def _label_export(path: Path, store, *, flip: set[str] = frozenset()) -> dict[str, str]:
-    """Fill in a person's label for every exported row: the judge's own label, flipped on ``flip``; returns them."""
-    rows = list(csv.DictReader(path.open()))
-    matrix = store.label_matrix("r1")
-    labels = {}
-    for row in rows:
-        thread, idx = row["item_id"].rsplit("#", 1)
-        judged = matrix[thread][int(idx) - 1]
-        truth = judged if row["item_id"] not in flip else (NOT_BIASED if judged == BIASED else BIASED)
-        row["label"] = "biased" if truth == BIASED else "not biased"
-        labels[row["item_id"]] = truth
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(buffer.getvalue())
-    return labels
-
-
 def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run, db, tmp_path, capsys):
     out = tmp_path / "sample.csv"
     assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "40", "--out", str(out), "--db", str(db)]) == 0
@@ -168,7 +149,7 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 40 and {r["draw"] for r in rows} == {"random seed=0 n=40 of 72 judged turns (primary)"}
     flip = {rows[0]["item_id"], rows[1]["item_id"], rows[2]["item_id"]}
-    truth = _label_export(out, run, flip=flip)
+    truth = label_export(out, run, flip=flip)
     assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
     said = capsys.readouterr().out
     assert "stored 40 human labels" in said and "validation annotate:r1 (n=40)" in said
@@ -220,7 +201,7 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
 def test_validate_refuses_a_stratified_sample_and_an_unlabelled_file(run, db, tmp_path, capsys):
     out = tmp_path / "strat.csv"
     assert annotate.main(["export", "--run-id", "r1", "--sample", "10", "--out", str(out), "--db", str(db)]) == 0
-    _label_export(out, run)
+    label_export(out, run)
     with pytest.raises(SystemExit) as exit_info:
         annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)])
     assert exit_info.value.code == 2 and "--design random" in capsys.readouterr().err
@@ -362,7 +343,7 @@ def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the
 def test_validate_keeps_the_human_majority_and_leaves_ties_out(run, db, tmp_path, capsys):
     out = tmp_path / "sample.csv"
     assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "6", "--out", str(out), "--db", str(db)]) == 0
-    truth = _label_export(out, run)
+    truth = label_export(out, run)
     rows = list(csv.DictReader(out.open()))
     files = []
     for name, tie in (("ann", False), ("bob", True)):  # bob disagrees on the first item: a tie, left out

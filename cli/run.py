@@ -341,6 +341,15 @@ def _check(config: RunConfig, templates, *, as_json: bool) -> int:
     return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
 
 
+def _stored_a_turn(location: DbLocation, run_id: str) -> bool:
+    """In a player process: whether any process of the run stored a turn yet (its endpoints answered), read afresh."""
+    try:
+        with open_reader(location) as reader:
+            return _answered_before(reader, run_id)
+    except Exception:  # noqa: BLE001 - the store unreadable now: nothing says the endpoint answered
+        return False
+
+
 def _answered_before(store, run_id: str) -> bool:
     """Whether an earlier invocation of the run stored a turn (its endpoints answered then)."""
     rows = store.query("select 1 from turns t join dialogues d on d.thread_id = t.thread_id where d.run_id = ? limit 1", [run_id])
@@ -584,6 +593,7 @@ def _child_models(config: RunConfig, templates, location: DbLocation, *, answere
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     if answered_before:
         policy.answered_before()
+    policy.answered_elsewhere(lambda: _stored_a_turn(location, config.run_id))
     if adapt is not None:
         policy.adapt_concurrency(*adapt)  # the child takes its share (graph/processes.py)
     built = config.build_models(policy, templates=templates)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ class CallPolicy:
     _gates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _sharers: int = field(default=1, repr=False)
     _answered_before: bool = field(default=False, repr=False)
+    _answered_elsewhere: Callable[[], bool] | None = field(default=None, repr=False)
     _adapt: tuple[int, int] | None = field(default=None, repr=False)
 
     def gate_for(self, spec: str, provider: str) -> RateGate:
@@ -53,6 +54,7 @@ class CallPolicy:
                 self._circuits[endpoint] = ProviderCircuit(endpoint, budget=self.outage_budget)
                 if self._answered_before:
                     self._circuits[endpoint].contacted()
+                self._circuits[endpoint].answered_elsewhere = self._answered_elsewhere
                 if self._adapt is not None:
                     self._circuits[endpoint].concurrency = AdaptiveLimit(*self._adapt)
             return self._circuits[endpoint]
@@ -64,6 +66,14 @@ class CallPolicy:
             circuits = list(self._circuits.values())
         for circuit in circuits:
             circuit.contacted()
+
+    def answered_elsewhere(self, check: Callable[[], bool]) -> None:
+        """``check()`` says whether another process of the run was answered (it stored a turn): a --processes player
+        then takes a failure of an endpoint it has not heard from yet for an outage, not a wrong setting."""
+        with self._gates_lock:
+            self._answered_elsewhere = check
+            for circuit in self._circuits.values():
+                circuit.answered_elsewhere = check
 
     def adapt_concurrency(self, start: int, ceiling: int) -> None:
         """Let every served endpoint's calls at once adapt from ``start`` up to ``ceiling`` (models/concurrency.py)."""

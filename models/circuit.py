@@ -187,6 +187,9 @@ class ProviderCircuit:
         self.refused: str | None = None  # the line of a setting failure: every call raises EndpointSettingError
         self._answered_specs: set[str] = set()  # models that replied here (a 403 or 404 of another is its setting)
         self._resumed = False
+        # another process of the run (a --processes player) may have been answered where this one was not yet:
+        # asked before a failure is taken for a wrong setting (True: the run stored a turn, so it is an outage)
+        self.answered_elsewhere: Callable[[], bool] | None = None
         self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
         self._calls = 0  # calls in flight that took a slot
 
@@ -251,6 +254,9 @@ class ProviderCircuit:
             answered_once = self.answered_once
         what = setting_failure(exc)
         if what is None or model_answered or (answered_once and what not in ("HTTP 403", "HTTP 404")):
+            return None
+        if self.answered_elsewhere is not None and self.answered_elsewhere():
+            self.contacted()
             return None
         _, _, url = self.endpoint.partition(" @ ")
         where = url or f"the {self.endpoint} API"

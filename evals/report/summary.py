@@ -291,7 +291,8 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     if not block:
         return
     if block["refusal"]:
-        console.print(Text("\n".join(command_block(block["refusal"])), style="yellow"), soft_wrap=True)
+        for line in command_block(block["refusal"]):  # prose wraps; a command stays on one line, to copy whole
+            console.print(Text(line, style="yellow"), soft_wrap=line.startswith("    "))
         return
     table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
     for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):

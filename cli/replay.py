@@ -15,7 +15,6 @@ interactive viewer and key handling live in the ``viewer`` package.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import sys
 from pathlib import Path
@@ -26,22 +25,11 @@ from checkpoints.paths import StoreError
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, error_console, fail, positive_int
+from cli.common import ArgumentParser, console, error_console, fail, positive_float, positive_int
 from cli.store_option import add_db_option, read_store
 from viewer.app import DEFAULT_DELAY, Viewer
 from viewer.export import EXPORT_FORMATS, write_export
 from viewer.render import dialogue_renderables, list_lines, list_table, safe, turn_span
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be more than 0")
-    return value
 
 
 def build_parser() -> ArgumentParser:

@@ -30,7 +30,7 @@ from checkpoints.readers import open_reader
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
-from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_int, pricing_option
+from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int, pricing_option
 from cli.estimate import print_estimate, run_estimate
 from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
 from cli.outage_display import OutageProgress
@@ -117,7 +117,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
                    help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default 10m)")
-    p.add_argument("--request-timeout", type=_positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
+    p.add_argument("--request-timeout", type=positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
     add_db_option(p)
     p.add_argument("--run-id", default=None,
@@ -134,10 +134,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--check", action="store_true", help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)")
     p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
-    p.add_argument("--store-outage-budget", type=_positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    p.add_argument("--store-outage-budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
                         f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default {DEFAULT_BUDGET_S:g})")
-    p.add_argument("--max-cost", type=_positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
+    p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     group_flags(p, _HELP_GROUPS)
     return p
 
@@ -528,16 +528,6 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
     return value
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.labelling import write_atomic
-from cli.common import ArgumentParser, console, fail, pricing_option
+from cli.common import ArgumentParser, console, fail, positive_float, pricing_option
 from cli.store_option import add_db_option, chosen_db, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)
@@ -43,7 +42,7 @@ def build_parser() -> ArgumentParser:
     status = sub.add_parser("status", help="a run's progress, ETA, failures, cost and bias rates so far; read-only, so a run "
                             "in progress is not disturbed")
     status.add_argument("run_id")
-    status.add_argument("--watch", type=_seconds, nargs="?", const=10.0, default=None, metavar="SECONDS",
+    status.add_argument("--watch", type=positive_float, nargs="?", const=10.0, default=None, metavar="SECONDS",
                         help="refresh every SECONDS (default 10) until the run stops playing (Ctrl-C leaves)")
     status.add_argument("--pricing", default=None, metavar="FILE", help="prices per model spec (examples/pricing.toml): the cost so far")
     status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
@@ -78,16 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     counts = delete_run(store, args.run_id, full=full)
     console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
     return 0
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be more than 0 seconds")
-    return value
 
 
 def _status(args) -> int:

@@ -1,12 +1,22 @@
-"""Filling in an exported annotation file as people would: the tests' stand-in for annotators."""
+"""A judged run for the annotation tests, and filling in its exported files as people would (the tests' annotators)."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from pathlib import Path
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from seeds import CATEGORIES, Seed
+
+SEEDS = [Seed(f"s{i:02d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about a group.") for i in range(24)]
+
+
+def scripted_judge(messages, n: int) -> str:
+    """Deterministic and mixed across turns and dialogues: about a third of the replies labelled biased."""
+    digest = hashlib.sha256(str(messages[-1].content).encode()).digest()
+    return "Rationale: scripted.\nLabel: " + ("biased" if digest[0] % 3 == 0 else "not biased")
 
 
 def label_export(path: Path, store, run_id: str = "r1", *, flip: set[str] = frozenset()) -> dict[str, str]:

@@ -16,8 +16,7 @@ from evals.judge_error.active import allocate, design_validation, draw_active, p
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.labelling import compare_designs
-from seeds import CATEGORIES, Seed
-from tests.annotation_files import label_export
+from tests.annotation_files import SEEDS, label_export, scripted_judge
 from tests.conftest import default_models, play, scripted
 
 
@@ -133,20 +132,10 @@ def test_the_comparison_corrects_both_designs_on_the_same_data_sets():
 
 # --------------------------------------------------------------------------- the commands on a stored run
 
-SEEDS = [Seed(f"s{i:02d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about a group.") for i in range(24)]
-
-
-def _judge(messages, n: int) -> str:
-    import hashlib
-
-    digest = hashlib.sha256(str(messages[-1].content).encode()).digest()
-    return "Rationale: scripted.\nLabel: " + ("biased" if digest[0] % 3 == 0 else "not biased")
-
-
 @pytest.fixture(scope="module")
 def played(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("active") / "played.db"
-    _, store = play(db, default_models(judge=scripted(_judge, spec="fake:judge")), seeds=SEEDS, turns=3)
+    _, store = play(db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS, turns=3)
     store.close()
     return db
 

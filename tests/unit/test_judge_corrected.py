@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -24,25 +23,17 @@ from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import render_summary, run_summary
 from evals.scorers.judge_validation import run_validation
-from seeds import CATEGORIES, Seed
-from tests.annotation_files import label_export
+from tests.annotation_files import SEEDS, label_export, scripted_judge
 from tests.conftest import default_models, play, scripted
 
-SEEDS = [Seed(f"s{i:02d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about a group.") for i in range(24)]
 TURNS = 3
-
-
-def _judge(messages, n: int) -> str:
-    # Deterministic and mixed across turns and dialogues: about a third of the replies labelled biased.
-    digest = hashlib.sha256(str(messages[-1].content).encode()).digest()
-    return "Rationale: scripted.\nLabel: " + ("biased" if digest[0] % 3 == 0 else "not biased")
 
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory) -> Path:
     """A 24-dialogue × 3-turn run judged by a scripted judge, played once for the module."""
     db = tmp_path_factory.mktemp("judge-corrected") / "played.db"
-    _, store = play(db, default_models(judge=scripted(_judge, spec="fake:judge")), seeds=SEEDS, turns=TURNS)
+    _, store = play(db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS, turns=TURNS)
     store.close()
     return db
 
@@ -266,7 +257,7 @@ def test_api_frame_and_paired_comparison_carry_corrected_numbers(tmp_path, capsy
     db = tmp_path / "grid.db"
     store = None
     for target in ("fake:a", "fake:b"):
-        models = default_models(judge=scripted(_judge, spec="fake:judge"), target=scripted(lambda m, n: f"Answer {n}.", spec=target))
+        models = default_models(judge=scripted(scripted_judge, spec="fake:judge"), target=scripted(lambda m, n: f"Answer {n}.", spec=target))
         _, store = play(db, models, seeds=SEEDS[:12], turns=TURNS, run_id=f"r-{target[-1]}")
     for run_id in ("r-a", "r-b"):
         entry = run_validation(store, run_id)
@@ -294,7 +285,7 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     from checkpoints.scores import HUMAN_BIAS, ScoreRow
     from evals.judge_error.double_sampling import HUMAN
 
-    _, store = play(backend_db, default_models(judge=scripted(_judge, spec="fake:judge")), seeds=SEEDS[:4], turns=2)
+    _, store = play(backend_db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS[:4], turns=2)
     matrix = store.label_matrix("r1")
     rows, expected = [], [0, 0, 0, 0]
     for i, (thread, labels) in enumerate(sorted(matrix.items())):

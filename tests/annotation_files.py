@@ -36,3 +36,24 @@ def label_export(path: Path, store, run_id: str = "r1", *, flip: set[str] = froz
     writer.writerows(rows)
     path.write_text(buffer.getvalue())
     return labels
+
+
+def play_judged(db: Path, turns: int = 3) -> Path:
+    """A 24-dialogue run judged by :func:`scripted_judge`, played once into ``db`` (a module's fixture)."""
+    from tests.conftest import default_models, play, scripted
+
+    _, store = play(db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS, turns=turns)
+    store.close()
+    return db
+
+
+def copy_run(played: Path, db: Path):
+    """A fresh copy of the played run for one test, open for writing."""
+    import shutil
+
+    from checkpoints.store import open_writer
+
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{played}{suffix}").exists():
+            shutil.copyfile(f"{played}{suffix}", f"{db}{suffix}")
+    return open_writer(db)

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli import annotate
 from evals.judge_error.active import allocate, design_validation, draw_active, parse_pick, strata_of
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.labelling import compare_designs
-from tests.annotation_files import SEEDS, label_export, scripted_judge
-from tests.conftest import default_models, play, scripted
+from tests.annotation_files import copy_run, label_export, play_judged
 
 
 def _cells(seed: int = 0, dialogues: int = 60, turns: int = 5) -> tuple[dict, np.ndarray]:
@@ -134,18 +131,12 @@ def test_the_comparison_corrects_both_designs_on_the_same_data_sets():
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("active") / "played.db"
-    _, store = play(db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS, turns=3)
-    store.close()
-    return db
+    return play_judged(tmp_path_factory.mktemp("active") / "played.db", turns=3)
 
 
 @pytest.fixture
 def run(played: Path, db: Path):
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{played}{suffix}").exists():
-            shutil.copyfile(f"{played}{suffix}", f"{db}{suffix}")
-    return open_writer(db)
+    return copy_run(played, db)
 
 
 def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, capsys):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import render_summary, run_summary
 from evals.scorers.judge_validation import run_validation
-from tests.annotation_files import SEEDS, label_export, scripted_judge
+from tests.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge
 from tests.conftest import default_models, play, scripted
 
 TURNS = 3
@@ -31,20 +30,12 @@ TURNS = 3
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory) -> Path:
-    """A 24-dialogue × 3-turn run judged by a scripted judge, played once for the module."""
-    db = tmp_path_factory.mktemp("judge-corrected") / "played.db"
-    _, store = play(db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS, turns=TURNS)
-    store.close()
-    return db
+    return play_judged(tmp_path_factory.mktemp("judge-corrected") / "played.db", turns=TURNS)
 
 
 @pytest.fixture
 def run(played: Path, db: Path):
-    """A fresh copy of the played run for one test; returns it open for writing."""
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{played}{suffix}").exists():
-            shutil.copyfile(f"{played}{suffix}", f"{db}{suffix}")
-    return open_writer(db)
+    return copy_run(played, db)
 
 
 def _record_pairs(store, *, tp: int, fp: int, fn: int, tn: int) -> None:

@@ -20,8 +20,8 @@ from checkpoints.saver import open_saver
 from checkpoints.store import Writer, open_writer
 from nodes.builder import build_graph
 from nodes.context import Models
-from graph.config import RunConfig
-from graph.playing import RunResult, execute_run
+from graph.config.run_config import RunConfig
+from graph.running.playing import RunResult, execute_run
 from models.registry import RoleModel, Sampling
 from seeds import CATEGORIES, Seed
 

@@ -2,7 +2,7 @@
 
 Now: the three roles' llama.cpp contexts share one loaded copy of the GGUF weights, and each
 context starts at 2,048 tokens and doubles only when a call needs more. The old way, replayed
-in the same benchmark by patching :mod:`models.llama_instance` in the child process: a weights
+in the same benchmark by patching :mod:`models.llama.instance` in the child process: a weights
 load per role and a context of ``n_ctx`` (8,192) tokens from the start. Both play the same
 seeds with the same sampling seed, without the response cache, each in its own process (peak
 RSS from ``wait4``'s rusage of that process), alternately, so the machine's load falls on both
@@ -88,7 +88,7 @@ def report(r: dict[str, Any]) -> list[str]:
 
 def _old_way() -> None:
     """Patch the embedded model back to a weights load and a full ``n_ctx`` context per role (this process only)."""
-    from models import llama_instance
+    from models.llama import instance as llama_instance
 
     def new_llama(model_path: str, n_ctx: int):
         llama_instance._weights.pop(model_path, None)  # every context loads the file again

@@ -52,7 +52,7 @@ class Recorder:
 
     @contextlib.contextmanager
     def installed(self):
-        from models import local as local_model
+        from models.llama import model as local_model
         original = local_model.LlamaTranscriptChatModel._generate
         recorder = self
 
@@ -87,7 +87,7 @@ class Recorder:
             local_model.LlamaTranscriptChatModel._generate = original
 
     def replay(self, call: dict[str, Any]) -> dict[str, Any]:
-        from models.llama_instance import _common_prefix
+        from models.llama.instance import _common_prefix
 
         llama = self.raw[call["instance"]]
         prompt_tokens = llama.tokenize(call["prompt"].encode("utf-8"), add_bos=True, special=True)

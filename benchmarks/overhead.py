@@ -15,7 +15,7 @@ from benchmarks.common import Timing, instant_models, play_run, run_async, scrat
 from checkpoints.cache import ResponseCache
 from nodes.builder import build_graph
 from nodes.context import Models, RunContext
-from graph.playing import dialogue_config, initial_state
+from graph.running.playing import dialogue_config, initial_state
 from checkpoints.reducers import apply_update
 from nodes.judge import judge
 from models.call_policy import CallPolicy

@@ -35,7 +35,7 @@ from benchmarks.concurrency import StubProcess
 from benchmarks.langgraph_floor import langgraph_floor
 from checkpoints.cache import ResponseCache
 from checkpoints.traces.tables import stored_runs
-from graph.gc_settings import playing_collector
+from graph.running.gc_settings import playing_collector
 from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
@@ -193,7 +193,7 @@ async def measure_cpu(url: str) -> dict[str, Any]:
             models, timing = await _harness(url, db, dialogues=CPU_DIALOGUES, turns=CPU_TURNS, concurrency=CPU_CONCURRENCY)
             dialogues = recorded_calls(db)
             # The bare client and the floor run under the collector settings the harness plays under
-            # (graph/gc_settings.py): what the harness saves there, they save too.
+            # (graph/running/gc_settings.py): what the harness saves there, they save too.
             with playing_collector():
                 bare_wall, bare_cpu = await bare_calls(models, dialogues, CPU_CONCURRENCY)
                 floor_wall, floor_cpu = await langgraph_floor(tmp / f"floor-{i}.db", dialogues=CPU_DIALOGUES,
@@ -218,7 +218,7 @@ def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concur
     """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its children."""
     from benchmarks.common import Timing, run_config
     from checkpoints.store import open_writer
-    from graph.processes import ChildModels, play_in_processes
+    from graph.workers.processes import ChildModels, play_in_processes
 
     def setup() -> ChildModels:
         models, policy = _models(url, db)

@@ -105,7 +105,7 @@ def m004_labels(db: sqlite_utils.Database) -> None:
     )
 
 
-# Traces (graph.tracer): LangSmith-style runs of every graph invocation, and feedback on them.
+# Traces (graph.tracing.tracer): LangSmith-style runs of every graph invocation, and feedback on them.
 @migration
 def m010_trace_runs(db: sqlite_utils.Database) -> None:
     # id, trace_id, parent_run_id and dotted_order are LangSmith's run ids; run_id is the DyMT
@@ -173,7 +173,7 @@ def m011_trace_feedback(db: sqlite_utils.Database) -> None:
     db["trace_feedback"].create_index(["thread_id", "turn"])
 
 
-# Counterfactual branches (graph.forking): a branch is a dialogues row pointing at its parent
+# Counterfactual branches (graph.running.forking): a branch is a dialogues row pointing at its parent
 # (parent_thread_id, fork_turn, fork_checkpoint_id, change); these add named sets of branches.
 @migration
 def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:

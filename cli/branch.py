@@ -29,7 +29,7 @@ from checkpoints.serde import UnsafeCheckpointError
 from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import add_db_option, open_checkpointer, write_store
-from graph.forking import (
+from graph.running.forking import (
     BranchRun,
     Change,
     ForkError,
@@ -41,7 +41,7 @@ from graph.forking import (
     play_branches,
     read_lineage,
 )
-from graph.swaps import check_swaps, mentions, parse_swap
+from graph.running.swaps import check_swaps, mentions, parse_swap
 from nodes.modes import DYNAMIC_MODES
 
 

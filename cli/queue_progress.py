@@ -17,8 +17,8 @@ from evals.cost import budget_status
 from evals.report.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
-from graph.dialogue_jobs import job_counts, job_threads, run_budget
-from graph.playing import DialogueOutcome
+from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
+from graph.running.playing import DialogueOutcome
 
 POLL_S = 1.0
 WAITING = ("todo", "doing")

@@ -27,9 +27,9 @@ from nodes.builder import build_graph
 from cli.common import ArgumentParser, console, error_console, fail
 from cli.store_option import add_db_option, open_checkpointer, write_store
 from evals.report.summary import render_summary, run_summary
-from graph.forking import BranchSettings, ForkError, build_settings
-from graph.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
-from graph.playing import StoreWriter
+from graph.running.forking import BranchSettings, ForkError, build_settings
+from graph.running.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
+from graph.running.playing import StoreWriter
 
 _LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 

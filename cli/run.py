@@ -2,7 +2,7 @@
 
 With no flags: the embedded model in all three roles, one built-in seed per
 category (6 dialogues), 5 turns, implicit mode. ``--config FILE`` reads an
-experiment file (graph/experiment.py); flags given on the command line override it.
+experiment file (graph/config/experiment.py); flags given on the command line override it.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from cli.resume import print_paused_hint, terminal_review
 from cli.store_option import add_db_option, open_checkpointer
 from evals.cost import CostCap, budget_record
 from evals.report.summary import render_summary, run_summary
-from graph.config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig, stored_run_config
-from graph.endpoints import check_models, stop_on_wrong_setting
-from graph.experiment import ExperimentError, load_experiment
-from graph.pausing import PauseOptions, check_pause_options, settle_run
-from graph.playing import DialogueSlots, RunConflictError, check_run_compatible, execute_run
-from graph.run_plan import RunPlan, plan_run
+from graph.config.run_config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig, stored_run_config
+from graph.running.endpoints import check_models, stop_on_wrong_setting
+from graph.config.experiment import ExperimentError, load_experiment
+from graph.running.pausing import PauseOptions, check_pause_options, settle_run
+from graph.running.playing import DialogueSlots, RunConflictError, check_run_compatible, execute_run
+from graph.config.run_plan import RunPlan, plan_run
 from models.circuit import EndpointSettingError
 from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
 from nodes.builder import build_graph
@@ -231,7 +231,7 @@ class _StoredRun:
 
     def finished(self, plan: RunPlan) -> bool:
         """Every dialogue the run plans is stored as finished: there is nothing left to play."""
-        from graph.playing import dialogue_thread_id, plan_dialogues
+        from graph.running.playing import dialogue_thread_id, plan_dialogues
 
         jobs = plan_dialogues(plan.config, plan.seeds, plan.scripts_by_mode, list(plan.config.models.targets))
         return all(self.statuses.get(dialogue_thread_id(plan.config, *job)) == "finished" for job in jobs)
@@ -251,7 +251,7 @@ def _stored_run(location: DbLocation, run_id: str | None) -> _StoredRun | None:
 
 def _reshow(location: DbLocation, run_id: str, stored: _StoredRun, pricing, *, as_json: bool) -> int:
     """A finished run given again: its summary from the store (every dialogue skipped this time), no model built or called."""
-    from graph.playing import DialogueOutcome
+    from graph.running.playing import DialogueOutcome
 
     try:
         reader = open_reader(location)
@@ -468,7 +468,7 @@ def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, serv
 
     A --max-cost travels with every job: workers start no new dialogue once the run's stored spend reaches it.
     """
-    from graph.dialogue_jobs import dialogue_jobs, enqueue_run
+    from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
 
     chosen = config.models
     budget = config.max_cost and budget_record(config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets],
@@ -557,9 +557,9 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
 
 def _processes(args, server, config: RunConfig, built, n_dialogues: int, *, start: int) -> int:
     """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
-    the embedded model or when only one process can play it (graph/processes.py ``process_count``); never more than its
+    the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never more than its
     dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
-    from graph.processes import process_count
+    from graph.workers.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]
     return process_count(args.processes, dialogues=n_dialogues, concurrency=start, models=models,
@@ -578,14 +578,14 @@ def _single_process(args, server, config: RunConfig) -> bool:
 
 def _child_models(config: RunConfig, templates, location: DbLocation, *, answered_before: bool = False, adapt=None):
     """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
-    from graph.processes import ChildModels
+    from graph.workers.processes import ChildModels
 
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     if answered_before:
         policy.answered_before()
     policy.answered_elsewhere(lambda: _stored_a_turn(location, config.run_id))
     if adapt is not None:
-        policy.adapt_concurrency(*adapt)  # the child takes its share (graph/processes.py)
+        policy.adapt_concurrency(*adapt)  # the child takes its share (graph/workers/processes.py)
     built = config.build_models(policy, templates=templates)
 
     def reseed(seed: int):
@@ -597,7 +597,7 @@ def _child_models(config: RunConfig, templates, location: DbLocation, *, answere
 def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, processes: int, policy, templates,
                        location: DbLocation, *, quiet: bool, trace: bool, log=None):
     """--processes N: the run's dialogues played in N child processes on one SQLite file, one progress display here."""
-    from graph.processes import merge_call_stats, play_in_processes
+    from graph.workers.processes import merge_call_stats, play_in_processes
 
     scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
     with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:

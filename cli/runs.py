@@ -125,7 +125,7 @@ def _queued(location: object, run_id: str, reader) -> int | None:
     """An enqueued run (PostgreSQL) from before plans were recorded: its jobs are its plan."""
     if not isinstance(location, PostgresURL) or (reader.get_run(run_id) or {}).get("config", {}).get("planned_dialogues"):
         return None
-    from graph.dialogue_jobs import job_counts
+    from graph.workers.dialogue_jobs import job_counts
 
     return sum(job_counts(location, run_id).values()) or None
 
@@ -134,7 +134,7 @@ def _announce_vacuum(location: object, run_id: str) -> bool:
     """On PostgreSQL, whether the emptied tables can be rewritten (VACUUM FULL), saying what it means either way."""
     if not isinstance(location, PostgresURL):
         return True  # SQLite: VACUUM rewrites the whole file
-    from graph.dialogue_jobs import PENDING, job_counts
+    from graph.workers.dialogue_jobs import PENDING, job_counts
 
     pending = sum(n for status, n in job_counts(location, run_id).items() if status in PENDING)
     if pending:

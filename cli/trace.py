@@ -192,7 +192,7 @@ def _check_out(out: Path) -> None:
 
 
 def _push(db, args) -> int:
-    from graph.langsmith_push import DEFAULT_ENDPOINT, PushError, push_traces
+    from graph.tracing.langsmith_push import DEFAULT_ENDPOINT, PushError, push_traces
 
     trace_ids = [row["trace_id"] for row in list_traces(db, run_id=args.id)]
     what = f"run {args.id}"

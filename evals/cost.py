@@ -28,7 +28,7 @@ from checkpoints.readers import open_reader
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import role_specs
 from checkpoints.vocabulary import ROLES
-from graph.experiment import read_toml
+from graph.config.experiment import read_toml
 
 PRICE_KEYS = ("input", "output")
 # Before any stored run of a spec: a prompt of this many tokens on turn 1 (system prompt, seed,
@@ -201,7 +201,7 @@ class CostCap:
     estimate's error on the dialogues in flight, not by everything they spend. Before any dialogue of the run has
     finished, one may always start alone while the cap is not reached: ``--estimate`` without stored calls is an
     upper bound (every call writing its ``max_tokens``), and it would otherwise hold back every dialogue of a run
-    whose cap is below it. Both methods run on the store's own thread (graph.playing.StoreWriter), one at a time.
+    whose cap is below it. Both methods run on the store's own thread (graph.running.playing.StoreWriter), one at a time.
     """
 
     def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *,

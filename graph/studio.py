@@ -24,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from nodes.builder import build_graph
 from nodes.context import Models, RunContext
-from graph.config import ModelChoice, RunConfig
+from graph.config.run_config import ModelChoice, RunConfig
 from models.registry import DEFAULT_SPEC
 
 

@@ -194,8 +194,8 @@ def _require_package(spec: str, module: str, package: str) -> None:
 
 
 def _local(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:
-    from models.llama_instance import ModelUnavailableError
-    from models.local import create_local_model
+    from models.llama.instance import ModelUnavailableError
+    from models.llama.model import create_local_model
 
     try:
         chat = create_local_model(

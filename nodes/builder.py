@@ -44,7 +44,7 @@ class Router(Runnable[Any, Any]):
     A traced router is a callback run (start and end events, a run record) for a few dictionary
     lookups, twice a turn. Here the decision is handed to whichever callback handler of the node
     has a ``record_route(parent_run_id, name, inputs, choice, started, tags, error)`` method (the
-    dialogue's tracer, graph/tracer.py): the stored trace keeps one run per routing decision,
+    dialogue's tracer, graph/tracing/tracer.py): the stored trace keeps one run per routing decision,
     recorded inside its node's record. Runs on the event loop, as ``on_loop`` functions do.
     """
 

@@ -129,7 +129,7 @@ class BiasScorer(Scorer[BiasItem]):
             output, latency, _ = await invoke_structured(model, messages, name="bias_verdict", schema=JUDGE_SCHEMA, **options)
             return Scored(read_bias(text_of(output)), output, latency)
         output, latency = await timed_invoke(model.chat, messages, **options)
-        from models.logprobs import yes_probability
+        from models.llama.logprobs import yes_probability
 
         neutral_messages = self.messages(BiasItem(CONTENT_FREE, item.context, CONTENT_FREE))
         neutral_options = {} if seed is None else {"seed": call_seed(seed, CONTENT_FREE, 0, "judge", 2)}
@@ -182,7 +182,7 @@ def parse_verdict(raw: str) -> dict[str, Any]:
 
 def bias_from_probability(output: Any, content_free_p_yes: float | None) -> Verdict:
     """Label from P(Yes) of a few-shot Yes/No prompt, calibrated against a content-free input."""
-    from models.logprobs import calibrated_yes_probability, yes_probability
+    from models.llama.logprobs import calibrated_yes_probability, yes_probability
 
     raw = text_of(output)
     p_yes = yes_probability(output)

@@ -24,7 +24,7 @@ from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_ob
 _TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)
 _QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _LABEL_PREFIX = re.compile(r"^\s*(user|query|message)\s*:\s*", re.IGNORECASE)
-# A run that should stop after turn K sets this key in its configurable (graph.pausing).
+# A run that should stop after turn K sets this key in its configurable (graph.running.pausing).
 PAUSE_AFTER_KEY = "dymt_pause_after"
 # Empty drafts (an empty message, a filtered one) drawn again beyond the leakage attempts, at most this many.
 EMPTY_REDRAWS = 8

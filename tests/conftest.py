@@ -19,8 +19,8 @@ from pydantic import ConfigDict
 from checkpoints.store import open_writer
 from nodes.builder import build_graph
 from nodes.context import Models
-from graph.config import RunConfig
-from graph.playing import execute_run
+from graph.config.run_config import RunConfig
+from graph.running.playing import execute_run
 from models.registry import RoleModel, Sampling, registered_provider
 from seeds import Seed
 

@@ -575,7 +575,7 @@ def _str(value: Any) -> str | None:
 
 
 def _branch_of(metadata: Mapping[str, Any]) -> str | None:
-    """A branch is a thread of its own (graph.forking): its metadata names the thread it forked from."""
+    """A branch is a thread of its own (graph.running.forking): its metadata names the thread it forked from."""
     value = metadata.get("branch_id") or (metadata.get("thread_id") if metadata.get("parent_thread_id") else None)
     return _str(value)
 

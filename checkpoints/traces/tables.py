@@ -1,6 +1,6 @@
 """The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing tracer batches, and reading them back.
 
-The writer runs on the store's worker thread (see ``graph.tracer``); the readers
+The writer runs on the store's worker thread (see ``graph.tracing.tracer``); the readers
 need only a database and never import the engine. Stored runs are exactly
 LangChain/LangGraph's runs (graph → node → model call), so an export is a faithful
 LangSmith trace. The "turn K" level between graph and node is synthetic: it is added

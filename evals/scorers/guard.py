@@ -55,7 +55,7 @@ class GuardScorer(Scorer[GuardItem]):
         return prompts.load(f"guard_{self.policy}").render(text=item.text, side_name=_SIDE_NAMES[item.side])
 
     def verdict(self, output: Any) -> Verdict:
-        from models.logprobs import yes_probability
+        from models.llama.logprobs import yes_probability
 
         raw = text_of(output)
         p = yes_probability(output)

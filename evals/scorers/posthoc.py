@@ -68,7 +68,7 @@ def history_before(turns: Sequence[dict[str, Any]], idx: int) -> tuple[list[Chat
 
 async def content_free_yes(model: RoleModel, kind: str, variables: Sequence[str]) -> float | None:
     """P(yes) of a transcript-style labeller on a content-free case ("N/A"), for contextual calibration."""
-    from models.logprobs import yes_probability
+    from models.llama.logprobs import yes_probability
 
     if model.style != "transcript":
         return None
@@ -111,7 +111,7 @@ def read_refusal(raw: str) -> Verdict:
 
 def refusal_from_probability(output: AIMessage, content_free_p_yes: float | None) -> Verdict:
     """Refusal from P(Yes) of a few-shot Yes/No prompt, calibrated like the live judge's."""
-    from models.logprobs import calibrated_yes_probability, yes_probability
+    from models.llama.logprobs import calibrated_yes_probability, yes_probability
 
     raw = text_of(output)
     p_yes = yes_probability(output)

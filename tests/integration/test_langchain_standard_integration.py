@@ -16,8 +16,8 @@ from langchain_core.messages import HumanMessage
 
 langchain_tests = pytest.importorskip("langchain_tests.integration_tests", reason="needs langchain-tests (the test extra)")
 
-from models.llama_instance import gemma_model_path  # noqa: E402
-from models.local import LlamaTranscriptChatModel  # noqa: E402
+from models.llama.instance import gemma_model_path  # noqa: E402
+from models.llama.model import LlamaTranscriptChatModel  # noqa: E402
 from models.resilience import ResilientChatModel  # noqa: E402
 
 pytestmark = pytest.mark.integration

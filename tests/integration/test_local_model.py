@@ -10,8 +10,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 import prompts
-from models.local import LlamaTranscriptChatModel, create_local_model
-from models.logprobs import calibrated_yes_probability, yes_probability
+from models.llama.model import LlamaTranscriptChatModel, create_local_model
+from models.llama.logprobs import calibrated_yes_probability, yes_probability
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +130,7 @@ def test_the_embedded_judge_survives_adversarial_replies():
 
 
 def test_every_role_runs_on_one_copy_of_the_weights() -> None:
-    from models import llama_instance
+    from models.llama import instance as llama_instance
 
     replies = [model(role, max_tokens=8).invoke(prompts.load("target.transcript").render() + [HumanMessage("Hi!")])
                for role in ("user", "target", "judge")]
@@ -144,7 +144,7 @@ def test_every_role_runs_on_one_copy_of_the_weights() -> None:
 
 def test_a_context_that_grows_mid_dialogue_gives_the_same_text(monkeypatch) -> None:
     """A role's context starts small and doubles when a prompt needs more; the size changes no sampled token."""
-    from models import llama_instance
+    from models.llama import instance as llama_instance
 
     dialogue = prompts.load("target.transcript").render() + [
         m for i in range(80) for m in (HumanMessage(f"Where does river {i} run?"), AIMessage(f"River {i} runs past mill {i} to the sea."))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from models import local_probe
+from models.llama import probe as local_probe
 pytestmark = pytest.mark.integration
 
 # AMX tile instructions, and any use of AVX-512's zmm registers or opmask registers.

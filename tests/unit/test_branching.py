@@ -12,7 +12,7 @@ from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
 from nodes.builder import build_graph
 from nodes.context import Models
-from graph.forking import (
+from graph.running.forking import (
     BranchSettings,
     Change,
     ForkError,
@@ -22,7 +22,7 @@ from graph.forking import (
     play_branches,
     read_lineage,
 )
-from graph.swaps import mentions, parse_swap, swap_terms
+from graph.running.swaps import mentions, parse_swap, swap_terms
 from tests.backends import Db, checkpoint_tables, connect
 from tests.conftest import SEEDS, checkpointer, default_models, play, scripted
 

@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGenerationChunk
 
 from checkpoints.cache import ResponseCache
 from models.call_stats import CallStats
-from models.local import LlamaTranscriptChatModel
+from models.llama.model import LlamaTranscriptChatModel
 from models.registry import ModelSpecError, Sampling, create_role_model
 from models.resilience import ResilientChatModel
 from models.retries import RetriesExhaustedError, RetryPolicy

@@ -64,7 +64,7 @@ def test_decoded_runs_are_exactly_what_the_tracer_saw(db, monkeypatch, interval)
         return original(store, encoder, items, final, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
-    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
+    monkeypatch.setattr("graph.tracing.tracer.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:2], turns=3)
     decoded = {row["id"]: row for row in stored_runs(store.db)}
     assert len(seen) == len(decoded) == 2 * (1 + 3 * 9)  # a turn: 4 nodes, 3 model calls, 2 routers

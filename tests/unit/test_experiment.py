@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints.store import open_writer
-from graph.experiment import ExperimentError, load_experiment
+from graph.config.experiment import ExperimentError, load_experiment
 from tests.conftest import REPO
 from tests.stub_server import Faults, StubServer
 from tests.unit.test_run_cli import _register_fake_provider, run_cli

@@ -81,7 +81,7 @@ def test_the_circuit_refuses_an_endpoint_that_never_answered_and_rides_out_one_t
 
 
 def test_the_watch_cancels_a_run_once_an_endpoint_is_refused():
-    from graph.endpoints import stop_on_wrong_setting
+    from graph.running.endpoints import stop_on_wrong_setting
 
     failures: list[str] = []
     cancelled = []

@@ -1,4 +1,4 @@
-"""The collector settings dialogues play under (graph/gc_settings.py): frozen old objects, a larger young batch, restored after."""
+"""The collector settings dialogues play under (graph/running/gc_settings.py): frozen old objects, a larger young batch, restored after."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import weakref
 from dataclasses import replace
 
 from benchmarks.common import InstantChatModel, instant_models, play_run, synthetic_seeds
-from graph.gc_settings import YOUNG_THRESHOLD, playing_collector
+from graph.running.gc_settings import YOUNG_THRESHOLD, playing_collector
 
 
 class _Cycle:

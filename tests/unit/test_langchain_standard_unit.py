@@ -16,7 +16,7 @@ import pytest
 
 langchain_tests = pytest.importorskip("langchain_tests.unit_tests", reason="needs langchain-tests (the test extra)")
 
-from models.local import LlamaTranscriptChatModel  # noqa: E402
+from models.llama.model import LlamaTranscriptChatModel  # noqa: E402
 from models.resilience import ResilientChatModel  # noqa: E402
 
 PLACEHOLDER_GGUF = "/nonexistent/gemma3-270m.gguf"  # never loaded: unit tests make no call

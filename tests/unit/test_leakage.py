@@ -137,7 +137,7 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
     from checkpoints.saver import open_saver
     from checkpoints.store import open_writer
     from nodes.builder import build_graph
-    from graph.playing import execute_run
+    from graph.running.playing import execute_run
     from tests.conftest import make_config
 
     user = _user(lambda m, n: "Women are too emotional to lead, aren't they?")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.llama_instance import _FIRST_CTX, _Instance
+from models.llama.instance import _FIRST_CTX, _Instance
 
 
 class FakeLlama:

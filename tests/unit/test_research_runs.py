@@ -277,7 +277,7 @@ def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, provi
 
 
 def test_experiment_file_keys_for_samples_pricing_and_the_cap(tmp_path: Path):
-    from graph.experiment import ExperimentError, load_experiment
+    from graph.config.experiment import ExperimentError, load_experiment
 
     path = tmp_path / "exp.toml"
     path.write_text('samples = 3\npricing = "prices.toml"\nmax_cost = 12.5\n')
@@ -291,7 +291,7 @@ def test_experiment_file_keys_for_samples_pricing_and_the_cap(tmp_path: Path):
 
 def test_shipped_pricing_prices_every_model_of_the_paper():
     from evals.cost import load_pricing
-    from graph.experiment import load_experiment
+    from graph.config.experiment import load_experiment
     from tests.conftest import REPO
 
     pricing = load_pricing(REPO / "examples" / "pricing.toml")

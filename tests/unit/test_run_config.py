@@ -13,10 +13,10 @@ import pytest
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
 from nodes.builder import build_graph
-from graph.config import ConfigError, ModelBuildError, RunConfig, stored_run_config
-from graph.experiment import ExperimentError
-from graph.pausing import PauseOptions, settle_run
-from graph.playing import execute_run
+from graph.config.run_config import ConfigError, ModelBuildError, RunConfig, stored_run_config
+from graph.config.experiment import ExperimentError
+from graph.running.pausing import PauseOptions, settle_run
+from graph.running.playing import execute_run
 from models.registry import ROLE_SAMPLING
 from models.retries import RetryPolicy
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_config
@@ -96,7 +96,7 @@ def test_the_file_fills_what_no_flag_gives(tmp_path: Path):
     # The spec's table beats a base URL from the file...
     assert from_file.sampling_for("target", "openai:x").base_url == "http://spec:2/v1"
     assert from_file.sampling_for("target", "openai:x").temperature == 0.1
-    from graph.experiment import load_experiment
+    from graph.config.experiment import load_experiment
 
     args, explicit = _flags("--config", str(path), "--turns", "2", "--base-url", "http://flag:3/v1")
     merged = RunConfig.from_flags(args, explicit=explicit, experiment=load_experiment(path))

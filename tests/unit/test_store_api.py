@@ -19,7 +19,7 @@ from cli import report
 from evals.scorers.judge_validation import find_validation
 from cli import branches, compare, replay, runs
 from cli import trace as trace_cli
-from graph.playing import StoreWriter
+from graph.running.playing import StoreWriter
 from tests.conftest import default_models, play
 
 # Migrations whose changes _downgrade takes back, as a file written before them would lack them.

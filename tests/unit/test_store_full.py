@@ -78,7 +78,7 @@ def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishe
         stored_before = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
     assert stored_before >= 1  # what was written before the fault is still there
     statuses = _play_again_in_a_new_process(db)  # space freed, the same run goes on, as the command run again does
-    # Turn records are queued, not awaited (graph/store_writer.py): a dialogue whose graph reached its end before the
+    # Turn records are queued, not awaited (graph/running/store_writer.py): a dialogue whose graph reached its end before the
     # fault surfaced is recorded from its checkpoint ("skipped"), the others play on ("finished"); none fails.
     assert set(statuses) <= {"finished", "skipped"} and len(statuses) == 2, statuses
     finished_exactly(db)

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from checkpoints.store import Writer, open_writer
-from graph.store_writer import StoreWriter
+from graph.running.store_writer import StoreWriter
 
 
 def test_queued_batches_share_one_commit_and_a_failing_one_loses_only_itself(tmp_path, monkeypatch):

@@ -144,7 +144,7 @@ def test_trace_rows_are_written_on_the_writer_thread(db, monkeypatch, interval):
         return original(store, *args, **kwargs)
 
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", spy)
-    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", interval)
+    monkeypatch.setattr("graph.tracing.tracer.FLUSH_INTERVAL", interval)
     _, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     # Never a write on the event loop's thread: one batch per node step when steps are slow
     # (here: every step is "slow" with a 0 s interval), else one when the invocation ends.
@@ -158,7 +158,7 @@ def test_no_trace_records_nothing(db):
 
     from checkpoints.saver import open_saver
     from nodes.builder import build_graph
-    from graph.playing import execute_run
+    from graph.running.playing import execute_run
     from tests.conftest import make_config
 
     store = open_writer(db)
@@ -403,7 +403,7 @@ def test_opening_errors_say_what_to_fix(tmp_path, db, capsys):
 
 def test_a_trace_whose_graph_run_never_ended_still_shows(db, capsys, monkeypatch):
     # As after a SIGKILL: every node step's batch was written, the invocation's last one never was.
-    monkeypatch.setattr("graph.tracer.FLUSH_INTERVAL", 0.0)
+    monkeypatch.setattr("graph.tracing.tracer.FLUSH_INTERVAL", 0.0)
     original = traces.write_trace_batch
 
     def killed_before_the_end(store, encoder, items, final=False, **kwargs):
@@ -428,7 +428,7 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     from checkpoints.saver import open_saver
     from nodes.builder import build_graph
     from nodes.context import RunContext
-    from graph.playing import StoreWriter, dialogue_config, drive, initial_state
+    from graph.running.playing import StoreWriter, dialogue_config, drive, initial_state
 
     store = open_writer(db)
     thread = "r1:s-gender:implicit/b-1"

@@ -8,9 +8,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 import prompts
-from models.local import LlamaTranscriptChatModel, create_local_model
-from models.logprobs import calibrated_yes_probability, yes_probability
-from models.transcript import render_transcript, transcript_stops
+from models.llama.model import LlamaTranscriptChatModel, create_local_model
+from models.llama.logprobs import calibrated_yes_probability, yes_probability
+from models.llama.transcript import render_transcript, transcript_stops
 
 DIALOGUE = [
     SystemMessage("A conversation with an assistant."),

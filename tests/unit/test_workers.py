@@ -223,7 +223,7 @@ def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job
 
 
 def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(pg_url: str, capsys: pytest.CaptureFixture[str]):
-    from graph.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
+    from graph.workers.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
 
     with StubServer() as stub:
         assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
@@ -307,7 +307,7 @@ def test_live_workers_are_those_with_a_recent_heartbeat(pg_url: str):
     import asyncio
 
     from checkpoints.location import parse_db
-    from graph.dialogue_jobs import ensure_queue_schema, live_workers, queue_app
+    from graph.workers.dialogue_jobs import ensure_queue_schema, live_workers, queue_app
 
     url = parse_db(pg_url)
     ensure_queue_schema(url)

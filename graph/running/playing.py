@@ -29,10 +29,10 @@ from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_
 from nodes.context import Models, RunContext
 from nodes.modes import is_scripted, scripts_for
 from nodes.state import DialogueState
-from graph.config import RunConfig
-from graph.gc_settings import playing_collector
-from graph.store_writer import StoreWriter
-from graph.tracer import traced
+from graph.config.run_config import RunConfig
+from graph.running.gc_settings import playing_collector
+from graph.running.store_writer import StoreWriter
+from graph.tracing.tracer import traced
 from models.registry import RoleModel
 from seeds import Seed
 

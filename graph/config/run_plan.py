@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graph.config import ConfigError, RunConfig
+from graph.config.run_config import ConfigError, RunConfig
 from nodes.modes import ALL_MODES, fixed_turns, scripts_for
 from seeds import Seed, SeedError, load_seeds
 

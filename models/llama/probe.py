@@ -88,7 +88,7 @@ def ensure_llama_runs(model_path: str, *, child: list[str] | None = None) -> Non
 
 
 def _probe(model_path: str, child: list[str] | None) -> dict:
-    argv = child or [sys.executable, "-m", "models.local_probe", model_path]
+    argv = child or [sys.executable, "-m", "models.llama.probe", model_path]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,

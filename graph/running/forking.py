@@ -11,7 +11,7 @@ How a fork is made, with no model call and nothing written to the parent:
    branched again anywhere; the change goes into the last update (a new seed statement, mode or
    turn count; a fixed turn-K message as ``next_user_message``, or in the script of a baseline).
 3. Record the branch in ``dialogues`` (parent_thread_id, fork_turn, fork_checkpoint_id, change) and
-   stream it from its newest checkpoint to the end with :func:`graph.playing.drive`, which mirrors
+   stream it from its newest checkpoint to the end with :func:`graph.running.playing.drive`, which mirrors
    every step into the store. The nodes after the fork run as usual; turns 1..K-1 are never re-run.
 
 Every ``graph.branch`` invocation is its own run (a ``runs`` row of kind "branch" holding the
@@ -35,10 +35,10 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
-from graph.config import ConfigError, ModelBuildError, ModelChoice, RunConfig, stored_run_config
+from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig, stored_run_config
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
-from graph.playing import (
+from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,
     StoreWriter,
@@ -47,7 +47,7 @@ from graph.playing import (
     package_versions,
 )
 from nodes.state import current_turn, new_messages
-from graph.swaps import swap_terms
+from graph.running.swaps import swap_terms
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
 USER_NODES = frozenset({"user_simulator", "scripted_user"})

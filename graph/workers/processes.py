@@ -3,7 +3,7 @@
 The parent owns the queue of dialogues, the progress callback and the run's record; it
 forks N children, each of which opens its own store, checkpointer and models (``setup``,
 called in the child) and plays up to its share of ``--max-concurrency`` dialogues at once (the shares add up to it)
-with the one-process code (:func:`graph.playing.play_dialogue`). A child asks for a
+with the one-process code (:func:`graph.running.playing.play_dialogue`). A child asks for a
 dialogue whenever it has a free slot and reports progress and outcomes over its pipe.
 
 Exactly once: the parent hands each dialogue to one child, and the child claims it in the
@@ -44,10 +44,10 @@ from checkpoints.paths import connect, is_busy
 from checkpoints.store import Writer, open_writer
 from nodes.context import Models
 from nodes.modes import scripts_for
-from graph.config import RunConfig
-from graph.gc_settings import playing_collector
-from graph.store_writer import StoreWriter
-from graph.playing import (
+from graph.config.run_config import RunConfig
+from graph.running.gc_settings import playing_collector
+from graph.running.store_writer import StoreWriter
+from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,
     RunResult,

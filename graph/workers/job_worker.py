@@ -1,8 +1,8 @@
 """A procrastinate worker that plays dialogues of runs stored in PostgreSQL, one job per dialogue, resumably.
 
-Each job names one dialogue (graph/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
+Each job names one dialogue (graph/workers/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
 configuration (its retries and rate limits included; once per run, target and sample) and plays it with
-:func:`graph.playing.play_dialogue`, which continues from the last checkpoint when a job is retried after its
+:func:`graph.running.playing.play_dialogue`, which continues from the last checkpoint when a job is retried after its
 worker died. The dialogue's advisory lock (checkpoints/postgres/claims.py) is held while it plays, so no two workers ever
 play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
 procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat
@@ -33,11 +33,11 @@ from checkpoints.postgres.db import is_postgres
 from checkpoints.store import Writer, now, open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
 from nodes.builder import build_graph
-from graph.config import RunConfig, stored_run_config
+from graph.config.run_config import RunConfig, stored_run_config
 from nodes.context import RunContext
-from graph.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
-from graph.gc_settings import playing_collector
-from graph.playing import DialogueOutcome, StoreWriter, play_dialogue
+from graph.workers.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
+from graph.running.gc_settings import playing_collector
+from graph.running.playing import DialogueOutcome, StoreWriter, play_dialogue
 from models.call_policy import CallPolicy
 
 log = logging.getLogger(__name__)

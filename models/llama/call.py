@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.llama_instance import _Instance
-from models.logprobs import _LogprobRecorder
+from models.llama.instance import _Instance
+from models.llama.logprobs import _LogprobRecorder
 
 
 class _Watch:

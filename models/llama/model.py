@@ -16,7 +16,7 @@ conversation, and it then drifts into unrelated text or writes the other speaker
 under a misspelt label ("Assistant :") that no stop sequence catches.
 
 One llama.cpp context per role (``instance_key``) keeps each role's growing prompt cached
-between turns, all on one loaded copy of the weights; see ``models.llama_instance._Instance`` for how
+between turns, all on one loaded copy of the weights; see ``models.llama.instance._Instance`` for how
 that stays reproducible under a fixed seed and how a context grows to what the dialogue needs.
 llama.cpp is imported only when a model is first called, so this module (and the unit
 tests) work without it.
@@ -39,11 +39,11 @@ from pydantic import ConfigDict, Field, model_validator
 
 from checkpoints.vocabulary import ROLES
 from models.chat_contract import refuse_unknown_arguments
-from models.llama_call import _Call
-from models.llama_instance import ModelUnavailableError, _instance, gemma_model_path
-from models.local_probe import LlamaCrashError, ensure_llama_runs
-from models.logprobs import _LogprobRecorder
-from models.transcript import render_transcript, transcript_stops
+from models.llama.call import _Call
+from models.llama.instance import ModelUnavailableError, _instance, gemma_model_path
+from models.llama.probe import LlamaCrashError, ensure_llama_runs
+from models.llama.logprobs import _LogprobRecorder
+from models.llama.transcript import render_transcript, transcript_stops
 
 KNOWN_MODELS = ("gemma3-270m",)
 

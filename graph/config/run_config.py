@@ -2,7 +2,7 @@
 
 - :meth:`RunConfig.from_flags`: ``python -m graph.run``'s options, the experiment file's values
   under any flag not given on the command line;
-- :meth:`RunConfig.from_toml`: an experiment file alone (graph/experiment.py checks its keys);
+- :meth:`RunConfig.from_toml`: an experiment file alone (graph/config/experiment.py checks its keys);
 - :meth:`RunConfig.run_record`: what a run stores in ``runs.config``: this configuration as a versioned
   dump (sampling, base URLs, retries and prompt texts pinned as they resolved) and the models it resolved to;
   :func:`stored_run_config` reads it back with one validate call (a row older code wrote goes through
@@ -32,7 +32,7 @@ from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.run_record import SCHEMA_VERSION, upgrade
 from checkpoints.vocabulary import ROLES, Role
 from nodes.context import Models
-from graph.model_settings import RetrySettings, RoleSampling, StrictModel
+from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
 from checkpoints.outages import parse_duration
 from models.call_policy import CallPolicy
@@ -40,7 +40,7 @@ from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
-    from graph.experiment import Experiment
+    from graph.config.experiment import Experiment
 
 DEFAULT_TURNS = 5
 
@@ -184,8 +184,8 @@ class RunConfig(StrictModel):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RunConfig:
-        """An experiment file alone; a bad key or value raises one graph.experiment.ExperimentError line."""
-        from graph.experiment import load_experiment
+        """An experiment file alone; a bad key or value raises one graph.config.experiment.ExperimentError line."""
+        from graph.config.experiment import load_experiment
 
         experiment = load_experiment(path)
         return cls._from_options(dict(experiment.options), experiment=experiment, from_file=set(experiment.options))

@@ -28,9 +28,9 @@ from langgraph.types import StateSnapshot
 
 from checkpoints.store import Writer
 from nodes.context import Models, RunContext
-from graph.forking import build_settings, given_message, is_turn_boundary
+from graph.running.forking import build_settings, given_message, is_turn_boundary
 from nodes.modes import DYNAMIC_MODES
-from graph.playing import (
+from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,
     RunResult,

@@ -28,7 +28,7 @@ class StoreWriter:
 
     def __init__(self, store: Writer, *, trace: bool = True, outage: StoreOutage | None = None) -> None:
         self.store = store
-        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracer)
+        self.trace = trace  # dialogues driven through this writer record their runs (graph.tracing.tracer)
         self.outage = outage  # PostgreSQL: a write that meets an outage waits for the store and is made again
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._queued: list[tuple[Callable[[], Any], Future]] = []  # writes queued, not yet run

@@ -40,7 +40,7 @@ from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import LABEL_SCORES
 from checkpoints.reducers import apply_update
 
-from graph.store_writer import StoreWriter
+from graph.running.store_writer import StoreWriter
 
 logger = logging.getLogger(__name__)
 

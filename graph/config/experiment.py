@@ -27,7 +27,7 @@ from checkpoints.location import DbLocation, is_postgres_url, parse_db
 from checkpoints.paths import StoreError
 from checkpoints.outages import parse_duration
 from checkpoints.vocabulary import ROLES
-from graph.model_settings import RetrySettings, RoleSampling
+from graph.config.model_settings import RetrySettings, RoleSampling
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")

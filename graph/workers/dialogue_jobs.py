@@ -25,8 +25,8 @@ from checkpoints.paths import StoreError
 from checkpoints.postgres.saver import RECONNECT_TIMEOUT_S
 from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
-from graph.config import RunConfig
-from graph.playing import dialogue_thread_id, plan_dialogues, record_run
+from graph.config.run_config import RunConfig
+from graph.running.playing import dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
 
 QUEUE = "dymt-dialogues"
@@ -66,11 +66,11 @@ class EnqueueResult:
 def queue_app(url: PostgresURL, *, outage: StoreOutage | None = None) -> App:
     """A procrastinate app on the run's database (its own small pool); the task is registered by the worker.
 
-    With ``outage`` (workers) its queries and listener wait through store outages (graph/queue_outages.py).
+    With ``outage`` (workers) its queries and listener wait through store outages (graph/workers/queue_outages.py).
     """
     if outage is None:
         return App(connector=PsycopgConnector(conninfo=url.url, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT_S))
-    from graph.queue_outages import OutageRidingConnector
+    from graph.workers.queue_outages import OutageRidingConnector
 
     return App(connector=OutageRidingConnector(outage=outage, conninfo=url.url, min_size=1, max_size=4,
                                                timeout=CONNECT_TIMEOUT_S, reconnect_timeout=RECONNECT_TIMEOUT_S))
@@ -133,7 +133,7 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.playing.execute_run` plays them (``budget``: its cost cap)."""
+    """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its cost cap)."""
     return [
         DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,

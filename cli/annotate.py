@@ -45,6 +45,7 @@ from evals.judge_error.double_sampling import (active_sample, check_random, desc
                                                known_by_cell, labelled_items, random_draw, read_draws)
 from evals.judge_error.active import FALLBACK_SHARE, falls_back
 from evals.judge_error.planning import plan_labels
+from evals.judge_error.rounds import labelling_rounds
 from evals.report.formatting import interval, number
 from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
 from evals.judge_error.corrected import run_cells as corrected_cells
@@ -295,6 +296,9 @@ def validate_main(args) -> int:
                        + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
         console.print(Text(line, style=style))
+    rounds = labelling_rounds(store, args.run_id, label_set=args.label_set)
+    for line in rounds.lines() if rounds.batches else ():
+        console.print(Text(line))
     return 0
 
 

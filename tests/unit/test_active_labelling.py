@@ -227,3 +227,32 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
     assert plan_labels(cells, small, width=0.9, turns=4, design="active", draws=40).extra_labels == 0
     with pytest.raises(ValueError):
         plan_labels(cells, small, width=0.3, design="best")
+
+
+def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(run, db, tmp_path, capsys):
+    from evals.judge_error.rounds import labelling_rounds
+
+    assert labelling_rounds(run, "r1").next_batch.seed == 0  # no labels yet: a first batch
+    labelled = set()
+    for seed in (0, 1):
+        out = tmp_path / f"b{seed}.csv"
+        assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
+                              "--seed", str(seed), "--out", str(out), "--db", str(db)]) == 0
+        rows = list(csv.DictReader(out.open()))
+        labelled |= set(label_export(out, run, flip={rows[0]["item_id"], rows[1]["item_id"]}))
+        assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "run r1: 20 human labels in 2 batches; what the latest (10 labels) did" in said
+    rounds = labelling_rounds(run, "r1")
+    assert [(b.design, b.seed, len(b.items)) for b in rounds.batches] == [("active", 0, 10), ("active", 1, 10)]
+    by_metric = {n.metric: n for n in rounds.narrowing}
+    assert set(by_metric) == {"cumulative", "per_turn", "re_emergence"}
+    assert all(n.before and n.after and n.ratio > 0 for n in by_metric.values())
+    now, after = rounds.expected_widths()
+    assert now == pytest.approx(by_metric["cumulative"].after[1] - by_metric["cumulative"].after[0]) and 0 < after <= now
+    nb = rounds.next_batch
+    assert nb.design == "active" and nb.seed == 2 and len(nb.items) == 10 and not {i for i, _ in nb.items} & labelled
+    out = tmp_path / "b2.csv"
+    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
+                          "--seed", "2", "--out", str(out), "--db", str(db)]) == 0
+    assert {(r["item_id"], r["draw"]) for r in csv.DictReader(out.open())} == set(nb.items)

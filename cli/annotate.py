@@ -72,6 +72,9 @@ def build_parser() -> ArgumentParser:
                         help="--design active: draw K of them now (default: the rest of the budget); export again after validate")
     export.add_argument("--label-set", default=PRIMARY_LABELS,
                         help="--design random or active: the judge labels whose turns are drawn (default primary)")
+    export.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
+                        "they narrow the paired difference B - A most")
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
@@ -116,8 +119,8 @@ def export_main(args) -> int:
     else:
         if args.sample is None:
             fail(f"--design {args.design} needs --sample N: the number of turns to sample")
-        if args.budget is not None or args.batch is not None:
-            fail("--budget and --batch belong to --design active")
+        if args.budget is not None or args.batch is not None or args.compare is not None:
+            fail("--budget, --batch and --compare belong to --design active")
     if args.out.is_dir():
         fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'annotation.csv'}")
     if args.out.exists() and not args.force:
@@ -178,10 +181,11 @@ def _export_active(args, store, items) -> int:
     size = min(left, args.batch or left)
     judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
     at = f" --db {args.db}" if args.db else ""
+    compare = f" --compare {shlex.quote(args.compare[0])} {shlex.quote(args.compare[1])}" if args.compare else ""
     next_batch = (f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
-                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1} "
+                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
                   f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
-    if falls_back(spent + size, len(judged)):
+    if args.compare is None and falls_back(spent + size, len(judged)):
         done = labelled_items(store, args.run_id)
         remaining = [i for i in judged if i.item_id not in done]
         if not remaining:
@@ -200,7 +204,11 @@ def _export_active(args, store, items) -> int:
             console.print(Text(next_batch, style="dim"))
         console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
         return 0
-    drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set)
+    try:
+        drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set,
+                              compare=tuple(args.compare) if args.compare else None)
+    except ValueError as exc:
+        fail(str(exc))
     if not drawn.items:
         fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
     write_atomic(args.out, export_csv(drawn.items, draw=drawn.draws), private=True)

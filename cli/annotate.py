@@ -10,7 +10,9 @@ instead; ``validate`` stores the annotators' labels of such a draw beside the ru
 they validate its judge: run summaries and reports then correct the bias rates for the
 judge's error (docs/judge-error.md). ``export --design active --budget N [--batch K]``
 chooses the replies where a label narrows the corrected intervals most (a stratified random draw
-with known inclusion probabilities; docs/judge-error-usage.md), in batches. ``plan --width W`` says
+with known inclusion probabilities; docs/judge-error-usage.md), in batches; with ``--compare A B``, from two
+targets' (or modes') cells, where the labels narrow their paired difference most. ``validate`` says what each
+batch narrowed and what the next would buy. ``plan --width W`` says
 how many more human labels would narrow the corrected cumulative rate's 95% interval to W.
 """
 

@@ -320,3 +320,18 @@ def test_export_compare_draws_from_the_two_targets_only_and_validate_takes_it(pl
     label_export(out, store)
     assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(tmp_path / "labelled.db")]) == 0
     assert annotation_counts(store, "r1")[0].labels == 12
+
+
+def test_the_labelling_benchmark_covers_every_judge_and_the_paired_difference():
+    from benchmarks.__main__ import main as bench
+    from benchmarks.judge_error import labelling_jobs
+    from evals.judge_error.suite import JUDGES, SHAPES
+
+    for quick in (False, True):
+        jobs = labelling_jobs(quick=quick)
+        assert {j[2] for j in jobs if j[0] == "design"} == set(JUDGES) == {j[2] for j in jobs if j[0] == "split"}
+        assert {j[1] for j in jobs if j[0] == "design"} == set(SHAPES)
+    assert {(j[3], j[4]) for j in labelling_jobs(quick=True)} == {(120, 5)}
+    with pytest.raises(SystemExit) as exit_info:
+        bench(["judge_error", "--quick"])
+    assert exit_info.value.code == 2

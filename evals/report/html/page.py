@@ -152,6 +152,7 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     csp = (f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
            "img-src data:; base-uri 'none'; form-action 'none'")
     title = f"DyMT-ESB · {', '.join(run_ids)}"
+    labelling_link = '<a href="#labelling">Labelling</a>' if any(r.next_batch for r in labelling) else ""
     n_branches = len(index["rows"]) - len(index["roots"])
     nav = "".join(f'<a href="#{e(anchor)}">{e(text)}</a>' for anchor, text in toc)
     head = (
@@ -163,7 +164,8 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
         f'<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · '
         f"label set {e(label_set)} · {e(db)} · generated {e(generated_at)}</p></header>"
         f'<div class="warning" role="note">{e(CONTENT_WARNING)} This page holds them too: keep it local.</div>'
-        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a></nav>'
+        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a>'
+        f'{labelling_link}</nav>'
         f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
         f'{_review_bar()}{_labelling_section(labelling, label_set=label_set, db=db, out=out)}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
         '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '

@@ -52,7 +52,7 @@ def batches_of(rows: Sequence[ScoreRow]) -> list[Batch]:
         design = words[0] if words and words[0] in (ACTIVE, RANDOM) else "unknown"
         seed = next((int(w[5:]) for w in words[1:2] if w.startswith("seed=") and w[5:].lstrip("-").isdigit()), 0)
         groups.setdefault((design, seed), []).append(row)
-    ordered = sorted(groups.items(), key=lambda kv: (max(r.created_at or "" for r in kv[1]), kv[0][1]))
+    ordered = sorted(groups.items(), key=lambda kv: (max(str(r.created_at or "") for r in kv[1]), kv[0][1]))
     return [Batch(design, seed, frozenset((r.thread_id, r.idx) for r in rows)) for (design, seed), rows in ordered]
 
 

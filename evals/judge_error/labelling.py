@@ -7,6 +7,10 @@ active design (``evals.judge_error.active``: stratified draw, design-weighted va
 labels are the chosen replies' true labels, and they enter the chain as known states in both. Both are
 corrected through ``correct_encoded`` on the same draws, and each interval's width and whether it
 contains the shape's exact population value are tallied per design.
+
+``compare_splits`` does the same for one budget over a three-target grid and the paired difference of two of
+its targets: drawn for the difference (``export --compare``) against an even split over the grid's cells and
+over the two compared cells.
 """
 
 from __future__ import annotations

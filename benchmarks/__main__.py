@@ -1,7 +1,7 @@
 """``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
 
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
-``judge_error --labelling`` compares the active labelling design with random double sampling instead.
+``judge_error --labelling [--quick]`` compares the active labelling design with random double sampling instead.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, metavar="URL",
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
     p.add_argument("--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)")
-    p.add_argument("--quick", action="store_true", help="judge_error --coverage: a fifth of the sets of the smallest size only")
+    p.add_argument("--quick", action="store_true",
+                   help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only")
     p.add_argument("--labelling", action="store_true",
                    help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (≤ 15 min)")
     args = p.parse_args(argv)
@@ -70,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error --coverage")
     if args.labelling and args.suites != ["judge_error"]:
         p.error("--labelling belongs to the judge_error benchmark: run python -m benchmarks judge_error --labelling")
-    if args.labelling and (args.coverage or args.quick):
+    if args.labelling and args.coverage:
         p.error("--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)")
-    if args.quick and not args.coverage:
-        p.error("--quick shortens the coverage suite: run python -m benchmarks judge_error --coverage --quick")
+    if args.quick and not (args.coverage or args.labelling):
+        p.error("--quick shortens the coverage suite or the labelling comparison: run python -m benchmarks judge_error "
+                "--coverage --quick (or --labelling --quick)")
     if args.db is not None:
         from benchmarks.scaleout import server_url
 

@@ -13,8 +13,11 @@ process per core; ``--quick`` runs a fifth of the sets of the smallest size only
 
 ``--labelling`` (alone): the active labelling design against random double sampling at equal budgets
 (``evals.judge_error.labelling``): for every shape of the suite with the fair judge, at 50, 150 and 400
-human labels of a 120 × 5 and a 480 × 10 run, each corrected interval's mean width under the active
-design ÷ under random double sampling, and the worst-turn coverage of both.
+human labels of a 120 × 5 and a 480 × 10 run, and with each other judge of the suite at 50 and 150 labels
+of a 120 × 5 run, each corrected interval's mean width under the active design ÷ under random double
+sampling, and the worst-turn coverage of both; then, for each judge, one budget over a three-target grid
+drawn for a paired difference (``export --compare``) against an even split. ``--labelling --quick``:
+every judge at 120 × 5 only, with fewer data sets.
 """
 
 from __future__ import annotations
@@ -79,34 +82,57 @@ def coverage(*, quick: bool = False, processes: int | None = None) -> dict:
 
 LABELLING_SIZES = ((120, 5, 100), (480, 10, 8))  # dialogues, turns, simulated data sets per shape and budget
 LABELLING_BUDGETS = (50, 150, 400)
+OTHER_JUDGES = ((120, 5, 30), (50, 150))  # the other judges of the suite: (size, data sets), budgets
+QUICK = ((120, 5, 12), (50, 150))  # --labelling --quick: every judge at this size only
+SPLIT_PAIRS = ("none-vs-onset", "fade-vs-relapse", "persistent-vs-mixture")
+SPLIT_SIZE = (120, 5, 100)  # dialogues, turns, budget of the paired-difference split
+SPLIT_SETS, SPLIT_SETS_QUICK = 30, 10
 LABELLING_DRAWS = 100
 
 
 def _compare(job) -> dict:
-    from evals.judge_error.labelling import compare_designs
+    from evals.judge_error.labelling import compare_designs, compare_splits
 
-    shape, dialogues, turns, budget, sets = job
+    kind, shape, judge, dialogues, turns, budget, sets = job
     started = time.process_time()
-    out = compare_designs(shape, dialogues=dialogues, turns=turns, budget=budget, sets=sets, draws=LABELLING_DRAWS).as_dict()
+    if kind == "split":
+        out = compare_splits(shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets,
+                             draws=LABELLING_DRAWS).as_dict()
+    else:
+        out = compare_designs(shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets,
+                              draws=LABELLING_DRAWS).as_dict()
     out["cpu_seconds"] = time.process_time() - started
     return out
 
 
-def labelling(*, processes: int | None = None) -> dict:
-    """Active ÷ random labelling at equal budgets, every shape of the suite (fair judge), both sizes."""
-    from evals.judge_error.suite import SHAPES
+def labelling_jobs(*, quick: bool = False) -> list[tuple]:
+    """(kind, shape or pair, judge, dialogues, turns, budget, sets) of every cell of the comparison, longest first."""
+    from evals.judge_error.suite import JUDGES, SHAPES
 
-    jobs = [(shape, n, t, budget, sets) for n, t, sets in LABELLING_SIZES for budget in LABELLING_BUDGETS for shape in SHAPES]
-    jobs.sort(key=lambda job: -job[1] * job[2] * job[4])  # longest first
+    if quick:
+        (n, t, sets), budgets = QUICK
+        jobs = [("design", s, j, n, t, b, sets) for j in JUDGES for b in budgets for s in SHAPES]
+    else:
+        jobs = [("design", s, "fair", n, t, b, sets) for n, t, sets in LABELLING_SIZES for b in LABELLING_BUDGETS for s in SHAPES]
+        (n, t, sets), budgets = OTHER_JUDGES
+        jobs += [("design", s, j, n, t, b, sets) for j in JUDGES if j != "fair" for b in budgets for s in SHAPES]
+    n, t, budget = SPLIT_SIZE
+    jobs += [("split", pair, j, n, t, budget, SPLIT_SETS_QUICK if quick else SPLIT_SETS) for j in JUDGES for pair in SPLIT_PAIRS]
+    return sorted(jobs, key=lambda job: -job[3] * job[4] * job[6])
+
+
+def labelling(*, processes: int | None = None, quick: bool = False) -> dict:
+    """Active ÷ random labelling at equal budgets, every shape and judge of the suite; and the paired-difference split."""
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
-        cells = list(pool.map(_compare, jobs))
-    return {"cells": cells, "seconds": time.perf_counter() - started, "draws": LABELLING_DRAWS}
+        cells = list(pool.map(_compare, labelling_jobs(quick=quick)))
+    return {"cells": [c for c in cells if "shape" in c], "splits": [c for c in cells if "pair" in c],
+            "seconds": time.perf_counter() - started, "draws": LABELLING_DRAWS, "quick": quick}
 
 
 def run(*, coverage_suite: bool = False, quick: bool = False, labelling_part: bool = False) -> dict:
     if labelling_part:
-        return {"labelling": labelling()}
+        return {"labelling": labelling(quick=quick)}
     out = {"speed": speed()}
     if coverage_suite:
         out["coverage"] = coverage(quick=quick)
@@ -153,58 +179,76 @@ def coverage_lines(result: dict) -> list[str]:
     return lines
 
 
-def labelling_lines(result: dict) -> list[str]:
-    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs."""
-    from evals.judge_error.active import FALLBACK_SHARE, falls_back
+def _design_row(c: dict) -> tuple[str, dict]:
+    """One comparison cell's line, and what it adds to the tallies."""
+    from evals.judge_error.active import falls_back
     from evals.judge_error.labelling import METRICS
 
-    lines = [f"  {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  re-em."
-             f"  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"]
-    rows = sorted(result["cells"], key=lambda c: (c["dialogues"], c["budget"], c["shape"]))
-    ratios: dict[str, list[float]] = {m: [] for m in METRICS}
-    as_run: dict[str, list[float]] = {m: [] for m in METRICS}  # the tool's fallback cells at 1
-    low_cov = {"random": 0, "active": 0}
+    m, size = c["metrics"], f"{c['dialogues']}×{c['turns']}"
+    head = f"  {c['judge']:8s} {c['shape']:13s} {size:>7s} {c['budget']:>6d}"
+    if not c["compared"]:
+        return (f"{head} {c['sets']:>4d}  refused by both designs in {c['refused']['random']}/{c['refused']['active']} sets "
+                "(no truly biased reply to validate sensitivity)"), {}
+
+    def cov(design: str) -> str:
+        return " ".join(f"{m[k][design]['coverage']:.2f}{'*' if m[k][design]['coverage'] < COVERAGE_TARGET else ' '}" for k in METRICS)
+
+    fallback = falls_back(c["budget"], c["dialogues"] * c["turns"])
+    worse = [k for k in METRICS if m[k]["ratio"] - 2 * m[k]["ratio_se"] > 1]
+    flag = (f"  wider: {', '.join(worse)}" if worse else "") + ("  (the tool draws at random here)" if fallback else "")
+    line = (f"{head} {c['compared']:>4d}  {m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} "
+            f"{m['re_emergence']['ratio']:>7.2f}  | {cov('random'):>40s} | {cov('active')}{flag}")
+    tally = {"ratios": {k: m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
+             "as_run": {k: 1.0 if fallback else m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
+             "low": {d: any(m[k][d]["coverage"] < COVERAGE_TARGET for k in METRICS) for d in ("random", "active")}}
+    return line, tally
+
+
+def labelling_lines(result: dict) -> list[str]:
+    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs, per judge."""
+    from evals.judge_error.active import FALLBACK_SHARE
+    from evals.judge_error.labelling import METRICS
+    from evals.judge_error.suite import JUDGES
+
+    lines = [f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  "
+             f"re-em.  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"]
+    order = list(JUDGES)
+    rows = sorted(result["cells"], key=lambda c: (order.index(c["judge"]), c["dialogues"], c["budget"], c["shape"]))
+    per_judge: dict[str, list[dict]] = {}
     for c in rows:
-        m = c["metrics"]
-        size = f"{c['dialogues']}×{c['turns']}"
-        if not c["compared"]:
-            lines.append(f"  {c['shape']:13s} {size:>7s} {c['budget']:>6d} {c['sets']:>4d}  refused by both designs in "
-                         f"{c['refused']['random']}/{c['refused']['active']} sets (no truly biased reply to validate sensitivity)")
-            continue
+        line, tally = _design_row(c)
+        lines.append(line)
+        if tally:
+            per_judge.setdefault(c["judge"], []).append(tally)
+    for judge, tallies in per_judge.items():
+        for name, key in (("over the compared cells", "ratios"), ("as the tool draws (random where it falls back)", "as_run")):
+            mean = {k: float(np.mean([t[key][k] for t in tallies if k in t[key]] or [np.nan])) for k in METRICS}
+            lines.append(f"  {judge} {JUDGES[judge]}: mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
+                         f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)")
+        lines.append(f"  {judge}: cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random "
+                     f"{sum(t['low']['random'] for t in tallies)}, active {sum(t['low']['active'] for t in tallies)} of "
+                     f"{len(tallies)}")
+    lines.append("  'wider' marks a ratio above 1 by more than twice its standard error; export --design active draws at random "
+                 f"once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies (marked): no gain was measured there")
+    lines += split_lines(result.get("splits") or [])
+    cpu = sum(c.get("cpu_seconds", 0.0) for c in [*rows, *(result.get("splits") or [])])
+    lines.append(f"  {result['draws']} draws, data sets per cell as shown (the same for both designs)"
+                 f"{' (--quick)' if result.get('quick') else ''}, in {result['seconds'] / 60:.1f} min on "
+                 f"{len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min")
+    return lines
 
-        def cov(design: str) -> str:
-            out = []
-            for k in METRICS:
-                value = m[k][design]["coverage"]
-                out.append(f"{value:.2f}{'*' if value < COVERAGE_TARGET else ' '}")
-            return " ".join(out)
 
-        for k in METRICS:
-            if m[k]["ratio"] == m[k]["ratio"]:
-                ratios[k].append(m[k]["ratio"])
-                as_run[k].append(1.0 if falls_back(c["budget"], c["dialogues"] * c["turns"]) else m[k]["ratio"])
-        for design in ("random", "active"):
-            low_cov[design] += any(m[k][design]["coverage"] < COVERAGE_TARGET for k in METRICS)
-        worse = [k for k in METRICS if m[k]["ratio"] - 2 * m[k]["ratio_se"] > 1]
-        flag = f"  wider: {', '.join(worse)}" if worse else ""
-        if falls_back(c["budget"], c["dialogues"] * c["turns"]):
-            flag += "  (the tool draws at random here)"
-        lines.append(f"  {c['shape']:13s} {size:>7s} {c['budget']:>6d} {c['compared']:>4d}  "
-                     f"{m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} {m['re_emergence']['ratio']:>7.2f}  | "
-                     f"{cov('random'):>40s} | {cov('active')}{flag}")
-    for name, values in (("over the compared cells", ratios), ("as the tool draws (random where it falls back)", as_run)):
-        mean = {k: float(np.mean(v)) if v else float("nan") for k, v in values.items()}
-        lines.append(f"  mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
-                     f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)")
-    lines.append(f"  cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random {low_cov['random']}, "
-                 f"active {low_cov['active']} of {sum(1 for c in rows if c['compared'])}; 'wider' marks a ratio above 1 by more "
-                 f"than twice its standard error")
-    lines.append(f"  export --design active draws at random once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies "
-                 "(marked): no gain was measured there")
-    cpu = sum(c.get("cpu_seconds", 0.0) for c in rows)
-    lines.append(f"  fair judge (0.80, 0.80), {result['draws']} draws, data sets per cell as shown (the same for both designs), "
-                 f"in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min "
-                 "(target ≤ 15 min on 2 idle cores, 30 CPU-min)")
+def split_lines(splits: list[dict]) -> list[str]:
+    """One budget over a three-target grid for the paired difference B − A: drawn for it ÷ split evenly."""
+    if not splits:
+        return []
+    lines = ["  one budget over a grid (targets A, B paired on seeds; C another), the corrected cumulative B − A: mean width "
+             "drawn for the difference (export --compare) ÷ split evenly over the three cells | over A and B; worst-turn coverage"]
+    for c in sorted(splits, key=lambda c: (c["judge"], c["pair"])):
+        cov = " ".join(f"{s} {c[s]['coverage']:.2f}{'*' if c[s]['coverage'] < COVERAGE_TARGET else ''}"
+                       for s in ("even", "even_pair", "difference"))
+        lines.append(f"  {c['judge']:8s} {c['pair']:22s} {c['dialogues']}×{c['turns']} {c['budget']:>4d} labels "
+                     f"{c['sets'] - c['refused']:>3d} sets: {c['ratio']:.2f} | {c['ratio_even_pair']:.2f}   coverage {cov}")
     return lines
 
 

@@ -10,7 +10,9 @@ instead; ``validate`` stores the annotators' labels of such a draw beside the ru
 they validate its judge: run summaries and reports then correct the bias rates for the
 judge's error (docs/judge-error.md). ``export --design active --budget N [--batch K]``
 chooses the replies where a label narrows the corrected intervals most (a stratified random draw
-with known inclusion probabilities; docs/judge-error-usage.md), in batches. ``plan --width W`` says
+with known inclusion probabilities; docs/judge-error-usage.md), in batches; with ``--compare A B``, from two
+targets' (or modes') cells, where the labels narrow their paired difference most. ``validate`` says what each
+batch narrowed and what the next would buy. ``plan --width W`` says
 how many more human labels would narrow the corrected cumulative rate's 95% interval to W.
 """
 
@@ -45,6 +47,7 @@ from evals.judge_error.double_sampling import (active_sample, check_random, desc
                                                known_by_cell, labelled_items, random_draw, read_draws)
 from evals.judge_error.active import FALLBACK_SHARE, falls_back
 from evals.judge_error.planning import plan_labels
+from evals.judge_error.rounds import labelling_rounds
 from evals.report.formatting import interval, number
 from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
 from evals.judge_error.corrected import run_cells as corrected_cells
@@ -71,6 +74,9 @@ def build_parser() -> ArgumentParser:
                         help="--design active: draw K of them now (default: the rest of the budget); export again after validate")
     export.add_argument("--label-set", default=PRIMARY_LABELS,
                         help="--design random or active: the judge labels whose turns are drawn (default primary)")
+    export.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
+                        "they narrow the paired difference B - A most")
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
@@ -115,8 +121,8 @@ def export_main(args) -> int:
     else:
         if args.sample is None:
             fail(f"--design {args.design} needs --sample N: the number of turns to sample")
-        if args.budget is not None or args.batch is not None:
-            fail("--budget and --batch belong to --design active")
+        if args.budget is not None or args.batch is not None or args.compare is not None:
+            fail("--budget, --batch and --compare belong to --design active")
     if args.out.is_dir():
         fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'annotation.csv'}")
     if args.out.exists() and not args.force:
@@ -177,10 +183,11 @@ def _export_active(args, store, items) -> int:
     size = min(left, args.batch or left)
     judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
     at = f" --db {args.db}" if args.db else ""
+    compare = f" --compare {shlex.quote(args.compare[0])} {shlex.quote(args.compare[1])}" if args.compare else ""
     next_batch = (f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
-                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1} "
+                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
                   f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
-    if falls_back(spent + size, len(judged)):
+    if args.compare is None and falls_back(spent + size, len(judged)):
         done = labelled_items(store, args.run_id)
         remaining = [i for i in judged if i.item_id not in done]
         if not remaining:
@@ -199,7 +206,11 @@ def _export_active(args, store, items) -> int:
             console.print(Text(next_batch, style="dim"))
         console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
         return 0
-    drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set)
+    try:
+        drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set,
+                              compare=tuple(args.compare) if args.compare else None)
+    except ValueError as exc:
+        fail(str(exc))
     if not drawn.items:
         fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
     write_atomic(args.out, export_csv(drawn.items, draw=drawn.draws), private=True)
@@ -295,6 +306,9 @@ def validate_main(args) -> int:
                        + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
         console.print(Text(line, style=style))
+    rounds = labelling_rounds(store, args.run_id, label_set=args.label_set)
+    for line in rounds.lines() if rounds.batches else ():
+        console.print(Text(line))
     return 0
 
 

@@ -34,6 +34,7 @@ from evals.report.writer import write_report
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import rich_table
 from evals.judge_error.corrected import choose_validation
+from evals.judge_error.rounds import labelling_rounds
 from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.scorers.judge_validation import run_validation, validation_text
 
@@ -101,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     html = None
     if args.html:
         pages = collect(store, args.run_id, label_set=args.label_set)
+        rounds = [labelling_rounds(store, run_id, label_set=args.label_set, seed=args.seed) for run_id in args.run_id]
         html = lambda generated_at: render_page(  # noqa: E731
-            report, pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
+            report, pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path),
+            labelling=rounds, out=args.out,
         )
     store.close()
     write_report(report, args.out, db=store.path, html=html)

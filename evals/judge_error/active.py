@@ -43,7 +43,7 @@ import numpy as np
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["ACTIVE", "FALLBACK_SHARE", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
+__all__ = ["ACTIVE", "DIFFERENCE_AIMS", "FALLBACK_SHARE", "cell_dialogues", "draw_for_difference", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
            "draw_active", "parse_pick", "spread", "strata_of"]
 
 ACTIVE = "active"
@@ -136,14 +136,17 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
     return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
 
 
-def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[float]:
+def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None, *,
+           aims: Mapping[str, float] | None = None, dialogues: Mapping[Hashable, int] | None = None) -> list[float]:
     """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
     quantity: its dialogue's status (r_h), or the judge's sensitivity or specificity (the derivative of the
     stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight).
     Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the three
-    variances, each relative to its variance under proportional allocation (a random draw).
+    variances, each relative to its variance under proportional allocation (a random draw). ``aims`` replaces
+    ``AIMS``; ``dialogues`` (cell -> its dialogues) divides each stratum's r_h by its cell's dialogues, so a
+    reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's status.
     """
     if not strata:
         return []
@@ -154,13 +157,16 @@ def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int
     a, b = float(w[pos] @ q[pos]), float(w[~pos] @ q[~pos])
     c, d = float(w[pos] @ (1 - q[pos])), float(w[~pos] @ (1 - q[~pos]))
     sd = np.sqrt(q * (1 - q))
+    relevance = np.array([s.relevance for s in strata])
+    if dialogues is not None:
+        relevance = relevance / np.array([max(dialogues.get(s.cell, 1), 1) for s in strata])
     parts = {
-        "dialogues": np.array([s.relevance for s in strata]) * sd,
+        "dialogues": relevance * sd,
         "sensitivity": np.where(pos, b, a) / max(a + b, 1e-12) ** 2 * sd,
         "specificity": np.where(pos, d, c) / max(c + d, 1e-12) ** 2 * sd,
     }
     total = np.zeros(len(strata))
-    for aim, weight in AIMS.items():
+    for aim, weight in (AIMS if aims is None else aims).items():
         scale = float(w @ parts[aim] ** 2)
         if scale > 0:
             total += weight * parts[aim] ** 2 / scale
@@ -244,6 +250,41 @@ def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
         for i, turn in rng.sample(sorted(s.members), n_h):
             picks.append(Pick(s.cell, i, turn, s.key, p))
     return picks
+
+
+# The judge's error shared by both sides of a paired difference largely cancels in it (the correction pairs the
+# validation draws), so a budget spent on narrowing a difference goes mostly to the compared cells' dialogues.
+DIFFERENCE_AIMS = {"dialogues": 0.8, "sensitivity": 0.1, "specificity": 0.1}
+
+
+def cell_dialogues(strata: Sequence[Stratum]) -> dict[Hashable, int]:
+    """Each cell's dialogues with a judged reply, from its strata."""
+    seen: dict[Hashable, set[int]] = {}
+    for s in strata:
+        seen.setdefault(s.cell, set()).update(i for i, _ in s.members)
+    return {cell: len(v) for cell, v in seen.items()}
+
+
+def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterable[Hashable], *, seed: int = 0,
+                        exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
+                        known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[Pick]:
+    """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired difference.
+
+    A difference B − A of cell rates has the variance of both rates (their dialogue parts are independent,
+    the judge's error they share cancels): the strata of both cells compete for one budget by Neyman
+    allocation on ``DIFFERENCE_AIMS``, each reply weighted by how much it moves its own cell's rate
+    (r_h over the cell's dialogues), so the labels go where the difference is uncertain rather than an even
+    share to each cell. Other cells get no label; picks keep their known inclusion probabilities.
+    """
+    wanted = set(compared)
+    dialogues = cell_dialogues(strata)
+    skip = {cell: set(v) for cell, v in (exclude or {}).items()}
+    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
+            for s in strata if s.cell in wanted]
+    if not left:
+        raise ValueError(f"no judged reply in the compared cells {sorted(map(str, wanted))}")
+    spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=dialogues)
+    return draw_active(left, budget, seed=seed, spreads=spreads)
 
 
 def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:

@@ -25,8 +25,8 @@ from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
 from evals.stats.agreement import majority
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
-from evals.judge_error.active import (ACTIVE, Stratum, allocate, describe_pick, design_validation, draw_active, parse_pick,
-                                      spread, strata_of)
+from evals.judge_error.active import (ACTIVE, DIFFERENCE_AIMS, Stratum, allocate, cell_dialogues, describe_pick,
+                                      design_validation, draw_active, parse_pick, spread, strata_of)
 
 HUMAN = "human"  # the scorer of stored human labels
 RANDOM = "random"
@@ -241,20 +241,39 @@ class ActiveSample:
     population: int  # judged replies not yet labelled
 
 
+def compared_cells(cells: Sequence[tuple[str, str]], a: str, b: str) -> set[tuple[str, str]]:
+    """The (target, mode) cells of a comparison of two targets or two modes; ValueError naming what exists otherwise."""
+    targets, modes = {t for t, _ in cells}, {m for _, m in cells}
+    if a == b:
+        raise ValueError(f"--compare needs two different targets or modes, got {a} twice")
+    if {a, b} <= targets:
+        return {c for c in cells if c[0] in (a, b)}
+    if {a, b} <= modes:
+        return {c for c in cells if c[1] in (a, b)}
+    raise ValueError(f"--compare {a} {b}: give two targets ({', '.join(sorted(targets))}) or two modes "
+                     f"({', '.join(sorted(modes))}) of the run")
+
+
 def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, size: int, seed: int = 0,
-                  label_set: str = PRIMARY_LABELS) -> ActiveSample:
+                  label_set: str = PRIMARY_LABELS, compare: tuple[str, str] | None = None) -> ActiveSample:
     """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet labelled.
 
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
+    ``compare`` (two targets or two modes): the replies come from the compared cells only, allocated so the
+    paired difference narrows most (``evals.judge_error.active.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
     strata = strata_of(cells.sequences)
     labels = human_labels(store, run_id)
     known = known_by_cell(cells, labels)
     done = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    wanted = compared_cells(list(cells.sequences), *compare) if compare else None
     left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
-            for s in strata]
-    spreads = spread(left, known)
+            for s in strata if wanted is None or s.cell in wanted]
+    if wanted is None:
+        spreads = spread(left, known)
+    else:
+        spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=cell_dialogues(strata))
     picks = draw_active(left, size, seed=seed, spreads=spreads)
     # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
     random.Random(seed).shuffle(picks)

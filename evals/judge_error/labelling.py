@@ -7,6 +7,10 @@ active design (``evals.judge_error.active``: stratified draw, design-weighted va
 labels are the chosen replies' true labels, and they enter the chain as known states in both. Both are
 corrected through ``correct_encoded`` on the same draws, and each interval's width and whether it
 contains the shape's exact population value are tallied per design.
+
+``compare_splits`` does the same for one budget over a three-target grid and the paired difference of two of
+its targets: drawn for the difference (``export --compare``) against an even split over the grid's cells and
+over the two compared cells.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evals.judge_error.active import design_validation, draw_active, strata_of
+from evals.judge_error.active import design_validation, draw_active, draw_for_difference, strata_of
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.correction import CorrectedRun, correct_encoded
-from evals.judge_error.suite import JUDGES, simulate, truth_of
+from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
+from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["DESIGNS", "DesignComparison", "compare_designs"]
+__all__ = ["DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
 DESIGNS = ("random", "active")
 METRICS = ("per_turn", "cumulative", "re_emergence")
@@ -140,4 +144,95 @@ def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: i
                         hits.append(low - _TOL <= value <= high + _TOL)
                     out.widths[design][metric].append(widths)
                     out.hits[design][metric].append(hits)
+    return out
+
+
+# --------------------------------------------------------------------------- one budget over a grid, for a paired difference
+
+SPLITS = ("even", "even_pair", "difference")  # over all three cells, evenly over A and B, drawn for the difference
+
+
+@dataclass
+class SplitComparison:
+    """The corrected cumulative difference B − A of a three-cell grid (A, B paired on seeds, C another target) at one
+    budget: split evenly over the three cells or over A and B (each cell's share by the active design within it), or
+    drawn from A and B by ``draw_for_difference``; widths by turn and whether each interval holds the true difference."""
+
+    pair: str
+    judge: str
+    dialogues: int
+    turns: int
+    budget: int
+    sets: int = 0
+    refused: int = 0
+    widths: dict[str, list[list[float]]] = field(default_factory=lambda: {s: [] for s in SPLITS})
+    hits: dict[str, list[list[bool]]] = field(default_factory=lambda: {s: [] for s in SPLITS})
+
+    def mean_width(self, split: str) -> float:
+        return float(np.mean(self.widths[split])) if self.widths[split] else float("nan")
+
+    def ratio(self, against: str = "even") -> float:
+        """Mean width of the difference's interval drawn for the difference ÷ under the ``against`` split."""
+        return self.mean_width("difference") / self.mean_width(against)
+
+    def coverage(self, split: str) -> float:
+        """Lowest coverage over turns."""
+        return float(np.min(np.mean(self.hits[split], axis=0))) if self.hits[split] else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"pair": self.pair, "judge": self.judge, "dialogues": self.dialogues, "turns": self.turns, "budget": self.budget,
+                "sets": self.sets, "refused": self.refused, "ratio": self.ratio(), "ratio_even_pair": self.ratio("even_pair"),
+                **{s: {"width": self.mean_width(s), "coverage": self.coverage(s)} for s in SPLITS}}
+
+
+def _even_known(cells: dict[str, list], truths: dict[str, np.ndarray], budget: int, seed: int,
+                names: tuple[str, ...]) -> dict[str, dict]:
+    """Each named cell's share of the budget (as even as whole labels allow), drawn by the active design within the cell."""
+    known = {}
+    for k, name in enumerate(names):
+        share = budget // len(names) + (k < budget % len(names))
+        picks = draw_active(strata_of({name: cells[name]}), share, seed=seed + k)
+        known[name] = {(p.dialogue, p.turn): int(truths[name][p.dialogue, p.turn - 1]) for p in picks}
+    return known
+
+
+def compare_splits(pair: str = "persistent-vs-mixture", *, third: str = "persistent", judge: str = "fair", dialogues: int,
+                   turns: int, budget: int, sets: int, draws: int = 100, seed: int = 0) -> SplitComparison:
+    """Simulate ``sets`` grids and correct the difference B − A under both splits of ``budget``; tally widths and coverage."""
+    rng = np.random.default_rng([seed, dialogues, turns, budget, *pair.encode()])
+    a_shape, b_shape = PAIRS[pair]
+    truth = np.array(truth_of(b_shape, turns).cumulative) - np.array(truth_of(a_shape, turns).cumulative)
+    out = SplitComparison(pair, judge, dialogues, turns, budget)
+    for k in range(sets):
+        a, b = simulate_pair(pair, JUDGES[judge], dialogues=dialogues, turns=turns, validation_items=0, rng=rng)
+        c = simulate(third, JUDGES[judge], dialogues=dialogues, turns=turns, validation_items=0, rng=rng)
+        cells = {"A": a.labels.tolist(), "B": b.labels.tolist(), "C": c.labels.tolist()}
+        truths = {"A": a.truth, "B": b.truth, "C": c.truth}
+        out.sets += 1
+        picks = draw_for_difference(strata_of(cells), budget, ("A", "B"), seed=seed + k)
+        chosen: dict[str, dict] = {}
+        for p in picks:
+            chosen.setdefault(p.cell, {})[(p.dialogue, p.turn)] = int(truths[p.cell][p.dialogue, p.turn - 1])
+        splits = {"even": _even_known(cells, truths, budget, seed + k, ("A", "B", "C")),
+                  "even_pair": _even_known(cells, truths, budget, seed + k, ("A", "B")), "difference": chosen}
+        validations = {s: design_validation(f"annotate:{s}", cells, known) for s, known in splits.items()}
+        if any(v.refusal() is not None for v in validations.values()):
+            out.refused += 1
+            continue
+        encoded, used = [], []
+        for s in SPLITS:
+            for name in ("A", "B"):
+                encoded.append(encode_cell(cells[name], turns, list(range(dialogues)), splits[s].get(name)))
+                used.append(validations[s])
+        with np.errstate(all="ignore"):
+            runs = correct_encoded(encoded, used, draws=draws, seed=int(rng.integers(1 << 31)))
+        for s, (ra, rb) in zip(SPLITS, zip(runs[0::2], runs[1::2])):
+            diff = corrected_difference(ra, rb)
+            widths, hits = [], []
+            for r, value in zip(diff.cumulative, truth):
+                ok = r.low is not None and r.high is not None
+                widths.append(r.high - r.low if ok else 2.0)
+                hits.append(ok and r.low - _TOL <= value <= r.high + _TOL)
+            out.widths[s].append(widths)
+            out.hits[s].append(hits)
     return out

@@ -7,7 +7,7 @@ themselves (not the judge's validation) limit the width, so more seeds are neede
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +19,7 @@ from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
-__all__ = ["LabelPlan", "plan_labels"]
+__all__ = ["LabelPlan", "WidthModel", "plan_labels", "width_model"]
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,82 @@ def plan_labels(
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
+    model = width_model(cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, design=design)
+    base = dict(width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design)
+    if model.current <= width:
+        return LabelPlan(extra_labels=0, predicted_width=model.current, **base)
+    if design == "active":  # the design draws from the run's judged replies not labelled yet
+        judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+        max_labels = max(0, min(max_labels, judged - sum(len(k) for k in (known or {}).values())))
+        if model.floor < width and model.predicted(max_labels) > width:
+            return LabelPlan(extra_labels=None, predicted_width=None, reason=(
+                f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
+                f"cumulative interval about {model.predicted(max_labels):.3f} wide, not {width}; play more seeds "
+                "(or more samples per seed)"), **base)
+    if model.floor >= width or model.predicted(max_labels) > width:
+        return LabelPlan(extra_labels=None, predicted_width=None, reason=(
+            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+            f"{model.floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
+    lo, hi = 0.0, float(max_labels)
+    while hi - lo > 1:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if model.predicted(mid) <= width else (mid, hi)
+    return LabelPlan(extra_labels=int(math.ceil(hi)), predicted_width=model.predicted(hi), **base)
+
+
+@dataclass(frozen=True)
+class WidthModel:
+    """The widest cell's final-turn cumulative interval, today and after ``m`` more labels of a design.
+
+    ``parts`` holds each cell's (full, dialogues-only, sensitivity-only, specificity-only) widths; the
+    width after ``m`` labels is the widest √(dialogues² + sensitivity² · rs(m) + specificity² · rp(m)),
+    with ``shrink(m) = (rs, rp)`` the factors by which the validation's variances shrink.
+    """
+
+    parts: tuple[tuple[float, float, float, float], ...]
+    prevalence: float
+    shrink: Callable[[float], tuple[float, float]]
+
+    @property
+    def current(self) -> float:
+        return max(p[0] for p in self.parts)
+
+    @property
+    def floor(self) -> float:
+        return max(p[1] for p in self.parts)
+
+    def predicted(self, m: float) -> float:
+        rs, rp = self.shrink(m)
+        return max(math.sqrt(d * d + s * s * rs + p * p * rp) for _, d, s, p in self.parts)
+
+
+def width_model(
+    cells: Mapping[Hashable, Sequence[Row]],
+    validation: JudgeValidation,
+    *,
+    turns: int | None = None,
+    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    draws: int = 100,
+    seed: int = 0,
+    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    design: str = "random",
+) -> WidthModel:
+    """How the widest cell's interval narrows with more labels of ``design`` (see :func:`plan_labels`).
+
+    Raises CorrectionRefused when ``validation`` cannot correct.
+    """
     if design not in ("random", "active"):
         raise ValueError(f"design must be 'random' or 'active', got {design!r}")
     reason = refusal_line(validation)
     if reason:
         raise CorrectionRefused(reason)
+    parts, prevalence = _cell_parts(cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known)
+    return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, known, prevalence, design))
+
+
+def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: int, seed: int, known):
+    """Each cell's (full, dialogues-only, sensitivity-only, specificity-only) final-turn cumulative width, and the
+    run's corrected prevalence (the share of truly biased replies new random labels are assumed to show)."""
     sens0, spec0 = validation.point()
     parts = []
     prevalence_num = prevalence_den = 0.0
@@ -104,25 +175,25 @@ def plan_labels(
         prevalence_den += float(reach.sum())
         parts.append(tuple(_width(x) for x in (full, dialogues, by_sens, by_spec)))
     prevalence = min(max(prevalence_num / prevalence_den, 0.01), 0.99) if prevalence_den else 0.5
-    current = max(p[0] for p in parts)
-    floor = max(p[1] for p in parts)
+    return parts, prevalence
+
+
+def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, design: str):
+    """``shrink(m)``: the factors by which the validation's sensitivity and specificity variances shrink after
+    ``m`` more labels of ``design``."""
+    sens0, spec0 = validation.point()
     var_s0 = _beta_var(validation.tp + 1, validation.fn + 1)
     var_p0 = _beta_var(validation.tn + 1, validation.fp + 1)
-
-    def hypothetical(m: float) -> JudgeValidation:
-        pos, neg = m * prevalence, m * (1 - prevalence)
-        return JudgeValidation(source=validation.source + f"+{int(round(m))}", tp=validation.tp + pos * sens0,
-                               fn=validation.fn + pos * (1 - sens0), tn=validation.tn + neg * spec0,
-                               fp=validation.fp + neg * (1 - spec0))
-
     own = validation.source.startswith("annotate:")  # the run's own labels: new ones join them in the same estimate
     sequences = {key: list(rows) for key, rows in cells.items()}
-    design_now = planned_variances(sequences, known, 0, (sens0, spec0)) if own else None
+    design_now = planned_variances(sequences, known, 0, (sens0, spec0)) if own and design == "active" else None
 
     def shrink(m: float) -> tuple[float, float]:
         if design == "random":
-            v = hypothetical(m)
-            return _beta_var(v.tp + 1, v.fn + 1) / var_s0, _beta_var(v.tn + 1, v.fp + 1) / var_p0
+            pos, neg = m * prevalence, m * (1 - prevalence)
+            tp, fn = validation.tp + pos * sens0, validation.fn + pos * (1 - sens0)
+            tn, fp = validation.tn + neg * spec0, validation.fp + neg * (1 - spec0)
+            return _beta_var(tp + 1, fn + 1) / var_s0, _beta_var(tn + 1, fp + 1) / var_p0
         if own:
             after = planned_variances(sequences, known, int(round(m)), (sens0, spec0))
             return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
@@ -131,30 +202,7 @@ def plan_labels(
         new = planned_variances(sequences, None, int(round(m)), (sens0, spec0))  # precision-weighted with the current one
         return 1 / (1 + var_s0 / max(new[0], 1e-12)), 1 / (1 + var_p0 / max(new[1], 1e-12))
 
-    def predicted(m: float) -> float:
-        rs, rp = shrink(m)
-        return max(math.sqrt(d * d + s * s * rs + p * p * rp) for _, d, s, p in parts)
-
-    base = dict(width=width, current_width=current, floor_width=floor, prevalence=prevalence, design=design)
-    if current <= width:
-        return LabelPlan(extra_labels=0, predicted_width=current, **base)
-    if design == "active":  # the design draws from the run's judged replies not labelled yet
-        judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
-        max_labels = max(0, min(max_labels, judged - sum(len(k) for k in (known or {}).values())))
-        if floor < width and predicted(max_labels) > width:
-            return LabelPlan(extra_labels=None, predicted_width=None, reason=(
-                f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
-                f"cumulative interval about {predicted(max_labels):.3f} wide, not {width}; play more seeds "
-                "(or more samples per seed)"), **base)
-    if floor >= width or predicted(max_labels) > width:
-        return LabelPlan(extra_labels=None, predicted_width=None, reason=(
-            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
-            f"{floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
-    lo, hi = 0.0, float(max_labels)
-    while hi - lo > 1:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if predicted(mid) <= width else (mid, hi)
-    return LabelPlan(extra_labels=int(math.ceil(hi)), predicted_width=predicted(hi), **base)
+    return shrink
 
 
 def _beta_var(a: float, b: float) -> float:

@@ -188,6 +188,9 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     (["--design", "active", "--budget", "5", "--sample", "5"], "not --sample"),
     (["--design", "random", "--budget", "5"], "needs --sample"),
     (["--design", "random", "--sample", "5", "--budget", "5"], "belong to --design active"),
+    (["--design", "random", "--sample", "5", "--compare", "fake:target", "x"], "belong to --design active"),
+    (["--design", "active", "--budget", "5", "--compare", "fake:target", "x"],
+     "give two targets (fake:target) or two modes (implicit) of the run"),
 ])
 def test_active_export_flags_are_checked(run, db, tmp_path, capsys, flags, why):
     with pytest.raises(SystemExit) as exit_info:
@@ -227,3 +230,108 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
     assert plan_labels(cells, small, width=0.9, turns=4, design="active", draws=40).extra_labels == 0
     with pytest.raises(ValueError):
         plan_labels(cells, small, width=0.3, design="best")
+
+
+def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(run, db, tmp_path, capsys):
+    from evals.judge_error.rounds import labelling_rounds
+
+    assert labelling_rounds(run, "r1").next_batch.seed == 0  # no labels yet: a first batch
+    labelled = set()
+    for seed in (0, 1):
+        out = tmp_path / f"b{seed}.csv"
+        assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
+                              "--seed", str(seed), "--out", str(out), "--db", str(db)]) == 0
+        rows = list(csv.DictReader(out.open()))
+        labelled |= set(label_export(out, run, flip={rows[0]["item_id"], rows[1]["item_id"]}))
+        assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "run r1: 20 human labels in 2 batches; what the latest (10 labels) did" in said
+    rounds = labelling_rounds(run, "r1")
+    assert [(b.design, b.seed, len(b.items)) for b in rounds.batches] == [("active", 0, 10), ("active", 1, 10)]
+    by_metric = {n.metric: n for n in rounds.narrowing}
+    assert set(by_metric) == {"cumulative", "per_turn", "re_emergence"}
+    assert all(n.before and n.after and n.ratio > 0 for n in by_metric.values())
+    now, after = rounds.expected_widths()
+    assert now == pytest.approx(by_metric["cumulative"].after[1] - by_metric["cumulative"].after[0]) and 0 < after <= now
+    nb = rounds.next_batch
+    assert nb.design == "active" and nb.seed == 2 and len(nb.items) == 10 and not {i for i, _ in nb.items} & labelled
+    out = tmp_path / "b2.csv"
+    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
+                          "--seed", "2", "--out", str(out), "--db", str(db)]) == 0
+    assert {(r["item_id"], r["draw"]) for r in csv.DictReader(out.open())} == set(nb.items)
+
+
+def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_probabilities():
+    from evals.judge_error.active import draw_for_difference
+
+    cells = {"A": _cells(1)[0]["cell"], "B": _cells(2)[0]["cell"], "C": _cells(3)[0]["cell"]}
+    strata = strata_of(cells)
+    picks = draw_for_difference(strata, 40, ("A", "B"), seed=3)
+    assert len(picks) == 40 and {p.cell for p in picks} == {"A", "B"}
+    sizes = {s.key: s.size for s in strata}
+    for key in {p.stratum for p in picks}:  # inclusion probability = picks of the stratum ÷ its size
+        assert sum(p.stratum == key for p in picks) / sizes[key] == pytest.approx(next(p.probability for p in picks if p.stratum == key))
+    with pytest.raises(ValueError, match="no judged reply"):
+        draw_for_difference(strata, 10, ("D",))
+
+
+@pytest.mark.parametrize("pair", ["persistent-vs-mixture", "none-vs-onset"])
+def test_a_budget_drawn_for_a_paired_difference_narrows_it_more_than_an_even_split(pair):
+    from evals.judge_error.labelling import compare_splits
+
+    c = compare_splits(pair, dialogues=60, turns=3, budget=40, sets=12, draws=60)
+    assert c.sets == 12 and c.refused == 0
+    assert c.ratio("even") < 0.95 and c.ratio("even_pair") < 1.0  # known truth: narrower than both even splits
+    per_set = np.mean(c.widths["difference"], axis=1) < np.mean(c.widths["even"], axis=1)
+    assert per_set.mean() >= 0.7  # in most data sets, not by a few lucky ones
+    assert min(c.coverage(s) for s in ("even", "difference")) >= 0.75  # honest intervals (12 sets: coarse)
+
+
+def test_a_comparison_names_two_targets_or_two_modes_of_the_run():
+    from evals.judge_error.double_sampling import compared_cells
+
+    cells = [("a", "implicit"), ("b", "implicit"), ("c", "implicit"), ("a", "explicit"), ("b", "explicit")]
+    assert compared_cells(cells, "a", "b") == {("a", "implicit"), ("b", "implicit"), ("a", "explicit"), ("b", "explicit")}
+    assert compared_cells(cells, "explicit", "implicit") == set(cells)
+    for a, b in (("a", "a"), ("a", "implicit"), ("a", "z")):
+        with pytest.raises(ValueError, match="--compare"):
+            compared_cells(cells, a, b)
+
+
+def test_export_compare_draws_from_the_two_targets_only_and_validate_takes_it(played, tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "grid.db"
+    copy_run(played, db).close()
+    with sqlite3.connect(db) as conn:  # a grid: a third of the seeds with each of three targets
+        for k, target in enumerate(("fake:a", "fake:b", "fake:c")):
+            conn.execute("update dialogues set target = ? where run_id = 'r1' and cast(substr(seed_id, 2) as integer) % 3 = ?",
+                         [target, k])
+    out = tmp_path / "pair.csv"
+    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "20", "--batch", "12",
+                          "--compare", "fake:a", "fake:b", "--out", str(out), "--db", str(db)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--seed 1 --compare fake:a fake:b --out" in said and "fake:c" not in said.split("Where the labels go")[1]
+    rows = list(csv.DictReader(out.open()))
+    with sqlite3.connect(db) as conn:
+        target = dict(conn.execute("select thread_id, target from dialogues"))
+    assert len(rows) == 12 and {target[r["item_id"].rsplit("#", 1)[0]] for r in rows} == {"fake:a", "fake:b"}
+    store = copy_run(db, tmp_path / "labelled.db")
+    label_export(out, store)
+    assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(tmp_path / "labelled.db")]) == 0
+    assert annotation_counts(store, "r1")[0].labels == 12
+
+
+def test_the_labelling_benchmark_covers_every_judge_and_the_paired_difference():
+    from benchmarks.__main__ import main as bench
+    from benchmarks.judge_error import labelling_jobs
+    from evals.judge_error.suite import JUDGES, SHAPES
+
+    for quick in (False, True):
+        jobs = labelling_jobs(quick=quick)
+        assert {j[2] for j in jobs if j[0] == "design"} == set(JUDGES) == {j[2] for j in jobs if j[0] == "split"}
+        assert {j[1] for j in jobs if j[0] == "design"} == set(SHAPES)
+    assert {(j[3], j[4]) for j in labelling_jobs(quick=True)} == {(120, 5)}
+    with pytest.raises(SystemExit) as exit_info:
+        bench(["judge_error", "--quick"])
+    assert exit_info.value.code == 2

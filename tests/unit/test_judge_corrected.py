@@ -287,6 +287,10 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     store.record_scores(rows)
     counts, draws = annotation_counts(store, "r1")
     assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
+    from evals.judge_error.rounds import labelling_rounds
+
+    rounds = labelling_rounds(store, "r1")  # the labels' batches read back on either backend
+    assert [(b.design, b.seed, len(b.items)) for b in rounds.batches] == [("random", 0, 4)] and rounds.labels == 4
     store.close()
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from checkpoints.vocabulary import PRIMARY_LABELS
+from evals.judge_error.rounds import LabellingRounds
 from evals.report.data import ReportData
 from evals.report.exports import PLOTS
 from evals.report.markdown import CONTENT_WARNING, report_blocks
@@ -91,9 +94,43 @@ def _review_bar() -> str:
     )
 
 
+def _labelling_section(rounds: Sequence[LabellingRounds], *, label_set: str, db: Path | str, out: Path | str | None) -> str:
+    """Label the next batch: what the latest batch narrowed, what the next is expected to buy, and the queue's controls."""
+    batch = [r for r in rounds if r.next_batch]
+    if not batch:
+        return ""
+    n = sum(len(r.next_batch.items) for r in batch)
+    sets = f" --label-set {shlex.quote(label_set)}" if label_set != PRIMARY_LABELS else ""
+    at = f" --db {shlex.quote(str(db))}"
+    lines = "".join(f"<li>{e(line.strip())}</li>" for r in rounds for line in r.lines())
+    validate = "".join(f"<li><code>python -m evals.annotate validate labels-NAME.csv --run-id {e(shlex.quote(r.run_id))}{e(sets)}"
+                       f"{e(at)}</code></li>" for r in batch)
+    runs = " ".join(f"--run-id {shlex.quote(r.run_id)}" for r in rounds)
+    again = (f"<code>python -m evals.report {e(runs)} --out {e(shlex.quote(str(out)))} --html{e(sets)}{e(at)}</code>"
+             if out is not None else "the same <code>python -m evals.report ... --html</code> command")
+    return (
+        '<section class="review-bar labelling" id="labelling" aria-label="labelling">'
+        f"<h2>Label the next batch</h2><ul class=\"rounds\">{lines}</ul>"
+        f"<p>The next {n} replies chosen for labelling are served below one at a time, in order, without the judge's label. "
+        "Label each biased or not biased (as in <code>docs/annotators.md</code>), download the batch, store it with</p>"
+        f"<ul>{validate}</ul><p>(NAME from the labeller field), then build this page again for the batch after it: {again}.</p>"
+        '<div class="review-actions"><label>labeller <input id="labeller" type="text" size="14" value="labeller" '
+        'autocomplete="off"></label> <button type="button" id="queue-start">label the next batch</button> '
+        f'<span id="queue-count" role="status">0 of {n} labelled</span> '
+        '<button type="button" id="queue-download">download labelled batch CSV</button></div>'
+        '<div id="queue" class="queue" tabindex="-1" hidden></div></section>'
+    )
+
+
 def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: Sequence[str], label_set: str,
-                generated_at: str, db: Path | str) -> bytes:
-    """The whole page: the file's bytes (windows-1252)."""
+                generated_at: str, db: Path | str, labelling: Sequence[LabellingRounds] = (),
+                out: Path | str | None = None) -> bytes:
+    """The whole page: the file's bytes (windows-1252).
+
+    ``labelling`` (each run's :func:`evals.judge_error.rounds.labelling_rounds`) adds the labelling queue: the
+    next batch's replies served in order, and what the latest batch narrowed; ``out`` is the report's folder,
+    for the command that builds the page again.
+    """
     corrected = judge_corrected(report)
     figures = {
         PLOTS["cumulative"]: lambda: curve_figure(report.series, cumulative=True, corrected=corrected, figure_id="fig-cumulative"),
@@ -108,11 +145,14 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     body, toc = sections_html(blocks, image=image)
     index, blob = pack(pages)
     meta = {"runs": list(run_ids), "label_set": label_set, "generated_at": generated_at,
-            "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids)}
+            "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids),
+            "queue": [{"item": item, "draw": draw, "run": r.run_id} for r in labelling if r.next_batch
+                      for item, draw in r.next_batch.items]}
     style, script = asset("page.css"), asset("page.js")
     csp = (f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
            "img-src data:; base-uri 'none'; form-action 'none'")
     title = f"DyMT-ESB · {', '.join(run_ids)}"
+    labelling_link = '<a href="#labelling">Labelling</a>' if any(r.next_batch for r in labelling) else ""
     n_branches = len(index["rows"]) - len(index["roots"])
     nav = "".join(f'<a href="#{e(anchor)}">{e(text)}</a>' for anchor, text in toc)
     head = (
@@ -124,9 +164,10 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
         f'<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · '
         f"label set {e(label_set)} · {e(db)} · generated {e(generated_at)}</p></header>"
         f'<div class="warning" role="note">{e(CONTENT_WARNING)} This page holds them too: keep it local.</div>'
-        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a></nav>'
+        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a>'
+        f'{labelling_link}</nav>'
         f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
-        f'{_review_bar()}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
+        f'{_review_bar()}{_labelling_section(labelling, label_set=label_set, db=db, out=out)}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
         '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '
         '<span class="m-u">?</span> unparsed (never guessed) · <span class="m-x">·</span> no label. '
         "Open a dialogue for its turns, rationales and branch tree; open a branch beside its parent.</p>"

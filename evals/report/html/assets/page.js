@@ -391,7 +391,98 @@
       li.scrollIntoView();
     });
   }
-  window.dymtReview = { csv: reviewCsv, open: function (id, pair, done) {
+
+  // ------------------------------------------------------------------ the labelling queue: the next batch, in order, blind
+  // Each chosen reply is shown with its dialogue's earlier turns but without the judge's label or rationale;
+  // labels are kept in localStorage per batch and downloaded as a CSV that evals.annotate validate reads.
+  var queue = meta.queue || [], qkey = meta.store_key + ":queue:" + queue.map(function (q) { return q.item; }).join(",");
+  var qlabels = {}, qshown = 0;
+  try { qlabels = JSON.parse((storage && storage.getItem(qkey)) || "{}") || {}; } catch (err) { qlabels = {}; }
+  function queueCount() {
+    var n = queue.filter(function (q) { return qlabels[q.item]; }).length;
+    if ($("queue-count")) $("queue-count").textContent = n + " of " + queue.length + " labelled";
+    return n;
+  }
+  function saveQueue() {
+    if (storage) { try { storage.setItem(qkey, JSON.stringify(qlabels)); } catch (err) { /* full: kept in memory */ } }
+    queueCount();
+  }
+  function turnsUpTo(i, bodies) {  // a branch's earlier turns are its parent's
+    var chain = [], byTurn = {};
+    for (var k = i; k >= 0; k = nodes[k].par) chain.unshift(k);
+    chain.forEach(function (k) { (bodies[nodes[k].id].turns || []).forEach(function (t) { byTurn[t[0]] = t; }); });
+    return byTurn;
+  }
+  function showPick(k) {
+    var box = $("queue"), pick = queue[k], cut = pick.item.lastIndexOf("#");
+    var thread = pick.item.slice(0, cut), turn = Number(pick.item.slice(cut + 1)), i = byId[thread];
+    var mine = ++qshown;  // a later call wins: its reply is the one shown
+    box.hidden = false;
+    box.textContent = "";
+    box.appendChild(el("h3", null, "Reply " + (k + 1) + " of " + queue.length));
+    if (i === undefined) { box.appendChild(el("p", "error", "dialogue " + thread + " is not on this page")); return Promise.resolve(); }
+    var top = i;
+    while (nodes[top].par >= 0) top = nodes[top].par;
+    return chunk(nodes[top].chunk).then(function (bodies) {
+      if (mine !== qshown) return;
+      var byTurn = turnsUpTo(i, bodies), card = el("div", "pick");
+      card.dataset.item = pick.item;
+      card.appendChild(message("statement", "stereotype", bodies[nodes[top].id].statement));
+      for (var t = 1; t <= turn; t++) {
+        if (!byTurn[t]) continue;
+        card.appendChild(message("user", "user · turn " + t, byTurn[t][1]));
+        card.appendChild(message("assistant" + (t === turn ? " chosen" : ""), t === turn ? "reply to label" : "target", byTurn[t][2]));
+      }
+      box.appendChild(card);
+      var actions = el("div", "review-actions");
+      [["biased", "biased"], ["not_biased", "not biased"]].forEach(function (o) {
+        var b = el("button", "label-" + o[0], o[1]);
+        b.type = "button";
+        b.setAttribute("aria-pressed", qlabels[pick.item] === o[0] ? "true" : "false");
+        b.addEventListener("click", function () {
+          qlabels[pick.item] = o[0];
+          saveQueue();
+          if (k + 1 < queue.length) showPick(k + 1); else showPick(k);
+        });
+        actions.appendChild(b);
+      });
+      [["previous", k - 1], ["next", k + 1]].forEach(function (o) {
+        var b = el("button", "small", o[0]);
+        b.type = "button";
+        b.disabled = o[1] < 0 || o[1] >= queue.length;
+        b.addEventListener("click", function () { showPick(o[1]); });
+        actions.appendChild(b);
+      });
+      box.appendChild(actions);
+      box.focus();
+    });
+  }
+  function queueCsv() {
+    var lines = ["item_id,category,label,notes,draw"];
+    queue.forEach(function (q) {
+      var n = byId[q.item.slice(0, q.item.lastIndexOf("#"))], label = qlabels[q.item];
+      lines.push([q.item, n === undefined ? "" : nodes[n].cat, label === "biased" ? "biased" : label === "not_biased" ? "not biased" : "",
+                  "", q.draw].map(csvCell).join(","));
+    });
+    return lines.join("\r\n") + "\r\n";
+  }
+  if ($("queue-start")) {
+    $("queue-start").addEventListener("click", function () {
+      var first = 0;
+      while (first < queue.length - 1 && qlabels[queue[first].item]) first++;
+      showPick(first);
+    });
+    $("queue-download").addEventListener("click", function () {
+      var name = ($("labeller").value || "labeller").replace(/[^A-Za-z0-9_.-]+/g, "_"), link = el("a");
+      link.href = URL.createObjectURL(new Blob(["\ufeff" + queueCsv()], { type: "text/csv;charset=utf-8" }));
+      link.download = "labels-" + name + ".csv";
+      doc.body.appendChild(link);
+      link.click();
+      setTimeout(function () { URL.revokeObjectURL(link.href); link.remove(); }, 1000);
+    });
+    queueCount();
+  }
+  window.dymtReview = { csv: reviewCsv, queueCsv: queueCsv, showPick: showPick, open: function (id, pair, done) {
     var i = byId[id], top = i;
     while (nodes[top].par >= 0) top = nodes[top].par;
     var li = row(top);

@@ -169,7 +169,8 @@ def labelling_lines(result: dict) -> list[str]:
         size = f"{c['dialogues']}×{c['turns']}"
         if not c["compared"]:
             lines.append(f"  {c['shape']:13s} {size:>7s} {c['budget']:>6d} {c['sets']:>4d}  refused by both designs in "
-                         f"{c['refused']['random']}/{c['refused']['active']} sets (no truly biased reply to validate sensitivity)")
+                         f"{c['refused']['random']}/{c['refused']['active']} sets (no truly biased reply to validate "
+                             "sensitivity)")
             continue
 
         def cov(design: str) -> str:
@@ -199,7 +200,8 @@ def labelling_lines(result: dict) -> list[str]:
     lines.append(f"  cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random {low_cov['random']}, "
                  f"active {low_cov['active']} of {sum(1 for c in rows if c['compared'])}; 'wider' marks a ratio above 1 by more "
                  f"than twice its standard error")
-    lines.append(f"  export --design active draws at random once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies "
+    lines.append(f"  export --design active draws at random once a run's labels reach {FALLBACK_SHARE:.0%} of its judged "
+        "replies "
                  "(marked): no gain was measured there")
     cpu = sum(c.get("cpu_seconds", 0.0) for c in rows)
     lines.append(f"  fair judge (0.80, 0.80), {result['draws']} draws, data sets per cell as shown (the same for both designs), "
@@ -214,7 +216,8 @@ def report(result: dict) -> list[str]:
     r = result["speed"]
     lines = [
         f"  paper grid: {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "
-        f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s target "
+        f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s "
+            "target "
         f"(wall {r['seconds']:.1f} s)",
     ]
     if "coverage" in result:

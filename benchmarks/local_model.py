@@ -169,10 +169,13 @@ def report(r: dict[str, Any]) -> list[str]:
     return [
         f"{r['dialogues']} dialogues × {r['turns']} turns on local:gemma3-270m, {r['calls']} llama.cpp calls, "
         f"target ≥ {r['target_ratio']}",
-        f"  through the graph: {r['graph_tokens']} tokens in {r['graph_s']:.1f} s = {r['graph_tokens_per_s']:.1f} tokens/s "
+        f"  through the graph: {r['graph_tokens']} tokens in {r['graph_s']:.1f} s = {r['graph_tokens_per_s']:.1f} "
+            "tokens/s "
         f"({100 * r['harness_share']:.0f}% of it outside llama.cpp calls)",
-        f"  raw llama-cpp-python, same prompts: {r['raw_tokens']} tokens in {r['raw_s']:.1f} s = {r['raw_tokens_per_s']:.1f} tokens/s",
-        f"  ratio {r['ratio']:.3f} ({verdict}); adapter calls alone {r['adapter_ratio']:.3f}, median per call {median}; "
+        f"  raw llama-cpp-python, same prompts: {r['raw_tokens']} tokens in {r['raw_s']:.1f} s = "
+            f"{r['raw_tokens_per_s']:.1f} tokens/s",
+        f"  ratio {r['ratio']:.3f} ({verdict}); adapter calls alone {r['adapter_ratio']:.3f}, median per call "
+            f"{median}; "
         f"identical outputs {r['identical']}/{r['calls']}",
         f"  prompt prefix reused from the role's previous call: {100 * r['graph_prefix_reuse']:.0f}% of "
         f"{r['prompt_tokens']} prompt tokens through the graph, {100 * r['raw_prefix_reuse']:.0f}% raw",

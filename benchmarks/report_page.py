@@ -187,7 +187,8 @@ def build(folder: Path) -> dict[str, Any]:
 
 
 def measure(page: Path, profile: Path) -> dict[str, Any]:
-    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a dialogue."""
+    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a
+    dialogue."""
     from tests.chromium import Browser
 
     rows = []
@@ -236,9 +237,11 @@ def report(result: dict[str, Any]) -> list[str]:
         f"    compressed dialogues {r['bodies_mb']:.2f} MB, their index {r['index_mb']:.2f} MB, "
         f"results and page {rest - r['index_mb']:.2f} MB; text ×{(SIZE_MB - rest) / r['bodies_mb']:.2f} longer "
         f"(or as much less compressible) would reach {SIZE_MB:g} MB",
-        f"  headless Chromium, median of {RUNS} fresh profiles: summary shown at {r['summary_ms'] / 1000:.2f} s against "
+        f"  headless Chromium, median of {RUNS} fresh profiles: summary shown at {r['summary_ms'] / 1000:.2f} s "
+            "against "
         f"{SUMMARY_S:g} s: ratio {r['summary_ms'] / 1000 / SUMMARY_S:.2f} ({time_ok}); first contentful paint "
-        f"{r['fcp_ms'] / 1000:.2f} s, load event {r['load_ms'] / 1000:.2f} s; opening a dialogue (decoding the word list and its chunk) {r['open_ms']:.0f} ms",
+        f"{r['fcp_ms'] / 1000:.2f} s, load event {r['load_ms'] / 1000:.2f} s; opening a dialogue (decoding the word "
+            f"list and its chunk) {r['open_ms']:.0f} ms",
         f"  (while measuring in the browser: {r['load_at_browser']})",
     ]
 

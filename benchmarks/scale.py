@@ -215,7 +215,8 @@ async def measure_cpu(url: str) -> dict[str, Any]:
 
 
 def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concurrency: int, processes: int) -> Any:
-    """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its children."""
+    """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its
+    children."""
     from benchmarks.common import Timing, run_config
     from checkpoints.store import open_writer
     from graph.workers.processes import ChildModels, play_in_processes
@@ -316,7 +317,8 @@ def report(result: dict[str, Any]) -> list[str]:
                      f"{1000 * PAPER['latency']:.0f} ms latency, concurrency {PAPER['concurrency']}, "
                      f"{p.get('processes', 1)} process(es) (target ≤ 3× the floor):")
         lines.append(f"  wall {p['wall_s']:.0f} s against a {p['floor_s']:.0f} s floor (ratio {p['ratio']:.2f}); "
-                     f"CPU {p['cpu_s']:.0f} s (with the players'); peak RSS {p['peak_rss_mb']:.0f} MB (target ≤ {PAPER['rss_mb']}); "
+                     f"CPU {p['cpu_s']:.0f} s (with the players'); peak RSS {p['peak_rss_mb']:.0f} MB (target ≤ "
+                         f"{PAPER['rss_mb']}); "
                      f"store {p['store_mb']:.0f} MB, {p['kb_per_turn']:.1f} KB/turn, "
                      f"{p['store_mb'] * PAPER['dialogues'] / p['dialogues']:.0f} MB for {PAPER['dialogues']} dialogues "
                      f"(target ≤ {PAPER['store_mb']} MB)")

@@ -63,7 +63,8 @@ def server_url(db: str | None = None) -> str | None:
 
 @contextmanager
 def fresh_database(url: str) -> Iterator[tuple[str, bool]]:
-    """A new database on ``url``'s server, dropped afterwards: (its URL, True); (``url``, False) if we may not create one."""
+    """A new database on ``url``'s server, dropped afterwards: (its URL, True); (``url``, False) if we may not create
+    one."""
     name = f"dymt_scaleout_{uuid.uuid4().hex[:12]}"
     try:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -110,7 +111,8 @@ def _children_cpu() -> float:
 
 @contextmanager
 def running_workers(url: str, *, workers: int, concurrency: int) -> Iterator[dict[str, float]]:
-    """``workers`` workers started and registered (idle, waiting for jobs); on exit stopped with Ctrl-C, their CPU seconds set."""
+    """``workers`` workers started and registered (idle, waiting for jobs); on exit stopped with Ctrl-C, their CPU
+    seconds set."""
     with tempfile.TemporaryDirectory(prefix="dymt-scaleout-") as tmp:
         logs = [Path(tmp) / f"worker{i}.log" for i in range(workers)]
         cmd = [sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", str(concurrency)]
@@ -283,8 +285,10 @@ def report(result: dict[str, Any]) -> list[str]:
             lines.append(f"    ratio {variant['ratio']:.2f} (target ≥ {variant['target_ratio']}: {verdict}); "
                          f"{variant['wall_ratio']:.2f} counting the enqueue command")
         else:
-            lines.append(f"    ratio {variant['ratio']:.2f} ({variant['wall_ratio']:.2f} counting the enqueue command); no target: "
-                         f"CPU-bound, by the {result['cpus']} cores this machine shares between the workers, the stub and PostgreSQL")
+            lines.append(f"    ratio {variant['ratio']:.2f} ({variant['wall_ratio']:.2f} counting the enqueue command); no "
+                "target: "
+                         f"CPU-bound, by the {result['cpus']} cores this machine shares between the workers, the stub and "
+                             "PostgreSQL")
     for variant in result["variants"].values():
         for r in variant["rounds"]:
             c = r["check"]

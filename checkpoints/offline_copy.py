@@ -87,7 +87,8 @@ def _rows_of_run(reader: Any, run_id: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _validations(reader: Any, rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``evals.judge`` scores of the judges the copied runs and label sets name (summaries cite them by spec and prompt)."""
+    """``evals.judge`` scores of the judges the copied runs and label sets name (summaries cite them by spec and
+    prompt)."""
     if not reader.has_table("judge_validations"):
         return []
     judges = {s["model"] for s in rows["label_sets"] if s.get("model")}

@@ -21,7 +21,8 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 
 
 class StoreQueries:
-    """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and :class:`checkpoints.store.Writer`."""
+    """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and
+    :class:`checkpoints.store.Writer`."""
 
     db: sqlite_utils.Database
 
@@ -96,7 +97,8 @@ class StoreQueries:
         row = self.get_dialogue(thread_id)
         rows = list(
             self.db.query(
-                f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? order by idx",
+                f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? "
+                    "order by idx",
                 [thread_id, label_set],
             )
         )
@@ -249,7 +251,8 @@ class StoreQueries:
         )
 
     def token_rows(self, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model specs."""
+        """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model
+        specs."""
         where, params = "1 = 1", {}
         if run_id is not None:
             where, params = "d.run_id = :run_id", {"run_id": run_id}
@@ -257,8 +260,10 @@ class StoreQueries:
             where, params = "t.thread_id = :thread_id", {"thread_id": thread_id}
         return list(
             self.db.query(
-                "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target "
-                f"from turns t join dialogues d on d.thread_id = t.thread_id left join {scores.labels_source(self.db)} l "
+                "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as "
+                    "dialogue_target "
+                "from turns t join dialogues d on d.thread_id = t.thread_id left join "
+                    f"{scores.labels_source(self.db)} l "
                 f"on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set where {where}",
                 {"label_set": PRIMARY_LABELS, **params},
             )
@@ -270,7 +275,8 @@ class StoreQueries:
             return None
         rows = list(
             self.db.query(
-                "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at desc, id desc limit 1",
+                "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at "
+                    "desc, id desc limit 1",
                 [judge_model, prompt_hash],
             )
         )

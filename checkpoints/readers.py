@@ -292,7 +292,8 @@ def open_reader(path: Path | PostgresURL | str) -> Reader:
     if missing:
         conn.close()
         raise StoreError(
-            f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m graph.run wrote"
+            f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m "
+                "graph.run wrote"
         )
     if _behind(conn, tables):
         conn = _migrated_copy(conn, size=path.stat().st_size)

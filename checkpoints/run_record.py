@@ -56,7 +56,8 @@ def role_specs(config: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def endpoint_of(config: Mapping[str, Any] | None, spec: str) -> str | None:
-    """The base URL a run called model ``spec`` at (its spec's sampling table, else the table of a role it played), if stored."""
+    """The base URL a run called model ``spec`` at (its spec's sampling table, else the table of a role it played), if
+    stored."""
     tables = run_settings(config).get("sampling") or {}
     if url := (tables.get(spec) or {}).get("base_url"):
         return str(url)

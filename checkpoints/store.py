@@ -181,7 +181,8 @@ class Writer(StoreQueries):
     # --- traces, validations, deletion ------------------------------------------
     def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
                           through: Any = None) -> None:
-        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
+        """Store one tracer batch as the trace's next chunk (see
+        :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final, through=through)
 
     def write_together(self, writes: Sequence[Callable[[], Any]]) -> list[Exception | None]:

@@ -133,7 +133,8 @@ class StoreOutage:
 
     # --- riding it out ---------------------------------------------------------------------------------------
     async def ride_out(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """``await operation()``, called again after a pause while the store is unreachable (it must be safe to repeat)."""
+        """``await operation()``, called again after a pause while the store is unreachable (it must be safe to
+        repeat)."""
         attempt = 0
         while True:
             self.check()

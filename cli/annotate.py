@@ -172,7 +172,8 @@ def _export_active(args, store, items) -> int:
     spent = len(labelled_items(store, args.run_id))
     left = args.budget - spent
     if left <= 0:
-        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise --budget "
+        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise "
+            "--budget "
              "to draw more")
     size = min(left, args.batch or left)
     judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
@@ -288,7 +289,8 @@ def validate_main(args) -> int:
     _check_run(store, args.run_id, args.label_set)
     rows, ties, foreign = human_rows(annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)})
     if not rows:
-        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with labels filled in")
+        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
+            "labels filled in")
     store.record_scores(rows)
     console.print(Text(f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
                        + (f"; {ties} items tie between annotators (left out)" if ties else "")

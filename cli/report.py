@@ -73,7 +73,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its branch tree, filters and review marks (opens offline)")
+    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its branch tree, filters and "
+        "review marks (opens offline)")
     add_db_option(p)
     return p
 

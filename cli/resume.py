@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     for thread_id in threads:
         row = store.get_dialogue(thread_id)
         if row is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list "
+                f"--db {shlex.quote(str(store.path))})")
         if row["status"] == "finished":
-            fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch {thread_id} --turn K ...)")
+            fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch "
+                f"{thread_id} --turn K ...)")
         rows.append(row)
     settings: dict[tuple, BranchSettings] = {}
     for row in rows:

@@ -69,7 +69,8 @@ def load_pricing(path: str | Path) -> Pricing:
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):
             raise PricingError(
-                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with input and output'
+                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
+                    'input and output'
             )
         unknown = sorted(set(entry) - set(PRICE_KEYS))
         missing = [k for k in PRICE_KEYS if k not in entry]
@@ -255,7 +256,8 @@ class CostCap:
             self._finished[thread_id] = costs[thread_id]
 
     def as_dict(self, held: int) -> dict[str, Any]:
-        """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held back."""
+        """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held
+        back."""
         return {"max_usd": self.cap, "spent_usd": self.spent(), "reserved_usd": self.reserved(),
                 "estimate_usd": self.estimate(), "held": held}
 

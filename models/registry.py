@@ -136,7 +136,8 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
 
 
 def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:
-    """Where a spec's calls go, as its circuit's name: the base URL (no credentials) or the provider; None in-process."""
+    """Where a spec's calls go, as its circuit's name: the base URL (no credentials) or the provider; None
+    in-process."""
     if spec.provider == "local":
         return None
     url = sampling.base_url or (os.environ.get("OPENAI_BASE_URL") if spec.provider == "openai" else None)

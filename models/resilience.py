@@ -297,7 +297,8 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_unstorable", self.role)
 
     async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
-        """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
+        """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a
+        chunk."""
         attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
@@ -455,7 +456,8 @@ class _Call:
 
 
 def _as_malformed(exc: Exception) -> Exception:
-    """An error of the provider's call that can only come from a malformed answer, as a :class:`MalformedAnswerError`."""
+    """An error of the provider's call that can only come from a malformed answer, as a
+    :class:`MalformedAnswerError`."""
     if malformed(exc) is not None:
         return exc  # recognised as it is (models.retries.retry_reason finds it)
     bad = parse_failure(exc)

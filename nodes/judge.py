@@ -30,7 +30,8 @@ _RATIONALE = re.compile(r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*label\s*\*
 
 
 async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Label the newest reply from the seed, the earlier dialogue and the reply alone (nothing after a failed target)."""
+    """Label the newest reply from the seed, the earlier dialogue and the reply alone (nothing after a failed
+    target)."""
     if state.get("error"):
         return {}  # the target failed: nothing to label; termination ends the dialogue with its error
     ctx = runtime.context
@@ -70,7 +71,8 @@ def _withheld(state: DialogueState) -> str | None:
 
 
 def withheld_verdict(why: str) -> Verdict:
-    """The label of a reply the target's provider withheld: unparsed, with the reason (the judge's model is not asked)."""
+    """The label of a reply the target's provider withheld: unparsed, with the reason (the judge's model is not
+    asked)."""
     reason = f"not judged: the target's reply is a non-reply ({why})"
     return Verdict(BIAS_KEY, UNPARSED, reason, "", unscored=reason)
 

@@ -137,7 +137,8 @@ def _better(text: str, leak: Leakage, earlier: list[str], *, than: tuple[str, Le
 async def _draw(
     model: Any, state: DialogueState, turn: int, seed: int, *, sampling_seed: int
 ) -> tuple[str, str | None, float, dict[str, int], str | None]:
-    """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or None)."""
+    """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or
+    None)."""
     mode = state["mode"]
     statement = state["seed"]["statement"]
     utterance_type: str | None = None

@@ -20,7 +20,8 @@ def scripted_judge(messages, n: int) -> str:
 
 
 def label_export(path: Path, store, run_id: str = "r1", *, flip: set[str] = frozenset()) -> dict[str, str]:
-    """Fill in a person's label for every exported row: the judge's own label, flipped on ``flip``; returns them by item id."""
+    """Fill in a person's label for every exported row: the judge's own label, flipped on ``flip``; returns them by item
+    id."""
     rows = list(csv.DictReader(path.open()))
     matrix = store.label_matrix(run_id)
     labels = {}

@@ -79,7 +79,8 @@ def make_config(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", c
 
 
 def checkpointer(db: Path | str) -> Any:
-    """LangGraph's saver (an async context manager) in ``db``: a SQLite file or a PostgreSQL URL, as the commands open it."""
+    """LangGraph's saver (an async context manager) in ``db``: a SQLite file or a PostgreSQL URL, as the commands open
+    it."""
     from checkpoints.location import parse_db
     from cli.store_option import open_checkpointer
 
@@ -168,7 +169,8 @@ def pg_url(pg_server: str) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """The store on each backend: a SQLite file, or a fresh PostgreSQL database's URL (skipped loudly without a server)."""
+    """The store on each backend: a SQLite file, or a fresh PostgreSQL database's URL (skipped loudly without a
+    server)."""
     if request.param == "sqlite":
         return tmp_path / "dialogues.db"
     return request.getfixturevalue("pg_url")

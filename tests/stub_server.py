@@ -109,7 +109,8 @@ class Faults:
 
 
 def role_of(body: dict[str, Any]) -> str:
-    """Which role a request is from, by its prompt: the judge's rubric, the user simulator's hidden topic, else the target."""
+    """Which role a request is from, by its prompt: the judge's rubric, the user simulator's hidden topic, else the
+    target."""
     text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
     if "Label: <biased|not biased>" in text:
         return "judge"
@@ -144,7 +145,8 @@ def truly_biased(reply: str) -> bool:
 
 @dataclass(frozen=True)
 class KnownError:
-    """The known-error world: seeds name ``case N``; the target is biased in truth for every ``biased_every``-th case."""
+    """The known-error world: seeds name ``case N``; the target is biased in truth for every ``biased_every``-th
+    case."""
 
     sensitivity: float = 0.75
     false_positive: float = 0.30

@@ -58,7 +58,8 @@ def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:
 
 
 def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None, hint: str = "press s to reveal") -> Panel:
-    """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch origin, labels."""
+    """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch
+    origin, labels."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()

@@ -1,4 +1,5 @@
-"""A stored trace as a rich tree: latency bars (a waterfall), tokens, routes, errors, judge badges and message previews."""
+"""A stored trace as a rich tree: latency bars (a waterfall), tokens, routes, errors, judge badges and message
+previews."""
 
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ class DialogueClaims:
             self._plays.pop(thread_id, None)
 
     async def confirm(self, thread_id: str) -> None:
-        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under one)."""
+        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under
+        one)."""
         play = self._plays.get(thread_id)
         if play is None or not play.id:
             raise LockLost(f"{thread_id} is not claimed by this worker")
@@ -164,7 +165,8 @@ class DialogueClaims:
         while self._lost:
             play_id, outcome, held_at = self._lost[0]
             await self._conn.execute(
-                "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and ended_at is null",
+                "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and "
+                    "ended_at is null",
                 [held_at, outcome, play_id])
             self._lost.pop(0)
 

@@ -59,7 +59,8 @@ _UPSERT_INDEX = (
     "on conflict (trace_id) do update set " + ", ".join(f"{c} = excluded.{c}" for c in INDEX_COLUMNS[1:])
 )
 _UPSERT_CHUNK = (
-    "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = excluded.data"
+    "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = "
+        "excluded.data"
 )
 
 
@@ -174,7 +175,8 @@ def resolve(db: sqlite_utils.Database, ident: str) -> tuple[str, list[str]]:
     if len(matches) > 1:
         ordered = sorted(matches)
         raise TraceNotFoundError(
-            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): give more characters"
+            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): "
+                "give more characters"
         )
     run = db.execute("select trace_id from trace_runs where id = ?", [low]).fetchone()
     if run:

@@ -247,7 +247,8 @@ def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
 
 
 def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:
-    """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by validate)."""
+    """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by
+    validate)."""
     return (f"{ACTIVE} seed={seed} stratum={pick.stratum} p={pick.probability:.6g} n={n} of {population} "
             f"judged turns ({label_set})")
 

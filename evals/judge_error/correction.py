@@ -334,7 +334,8 @@ def correct_cells(
     seed: int = 0,
     known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
-    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
+    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its
+    reason."""
     reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     encoded: dict[Hashable, Cell] = {}

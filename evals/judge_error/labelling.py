@@ -104,7 +104,8 @@ def _intervals(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | No
 
 def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: int, budget: int, sets: int,
                     draws: int = 100, seed: int = 0, batch: int = 10) -> DesignComparison:
-    """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and coverage."""
+    """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and
+    coverage."""
     rng = np.random.default_rng([seed, dialogues, turns, budget, *shape.encode()])
     truth = truth_of(shape, turns)
     truths = {"per_turn": list(truth.per_turn), "cumulative": list(truth.cumulative), "re_emergence": [truth.re_emergence]}

@@ -47,7 +47,8 @@ class LabelPlan:
         if self.extra_labels == 0:
             return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
         return (f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
-                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} (target {self.width})")
+                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} "
+                    f"(target {self.width})")
 
 
 def plan_labels(
@@ -148,7 +149,8 @@ def plan_labels(
                 "(or more samples per seed)"), **base)
     if floor >= width or predicted(max_labels) > width:
         return LabelPlan(extra_labels=None, predicted_width=None, reason=(
-            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone "
+                "leave it "
             f"{floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
     lo, hi = 0.0, float(max_labels)
     while hi - lo > 1:

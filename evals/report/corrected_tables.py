@@ -42,7 +42,8 @@ class CorrectedReport:
 def correct_report(
     dataset: Dataset, validations: Mapping[str, ChosenValidation], comparisons: Sequence[Comparison] = (), *, seed: int = 0,
 ) -> CorrectedReport:
-    """Correct every (run, target, mode) cell with its run's validation; pool them per (target, mode); corrected Δ per comparison."""
+    """Correct every (run, target, mode) cell with its run's validation; pool them per (target, mode); corrected Δ per
+    comparison."""
     by_cell: dict[Group, list] = {}
     for d in dataset.dialogues:
         by_cell.setdefault(Group(d.run_id, d.model, d.mode), []).append(d)
@@ -123,7 +124,8 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
 
 
 def corrected_paired_table(comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool) -> TableData:
-    """Every comparison at its last turn: the raw paired Δ (cumulative) and the corrected one, in points with 95% intervals."""
+    """Every comparison at its last turn: the raw paired Δ (cumulative) and the corrected one, in points with 95%
+    intervals."""
     rows = []
     for c, d in zip(comparisons, differences):
         turns = max([0, *(r.turn for r in c.rows)])
@@ -162,9 +164,11 @@ def markdown_section(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, 
     if all(b["refusal"] for b in blocks.values()):
         return parts + ["Raw judge labels only: " + "; ".join(validation_lines(blocks)) + "."]
     parts += [
-        "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the turns of "
+        "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the "
+            "turns of "
         "cumulative bias. Here each rate is corrected with the judge's sensitivity and specificity from a validation "
-        "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% interval carries both "
+        "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% "
+            "interval carries both "
         "the sampling of dialogues and the validation's uncertainty). Method and assumptions: docs/judge-error.md.",
         *_titled(corrected_headline_table(blocks, series)),
         *_titled(side_by_side_table(blocks, series, cumulative=True)),
@@ -195,7 +199,8 @@ RATE_COLUMNS = (
 
 
 def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
-    """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with intervals."""
+    """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with
+    intervals."""
     from evals.stats.metrics import summarise
 
     by_cell: dict[Group, list] = {}

@@ -38,7 +38,8 @@ def _percent(values: Sequence[float | None]) -> list[float]:
 
 def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bool, title: str,
                  corrected: Mapping[object, dict[str, Any]] | None = None) -> Path:
-    """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected curves."""
+    """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected
+    curves."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     try:

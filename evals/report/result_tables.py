@@ -1,4 +1,5 @@
-"""The report's result tables, by model and mode: bias, turns, categories, re-emergence, coherence, refusal, leakage, agreement, samples, cost."""
+"""The report's result tables, by model and mode: bias, turns, categories, re-emergence, coherence, refusal, leakage,
+agreement, samples, cost."""
 
 from __future__ import annotations
 

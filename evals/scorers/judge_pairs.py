@@ -132,7 +132,8 @@ async def judge_pairs(
 
 
 def verdict_lines(pairs: Sequence[Pair], verdicts: Sequence[dict[str, Any] | None], judge_model: str) -> str:
-    """The ``--out`` file: one JSON line per pair with its reference and the judge's verdict (or that the call failed)."""
+    """The ``--out`` file: one JSON line per pair with its reference and the judge's verdict (or that the call
+    failed)."""
     lines = [
         json.dumps(
             {"id": p.id, "statement": p.statement, "reply": p.reply, "reference": p.gold, "judge_model": judge_model,

@@ -105,7 +105,8 @@ def _differences(a: Group, b: Group) -> tuple[str, ...]:
 
 
 def choose_pairs(groups: Sequence[Group]) -> list[tuple[Group, Group]]:
-    """Which groups to compare: two groups with each other; more, every two that differ in exactly one of run, target, mode."""
+    """Which groups to compare: two groups with each other; more, every two that differ in exactly one of run, target,
+    mode."""
     ordered = list(dict.fromkeys(groups))
     if len(ordered) == 2:
         return [(ordered[0], ordered[1])]

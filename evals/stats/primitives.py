@@ -269,7 +269,8 @@ def paired_bootstrap_diff(
     level: float = 0.95,
     clusters: Sequence[Hashable] | None = None,
 ) -> PairedDiff:
-    """Mean difference in rate (after - before) with a percentile interval from resampling pairs (or clusters of pairs)."""
+    """Mean difference in rate (after - before) with a percentile interval from resampling pairs (or clusters of
+    pairs)."""
     low, high = bootstrap_ci(pairs, _mean_paired_diff, n_boot=n_boot, seed=seed, level=level, clusters=clusters)
     return PairedDiff(diff=_mean_paired_diff(pairs), low=low, high=high, n=len(pairs))
 

@@ -155,7 +155,8 @@ class RunConfig(StrictModel):
         return self.modes[0]
 
     def store_location(self) -> DbLocation:
-        """Where the run is stored: --db, else the experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default file."""
+        """Where the run is stored: --db, else the experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default
+        file."""
         try:
             return locate_db(self.db)
         except StoreError as exc:
@@ -419,7 +420,8 @@ class RunConfig(StrictModel):
 
 
 def stored_run_config(config: Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
-    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded first."""
+    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded
+    first."""
     record = upgrade(config)
     missing = [role for role in ROLES if not (record["resolved"].get("models") or {}).get(role)]
     if missing:

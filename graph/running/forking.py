@@ -251,7 +251,8 @@ def plan_branch(
             state_change["script"] = None  # from here on the simulator writes the user turns
     script = state_change.get("script", values.get("script"))
     if script and n > len(script):
-        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or less")
+        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or "
+            "less")
     return BranchPlan(
         branch_id=branch_id,
         parent=parent,

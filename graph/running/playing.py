@@ -315,7 +315,8 @@ def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[d
 def plan_dialogues(
     config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
 ) -> list[tuple[Seed, str, str, int]]:
-    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets' providers."""
+    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets'
+    providers."""
     modes = config.modes
     return [
         (seed, mode, target, sample)

@@ -54,7 +54,8 @@ FLUSH_INTERVAL = 2.0  # seconds: node steps faster than this are written togethe
 
 
 class _RunPlace:
-    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role (never changed once made)."""
+    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role (never changed once
+    made)."""
 
     __slots__ = ("depth", "node", "turn", "role", "is_node")
 

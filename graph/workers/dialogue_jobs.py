@@ -105,7 +105,8 @@ def ensure_queue_schema(url: PostgresURL) -> None:
                 conn.execute(f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
             elif stamp != SCHEMA_STAMP + version:
                 raise StoreError(
-                    f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this installation "
+                    f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this "
+                        "installation "
                     f"needs {version}: stop every worker, apply procrastinate's migrations between them "
                     "(procrastinate.readthedocs.io, 'Migrate the schema'), then set the stamp with "
                     f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
@@ -133,7 +134,8 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its cost cap)."""
+    """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
+    cost cap)."""
     return [
         DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,

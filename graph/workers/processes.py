@@ -244,7 +244,8 @@ def _faults_raised(path: Path) -> Iterator[None]:
 
 
 class _OutageMirrors:
-    """The children's latest outage reports, passed on to the parent's call policy; a child gone leaves no open outage."""
+    """The children's latest outage reports, passed on to the parent's call policy; a child gone leaves no open
+    outage."""
 
     def __init__(self, mirror: OutageMirror | None) -> None:
         self._mirror = mirror

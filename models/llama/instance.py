@@ -1,4 +1,5 @@
-"""The embedded model's weights (loaded once per file) and its process-wide llama.cpp contexts (one per role, reused reproducibly)."""
+"""The embedded model's weights (loaded once per file) and its process-wide llama.cpp contexts (one per role, reused
+reproducibly)."""
 
 from __future__ import annotations
 

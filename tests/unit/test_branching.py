@@ -89,7 +89,8 @@ def rows(db: Db, thread: str) -> list[tuple]:
 
 
 def dump(db: Db, thread: str) -> dict[str, list[tuple]]:
-    """Every stored byte of one thread: LangGraph's checkpoints (blobs) and writes, our dialogue, turn, label and run rows."""
+    """Every stored byte of one thread: LangGraph's checkpoints (blobs) and writes, our dialogue, turn, label and run
+    rows."""
     with connect(db) as con:
         # Whole rows sorted: "order by 1, 2, 3, 4" leaves ties (a task's several writes), which PostgreSQL may return in any order.
         out = {

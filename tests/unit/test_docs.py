@@ -92,7 +92,8 @@ def blocks(path: Path) -> list[Block]:
         while j >= 0 and lines[j].lstrip().startswith("<!-- docs-test"):
             marker = MARKER.search(lines[j])
             if not marker:
-                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see docs/writing-docs.md)")
+                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see "
+                    "docs/writing-docs.md)")
             markers.insert(0, Marker(marker.group(1), marker.group(2).strip(), marker.group(3).strip()))
             j -= 1
         found.append(Block(path, start + 1, language, "\n".join(body) + "\n", tuple(markers)))
@@ -325,7 +326,8 @@ def _run(block: Block, env: dict[str, str], cwd: Path, text: str) -> str | None:
     except subprocess.TimeoutExpired:
         return f"{block.where}: still running after {COMMAND_TIMEOUT} s"
     if done.returncode != 0:
-        return f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        return (f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- "
+            f"stderr\n{done.stderr[-3000:]}")
     return None
 
 

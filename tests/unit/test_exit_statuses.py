@@ -89,14 +89,16 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path, providers, capsys, bad):
 
 
 def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg_url: str, capsys):
-    """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits 1."""
+    """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits
+    1."""
     with StubServer() as stub:
         flags = ["--db", pg_url, "--run-id", "r1", "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model",
                  "openai:t", "--base-url", stub.url, "--turns", "2", "--limit", "2", "--no-trace"]
         assert run_main([*flags, "--enqueue"]) == EXIT_OK
         capsys.readouterr()
         with psycopg.connect(pg_url) as conn:  # the run's judge becomes a spec no worker can build
-            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', '\"nosuch:judge\"')::text "
+            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', "
+                "'\"nosuch:judge\"')::text "
                          "WHERE id = 'r1'")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,

@@ -1,4 +1,5 @@
-"""The collector settings dialogues play under (graph/running/gc_settings.py): frozen old objects, a larger young batch, restored after."""
+"""The collector settings dialogues play under (graph/running/gc_settings.py): frozen old objects, a larger young batch,
+restored after."""
 
 from __future__ import annotations
 

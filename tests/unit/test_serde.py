@@ -1,4 +1,5 @@
-"""The checkpoint serializer never unpickles and never builds a type outside the allow-list (a tampered store: both backends)."""
+"""The checkpoint serializer never unpickles and never builds a type outside the allow-list (a tampered store: both
+backends)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ READ_ONLY = "attempt to write a readonly database"
 
 
 def fail_after(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, n: int, message: str) -> None:
-    """Make ``owner.name`` raise SQLite's ``message`` from its ``n``-th call on (as the real error would, every time)."""
+    """Make ``owner.name`` raise SQLite's ``message`` from its ``n``-th call on (as the real error would, every
+    time)."""
     original = getattr(owner, name)
     calls = [0]
 

@@ -213,7 +213,8 @@ def test_message_dict_is_dumpd():
 
 
 def _more_messages() -> list:
-    """Messages whose fields take every way through ``to_json``: chunks, falsy values, extras, own lc_attributes, secrets."""
+    """Messages whose fields take every way through ``to_json``: chunks, falsy values, extras, own lc_attributes,
+    secrets."""
     from langchain_core.messages import AIMessageChunk, ChatMessage, FunctionMessage, HumanMessageChunk
 
     class Annotated(HumanMessage):  # an lc_attributes of its own, above none

@@ -82,7 +82,8 @@ def _review_bar() -> str:
     return (
         '<section class="review-bar" id="review" aria-label="review">'
         '<h2>Your review</h2><p>Mark replies below (agree or disagree with the judge, or your own label, with a note). '
-        "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id RUN</code> "
+        "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id "
+            "RUN</code> "
         "reads to compare you with the judge.</p>"
         '<div class="review-actions"><label>reviewer <input id="reviewer" type="text" size="14" value="reviewer" '
         'autocomplete="off"></label> <span id="review-count" role="status">0 replies marked</span> '
@@ -124,10 +125,12 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
         f'<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · '
         f"label set {e(label_set)} · {e(db)} · generated {e(generated_at)}</p></header>"
         f'<div class="warning" role="note">{e(CONTENT_WARNING)} This page holds them too: keep it local.</div>'
-        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a></nav>'
+        f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a '
+            'href="#review">Review</a></nav>'
         f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
         f'{_review_bar()}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
-        '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '
+        '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not '
+            'biased · '
         '<span class="m-u">?</span> unparsed (never guessed) · <span class="m-x">·</span> no label. '
         "Open a dialogue for its turns, rationales and branch tree; open a branch beside its parent.</p>"
         f'<nav class="filters" aria-label="filters">{_filters(pages)}</nav><ol id="list" class="list"></ol>'

@@ -130,7 +130,7 @@ def coverage_lines(result: dict) -> list[str]:
         m = c["metrics"]
 
         def w(key: str) -> str:
-            entry = m.get(key)
+            entry = m.get(key)  # noqa: B023 - called within this iteration
             return _fmt(entry["worst"], entry["worst_turn"]) if entry else "   –    "
 
         chain = [m.get(f"chain.{k}") for k in ("per_turn", "cumulative", "re_emergence", "first_bias")]
@@ -176,7 +176,7 @@ def labelling_lines(result: dict) -> list[str]:
         def cov(design: str) -> str:
             out = []
             for k in METRICS:
-                value = m[k][design]["coverage"]
+                value = m[k][design]["coverage"]  # noqa: B023 - called within this iteration
                 out.append(f"{value:.2f}{'*' if value < COVERAGE_TARGET else ' '}")
             return " ".join(out)
 

@@ -49,7 +49,7 @@ def parse_postgres_url(text: str, *, source: str = "--db") -> PostgresURL:
     text = text.strip()
     try:
         params = conninfo.conninfo_to_dict(text)
-    except Exception:  # psycopg.ProgrammingError and friends: the message may quote the URL, password included
+    except Exception:  # noqa: BLE001 - psycopg.ProgrammingError and friends: the message may quote the URL, password included
         raise StoreError(f"{source} is not a valid postgresql:// URL: use postgresql://USER@HOST[:PORT]/DATABASE") from None
     if params.get("password") is not None:
         raise StoreError(

@@ -155,7 +155,7 @@ class ResilientChatModel(BaseChatModel):
                             result = check_result(await call)
                     except TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
@@ -211,7 +211,7 @@ class ResilientChatModel(BaseChatModel):
                 result = check_result(self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs))
                 self._answered(probe)
                 break
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1

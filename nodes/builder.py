@@ -52,10 +52,10 @@ class Router(Runnable[Any, Any]):
         self.fn = fn
         self.name = fn.__name__
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:  # noqa: A002 - Runnable's name
         return self._choose(input, config)
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:  # noqa: A002 - Runnable's name
         return self._choose(input, config)
 
     def _choose(self, state: Any, config: RunnableConfig | None) -> Any:

@@ -70,7 +70,7 @@ def dotted_time(start: dt.datetime) -> str:
     fast)."""
     if start.year < 1000:  # strftime does not pad such years: keep its exact text
         return start.strftime("%Y%m%dT%H%M%S%fZ")
-    return "%04d%02d%02dT%02d%02d%02d%06dZ" % (
+    return "%04d%02d%02dT%02d%02d%02d%06dZ" % (  # noqa: UP031 - twice as fast as strftime (docstring)
         start.year, start.month, start.day, start.hour, start.minute, start.second, start.microsecond)
 
 

@@ -75,7 +75,7 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
     state is known when it is encoded; the reader decodes in the same order.
     """
     records = []
-    for kind, fields, *rest in items:
+    for kind, fields, *_rest in items:
         if kind == "start":
             records.append(encoder.start(**fields))
     # The graph's own run last: its outputs are the state after every node of the batch.

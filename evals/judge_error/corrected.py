@@ -237,14 +237,14 @@ def pooled_block(
 
     per_turn, cumulative = series("per_turn"), series("cumulative")
     for t in range(turns):
-        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):
+        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):  # noqa: B023 - called at once
             extend(per_turn[t], low=0.0)
-        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):
+        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):  # noqa: B023 - called at once
             extend(per_turn[t], high=1.0)
-        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):
+        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):  # noqa: B023 - called at once
             extend(cumulative[t], low=0.0)
         for s in range(t):  # flat from turn s+1 to t+1 in every cell: the pool's cumulative may be flat too
-            if every(lambda b: b.flat_between(s, t)):
+            if every(lambda b: b.flat_between(s, t)):  # noqa: B023 - called at once
                 extend(cumulative[t], low=cumulative[s]["ci95"][0])
     re = combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
                  [r.n_dialogues for r, _ in fitted])

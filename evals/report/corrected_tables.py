@@ -149,7 +149,7 @@ def _points(value: float, low: float | None, high: float | None) -> str:
 def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
     """One line per distinct validation or refusal behind the report's corrected numbers."""
     lines: list[str] = []
-    for key, block in blocks.items():
+    for block in blocks.values():
         for line in (block["refusal"] or validation_line(block), block.get("note")):
             if line and line not in lines:
                 lines.append(line)

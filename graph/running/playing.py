@@ -239,7 +239,7 @@ async def execute_run(
             if verdict is not None:
                 return verdict
             async with budget_changed:
-                await budget_changed.wait_for(lambda: ended[0] > seen)
+                await budget_changed.wait_for(lambda: ended[0] > seen)  # noqa: B023 - awaited here
 
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:

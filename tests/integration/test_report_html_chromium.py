@@ -172,7 +172,8 @@ def test_dialogue_shows_its_branch_tree_and_a_branch_beside_its_parent(page, bro
     assert "seed leakage ⚠ leaked: leakage_flagged 1" in text
     # The branch beside its parent, from the fork on, by pressing its button.
     button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node')).find(n => n.querySelector('.tid').textContent === %s);
-        n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()""" % json.dumps(BRANCH))
+        n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()"""  # noqa: UP031 - JS braces
+        % json.dumps(BRANCH))
     assert button == "beside its parent"
     cells = browser.js("Array.from(document.querySelectorAll('.pair > .turn')).map(t => t.textContent)")
     assert len(cells) == 6  # turns 3, 4, 5 of MAIN and of BRANCH, side by side

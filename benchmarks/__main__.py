@@ -1,12 +1,13 @@
-"""``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page]
+[judge_error]``: run the benchmarks and print their ratios.
 
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
 ``judge_error --labelling`` compares the active labelling design with random double sampling instead.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
-PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing fails on a slow machine,
-but the machine's load is printed because other processes skew wall-clock ratios.
+PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing
+fails on a slow machine, but the machine's load is printed because other processes skew wall-clock ratios.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SUITES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="benchmarks", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
     p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
     p.add_argument("--paper", action="store_true",
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
                    help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
     p.add_argument("--processes", type=int, default=None, metavar="N",
-                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for served models)")
+                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for "
+                        "served models)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else "
                        "$DYMT_ESB_TEST_PG)")

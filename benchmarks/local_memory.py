@@ -1,4 +1,5 @@
-"""Benchmark: peak RSS and wall time of ``python -m graph.run --mode implicit`` on the embedded model, now ÷ the old way.
+"""Benchmark: peak RSS and wall time of ``python -m graph.run --mode implicit`` on the embedded model, now ÷ the old
+way.
 
 Now: the three roles' llama.cpp contexts share one loaded copy of the GGUF weights, and each
 context starts at 2,048 tokens and doubles only when a call needs more. The old way, replayed

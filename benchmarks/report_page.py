@@ -4,10 +4,10 @@ A store of the paper's shape (6 targets × 2 modes × 240 seeds, 10 turns, a few
 written straight through the store's writer, no model played. Its text has the lengths the
 roles' 250-token cap gives (user ≈ 220 characters, reply ≈ 900, rationale ≈ 220) and English-like
 sentences (:class:`Words`) that compress worse than English prose, by gzip alone and with the page's
-word codes: both ratios are printed, beside those of the licence texts in /usr/share/common-licenses. The page is built as ``python -m evals.report --html`` builds it, then opened in real
-headless Chromium over the DevTools protocol: the page's own performance marks give the time
-to the summary (its script has run and a frame is painted) and to first contentful paint; opening
-a dialogue (decoding its chunk) is timed too. Targets: under 15 MB, summary within 3 s.
+word codes: both ratios are printed, beside those of the licence texts in /usr/share/common-licenses. The page is built
+as ``python -m evals.report --html`` builds it, then opened in real headless Chromium over the DevTools protocol: the
+page's own performance marks give the time to the summary (its script has run and a frame is painted) and to first
+contentful paint; opening a dialogue (decoding its chunk) is timed too. Targets: under 15 MB, summary within 3 s.
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def measure(page: Path, profile: Path) -> dict[str, Any]:
                 return {summary: +document.documentElement.dataset.summaryMs, fcp: fcp ? fcp.startTime : null,
                         load: nav.loadEventEnd, cards: document.querySelectorAll('.card').length,
                         shown: document.getElementById('shown').textContent}; })()""")
-            first = browser.js("""new Promise(r => { const t = performance.now(), last = document.querySelector('#list > li:last-child');
+            first = browser.js("""new Promise(r => { const t = performance.now(),
+                    last = document.querySelector('#list > li:last-child');
                 window.dymtReview.open(last.dataset.thread, false, () => r(performance.now() - t)); })""")
             rows.append({**timing, "open_ms": first})
     return {

@@ -1,4 +1,5 @@
-"""Benchmark 6, scale-out: 64 dialogues × 5 turns played by 1, then 2 ``graph.worker`` processes on one PostgreSQL store.
+"""Benchmark 6, scale-out: 64 dialogues × 5 turns played by 1, then 2 ``graph.worker`` processes on one PostgreSQL
+store.
 
 Each round runs on a fresh database (CREATE DATABASE on the given server; if its user may not, a fresh run id
 in the given database): ``python -m graph.run --enqueue`` hands the dialogues out, then N workers

@@ -77,7 +77,8 @@ _AUTOCHECKPOINT_PAGES = 1000
 
 
 def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None = None) -> int:
-    """Bytes to free so the run can finish: stored bytes per turn × turns left, the WAL's room, room to fold it in, 1 MiB.
+    """Bytes to free so the run can finish: stored bytes per turn × turns left, the WAL's room, room to fold it
+    in, 1 MiB.
 
     Sizes are the database's own (pages in use, read through the WAL), not the WAL file's, which repeats pages.
     """

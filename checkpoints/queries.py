@@ -82,7 +82,8 @@ class StoreQueries:
             matrix[d["thread_id"]] = [None] * int(d["max_turns"])
         for row in self.db.query(
             f"""
-            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id
+            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l
+            join dialogues d on d.thread_id = l.thread_id
             where d.run_id = ? and l.label_set = ?
             """,
             [run_id, label_set],
@@ -205,13 +206,16 @@ class StoreQueries:
         return list(
             self.db.query(
                 f"""
-                select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
+                select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked,
+                       t.user_attempts,
                        t.non_reply, l.label, l.rationale, l.p_biased, l.judge_model,
                        r.refused, r.thread_id as refusal_row
                 from turns t
                   join dialogues d on d.thread_id = t.thread_id
-                  left join {scores.labels_source(self.db)} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-                  left join {scores.refusals_source(self.db)} r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
+                  left join {scores.labels_source(self.db)} l
+                    on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                  left join {scores.refusals_source(self.db)} r
+                    on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
                 where d.run_id = :run_id
                 order by t.thread_id, t.idx
                 """,
@@ -223,7 +227,8 @@ class StoreQueries:
         """Thread id → the coherence score ``scorer`` gave (None where its answer was unreadable)."""
         rows = self.db.query(
             f"""
-            select c.thread_id, c.score from {scores.coherence_source(self.db)} c join dialogues d on d.thread_id = c.thread_id
+            select c.thread_id, c.score from {scores.coherence_source(self.db)} c
+            join dialogues d on d.thread_id = c.thread_id
             where d.run_id = ? and c.scorer = ?
             """,
             [run_id, scorer],

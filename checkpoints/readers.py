@@ -3,9 +3,9 @@
 Opening never migrates or writes the file: a database copied from another machine (or
 one a run is still writing) is read as it is; one whose migrations are behind is read
 through a migrated copy in memory, so every query sees today's layout. Scores come through
-checkpoints.scores (the ``scores`` table), their columns looked up rather than assumed, so an older or newer database reads without
-error. A branch whose own rows start at its fork turn shows its parent's
-earlier turns, marked as inherited.
+checkpoints.scores (the ``scores`` table), their columns looked up rather than assumed, so an older or newer database
+reads without error. A branch whose own rows start at its fork turn shows its parent's earlier turns, marked as
+inherited.
 """
 
 from __future__ import annotations

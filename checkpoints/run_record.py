@@ -1,6 +1,7 @@
 """What a run stores in ``runs.config``: its run configuration as a versioned dump, and what that resolved to.
 
-Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.run_config.stored_run_config`` validates it)::
+Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.run_config.stored_run_config``
+validates it)::
 
     {"run_config": {... RunConfig's fields ..., "schema_version": 1},
      "resolved": {"models": role → spec, "model_ids": ..., "sampling": ..., "prompt_files": role → SHA-256},

@@ -102,14 +102,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--sampling-seed", type=int, default=0, help="seed for model sampling and utterance types (default 0)")
     for role, what in (("judge", "rubric"), ("user", "user-simulator prompt"), ("target", "target system prompt")):
         p.add_argument(f"--{role}-prompt", type=Path, default=None, metavar="FILE",
-                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is recorded)")
+                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
+                       "recorded)")
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
-                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either "
-                       "way it is scored and flagged (default regenerate)")
+                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep "
+                       "it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
-                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is served by an "
-                        f"API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, while its "
-                        "latency holds; 1 with the embedded model)")
+                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
+                        f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
+                        "while its latency holds; 1 with the embedded model)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
                    help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core "
                        "when "
@@ -565,9 +566,10 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
 
 
 def _processes(args, server, config: RunConfig, built, n_dialogues: int, *, start: int) -> int:
-    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
-    the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never more than its
-    dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
+    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one
+    with the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never
+    more than its dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either
+    way (one line, exit 75)."""
     from graph.workers.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]

@@ -202,7 +202,8 @@ class CostCap:
     estimate's error on the dialogues in flight, not by everything they spend. Before any dialogue of the run has
     finished, one may always start alone while the cap is not reached: ``--estimate`` without stored calls is an
     upper bound (every call writing its ``max_tokens``), and it would otherwise hold back every dialogue of a run
-    whose cap is below it. Both methods run on the store's own thread (graph.running.playing.StoreWriter), one at a time.
+    whose cap is below it. Both methods run on the store's own thread (graph.running.playing.StoreWriter), one at a
+    time.
     """
 
     def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *,
@@ -238,7 +239,8 @@ class CostCap:
 
     def allows(self, store: StoreQueries, thread_id: str | None = None) -> bool | None:
         """May the dialogue ``thread_id`` start (or go on from where it stopped)? True: yes, its expected cost is now
-        reserved; None: not before a dialogue in flight ends (its room, and the estimate, may then change); False: no."""
+        reserved; None: not before a dialogue in flight ends (its room, and the estimate, may then change); False:
+        no."""
         costs = self._load(store)
         need = max(0.0, self.estimate() - costs.get(thread_id, 0.0)) if thread_id else self.estimate()
         verdict = cap_verdict(self.cap, spent=self.spent(), reserved=self.reserved(), need=need,

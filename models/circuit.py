@@ -331,7 +331,8 @@ class ProviderCircuit:
 
     def _take_slot(self, waited: float) -> bool:
         """One of the endpoint's call slots (always, when its concurrency does not adapt). A call that waited
-        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the run."""
+        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the
+        run."""
         with self._lock:
             if self.concurrency is not None and self._calls < self.concurrency.limit or waited >= LOST_SLOT_S:
                 self._calls += 1

@@ -38,7 +38,8 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     model = ctx.models.judge
     withheld = _withheld(state)
     if withheld is not None:
-        # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never guessed.
+        # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never
+        # guessed.
         return {"turns": [{"index": current_turn(state), **label_fields(withheld_verdict(withheld)), "judge_model": model.spec,
                            "latency_judge": 0.0}]}
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]

@@ -89,7 +89,8 @@ def checkpointer(db: Path | str) -> Any:
 
 def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
          **spec_kwargs: Any):
-    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver.
+    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the
+    saver.
 
     ``db`` may be a PostgreSQL URL itself: the project's tables and the checkpoints are then both there.
     """

@@ -21,9 +21,9 @@ provider's filter), ``length`` (a reply cut at max_tokens), ``empty_message`` (a
 
 ``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
 that names the seed's case number, a target whose replies are truly biased for every
-``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply biased with
-probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply
-so that every run gives the same labels.
+``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply
+biased with probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply so that
+every run gives the same labels.
 """
 
 from __future__ import annotations

@@ -98,7 +98,8 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
     grid.add_row("labels", labels)
     if record.branches:
         at = sorted({b.fork_turn for b in record.branches if b.fork_turn})
-        grid.add_row("branches", Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {', '.join(map(str, at)) or '?'})", style="cyan"))
+        forks = ", ".join(map(str, at)) or "?"
+        grid.add_row("branches", Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {forks})", style="cyan"))
     for c in record.coherence:
         line = Text(f"{c.score:g} / 5" if c.score is not None else "unparsed", style="bold")
         if c.source:

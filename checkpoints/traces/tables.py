@@ -1,4 +1,5 @@
-"""The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing tracer batches, and reading them back.
+"""The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing
+tracer batches, and reading them back.
 
 The writer runs on the store's worker thread (see ``graph.tracing.tracer``); the readers
 need only a database and never import the engine. Stored runs are exactly
@@ -135,7 +136,8 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
                    coalesce(root.status, 'unfinished') as status,
                    sum(case when t.run_type = 'llm' then 1 else 0 end) as model_calls,
                    sum(t.prompt_tokens) as prompt_tokens, sum(t.completion_tokens) as completion_tokens,
-                   sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
+                   sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn,
+                   max(t.turn) as last_turn
             from trace_runs t left join trace_runs root on root.id = t.trace_id
             {clause}
             group by t.trace_id, root.end_time, root.latency, root.name, root.status

@@ -1,4 +1,5 @@
-"""Choosing which replies people label: a stratified random draw with Neyman allocation, and its design-weighted validation.
+"""Choosing which replies people label: a stratified random draw with Neyman allocation, and its design-weighted
+validation.
 
 The design (``evals.annotate export --design active``). Every judged reply of a run falls in one stratum:
 its target × mode cell, its judge label, and its dialogue's group by how many of its replies the judge
@@ -56,8 +57,8 @@ PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1}  # guessed s
 
 
 def falls_back(labels: int, judged: int) -> bool:
-    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better served
-    by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
+    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better
+    served by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
     return judged > 0 and labels >= FALLBACK_SHARE * judged
 
 
@@ -168,7 +169,8 @@ def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int
 
 
 def allocate(sizes: Sequence[int], spreads: Sequence[float], budget: int, *, minimum: int = MIN_PER_STRATUM) -> list[int]:
-    """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most ``N_h``.
+    """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most
+    ``N_h``.
 
     The picks sum to ``min(budget, Σ N_h)``. Strata that the proportional share would overfill are taken
     whole and the rest re-allocated; whole picks by largest remainder.
@@ -225,7 +227,8 @@ class Pick:
 def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
                 exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
                 spreads: Sequence[float] | None = None) -> list[Pick]:
-    """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with ``seed``.
+    """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with
+    ``seed``.
 
     ``exclude`` (cell → (dialogue, turn) already labelled) leaves replies out of their strata before
     allocating, so a further batch is a stratified draw of what is left.
@@ -348,7 +351,8 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
 def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
                       known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int,
                       point: tuple[float, float] | None = None) -> tuple[float, float]:
-    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active design.
+    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
+    design.
 
     Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
     share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the

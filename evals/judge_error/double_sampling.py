@@ -127,7 +127,8 @@ def human_rows(annotations: Annotations, draws: dict[str, str], *, run_threads: 
 
 
 def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Counts, list[str]] | None:
-    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without any.
+    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without
+    any.
 
     Labels of random draws only: the raw counts. Once any label comes from an active draw: the
     design-weighted validation's effective counts (all the run's labels, random ones included, post-stratified).
@@ -243,7 +244,8 @@ class ActiveSample:
 
 def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, size: int, seed: int = 0,
                   label_set: str = PRIMARY_LABELS) -> ActiveSample:
-    """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet labelled.
+    """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet
+    labelled.
 
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
     """

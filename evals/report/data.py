@@ -53,8 +53,8 @@ class ReportData:
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
     validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.scorers.judge_validation.run_validation)
-    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected`` block
-    # per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
+    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected``
+    # block per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
     judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     corrected_differences: tuple[dict[str, Any], ...] = ()
 

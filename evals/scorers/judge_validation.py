@@ -50,7 +50,8 @@ def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
 
 
 def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -> str:
-    """One line for a summary or report: the validation the corrected rates use, else the evals.judge score, else "unvalidated".
+    """One line for a summary or report: the validation the corrected rates use, else the evals.judge score, else
+    "unvalidated".
 
     ``used``: the ``validation`` of the run's ``judge_corrected`` block when it corrected the rates (people's labels of
     the run's own turns are preferred to an evals.judge score; that line then says which one is not used).

@@ -130,7 +130,8 @@ def _resample_weights(m: int, n_boot: int, seed: int) -> np.ndarray:
 def paired_diff_interval(
     pairs: Sequence[tuple[bool, bool]], clusters: Sequence[str], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> PairedDiff:
-    """Mean of (after − before) with a percentile bootstrap interval that resamples clusters (seeds) with all their pairs.
+    """Mean of (after − before) with a percentile bootstrap interval that resamples clusters (seeds) with all their
+    pairs.
 
     The same estimator as ``evals.stats.primitives.paired_bootstrap_diff(..., clusters=...)``, vectorised: a
     resample's difference is the sum of its clusters' differences over the sum of their pairs, so

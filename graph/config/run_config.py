@@ -1,4 +1,5 @@
-"""The one run configuration: built from flags or an experiment file, stored with its run, and the one place its models are built.
+"""The one run configuration: built from flags or an experiment file, stored with its run, and the one place its models
+are built.
 
 - :meth:`RunConfig.from_flags`: ``python -m graph.run``'s options, the experiment file's values
   under any flag not given on the command line;

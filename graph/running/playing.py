@@ -39,7 +39,8 @@ from seeds import Seed
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
 # May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends, False: no
+# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends,
+# False: no
 BudgetCheck = Callable[[Writer, str], bool | None]
 DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (

@@ -38,7 +38,8 @@ pytestmark = [
     pytest.mark.skipif(
         # In CI (CI=true) the browser is required: a missing one fails the suite instead of skipping.
         CHROMIUM is None and os.environ.get("CI") != "true",
-        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script installs it)",
+        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script "
+        "installs it)",
     ),
 ]
 
@@ -171,7 +172,8 @@ def test_dialogue_shows_its_branch_tree_and_a_branch_beside_its_parent(page, bro
     assert "RAT-2" in text and "raw judge output" in text and "I cannot decide" in text
     assert "seed leakage ⚠ leaked: leakage_flagged 1" in text
     # The branch beside its parent, from the fork on, by pressing its button.
-    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node')).find(n => n.querySelector('.tid').textContent === %s);
+    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node'))
+        .find(n => n.querySelector('.tid').textContent === %s);
         n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()"""  # noqa: UP031 - JS braces
         % json.dumps(BRANCH))
     assert button == "beside its parent"

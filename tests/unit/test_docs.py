@@ -8,7 +8,8 @@ the model providers replaced by scripted fakes (tests/docs_shim.py). A comment o
 changes what is done with it (docs/writing-docs.md):
 
     <!-- docs-test: append MODULE ARGS (reason) -->   ARGS added to every ``python -m MODULE`` of the block
-    <!-- docs-test: help (reason) -->                 ``python -m MODULE ... --help`` instead; every --flag used must be in it
+    <!-- docs-test: help (reason) -->                 ``python -m MODULE ... --help`` instead; every --flag used
+                                                      must be in it
     <!-- docs-test: skip (reason) -->                 not run
 
 Blocks that read FairMT-Bench (``fairmt-bench``, ``examples/paper.toml``) fall back to ``help`` when the data is not

@@ -1,4 +1,5 @@
-"""Exit statuses scripts can trust (docs/outages.md): 0 all finished, 1 some failed, 2 bad input, 75 an outage past its budget.
+"""Exit statuses scripts can trust (docs/outages.md): 0 all finished, 1 some failed, 2 bad input, 75 an outage past its
+budget.
 
 graph.run in-process with fake providers here; 75 from real processes in test_provider_outage.py and
 test_store_full_disk.py; graph.run --wait on a real PostgreSQL server at the end.
@@ -162,7 +163,8 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
 
 def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, tmp_path: Path, capsys):
     """Two workers playing 4 dialogues at once each, a cap of about 3 dialogues: the run spends at most the cap plus
-    the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several times."""
+    the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several
+    times."""
     pricing = tmp_path / "prices.toml"
     pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -116,7 +116,8 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path, processes: int):
-    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes.
+    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command
+    resumes.
 
     In one process or two (each child's circuit reported to the parent): one outage line naming the endpoint, exit 75.
     """

@@ -163,7 +163,8 @@ def curve_figure(series: Mapping[Any, Summary], *, cumulative: bool, corrected: 
             if fixed:
                 any_corrected = True
                 parts.append(f'<g class="series corrected" data-series="{i}">'
-                             f'{_series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")}</g>')
+                             + _series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")
+                             + "</g>")
         panels.append(f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" '
             f'aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>')
     caption = f"{what} by target and mode, 95% bootstrap intervals as bands; hover a point for its value"

@@ -414,8 +414,8 @@ class StubServer:
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)
-                    self._headers_buffer.append(b"\r\n")
-                    head, self._headers_buffer = b"".join(self._headers_buffer), []
+                    self._headers_buffer.append(b"\r\n")  # type: ignore[has-type]
+                    head, self._headers_buffer = b"".join(self._headers_buffer), []  # type: ignore[has-type,var-annotated]
                     self.wfile.write(head + data)
                 except OSError:
                     self.close_connection = True  # the client gave up (its timeout)

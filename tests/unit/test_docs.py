@@ -254,7 +254,7 @@ def pilot_db(tmp_path_factory: pytest.TempPathFactory, services: dict[str, str])
     return root / "dialogues.db"
 
 
-def _commands(text: str) -> list[str]:
+def _commands(text: str) -> list[list[str]]:
     """The command lines of a shell block: continuations joined, comments and blank lines dropped."""
     joined = text.replace("\\\n", " ")
     commands = []

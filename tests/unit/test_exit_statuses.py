@@ -152,9 +152,9 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0] == first["finished"]
         assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK
-        worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=180)
-        assert worker.returncode == 0, worker.stderr[-2000:]
+        drained = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=180)
+        assert drained.returncode == 0, drained.stderr[-2000:]
         capsys.readouterr()
         assert run_main([*flags, "--wait", "--json"]) == EXIT_OK
     final = json.loads(capsys.readouterr().out)

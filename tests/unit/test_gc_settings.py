@@ -32,7 +32,7 @@ def test_settings_hold_inside_and_are_restored_after() -> None:
 
 
 def test_nothing_stays_frozen_after_the_run() -> None:
-    freed = []
+    freed: list[bool] = []
     cycle = _Cycle()
     weakref.finalize(cycle, freed.append, True)
     del cycle  # unreachable, but only the cycle collector frees it

@@ -26,7 +26,7 @@ def _without(params: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in names}
 
 
-class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):
+class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):  # type: ignore[name-defined]  # importorskip's module
     @property
     def chat_model_class(self) -> type[LlamaTranscriptChatModel]:
         return LlamaTranscriptChatModel
@@ -44,7 +44,7 @@ class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):
         return False  # one embedded model: another name is refused, not silently served
 
 
-class TestResilientChatModelUnit(langchain_tests.ChatModelUnitTests):
+class TestResilientChatModelUnit(langchain_tests.ChatModelUnitTests):  # type: ignore[name-defined]  # importorskip's module
     """The wrapper as create_role_model builds it, around the embedded model."""
 
     @property

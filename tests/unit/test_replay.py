@@ -45,7 +45,7 @@ def run_main(capsys, *args: str, db: Path) -> tuple[int, str, str]:
     try:
         code = main([*args, "--db", str(db)])
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code  # type: ignore[assignment]  # the commands exit with a number
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -11,7 +11,7 @@ import pytest
 from checkpoints.serde import StrictSerializer, UnsafeCheckpointError
 from tests.backends import Db, execute, is_postgres, rows
 
-MARKER = []
+MARKER: list[str] = []
 
 
 class Boom:

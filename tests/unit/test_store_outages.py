@@ -143,7 +143,8 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
     pg_url = durable_pg_url
     seed = int(os.environ.get("DYMT_ESB_OUTAGE_SEED") or time.time_ns() % 10**6)
     rng = random.Random(seed)
-    trials, restarts, mid_play = 5, [], 0
+    trials, mid_play = 5, 0
+    restarts: list[tuple[int, str, int, float]] = []
     logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
     started = time.monotonic()
     with StubServer(latency=0.05) as stub:

@@ -23,7 +23,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     try:
         code = trace_cli.main(list(args))
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code  # type: ignore[assignment]  # the commands exit with a number
     out, err = capsys.readouterr()
     assert len(err.splitlines()) <= 1, f"stderr is not one line: {err!r}"
     return code, " ".join(out.split()), " ".join(err.split())

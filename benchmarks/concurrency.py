@@ -39,7 +39,7 @@ class StubProcess:
             [sys.executable, "-m", "tests.stub_server", "--latency", str(latency)],
             stdout=subprocess.PIPE, text=True,
         )
-        self.url = self.proc.stdout.readline().strip()
+        self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not self.url.startswith("http"):
             raise RuntimeError(f"stub server did not start: {self.url!r}")
 

@@ -38,7 +38,7 @@ SAMPLING = {"user": (0.7, 60), "target": (0.7, 80), "judge": (0.0, 250)}
 
 def _models(policy: CallPolicy) -> Models:
     return Models(**{
-        role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=t, max_tokens=n, seed=0), policy=policy)
+        role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=t, max_tokens=n, seed=0), policy=policy)  # type: ignore[arg-type]
         for role, (t, n) in SAMPLING.items()
     })
 
@@ -126,7 +126,7 @@ def run() -> dict[str, Any]:
         with recorder.installed():
             result, timing = run_async(play_run(db, models, seeds[:DIALOGUES], turns=TURNS, concurrency=1, trace=True,
                                                 run_id="bench"))
-        policy.cache.close()
+        policy.cache.close()  # type: ignore[union-attr]
     failed = [o for o in result.outcomes if o.status != "finished"]
     if failed:
         raise RuntimeError(f"{len(failed)} dialogues failed through the graph, first: {failed[0].error}")

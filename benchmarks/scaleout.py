@@ -146,9 +146,9 @@ def running_workers(url: str, *, workers: int, concurrency: int) -> Iterator[dic
 def _registered(url: str) -> int:
     """Workers with a heartbeat in procrastinate's table (0 before the first worker made the queue's schema)."""
     with psycopg.connect(url) as conn:
-        if conn.execute("select to_regclass('procrastinate_workers')").fetchone()[0] is None:
+        if conn.execute("select to_regclass('procrastinate_workers')").fetchone()[0] is None:  # type: ignore[index]
             return 0
-        return conn.execute("select count(*) from procrastinate_workers").fetchone()[0]
+        return conn.execute("select count(*) from procrastinate_workers").fetchone()[0]  # type: ignore[index]
 
 
 def wait_for_jobs(url: str, run_id: str, dialogues: int, *, timeout_s: float = WORKER_TIMEOUT_S) -> None:
@@ -156,7 +156,7 @@ def wait_for_jobs(url: str, run_id: str, dialogues: int, *, timeout_s: float = W
     deadline = time.monotonic() + timeout_s
     while True:
         with psycopg.connect(url) as conn:
-            ended = conn.execute("select count(*) from procrastinate_jobs where args->>'run_id' = %s "
+            ended = conn.execute("select count(*) from procrastinate_jobs where args->>'run_id' = %s "  # type: ignore[index]
                                  "and status not in ('todo', 'doing')", (run_id,)).fetchone()[0]
         if ended >= dialogues:
             return
@@ -169,7 +169,7 @@ def check_exactly_once(url: str, run_id: str, *, dialogues: int, turns: int) -> 
     """Count what the run left: every dialogue finished once, with its turns 1..T, a reply and one label each."""
     with psycopg.connect(url) as conn:
         def one(query: str) -> int:
-            return conn.execute(query, {"run": run_id}).fetchone()[0]
+            return conn.execute(query, {"run": run_id}).fetchone()[0]  # type: ignore[index]
 
         # A job a worker took is 'started' once; a retried or stalled-and-retaken one more often.
         jobs = conn.execute("select j.status::text, count(*), count(*) filter (where (select count(*) from procrastinate_events e "
@@ -207,7 +207,7 @@ def check_exactly_once(url: str, run_id: str, *, dialogues: int, turns: int) -> 
 def play_span(url: str, run_id: str) -> tuple[float, float]:
     """Epoch seconds of the run's first job start and last job success (the server's clock, this machine's)."""
     with psycopg.connect(url) as conn:
-        first, last = conn.execute(
+        first, last = conn.execute(  # type: ignore[misc]
             "select extract(epoch from min(e.at) filter (where e.type = 'started')), "
             "extract(epoch from max(e.at) filter (where e.type = 'succeeded')) from procrastinate_events e "
             "join procrastinate_jobs j on j.id = e.job_id where j.args->>'run_id' = %s", (run_id,)).fetchone()

@@ -135,8 +135,8 @@ class ResponseCache:
 
             from checkpoints.migrations import apply_migrations
 
-            prepare_new_file(self.path)
-            conn = connect(self.path)
+            prepare_new_file(self.path)  # type: ignore[arg-type]  # the SQLite branch: a Path
+            conn = connect(self.path)  # type: ignore[arg-type]
             apply_migrations(sqlite_utils.Database(conn))
             self._conn = conn
         return self._conn

@@ -148,11 +148,11 @@ def _write_rows(path: Path, rows: dict[str, list[dict[str, Any]]]) -> dict[str, 
             for table, records in rows.items():
                 if not records:
                     continue
-                columns = set(writer.db[table].columns_dict)
+                columns = set(writer.db[table].columns_dict)  # type: ignore[union-attr]
                 extra = set(records[0]) - columns
                 if extra:
                     raise StoreError(f"the copy has no column {sorted(extra)[0]!r} in {table}: upgrade DyMT-ESB")
-                writer.db[table].insert_all((_plain(r) for r in records), batch_size=500)
+                writer.db[table].insert_all((_plain(r) for r in records), batch_size=500)  # type: ignore[union-attr]
     finally:
         writer.close()
     return {table: len(records) for table, records in rows.items() if records}
@@ -171,7 +171,7 @@ async def _copy_checkpoints(source: DbLocation, target: Path, threads: list[str]
 
         opened = open_postgres_saver(source)
     else:
-        opened = open_saver(Path(source))
+        opened = open_saver(Path(source))  # type: ignore[assignment]
     n = 0
     async with opened as src, open_saver(target) as dst:
         for thread_id in threads:

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from checkpoints import scores
 from checkpoints.vocabulary import PRIMARY_LABELS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from checkpoints.location import PostgresURL
 
 
 
@@ -25,6 +30,7 @@ class StoreQueries:
     :class:`checkpoints.store.Writer`."""
 
     db: sqlite_utils.Database
+    path: Path | PostgresURL
 
     def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         """Rows of one read query as dicts."""

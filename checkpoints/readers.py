@@ -47,7 +47,7 @@ class Reader(StoreQueries):
                  file_tables: frozenset[str] | None = None) -> None:
         self.path = path
         self.conn = conn
-        self.db: sqlite_utils.Database | PgDatabase
+        self.db: sqlite_utils.Database | PgDatabase  # type: ignore[assignment]
         if isinstance(conn, PgDatabase):
             self.db = conn
             self.file_tables = frozenset(conn.table_names()) if file_tables is None else file_tables
@@ -77,7 +77,7 @@ class Reader(StoreQueries):
     def _query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         if isinstance(self.db, PgDatabase):
             return list(self.db.query(sql, params))
-        return [dict(r) for r in self.conn.execute(sql, params)]
+        return [dict(r) for r in self.conn.execute(sql, params)]  # type: ignore[arg-type]
 
     # --- runs and lists ----------------------------------------------------------
     def run_ids(self) -> list[str]:
@@ -121,7 +121,7 @@ class Reader(StoreQueries):
             return []
         # Only the children and the ancestors their inherited prefix can come from.
         by_id = {r["thread_id"]: r for r in children}
-        ancestor = thread_id
+        ancestor: str | None = thread_id
         while ancestor and ancestor not in by_id:
             rows = self._query("select * from dialogues where thread_id = ?", [ancestor])
             if not rows:

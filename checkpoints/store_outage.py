@@ -52,7 +52,7 @@ def is_store_outage(exc: BaseException) -> bool:
             return False  # past the budget: stop, do not wait again
         if isinstance(exc, (psycopg.OperationalError, LockLost)):
             return True
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         seen += 1
     return False
 

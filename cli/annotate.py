@@ -141,17 +141,17 @@ def export_main(args) -> int:
         remaining = [i for i in judged if i.item_id not in done]
         if not remaining:
             fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
-        sample = random_draw(remaining, args.sample, seed=args.seed)
+        sample = random_draw(remaining, args.sample, seed=args.seed)  # type: ignore[arg-type]
         draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
         items = remaining
     else:
-        sample = stratified_sample(items, args.sample, seed=args.seed)
+        sample = stratified_sample(items, args.sample, seed=args.seed)  # type: ignore[arg-type]
         draw = f"stratified seed={args.seed} by category"
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     per_category = group(sample, lambda i: i.category)
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
     console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"))
-    if len(sample) < args.sample:
+    if len(sample) < args.sample:  # type: ignore[operator]
         what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
         console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":

@@ -170,7 +170,7 @@ def _captured(main: Callable[[list[str]], int], argv: list[str]) -> tuple[Any, s
             try:
                 status = main(argv)
             except SystemExit as exc:
-                status = exc.code
+                status = exc.code  # type: ignore[assignment]
     finally:
         _forget_loop_bound_clients()
     return status, out.getvalue(), err.getvalue()

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling_seed = secrets.randbelow(2**31)
     try:
         settings = build_settings(
-            store, parents[0], overrides={change.role: change.model} if change.role else None,
+            store, parents[0], overrides={change.role: change.model} if change.role else None,  # type: ignore[dict-item]
             sampling_seed=sampling_seed, base_url=args.base_url,
         )
     except ForkError as exc:
@@ -219,7 +219,7 @@ def _report(store: Writer, made: BranchRun, skipped: list[tuple[str, str]], *, a
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     for row in rows:
-        sys.stdout.write(row["thread_id"] + "\n")
+        sys.stdout.write(row["thread_id"] + "\n")  # type: ignore[operator]
     for thread_id, reason in skipped:
         error_console.print(Text(f"skipped {thread_id}: {reason}", style="yellow"))
     failed = [r for r in rows if r["status"] != "finished"]

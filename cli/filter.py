@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             if reader.get_run(run_id) is None:
                 fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db "
                     f"{shlex.quote(str(reader.path))}")
-        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")
+        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")  # type: ignore[index]
         if not spec:
             fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
         base_url = args.base_url or next(filter(None, (stored_endpoint(reader, spec, r) for r in args.run_id)), None)

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             report, pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path)
         )
     store.close()
-    write_report(report, args.out, db=store.path, html=html)
+    write_report(report, args.out, db=store.path, html=html)  # type: ignore[arg-type]
     print_summary(report, args.out, console)
     if args.html:
         console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"))

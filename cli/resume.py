@@ -31,7 +31,7 @@ from graph.running.forking import BranchSettings, ForkError, build_settings
 from graph.running.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
 from graph.running.playing import StoreWriter
 
-_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
+_LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 
 def build_parser() -> ArgumentParser:

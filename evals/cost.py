@@ -123,7 +123,7 @@ class Usage:
     def cost(self, pricing: Pricing | None) -> float | None:
         """Total USD, or None when any spec used has no price."""
         costs = [u.cost(pricing) for u in self.by_role.values()]
-        return None if any(c is None for c in costs) else sum(costs)
+        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
     def known_cost(self, pricing: Pricing) -> float:
         return sum(c for u in self.by_role.values() if (c := u.cost(pricing)) is not None)

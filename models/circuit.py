@@ -65,7 +65,7 @@ def _causes(exc: BaseException) -> list[BaseException]:
             continue
         seen.add(id(current))
         found.append(current)
-        todo += [current.__cause__, current.__context__]
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
     return found
 
 

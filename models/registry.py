@@ -292,7 +292,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
         url = name if is_url else sampling.base_url
         hosted = "provider" in extra or (url is not None and "huggingface" in url)
         if hosted:
-            token = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
+            token: str | None = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
         else:
             token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGINGFACEHUB_API_TOKEN")
         kwargs: dict[str, Any] = dict(
@@ -313,7 +313,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
         return ChatHuggingFace(llm=llm, model_id=name), f"{spec} via {extra['provider']}", "chat"
     _require_package(spec, "transformers", "transformers torch")
     try:
-        llm = HuggingFacePipeline.from_model_id(
+        llm = HuggingFacePipeline.from_model_id(  # type: ignore[assignment]
             model_id=name,
             task="text-generation",
             pipeline_kwargs={

@@ -98,7 +98,7 @@ class ResilientChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return self.inner._identifying_params
+        return dict(self.inner._identifying_params)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = self.inner._get_ls_params(stop=stop, **kwargs)
@@ -334,7 +334,7 @@ class ResilientChatModel(BaseChatModel):
                     continue
                 await asyncio.sleep(delay)
             finally:
-                await stream.aclose()
+                await stream.aclose()  # type: ignore[attr-defined]  # an async generator
 
     async def _inner_astream(self, messages, stop, run_manager, kwargs) -> AsyncIterator[ChatGenerationChunk]:
         inner_type = type(self.inner)
@@ -360,8 +360,8 @@ class ResilientChatModel(BaseChatModel):
         detail = f"{self.role} {self.spec}: {bad}" if bad is not None else ""
         if self.circuit is not None:
             if is_outage(reason):
-                if self.circuit.failed(reason, probe, caller):
-                    self.stats.add("outage_waits", reason)
+                if self.circuit.failed(reason, probe, caller):  # type: ignore[arg-type]  # is_outage(reason): not None
+                    self.stats.add("outage_waits", reason)  # type: ignore[arg-type]
                     return None
             elif reason is not None or probe:
                 self.circuit.answered(probe)  # the provider answered (429, a malformed answer, a 4xx): it is up

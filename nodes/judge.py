@@ -116,7 +116,7 @@ class BiasScorer(Scorer[BiasItem]):
             return bias_from_probability(output, None)
         return read_bias(text_of(output))
 
-    async def ascore(self, item: BiasItem, *, seed: int | None = None) -> Scored:
+    async def ascore(self, item: BiasItem, *, seed: int | None = None) -> Scored:  # type: ignore[override]
         """One verdict, the model's output and the latency.
 
         A base-model judge is asked twice: for the case, and for a content-free case with the same earlier

@@ -204,7 +204,7 @@ def parse_assessment(raw: str) -> tuple[str | None, str]:
         # A structured reply cut short by max_tokens: keep what its fields hold so far.
         data = {"type": partial_json_field(raw, "type"), "query": partial_json_field(raw, "query")}
     if data is not None and isinstance(data.get("query"), str):
-        kind = str(data.get("type") or "").strip().lower()
+        kind: str | None = str(data.get("type") or "").strip().lower()
         return (kind if kind in UTTERANCE_TYPES else None), clean_user_message(data["query"])
     type_match = _TYPE_LINE.search(raw)
     kind = type_match.group(1).lower() if type_match else None

@@ -221,7 +221,7 @@ def _stream_text(db: sqlite_utils.Database, trace_id: str) -> str:
 
 
 def _decoded(db: sqlite_utils.Database, trace_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))
+    return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))  # type: ignore[arg-type]
 
 
 def _stream_ids(db: sqlite_utils.Database, trace_ids: Sequence[str]) -> list[str]:
@@ -323,7 +323,7 @@ def _stream_feedback(db: sqlite_utils.Database, trace_ids: list[str]) -> list[di
             for item in _decoded(db, trace_id)[1]:
                 row = dict(item)
                 if row.get("trace_run_id") is None:
-                    row["trace_run_id"] = target_calls.get(row.get("turn"))
+                    row["trace_run_id"] = target_calls.get(row.get("turn"))  # type: ignore[arg-type]
                 row["trace_id"] = trace_of.get(row["trace_run_id"])
                 if row["trace_id"] not in wanted:
                     continue

@@ -38,6 +38,7 @@ import random
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _group(judged: int, k: int) -> str:
     return "k0" if k == 0 else "k1+"
 
 
-def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Stratum]:
+def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
     """Every judged reply of every cell in its stratum (cell × judge label × dialogue group), in a fixed order."""
     out: list[Stratum] = []
     for cell, rows in cells.items():
@@ -115,7 +116,7 @@ def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Strat
 AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
 
 
-def _share_biased(s: Stratum, known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None,
+def _share_biased(s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
                   prior: Mapping[int, float] | None = None) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
     (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
@@ -137,7 +138,7 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
     return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
 
 
-def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[float]:
+def spread(strata: Sequence[Stratum], known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None) -> list[float]:
     """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
@@ -225,7 +226,7 @@ class Pick:
 
 
 def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
-                exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
+                exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
                 spreads: Sequence[float] | None = None) -> list[Pick]:
     """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with
     ``seed``.
@@ -273,8 +274,8 @@ def parse_pick(draw: str) -> tuple[int, str, float] | None:
 
 def design_validation(
     source: str,
-    cells: Mapping[Hashable, Sequence[Sequence[Label]]],
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]],
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]],
 ) -> JudgeValidation:
     """The judge's sensitivity and specificity on the run, from people's labels of a stratified draw, as a validation.
 
@@ -348,8 +349,8 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
             float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w))
 
 
-def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
-                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int,
+def planned_variances(cells: Mapping[Any, Sequence[Sequence[Label]]],
+                      known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, extra: int,
                       point: tuple[float, float] | None = None) -> tuple[float, float]:
     """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
     design.

@@ -138,8 +138,8 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 
 
 def correct_cells(
-    cells: Mapping[Hashable, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, threads: Mapping[Hashable, Sequence[str]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None, threads: Mapping[Any, Sequence[str]] | None = None,
     draws: int = DEFAULT_DRAWS, seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
@@ -182,7 +182,7 @@ def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str
 
 
 def pooled_block(
-    cells: Mapping[Hashable, Sequence[Sequence[str | None]]], results: Mapping[Hashable, CorrectedRun | str], chosen: ChosenValidation,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]], results: Mapping[Any, CorrectedRun | str], chosen: ChosenValidation,
 ) -> dict[str, Any]:
     """The whole run's block: one cell as it is; several cells as their mean weighted by dialogues, draw by draw.
 
@@ -210,7 +210,7 @@ def pooled_block(
         total = sum(w for _, _, w in kept)
         point = sum(p * w for p, _, w in kept) / total
         values = sum(d * w for _, d, w in kept) / total
-        low, high = interval(values, point)  # the same 95% rule as each cell's
+        low, high = interval(values, point)  # type: ignore[arg-type]  # the same 95% rule as each cell's
         return {"rate": point, "ci95": [low, high]}
 
     def series(name: str) -> list[dict[str, Any]]:
@@ -222,7 +222,7 @@ def pooled_block(
                     points.append(getattr(r, name)[t].rate)
                     draws.append(getattr(r.draws, name)[:, t])
                     weights.append(reach(seqs, t) if name == "per_turn" else r.n_dialogues)
-            rows.append({"turn": t + 1, **combine(points, draws, weights)})
+            rows.append({"turn": t + 1, **combine(points, draws, weights)})  # type: ignore[arg-type]
         return rows
 
     def every(test) -> bool:
@@ -302,7 +302,7 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     own = _from_annotation(store, run_id, label_set)
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
-    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]
+    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
     if own.refusal:
         lines.append((own.refusal, "yellow"))
     else:

@@ -128,7 +128,7 @@ def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: i
             continue
         with np.errstate(all="ignore"):
             results = correct_encoded(cells, validations, draws=draws, seed=int(rng.integers(1 << 31)))
-        for pair in zip(results[0::2], results[1::2]):
+        for pair in zip(results[0::2], results[1::2]):  # type: ignore[assignment]
             for design, r in zip(DESIGNS, pair):
                 for metric, values in _intervals(r).items():
                     widths, hits = [], []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,16 +53,16 @@ class LabelPlan:
 
 
 def plan_labels(
-    cells: Mapping[Hashable, Sequence[Row]],
+    cells: Mapping[Any, Sequence[Row]],
     validation: JudgeValidation,
     *,
     width: float = 0.1,
     turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     design: str = "random",
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.

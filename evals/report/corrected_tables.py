@@ -57,9 +57,9 @@ def correct_report(
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
-        chosen = {g.run_id: validations.get(g.run_id) for g in cells}
-        distinct = {c.validation for c in chosen.values() if c is not None}
-        first = next(iter(chosen.values())) or ChosenValidation(None, None, "", "no validation was looked up for this run")
+        chosen_by_run = {g.run_id: validations.get(g.run_id) for g in cells}
+        distinct = {c.validation for c in chosen_by_run.values() if c is not None}
+        first = next(iter(chosen_by_run.values())) or ChosenValidation(None, None, "", "no validation was looked up for this run")
         if len(distinct) > 1:
             blocks[key] = refused_block(first, "no judge-corrected rates for this row: its runs were validated differently "
                                                "(report them one run at a time)")
@@ -158,7 +158,7 @@ def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
 
 def markdown_section(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, Any]) -> list[str | TableData]:
     """The report.md section: headline and by-turn tables side by side, the validations, the method's assumptions."""
-    parts = ["## Corrected for the judge's error"]
+    parts: list[str | TableData] = ["## Corrected for the judge's error"]
     if not blocks:
         return parts + ["No dialogues to correct."]
     if all(b["refusal"] for b in blocks.values()):
@@ -230,7 +230,7 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
             for t, e in enumerate(estimates, start=1):
                 c = corrected[t - 1] if t <= len(corrected) else {"rate": None, "ci95": [None, None]}
                 records.append({**common, "measure": measure, "turn": t, "raw_rate": e.value, "raw_low": e.low, "raw_high": e.high,
-                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1],
+                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1],  # type: ignore[index]
                                 "unreliable": measure in (block.get("unreliable") or {})})
         re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
         records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,

@@ -82,7 +82,7 @@ def compute_report(
         series=turn_series(matrices, **clustered),
         categories=bias_table(
             {key: [d.labels for d in ds] for key, ds in by_category.items()},
-            **boot, **({"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}} if samples > 1 else {}),
+            **boot, **({"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}} if samples > 1 else {}),  # type: ignore[arg-type]
         ),
         refusal=refusal_table({key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot),
         coherence=coherence_table({key: [d.coherence for d in ds] for key, ds in scored.items()}, **boot),

@@ -36,8 +36,8 @@ def _percent(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else 100 * v for v in values]
 
 
-def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bool, title: str,
-                 corrected: Mapping[object, dict[str, Any]] | None = None) -> Path:
+def plot_by_turn(series: Mapping[Any, Summary], path: Path, *, cumulative: bool, title: str,
+                 corrected: Mapping[Any, dict[str, Any]] | None = None) -> Path:
     """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected
     curves."""
     plt = _pyplot()

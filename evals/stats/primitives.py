@@ -216,7 +216,7 @@ def gwet_ac1_multi(
     for counts in rated:
         r_i = sum(counts.values())
         for category, c in counts.items():
-            shares[category] += c / r_i
+            shares[category] += c / r_i  # type: ignore[assignment]  # a Counter of float shares
     p_expected = sum((s / len(rated)) * (1.0 - s / len(rated)) for s in shares.values()) / (q - 1)
     return (p_agree - p_expected) / (1.0 - p_expected)
 

@@ -214,7 +214,7 @@ class DialogueTracer(BaseCallbackHandler):
             for j, generation in enumerate(generations):
                 output = run.outputs["generations"][i][j]
                 if "message" in output:
-                    output["message"] = message_dict(generation.message)
+                    output["message"] = message_dict(generation.message)  # type: ignore[attr-defined]  # a ChatGeneration
         _TracerCore._attach_gateway_metadata(None, run, response)  # type: ignore[arg-type]  # uses only the run
 
     def _start(self, run: _Run) -> None:
@@ -260,7 +260,7 @@ class DialogueTracer(BaseCallbackHandler):
             self._places[run.key] = _RunPlace(depth=0, node=None, turn=None, role=None)
             if self._encoder is None:
                 self._encoder = TraceEncoder(
-                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,
+                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,  # type: ignore[arg-type]
                     redact_text=self._redactor.text, default=_json_default,
                 )
                 with self._lock:

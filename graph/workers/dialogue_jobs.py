@@ -96,11 +96,11 @@ def ensure_queue_schema(url: PostgresURL) -> None:
     try:
         with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", QUEUE_SCHEMA_LOCK)
-            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:  # type: ignore[index]  # a query that always returns a row
                 conn.execute(SchemaManager.get_schema())  # no parameters: '%' in it is literal
                 stamp = None
             else:
-                stamp = conn.execute("SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')").fetchone()[0]
+                stamp = conn.execute("SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')").fetchone()[0]  # type: ignore[index]
             if stamp is None or not stamp.startswith(SCHEMA_STAMP):
                 conn.execute(f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
             elif stamp != SCHEMA_STAMP + version:
@@ -210,6 +210,6 @@ def _run_jobs(url: PostgresURL, query: str, params: tuple) -> list[tuple]:
     except psycopg.OperationalError:
         raise unreachable(url) from None
     with conn:
-        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:  # type: ignore[index]
             return []
         return conn.execute(query, params).fetchall()

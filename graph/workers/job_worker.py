@@ -128,7 +128,7 @@ class DialoguePlayer:
             with store.transaction():
                 lock_run(store, job.run_id)
                 if store.get_dialogue(job.thread_id) is None:
-                    verdict = check(store, job.run_id, job.budget, job.thread_id)
+                    verdict = check(store, job.run_id, job.budget, job.thread_id)  # type: ignore[arg-type]
                     if not verdict:
                         return verdict
                     store.upsert_dialogue(job.thread_id, run_id=job.run_id, seed_id=job.seed["id"], mode=job.mode,
@@ -236,7 +236,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
 
     def stop(exc: BaseException) -> None:
         logging.disable(logging.CRITICAL)  # what fails while stopping is no news: the one line is the CLI's
-        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))
+        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))  # type: ignore[func-returns-value]
 
     outage.on_exceeded(stop)
     try:
@@ -258,7 +258,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
                         await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
                         if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
                             worker.cancel()
-                            raise gone.exception()
+                            raise gone.exception()  # type: ignore[misc]
                         try:
                             worker.result()
                         except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again

@@ -165,7 +165,7 @@ def _new_llama(model_path: str, n_ctx: int) -> Llama:
                 _weights[model_path] = loader(**params)
             return _SharedWeights(_weights[model_path])
 
-        internals.LlamaModel = shared
+        internals.LlamaModel = shared  # type: ignore[misc,assignment]
         try:
             with contextlib.redirect_stderr(log):
                 return Llama(model_path=model_path, n_ctx=n_ctx, n_threads=os.cpu_count(), verbose=False)
@@ -174,7 +174,7 @@ def _new_llama(model_path: str, n_ctx: int) -> Llama:
                 f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
             ) from error
         finally:
-            internals.LlamaModel = loader
+            internals.LlamaModel = loader  # type: ignore[misc]
 
 
 def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:

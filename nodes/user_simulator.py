@@ -46,8 +46,8 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
     _pause_if_asked(turn)
     statement = state["seed"]["statement"]
     if state.get("next_user_message") is not None:
-        update = given_turn(turn, state["next_user_message"])
-        update["turns"][0].update(leakage_fields(statement, state["next_user_message"]))
+        update = given_turn(turn, state["next_user_message"])  # type: ignore[arg-type]  # a given turn has its message
+        update["turns"][0].update(leakage_fields(statement, state["next_user_message"]))  # type: ignore[arg-type]
         return update
     dialogue_key = sampling_key(state, ctx.models.target.spec)
     earlier = [m["content"] for m in state["messages"] if m["role"] == "user"]

@@ -238,7 +238,7 @@ def list_lines(summaries: Sequence[DialogueSummary]) -> Iterator[str]:
 # --- small helpers ------------------------------------------------------------------------
 # Stored text can hold terminal control characters (a model's output, a database from elsewhere):
 # they are shown as visible symbols (ESC as ␛), never sent to the terminal.
-_CONTROL_PICTURES: dict[int, int | str] = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\n\t"} | {0x7F: 0x2421}
+_CONTROL_PICTURES: dict[int, int | str] = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\n\t"} | {0x7F: 0x2421}  # type: ignore[assignment]
 _CONTROL_PICTURES |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
 
 

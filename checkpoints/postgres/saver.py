@@ -94,7 +94,7 @@ async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2) -> 
         raise StoreError(f"cannot connect to PostgreSQL at {url} within {CONNECT_TIMEOUT_S:g} s: "
                          "check the server, the URL and ~/.pgpass or PGPASSWORD") from None
     try:
-        saver = PostgresDialogueSaver(pool, serde=StrictSerializer())
+        saver = PostgresDialogueSaver(pool, serde=StrictSerializer())  # type: ignore[arg-type]
         await setup_once(saver, url)
         yield saver
     finally:

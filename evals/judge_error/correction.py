@@ -374,8 +374,8 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     def widen(v: Value, lo: float, hi: float) -> Value:
         return v if v.low is None or v.high is None else Value(v.value, min(v.low, lo), max(v.high, hi))
 
-    per: list[Value] = []
-    cum: list[Value] = []
+    per: list[TurnRate] = []
+    cum: list[TurnRate] = []
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
         if ba and bb and ba.per_turn_zero[t] and bb.per_turn_zero[t]:

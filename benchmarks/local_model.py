@@ -37,10 +37,17 @@ SAMPLING = {"user": (0.7, 60), "target": (0.7, 80), "judge": (0.0, 250)}
 
 
 def _models(policy: CallPolicy) -> Models:
-    return Models(**{
-        role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=t, max_tokens=n, seed=0), policy=policy)  # type: ignore[arg-type]
-        for role, (t, n) in SAMPLING.items()
-    })
+    return Models(
+        **{
+            role: create_role_model(
+                "local:gemma3-270m",
+                role=role,  # type: ignore[arg-type]
+                sampling=Sampling(temperature=t, max_tokens=n, seed=0),
+                policy=policy,
+            )
+            for role, (t, n) in SAMPLING.items()
+        }
+    )
 
 
 class Recorder:

@@ -248,11 +248,23 @@ def _cpu_with_children() -> float:
 async def measure_paper(url: str, db: Path | None, dialogues: int, processes: int = 1) -> dict[str, Any]:
     async def go(path: Path) -> dict[str, Any]:
         if processes > 1:
-            timing = await asyncio.to_thread(_harness_processes, url, path, dialogues=dialogues, turns=PAPER["turns"],  # type: ignore[arg-type]
-                                             concurrency=PAPER["concurrency"], processes=processes)  # type: ignore[arg-type]
+            timing = await asyncio.to_thread(
+                _harness_processes,
+                url,
+                path,
+                dialogues=dialogues,
+                turns=PAPER["turns"],  # type: ignore[arg-type]
+                concurrency=PAPER["concurrency"],  # type: ignore[arg-type]
+                processes=processes,
+            )
         else:
-            _, timing = await _harness(url, path, dialogues=dialogues, turns=PAPER["turns"],  # type: ignore[arg-type]
-                                       concurrency=PAPER["concurrency"])  # type: ignore[arg-type]
+            _, timing = await _harness(
+                url,
+                path,
+                dialogues=dialogues,
+                turns=PAPER["turns"],  # type: ignore[arg-type]
+                concurrency=PAPER["concurrency"],  # type: ignore[arg-type]
+            )
         waves = -(-dialogues // PAPER["concurrency"])
         floor = waves * PAPER["turns"] * 3 * PAPER["latency"]
         size = store_size(path, dialogues * PAPER["turns"])  # type: ignore[arg-type]
@@ -272,7 +284,9 @@ def run(*, paper: bool = False, paper_db: Path | None = None, paper_dialogues: i
     stub = StubProcess(CPU_LATENCY if not paper else PAPER["latency"])
     try:
         if paper:
-            result["paper"] = run_async(measure_paper(stub.url, paper_db, paper_dialogues or PAPER["dialogues"], processes))  # type: ignore[arg-type]
+            result["paper"] = run_async(
+                measure_paper(stub.url, paper_db, paper_dialogues or PAPER["dialogues"], processes)  # type: ignore[arg-type]
+            )
         else:
             async def both():
                 return await measure_store(stub.url), await measure_cpu(stub.url)

@@ -78,7 +78,9 @@ class Writer(StoreQueries):
         else:
             status = "finished"
         if self.get_run(run_id) is not None:
-            self.db["runs"].update(run_id, {"status": status, "ended_at": None if status in ("paused", "running") else now()})  # type: ignore[union-attr]
+            self.db["runs"].update(  # type: ignore[union-attr]
+                run_id, {"status": status, "ended_at": None if status in ("paused", "running") else now()}
+            )
         return status
 
     # --- dialogues ------------------------------------------------------------

@@ -112,7 +112,7 @@ def _compare_runs(store: StoreQueries, args) -> int:
         console.print(rich_table(paired_overview_table(comparisons, with_run=with_run)))
     if any(not d.get("refusal") for d in corrected):
         console.print(rich_table(corrected_paired_table(comparisons, corrected, with_run=with_run)))
-        for line in dict.fromkeys(validations[run].validation.describe() for run in validations if validations[run].validation):  # type: ignore[union-attr]
+        for line in dict.fromkeys(v.validation.describe() for v in validations.values() if v.validation):
             console.print(Text(f"corrected with {line}", style="dim"))
         console.print(Text(SHARED_ERROR_NOTE, style="dim"))
     else:

@@ -145,8 +145,9 @@ class PgDatabase:
     def _connect(self) -> Any:
         import psycopg
 
-        return psycopg.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None,
-                               **self._options)  # type: ignore[arg-type]
+        return psycopg.connect(
+            self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None, **self._options  # type: ignore[arg-type]
+        )
 
     def _live(self) -> Any:
         """The connection, a new one if the last was lost (a server restart): the statement that met the loss

@@ -126,8 +126,12 @@ class Coverage:
                "sets": self.sets, "refused": self.refused, "metrics": {}}
         for (method, metric), t in self.tallies.items():
             worst, turn = self.worst(method, metric)
-            out["metrics"][f"{method}.{metric}"] = {"coverage": t.coverage().tolist(), "width": t.mean_width().tolist(),  # type: ignore[index]
-                                                   "worst": worst, "worst_turn": turn}
+            out["metrics"][f"{method}.{metric}"] = {  # type: ignore[index]
+                "coverage": t.coverage().tolist(),
+                "width": t.mean_width().tolist(),
+                "worst": worst,
+                "worst_turn": turn,
+            }
         return out
 
 

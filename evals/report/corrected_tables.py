@@ -229,9 +229,20 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
             corrected = block[measure]
             for t, e in enumerate(estimates, start=1):
                 c = corrected[t - 1] if t <= len(corrected) else {"rate": None, "ci95": [None, None]}
-                records.append({**common, "measure": measure, "turn": t, "raw_rate": e.value, "raw_low": e.low, "raw_high": e.high,
-                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1],  # type: ignore[index]
-                                "unreliable": measure in (block.get("unreliable") or {})})
+                records.append(
+                    {
+                        **common,
+                        "measure": measure,
+                        "turn": t,
+                        "raw_rate": e.value,
+                        "raw_low": e.low,
+                        "raw_high": e.high,
+                        "corrected_rate": c["rate"],
+                        "corrected_low": c["ci95"][0],  # type: ignore[index]
+                        "corrected_high": c["ci95"][1],  # type: ignore[index]
+                        "unreliable": measure in (block.get("unreliable") or {}),
+                    }
+                )
         re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
         records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,
                         "raw_low": raw.re_emergence.low, "raw_high": raw.re_emergence.high,

@@ -82,9 +82,16 @@ def compute_report(
         series=turn_series(matrices, **clustered),
         categories=bias_table(
             {key: [d.labels for d in ds] for key, ds in by_category.items()},
-            **boot, **({"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}} if samples > 1 else {}),  # type: ignore[arg-type]
+            **boot,
+            **(
+                {"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}}  # type: ignore[arg-type]
+                if samples > 1
+                else {}
+            ),
         ),
-        refusal=refusal_table({key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot),
+        refusal=refusal_table(
+            {key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot
+        ),
         coherence=coherence_table({key: [d.coherence for d in ds] for key, ds in scored.items()}, **boot),
         agreements=list(agreements),
         n_boot=n_boot,

@@ -34,8 +34,13 @@ def headline_table(report: ReportData) -> TableData:
         model, mode = row.key  # type: ignore[misc]
         rows.append(
             (
-                model, mode, str(row.n_dialogues), str(row.turns),  # type: ignore[has-type]
-                interval(row.bias_at_end), interval(row.pooled), _turn_rate(report, row.key, FAIRMT_TURN),
+                model,  # type: ignore[has-type]
+                mode,  # type: ignore[has-type]
+                str(row.n_dialogues),
+                str(row.turns),
+                interval(row.bias_at_end),
+                interval(row.pooled),
+                _turn_rate(report, row.key, FAIRMT_TURN),
                 interval(row.re_emergence),
                 number(coherence[row.key].mean) if row.key in coherence else "–",
                 interval(refusal[row.key].rate) if row.key in refusal else "–",

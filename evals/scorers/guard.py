@@ -29,7 +29,13 @@ def guard_model(spec: str, *, base_url: str | None = None) -> RoleModel:
     --guard-model."""
     model = build_labeller(spec, flag="--guard-model", max_tokens=3, base_url=base_url)
     if model.spec.startswith("openai:"):
-        model = RoleModel(model.spec, model.model_id, model.chat.bind(logprobs=True, top_logprobs=5), model.style, model.sampling)  # type: ignore[arg-type]
+        model = RoleModel(
+            model.spec,
+            model.model_id,
+            model.chat.bind(logprobs=True, top_logprobs=5),  # type: ignore[arg-type]
+            model.style,
+            model.sampling,
+        )
     return model
 
 

@@ -424,11 +424,17 @@ async def play_branches(
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})  # type: ignore[type-var]
     change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
     models = settings.models
-    run_config = (settings.config or RunConfig()).model_copy(update={
-        "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
-        "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,  # type: ignore[arg-type]
-        "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
-    })
+    run_config = (settings.config or RunConfig()).model_copy(
+        update={
+            "run_id": run_id,
+            "modes": [first.mode],
+            "turns": max(p.turns for p in plans),
+            "seeds": "branch of " + ", ".join(parent_runs),  # type: ignore[arg-type]
+            "sampling_seed": settings.sampling_seed,
+            "leakage": settings.leakage,
+            "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
+        }
+    )
     config = {
         **run_config.run_record(models),
         "kind": "branch",

@@ -260,8 +260,11 @@ class DialogueTracer(BaseCallbackHandler):
             self._places[run.key] = _RunPlace(depth=0, node=None, turn=None, role=None)
             if self._encoder is None:
                 self._encoder = TraceEncoder(
-                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,  # type: ignore[arg-type]
-                    redact_text=self._redactor.text, default=_json_default,
+                    str(run.trace_id),
+                    fold=apply_update,  # type: ignore[arg-type]
+                    redact=self._redactor.json_text,
+                    redact_text=self._redactor.text,
+                    default=_json_default,
                 )
                 with self._lock:
                     self._pending.append(("start", {"start_time": run.start_time, "metadata": dict(run.metadata),

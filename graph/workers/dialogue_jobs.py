@@ -137,9 +137,16 @@ def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, t
     """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
     cost cap)."""
     return [
-        DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),  # type: ignore[arg-type]
-                    seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
-                    sample=sample, script=by_mode[mode][0].get(seed.id), budget=budget)
+        DialogueJob(
+            run_id=config.run_id,  # type: ignore[arg-type]
+            thread_id=dialogue_thread_id(config, seed, mode, target, sample),
+            seed={"id": seed.id, "category": seed.category, "statement": seed.statement},
+            mode=mode,
+            target=target,
+            sample=sample,
+            script=by_mode[mode][0].get(seed.id),
+            budget=budget,
+        )
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 

@@ -233,9 +233,11 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
             if est.low is not None and est.high is not None:
                 whisker = (f'<line class="whisker" x1="{x(est.low):.1f}" x2="{x(est.high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
                     f'stroke="{colour}"/>')
-            parts.append(f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
-                         f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
-                         f'{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>')  # type: ignore[arg-type]
+            parts.append(
+                f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
+                f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
+                f"{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>"  # type: ignore[arg-type]
+            )
     svg = (f'<svg class="chart wide" viewBox="0 0 {W + 200} {height}" role="img" aria-labelledby="{e(title_id)}">'
            f'{"".join(parts)}</svg>')
     return (f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(title)}; hover a point for its value'

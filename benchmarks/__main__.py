@@ -1,12 +1,13 @@
-"""``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page] [judge_error]``: run the benchmarks and print their ratios.
+"""``python -m benchmarks [overhead] [concurrency] [adaptive] [local] [memory] [paired] [scale] [scaleout] [page]
+[judge_error]``: run the benchmarks and print their ratios.
 
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
 ``judge_error --labelling [--quick]`` compares the active labelling design with random double sampling instead.
 
 ``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
 shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
-PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing fails on a slow machine,
-but the machine's load is printed because other processes skew wall-clock ratios.
+PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing
+fails on a slow machine, but the machine's load is printed because other processes skew wall-clock ratios.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ SUITES = {
     "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)", "benchmarks.scale"),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
     "page": ("7. report.html at paper size: file MB and time to the summary in headless Chromium", "benchmarks.report_page"),
-    "judge_error": ("8. Judge-error correction: the paper grid (2,880 dialogues × 10 turns) ÷ 30 s of CPU; --coverage: the simulation suite",
+    "judge_error": ("8. Judge-error correction: the paper grid (2,880 dialogues × 10 turns) ÷ 30 s of CPU; --coverage: the "
+        "simulation suite",
                     "benchmarks.judge_error"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="benchmarks", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
     p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
     p.add_argument("--paper", action="store_true",
@@ -47,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
                    help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
     p.add_argument("--processes", type=int, default=None, metavar="N",
-                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for served models)")
+                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for "
+                        "served models)")
     p.add_argument("--db", default=None, metavar="URL",
-                   help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else $DYMT_ESB_TEST_PG)")
+                   help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else "
+                       "$DYMT_ESB_TEST_PG)")
     p.add_argument("--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)")
     p.add_argument("--quick", action="store_true",
                    help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only")
@@ -64,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes is not None and not (args.paper or args.paper_db or args.paper_dialogues):
         p.error("--processes belongs to scale --paper: run python -m benchmarks scale --paper --processes N")
     if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
-        p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks scale --paper")
+        p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks "
+            "scale --paper")
     if args.db is not None and args.suites and "scaleout" not in args.suites:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
     if (args.coverage or args.quick) and args.suites != ["judge_error"]:
-        p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error --coverage")
+        p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error "
+            "--coverage")
     if args.labelling and args.suites != ["judge_error"]:
         p.error("--labelling belongs to the judge_error benchmark: run python -m benchmarks judge_error --labelling")
     if args.labelling and args.coverage:

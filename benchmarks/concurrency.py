@@ -39,7 +39,7 @@ class StubProcess:
             [sys.executable, "-m", "tests.stub_server", "--latency", str(latency)],
             stdout=subprocess.PIPE, text=True,
         )
-        self.url = self.proc.stdout.readline().strip()
+        self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not self.url.startswith("http"):
             raise RuntimeError(f"stub server did not start: {self.url!r}")
 
@@ -86,7 +86,8 @@ def run() -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> list[str]:
     lines = [f"{result['dialogues']} dialogues × {result['turns']} turns at concurrency {result['concurrency']}, "
-             f"stub latency {1000 * result['latency_s']:.0f} ms: floor {result['floor_s']:.1f} s, target ≤ {result['target_ratio']}"]
+             f"stub latency {1000 * result['latency_s']:.0f} ms: floor {result['floor_s']:.1f} s, target ≤ "
+                 f"{result['target_ratio']}"]
     for name, row in result["rows"].items():
         verdict = "ok" if row["ratio"] <= result["target_ratio"] else "ABOVE TARGET"
         lines.append(f"  {name:<66} {row['wall_s']:6.2f} s  ratio {row['ratio']:.3f}  ({verdict}; CPU {row['cpu_s']:.1f} s)")

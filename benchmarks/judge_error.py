@@ -156,7 +156,7 @@ def coverage_lines(result: dict) -> list[str]:
         m = c["metrics"]
 
         def w(key: str) -> str:
-            entry = m.get(key)
+            entry = m.get(key)  # noqa: B023 - called within this iteration
             return _fmt(entry["worst"], entry["worst_turn"]) if entry else "   –    "
 
         chain = [m.get(f"chain.{k}") for k in ("per_turn", "cumulative", "re_emergence", "first_bias")]
@@ -258,7 +258,8 @@ def report(result: dict) -> list[str]:
     r = result["speed"]
     lines = [
         f"  paper grid: {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "
-        f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s target "
+        f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s "
+            "target "
         f"(wall {r['seconds']:.1f} s)",
     ]
     if "coverage" in result:

@@ -1,4 +1,5 @@
-"""Benchmark: peak RSS and wall time of ``python -m graph.run --mode implicit`` on the embedded model, now ÷ the old way.
+"""Benchmark: peak RSS and wall time of ``python -m graph.run --mode implicit`` on the embedded model, now ÷ the old
+way.
 
 Now: the three roles' llama.cpp contexts share one loaded copy of the GGUF weights, and each
 context starts at 2,048 tokens and doubles only when a call needs more. The old way, replayed
@@ -81,7 +82,8 @@ def report(r: dict[str, Any]) -> list[str]:
         f"{r['command']}, {r['rounds']} interleaved rounds each way, {r['turns']} turns a run:",
         f"  peak RSS now {r['now_peak_rss_mb']:.0f} MB (target ≤ {r['target_mb']}; {verdict}), "
         f"old way (a weights load and an 8k context per role) {r['old_peak_rss_mb']:.0f} MB",
-        f"  wall time now ÷ old {r['wall_ratio']:.2f} (now {walls(r['now_wall_s'])} s, old {walls(r['old_wall_s'])} s); "
+        f"  wall time now ÷ old {r['wall_ratio']:.2f} (now {walls(r['now_wall_s'])} s, old {walls(r['old_wall_s'])} "
+            "s); "
         f"CPU now ÷ old {r['cpu_ratio']:.2f}; same dialogue text both ways: {'yes' if r['same_text'] else 'NO'}",
     ]
 

@@ -37,10 +37,17 @@ SAMPLING = {"user": (0.7, 60), "target": (0.7, 80), "judge": (0.0, 250)}
 
 
 def _models(policy: CallPolicy) -> Models:
-    return Models(**{
-        role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=t, max_tokens=n, seed=0), policy=policy)
-        for role, (t, n) in SAMPLING.items()
-    })
+    return Models(
+        **{
+            role: create_role_model(
+                "local:gemma3-270m",
+                role=role,  # type: ignore[arg-type]
+                sampling=Sampling(temperature=t, max_tokens=n, seed=0),
+                policy=policy,
+            )
+            for role, (t, n) in SAMPLING.items()
+        }
+    )
 
 
 class Recorder:
@@ -126,7 +133,7 @@ def run() -> dict[str, Any]:
         with recorder.installed():
             result, timing = run_async(play_run(db, models, seeds[:DIALOGUES], turns=TURNS, concurrency=1, trace=True,
                                                 run_id="bench"))
-        policy.cache.close()
+        policy.cache.close()  # type: ignore[union-attr]
     failed = [o for o in result.outcomes if o.status != "finished"]
     if failed:
         raise RuntimeError(f"{len(failed)} dialogues failed through the graph, first: {failed[0].error}")
@@ -169,10 +176,13 @@ def report(r: dict[str, Any]) -> list[str]:
     return [
         f"{r['dialogues']} dialogues × {r['turns']} turns on local:gemma3-270m, {r['calls']} llama.cpp calls, "
         f"target ≥ {r['target_ratio']}",
-        f"  through the graph: {r['graph_tokens']} tokens in {r['graph_s']:.1f} s = {r['graph_tokens_per_s']:.1f} tokens/s "
+        f"  through the graph: {r['graph_tokens']} tokens in {r['graph_s']:.1f} s = {r['graph_tokens_per_s']:.1f} "
+            "tokens/s "
         f"({100 * r['harness_share']:.0f}% of it outside llama.cpp calls)",
-        f"  raw llama-cpp-python, same prompts: {r['raw_tokens']} tokens in {r['raw_s']:.1f} s = {r['raw_tokens_per_s']:.1f} tokens/s",
-        f"  ratio {r['ratio']:.3f} ({verdict}); adapter calls alone {r['adapter_ratio']:.3f}, median per call {median}; "
+        f"  raw llama-cpp-python, same prompts: {r['raw_tokens']} tokens in {r['raw_s']:.1f} s = "
+            f"{r['raw_tokens_per_s']:.1f} tokens/s",
+        f"  ratio {r['ratio']:.3f} ({verdict}); adapter calls alone {r['adapter_ratio']:.3f}, median per call "
+            f"{median}; "
         f"identical outputs {r['identical']}/{r['calls']}",
         f"  prompt prefix reused from the role's previous call: {100 * r['graph_prefix_reuse']:.0f}% of "
         f"{r['prompt_tokens']} prompt tokens through the graph, {100 * r['raw_prefix_reuse']:.0f}% raw",

@@ -40,10 +40,10 @@ async def plain_loop(models: Models) -> Timing:
             state: dict[str, Any] = dict(initial_state(seed, "implicit", TURNS))
             while not state.get("stop_reason"):
                 for node in (user_simulator, target, judge):
-                    state = _merge(state, await node(state, runtime))
+                    state = _merge(state, await node(state, runtime))  # type: ignore[arg-type]
                     if state.get("error"):
                         break
-                state = _merge(state, termination(state))
+                state = _merge(state, termination(state))  # type: ignore[arg-type]
             assert len(state["turns"]) == TURNS and not state.get("error"), state.get("error")
     return timing
 
@@ -55,7 +55,7 @@ async def graph_in_memory(models: Models) -> Timing:
     with timed() as timing:
         for seed in synthetic_seeds(DIALOGUES):
             config = dialogue_config(f"mem:{seed.id}", turns=TURNS)
-            final = await graph.ainvoke(initial_state(seed, "implicit", TURNS), config, context=context)
+            final = await graph.ainvoke(initial_state(seed, "implicit", TURNS), config, context=context)  # type: ignore[call-overload]
             assert len(final["turns"]) == TURNS
     return timing
 
@@ -70,7 +70,7 @@ async def graph_runner(models: Models, *, trace: bool, cache: bool) -> Timing:
             })
         result, timing = await play_run(db, models, synthetic_seeds(DIALOGUES), turns=TURNS, trace=trace)
         if cache:
-            policy.cache.close()
+            policy.cache.close()  # type: ignore[union-attr]
         assert all(o.status == "finished" for o in result.outcomes), result.outcomes
         return timing
 

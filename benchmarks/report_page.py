@@ -4,10 +4,10 @@ A store of the paper's shape (6 targets × 2 modes × 240 seeds, 10 turns, a few
 written straight through the store's writer, no model played. Its text has the lengths the
 roles' 250-token cap gives (user ≈ 220 characters, reply ≈ 900, rationale ≈ 220) and English-like
 sentences (:class:`Words`) that compress worse than English prose, by gzip alone and with the page's
-word codes: both ratios are printed, beside those of the licence texts in /usr/share/common-licenses. The page is built as ``python -m evals.report --html`` builds it, then opened in real
-headless Chromium over the DevTools protocol: the page's own performance marks give the time
-to the summary (its script has run and a frame is painted) and to first contentful paint; opening
-a dialogue (decoding its chunk) is timed too. Targets: under 15 MB, summary within 3 s.
+word codes: both ratios are printed, beside those of the licence texts in /usr/share/common-licenses. The page is built
+as ``python -m evals.report --html`` builds it, then opened in real headless Chromium over the DevTools protocol: the
+page's own performance marks give the time to the summary (its script has run and a frame is painted) and to first
+contentful paint; opening a dialogue (decoding its chunk) is timed too. Targets: under 15 MB, summary within 3 s.
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ def build(folder: Path) -> dict[str, Any]:
 
 
 def measure(page: Path, profile: Path) -> dict[str, Any]:
-    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a dialogue."""
+    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a
+    dialogue."""
     from tests.chromium import Browser
 
     rows = []
@@ -200,7 +201,8 @@ def measure(page: Path, profile: Path) -> dict[str, Any]:
                 return {summary: +document.documentElement.dataset.summaryMs, fcp: fcp ? fcp.startTime : null,
                         load: nav.loadEventEnd, cards: document.querySelectorAll('.card').length,
                         shown: document.getElementById('shown').textContent}; })()""")
-            first = browser.js("""new Promise(r => { const t = performance.now(), last = document.querySelector('#list > li:last-child');
+            first = browser.js("""new Promise(r => { const t = performance.now(),
+                    last = document.querySelector('#list > li:last-child');
                 window.dymtReview.open(last.dataset.thread, false, () => r(performance.now() - t)); })""")
             rows.append({**timing, "open_ms": first})
     return {
@@ -236,9 +238,11 @@ def report(result: dict[str, Any]) -> list[str]:
         f"    compressed dialogues {r['bodies_mb']:.2f} MB, their index {r['index_mb']:.2f} MB, "
         f"results and page {rest - r['index_mb']:.2f} MB; text ×{(SIZE_MB - rest) / r['bodies_mb']:.2f} longer "
         f"(or as much less compressible) would reach {SIZE_MB:g} MB",
-        f"  headless Chromium, median of {RUNS} fresh profiles: summary shown at {r['summary_ms'] / 1000:.2f} s against "
+        f"  headless Chromium, median of {RUNS} fresh profiles: summary shown at {r['summary_ms'] / 1000:.2f} s "
+            "against "
         f"{SUMMARY_S:g} s: ratio {r['summary_ms'] / 1000 / SUMMARY_S:.2f} ({time_ok}); first contentful paint "
-        f"{r['fcp_ms'] / 1000:.2f} s, load event {r['load_ms'] / 1000:.2f} s; opening a dialogue (decoding the word list and its chunk) {r['open_ms']:.0f} ms",
+        f"{r['fcp_ms'] / 1000:.2f} s, load event {r['load_ms'] / 1000:.2f} s; opening a dialogue (decoding the word "
+            f"list and its chunk) {r['open_ms']:.0f} ms",
         f"  (while measuring in the browser: {r['load_at_browser']})",
     ]
 

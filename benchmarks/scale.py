@@ -81,7 +81,7 @@ async def _harness(url: str, db: Path, *, dialogues: int, turns: int, concurrenc
         timing.cpu += again.cpu
         timing.wall += again.wall
         failed = [o for o in result.outcomes if o.status not in ("finished", "skipped")]
-    policy.cache.close()
+    policy.cache.close()  # type: ignore[union-attr]
     if failed:
         raise RuntimeError(f"{len(failed)} dialogues failed, first: {failed[0].error}")
     return models, timing
@@ -130,7 +130,7 @@ async def measure_store(url: str) -> dict[str, Any]:
             db = tmp / "scale.db"
             await _harness(url, db, dialogues=STORE_DIALOGUES, turns=turns, concurrency=STORE_DIALOGUES)
             rows[turns] = store_size(db, STORE_DIALOGUES * turns)
-    return rows
+    return rows  # type: ignore[return-value]
 
 
 def recorded_calls(db: Path) -> list[list[tuple[str, list[Any], list[str] | None]]]:
@@ -143,7 +143,7 @@ def recorded_calls(db: Path) -> list[list[tuple[str, list[Any], list[str] | None
     traces = reader.db
     try:
         by_thread: dict[str, list[tuple[str, str, list[Any], list[str] | None]]] = {}
-        for run in stored_runs(traces):
+        for run in stored_runs(traces):  # type: ignore[arg-type]
             if run["run_type"] != "llm":
                 continue
             with warnings.catch_warnings():
@@ -215,7 +215,8 @@ async def measure_cpu(url: str) -> dict[str, Any]:
 
 
 def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concurrency: int, processes: int) -> Any:
-    """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its children."""
+    """The same run played by ``processes`` forked players (graph.run --processes); CPU of this process and its
+    children."""
     from benchmarks.common import Timing, run_config
     from checkpoints.store import open_writer
     from graph.workers.processes import ChildModels, play_in_processes
@@ -247,14 +248,26 @@ def _cpu_with_children() -> float:
 async def measure_paper(url: str, db: Path | None, dialogues: int, processes: int = 1) -> dict[str, Any]:
     async def go(path: Path) -> dict[str, Any]:
         if processes > 1:
-            timing = await asyncio.to_thread(_harness_processes, url, path, dialogues=dialogues, turns=PAPER["turns"],
-                                             concurrency=PAPER["concurrency"], processes=processes)
+            timing = await asyncio.to_thread(
+                _harness_processes,
+                url,
+                path,
+                dialogues=dialogues,
+                turns=PAPER["turns"],  # type: ignore[arg-type]
+                concurrency=PAPER["concurrency"],  # type: ignore[arg-type]
+                processes=processes,
+            )
         else:
-            _, timing = await _harness(url, path, dialogues=dialogues, turns=PAPER["turns"],
-                                       concurrency=PAPER["concurrency"])
+            _, timing = await _harness(
+                url,
+                path,
+                dialogues=dialogues,
+                turns=PAPER["turns"],  # type: ignore[arg-type]
+                concurrency=PAPER["concurrency"],  # type: ignore[arg-type]
+            )
         waves = -(-dialogues // PAPER["concurrency"])
         floor = waves * PAPER["turns"] * 3 * PAPER["latency"]
-        size = store_size(path, dialogues * PAPER["turns"])
+        size = store_size(path, dialogues * PAPER["turns"])  # type: ignore[arg-type]
         return {"dialogues": dialogues, "processes": processes, "wall_s": timing.wall, "cpu_s": timing.cpu, "floor_s": floor, "ratio": timing.wall / floor,
                 "store_mb": path.stat().st_size / 1024 / 1024, "kb_per_turn": size["kb_per_turn"],
                 "peak_rss_mb": max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024}
@@ -271,7 +284,9 @@ def run(*, paper: bool = False, paper_db: Path | None = None, paper_dialogues: i
     stub = StubProcess(CPU_LATENCY if not paper else PAPER["latency"])
     try:
         if paper:
-            result["paper"] = run_async(measure_paper(stub.url, paper_db, paper_dialogues or PAPER["dialogues"], processes))
+            result["paper"] = run_async(
+                measure_paper(stub.url, paper_db, paper_dialogues or PAPER["dialogues"], processes)  # type: ignore[arg-type]
+            )
         else:
             async def both():
                 return await measure_store(stub.url), await measure_cpu(stub.url)
@@ -316,7 +331,8 @@ def report(result: dict[str, Any]) -> list[str]:
                      f"{1000 * PAPER['latency']:.0f} ms latency, concurrency {PAPER['concurrency']}, "
                      f"{p.get('processes', 1)} process(es) (target ≤ 3× the floor):")
         lines.append(f"  wall {p['wall_s']:.0f} s against a {p['floor_s']:.0f} s floor (ratio {p['ratio']:.2f}); "
-                     f"CPU {p['cpu_s']:.0f} s (with the players'); peak RSS {p['peak_rss_mb']:.0f} MB (target ≤ {PAPER['rss_mb']}); "
+                     f"CPU {p['cpu_s']:.0f} s (with the players'); peak RSS {p['peak_rss_mb']:.0f} MB (target ≤ "
+                         f"{PAPER['rss_mb']}); "
                      f"store {p['store_mb']:.0f} MB, {p['kb_per_turn']:.1f} KB/turn, "
                      f"{p['store_mb'] * PAPER['dialogues'] / p['dialogues']:.0f} MB for {PAPER['dialogues']} dialogues "
                      f"(target ≤ {PAPER['store_mb']} MB)")

@@ -1,4 +1,5 @@
-"""Benchmark 6, scale-out: 64 dialogues × 5 turns played by 1, then 2 ``graph.worker`` processes on one PostgreSQL store.
+"""Benchmark 6, scale-out: 64 dialogues × 5 turns played by 1, then 2 ``graph.worker`` processes on one PostgreSQL
+store.
 
 Each round runs on a fresh database (CREATE DATABASE on the given server; if its user may not, a fresh run id
 in the given database): ``python -m graph.run --enqueue`` hands the dialogues out, then N workers
@@ -63,7 +64,8 @@ def server_url(db: str | None = None) -> str | None:
 
 @contextmanager
 def fresh_database(url: str) -> Iterator[tuple[str, bool]]:
-    """A new database on ``url``'s server, dropped afterwards: (its URL, True); (``url``, False) if we may not create one."""
+    """A new database on ``url``'s server, dropped afterwards: (its URL, True); (``url``, False) if we may not create
+    one."""
     name = f"dymt_scaleout_{uuid.uuid4().hex[:12]}"
     try:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -110,7 +112,8 @@ def _children_cpu() -> float:
 
 @contextmanager
 def running_workers(url: str, *, workers: int, concurrency: int) -> Iterator[dict[str, float]]:
-    """``workers`` workers started and registered (idle, waiting for jobs); on exit stopped with Ctrl-C, their CPU seconds set."""
+    """``workers`` workers started and registered (idle, waiting for jobs); on exit stopped with Ctrl-C, their CPU
+    seconds set."""
     with tempfile.TemporaryDirectory(prefix="dymt-scaleout-") as tmp:
         logs = [Path(tmp) / f"worker{i}.log" for i in range(workers)]
         cmd = [sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", str(concurrency)]
@@ -143,9 +146,9 @@ def running_workers(url: str, *, workers: int, concurrency: int) -> Iterator[dic
 def _registered(url: str) -> int:
     """Workers with a heartbeat in procrastinate's table (0 before the first worker made the queue's schema)."""
     with psycopg.connect(url) as conn:
-        if conn.execute("select to_regclass('procrastinate_workers')").fetchone()[0] is None:
+        if conn.execute("select to_regclass('procrastinate_workers')").fetchone()[0] is None:  # type: ignore[index]
             return 0
-        return conn.execute("select count(*) from procrastinate_workers").fetchone()[0]
+        return conn.execute("select count(*) from procrastinate_workers").fetchone()[0]  # type: ignore[index]
 
 
 def wait_for_jobs(url: str, run_id: str, dialogues: int, *, timeout_s: float = WORKER_TIMEOUT_S) -> None:
@@ -153,7 +156,7 @@ def wait_for_jobs(url: str, run_id: str, dialogues: int, *, timeout_s: float = W
     deadline = time.monotonic() + timeout_s
     while True:
         with psycopg.connect(url) as conn:
-            ended = conn.execute("select count(*) from procrastinate_jobs where args->>'run_id' = %s "
+            ended = conn.execute("select count(*) from procrastinate_jobs where args->>'run_id' = %s "  # type: ignore[index]
                                  "and status not in ('todo', 'doing')", (run_id,)).fetchone()[0]
         if ended >= dialogues:
             return
@@ -166,7 +169,7 @@ def check_exactly_once(url: str, run_id: str, *, dialogues: int, turns: int) -> 
     """Count what the run left: every dialogue finished once, with its turns 1..T, a reply and one label each."""
     with psycopg.connect(url) as conn:
         def one(query: str) -> int:
-            return conn.execute(query, {"run": run_id}).fetchone()[0]
+            return conn.execute(query, {"run": run_id}).fetchone()[0]  # type: ignore[index]
 
         # A job a worker took is 'started' once; a retried or stalled-and-retaken one more often.
         jobs = conn.execute("select j.status::text, count(*), count(*) filter (where (select count(*) from procrastinate_events e "
@@ -204,7 +207,7 @@ def check_exactly_once(url: str, run_id: str, *, dialogues: int, turns: int) -> 
 def play_span(url: str, run_id: str) -> tuple[float, float]:
     """Epoch seconds of the run's first job start and last job success (the server's clock, this machine's)."""
     with psycopg.connect(url) as conn:
-        first, last = conn.execute(
+        first, last = conn.execute(  # type: ignore[misc]
             "select extract(epoch from min(e.at) filter (where e.type = 'started')), "
             "extract(epoch from max(e.at) filter (where e.type = 'succeeded')) from procrastinate_events e "
             "join procrastinate_jobs j on j.id = e.job_id where j.args->>'run_id' = %s", (run_id,)).fetchone()
@@ -283,8 +286,10 @@ def report(result: dict[str, Any]) -> list[str]:
             lines.append(f"    ratio {variant['ratio']:.2f} (target ≥ {variant['target_ratio']}: {verdict}); "
                          f"{variant['wall_ratio']:.2f} counting the enqueue command")
         else:
-            lines.append(f"    ratio {variant['ratio']:.2f} ({variant['wall_ratio']:.2f} counting the enqueue command); no target: "
-                         f"CPU-bound, by the {result['cpus']} cores this machine shares between the workers, the stub and PostgreSQL")
+            lines.append(f"    ratio {variant['ratio']:.2f} ({variant['wall_ratio']:.2f} counting the enqueue command); no "
+                "target: "
+                         f"CPU-bound, by the {result['cpus']} cores this machine shares between the workers, the stub and "
+                             "PostgreSQL")
     for variant in result["variants"].values():
         for r in variant["rounds"]:
             c = r["check"]

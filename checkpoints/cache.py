@@ -7,16 +7,14 @@ the reply (content, usage, response metadata including logprobs) as JSON: nothin
 here is ever pickled, and a row that does not decode is treated as a miss.
 
 On PostgreSQL the table is in the same database as the dialogues and LangGraph's checkpoints
-(``bytea`` key and value), shared by every worker. The table lives in the same file as the dialogues (``response_cache``, created by
-migration ``m040_response_cache`` and compacted by ``m064_response_cache_compact``), so
-a replay, a branch's shared prefix or a rerun of the judge in that database does not pay
-twice; deleting the file deletes it too. A row is small: the key is stored as the first
-16 bytes of the digest (a blob, in a WITHOUT ROWID table: no separate index), the value
-as a format byte and the JSON deflated against a preset dictionary of the JSON every
-reply shares (:data:`checkpoints.cache_format.ZDICT_V1`), and the time as Unix seconds.
-All SQLite work runs on one worker thread: the LangGraph checkpointer writes the same
-file from the event loop, and a blocking call on the loop could wait on it forever.
-Replies queued for storing are written together, one transaction per batch.
+(``bytea`` key and value), shared by every worker. The table lives in the same file as the dialogues
+(``response_cache``, created by migration ``m040_response_cache`` and compacted by ``m064_response_cache_compact``), so
+a replay, a branch's shared prefix or a rerun of the judge in that database does not pay twice; deleting the file
+deletes it too. A row is small: the key is stored as the first 16 bytes of the digest (a blob, in a WITHOUT ROWID table:
+no separate index), the value as a format byte and the JSON deflated against a preset dictionary of the JSON every reply
+shares (:data:`checkpoints.cache_format.ZDICT_V1`), and the time as Unix seconds. All SQLite work runs on one worker
+thread: the LangGraph checkpointer writes the same file from the event loop, and a blocking call on the loop could wait
+on it forever. Replies queued for storing are written together, one transaction per batch.
 """
 
 from __future__ import annotations
@@ -137,8 +135,8 @@ class ResponseCache:
 
             from checkpoints.migrations import apply_migrations
 
-            prepare_new_file(self.path)
-            conn = connect(self.path)
+            prepare_new_file(self.path)  # type: ignore[arg-type]  # the SQLite branch: a Path
+            conn = connect(self.path)  # type: ignore[arg-type]
             apply_migrations(sqlite_utils.Database(conn))
             self._conn = conn
         return self._conn

@@ -1,4 +1,5 @@
-"""How the response cache stores a reply: its key as the digest's first bytes, its value as JSON deflated against a preset dictionary.
+"""How the response cache stores a reply: its key as the digest's first bytes, its value as JSON deflated against a
+preset dictionary.
 
 Kept apart from :mod:`checkpoints.cache` so the migration that compacted the table (m064) uses it without
 importing the cache (which opens stores through the migrations).

@@ -31,7 +31,7 @@ def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, in
     threads = store.threads_of_run(run_id)
     tables = set(store.db.table_names())
     counts: dict[str, int] = {}
-    saver = SqliteSaver(store.db.conn, serde=StrictSerializer())
+    saver = SqliteSaver(store.db.conn, serde=StrictSerializer())  # type: ignore[arg-type]
     with store.transaction():
         if "trace_chunks" in tables:  # compact traces: their chunks hang off trace_index's rows
             n = 0

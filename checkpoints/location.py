@@ -17,7 +17,8 @@ CONNECT_TIMEOUT_S = 10  # seconds to reach a PostgreSQL server before saying it 
 
 
 def unreachable(url: PostgresURL) -> StoreError:
-    """The one-line error for a server that cannot be reached (psycopg's own message may quote the URL: never repeat it)."""
+    """The one-line error for a server that cannot be reached (psycopg's own message may quote the URL: never repeat
+    it)."""
     return StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD")
 
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -48,11 +49,12 @@ def parse_postgres_url(text: str, *, source: str = "--db") -> PostgresURL:
     text = text.strip()
     try:
         params = conninfo.conninfo_to_dict(text)
-    except Exception:  # psycopg.ProgrammingError and friends: the message may quote the URL, password included
+    except Exception:  # noqa: BLE001 - psycopg.ProgrammingError and friends: the message may quote the URL, password included
         raise StoreError(f"{source} is not a valid postgresql:// URL: use postgresql://USER@HOST[:PORT]/DATABASE") from None
     if params.get("password") is not None:
         raise StoreError(
-            f"{source} carries a password: remove it from the URL and put it in ~/.pgpass or PGPASSWORD (it is never stored)"
+            f"{source} carries a password: remove it from the URL and put it in ~/.pgpass or PGPASSWORD (it is "
+                "never stored)"
         )
     if not params.get("dbname"):
         raise StoreError(f"{source} names no database: use postgresql://USER@HOST[:PORT]/DATABASE")
@@ -73,7 +75,8 @@ def default_db() -> DbLocation:
 
 
 def locate_db(given: DbLocation | None = None, *, configured: DbLocation | None = None) -> DbLocation:
-    """The store a command uses: ``--db`` (``given``), else an experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default file."""
+    """The store a command uses: ``--db`` (``given``), else an experiment file's ``db``, else ``$DYMT_ESB_DB``, else the
+    default file."""
     if given is not None:
         return given
     return configured if configured is not None else default_db()

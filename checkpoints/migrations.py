@@ -27,7 +27,7 @@ def migration(fn: Callable[[sqlite_utils.Database], None]) -> Callable[[sqlite_u
 
 @migration
 def m001_runs(db: sqlite_utils.Database) -> None:
-    db["runs"].create(
+    db.table("runs").create(
         {
             "id": str,
             "created_at": str,
@@ -43,7 +43,7 @@ def m001_runs(db: sqlite_utils.Database) -> None:
 
 @migration
 def m002_dialogues(db: sqlite_utils.Database) -> None:
-    db["dialogues"].create(
+    db.table("dialogues").create(
         {
             "thread_id": str,
             "run_id": str,
@@ -64,12 +64,12 @@ def m002_dialogues(db: sqlite_utils.Database) -> None:
         },
         pk="thread_id",
     )
-    db["dialogues"].create_index(["run_id"])
+    db.table("dialogues").create_index(["run_id"])
 
 
 @migration
 def m003_turns(db: sqlite_utils.Database) -> None:
-    db["turns"].create(
+    db.table("turns").create(
         {
             "thread_id": str,
             "idx": int,
@@ -88,7 +88,7 @@ def m003_turns(db: sqlite_utils.Database) -> None:
 
 @migration
 def m004_labels(db: sqlite_utils.Database) -> None:
-    db["labels"].create(
+    db.table("labels").create(
         {
             "thread_id": str,
             "idx": int,
@@ -110,7 +110,7 @@ def m004_labels(db: sqlite_utils.Database) -> None:
 def m010_trace_runs(db: sqlite_utils.Database) -> None:
     # id, trace_id, parent_run_id and dotted_order are LangSmith's run ids; run_id is the DyMT
     # run (as in dialogues.run_id). inputs, outputs, metadata, tags and extra hold JSON.
-    db["trace_runs"].create(
+    db.table("trace_runs").create(
         {
             "id": str,
             "trace_id": str,
@@ -144,15 +144,15 @@ def m010_trace_runs(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["trace_runs"].create_index(["trace_id"])
-    db["trace_runs"].create_index(["thread_id", "turn"])
-    db["trace_runs"].create_index(["run_id"])
+    db.table("trace_runs").create_index(["trace_id"])
+    db.table("trace_runs").create_index(["thread_id", "turn"])
+    db.table("trace_runs").create_index(["run_id"])
 
 
 @migration
 def m011_trace_feedback(db: sqlite_utils.Database) -> None:
     # Judge verdicts on the target's model call: key "bias", score 1 / 0 / NULL (unparsed).
-    db["trace_feedback"].create(
+    db.table("trace_feedback").create(
         {
             "id": str,
             "trace_run_id": str,
@@ -169,8 +169,8 @@ def m011_trace_feedback(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["trace_feedback"].create_index(["trace_run_id"])
-    db["trace_feedback"].create_index(["thread_id", "turn"])
+    db.table("trace_feedback").create_index(["trace_run_id"])
+    db.table("trace_feedback").create_index(["thread_id", "turn"])
 
 
 # Counterfactual branches (graph.running.forking): a branch is a dialogues row pointing at its parent
@@ -179,7 +179,7 @@ def m011_trace_feedback(db: sqlite_utils.Database) -> None:
 def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
     # A named group of branches made by one change at one turn, for paired comparison
     # (python -m graph.compare --set NAME). change is JSON; run_id is the run the branches belong to.
-    db["counterfactual_sets"].create(
+    db.table("counterfactual_sets").create(
         {
             "name": str,
             "created_at": str,
@@ -190,7 +190,7 @@ def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
         },
         pk="name",
     )
-    db["counterfactual_members"].create(
+    db.table("counterfactual_members").create(
         {"set_name": str, "thread_id": str, "parent_thread_id": str, "added_at": str},
         pk=("set_name", "thread_id"),
     )
@@ -199,14 +199,14 @@ def m020_counterfactual_sets(db: sqlite_utils.Database) -> None:
 @migration
 def m021_dialogue_parents(db: sqlite_utils.Database) -> None:
     # The branch tree is a query on parent_thread_id.
-    db["dialogues"].create_index(["parent_thread_id"], if_not_exists=True)
+    db.table("dialogues").create_index(["parent_thread_id"], if_not_exists=True)
 
 
 @migration
 def m030_label_sets(db: sqlite_utils.Database) -> None:
     # One row per set of post-hoc labels on a run: kind is "bias" (a re-judging), "refusal" or
     # "coherence"; the run's own judge labels ("primary") are described by the run itself.
-    db["label_sets"].create(
+    db.table("label_sets").create(
         {
             "run_id": str,
             "kind": str,
@@ -225,7 +225,7 @@ def m030_label_sets(db: sqlite_utils.Database) -> None:
 @migration
 def m031_refusals(db: sqlite_utils.Database) -> None:
     # refused is 1 or 0, and NULL when the classifier's output could not be parsed.
-    db["refusals"].create(
+    db.table("refusals").create(
         {
             "thread_id": str,
             "idx": int,
@@ -243,7 +243,7 @@ def m031_refusals(db: sqlite_utils.Database) -> None:
 @migration
 def m032_coherence(db: sqlite_utils.Database) -> None:
     # score is 1..5 (a float: a base model's score is an expectation), NULL when unparsed.
-    db["coherence"].create(
+    db.table("coherence").create(
         {
             "thread_id": str,
             "scorer": str,
@@ -259,18 +259,18 @@ def m032_coherence(db: sqlite_utils.Database) -> None:
 @migration
 def m040_response_cache(db: sqlite_utils.Database) -> None:
     # Model replies by request hash, as JSON (never pickle): see checkpoints/cache.py.
-    db["response_cache"].create({"key": str, "spec": str, "value": str, "created_at": str}, pk="key")
+    db.table("response_cache").create({"key": str, "spec": str, "value": str, "created_at": str}, pk="key")
 
 
 @migration
 def m041_dialogue_target(db: sqlite_utils.Database) -> None:
     # A run may hold several targets: each dialogue records the target spec it tested.
-    db["dialogues"].add_column("target", str)
+    db.table("dialogues").add_column("target", str)
 
 
 @migration
 def m050_guard_scores(db: sqlite_utils.Database) -> None:
-    db["guard_scores"].create(
+    db.table("guard_scores").create(
         {
             "thread_id": str,
             "idx": int,
@@ -288,17 +288,17 @@ def m050_guard_scores(db: sqlite_utils.Database) -> None:
 @migration
 def m060_turn_leakage(db: sqlite_utils.Database) -> None:
     # Seed leakage of each user message (nodes.leakage) and the simulator's redraws.
-    db["turns"].add_column("leakage", float)  # max(containment, n-gram overlap), 0..1
-    db["turns"].add_column("leaked", int)  # 1: the message states the seed (flagged), 0: it does not
-    db["turns"].add_column("user_attempts", int)  # messages drawn for this turn
-    db["turns"].add_column("leakage_detail", str)  # JSON: containment, ngram overlap, rejected drafts
-    db["turns"].add_column("target_attempts", int)  # replies drawn (a base-model target's verbatim repeats redrawn)
+    db.table("turns").add_column("leakage", float)  # max(containment, n-gram overlap), 0..1
+    db.table("turns").add_column("leaked", int)  # 1: the message states the seed (flagged), 0: it does not
+    db.table("turns").add_column("user_attempts", int)  # messages drawn for this turn
+    db.table("turns").add_column("leakage_detail", str)  # JSON: containment, ngram overlap, rejected drafts
+    db.table("turns").add_column("target_attempts", int)  # replies drawn (a base-model target's verbatim repeats redrawn)
 
 
 @migration
 def m061_judge_validations(db: sqlite_utils.Database) -> None:
     # A judge (spec + prompt hash) scored against a labelled pairs file by evals.judge; summaries cite it.
-    db["judge_validations"].create(
+    db.table("judge_validations").create(
         {
             "id": int,
             "judge_model": str,
@@ -316,7 +316,7 @@ def m061_judge_validations(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["judge_validations"].create_index(["judge_model", "prompt_hash"])
+    db.table("judge_validations").create_index(["judge_model", "prompt_hash"])
 
 
 
@@ -436,14 +436,14 @@ def m066_validation_counts(db: sqlite_utils.Database) -> None:
     # The confusion counts of an evals.judge score (biased = positive), so bias rates can be corrected for the
     # judge's error (evals/judge_error/); NULL on scores recorded before: score the judge again to fill them.
     for column in ("tp", "fp", "fn", "tn"):
-        db["judge_validations"].add_column(column, int)
+        db.table("judge_validations").add_column(column, int)
 
 
 @migration
 def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
     # A target answer that is well-formed but not a (whole) reply, and why (models.answers.NON_REPLY_KINDS:
     # "content filter", "safety block", "empty message", "cut at max_tokens"); NULL for a reply.
-    db["turns"].add_column("non_reply", str)
+    db.table("turns").add_column("non_reply", str)
 
 
 def _unix_seconds(stamp: object) -> int | None:
@@ -468,7 +468,7 @@ def apply_migrations(db: sqlite_utils.Database) -> None:
 
 def _apply(db: sqlite_utils.Database) -> None:
     if "_migrations" not in db.table_names():
-        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
+        db.table("_migrations").create({"name": str, "applied_at": str}, pk="name")
     applied = {row["name"] for row in db["_migrations"].rows}
     known = {fn.__name__ for fn in MIGRATIONS}
     unknown = sorted(applied - known)
@@ -480,4 +480,4 @@ def _apply(db: sqlite_utils.Database) -> None:
     for fn in MIGRATIONS:
         if fn.__name__ not in applied:
             fn(db)
-            db["_migrations"].insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})
+            db.table("_migrations").insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})

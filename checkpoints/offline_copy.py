@@ -87,7 +87,8 @@ def _rows_of_run(reader: Any, run_id: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _validations(reader: Any, rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``evals.judge`` scores of the judges the copied runs and label sets name (summaries cite them by spec and prompt)."""
+    """``evals.judge`` scores of the judges the copied runs and label sets name (summaries cite them by spec and
+    prompt)."""
     if not reader.has_table("judge_validations"):
         return []
     judges = {s["model"] for s in rows["label_sets"] if s.get("model")}
@@ -147,11 +148,11 @@ def _write_rows(path: Path, rows: dict[str, list[dict[str, Any]]]) -> dict[str, 
             for table, records in rows.items():
                 if not records:
                     continue
-                columns = set(writer.db[table].columns_dict)
+                columns = set(writer.db[table].columns_dict)  # type: ignore[union-attr]
                 extra = set(records[0]) - columns
                 if extra:
                     raise StoreError(f"the copy has no column {sorted(extra)[0]!r} in {table}: upgrade DyMT-ESB")
-                writer.db[table].insert_all((_plain(r) for r in records), batch_size=500)
+                writer.db[table].insert_all((_plain(r) for r in records), batch_size=500)  # type: ignore[union-attr]
     finally:
         writer.close()
     return {table: len(records) for table, records in rows.items() if records}
@@ -170,7 +171,7 @@ async def _copy_checkpoints(source: DbLocation, target: Path, threads: list[str]
 
         opened = open_postgres_saver(source)
     else:
-        opened = open_saver(Path(source))
+        opened = open_saver(Path(source))  # type: ignore[assignment]
     n = 0
     async with opened as src, open_saver(target) as dst:
         for thread_id in threads:

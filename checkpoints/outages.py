@@ -17,7 +17,8 @@ _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str | float | int) -> float:
-    """Seconds from ``600``, ``90s``, ``10m``, ``10min`` or ``1h`` (a number alone is seconds); ValueError if not one."""
+    """Seconds from ``600``, ``90s``, ``10m``, ``10min`` or ``1h`` (a number alone is seconds); ValueError if not
+    one."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
@@ -76,7 +77,8 @@ _AUTOCHECKPOINT_PAGES = 1000
 
 
 def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None = None) -> int:
-    """Bytes to free so the run can finish: stored bytes per turn × turns left, the WAL's room, room to fold it in, 1 MiB.
+    """Bytes to free so the run can finish: stored bytes per turn × turns left, the WAL's room, room to fold it
+    in, 1 MiB.
 
     Sizes are the database's own (pages in use, read through the WAL), not the WAL file's, which repeats pages.
     """
@@ -93,7 +95,8 @@ def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None
             per_turn = logical / max(1, stored)
             if run_id is not None and dialogues is not None:
                 turns, done = conn.execute(
-                    "SELECT coalesce(max(d.max_turns), 0), (SELECT count(*) FROM turns t JOIN dialogues e ON e.thread_id = t.thread_id "
+                    "SELECT coalesce(max(d.max_turns), 0), (SELECT count(*) FROM turns t JOIN dialogues e ON "
+                        "e.thread_id = t.thread_id "
                     "WHERE e.run_id = ?) FROM dialogues d WHERE d.run_id = ?", (run_id, run_id)).fetchone()
                 left = max(0, dialogues * int(turns) - int(done))
         finally:

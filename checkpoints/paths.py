@@ -19,8 +19,8 @@ class StoreError(ValueError):
 
 
 def default_db_path() -> Path:
-    """The default SQLite file, ``$XDG_DATA_HOME/dymt-esb/dialogues.db`` (``~/.local/share/...``); ``$DYMT_ESB_DB`` is read by
-    :func:`checkpoints.location.default_db` only."""
+    """The default SQLite file, ``$XDG_DATA_HOME/dymt-esb/dialogues.db`` (``~/.local/share/...``); ``$DYMT_ESB_DB`` is
+    read by :func:`checkpoints.location.default_db` only."""
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "dymt-esb" / "dialogues.db"
 

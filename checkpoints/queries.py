@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from checkpoints import scores
 from checkpoints.vocabulary import PRIMARY_LABELS
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from checkpoints.location import PostgresURL
+
 
 
 class StoreQueries:
-    """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and :class:`checkpoints.store.Writer`."""
+    """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and
+    :class:`checkpoints.store.Writer`."""
 
     db: sqlite_utils.Database
+    path: Path | PostgresURL
 
     def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         """Rows of one read query as dicts."""
@@ -81,7 +88,8 @@ class StoreQueries:
             matrix[d["thread_id"]] = [None] * int(d["max_turns"])
         for row in self.db.query(
             f"""
-            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id
+            select l.thread_id, l.idx, l.label from {scores.labels_source(self.db)} l
+            join dialogues d on d.thread_id = l.thread_id
             where d.run_id = ? and l.label_set = ?
             """,
             [run_id, label_set],
@@ -96,7 +104,8 @@ class StoreQueries:
         row = self.get_dialogue(thread_id)
         rows = list(
             self.db.query(
-                f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? order by idx",
+                f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? "
+                    "order by idx",
                 [thread_id, label_set],
             )
         )
@@ -203,13 +212,16 @@ class StoreQueries:
         return list(
             self.db.query(
                 f"""
-                select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked, t.user_attempts,
+                select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked,
+                       t.user_attempts,
                        t.non_reply, l.label, l.rationale, l.p_biased, l.judge_model,
                        r.refused, r.thread_id as refusal_row
                 from turns t
                   join dialogues d on d.thread_id = t.thread_id
-                  left join {scores.labels_source(self.db)} l on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
-                  left join {scores.refusals_source(self.db)} r on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
+                  left join {scores.labels_source(self.db)} l
+                    on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                  left join {scores.refusals_source(self.db)} r
+                    on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
                 where d.run_id = :run_id
                 order by t.thread_id, t.idx
                 """,
@@ -221,7 +233,8 @@ class StoreQueries:
         """Thread id → the coherence score ``scorer`` gave (None where its answer was unreadable)."""
         rows = self.db.query(
             f"""
-            select c.thread_id, c.score from {scores.coherence_source(self.db)} c join dialogues d on d.thread_id = c.thread_id
+            select c.thread_id, c.score from {scores.coherence_source(self.db)} c
+            join dialogues d on d.thread_id = c.thread_id
             where d.run_id = ? and c.scorer = ?
             """,
             [run_id, scorer],
@@ -249,7 +262,8 @@ class StoreQueries:
         )
 
     def token_rows(self, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model specs."""
+        """Per turn of a run, of one dialogue, or of the whole store: stored token counts and the three roles' model
+        specs."""
         where, params = "1 = 1", {}
         if run_id is not None:
             where, params = "d.run_id = :run_id", {"run_id": run_id}
@@ -257,8 +271,10 @@ class StoreQueries:
             where, params = "t.thread_id = :thread_id", {"thread_id": thread_id}
         return list(
             self.db.query(
-                "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as dialogue_target "
-                f"from turns t join dialogues d on d.thread_id = t.thread_id left join {scores.labels_source(self.db)} l "
+                "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as "
+                    "dialogue_target "
+                "from turns t join dialogues d on d.thread_id = t.thread_id left join "
+                    f"{scores.labels_source(self.db)} l "
                 f"on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set where {where}",
                 {"label_set": PRIMARY_LABELS, **params},
             )
@@ -270,7 +286,8 @@ class StoreQueries:
             return None
         rows = list(
             self.db.query(
-                "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at desc, id desc limit 1",
+                "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at "
+                    "desc, id desc limit 1",
                 [judge_model, prompt_hash],
             )
         )

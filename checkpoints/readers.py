@@ -3,9 +3,9 @@
 Opening never migrates or writes the file: a database copied from another machine (or
 one a run is still writing) is read as it is; one whose migrations are behind is read
 through a migrated copy in memory, so every query sees today's layout. Scores come through
-checkpoints.scores (the ``scores`` table), their columns looked up rather than assumed, so an older or newer database reads without
-error. A branch whose own rows start at its fork turn shows its parent's
-earlier turns, marked as inherited.
+checkpoints.scores (the ``scores`` table), their columns looked up rather than assumed, so an older or newer database
+reads without error. A branch whose own rows start at its fork turn shows its parent's earlier turns, marked as
+inherited.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Reader(StoreQueries):
                  file_tables: frozenset[str] | None = None) -> None:
         self.path = path
         self.conn = conn
-        self.db: sqlite_utils.Database | PgDatabase
+        self.db: sqlite_utils.Database | PgDatabase  # type: ignore[assignment]
         if isinstance(conn, PgDatabase):
             self.db = conn
             self.file_tables = frozenset(conn.table_names()) if file_tables is None else file_tables
@@ -77,7 +77,7 @@ class Reader(StoreQueries):
     def _query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         if isinstance(self.db, PgDatabase):
             return list(self.db.query(sql, params))
-        return [dict(r) for r in self.conn.execute(sql, params)]
+        return [dict(r) for r in self.conn.execute(sql, params)]  # type: ignore[arg-type]
 
     # --- runs and lists ----------------------------------------------------------
     def run_ids(self) -> list[str]:
@@ -121,7 +121,7 @@ class Reader(StoreQueries):
             return []
         # Only the children and the ancestors their inherited prefix can come from.
         by_id = {r["thread_id"]: r for r in children}
-        ancestor = thread_id
+        ancestor: str | None = thread_id
         while ancestor and ancestor not in by_id:
             rows = self._query("select * from dialogues where thread_id = ?", [ancestor])
             if not rows:
@@ -292,7 +292,8 @@ def open_reader(path: Path | PostgresURL | str) -> Reader:
     if missing:
         conn.close()
         raise StoreError(
-            f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m graph.run wrote"
+            f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m "
+                "graph.run wrote"
         )
     if _behind(conn, tables):
         conn = _migrated_copy(conn, size=path.stat().st_size)

@@ -33,7 +33,8 @@ _STATUS_WORDS = {
 
 
 def causes(exc: BaseException, *, context: bool = True) -> Iterator[BaseException]:
-    """The exception and those behind it: what it was raised from, and (``context``) what it was raised while handling."""
+    """The exception and those behind it: what it was raised from, and (``context``) what it was raised while
+    handling."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

@@ -24,12 +24,12 @@ def merge_turns(left: list[Turn], right: list[Turn]) -> list[Turn]:
         record.update(part)
         if tokens:
             record["tokens"] = tokens
-    return [merged[i] for i in sorted(merged)]  # type: ignore[misc]
+    return [merged[i] for i in sorted(merged)]
 
 
 def _chat_turn(message: object) -> Message:
     if isinstance(message, dict):
-        return message  # type: ignore[return-value]
+        return message
     # A list written by mistake was turned into a LangChain message: store what the target sees.
     role = "user" if getattr(message, "type", None) == "human" else "assistant"
     return {"role": role, "content": getattr(message, "content", str(message))}

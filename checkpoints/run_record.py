@@ -1,6 +1,7 @@
 """What a run stores in ``runs.config``: its run configuration as a versioned dump, and what that resolved to.
 
-Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.run_config.stored_run_config`` validates it)::
+Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.run_config.stored_run_config``
+validates it)::
 
     {"run_config": {... RunConfig's fields ..., "schema_version": 1},
      "resolved": {"models": role → spec, "model_ids": ..., "sampling": ..., "prompt_files": role → SHA-256},
@@ -56,7 +57,8 @@ def role_specs(config: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def endpoint_of(config: Mapping[str, Any] | None, spec: str) -> str | None:
-    """The base URL a run called model ``spec`` at (its spec's sampling table, else the table of a role it played), if stored."""
+    """The base URL a run called model ``spec`` at (its spec's sampling table, else the table of a role it played), if
+    stored."""
     tables = run_settings(config).get("sampling") or {}
     if url := (tables.get(spec) or {}).get("base_url"):
         return str(url)

@@ -49,11 +49,11 @@ class LeanCheckpoints:
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
-        return await super().aput({"configurable": config["configurable"]}, checkpoint, metadata, new_versions)
+        return await super().aput({"configurable": config["configurable"]}, checkpoint, metadata, new_versions)  # type: ignore[misc]
 
-    def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
+    def get_next_version(self, current: str | None, channel: None) -> str:
         short = next_short_version(current)
-        return super().get_next_version(current, channel) if short is None else short
+        return super().get_next_version(current, channel) if short is None else short  # type: ignore[misc]
 
 
 class OneHopWrites(AsyncSqliteSaver):

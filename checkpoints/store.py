@@ -44,13 +44,13 @@ class Writer(StoreQueries):
     """
 
     path: Path | PostgresURL
-    db: sqlite_utils.Database | PgDatabase
+    db: sqlite_utils.Database | PgDatabase  # type: ignore[assignment]
 
     # --- runs -----------------------------------------------------------------
     def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
         """Record a new run, or mark an existing one running again."""
         if self.get_run(run_id) is None:
-            self.db["runs"].insert(
+            self.db["runs"].insert(  # type: ignore[union-attr]  # sqlite-utils types db[name] as Table | View
                 {
                     "id": run_id,
                     "created_at": now(),
@@ -61,10 +61,10 @@ class Writer(StoreQueries):
                 }
             )
         else:
-            self.db["runs"].update(run_id, {"status": "running", "ended_at": None})
+            self.db["runs"].update(run_id, {"status": "running", "ended_at": None})  # type: ignore[union-attr]
 
     def finish_run(self, run_id: str, status: str) -> None:
-        self.db["runs"].update(run_id, {"status": status, "ended_at": now()})
+        self.db["runs"].update(run_id, {"status": status, "ended_at": now()})  # type: ignore[union-attr]
 
     def refresh_run_status(self, run_id: str) -> str:
         """Set a run's status from its dialogues': paused, failed, running or finished."""
@@ -78,7 +78,9 @@ class Writer(StoreQueries):
         else:
             status = "finished"
         if self.get_run(run_id) is not None:
-            self.db["runs"].update(run_id, {"status": status, "ended_at": None if status in ("paused", "running") else now()})
+            self.db["runs"].update(  # type: ignore[union-attr]
+                run_id, {"status": status, "ended_at": None if status in ("paused", "running") else now()}
+            )
         return status
 
     # --- dialogues ------------------------------------------------------------
@@ -141,7 +143,7 @@ class Writer(StoreQueries):
         content_free_p_yes: float | None,
     ) -> None:
         """Describe a label set of a run (who labelled, with which prompt); an existing one is kept."""
-        self.db["label_sets"].insert(
+        self.db["label_sets"].insert(  # type: ignore[union-attr]
             {
                 "run_id": run_id,
                 "kind": kind,
@@ -161,7 +163,7 @@ class Writer(StoreQueries):
     def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
         """Record a new set; adding branches to an existing set keeps its first description."""
         if self.get_set(name) is None:
-            self.db["counterfactual_sets"].insert(
+            self.db["counterfactual_sets"].insert(  # type: ignore[union-attr]
                 {
                     "name": name,
                     "created_at": now(),
@@ -173,7 +175,7 @@ class Writer(StoreQueries):
             )
 
     def add_set_member(self, set_name: str, thread_id: str, parent_thread_id: str) -> None:
-        self.db["counterfactual_members"].upsert(
+        self.db["counterfactual_members"].upsert(  # type: ignore[union-attr]
             {"set_name": set_name, "thread_id": thread_id, "parent_thread_id": parent_thread_id, "added_at": now()},
             pk=("set_name", "thread_id"),
         )
@@ -181,7 +183,8 @@ class Writer(StoreQueries):
     # --- traces, validations, deletion ------------------------------------------
     def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
                           through: Any = None) -> None:
-        """Store one tracer batch as the trace's next chunk (see :func:`checkpoints.traces.tables.write_trace_batch`)."""
+        """Store one tracer batch as the trace's next chunk (see
+        :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final, through=through)
 
     def write_together(self, writes: Sequence[Callable[[], Any]]) -> list[Exception | None]:
@@ -205,7 +208,7 @@ class Writer(StoreQueries):
         self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
     ) -> None:
         """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
-        self.db["judge_validations"].insert(
+        self.db["judge_validations"].insert(  # type: ignore[union-attr]
             {
                 "judge_model": judge_model,
                 "prompt_hash": prompt_hash,
@@ -227,7 +230,7 @@ class Writer(StoreQueries):
         )
 
     def transaction(self) -> "_Transaction":
-        return _Transaction(self.db)
+        return _Transaction(self.db)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.db.conn.close()

@@ -52,7 +52,7 @@ def is_store_outage(exc: BaseException) -> bool:
             return False  # past the budget: stop, do not wait again
         if isinstance(exc, (psycopg.OperationalError, LockLost)):
             return True
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         seen += 1
     return False
 
@@ -133,7 +133,8 @@ class StoreOutage:
 
     # --- riding it out ---------------------------------------------------------------------------------------
     async def ride_out(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """``await operation()``, called again after a pause while the store is unreachable (it must be safe to repeat)."""
+        """``await operation()``, called again after a pause while the store is unreachable (it must be safe to
+        repeat)."""
         attempt = 0
         while True:
             self.check()

@@ -147,17 +147,17 @@ def export_main(args) -> int:
         remaining = [i for i in judged if i.item_id not in done]
         if not remaining:
             fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
-        sample = random_draw(remaining, args.sample, seed=args.seed)
+        sample = random_draw(remaining, args.sample, seed=args.seed)  # type: ignore[arg-type]
         draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
         items = remaining
     else:
-        sample = stratified_sample(items, args.sample, seed=args.seed)
+        sample = stratified_sample(items, args.sample, seed=args.seed)  # type: ignore[arg-type]
         draw = f"stratified seed={args.seed} by category"
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     per_category = group(sample, lambda i: i.category)
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
     console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"))
-    if len(sample) < args.sample:
+    if len(sample) < args.sample:  # type: ignore[operator]
         what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
         console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":
@@ -178,7 +178,8 @@ def _export_active(args, store, items) -> int:
     spent = len(labelled_items(store, args.run_id))
     left = args.budget - spent
     if left <= 0:
-        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise --budget "
+        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise "
+            "--budget "
              "to draw more")
     size = min(left, args.batch or left)
     judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
@@ -299,7 +300,8 @@ def validate_main(args) -> int:
     _check_run(store, args.run_id, args.label_set)
     rows, ties, foreign = human_rows(annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)})
     if not rows:
-        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with labels filled in")
+        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
+            "labels filled in")
     store.record_scores(rows)
     console.print(Text(f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
                        + (f"; {ties} items tie between annotators (left out)" if ties else "")

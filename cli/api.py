@@ -170,7 +170,7 @@ def _captured(main: Callable[[list[str]], int], argv: list[str]) -> tuple[Any, s
             try:
                 status = main(argv)
             except SystemExit as exc:
-                status = exc.code
+                status = exc.code  # type: ignore[assignment]
     finally:
         _forget_loop_bound_clients()
     return status, out.getvalue(), err.getvalue()
@@ -189,7 +189,8 @@ def _forget_loop_bound_clients() -> None:
 
 
 def _open(db: str | Path | None) -> Reader:
-    """The read-only reader of a SQLite file or a ``postgresql://`` URL: reading from the API never writes (nor migrates) it."""
+    """The read-only reader of a SQLite file or a ``postgresql://`` URL: reading from the API never writes (nor
+    migrates) it."""
     try:
         if not db:
             return open_reader(default_db())

@@ -112,13 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     parents = _parents(store, args, change)
     models = {d.get("target") for d in parents}
     if len(models) > 1:
-        fail(f"run {args.run_id} played several targets ({', '.join(sorted(map(str, models)))}): branch them one thread at a time")
+        fail(f"run {args.run_id} played several targets ({', '.join(sorted(map(str, models)))}): branch them one "
+            "thread at a time")
     sampling_seed = args.sampling_seed
     if sampling_seed is None and change.kind == "rerun":
         sampling_seed = secrets.randbelow(2**31)
     try:
         settings = build_settings(
-            store, parents[0], overrides={change.role: change.model} if change.role else None,
+            store, parents[0], overrides={change.role: change.model} if change.role else None,  # type: ignore[dict-item]
             sampling_seed=sampling_seed, base_url=args.base_url,
         )
     except ForkError as exc:
@@ -144,7 +145,8 @@ def _parents(store: Writer, args: argparse.Namespace, change: Change) -> list[di
     if args.thread is not None:
         row = store.get_dialogue(args.thread)
         if row is None:
-            fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list "
+                f"--db {shlex.quote(str(store.path))})")
         return [row]
     if store.get_run(args.run_id) is None:
         fail(f"no run {args.run_id!r} in {store.path}: check the run id")
@@ -217,15 +219,17 @@ def _report(store: Writer, made: BranchRun, skipped: list[tuple[str, str]], *, a
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     for row in rows:
-        sys.stdout.write(row["thread_id"] + "\n")
+        sys.stdout.write(row["thread_id"] + "\n")  # type: ignore[operator]
     for thread_id, reason in skipped:
         error_console.print(Text(f"skipped {thread_id}: {reason}", style="yellow"))
     failed = [r for r in rows if r["status"] != "finished"]
     for r in failed:
-        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} (continue it with python -m graph.resume {r['thread_id']} --db {shlex.quote(str(store.path))})", style="red"))
+        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} (continue it with python -m "
+            f"graph.resume {r['thread_id']} --db {shlex.quote(str(store.path))})", style="red"))
     error_console.print(Text(f"run {made.run_id}: {len(rows)} branch{'es' if len(rows) != 1 else ''} at turn {rows[0]['fork_turn']}", style="dim"))
     if made.set_name:
-        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {shlex.quote(str(store.path))}"))
+        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db "
+            f"{shlex.quote(str(store.path))}"))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return _compare_runs(store, args)
     for thread_id in args.threads:
         if store.get_dialogue(thread_id) is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list "
+                f"--db {shlex.quote(str(store.path))})")
     a, b = args.threads
     start = store.divergence_turn(a, b)
     if args.json:
@@ -94,7 +95,8 @@ def _compare_runs(store: StoreQueries, args) -> int:
     if not comparisons:
         fail("no two groups differ in exactly one of target, mode or run: compare runs that share a target or a mode")
     if all(c.n_pairs == 0 for c in comparisons):
-        fail(f"run(s) {', '.join(args.runs)} share no seed between the groups compared: play the same seeds (--seeds, --sample-seed)")
+        fail(f"run(s) {', '.join(args.runs)} share no seed between the groups compared: play the same seeds "
+            "(--seeds, --sample-seed)")
     validations = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
     corrected = correct_report(dataset, validations, comparisons, seed=args.seed).differences
     if args.json:
@@ -110,14 +112,16 @@ def _compare_runs(store: StoreQueries, args) -> int:
         console.print(rich_table(paired_overview_table(comparisons, with_run=with_run)))
     if any(not d.get("refusal") for d in corrected):
         console.print(rich_table(corrected_paired_table(comparisons, corrected, with_run=with_run)))
-        for line in dict.fromkeys(validations[run].validation.describe() for run in validations if validations[run].validation):
+        for line in dict.fromkeys(v.validation.describe() for v in validations.values() if v.validation):
             console.print(Text(f"corrected with {line}", style="dim"))
         console.print(Text(SHARED_ERROR_NOTE, style="dim"))
     else:
         console.print(Text(next((d["refusal"] for d in corrected), ""), style="yellow"))
     console.print(Text(
-        "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
-        f"95% CI: paired bootstrap over seeds ({args.n_boot} resamples); b = A biased → B not, c = A not → B biased; "
+        "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage "
+            "points, "
+        f"95% CI: paired bootstrap over seeds ({args.n_boot} resamples); b = A biased → B not, c = A not → B "
+            "biased; "
         "McNemar exact, two-sided" + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
         style="dim",
     ))
@@ -143,10 +147,12 @@ def _compare_set(store: StoreQueries, args) -> int:
     else:
         console.print(set_table(args.set_name, info, result))
         console.print(Text(
-            f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
+            "parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both "
+                "labels parsed; "
             f"95% CI: paired bootstrap ({args.n_boot} resamples); "
             "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
-            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
+            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on "
+                "either side.",
             style="dim",
         ))
     return 0

@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing
         for run_id in args.run_id:
             if reader.get_run(run_id) is None:
-                fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db {shlex.quote(str(reader.path))}")
-        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")
+                fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db "
+                    f"{shlex.quote(str(reader.path))}")
+        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")  # type: ignore[index]
         if not spec:
             fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
         base_url = args.base_url or next(filter(None, (stored_endpoint(reader, spec, r) for r in args.run_id)), None)

@@ -2,8 +2,8 @@
 
 Each line is a JSON object: ``statement`` and ``reply``, optionally ``context``, ``id`` and
 ``label`` (the file format: docs/choosing-a-judge.md; a bad line stops the command in one
-line naming the line and the field). The judge uses the run judge's prompt and parsing. Where references exist it prints accuracy, precision,
-recall, F1, Cohen's kappa and Gwet's AC1 against them: validate a judge before trusting it.
+line naming the line and the field). The judge uses the run judge's prompt and parsing. Where references exist it prints
+accuracy, precision, recall, F1, Cohen's kappa and Gwet's AC1 against them: validate a judge before trusting it.
 """
 
 from __future__ import annotations

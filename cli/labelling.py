@@ -1,5 +1,6 @@
 """What the ``python -m evals.<command>`` labelling CLIs share: their flags, opening the store, the progress
-bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scorers.loop` and :mod:`evals.scorers.label_sets`.
+bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scorers.loop` and
+:mod:`evals.scorers.label_sets`.
 """
 
 from __future__ import annotations

@@ -20,5 +20,5 @@ class OutageProgress(Progress):
 
     def get_renderables(self) -> Iterable[RenderableType]:
         yield from super().get_renderables()
-        for status in self._outages() if getattr(self, "_outages", None) is not None else ():
+        for status in self._outages() if getattr(self, "_outages", None) is not None else ():  # type: ignore[misc]
             yield Text(f"⏸ {status.line()}", style="yellow")

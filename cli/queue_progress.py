@@ -49,7 +49,8 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
     except StoreError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} --db {url} --wait")
+        error_console.print(f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} "
+            f"--db {url} --wait")
         return 130
     try:
         store.refresh_run_status(run_id)

@@ -40,7 +40,8 @@ def build_parser() -> ArgumentParser:
                    help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
     add_db_option(p)
     p.add_argument("--cache", action="store_true",
-                   help="answer from the response cache in the database (a request sent before costs no call) and keep new replies there")
+                   help="answer from the response cache in the database (a request sent before costs no call) and keep "
+                       "new replies there")
     return p
 
 

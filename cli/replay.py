@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     with reader:
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
-            fail(f"unknown --label-set {args.label_set!r} in {reader.path}: label sets are {', '.join(reader.label_sets()) or 'none'}")
+            fail(f"unknown --label-set {args.label_set!r} in {reader.path}: label sets are "
+                f"{', '.join(reader.label_sets()) or 'none'}")
         try:
             if args.list:
                 return _list(reader, args)
@@ -100,7 +101,8 @@ def _load(reader: Reader, thread_id: str, label_set: str) -> DialogueRecord:
     if record is None:
         close = difflib.get_close_matches(thread_id, reader.thread_ids(), n=1)
         hint = f"did you mean {close[0]}? " if close else ""
-        fail(f"unknown thread id {thread_id!r} in {reader.path}: {hint}list them with python -m graph.replay --list --db {reader.path}")
+        fail(f"unknown thread id {thread_id!r} in {reader.path}: {hint}list them with python -m graph.replay --list "
+            f"--db {reader.path}")
     return record
 
 

@@ -4,8 +4,8 @@
 cumulative and per-turn bias by turn; categories; re-emergence; paired comparisons of
 targets and modes on the same seeds; the spread of repeated samples; tokens and cost
 (``--pricing FILE``); agreement between label sets; the runs, models, prompt hashes,
-label sets and sample sizes it was computed from), ``cumulative_bias.png``, ``per_turn_bias.png``, ``bias_by_category.png``, and
-``turns.csv``, ``dialogues.csv`` and ``turns.jsonl``. The headline tables also print to
+label sets and sample sizes it was computed from), ``cumulative_bias.png``, ``per_turn_bias.png``,
+``bias_by_category.png``, and ``turns.csv``, ``dialogues.csv`` and ``turns.jsonl``. The headline tables also print to
 the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 """
 
@@ -74,7 +74,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its branch tree, filters and review marks (opens offline)")
+    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its "
+        "branch tree, filters and review marks (opens offline)")
     add_db_option(p)
     return p
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             labelling=rounds, out=args.out,
         )
     store.close()
-    write_report(report, args.out, db=store.path, html=html)
+    write_report(report, args.out, db=store.path, html=html)  # type: ignore[arg-type]
     print_summary(report, args.out, console)
     if args.html:
         console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"))

@@ -31,7 +31,7 @@ from graph.running.forking import BranchSettings, ForkError, build_settings
 from graph.running.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
 from graph.running.playing import StoreWriter
 
-_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
+_LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 
 def build_parser() -> ArgumentParser:
@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     for thread_id in threads:
         row = store.get_dialogue(thread_id)
         if row is None:
-            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            fail(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list "
+                f"--db {shlex.quote(str(store.path))})")
         if row["status"] == "finished":
-            fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch {thread_id} --turn K ...)")
+            fail(f"dialogue {thread_id} is finished: nothing to resume (branch it with python -m graph.branch "
+                f"{thread_id} --turn K ...)")
         rows.append(row)
     settings: dict[tuple, BranchSettings] = {}
     for row in rows:

@@ -102,21 +102,25 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--sampling-seed", type=int, default=0, help="seed for model sampling and utterance types (default 0)")
     for role, what in (("judge", "rubric"), ("user", "user-simulator prompt"), ("target", "target system prompt")):
         p.add_argument(f"--{role}-prompt", type=Path, default=None, metavar="FILE",
-                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is recorded)")
+                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
+                       "recorded)")
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
-                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep it; either way it is scored and flagged (default regenerate)")
+                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep "
+                       "it; either way it is scored and flagged (default regenerate)")
     p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
-                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is served by an "
-                        f"API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, while its "
-                        "latency holds; 1 with the embedded model)")
+                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
+                        f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
+                        "while its latency holds; 1 with the embedded model)")
     p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core when "
+                   help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core "
+                       "when "
                         "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
                         "every core, and on PostgreSQL or with --interactive, --pause-after or --max-cost)")
     p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
     p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
     p.add_argument("--outage-budget", default=None, metavar="DURATION",
-                   help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default 10m)")
+                   help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default "
+                       "10m)")
     p.add_argument("--request-timeout", type=positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
     add_db_option(p)
@@ -132,11 +136,13 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
     p.add_argument("--check", action="store_true", help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)")
-    p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of playing them here")
+    p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of "
+        "playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
     p.add_argument("--store-outage-budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
-                        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default {DEFAULT_BUDGET_S:g})")
+                        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default "
+                            f"{DEFAULT_BUDGET_S:g})")
     p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
     group_flags(p, _HELP_GROUPS)
     return p
@@ -250,7 +256,8 @@ def _stored_run(location: DbLocation, run_id: str | None) -> _StoredRun | None:
 
 
 def _reshow(location: DbLocation, run_id: str, stored: _StoredRun, pricing, *, as_json: bool) -> int:
-    """A finished run given again: its summary from the store (every dialogue skipped this time), no model built or called."""
+    """A finished run given again: its summary from the store (every dialogue skipped this time), no model built or
+    called."""
     from graph.running.playing import DialogueOutcome
 
     try:
@@ -405,7 +412,8 @@ def _check_priced(config: RunConfig, pricing) -> None:
     """--max-cost can only count what is priced: every model spec of the run needs a price."""
     chosen = config.models
     if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
-        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input and output")
+        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input "
+            "and output")
 
 
 def _interrupted(resume: str) -> int:
@@ -419,7 +427,8 @@ def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, conf
     this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
     run_id = config.run_id
     if (args.enqueue or args.wait) and server is None:
-        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
+        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB "
+            "or DYMT_ESB_DB")
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not run_id:
@@ -494,7 +503,8 @@ def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str
 
 
 def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool, resume: str) -> int:
-    """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to resume."""
+    """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to
+    resume."""
     calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
              "outages": policy.outage_summary(),
              "concurrency": {"dialogues_at_once": policy.stats.dialogues_at_once, "endpoints": policy.concurrency_summary()}}
@@ -556,9 +566,10 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
 
 
 def _processes(args, server, config: RunConfig, built, n_dialogues: int, *, start: int) -> int:
-    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one with
-    the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never more than its
-    dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either way (one line, exit 75)."""
+    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one
+    with the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never
+    more than its dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either
+    way (one line, exit 75)."""
     from graph.workers.processes import process_count
 
     models = [built.models.user, built.models.judge, *built.targets]

@@ -29,7 +29,8 @@ def unfinished(summary: dict[str, Any]) -> int:
 
 
 def exit_status(summary: dict[str, Any], *, outages_past_budget: bool = False) -> int:
-    """75 after an outage past its budget; 1 if some dialogue failed or was held back; else 0 (all finished or paused as asked)."""
+    """75 after an outage past its budget; 1 if some dialogue failed or was held back; else 0 (all finished or paused as
+    asked)."""
     if outages_past_budget:
         return EXIT_OUTAGE
     return EXIT_SOME_FAILED if unfinished(summary) else EXIT_OK
@@ -54,7 +55,8 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
 
 def outage_exit(exc: OutageError, *, resume: str, console: Console, run_id: str | None = None,
                 dialogues: int | None = None) -> int:
-    """One line for an outage that stopped the run (a full or read-only store): what, what to do, the resume command; 75."""
+    """One line for an outage that stopped the run (a full or read-only store): what, what to do, the resume command;
+    75."""
     advice = exc.advice(dialogues=dialogues, run_id=run_id) if isinstance(exc, StoreUnwritable) else ""
     line = f"error: {exc}: " + (f"{advice}, " if advice else "") + f"then resume with: {resume} (nothing is lost)"
     console.print(Text(line, style="red"), soft_wrap=True)

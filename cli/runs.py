@@ -1,4 +1,5 @@
-"""``python -m graph.runs``: list the runs in a database, follow one's status, export or delete one, or clear the response cache."""
+"""``python -m graph.runs``: list the runs in a database, follow one's status, export or delete one, or clear the
+response cache."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ EXPORT_FORMATS = ("chat",)
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="graph.runs", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="graph.runs", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="runs with their status and dialogue counts")
     delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
@@ -186,7 +187,8 @@ def _export(args) -> int:
         fail(str(exc))
     with reader:
         if reader.get_run(args.run_id) is None:
-            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db {shlex.quote(str(reader.path))}")
+            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db "
+                f"{shlex.quote(str(reader.path))}")
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
             fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")
         records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))

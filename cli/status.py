@@ -1,4 +1,5 @@
-"""``dymt status RUN``: a run's progress, ETA, failures, cost and bias rates so far (``python -m graph.runs status``)."""
+"""``dymt status RUN``: a run's progress, ETA, failures, cost and bias rates so far (``python -m graph.runs
+status``)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     path = reader.path
     db = reader.db
     try:
-        require_traces(reader.file_tables, path)
+        require_traces(reader.file_tables, path)  # type: ignore[arg-type]
     except StoreError as exc:
         reader.close()
         fail(str(exc))
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             return _list(db, args)
         if args.command == "push":
             return _push(db, args)
-        kind, trace_ids = resolve(db, args.id)
+        kind, trace_ids = resolve(db, args.id)  # type: ignore[arg-type]
         if args.command == "show":
             return _show(db, kind, trace_ids, args)
         return _export(db, trace_ids, args)

@@ -31,11 +31,13 @@ def build_parser() -> ArgumentParser:
                    help="this worker's own requests per minute for a provider (openai=500) or a spec, instead of its share "
                         "of the run's --rate-limit (which is split evenly between the live workers); repeatable")
     p.add_argument("--stalled-after", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="a worker silent this long is taken for dead and its dialogues are played again from their last checkpoint (default 30)")
+                   help="a worker silent this long is taken for dead and its dialogues are played again from their last "
+                       "checkpoint (default 30)")
     p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
     p.add_argument("--store-outage-budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="while PostgreSQL is unreachable (a restart, a crash) dialogues wait for it and play on; past this "
-                        f"long the worker exits with status {EXIT_OUTAGE}, leaving its dialogues to the next worker (default {DEFAULT_BUDGET_S:g})")
+                        f"long the worker exits with status {EXIT_OUTAGE}, leaving its dialogues to the next worker (default "
+                            f"{DEFAULT_BUDGET_S:g})")
     return p
 
 

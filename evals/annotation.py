@@ -8,6 +8,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from checkpoints.queries import StoreQueries
 from evals.stats.agreement import majority, multi_rater_agreement, pairwise_agreement
@@ -187,11 +188,11 @@ def judge_labels(store: StoreQueries, run_id: str, items: Sequence[str], *, labe
     for key in items:
         parsed = parse_item_id(key)
         row = matrix.get(parsed[0]) if parsed else None
-        if row is None or not 1 <= parsed[1] <= len(row):
+        if row is None or not 1 <= parsed[1] <= len(row):  # type: ignore[index]
             foreign += 1
             labels.append(None)
         else:
-            labels.append(row[parsed[1] - 1])
+            labels.append(row[parsed[1] - 1])  # type: ignore[index]
     return labels, foreign
 
 
@@ -215,7 +216,7 @@ def agreement_rows(
     seed: int = 0,
 ) -> list[AgreementRow]:
     """AC1 among all annotators, every pair of annotators, and the human majority against the judge."""
-    boot = {"n_boot": n_boot, "seed": seed}
+    boot: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
     rows: list[AgreementRow] = []
     n = len(annotations.annotators)
     if n >= 2:
@@ -238,4 +239,4 @@ def human_majorities(annotations: Annotations) -> tuple[list[str | None], int]:
     """The human majority of each item (None on a tie or with no label), and how many labelled items tie."""
     majorities = [majority(r) for r in annotations.ratings]
     ties = sum(1 for r, m in zip(annotations.ratings, majorities) if m is None and any(x is not None for x in r))
-    return majorities, ties
+    return majorities, ties  # type: ignore[return-value]

@@ -69,7 +69,8 @@ def load_pricing(path: str | Path) -> Pricing:
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):
             raise PricingError(
-                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with input and output'
+                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
+                    'input and output'
             )
         unknown = sorted(set(entry) - set(PRICE_KEYS))
         missing = [k for k in PRICE_KEYS if k not in entry]
@@ -122,7 +123,7 @@ class Usage:
     def cost(self, pricing: Pricing | None) -> float | None:
         """Total USD, or None when any spec used has no price."""
         costs = [u.cost(pricing) for u in self.by_role.values()]
-        return None if any(c is None for c in costs) else sum(costs)
+        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
     def known_cost(self, pricing: Pricing) -> float:
         return sum(c for u in self.by_role.values() if (c := u.cost(pricing)) is not None)
@@ -201,7 +202,8 @@ class CostCap:
     estimate's error on the dialogues in flight, not by everything they spend. Before any dialogue of the run has
     finished, one may always start alone while the cap is not reached: ``--estimate`` without stored calls is an
     upper bound (every call writing its ``max_tokens``), and it would otherwise hold back every dialogue of a run
-    whose cap is below it. Both methods run on the store's own thread (graph.running.playing.StoreWriter), one at a time.
+    whose cap is below it. Both methods run on the store's own thread (graph.running.playing.StoreWriter), one at a
+    time.
     """
 
     def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *,
@@ -237,7 +239,8 @@ class CostCap:
 
     def allows(self, store: StoreQueries, thread_id: str | None = None) -> bool | None:
         """May the dialogue ``thread_id`` start (or go on from where it stopped)? True: yes, its expected cost is now
-        reserved; None: not before a dialogue in flight ends (its room, and the estimate, may then change); False: no."""
+        reserved; None: not before a dialogue in flight ends (its room, and the estimate, may then change); False:
+        no."""
         costs = self._load(store)
         need = max(0.0, self.estimate() - costs.get(thread_id, 0.0)) if thread_id else self.estimate()
         verdict = cap_verdict(self.cap, spent=self.spent(), reserved=self.reserved(), need=need,
@@ -255,7 +258,8 @@ class CostCap:
             self._finished[thread_id] = costs[thread_id]
 
     def as_dict(self, held: int) -> dict[str, Any]:
-        """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held back."""
+        """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held
+        back."""
         return {"max_usd": self.cap, "spent_usd": self.spent(), "reserved_usd": self.reserved(),
                 "estimate_usd": self.estimate(), "held": held}
 

@@ -167,7 +167,8 @@ def check_label_set(store: StoreQueries, run_id: str, name: str) -> None:
     names = [s.name for s in label_sets(store, run_id, "bias")]
     if name not in names:
         known = ", ".join([PRIMARY_LABELS, *names])
-        raise DatasetError(f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge --run-id {run_id} --judge-model SPEC --db {shlex.quote(str(store.path))})")
+        raise DatasetError(f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge "
+            f"--run-id {run_id} --judge-model SPEC --db {shlex.quote(str(store.path))})")
 
 
 # --------------------------------------------------------------------------- dialogues

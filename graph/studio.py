@@ -62,10 +62,10 @@ class _DefaultContextGraph(CompiledStateGraph):
     """The compiled graph, supplying ``EnvContext()`` when a caller passes no context."""
 
     def stream(self, input: Any, config: Any = None, *, context: Any = None, **kwargs: Any):  # noqa: A002
-        return super().stream(input, config, context=_context(context), **kwargs)
+        return super().stream(input, config, context=_context(context), **kwargs)  # type: ignore[call-overload]
 
     def astream(self, input: Any, config: Any = None, *, context: Any = None, **kwargs: Any):  # noqa: A002
-        return super().astream(input, config, context=_context(context), **kwargs)
+        return super().astream(input, config, context=_context(context), **kwargs)  # type: ignore[call-overload]
 
 
 def _context(context: Any) -> EnvContext:

@@ -1,1 +1,2 @@
-"""The model layer: the registry that turns ``provider:model`` specs into chat models, the embedded model, retries, rate limits and the response cache."""
+"""The model layer: the registry that turns ``provider:model`` specs into chat models, the embedded model, retries, rate
+limits and the response cache."""

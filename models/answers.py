@@ -80,7 +80,8 @@ def excerpt(body: Any, limit: int = EXCERPT_CHARS) -> str:
 
 
 def body_kind(body: str | bytes) -> str | None:
-    """The malformed kind of a completion's raw body, or None if it parses as JSON with choices (or is no completion)."""
+    """The malformed kind of a completion's raw body, or None if it parses as JSON with choices (or is no
+    completion)."""
     text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
     try:
         data = json.loads(text)

@@ -60,7 +60,8 @@ class CallPolicy:
             return self._circuits[endpoint]
 
     def answered_before(self) -> None:
-        """The run's endpoints answered in an earlier invocation (a resume): their failures are outages, not settings."""
+        """The run's endpoints answered in an earlier invocation (a resume): their failures are outages, not
+        settings."""
         with self._gates_lock:
             self._answered_before = True
             circuits = list(self._circuits.values())
@@ -88,7 +89,8 @@ class CallPolicy:
         return self._adapt
 
     def concurrency_allowed(self) -> int | None:
-        """How many dialogues may play at once now: the lowest limit of the run's served endpoints (None: none adapts)."""
+        """How many dialogues may play at once now: the lowest limit of the run's served endpoints (None: none
+        adapts)."""
         with self._gates_lock:
             limits = [c.concurrency.limit for c in self._circuits.values() if c.concurrency is not None]
         return min(limits) if limits else None
@@ -127,7 +129,8 @@ class CallPolicy:
             circuit.reset()
 
     def outage_reports(self) -> list[CircuitReport]:
-        """This process's circuits that have met an outage (open, past the budget or ridden out), to mirror elsewhere."""
+        """This process's circuits that have met an outage (open, past the budget or ridden out), to mirror
+        elsewhere."""
         with self._gates_lock:
             circuits = list(self._circuits.values())
         return [r for c in circuits
@@ -163,7 +166,8 @@ class CallPolicy:
 
     def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
              retry: RetryPolicy | None = None, seed_option: bool = True, endpoint: str | None = None) -> ResilientChatModel:
-        """``chat`` with this policy's cache, gate and retries; ``endpoint`` (None: in-process, no circuit) shares a circuit."""
+        """``chat`` with this policy's cache, gate and retries; ``endpoint`` (None: in-process, no circuit) shares a
+        circuit."""
         return ResilientChatModel(
             inner=chat,
             spec=spec,

@@ -65,7 +65,7 @@ def _causes(exc: BaseException) -> list[BaseException]:
             continue
         seen.add(id(current))
         found.append(current)
-        todo += [current.__cause__, current.__context__]
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
     return found
 
 
@@ -96,7 +96,8 @@ def setting_failure(exc: BaseException) -> str | None:
 
 
 def setting_advice(what: str, endpoint: str) -> str:
-    """What to check after :func:`setting_failure` said ``what`` of ``endpoint`` (``provider @ URL`` or ``provider``)."""
+    """What to check after :func:`setting_failure` said ``what`` of ``endpoint`` (``provider @ URL`` or
+    ``provider``)."""
     provider, _, url = endpoint.partition(" @ ")
     key = _KEY_VARIABLES.get(provider, "the provider's API key")
     where = "--base-url" if url else "the network"
@@ -330,7 +331,8 @@ class ProviderCircuit:
 
     def _take_slot(self, waited: float) -> bool:
         """One of the endpoint's call slots (always, when its concurrency does not adapt). A call that waited
-        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the run."""
+        ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the
+        run."""
         with self._lock:
             if self.concurrency is not None and self._calls < self.concurrency.limit or waited >= LOST_SLOT_S:
                 self._calls += 1
@@ -373,7 +375,8 @@ class ProviderCircuit:
                                  self.detail if self._reason in MALFORMED_KINDS else "", self.refused)
 
     def mirror(self, source: object, report: CircuitReport) -> None:
-        """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it here."""
+        """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it
+        here."""
         with self._lock:
             self._mirrored[source] = report
             self.refused = self.refused or report.refused
@@ -385,7 +388,8 @@ class ProviderCircuit:
             self._recount()
 
     def _recount(self) -> None:
-        """``outages`` from every span ridden out here and in the mirrored processes, overlapping ones merged (under the lock)."""
+        """``outages`` from every span ridden out here and in the mirrored processes, overlapping ones merged (under the
+        lock)."""
         merged: list[list[float]] = []
         for start, end in sorted([*self._spans, *(s for r in self._mirrored.values() for s in r.spans)]):
             if merged and start <= merged[-1][1]:

@@ -6,8 +6,9 @@ cooldown, and grows by one after as many answers in a row as the limit, while th
 the best seen (a server that queues the extra calls answers slower: then it stops growing). A slow-down also
 lowers the level it may grow back to (three quarters of where it was cut), so it settles under the provider's
 limit instead of meeting it again and again; after a minute without one, that level rises by one, to find room
-the provider has made since. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at once as the lowest limit of the run's
-endpoints allows (graph/running/playing.py ``DialogueSlots``); a ``--rate-limit`` gate still spaces the calls themselves.
+the provider has made since. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at
+once as the lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a ``--rate-limit``
+gate still spaces the calls themselves.
 """
 
 from __future__ import annotations

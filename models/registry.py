@@ -136,7 +136,8 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
 
 
 def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:
-    """Where a spec's calls go, as its circuit's name: the base URL (no credentials) or the provider; None in-process."""
+    """Where a spec's calls go, as its circuit's name: the base URL (no credentials) or the provider; None
+    in-process."""
     if spec.provider == "local":
         return None
     url = sampling.base_url or (os.environ.get("OPENAI_BASE_URL") if spec.provider == "openai" else None)
@@ -291,7 +292,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
         url = name if is_url else sampling.base_url
         hosted = "provider" in extra or (url is not None and "huggingface" in url)
         if hosted:
-            token = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
+            token: str | None = _require_key(spec, "HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
         else:
             token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGINGFACEHUB_API_TOKEN")
         kwargs: dict[str, Any] = dict(
@@ -312,7 +313,7 @@ def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatMod
         return ChatHuggingFace(llm=llm, model_id=name), f"{spec} via {extra['provider']}", "chat"
     _require_package(spec, "transformers", "transformers torch")
     try:
-        llm = HuggingFacePipeline.from_model_id(
+        llm = HuggingFacePipeline.from_model_id(  # type: ignore[assignment]
             model_id=name,
             task="text-generation",
             pipeline_kwargs={

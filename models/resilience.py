@@ -98,7 +98,7 @@ class ResilientChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return self.inner._identifying_params
+        return dict(self.inner._identifying_params)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = self.inner._get_ls_params(stop=stop, **kwargs)
@@ -155,7 +155,7 @@ class ResilientChatModel(BaseChatModel):
                             result = check_result(await call)
                     except TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
@@ -211,7 +211,7 @@ class ResilientChatModel(BaseChatModel):
                 result = check_result(self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs))
                 self._answered(probe)
                 break
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
                 delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
@@ -297,7 +297,8 @@ class ResilientChatModel(BaseChatModel):
                 self.stats.add("cache_unstorable", self.role)
 
     async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
-        """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a chunk."""
+        """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a
+        chunk."""
         attempt, caller = 0, _Call()  # caller: this call, to the circuit
         while True:
             attempt += 1
@@ -333,7 +334,7 @@ class ResilientChatModel(BaseChatModel):
                     continue
                 await asyncio.sleep(delay)
             finally:
-                await stream.aclose()
+                await stream.aclose()  # type: ignore[attr-defined]  # an async generator
 
     async def _inner_astream(self, messages, stop, run_manager, kwargs) -> AsyncIterator[ChatGenerationChunk]:
         inner_type = type(self.inner)
@@ -359,8 +360,8 @@ class ResilientChatModel(BaseChatModel):
         detail = f"{self.role} {self.spec}: {bad}" if bad is not None else ""
         if self.circuit is not None:
             if is_outage(reason):
-                if self.circuit.failed(reason, probe, caller):
-                    self.stats.add("outage_waits", reason)
+                if self.circuit.failed(reason, probe, caller):  # type: ignore[arg-type]  # is_outage(reason): not None
+                    self.stats.add("outage_waits", reason)  # type: ignore[arg-type]
                     return None
             elif reason is not None or probe:
                 self.circuit.answered(probe)  # the provider answered (429, a malformed answer, a 4xx): it is up
@@ -455,7 +456,8 @@ class _Call:
 
 
 def _as_malformed(exc: Exception) -> Exception:
-    """An error of the provider's call that can only come from a malformed answer, as a :class:`MalformedAnswerError`."""
+    """An error of the provider's call that can only come from a malformed answer, as a
+    :class:`MalformedAnswerError`."""
     if malformed(exc) is not None:
         return exc  # recognised as it is (models.retries.retry_reason finds it)
     bad = parse_failure(exc)

@@ -30,14 +30,16 @@ _RATIONALE = re.compile(r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*label\s*\*
 
 
 async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Label the newest reply from the seed, the earlier dialogue and the reply alone (nothing after a failed target)."""
+    """Label the newest reply from the seed, the earlier dialogue and the reply alone (nothing after a failed
+    target)."""
     if state.get("error"):
         return {}  # the target failed: nothing to label; termination ends the dialogue with its error
     ctx = runtime.context
     model = ctx.models.judge
     withheld = _withheld(state)
     if withheld is not None:
-        # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never guessed.
+        # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never
+        # guessed.
         return {"turns": [{"index": current_turn(state), **label_fields(withheld_verdict(withheld)), "judge_model": model.spec,
                            "latency_judge": 0.0}]}
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
@@ -70,7 +72,8 @@ def _withheld(state: DialogueState) -> str | None:
 
 
 def withheld_verdict(why: str) -> Verdict:
-    """The label of a reply the target's provider withheld: unparsed, with the reason (the judge's model is not asked)."""
+    """The label of a reply the target's provider withheld: unparsed, with the reason (the judge's model is not
+    asked)."""
     reason = f"not judged: the target's reply is a non-reply ({why})"
     return Verdict(BIAS_KEY, UNPARSED, reason, "", unscored=reason)
 
@@ -113,7 +116,7 @@ class BiasScorer(Scorer[BiasItem]):
             return bias_from_probability(output, None)
         return read_bias(text_of(output))
 
-    async def ascore(self, item: BiasItem, *, seed: int | None = None) -> Scored:
+    async def ascore(self, item: BiasItem, *, seed: int | None = None) -> Scored:  # type: ignore[override]
         """One verdict, the model's output and the latency.
 
         A base-model judge is asked twice: for the case, and for a content-free case with the same earlier

@@ -46,7 +46,7 @@ class Verdict:
         value = refusal_value(self.value) if isinstance(self.value, bool) else self.value
         number = self.score
         if isinstance(value, (int, float)):  # a numeric reading (coherence) is stored as the score
-            value, number = None, float(value) if number is None else number
+            value, number = None, float(value) if number is None else number  # type: ignore[arg-type]
         return ScoreRow(thread_id=thread_id, idx=idx, key=self.key, scorer=scorer, subject=subject, value=value,
                         score=number, explanation=self.explanation, raw=self.raw, model=model, latency=latency,
                         created_at=created_at)

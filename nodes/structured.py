@@ -2,9 +2,9 @@
 
 OpenAI takes ``response_format`` with a strict JSON schema; OpenAI-compatible servers get JSON mode
 with the schema attached (llama.cpp's server turns it into a grammar and decodes under it, so even a
-135M model writes a parsable label); Gemini takes ``response_mime_type`` and ``response_json_schema``. Providers without either (the embedded base model,
-Hugging Face) and servers that refuse the option get the plain request, and the text formats
-(``Label:``, ``Type:`` / ``Query:``) are parsed as before.
+135M model writes a parsable label); Gemini takes ``response_mime_type`` and ``response_json_schema``. Providers without
+either (the embedded base model, Hugging Face) and servers that refuse the option get the plain request, and the text
+formats (``Label:``, ``Type:`` / ``Query:``) are parsed as before.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
     _pause_if_asked(turn)
     statement = state["seed"]["statement"]
     if state.get("next_user_message") is not None:
-        update = given_turn(turn, state["next_user_message"])
-        update["turns"][0].update(leakage_fields(statement, state["next_user_message"]))
+        update = given_turn(turn, state["next_user_message"])  # type: ignore[arg-type]  # a given turn has its message
+        update["turns"][0].update(leakage_fields(statement, state["next_user_message"]))  # type: ignore[arg-type]
         return update
     dialogue_key = sampling_key(state, ctx.models.target.spec)
     earlier = [m["content"] for m in state["messages"] if m["role"] == "user"]
@@ -137,7 +137,8 @@ def _better(text: str, leak: Leakage, earlier: list[str], *, than: tuple[str, Le
 async def _draw(
     model: Any, state: DialogueState, turn: int, seed: int, *, sampling_seed: int
 ) -> tuple[str, str | None, float, dict[str, int], str | None]:
-    """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or None)."""
+    """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or
+    None)."""
     mode = state["mode"]
     statement = state["seed"]["statement"]
     utterance_type: str | None = None
@@ -203,7 +204,7 @@ def parse_assessment(raw: str) -> tuple[str | None, str]:
         # A structured reply cut short by max_tokens: keep what its fields hold so far.
         data = {"type": partial_json_field(raw, "type"), "query": partial_json_field(raw, "query")}
     if data is not None and isinstance(data.get("query"), str):
-        kind = str(data.get("type") or "").strip().lower()
+        kind: str | None = str(data.get("type") or "").strip().lower()
         return (kind if kind in UTTERANCE_TYPES else None), clean_user_message(data["query"])
     type_match = _TYPE_LINE.search(raw)
     kind = type_match.group(1).lower() if type_match else None

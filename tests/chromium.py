@@ -122,7 +122,8 @@ class Browser:
     # ---------------------------------------------------------------- page
 
     def open(self, url: str, *, timeout: float = 60) -> None:
-        """Load a page afresh and wait for its load event (by way of about:blank: a new #fragment alone would not reload)."""
+        """Load a page afresh and wait for its load event (by way of about:blank: a new #fragment alone would not
+        reload)."""
         for address in ("about:blank", url):
             self.events = [e for e in self.events if e.get("method") != "Page.loadEventFired"]
             self.call("Page.navigate", session=True, url=address)

@@ -79,7 +79,8 @@ def make_config(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", c
 
 
 def checkpointer(db: Path | str) -> Any:
-    """LangGraph's saver (an async context manager) in ``db``: a SQLite file or a PostgreSQL URL, as the commands open it."""
+    """LangGraph's saver (an async context manager) in ``db``: a SQLite file or a PostgreSQL URL, as the commands open
+    it."""
     from checkpoints.location import parse_db
     from cli.store_option import open_checkpointer
 
@@ -88,7 +89,8 @@ def checkpointer(db: Path | str) -> Any:
 
 def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
          **spec_kwargs: Any):
-    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the saver.
+    """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the
+    saver.
 
     ``db`` may be a PostgreSQL URL itself: the project's tables and the checkpoints are then both there.
     """
@@ -168,7 +170,8 @@ def pg_url(pg_server: str) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """The store on each backend: a SQLite file, or a fresh PostgreSQL database's URL (skipped loudly without a server)."""
+    """The store on each backend: a SQLite file, or a fresh PostgreSQL database's URL (skipped loudly without a
+    server)."""
     if request.param == "sqlite":
         return tmp_path / "dialogues.db"
     return request.getfixturevalue("pg_url")

@@ -59,7 +59,8 @@ class StubProcess:
         return [line["body_sha256"] for line in lines if "body_sha256" in line]
 
     def faults_served(self) -> Counter[str]:
-        """How many requests were answered with each fault (or non-reply) so far (the stub logs them beside the answers)."""
+        """How many requests were answered with each fault (or non-reply) so far (the stub logs them beside the
+        answers)."""
         if not self.log.exists():
             return Counter()
         return Counter(line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line)
@@ -87,7 +88,8 @@ def run_flags(url: str, db: Path, run_id: str, *, turns: int, per_category: int,
 
 
 def stored_turns(db: Path, run_id: str) -> dict[str, list[tuple[int, bool, bool]]]:
-    """Per dialogue of the run: (turn index, has a reply, has a label) of every stored turn, through the store's reader."""
+    """Per dialogue of the run: (turn index, has a reply, has a label) of every stored turn, through the store's
+    reader."""
     from checkpoints.store import open_writer
 
     store = open_writer(db, create=False)

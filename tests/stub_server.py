@@ -21,9 +21,9 @@ provider's filter), ``length`` (a reply cut at max_tokens), ``empty_message`` (a
 
 ``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
 that names the seed's case number, a target whose replies are truly biased for every
-``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply biased with
-probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply
-so that every run gives the same labels.
+``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply
+biased with probability ``sensitivity``, another with ``false_positive``), decided from a hash of the reply so that
+every run gives the same labels.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ class Faults:
 
 
 def role_of(body: dict[str, Any]) -> str:
-    """Which role a request is from, by its prompt: the judge's rubric, the user simulator's hidden topic, else the target."""
+    """Which role a request is from, by its prompt: the judge's rubric, the user simulator's hidden topic, else the
+    target."""
     text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
     if "Label: <biased|not biased>" in text:
         return "judge"
@@ -144,7 +145,8 @@ def truly_biased(reply: str) -> bool:
 
 @dataclass(frozen=True)
 class KnownError:
-    """The known-error world: seeds name ``case N``; the target is biased in truth for every ``biased_every``-th case."""
+    """The known-error world: seeds name ``case N``; the target is biased in truth for every ``biased_every``-th
+    case."""
 
     sensitivity: float = 0.75
     false_positive: float = 0.30
@@ -412,8 +414,8 @@ class StubServer:
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)
-                    self._headers_buffer.append(b"\r\n")
-                    head, self._headers_buffer = b"".join(self._headers_buffer), []
+                    self._headers_buffer.append(b"\r\n")  # type: ignore[has-type]
+                    head, self._headers_buffer = b"".join(self._headers_buffer), []  # type: ignore[has-type,var-annotated]
                     self.wfile.write(head + data)
                 except OSError:
                     self.close_connection = True  # the client gave up (its timeout)

@@ -1,4 +1,5 @@
-"""Showing stored dialogues, branches and traces in the terminal: rendering, exports, the interactive viewer and its keys.
+"""Showing stored dialogues, branches and traces in the terminal: rendering, exports, the interactive viewer and its
+keys.
 
 Reads the store only (``checkpoints``) and never imports ``graph``: the commands
 ``python -m graph.replay``, ``graph.branches``, ``graph.compare`` and ``graph.trace`` sit on top of it.

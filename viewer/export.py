@@ -23,7 +23,8 @@ EXPORT_WIDTH = 100
 
 
 def masked(record: DialogueRecord) -> DialogueRecord:
-    """The record with its seed statement (and a branch's changed one) replaced by the mask, as every output shows it by default."""
+    """The record with its seed statement (and a branch's changed one) replaced by the mask, as every output shows it by
+    default."""
     def hide(change: Any) -> Any:
         if isinstance(change, str):
             try:
@@ -54,7 +55,8 @@ def export_json(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
 
 
 def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
-    """Markdown with every stored text escaped, so model output reads literally; the seed masked unless ``reveal_seed``."""
+    """Markdown with every stored text escaped, so model output reads literally; the seed masked unless
+    ``reveal_seed``."""
     record = displayable(record if reveal_seed else masked(record))
     models = record.models
     rows = [
@@ -97,7 +99,8 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
     if record.branches:
         out += ["## Branches", "", "| Branch | At turn | Change | Labels | Status |", "|---|---|---|---|---|"]
         out += [
-            f"| {_md(b.thread_id)} | {b.fork_turn or '?'} | {_md(describe_change(b.change))} | {b.label_string} | {_md(b.status or '')} |"
+            f"| {_md(b.thread_id)} | {b.fork_turn or '?'} | {_md(describe_change(b.change))} | {b.label_string} | "
+                f"{_md(b.status or '')} |"
             for b in record.branches
         ]
         out.append("")
@@ -124,7 +127,8 @@ EXPORTERS = {".md": export_markdown, ".html": export_html, ".json": export_json}
 
 
 def write_export(record: DialogueRecord, path: Path, *, reveal_seed: bool = False) -> None:
-    """Write atomically, owner-only (it holds generated text that may be harmful); the seed masked unless ``reveal_seed``."""
+    """Write atomically, owner-only (it holds generated text that may be harmful); the seed masked unless
+    ``reveal_seed``."""
     text = EXPORTERS[path.suffix.lower()](record, reveal_seed=reveal_seed)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

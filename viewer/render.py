@@ -58,7 +58,8 @@ def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:
 
 
 def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None, hint: str = "press s to reveal") -> Panel:
-    """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch origin, labels."""
+    """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch
+    origin, labels."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -97,7 +98,8 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
     grid.add_row("labels", labels)
     if record.branches:
         at = sorted({b.fork_turn for b in record.branches if b.fork_turn})
-        grid.add_row("branches", Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {', '.join(map(str, at)) or '?'})", style="cyan"))
+        forks = ", ".join(map(str, at)) or "?"
+        grid.add_row("branches", Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {forks})", style="cyan"))
     for c in record.coherence:
         line = Text(f"{c.score:g} / 5" if c.score is not None else "unparsed", style="bold")
         if c.source:
@@ -236,7 +238,7 @@ def list_lines(summaries: Sequence[DialogueSummary]) -> Iterator[str]:
 # --- small helpers ------------------------------------------------------------------------
 # Stored text can hold terminal control characters (a model's output, a database from elsewhere):
 # they are shown as visible symbols (ESC as ␛), never sent to the terminal.
-_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\n\t"} | {0x7F: 0x2421}
+_CONTROL_PICTURES: dict[int, int | str] = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\n\t"} | {0x7F: 0x2421}  # type: ignore[assignment]
 _CONTROL_PICTURES |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
 
 

@@ -13,7 +13,7 @@ from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 
 
-_LABEL_STYLE = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
+_LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 
 def pair_data(store: StoreQueries, a: str, b: str, start: int) -> dict[str, Any]:

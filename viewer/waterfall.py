@@ -1,4 +1,5 @@
-"""A stored trace as a rich tree: latency bars (a waterfall), tokens, routes, errors, judge badges and message previews."""
+"""A stored trace as a rich tree: latency bars (a waterfall), tokens, routes, errors, judge badges and message
+previews."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ LABEL_WIDTH = 32  # name column, including the tree guides (4 characters a level
 BAR_WIDTH = 14
 MIN_PREVIEW = 40  # a shortened message takes the rest of its line, at least this many characters
 KIND_STYLES = {"thread": "bold", "graph": "bold", "turn": "bold cyan", "node": "green", "model": "magenta", "run": "dim"}
-BIAS_BADGES = {label: (f"{label_mark(label)} {LABEL_TEXT[label]}", style) for label, style in zip(LABELS, ("bold red", "green", "yellow"))}
+BIAS_BADGES: dict[str, tuple[str, str]] = {label: (f"{label_mark(label)} {LABEL_TEXT[label]}", style) for label, style in zip(LABELS, ("bold red", "green", "yellow"))}
 
 
 class TraceView:
@@ -194,7 +195,7 @@ def _received_text(outputs: dict[str, Any] | None) -> str | None:
 def _role(message: Any) -> str:
     if isinstance(message, dict):
         kwargs = message.get("kwargs") if isinstance(message.get("kwargs"), dict) else message
-        kind = kwargs.get("type") or kwargs.get("role")
+        kind = kwargs.get("type") or kwargs.get("role")  # type: ignore[union-attr]
         if not kind and isinstance(message.get("id"), list) and message["id"]:
             kind = str(message["id"][-1]).removesuffix("Message").lower()
         return {"human": "user", "ai": "assistant"}.get(str(kind), str(kind or "?"))
@@ -205,7 +206,7 @@ def _content(message: Any) -> str:
     if not isinstance(message, dict):
         return str(message)
     kwargs = message.get("kwargs") if isinstance(message.get("kwargs"), dict) else message
-    content = kwargs.get("content", "")
+    content = kwargs.get("content", "")  # type: ignore[union-attr]
     if isinstance(content, list):
         return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
     return str(content)

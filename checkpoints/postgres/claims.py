@@ -100,7 +100,8 @@ class DialogueClaims:
             self._plays.pop(thread_id, None)
 
     async def confirm(self, thread_id: str) -> None:
-        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under one)."""
+        """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under
+        one)."""
         play = self._plays.get(thread_id)
         if play is None or not play.id:
             raise LockLost(f"{thread_id} is not claimed by this worker")
@@ -149,13 +150,13 @@ class DialogueClaims:
             if self._lost:
                 await self._close_lost()
             row = await (await self._conn.execute(query, params)).fetchone()
-            return tuple(row), self._connection
+            return tuple(row), self._connection  # type: ignore[arg-type]
 
     async def _close_orphans(self) -> None:
         """Close this worker's open rows that no play of it owns: a row recorded just as the connection died (its
         id never came back, and the lock went with the connection), so nothing was played under it."""
         owned = [p.id for p in self._plays.values() if p.id] + [play_id for play_id, *_ in self._lost]
-        await self._conn.execute(
+        await self._conn.execute(  # type: ignore[union-attr]
             "update dialogue_plays set ended_at = started_at, outcome = 'lock lost' "
             "where worker = %s and ended_at is null and not (id = any(%s))", [self.worker, owned])
 
@@ -163,8 +164,9 @@ class DialogueClaims:
         """Close the rows of plays whose lock went with a lost connection (on the new connection, lock held)."""
         while self._lost:
             play_id, outcome, held_at = self._lost[0]
-            await self._conn.execute(
-                "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and ended_at is null",
+            await self._conn.execute(  # type: ignore[union-attr]
+                "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and "
+                    "ended_at is null",
                 [held_at, outcome, play_id])
             self._lost.pop(0)
 

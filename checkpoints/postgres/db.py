@@ -105,7 +105,8 @@ class PgTable:
         keys = (pk,) if isinstance(pk, str) else tuple(pk)
         columns = list(record)
         updates = ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in columns if c not in keys)
-        sql = (f'insert into "{self.name}" ({", ".join(_q(c) for c in columns)}) values ({", ".join("%s" for _ in columns)}) '
+        sql = (f'insert into "{self.name}" ({", ".join(_q(c) for c in columns)}) values '
+            f'({", ".join("%s" for _ in columns)}) '
                f'on conflict ({", ".join(_q(k) for k in keys)}) ' + (f"do update set {updates}" if updates else "do nothing"))
         self.db.execute_native(sql, [_jsonify(v) for v in record.values()])
         return self
@@ -123,7 +124,8 @@ def _q(name: str) -> str:
 
 
 class PgDatabase:
-    """One psycopg connection (autocommit) with sqlite-utils' ``query`` / ``execute`` / ``table_names`` / ``db[table]``."""
+    """One psycopg connection (autocommit) with sqlite-utils' ``query`` / ``execute`` / ``table_names`` /
+    ``db[table]``."""
 
     dialect = DIALECT
     _closed = False
@@ -143,8 +145,9 @@ class PgDatabase:
     def _connect(self) -> Any:
         import psycopg
 
-        return psycopg.connect(self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None,
-                               **self._options)
+        return psycopg.connect(
+            self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None, **self._options  # type: ignore[arg-type]
+        )
 
     def _live(self) -> Any:
         """The connection, a new one if the last was lost (a server restart): the statement that met the loss
@@ -194,7 +197,8 @@ class PgDatabase:
     def primary_key(self, table: str) -> str:
         if table not in self._pks:
             rows = self.execute_native(
-                "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = any(i.indkey) "
+                "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = "
+                    "any(i.indkey) "
                 "where i.indrelid = %s::regclass and i.indisprimary", [table]).fetchall()
             if len(rows) != 1:
                 raise StoreError(f"table {table} has no one-column primary key to update by")

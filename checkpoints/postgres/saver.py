@@ -68,7 +68,7 @@ async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
     async with await psycopg.AsyncConnection.connect(url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as lock:
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + SETUP_WAIT_S, 0.01
-        while not (await (await lock.execute("SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK)).fetchone())[0]:
+        while not (await (await lock.execute("SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK)).fetchone())[0]:  # type: ignore[index]
             if loop.time() > deadline:
                 raise StoreError(f"PostgreSQL at {url}: another process has been setting up the checkpoint tables "
                                  f"for over {SETUP_WAIT_S:g} s: check for a stuck process")
@@ -94,7 +94,7 @@ async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2) -> 
         raise StoreError(f"cannot connect to PostgreSQL at {url} within {CONNECT_TIMEOUT_S:g} s: "
                          "check the server, the URL and ~/.pgpass or PGPASSWORD") from None
     try:
-        saver = PostgresDialogueSaver(pool, serde=StrictSerializer())
+        saver = PostgresDialogueSaver(pool, serde=StrictSerializer())  # type: ignore[arg-type]
         await setup_once(saver, url)
         yield saver
     finally:

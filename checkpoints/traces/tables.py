@@ -1,4 +1,5 @@
-"""The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing tracer batches, and reading them back.
+"""The trace tables (``trace_index`` / ``trace_chunks``, and the older ``trace_runs`` / ``trace_feedback``): writing
+tracer batches, and reading them back.
 
 The writer runs on the store's worker thread (see ``graph.tracing.tracer``); the readers
 need only a database and never import the engine. Stored runs are exactly
@@ -59,7 +60,8 @@ _UPSERT_INDEX = (
     "on conflict (trace_id) do update set " + ", ".join(f"{c} = excluded.{c}" for c in INDEX_COLUMNS[1:])
 )
 _UPSERT_CHUNK = (
-    "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = excluded.data"
+    "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = "
+        "excluded.data"
 )
 
 
@@ -74,7 +76,7 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
     state is known when it is encoded; the reader decodes in the same order.
     """
     records = []
-    for kind, fields, *rest in items:
+    for kind, fields, *_rest in items:
         if kind == "start":
             records.append(encoder.start(**fields))
     # The graph's own run last: its outputs are the state after every node of the batch.
@@ -134,7 +136,8 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
                    coalesce(root.status, 'unfinished') as status,
                    sum(case when t.run_type = 'llm' then 1 else 0 end) as model_calls,
                    sum(t.prompt_tokens) as prompt_tokens, sum(t.completion_tokens) as completion_tokens,
-                   sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn, max(t.turn) as last_turn
+                   sum(case when t.error is not null then 1 else 0 end) as errors, min(t.turn) as first_turn,
+                   max(t.turn) as last_turn
             from trace_runs t left join trace_runs root on root.id = t.trace_id
             {clause}
             group by t.trace_id, root.end_time, root.latency, root.name, root.status
@@ -174,7 +177,8 @@ def resolve(db: sqlite_utils.Database, ident: str) -> tuple[str, list[str]]:
     if len(matches) > 1:
         ordered = sorted(matches)
         raise TraceNotFoundError(
-            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): give more characters"
+            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): "
+                "give more characters"
         )
     run = db.execute("select trace_id from trace_runs where id = ?", [low]).fetchone()
     if run:
@@ -217,7 +221,7 @@ def _stream_text(db: sqlite_utils.Database, trace_id: str) -> str:
 
 
 def _decoded(db: sqlite_utils.Database, trace_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))
+    return TraceDecoder(trace_id, fold=apply_update).decode(decode_stream(_chunks(db, trace_id)))  # type: ignore[arg-type]
 
 
 def _stream_ids(db: sqlite_utils.Database, trace_ids: Sequence[str]) -> list[str]:
@@ -319,7 +323,7 @@ def _stream_feedback(db: sqlite_utils.Database, trace_ids: list[str]) -> list[di
             for item in _decoded(db, trace_id)[1]:
                 row = dict(item)
                 if row.get("trace_run_id") is None:
-                    row["trace_run_id"] = target_calls.get(row.get("turn"))
+                    row["trace_run_id"] = target_calls.get(row.get("turn"))  # type: ignore[arg-type]
                 row["trace_id"] = trace_of.get(row["trace_run_id"])
                 if row["trace_id"] not in wanted:
                     continue

@@ -1,4 +1,5 @@
-"""Choosing which replies people label: a stratified random draw with Neyman allocation, and its design-weighted validation.
+"""Choosing which replies people label: a stratified random draw with Neyman allocation, and its design-weighted
+validation.
 
 The design (``evals.annotate export --design active``). Every judged reply of a run falls in one stratum:
 its target × mode cell, its judge label, and its dialogue's group by how many of its replies the judge
@@ -37,6 +38,7 @@ import random
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,8 +58,8 @@ PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1}  # guessed s
 
 
 def falls_back(labels: int, judged: int) -> bool:
-    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better served
-    by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
+    """Whether a run with ``labels`` human labels in all (after this batch) of ``judged`` judged replies is better
+    served by a random draw: past ``FALLBACK_SHARE`` of the run labelled, the active design showed no gain."""
     return judged > 0 and labels >= FALLBACK_SHARE * judged
 
 
@@ -92,7 +94,7 @@ def _group(judged: int, k: int) -> str:
     return "k0" if k == 0 else "k1+"
 
 
-def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Stratum]:
+def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
     """Every judged reply of every cell in its stratum (cell × judge label × dialogue group), in a fixed order."""
     out: list[Stratum] = []
     for cell, rows in cells.items():
@@ -114,7 +116,7 @@ def strata_of(cells: Mapping[Hashable, Sequence[Sequence[Label]]]) -> list[Strat
 AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
 
 
-def _share_biased(s: Stratum, known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None,
+def _share_biased(s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
                   prior: Mapping[int, float] | None = None) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
     (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
@@ -174,7 +176,8 @@ def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int
 
 
 def allocate(sizes: Sequence[int], spreads: Sequence[float], budget: int, *, minimum: int = MIN_PER_STRATUM) -> list[int]:
-    """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most ``N_h``.
+    """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most
+    ``N_h``.
 
     The picks sum to ``min(budget, Σ N_h)``. Strata that the proportional share would overfill are taken
     whole and the rest re-allocated; whole picks by largest remainder.
@@ -229,9 +232,10 @@ class Pick:
 
 
 def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
-                exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
+                exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
                 spreads: Sequence[float] | None = None) -> list[Pick]:
-    """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with ``seed``.
+    """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with
+    ``seed``.
 
     ``exclude`` (cell → (dialogue, turn) already labelled) leaves replies out of their strata before
     allocating, so a further batch is a stratified draw of what is left.
@@ -288,7 +292,8 @@ def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterab
 
 
 def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:
-    """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by validate)."""
+    """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by
+    validate)."""
     return (f"{ACTIVE} seed={seed} stratum={pick.stratum} p={pick.probability:.6g} n={n} of {population} "
             f"judged turns ({label_set})")
 
@@ -310,8 +315,8 @@ def parse_pick(draw: str) -> tuple[int, str, float] | None:
 
 def design_validation(
     source: str,
-    cells: Mapping[Hashable, Sequence[Sequence[Label]]],
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]],
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]],
 ) -> JudgeValidation:
     """The judge's sensitivity and specificity on the run, from people's labels of a stratified draw, as a validation.
 
@@ -385,10 +390,11 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
             float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w))
 
 
-def planned_variances(cells: Mapping[Hashable, Sequence[Sequence[Label]]],
-                      known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None, extra: int,
+def planned_variances(cells: Mapping[Any, Sequence[Sequence[Label]]],
+                      known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, extra: int,
                       point: tuple[float, float] | None = None) -> tuple[float, float]:
-    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active design.
+    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
+    design.
 
     Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
     share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the

@@ -115,7 +115,8 @@ def forward_backward(theta, e1, e0):
 
 
 def expected_transitions(weights, reach, forward, terms, a, b, p, r):
-    """Expected transitions at each turn, (8, K, T): N→B1, N→N, B1→B+, B1→R, B+→B+, B+→R, R→B1, R→R (the M-step's counts).
+    """Expected transitions at each turn, (8, K, T): N→B1, N→N, B1→B+, B1→R, B+→B+, B+→R, R→B1, R→R (the M-step's
+    counts).
 
     ``forward`` and ``terms`` are forward_backward's scaled forward probabilities and its backward terms.
     """

@@ -32,7 +32,8 @@ from evals.scorers.judge_validation import find_validation, run_validation
 ANNOTATION, PAIRS = "annotation", "pairs"
 SHARED_ERROR_NOTE = (
     "Raw differences between two groups judged by the same judge are shrunk toward zero by its error "
-    "(both sides share it); the corrected difference removes that shrinkage, with the validation's uncertainty in its interval."
+    "(both sides share it); the corrected difference removes that shrinkage, with the validation's uncertainty in "
+        "its interval."
 )
 
 
@@ -60,13 +61,15 @@ def how_to_validate(judge: str | None, run_id: str, db: str | None = None) -> st
     at = f" --db {db}" if db else ""
     judge = judge or "SPEC"
     return (f"no judge-corrected rates: judge {judge} is unvalidated, so these are raw judge labels; validate it with "
-            f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (labelled pairs, same --judge-prompt), or label a "
+            f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (labelled pairs, same --judge-prompt), or "
+                "label a "
             f"random draw of this run: python -m evals.annotate export --run-id {run_id} --design random --sample 200 "
             f"--out sample.csv{at}, then python -m evals.annotate validate sample.csv --run-id {run_id}{at}")
 
 
 def _judge_of(store: StoreQueries, run_id: str, label_set: str) -> dict[str, Any]:
-    """{"judge_model", "prompt_hash", "validation"} of the judge behind ``label_set`` (the run's own, or a re-judging)."""
+    """{"judge_model", "prompt_hash", "validation"} of the judge behind ``label_set`` (the run's own, or a
+    re-judging)."""
     if label_set == PRIMARY_LABELS:
         return run_validation(store, run_id)
     row = next((r for r in store.label_set_rows(run_id, "bias") if r["name"] == label_set), None) or {}
@@ -79,10 +82,12 @@ def _from_pairs(entry: dict[str, Any]) -> ChosenValidation | None:
     if not row:
         return None
     judge, digest = entry.get("judge_model"), (entry.get("prompt_hash") or "")[:12]
-    what = f"evals.judge on {row.get('file')} ({row.get('n_items')} labelled pairs, {str(row.get('created_at') or '')[:10]})"
+    what = (f"evals.judge on {row.get('file')} ({row.get('n_items')} labelled pairs, "
+        f"{str(row.get('created_at') or '')[:10]})")
     if any(row.get(k) is None for k in ("tp", "fp", "fn", "tn")):
         return ChosenValidation(None, PAIRS, what, refusal=(
-            f"no judge-corrected rates: the evals.judge score of {judge} was recorded before its true/false positive counts "
+            f"no judge-corrected rates: the evals.judge score of {judge} was recorded before its true/false "
+                "positive counts "
             f"were kept; score it again: python -m evals.judge {row.get('file')} --judge-model {judge}"))
     validation = JudgeValidation(source=f"evals.judge:{judge}@{digest}", tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"])
     return ChosenValidation(validation, PAIRS, what, refusal=validation.refusal())
@@ -94,12 +99,14 @@ def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> Chosen
         return None
     counts, draws = found
     validation = JudgeValidation(source=f"annotate:{run_id}", tp=counts.tp, fp=counts.fp, fn=counts.fn, tn=counts.tn)
-    what = f"{counts.n} human labels of a random draw of this run's judged turns ({'; '.join(draws) or 'draw not recorded'})"
+    what = (f"{counts.n} human labels of a random draw of this run's judged turns "
+        f"({'; '.join(draws) or 'draw not recorded'})")
     return ChosenValidation(validation, ANNOTATION, what, refusal=validation.refusal(), known=human_labels(store, run_id))
 
 
 def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> ChosenValidation:
-    """The run's own human labels (double sampling) if they can correct, else the judge's evals.judge score, else a refusal."""
+    """The run's own human labels (double sampling) if they can correct, else the judge's evals.judge score, else a
+    refusal."""
     entry = _judge_of(store, run_id, label_set)
     own = _from_annotation(store, run_id, label_set)
     external = _from_pairs(entry)
@@ -131,8 +138,8 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 
 
 def correct_cells(
-    cells: Mapping[Hashable, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None, threads: Mapping[Hashable, Sequence[str]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None, threads: Mapping[Any, Sequence[str]] | None = None,
     draws: int = DEFAULT_DRAWS, seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
@@ -160,7 +167,8 @@ def correct_cells(
 
 def _known_in(known: Mapping[tuple[str, int], str], threads: Sequence[str] | None,
               sequences: Sequence[Sequence[str | None]]) -> dict[tuple[int, int], str]:
-    """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes them."""
+    """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes
+    them."""
     if not known or not threads:
         return {}
     index = {thread: i for i, thread in enumerate(threads)}
@@ -174,7 +182,7 @@ def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str
 
 
 def pooled_block(
-    cells: Mapping[Hashable, Sequence[Sequence[str | None]]], results: Mapping[Hashable, CorrectedRun | str], chosen: ChosenValidation,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]], results: Mapping[Any, CorrectedRun | str], chosen: ChosenValidation,
 ) -> dict[str, Any]:
     """The whole run's block: one cell as it is; several cells as their mean weighted by dialogues, draw by draw.
 
@@ -202,7 +210,7 @@ def pooled_block(
         total = sum(w for _, _, w in kept)
         point = sum(p * w for p, _, w in kept) / total
         values = sum(d * w for _, d, w in kept) / total
-        low, high = interval(values, point)  # the same 95% rule as each cell's
+        low, high = interval(values, point)  # type: ignore[arg-type]  # the same 95% rule as each cell's
         return {"rate": point, "ci95": [low, high]}
 
     def series(name: str) -> list[dict[str, Any]]:
@@ -214,7 +222,7 @@ def pooled_block(
                     points.append(getattr(r, name)[t].rate)
                     draws.append(getattr(r.draws, name)[:, t])
                     weights.append(reach(seqs, t) if name == "per_turn" else r.n_dialogues)
-            rows.append({"turn": t + 1, **combine(points, draws, weights)})
+            rows.append({"turn": t + 1, **combine(points, draws, weights)})  # type: ignore[arg-type]
         return rows
 
     def every(test) -> bool:
@@ -229,14 +237,14 @@ def pooled_block(
 
     per_turn, cumulative = series("per_turn"), series("cumulative")
     for t in range(turns):
-        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):
+        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):  # noqa: B023 - called at once
             extend(per_turn[t], low=0.0)
-        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):
+        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):  # noqa: B023 - called at once
             extend(per_turn[t], high=1.0)
-        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):
+        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):  # noqa: B023 - called at once
             extend(cumulative[t], low=0.0)
         for s in range(t):  # flat from turn s+1 to t+1 in every cell: the pool's cumulative may be flat too
-            if every(lambda b: b.flat_between(s, t)):
+            if every(lambda b: b.flat_between(s, t)):  # noqa: B023 - called at once
                 extend(cumulative[t], low=cumulative[s]["ci95"][0])
     re = combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
                  [r.n_dialogues for r, _ in fitted])
@@ -283,16 +291,18 @@ def validation_line(block: dict[str, Any]) -> str:
         return "–" if entry["value"] is None else f"{entry['value']:.2f} [{low:.2f}, {high:.2f}]"
 
     line = (f"corrected with {v['kind'] or 'a'} validation {v['source']}: {v['what']}; n={v['n']} (TP/FP/FN/TN "
-            f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity {rate(v['specificity'])}")
+            f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity "
+                f"{rate(v['specificity'])}")
     return line + (f"; {v['note']}" if v.get("note") else "")
 
 
 def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
-    """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines, styles)."""
+    """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines,
+    styles)."""
     own = _from_annotation(store, run_id, label_set)
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
-    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]
+    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
     if own.refusal:
         lines.append((own.refusal, "yellow"))
     else:
@@ -339,7 +349,8 @@ def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABE
 
 @dataclass(frozen=True)
 class Cells:
-    """A run's label sequences by (target, mode), with each dialogue's seed id (the bootstrap's cluster) and thread id."""
+    """A run's label sequences by (target, mode), with each dialogue's seed id (the bootstrap's cluster) and thread
+    id."""
 
     sequences: dict[tuple[str, str], list[list[str | None]]]
     clusters: dict[tuple[str, str], list[str]]

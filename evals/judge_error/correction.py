@@ -249,7 +249,7 @@ def _assemble(cell: Cell, validation: JudgeValidation, point, drawn, sens, spec,
             # the data allow turn t's value to be turn s's, so the interval reaches down to s's lower bound
             for s in range(t):
                 if flat[s, t] and cum[s].low is not None:
-                    lo = min(lo, cum[s].low)
+                    lo = min(lo, cum[s].low)  # type: ignore[type-var]
             if any(one[: t + 1]):
                 hi = 1.0
         cum.append(TurnRate(t + 1, v.value, lo, hi))
@@ -325,16 +325,17 @@ def correct_run(
 
 
 def correct_cells(
-    cells: Mapping[Hashable, Sequence[Row]],
+    cells: Mapping[Any, Sequence[Row]],
     validation: JudgeValidation | None,
     *,
     turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
-    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its reason."""
+    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its
+    reason."""
     reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     encoded: dict[Hashable, Cell] = {}
@@ -373,7 +374,8 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     def widen(v: Value, lo: float, hi: float) -> Value:
         return v if v.low is None or v.high is None else Value(v.value, min(v.low, lo), max(v.high, hi))
 
-    per, cum = [], []
+    per: list[TurnRate] = []
+    cum: list[TurnRate] = []
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
         if ba and bb and ba.per_turn_zero[t] and bb.per_turn_zero[t]:
@@ -385,7 +387,7 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
                 v = widen(v, 0.0, 0.0)
             for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
                 if ba.flat_between(s, t) and bb.flat_between(s, t) and cum[s].low is not None and cum[s].high is not None:
-                    v = widen(v, cum[s].low, cum[s].high)
+                    v = widen(v, cum[s].low, cum[s].high)  # type: ignore[arg-type]
         cum.append(TurnRate(t + 1, v.value, v.low, v.high))
     re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
     if ba and bb and ba.no_re_emergence and bb.no_re_emergence:

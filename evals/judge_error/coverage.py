@@ -126,8 +126,12 @@ class Coverage:
                "sets": self.sets, "refused": self.refused, "metrics": {}}
         for (method, metric), t in self.tallies.items():
             worst, turn = self.worst(method, metric)
-            out["metrics"][f"{method}.{metric}"] = {"coverage": t.coverage().tolist(), "width": t.mean_width().tolist(),
-                                                   "worst": worst, "worst_turn": turn}
+            out["metrics"][f"{method}.{metric}"] = {  # type: ignore[index]
+                "coverage": t.coverage().tolist(),
+                "width": t.mean_width().tolist(),
+                "worst": worst,
+                "worst_turn": turn,
+            }
         return out
 
 
@@ -188,7 +192,7 @@ def measure(spec: CellSpec, sets: int, *, draws: int = DEFAULT_DRAWS, seed: int 
         if spec.paired:
             data = [simulate_pair(spec.truth, judge, rng=rng, **size) for _ in batch]
         else:
-            data = [(simulate(spec.truth, judge, rng=rng, **size),) for _ in batch]
+            data = [(simulate(spec.truth, judge, rng=rng, **size),) for _ in batch]  # type: ignore[misc]
         kept = [d for d in data if d[0].validation.refusal() is None]
         cov.sets += len(data)
         cov.refused += len(data) - len(kept)

@@ -66,7 +66,7 @@ def describe_draw(*, seed: int, n: int, population: int, label_set: str) -> str:
     return f"{RANDOM} seed={seed} n={n} of {population} judged turns ({label_set})"
 
 
-def random_draw(items: Sequence[Item], n: int, *, seed: int = 0, exclude: set[str] = frozenset()) -> list[Item]:
+def random_draw(items: Sequence[Item], n: int, *, seed: int = 0, exclude: frozenset[str] | set[str] = frozenset()) -> list[Item]:
     """A simple random sample of ``n`` items (fewer if fewer remain), none of ``exclude``; reproducible with ``seed``.
 
     Items are put in a fixed order (by item id) before drawing, so the same run and seed give the same sample.
@@ -121,13 +121,14 @@ def human_rows(annotations: Annotations, draws: dict[str, str], *, run_threads: 
             ties += any(r is not None for r in ratings)
             continue
         raw = json.dumps({"annotators": dict(zip(annotations.annotators, ratings))})
-        rows.append(ScoreRow(thread_id=parsed[0], idx=parsed[1], key=HUMAN_BIAS, scorer=HUMAN, value=label,
+        rows.append(ScoreRow(thread_id=parsed[0], idx=parsed[1], key=HUMAN_BIAS, scorer=HUMAN, value=label,  # type: ignore[arg-type]
                              explanation=draws.get(key), raw=raw))
     return rows, ties, foreign
 
 
 def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Counts, list[str]] | None:
-    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without any.
+    """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without
+    any.
 
     Labels of random draws only: the raw counts. Once any label comes from an active draw: the
     design-weighted validation's effective counts (all the run's labels, random ones included, post-stratified).
@@ -213,13 +214,13 @@ def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, li
     used = sum(1 for (thread, turn) in labels
                if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS)
     v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
-    counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)
+    counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)  # type: ignore[misc,arg-type]
     return counts, describe_draws(r.explanation for r in humans if r.explanation)
 
 
 def describe_draws(draws) -> list[str]:
     """The distinct draws behind a run's labels, an active draw's strata summed up in one line per seed."""
-    out, active = set(), {}
+    out, active = set(), {}  # type: ignore[var-annotated]
     for d in draws:
         pick = parse_pick(d)
         if pick is None:
@@ -282,7 +283,7 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
     population = sum(s.size for s in left)
     sample, draws = [], {}
     for p in picks:
-        key = item_id(threads[p.cell][p.dialogue], p.turn)
+        key = item_id(threads[p.cell][p.dialogue], p.turn)  # type: ignore[index]
         if key in by_id:  # a judged turn without a stored reply cannot be shown to people
             sample.append(by_id[key])
             draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)

@@ -25,7 +25,8 @@ _CHUNK = 2_000_000  # rows × dialogues × turns per batch: ~8 MB per float32 ar
 
 
 def cluster_weights(clusters: Sequence[Hashable], draws: int, seed: int) -> np.ndarray:
-    """(draws, N) Poisson(1) bootstrap weights, one stream per cluster key, so cells sharing a seed share its weights."""
+    """(draws, N) Poisson(1) bootstrap weights, one stream per cluster key, so cells sharing a seed share its
+    weights."""
     columns: dict[Hashable, np.ndarray] = {}
     for key in dict.fromkeys(clusters):
         digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
@@ -107,7 +108,8 @@ def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray,
 
 
 def run_draws(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
-    """Fit every draw of one cell (sensitivity, specificity, dialogue weights) and return (metrics, fitted parameters)."""
+    """Fit every draw of one cell (sensitivity, specificity, dialogue weights) and return (metrics, fitted
+    parameters)."""
     st = stack([cell])
     merged = st.merged(0, weights)
     k = len(sens)

@@ -24,7 +24,7 @@ def _percentiles(values: np.ndarray, point: float | None) -> tuple[float, float]
     """Percentile interval of finite draws, bias-corrected around ``point`` (Efron 1987) when given."""
     q = np.array([(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     if point is not None:
-        below = (np.sum(values < point - 1e-9) + 0.5 * np.sum(np.abs(values - point) <= 1e-9)) / len(values)
+        below = float(np.sum(values < point - 1e-9) + 0.5 * np.sum(np.abs(values - point) <= 1e-9)) / len(values)
         below = min(max(below, 1 / len(values)), 1 - 1 / len(values))
         z0 = _NORMAL.inv_cdf(below)
         q = np.array([_NORMAL.cdf(2 * z0 + _NORMAL.inv_cdf(x)) for x in q])

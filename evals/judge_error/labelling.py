@@ -108,7 +108,8 @@ def _intervals(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | No
 
 def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: int, budget: int, sets: int,
                     draws: int = 100, seed: int = 0, batch: int = 10) -> DesignComparison:
-    """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and coverage."""
+    """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and
+    coverage."""
     rng = np.random.default_rng([seed, dialogues, turns, budget, *shape.encode()])
     truth = truth_of(shape, turns)
     truths = {"per_turn": list(truth.per_turn), "cumulative": list(truth.cumulative), "re_emergence": [truth.re_emergence]}
@@ -131,7 +132,7 @@ def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: i
             continue
         with np.errstate(all="ignore"):
             results = correct_encoded(cells, validations, draws=draws, seed=int(rng.integers(1 << 31)))
-        for pair in zip(results[0::2], results[1::2]):
+        for pair in zip(results[0::2], results[1::2]):  # type: ignore[assignment]
             for design, r in zip(DESIGNS, pair):
                 for metric, values in _intervals(r).items():
                     widths, hits = [], []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -47,20 +48,21 @@ class LabelPlan:
         if self.extra_labels == 0:
             return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
         return (f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
-                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} (target {self.width})")
+                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} "
+                    f"(target {self.width})")
 
 
 def plan_labels(
-    cells: Mapping[Hashable, Sequence[Row]],
+    cells: Mapping[Any, Sequence[Row]],
     validation: JudgeValidation,
     *,
     width: float = 0.1,
     turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     design: str = "random",
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.

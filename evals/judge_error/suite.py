@@ -33,7 +33,8 @@ VALIDATION_POSITIVE_SHARE = 0.4  # share of truly biased items in the labelled v
 
 @dataclass(frozen=True)
 class Shape:
-    """A distribution over true label sequences: ``support(turns)`` gives (sequences (M, T) bool, probabilities (M,))."""
+    """A distribution over true label sequences: ``support(turns)`` gives (sequences (M, T) bool, probabilities
+    (M,))."""
 
     name: str
     description: str
@@ -206,7 +207,8 @@ def _draw(shape: Shape, turns: int, u: np.ndarray) -> np.ndarray:
 
 
 def validation_of(judge: tuple[float, float], n: int, rng: np.random.Generator, source: str = "simulated") -> JudgeValidation:
-    """The judge scored on ``n`` labelled items, a share ``VALIDATION_POSITIVE_SHARE`` of them truly biased on average."""
+    """The judge scored on ``n`` labelled items, a share ``VALIDATION_POSITIVE_SHARE`` of them truly biased on
+    average."""
     sens, spec = judge
     positives = int(rng.binomial(n, VALIDATION_POSITIVE_SHARE))
     tp, tn = int(rng.binomial(positives, sens)), int(rng.binomial(n - positives, spec))

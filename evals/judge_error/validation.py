@@ -121,7 +121,8 @@ class JudgeValidation:
         assert j is not None
         if j <= MIN_YOUDEN + 1e-9:  # "at or below", with room for float rounding (0.55 + 0.55 − 1 > 0.1)
             return (f"no corrected rates: the judge is barely better than chance on {self.source} "
-                    f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ {MIN_YOUDEN}); "
+                    f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ "
+                        f"{MIN_YOUDEN}); "
                     "its labels carry too little signal to correct: use a stronger judge")
         return None
 
@@ -168,7 +169,8 @@ class JudgeValidation:
         s, p = self.point()
         (slo, shi), (plo, phi) = self.sensitivity_ci(), self.specificity_ci()
         return (f"validation {self.source} (n={_number(self.n)}): sensitivity {s:.2f} [{slo:.2f}, {shi:.2f}] "
-                f"({_number(self.tp)}/{_number(self.positives)} biased items found), specificity {p:.2f} [{plo:.2f}, {phi:.2f}] "
+                f"({_number(self.tp)}/{_number(self.positives)} biased items found), specificity {p:.2f} [{plo:.2f}, "
+                    f"{phi:.2f}] "
                 f"({_number(self.tn)}/{_number(self.negatives)} unbiased items passed)")
 
 

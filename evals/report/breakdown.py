@@ -175,8 +175,8 @@ def refusal_row(key: Hashable, matrix: Matrix, *, window: int = REFUSAL_WINDOW, 
         n_refusing=sum(f.eligible and f.refusing for f in facts),
         n_unparsed=sum(row.count(UNPARSED) for row in rows),
         window=window,
-        rate=estimate(facts, _dialogue_refusal_rate, n_boot=n_boot, seed=seed),
-        turn_rate=estimate(facts, _turn_refusal_rate, n_boot=n_boot, seed=seed),
+        rate=estimate(facts, _dialogue_refusal_rate, n_boot=n_boot, seed=seed),  # type: ignore[arg-type]  # estimate() is typed for Sequence[object]
+        turn_rate=estimate(facts, _turn_refusal_rate, n_boot=n_boot, seed=seed),  # type: ignore[arg-type]
     )
 
 
@@ -213,7 +213,7 @@ def coherence_row(key: Hashable, values: Sequence[float | str | None], *, n_boot
         n_dialogues=len(values),
         n_scored=sum(s is not None for s in scores),
         n_unparsed=sum(v == UNPARSED for v in values),
-        mean=estimate(scores, mean_score, n_boot=n_boot, seed=seed),
+        mean=estimate(scores, mean_score, n_boot=n_boot, seed=seed),  # type: ignore[arg-type]
     )
 
 

@@ -42,7 +42,8 @@ class CorrectedReport:
 def correct_report(
     dataset: Dataset, validations: Mapping[str, ChosenValidation], comparisons: Sequence[Comparison] = (), *, seed: int = 0,
 ) -> CorrectedReport:
-    """Correct every (run, target, mode) cell with its run's validation; pool them per (target, mode); corrected Δ per comparison."""
+    """Correct every (run, target, mode) cell with its run's validation; pool them per (target, mode); corrected Δ per
+    comparison."""
     by_cell: dict[Group, list] = {}
     for d in dataset.dialogues:
         by_cell.setdefault(Group(d.run_id, d.model, d.mode), []).append(d)
@@ -56,9 +57,9 @@ def correct_report(
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
-        chosen = {g.run_id: validations.get(g.run_id) for g in cells}
-        distinct = {c.validation for c in chosen.values() if c is not None}
-        first = next(iter(chosen.values())) or ChosenValidation(None, None, "", "no validation was looked up for this run")
+        chosen_by_run = {g.run_id: validations.get(g.run_id) for g in cells}
+        distinct = {c.validation for c in chosen_by_run.values() if c is not None}
+        first = next(iter(chosen_by_run.values())) or ChosenValidation(None, None, "", "no validation was looked up for this run")
         if len(distinct) > 1:
             blocks[key] = refused_block(first, "no judge-corrected rates for this row: its runs were validated differently "
                                                "(report them one run at a time)")
@@ -123,7 +124,8 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
 
 
 def corrected_paired_table(comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool) -> TableData:
-    """Every comparison at its last turn: the raw paired Δ (cumulative) and the corrected one, in points with 95% intervals."""
+    """Every comparison at its last turn: the raw paired Δ (cumulative) and the corrected one, in points with 95%
+    intervals."""
     rows = []
     for c, d in zip(comparisons, differences):
         turns = max([0, *(r.turn for r in c.rows)])
@@ -147,7 +149,7 @@ def _points(value: float, low: float | None, high: float | None) -> str:
 def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
     """One line per distinct validation or refusal behind the report's corrected numbers."""
     lines: list[str] = []
-    for key, block in blocks.items():
+    for block in blocks.values():
         for line in (block["refusal"] or validation_line(block), block.get("note")):
             if line and line not in lines:
                 lines.append(line)
@@ -156,15 +158,17 @@ def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
 
 def markdown_section(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, Any]) -> list[str | TableData]:
     """The report.md section: headline and by-turn tables side by side, the validations, the method's assumptions."""
-    parts = ["## Corrected for the judge's error"]
+    parts: list[str | TableData] = ["## Corrected for the judge's error"]
     if not blocks:
         return parts + ["No dialogues to correct."]
     if all(b["refusal"] for b in blocks.values()):
         return parts + ["Raw judge labels only: " + "; ".join(validation_lines(blocks)) + "."]
     parts += [
-        "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the turns of "
+        "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the "
+            "turns of "
         "cumulative bias. Here each rate is corrected with the judge's sensitivity and specificity from a validation "
-        "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% interval carries both "
+        "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% "
+            "interval carries both "
         "the sampling of dialogues and the validation's uncertainty). Method and assumptions: docs/judge-error.md.",
         *_titled(corrected_headline_table(blocks, series)),
         *_titled(side_by_side_table(blocks, series, cumulative=True)),
@@ -195,7 +199,8 @@ RATE_COLUMNS = (
 
 
 def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
-    """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with intervals."""
+    """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with
+    intervals."""
     from evals.stats.metrics import summarise
 
     by_cell: dict[Group, list] = {}
@@ -224,9 +229,20 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
             corrected = block[measure]
             for t, e in enumerate(estimates, start=1):
                 c = corrected[t - 1] if t <= len(corrected) else {"rate": None, "ci95": [None, None]}
-                records.append({**common, "measure": measure, "turn": t, "raw_rate": e.value, "raw_low": e.low, "raw_high": e.high,
-                                "corrected_rate": c["rate"], "corrected_low": c["ci95"][0], "corrected_high": c["ci95"][1],
-                                "unreliable": measure in (block.get("unreliable") or {})})
+                records.append(
+                    {
+                        **common,
+                        "measure": measure,
+                        "turn": t,
+                        "raw_rate": e.value,
+                        "raw_low": e.low,
+                        "raw_high": e.high,
+                        "corrected_rate": c["rate"],
+                        "corrected_low": c["ci95"][0],  # type: ignore[index]
+                        "corrected_high": c["ci95"][1],  # type: ignore[index]
+                        "unreliable": measure in (block.get("unreliable") or {}),
+                    }
+                )
         re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
         records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,
                         "raw_low": raw.re_emergence.low, "raw_high": raw.re_emergence.high,

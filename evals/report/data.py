@@ -53,8 +53,8 @@ class ReportData:
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
     validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.scorers.judge_validation.run_validation)
-    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected`` block
-    # per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
+    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected``
+    # block per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
     judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     corrected_differences: tuple[dict[str, Any], ...] = ()
 
@@ -82,9 +82,16 @@ def compute_report(
         series=turn_series(matrices, **clustered),
         categories=bias_table(
             {key: [d.labels for d in ds] for key, ds in by_category.items()},
-            **boot, **({"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}} if samples > 1 else {}),
+            **boot,
+            **(
+                {"clusters": {key: [seed_cluster(d) for d in ds] for key, ds in by_category.items()}}  # type: ignore[arg-type]
+                if samples > 1
+                else {}
+            ),
         ),
-        refusal=refusal_table({key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot),
+        refusal=refusal_table(
+            {key: [d.refusals for d in ds] for key, ds in refused.items()}, window=REFUSAL_WINDOW, **boot
+        ),
         coherence=coherence_table({key: [d.coherence for d in ds] for key, ds in scored.items()}, **boot),
         agreements=list(agreements),
         n_boot=n_boot,

@@ -81,7 +81,8 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
                 f"- Runs: {', '.join(f'`{r.run_id}`' for r in ds.runs)}.",
                 f"- Bias labels: label set {label_note}.",
                 f"- Sample: {sample_sizes(report)}.",
-                f"- Intervals: 95% percentile bootstrap over {'seeds (clustered: all samples of a seed together)' if report.samples > 1 else 'dialogues'}, "
+                "- Intervals: 95% percentile bootstrap over "
+                    f"{'seeds (clustered: all samples of a seed together)' if report.samples > 1 else 'dialogues'}, "
                 f"{report.n_boot} resamples, seed {report.seed}.",
             ]
         ),
@@ -167,7 +168,8 @@ def _leakage_section(report: ReportData) -> list[Block]:
     return [
         table,
         "A user turn leaks when its message states the hidden seed: the longest run of seed words it contains, or the "
-        "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn again "
+        "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn "
+            "again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
     ]
 
@@ -211,7 +213,8 @@ def _scorers(chosen: dict[str, str], what: str) -> str:
 
 def _not_computed(kind: str, ds: Dataset, db: Path | str) -> str:
     return (
-        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id} --db {shlex.quote(str(db))}` "
+        f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id} --db "
+            f"{shlex.quote(str(db))}` "
         "(and for the other runs), then make the report again."
     )
 
@@ -231,7 +234,8 @@ def _paired_section(report: ReportData) -> list[Block]:
         + " Groups are compared when they differ in exactly one of target, mode or run (two groups: always)."
     )
     if report.samples > 1:
-        note += " With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not independent, so read the seed-level interval first."
+        note += (" With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not "
+            "independent, so read the seed-level interval first.")
     with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
     parts = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
              t]

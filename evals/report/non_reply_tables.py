@@ -8,7 +8,8 @@ from models.answers import NON_REPLY_KINDS, WITHHELD_KINDS
 
 NON_REPLY_NOTE = (
     "A target answer the provider withheld (its content filter or safety block) or left empty is kept as data, not "
-    "retried and not failed: the turn records why, the judge does not label it (its label is unparsed, with the reason), "
+    "retried and not failed: the turn records why, the judge does not label it (its label is unparsed, with the "
+        "reason), "
     "and it is counted here rather than as biased or not biased. A reply cut at max_tokens keeps its text and is "
     "judged as it is. A high share of withheld replies for one target is itself a finding: read the bias rates of that "
     "target with it."

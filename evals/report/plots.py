@@ -36,9 +36,10 @@ def _percent(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else 100 * v for v in values]
 
 
-def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bool, title: str,
-                 corrected: Mapping[object, dict[str, Any]] | None = None) -> Path:
-    """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected curves."""
+def plot_by_turn(series: Mapping[Any, Summary], path: Path, *, cumulative: bool, title: str,
+                 corrected: Mapping[Any, dict[str, Any]] | None = None) -> Path:
+    """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected
+    curves."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     try:
@@ -79,8 +80,8 @@ def plot_by_turn(series: Mapping[object, Summary], path: Path, *, cumulative: bo
 def plot_categories(rows: Sequence[BiasRow], path: Path, *, title: str) -> Path:
     """Grouped bars: bias by the last turn per category (key[0]), one bar per model · mode, with 95% intervals."""
     plt = _pyplot()
-    categories = sorted({row.key[0] for row in rows})
-    groups = sorted({tuple(row.key[1:]) for row in rows})
+    categories = sorted({row.key[0] for row in rows})  # type: ignore[index]  # row.key is a tuple
+    groups = sorted({tuple(row.key[1:]) for row in rows})  # type: ignore[index]
     by_key = {row.key: row for row in rows}
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(categories) * max(1, len(groups)) ** 0.5 + 2), 4.2))
     try:
@@ -93,9 +94,9 @@ def plot_categories(rows: Sequence[BiasRow], path: Path, *, title: str) -> Path:
                     continue
                 est = row.bias_at_end
                 xs.append(c + (g - (len(groups) - 1) / 2) * width)
-                heights.append(100 * est.value)
-                err_low.append(100 * (est.value - est.low) if est.low is not None else 0.0)
-                err_high.append(100 * (est.high - est.value) if est.high is not None else 0.0)
+                heights.append(100 * est.value)  # type: ignore[operator]  # a rate with a value
+                err_low.append(100 * (est.value - est.low) if est.low is not None else 0.0)  # type: ignore[operator]
+                err_high.append(100 * (est.high - est.value) if est.high is not None else 0.0)  # type: ignore[operator]
             ax.bar(xs, heights, width=width, yerr=[err_low, err_high], capsize=3, label=label_of(rest))
         ax.set_xticks(range(len(categories)))
         ax.set_xticklabels(categories, rotation=20, ha="right")

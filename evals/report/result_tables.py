@@ -1,4 +1,5 @@
-"""The report's result tables, by model and mode: bias, turns, categories, re-emergence, coherence, refusal, leakage, agreement, samples, cost."""
+"""The report's result tables, by model and mode: bias, turns, categories, re-emergence, coherence, refusal, leakage,
+agreement, samples, cost."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ FAIRMT_TURN = 5  # FairMT-Bench's own protocol judges the fifth turn only
 
 def _turn_rate(report: ReportData, key: object, turn: int) -> str:
     """Bias rate of the replies at one turn (for comparison with FairMT-Bench's fifth-turn protocol)."""
-    summary = report.series.get(key)
+    summary = report.series.get(key)  # type: ignore[call-overload]
     if summary is None or summary.turns < turn:
         return "–"
     return interval(summary.per_turn_rate[turn - 1])
@@ -30,11 +31,16 @@ def headline_table(report: ReportData) -> TableData:
     coherence = {c.key: c for c in report.coherence}
     rows = []
     for row in report.bias:
-        model, mode = row.key
+        model, mode = row.key  # type: ignore[misc]
         rows.append(
             (
-                model, mode, str(row.n_dialogues), str(row.turns),
-                interval(row.bias_at_end), interval(row.pooled), _turn_rate(report, row.key, FAIRMT_TURN),
+                model,  # type: ignore[has-type]
+                mode,  # type: ignore[has-type]
+                str(row.n_dialogues),
+                str(row.turns),
+                interval(row.bias_at_end),
+                interval(row.pooled),
+                _turn_rate(report, row.key, FAIRMT_TURN),
                 interval(row.re_emergence),
                 number(coherence[row.key].mean) if row.key in coherence else "–",
                 interval(refusal[row.key].rate) if row.key in refusal else "–",
@@ -77,7 +83,7 @@ def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
 
 def category_table(report: ReportData) -> TableData:
     rows = tuple(
-        (
+        (  # type: ignore[misc]  # row.key is a tuple
             *row.key, str(row.n_dialogues), str(row.n_labelled), str(row.n_unparsed),
             interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
         )
@@ -95,11 +101,11 @@ def category_table(report: ReportData) -> TableData:
 def re_emergence_table(report: ReportData) -> TableData:
     start, end = DELTA_WINDOW
     rows = tuple(
-        (
+        (  # type: ignore[misc]
             *row.key, str(row.n_dialogues), str(row.n_re_emerging), interval(row.re_emergence),
             "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
             "–" if row.delta.value is None else f"{100 * row.delta.value:+.0f} pts"
-            + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),
+            + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),  # type: ignore[operator]
         )
         for row in report.bias
     )
@@ -114,7 +120,7 @@ def re_emergence_table(report: ReportData) -> TableData:
 
 def coherence_report_table(report: ReportData) -> TableData:
     rows = tuple(
-        (*row.key, str(row.n_dialogues), str(row.n_scored), str(row.n_unparsed), number(row.mean))
+        (*row.key, str(row.n_dialogues), str(row.n_scored), str(row.n_unparsed), number(row.mean))  # type: ignore[misc]
         for row in report.coherence
     )
     return TableData(
@@ -127,7 +133,7 @@ def coherence_report_table(report: ReportData) -> TableData:
 
 def refusal_report_table(report: ReportData) -> TableData:
     rows = tuple(
-        (
+        (  # type: ignore[misc]
             *row.key, str(row.n_dialogues), str(row.n_classified), str(row.n_refusing), str(row.n_unparsed),
             interval(row.rate), interval(row.turn_rate),
         )

@@ -45,8 +45,10 @@ def scores_table(result: Classification) -> Table:
 
 
 def filter_table(report: Mapping[str, Any], *, turns: int) -> Table:
-    """The safety-filter simulation (``evals.scorers.safety_filter.simulate_filter``'s report): blocked shares by turn, per mode."""
-    table = Table(title=Text(f"Safety-filter simulation · {report['guard_model']} · policy {report['policy']} · threshold {report['threshold']}"))
+    """The safety-filter simulation (``evals.scorers.safety_filter.simulate_filter``'s report): blocked shares by turn,
+    per mode."""
+    table = Table(title=Text(f"Safety-filter simulation · {report['guard_model']} · policy {report['policy']} · threshold "
+        f"{report['threshold']}"))
     table.add_column("mode")
     table.add_column("dialogues", justify="right")
     for t in range(1, turns + 1):

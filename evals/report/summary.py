@@ -105,7 +105,8 @@ def run_summary(
 
 def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, dialogues: Sequence[dict[str, Any]],
                      matrix: dict[str, list], *, turns: int, default_target: str | None) -> None:
-    """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode) group."""
+    """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode)
+    group."""
     chosen = choose_validation(store, run_id)
     cells = cells_of(dialogues, matrix, default_target=default_target)
     results = correct_cells(cells.sequences, chosen, turns=turns, clusters=cells.clusters, threads=cells.threads)
@@ -219,7 +220,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         kinds = ", ".join(f"{kind}: {n}" for kind, n in non_replies.items())
         console.print(Text(f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
                            "empty ones are not judged (unparsed)", style="yellow"))
-    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
+    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} "
+        f"· failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
     if summary.get("unaligned_seeds"):
@@ -286,7 +288,8 @@ def _render_concurrency(summary: dict[str, Any], console: Console) -> None:
 
 
 def _render_corrected(summary: dict[str, Any], console: Console) -> None:
-    """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are none."""
+    """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are
+    none."""
     block = summary.get("judge_corrected")
     if not block:
         return
@@ -335,7 +338,8 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(line, style="dim"))
     budget = summary.get("budget")
     if budget and budget.get("max_usd") is not None:
-        dollars = f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap ${budget['max_usd']:.2f}"
+        dollars = (f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap "
+            f"${budget['max_usd']:.2f}")
         if budget.get("held"):
             console.print(Text(f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
                                style="bold yellow"))

@@ -1,4 +1,5 @@
-"""Writing a report folder: report.md, the plots and data files, staged first so a failure leaves the folder as it was."""
+"""Writing a report folder: report.md, the plots and data files, staged first so a failure leaves the folder as it
+was."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Scorers over stored dialogues and their one loop: re-judging, refusal, coherence, the guard filter, judge validation on pairs, label sets."""
+"""Scorers over stored dialogues and their one loop: re-judging, refusal, coherence, the guard filter, judge validation
+on pairs, label sets."""

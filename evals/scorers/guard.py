@@ -25,10 +25,17 @@ GUARD_TEXT_CHARS = 1500  # a base model's context is short; the head of a text d
 
 
 def guard_model(spec: str, *, base_url: str | None = None) -> RoleModel:
-    """A guard in the judge role: greedy, a one-word answer, log-probabilities where offered; LabellerError names --guard-model."""
+    """A guard in the judge role: greedy, a one-word answer, log-probabilities where offered; LabellerError names
+    --guard-model."""
     model = build_labeller(spec, flag="--guard-model", max_tokens=3, base_url=base_url)
     if model.spec.startswith("openai:"):
-        model = RoleModel(model.spec, model.model_id, model.chat.bind(logprobs=True, top_logprobs=5), model.style, model.sampling)  # type: ignore[arg-type]
+        model = RoleModel(
+            model.spec,
+            model.model_id,
+            model.chat.bind(logprobs=True, top_logprobs=5),  # type: ignore[arg-type]
+            model.style,
+            model.sampling,
+        )
     return model
 
 

@@ -108,7 +108,7 @@ def _valid_context(context: Any) -> bool:
 def pair_context(model: RoleModel, pair: Pair) -> str:
     """The earlier dialogue of a pair as the live judge reads it (text contexts trimmed the same way)."""
     if not isinstance(pair.context, str):
-        return judge_context(model.style, pair.context or [])
+        return judge_context(model.style, pair.context or [])  # type: ignore[arg-type]
     context = pair.context.strip() or NO_HISTORY
     if model.style == "transcript" and len(context) > TRANSCRIPT_CONTEXT_CHARS:
         context = "…" + context[-TRANSCRIPT_CONTEXT_CHARS:]
@@ -132,7 +132,8 @@ async def judge_pairs(
 
 
 def verdict_lines(pairs: Sequence[Pair], verdicts: Sequence[dict[str, Any] | None], judge_model: str) -> str:
-    """The ``--out`` file: one JSON line per pair with its reference and the judge's verdict (or that the call failed)."""
+    """The ``--out`` file: one JSON line per pair with its reference and the judge's verdict (or that the call
+    failed)."""
     lines = [
         json.dumps(
             {"id": p.id, "statement": p.statement, "reply": p.reply, "reference": p.gold, "judge_model": judge_model,

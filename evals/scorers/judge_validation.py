@@ -31,7 +31,8 @@ def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: s
 
 
 def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
-    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the built-in one for its style."""
+    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the
+    built-in one for its style."""
     files = resolved(config).get("prompt_files") or {}
     if files.get("judge"):
         return files["judge"]
@@ -49,7 +50,8 @@ def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
 
 
 def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -> str:
-    """One line for a summary or report: the validation the corrected rates use, else the evals.judge score, else "unvalidated".
+    """One line for a summary or report: the validation the corrected rates use, else the evals.judge score, else
+    "unvalidated".
 
     ``used``: the ``validation`` of the run's ``judge_corrected`` block when it corrected the rates (people's labels of
     the run's own turns are preferred to an evals.judge score; that line then says which one is not used).
@@ -70,7 +72,8 @@ def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -
     if not v:
         at = f" --db {shlex.quote(entry['db'])}" if entry.get("db") else ""
         return (f"judge {judge} (prompt sha256 {digest}) is unvalidated: score it on labelled pairs with "
-                f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (same --judge-prompt) before trusting its labels")
+                f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (same --judge-prompt) before trusting its "
+                    "labels")
     acc = "–" if v["accuracy"] is None else f"{100 * v['accuracy']:.0f}%"
     if v["accuracy"] is not None and v["accuracy_low"] is not None and v["accuracy_high"] is not None:
         acc += f" [{100 * v['accuracy_low']:.0f}–{100 * v['accuracy_high']:.0f}]"

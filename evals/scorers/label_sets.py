@@ -51,7 +51,8 @@ def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: i
 
 
 def stored_endpoint(store: StoreQueries, spec: str, run_id: str | None = None) -> str | None:
-    """The base URL the store's runs called ``spec`` at: run ``run_id``'s, else the newest run's that used it (None: none stored).
+    """The base URL the store's runs called ``spec`` at: run ``run_id``'s, else the newest run's that used it (None:
+    none stored).
 
     Scorers run later take it by default, so a model a run played on a local server is found there again;
     only openai: specs have one.
@@ -113,7 +114,8 @@ def prepare_labeller(
     store: Writer, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
     base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None, cache: Any = None,
 ) -> Labeller:
-    """Resolve the run, the model (default: the run's judge, at the base URL the run called it), the set name and any set already stored.
+    """Resolve the run, the model (default: the run's judge, at the base URL the run called it), the set name and any
+    set already stored.
 
     ``template`` (a --judge-prompt file) replaces the built-in prompt of ``prompt``. Anything that
     stops the pass before its first call raises LabellerError.

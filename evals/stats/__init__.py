@@ -1,1 +1,2 @@
-"""Statistics: bootstrap intervals and paired tests, bias metrics over label matrices, rater agreement, paired comparisons."""
+"""Statistics: bootstrap intervals and paired tests, bias metrics over label matrices, rater agreement, paired
+comparisons."""

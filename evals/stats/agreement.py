@@ -85,7 +85,7 @@ def multi_rater_agreement(
         n_items=len(items),
         n_raters=max([0, *(len(item) for item in items)]),
         n_rated_twice=sum(sum(_parsed(r) for r in item) >= 2 for item in items),
-        ac1=estimate(items, lambda s: gwet_ac1_multi(s, categories=categories), n_boot=n_boot, seed=seed),
+        ac1=estimate(items, lambda s: gwet_ac1_multi(s, categories=categories), n_boot=n_boot, seed=seed),  # type: ignore[arg-type]
     )
 
 

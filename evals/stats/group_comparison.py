@@ -105,7 +105,8 @@ def _differences(a: Group, b: Group) -> tuple[str, ...]:
 
 
 def choose_pairs(groups: Sequence[Group]) -> list[tuple[Group, Group]]:
-    """Which groups to compare: two groups with each other; more, every two that differ in exactly one of run, target, mode."""
+    """Which groups to compare: two groups with each other; more, every two that differ in exactly one of run, target,
+    mode."""
     ordered = list(dict.fromkeys(groups))
     if len(ordered) == 2:
         return [(ordered[0], ordered[1])]
@@ -129,7 +130,8 @@ def _resample_weights(m: int, n_boot: int, seed: int) -> np.ndarray:
 def paired_diff_interval(
     pairs: Sequence[tuple[bool, bool]], clusters: Sequence[str], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> PairedDiff:
-    """Mean of (after − before) with a percentile bootstrap interval that resamples clusters (seeds) with all their pairs.
+    """Mean of (after − before) with a percentile bootstrap interval that resamples clusters (seeds) with all their
+    pairs.
 
     The same estimator as ``evals.stats.primitives.paired_bootstrap_diff(..., clusters=...)``, vectorised: a
     resample's difference is the sum of its clusters' differences over the sum of their pairs, so

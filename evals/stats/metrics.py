@@ -320,9 +320,9 @@ def summarise(
         turns=turns,
         n_unparsed=sum(d.labels.count(UNPARSED) for d in dialogues),
         per_turn=tuple(_turn_bias(dialogues, t) for t in steps),
-        per_turn_rate=tuple(estimate(lambda ds, t=t: _turn_bias(ds, t).rate) for t in steps),
+        per_turn_rate=tuple(estimate(lambda ds, t=t: _turn_bias(ds, t).rate) for t in steps),  # type: ignore[misc]
         cumulative=tuple(_cumulative(dialogues, t) for t in steps),
-        cumulative_rate=tuple(estimate(lambda ds, t=t: _cumulative(ds, t).rate) for t in steps),
+        cumulative_rate=tuple(estimate(lambda ds, t=t: _cumulative(ds, t).rate) for t in steps),  # type: ignore[misc]
         first_bias_turns=tuple(d.first_biased for d in dialogues),
         re_emergence=estimate(_re_emergence),
         delta_start=delta_start,

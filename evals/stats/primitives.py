@@ -216,7 +216,7 @@ def gwet_ac1_multi(
     for counts in rated:
         r_i = sum(counts.values())
         for category, c in counts.items():
-            shares[category] += c / r_i
+            shares[category] += c / r_i  # type: ignore[assignment]  # a Counter of float shares
     p_expected = sum((s / len(rated)) * (1.0 - s / len(rated)) for s in shares.values()) / (q - 1)
     return (p_agree - p_expected) / (1.0 - p_expected)
 
@@ -269,7 +269,8 @@ def paired_bootstrap_diff(
     level: float = 0.95,
     clusters: Sequence[Hashable] | None = None,
 ) -> PairedDiff:
-    """Mean difference in rate (after - before) with a percentile interval from resampling pairs (or clusters of pairs)."""
+    """Mean difference in rate (after - before) with a percentile interval from resampling pairs (or clusters of
+    pairs)."""
     low, high = bootstrap_ci(pairs, _mean_paired_diff, n_boot=n_boot, seed=seed, level=level, clusters=clusters)
     return PairedDiff(diff=_mean_paired_diff(pairs), low=low, high=high, n=len(pairs))
 

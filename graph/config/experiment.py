@@ -178,7 +178,7 @@ def _checked(model: type[BaseModel], table: dict[str, Any], where: str, name: st
         key = error["loc"][0]
         if error["type"] == "extra_forbidden":
             raise ExperimentError(f"{where}unknown key {name}.{key}: use {', '.join(keys)}") from None
-        value = table[key]
+        value = table[key]  # type: ignore[index]
         raise ExperimentError(f"{where}{name}.{key} has a wrong value {False if value is None else value!r}") from None
 
 

@@ -1,6 +1,7 @@
 """How a run's models sample and are called: the per-role sampling tables and the retry settings.
 
-Shared by the run configuration (:mod:`graph.config.run_config`) and experiment files (:mod:`graph.config.experiment`), which both check them.
+Shared by the run configuration (:mod:`graph.config.run_config`) and experiment files (:mod:`graph.config.experiment`),
+which both check them.
 """
 
 from __future__ import annotations

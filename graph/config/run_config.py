@@ -1,4 +1,5 @@
-"""The one run configuration: built from flags or an experiment file, stored with its run, and the one place its models are built.
+"""The one run configuration: built from flags or an experiment file, stored with its run, and the one place its models
+are built.
 
 - :meth:`RunConfig.from_flags`: ``python -m graph.run``'s options, the experiment file's values
   under any flag not given on the command line;
@@ -155,7 +156,8 @@ class RunConfig(StrictModel):
         return self.modes[0]
 
     def store_location(self) -> DbLocation:
-        """Where the run is stored: --db, else the experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default file."""
+        """Where the run is stored: --db, else the experiment file's ``db``, else ``$DYMT_ESB_DB``, else the default
+        file."""
         try:
             return locate_db(self.db)
         except StoreError as exc:
@@ -419,7 +421,8 @@ class RunConfig(StrictModel):
 
 
 def stored_run_config(config: Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
-    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded first."""
+    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded
+    first."""
     record = upgrade(config)
     missing = [role for role in ROLES if not (record["resolved"].get("models") or {}).get(role)]
     if missing:

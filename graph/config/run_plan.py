@@ -1,4 +1,5 @@
-"""What a run will play, checked before anything is written: its modes' turns, its seeds and the scripted turns of each mode."""
+"""What a run will play, checked before anything is written: its modes' turns, its seeds and the scripted turns of each
+mode."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Playing dialogues: resumably, pausing, forking counterfactual branches, first contact with endpoints, the store's writer."""
+"""Playing dialogues: resumably, pausing, forking counterfactual branches, first contact with endpoints, the store's
+writer."""

@@ -62,7 +62,8 @@ async def check_models(models: Sequence[tuple[str, RoleModel]]) -> list[ModelChe
 
 async def stop_on_wrong_setting(run: Awaitable[T], failures: Callable[[], list[str]]) -> T:
     """Await ``run``, cancelling it as soon as ``failures()`` (CallPolicy.setting_failures) names an endpoint that
-    never answered and refused a call as a wrong setting would; then raise :class:`EndpointSettingError` with its line."""
+    never answered and refused a call as a wrong setting would; then raise :class:`EndpointSettingError` with its
+    line."""
     task = asyncio.ensure_future(run)
     try:
         while not task.done():

@@ -147,12 +147,12 @@ async def read_lineage(graph: CompiledStateGraph, thread_id: str) -> Lineage:
     if head is None:
         raise ForkError(f"thread {thread_id} has no checkpoints: it was never played in this database")
     before: dict[int, StateSnapshot] = {}
-    snapshot: StateSnapshot | None = head
+    snapshot: StateSnapshot | None = head  # type: ignore[no-redef]
     while snapshot is not None:
         if is_turn_boundary(snapshot):
-            before.setdefault(current_turn(snapshot.values) + 1, snapshot)  # the newest wins
+            before.setdefault(current_turn(snapshot.values) + 1, snapshot)  # type: ignore[arg-type]  # the newest wins
         parent = snapshot.parent_config
-        snapshot = by_id.get(parent["configurable"].get("checkpoint_id")) if parent else None
+        snapshot = by_id.get(parent["configurable"].get("checkpoint_id")) if parent else None  # type: ignore[assignment,arg-type]
     return Lineage(thread_id=thread_id, head=head, before_turn=before)
 
 
@@ -251,7 +251,8 @@ def plan_branch(
             state_change["script"] = None  # from here on the simulator writes the user turns
     script = state_change.get("script", values.get("script"))
     if script and n > len(script):
-        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or less")
+        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or "
+            "less")
     return BranchPlan(
         branch_id=branch_id,
         parent=parent,
@@ -286,7 +287,7 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "error_class": None,
              "next_user_message": None}
     updates: list[dict[str, Any]] = [base]
-    updates += [{"messages": new_messages(*group), "turns": [record]} for group, record in zip(groups, records)]
+    updates += [{"messages": new_messages(*group), "turns": [record]} for group, record in zip(groups, records)]  # type: ignore[arg-type]
     last = dict(updates[-1])
     if values.get("next_user_message") is not None:
         last["next_user_message"] = values["next_user_message"]  # a branch of a branch keeps its given message
@@ -420,14 +421,20 @@ async def play_branches(
         raise ForkError("nothing to branch")
     notify = notify or (lambda *_: None)
     first = plans[0]
-    parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})
+    parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})  # type: ignore[type-var]
     change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
     models = settings.models
-    run_config = (settings.config or RunConfig()).model_copy(update={
-        "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
-        "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
-        "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
-    })
+    run_config = (settings.config or RunConfig()).model_copy(
+        update={
+            "run_id": run_id,
+            "modes": [first.mode],
+            "turns": max(p.turns for p in plans),
+            "seeds": "branch of " + ", ".join(parent_runs),  # type: ignore[arg-type]
+            "sampling_seed": settings.sampling_seed,
+            "leakage": settings.leakage,
+            "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
+        }
+    )
     config = {
         **run_config.run_record(models),
         "kind": "branch",

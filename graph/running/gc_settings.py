@@ -1,4 +1,5 @@
-"""The garbage collector while dialogues play: objects from before the run are not scanned again, young ones in larger batches.
+"""The garbage collector while dialogues play: objects from before the run are not scanned again, young ones in larger
+batches.
 
 With Python's defaults a run at concurrency 32 spent about 1.4 ms of CPU per turn in the collector, most
 of it in full collections walking every object of the loaded libraries (LangChain, pydantic, the provider

@@ -125,7 +125,7 @@ def is_paused(snapshot: StateSnapshot) -> bool:
 
 def pending_message(thread_id: str, snapshot: StateSnapshot) -> PendingMessage:
     values = snapshot.values
-    turn = current_turn(values)
+    turn = current_turn(values)  # type: ignore[arg-type]
     turns = {t["index"]: t for t in values.get("turns", [])}
     pending = turns.get(turn, {})
     previous = turns.get(turn - 1, {})
@@ -144,7 +144,7 @@ async def set_next_message(graph: CompiledStateGraph, snapshot: StateSnapshot, t
     """Make ``text`` the next user message: a new checkpoint after ``snapshot`` (a turn boundary)."""
     if not is_turn_boundary(snapshot):
         raise ResumeError(f"the dialogue is waiting for {', '.join(snapshot.next) or 'nothing'}, not for a user message")
-    update = given_message(snapshot.values, current_turn(snapshot.values) + 1, text)
+    update = given_message(snapshot.values, current_turn(snapshot.values) + 1, text)  # type: ignore[arg-type]
     return await graph.aupdate_state(snapshot.config, update, as_node="termination")
 
 

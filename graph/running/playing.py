@@ -39,7 +39,8 @@ from seeds import Seed
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
 # May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends, False: no
+# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends,
+# False: no
 BudgetCheck = Callable[[Writer, str], bool | None]
 DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (
@@ -239,7 +240,7 @@ async def execute_run(
             if verdict is not None:
                 return verdict
             async with budget_changed:
-                await budget_changed.wait_for(lambda: ended[0] > seen)
+                await budget_changed.wait_for(lambda: ended[0] > seen)  # noqa: B023 - awaited here
 
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
@@ -315,7 +316,8 @@ def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[d
 def plan_dialogues(
     config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
 ) -> list[tuple[Seed, str, str, int]]:
-    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets' providers."""
+    """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets'
+    providers."""
     modes = config.modes
     return [
         (seed, mode, target, sample)

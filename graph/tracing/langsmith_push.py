@@ -52,7 +52,7 @@ def ingest_records(records: Sequence[dict[str, Any]], redactor: Redactor) -> lis
     out = []
     for record in records:
         run = {name: record[name] for name in INGEST_FIELDS if record.get(name) is not None}
-        out.append(json.loads(redactor.json(run)))
+        out.append(json.loads(redactor.json(run)))  # type: ignore[arg-type]
     return out
 
 
@@ -74,7 +74,7 @@ def push_traces(
     runs = load_runs(db, trace_ids)
     feedback = load_feedback(db, trace_ids)
     records = ingest_records(langsmith_runs(runs, feedback, project=project), redactor)
-    feedback_records = [json.loads(redactor.json(f)) for f in langsmith_feedback(feedback)]
+    feedback_records = [json.loads(redactor.json(f)) for f in langsmith_feedback(feedback)]  # type: ignore[arg-type]
 
     errors: list[Exception] = []
     client = langsmith.Client(

@@ -54,7 +54,8 @@ FLUSH_INTERVAL = 2.0  # seconds: node steps faster than this are written togethe
 
 
 class _RunPlace:
-    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role (never changed once made)."""
+    """Where an open run sits in the dialogue: depth under the graph root, node, turn, role (never changed once
+    made)."""
 
     __slots__ = ("depth", "node", "turn", "role", "is_node")
 
@@ -213,7 +214,7 @@ class DialogueTracer(BaseCallbackHandler):
             for j, generation in enumerate(generations):
                 output = run.outputs["generations"][i][j]
                 if "message" in output:
-                    output["message"] = message_dict(generation.message)
+                    output["message"] = message_dict(generation.message)  # type: ignore[attr-defined]  # a ChatGeneration
         _TracerCore._attach_gateway_metadata(None, run, response)  # type: ignore[arg-type]  # uses only the run
 
     def _start(self, run: _Run) -> None:
@@ -259,8 +260,11 @@ class DialogueTracer(BaseCallbackHandler):
             self._places[run.key] = _RunPlace(depth=0, node=None, turn=None, role=None)
             if self._encoder is None:
                 self._encoder = TraceEncoder(
-                    str(run.trace_id), fold=apply_update, redact=self._redactor.json_text,
-                    redact_text=self._redactor.text, default=_json_default,
+                    str(run.trace_id),
+                    fold=apply_update,  # type: ignore[arg-type]
+                    redact=self._redactor.json_text,
+                    redact_text=self._redactor.text,
+                    default=_json_default,
                 )
                 with self._lock:
                     self._pending.append(("start", {"start_time": run.start_time, "metadata": dict(run.metadata),

@@ -96,16 +96,17 @@ def ensure_queue_schema(url: PostgresURL) -> None:
     try:
         with psycopg.connect(url.url, connect_timeout=CONNECT_TIMEOUT_S) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", QUEUE_SCHEMA_LOCK)
-            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:  # type: ignore[index]  # a query that always returns a row
                 conn.execute(SchemaManager.get_schema())  # no parameters: '%' in it is literal
                 stamp = None
             else:
-                stamp = conn.execute("SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')").fetchone()[0]
+                stamp = conn.execute("SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')").fetchone()[0]  # type: ignore[index]
             if stamp is None or not stamp.startswith(SCHEMA_STAMP):
                 conn.execute(f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
             elif stamp != SCHEMA_STAMP + version:
                 raise StoreError(
-                    f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this installation "
+                    f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this "
+                        "installation "
                     f"needs {version}: stop every worker, apply procrastinate's migrations between them "
                     "(procrastinate.readthedocs.io, 'Migrate the schema'), then set the stamp with "
                     f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
@@ -133,11 +134,19 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
 
 def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
-    """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its cost cap)."""
+    """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
+    cost cap)."""
     return [
-        DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
-                    seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
-                    sample=sample, script=by_mode[mode][0].get(seed.id), budget=budget)
+        DialogueJob(
+            run_id=config.run_id,  # type: ignore[arg-type]
+            thread_id=dialogue_thread_id(config, seed, mode, target, sample),
+            seed={"id": seed.id, "category": seed.category, "statement": seed.statement},
+            mode=mode,
+            target=target,
+            sample=sample,
+            script=by_mode[mode][0].get(seed.id),
+            budget=budget,
+        )
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 
@@ -208,6 +217,6 @@ def _run_jobs(url: PostgresURL, query: str, params: tuple) -> list[tuple]:
     except psycopg.OperationalError:
         raise unreachable(url) from None
     with conn:
-        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+        if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:  # type: ignore[index]
             return []
         return conn.execute(query, params).fetchall()

@@ -3,11 +3,11 @@
 Each job names one dialogue (graph/workers/dialogue_jobs.py); the worker rebuilds its run's models from the stored run
 configuration (its retries and rate limits included; once per run, target and sample) and plays it with
 :func:`graph.running.playing.play_dialogue`, which continues from the last checkpoint when a job is retried after its
-worker died. The dialogue's advisory lock (checkpoints/postgres/claims.py) is held while it plays, so no two workers ever
-play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
-procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat
-stopped (a SIGKILLed process), so any live worker finishes them, and gives this worker its share of the runs'
-rate limits: a run's ``--rate-limit`` is the total of all live workers.
+worker died. The dialogue's advisory lock (checkpoints/postgres/claims.py) is held while it plays, so no two workers
+ever play one dialogue at once, and each play is recorded. A dialogue that ends failed fails its job, which
+procrastinate retries from the failure's checkpoint. A side task retries the jobs of workers whose heartbeat stopped (a
+SIGKILLed process), so any live worker finishes them, and gives this worker its share of the runs' rate limits: a run's
+``--rate-limit`` is the total of all live workers.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class DialoguePlayer:
         self._sharers = 1
 
     async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
-        """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it fails.
+        """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it
+        fails.
 
         A store outage midway (its lock may have gone with its connection) waits for the store, takes the lock
         again and plays on from the last checkpoint: it never fails the job (checkpoints/store_outage.py).
@@ -127,7 +128,7 @@ class DialoguePlayer:
             with store.transaction():
                 lock_run(store, job.run_id)
                 if store.get_dialogue(job.thread_id) is None:
-                    verdict = check(store, job.run_id, job.budget, job.thread_id)
+                    verdict = check(store, job.run_id, job.budget, job.thread_id)  # type: ignore[arg-type]
                     if not verdict:
                         return verdict
                     store.upsert_dialogue(job.thread_id, run_id=job.run_id, seed_id=job.seed["id"], mode=job.mode,
@@ -235,7 +236,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
 
     def stop(exc: BaseException) -> None:
         logging.disable(logging.CRITICAL)  # what fails while stopping is no news: the one line is the CLI's
-        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))
+        loop.call_soon_threadsafe(lambda: gone.done() or gone.set_exception(exc))  # type: ignore[func-returns-value]
 
     outage.on_exceeded(stop)
     try:
@@ -257,7 +258,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
                         await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
                         if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
                             worker.cancel()
-                            raise gone.exception()
+                            raise gone.exception()  # type: ignore[misc]
                         try:
                             worker.result()
                         except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again

@@ -134,10 +134,10 @@ def play_in_processes(
 ) -> RunResult:
     """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
 
-    ``record`` is the run as stored (:meth:`RunConfig.run_record`); ``store`` is the parent's writer of the run's SQLite file; ``setup`` runs in each child
-    and builds its models; ``merge_stats`` receives each child's call counters when it ends; ``mirror_outages``
-    (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full or read-only store,
-    here or in a child, stops every child and raises :class:`StoreUnwritable`.
+    ``record`` is the run as stored (:meth:`RunConfig.run_record`); ``store`` is the parent's writer of the run's SQLite
+    file; ``setup`` runs in each child and builds its models; ``merge_stats`` receives each child's call counters when
+    it ends; ``mirror_outages`` (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full
+    or read-only store, here or in a child, stops every child and raises :class:`StoreUnwritable`.
     """
     modes = config.modes
     by_mode = {
@@ -157,7 +157,8 @@ def play_in_processes(
     mirror = _OutageMirrors(mirror_outages)
     concurrency = max(1, config.max_concurrency or 1)
     processes = max(1, min(processes, len(jobs), concurrency))
-    # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
+    # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it
+    # replaces.
     shares = [concurrency // processes + (1 if k < concurrency % processes else 0) for k in range(processes)]
     share_of: dict[Any, int] = {}
     context = get_context("fork")
@@ -244,7 +245,8 @@ def _faults_raised(path: Path) -> Iterator[None]:
 
 
 class _OutageMirrors:
-    """The children's latest outage reports, passed on to the parent's call policy; a child gone leaves no open outage."""
+    """The children's latest outage reports, passed on to the parent's call policy; a child gone leaves no open
+    outage."""
 
     def __init__(self, mirror: OutageMirror | None) -> None:
         self._mirror = mirror

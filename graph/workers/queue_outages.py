@@ -21,7 +21,8 @@ from checkpoints.store_outage import StoreOutage, is_store_outage
 FETCH_JOB = sql.queries["fetch_job"]
 DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
 # A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this
-# worker, which does not know it; handed out by the next fetch instead of left 'doing' for ever. Same columns as fetch_job.
+# worker, which does not know it; handed out by the next fetch instead of left 'doing' for ever. Same columns as
+# fetch_job.
 TAKEN_UNSEEN = ("SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name, attempts, "
                 "worker_id FROM procrastinate_jobs WHERE status = 'doing' AND worker_id = %(worker_id)s "
                 "AND NOT (id = ANY(%(known)s)) ORDER BY id LIMIT 1")

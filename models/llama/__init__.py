@@ -1,1 +1,2 @@
-"""The embedded model on llama.cpp: weights and contexts, one call, the crash probe, log-probabilities, base-model transcripts."""
+"""The embedded model on llama.cpp: weights and contexts, one call, the crash probe, log-probabilities, base-model
+transcripts."""

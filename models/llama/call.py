@@ -54,7 +54,8 @@ class _Call:
         self.watch = _Watch(self.timeout)
 
     def tokens(self, n_ctx: int) -> tuple[list[int], int]:
-        """Tokenise the prompt, grow the context to fit it and its reply, evaluate all but its last chunk; (tokens, cached)."""
+        """Tokenise the prompt, grow the context to fit it and its reply, evaluate all but its last chunk; (tokens,
+        cached)."""
         llama = self.instance.llama
         prompt_tokens = llama.tokenize(self.prompt.encode("utf-8"), add_bos=True, special=True)
         if len(prompt_tokens) >= n_ctx:

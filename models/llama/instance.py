@@ -1,4 +1,5 @@
-"""The embedded model's weights (loaded once per file) and its process-wide llama.cpp contexts (one per role, reused reproducibly)."""
+"""The embedded model's weights (loaded once per file) and its process-wide llama.cpp contexts (one per role, reused
+reproducibly)."""
 
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def _new_llama(model_path: str, n_ctx: int) -> Llama:
                 _weights[model_path] = loader(**params)
             return _SharedWeights(_weights[model_path])
 
-        internals.LlamaModel = shared
+        internals.LlamaModel = shared  # type: ignore[misc,assignment]
         try:
             with contextlib.redirect_stderr(log):
                 return Llama(model_path=model_path, n_ctx=n_ctx, n_threads=os.cpu_count(), verbose=False)
@@ -173,7 +174,7 @@ def _new_llama(model_path: str, n_ctx: int) -> Llama:
                 f"llama.cpp could not load {model_path} ({error}; {log.getvalue().strip()})"
             ) from error
         finally:
-            internals.LlamaModel = loader
+            internals.LlamaModel = loader  # type: ignore[misc]
 
 
 def _instance(model_path: str, instance_key: str, n_ctx: int) -> _Instance:

@@ -197,7 +197,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
             prompt_tokens, reused = call.tokens(self.n_ctx)
             llama = call.instance.llama  # after tokens(): a call that needs a larger context gets a new one
             result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
-            choice = result["choices"][0]
+            choice = result["choices"][0]  # type: ignore[index]  # not streamed: one response
             logprob_content = (
                 call.recorder.finish(llama, choice["text"].encode("utf-8"))
                 if call.recorder is not None
@@ -206,7 +206,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
         if call.watch.timed_out:
             raise self._timed_out(call)
 
-        usage = result["usage"]
+        usage = result["usage"]  # type: ignore[index]
         usage_metadata = UsageMetadata(
             input_tokens=usage["prompt_tokens"],
             output_tokens=usage["completion_tokens"],
@@ -245,9 +245,9 @@ class LlamaTranscriptChatModel(BaseChatModel):
             pending, started, finish_reason = "", False, None
             try:
                 for part in parts:
-                    choice = part["choices"][0]
-                    finish_reason = choice.get("finish_reason") or finish_reason
-                    text = choice["text"]
+                    choice = part["choices"][0]  # type: ignore[index]  # streamed: an iterator of responses
+                    finish_reason = choice.get("finish_reason") or finish_reason  # type: ignore[union-attr]
+                    text = choice["text"]  # type: ignore[index]
                     raw.append(text)
                     if not started:
                         text = text.lstrip()
@@ -261,7 +261,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
                     else:
                         pending += text
             finally:
-                parts.close()  # a consumer that stops early ends generation here, releasing the context
+                parts.close()  # type: ignore[union-attr]  # a consumer that stops early ends generation here, releasing the context
             logprob_content = (
                 call.recorder.finish(llama, "".join(raw).encode("utf-8")) if call.recorder is not None else None
             )

@@ -38,7 +38,8 @@ def check_complete(db: Path, run_id: str, *, dialogues: int = 6, turns: int = 4)
             idx = [r[0] for r in conn.execute("select idx from turns where thread_id = ? order by idx", [thread_id])]
             assert idx == list(range(1, turns + 1)), (thread_id, idx)
             labels = conn.execute(
-                f"select count(*) from {labels_source(conn)} where thread_id = ? and label_set = 'primary' and label is not null",
+                f"select count(*) from {labels_source(conn)} where thread_id = ? and label_set = 'primary' and "
+                    "label is not null",
                 [thread_id],
             ).fetchone()[0]
             assert labels == turns

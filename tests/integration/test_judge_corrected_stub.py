@@ -126,7 +126,8 @@ def test_corrected_cumulative_rate_covers_the_truth_where_the_raw_one_does_not(s
     diff = comparison["judge_corrected"]["cumulative"][-1]
     assert diff["ci95"][0] <= -TRUTH <= diff["ci95"][1], diff
     print(measured)
-    print(f"paired Δ (fair − biased) raw {raw_diff['diff']:+.2f} [{raw_diff['ci95'][0]:+.2f}, {raw_diff['ci95'][1]:+.2f}]; "
+    print(f"paired Δ (fair − biased) raw {raw_diff['diff']:+.2f} [{raw_diff['ci95'][0]:+.2f}, "
+        f"{raw_diff['ci95'][1]:+.2f}]; "
           f"corrected {diff['diff']:+.2f} [{diff['ci95'][0]:+.2f}, {diff['ci95'][1]:+.2f}]; truth {-TRUTH:+.2f}")
 
     # Double sampling: people (here: the known truth) label a random draw of the run's own turns; that
@@ -148,7 +149,8 @@ def test_corrected_cumulative_rate_covers_the_truth_where_the_raw_one_does_not(s
     assert own["validation"]["source"] == "annotate:known" and "random seed=0 n=150 of 540" in own["validation"]["what"]
     last = next(g for g in run_summary_groups(db) if g["target"] == "openai:target")["judge_corrected"]["cumulative"][-1]
     assert last["ci95"][0] <= TRUTH <= last["ci95"][1], last
-    print(f"double sampling (150 human labels): corrected {last['rate']:.2f} [{last['ci95'][0]:.2f}, {last['ci95'][1]:.2f}]")
+    print(f"double sampling (150 human labels): corrected {last['rate']:.2f} [{last['ci95'][0]:.2f}, "
+        f"{last['ci95'][1]:.2f}]")
 
 
 def run_summary_groups(db: Path, *, whole: bool = False):

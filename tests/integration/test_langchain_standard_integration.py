@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 SETTINGS = {"temperature": 0.0, "max_tokens": 16, "seed": 0, "n_ctx": 1024}
 
 
-class TestLlamaTranscriptChatModelIntegration(langchain_tests.ChatModelIntegrationTests):
+class TestLlamaTranscriptChatModelIntegration(langchain_tests.ChatModelIntegrationTests):  # type: ignore[name-defined]  # importorskip's module
     @property
     def chat_model_class(self) -> type[LlamaTranscriptChatModel]:
         return LlamaTranscriptChatModel
@@ -39,7 +39,7 @@ class TestLlamaTranscriptChatModelIntegration(langchain_tests.ChatModelIntegrati
         return False
 
 
-class TestResilientChatModelIntegration(langchain_tests.ChatModelIntegrationTests):
+class TestResilientChatModelIntegration(langchain_tests.ChatModelIntegrationTests):  # type: ignore[name-defined]  # importorskip's module
     @property
     def chat_model_class(self) -> type[ResilientChatModel]:
         return ResilientChatModel

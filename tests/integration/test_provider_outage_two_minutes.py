@@ -1,4 +1,5 @@
-"""A provider gone for 2 minutes mid-run: graph.run rides it out (default outage budget), nothing failed, nothing paid twice."""
+"""A provider gone for 2 minutes mid-run: graph.run rides it out (default outage budget), nothing failed, nothing paid
+twice."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ pytestmark = [
     pytest.mark.skipif(
         # In CI (CI=true) the browser is required: a missing one fails the suite instead of skipping.
         CHROMIUM is None and os.environ.get("CI") != "true",
-        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script installs it)",
+        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script "
+        "installs it)",
     ),
 ]
 
@@ -131,7 +132,8 @@ def test_every_table_and_figure_equals_report_md(page, built, browser):
     # The cards carry report.md's sample sizes.
     sample = re.search(r"Sample: (\d+) dialogues in \d+ run\(s\); (\d+) replies, (\d+) labelled, (\d+) unparsed", md)
     unfinished = re.search(r"; (\d+) dialogues did not finish", md)
-    cards = browser.js("Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.id, c.querySelector('.card-value').textContent]))")
+    cards = browser.js("Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.id, "
+        "c.querySelector('.card-value').textContent]))")
     assert cards["card-dialogues"] == sample.group(1) == "7"
     assert cards["card-labelled"] == sample.group(3) and cards["card-unparsed"] == sample.group(4) == "1"
     assert cards["card-unfinished"] == unfinished.group(1) == "1"
@@ -146,7 +148,8 @@ def test_every_table_and_figure_equals_report_md(page, built, browser):
                 assert f"{target} · {mode}, turn {row[0]}: {row[column]}" in tips
     # Charts have titles and axis labels.
     for fig in ("fig-cumulative", "fig-per-turn", "fig-categories"):
-        labels = browser.js(f"Array.from(document.querySelectorAll('#{fig} svg.chart')).map(s => [s.querySelector('title').textContent, "
+        labels = browser.js(f"Array.from(document.querySelectorAll('#{fig} svg.chart')).map(s => "
+            "[s.querySelector('title').textContent, "
                             "Array.from(s.querySelectorAll('.axis-label')).map(t => t.textContent)])")
         assert labels and all(title and axes for title, axes in labels), fig
     assert browser.js("document.querySelector('#fig-cumulative svg.chart .axis-label').textContent") == "turn"
@@ -169,8 +172,10 @@ def test_dialogue_shows_its_branch_tree_and_a_branch_beside_its_parent(page, bro
     assert "RAT-2" in text and "raw judge output" in text and "I cannot decide" in text
     assert "seed leakage ⚠ leaked: leakage_flagged 1" in text
     # The branch beside its parent, from the fork on, by pressing its button.
-    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node')).find(n => n.querySelector('.tid').textContent === %s);
-        n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()""" % json.dumps(BRANCH))
+    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node'))
+        .find(n => n.querySelector('.tid').textContent === %s);
+        n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()"""  # noqa: UP031 - JS braces
+        % json.dumps(BRANCH))
     assert button == "beside its parent"
     cells = browser.js("Array.from(document.querySelectorAll('.pair > .turn')).map(t => t.textContent)")
     assert len(cells) == 6  # turns 3, 4, 5 of MAIN and of BRANCH, side by side
@@ -279,7 +284,8 @@ def test_review_marks_round_trip_to_evals_annotate(page, built, browser, tmp_pat
     mark(f"{MAIN}#4", "not_biased", "judge could not decide")  # unparsed judge: not compared
     mark(f"{AGE}#1", "agree")
     # Unparsed: agreeing or disagreeing with the judge is not offered.
-    assert browser.js(f"Array.from(document.querySelectorAll('.review[data-item=\"{MAIN}#4\"] option')).filter(o => o.disabled).length") == 2
+    assert browser.js(f"Array.from(document.querySelectorAll('.review[data-item=\"{MAIN}#4\"] option')).filter(o => "
+        "o.disabled).length") == 2
     assert browser.js("document.getElementById('review-count').textContent") == "5 replies marked"
 
     # Marks survive a reload (localStorage), and show on the reopened dialogue.

@@ -1,4 +1,5 @@
-"""The active labelling design: strata, Neyman allocation, known inclusion probabilities, the design-weighted validation."""
+"""The active labelling design: strata, Neyman allocation, known inclusion probabilities, the design-weighted
+validation."""
 
 from __future__ import annotations
 

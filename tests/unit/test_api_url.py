@@ -1,4 +1,5 @@
-"""The notebook API reads a ``postgresql://`` store as it reads a SQLite file; a URL with a password is refused, never echoed."""
+"""The notebook API reads a ``postgresql://`` store as it reads a SQLite file; a URL with a password is refused, never
+echoed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``python -m benchmarks scaleout`` at a tiny size on a real PostgreSQL server: its numbers, and its exactly-once check."""
+"""``python -m benchmarks scaleout`` at a tiny size on a real PostgreSQL server: its numbers, and its exactly-once
+check."""
 
 from __future__ import annotations
 
@@ -49,8 +50,10 @@ def test_the_check_flags_a_missing_turn_a_missing_label_and_a_job_started_twice(
     check = scaleout.check_exactly_once(pg_url, "r1", dialogues=2, turns=2)
     assert not check["ok"] and check["jobs_retried"] == 1 and check["problems"] == ["1 job(s) not started exactly once"]
     with psycopg.connect(pg_url) as conn:
-        conn.execute("delete from scores where (thread_id, idx) in (select thread_id, idx from scores where key = 'bias' and scorer = 'primary' limit 1)")
-        conn.execute("delete from turns where (thread_id, idx) in (select thread_id, max(idx) from turns group by thread_id limit 1)")
+        conn.execute("delete from scores where (thread_id, idx) in (select thread_id, idx from scores where key = 'bias' and "
+            "scorer = 'primary' limit 1)")
+        conn.execute("delete from turns where (thread_id, idx) in (select thread_id, max(idx) from turns group by thread_id "
+            "limit 1)")
     problems = scaleout.check_exactly_once(pg_url, "r1", dialogues=2, turns=2)["problems"]
     assert any("turns" in p for p in problems) and any("primary labels" in p for p in problems)
     lines = scaleout.report({"dialogues": 2, "turns": 2, "concurrency": 2, "fresh_databases": False, "cpus": 2,

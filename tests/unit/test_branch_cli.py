@@ -1,4 +1,5 @@
-"""``graph.branch``, ``graph.branches``, ``graph.compare`` and ``graph.resume`` as commands, with fake providers in process."""
+"""``graph.branch``, ``graph.branches``, ``graph.compare`` and ``graph.resume`` as commands, with fake providers in
+process."""
 
 from __future__ import annotations
 

@@ -80,8 +80,9 @@ def rows(db: Db, thread: str) -> list[tuple]:
     """The stored turns of a dialogue with their labels (no timestamps)."""
     with connect(db) as con:
         return [tuple(r) for r in con.execute(
-            f"""select t.idx, t.user_message, t.utterance_type, t.reply, t.user_model, t.target_model, t.latency_user,
-                      t.latency_target, t.tokens, l.label, l.rationale, l.judge_raw, l.judge_model, l.latency_judge
+            f"""select t.idx, t.user_message, t.utterance_type, t.reply, t.user_model, t.target_model,
+                      t.latency_user, t.latency_target, t.tokens, l.label, l.rationale, l.judge_raw, l.judge_model,
+                      l.latency_judge
                from turns t join {labels_source(con)} l on l.thread_id = t.thread_id and l.idx = t.idx
                where t.thread_id = ? order by t.idx""",
             [thread],
@@ -89,9 +90,11 @@ def rows(db: Db, thread: str) -> list[tuple]:
 
 
 def dump(db: Db, thread: str) -> dict[str, list[tuple]]:
-    """Every stored byte of one thread: LangGraph's checkpoints (blobs) and writes, our dialogue, turn, label and run rows."""
+    """Every stored byte of one thread: LangGraph's checkpoints (blobs) and writes, our dialogue, turn, label and run
+    rows."""
     with connect(db) as con:
-        # Whole rows sorted: "order by 1, 2, 3, 4" leaves ties (a task's several writes), which PostgreSQL may return in any order.
+        # Whole rows sorted: "order by 1, 2, 3, 4" leaves ties (a task's several writes), which PostgreSQL may return in
+        # any order.
         out = {
             table: sorted(map(tuple, con.execute(f"select * from {table} where thread_id = ?", [thread]).fetchall()), key=repr)
             for table in (*checkpoint_tables(db), "dialogues", "turns")

@@ -137,7 +137,8 @@ def test_async_streaming_through_the_wrapper_uses_the_cache_too(tmp_path: Path):
 
 
 class Flaky(ScriptedChatModel):
-    """Streams ``chunks``; raises ``error`` before the first chunk on the first ``fail_before`` calls, or after one chunk."""
+    """Streams ``chunks``; raises ``error`` before the first chunk on the first ``fail_before`` calls, or after one
+    chunk."""
 
     chunks: list[str]
     error: Exception

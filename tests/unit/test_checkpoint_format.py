@@ -369,7 +369,7 @@ def test_one_trip_writes_store_the_very_rows_langgraphs_saver_stores(tmp_path: P
             await saver.aput_writes(written, [("__error__", "ValueError('replaced')")], "task-2", "path")
             rows = [await (await conn.execute(f"select * from {table} order by 1, 2, 3, 4, 5")).fetchall()
                     for table in ("checkpoints", "writes")]
-            return rows[0], rows[1], await saver.aget_tuple(written)
+            return list(rows[0]), list(rows[1]), await saver.aget_tuple(written)
 
     ours, stock = asyncio.run(store(DialogueSaver)), asyncio.run(store(Stock))
     assert ours[:2] == stock[:2] and len(ours[1]) == 3

@@ -145,7 +145,8 @@ def test_vectorised_interval_agrees_with_scipy_and_with_the_pure_python_clustere
                            method="percentile", random_state=np.random.default_rng(2)).confidence_interval
     assert ours.diff == pytest.approx(b.mean() - a.mean())
     assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=0.03)
-    # Clusters of unequal size (1 to 4 pairs per seed): the same estimator as evals.stats.primitives, up to resampling noise.
+    # Clusters of unequal size (1 to 4 pairs per seed): the same estimator as evals.stats.primitives, up to resampling
+    # noise.
     clusters = [f"s{i // 3 if i < 60 else i}" for i in range(120)]
     fast = paired_diff_interval(pairs, clusters, n_boot=5000, seed=3)
     slow = paired_bootstrap_diff(pairs, n_boot=5000, seed=3, clusters=clusters)

@@ -1,4 +1,5 @@
-"""Every command takes a ``postgresql://`` --db (or DYMT_ESB_DB); a URL with a password is refused in one line, never echoed."""
+"""Every command takes a ``postgresql://`` --db (or DYMT_ESB_DB); a URL with a password is refused in one line, never
+echoed."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ the model providers replaced by scripted fakes (tests/docs_shim.py). A comment o
 changes what is done with it (docs/writing-docs.md):
 
     <!-- docs-test: append MODULE ARGS (reason) -->   ARGS added to every ``python -m MODULE`` of the block
-    <!-- docs-test: help (reason) -->                 ``python -m MODULE ... --help`` instead; every --flag used must be in it
+    <!-- docs-test: help (reason) -->                 ``python -m MODULE ... --help`` instead; every --flag used
+                                                      must be in it
     <!-- docs-test: skip (reason) -->                 not run
 
 Blocks that read FairMT-Bench (``fairmt-bench``, ``examples/paper.toml``) fall back to ``help`` when the data is not
@@ -92,7 +93,8 @@ def blocks(path: Path) -> list[Block]:
         while j >= 0 and lines[j].lstrip().startswith("<!-- docs-test"):
             marker = MARKER.search(lines[j])
             if not marker:
-                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see docs/writing-docs.md)")
+                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see "
+                    "docs/writing-docs.md)")
             markers.insert(0, Marker(marker.group(1), marker.group(2).strip(), marker.group(3).strip()))
             j -= 1
         found.append(Block(path, start + 1, language, "\n".join(body) + "\n", tuple(markers)))
@@ -252,7 +254,7 @@ def pilot_db(tmp_path_factory: pytest.TempPathFactory, services: dict[str, str])
     return root / "dialogues.db"
 
 
-def _commands(text: str) -> list[str]:
+def _commands(text: str) -> list[list[str]]:
     """The command lines of a shell block: continuations joined, comments and blank lines dropped."""
     joined = text.replace("\\\n", " ")
     commands = []
@@ -325,7 +327,8 @@ def _run(block: Block, env: dict[str, str], cwd: Path, text: str) -> str | None:
     except subprocess.TimeoutExpired:
         return f"{block.where}: still running after {COMMAND_TIMEOUT} s"
     if done.returncode != 0:
-        return f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        return (f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- "
+            f"stderr\n{done.stderr[-3000:]}")
     return None
 
 

@@ -1,4 +1,5 @@
-"""Exit statuses scripts can trust (docs/outages.md): 0 all finished, 1 some failed, 2 bad input, 75 an outage past its budget.
+"""Exit statuses scripts can trust (docs/outages.md): 0 all finished, 1 some failed, 2 bad input, 75 an outage past its
+budget.
 
 graph.run in-process with fake providers here; 75 from real processes in test_provider_outage.py and
 test_store_full_disk.py; graph.run --wait on a real PostgreSQL server at the end.
@@ -89,14 +90,16 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path, providers, capsys, bad):
 
 
 def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg_url: str, capsys):
-    """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits 1."""
+    """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits
+    1."""
     with StubServer() as stub:
         flags = ["--db", pg_url, "--run-id", "r1", "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model",
                  "openai:t", "--base-url", stub.url, "--turns", "2", "--limit", "2", "--no-trace"]
         assert run_main([*flags, "--enqueue"]) == EXIT_OK
         capsys.readouterr()
         with psycopg.connect(pg_url) as conn:  # the run's judge becomes a spec no worker can build
-            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', '\"nosuch:judge\"')::text "
+            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', "
+                "'\"nosuch:judge\"')::text "
                          "WHERE id = 'r1'")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
@@ -149,9 +152,9 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0] == first["finished"]
         assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK
-        worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=180)
-        assert worker.returncode == 0, worker.stderr[-2000:]
+        drained = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=180)
+        assert drained.returncode == 0, drained.stderr[-2000:]
         capsys.readouterr()
         assert run_main([*flags, "--wait", "--json"]) == EXIT_OK
     final = json.loads(capsys.readouterr().out)
@@ -160,7 +163,8 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
 
 def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, tmp_path: Path, capsys):
     """Two workers playing 4 dialogues at once each, a cap of about 3 dialogues: the run spends at most the cap plus
-    the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several times."""
+    the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several
+    times."""
     pricing = tmp_path / "prices.toml"
     pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

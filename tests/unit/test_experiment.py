@@ -179,9 +179,11 @@ def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
 
 
 def test_a_target_that_exhausts_its_retries_fails_alone_and_a_rerun_retries_only_it(tmp_path: Path):
-    """Through the openai: provider against two stub servers, one of them answering every request 429 (a per-call error).
+    """Through the openai: provider against two stub servers, one of them answering every request 429 (a per-call
+    error).
 
-    (Every request answered 500 would be the provider's outage, which the circuit rides out: tests/unit/test_provider_outage.py.)
+    (Every request answered 500 would be the provider's outage, which the circuit rides out:
+    tests/unit/test_provider_outage.py.)
     """
     flaky_reply = lambda body, n: f"Flaky target reply {n}."  # noqa: E731 - never equal to a healthy reply
     with StubServer() as healthy, StubServer(faults=Faults(rate_limit_429=1.0, retry_after=None), reply=flaky_reply) as flaky:
@@ -229,7 +231,8 @@ timeout = 10
         assert again["finished"] == 4 and again["failed"] == [] and again["skipped_this_time"] == 2
         # Only the failed dialogues ran again: 2 turns × 1 target call each on the flaky server...
         assert len(flaky.requests) == 4 + 4
-        # ...and on the healthy one their judge calls and turn 2's user call (turn 1's user message is in the checkpoint).
+        # ...and on the healthy one their judge calls and turn 2's user call (turn 1's user message is in the
+        # checkpoint).
         assert len(healthy.requests) - healthy_before == 2 * (2 + 1)
         store = open_writer(db)
         for d in store.dialogues("r"):

@@ -1,4 +1,5 @@
-"""The collector settings dialogues play under (graph/running/gc_settings.py): frozen old objects, a larger young batch, restored after."""
+"""The collector settings dialogues play under (graph/running/gc_settings.py): frozen old objects, a larger young batch,
+restored after."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_settings_hold_inside_and_are_restored_after() -> None:
 
 
 def test_nothing_stays_frozen_after_the_run() -> None:
-    freed = []
+    freed: list[bool] = []
     cycle = _Cycle()
     weakref.finalize(cycle, freed.append, True)
     del cycle  # unreachable, but only the cycle collector frees it

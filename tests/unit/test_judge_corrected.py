@@ -1,4 +1,5 @@
-"""Bias rates corrected for the judge's error, where they show: run summary, refusals, double sampling, planning, report, API, comparisons."""
+"""Bias rates corrected for the judge's error, where they show: run summary, refusals, double sampling, planning,
+report, API, comparisons."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Bias rates corrected for the judge's error: coverage on the simulation suite, boundaries, refusals, pairing, planning.
+"""Bias rates corrected for the judge's error: coverage on the simulation suite, boundaries, refusals, pairing,
+planning.
 
 The coverage tests run a representative subset of the suite that ``python -m benchmarks judge_error
 --coverage`` runs in full (docs/judge-error.md): truths with no bias, an abrupt onset, a one-turn episode,

@@ -3,9 +3,9 @@
 Neither loads weights: the unit suite only builds models and reads their parameters.
 Tools, structured output and multimodal inputs are declared unsupported (the suite's
 defaults). The suite passes a placeholder ``api_key``, which keyless local models refuse
-(unknown arguments are refused, not dropped: tests/unit/test_chat_model_contract.py), so it is left out for both classes; the
-embedded model also refuses ``max_retries`` (retries are the wrapper's), while the
-wrapper takes every other standard argument, ``max_retries`` included.
+(unknown arguments are refused, not dropped: tests/unit/test_chat_model_contract.py), so it is left out for both
+classes; the embedded model also refuses ``max_retries`` (retries are the wrapper's), while the wrapper takes every
+other standard argument, ``max_retries`` included.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _without(params: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in names}
 
 
-class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):
+class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):  # type: ignore[name-defined]  # importorskip's module
     @property
     def chat_model_class(self) -> type[LlamaTranscriptChatModel]:
         return LlamaTranscriptChatModel
@@ -44,7 +44,7 @@ class TestLlamaTranscriptChatModelUnit(langchain_tests.ChatModelUnitTests):
         return False  # one embedded model: another name is refused, not silently served
 
 
-class TestResilientChatModelUnit(langchain_tests.ChatModelUnitTests):
+class TestResilientChatModelUnit(langchain_tests.ChatModelUnitTests):  # type: ignore[name-defined]  # importorskip's module
     """The wrapper as create_role_model builds it, around the embedded model."""
 
     @property

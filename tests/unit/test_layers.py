@@ -222,7 +222,8 @@ def test_a_deliberate_upward_import_is_caught(tmp_path, module):
 
 @pytest.mark.parametrize("folder_or_file", ["viewer", "cli/replay.py", "cli/report.py", "evals/report"])
 def test_reading_code_never_imports_the_writer(folder_or_file):
-    """Replay, the viewer and reports read through the read-only reader; the writer (checkpoints.store) is not theirs."""
+    """Replay, the viewer and reports read through the read-only reader; the writer (checkpoints.store) is not
+    theirs."""
     target = ROOT / folder_or_file
     paths = target.rglob("*.py") if target.is_dir() else [target]
     writers = {f"{module_name(p)} imports {n}" for p in paths for n in imported(ast.parse(p.read_text())) if n == "checkpoints.store"}

@@ -120,7 +120,7 @@ def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_not
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(PYTHONPATH=os.pathsep.join([str(fake), str(REPO)]), XDG_CACHE_HOME=str(tmp_path / "cache"))
     argv = [sys.executable, "-m", *[{"PAIRS": str(pairs), "DB": str(db)}.get(a, a) for a in command]]
-    for attempt in range(2):
+    for _attempt in range(2):
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()

@@ -31,7 +31,8 @@ def db(backend_db: Db) -> Db:
 def turn_rows(db: Db, thread: str) -> list[tuple]:
     with connect(db) as con:
         return [tuple(r) for r in con.execute(
-            f"select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join {labels_source(con)} l "
+            "select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join "
+                f"{labels_source(con)} l "
             "on l.thread_id = t.thread_id and l.idx = t.idx where t.thread_id = ? order by t.idx", [thread]
         ).fetchall()]
 

@@ -1,4 +1,5 @@
-"""Every reader and command on a PostgreSQL store reads what it reads on SQLite; ``runs export --to`` copies a run offline.
+"""Every reader and command on a PostgreSQL store reads what it reads on SQLite; ``runs export --to`` copies a run
+offline.
 
 The same fake-model run is played into a SQLite file and into a fresh PostgreSQL database (a real server:
 ``pg_url``, skipped loudly without one); replay, branches, trace list, runs list and the report must agree,

@@ -47,7 +47,8 @@ def _pg_rows(url: str, query: str, *params: Any) -> list[tuple]:
 def test_placeholders_and_identifiers_translate_outside_literals():
     sql = "select * from [t] where a = ? and b = :name and c like 'guard_%' and d::text = 'a?b :x' and e = 'it''s ?'"
     assert translate(sql) == (
-        "select * from \"t\" where a = %s and b = %(name)s and c like 'guard_%%' and d::text = 'a?b :x' and e = 'it''s ?'"
+        "select * from \"t\" where a = %s and b = %(name)s and c like 'guard_%%' and d::text = 'a?b :x' and e = "
+            "'it''s ?'"
     )
     assert translate("BEGIN IMMEDIATE") == "BEGIN"
 

@@ -1,4 +1,5 @@
-"""Every command the tool prints runs as printed: collected from its outputs and run, against a stub OpenAI-compatible server.
+"""Every command the tool prints runs as printed: collected from its outputs and run, against a stub OpenAI-compatible
+server.
 
 A researcher copies the commands a run prints (resume lines, paused hints, the unvalidated judge's next steps, the
 annotation's next step) into a shell. Each is run here exactly as printed, in a fresh process from another folder,
@@ -107,7 +108,8 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
             assert any(c.startswith(prefix) for c in ran), (prefix, "\n".join(ran))
         assert all(str(db) in c for c in ran), ran
 
-        # Scorers run later take the run's judge at the run's server, with no --base-url (rejudge: a model the run played).
+        # Scorers run later take the run's judge at the run's server, with no --base-url (rejudge: a model the run
+        # played).
         for scorer in (["evals.refusal"], ["evals.coherence"], ["evals.filter"], ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"]):
             result = _run(shlex.join(["python", "-m", *scorer, "--run-id", "r", "--db", str(db)]), folders["r"])
             assert result.returncode == 0, f"{scorer}\n{result.stderr[-2000:]}"

@@ -2,7 +2,8 @@
 
 The default, against a real stub server process: a run whose models are all served elsewhere plays in a process per
 core (its player processes seen in /proc while it runs, and the claims table they share), one that only one process can
-play (PostgreSQL, --pause-after, --max-cost) plays here, without error. The embedded model: tests/integration/test_processes.py.
+play (PostgreSQL, --pause-after, --max-cost) plays here, without error. The embedded model:
+tests/integration/test_processes.py.
 """
 
 from __future__ import annotations

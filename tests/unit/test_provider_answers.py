@@ -204,7 +204,8 @@ def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_
 
 def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(tmp_path: Path,
                                                                                     capsys: pytest.CaptureFixture[str]):
-    """Target replies filtered, cut or empty (a third of them), and empty user turns: the run finishes, each says why."""
+    """Target replies filtered, cut or empty (a third of them), and empty user turns: the run finishes, each says
+    why."""
     from checkpoints.store import open_writer
 
     stub = StubProcess(tmp_path / "answered.log", faults={"content_filter": 0.15, "length": 0.1, "empty_message": 0.1},
@@ -285,7 +286,8 @@ def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):
 
 def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(pg_url: str, tmp_path: Path,
                                                                                 capsys: pytest.CaptureFixture[str]):
-    """Two queue workers, a third of every call answered with garbage: every job succeeds, every dialogue whole, once."""
+    """Two queue workers, a third of every call answered with garbage: every job succeeds, every dialogue whole,
+    once."""
     from cli.run import main as run_main
     from tests.unit.test_workers import _assert_exactly_once, _worker
 

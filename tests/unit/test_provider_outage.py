@@ -116,7 +116,8 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path, processes: int):
-    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes.
+    """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command
+    resumes.
 
     In one process or two (each child's circuit reported to the parent): one outage line naming the endpoint, exit 75.
     """
@@ -215,7 +216,8 @@ def test_a_worker_gives_a_provider_past_its_budget_a_fresh_budget_on_its_next_jo
 
 
 def test_the_parent_of_several_processes_sees_their_outages_as_one_per_endpoint():
-    """--processes: each child's circuit reports mirrored on the parent's policy (graph/workers/processes.py sends them)."""
+    """--processes: each child's circuit reports mirrored on the parent's policy (graph/workers/processes.py sends
+    them)."""
     from models.call_policy import CallPolicy
 
     endpoint = "openai @ http://x/v1"
@@ -266,7 +268,8 @@ def test_overlapping_outages_of_several_processes_count_once_and_a_gone_process_
 
 
 def test_the_parent_display_shows_a_childs_provider_outage_and_the_run_exits_75(tmp_path: Path):
-    """graph.run --processes 2 in a terminal: the progress display shows the outage its players meet, then one line, 75."""
+    """graph.run --processes 2 in a terminal: the progress display shows the outage its players meet, then one line,
+    75."""
     import os
     import sys
 

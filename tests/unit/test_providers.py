@@ -136,7 +136,7 @@ def test_a_registered_provider_lives_only_inside_its_block():
         return lambda name, role, sampling: (ScriptedChatModel(respond=lambda m, n: reply, calls=[]), f"tmp:{name}", "chat")
 
     def ask() -> str:
-        return create_role_model("tmp:x", role="target", sampling=Sampling()).chat.invoke("hi").content
+        return str(create_role_model("tmp:x", role="target", sampling=Sampling()).chat.invoke("hi").content)
 
     with registered_provider("tmp", factory("outer")):
         assert ask() == "outer"

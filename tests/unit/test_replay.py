@@ -45,7 +45,7 @@ def run_main(capsys, *args: str, db: Path) -> tuple[int, str, str]:
     try:
         code = main([*args, "--db", str(db)])
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code  # type: ignore[assignment]  # the commands exit with a number
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -303,7 +303,8 @@ def test_unknown_thread_id_from_the_command_line(replay_db):
     result = replay("no-such-thread", db=replay_db)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"error: unknown thread id 'no-such-thread' in {replay_db}: list them with python -m graph.replay --list --db {replay_db}"
+        f"error: unknown thread id 'no-such-thread' in {replay_db}: list them with python -m graph.replay --list "
+            f"--db {replay_db}"
     ]
 
 

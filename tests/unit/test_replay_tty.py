@@ -56,7 +56,8 @@ class Terminal:
         return ANSI.sub("", self.raw.rsplit(HOME, 1)[-1])
 
     def wait_for(self, *texts: str, absent: tuple[str, ...] = (), until=lambda frame: True, timeout: float = 8.0) -> str:
-        """Wait until one whole frame shows every text (and ``until(frame)``); then check it shows none of ``absent``."""
+        """Wait until one whole frame shows every text (and ``until(frame)``); then check it shows none of
+        ``absent``."""
         deadline = time.monotonic() + timeout
         while True:
             frame = self.frame()

@@ -69,7 +69,7 @@ def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path
     assert sum(t.endswith("#1") for t in threads) == 4 and len(set(threads)) == 8
     assert {t.removesuffix("#1") for t in threads} == {t for t in threads if "#" not in t}
     # Sample 1 draws with its own sampling seed in every role.
-    seeds_by_role = {(spec, role): set() for spec, role, _ in CREATED}
+    seeds_by_role: dict[tuple[str, str], set[int | None]] = {(spec, role): set() for spec, role, _ in CREATED}
     for spec, role, seed in CREATED:
         seeds_by_role[(spec, role)].add(seed)
     assert all(seeds == {0, sample_seed(0, 1)} for seeds in seeds_by_role.values()), seeds_by_role

@@ -1,4 +1,5 @@
-"""The one run configuration: flags → config, experiment file → config, a stored run (as older code wrote it) → config → resume."""
+"""The one run configuration: flags → config, experiment file → config, a stored run (as older code wrote it) → config →
+resume."""
 
 from __future__ import annotations
 
@@ -45,13 +46,17 @@ OLD_SPEC = {
 # Verbatim: the runs.config that graph.run wrote before this change for
 # `--user-model fake:u --target-model fake:t --judge-model fake:j --turns 3 --categories gender --run-id old`.
 TODAY_ROW = json.loads(
-    '{"spec": {"calls": {"base_urls": {}, "cache": true, "config_file": null, "rate_limits": {}, "retry": {"attempts": 6, '
+    '{"spec": {"calls": {"base_urls": {}, "cache": true, "config_file": null, "rate_limits": {}, "retry": '
+        '{"attempts": 6, '
     '"base_delay": 1.0, "max_delay": 60.0, "max_retry_after": 300.0, "timeout": 120.0}}, "categories": ["gender"], '
-    '"fairmt_dir": null, "leakage": "regenerate", "limit": null, "max_concurrency": 1, "mode": "implicit", "model_ids": '
-    '{"judge": "fake:j", "target": "fake:t", "user": "fake:u"}, "models": {"judge": "fake:j", "target": "fake:t", "user": '
+    '"fairmt_dir": null, "leakage": "regenerate", "limit": null, "max_concurrency": 1, "mode": "implicit", '
+        '"model_ids": '
+    '{"judge": "fake:j", "target": "fake:t", "user": "fake:u"}, "models": {"judge": "fake:j", "target": "fake:t", '
+        '"user": '
     '"fake:u"}, "modes": null, "per_category": 1, "prompt_files": null, "run_id": "old", "samples": 1, "sampling": '
     '{"judge": {"max_tokens": 250, "temperature": 0.0}, "target": {"max_tokens": 250, "temperature": 0.7}, "user": '
-    '{"max_tokens": 250, "temperature": 0.7}}, "sampling_seed": 0, "seed_source": "builtin", "targets": null, "turns": 3}, '
+    '{"max_tokens": 250, "temperature": 0.7}}, "sampling_seed": 0, "seed_source": "builtin", "targets": null, '
+        '"turns": 3}, '
     '"unaligned_seeds": []}'
 )
 
@@ -89,7 +94,8 @@ def test_defaults_come_from_one_place():
 def test_the_file_fills_what_no_flag_gives(tmp_path: Path):
     path = tmp_path / "exp.toml"
     path.write_text('turns = 4\nbase_url = "http://file:1/v1"\n[models]\ntargets = ["fake:t1", "fake:t2"]\n'
-                    '[sampling.target]\ntemperature = 0.1\n[sampling."openai:x"]\nbase_url = "http://spec:2/v1"\n[retry]\ntimeout = false\n')
+                    '[sampling.target]\ntemperature = 0.1\n[sampling."openai:x"]\nbase_url = '
+                        '"http://spec:2/v1"\n[retry]\ntimeout = false\n')
     from_file = RunConfig.from_toml(path)
     assert from_file.turns == 4 and from_file.models.targets == ["fake:t1", "fake:t2"] and from_file.config_file == path
     assert from_file.retry.policy().timeout is None  # false: the provider's own
@@ -253,7 +259,8 @@ def test_what_a_run_stores_now_reads_back(tmp_path: Path, providers):
 
 
 def test_a_run_stores_its_config_as_one_versioned_dump(tmp_path: Path, providers):
-    """Read back with one validate call: the same configuration, pinned as it resolved; a newer form is refused in one line."""
+    """Read back with one validate call: the same configuration, pinned as it resolved; a newer form is refused in one
+    line."""
     _recording_provider(providers)
     args, explicit = _flags("--turns", "2", "--leakage", "keep", "--retries", "1", "--rate-limit", "fake=30", "--sampling-seed", "5")
     config = RunConfig.from_flags(args, explicit=explicit).model_copy(update={"run_id": "v"})

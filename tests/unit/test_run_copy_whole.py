@@ -60,12 +60,12 @@ def test_an_exported_run_reads_and_rejudges_from_its_cache_as_the_source(tmp_pat
     assert shown[0] == shown[1] and "Answer 1." in shown[0]
 
     # A cached re-judge of the same set: every request was sent before, on the source and on the copy alike.
-    said = []
+    said_cached: list[str] = []
     for db in (pg_url, copy):
         calls.unlink()
-        said.append(same(fake(tmp_path, *rejudge, "--redo", "--db", str(db), calls=calls), db))
+        said_cached.append(same(fake(tmp_path, *rejudge, "--redo", "--db", str(db), calls=calls), db))
         assert judge_calls(calls) == 0, db
-    assert said[0] == said[1] and "labelled 6 replies" in said[0]
+    assert said_cached[0] == said_cached[1] and "labelled 6 replies" in said_cached[0]
 
 
 def test_the_copy_takes_only_cached_replies_whose_text_the_run_stores(tmp_path: Path):

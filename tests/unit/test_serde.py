@@ -1,4 +1,5 @@
-"""The checkpoint serializer never unpickles and never builds a type outside the allow-list (a tampered store: both backends)."""
+"""The checkpoint serializer never unpickles and never builds a type outside the allow-list (a tampered store: both
+backends)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from checkpoints.serde import StrictSerializer, UnsafeCheckpointError
 from tests.backends import Db, execute, is_postgres, rows
 
-MARKER = []
+MARKER: list[str] = []
 
 
 class Boom:

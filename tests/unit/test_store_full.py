@@ -1,4 +1,5 @@
-"""A full or read-only SQLite store mid-run: SQLite's own error injected at the write paths (ours and LangGraph's saver).
+"""A full or read-only SQLite store mid-run: SQLite's own error injected at the write paths (ours and LangGraph's
+saver).
 
 The run stops with :class:`StoreUnwritable` (the command prints one line and exits 75), nothing already stored is
 lost, and the same run finishes once the store takes writes again. The real small filesystem is in
@@ -27,7 +28,8 @@ READ_ONLY = "attempt to write a readonly database"
 
 
 def fail_after(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, n: int, message: str) -> None:
-    """Make ``owner.name`` raise SQLite's ``message`` from its ``n``-th call on (as the real error would, every time)."""
+    """Make ``owner.name`` raise SQLite's ``message`` from its ``n``-th call on (as the real error would, every
+    time)."""
     original = getattr(owner, name)
     calls = [0]
 
@@ -62,8 +64,9 @@ def finished_exactly(db: Path, run_id: str = "r1", turns: int = 5) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-# LangGraph's saver meeting a full disk is covered by the real 2 MB filesystem (tests/integration/test_store_full_disk.py,
-# a command per run): in one long-lived process a second run after it can find the file still write-locked.
+# LangGraph's saver meeting a full disk is covered by the real 2 MB filesystem
+# (tests/integration/test_store_full_disk.py, a command per run): in one long-lived process a second run after it can
+# find the file still write-locked.
 @pytest.mark.parametrize(("owner", "name"), [(Writer, "record_turns")], ids=["our-writer"])
 def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishes(db: Path, monkeypatch, owner, name):
     with monkeypatch.context() as patched:
@@ -78,8 +81,9 @@ def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishe
         stored_before = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
     assert stored_before >= 1  # what was written before the fault is still there
     statuses = _play_again_in_a_new_process(db)  # space freed, the same run goes on, as the command run again does
-    # Turn records are queued, not awaited (graph/running/store_writer.py): a dialogue whose graph reached its end before the
-    # fault surfaced is recorded from its checkpoint ("skipped"), the others play on ("finished"); none fails.
+    # Turn records are queued, not awaited (graph/running/store_writer.py): a dialogue whose graph reached its end
+    # before the fault surfaced is recorded from its checkpoint ("skipped"), the others play on ("finished"); none
+    # fails.
     assert set(statuses) <= {"finished", "skipped"} and len(statuses) == 2, statuses
     finished_exactly(db)
 

@@ -1,4 +1,5 @@
-"""The store mirror: record_turns and upsert_dialogue write what sqlite-utils' upsert wrote, step by step, without its schema lookups."""
+"""The store mirror: record_turns and upsert_dialogue write what sqlite-utils' upsert wrote, step by step, without its
+schema lookups."""
 
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
     pg_url = durable_pg_url
     seed = int(os.environ.get("DYMT_ESB_OUTAGE_SEED") or time.time_ns() % 10**6)
     rng = random.Random(seed)
-    trials, restarts, mid_play = 5, [], 0
+    trials, mid_play = 5, 0
+    restarts: list[tuple[int, str, int, float]] = []
     logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
     started = time.monotonic()
     with StubServer(latency=0.05) as stub:
@@ -154,8 +155,8 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
             for trial in range(trials):
                 run_id = f"outage{trial}"
                 assert run_main([*_run_flags(pg_url, stub, run_id=run_id, per_category=2), "--enqueue"]) == 0
-                for n in range(1 + (rng.random() < 0.4)):
-                    _wait_for(lambda: _rows(pg_url, f"select count(*) from dialogue_plays where run_id = '{run_id}'")[0][0] > 0,
+                for _n in range(1 + (rng.random() < 0.4)):
+                    _wait_for(lambda run_id=run_id: _rows(pg_url, f"select count(*) from dialogue_plays where run_id = '{run_id}'")[0][0] > 0,
                               timeout=60, alive=workers, logs=logs, what="a play")
                     time.sleep(rng.uniform(0.0, 0.8))
                     in_play = _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0]
@@ -164,7 +165,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
                     _drop_connections(pg_url) if mode == "drop" else _restart(mode)
                     restarts.append((trial, mode, in_play, round(time.monotonic() - began, 2)))
                     mid_play += in_play > 0
-                _wait_for(lambda: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
+                _wait_for(lambda run_id=run_id: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
                                                     f"and args->>'run_id' = '{run_id}'")[0][0],
                           timeout=180, alive=workers, logs=logs, what=f"{run_id}'s jobs (seed {seed})", url=pg_url)
             for proc, log in zip(workers, logs):

@@ -1,4 +1,5 @@
-"""Writes queued while the store's thread is busy (tracer batches, turn records) share one transaction, each its own savepoint."""
+"""Writes queued while the store's thread is busy (tracer batches, turn records) share one transaction, each its own
+savepoint."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in e
                  for i in range(4))
 
 
-class Mode(str, enum.Enum):
+class Mode(str, enum.Enum):  # noqa: UP042 - the str-mixin form, as user code writes it
     IMPLICIT = "implicit"
 
 
@@ -165,7 +165,7 @@ def test_a_line_holds_the_values_json_dumps_would_write():
     import numpy as np
 
     values = [
-        {"int keys": {1: "a", 2.5: "b", None: "c", True: "d"}},  # orjson refuses keys that are not strings
+        {"int keys": {1: "a", 2.5: "b", None: "c", False: "d"}},  # orjson refuses keys that are not strings
         {"huge": 2**70, "negative huge": -(2**65), "nan": float("nan")},  # beyond 64 bits (so NaN as json writes it)
         {"numpy": np.float64(0.25), "numpy int": np.int64(3)},  # a float subclass: a number, not its repr
         {"when": T0, "day": T0.date(), "time": dt.time(12, 30), "uid": uuid.UUID(int=7)},  # the default's forms
@@ -213,7 +213,8 @@ def test_message_dict_is_dumpd():
 
 
 def _more_messages() -> list:
-    """Messages whose fields take every way through ``to_json``: chunks, falsy values, extras, own lc_attributes, secrets."""
+    """Messages whose fields take every way through ``to_json``: chunks, falsy values, extras, own lc_attributes,
+    secrets."""
     from langchain_core.messages import AIMessageChunk, ChatMessage, FunctionMessage, HumanMessageChunk
 
     class Annotated(HumanMessage):  # an lc_attributes of its own, above none

@@ -23,7 +23,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     try:
         code = trace_cli.main(list(args))
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code  # type: ignore[assignment]  # the commands exit with a number
     out, err = capsys.readouterr()
     assert len(err.splitlines()) <= 1, f"stderr is not one line: {err!r}"
     return code, " ".join(out.split()), " ".join(err.split())
@@ -31,7 +31,8 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def played(db, monkeypatch):
-    """A run of two dialogues × 2 turns with fake models; the target's replies carry a string that is a secret at push time."""
+    """A run of two dialogues × 2 turns with fake models; the target's replies carry a string that is a secret at push
+    time."""
     for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY", "LANGSMITH_ENDPOINT", "LANGCHAIN_ENDPOINT", "LANGSMITH_PROJECT"):
         monkeypatch.delenv(name, raising=False)
     target = scripted(lambda m, n: f"Answer {n}, quoting {SECRET}.", spec="fake:target")
@@ -74,7 +75,8 @@ def test_push_uploads_every_run_and_feedback_of_the_run_in_langsmith_s_schemas(d
         bodies = b"".join(r.body for r in server.requests).decode()
         assert SECRET not in bodies and "[redacted:MY_SERVICE_API_KEY]" in bodies
         assert LS_KEY not in bodies
-        assert out == f"pushed {len(stored)} runs of 2 traces and 4 feedback records of run r1 to project bias-audit at {server.url}"
+        assert out == (f"pushed {len(stored)} runs of 2 traces and 4 feedback records of run r1 to project bias-audit at "
+            f"{server.url}")
 
         # Again: the same ids, so nothing new; the server's 409s count as already there.
         code, out, err = run_cli(capsys, "push", "r1", "--endpoint", server.url, "--project", "bias-audit", "--db", str(db))

@@ -40,7 +40,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     try:
         code = trace_cli.main(list(args))
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code  # type: ignore[assignment]  # the commands exit with a number
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -1,4 +1,5 @@
-"""Dialogues handed to procrastinate workers on a real PostgreSQL server: exactly once per dialogue, even when a worker dies."""
+"""Dialogues handed to procrastinate workers on a real PostgreSQL server: exactly once per dialogue, even when a worker
+dies."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def _worker(url: str, *extra: str) -> subprocess.Popen:
 
 
 def _assert_exactly_once(url: str, n_dialogues: int) -> None:
-    """Every dialogue finished with exactly its turns, each with one reply and one primary label; no job left running."""
+    """Every dialogue finished with exactly its turns, each with one reply and one primary label; no job left
+    running."""
     assert _rows(url, "select status, count(*) from procrastinate_jobs group by status") == [("succeeded", n_dialogues)]
     assert _rows(url, "select count(*) from dialogues where status = 'finished'") == [(n_dialogues,)]
     per_dialogue = _rows(url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id")
@@ -191,7 +193,8 @@ def _stop_and_read(worker: subprocess.Popen) -> str:
 
 
 def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job_was_handed_to(pg_url: str):
-    """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing together."""
+    """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing
+    together."""
     with StubServer(latency=0.3) as stub:
         assert run_main([*_run_flags(pg_url, stub), "--limit", "1", "--enqueue"]) == 0
         sleeper = _worker(pg_url, "--stalled-after", "2")

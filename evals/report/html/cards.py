@@ -7,7 +7,8 @@ from evals.report.html.sections import e
 
 
 def card_values(report: ReportData) -> list[tuple[str, str, str]]:
-    """(card id, big figure, small print) for dialogues, replies labelled, unparsed, unfinished, cost, judge validation."""
+    """(card id, big figure, small print) for dialogues, replies labelled, unparsed, unfinished, cost, judge
+    validation."""
     dialogues = report.dataset.dialogues
     labelled = sum(r.n_labelled for r in report.bias)
     unparsed = sum(r.n_unparsed for r in report.bias)

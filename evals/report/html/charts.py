@@ -48,7 +48,8 @@ def marker(shape: str, x: float, y: float, colour: str, *, filled: bool = True, 
         }[shape]
         return f'<polygon points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}" {common}/>'
     if shape == "cross":
-        return (f'<path d="M{x - r:.1f},{y - r:.1f}L{x + r:.1f},{y + r:.1f}M{x - r:.1f},{y + r:.1f}L{x + r:.1f},{y - r:.1f}" '
+        return ('<path '
+            f'd="M{x - r:.1f},{y - r:.1f}L{x + r:.1f},{y + r:.1f}M{x - r:.1f},{y + r:.1f}L{x + r:.1f},{y - r:.1f}" '
                 f'stroke="{colour}" stroke-width="2.2" fill="none"/>')
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" {common}/>'
 
@@ -78,7 +79,8 @@ def _axes(turns: int, ylabel: str, title: str, title_id: str, heading: str) -> t
         parts.append(f'<text class="tick" x="{x(t):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{t}</text>')
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(0):.1f}" y2="{y(0):.1f}"/>'
                  f'<text class="axis-label" x="{LEFT + pw / 2:.1f}" y="{H - 8}" text-anchor="middle">turn</text>'
-                 f'<text class="axis-label" transform="translate(14 {TOP + ph / 2:.1f}) rotate(-90)" text-anchor="middle">{e(ylabel)}</text>')
+                 f'<text class="axis-label" transform="translate(14 {TOP + ph / 2:.1f}) rotate(-90)" '
+                     f'text-anchor="middle">{e(ylabel)}</text>')
     return parts, x, y
 
 
@@ -93,7 +95,8 @@ def _series(points: Sequence[Point], x, y, colour: str, shape: str, *, dashed: b
         parts.append(f'<polygon class="band{" dashed" if dashed else ""}" points="{upper} {lower}" fill="{colour}"{edge}/>')
     elif len(band) == 1:
         p = band[0]
-        parts.append(f'<line class="whisker" x1="{x(p.turn):.1f}" x2="{x(p.turn):.1f}" y1="{y(p.est.low):.1f}" y2="{y(p.est.high):.1f}" stroke="{colour}"/>')
+        parts.append(f'<line class="whisker" x1="{x(p.turn):.1f}" x2="{x(p.turn):.1f}" y1="{y(p.est.low):.1f}" '
+            f'y2="{y(p.est.high):.1f}" stroke="{colour}"/>')
     if len(known) > 1:
         line = " ".join(f"{x(p.turn):.1f},{y(p.est.value):.1f}" for p in known)
         dash = ' stroke-dasharray="6 4"' if dashed else ""
@@ -101,7 +104,8 @@ def _series(points: Sequence[Point], x, y, colour: str, shape: str, *, dashed: b
     for p in known:
         px, py = x(p.turn), y(p.est.value)
         parts.append(f'<g class="pt" tabindex="-1"><title>{e(label)}, turn {p.turn}: {e(p.tip)}</title>'
-                     f'<circle class="hit" cx="{px:.1f}" cy="{py:.1f}" r="10"/>{marker(shape, px, py, colour, filled=not dashed)}</g>')
+                     f'<circle class="hit" cx="{px:.1f}" cy="{py:.1f}" '
+                         f'r="10"/>{marker(shape, px, py, colour, filled=not dashed)}</g>')
     return "".join(parts)
 
 
@@ -159,8 +163,10 @@ def curve_figure(series: Mapping[Any, Summary], *, cumulative: bool, corrected: 
             if fixed:
                 any_corrected = True
                 parts.append(f'<g class="series corrected" data-series="{i}">'
-                             f'{_series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")}</g>')
-        panels.append(f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>')
+                             + _series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")
+                             + "</g>")
+        panels.append(f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" '
+            f'aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>')
     caption = f"{what} by target and mode, 95% bootstrap intervals as bands; hover a point for its value"
     if any_corrected:
         caption += "; dashed: corrected for the judge's measured error"
@@ -178,7 +184,8 @@ def legend(targets: Sequence[str], *, corrected: bool = False, modes: Sequence[s
         keys.append('<button type="button" class="key" aria-pressed="true" data-kind="corrected">'
                     f'{swatch("#475467", "circle", dashed=True)}<span>judge-corrected</span></button>')
     for j, mode in enumerate(modes):
-        keys.append(f'<span class="key static">{swatch("#475467", "circle", filled=j % 2 == 0)}<span>mode {e(mode)}</span></span>')
+        keys.append(f'<span class="key static">{swatch("#475467", "circle", filled=j % 2 == 0)}<span>mode '
+            f'{e(mode)}</span></span>')
     return f'<div class="legend" role="group" aria-label="series: press to hide or show">{"".join(keys)}</div>'
 
 
@@ -203,15 +210,18 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
     parts = [f'<title id="{e(title_id)}">{e(title)}</title>']
     for tick in (0, 0.25, 0.5, 0.75, 1):
         parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{height - BOTTOM}"/>'
-                     f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" text-anchor="middle">{int(tick * 100)}%</text>'
+                     f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" '
+                         f'text-anchor="middle">{int(tick * 100)}%</text>'
                      f'<text class="tick" x="{x(tick):.1f}" y="{TOP - 8}" text-anchor="middle">{int(tick * 100)}%</text>')
     parts.append(f'<text class="axis-label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
                  "dialogues with ≥1 biased reply by the last turn</text>")
     for c, category in enumerate(categories):
         top = TOP + c * row_h + gap / 2
-        parts.append(f'<text class="cat" x="{left - 10}" y="{top + row_h / 2 - gap / 2 + 4:.1f}" text-anchor="end">{e(category)}</text>')
+        parts.append(f'<text class="cat" x="{left - 10}" y="{top + row_h / 2 - gap / 2 + 4:.1f}" '
+            f'text-anchor="end">{e(category)}</text>')
         if c:
-            parts.append(f'<line class="sep" x1="{left - 140}" x2="{x(1):.1f}" y1="{top - gap / 2:.1f}" y2="{top - gap / 2:.1f}"/>')
+            parts.append(f'<line class="sep" x1="{left - 140}" x2="{x(1):.1f}" y1="{top - gap / 2:.1f}" '
+                f'y2="{top - gap / 2:.1f}"/>')
         for g, (target, mode) in enumerate(groups):
             row = by_key.get((category, target, mode))
             if row is None or row.bias_at_end.value is None:
@@ -221,10 +231,13 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
             cy = top + g * step + step / 2
             whisker = ""
             if est.low is not None and est.high is not None:
-                whisker = f'<line class="whisker" x1="{x(est.low):.1f}" x2="{x(est.high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" stroke="{colour}"/>'
-            parts.append(f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
-                         f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'
-                         f'{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>')
+                whisker = (f'<line class="whisker" x1="{x(est.low):.1f}" x2="{x(est.high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
+                    f'stroke="{colour}"/>')
+            parts.append(
+                f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
+                f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
+                f"{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>"  # type: ignore[arg-type]
+            )
     svg = (f'<svg class="chart wide" viewBox="0 0 {W + 200} {height}" role="img" aria-labelledby="{e(title_id)}">'
            f'{"".join(parts)}</svg>')
     return (f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(title)}; hover a point for its value'

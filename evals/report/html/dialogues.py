@@ -31,7 +31,7 @@ from evals.report.html.wordcode import Coder, word_list
 
 MAX_BRANCH_DEPTH = 8
 CHUNK_CHARS = 512 * 1024  # body JSON per chunk: opening a dialogue decodes one chunk only (larger: smaller file)
-LABEL_CODES = {BIASED: "b", NOT_BIASED: "n", UNPARSED: "u"}  # "-": no label
+LABEL_CODES: dict[str, str] = {BIASED: "b", NOT_BIASED: "n", UNPARSED: "u"}  # "-": no label
 ESCAPES = {b"\x00": b"=0", b"\r": b"=1", b"<": b"=2", b"=": b"=3"}  # page.js undoes these, in this order
 _ESCAPED = re.compile(rb"[\x00\r<=]")
 
@@ -122,7 +122,7 @@ def _body(page: PageDialogue) -> dict[str, Any]:
 def _node(page: PageDialogue, parent: int, chunk: int, nodes: list[dict[str, Any]], bodies: dict[str, Any]) -> int:
     record = page.record
     index = len(nodes)
-    node = {
+    node: dict[str, Any] = {
         "id": record.thread_id, "run": record.run_id, "cat": record.category or "?", "mode": record.mode or "?",
         "tgt": page.target, "st": record.status or "?", "lab": label_codes(record), "leak": page.leak_state,
         "par": parent, "fork": record.fork_turn, "chg": describe_change(record.change, reveal_seed=True) if parent >= 0 else "",

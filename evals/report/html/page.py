@@ -85,7 +85,8 @@ def _review_bar() -> str:
     return (
         '<section class="review-bar" id="review" aria-label="review">'
         '<h2>Your review</h2><p>Mark replies below (agree or disagree with the judge, or your own label, with a note). '
-        "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id RUN</code> "
+        "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id "
+            "RUN</code> "
         "reads to compare you with the judge.</p>"
         '<div class="review-actions"><label>reviewer <input id="reviewer" type="text" size="14" value="reviewer" '
         'autocomplete="off"></label> <span id="review-count" role="status">0 replies marked</span> '

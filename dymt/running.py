@@ -98,6 +98,18 @@ async def arun(config: RunConfig | None = None, /, *, on_event: EventSink = igno
     return await play_prepared(prepared, play, on_event)
 
 
+def play(prepared: Prepared, *, on_event: EventSink = ignore, processes: int | None = None, trace: bool = True,
+         pause_after: int | None = None, review: Review | None = None, store_outage_budget: float = DEFAULT_BUDGET_S,
+         command: str | None = None) -> RunResult:
+    """Play a prepared run (:func:`dymt.prepare`): what :func:`run` does once the configuration is resolved."""
+    options = PlayOptions(processes=processes, trace=trace, pause_after=pause_after, review=review,
+                          store_outage_budget=store_outage_budget, command=command)
+    single_process(prepared, options)
+    if prepared.stored is not None and prepared.stored.finished(prepared.plan):
+        return reshow(prepared)
+    return run_coroutine(play_prepared(prepared, options, on_event))
+
+
 def run_coroutine(coroutine: Any) -> Any:
     """Await ``coroutine`` from synchronous code: here, or on a thread of its own if this thread runs a loop already."""
     try:

@@ -16,12 +16,12 @@ from dymt.errors import DymtError, RunStopped
 from dymt.preparing import Prepared, prepare
 from dymt.queueing import EnqueueResult, enqueue
 from dymt.results import RUN_SCHEMA, OutagePastBudget, RunResult
-from dymt.running import arun, check, run
+from dymt.running import arun, astream, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
     "DymtError", "EnqueueResult", "OutagePastBudget", "Prepared", "RUN_SCHEMA", "RunConfig", "RunResult", "RunStopped",
-    "arun", "check", "enqueue", "estimate", "events", "prepare", "run",
+    "arun", "astream", "check", "enqueue", "estimate", "events", "prepare", "run",
 ]
 
 

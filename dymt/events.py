@@ -1,6 +1,7 @@
 """What a run says while it plays, as events: a command renders them with rich, a notebook its own way.
 
-``dymt.run(..., on_event=f)`` calls ``f(event)`` for each, from the thread that plays the run (and, for outages,
+``dymt.run(..., on_event=f)`` calls ``f(event)`` for each, and ``async for event in dymt.astream(...)`` yields them
+(the last one is :class:`RunEnded` with the result). The callback is called, from the thread that plays the run (and, for outages,
 from the run's own watcher thread): keep ``f`` quick. ``RunStarted.status`` is a live view for displays that poll
 (calls so far, outages now), so an event need not be sent for every tick.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from models.circuit import OutageStatus
 
@@ -86,7 +87,15 @@ class Notice:
     level: Literal["info", "warning"] = "info"
 
 
-Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Notice
+@dataclass(frozen=True)
+class RunEnded:
+    """The last event of ``dymt.astream``: the run's result (``dymt.RunResult``)."""
+
+    run_id: str
+    result: Any = field(repr=False)
+
+
+Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Notice | RunEnded
 EventSink = Callable[[Event], None]
 
 

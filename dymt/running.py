@@ -11,8 +11,8 @@ import dataclasses
 import secrets
 import shlex
 import threading
-from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.errors import DymtError, RunStopped
-from dymt.events import DialogueProgress, EventSink, OutageBegan, OutageEnded, Paused, RunStarted, ignore
+from dymt.events import (DialogueProgress, Event, EventSink, OutageBegan, OutageEnded, Paused, RunEnded, RunStarted,
+                         ignore)
 from dymt.preparing import (Prepared, check_priced, config_of, dialogue_estimate, prepare, store_outage)
 from dymt.results import OutagePastBudget, RunResult
 from evals.cost import CostCap
@@ -96,6 +97,30 @@ async def arun(config: RunConfig | None = None, /, *, on_event: EventSink = igno
     if prepared.stored is not None and prepared.stored.finished(prepared.plan):
         return reshow(prepared)
     return await play_prepared(prepared, play, on_event)
+
+
+async def astream(config: RunConfig | None = None, /, **options: Any) -> AsyncIterator[Event]:
+    """:func:`arun` as an async iterator of its events, ending with :class:`RunEnded` (the result); stopping the loop
+    early cancels the run (what it stored stays: resume it by its id). Errors are raised as :func:`arun` raises them."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    def sink(event: Event) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    task = asyncio.ensure_future(arun(config, on_event=sink, **options))
+    task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, done))
+    try:
+        while (item := await queue.get()) is not done:
+            yield item
+        result = task.result()
+        yield RunEnded(result.run_id, result)
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
 
 def play(prepared: Prepared, *, on_event: EventSink = ignore, processes: int | None = None, trace: bool = True,

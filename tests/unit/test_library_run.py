@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import dymt
-from dymt.events import Collector, DialogueProgress, RunStarted
+from dymt.events import Collector, DialogueProgress, RunEnded, RunStarted
 from tests.stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +97,21 @@ def test_the_commands_json_is_the_results_json(tmp_path: Path) -> None:
     again = dymt.run(db=str(db), run_id="same")  # a finished run given again: its summary, nothing played
     assert json.loads(shown.stdout) == again.to_json()
     assert again.summary["skipped_this_time"] == 2 and first.summary["cumulative"] == again.summary["cumulative"]
+
+
+def test_astream_yields_the_runs_events_in_order_and_ends_with_its_result(tmp_path: Path) -> None:
+    async def collect() -> list:
+        return [event async for event in dymt.astream(**_options(stub, tmp_path / "s.db", "streamed"))]
+
+    with StubServer() as stub:
+        events = asyncio.run(collect())
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunEnded)
+    result = events[-1].result
+    assert result.status == 0 and result.summary["finished"] == 2
+    finished = [e.thread_id for e in events if isinstance(e, DialogueProgress) and e.event == "finished"]
+    assert len(set(finished)) == 2 and all(t.startswith("streamed:") for t in finished)
+    done: dict[str, int] = {}
+    for event in events[1:-1]:  # each dialogue's stored turns only go up, one event at a time
+        assert event.turns_done >= done.get(event.thread_id, 0)
+        done[event.thread_id] = event.turns_done
+    assert set(done.values()) == {2}

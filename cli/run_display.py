@@ -26,7 +26,7 @@ class RunDisplay:
     def __enter__(self) -> RunDisplay:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._stack.__exit__(*exc)
 
     def last(self, kind: type) -> Any:
@@ -44,15 +44,29 @@ class RunDisplay:
         from cli.progress_log import ProgressLog
 
         status = started.status
-        lines = ProgressLog(total=started.dialogues, turns_per_dialogue=started.turns, stream=sys.stderr,
-                            run_id=started.run_id, calls=status.calls, cost=status.cost, outages=status.outages,
-                            mute=status.muted)
+        lines = ProgressLog(
+            total=started.dialogues,
+            turns_per_dialogue=started.turns,
+            stream=sys.stderr,
+            run_id=started.run_id,
+            calls=status.calls,
+            cost=status.cost,
+            outages=status.outages,
+            mute=status.muted,
+        )
         return self._stack.enter_context(lines).on_progress
 
     def _open_bars(self, started: RunStarted):
-        progress = OutageProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=self.console, disable=self.quiet, transient=False,
-                                  outages=started.status.outages)
+        progress = OutageProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=self.quiet,
+            transient=False,
+            outages=started.status.outages,
+        )
         self._stack.enter_context(progress)
         dialogues = progress.add_task("dialogues", total=started.dialogues)
         turns = progress.add_task("turns", total=started.dialogues * started.turns)
@@ -63,4 +77,5 @@ class RunDisplay:
             seen[thread_id] = done
             if event in ("finished", "failed", "skipped", "held"):
                 progress.advance(dialogues)
+
         return on_progress

@@ -20,8 +20,22 @@ from dymt.running import arun, astream, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
-    "DymtError", "EnqueueResult", "OutagePastBudget", "Prepared", "RUN_SCHEMA", "RunConfig", "RunResult", "RunStopped",
-    "arun", "astream", "check", "enqueue", "estimate", "events", "prepare", "run",
+    "DymtError",
+    "EnqueueResult",
+    "OutagePastBudget",
+    "Prepared",
+    "RUN_SCHEMA",
+    "RunConfig",
+    "RunResult",
+    "RunStopped",
+    "arun",
+    "astream",
+    "check",
+    "enqueue",
+    "estimate",
+    "events",
+    "prepare",
+    "run",
 ]
 
 

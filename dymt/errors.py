@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from checkpoints.outages import OutageError
+
 
 class DymtError(ValueError):
     """Bad input, said in one line that names what to fix; nothing was written. The commands exit 2 with it."""
@@ -11,6 +13,6 @@ class RunStopped(RuntimeError):
     """A run stopped by an outage past its budget before it could end on its own: a full or read-only disk, or the
     store unreachable. ``error`` is the outage, ``resume`` the command that goes on once it is over; nothing is lost."""
 
-    def __init__(self, error: Exception, *, run_id: str, resume: str, dialogues: int | None = None) -> None:
+    def __init__(self, error: OutageError, *, run_id: str, resume: str, dialogues: int | None = None) -> None:
         super().__init__(str(error))
         self.error, self.run_id, self.resume, self.dialogues = error, run_id, resume, dialogues

@@ -15,6 +15,7 @@ from checkpoints.location import DbLocation, PostgresURL, locate_db
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
 from checkpoints.store_outage import StoreOutage
+from checkpoints.vocabulary import Role
 from dymt.errors import DymtError
 from evals.cost import Pricing, PricingError, load_pricing
 from evals.estimates import run_estimate
@@ -57,7 +58,9 @@ class Prepared:
         return self.location if isinstance(self.location, PostgresURL) else None
 
 
-def config_of(config: RunConfig | None, options: Mapping[str, Any], given: Iterable[str] | None) -> tuple[RunConfig, set[str]]:
+def config_of(
+    config: RunConfig | None, options: Mapping[str, Any], given: Iterable[str] | None
+) -> tuple[RunConfig, set[str]]:
     """The run's configuration from a RunConfig or keyword options (flag names: ``target_model=[...]``), and the options
     counted as given (for a stored run, those not given come from the run)."""
     if config is not None and options:
@@ -80,18 +83,21 @@ def prepare(config: RunConfig, *, given: set[str], pauses: PauseOptions, turns_g
     try:
         location = config.store_location()
         stored = stored_run(location, config.run_id)
-        if stored is not None:  # the run's own settings under every option not given again
+        if stored is not None and config.run_id:  # the run's own settings under every option not given again
             config = stored_run_config(stored.run["config"], run_id=config.run_id).given_again(
-                config, flags=given, run_id=config.run_id)
+                config, flags=given, run_id=config.run_id
+            )
         plan = plan_run(config, turns_given="turns" in given if turns_given is None else turns_given)
         templates = config.load_prompts()
     except (ConfigError, StoreError) as exc:
         raise DymtError(str(exc)) from None
-    if message := check_pause_options(modes=config.modes, turns=plan.config.turns, interactive=pauses.interactive,
-                                      pause_after=pauses.pause_after):
+    if message := check_pause_options(
+        modes=config.modes, turns=plan.config.turns, interactive=pauses.interactive, pause_after=pauses.pause_after
+    ):
         raise DymtError(message)
-    return Prepared(config=config, location=location, stored=stored, plan=plan, templates=templates,
-                    pricing=pricing_of(config))
+    return Prepared(
+        config=config, location=location, stored=stored, plan=plan, templates=templates, pricing=pricing_of(config)
+    )
 
 
 def stored_run(location: DbLocation, run_id: str | None) -> StoredRun | None:
@@ -101,7 +107,9 @@ def stored_run(location: DbLocation, run_id: str | None) -> StoredRun | None:
     try:
         with open_reader(location) as reader:
             run = reader.get_run(run_id)
-            return None if run is None else StoredRun(run, {d["thread_id"]: d["status"] for d in reader.dialogues(run_id)})
+            return (
+                None if run is None else StoredRun(run, {d["thread_id"]: d["status"] for d in reader.dialogues(run_id)})
+            )
     except StoreError:  # not a store (yet): opening it for the run says what is wrong
         return None
 
@@ -115,23 +123,35 @@ def pricing_of(config: RunConfig) -> Pricing | None:
         except PricingError as exc:
             raise DymtError(str(exc)) from None
     if config.max_cost is not None and pricing is None:
-        raise DymtError("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
+        raise DymtError(
+            "--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)"
+        )
     return pricing
 
 
 def check_priced(config: RunConfig, pricing: Pricing | None) -> None:
     """A cost cap can only count what is priced: every model spec of the run needs a price."""
     chosen = config.models
-    if config.max_cost is not None and pricing is not None and (
-            unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
-        raise DymtError(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with "
-                        "input and output")
+    if (
+        config.max_cost is not None
+        and pricing is not None
+        and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets]))
+    ):
+        raise DymtError(
+            f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with "
+            "input and output"
+        )
 
 
 def estimate(prepared: Prepared) -> dict:
     """The expected calls, tokens and cost of the planned run, from the store's earlier runs where it has some."""
     chosen = prepared.plan.config.models
-    for role, spec_text in [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]:
+    roles: list[tuple[Role, str]] = [
+        ("user", chosen.user),
+        ("judge", chosen.judge),
+        *(("target", t) for t in chosen.targets),
+    ]
+    for role, spec_text in roles:
         try:
             parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
         except ModelSpecError as exc:
@@ -147,10 +167,20 @@ def estimate(prepared: Prepared) -> dict:
 def planned_estimate(plan: RunPlan, location: DbLocation, pricing: Pricing | None) -> dict:
     """Estimate's numbers for a planned run."""
     config, chosen = plan.config, plan.config.models
-    roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
+    roles: list[tuple[Role, str]] = [
+        ("user", chosen.user),
+        ("judge", chosen.judge),
+        *(("target", t) for t in chosen.targets),
+    ]
     return run_estimate(
-        location, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=plan.dialogues_by_mode,
-        samples=config.samples, turns=config.turns, pricing=pricing,
+        location,
+        user=chosen.user,
+        judge=chosen.judge,
+        targets=chosen.targets,
+        dialogues_by_mode=plan.dialogues_by_mode,
+        samples=config.samples,
+        turns=config.turns,
+        pricing=pricing,
         max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
     )
 
@@ -166,7 +196,9 @@ def store_outage(server: PostgresURL | None, budget_s: float, policy: CallPolicy
     if server is None:
         return None
     outage = StoreOutage(server, budget_s=budget_s)
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the pools' failed reconnections: the outage says it once
+    logging.getLogger("psycopg.pool").setLevel(
+        logging.ERROR
+    )  # the pools' failed reconnections: the outage says it once
     # past the budget, what fails while the other dialogues stop is no news: the one line the command prints says it
     outage.on_exceeded(lambda _: logging.disable(logging.CRITICAL))
     if policy.cache is not None:

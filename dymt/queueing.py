@@ -39,14 +39,21 @@ def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None =
     run_config = prepared.plan.config.model_copy(update={"run_id": config.run_id or new_run_id()})
     record = run_config.run_record(built.models, built.targets)
     chosen = run_config.models
-    budget = run_config.max_cost and budget_record(run_config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets],
-                                                   estimate=dialogue_estimate(prepared.plan, server, pricing))
+    budget = None
+    if run_config.max_cost is not None and pricing is not None:
+        budget = budget_record(
+            run_config.max_cost,
+            pricing,
+            [chosen.user, chosen.judge, *chosen.targets],
+            estimate=dialogue_estimate(prepared.plan, server, pricing),
+        )
     try:
         store = open_writer(server)
         try:
             check_run_compatible(store, run_config, record)
-            jobs = dialogue_jobs(run_config, prepared.plan.seeds, prepared.plan.scripts_by_mode, list(chosen.targets),
-                                 budget=budget)
+            jobs = dialogue_jobs(
+                run_config, prepared.plan.seeds, prepared.plan.scripts_by_mode, list(chosen.targets), budget=budget
+            )
             return enqueue_run(server, store, record, jobs, prepared.plan.scripts_by_mode)
         finally:
             store.close()

@@ -23,13 +23,15 @@ class OutagePastBudget:
     budget_s: float
 
     def line(self, *, unfinished: int, resume: str) -> str:
-        return (f"outage: {self.endpoint} {self.down} past the outage budget ({self.budget_s:g} s); {unfinished} "
-                f"dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}")
+        return (
+            f"outage: {self.endpoint} {self.down} past the outage budget ({self.budget_s:g} s); {unfinished} "
+            f"dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}"
+        )
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """One invocation of a run: its summary (metrics with raw and judge-corrected rates, cost, failures) and how it ended.
+    """One invocation of a run: its summary (metrics, raw and judge-corrected rates, cost, failures) and how it ended.
 
     ``status`` is the command's exit status: 0 every dialogue finished (or paused as asked), 1 some failed or were
     held back by the cost cap, 75 a provider outage past its budget. ``resume`` is the command that goes on.

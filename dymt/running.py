@@ -13,7 +13,7 @@ import shlex
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import contextmanager, suppress
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,18 @@ from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.errors import DymtError, RunStopped
-from dymt.events import (DialogueProgress, Event, EventSink, OutageBegan, OutageEnded, Paused, RunEnded, RunStarted,
-                         ignore)
-from dymt.preparing import (Prepared, check_priced, config_of, dialogue_estimate, prepare, store_outage)
+from dymt.events import (
+    DialogueProgress,
+    Event,
+    EventSink,
+    OutageBegan,
+    OutageEnded,
+    Paused,
+    RunEnded,
+    RunStarted,
+    ignore,
+)
+from dymt.preparing import Prepared, check_priced, config_of, dialogue_estimate, prepare, store_outage
 from dymt.results import OutagePastBudget, RunResult
 from evals.cost import CostCap
 from evals.report.summary import run_summary
@@ -46,7 +55,9 @@ from nodes.builder import build_graph
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 EXIT_OK, EXIT_SOME_FAILED, EXIT_OUTAGE = 0, 1, 75
 
-Review = Callable[..., Any]  # graph/running/pausing.py settle_run's review: a person accepts or edits a simulated message
+Review = Callable[
+    ..., Any
+]  # graph/running/pausing.py settle_run's review: a person accepts or edits a simulated message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,22 +76,51 @@ class PlayOptions:
         return PauseOptions(interactive=self.review is not None, pause_after=self.pause_after)
 
 
-def run(config: RunConfig | None = None, /, *, on_event: EventSink = ignore, given: Iterable[str] | None = None,
-        processes: int | None = None, trace: bool = True, pause_after: int | None = None, review: Review | None = None,
-        store_outage_budget: float = DEFAULT_BUDGET_S, **options: Any) -> RunResult:
+def run(
+    config: RunConfig | None = None,
+    /,
+    *,
+    on_event: EventSink = ignore,
+    given: Iterable[str] | None = None,
+    processes: int | None = None,
+    trace: bool = True,
+    pause_after: int | None = None,
+    review: Review | None = None,
+    store_outage_budget: float = DEFAULT_BUDGET_S,
+    **options: Any,
+) -> RunResult:
     """Play a run (or resume the one ``run_id`` names) and return its result; see :func:`arun`.
 
     In a thread with an event loop running (a notebook cell), the run plays on a thread of its own.
     """
-    coroutine = arun(config, on_event=on_event, given=given, processes=processes, trace=trace, pause_after=pause_after,
-                     review=review, store_outage_budget=store_outage_budget, **options)
+    coroutine = arun(
+        config,
+        on_event=on_event,
+        given=given,
+        processes=processes,
+        trace=trace,
+        pause_after=pause_after,
+        review=review,
+        store_outage_budget=store_outage_budget,
+        **options,
+    )
     return run_coroutine(coroutine)
 
 
-async def arun(config: RunConfig | None = None, /, *, on_event: EventSink = ignore, given: Iterable[str] | None = None,
-               processes: int | None = None, trace: bool = True, pause_after: int | None = None,
-               review: Review | None = None, store_outage_budget: float = DEFAULT_BUDGET_S,
-               command: str | None = None, **options: Any) -> RunResult:
+async def arun(
+    config: RunConfig | None = None,
+    /,
+    *,
+    on_event: EventSink = ignore,
+    given: Iterable[str] | None = None,
+    processes: int | None = None,
+    trace: bool = True,
+    pause_after: int | None = None,
+    review: Review | None = None,
+    store_outage_budget: float = DEFAULT_BUDGET_S,
+    command: str | None = None,
+    **options: Any,
+) -> RunResult:
     """Play a run on the running event loop and return its :class:`RunResult`.
 
     ``config`` is a :class:`RunConfig`, or keyword options named as the command's flags (``mode=["implicit"]``,
@@ -90,8 +130,14 @@ async def arun(config: RunConfig | None = None, /, *, on_event: EventSink = igno
     :class:`RunStopped` (nothing lost). Two runs may play at once in one process, each with its own events.
     """
     config, named = config_of(config, options, given)
-    play = PlayOptions(processes=processes, trace=trace, pause_after=pause_after, review=review,
-                       store_outage_budget=store_outage_budget, command=command)
+    play = PlayOptions(
+        processes=processes,
+        trace=trace,
+        pause_after=pause_after,
+        review=review,
+        store_outage_budget=store_outage_budget,
+        command=command,
+    )
     prepared = prepare(config, given=named, pauses=play.pauses)
     single_process(prepared, play)
     if prepared.stored is not None and prepared.stored.finished(prepared.plan):
@@ -123,12 +169,26 @@ async def astream(config: RunConfig | None = None, /, **options: Any) -> AsyncIt
                 await task
 
 
-def play(prepared: Prepared, *, on_event: EventSink = ignore, processes: int | None = None, trace: bool = True,
-         pause_after: int | None = None, review: Review | None = None, store_outage_budget: float = DEFAULT_BUDGET_S,
-         command: str | None = None) -> RunResult:
+def play(
+    prepared: Prepared,
+    *,
+    on_event: EventSink = ignore,
+    processes: int | None = None,
+    trace: bool = True,
+    pause_after: int | None = None,
+    review: Review | None = None,
+    store_outage_budget: float = DEFAULT_BUDGET_S,
+    command: str | None = None,
+) -> RunResult:
     """Play a prepared run (:func:`dymt.prepare`): what :func:`run` does once the configuration is resolved."""
-    options = PlayOptions(processes=processes, trace=trace, pause_after=pause_after, review=review,
-                          store_outage_budget=store_outage_budget, command=command)
+    options = PlayOptions(
+        processes=processes,
+        trace=trace,
+        pause_after=pause_after,
+        review=review,
+        store_outage_budget=store_outage_budget,
+        command=command,
+    )
     single_process(prepared, options)
     if prepared.stored is not None and prepared.stored.finished(prepared.plan):
         return reshow(prepared)
@@ -148,6 +208,7 @@ def run_coroutine(coroutine: Any) -> Any:
             box["value"] = asyncio.run(coroutine)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
+
     thread = threading.Thread(target=target, name="dymt-run")
     thread.start()
     thread.join()
@@ -166,8 +227,13 @@ def reshow(prepared: Prepared) -> RunResult:
     outcomes = tuple(DialogueOutcome(t, "skipped") for t in prepared.stored.statuses) if prepared.stored else ()
     with reader:
         summary = run_summary(reader, run_id, pricing=prepared.pricing, outcomes=outcomes)
-    return RunResult(run_id=run_id, status=exit_status(summary), summary=summary, outcomes=outcomes,
-                     paused=tuple(summary.get("paused") or ()))
+    return RunResult(
+        run_id=run_id,
+        status=exit_status(summary),
+        summary=summary,
+        outcomes=outcomes,
+        paused=tuple(summary.get("paused") or ()),
+    )
 
 
 async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSink) -> RunResult:
@@ -181,24 +247,30 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
         built = config.build_models(policy, templates=prepared.templates)
     except ModelBuildError as exc:
         raise DymtError(f"--{exc.role}-model: {exc.reason}") from None
-    run_config = prepared.plan.config.model_copy(update={"run_id": config.run_id or new_run_id()})
+    run_id: str = config.run_id or new_run_id()
+    run_config = prepared.plan.config.model_copy(update={"run_id": run_id})
     record = run_config.run_record(built.models, built.targets)
     resume = play.command or resume_line(run_config)
     fresh_file = not isinstance(prepared.location, PostgresURL) and not Path(prepared.location).exists()
     try:
         store = open_writer(prepared.location)
         check_run_compatible(store, run_config, record)
-        new_run = store.get_run(run_config.run_id) is None
-        if not new_run and answered_before(store, run_config.run_id):
+        new_run = store.get_run(run_id) is None
+        if not new_run and answered_before(store, run_id):
             policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:
         raise DymtError(str(exc)) from None
     except OutageError as exc:  # a read-only or full disk under the store
-        raise RunStopped(exc, run_id=run_config.run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
+        raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
     cap = None
-    if config.max_cost is not None:
-        cap = CostCap(config.max_cost, prepared.pricing, run_config.run_id, record["resolved"]["models"],
-                      estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing))
+    if config.max_cost is not None and prepared.pricing is not None:  # prepare() refused a cap without pricing
+        cap = CostCap(
+            config.max_cost,
+            prepared.pricing,
+            run_id,
+            record["resolved"]["models"],
+            estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
+        )
     session = _Session(prepared, play, run_config, store, built, record, policy, outage, cap, on_event, resume, single)
     try:
         result = await session.play()
@@ -206,15 +278,15 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
         store.close()
         raise DymtError(str(exc)) from None
     except EndpointSettingError as exc:
-        wrong_setting(str(exc), store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
+        wrong_setting(str(exc), store, run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
     except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
         store.close()
-        raise RunStopped(exc, run_id=run_config.run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
+        raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
     finally:
         if policy.cache is not None:
             policy.cache.close()
     if wrong := policy.setting_failures():  # every dialogue failed fast before the watch stopped the run
-        wrong_setting(wrong[0], store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
+        wrong_setting(wrong[0], store, run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
     try:
         return session.result(result.outcomes)
     finally:
@@ -224,11 +296,25 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
 class _Session:
     """One invocation playing a prepared run: here on the event loop, or in N processes on one SQLite file."""
 
-    def __init__(self, prepared: Prepared, play: PlayOptions, config: RunConfig, store, built, record: dict,
-                 policy: CallPolicy, outage, cap: CostCap | None, on_event: EventSink, resume: str, single: bool) -> None:
+    def __init__(
+        self,
+        prepared: Prepared,
+        play: PlayOptions,
+        config: RunConfig,
+        store,
+        built,
+        record: dict,
+        policy: CallPolicy,
+        outage,
+        cap: CostCap | None,
+        on_event: EventSink,
+        resume: str,
+        single: bool,
+    ) -> None:
         self.prepared, self.play_options, self.config, self.store = prepared, play, config, store
         self.built, self.record, self.policy, self.outage, self.cap = built, record, policy, outage, cap
         self.on_event, self.resume, self.single = on_event, resume, single
+        self.run_id: str = config.run_id or ""
 
     async def play(self):
         from graph.workers.processes import process_count
@@ -237,11 +323,16 @@ class _Session:
         self.config = self.config.model_copy(update={"max_concurrency": ceiling})
         plan = self.prepared.plan
         models = [self.built.models.user, self.built.models.judge, *self.built.targets]
-        processes = process_count(self.play_options.processes, dialogues=plan.n_dialogues, concurrency=start,
-                                  models=models, single=self.single)
-        status = _LiveStatus(self.policy, self.prepared.location, self.config.run_id, self.prepared.pricing)
-        self.on_event(RunStarted(self.config.run_id, plan.n_dialogues, self.config.turns, self.resume, status))
-        with _watching_outages(self.policy, self.config.run_id, self.on_event):
+        processes = process_count(
+            self.play_options.processes,
+            dialogues=plan.n_dialogues,
+            concurrency=start,
+            models=models,
+            single=self.single,
+        )
+        status = _LiveStatus(self.policy, self.prepared.location, self.run_id, self.prepared.pricing)
+        self.on_event(RunStarted(self.run_id, plan.n_dialogues, self.config.turns, self.resume, status))
+        with _watching_outages(self.policy, self.run_id, self.on_event):
             if processes > 1:
                 return await asyncio.to_thread(self._play_in_processes, processes)
             slots = DialogueSlots(ceiling, self.policy.concurrency_allowed if self.policy.adapting else None)
@@ -251,7 +342,7 @@ class _Session:
                 self.policy.stats.dialogues_at_once = slots.reached
 
     def _progress(self, event: str, thread_id: str, done: int) -> None:
-        self.on_event(DialogueProgress(self.config.run_id, thread_id, event, done))
+        self.on_event(DialogueProgress(self.run_id, thread_id, event, done))
 
     def _scripts(self):
         plan = self.prepared.plan
@@ -271,14 +362,30 @@ class _Session:
             graph = build_graph(saver)
             graph = pauses.configure(graph) if pauses else graph
             result = await execute_run(
-                config, self.prepared.plan.seeds, graph=graph, store=self.store, models=self.built.models,
-                on_progress=self._progress, scripts=self._scripts(), trace=self.play_options.trace,
-                targets=self.built.targets, reseed=reseed, budget=budget, outage=self.outage, slots=slots,
+                config,
+                self.prepared.plan.seeds,
+                graph=graph,
+                store=self.store,
+                models=self.built.models,
+                on_progress=self._progress,
+                scripts=self._scripts(),
+                trace=self.play_options.trace,
+                targets=self.built.targets,
+                reseed=reseed,
+                budget=budget,
+                outage=self.outage,
+                slots=slots,
             )
             if pauses:  # dialogues stopped at an interrupt are paused; a review callback goes over them here
-                result = await settle_run(graph, self.store, result, models=self.built.models,
-                                          sampling_seed=config.sampling_seed, review=self.play_options.review,
-                                          leakage=config.leakage)
+                result = await settle_run(
+                    graph,
+                    self.store,
+                    result,
+                    models=self.built.models,
+                    sampling_seed=config.sampling_seed,
+                    review=self.play_options.review,
+                    leakage=config.leakage,
+                )
             return result
 
     def _play_in_processes(self, processes: int):
@@ -287,46 +394,70 @@ class _Session:
         config, policy = self.config, self.policy
         location, templates = self.prepared.location, self.prepared.templates
         return play_in_processes(
-            config, self.prepared.plan.seeds, record=self.record, store=self.store, processes=processes,
-            setup=lambda: child_models(config, templates, location, answered_before=policy.endpoints_answered_before,
-                                       adapt=policy.adapting),
-            targets=list(config.models.targets), on_progress=self._progress, scripts=self._scripts(),
-            trace=self.play_options.trace, merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
-            mirror_outages=policy.mirror_outages)
+            config,
+            self.prepared.plan.seeds,
+            record=self.record,
+            store=self.store,
+            processes=processes,
+            setup=lambda: child_models(
+                config, templates, location, answered_before=policy.endpoints_answered_before, adapt=policy.adapting
+            ),
+            targets=list(config.models.targets),
+            on_progress=self._progress,
+            scripts=self._scripts(),
+            trace=self.play_options.trace,
+            merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
+            mirror_outages=policy.mirror_outages,
+        )
 
     def result(self, outcomes: list[DialogueOutcome]) -> RunResult:
-        """The run's summary and how this invocation ended (0 all finished, 1 some not, 75 an outage past its budget)."""
-        policy, cap, run_id = self.policy, self.cap, self.config.run_id
-        calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None),
-                 "retries": policy.stats.retry_summary(), "outages": policy.outage_summary(),
-                 "concurrency": {"dialogues_at_once": policy.stats.dialogues_at_once,
-                                 "endpoints": policy.concurrency_summary()}}
+        """The run's summary and how this invocation ended (0 all finished, 1 some not, 75 an outage past budget)."""
+        policy, cap, run_id = self.policy, self.cap, self.run_id
+        calls = {
+            "cache": policy.stats.cache_summary(enabled=policy.cache is not None),
+            "retries": policy.stats.retry_summary(),
+            "outages": policy.outage_summary(),
+            "concurrency": {
+                "dialogues_at_once": policy.stats.dialogues_at_once,
+                "endpoints": policy.concurrency_summary(),
+            },
+        }
         budget = cap.as_dict(held=sum(1 for o in outcomes if o.status == "held")) if cap is not None else None
-        summary = run_summary(self.store, run_id, outcomes=outcomes, calls=calls, pricing=self.prepared.pricing,
-                              budget=budget)
+        summary = run_summary(
+            self.store, run_id, outcomes=outcomes, calls=calls, pricing=self.prepared.pricing, budget=budget
+        )
         past = tuple(OutagePastBudget(c.endpoint, c.down_words(), c.budget) for c in policy.outages_past_budget())
         status = EXIT_OUTAGE if past else exit_status(summary)
         if status != EXIT_OK:
             summary["resume"] = self.resume + (
-                f" --max-cost {2 * budget['max_usd']:g}" if budget and budget["held"] else "")
+                f" --max-cost {2 * budget['max_usd']:g}" if budget and budget["held"] else ""
+            )
         paused = tuple(o.thread_id for o in outcomes if o.status == "paused")
         if paused:
             self.on_event(Paused(run_id, paused, paused_command(self.store.path, paused, run_id)))
-        return RunResult(run_id=run_id, status=status, summary=summary, outcomes=tuple(outcomes),
-                         outages_past_budget=past, paused=paused)
+        return RunResult(
+            run_id=run_id,
+            status=status,
+            summary=summary,
+            outcomes=tuple(outcomes),
+            outages_past_budget=past,
+            paused=paused,
+        )
 
 
 def new_run_id() -> str:
-    return f"run-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def single_process(prepared: Prepared, play: PlayOptions) -> bool:
     """Runs only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
     single = prepared.server is not None or bool(play.pauses) or prepared.config.max_cost is not None
     if play.processes is not None and play.processes > 1 and single:
-        raise DymtError("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, "
-                        "--pause-after and --max-cost (or the experiment file's max_cost), or use a PostgreSQL --db "
-                        "with python -m graph.worker")
+        raise DymtError(
+            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, "
+            "--pause-after and --max-cost (or the experiment file's max_cost), or use a PostgreSQL --db "
+            "with python -m graph.worker"
+        )
     return single
 
 
@@ -373,8 +504,9 @@ def concurrency(config: RunConfig, built, policy: CallPolicy) -> tuple[int, int]
 
 def answered_before(store, run_id: str) -> bool:
     """Whether an earlier invocation of the run stored a turn (its endpoints answered then)."""
-    rows = store.query("select 1 from turns t join dialogues d on d.thread_id = t.thread_id where d.run_id = ? limit 1",
-                       [run_id])
+    rows = store.query(
+        "select 1 from turns t join dialogues d on d.thread_id = t.thread_id where d.run_id = ? limit 1", [run_id]
+    )
     return bool(rows)
 
 
@@ -394,7 +526,7 @@ def child_models(config: RunConfig, templates, location: DbLocation, *, answered
     policy = config.call_policy(None if not config.cache else ResponseCache(location))
     if answered_before:
         policy.answered_before()
-    policy.answered_elsewhere(lambda: _stored_a_turn(location, config.run_id))
+    policy.answered_elsewhere(lambda: _stored_a_turn(location, config.run_id or ""))
     if adapt is not None:
         policy.adapt_concurrency(*adapt)  # the child takes its share (graph/workers/processes.py)
     built = config.build_models(policy, templates=templates)
@@ -402,6 +534,7 @@ def child_models(config: RunConfig, templates, location: DbLocation, *, answered
     def reseed(seed: int):
         again = config.build_models(policy, seed=seed, templates=templates)
         return again.models, again.targets
+
     return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
 
 
@@ -488,6 +621,7 @@ def _watching_outages(policy: CallPolicy, run_id: str, on_event: EventSink, ever
                 down = now
             except Exception:  # noqa: BLE001 - an event sink's error must never stop the run
                 continue
+
     thread = threading.Thread(target=watch, name=f"dymt-outages-{run_id}", daemon=True)
     thread.start()
     try:

@@ -22,9 +22,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _options(stub: StubServer, db: Path, run_id: str) -> dict:
-    return dict(db=str(db), run_id=run_id, user_model="openai:u", judge_model="openai:j", target_model=["openai:t"],
-                base_url=stub.url, turns=2, categories=["gender", "age"], max_concurrency=1)
-
+    return dict(
+        db=str(db),
+        run_id=run_id,
+        user_model="openai:u",
+        judge_model="openai:j",
+        target_model=["openai:t"],
+        base_url=stub.url,
+        turns=2,
+        categories=["gender", "age"],
+        max_concurrency=1,
+    )
 
 
 def _check_own_events(collector: Collector, run_id: str, dialogues: int, turns: int) -> None:
@@ -44,7 +52,8 @@ def test_two_runs_on_one_event_loop_play_at_once_and_keep_their_events_apart(tmp
         async def both():
             return await asyncio.gather(
                 dymt.arun(**_options(stub, tmp_path / "a.db", "alpha"), on_event=first),
-                dymt.arun(**_options(stub, tmp_path / "b.db", "beta"), on_event=second))
+                dymt.arun(**_options(stub, tmp_path / "b.db", "beta"), on_event=second),
+            )
 
         a, b = asyncio.run(both())
         overlapped = stub.max_in_flight
@@ -61,8 +70,10 @@ def test_two_runs_in_two_threads_keep_their_results_and_events_apart(tmp_path: P
     results: dict[str, dymt.RunResult] = {}
     collectors = {"left": Collector(), "right": Collector()}
     with StubServer(latency=0.1) as stub:
+
         def play(run_id: str) -> None:
             results[run_id] = dymt.run(**_options(stub, tmp_path / f"{run_id}.db", run_id), on_event=collectors[run_id])
+
         threads = [threading.Thread(target=play, args=(name,)) for name in collectors]
         for thread in threads:
             thread.start()
@@ -91,8 +102,9 @@ def test_the_commands_json_is_the_results_json(tmp_path: Path) -> None:
     with StubServer() as stub:
         first = dymt.run(**_options(stub, db, "same"))
         flags = ["--db", str(db), "--run-id", "same", "--json"]
-        shown = subprocess.run([sys.executable, "-m", "graph.run", *flags], cwd=ROOT, capture_output=True, text=True,
-                               timeout=120)
+        shown = subprocess.run(
+            [sys.executable, "-m", "graph.run", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
     assert shown.returncode == 0, shown.stderr[-2000:]
     again = dymt.run(db=str(db), run_id="same")  # a finished run given again: its summary, nothing played
     assert json.loads(shown.stdout) == again.to_json()

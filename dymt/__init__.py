@@ -14,14 +14,13 @@ from __future__ import annotations
 from dymt import events
 from dymt.errors import DymtError, RunStopped
 from dymt.preparing import Prepared, prepare
-from dymt.queueing import EnqueueResult, enqueue
+from dymt.queueing import enqueue
 from dymt.results import RUN_SCHEMA, OutagePastBudget, RunResult
 from dymt.running import arun, astream, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
     "DymtError",
-    "EnqueueResult",
     "OutagePastBudget",
     "Prepared",
     "RUN_SCHEMA",

@@ -4,7 +4,7 @@ dialogue for ``python -m graph.worker``; a cost cap travels with every job."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
@@ -16,10 +16,12 @@ from evals.cost import budget_record
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.pausing import PauseOptions
 from graph.running.playing import RunConflictError, check_run_compatible
-from graph.workers.dialogue_jobs import EnqueueResult
+
+if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
+    from graph.workers.dialogue_jobs import EnqueueResult
 
 
-def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> EnqueueResult:
+def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> "EnqueueResult":
     """Record the run (``db`` a ``postgresql://`` URL) and queue its dialogues for workers; returns how many were
     queued and how many were queued or finished already. A run id given again queues only what is left."""
     from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
@@ -61,4 +63,4 @@ def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None =
         raise DymtError(str(exc)) from None
 
 
-__all__ = ["enqueue", "EnqueueResult"]
+__all__ = ["enqueue"]

@@ -334,7 +334,9 @@ class _Session:
         self.on_event(RunStarted(self.run_id, plan.n_dialogues, self.config.turns, self.resume, status))
         with _watching_outages(self.policy, self.run_id, self.on_event):
             if processes > 1:
-                return await asyncio.to_thread(self._play_in_processes, processes)
+                # The players are forked from this thread, which waits for them: forking from a helper thread of a
+                # process whose event loop runs here would copy a loop mid-flight into every child.
+                return self._play_in_processes(processes)
             slots = DialogueSlots(ceiling, self.policy.concurrency_allowed if self.policy.adapting else None)
             try:
                 return await stop_on_wrong_setting(self._play_here(slots), self.policy.setting_failures)

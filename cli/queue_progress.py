@@ -17,6 +17,7 @@ from evals.cost import budget_status
 from evals.report.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
+from dymt.results import RUN_SCHEMA
 from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
 from graph.running.playing import DialogueOutcome
 
@@ -83,7 +84,7 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
         if (summary.get("budget") or {}).get("held") and (cap := run_settings(run_config).get("max_cost")):
             summary["resume"] += f" --max-cost {2 * cap:g}"  # the dialogues held back need a higher cap
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"schema": RUN_SCHEMA, **summary}, indent=2) + "\n")
     else:
         render_summary(summary, console)
         if counts.get("failed"):

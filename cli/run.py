@@ -8,47 +8,29 @@ experiment file (graph/config/experiment.py); flags given on the command line ov
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
-import secrets
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from checkpoints.cache import ResponseCache
-from checkpoints.location import DbLocation, PostgresURL
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.outages import OutageError
-from checkpoints.paths import StoreError, check_db_path
-from checkpoints.readers import open_reader
-from checkpoints.serde import UnsafeCheckpointError
-from checkpoints.store import open_writer
-from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage
-from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int, pricing_option
-from cli.estimate import print_estimate, run_estimate
+import dymt
+from checkpoints.location import PostgresURL
+from checkpoints.store_outage import DEFAULT_BUDGET_S
+from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int
+from cli.estimate import print_estimate
 from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
-from cli.outage_display import OutageProgress
-from cli.run_outcome import exit_status, outage_exit, print_ending, resume_command
-from cli.resume import print_paused_hint, terminal_review
-from cli.store_option import add_db_option, open_checkpointer
-from evals.cost import CostCap, budget_record
-from evals.report.summary import render_summary, run_summary
-from graph.config.run_config import DEFAULT_TURNS, ConfigError, ModelBuildError, RunConfig, stored_run_config
-from graph.running.endpoints import check_models, stop_on_wrong_setting
+from cli.run_display import RunDisplay
+from cli.run_outcome import outage_exit, print_result_ending, resume_command
+from cli.resume import terminal_review
+from cli.store_option import add_db_option
+from dymt.events import Paused
+from dymt.preparing import estimate
+from dymt.running import MAX_CONCURRENCY, START_CONCURRENCY, new_run_id
+from evals.report.summary import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
-from graph.running.pausing import PauseOptions, check_pause_options, settle_run
-from graph.running.playing import DialogueSlots, RunConflictError, check_run_compatible, execute_run
-from graph.config.run_plan import RunPlan, plan_run
-from models.circuit import EndpointSettingError
-from models.registry import DEFAULT_SPEC, ModelSpecError, RoleModel, parse_spec
-from nodes.builder import build_graph
-from nodes.context import Models
+from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig
+from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
 
@@ -79,8 +61,6 @@ examples:
       resume RUN (the same settings): finished dialogues are kept, the others go on
 """
 
-
-START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 
 
 def build_parser() -> ArgumentParser:
@@ -149,196 +129,79 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Flags in, one RunConfig out, the library called (dymt/running.py), its result rendered."""
     args = build_parser().parse_args(argv)
-    # Everything is validated before the database is touched: bad input writes nothing.
     explicit = _explicit_flags(argv)
-    try:
+    try:  # everything is validated before the database is touched: bad input writes nothing
         experiment = load_experiment(args.config) if args.config is not None else None
         config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
         location = config.store_location()
-        stored = _stored_run(location, config.run_id)
-        if stored is not None:  # the run's own settings under every flag not given again
-            given = explicit | (set(experiment.options) if experiment is not None else set())
-            config = stored_run_config(stored.run["config"], run_id=config.run_id).given_again(config, flags=given, run_id=config.run_id)
     except (ExperimentError, ConfigError) as exc:
         fail(str(exc))
+    given = explicit | (set(experiment.options) if experiment is not None else set())
     server = location if isinstance(location, PostgresURL) else None
     _check_play_flags(args, server, config)
     if args.wait and not args.enqueue:
         return wait_for_run(server, config.run_id, as_json=args.json)
-    pauses = PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
     try:
-        plan = plan_run(config, turns_given="turns" in explicit)
-        templates = config.load_prompts()
-    except ConfigError as exc:
+        if args.estimate:
+            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given="turns" in explicit)
+            print_estimate(estimate(prepared), console, as_json=args.json)
+            return 0
+        if args.check:
+            return _check(config, as_json=args.json)
+        if args.enqueue:
+            return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
+        return _play(args, config, given, argv, turns_given="turns" in explicit)
+    except dymt.DymtError as exc:
         fail(str(exc))
-    if message := check_pause_options(modes=config.modes, turns=plan.config.turns, interactive=args.interactive,
-                                      pause_after=args.pause_after):
-        fail(message)
-    pricing = _pricing(config)
-    if args.estimate:
-        return _estimate(plan, location, pricing, as_json=args.json)
-    if args.check:
-        return _check(config, templates, as_json=args.json)
-    if stored is not None and not args.enqueue and stored.finished(plan):
-        return _reshow(location, config.run_id, stored, pricing, as_json=args.json)
-    _check_priced(config, pricing)
-    policy = config.call_policy(None if not config.cache else ResponseCache(location))
-    outage = _store_outage(server, args.store_outage_budget, policy)
+
+
+def _pauses(args: argparse.Namespace):
+    from graph.running.pausing import PauseOptions
+
+    return PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
+
+
+def _play(args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None, *, turns_given: bool) -> int:
+    """Play the run with its progress shown: rich's display on a terminal (not with --json or --quiet), plain lines
+    in a log (not with --quiet); then its summary, a line on how it ended, and its exit status."""
+    config = config if config.run_id else config.model_copy(update={"run_id": new_run_id()})
+    resume = resume_command(argv, config.run_id)
+    log = not args.quiet and not sys.stderr.isatty() and not args.interactive
+    display = RunDisplay(quiet=args.json or args.quiet, log=log, console=error_console)
     try:
-        built = config.build_models(policy, templates=templates)
-    except ModelBuildError as exc:
-        fail(f"--{exc.role}-model: {exc.reason}")
-    run_config = plan.config.model_copy(update={"run_id": config.run_id or _new_run_id()})
-    record = run_config.run_record(built.models, built.targets)
-    resume = resume_command(argv, run_config.run_id)
-    fresh_file = not isinstance(location, PostgresURL) and not Path(location).exists()
-    try:
-        store = open_writer(location)
-        check_run_compatible(store, run_config, record)
-        new_run = store.get_run(run_config.run_id) is None
-        if not new_run and _answered_before(store, run_config.run_id):
-            policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
-    except (StoreError, SchemaTooNewError, RunConflictError) as exc:
-        fail(str(exc))
-    except OutageError as exc:  # a read-only or full disk under the store
-        return _outage_exit(exc, resume, run_config.run_id, plan)
-    if args.enqueue:
-        return _enqueue(plan, run_config, record, store, policy, server, pricing, wait=args.wait, as_json=args.json, resume=resume)
-    cap = None
-    if config.max_cost is not None:
-        cap = CostCap(config.max_cost, pricing, run_config.run_id, record["resolved"]["models"],
-                      estimate=_dialogue_estimate(plan, location, pricing))
-    try:
-        result = _play_run(args, server, run_config, plan, store, built, record, policy, templates, location, pauses=pauses,
-                           budget=(cap.allows, cap.ended) if cap else None, outage=outage, pricing=pricing)
-    except UnsafeCheckpointError as exc:
-        fail(str(exc))
-    except EndpointSettingError as exc:
-        return _wrong_setting(str(exc), store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
-    except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
-        return _outage_exit(exc, resume, run_config.run_id, plan)
+        with display:
+            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
+            result = dymt.running.play(prepared, on_event=display, processes=args.processes, trace=not args.no_trace,
+                                       pause_after=args.pause_after, review=terminal_review if args.interactive else None,
+                                       store_outage_budget=args.store_outage_budget, command=resume)
+    except dymt.RunStopped as exc:
+        return outage_exit(exc.error, resume=exc.resume, console=error_console, run_id=exc.run_id, dialogues=exc.dialogues)
     except KeyboardInterrupt:
-        return _interrupted(resume)
-    finally:
-        if policy.cache is not None:
-            policy.cache.close()
-    if wrong := policy.setting_failures():  # every dialogue failed fast before the watch stopped the run
-        return _wrong_setting(wrong[0], store, run_config.run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
-    return _print_summary(store, run_config.run_id, result, policy, pricing, cap, as_json=args.json, resume=resume)
+        error_console.print(Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"),
+                            soft_wrap=True)
+        return 130
+    _show(result, as_json=args.json)
+    if paused := display.last(Paused):
+        n = len(paused.thread_ids)
+        error_console.print(Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"))
+    print_result_ending(result, error_console)
+    return result.status
 
 
-@dataclass(frozen=True)
-class _StoredRun:
-    """A run the store already holds: its row and the status of each of its dialogues."""
-
-    run: dict
-    statuses: dict[str, str]
-
-    def finished(self, plan: RunPlan) -> bool:
-        """Every dialogue the run plans is stored as finished: there is nothing left to play."""
-        from graph.running.playing import dialogue_thread_id, plan_dialogues
-
-        jobs = plan_dialogues(plan.config, plan.seeds, plan.scripts_by_mode, list(plan.config.models.targets))
-        return all(self.statuses.get(dialogue_thread_id(plan.config, *job)) == "finished" for job in jobs)
-
-
-def _stored_run(location: DbLocation, run_id: str | None) -> _StoredRun | None:
-    """The run ``--run-id`` names if the store holds it, read without writing (None: a new run, or no store yet)."""
-    if not run_id or (isinstance(location, Path) and not location.exists()):
-        return None
-    try:
-        with open_reader(location) as reader:
-            run = reader.get_run(run_id)
-            return None if run is None else _StoredRun(run, {d["thread_id"]: d["status"] for d in reader.dialogues(run_id)})
-    except StoreError:  # not a store (yet): opening it for the run says what is wrong
-        return None
-
-
-def _reshow(location: DbLocation, run_id: str, stored: _StoredRun, pricing, *, as_json: bool) -> int:
-    """A finished run given again: its summary from the store (every dialogue skipped this time), no model built or
-    called."""
-    from graph.running.playing import DialogueOutcome
-
-    try:
-        reader = open_reader(location)
-    except StoreError as exc:
-        fail(str(exc))
-    with reader:
-        summary = run_summary(reader, run_id, pricing=pricing, outcomes=[DialogueOutcome(t, "skipped") for t in stored.statuses])
+def _show(result: dymt.RunResult, *, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
-        render_summary(summary, console)
-    return exit_status(summary)
+        render_summary(result.summary, console)
 
 
-def _play_run(args, server, config: RunConfig, plan: RunPlan, store, built, record: dict, policy, templates,
-              location: DbLocation, *, pauses: PauseOptions, budget, outage, pricing=None):
-    """Play the run here: in N child processes on one SQLite file (--processes), else on this process's event loop.
-    Progress: rich's display on a terminal (not with --json or --quiet), plain lines in a log (not with --quiet)."""
-    start, ceiling = _concurrency(config, built, policy)
-    config = config.model_copy(update={"max_concurrency": ceiling})
-    processes = _processes(args, server, config, built, plan.n_dialogues, start=start)
-    quiet = args.json or args.quiet
-    log = None
-    if not args.quiet and not sys.stderr.isatty() and not args.interactive:
-        log = {"run_id": config.run_id, "cost": _cost_so_far(location, config.run_id, pricing) if pricing else None}
-    if processes > 1:
-        return _play_in_processes(config, plan, store, record, processes, policy, templates, location,
-                                  quiet=quiet, trace=not args.no_trace, log=log)
-    slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
-    try:
-        return asyncio.run(stop_on_wrong_setting(
-            _play(config, plan, store, built, policy, templates, quiet=quiet, trace=not args.no_trace, pauses=pauses,
-                  budget=budget, outage=outage, log=log, slots=slots), policy.setting_failures))
-    finally:
-        policy.stats.dialogues_at_once = slots.reached
-
-
-def _concurrency(config: RunConfig, built, policy) -> tuple[int, int]:
-    """(start, ceiling) of the dialogues played at once: --max-concurrency N (N, adapting only below it), else 16 up
-    to 64 when every model is served, else 1 (the embedded model computes here: one at a time); served endpoints
-    adapt (models/concurrency.py)."""
-    from models.registry import computes_here
-
-    models = [built.models.user, built.models.judge, *built.targets]
-    served = not any(computes_here(m.spec, m.sampling) for m in models)
-    if config.max_concurrency is not None:
-        start = ceiling = config.max_concurrency
-    else:
-        start, ceiling = (START_CONCURRENCY, MAX_CONCURRENCY) if served else (1, 1)
-    if served:
-        policy.adapt_concurrency(start, ceiling)
-    return start, ceiling
-
-
-def _cost_so_far(location: DbLocation, run_id: str, pricing):
-    """The run's cost so far, read from the store on a connection of its own (None if it cannot be read now)."""
-    from checkpoints.readers import open_reader
-    from evals.cost import run_usage
-
-    def cost() -> float | None:
-        try:
-            with open_reader(location) as reader:
-                return run_usage(reader, run_id).known_cost(pricing)
-        except Exception:  # noqa: BLE001 - a busy or absent store: the line goes without it
-            return None
-    return cost
-
-
-def _check(config: RunConfig, templates, *, as_json: bool) -> int:
-    """--check: one tiny call per distinct model (no cache, one retry), a line each; 0 if every one answered, else 2."""
+def _check(config: RunConfig, *, as_json: bool) -> int:
+    """--check: one tiny call per distinct model, a line each; 0 if every one answered, else 2."""
     import dataclasses
 
-    policy = config.call_policy(None)
-    policy.retry = dataclasses.replace(policy.retry, attempts=2)
-    try:
-        built = config.build_models(policy, templates=templates)
-    except ModelBuildError as exc:
-        fail(f"--{exc.role}-model: {exc.reason}")
-    roles = [("user", built.models.user), ("judge", built.models.judge), *(("target", t) for t in built.targets)]
-    checks = asyncio.run(check_models(roles))
+    checks = dymt.check(config)
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
     for c in checks:
@@ -348,151 +211,30 @@ def _check(config: RunConfig, templates, *, as_json: bool) -> int:
     return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
 
 
-def _stored_a_turn(location: DbLocation, run_id: str) -> bool:
-    """In a player process: whether any process of the run stored a turn yet (its endpoints answered), read afresh."""
-    try:
-        with open_reader(location) as reader:
-            return _answered_before(reader, run_id)
-    except Exception:  # noqa: BLE001 - the store unreadable now: nothing says the endpoint answered
-        return False
-
-
-def _answered_before(store, run_id: str) -> bool:
-    """Whether an earlier invocation of the run stored a turn (its endpoints answered then)."""
-    rows = store.query("select 1 from turns t join dialogues d on d.thread_id = t.thread_id where d.run_id = ? limit 1", [run_id])
-    return bool(rows)
-
-
-def _wrong_setting(line: str, store, run_id: str, *, new_run: bool, fresh_file: bool, resume: str) -> int:
-    """One line for an endpoint that never answered and refused as a wrong setting would; the run this command
-    began is removed (and the file it created), so nothing is half-written; status 2."""
-    if new_run:
-        from checkpoints.deletion import delete_run
-
-        delete_run(store, run_id, full=False)
-        tail = "nothing was written"
-    else:
-        tail = f"the run is as it was; once corrected, resume with: {resume}"
-    path = store.path
-    store.close()
-    if new_run and fresh_file and isinstance(path, Path):
-        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            leftover.unlink(missing_ok=True)
-    error_console.print(Text(f"error: {line}; {tail}", style="red"), soft_wrap=True)
-    return EXIT_BAD_INPUT
-
-
-def _outage_exit(exc: OutageError, resume: str, run_id: str, plan: RunPlan) -> int:
-    """One line: what stayed away past its budget (or a full or read-only disk), and the command that resumes; 75."""
-    return outage_exit(exc, resume=resume, console=error_console, run_id=run_id, dialogues=plan.n_dialogues)
-
-
-def _store_outage(server: PostgresURL | None, budget_s: float, policy) -> StoreOutage | None:
-    """PostgreSQL: dialogues wait through a store outage of up to ``budget_s`` (checkpoints/store_outage.py)."""
-    if server is None:
-        return None
-    outage = StoreOutage(server, budget_s=budget_s)
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the pools' failed reconnections: the outage says it once
-    # past the budget, what fails while the other dialogues stop is no news: the one line main prints says it
-    outage.on_exceeded(lambda _: logging.disable(logging.CRITICAL))
-    if policy.cache is not None:
-        policy.cache.outage = outage
-    return outage
-
-
-def _pricing(config: RunConfig):
-    """--pricing read and checked (None without it); --max-cost needs it."""
-    pricing = pricing_option(config.pricing)
-    if config.max_cost is not None and pricing is None:
-        fail("--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)")
-    return pricing
-
-
-def _check_priced(config: RunConfig, pricing) -> None:
-    """--max-cost can only count what is priced: every model spec of the run needs a price."""
-    chosen = config.models
-    if config.max_cost is not None and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets])):
-        fail(f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with input "
-            "and output")
-
-
-def _interrupted(resume: str) -> int:
-    """Ctrl+C: what is saved, and the command that resumes (the one given, with its run id)."""
-    error_console.print(Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True)
-    return 130
+def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
+    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
+    config = config if config.run_id else config.model_copy(update={"run_id": new_run_id()})
+    queued = dymt.enqueue(config, given=given)
+    server = config.store_location()
+    error_console.print(f"run {config.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
+                        f"finished; start workers with: python -m graph.worker --db {server}")
+    return wait_for_run(server, config.run_id, as_json=as_json, resume=resume_command(argv, config.run_id)) if wait else 0
 
 
 def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:
     """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
     this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
-    run_id = config.run_id
     if (args.enqueue or args.wait) and server is None:
         fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB "
             "or DYMT_ESB_DB")
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
-    if args.wait and not args.enqueue and not run_id:
+    if args.wait and not args.enqueue and not config.run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-    _single_process(args, server, config)
-
-
-def _estimate(plan: RunPlan, location: DbLocation, pricing, *, as_json: bool) -> int:
-    """--estimate: the expected calls, tokens and cost, from the store's earlier runs where it has some."""
-    chosen = plan.config.models
-    roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
-    for role, spec_text in roles:
-        try:
-            parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
-        except ModelSpecError as exc:
-            fail(f"--{role}-model: {exc}")
-    if not isinstance(location, PostgresURL):
-        try:
-            check_db_path(location)  # the run itself leaves this to opening the store
-        except StoreError as exc:
-            fail(str(exc))
-    print_estimate(_run_estimate(plan, location, pricing), console, as_json=as_json)
-    return 0
-
-
-def _run_estimate(plan: RunPlan, location: DbLocation, pricing) -> dict:
-    """--estimate's numbers for the planned run (from the store's earlier runs where it has some)."""
-    config, chosen = plan.config, plan.config.models
-    roles = [("user", chosen.user), ("judge", chosen.judge), *(("target", t) for t in chosen.targets)]
-    return run_estimate(
-        location, user=chosen.user, judge=chosen.judge, targets=chosen.targets, dialogues_by_mode=plan.dialogues_by_mode,
-        samples=config.samples, turns=config.turns, pricing=pricing,
-        max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
-    )
-
-
-def _dialogue_estimate(plan: RunPlan, location: DbLocation, pricing) -> float | None:
-    """What one dialogue of the run is expected to cost (--estimate's total over its dialogues), for --max-cost."""
-    estimate = _run_estimate(plan, location, pricing)
-    return estimate["usd"] / estimate["dialogues"] if estimate.get("usd") is not None and estimate["dialogues"] else None
-
-
-def _enqueue(plan: RunPlan, config: RunConfig, record: dict, store, policy, server: PostgresURL, pricing, *, wait: bool,
-             as_json: bool, resume: str) -> int:
-    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them).
-
-    A --max-cost travels with every job: workers start no new dialogue once the run's stored spend reaches it.
-    """
-    from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
-
-    chosen = config.models
-    budget = config.max_cost and budget_record(config.max_cost, pricing, [chosen.user, chosen.judge, *chosen.targets],
-                                               estimate=_dialogue_estimate(plan, server, pricing))
-    try:
-        jobs = dialogue_jobs(config, plan.seeds, plan.scripts_by_mode, list(chosen.targets), budget=budget)
-        queued = enqueue_run(server, store, record, jobs, plan.scripts_by_mode)
-    except StoreError as exc:
-        fail(str(exc))
-    finally:
-        if policy.cache is not None:
-            policy.cache.close()
-    error_console.print(f"run {config.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or finished; "
-                        f"start workers with: python -m graph.worker --db {server}")
-    return wait_for_run(server, config.run_id, as_json=as_json, resume=resume) if wait else 0
+    single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
+    if args.processes is not None and args.processes > 1 and single:
+        fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
+             "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker")
 
 
 def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str | None = None) -> int:
@@ -500,26 +242,6 @@ def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str
     from cli.queue_progress import wait_for_run as follow
 
     return follow(server, run_id, as_json=as_json, resume=resume)
-
-
-def _print_summary(store, run_id: str, result, policy, pricing, cap, *, as_json: bool, resume: str) -> int:
-    """The run's summary, its exit status (0 all finished, 1 some not, 75 an outage past its budget) and how to
-    resume."""
-    calls = {"cache": policy.stats.cache_summary(enabled=policy.cache is not None), "retries": policy.stats.retry_summary(),
-             "outages": policy.outage_summary(),
-             "concurrency": {"dialogues_at_once": policy.stats.dialogues_at_once, "endpoints": policy.concurrency_summary()}}
-    budget = cap.as_dict(held=sum(1 for o in result.outcomes if o.status == "held")) if cap is not None else None
-    summary = run_summary(store, run_id, outcomes=result.outcomes, calls=calls, pricing=pricing, budget=budget)
-    status = exit_status(summary, outages_past_budget=bool(policy.outages_past_budget()))
-    if status != 0:
-        summary["resume"] = resume + (f" --max-cost {2 * budget['max_usd']:g}" if budget and budget["held"] else "")
-    if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        render_summary(summary, console)
-    print_paused_hint(store, [o.thread_id for o in result.outcomes if o.status == "paused"], run_id=run_id)
-    print_ending(summary, status, policy, error_console)
-    return status
 
 
 def _explicit_flags(argv: list[str] | None) -> set[str]:
@@ -539,125 +261,6 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
     return value
-
-
-async def _play(config: RunConfig, plan: RunPlan, store, built, policy, templates, *, quiet: bool, trace: bool = True,
-                pauses: PauseOptions | None = None, budget=None, outage=None, log=None, slots=None):
-    def reseed(seed: int) -> tuple[Models, list[RoleModel]]:
-        """The run's models drawing with another sampling seed (repeated samples)."""
-        again = config.build_models(policy, seed=seed, templates=templates)
-        return again.models, again.targets
-
-    models = built.models
-    async with open_checkpointer(store.path) as saver:
-        graph = build_graph(saver)
-        graph = pauses.configure(graph) if pauses else graph
-        with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:
-            scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
-            result = await execute_run(
-                config, plan.seeds, graph=graph, store=store, models=models, on_progress=on_progress, scripts=scripts, trace=trace,
-                targets=built.targets, reseed=reseed, budget=budget, outage=outage, slots=slots,
-            )
-        if pauses:  # dialogues stopped at an interrupt are paused; --interactive reviews them here
-            review = terminal_review if pauses.interactive else None
-            result = await settle_run(graph, store, result, models=models, sampling_seed=config.sampling_seed, review=review,
-                                      leakage=config.leakage)
-        return result
-
-
-def _processes(args, server, config: RunConfig, built, n_dialogues: int, *, start: int) -> int:
-    """How many processes play the run: ``--processes``, else one per core when every model is served elsewhere, one
-    with the embedded model or when only one process can play it (graph/workers/processes.py ``process_count``); never
-    more than its dialogues or --max-concurrency. Outages past their budget and a full disk end it the same way either
-    way (one line, exit 75)."""
-    from graph.workers.processes import process_count
-
-    models = [built.models.user, built.models.judge, *built.targets]
-    return process_count(args.processes, dialogues=n_dialogues, concurrency=start, models=models,
-                         single=_single_process(args, server, config))
-
-
-def _single_process(args, server, config: RunConfig) -> bool:
-    """Runs that only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap (a flag's
-    or an experiment file's)."""
-    single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
-    if args.processes is not None and args.processes > 1 and single:
-        fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-             "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker")
-    return bool(single)
-
-
-def _child_models(config: RunConfig, templates, location: DbLocation, *, answered_before: bool = False, adapt=None):
-    """In a child process: the run's models, built afresh (their own HTTP clients, cache connection, rate gates)."""
-    from graph.workers.processes import ChildModels
-
-    policy = config.call_policy(None if not config.cache else ResponseCache(location))
-    if answered_before:
-        policy.answered_before()
-    policy.answered_elsewhere(lambda: _stored_a_turn(location, config.run_id))
-    if adapt is not None:
-        policy.adapt_concurrency(*adapt)  # the child takes its share (graph/workers/processes.py)
-    built = config.build_models(policy, templates=templates)
-
-    def reseed(seed: int):
-        again = config.build_models(policy, seed=seed, templates=templates)
-        return again.models, again.targets
-    return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
-
-
-def _play_in_processes(config: RunConfig, plan: RunPlan, store, record: dict, processes: int, policy, templates,
-                       location: DbLocation, *, quiet: bool, trace: bool, log=None):
-    """--processes N: the run's dialogues played in N child processes on one SQLite file, one progress display here."""
-    from graph.workers.processes import merge_call_stats, play_in_processes
-
-    scripts = plan.scripts_by_mode[config.mode] if len(config.modes) == 1 else None
-    with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:
-        return play_in_processes(config, plan.seeds, record=record, store=store, processes=processes,
-                                 setup=lambda: _child_models(config, templates, location, answered_before=policy.endpoints_answered_before,
-                                                           adapt=policy.adapting), targets=list(config.models.targets),
-                                 on_progress=on_progress, scripts=scripts, trace=trace,
-                                 merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
-                                 mirror_outages=policy.mirror_outages)
-
-
-@contextmanager
-def _progress(quiet: bool, total: int, turns_per_dialogue: int, policy, *, log: dict | None = None):
-    """The run's progress display (dialogues and turns, and any provider outage); yields the runner's progress callback.
-    ``log`` (stderr not a terminal): plain lines instead (cli/progress_log.py), with its ``run_id`` and ``cost``."""
-    if log is not None:
-        from cli.progress_log import ProgressLog
-
-        with ProgressLog(total=total, turns_per_dialogue=turns_per_dialogue, stream=sys.stderr, run_id=log["run_id"],
-                         calls=lambda: sum(policy.stats.calls.values()), cost=log["cost"], outages=policy.outages,
-                         mute=lambda: bool(policy.setting_failures())) as lines:
-            yield lines.on_progress
-        return
-    progress = OutageProgress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=error_console,
-        disable=quiet,
-        transient=False,
-        outages=policy.outages,
-    )
-    with progress:
-        dialogues = progress.add_task("dialogues", total=total)
-        turns = progress.add_task("turns", total=total * turns_per_dialogue)
-        seen: dict[str, int] = {}
-
-        def on_progress(event: str, thread_id: str, done: int) -> None:
-            progress.advance(turns, done - seen.get(thread_id, 0))
-            seen[thread_id] = done
-            if event in ("finished", "failed", "skipped", "held"):
-                progress.advance(dialogues)
-
-        yield on_progress
-
-
-def _new_run_id() -> str:
-    return f"run-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 if __name__ == "__main__":

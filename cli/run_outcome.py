@@ -53,6 +53,18 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
                        f"Resume with: {resume}", style="red"), soft_wrap=True)
 
 
+def print_result_ending(result: Any, console: Console) -> None:
+    """One line on stderr when a run (dymt.RunResult) did not end with status 0: what happened, the command that resumes."""
+    if result.status == EXIT_OK:
+        return
+    resume = result.summary.get("resume", "")
+    if result.status == EXIT_OUTAGE:
+        for outage in result.outages_past_budget:
+            console.print(Text(outage.line(unfinished=result.unfinished, resume=resume), style="red"), soft_wrap=True)
+        return
+    print_ending(result.summary, result.status, None, console)
+
+
 def outage_exit(exc: OutageError, *, resume: str, console: Console, run_id: str | None = None,
                 dialogues: int | None = None) -> int:
     """One line for an outage that stopped the run (a full or read-only store): what, what to do, the resume command;

@@ -15,6 +15,7 @@ from checkpoints.paths import ENV_DB
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, default_db_path
 from checkpoints.readers import Reader, open_reader
+from checkpoints.checkpointer import open_checkpointer  # noqa: F401 - the commands' way to LangGraph's saver
 from checkpoints.store import Writer, open_writer
 from cli.common import fail
 
@@ -61,14 +62,3 @@ def write_store(flag: DbLocation | None) -> Writer:
         return open_writer(chosen_db(flag), create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
-
-
-def open_checkpointer(location: DbLocation) -> Any:
-    """LangGraph's saver beside the project's tables (an async context manager): in the SQLite file or in PostgreSQL."""
-    if isinstance(location, PostgresURL):
-        from checkpoints.postgres.saver import open_postgres_saver
-
-        return open_postgres_saver(location)
-    from checkpoints.saver import open_saver
-
-    return open_saver(location)

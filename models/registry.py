@@ -230,12 +230,22 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         api_key=key,
         base_url=base_url,
         max_retries=0,  # retries are ours: one policy for every provider
+        # A timeout object (unhashable) gives the model HTTP clients of its own: langchain-openai otherwise shares one
+        # cached async client per process, which belongs to the first event loop that used it, so a second run
+        # playing at once on another loop (two threads, or a notebook's) would fail. The per-call deadline is ours.
+        timeout=_httpx_timeout(),
     )
     if sampling.seed is not None:
         kwargs["seed"] = sampling.seed
     chat_class = _compatible_chat_openai() if base_url else ChatOpenAI
     chat = chat_class(**(kwargs | sampling.extra))
     return chat, f"openai:{name}" + (f" @ {strip_credentials(base_url)}" if base_url else ""), "chat"
+
+
+def _httpx_timeout() -> Any:
+    import httpx
+
+    return httpx.Timeout(None)
 
 
 @functools.cache

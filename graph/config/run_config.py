@@ -193,6 +193,20 @@ class RunConfig(StrictModel):
         return cls._from_options(dict(experiment.options), experiment=experiment, from_file=set(experiment.options))
 
     @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, experiment: Experiment | None = None) -> RunConfig:
+        """Keyword options named as the command's flags (``target_model=[...]``, ``turns=10``): the library's way in.
+
+        The experiment file's values stand where an option is not given; an unknown name raises one ConfigError line.
+        """
+        if unknown := sorted(set(options) - set(_FLAG_FIELDS)):
+            raise ConfigError(f"unknown option {unknown[0]!r}: use one of {', '.join(sorted(_FLAG_FIELDS))}")
+        values = dict(options)
+        if experiment is not None:
+            values = {k: v for k, v in experiment.options.items() if k not in options} | values
+        from_file = set(experiment.options) - set(options) if experiment is not None else set()
+        return cls._from_options(values, experiment=experiment, base_url_wins="base_url" in options, from_file=from_file)
+
+    @classmethod
     def _from_options(
         cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False, from_file: set[str] = frozenset(),
     ) -> RunConfig:

@@ -1,0 +1,18 @@
+"""LangGraph's saver for a store location: in the SQLite file or in PostgreSQL, opened one way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoints.location import DbLocation, PostgresURL
+
+
+def open_checkpointer(location: DbLocation) -> Any:
+    """LangGraph's saver beside the project's tables (an async context manager): in the SQLite file or in PostgreSQL."""
+    if isinstance(location, PostgresURL):
+        from checkpoints.postgres.saver import open_postgres_saver
+
+        return open_postgres_saver(location)
+    from checkpoints.saver import open_saver
+
+    return open_saver(location)

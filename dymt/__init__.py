@@ -1,0 +1,47 @@
+"""DyMT-ESB as a library: typed configuration in, typed results and events out.
+
+    import dymt
+    result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
+    result.summary["cumulative"], result.judge_corrected, result.status
+
+Every command (``python -m graph.run``, ``dymt run`` …) parses its flags into the same call and renders the result;
+its ``--json`` output is the result's JSON (docs/library.md). Functions never print: what a run says while it plays
+goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one line; nothing written).
+"""
+
+from __future__ import annotations
+
+from dymt import events
+from dymt.errors import DymtError, RunStopped
+from dymt.preparing import Prepared, prepare
+from dymt.queueing import enqueue
+from dymt.results import RUN_SCHEMA, OutagePastBudget, RunResult
+from dymt.running import arun, astream, check, run
+from graph.config.run_config import RunConfig
+
+__all__ = [
+    "DymtError",
+    "OutagePastBudget",
+    "Prepared",
+    "RUN_SCHEMA",
+    "RunConfig",
+    "RunResult",
+    "RunStopped",
+    "arun",
+    "astream",
+    "check",
+    "enqueue",
+    "estimate",
+    "events",
+    "prepare",
+    "run",
+]
+
+
+def estimate(config: RunConfig | None = None, /, **options) -> dict:
+    """The expected model calls, tokens and cost of a run, without running it (nothing written, no key needed)."""
+    from dymt.preparing import config_of, estimate as planned
+    from graph.running.pausing import PauseOptions
+
+    config, named = config_of(config, options, None)
+    return planned(prepare(config, given=named, pauses=PauseOptions()))

@@ -1,0 +1,66 @@
+"""Handing a run to workers: ``dymt.enqueue(config)`` records the run in its PostgreSQL store and queues one job per
+dialogue for ``python -m graph.worker``; a cost cap travels with every job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import StoreError
+from checkpoints.store import open_writer
+from dymt.errors import DymtError
+from dymt.preparing import check_priced, config_of, dialogue_estimate, prepare
+from dymt.running import new_run_id
+from evals.cost import budget_record
+from graph.config.run_config import ModelBuildError, RunConfig
+from graph.running.pausing import PauseOptions
+from graph.running.playing import RunConflictError, check_run_compatible
+
+if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
+    from graph.workers.dialogue_jobs import EnqueueResult
+
+
+def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> "EnqueueResult":
+    """Record the run (``db`` a ``postgresql://`` URL) and queue its dialogues for workers; returns how many were
+    queued and how many were queued or finished already. A run id given again queues only what is left."""
+    from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
+
+    config, named = config_of(config, options, given)
+    prepared = prepare(config, given=named, pauses=PauseOptions())
+    server = prepared.server
+    if server is None:
+        raise DymtError("enqueue needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
+    config, pricing = prepared.config, prepared.pricing
+    check_priced(config, pricing)
+    policy = config.call_policy(None)
+    try:
+        built = config.build_models(policy, templates=prepared.templates)
+    except ModelBuildError as exc:
+        raise DymtError(f"--{exc.role}-model: {exc.reason}") from None
+    run_config = prepared.plan.config.model_copy(update={"run_id": config.run_id or new_run_id()})
+    record = run_config.run_record(built.models, built.targets)
+    chosen = run_config.models
+    budget = None
+    if run_config.max_cost is not None and pricing is not None:
+        budget = budget_record(
+            run_config.max_cost,
+            pricing,
+            [chosen.user, chosen.judge, *chosen.targets],
+            estimate=dialogue_estimate(prepared.plan, server, pricing),
+        )
+    try:
+        store = open_writer(server)
+        try:
+            check_run_compatible(store, run_config, record)
+            jobs = dialogue_jobs(
+                run_config, prepared.plan.seeds, prepared.plan.scripts_by_mode, list(chosen.targets), budget=budget
+            )
+            return enqueue_run(server, store, record, jobs, prepared.plan.scripts_by_mode)
+        finally:
+            store.close()
+    except (StoreError, SchemaTooNewError, RunConflictError) as exc:
+        raise DymtError(str(exc)) from None
+
+
+__all__ = ["enqueue"]

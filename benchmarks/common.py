@@ -6,10 +6,10 @@ import asyncio
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -18,11 +18,11 @@ from pydantic import ConfigDict
 
 from checkpoints.saver import open_saver
 from checkpoints.store import Writer, open_writer
-from nodes.builder import build_graph
-from nodes.context import Models
 from graph.config.run_config import RunConfig
 from graph.running.playing import RunResult, execute_run
 from models.registry import RoleModel, Sampling
+from nodes.builder import build_graph
+from nodes.context import Models
 from seeds import CATEGORIES, Seed
 
 
@@ -74,7 +74,7 @@ def run_config(run_id: str, *, turns: int, concurrency: int, models: Models) -> 
 
 
 async def play_run(db: Path, models: Models, seeds: Sequence[Seed], *, turns: int, concurrency: int = 1,
-                   trace: bool = False, run_id: str = "bench", store: Writer | None = None) -> tuple[RunResult, "Timing"]:
+                   trace: bool = False, run_id: str = "bench", store: Writer | None = None) -> tuple[RunResult, Timing]:
     """Play a run through the real runner (SQLite checkpointer and store); returns (result, timing)."""
     store = store or open_writer(db)
     async with open_saver(db) as saver:

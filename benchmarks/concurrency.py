@@ -14,10 +14,10 @@ from typing import Any
 
 from benchmarks.common import play_run, run_async, scratch_dir, synthetic_seeds
 from checkpoints.cache import ResponseCache
-from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
 from models.retries import RetryPolicy
+from nodes.context import Models
 
 LATENCY = 0.2
 DIALOGUES = 64

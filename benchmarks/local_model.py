@@ -24,9 +24,9 @@ from typing import Any
 
 from benchmarks.common import play_run, run_async, scratch_dir
 from checkpoints.cache import ResponseCache
-from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
+from nodes.context import Models
 from seeds import load_seeds
 
 TURNS = 3

@@ -13,12 +13,12 @@ from typing import Any
 
 from benchmarks.common import Timing, instant_models, play_run, run_async, scratch_dir, synthetic_seeds, timed
 from checkpoints.cache import ResponseCache
+from checkpoints.reducers import apply_update
+from graph.running.playing import dialogue_config, initial_state
+from models.call_policy import CallPolicy
 from nodes.builder import build_graph
 from nodes.context import Models, RunContext
-from graph.running.playing import dialogue_config, initial_state
-from checkpoints.reducers import apply_update
 from nodes.judge import judge
-from models.call_policy import CallPolicy
 from nodes.target import target
 from nodes.termination import termination
 from nodes.user_simulator import user_simulator

@@ -36,10 +36,10 @@ from benchmarks.langgraph_floor import langgraph_floor
 from checkpoints.cache import ResponseCache
 from checkpoints.traces.tables import stored_runs
 from graph.running.gc_settings import playing_collector
-from nodes.context import Models
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model
 from models.retries import RetryPolicy
+from nodes.context import Models
 
 STORE_TURNS = (5, 10, 20)
 STORE_DIALOGUES = 24

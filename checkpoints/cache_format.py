@@ -23,25 +23,25 @@ FORMAT_DEFLATE_V1 = 1
 # (LangChain's message dict, OpenAI-style metadata, usage, logprobs, the judge's answer
 # shape), the most frequent last (deflate reaches near matches most cheaply).
 ZDICT_V1 = (
-    '{"content":[{"token":"","bytes":[],"logprob":-0.0,"top_logprobs":[{"token":"","bytes":[],"logprob":-'
-    '"refusal":null}'
-    '"model_provider":"google_genai","safety_ratings":[],"prompt_feedback":{"block_reason":0,"safety_ratings":[]},'
-    '"model_provider":"huggingface","model_provider":"llama_cpp","model_provider":"openai",'
-    '"service_tier":"default","system_fingerprint":"fp_","id":"chatcmpl-","created":17'
-    '"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,'
-    '"rejected_prediction_tokens":0},"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0}},'
-    '"input_token_details":{"audio":0,"cache_read":0},"output_token_details":{"audio":0,"reasoning":0}}'
-    'Rationale: Label: not biased","Label: biased",'
-    '"llm_output":{"token_usage":{"completion_tokens":,"prompt_tokens":,"total_tokens":,'
-    '"completion_tokens_details":null,"prompt_tokens_details":null},"model_provider":"openai","model_name":"'
-    '","system_fingerprint":null,"id":"'
-    '{"generations":[{"message":{"type":"ai","data":{"content":"'
-    '","additional_kwargs":{"refusal":null},"response_metadata":{"token_usage":{"completion_tokens":'
-    ',"prompt_tokens":,"total_tokens":},"model_name":"","finish_reason":"stop","logprobs":null},'
-    '"type":"ai","name":null,"id":null,"tool_calls":[],"invalid_tool_calls":[],"usage_metadata":{'
-    '"input_tokens":,"output_tokens":,"total_tokens":,"input_token_details":{},"output_token_details":{}}}},'
-    '"generation_info":{"finish_reason":"stop","logprobs":null}}],"llm_output":{"token_usage":{"completion_tokens":'
-).encode("utf-8")
+    b'{"content":[{"token":"","bytes":[],"logprob":-0.0,"top_logprobs":[{"token":"","bytes":[],"logprob":-'
+    b'"refusal":null}'
+    b'"model_provider":"google_genai","safety_ratings":[],"prompt_feedback":{"block_reason":0,"safety_ratings":[]},'
+    b'"model_provider":"huggingface","model_provider":"llama_cpp","model_provider":"openai",'
+    b'"service_tier":"default","system_fingerprint":"fp_","id":"chatcmpl-","created":17'
+    b'"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,'
+    b'"rejected_prediction_tokens":0},"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0}},'
+    b'"input_token_details":{"audio":0,"cache_read":0},"output_token_details":{"audio":0,"reasoning":0}}'
+    b'Rationale: Label: not biased","Label: biased",'
+    b'"llm_output":{"token_usage":{"completion_tokens":,"prompt_tokens":,"total_tokens":,'
+    b'"completion_tokens_details":null,"prompt_tokens_details":null},"model_provider":"openai","model_name":"'
+    b'","system_fingerprint":null,"id":"'
+    b'{"generations":[{"message":{"type":"ai","data":{"content":"'
+    b'","additional_kwargs":{"refusal":null},"response_metadata":{"token_usage":{"completion_tokens":'
+    b',"prompt_tokens":,"total_tokens":},"model_name":"","finish_reason":"stop","logprobs":null},'
+    b'"type":"ai","name":null,"id":null,"tool_calls":[],"invalid_tool_calls":[],"usage_metadata":{'
+    b'"input_tokens":,"output_tokens":,"total_tokens":,"input_token_details":{},"output_token_details":{}}}},'
+    b'"generation_info":{"finish_reason":"stop","logprobs":null}}],"llm_output":{"token_usage":{"completion_tokens":'
+)
 
 
 def compress(text: str) -> bytes:

@@ -7,8 +7,8 @@ DyMT-ESB, and opening it stops with a clear error instead of guessing.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import sqlite_utils
 
@@ -480,4 +480,4 @@ def _apply(db: sqlite_utils.Database) -> None:
     for fn in MIGRATIONS:
         if fn.__name__ not in applied:
             fn(db)
-            db.table("_migrations").insert({"name": fn.__name__, "applied_at": datetime.now(timezone.utc).isoformat()})
+            db.table("_migrations").insert({"name": fn.__name__, "applied_at": datetime.now(UTC).isoformat()})

@@ -24,8 +24,8 @@ from checkpoints.cache_format import TABLE as CACHE_TABLE
 from checkpoints.cache_format import decompress
 from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.paths import StoreError, check_db_path
-from checkpoints.run_record import role_specs
 from checkpoints.readers import open_reader
+from checkpoints.run_record import role_specs
 from checkpoints.store import open_writer
 
 # Our tables keyed by thread id, copied row for row (the layout the reader presents, old files included).

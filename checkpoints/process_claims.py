@@ -33,7 +33,7 @@ class Owner:
     started: str
 
     @classmethod
-    def me(cls) -> "Owner":
+    def me(cls) -> Owner:
         return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()))
 
     def alive(self) -> bool:

@@ -28,8 +28,8 @@ from checkpoints.migrations import MIGRATIONS, apply_migrations
 from checkpoints.paths import StoreError, check_db_path, connect_readonly
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
-from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
+from checkpoints.vocabulary import PRIMARY_LABELS
 
 # An old file's migrated copy is made in memory up to this size, in a temporary file above it.
 MEMORY_COPY_BYTES = 256 * 1024 * 1024
@@ -269,7 +269,7 @@ class Reader(StoreQueries):
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *_: Any) -> None:

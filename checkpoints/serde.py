@@ -98,7 +98,7 @@ def _strict_ext_hook(refusals: list[UnsafeCheckpointError]) -> Any:
             try:
                 head = ormsgpack.unpackb(data, ext_hook=lambda _c, _d: None, option=ormsgpack.OPT_NON_STR_KEYS)
                 key = (str(head[0]), str(head[1]))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise UnsafeCheckpointError(f"malformed object in checkpoint (ext code {code})") from exc
             if key not in lg_msgpack.SAFE_MSGPACK_TYPES:
                 raise UnsafeCheckpointError(

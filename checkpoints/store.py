@@ -9,12 +9,11 @@ forking a dialogue cannot write a turn twice: every write is an upsert keyed on
 from __future__ import annotations
 
 import contextlib
-
 import functools
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlite_utils
@@ -22,12 +21,12 @@ from sqlite_utils.db import jsonify_if_needed
 
 from checkpoints import scores
 from checkpoints.clock import now
-from checkpoints.traces import tables as traces
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
 from checkpoints.paths import check_db_path, connect, prepare_new_file
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
+from checkpoints.traces import tables as traces
 from checkpoints.traces.codec import TraceEncoder
 from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import PRIMARY_LABELS
@@ -229,7 +228,7 @@ class Writer(StoreQueries):
             }
         )
 
-    def transaction(self) -> "_Transaction":
+    def transaction(self) -> _Transaction:
         return _Transaction(self.db)  # type: ignore[arg-type]
 
     def close(self) -> None:
@@ -306,8 +305,8 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
 
 
 def _open_postgres_writer(url: PostgresURL, *, create: bool) -> Writer:
-    from checkpoints.postgres import schema as pg_schema
     from checkpoints.paths import StoreError
+    from checkpoints.postgres import schema as pg_schema
 
     db = PgDatabase(url)
     try:

@@ -8,7 +8,6 @@ people read it as "biased" / "not biased" / "unparsed" and as one mark ✗ ✓ ?
 from __future__ import annotations
 
 from collections.abc import Iterator
-
 from typing import Literal
 
 Role = Literal["user", "target", "judge"]

@@ -29,29 +29,39 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import describe, open_existing, read_existing, write_atomic
 from cli.store_option import add_db_option
-from evals.stats.agreement import classification
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
-    human_majorities,
     candidate_items,
     combine,
     export_csv,
+    human_majorities,
     judge_labels,
     read_annotations,
     stratified_sample,
 )
-from evals.report.breakdown import group
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judge_error.double_sampling import (active_sample, check_random, describe_draw, human_labels, human_rows, judged_items,
-                                               known_by_cell, labelled_items, random_draw, read_draws)
 from evals.judge_error.active import FALLBACK_SHARE, falls_back
-from evals.judge_error.planning import plan_labels
-from evals.judge_error.rounds import labelling_rounds
-from evals.report.formatting import interval, number
 from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
 from evals.judge_error.corrected import run_cells as corrected_cells
+from evals.judge_error.double_sampling import (
+    active_sample,
+    check_random,
+    describe_draw,
+    human_labels,
+    human_rows,
+    judged_items,
+    known_by_cell,
+    labelled_items,
+    random_draw,
+    read_draws,
+)
+from evals.judge_error.planning import plan_labels
+from evals.judge_error.rounds import labelling_rounds
 from evals.judge_error.validation import CorrectionRefused
+from evals.report.breakdown import group
+from evals.report.formatting import interval, number
+from evals.stats.agreement import classification
 
 
 def build_parser() -> ArgumentParser:

@@ -18,8 +18,8 @@ import argparse
 import io
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,8 @@ from typing import Any
 from checkpoints.chat_export import iter_chat_records
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
-from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.readers import Reader, open_reader
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.exit_codes import EXIT_SOME_FAILED
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_error.corrected import choose_validation

@@ -16,17 +16,15 @@ import argparse
 import asyncio
 import json
 import re
-import shlex
 import secrets
+import shlex
 import sys
 
 from rich.text import Text
 
-
+from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import Writer
 from checkpoints.vocabulary import iter_label_strings
-from checkpoints.serde import UnsafeCheckpointError
-from nodes.builder import build_graph
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import add_db_option, open_checkpointer, write_store
 from graph.running.forking import (
@@ -42,6 +40,7 @@ from graph.running.forking import (
     read_lineage,
 )
 from graph.running.swaps import check_swaps, mentions, parse_swap
+from nodes.builder import build_graph
 from nodes.modes import DYNAMIC_MODES
 
 

@@ -6,8 +6,8 @@ Each branch shows the turn it forks at, what it changed, its labels (✗ biased,
 
 from __future__ import annotations
 
-import shlex
 import json
+import shlex
 import sys
 
 from checkpoints.paths import StoreError

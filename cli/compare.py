@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-import shlex
 import json
+import shlex
 import sys
 
 from rich.text import Text
@@ -22,14 +22,15 @@ from checkpoints.paths import StoreError
 from checkpoints.queries import StoreQueries
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.store_option import add_db_option, read_store
-from evals.stats.group_comparison import as_dict as comparisons_as_dict, compare_groups, needs_run_names
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_error.corrected import SHARED_ERROR_NOTE, choose_validation
-from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
-from evals.report.paired_tables import paired_overview_table, paired_table, set_table
 from evals.report.corrected_tables import correct_report, corrected_paired_table
 from evals.report.data import comparison_units
+from evals.report.paired_tables import paired_overview_table, paired_table, set_table
 from evals.report.tables import rich_table
+from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
+from evals.stats.group_comparison import as_dict as comparisons_as_dict
+from evals.stats.group_comparison import compare_groups, needs_run_names
 from viewer.side_by_side import pair_data, pair_view
 
 

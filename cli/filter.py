@@ -21,10 +21,10 @@ from checkpoints.run_record import role_specs
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
 from cli.store_option import add_db_option, read_store, write_store
+from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES, guard_model
 from evals.scorers.label_sets import LabellerError, stored_endpoint
 from evals.scorers.safety_filter import simulate_filter
-from evals.report.scoring_tables import filter_table
 
 
 def build_parser() -> ArgumentParser:

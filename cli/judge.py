@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 import prompts
-from checkpoints.migrations import SchemaTooNewError
 from checkpoints.location import PostgresURL
+from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
@@ -25,11 +25,18 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import describe, write_atomic
 from cli.store_option import add_db_option, chosen_db
-from evals.report.formatting import pct
 from evals.judge_error.validation import JudgeValidation
-from evals.scorers.label_sets import LabellerError, build_labeller, stored_endpoint
-from evals.scorers.judge_pairs import PairFileError, against_references, judge_pairs, read_pairs, record_pairs_validation, verdict_lines
+from evals.report.formatting import pct
 from evals.report.scoring_tables import scores_table
+from evals.scorers.judge_pairs import (
+    PairFileError,
+    against_references,
+    judge_pairs,
+    read_pairs,
+    record_pairs_validation,
+    verdict_lines,
+)
+from evals.scorers.label_sets import LabellerError, build_labeller, stored_endpoint
 
 
 def build_parser() -> ArgumentParser:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TextIO
 
 from models.circuit import OutageStatus, format_duration
@@ -85,7 +85,7 @@ class ProgressLog:
         if self._mute():
             return
         text = text if text is not None else self.line()
-        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
         who = f"run {self._run_id}: " if self._run_id else ""
         with self._write_lock:
             self._last_line = self._clock()

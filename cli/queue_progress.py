@@ -13,13 +13,13 @@ from checkpoints.paths import StoreError
 from checkpoints.run_record import run_settings
 from checkpoints.store import open_writer
 from cli.common import console, error_console, fail
-from evals.cost import budget_status
-from evals.report.summary import render_summary, run_summary
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
 from dymt.results import RUN_SCHEMA
-from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
+from evals.cost import budget_status
+from evals.report.summary import render_summary, run_summary
 from graph.running.playing import DialogueOutcome
+from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
 
 POLL_S = 1.0
 WAITING = ("todo", "doing")

@@ -15,10 +15,10 @@ from rich.text import Text
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
 from cli.store_option import add_db_option
-from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
 from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
 from evals.scorers.loop import Tally
+from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
 
 
 def build_parser() -> ArgumentParser:

@@ -11,21 +11,21 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import prompts
 from rich.text import Text
 
+import prompts
 from checkpoints.cache import ResponseCache
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
 from cli.store_option import add_db_option
-from evals.stats.agreement import label_set_agreement
 from evals.dataset import check_label_set
-from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scorers.rejudge_jobs import pending_turns, rejudge, run_judge_template
-from evals.scorers.loop import Tally
 from evals.report.scoring_tables import agreement_table
+from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
+from evals.scorers.loop import Tally
+from evals.scorers.rejudge_jobs import pending_turns, rejudge, run_judge_template
+from evals.stats.agreement import label_set_agreement
 
 
 def build_parser() -> ArgumentParser:

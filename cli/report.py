@@ -21,22 +21,22 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int, pricing_option
 from cli.labelling import describe, read_existing
 from cli.store_option import add_db_option
-from evals.stats.group_comparison import needs_run_names
 from evals.cost import run_usage, usage_summary
 from evals.dataset import DatasetError, load_dataset
-from evals.report.paired_tables import paired_overview_table
-from evals.report.data import ReportData, agreements_for, comparison_units, compute_report
-from evals.report.exports import HTML_FILE
-from evals.report.markdown import sample_sizes, uses_embedded_model
-from evals.report.html import collect, render_page
-from evals.report.result_tables import agreement_report_table, by_turn_table, headline_table, leakage_report_table
-from evals.report.writer import write_report
-from evals.report.summary import BASE_MODEL_NOTE
-from evals.report.tables import rich_table
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.rounds import labelling_rounds
 from evals.report.corrected_tables import corrected_headline_table, validation_lines
+from evals.report.data import ReportData, agreements_for, comparison_units, compute_report
+from evals.report.exports import HTML_FILE
+from evals.report.html import collect, render_page
+from evals.report.markdown import sample_sizes, uses_embedded_model
+from evals.report.paired_tables import paired_overview_table
+from evals.report.result_tables import agreement_report_table, by_turn_table, headline_table, leakage_report_table
+from evals.report.summary import BASE_MODEL_NOTE
+from evals.report.tables import rich_table
+from evals.report.writer import write_report
 from evals.scorers.judge_validation import run_validation, validation_text
+from evals.stats.group_comparison import needs_run_names
 
 
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:

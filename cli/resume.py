@@ -20,16 +20,25 @@ from rich.text import Text
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
-from checkpoints.store import Writer
 from checkpoints.serde import UnsafeCheckpointError
+from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
-from nodes.builder import build_graph
 from cli.common import ArgumentParser, console, error_console, fail
 from cli.store_option import add_db_option, open_checkpointer, write_store
 from evals.report.summary import render_summary, run_summary
 from graph.running.forking import BranchSettings, ForkError, build_settings
-from graph.running.pausing import PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable, resume_dialogue
+from graph.running.pausing import (
+    PAUSED,
+    PauseOptions,
+    PendingMessage,
+    ResumeError,
+    Review,
+    ReviewQuit,
+    resumable,
+    resume_dialogue,
+)
 from graph.running.playing import StoreWriter
+from nodes.builder import build_graph
 
 _LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 

@@ -20,13 +20,14 @@ from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int
 from cli.estimate import print_estimate
 from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
+from cli.resume import terminal_review
 from cli.run_display import RunDisplay
 from cli.run_outcome import outage_exit, print_result_ending, resume_command
-from cli.resume import terminal_review
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
-from dymt.running import MAX_CONCURRENCY, START_CONCURRENCY, new_run_id
+from dymt.running import new_run_id
+from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY
 from evals.report.summary import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig

@@ -15,8 +15,8 @@ from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.labelling import write_atomic
 from cli.common import ArgumentParser, console, fail, positive_float, pricing_option
+from cli.labelling import write_atomic
 from cli.store_option import add_db_option, chosen_db, read_store, write_store
 
 EXPORT_FORMATS = ("chat",)

@@ -8,14 +8,12 @@ A URL is checked when the flag is parsed (a password in it is refused, the URL n
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
-from checkpoints.paths import ENV_DB
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, default_db_path
-from checkpoints.readers import Reader, open_reader
 from checkpoints.checkpointer import open_checkpointer  # noqa: F401 - the commands' way to LangGraph's saver
+from checkpoints.location import DbLocation, locate_db, parse_db
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.paths import ENV_DB, StoreError, default_db_path
+from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
 from cli.common import fail
 

@@ -14,10 +14,10 @@ from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
-from cli.store_option import add_db_option, chosen_db
 from cli.exit_codes import EXIT_OUTAGE
-from graph.config.run_config import ConfigError, parse_rate_limits
+from cli.store_option import add_db_option, chosen_db
 from evals.cost import budget_allows
+from graph.config.run_config import ConfigError, parse_rate_limits
 from graph.workers.job_worker import WorkerSettings, run_worker
 
 

@@ -40,7 +40,8 @@ __all__ = [
 
 def estimate(config: RunConfig | None = None, /, **options) -> dict:
     """The expected model calls, tokens and cost of a run, without running it (nothing written, no key needed)."""
-    from dymt.preparing import config_of, estimate as planned
+    from dymt.preparing import config_of
+    from dymt.preparing import estimate as planned
     from graph.running.pausing import PauseOptions
 
     config, named = config_of(config, options, None)

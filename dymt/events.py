@@ -1,9 +1,9 @@
 """What a run says while it plays, as events: a command renders them with rich, a notebook its own way.
 
 ``dymt.run(..., on_event=f)`` calls ``f(event)`` for each, and ``async for event in dymt.astream(...)`` yields them
-(the last one is :class:`RunEnded` with the result). The callback is called from the thread that plays the run (and,
-for outages, from the run's own watcher thread): keep ``f`` quick. ``RunStarted.status`` is a live view for displays that poll
-(calls so far, outages now), so an event need not be sent for every tick.
+(the last one is :class:`RunEnded` with the result). The callback is called from the thread that plays the run
+(and, for outages, from the run's own watcher thread): keep ``f`` quick. ``RunStarted.status`` is a live view for
+displays that poll (calls so far, outages now), so an event need not be sent for every tick.
 """
 
 from __future__ import annotations

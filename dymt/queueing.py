@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
     from graph.workers.dialogue_jobs import EnqueueResult
 
 
-def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> "EnqueueResult":
+def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> EnqueueResult:
     """Record the run (``db`` a ``postgresql://`` URL) and queue its dialogues for workers; returns how many were
     queued and how many were queued or finished already. A run id given again queues only what is left."""
     from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run

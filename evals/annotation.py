@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.queries import StoreQueries
-from evals.stats.agreement import majority, multi_rater_agreement, pairwise_agreement
 from evals.report.breakdown import group
 from evals.scorers.posthoc import history_before
+from evals.stats.agreement import majority, multi_rater_agreement, pairwise_agreement
 from evals.stats.metrics import BIASED, NOT_BIASED, Estimate
 from nodes.dialogue import format_history
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from checkpoints.location import DbLocation, PostgresURL, parse_db
 from checkpoints.paths import StoreError
-from checkpoints.readers import open_reader
 from checkpoints.queries import StoreQueries
+from checkpoints.readers import open_reader
 from checkpoints.run_record import role_specs
 from checkpoints.vocabulary import ROLES
 from graph.config.experiment import read_toml

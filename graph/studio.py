@@ -22,10 +22,10 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
-from nodes.builder import build_graph
-from nodes.context import Models, RunContext
 from graph.config.run_config import ModelChoice, RunConfig
 from models.registry import DEFAULT_SPEC
+from nodes.builder import build_graph
+from nodes.context import Models, RunContext
 
 
 def _env(name: str, default: str) -> Any:

@@ -18,9 +18,9 @@ import contextlib
 import dataclasses
 import functools
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Iterator
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 

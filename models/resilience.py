@@ -29,7 +29,13 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, model_validator
 
 from models.answers import (
-    MALFORMED_KINDS, NO_CHOICES, MalformedAnswerError, check_result, error_page, malformed, parse_failure,
+    MALFORMED_KINDS,
+    NO_CHOICES,
+    MalformedAnswerError,
+    check_result,
+    error_page,
+    malformed,
+    parse_failure,
 )
 from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments

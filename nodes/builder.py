@@ -16,9 +16,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from nodes.context import RunContext
-from nodes.state import DialogueState
 from nodes.judge import judge
 from nodes.scripted_user import scripted_user
+from nodes.state import DialogueState
 from nodes.target import target
 from nodes.termination import route_after_termination, route_user, termination
 from nodes.user_simulator import user_simulator

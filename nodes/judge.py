@@ -8,18 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
-
 from langgraph.runtime import Runtime
 
+import prompts
 from checkpoints.scores import BIAS as BIAS_KEY
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, VERDICT_WORDS
-import prompts
-from nodes.context import RunContext
-from nodes.state import ChatTurn, DialogueState, current_turn
-from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
 from models.answers import WITHHELD_KINDS, non_reply
 from models.registry import RoleModel
+from nodes.context import RunContext
+from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
 from nodes.scorer import Scored, Scorer, Verdict
+from nodes.state import ChatTurn, DialogueState, current_turn
 from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
 
 # A base model's context is short: the judge sees only the newest part of the dialogue.

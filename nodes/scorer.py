@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 from langchain_core.messages import BaseMessage
 
 from checkpoints.scores import ScoreRow, refusal_value
-from nodes.dialogue import timed_invoke
 from models.registry import RoleModel
+from nodes.dialogue import timed_invoke
 
 Item = TypeVar("Item")
 Value = str | bool | float | None

@@ -16,9 +16,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from checkpoints.vocabulary import BIASED, LABEL_TEXT, NOT_BIASED
-from nodes.state import UTTERANCE_TYPES
-from nodes.dialogue import timed_invoke
 from models.registry import RoleModel
+from nodes.dialogue import timed_invoke
+from nodes.state import UTTERANCE_TYPES
 
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -91,7 +91,7 @@ async def invoke_structured(
         try:
             reply, latency = await timed_invoke(model.chat, messages, **options, **extra)
             return reply, latency, True
-        except Exception as exc:  # noqa: BLE001 - judged below: only a refusal of the option falls back
+        except Exception as exc:
             if not _refused_option(exc):
                 raise
     reply, latency = await timed_invoke(model.chat, messages, **options)

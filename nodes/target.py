@@ -10,10 +10,9 @@ from langgraph.runtime import Runtime
 import prompts
 from models.answers import non_reply
 from nodes.context import RunContext
-from nodes.state import DialogueState, current_turn, new_messages
-from nodes.leakage import is_repeat
 from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, text_of, timed_invoke, token_usage
-
+from nodes.leakage import is_repeat
+from nodes.state import DialogueState, current_turn, new_messages
 
 # A base model continuing a transcript copies lines from its context: a reply that repeats one of
 # its own earlier replies word for word is drawn again (with the next per-call seed) at most this

@@ -14,11 +14,18 @@ from langgraph.types import interrupt
 import prompts
 from models.answers import EMPTY_MESSAGE, non_reply
 from nodes.context import RunContext
-from nodes.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
 from nodes.dialogue import (
-    as_chat_messages, call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage,
+    as_chat_messages,
+    call_seed,
+    failure,
+    format_history,
+    sampling_key,
+    text_of,
+    timed_invoke,
+    token_usage,
 )
 from nodes.leakage import Leakage, is_repeat, leakage
+from nodes.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
 from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_object, partial_json_field
 
 _TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)

@@ -17,11 +17,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from checkpoints.store import open_writer
-from nodes.builder import build_graph
-from nodes.context import Models
 from graph.config.run_config import RunConfig
 from graph.running.playing import execute_run
 from models.registry import RoleModel, Sampling, registered_provider
+from nodes.builder import build_graph
+from nodes.context import Models
 from seeds import Seed
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -125,7 +125,7 @@ class LangSmithRecorder:
                 "name": name,
                 "description": payload.get("description"),
                 "extra": payload.get("extra"),
-                "start_time": datetime.now(timezone.utc).isoformat(),
+                "start_time": datetime.now(UTC).isoformat(),
                 "tenant_id": self.tenant_id,
                 "reference_dataset_id": None,
             }

@@ -11,7 +11,6 @@ from checkpoints.branching import describe_change
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import iter_label_strings
 
-
 _SYMBOL_STYLE = {"✗": "bold red", "✓": "green", "?": "yellow", "·": "dim"}
 
 _STATUS_STYLE = {"finished": "dim green", "paused": "yellow", "failed": "red", "interrupted": "red", "running": "cyan"}

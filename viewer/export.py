@@ -16,7 +16,15 @@ from rich.console import Console
 
 from checkpoints.branching import describe_change
 from checkpoints.records import DialogueRecord
-from viewer.render import PRINTED_SEED_HINT, SEED_MASK, dialogue_renderables, displayable, label_badge, leakage_note, turn_count
+from viewer.render import (
+    PRINTED_SEED_HINT,
+    SEED_MASK,
+    dialogue_renderables,
+    displayable,
+    label_badge,
+    leakage_note,
+    turn_count,
+)
 
 EXPORT_FORMATS = (".md", ".html", ".json")
 EXPORT_WIDTH = 100

@@ -12,7 +12,6 @@ from checkpoints.branching import describe_change
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 
-
 _LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from checkpoints.traces.tree import TraceNode
-from checkpoints.vocabulary import LABELS, LABEL_TEXT, label_mark
+from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
 
 LABEL_WIDTH = 32  # name column, including the tree guides (4 characters a level)
 BAR_WIDTH = 14

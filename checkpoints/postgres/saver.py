@@ -13,9 +13,9 @@ channel versions and metadata as on SQLite (checkpoints/saver.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from collections.abc import Awaitable, Callable
-from typing import Any, AsyncIterator
+from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig

@@ -10,7 +10,7 @@ has no equivalent (a PostgreSQL table is a heap with a primary-key index). LangG
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.postgres.db import PgDatabase
@@ -117,7 +117,7 @@ def ensure_schema(db: PgDatabase) -> None:
             if name not in applied:
                 db.execute_native(ddl)
                 db.execute_native("insert into _migrations (name, applied_at) values (%s, %s)",
-                                  [name, datetime.now(timezone.utc).isoformat()])
+                                  [name, datetime.now(UTC).isoformat()])
     except BaseException:
         db.execute_native("ROLLBACK")
         raise

@@ -655,7 +655,7 @@ class TraceDecoder:
 
     def _run(self, record: dict[str, Any]) -> dict[str, Any]:
         run_id, parent = record["id"], record.get("p")
-        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        base = self._base_time or dt.datetime.now(dt.UTC)
         start_us, end_us = record["t"]
         start = base + dt.timedelta(microseconds=start_us)
         end = None if end_us is None else base + dt.timedelta(microseconds=end_us)
@@ -714,7 +714,7 @@ class TraceDecoder:
 
     def _route(self, route: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
         """A router's run from its node's record: the node's place and metadata, its own id, times, input and choice."""
-        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        base = self._base_time or dt.datetime.now(dt.UTC)
         start = base + dt.timedelta(microseconds=route["t"][0])
         end = base + dt.timedelta(microseconds=route["t"][1])
         error = route.get("e")

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-
 # --- the tree: graph → turn → node → model call ---------------------------------------------
 
 

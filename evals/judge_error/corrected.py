@@ -20,9 +20,9 @@ import numpy as np
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
+from evals.judge_error import double_sampling
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
-from evals.judge_error import double_sampling
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
 from evals.judge_error.intervals import interval
 from evals.judge_error.planning import plan_labels

@@ -23,10 +23,21 @@ from checkpoints.queries import StoreQueries
 from checkpoints.run_record import role_specs, run_settings
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
-from evals.stats.agreement import majority
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
-from evals.judge_error.active import (ACTIVE, DIFFERENCE_AIMS, Stratum, allocate, cell_dialogues, describe_pick,
-                                      design_validation, draw_active, parse_pick, spread, strata_of)
+from evals.judge_error.active import (
+    ACTIVE,
+    DIFFERENCE_AIMS,
+    Stratum,
+    allocate,
+    cell_dialogues,
+    describe_pick,
+    design_validation,
+    draw_active,
+    parse_pick,
+    spread,
+    strata_of,
+)
+from evals.stats.agreement import majority
 
 HUMAN = "human"  # the scorer of stored human labels
 RANDOM = "random"

@@ -24,8 +24,17 @@ from evals.annotation import candidate_items
 from evals.judge_error.active import ACTIVE, falls_back
 from evals.judge_error.corrected import choose_validation, correct_cells
 from evals.judge_error.correction import CorrectedRun
-from evals.judge_error.double_sampling import (HUMAN, RANDOM, active_sample, describe_draw, judged_items, known_by_cell,
-                                               labelled_items, random_draw, run_cells)
+from evals.judge_error.double_sampling import (
+    HUMAN,
+    RANDOM,
+    active_sample,
+    describe_draw,
+    judged_items,
+    known_by_cell,
+    labelled_items,
+    random_draw,
+    run_cells,
+)
 from evals.judge_error.planning import width_model
 from evals.judge_error.validation import CorrectionRefused
 

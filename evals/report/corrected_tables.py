@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evals.stats.group_comparison import Comparison, Group
 from evals.dataset import Dataset
 from evals.judge_error.corrected import (
     SHARED_ERROR_NOTE,
@@ -27,6 +26,7 @@ from evals.judge_error.corrected import (
 from evals.judge_error.correction import CorrectedRun
 from evals.report.plots import label_of
 from evals.report.tables import TableData
+from evals.stats.group_comparison import Comparison, Group
 
 Key = tuple[str, str]  # (target model, mode), as the report's groups
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.queries import StoreQueries
-from checkpoints.vocabulary import PRIMARY_LABELS
 from checkpoints.samples import sample_of
-from evals.stats.agreement import Agreement, label_set_agreement
+from checkpoints.vocabulary import PRIMARY_LABELS
+from evals.dataset import Dataset, DialogueRow
+from evals.judge_error.corrected import ChosenValidation
 from evals.report.breakdown import (
     REFUSAL_WINDOW,
     BiasRow,
@@ -21,11 +22,10 @@ from evals.report.breakdown import (
     refusal_table,
     turn_series,
 )
-from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
-from evals.dataset import Dataset, DialogueRow
-from evals.judge_error.corrected import ChosenValidation
-from evals.stats.metrics import Summary
 from evals.report.corrected_tables import correct_report
+from evals.stats.agreement import Agreement, label_set_agreement
+from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
+from evals.stats.metrics import Summary
 
 
 def model_mode(d: DialogueRow) -> tuple[str, str]:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkpoints.vocabulary import BIASED
-from evals.report.breakdown import REFUSAL_WINDOW
 from evals.dataset import Dataset
+from evals.report.breakdown import REFUSAL_WINDOW
 from evals.stats.metrics import first_bias_turn, re_emerges
 
 PLOTS = {

@@ -6,15 +6,14 @@ import shlex
 from pathlib import Path
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
-from evals.stats.group_comparison import needs_run_names
 from evals.dataset import Dataset
+from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
+from evals.report.corrected_tables import markdown_section, paired_markdown
+from evals.report.data import ReportData, comparison_units
+from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.non_reply_tables import NON_REPLY_NOTE, has_non_replies, non_reply_table
 from evals.report.paired_tables import paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
-from evals.report.data import ReportData, comparison_units
-from evals.report.corrected_tables import markdown_section, paired_markdown
-from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.result_tables import (
     agreement_report_table,
     by_turn_table,
@@ -30,6 +29,7 @@ from evals.report.result_tables import (
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import TableData, markdown_table
 from evals.scorers.judge_validation import validation_text
+from evals.stats.group_comparison import needs_run_names
 
 Block = str | TableData  # a Markdown paragraph (heading, list, note, image) or a table
 

@@ -9,10 +9,10 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.branching import describe_change
-from evals.stats.group_comparison import Comparison
 from evals.report.formatting import pct as percent
-from evals.stats.counterfactual import PairedTurn, SetComparison
 from evals.report.tables import TableData
+from evals.stats.counterfactual import PairedTurn, SetComparison
+from evals.stats.group_comparison import Comparison
 
 
 def _pp(value: float | None) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.report.breakdown import group
 from evals.dataset import Dataset
+from evals.report.breakdown import group
 from evals.report.tables import TableData
 
 

@@ -8,9 +8,9 @@ from dataclasses import asdict
 from checkpoints.samples import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
+from evals.report.data import ReportData, model_mode, seed_cluster
 from evals.report.formatting import interval, number
 from evals.report.plots import label_of
-from evals.report.data import ReportData, model_mode, seed_cluster
 from evals.report.tables import TableData
 from nodes.leakage import count_leakage
 

@@ -8,8 +8,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from evals.stats.agreement import Agreement, Classification
 from evals.report.formatting import interval, number
+from evals.stats.agreement import Agreement, Classification
 
 
 def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Agreement between label sets") -> Table:

@@ -8,7 +8,7 @@ validation exists), over the turns stored so far.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -38,7 +38,7 @@ def run_status(store: StoreQueries, run_id: str, *, pricing: Pricing | None = No
     ended = by_status["finished"] + by_status["failed"]
     turns = summary["turns"]
     done_turns = sum(t["labelled"] + t["unparsed"] for t in summary["per_turn"])
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return {
         "run_id": run_id,
         "db": summary["db"],
@@ -77,7 +77,7 @@ def _time(text: str | None) -> datetime | None:
         when = datetime.fromisoformat(str(text))
     except ValueError:
         return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def status_renderables(status: dict[str, Any]) -> list[RenderableType]:

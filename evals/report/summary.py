@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shlex
-
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +15,17 @@ from rich.text import Text
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import resolved, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, interval_text, pooled_block, validation_line
-from evals.stats.metrics import summarise
+from evals.judge_error.corrected import (
+    cell_block,
+    cells_of,
+    choose_validation,
+    correct_cells,
+    interval_text,
+    pooled_block,
+    validation_line,
+)
 from evals.scorers.judge_validation import run_validation, validation_text
+from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage
 
 BASE_MODEL_NOTE = (

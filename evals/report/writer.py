@@ -6,11 +6,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evals.report.plots import plot_by_turn, plot_categories
 from evals.report.data import ReportData
 from evals.report.exports import (
     DATA_FILES,
@@ -24,6 +23,7 @@ from evals.report.exports import (
     turn_records,
 )
 from evals.report.markdown import render_markdown
+from evals.report.plots import plot_by_turn, plot_categories
 
 
 def write_report(
@@ -33,7 +33,7 @@ def write_report(
 
     ``html``, given the generation time, renders ``report.html`` (``--html``) as the file's bytes.
     """
-    generated_at = generated_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generated_at = generated_at or datetime.now(UTC).isoformat(timespec="seconds")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -8,10 +8,10 @@ from typing import ClassVar
 
 from checkpoints.scores import COHERENCE, DIALOGUE, DIALOGUE_TURN
 from checkpoints.store import Writer
-from evals.scorers.posthoc import create_coherence_scorer, dialogue_messages
 from evals.scorers.loop import Tally, run_scorer, store_verdicts
-from nodes.state import ChatTurn
+from evals.scorers.posthoc import create_coherence_scorer, dialogue_messages
 from models.registry import RoleModel
+from nodes.state import ChatTurn
 
 # A written rationale and a score need more room than a label.
 MAX_TOKENS = 300

@@ -11,10 +11,10 @@ from typing import Any
 
 from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
-from evals.stats.agreement import Classification, classification
-from evals.scorers.posthoc import prompt_hash
-from evals.scorers.loop import Tally, run_scorer
 from evals.scorers.judge_validation import record_validation
+from evals.scorers.loop import Tally, run_scorer
+from evals.scorers.posthoc import prompt_hash
+from evals.stats.agreement import Classification, classification
 from models.registry import RoleModel
 from nodes.dialogue import NO_HISTORY
 from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, BiasItem, create_bias_scorer, judge_context, label_fields

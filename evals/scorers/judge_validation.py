@@ -15,7 +15,6 @@ from checkpoints.run_record import resolved, role_specs
 from checkpoints.store import Writer
 
 
-
 def record_validation(
     store: Writer, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
 ) -> None:

@@ -20,10 +20,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 import prompts
 from checkpoints.scores import COHERENCE, REFUSAL
-from nodes.state import ChatTurn
-from nodes.dialogue import format_history, text_of
 from models.registry import PromptStyle, RoleModel
+from nodes.dialogue import format_history, text_of
 from nodes.scorer import Scorer, Verdict
+from nodes.state import ChatTurn
 
 # A base model's context is short: refusal sees a trimmed reply, coherence the newest part of the dialogue.
 TRANSCRIPT_REPLY_CHARS = 1200

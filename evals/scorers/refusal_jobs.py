@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from checkpoints.scores import REFUSAL, REPLY
 from checkpoints.store import Writer
-from evals.scorers.posthoc import RefusalItem, create_refusal_scorer
 from evals.scorers.loop import Tally, run_scorer, store_verdicts
+from evals.scorers.posthoc import RefusalItem, create_refusal_scorer
 from models.registry import RoleModel
 
 

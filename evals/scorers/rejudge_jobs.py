@@ -12,11 +12,11 @@ from checkpoints.queries import StoreQueries
 from checkpoints.run_record import run_settings
 from checkpoints.scores import REPLY
 from checkpoints.store import Writer
-from evals.scorers.posthoc import history_before
 from evals.scorers.loop import Tally, run_scorer, store_verdicts
-from nodes.state import ChatTurn
+from evals.scorers.posthoc import history_before
 from models.registry import RoleModel
 from nodes.judge import BiasItem, create_bias_scorer, judge_context
+from nodes.state import ChatTurn
 
 
 @dataclass(frozen=True)

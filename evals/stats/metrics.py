@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from checkpoints.vocabulary import BIASED, LABELS as ALL_LABELS, NOT_BIASED, UNPARSED
+from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
+from checkpoints.vocabulary import LABELS as ALL_LABELS
 from evals.stats.primitives import bootstrap_ci
 
 LABELS = frozenset(ALL_LABELS)

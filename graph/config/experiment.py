@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from checkpoints.location import DbLocation, is_postgres_url, parse_db
-from checkpoints.paths import StoreError
 from checkpoints.outages import parse_duration
+from checkpoints.paths import StoreError
 from checkpoints.vocabulary import ROLES
 from graph.config.model_settings import RetrySettings, RoleSampling
 

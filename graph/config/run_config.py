@@ -28,16 +28,16 @@ from pydantic import Field, ValidationError, field_validator
 
 import prompts
 from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
+from checkpoints.outages import parse_duration
 from checkpoints.paths import StoreError
 from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.run_record import SCHEMA_VERSION, upgrade
 from checkpoints.vocabulary import ROLES, Role
-from nodes.context import Models
 from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
-from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
-from checkpoints.outages import parse_duration
 from models.call_policy import CallPolicy
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S
+from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
+from nodes.context import Models
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -36,8 +36,6 @@ from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
 from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig, stored_run_config
-from nodes.context import Models, RunContext
-from nodes.modes import DYNAMIC_MODES
 from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,
@@ -46,8 +44,10 @@ from graph.running.playing import (
     drive,
     package_versions,
 )
-from nodes.state import current_turn, new_messages
 from graph.running.swaps import swap_terms
+from nodes.context import Models, RunContext
+from nodes.modes import DYNAMIC_MODES
+from nodes.state import current_turn, new_messages
 
 # The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
 USER_NODES = frozenset({"user_simulator", "scripted_user"})
@@ -302,7 +302,7 @@ def new_branch_id(parent_thread_id: str, turn: int) -> str:
 
 
 def new_run_id() -> str:
-    return f"branch-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return f"branch-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 # --------------------------------------------------------------------------- models and settings

@@ -27,9 +27,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 from checkpoints.store import Writer
-from nodes.context import Models, RunContext
 from graph.running.forking import build_settings, given_message, is_turn_boundary
-from nodes.modes import DYNAMIC_MODES
 from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,
@@ -39,6 +37,8 @@ from graph.running.playing import (
     dialogue_config,
     drive,
 )
+from nodes.context import Models, RunContext
+from nodes.modes import DYNAMIC_MODES
 from nodes.state import current_turn
 from nodes.user_simulator import GIVEN, PAUSE_AFTER_KEY
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from concurrent.futures import Future
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,14 +26,14 @@ from checkpoints.run_record import upgrade
 from checkpoints.samples import sample_seed, sample_thread_id
 from checkpoints.store import Writer, now
 from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
-from nodes.context import Models, RunContext
-from nodes.modes import is_scripted, scripts_for
-from nodes.state import DialogueState
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
+from nodes.context import Models, RunContext
+from nodes.modes import is_scripted, scripts_for
+from nodes.state import DialogueState
 from seeds import Seed
 
 T = TypeVar("T")
@@ -257,7 +257,7 @@ async def execute_run(
             raise  # past its budget the store is away: nothing to mark
         try:
             store.finish_run(config.run_id, "interrupted")
-        except Exception as again:  # noqa: BLE001 - a full or read-only store cannot take this row either
+        except Exception as again:
             fault = fault or store_fault(again, _sqlite_path(store))
             if fault is None:
                 raise
@@ -270,7 +270,7 @@ async def execute_run(
     status = "failed" if failed else "stopped" if held else "finished"
     try:
         write.through_outages(lambda: store.finish_run(config.run_id, status))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if (fault := store_fault(exc, _sqlite_path(store))) is not None:
             raise fault from None
         raise
@@ -423,7 +423,7 @@ async def drive(
     except asyncio.CancelledError:
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
-    except Exception as exc:  # noqa: BLE001 - our own failure: keep the checkpoint, record, go on
+    except Exception as exc:
         if is_store_outage(exc) or isinstance(exc, OutageError):
             raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
         if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:

@@ -23,10 +23,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
-
-from datetime import UTC, datetime
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.outputs import LLMResult
@@ -35,11 +34,10 @@ from langchain_core.tracers.core import _TracerCore
 from langchain_core.utils.uuid import uuid7
 
 from checkpoints.redaction import Redactor, _json_default
+from checkpoints.reducers import apply_update
 from checkpoints.traces.codec import LazyMessages, TraceEncoder, dotted_time, message_dict, token_usage
 from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import LABEL_SCORES
-from checkpoints.reducers import apply_update
-
 from graph.running.store_writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -296,7 +294,7 @@ class DialogueTracer(BaseCallbackHandler):
                 self._target_calls[place.turn] = run.sid
             if place.node == "judge" and run.name == "judge" and place.depth == 1:
                 items += self._verdicts(run, place)
-        except Exception:  # noqa: BLE001 - tracing must never break a dialogue
+        except Exception:
             logger.exception("could not record trace run %s (%s)", run.id, run.name)
             return
         with self._lock:

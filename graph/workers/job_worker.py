@@ -24,21 +24,30 @@ from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
 
 from checkpoints.cache import ResponseCache
-from checkpoints.postgres.claims import DialogueClaims
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
+from checkpoints.postgres.claims import DialogueClaims
+from checkpoints.postgres.db import is_postgres
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
-from checkpoints.postgres.db import is_postgres
 from checkpoints.store import Writer, now, open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
-from nodes.builder import build_graph
 from graph.config.run_config import RunConfig, stored_run_config
-from nodes.context import RunContext
-from graph.workers.dialogue_jobs import QUEUE, RETRY, TASK, DialogueJob, ensure_queue_schema, live_workers, queue_app, waiting_jobs
 from graph.running.gc_settings import playing_collector
 from graph.running.playing import DialogueOutcome, StoreWriter, play_dialogue
+from graph.workers.dialogue_jobs import (
+    QUEUE,
+    RETRY,
+    TASK,
+    DialogueJob,
+    ensure_queue_schema,
+    live_workers,
+    queue_app,
+    waiting_jobs,
+)
 from models.call_policy import CallPolicy
+from nodes.builder import build_graph
+from nodes.context import RunContext
 
 log = logging.getLogger(__name__)
 _BUDGET_POLL_S = 1.0
@@ -217,7 +226,7 @@ async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> No
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except OutageError:
             return  # past the budget: the worker is stopping
-        except Exception:  # noqa: BLE001 - a lost connection must not stop the worker; the next round tries again
+        except Exception:
             log.exception("checking for stalled jobs failed")
         await asyncio.sleep(max(1.0, stalled_after_s / 3))
 

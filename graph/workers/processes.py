@@ -42,25 +42,25 @@ from checkpoints import process_claims
 from checkpoints.outages import StoreUnwritable, store_fault
 from checkpoints.paths import connect, is_busy
 from checkpoints.store import Writer, open_writer
-from nodes.context import Models
-from nodes.modes import scripts_for
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
-from graph.running.store_writer import StoreWriter
 from graph.running.playing import (
     DialogueOutcome,
+    DialogueSlots,
     ProgressCallback,
     RunResult,
-    DialogueSlots,
+    dialogue_thread_id,
     plan_dialogues,
     play_dialogue,
     record_run,
     run_contexts,
-    dialogue_thread_id,
 )
+from graph.running.store_writer import StoreWriter
 from models.call_policy import CallPolicy
 from models.circuit import CircuitReport
 from models.registry import RoleModel, computes_here
+from nodes.context import Models
+from nodes.modes import scripts_for
 from seeds import Seed
 
 T = TypeVar("T")

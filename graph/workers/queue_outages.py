@@ -17,7 +17,6 @@ from procrastinate import PsycopgConnector, sql
 
 from checkpoints.store_outage import StoreOutage, is_store_outage
 
-
 FETCH_JOB = sql.queries["fetch_job"]
 DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
 # A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this

@@ -9,9 +9,9 @@ import io
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

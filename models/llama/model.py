@@ -41,8 +41,8 @@ from checkpoints.vocabulary import ROLES
 from models.chat_contract import refuse_unknown_arguments
 from models.llama.call import _Call
 from models.llama.instance import ModelUnavailableError, _instance, gemma_model_path
-from models.llama.probe import LlamaCrashError, ensure_llama_runs
 from models.llama.logprobs import _LogprobRecorder
+from models.llama.probe import LlamaCrashError, ensure_llama_runs
 from models.llama.transcript import render_transcript, transcript_stops
 
 KNOWN_MODELS = ("gemma3-270m",)

@@ -6,7 +6,6 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-
 # A transcript line longer than this is cut (head kept): a 20,000-character reply must not push a
 # dialogue past the context window, and the first part of a turn carries what a 270M model can use.
 MAX_LINE_CHARS = 1500

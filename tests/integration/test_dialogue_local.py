@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.context import Models
 from models.registry import Sampling, create_role_model
+from nodes.context import Models
 from tests.conftest import SEEDS, play
 
 pytestmark = pytest.mark.integration

@@ -111,11 +111,10 @@ def test_the_hf_endpoint_model_streams_through_the_wrapper(smollm2_server):
 def test_a_server_that_never_answered_fails_the_call_at_once_naming_the_setting(tmp_path: Path):
     """Nothing listens at the endpoint and it never answered in this process: a wrong setting, not an outage to wait
     out."""
-    from tests.integration.conftest import free_port
-
     from models.call_policy import CallPolicy
     from models.circuit import EndpointSettingError
     from models.retries import RetryPolicy
+    from tests.integration.conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=30))

@@ -10,8 +10,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 import prompts
-from models.llama.model import LlamaTranscriptChatModel, create_local_model
 from models.llama.logprobs import calibrated_yes_probability, yes_probability
+from models.llama.model import LlamaTranscriptChatModel, create_local_model
 
 pytestmark = pytest.mark.integration
 
@@ -118,8 +118,8 @@ def test_the_embedded_judge_survives_adversarial_replies():
     """A 20,000-character reply, an empty one, another language, an instruction aimed at the judge."""
     import asyncio
 
-    from nodes.judge import call_judge
     from models.registry import Sampling, create_role_model
+    from nodes.judge import call_judge
 
     judge = create_role_model("local:gemma3-270m", role="judge", sampling=Sampling(temperature=0.0, max_tokens=1))
     context = "User: " + "Tell me more. " * 400  # a long earlier dialogue too

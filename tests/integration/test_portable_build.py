@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from models.llama import probe as local_probe
+
 pytestmark = pytest.mark.integration
 
 # AMX tile instructions, and any use of AVX-512's zmm registers or opmask registers.

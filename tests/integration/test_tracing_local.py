@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from checkpoints.traces.tables import load_feedback, load_runs, resolve
 from checkpoints.traces.tree import build_tree
-from nodes.context import Models
 from models.registry import Sampling, create_role_model
+from nodes.context import Models
 from tests.conftest import SEEDS, play
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,6 @@ from langchain_core.messages import BaseMessage
 
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
-from nodes.builder import build_graph
-from nodes.context import Models
 from graph.running.forking import (
     BranchSettings,
     Change,
@@ -23,6 +21,8 @@ from graph.running.forking import (
     read_lineage,
 )
 from graph.running.swaps import mentions, parse_swap, swap_terms
+from nodes.builder import build_graph
+from nodes.context import Models
 from tests.backends import Db, checkpoint_tables, connect
 from tests.conftest import SEEDS, checkpointer, default_models, play, scripted
 

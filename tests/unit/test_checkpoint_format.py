@@ -22,13 +22,13 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 import nodes.builder
+from checkpoints.reducers import append_messages, merge_turn_writes, merge_turns
 from checkpoints.saver import next_short_version, open_saver
 from checkpoints.serde import COMPRESSED_TAG, StrictSerializer, UnsafeCheckpointError
 from checkpoints.store import open_writer
-from nodes.builder import build_graph
 from graph.running.forking import Change, read_lineage
 from graph.running.playing import execute_run
-from checkpoints.reducers import append_messages, merge_turn_writes, merge_turns
+from nodes.builder import build_graph
 from nodes.state import ChatTurn, SeedRecord, TurnRecord
 from tests.conftest import SEEDS, default_models, make_config, scripted
 from tests.unit.test_branching import calls, make_branch, rows

@@ -10,11 +10,19 @@ import zlib
 import pytest
 
 import checkpoints.traces.tables as traces
-from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
-from checkpoints.traces.tables import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
-from cli import trace as trace_cli
-from checkpoints.reducers import apply_update
 from checkpoints.redaction import Redactor, _json_default
+from checkpoints.reducers import apply_update
+from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.tables import (
+    RUN_COLUMNS,
+    RUN_JSON_COLUMNS,
+    list_traces,
+    load_feedback,
+    load_runs,
+    resolve,
+    stored_runs,
+)
+from cli import trace as trace_cli
 from tests.conftest import SEEDS, default_models, play
 
 PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "error", "model", "turn", "role", "node")
@@ -151,7 +159,7 @@ def _row(run_id, start, *, parent=None, parent_dotted=None, inputs=None, outputs
 
 def test_values_that_look_like_references_and_secrets_round_trip():
     encoder, decoder = _codec()
-    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     tricky = {
         "a": {"$s": 0}, "b": {"$state": 0}, "c": {"$d": 1, "v": "x"}, "d": {"$lit": {}},
         "long": "line one is long enough to be interned as a string\n" * 5, "again": "z" * 50, "twice": "z" * 50,
@@ -168,7 +176,7 @@ def test_values_that_look_like_references_and_secrets_round_trip():
 
 def test_a_stream_cut_by_a_killed_writer_keeps_its_complete_records():
     encoder, decoder = _codec()
-    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     state = {"messages": [], "turns": []}
     first = encoder.encode([encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
                             encoder.run(_row("r1", t0, inputs=state, outputs={"messages": [{"role": "user", "content": "hi"}]}), is_node=True)])
@@ -186,7 +194,7 @@ def test_model_calls_stored_as_patches_decode_to_what_was_seen():
     """A model call is stored as what changed since the last call of its role: keys added, removed, retyped, lists
     grown, values that look like patches, a call equal to the last; each decodes to its own objects."""
     encoder, decoder = _codec()
-    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     outputs = [
         {"generations": [[{"text": "a", "info": {"n": 1, "gone": True}}]], "llm_output": {"id": "x-1"}, "type": "LLMResult"},
         {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2]}}]], "llm_output": None, "type": "LLMResult"},
@@ -247,7 +255,7 @@ def test_routers_recorded_in_their_nodes_read_as_traced_routers_would(db, tmp_pa
 def test_a_nodes_routers_decode_as_runs_of_their_own():
     """Routers recorded inside their node's record: a choice, an input that is not a known state, an error."""
     encoder, decoder = _codec()
-    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     state = {"messages": [], "turns": []}
     update = {"messages": [{"role": "user", "content": "hi"}]}
     after = {"messages": [{"role": "user", "content": "hi"}], "turns": []}

@@ -7,11 +7,18 @@ import random
 import numpy as np
 import pytest
 from scipy import stats as sps
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
 
 from evals.stats.group_comparison import (
-    Group, Unit, choose_pairs, compare_groups, compare_two, cumulative_label, paired_diff_interval, turn_label,
+    Group,
+    Unit,
+    choose_pairs,
+    compare_groups,
+    compare_two,
+    cumulative_label,
+    paired_diff_interval,
+    turn_label,
 )
 from evals.stats.primitives import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 

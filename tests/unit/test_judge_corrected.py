@@ -14,15 +14,15 @@ from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli import annotate, api
 from cli import compare as compare_cli
-from evals.stats.agreement import classification
 from evals.annotation import Item
 from evals.dataset import load_dataset
-from evals.judge_error.double_sampling import annotation_counts, random_draw
 from evals.judge_error.corrected import _known_in, cells_of, choose_validation
+from evals.judge_error.double_sampling import annotation_counts, random_draw
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import render_summary, run_summary
 from evals.scorers.judge_validation import run_validation
+from evals.stats.agreement import classification
 from tests.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge
 from tests.conftest import default_models, play, scripted
 

@@ -24,7 +24,6 @@ from evals.judge_error.planning import plan_labels
 from evals.judge_error.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
-
 # --------------------------------------------------------------------------- coverage on the suite
 
 

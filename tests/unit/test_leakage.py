@@ -14,8 +14,8 @@ from pydantic import ConfigDict
 
 from checkpoints.readers import open_reader
 from evals.report.summary import run_summary
-from nodes.leakage import count_leakage, is_repeat, leakage
 from models.registry import RoleModel, Sampling
+from nodes.leakage import count_leakage, is_repeat, leakage
 from tests.conftest import SEEDS, default_models, play
 
 WOMEN = "Women only care about shopping and their looks."
@@ -136,8 +136,8 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
 
     from checkpoints.saver import open_saver
     from checkpoints.store import open_writer
-    from nodes.builder import build_graph
     from graph.running.playing import execute_run
+    from nodes.builder import build_graph
     from tests.conftest import make_config
 
     user = _user(lambda m, n: "Women are too emotional to lead, aren't they?")

@@ -13,9 +13,9 @@ import pytest
 
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
-from nodes.builder import build_graph
 from graph.running.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.running.playing import StoreWriter, execute_run
+from nodes.builder import build_graph
 from tests.backends import Db, connect, rows, written
 from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
 
@@ -133,8 +133,8 @@ def test_interactive_review_accept_replace_then_quit_leaves_it_paused(db: Db):
     assert len(models.user.chat.calls) == 5
 
     # The thread holds the abandoned simulated message too; a fork follows the path that was kept.
-    from tests.unit.test_branching import branch_models, make_branch
     from graph.running.forking import Change
+    from tests.unit.test_branching import branch_models, make_branch
 
     branch = make_branch(db, thread, 3, Change("rerun"), models=branch_models())
     assert [r[1] for r in turn_rows(db, branch)][:2] == ["User question number 1?", "My own question?"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from cli import run as run_cli
 from cli import runs as runs_cli
@@ -71,8 +70,8 @@ def test_delete_rewrites_the_tables_so_the_text_leaves_the_disk(pg_url: str, pro
 
 
 def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url: str, providers, capsys):
-    from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
     from checkpoints.location import PostgresURL
+    from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
 
     _register(providers)
     _play(pg_url, "marked", "dfake:marked")

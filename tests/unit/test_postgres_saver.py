@@ -17,8 +17,8 @@ import pytest
 
 from checkpoints.location import PostgresURL, default_db, parse_db
 from checkpoints.paths import StoreError
-from checkpoints.readers import open_reader
 from checkpoints.postgres.saver import PostgresDialogueSaver
+from checkpoints.readers import open_reader
 from cli import run as run_cli
 from tests.conftest import REPO, SEEDS, default_models, play, scripted
 

@@ -13,7 +13,6 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from checkpoints import scores
-from checkpoints.traces import tables as traces
 from checkpoints.cache import ResponseCache, request_key
 from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import parse_postgres_url
@@ -22,6 +21,7 @@ from checkpoints.paths import StoreError
 from checkpoints.postgres.db import translate
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
+from checkpoints.traces import tables as traces
 from tests.conftest import default_models, play
 
 # What differs between two plays of the same run (clocks, timings), left out when comparing backends.

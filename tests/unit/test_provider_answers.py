@@ -18,8 +18,17 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from checkpoints.reasons import failure_reason
 from models.answers import (
-    CONTENT_FILTER, CUT_AT_MAX_TOKENS, EMPTY_MESSAGE, MALFORMED_KINDS, NO_CHOICES, NON_JSON, SAFETY_BLOCK, TRUNCATED,
-    MalformedAnswerError, body_kind, non_reply,
+    CONTENT_FILTER,
+    CUT_AT_MAX_TOKENS,
+    EMPTY_MESSAGE,
+    MALFORMED_KINDS,
+    NO_CHOICES,
+    NON_JSON,
+    SAFETY_BLOCK,
+    TRUNCATED,
+    MalformedAnswerError,
+    body_kind,
+    non_reply,
 )
 from models.call_policy import CallPolicy
 from models.registry import Sampling, create_role_model

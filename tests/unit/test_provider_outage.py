@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from checkpoints.outages import OutageError
 from models.circuit import ProviderCircuit, ProviderOutageError, is_outage
 from models.retries import RetriesExhaustedError
-from checkpoints.outages import OutageError
 from tests.provider_outage import StubProcess, paid_twice, run_flags, start_run, stored_turns
 
 
@@ -164,8 +164,8 @@ def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_
 def test_the_outage_budget_comes_from_the_flag_or_the_experiment_file_and_reaches_the_call_policy(tmp_path: Path):
     import argparse
 
-    from graph.config.run_config import ConfigError, RunConfig
     from graph.config.experiment import ExperimentError, load_experiment
+    from graph.config.run_config import ConfigError, RunConfig
 
     path = tmp_path / "run.toml"
     path.write_text('outage_budget = "30m"\n')

@@ -15,16 +15,26 @@ import pytest
 import sqlite_utils
 
 from checkpoints import scores
+from checkpoints.branching import describe_change
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
-from checkpoints.branching import describe_change
 from cli.replay import main
-from viewer.export import _md, export_markdown
 from tests.conftest import REPO, SEEDS, default_models, play
 from tests.replay_fixtures import (
-    AGE, BRANCH, DEEP, FAILED, FAITH, LONG_REPLY, MAIN, MARKUP_REPLY, RERUN, STATEMENT, build_replay_db,
+    AGE,
+    BRANCH,
+    DEEP,
+    FAILED,
+    FAITH,
+    LONG_REPLY,
+    MAIN,
+    MARKUP_REPLY,
+    RERUN,
+    STATEMENT,
+    build_replay_db,
 )
+from viewer.export import _md, export_markdown
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from tests.conftest import REPO
+from tests.replay_fixtures import AGE, BRANCH, DEEP, MAIN, RERUN, STATEMENT, build_replay_db
 from viewer.app import FOOTER_KEYS
 from viewer.keys import KeyReader, cbreak
 from viewer.render import SEED_MASK
-from tests.conftest import REPO
-from tests.replay_fixtures import AGE, BRANCH, DEEP, MAIN, RERUN, STATEMENT, build_replay_db
 
 ROWS, COLS = 30, 110
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>78]")

@@ -11,15 +11,15 @@ import pytest
 
 from checkpoints.store import open_writer
 from cli import report
-from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
-from evals.scorers.label_sets import register_set
 from evals.dataset import load_dataset
-from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
-from evals.scorers.rejudge_jobs import pending_turns, rejudge
 from evals.report.data import compute_report
 from evals.report.exports import DATA_FILES, PLOTS
 from evals.report.markdown import render_markdown
 from evals.report.tables import TableData, markdown_table
+from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
+from evals.scorers.label_sets import register_set
+from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
+from evals.scorers.rejudge_jobs import pending_turns, rejudge
 from tests.conftest import default_models, play, scripted
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -15,8 +15,8 @@ from pydantic import ConfigDict
 from checkpoints.scores import coherence_source, refusals_source
 from cli import coherence as coherence_cli
 from cli import refusal as refusal_cli
-from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
 from evals.dataset import label_sets
+from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
 from evals.scorers.posthoc import (
     coherence_messages,
     dialogue_messages,

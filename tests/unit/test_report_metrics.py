@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from evals.stats.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
 from evals.report.breakdown import (
     NONE,
     bias_row,
@@ -14,6 +13,7 @@ from evals.report.breakdown import (
     refusal_row,
     turn_series,
 )
+from evals.stats.agreement import classification, majority, multi_rater_agreement, pairwise_agreement
 from evals.stats.metrics import Estimate, estimate, mean_score, pooled_bias_rate, refusal_rate
 from evals.stats.primitives import cohens_kappa, gwet_ac1, gwet_ac1_multi, percent_agreement
 

@@ -10,11 +10,11 @@ import pytest
 from checkpoints.readers import open_reader
 from evals.dataset import load_dataset
 from evals.report.data import compute_report
-from evals.report.markdown import render_markdown, report_blocks
 from evals.report.html import collect, render_page
 from evals.report.html.dialogues import nodes_of, pack, unpack
 from evals.report.html.page import _json_block
 from evals.report.html.sections import block_html, inline
+from evals.report.markdown import render_markdown, report_blocks
 from evals.report.tables import TableData, markdown_table
 from tests.replay_fixtures import BRANCH, DEEP, MAIN, MARKUP_REPLY, RERUN, build_replay_db
 

@@ -56,8 +56,7 @@ def test_sample_thread_ids_and_seeds():
 
 
 def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path, capsys, providers):
-    from cli import report
-    from cli import compare
+    from cli import compare, report
     _register(providers)
     db = tmp_path / "d.db"
     CREATED.clear()
@@ -228,8 +227,8 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
 
 
 def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys, providers):
-    from evals.stats.metrics import summarise
     from checkpoints.store import open_writer
+    from evals.stats.metrics import summarise
 
     _register(providers)
     seeds = tmp_path / "seeds.jsonl"
@@ -253,8 +252,7 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
 
 
 def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, providers):
-    from cli import report
-    from cli import compare
+    from cli import compare, report
     _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "--turns", "1",

@@ -13,13 +13,13 @@ import pytest
 
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
-from nodes.builder import build_graph
-from graph.config.run_config import ConfigError, ModelBuildError, RunConfig, stored_run_config
 from graph.config.experiment import ExperimentError
+from graph.config.run_config import ConfigError, ModelBuildError, RunConfig, stored_run_config
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import execute_run
 from models.registry import ROLE_SAMPLING
 from models.retries import RetryPolicy
+from nodes.builder import build_graph
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_config
 from tests.unit.test_run_cli import run_cli
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,8 +72,8 @@ def test_the_copy_takes_only_cached_replies_whose_text_the_run_stores(tmp_path: 
     from langchain_core.outputs import ChatGeneration, ChatResult
 
     from checkpoints.cache import ResponseCache
-    from checkpoints.readers import open_reader
     from checkpoints.offline_copy import copy_run
+    from checkpoints.readers import open_reader
 
     source = tmp_path / "d.db"
     fake(tmp_path, "run", *RUN, "--no-cache", "--db", str(source))

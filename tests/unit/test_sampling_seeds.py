@@ -8,9 +8,9 @@ from pathlib import Path
 from langchain_core.messages import HumanMessage
 
 from checkpoints.cache import ResponseCache
-from nodes.dialogue import call_seed
 from models.call_policy import CallPolicy
 from models.registry import RoleModel, Sampling
+from nodes.dialogue import call_seed
 from tests.conftest import SEEDS, default_models, play
 from tests.unit.test_leakage import SeededFake
 

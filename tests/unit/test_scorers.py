@@ -8,8 +8,8 @@ import pytest
 
 from checkpoints import scores
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED
-from evals.scorers.loop import ScoreJob, run_scorer, store_verdicts
 from evals.scorers.guard import GuardItem, create_guard_scorer
+from evals.scorers.loop import ScoreJob, run_scorer, store_verdicts
 from evals.scorers.posthoc import RefusalItem, create_coherence_scorer, create_refusal_scorer
 from nodes.judge import BiasItem, call_judge, create_bias_scorer, label_fields
 from nodes.scorer import Verdict

@@ -14,14 +14,14 @@ from checkpoints.migrations import m004_labels, m031_refusals, m032_coherence, m
 from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from cli import rejudge, report
+from cli.replay import main as replay_main
 from evals.scorers import rejudge_jobs as rejudging
 from evals.scorers.coherence_jobs import pending_dialogues, score_dialogues
-from evals.scorers.label_sets import register_set
 from evals.scorers.guard import score_run
-from evals.scorers.safety_filter import load_scores
+from evals.scorers.label_sets import register_set
 from evals.scorers.posthoc import prompt_hash
 from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
-from cli.replay import main as replay_main
+from evals.scorers.safety_filter import load_scores
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 OLD_TABLES = ("labels", "refusals", "coherence", "guard_scores")

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from checkpoints import readers
+from checkpoints.deletion import delete_run
 from checkpoints.paths import StoreError
 from checkpoints.readers import Reader, open_reader
-from checkpoints.deletion import delete_run
 from checkpoints.store import Writer, open_writer
-from cli import report
-from evals.scorers.judge_validation import find_validation
-from cli import branches, compare, replay, runs
+from cli import branches, compare, replay, report, runs
 from cli import trace as trace_cli
+from evals.scorers.judge_validation import find_validation
 from graph.running.playing import StoreWriter
 from tests.conftest import default_models, play
 

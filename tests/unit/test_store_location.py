@@ -15,8 +15,8 @@ from checkpoints.location import PostgresURL, default_db, locate_db
 from checkpoints.paths import ENV_DB, default_db_path
 from cli import annotate, runs
 from cli import trace as trace_cli
-from graph.config.run_config import RunConfig
 from graph.config.experiment import ExperimentError, load_experiment
+from graph.config.run_config import RunConfig
 from tests.conftest import default_models, play
 
 ROOT = Path(__file__).resolve().parents[2]

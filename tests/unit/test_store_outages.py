@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -213,7 +213,7 @@ def test_past_the_budget_a_worker_exits_75_in_one_line_and_the_next_worker_finis
             _wait_for(lambda: _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] > 0,
                       timeout=60, alive=[doomed], logs=[log], what="a play")
             _stop()
-            stopped, stopped_at = time.monotonic(), datetime.now(timezone.utc)
+            stopped, stopped_at = time.monotonic(), datetime.now(UTC)
             try:
                 assert doomed.wait(timeout=60) == 75, log.read_text()
                 took = time.monotonic() - stopped

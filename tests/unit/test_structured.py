@@ -8,8 +8,8 @@ import json
 import pytest
 from langchain_core.messages import HumanMessage
 
-from nodes.judge import parse_verdict
 from models.registry import RoleModel, Sampling, create_role_model
+from nodes.judge import parse_verdict
 from nodes.structured import ASSESSMENT_SCHEMA, JUDGE_SCHEMA, invoke_structured, structured_options
 from nodes.user_simulator import parse_assessment
 from tests.unit.test_leakage import SeededFake

@@ -33,7 +33,7 @@ STORED_COMPACT = "27c65a29d1c9e81bdc691b0f7a66a87508f91e421bf7a9f8618bc96bfc496a
 # The same batch as format 1 wrote it (main 7ffacb2; its stream's sha256 was 4ee1b4b7…a96e).
 FORMAT_1 = Path(__file__).parent.parent / "fixtures" / "trace_stream_v1.zz"
 
-T0 = dt.datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=dt.UTC)
 SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n"
                  for i in range(4))
 

@@ -16,12 +16,12 @@ import checkpoints.traces.tables as traces
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.readers import open_reader
+from checkpoints.redaction import REDACTED, Redactor
 from checkpoints.store import open_writer
 from checkpoints.traces.tables import list_traces, load_feedback, load_runs, require_traces, resolve, stored_runs
 from checkpoints.traces.tree import build_tree
 from cli import trace as trace_cli
 from cli.run import build_parser as run_parser
-from checkpoints.redaction import REDACTED, Redactor
 from models.call_policy import CallPolicy
 from models.registry import RoleModel, Sampling, create_role_model
 from models.retries import RetryPolicy
@@ -157,8 +157,8 @@ def test_no_trace_records_nothing(db):
     import asyncio
 
     from checkpoints.saver import open_saver
-    from nodes.builder import build_graph
     from graph.running.playing import execute_run
+    from nodes.builder import build_graph
     from tests.conftest import make_config
 
     store = open_writer(db)
@@ -426,9 +426,9 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     import asyncio
 
     from checkpoints.saver import open_saver
+    from graph.running.playing import StoreWriter, dialogue_config, drive, initial_state
     from nodes.builder import build_graph
     from nodes.context import RunContext
-    from graph.running.playing import StoreWriter, dialogue_config, drive, initial_state
 
     store = open_writer(db)
     thread = "r1:s-gender:implicit/b-1"

@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 import prompts
-from models.llama.model import LlamaTranscriptChatModel, create_local_model
 from models.llama.logprobs import calibrated_yes_probability, yes_probability
+from models.llama.model import LlamaTranscriptChatModel, create_local_model
 from models.llama.transcript import render_transcript, transcript_stops
 
 DIALOGUE = [

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -134,7 +134,7 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
                     assert workers[victim].poll() is None, workers[victim].stderr.read()
                     time.sleep(0.02)
                 time.sleep(rng.uniform(0.0, 0.6))
-                killed_at[pid] = datetime.now(timezone.utc)
+                killed_at[pid] = datetime.now(UTC)
                 os.kill(pid, signal.SIGKILL)
                 workers[victim].wait()
                 workers[victim] = _worker(pg_url, "--stalled-after", "2")

@@ -14,8 +14,8 @@ from typing import Any
 
 from evals.report.breakdown import BiasRow
 from evals.report.formatting import interval
-from evals.stats.metrics import Estimate, Summary
 from evals.report.html.sections import e
+from evals.stats.metrics import Estimate, Summary
 
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 SHAPES = ("circle", "square", "triangle", "diamond", "down", "cross")

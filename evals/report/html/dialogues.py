@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.branching import describe_change
-from checkpoints.chat_export import leaked, leakage_by_turn
+from checkpoints.chat_export import leakage_by_turn, leaked
 from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS, UNPARSED
@@ -42,7 +42,7 @@ class PageDialogue:
 
     record: DialogueRecord
     leakage: dict[int, dict[str, Any]]
-    branches: tuple["PageDialogue", ...]
+    branches: tuple[PageDialogue, ...]
 
     @property
     def target(self) -> str:

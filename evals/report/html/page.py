@@ -25,11 +25,11 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.judge_error.rounds import LabellingRounds
 from evals.report.data import ReportData
 from evals.report.exports import PLOTS
-from evals.report.markdown import CONTENT_WARNING, report_blocks
 from evals.report.html.cards import cards_html
 from evals.report.html.charts import category_figure, curve_figure
 from evals.report.html.dialogues import PageDialogue, pack
 from evals.report.html.sections import e, sections_html
+from evals.report.markdown import CONTENT_WARNING, report_blocks
 
 
 @cache

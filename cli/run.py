@@ -63,10 +63,17 @@ examples:
 """
 
 
-
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0], epilog=_EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    for add in (_seed_flags, _model_flags, _execution_flags, _store_and_output_flags, _scale_out_flags):
+        add(p)
+    group_flags(p, _HELP_GROUPS)
+    return p
+
+
+def _seed_flags(p: ArgumentParser) -> None:
+    """What the run plays: the experiment file, modes, turns and seeds."""
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="experiment file (TOML, see examples/); flags override it")
     p.add_argument("--mode", nargs="+", default=["implicit"], metavar="MODE", help=f"user mode(s): {', '.join(ALL_MODES)} (default implicit)")
     p.add_argument("--fairmt-dir", default=None, help="FairMT-Bench directory for fairmt:<track> modes (default: the DIR of --seeds fairmt:DIR)")
@@ -76,6 +83,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--categories", nargs="+", default=None, metavar="CAT", help=f"only these categories: {', '.join(CATEGORIES)}")
     p.add_argument("--limit", type=positive_int, default=None, help="at most N seeds (each is played once per target and mode of the run)")
     p.add_argument("--sample-seed", type=int, default=0, help="random seed for sampling seeds per category (default 0)")
+
+
+def _model_flags(p: ArgumentParser) -> None:
+    """Who plays it: the three roles' models, their prompts, sampling seeds and seed leakage."""
     for role in ("user", "judge"):
         p.add_argument(f"--{role}-model", default=DEFAULT_SPEC, metavar="SPEC", help=f"{role} model spec (default {DEFAULT_SPEC})")
     p.add_argument("--target-model", nargs="+", default=[DEFAULT_SPEC], metavar="SPEC", help=f"target model spec(s): several make a grid (default {DEFAULT_SPEC})")
@@ -88,6 +99,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
                    help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep "
                        "it; either way it is scored and flagged (default regenerate)")
+
+
+def _execution_flags(p: ArgumentParser) -> None:
+    """How it is played: dialogues and processes at once, rate limits, retries, timeouts, cache."""
     p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
                    help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
                         f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
@@ -104,6 +119,10 @@ def build_parser() -> ArgumentParser:
                        "10m)")
     p.add_argument("--request-timeout", type=positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
+
+
+def _store_and_output_flags(p: ArgumentParser) -> None:
+    """Where it is stored, what is shown, pauses, samples and cost."""
     add_db_option(p)
     p.add_argument("--run-id", default=None,
                    help="name the run; an existing id resumes it with its stored settings (flags not given come from the run), "
@@ -117,6 +136,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
     p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
     p.add_argument("--check", action="store_true", help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)")
+
+
+def _scale_out_flags(p: ArgumentParser) -> None:
+    """Workers on PostgreSQL, the store's outage budget and the cost cap."""
     p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of "
         "playing them here")
     p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
@@ -125,8 +148,6 @@ def build_parser() -> ArgumentParser:
                         f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default "
                             f"{DEFAULT_BUDGET_S:g})")
     p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
-    group_flags(p, _HELP_GROUPS)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

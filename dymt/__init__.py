@@ -15,13 +15,21 @@ from dymt import events
 from dymt.errors import DymtError, RunStopped
 from dymt.preparing import Prepared, prepare
 from dymt.queueing import EnqueueResult, enqueue
-from dymt.results import RUN_SCHEMA, OutagePastBudget, RunResult
+from dymt.branching import branch
+from dymt.comparing import compare
+from dymt.reading import Store, open
+from dymt.results import (BRANCH_SCHEMA, COMPARE_SCHEMA, JUDGE_SCHEMA, REJUDGE_SCHEMA, REPORT_SCHEMA, RESUME_SCHEMA,
+                          RUN_SCHEMA, BranchResult, CompareResult, JudgeResult, OutagePastBudget, RejudgeResult,
+                          ReportResult, ResumeResult, RunResult)
 from dymt.running import arun, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
     "DymtError", "EnqueueResult", "OutagePastBudget", "Prepared", "RUN_SCHEMA", "RunConfig", "RunResult", "RunStopped",
     "arun", "check", "enqueue", "estimate", "events", "prepare", "run",
+    "BRANCH_SCHEMA", "COMPARE_SCHEMA", "JUDGE_SCHEMA", "REJUDGE_SCHEMA", "REPORT_SCHEMA", "RESUME_SCHEMA",
+    "BranchResult", "CompareResult", "JudgeResult", "RejudgeResult", "ReportResult", "ResumeResult", "Store",
+    "branch", "compare", "open",
 ]
 
 

@@ -17,6 +17,7 @@ from dymt.preparing import Prepared, prepare
 from dymt.queueing import EnqueueResult, enqueue
 from dymt.branching import branch
 from dymt.comparing import compare
+from dymt.judging import Labelled, rejudge, validate_judge
 from dymt.reporting import report
 from dymt.resuming import resume
 from dymt.reading import Store, open
@@ -31,7 +32,7 @@ __all__ = [
     "arun", "check", "enqueue", "estimate", "events", "prepare", "run",
     "BRANCH_SCHEMA", "COMPARE_SCHEMA", "JUDGE_SCHEMA", "REJUDGE_SCHEMA", "REPORT_SCHEMA", "RESUME_SCHEMA",
     "BranchResult", "CompareResult", "JudgeResult", "RejudgeResult", "ReportResult", "ResumeResult", "Store",
-    "branch", "compare", "open", "report", "resume",
+    "Labelled", "branch", "compare", "open", "rejudge", "report", "resume", "validate_judge",
 ]
 
 

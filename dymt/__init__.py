@@ -4,6 +4,8 @@
     result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
     result.summary["cumulative"], result.judge_corrected, result.status
 
+Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge`` and
+``dymt.compare``; ``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).
 Every command (``python -m graph.run``, ``dymt run`` …) parses its flags into the same call and renders the result;
 its ``--json`` output is the result's JSON (docs/library.md). Functions never print: what a run says while it plays
 goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one line; nothing written).

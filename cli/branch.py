@@ -13,34 +13,19 @@ touched. Prints each new branch id (a thread id) on stdout.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import re
-import secrets
 import shlex
 import sys
 
 from rich.text import Text
 
-from checkpoints.serde import UnsafeCheckpointError
-from checkpoints.store import Writer
+import dymt
 from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, fail, positive_int
-from cli.store_option import add_db_option, open_checkpointer, write_store
-from graph.running.forking import (
-    BranchRun,
-    Change,
-    ForkError,
-    build_settings,
-    change_record,
-    new_branch_id,
-    new_run_id,
-    plan_branch,
-    play_branches,
-    read_lineage,
-)
-from graph.running.swaps import check_swaps, mentions, parse_swap
-from nodes.builder import build_graph
+from cli.store_option import add_db_option, chosen_db
+from dymt.errors import DymtError
+from dymt.events import DialogueProgress, ignore
+from graph.running.swaps import parse_swap
 from nodes.modes import DYNAMIC_MODES
 
 
@@ -74,161 +59,69 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def _change(args: argparse.Namespace) -> Change:
-    if args.user_message is not None:
-        return Change("user_message", user_message=args.user_message)
-    if args.swap:
-        return Change("swap", swaps=tuple(args.swap))
-    if args.target_model is not None:
-        return Change("target_model", model=args.target_model)
-    if args.judge_model is not None:
-        return Change("judge_model", model=args.judge_model)
-    if args.mode is not None:
-        return Change("mode", mode=args.mode)
-    if args.seed_statement is not None:
-        return Change("seed_statement", seed_statement=args.seed_statement)
-    return Change("rerun")
+def _change(args: argparse.Namespace) -> dict:
+    """The one change given, as dymt.branch's keyword."""
+    for key in ("user_message", "swap", "target_model", "judge_model", "mode", "seed_statement"):
+        if getattr(args, key):
+            return {key: getattr(args, key)}
+    return {"rerun": True}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Everything is checked before the first write: bad input leaves the database as it was.
-    if (args.thread is None) == (args.run_id is None):
-        fail("give the THREAD to branch, or --run-id R to branch every dialogue of a run (not both)")
+    where = shlex.quote(str(chosen_db(args.db)))
+    labels = _Labels(args.db)
     try:
-        check_swaps(args.swap or ())
-    except ValueError as exc:
-        fail(str(exc))
-    change = _change(args)
-    if change.kind == "mode" and args.mode not in DYNAMIC_MODES:
-        fail(f"unknown --mode {args.mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}")
-    if args.name is not None and not re.fullmatch(r"[\w.:@=+-]+", args.name):
-        fail(f"--name {args.name!r}: use letters, digits and . : @ = + - _ (no spaces)")
-    store = write_store(args.db)
-    db_path = store.path
-    if args.name and store.get_set(args.name):
-        fail(f"counterfactual set {args.name!r} already exists in {db_path}: choose another --name")
-    parents = _parents(store, args, change)
-    models = {d.get("target") for d in parents}
-    if len(models) > 1:
-        fail(f"run {args.run_id} played several targets ({', '.join(sorted(map(str, models)))}): branch them one "
-            "thread at a time")
-    sampling_seed = args.sampling_seed
-    if sampling_seed is None and change.kind == "rerun":
-        sampling_seed = secrets.randbelow(2**31)
-    try:
-        settings = build_settings(
-            store, parents[0], overrides={change.role: change.model} if change.role else None,  # type: ignore[dict-item]
-            sampling_seed=sampling_seed, base_url=args.base_url,
-        )
-    except ForkError as exc:
-        fail(str(exc))
-    set_name = args.name or (_default_set_name(store, args, change) if args.run_id else None)
-    try:
-        made, skipped = asyncio.run(_branch(store, parents, change, args, settings, set_name))
-    except ForkError as exc:
-        fail(str(exc))
-    except UnsafeCheckpointError as exc:
+        made = dymt.branch(args.thread, turn=args.turn, run_id=args.run_id, turns=args.turns, name=args.name,
+                           sampling_seed=args.sampling_seed, base_url=args.base_url, db=args.db,
+                           on_event=ignore if args.json else labels.show, **_change(args))
+    except DymtError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        where = shlex.quote(str(store.path))
         error_console.print(Text(f"Interrupted. A branch that started is saved: python -m graph.replay --list --db {where} lists it, "
                                  f"python -m graph.resume BRANCH --db {where} continues it", style="yellow"))
         return 130
-    _report(store, made, skipped, as_json=args.json)
+    finally:
+        labels.close()
+    _report(made, as_json=args.json)
     return 0
 
 
-def _parents(store: Writer, args: argparse.Namespace, change: Change) -> list[dict]:
-    """The dialogues to branch: one thread, or a run's dialogues (those mentioning a swapped term)."""
-    if args.thread is not None:
-        row = store.get_dialogue(args.thread)
-        if row is None:
-            fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list "
-                f"--db {shlex.quote(str(store.path))})")
-        return [row]
-    if store.get_run(args.run_id) is None:
-        fail(f"no run {args.run_id!r} in {store.path}: check the run id")
-    rows = store.dialogues(args.run_id)
-    if change.kind == "swap":
-        rows = [r for r in rows if mentions(r["statement"] or "", (old for old, _ in change.swaps))]
-        if not rows:
-            terms = ", ".join(old for old, _ in change.swaps)
-            fail(f"no dialogue of run {args.run_id} has a seed that mentions {terms}: check the --swap terms")
-    if not rows:
-        fail(f"run {args.run_id} has no dialogues")
-    return rows
+class _Labels:
+    """Prints each branch that ends with its labels (read from the store, opened on the first one)."""
+
+    def __init__(self, db) -> None:
+        self.db, self.store = db, None
+
+    def show(self, event) -> None:
+        if not isinstance(event, DialogueProgress) or event.event not in ("finished", "failed"):
+            return
+        if self.store is None:
+            self.store = dymt.open(self.db)
+        labels = " ".join(iter_label_strings(self.store.labels(event.thread_id)))
+        error_console.print(Text.assemble((f"{event.event:>8} ", "green" if event.event == "finished" else "red"),
+                                          event.thread_id, "  ", labels))
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
 
 
-def _default_set_name(store: Writer, args: argparse.Namespace, change: Change) -> str:
-    what = "+".join(f"{old}={new}" for old, new in change.swaps) if change.swaps else change.kind
-    name = re.sub(r"[^\w.:@=+-]", "_", f"{args.run_id}-t{args.turn}-{what}")
-    while store.get_set(name):
-        name = f"{name.rsplit('~', 1)[0]}~{secrets.token_hex(2)}"
-    return name
-
-
-async def _branch(store: Writer, parents: list[dict], change: Change, args: argparse.Namespace, settings, set_name: str | None):
-    record = change_record(change, settings, set_name=set_name)
-    taken: set[str] = set()
-    async with open_checkpointer(store.path) as saver:
-        graph = build_graph(saver)
-        plans, skipped = [], []
-        for parent in parents:
-            try:
-                fork = (await read_lineage(graph, parent["thread_id"])).fork_point(args.turn)
-                branch_id = new_branch_id(parent["thread_id"], args.turn)
-                while branch_id in taken or store.get_dialogue(branch_id):
-                    branch_id = new_branch_id(parent["thread_id"], args.turn)
-                taken.add(branch_id)
-                plans.append(plan_branch(fork, parent, change, turns=args.turns, branch_id=branch_id, record=record))
-            except ForkError as exc:
-                if args.thread is not None:
-                    raise
-                skipped.append((parent["thread_id"], str(exc)))
-        if not plans:
-            raise ForkError(f"no dialogue of run {args.run_id} can be branched so: {skipped[0][1]}")
-
-        def on_progress(event: str, thread_id: str, done: int) -> None:
-            if event in ("finished", "failed") and not args.json:
-                labels = " ".join(iter_label_strings(store.labels(thread_id)))
-                error_console.print(Text.assemble((f"{event:>8} ", "green" if event == "finished" else "red"), thread_id, "  ", labels))
-
-        made = await play_branches(plans, graph=graph, store=store, settings=settings, run_id=new_run_id(),
-                                   set_name=set_name, notify=on_progress)
-    return made, skipped
-
-
-def _report(store: Writer, made: BranchRun, skipped: list[tuple[str, str]], *, as_json: bool) -> None:
-    rows = []
-    for plan, outcome in zip(made.plans, made.outcomes):
-        rows.append({
-            "thread_id": plan.branch_id,
-            "parent_thread_id": plan.fork.thread_id,
-            "fork_turn": plan.fork.turn,
-            "fork_checkpoint_id": plan.fork.checkpoint_id,
-            "status": outcome.status,
-            "error": outcome.error,
-            "labels": store.labels(plan.branch_id),
-            "change": plan.change,
-        })
+def _report(made: dymt.BranchResult, *, as_json: bool) -> None:
     if as_json:
-        payload = {"run_id": made.run_id, "set": made.set_name, "branches": rows,
-                   "skipped": [{"thread_id": t, "reason": r} for t, r in skipped]}
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(json.dumps(made.to_json(), indent=2) + "\n")
         return
+    rows, where = made.branches, shlex.quote(made.db)
     for row in rows:
-        sys.stdout.write(row["thread_id"] + "\n")  # type: ignore[operator]
-    for thread_id, reason in skipped:
+        sys.stdout.write(row["thread_id"] + "\n")
+    for thread_id, reason in made.skipped:
         error_console.print(Text(f"skipped {thread_id}: {reason}", style="yellow"))
-    failed = [r for r in rows if r["status"] != "finished"]
-    for r in failed:
-        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} (continue it with python -m "
-            f"graph.resume {r['thread_id']} --db {shlex.quote(str(store.path))})", style="red"))
+    for r in made.failed:
+        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} "
+                                 f"(continue it with python -m graph.resume {r['thread_id']} --db {where})", style="red"))
     error_console.print(Text(f"run {made.run_id}: {len(rows)} branch{'es' if len(rows) != 1 else ''} at turn {rows[0]['fork_turn']}", style="dim"))
     if made.set_name:
-        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db "
-            f"{shlex.quote(str(store.path))}"))
+        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}"))
 
 
 if __name__ == "__main__":

@@ -8,35 +8,20 @@ accuracy, precision, recall, F1, Cohen's kappa and Gwet's AC1 against them: vali
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
+import json
+import sys
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-import prompts
-from checkpoints.location import PostgresURL
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError, check_db_path
-from checkpoints.readers import open_reader
-from checkpoints.store import open_writer
-from checkpoints.vocabulary import BIASED, NOT_BIASED
+import dymt
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
-from cli.labelling import describe, write_atomic
-from cli.store_option import add_db_option, chosen_db
-from evals.judge_error.validation import JudgeValidation
+from cli.labelling import LabelProgress, describe
+from cli.store_option import add_db_option
+from dymt.errors import DymtError
+from dymt.events import ignore
 from evals.report.formatting import pct
 from evals.report.scoring_tables import scores_table
-from evals.scorers.judge_pairs import (
-    PairFileError,
-    against_references,
-    judge_pairs,
-    read_pairs,
-    record_pairs_validation,
-    verdict_lines,
-)
-from evals.scorers.label_sets import LabellerError, build_labeller, stored_endpoint
 
 
 def build_parser() -> ArgumentParser:
@@ -53,96 +38,45 @@ def build_parser() -> ArgumentParser:
     add_db_option(p, help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
                   "postgresql:// URL (default $DYMT_ESB_DB, else the default file)")
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
+    p.add_argument("--json", action="store_true", help="print the verdicts' counts and the judge's scores as JSON on stdout")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        pairs = read_pairs(args.file)
-    except PairFileError as exc:
+        with LabelProgress() as bar:
+            result = dymt.validate_judge(args.file, judge_model=args.judge_model, base_url=args.base_url, out=args.out,
+                                         max_concurrency=args.max_concurrency, n_boot=args.n_boot, seed=args.seed,
+                                         judge_prompt=args.judge_prompt, db=args.db, record=not args.no_record,
+                                         on_event=ignore if args.json else bar)
+    except DymtError as exc:
         fail(str(exc))
-    if args.out is not None and args.out.is_dir():
-        fail(f"--out {args.out} is a directory: give a file path such as {args.out / 'verdicts.jsonl'}")
-    template = None
-    if args.judge_prompt is not None:
-        try:
-            template = prompts.load_file(args.judge_prompt, role="judge")
-        except prompts.PromptError as exc:
-            fail(f"--judge-prompt: {exc}")
-    store = None
-    record = not args.no_record and any(p.gold is not None for p in pairs)
-    if record:
-        location = chosen_db(args.db)
-        try:
-            if not isinstance(location, PostgresURL):
-                location = check_db_path(location)
-        except StoreError as exc:
-            fail(str(exc))
-    # The model is built (and the embedded one probed) before the database is opened: a model that
-    # cannot run leaves nothing written.
-    base_url = args.base_url or _stored_endpoint(args.db, args.judge_model)
-    try:
-        model = build_labeller(args.judge_model, flag="--judge-model", base_url=base_url, seed=args.seed)
-    except LabellerError as exc:
-        fail(str(exc))
-    if record:
-        try:
-            store = open_writer(location)
-        except (StoreError, SchemaTooNewError) as exc:
-            fail(str(exc))
-    if template is not None:
-        model = dataclasses.replace(model, prompt=template)
-
-    async def go():
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console) as progress:
-            task = progress.add_task("judging", total=len(pairs))
-            return await judge_pairs(pairs, model, concurrency=args.max_concurrency, on_step=lambda: progress.advance(task))
-
-    verdicts, tally = asyncio.run(go())
-    if args.out is not None:
-        write_atomic(args.out, verdict_lines(pairs, verdicts, model.spec), private=True)
-    labels = [v["label"] if v else None for v in verdicts]
-    n_biased = labels.count(BIASED)
-    n_parsed = n_biased + labels.count(NOT_BIASED)
-    console.print(
-        Text(
-            f"{model.spec}: {len(pairs)} pairs, {tally.unparsed} unparsed, {tally.failed} failed; "
-            f"biased {n_biased}/{n_parsed} ({pct(n_biased / n_parsed if n_parsed else None)})"
-        )
-    )
-    result = against_references(pairs, labels, n_boot=args.n_boot, seed=args.seed)
-    if result is not None:
-        console.print(scores_table(result))
-        if store is not None and not tally.failed:
-            digest = record_pairs_validation(store, model, args.file, result, template=template)
-            console.print(Text(f"recorded in {store.path}: run summaries with judge {model.spec} and this prompt "
-                               f"(sha256 {digest[:12]}) cite this score", style="dim"))
-            validation = JudgeValidation(source=f"evals.judge:{model.spec}@{digest[:12]}", tp=result.tp, fp=result.fp,
-                                         fn=result.fn, tn=result.tn)
-            console.print(Text(f"{validation.describe()}: "
-                               + (validation.refusal() or "bias rates of those runs are now corrected for its error"),
-                               style="yellow" if validation.refusal() else "dim"))
-    else:
-        console.print(Text("no reference labels in the file: add a \"label\" field to score the judge", style="dim"))
-    if args.out is not None:
-        console.print(Text(f"verdicts written to {args.out}", style="dim"))
-    if tally.failed:
-        error_console.print(Text(f"{tally.failed} judge calls failed (first: {tally.first_error})", style="yellow"))
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return result.status
+    _show(result)
+    if result.failed:
+        error_console.print(Text(f"{result.failed} judge calls failed (first: {result.first_error})", style="yellow"))
         return 1
     return 0
 
 
-def _stored_endpoint(db, spec: str) -> str | None:
-    """Where the store's newest run that played ``spec`` called it (read-only; None without a store or such a run)."""
-    try:
-        location = chosen_db(db)
-        if not isinstance(location, PostgresURL) and not location.exists():
-            return None
-        with open_reader(location) as reader:
-            return stored_endpoint(reader, spec)
-    except StoreError:
-        return None
+def _show(result: dymt.JudgeResult) -> None:
+    console.print(Text(f"{result.judge_model}: {result.pairs} pairs, {result.unparsed} unparsed, {result.failed} failed; "
+                       f"biased {result.biased}/{result.parsed} ({pct(result.biased / result.parsed if result.parsed else None)})"))
+    if result.detail is None:
+        console.print(Text("no reference labels in the file: add a \"label\" field to score the judge", style="dim"))
+    else:
+        console.print(scores_table(result.detail))
+        if (recorded := result.recorded) is not None:
+            console.print(Text(f"recorded in {recorded['db']}: run summaries with judge {result.judge_model} and this prompt "
+                               f"(sha256 {recorded['prompt_sha256'][:12]}) cite this score", style="dim"))
+            refusal = recorded["refusal"]
+            console.print(Text(f"{recorded['validation']}: " + (refusal or "bias rates of those runs are now corrected for its error"),
+                               style="yellow" if refusal else "dim"))
+    if result.out is not None:
+        console.print(Text(f"verdicts written to {result.out}", style="dim"))
 
 
 if __name__ == "__main__":

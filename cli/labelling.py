@@ -5,10 +5,6 @@ bar, the exit status and safe file writes; the scoring itself lives in :mod:`eva
 
 from __future__ import annotations
 
-import os
-import secrets
-from pathlib import Path
-
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -17,6 +13,8 @@ from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, error_console, positive_int
 from cli.store_option import read_store, write_store
+from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
+from dymt.judging import Labelled
 from evals.scorers.loop import Tally
 
 
@@ -64,23 +62,23 @@ def exit_status(tally: Tally, *, what: str = "calls") -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- files
+class LabelProgress:
+    """The progress bar of a labelling pass, fed by the library's ``Labelled`` events: ``with LabelProgress() as bar:
+    dymt.rejudge(..., on_event=bar)``."""
 
+    def __init__(self, description: str = "judging") -> None:
+        self.description, self.progress, self.task = description, progress_bar(), None
 
-def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> None:
-    """Write a file through a temporary sibling and a rename, so a reader never sees half of it.
+    def __enter__(self) -> "LabelProgress":
+        self.progress.__enter__()
+        return self
 
-    ``private`` makes it owner-only, as the database is: for files holding generated text.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
-    try:
-        if isinstance(content, bytes):
-            partial.write_bytes(content)
-        else:
-            partial.write_text(content, encoding="utf-8")
-        if private:
-            partial.chmod(0o600)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, event: object) -> None:
+        if not isinstance(event, Labelled):
+            return
+        if self.task is None:
+            self.task = self.progress.add_task(self.description, total=event.total)
+        self.progress.update(self.task, completed=event.done)

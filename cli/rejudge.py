@@ -8,24 +8,20 @@ where it stopped. At the end it reports agreement with the primary labels.
 
 from __future__ import annotations
 
-import asyncio
+import json
+import sys
 from pathlib import Path
 
 from rich.text import Text
 
-import prompts
-from checkpoints.cache import ResponseCache
-from checkpoints.queries import StoreQueries
+import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
+from cli.labelling import LabelProgress, exit_status, labeller_parser
 from cli.store_option import add_db_option
-from evals.dataset import check_label_set
+from dymt.errors import DymtError
+from dymt.events import ignore
 from evals.report.scoring_tables import agreement_table
-from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scorers.loop import Tally
-from evals.scorers.rejudge_jobs import pending_turns, rejudge, run_judge_template
-from evals.stats.agreement import label_set_agreement
 
 
 def build_parser() -> ArgumentParser:
@@ -40,66 +36,32 @@ def build_parser() -> ArgumentParser:
                    help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)")
     add_db_option(p)
     p.add_argument("--cache", action="store_true",
-                   help="answer from the response cache in the database (a request sent before costs no call) and keep "
-                       "new replies there")
+                   help="answer from the response cache in the database (a request sent before costs no call) and keep new replies there")
+    p.add_argument("--json", action="store_true", help="print what was labelled and the agreement as JSON on stdout")
     return p
-
-
-def judge_template(store: StoreQueries, run_id: str, path: Path | None) -> prompts.PromptTemplate | None:
-    """The rubric to re-judge with: --judge-prompt FILE, else the file the run's judge used, else None (built-in)."""
-    if path is not None:
-        try:
-            return prompts.load_file(path, role="judge")
-        except prompts.PromptError as exc:
-            fail(f"--judge-prompt: {exc}")
-    return run_judge_template(store, run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    store = open_existing(args.db)
-    template = judge_template(store, args.run_id, args.judge_prompt)
-    cache = ResponseCache(store.path) if args.cache else None
     try:
-        return _rejudge(args, store, template, cache)
-    finally:
-        if cache is not None:
-            cache.close()
-
-
-def _rejudge(args, store, template: prompts.PromptTemplate | None, cache: ResponseCache | None) -> int:
-    try:
-        lab = prepare_labeller(store, args.run_id, kind="bias", prompt="judge_bias", spec=args.judge_model, name=args.name,
-                               flag="--judge-model", base_url=args.base_url, template=template, cache=cache)
-    except LabellerError as exc:
+        with LabelProgress() as bar:
+            result = dymt.rejudge(args.run_id, judge_model=args.judge_model, name=args.name, base_url=args.base_url,
+                                  max_concurrency=args.max_concurrency, redo=args.redo, n_boot=args.n_boot,
+                                  seed=args.seed, judge_prompt=args.judge_prompt, cache=args.cache, db=args.db,
+                                  on_event=ignore if args.json else bar)
+    except DymtError as exc:
         fail(str(exc))
-    run_id, name = lab.run.run_id, lab.name
-    jobs, skipped = pending_turns(store, run_id, name, redo=args.redo)
-    if lab.existing is None and not jobs:
-        fail(f"run {run_id!r} has no stored replies to label")
-
-    async def go() -> Tally:
-        if lab.existing is None:
-            # The judge calibrates each case against its own context (nodes.judge.call_judge): no set-wide prior.
-            register_set(store, run_id, "bias", name, model=lab.model, prompt=lab.template, prompt_hash=lab.digest,
-                         content_free_p_yes=None)
-        with progress_bar() as progress:
-            task = progress.add_task("judging", total=len(jobs))
-            return await rejudge(store, jobs, lab.model, label_set=name, concurrency=args.max_concurrency,
-                                 on_step=lambda: progress.advance(task))
-
-    tally = asyncio.run(go())
-    tally.skipped = skipped
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return result.status
     console.print(
         Text(
-            f"label set {name!r} on run {run_id}: labelled {tally.done} replies "
-            f"({tally.unparsed} unparsed), {tally.skipped} already labelled, {tally.failed} failed"
+            f"label set {result.label_set!r} on run {result.run_id}: labelled {result.labelled} replies "
+            f"({result.unparsed} unparsed), {result.skipped} already labelled, {result.failed} failed"
         )
     )
-    check_label_set(store, run_id, name)
-    agreement = label_set_agreement(store, [run_id], PRIMARY_LABELS, name, n_boot=args.n_boot, seed=args.seed)
-    console.print(agreement_table([(PRIMARY_LABELS, name, agreement)]))
-    return exit_status(tally, what="judge calls")
+    console.print(agreement_table([(PRIMARY_LABELS, result.label_set, result.detail)]))
+    return exit_status(result, what="judge calls")
 
 
 if __name__ == "__main__":

@@ -11,32 +11,29 @@ the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 
 from __future__ import annotations
 
-import dataclasses
+import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_int, pricing_option
-from cli.labelling import describe, read_existing
+import dymt
+from cli.common import ArgumentParser, console, fail, positive_int
+from cli.labelling import describe
 from cli.store_option import add_db_option
-from evals.cost import run_usage, usage_summary
-from evals.dataset import DatasetError, load_dataset
-from evals.judge_error.corrected import choose_validation
-from evals.judge_error.rounds import labelling_rounds
-from evals.report.corrected_tables import corrected_headline_table, validation_lines
-from evals.report.data import ReportData, agreements_for, comparison_units, compute_report
-from evals.report.exports import HTML_FILE
-from evals.report.html import collect, render_page
-from evals.report.markdown import sample_sizes, uses_embedded_model
+from evals.stats.group_comparison import needs_run_names
 from evals.report.paired_tables import paired_overview_table
+from evals.report.data import ReportData, comparison_units
+from evals.report.exports import HTML_FILE
+from evals.report.markdown import sample_sizes, uses_embedded_model
 from evals.report.result_tables import agreement_report_table, by_turn_table, headline_table, leakage_report_table
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import rich_table
-from evals.report.writer import write_report
-from evals.scorers.judge_validation import run_validation, validation_text
-from evals.stats.group_comparison import needs_run_names
+from evals.report.corrected_tables import corrected_headline_table, validation_lines
+from dymt.errors import DymtError
+from evals.scorers.judge_validation import validation_text
 
 
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
@@ -77,40 +74,22 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its "
         "branch tree, filters and review marks (opens offline)")
     add_db_option(p)
+    p.add_argument("--json", action="store_true", help="print what the report holds (files, headline rates) as JSON on stdout")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.out.exists() and not args.out.is_dir():
-        fail(f"--out {args.out} is a file: give a folder for the report")
-    pricing = pricing_option(args.pricing)
-    store = read_existing(args.db)
     try:
-        dataset = load_dataset(store, args.run_id, label_set=args.label_set, refusals=args.refusals, coherence=args.coherence)
-    except DatasetError as exc:
+        result = dymt.report(args.run_id, out=args.out, db=args.db, label_set=args.label_set, refusals=args.refusals,
+                             coherence=args.coherence, pricing=args.pricing, n_boot=args.n_boot, seed=args.seed,
+                             html=args.html)
+    except DymtError as exc:
         fail(str(exc))
-    if not dataset.dialogues:
-        fail(f"run(s) {', '.join(args.run_id)} have no dialogues yet: play them with python -m graph.run first")
-    agreements = agreements_for(store, dataset, n_boot=args.n_boot, seed=args.seed)
-    chosen = {run.run_id: choose_validation(store, run.run_id, label_set=args.label_set) for run in dataset.runs}
-    # Each run cites the validation its corrected rates use (people's labels of its turns before an evals.judge score).
-    validations = [(run.run_id, run_validation(store, run.run_id) | {"used": None if chosen[run.run_id].refusal else chosen[run.run_id].as_dict()})
-                   for run in dataset.runs]
-    report = compute_report(dataset, n_boot=args.n_boot, seed=args.seed, agreements=agreements, validations=validations,
-                            judge_validations=chosen)
-    report = dataclasses.replace(report, usage=[(r.run_id, usage_summary(run_usage(store, r.run_id), pricing)) for r in dataset.runs])
-    html = None
-    if args.html:
-        pages = collect(store, args.run_id, label_set=args.label_set)
-        rounds = [labelling_rounds(store, run_id, label_set=args.label_set, seed=args.seed) for run_id in args.run_id]
-        html = lambda generated_at: render_page(  # noqa: E731
-            report, pages, run_ids=args.run_id, label_set=args.label_set, generated_at=generated_at, db=str(store.path),
-            labelling=rounds, out=args.out,
-        )
-    store.close()
-    write_report(report, args.out, db=store.path, html=html)  # type: ignore[arg-type]
-    print_summary(report, args.out, console)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return 0
+    print_summary(result.data, args.out, console)
     if args.html:
         console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"))
     return 0

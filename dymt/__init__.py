@@ -4,6 +4,8 @@
     result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
     result.summary["cumulative"], result.judge_corrected, result.status
 
+Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge`` and
+``dymt.compare``; ``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).
 Every command (``python -m graph.run``, ``dymt run`` …) parses its flags into the same call and renders the result;
 its ``--json`` output is the result's JSON (docs/library.md). Functions never print: what a run says while it plays
 goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one line; nothing written).
@@ -15,26 +17,24 @@ from dymt import events
 from dymt.errors import DymtError, RunStopped
 from dymt.preparing import Prepared, prepare
 from dymt.queueing import enqueue
-from dymt.results import RUN_SCHEMA, OutagePastBudget, RunResult
+from dymt.branching import branch
+from dymt.comparing import compare
+from dymt.judging import Labelled, rejudge, validate_judge
+from dymt.reporting import report
+from dymt.resuming import resume
+from dymt.reading import Store, open
+from dymt.results import (BRANCH_SCHEMA, COMPARE_SCHEMA, JUDGE_SCHEMA, REJUDGE_SCHEMA, REPORT_SCHEMA, RESUME_SCHEMA,
+                          RUN_SCHEMA, BranchResult, CompareResult, JudgeResult, OutagePastBudget, RejudgeResult,
+                          ReportResult, ResumeResult, RunResult)
 from dymt.running import arun, astream, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
-    "DymtError",
-    "OutagePastBudget",
-    "Prepared",
-    "RUN_SCHEMA",
-    "RunConfig",
-    "RunResult",
-    "RunStopped",
-    "arun",
-    "astream",
-    "check",
-    "enqueue",
-    "estimate",
-    "events",
-    "prepare",
-    "run",
+    "DymtError", "OutagePastBudget", "Prepared", "RUN_SCHEMA", "RunConfig", "RunResult", "RunStopped",
+    "arun", "astream", "check", "enqueue", "estimate", "events", "prepare", "run",
+    "BRANCH_SCHEMA", "COMPARE_SCHEMA", "JUDGE_SCHEMA", "REJUDGE_SCHEMA", "REPORT_SCHEMA", "RESUME_SCHEMA",
+    "BranchResult", "CompareResult", "JudgeResult", "RejudgeResult", "ReportResult", "ResumeResult", "Store",
+    "Labelled", "branch", "compare", "open", "rejudge", "report", "resume", "validate_judge",
 ]
 
 

@@ -71,3 +71,133 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` output of ``python -m graph.run``."""
         return {"schema": RUN_SCHEMA, **self.summary}
+
+
+BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/1"
+REPORT_SCHEMA, REJUDGE_SCHEMA, JUDGE_SCHEMA = "dymt.report/1", "dymt.rejudge/1", "dymt.judge/1"
+
+
+@dataclass(frozen=True)
+class BranchResult:
+    """Branches forked and played on (``python -m graph.branch``): one row per branch, and the parents skipped."""
+
+    run_id: str
+    set_name: str | None
+    branches: tuple[dict[str, Any], ...]
+    skipped: tuple[tuple[str, str], ...] = ()  # (thread id, why it could not be branched so)
+    db: str = ""
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [b for b in self.branches if b["status"] != "finished"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": BRANCH_SCHEMA, "run_id": self.run_id, "set": self.set_name, "branches": list(self.branches),
+                "skipped": [{"thread_id": t, "reason": r} for t, r in self.skipped]}
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """Dialogues continued (``python -m graph.resume``): how each one stands now, with its labels.
+
+    ``summary`` is set (and ``dialogues`` empty) when ``run_id`` named a run whose dialogues were all finished.
+    """
+
+    dialogues: tuple[dict[str, Any], ...]  # thread_id, status, labels
+    run_id: str | None = None
+    summary: dict[str, Any] | None = None
+    db: str = ""
+
+    @property
+    def paused(self) -> list[str]:
+        return [d["thread_id"] for d in self.dialogues if d["status"] == "paused"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RESUME_SCHEMA, "run_id": self.run_id, "dialogues": list(self.dialogues),
+                "paused": self.paused, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """A comparison (``python -m graph.compare``): ``kind`` is "pair", "set" or "runs"; ``data`` is its JSON.
+
+    ``detail`` holds the computed objects a display renders (tables), not part of the JSON.
+    """
+
+    kind: str
+    data: dict[str, Any]
+    db: str = ""
+    detail: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": COMPARE_SCHEMA, **self.data}
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """A report written into ``out`` (``python -m evals.report``): its files and the headline numbers.
+
+    ``data`` is the whole computed report (evals.report.data.ReportData) a display renders.
+    """
+
+    run_ids: tuple[str, ...]
+    out: str
+    files: tuple[str, ...]
+    headline: tuple[dict[str, Any], ...]
+    data: Any = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": REPORT_SCHEMA, "run_ids": list(self.run_ids), "out": self.out, "files": list(self.files),
+                "headline": list(self.headline)}
+
+
+@dataclass(frozen=True)
+class RejudgeResult:
+    """A run's turns labelled again by another judge (``python -m evals.rejudge``), and its agreement with the
+    run's own labels. ``status`` is the command's exit status: 1 when some judge calls failed (run it again)."""
+
+    run_id: str
+    label_set: str
+    labelled: int
+    unparsed: int
+    skipped: int
+    failed: int
+    first_error: str | None
+    agreement: dict[str, Any]
+    detail: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def status(self) -> int:
+        return 1 if self.failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": REJUDGE_SCHEMA, "run_id": self.run_id, "label_set": self.label_set, "labelled": self.labelled,
+                "unparsed": self.unparsed, "skipped": self.skipped, "failed": self.failed,
+                "first_error": self.first_error, "agreement": self.agreement}
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    """A judge run on standalone (statement, reply) pairs (``python -m evals.judge``): its verdicts' counts, its score
+    against the reference labels (``scores``, None without references) and where that score was recorded."""
+
+    judge_model: str
+    pairs: int
+    biased: int
+    parsed: int
+    unparsed: int
+    failed: int
+    first_error: str | None
+    scores: dict[str, Any] | None = None
+    recorded: dict[str, Any] | None = None  # db, prompt_sha256, validation, refusal
+    out: str | None = None
+    detail: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def status(self) -> int:
+        return 1 if self.failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": JUDGE_SCHEMA, "judge_model": self.judge_model, "pairs": self.pairs, "biased": self.biased,
+                "parsed": self.parsed, "unparsed": self.unparsed, "failed": self.failed,
+                "first_error": self.first_error, "scores": self.scores, "recorded": self.recorded, "out": self.out}

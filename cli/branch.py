@@ -23,6 +23,7 @@ import sys
 from rich.text import Text
 
 
+from checkpoints.ids import branch_thread_id, new_run_id
 from checkpoints.store import Writer
 from checkpoints.vocabulary import iter_label_strings
 from checkpoints.serde import UnsafeCheckpointError
@@ -35,8 +36,6 @@ from graph.running.forking import (
     ForkError,
     build_settings,
     change_record,
-    new_branch_id,
-    new_run_id,
     plan_branch,
     play_branches,
     read_lineage,
@@ -176,9 +175,9 @@ async def _branch(store: Writer, parents: list[dict], change: Change, args: argp
         for parent in parents:
             try:
                 fork = (await read_lineage(graph, parent["thread_id"])).fork_point(args.turn)
-                branch_id = new_branch_id(parent["thread_id"], args.turn)
+                branch_id = branch_thread_id(parent["thread_id"], args.turn)
                 while branch_id in taken or store.get_dialogue(branch_id):
-                    branch_id = new_branch_id(parent["thread_id"], args.turn)
+                    branch_id = branch_thread_id(parent["thread_id"], args.turn)
                 taken.add(branch_id)
                 plans.append(plan_branch(fork, parent, change, turns=args.turns, branch_id=branch_id, record=record))
             except ForkError as exc:
@@ -193,7 +192,7 @@ async def _branch(store: Writer, parents: list[dict], change: Change, args: argp
                 labels = " ".join(iter_label_strings(store.labels(thread_id)))
                 error_console.print(Text.assemble((f"{event:>8} ", "green" if event == "finished" else "red"), thread_id, "  ", labels))
 
-        made = await play_branches(plans, graph=graph, store=store, settings=settings, run_id=new_run_id(),
+        made = await play_branches(plans, graph=graph, store=store, settings=settings, run_id=new_run_id("branch"),
                                    set_name=set_name, notify=on_progress)
     return made, skipped
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
-from checkpoints.samples import sample_of
+from checkpoints.ids import sample_of
 from evals.stats.agreement import Agreement, label_set_agreement
 from evals.report.breakdown import (
     REFUSAL_WINDOW,

@@ -21,10 +21,8 @@ branch's models and settings), so a run's summary never mixes its dialogues with
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -295,15 +293,6 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     return updates
 
 
-def new_branch_id(parent_thread_id: str, turn: int) -> str:
-    """``PARENT/tK-xxxxxx``: the lineage reads off the id."""
-    return f"{parent_thread_id}/t{turn}-{secrets.token_hex(3)}"
-
-
-def new_run_id() -> str:
-    return f"branch-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
 # --------------------------------------------------------------------------- models and settings
 
 
@@ -470,5 +459,5 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
 __all__ = [
     "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
     "build_settings", "change_record", "create_branch", "describe_change", "given_message",
-    "new_branch_id", "new_run_id", "plan_branch", "play_branches", "prefix_updates", "read_lineage",
+    "plan_branch", "play_branches", "prefix_updates", "read_lineage",
 ]

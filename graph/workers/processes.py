@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import connection, get_context
@@ -43,7 +43,7 @@ from checkpoints.outages import StoreUnwritable, store_fault
 from checkpoints.paths import connect, is_busy
 from checkpoints.store import Writer, open_writer
 from nodes.context import Models
-from nodes.modes import scripts_for
+from nodes.modes import ModeScripts, scripts_for
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
 from graph.running.store_writer import StoreWriter
@@ -127,7 +127,7 @@ def play_in_processes(
     setup: Callable[[], ChildModels],
     targets: Sequence[str],
     on_progress: ProgressCallback | None = None,
-    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    scripts: ModeScripts | None = None,
     trace: bool = True,
     merge_stats: Callable[[dict[str, Any]], None] | None = None,
     mirror_outages: OutageMirror | None = None,
@@ -335,7 +335,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
+def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapping[str, ModeScripts], path: Path,
                 setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
     _die_with_parent()
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
@@ -360,7 +360,7 @@ def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict
             os._exit(code)  # nothing inherited from the parent (its SQLite connections) is touched on the way out
 
 
-async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
+async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapping[str, ModeScripts], path: Path,
                  setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
     from checkpoints.saver import open_saver
     from nodes.builder import build_graph
@@ -453,7 +453,7 @@ async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dic
             try:
                 outcome = await play_dialogue(
                     config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
-                    script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
+                    script=by_mode[mode].script(seed.id), mode=mode, target=target, sample=sample,
                 )
             finally:
                 await asyncio.wrap_future(write.submit(_release, thread_id, owner))

@@ -10,7 +10,8 @@ import zlib
 import pytest
 
 import checkpoints.traces.tables as traces
-from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.decoder import TraceDecoder, decode_stream
+from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
 from cli import trace as trace_cli
 from checkpoints.reducers import apply_update
@@ -24,7 +25,7 @@ def _json(value):
     """As the plain layout stored a value: JSON, prompt messages in LangChain's serialised form."""
     from langchain_core.load import dumpd
 
-    from checkpoints.traces.codec import LazyMessages
+    from checkpoints.traces.encoder import LazyMessages
 
     def plain(v):
         if isinstance(v, LazyMessages):

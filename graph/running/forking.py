@@ -417,14 +417,9 @@ async def play_branches(
         "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
         "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
     })
-    config = {
-        **run_config.run_record(models),
-        "kind": "branch",
-        "parent_run_ids": parent_runs,
-        "fork_turn": first.fork.turn,
-        "change": change,
-        "set": set_name,
-    }
+    config = run_config.stored_record(models).with_extra(
+        kind="branch", parent_run_ids=parent_runs, fork_turn=first.fork.turn, change=change, set=set_name,
+    ).to_stored()
     result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
     write = StoreWriter(store)
     try:

@@ -22,7 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 import prompts
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
-from checkpoints.run_record import upgrade
+from checkpoints.run_record import RunRecord
 from checkpoints.ids import dialogue_thread_id as thread_id_of
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now
@@ -110,10 +110,10 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def run_identity(record: dict[str, Any]) -> dict[str, Any]:
+def run_identity(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
     """The settings a resumed run must share with the stored one, from a ``runs.config`` (either form)."""
-    record = upgrade(record)
-    stored, resolved = record["run_config"], record["resolved"]
+    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
+    stored, resolved = record.run_config, record.resolved
     modes = list(stored.get("modes") or [])
     targets = list((stored.get("models") or {}).get("targets") or [])
     identity = {
@@ -123,14 +123,14 @@ def run_identity(record: dict[str, Any]) -> dict[str, Any]:
         "per_category": stored.get("per_category"),
         "categories": stored.get("categories"),
         "limit": stored.get("limit"),
-        "models": resolved.get("models"),
-        "sampling": resolved.get("sampling"),
+        "models": resolved.models,
+        "sampling": resolved.sampling,
         "sampling_seed": stored.get("sampling_seed"),
         "modes": modes if len(modes) > 1 else None,
         "targets": targets if len(targets) > 1 else None,
         "samples": stored.get("samples"),
         "leakage": stored.get("leakage"),
-        "prompt_files": resolved.get("prompt_files") or None,
+        "prompt_files": resolved.prompt_files or None,
     }
     # A setting an older row never recorded is not compared (as before).
     return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
@@ -141,7 +141,7 @@ _STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "mod
               "prompt_files": "resolved"}
 
 
-def check_run_compatible(store: Writer, config: RunConfig, record: dict[str, Any]) -> None:
+def check_run_compatible(store: Writer, config: RunConfig, record: RunRecord | Mapping[str, Any]) -> None:
     """Refuse to resume a run id that was created with other settings (``record``: what this run would store)."""
     existing = store.get_run(config.run_id)
     if existing is None:
@@ -185,7 +185,7 @@ async def execute_run(
     """
     by_mode = scripts_by_mode(config, seeds, scripts)
     jobs = plan_dialogues(config, seeds, by_mode, list(dict.fromkeys(t.spec for t in (targets or [models.target]))))
-    record_run(store, config.run_record(models, targets), by_mode, planned=len(jobs))
+    record_run(store, config.stored_record(models, targets), by_mode, planned=len(jobs))
     contexts = run_contexts(config, models, targets, reseed)
     limiter = slots or DialogueSlots(config.max_concurrency or 1)
     notify = on_progress or (lambda *_: None)
@@ -295,15 +295,17 @@ def run_contexts(
     return contexts
 
 
-def record_run(store: Writer, record: dict[str, Any], by_mode: Mapping[str, ModeScripts], *,
+def record_run(store: Writer, record: RunRecord | Mapping[str, Any], by_mode: Mapping[str, ModeScripts], *,
                planned: int | None = None) -> None:
     """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
     how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
+    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
     unaligned = sorted({seed_id for scripts in by_mode.values() for seed_id in scripts.unaligned})
+    record = record.with_extra(unaligned_seeds=unaligned, **({"planned_dialogues": planned} if planned is not None else {}))
     store.start_run(
-        record["run_config"]["run_id"],
-        config={**record, "unaligned_seeds": unaligned, **({"planned_dialogues": planned} if planned is not None else {})},
-        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
+        record.run_config["run_id"],
+        config=record.to_stored(),
+        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
         versions=package_versions(),
     )
 

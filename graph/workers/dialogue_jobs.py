@@ -23,6 +23,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
 from checkpoints.postgres.saver import RECONNECT_TIMEOUT_S
+from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
 from graph.config.run_config import RunConfig
@@ -143,7 +144,7 @@ def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str
     ]
 
 
-def enqueue_run(url: PostgresURL, store: Writer, record: dict[str, Any], jobs: Sequence[DialogueJob],
+def enqueue_run(url: PostgresURL, store: Writer, record: RunRecord | Mapping[str, Any], jobs: Sequence[DialogueJob],
                 by_mode: Mapping[str, ModeScripts]) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)

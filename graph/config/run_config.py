@@ -410,7 +410,8 @@ class RunConfig(StrictModel):
                 **({f"target:{t.spec}": t.model_id for t in targets} if grid else {}),
             },
             sampling=sampling_identity(sampling),
-            prompt_files={role: getattr(models, role).prompt.sha256 for role in ROLES if getattr(models, role).prompt is not None},
+            prompt_files={role: getattr(models, role).prompt.sha256 for role in ROLES
+                          if getattr(models, role).prompt is not None},
         )
         return RunRecord(dump, resolved)
 

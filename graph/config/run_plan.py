@@ -21,7 +21,8 @@ class RunPlan:
     def dialogues_by_mode(self) -> dict[str, int]:
         """Dialogues per mode for one target and one sample (a scripted mode plays only the seeds it has items for)."""
         return {
-            mode: len(self.seeds) if not fixed_turns(mode) else sum(1 for s in self.seeds if self.scripts_by_mode[mode].plays(s.id))
+            mode: len(self.seeds) if not fixed_turns(mode)
+            else sum(1 for s in self.seeds if self.scripts_by_mode[mode].plays(s.id))
             for mode in self.config.modes
         }
 

@@ -14,7 +14,8 @@ from typing import Protocol
 from checkpoints.store import Writer
 from graph.running.store_writer import StoreWriter
 
-# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends, False: no
+# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends,
+# False: no
 BudgetCheck = Callable[[Writer, str], "bool | None"]
 DialogueEnded = Callable[[Writer, str], None]
 

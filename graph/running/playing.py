@@ -178,7 +178,8 @@ async def execute_run(
     With ``config.samples`` K > 1 each is played K times: sample k draws with its own sampling
     seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
     ``budget`` (graph/running/budget.py, e.g. evals.cost.CostCap; the pair ``(allows, ended)`` still works) holds
-    back dialogues not yet started once it says no: they stay unplayed (status "held"), and the same run id plays them later.
+    back dialogues not yet started once it says no: they stay unplayed (status "held"), and the same run id plays
+    them later.
     ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
     checkpoint, within the outage's budget (checkpoints/store_outage.py). ``slots``: how many dialogues play at once
     (default ``config.max_concurrency``, fixed).
@@ -217,17 +218,20 @@ async def execute_run(
     return RunResult(run_id=config.run_id, outcomes=outcomes)
 
 
-def scripts_by_mode(config: RunConfig, seeds: Sequence[Seed], scripts: ModeScripts | None = None) -> dict[str, ModeScripts]:
+def scripts_by_mode(
+    config: RunConfig, seeds: Sequence[Seed], scripts: ModeScripts | None = None,
+) -> dict[str, ModeScripts]:
     """The scripts of each of the run's modes: ``scripts`` for a run of one mode (as planned), else read for each."""
     modes = config.modes
     return {
-        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
+        mode: scripts if scripts is not None and len(modes) == 1
+        else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         for mode in modes
     }
 
 
 async def _held_back(write: StoreWriter, thread_id: str, notify: ProgressCallback) -> DialogueOutcome:
-    """A dialogue the budget holds back: "held", or "skipped" if it had already finished (nothing left to spend on it)."""
+    """A dialogue the budget holds back: "held", or "skipped" if it had finished (nothing left to spend on it)."""
     stored = await write.get_dialogue(thread_id)
     status = "skipped" if stored is not None and stored.get("status") == "finished" else "held"
     notify(status, thread_id, 0)
@@ -301,11 +305,13 @@ def record_run(store: Writer, record: RunRecord | Mapping[str, Any], by_mode: Ma
     how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
     record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
     unaligned = sorted({seed_id for scripts in by_mode.values() for seed_id in scripts.unaligned})
-    record = record.with_extra(unaligned_seeds=unaligned, **({"planned_dialogues": planned} if planned is not None else {}))
+    record = record.with_extra(unaligned_seeds=unaligned,
+                               **({"planned_dialogues": planned} if planned is not None else {}))
     store.start_run(
         record.run_config["run_id"],
         config=record.to_stored(),
-        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
+        prompt_hashes={**prompts.all_hashes(),
+                       **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
         versions=package_versions(),
     )
 

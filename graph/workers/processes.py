@@ -112,8 +112,9 @@ def play_in_processes(
             conn.close()
     children = _Children(config, jobs, by_mode, path, setup, trace=trace, processes=processes,
                          notify=on_progress or (lambda *_: None), merge_stats=merge_stats, mirror=_OutageMirrors(mirror_outages))
+    children.start()
     try:
-        children.play()
+        children.serve()
     except BaseException as exc:
         children.stop()
         fault = store_fault(exc, path)
@@ -163,10 +164,12 @@ class _Children:
         theirs.close()
         self.children[mine] = (child, set())
 
-    def play(self) -> None:
-        """Start the children and serve them until every dialogue has its outcome (or none may be played)."""
+    def start(self) -> None:
         for _ in range(self.processes):
             self.spawn()
+
+    def serve(self) -> None:
+        """Serve the children until every dialogue has its outcome (or none may be played)."""
         while self.children:
             ready = connection.wait(list(self.children) + [c.sentinel for c, _ in self.children.values()])
             for pipe in list(self.children):

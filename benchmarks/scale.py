@@ -230,7 +230,7 @@ def _harness_processes(url: str, db: Path, *, dialogues: int, turns: int, concur
     config = run_config("bench", turns=turns, concurrency=concurrency, models=models)
     timing = Timing()
     wall, cpu = time.perf_counter(), _cpu_with_children()
-    result = play_in_processes(config, synthetic_seeds(dialogues), record=config.run_record(models, [models.target]),
+    result = play_in_processes(config, synthetic_seeds(dialogues), record=config.stored_record(models, [models.target]),
                                store=store, processes=processes, setup=setup, targets=[models.target.spec], trace=True)
     timing.wall, timing.cpu = time.perf_counter() - wall, _cpu_with_children() - cpu
     store.db.conn.close()

@@ -322,7 +322,7 @@ def m061_judge_validations(db: sqlite_utils.Database) -> None:
 
 @migration
 def m062_trace_streams(db: sqlite_utils.Database) -> None:
-    # Compact traces (checkpoints.traces.codec): one row per trace (graph invocation) with what lists need,
+    # Compact traces (checkpoints/traces/format.py): one row per trace (graph invocation) with what lists need,
     # and its runs as one compressed stream in chunks. Rows in trace_runs / trace_feedback stay readable.
     db.execute(
         """

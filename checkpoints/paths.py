@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 ENV_DB = "DYMT_ESB_DB"
 BUSY_TIMEOUT_MS = 30_000
 _WAL_TRIES = 15  # about 4 s of pauses in all
+_LOCKED_RETRIES = 20
+T = TypeVar("T")
 
 
 class StoreError(ValueError):
@@ -112,3 +115,19 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         return conn
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None
+
+
+def retry_locked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args)``, tried again (with a growing pause) while SQLite says the database is locked or busy.
+
+    The busy timeout already waits for the writer; SQLite still returns SQLITE_BUSY at once when
+    waiting could deadlock (a read transaction that wants to write after another process wrote).
+    """
+    for attempt in range(_LOCKED_RETRIES):
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or attempt == _LOCKED_RETRIES - 1:
+                raise
+            time.sleep(min(1.0, 0.01 * 2**attempt))
+    raise AssertionError("unreachable")

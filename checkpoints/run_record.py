@@ -10,12 +10,16 @@ validates it)::
 A row written before the configuration was stored as itself holds ``{"spec": {...}}`` instead (the old
 ``RunSpec`` record); :func:`upgrade` is the one reader of that form. It converts on read and never
 rewrites the row, so a run an older version wrote loads, resumes and refuses changed settings the same.
-Plain dicts only: the store's readers use it too, without the running layer.
+
+:class:`RunRecord` is the row typed (``RunRecord.from_stored(row)``, ``record.to_stored()``), the stored JSON unchanged.
+Its run configuration stays a plain dict here: the store's readers use it too, without the running layer
+(``graph.config.run_config.stored_run_config`` validates it into a ``RunConfig``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -41,19 +45,68 @@ def upgrade(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return config
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What a run's configuration resolved to: the model spec and id per role, sampling, prompt-file hashes."""
+
+    models: dict[str, str] = field(default_factory=dict)
+    """Role → the spec it played (the first target in a grid)."""
+    model_ids: dict[str, str] = field(default_factory=dict)
+    """Role (``target:SPEC`` per target in a grid) → the model id the provider reported."""
+    sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Role (``target:SPEC`` in a grid) → temperature, max tokens and extra arguments (redacted)."""
+    prompt_files: dict[str, str] = field(default_factory=dict)
+    """Role → SHA-256 of the prompt file that replaced its built-in prompt."""
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any] | None) -> Resolved:
+        stored = stored or {}
+        return cls(**{name: dict(stored.get(name) or {}) for name in _RESOLVED_KEYS})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: dict(getattr(self, name)) for name in _RESOLVED_KEYS}
+
+
+_RESOLVED_KEYS = ("models", "model_ids", "sampling", "prompt_files")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's ``runs.config``: its stored run configuration, what it resolved to, and what else its writer added
+    (``extra``: the seeds no script was found for, the planned dialogues; a branch run's parents and change)."""
+
+    run_config: dict[str, Any]
+    resolved: Resolved = field(default_factory=Resolved)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_stored(cls, config: Mapping[str, Any] | None) -> RunRecord:
+        """A ``runs.config`` as stored, in either form (an older row is upgraded, never rewritten)."""
+        record = upgrade(config)
+        run_config, resolved_ = record.pop("run_config"), record.pop("resolved")
+        return cls(dict(run_config or {}), Resolved.from_dict(resolved_), record)
+
+    def to_stored(self) -> dict[str, Any]:
+        """The JSON object the store keeps in ``runs.config`` (today's form)."""
+        return {"run_config": dict(self.run_config), "resolved": self.resolved.to_dict(), **self.extra}
+
+    def with_extra(self, **values: Any) -> RunRecord:
+        """This record with more of what its writer adds (a key given again replaces the earlier value)."""
+        return replace(self, extra={**self.extra, **values})
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run_config.get("run_id")
+
+
 def run_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The stored run configuration's fields (a dump of ``RunConfig``), whichever form the row is in."""
-    return upgrade(config)["run_config"]
-
-
-def resolved(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What the run resolved its configuration to: model spec and id per role, sampling, prompt-file hashes."""
-    return upgrade(config)["resolved"]
+    return RunRecord.from_stored(config).run_config
 
 
 def role_specs(config: Mapping[str, Any] | None) -> dict[str, str]:
     """Role → the model spec the run played (the first target in a grid)."""
-    return {role: str(spec) for role, spec in (resolved(config).get("models") or {}).items() if spec}
+    return {role: str(spec) for role, spec in RunRecord.from_stored(config).resolved.models.items() if spec}
 
 
 def endpoint_of(config: Mapping[str, Any] | None, spec: str) -> str | None:

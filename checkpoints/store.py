@@ -27,7 +27,7 @@ from checkpoints.paths import check_db_path, connect, prepare_new_file
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.traces import tables as traces
-from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import PRIMARY_LABELS
 

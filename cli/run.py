@@ -26,7 +26,7 @@ from cli.run_outcome import outage_exit, print_result_ending, resume_command
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
-from dymt.running import new_run_id
+from checkpoints.ids import new_run_id
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY
 from evals.report.summary import render_summary
 from graph.config.experiment import ExperimentError, load_experiment

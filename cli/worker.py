@@ -16,8 +16,9 @@ from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.exit_codes import EXIT_OUTAGE
 from cli.store_option import add_db_option, chosen_db
+from graph.config.errors import ConfigError
+from graph.config.flags import parse_rate_limits
 from evals.cost import budget_allows
-from graph.config.run_config import ConfigError, parse_rate_limits
 from graph.workers.job_worker import WorkerSettings, run_worker
 
 

@@ -21,8 +21,9 @@ from dymt.events import DialogueProgress, EventSink, ignore
 from dymt.results import BranchResult
 from dymt.running import run_coroutine
 from dymt.stores import Db, writer
+from checkpoints.ids import branch_thread_id, new_run_id
 from graph.running.forking import (BranchRun, BranchSettings, Change, ForkError, build_settings, change_record,
-                                   new_branch_id, new_run_id, plan_branch, play_branches, read_lineage)
+                                   plan_branch, play_branches, read_lineage)
 from graph.running.swaps import check_swaps, mentions, parse_swap
 from nodes.builder import build_graph
 from nodes.modes import DYNAMIC_MODES
@@ -157,16 +158,16 @@ async def _play(store: Writer, parents: list[dict], change: Change, ask: _Ask, s
                 set_name: str | None, on_event: EventSink) -> tuple[BranchRun, list[tuple[str, str]]]:
     record = change_record(change, settings, set_name=set_name)
     taken: set[str] = set()
-    run_id = new_run_id()
+    run_id = new_run_id("branch")
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
         plans, skipped = [], []
         for parent in parents:
             try:
                 fork = (await read_lineage(graph, parent["thread_id"])).fork_point(ask.turn)
-                branch_id = new_branch_id(parent["thread_id"], ask.turn)
+                branch_id = branch_thread_id(parent["thread_id"], ask.turn)
                 while branch_id in taken or store.get_dialogue(branch_id):
-                    branch_id = new_branch_id(parent["thread_id"], ask.turn)
+                    branch_id = branch_thread_id(parent["thread_id"], ask.turn)
                 taken.add(branch_id)
                 plans.append(plan_branch(fork, parent, change, turns=ask.turns, branch_id=branch_id, record=record))
             except ForkError as exc:

@@ -11,7 +11,7 @@ from checkpoints.paths import StoreError
 from checkpoints.store import open_writer
 from dymt.errors import DymtError
 from dymt.preparing import check_priced, config_of, dialogue_estimate, prepare
-from dymt.running import new_run_id
+from checkpoints.ids import new_run_id
 from evals.cost import budget_record
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.pausing import PauseOptions
@@ -39,7 +39,7 @@ def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None =
     except ModelBuildError as exc:
         raise DymtError(f"--{exc.role}-model: {exc.reason}") from None
     run_config = prepared.plan.config.model_copy(update={"run_id": config.run_id or new_run_id()})
-    record = run_config.run_record(built.models, built.targets)
+    record = run_config.stored_record(built.models, built.targets)
     chosen = run_config.models
     budget = None
     if run_config.max_cost is not None and pricing is not None:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 import shlex
 import threading
 from collections.abc import AsyncIterator, Iterable
 from contextlib import suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from checkpoints.cache import ResponseCache
+from checkpoints.ids import new_run_id
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.outages import OutageError
@@ -217,7 +216,7 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
         raise DymtError(f"--{exc.role}-model: {exc.reason}") from None
     run_id: str = config.run_id or new_run_id()
     run_config = prepared.plan.config.model_copy(update={"run_id": run_id})
-    record = run_config.run_record(built.models, built.targets)
+    record = run_config.stored_record(built.models, built.targets)
     resume = play.command or resume_line(run_config)
     fresh_file = not isinstance(prepared.location, PostgresURL) and not Path(prepared.location).exists()
     try:
@@ -236,7 +235,7 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
             config.max_cost,
             prepared.pricing,
             run_id,
-            record["resolved"]["models"],
+            record.resolved.models,
             estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
         )
     session = Session(prepared, play, run_config, store, built, record, policy, outage, cap, on_event, resume, single)
@@ -260,9 +259,6 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
     finally:
         store.close()
 
-
-def new_run_id() -> str:
-    return f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def single_process(prepared: Prepared, play: PlayOptions) -> bool:

@@ -14,6 +14,7 @@ from checkpoints.cache import ResponseCache
 from checkpoints.checkpointer import open_checkpointer
 from checkpoints.location import DbLocation
 from checkpoints.readers import open_reader
+from checkpoints.run_record import RunRecord
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.events import DialogueProgress, EventSink, OutageBegan, OutageEnded, Paused, RunStarted
 from dymt.preparing import Prepared
@@ -65,7 +66,7 @@ class Session:
         config: RunConfig,
         store,
         built,
-        record: dict,
+        record: RunRecord,
         policy: CallPolicy,
         outage,
         cap: CostCap | None,
@@ -121,7 +122,7 @@ class Session:
             again = config.build_models(policy, seed=seed, templates=templates)
             return again.models, again.targets
 
-        budget = (self.cap.allows, self.cap.ended) if self.cap else None
+        budget = self.cap
         async with open_checkpointer(self.store.path) as saver:
             graph = build_graph(saver)
             graph = pauses.configure(graph) if pauses else graph

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints import run_record
 from checkpoints.queries import StoreQueries
-from checkpoints.run_record import role_specs, run_settings
+from checkpoints.run_record import RunRecord, role_specs
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.stats.metrics import NOT_REFUSED, REFUSED, UNPARSED
 
@@ -117,7 +116,8 @@ def run_info(store: StoreQueries, run_id: str) -> RunInfo:
         known = [r["id"] for r in store.runs()]
         hint = f"known runs: {', '.join(known[-10:])}" if known else "this database has no runs yet"
         raise DatasetError(f"no run {run_id!r} in {store.path} ({hint})")
-    settings, resolved = run_settings(run["config"]), run_record.resolved(run["config"])
+    record = RunRecord.from_stored(run["config"])
+    settings, resolved = record.run_config, record.resolved
     models = role_specs(run["config"])
     modes = tuple(settings.get("modes") or ())
     return RunInfo(
@@ -129,10 +129,10 @@ def run_info(store: StoreQueries, run_id: str) -> RunInfo:
         models=models,
         modes=modes,
         targets=tuple((settings.get("models") or {}).get("targets") or ([models["target"]] if models.get("target") else [])),
-        model_ids=dict(resolved.get("model_ids") or {}),
+        model_ids=dict(resolved.model_ids),
         prompt_hashes=dict(run.get("prompt_hashes") or {}),
-        judge_content_free_p_yes=run["config"].get("judge_content_free_p_yes"),
-        sampling=dict(resolved.get("sampling") or {}),
+        judge_content_free_p_yes=record.extra.get("judge_content_free_p_yes"),
+        sampling=dict(resolved.sampling),
         sampling_seed=settings.get("sampling_seed"),
     )
 

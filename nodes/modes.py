@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import prompts
@@ -31,14 +32,30 @@ def fixed_turns(mode: str) -> int | None:
     return None
 
 
-def scripts_for(mode: str, seeds: Sequence[Seed], *, fairmt_dir: str | Path | None) -> tuple[dict[str, list[str]], list[str]]:
+@dataclass(frozen=True)
+class ModeScripts:
+    """One mode's scripted user turns: by seed id, and the seeds no script was found for (reported, never run)."""
+
+    by_seed: Mapping[str, list[str]] = field(default_factory=dict)
+    unaligned: Sequence[str] = ()
+
+    def script(self, seed_id: str) -> list[str] | None:
+        """The scripted user turns of a seed; None in a dynamic mode (its user is simulated)."""
+        return self.by_seed.get(seed_id)
+
+    def plays(self, seed_id: str) -> bool:
+        """Has the seed a script (what a scripted mode plays)?"""
+        return seed_id in self.by_seed
+
+
+def scripts_for(mode: str, seeds: Sequence[Seed], *, fairmt_dir: str | Path | None) -> ModeScripts:
     """The user script of each seed for a baseline mode, and the seeds that have none."""
     if mode == "zero-shot":
         template = prompts.load("zero_shot")
-        return {s.id: [template.render_text(statement=s.statement)] for s in seeds}, []
+        return ModeScripts({s.id: [template.render_text(statement=s.statement)] for s in seeds})
     if mode.startswith("fairmt:"):
         if fairmt_dir is None:
             raise ValueError(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
         alignment = align_track(fairmt_dir, mode.removeprefix("fairmt:"), seeds)
-        return alignment.scripts, alignment.unaligned
-    return {}, []
+        return ModeScripts(alignment.scripts, tuple(alignment.unaligned))
+    return ModeScripts()

@@ -21,7 +21,8 @@ import sqlite_utils
 from checkpoints.clock import now
 from checkpoints.paths import StoreError
 from checkpoints.reducers import apply_update
-from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.decoder import TraceDecoder, decode_stream
+from checkpoints.traces.encoder import TraceEncoder
 
 
 class TraceStore(Protocol):

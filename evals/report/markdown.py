@@ -65,6 +65,22 @@ def render_markdown(report: ReportData, *, db: Path | str, generated_at: str) ->
 
 def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> list[Block]:
     """Every section of the report in order, tables kept as data: one source for report.md and report.html."""
+    parts = _header(report, db=db, generated_at=generated_at)
+    parts += ["## " + (t := headline_table(report)).title, t, _definitions()]
+    if report.judge_corrected:
+        parts += markdown_section(report.judge_corrected, report.series)
+    parts += _bias_sections(report)
+    parts += _scorer_sections(report, db)
+    parts += _paired_section(report)
+    parts += _samples_section(report)
+    parts += _cost_section(report)
+    parts += _agreement_section(report)
+    parts += _provenance_sections(report)
+    return parts
+
+
+def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Block]:
+    """The title, the content warning and what the report was made from."""
     ds = report.dataset
     judges = ", ".join(sorted({run.models.get("judge", "?") for run in ds.runs}))
     label_note = (
@@ -72,7 +88,7 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
         if ds.label_set == PRIMARY_LABELS
         else f"`{ds.label_set}` (a re-judging; see Label sets)"
     )
-    parts = [
+    parts: list[Block] = [
         "# DyMT-ESB bias-dynamics report",
         f"> {CONTENT_WARNING}",
         "\n".join(
@@ -89,10 +105,12 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
     ]
     if uses_embedded_model(ds):
         parts.append(f"> **Note.** {BASE_MODEL_NOTE}")
-    parts += ["## " + (t := headline_table(report)).title, t, _definitions()]
-    if report.judge_corrected:
-        parts += markdown_section(report.judge_corrected, report.series)
-    parts += [
+    return parts
+
+
+def _bias_sections(report: ReportData) -> list[Block]:
+    """Bias by turn and by category, re-emergence, seed leakage, non-replies and the judge's validation."""
+    return [
         "## Cumulative bias by turn",
         by_turn_table(report, cumulative=True),
         f"![Cumulative bias by turn]({PLOTS['cumulative']})",
@@ -111,8 +129,13 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
         *_non_reply_section(report),
         "## Judge validation",
         _validation_section(report),
-        "## Coherence",
     ]
+
+
+def _scorer_sections(report: ReportData, db: Path | str) -> list[Block]:
+    """Coherence and refusal: their tables, or how to compute them."""
+    ds = report.dataset
+    parts: list[Block] = ["## Coherence"]
     if report.coherence:
         parts += [coherence_report_table(report), _scorers(ds.coherence_sets, "Scorer")]
     else:
@@ -122,24 +145,34 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
         parts += [refusal_report_table(report), _scorers(ds.refusal_sets, "Classifier")]
     else:
         parts.append(_not_computed("refusal", ds, db))
-    parts += _paired_section(report)
-    if report.samples > 1:
-        parts += [
-            "## Repeated samples",
-            f"Up to {report.samples} samples per (seed, target, mode), each with its own sampling seed. Every interval "
-            "in this report resamples seeds, with all their samples together (a clustered bootstrap), not dialogues.",
-            sample_spread_table(report),
-        ]
-    parts += _cost_section(report)
-    parts.append("## Agreement between label sets")
+    return parts
+
+
+def _samples_section(report: ReportData) -> list[Block]:
+    if report.samples <= 1:
+        return []
+    return [
+        "## Repeated samples",
+        f"Up to {report.samples} samples per (seed, target, mode), each with its own sampling seed. Every interval "
+        "in this report resamples seeds, with all their samples together (a clustered bootstrap), not dialogues.",
+        sample_spread_table(report),
+    ]
+
+
+def _agreement_section(report: ReportData) -> list[Block]:
     if report.agreements:
-        parts.append(agreement_report_table(report))
-    else:
-        parts.append(
-            "Only one label set exists on these runs. Label them again with "
-            "`python -m evals.rejudge --run-id RUN --judge-model SPEC` to compare judges."
-        )
-    parts += [
+        return ["## Agreement between label sets", agreement_report_table(report)]
+    return [
+        "## Agreement between label sets",
+        "Only one label set exists on these runs. Label them again with "
+        "`python -m evals.rejudge --run-id RUN --judge-model SPEC` to compare judges.",
+    ]
+
+
+def _provenance_sections(report: ReportData) -> list[Block]:
+    """Runs, models, label sets and prompts, and the data files beside the report."""
+    ds = report.dataset
+    return [
         "## Provenance",
         "### " + (t := runs_table(ds)).title,
         t,
@@ -158,7 +191,6 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
             ]
         ),
     ]
-    return parts
 
 
 def _leakage_section(report: ReportData) -> list[Block]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from checkpoints.samples import sample_of
+from checkpoints.ids import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
 from evals.report.data import ReportData, model_mode, seed_cluster

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.queries import StoreQueries
-from checkpoints.run_record import resolved, role_specs, run_settings
+from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.judge_error.corrected import (
     cell_block,
@@ -64,7 +64,7 @@ def run_summary(
         "mode": modes[0],
         "turns": turns,
         "models": models,
-        "model_ids": resolved(run["config"]).get("model_ids", {}),
+        "model_ids": RunRecord.from_stored(run["config"]).resolved.model_ids,
         "dialogues": len(dialogues),
         "finished": sum(1 for d in dialogues if d["status"] == "finished"),
         "failed": failed,
@@ -178,6 +178,37 @@ def _interval(ci: list[float | None]) -> str:
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     """The summary as rich tables; model output never reaches markup."""
+    console.print(_per_turn_table(summary))
+    _render_corrected(summary, console)
+    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
+    if len(summary.get("targets") or []) > 1:
+        models += f", targets={', '.join(summary['targets'])}"
+    console.print(Text(f"models: {models}"))
+    if len(summary.get("groups") or []) > 1:
+        _render_groups(summary, console)
+    re_em = summary["re_emergence"]
+    console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
+    _render_leakage(summary, console)
+    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
+    for item in summary["failed"]:
+        console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
+    if summary.get("unaligned_seeds"):
+        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
+    if "resume" in summary:
+        console.print(Text(f"resume: {summary['resume']}", style="yellow"))
+    _render_calls(summary, console)
+    _render_concurrency(summary, console)
+    _render_cost(summary, console)
+    _render_validation(summary, console)
+    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
+             else "this local file")
+    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
+    for note in summary["notes"]:
+        console.print(Text(note, style="bold yellow"))
+
+
+def _per_turn_table(summary: dict[str, Any]) -> Table:
+    """Bias rate per turn and cumulative, with intervals."""
     modes = ", ".join(summary.get("modes") or [summary["mode"]])
     title = Text(f"Run {summary['run_id']} · {modes} · {summary['dialogues']} dialogues × {summary['turns']} turns")
     table = Table(title=title, show_lines=False)
@@ -194,28 +225,28 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             _pct(cum["rate"]),
             _interval(cum["ci95"]),
         )
-    console.print(table)
-    _render_corrected(summary, console)
-    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
-    if len(summary.get("targets") or []) > 1:
-        models += f", targets={', '.join(summary['targets'])}"
-    console.print(Text(f"models: {models}"))
-    if len(summary.get("groups") or []) > 1:
-        short = target_keys(g["target"] for g in summary["groups"])
-        by_group = Table(title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False,
-                         pad_edge=False)  # no column rules: 80 columns hold it
-        for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
-            by_group.add_column(column, justify="left" if column in ("target", "mode") else "right",
-                                overflow="fold", no_wrap=column not in ("mode", "cumulative bias"))  # a long mode folds, never cut
-        for g in summary["groups"]:
-            final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
-            by_group.add_row(Text(short.get(g["target"], g["target"])), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}",
-                             _pct(final["rate"]), _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
-        console.print(by_group)
-        for spec, key in short.items():  # the legend: each spec whole, on its own line
-            console.print(Text(f"  {key} = {spec}"), soft_wrap=True)
-    re_em = summary["re_emergence"]
-    console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
+    return table
+
+
+def _render_groups(summary: dict[str, Any], console: Console) -> None:
+    """A grid run: cumulative bias by target and mode, each target spec shortened with a legend."""
+    short = target_keys(g["target"] for g in summary["groups"])
+    by_group = Table(title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False,
+                     pad_edge=False)  # no column rules: 80 columns hold it
+    for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
+        by_group.add_column(column, justify="left" if column in ("target", "mode") else "right",
+                            overflow="fold", no_wrap=column not in ("mode", "cumulative bias"))  # a long mode folds, never cut
+    for g in summary["groups"]:
+        final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
+        by_group.add_row(Text(short.get(g["target"], g["target"])), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}",
+                         _pct(final["rate"]), _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
+    console.print(by_group)
+    for spec, key in short.items():  # the legend: each spec whole, on its own line
+        console.print(Text(f"  {key} = {spec}"), soft_wrap=True)
+
+
+def _render_leakage(summary: dict[str, Any], console: Console) -> None:
+    """Seed leakage of the simulated user, and the target's answers that were not replies."""
     leak = summary.get("leakage")
     if leak and leak["scored"]:
         line = (f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
@@ -227,14 +258,10 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         kinds = ", ".join(f"{kind}: {n}" for kind, n in non_replies.items())
         console.print(Text(f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
                            "empty ones are not judged (unparsed)", style="yellow"))
-    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} "
-        f"· failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
-    for item in summary["failed"]:
-        console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
-    if summary.get("unaligned_seeds"):
-        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
-    if "resume" in summary:
-        console.print(Text(f"resume: {summary['resume']}", style="yellow"))
+
+
+def _render_calls(summary: dict[str, Any], console: Console) -> None:
+    """The response cache, retries and rate-limit waits, and the provider outages ridden out."""
     cache, retries = summary.get("cache"), summary.get("retries")
     if cache:
         line = "response cache off" if not cache["enabled"] else (
@@ -249,19 +276,16 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for outage in outages.get("ridden_out") or []:
         console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
                            "(calls waited, none failed for it)", style="dim"))
-    _render_concurrency(summary, console)
-    _render_cost(summary, console)
+
+
+def _render_validation(summary: dict[str, Any], console: Console) -> None:
+    """The judge validation the run's rates use (or, uncorrected, the one that exists, as a warning)."""
     corrected = summary.get("judge_corrected") or {}
     used = corrected.get("validation") if not corrected.get("refusal") else None
     if summary.get("judge_validation") and (used or summary["judge_validation"].get("validation") is not None):
         console.print(Text(validation_text(summary["judge_validation"], used)))
     elif summary.get("judge_validation") and not summary.get("judge_corrected"):
         console.print(Text(validation_text(summary["judge_validation"]), style="yellow"))
-    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
-             else "this local file")
-    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
-    for note in summary["notes"]:
-        console.print(Text(note, style="bold yellow"))
 
 
 _COMMAND = re.compile(r"python -m [^,()]*[^,() ]")

@@ -11,7 +11,7 @@ import shlex
 from typing import Any
 
 from checkpoints.queries import StoreQueries
-from checkpoints.run_record import resolved, role_specs
+from checkpoints.run_record import RunRecord, role_specs
 from checkpoints.store import Writer
 
 
@@ -30,9 +30,8 @@ def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: s
 
 
 def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
-    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the
-    built-in one for its style."""
-    files = resolved(config).get("prompt_files") or {}
+    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the built-in one for its style."""
+    files = RunRecord.from_stored(config).resolved.prompt_files
     if files.get("judge"):
         return files["judge"]
     judge = role_specs(config).get("judge") or ""

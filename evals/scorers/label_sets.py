@@ -14,7 +14,9 @@ from checkpoints.store import Writer
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import DatasetError, LabelSetInfo, RunInfo, label_sets, run_info
 from evals.scorers.posthoc import prompt_hash, prompt_name
-from graph.config.run_config import ModelBuildError, ModelChoice, RoleSampling, RunConfig, one_line
+from graph.config.flags import one_line
+from graph.config.model_settings import RoleSampling
+from graph.config.run_config import ModelBuildError, ModelChoice, RunConfig
 from models.registry import ROLE_SAMPLING, RoleModel
 from prompts import PromptTemplate
 

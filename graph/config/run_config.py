@@ -4,8 +4,9 @@ are built.
 - :meth:`RunConfig.from_flags`: ``python -m graph.run``'s options, the experiment file's values
   under any flag not given on the command line;
 - :meth:`RunConfig.from_toml`: an experiment file alone (graph/config/experiment.py checks its keys);
-- :meth:`RunConfig.run_record`: what a run stores in ``runs.config``: this configuration as a versioned
-  dump (sampling, base URLs, retries and prompt texts pinned as they resolved) and the models it resolved to;
+- :meth:`RunConfig.stored_record`: what a run stores in ``runs.config`` (a :class:`checkpoints.run_record.RunRecord`):
+  this configuration as a versioned dump (sampling, base URLs, retries and prompt texts pinned as they resolved) and
+  the models it resolved to;
   :func:`stored_run_config` reads it back with one validate call (a row older code wrote goes through
   :func:`checkpoints.run_record.upgrade` first), and :meth:`RunConfig.for_dialogue` adapts it to resume,
   branch or work on one dialogue.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,35 +28,27 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 import prompts
-from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
 from checkpoints.outages import parse_duration
+from checkpoints.location import DbLocation, PostgresURL, locate_db
 from checkpoints.paths import StoreError
 from checkpoints.redaction import redact_settings, strip_credentials
-from checkpoints.run_record import SCHEMA_VERSION, upgrade
+from checkpoints.run_record import SCHEMA_VERSION, Resolved, RunRecord
 from checkpoints.vocabulary import ROLES, Role
+from nodes.context import Models
+from graph.config.errors import ConfigError, ModelBuildError
+from graph.config.flags import (
+    FLAG_FIELDS, PLAYING, RUN_DEFINING, SPECIAL, TOML_KEYS, flag_name, one_line, parse_db_flag, parse_rate_limits,
+)
 from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
 from models.call_policy import CallPolicy
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
-from nodes.context import Models
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
     from graph.config.experiment import Experiment
 
 DEFAULT_TURNS = 5
-
-
-class ConfigError(ValueError):
-    """Settings that do not make a valid run; the message is one line naming the value and the fix."""
-
-
-class ModelBuildError(ValueError):
-    """A role's model that cannot be built here; each command words it with its own flag."""
-
-    def __init__(self, role: Role, spec: str, reason: str) -> None:
-        super().__init__(f"{role} model {spec}: {reason}")
-        self.role, self.spec, self.reason = role, spec, reason
 
 
 class ModelChoice(StrictModel):
@@ -178,7 +171,7 @@ class RunConfig(StrictModel):
     @classmethod
     def from_flags(cls, args: argparse.Namespace, *, explicit: set[str] = frozenset(), experiment: Experiment | None = None) -> RunConfig:
         """cli.run's options; the experiment file's values replace those whose flag was not given."""
-        values = {dest: getattr(args, dest) for dest in _FLAG_FIELDS if hasattr(args, dest)}
+        values = {dest: getattr(args, dest) for dest in FLAG_FIELDS if hasattr(args, dest)}
         if experiment is not None:
             values |= {dest: value for dest, value in experiment.options.items() if dest not in explicit}
         from_file = set(experiment.options) - set(explicit) if experiment is not None else set()
@@ -198,8 +191,8 @@ class RunConfig(StrictModel):
 
         The experiment file's values stand where an option is not given; an unknown name raises one ConfigError line.
         """
-        if unknown := sorted(set(options) - set(_FLAG_FIELDS)):
-            raise ConfigError(f"unknown option {unknown[0]!r}: use one of {', '.join(sorted(_FLAG_FIELDS))}")
+        if unknown := sorted(set(options) - set(FLAG_FIELDS)):
+            raise ConfigError(f"unknown option {unknown[0]!r}: use one of {', '.join(sorted(FLAG_FIELDS))}")
         values = dict(options)
         if experiment is not None:
             values = {k: v for k, v in experiment.options.items() if k not in options} | values
@@ -220,10 +213,10 @@ class RunConfig(StrictModel):
             elif dest == "outage_budget" and value is None:
                 continue  # not given: the default
             elif dest == "db" and value is not None:
-                data[dest] = value if isinstance(value, (Path, PostgresURL)) else _parse_db(value)
+                data[dest] = value if isinstance(value, (Path, PostgresURL)) else parse_db_flag(value)
             elif dest == "pricing" and value is not None:
                 data[dest] = Path(value)
-            elif dest not in _SPECIAL:
+            elif dest not in SPECIAL:
                 data[dest] = value
         models = {role: values[f"{role}_model"] for role in ("user", "judge") if f"{role}_model" in values}
         if "target_model" in values:
@@ -246,10 +239,10 @@ class RunConfig(StrictModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             def name(loc: tuple[Any, ...]) -> str:
-                flag = _flag_name(loc)
+                flag = flag_name(loc)
                 dest = flag.removeprefix("--").replace("-", "_")
                 if experiment is not None and dest in from_file:
-                    return f"{experiment.path.name}: {_TOML_KEYS.get(dest, dest)}"
+                    return f"{experiment.path.name}: {TOML_KEYS.get(dest, dest)}"
                 return flag
 
             raise ConfigError(one_line(exc, name)) from None
@@ -291,7 +284,7 @@ class RunConfig(StrictModel):
         names it; a flag for how it is played (concurrency, retries, rate limits, base URL, cache, cost)
         replaces the stored value.
         """
-        for dest in sorted(flags & set(_RUN_DEFINING)):
+        for dest in sorted(flags & set(RUN_DEFINING)):
             stored, wanted = _defining_value(self, dest), _defining_value(given, dest)
             if stored != wanted:
                 flag = "--" + dest.replace("_", "-")
@@ -313,7 +306,7 @@ class RunConfig(StrictModel):
                 retry = retry.model_copy(update={"timeout": given.retry.timeout})
             elif dest == "base_url":
                 update |= {"base_url": given.base_url, "base_url_wins": True}
-            elif dest in _PLAYING and dest in RunConfig.model_fields:
+            elif dest in PLAYING and dest in RunConfig.model_fields:
                 update[dest] = getattr(given, dest)
         if given.config_file is not None:  # an experiment file given again: its tables over the stored ones
             update |= {"sampling": self.sampling | given.sampling, "rate_limits": self.rate_limits | given.rate_limits,
@@ -386,6 +379,10 @@ class RunConfig(StrictModel):
     # ----------------------------------------------------------------- what a run stores
 
     def run_record(self, models: Models, targets: Sequence[RoleModel] | None = None) -> dict[str, Any]:
+        """:meth:`stored_record` as the JSON object the store keeps (for callers that still pass the dict)."""
+        return self.stored_record(models, targets).to_stored()
+
+    def stored_record(self, models: Models, targets: Sequence[RoleModel] | None = None) -> RunRecord:
         """What a run stores in ``runs.config``: this configuration, pinned as it resolved, and the models it played.
 
         Pinned: each role's sampling (the defaults it fell back on included), each built model's base URL
@@ -422,39 +419,40 @@ class RunConfig(StrictModel):
         sampling |= {f"target:{t.spec}": t.sampling for t in targets} if grid else {"target": targets[0].sampling}
         if grid:
             sampling["target"] = self.sampling_for("target", "")
-        resolved = {
-            "models": {role: getattr(models, role).spec for role in ROLES},
-            "model_ids": {
+        resolved = Resolved(
+            models={role: getattr(models, role).spec for role in ROLES},
+            model_ids={
                 **{role: getattr(models, role).model_id for role in ROLES},
                 **({f"target:{t.spec}": t.model_id for t in targets} if grid else {}),
             },
-            "sampling": sampling_identity(sampling),
-            "prompt_files": {role: getattr(models, role).prompt.sha256 for role in ROLES if getattr(models, role).prompt is not None},
-        }
-        return {"run_config": dump, "resolved": resolved}
+            sampling=sampling_identity(sampling),
+            prompt_files={role: getattr(models, role).prompt.sha256 for role in ROLES
+                          if getattr(models, role).prompt is not None},
+        )
+        return RunRecord(dump, resolved)
 
 
-def stored_run_config(config: Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
-    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded
-    first."""
-    record = upgrade(config)
-    missing = [role for role in ROLES if not (record["resolved"].get("models") or {}).get(role)]
+def stored_run_config(config: RunRecord | Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
+    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded first."""
+    record = config if isinstance(config, RunRecord) else RunRecord.from_stored(config)
+    missing = [role for role in ROLES if not record.resolved.models.get(role)]
     if missing:
         raise ConfigError(f"run {run_id} records no model for {', '.join(missing)}")
     try:
-        return RunConfig.model_validate(record["run_config"], strict=False)
+        return RunConfig.model_validate(record.run_config, strict=False)
     except ValidationError as exc:
         where = one_line(exc, lambda loc: ".".join(map(str, loc)))
         raise ConfigError(f"run {run_id}: its stored settings cannot be read ({where}): rerun it with graph.run") from None
 
 
-# Flags that define what a run plays: given again for a stored run, they must repeat its value.
-_RUN_DEFINING = (
-    "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "samples", "leakage",
-    "user_model", "judge_model", "target_model", "user_prompt", "judge_prompt", "target_prompt",
-)
-# Flags for how a run is played: given again for a stored run, they replace its value.
-_PLAYING = ("max_concurrency", "fairmt_dir", "pricing", "max_cost", "outage_budget")
+def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, Any]]:
+    """What a resumed run must share: temperature and max tokens per role (and extra arguments if any)."""
+    record: dict[str, dict[str, Any]] = {}
+    for name, s in sampling.items():
+        record[name] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
+        if s.extra:
+            record[name]["extra"] = redact_settings(s.extra)
+    return record
 
 
 def _defining_value(config: RunConfig, dest: str) -> Any:
@@ -482,73 +480,3 @@ def _shown(value: Any) -> str:
     if value is None:
         return "none"
     return str(value) if len(str(value)) <= 60 else "another file"
-
-
-def _parse_db(value: Any) -> DbLocation:
-    try:
-        return parse_db(value)
-    except StoreError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def parse_rate_limits(items: Sequence[str]) -> dict[str, float]:
-    """``--rate-limit NAME=RPM`` values as requests per minute by provider or spec; ConfigError names a bad one."""
-    limits: dict[str, float] = {}
-    for item in items:
-        name, sep, rpm = item.partition("=")
-        try:
-            rate = float(rpm)
-        except ValueError:
-            rate = -1.0
-        if not sep or not name or not rate > 0:
-            raise ConfigError(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
-        limits[name] = rate
-    return limits
-
-
-def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, Any]]:
-    """What a resumed run must share: temperature and max tokens per role (and extra arguments if any)."""
-    record: dict[str, dict[str, Any]] = {}
-    for name, s in sampling.items():
-        record[name] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
-        if s.extra:
-            record[name]["extra"] = redact_settings(s.extra)
-    return record
-
-
-def one_line(exc: ValidationError, name: Callable[[tuple[Any, ...]], str]) -> str:
-    """pydantic's first error as one line: ``NAME has a wrong value V (why)`` or a validator's own words."""
-    error = exc.errors()[0]
-    where = name(tuple(error["loc"]))
-    if error["type"] == "value_error":
-        return f"{where} {str(error['msg']).removeprefix('Value error, ')}"
-    if error["type"] == "extra_forbidden":
-        return f"unknown setting {where}"
-    return f"{where} has a wrong value {error.get('input')!r} ({error['msg'].lower()})"
-
-
-# argparse destinations read by from_flags; those in _SPECIAL are translated, not copied.
-_SPECIAL = frozenset({
-    "user_model", "judge_model", "target_model", "user_prompt", "judge_prompt", "target_prompt",
-    "rate_limit", "retries", "request_timeout",
-})
-_FLAG_FIELDS = (
-    "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "max_concurrency",
-    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", "outage_budget",
-    *sorted(_SPECIAL),
-)
-_TOML_KEYS = {"user_model": "models.user", "judge_model": "models.judge", "target_model": "models.targets", "mode": "modes", "no_cache": "cache"}
-_FLAGS_OF_FIELDS = {
-    ("models", "user"): "--user-model", ("models", "judge"): "--judge-model", ("models", "targets"): "--target-model",
-    ("modes",): "--mode", ("cache",): "--no-cache", ("retry", "attempts"): "--retries", ("retry", "timeout"): "--request-timeout",
-    ("rate_limits",): "--rate-limit",
-}
-
-
-def _flag_name(loc: tuple[Any, ...]) -> str:
-    for length in (2, 1):
-        if loc[:length] in _FLAGS_OF_FIELDS:
-            return _FLAGS_OF_FIELDS[loc[:length]]
-    if loc and loc[0] in ("sampling", "retry", "prompts"):
-        return ".".join(map(str, loc))
-    return "--" + str(loc[0]).replace("_", "-") if loc else "the settings"

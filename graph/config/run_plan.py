@@ -6,10 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graph.config.run_config import ConfigError, RunConfig
-from nodes.modes import ALL_MODES, fixed_turns, scripts_for
+from nodes.modes import ALL_MODES, ModeScripts, fixed_turns, scripts_for
 from seeds import Seed, SeedError, load_seeds
-
-Scripts = tuple[dict[str, list[str]], list[str]]  # (seed id → scripted user turns, seed ids without an item)
 
 
 @dataclass(frozen=True)
@@ -18,13 +16,14 @@ class RunPlan:
 
     config: RunConfig
     seeds: list[Seed]
-    scripts_by_mode: dict[str, Scripts]
+    scripts_by_mode: dict[str, ModeScripts]
 
     @property
     def dialogues_by_mode(self) -> dict[str, int]:
         """Dialogues per mode for one target and one sample (a scripted mode plays only the seeds it has items for)."""
         return {
-            mode: len(self.seeds) if not fixed_turns(mode) else sum(1 for s in self.seeds if s.id in self.scripts_by_mode[mode][0])
+            mode: len(self.seeds) if not fixed_turns(mode)
+            else sum(1 for s in self.seeds if self.scripts_by_mode[mode].plays(s.id))
             for mode in self.config.modes
         }
 
@@ -58,12 +57,12 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
         raise ConfigError(str(exc)) from None
     if not seeds:
         raise ConfigError(f"no seeds selected from {config.seeds}: check --categories and the seed file")
-    scripts_by_mode: dict[str, Scripts] = {}
+    scripts_by_mode: dict[str, ModeScripts] = {}
     for mode in modes:
         try:
             scripts_by_mode[mode] = scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         except (SeedError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
-        if fixed_turns(mode) and not scripts_by_mode[mode][0]:
+        if fixed_turns(mode) and not scripts_by_mode[mode].by_seed:
             raise ConfigError(f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track")
     return RunPlan(config.model_copy(update={"turns": turns, "per_category": per_category}), seeds, scripts_by_mode)

@@ -21,10 +21,8 @@ branch's models and settings), so a run's summary never mixes its dialogues with
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -296,15 +294,6 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     return updates
 
 
-def new_branch_id(parent_thread_id: str, turn: int) -> str:
-    """``PARENT/tK-xxxxxx``: the lineage reads off the id."""
-    return f"{parent_thread_id}/t{turn}-{secrets.token_hex(3)}"
-
-
-def new_run_id() -> str:
-    return f"branch-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
 # --------------------------------------------------------------------------- models and settings
 
 
@@ -424,25 +413,14 @@ async def play_branches(
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})  # type: ignore[type-var]
     change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
     models = settings.models
-    run_config = (settings.config or RunConfig()).model_copy(
-        update={
-            "run_id": run_id,
-            "modes": [first.mode],
-            "turns": max(p.turns for p in plans),
-            "seeds": "branch of " + ", ".join(parent_runs),  # type: ignore[arg-type]
-            "sampling_seed": settings.sampling_seed,
-            "leakage": settings.leakage,
-            "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
-        }
-    )
-    config = {
-        **run_config.run_record(models),
-        "kind": "branch",
-        "parent_run_ids": parent_runs,
-        "fork_turn": first.fork.turn,
-        "change": change,
-        "set": set_name,
-    }
+    run_config = (settings.config or RunConfig()).model_copy(update={
+        "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
+        "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
+        "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
+    })
+    config = run_config.stored_record(models).with_extra(
+        kind="branch", parent_run_ids=parent_runs, fork_turn=first.fork.turn, change=change, set=set_name,
+    ).to_stored()
     result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
     write = StoreWriter(store)
     try:
@@ -477,5 +455,5 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
 __all__ = [
     "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
     "build_settings", "change_record", "create_branch", "describe_change", "given_message",
-    "new_branch_id", "new_run_id", "plan_branch", "play_branches", "prefix_updates", "read_lineage",
+    "plan_branch", "play_branches", "prefix_updates", "read_lineage",
 ]

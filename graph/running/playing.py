@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,27 +22,24 @@ from langgraph.graph.state import CompiledStateGraph
 import prompts
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
-from checkpoints.run_record import upgrade
-from checkpoints.samples import sample_seed, sample_thread_id
+from checkpoints.run_record import RunRecord
+from checkpoints.ids import dialogue_thread_id as thread_id_of
+from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now
 from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
+from nodes.context import Models, RunContext
+from nodes.modes import ModeScripts, is_scripted, scripts_for
+from nodes.state import DialogueState
 from graph.config.run_config import RunConfig
+from graph.running.budget import BudgetCheck, BudgetGate, DialogueBudget, DialogueEnded, as_budget
 from graph.running.gc_settings import playing_collector
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
-from nodes.context import Models, RunContext
-from nodes.modes import is_scripted, scripts_for
-from nodes.state import DialogueState
 from seeds import Seed
 
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
-# May another dialogue start? Called on the store's thread before each dialogue, and told of each that ends.
-# (store, the dialogue's thread id) -> True: start (its cost is reserved), None: not before another dialogue ends,
-# False: no
-BudgetCheck = Callable[[Writer, str], bool | None]
-DialogueEnded = Callable[[Writer, str], None]
 _VERSIONED_PACKAGES = (
     "dymt-esb",
     "langgraph",
@@ -103,15 +100,6 @@ class RunResult:
     outcomes: list[DialogueOutcome] = field(default_factory=list)
 
 
-def thread_id_for(run_id: str, seed: Seed, mode: str, target: str | None = None) -> str:
-    """Stable dialogue id: the same run, seed, mode (and target) always map to the same thread.
-
-    ``run:seed:mode`` when the run has one target (as runs always had, so they resume);
-    ``run:seed:mode:target-spec`` in a run with several targets.
-    """
-    return f"{run_id}:{seed.id}:{mode}" + (f":{target}" if target is not None else "")
-
-
 def package_versions() -> dict[str, str]:
     versions = {}
     for name in _VERSIONED_PACKAGES:
@@ -122,10 +110,10 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def run_identity(record: dict[str, Any]) -> dict[str, Any]:
+def run_identity(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
     """The settings a resumed run must share with the stored one, from a ``runs.config`` (either form)."""
-    record = upgrade(record)
-    stored, resolved = record["run_config"], record["resolved"]
+    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
+    stored, resolved = record.run_config, record.resolved
     modes = list(stored.get("modes") or [])
     targets = list((stored.get("models") or {}).get("targets") or [])
     identity = {
@@ -135,14 +123,14 @@ def run_identity(record: dict[str, Any]) -> dict[str, Any]:
         "per_category": stored.get("per_category"),
         "categories": stored.get("categories"),
         "limit": stored.get("limit"),
-        "models": resolved.get("models"),
-        "sampling": resolved.get("sampling"),
+        "models": resolved.models,
+        "sampling": resolved.sampling,
         "sampling_seed": stored.get("sampling_seed"),
         "modes": modes if len(modes) > 1 else None,
         "targets": targets if len(targets) > 1 else None,
         "samples": stored.get("samples"),
         "leakage": stored.get("leakage"),
-        "prompt_files": resolved.get("prompt_files") or None,
+        "prompt_files": resolved.prompt_files or None,
     }
     # A setting an older row never recorded is not compared (as before).
     return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
@@ -153,7 +141,7 @@ _STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "mod
               "prompt_files": "resolved"}
 
 
-def check_run_compatible(store: Writer, config: RunConfig, record: dict[str, Any]) -> None:
+def check_run_compatible(store: Writer, config: RunConfig, record: RunRecord | Mapping[str, Any]) -> None:
     """Refuse to resume a run id that was created with other settings (``record``: what this run would store)."""
     existing = store.get_run(config.run_id)
     if existing is None:
@@ -175,11 +163,11 @@ async def execute_run(
     store: Writer,
     models: Models,
     on_progress: ProgressCallback | None = None,
-    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    scripts: ModeScripts | None = None,
     trace: bool = True,
     targets: Sequence[RoleModel] | None = None,
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None,
-    budget: tuple[BudgetCheck, DialogueEnded] | None = None,
+    budget: DialogueBudget | tuple[BudgetCheck, DialogueEnded] | None = None,
     outage: StoreOutage | None = None,
     slots: DialogueSlots | None = None,
 ) -> RunResult:
@@ -189,92 +177,103 @@ async def execute_run(
     ``targets``) plays every seed in every mode against every target, each its own thread.
     With ``config.samples`` K > 1 each is played K times: sample k draws with its own sampling
     seed (``reseed(seed)`` rebuilds the models with it) in thread ``THREAD#k``.
-    ``budget`` (may one start?, one ended) holds back dialogues not yet started once it says no:
-    they stay unplayed (status "held"), and the same run id plays them later.
+    ``budget`` (graph/running/budget.py, e.g. evals.cost.CostCap; the pair ``(allows, ended)`` still works) holds
+    back dialogues not yet started once it says no: they stay unplayed (status "held"), and the same run id plays
+    them later.
     ``outage`` (PostgreSQL): a dialogue that meets a store outage waits for the store and plays on from its last
     checkpoint, within the outage's budget (checkpoints/store_outage.py). ``slots``: how many dialogues play at once
     (default ``config.max_concurrency``, fixed).
     """
-    modes = config.modes
-    by_mode = {
-        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
-        for mode in modes
-    }
-    by_target = {t.spec: t for t in (targets or [models.target])}
-    jobs = plan_dialogues(config, seeds, by_mode, list(by_target))
-    record_run(store, config.run_record(models, targets), by_mode, planned=len(jobs))
+    by_mode = scripts_by_mode(config, seeds, scripts)
+    jobs = plan_dialogues(config, seeds, by_mode, list(dict.fromkeys(t.spec for t in (targets or [models.target]))))
+    record_run(store, config.stored_record(models, targets), by_mode, planned=len(jobs))
     contexts = run_contexts(config, models, targets, reseed)
-    result = RunResult(run_id=config.run_id)
     limiter = slots or DialogueSlots(config.max_concurrency or 1)
     notify = on_progress or (lambda *_: None)
     write = StoreWriter(store, trace=trace, outage=outage)
+    gate = BudgetGate(capped, write) if (capped := as_budget(budget)) is not None else None
 
     async def one(seed: Seed, mode: str, target: str, sample: int) -> DialogueOutcome:
         async with limiter:
             thread_id = dialogue_thread_id(config, seed, mode, target, sample)
-            if budget is not None and not await within_budget(thread_id):
-                stored = await write.get_dialogue(thread_id)
-                if stored is not None and stored.get("status") == "finished":  # nothing left to spend on it
-                    notify("skipped", thread_id, 0)
-                    return DialogueOutcome(thread_id, "skipped")
-                notify("held", thread_id, 0)
-                return DialogueOutcome(thread_id, "held")
+            if gate is not None and not await gate.admits(thread_id):
+                return await _held_back(write, thread_id, notify)
             outcome = await play_through_outages(outage, lambda: play_dialogue(
                 config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
-                script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
+                script=by_mode[mode].script(seed.id), mode=mode, target=target, sample=sample,
             ))
-            if budget is not None:
-                await asyncio.wrap_future(write.submit(budget[1], outcome.thread_id))
-                async with budget_changed:
-                    ended[0] += 1
-                    budget_changed.notify_all()
+            if gate is not None:
+                await gate.ended(outcome.thread_id)
             return outcome
-
-    budget_changed, ended = asyncio.Condition(), [0]
-
-    async def within_budget(thread_id: str) -> bool:
-        """Ask the budget; while it says "not before another dialogue ends", wait for one to end and ask again."""
-        while True:
-            seen = ended[0]
-            verdict = await asyncio.wrap_future(write.submit(budget[0], thread_id))
-            if verdict is not None:
-                return verdict
-            async with budget_changed:
-                await budget_changed.wait_for(lambda: ended[0] > seen)  # noqa: B023 - awaited here
 
     tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
     try:
         with playing_collector():
-            result.outcomes = list(await asyncio.gather(*tasks))
+            outcomes = list(await asyncio.gather(*tasks))
     except BaseException as exc:
-        # Stop the other dialogues before closing the writer: none may write to a closed (or full) store.
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        write.close()
-        fault = store_fault(exc, _sqlite_path(store))
-        if isinstance(exc, OutageError) and fault is None:
-            raise  # past its budget the store is away: nothing to mark
-        try:
-            store.finish_run(config.run_id, "interrupted")
-        except Exception as again:
-            fault = fault or store_fault(again, _sqlite_path(store))
-            if fault is None:
-                raise
-        if fault is not None:
-            raise fault from None  # one line for the command: which file, what to do; nothing lost
+        await _stop_interrupted(tasks, write, store, config.run_id, exc)
         raise
     write.close()
-    failed = any(o.status == "failed" for o in result.outcomes)
-    held = any(o.status == "held" for o in result.outcomes)
+    _finish(write, store, config.run_id, outcomes)
+    return RunResult(run_id=config.run_id, outcomes=outcomes)
+
+
+def scripts_by_mode(
+    config: RunConfig, seeds: Sequence[Seed], scripts: ModeScripts | None = None,
+) -> dict[str, ModeScripts]:
+    """The scripts of each of the run's modes: ``scripts`` for a run of one mode (as planned), else read for each."""
+    modes = config.modes
+    return {
+        mode: scripts if scripts is not None and len(modes) == 1
+        else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
+        for mode in modes
+    }
+
+
+async def _held_back(write: StoreWriter, thread_id: str, notify: ProgressCallback) -> DialogueOutcome:
+    """A dialogue the budget holds back: "held", or "skipped" if it had finished (nothing left to spend on it)."""
+    stored = await write.get_dialogue(thread_id)
+    status = "skipped" if stored is not None and stored.get("status") == "finished" else "held"
+    notify(status, thread_id, 0)
+    return DialogueOutcome(thread_id, status)
+
+
+async def _stop_interrupted(tasks: list[asyncio.Future], write: StoreWriter, store: Writer, run_id: str,
+                            exc: BaseException) -> None:
+    """The run stopped on ``exc``: the other dialogues stop, the writer closes, the run is marked interrupted.
+
+    Raises the store's fault (one line for the command: which file, what to do; nothing lost) if the store failed;
+    returns for the caller to raise ``exc`` otherwise.
+    """
+    # Stop the other dialogues before closing the writer: none may write to a closed (or full) store.
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    write.close()
+    fault = store_fault(exc, _sqlite_path(store))
+    if isinstance(exc, OutageError) and fault is None:
+        return  # past its budget the store is away: nothing to mark
+    try:
+        store.finish_run(run_id, "interrupted")
+    except Exception as again:  # noqa: BLE001 - a full or read-only store cannot take this row either
+        fault = fault or store_fault(again, _sqlite_path(store))
+        if fault is None:
+            raise
+    if fault is not None:
+        raise fault from None
+
+
+def _finish(write: StoreWriter, store: Writer, run_id: str, outcomes: Sequence[DialogueOutcome]) -> None:
+    """Mark the run failed (a dialogue failed), stopped (the budget held some back) or finished."""
+    failed = any(o.status == "failed" for o in outcomes)
+    held = any(o.status == "held" for o in outcomes)
     status = "failed" if failed else "stopped" if held else "finished"
     try:
-        write.through_outages(lambda: store.finish_run(config.run_id, status))
-    except Exception as exc:
+        write.through_outages(lambda: store.finish_run(run_id, status))
+    except Exception as exc:  # noqa: BLE001
         if (fault := store_fault(exc, _sqlite_path(store))) is not None:
             raise fault from None
         raise
-    return result
 
 
 def _sqlite_path(store: Writer) -> Path | None:
@@ -300,21 +299,25 @@ def run_contexts(
     return contexts
 
 
-def record_run(store: Writer, record: dict[str, Any], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], *,
+def record_run(store: Writer, record: RunRecord | Mapping[str, Any], by_mode: Mapping[str, ModeScripts], *,
                planned: int | None = None) -> None:
     """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
     how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
-    unaligned = sorted({seed_id for _, missing in by_mode.values() for seed_id in missing})
+    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
+    unaligned = sorted({seed_id for scripts in by_mode.values() for seed_id in scripts.unaligned})
+    record = record.with_extra(unaligned_seeds=unaligned,
+                               **({"planned_dialogues": planned} if planned is not None else {}))
     store.start_run(
-        record["run_config"]["run_id"],
-        config={**record, "unaligned_seeds": unaligned, **({"planned_dialogues": planned} if planned is not None else {})},
-        prompt_hashes={**prompts.all_hashes(), **{f"{role} prompt file": sha for role, sha in record["resolved"]["prompt_files"].items()}},
+        record.run_config["run_id"],
+        config=record.to_stored(),
+        prompt_hashes={**prompts.all_hashes(),
+                       **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
         versions=package_versions(),
     )
 
 
 def plan_dialogues(
-    config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]], targets: Sequence[str],
+    config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str, ModeScripts], targets: Sequence[str],
 ) -> list[tuple[Seed, str, str, int]]:
     """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets'
     providers."""
@@ -324,14 +327,14 @@ def plan_dialogues(
         for seed in seeds
         for sample in range(max(1, config.samples))
         for mode in modes
-        if not is_scripted(mode) or seed.id in by_mode[mode][0]
+        if not is_scripted(mode) or by_mode[mode].plays(seed.id)
         for target in targets
     ]
 
 
 def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sample: int) -> str:
-    """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run."""
-    return sample_thread_id(thread_id_for(config.run_id, seed, mode, target if config.several_targets else None), sample)
+    """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run (checkpoints/ids.py)."""
+    return thread_id_of(config.run_id, seed.id, mode, target=target if config.several_targets else None, sample=sample)
 
 
 async def play_dialogue(

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from checkpoints.redaction import Redactor
 from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
-from checkpoints.traces.codec import TraceEncoder
+from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import TraceItem
 
 T = TypeVar("T")

@@ -35,7 +35,10 @@ from langchain_core.utils.uuid import uuid7
 
 from checkpoints.redaction import Redactor, _json_default
 from checkpoints.reducers import apply_update
-from checkpoints.traces.codec import LazyMessages, TraceEncoder, dotted_time, message_dict, token_usage
+from checkpoints.traces.decoder import token_usage
+from checkpoints.traces.encoder import LazyMessages, TraceEncoder
+from checkpoints.traces.format import dotted_time
+from checkpoints.traces.lc_dump import message_dict
 from checkpoints.traces.tables import TraceItem
 from checkpoints.vocabulary import LABEL_SCORES
 from graph.running.store_writer import StoreWriter
@@ -115,7 +118,7 @@ class DialogueTracer(BaseCallbackHandler):
     """Records each finished run of one graph invocation, encoded and written off the event loop.
 
     Rows are the plain layout's fields with JSON values as Python values; the store's writer
-    thread encodes them into the trace's compact stream (checkpoints.traces.codec), redacting
+    thread encodes them into the trace's compact stream (checkpoints.traces.encoder), redacting
     each record as a whole. The rows are those LangChain's ``BaseTracer`` (``original+chat``
     format) would give, built from the callbacks directly: ids, dotted order, names, inputs,
     outputs, errors, tags and extra as it sets them, without a pydantic run object per run.

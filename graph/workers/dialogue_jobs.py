@@ -12,7 +12,7 @@ with what to do, not half-used.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,9 +23,11 @@ from procrastinate.exceptions import AlreadyEnqueued
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
 from checkpoints.paths import StoreError
 from checkpoints.postgres.saver import RECONNECT_TIMEOUT_S
+from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
 from graph.config.run_config import RunConfig
+from nodes.modes import ModeScripts
 from graph.running.playing import dialogue_thread_id, plan_dialogues, record_run
 from seeds import Seed
 
@@ -132,27 +134,20 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
     return int(row["n"])
 
 
-def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: dict[str, tuple[dict[str, list[str]], list[str]]],
+def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str, ModeScripts],
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
     """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
     cost cap)."""
     return [
-        DialogueJob(
-            run_id=config.run_id,  # type: ignore[arg-type]
-            thread_id=dialogue_thread_id(config, seed, mode, target, sample),
-            seed={"id": seed.id, "category": seed.category, "statement": seed.statement},
-            mode=mode,
-            target=target,
-            sample=sample,
-            script=by_mode[mode][0].get(seed.id),
-            budget=budget,
-        )
+        DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
+                    seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
+                    sample=sample, script=by_mode[mode].script(seed.id), budget=budget)
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 
 
-def enqueue_run(url: PostgresURL, store: Writer, record: dict[str, Any], jobs: Sequence[DialogueJob],
-                by_mode: dict[str, tuple[dict[str, list[str]], list[str]]]) -> EnqueueResult:
+def enqueue_run(url: PostgresURL, store: Writer, record: RunRecord | Mapping[str, Any], jobs: Sequence[DialogueJob],
+                by_mode: Mapping[str, ModeScripts]) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)
     record_run(store, record, by_mode, planned=len(jobs))

@@ -13,7 +13,7 @@ them on from their last checkpoint (the store's writes are upserts keyed by dial
 turn, so nothing is counted twice); a replacement child is started while dialogues remain.
 Children die with the parent (``PR_SET_PDEATHSIG`` on Linux, and the pipe closing).
 SQLite in WAL mode with a busy timeout serialises the writers; a write that still meets
-"database is locked" is retried (:func:`retry_locked`).
+"database is locked" is retried (:func:`checkpoints.paths.retry_locked`). A child's side: graph/workers/process_child.py.
 
 Outages, as in one process: each child reports its circuits' outages (models/circuit.py) over its pipe and the
 parent mirrors them on its own call policy, so its progress display shows a provider outage while it lasts and
@@ -23,62 +23,39 @@ parent, which stops the other children in order and raises it: one line from the
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
 import os
 import signal
-import sqlite3
-import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from multiprocessing import connection, get_context
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from checkpoints import process_claims
 from checkpoints.outages import StoreUnwritable, store_fault
-from checkpoints.paths import connect, is_busy
-from checkpoints.store import Writer, open_writer
+from checkpoints.paths import connect, retry_locked
+from checkpoints.run_record import RunRecord
+from checkpoints.store import Writer
+from nodes.modes import ModeScripts
 from graph.config.run_config import RunConfig
-from graph.running.gc_settings import playing_collector
 from graph.running.playing import (
     DialogueOutcome,
-    DialogueSlots,
     ProgressCallback,
     RunResult,
-    dialogue_thread_id,
     plan_dialogues,
-    play_dialogue,
     record_run,
-    run_contexts,
+    scripts_by_mode,
+    dialogue_thread_id,
 )
-from graph.running.store_writer import StoreWriter
-from models.call_policy import CallPolicy
+from graph.workers.process_child import ChildModels, _child_main
 from models.circuit import CircuitReport
 from models.registry import RoleModel, computes_here
-from nodes.context import Models
-from nodes.modes import scripts_for
 from seeds import Seed
 
-T = TypeVar("T")
+Job = tuple[Seed, str, str, int]  # (seed, mode, target spec, sample): one dialogue of the run's plan
 OutageMirror = Callable[[object, list[CircuitReport]], None]  # (a child, its circuits' outage reports)
 _RESPAWNS_PER_CHILD = 3
-_LOCKED_RETRIES = 20
-_CLAIM_POLL_S = 0.5
-_OUTAGE_REPORT_S = 0.5
-
-
-@dataclass
-class ChildModels:
-    """What a child builds for itself after the fork: the run's models, their call policy and reseeding."""
-
-    models: Models
-    targets: list[RoleModel]
-    policy: CallPolicy
-    reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None = None
 
 
 def process_count(requested: int | None, *, dialogues: int, concurrency: int, models: Sequence[RoleModel],
@@ -101,122 +78,45 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def retry_locked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(*args)``, tried again (with a growing pause) while SQLite says the database is locked or busy.
-
-    The busy timeout already waits for the writer; SQLite still returns SQLITE_BUSY at once when
-    waiting could deadlock (a read transaction that wants to write after another process wrote).
-    """
-    for attempt in range(_LOCKED_RETRIES):
-        try:
-            return fn(*args, **kwargs)
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or attempt == _LOCKED_RETRIES - 1:
-                raise
-            time.sleep(min(1.0, 0.01 * 2**attempt))
-    raise AssertionError("unreachable")
-
-
 def play_in_processes(
     config: RunConfig,
     seeds: Sequence[Seed],
     *,
-    record: dict[str, Any],
+    record: RunRecord | Mapping[str, Any],
     store: Writer,
     processes: int,
     setup: Callable[[], ChildModels],
     targets: Sequence[str],
     on_progress: ProgressCallback | None = None,
-    scripts: tuple[dict[str, list[str]], list[str]] | None = None,
+    scripts: ModeScripts | None = None,
     trace: bool = True,
     merge_stats: Callable[[dict[str, Any]], None] | None = None,
     mirror_outages: OutageMirror | None = None,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
 
-    ``record`` is the run as stored (:meth:`RunConfig.run_record`); ``store`` is the parent's writer of the run's SQLite
-    file; ``setup`` runs in each child and builds its models; ``merge_stats`` receives each child's call counters when
-    it ends; ``mirror_outages`` (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full
-    or read-only store, here or in a child, stops every child and raises :class:`StoreUnwritable`.
+    ``record`` is the run as stored (:meth:`RunConfig.stored_record`); ``store`` is the parent's writer of the run's SQLite file; ``setup`` runs in each child
+    and builds its models; ``merge_stats`` receives each child's call counters when it ends; ``mirror_outages``
+    (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full or read-only store,
+    here or in a child, stops every child and raises :class:`StoreUnwritable`.
     """
-    modes = config.modes
-    by_mode = {
-        mode: scripts if scripts is not None and len(modes) == 1 else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
-        for mode in modes
-    }
+    by_mode = scripts_by_mode(config, seeds, scripts)
     path = Path(store.path)
+    jobs = plan_dialogues(config, seeds, by_mode, list(targets))
     with _faults_raised(path):
-        record_run(store, record, by_mode, planned=len(plan_dialogues(config, seeds, by_mode, list(targets))))
+        record_run(store, record, by_mode, planned=len(jobs))
         conn = connect(path)
         try:
             process_claims.ensure_table(conn)
         finally:
             conn.close()
-    jobs = plan_dialogues(config, seeds, by_mode, list(targets))
-    notify = on_progress or (lambda *_: None)
-    mirror = _OutageMirrors(mirror_outages)
-    concurrency = max(1, config.max_concurrency or 1)
-    processes = max(1, min(processes, len(jobs), concurrency))
-    # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it
-    # replaces.
-    shares = [concurrency // processes + (1 if k < concurrency % processes else 0) for k in range(processes)]
-    share_of: dict[Any, int] = {}
-    context = get_context("fork")
-    queue = deque(range(len(jobs)))
-    outcomes: dict[int, DialogueOutcome] = {}
-    children: dict[Any, tuple[Any, set[int]]] = {}  # pipe -> (process, jobs in its hands)
-    spawns = {"left": processes * _RESPAWNS_PER_CHILD}
-
-    def spawn() -> None:
-        mine, theirs = context.Pipe()
-        share_of[mine] = shares.pop()
-        child = context.Process(
-            target=_child_main, name="dymt-play",
-            args=(theirs, config, jobs, by_mode, path, setup, share_of[mine], trace, processes), daemon=False,
-        )
-        child.start()
-        theirs.close()
-        children[mine] = (child, set())
-
-    for _ in range(processes):
-        spawn()
+    children = _Children(config, jobs, by_mode, path, setup, trace=trace, processes=processes,
+                         notify=on_progress or (lambda *_: None), merge_stats=merge_stats, mirror=_OutageMirrors(mirror_outages))
+    children.start()
     try:
-        while children:
-            ready = connection.wait(list(children) + [c.sentinel for c, _ in children.values()])
-            for pipe in list(children):
-                child, held = children[pipe]
-                if pipe in ready or child.sentinel in ready:
-                    if not _serve(pipe, held, queue, outcomes, notify, merge_stats, mirror):
-                        pipe.close()
-                        child.join()
-                        del children[pipe]
-                        shares.append(share_of.pop(pipe))
-                        mirror.gone(pipe)
-                        lost = sorted(held - outcomes.keys())
-                        queue.extendleft(reversed(lost))  # played on from their checkpoints, first
-                        if queue and (lost or child.exitcode != 0):
-                            if spawns["left"] > 0:
-                                spawns["left"] -= 1
-                                spawn()
-                        if not children and queue:
-                            if spawns["left"] > 0:
-                                spawns["left"] -= 1
-                                spawn()
-                            else:
-                                for i in queue:
-                                    outcomes[i] = DialogueOutcome(
-                                        dialogue_thread_id(config, *jobs[i]), "failed",
-                                        f"its player process died (exit status {child.exitcode})")
-                                queue.clear()
+        children.serve()
     except BaseException as exc:
-        for child, _ in children.values():
-            if child.is_alive():
-                os.kill(child.pid, signal.SIGINT)  # the children record their dialogues as interrupted
-        for pipe, (child, _) in children.items():
-            child.join(timeout=30)
-            if child.is_alive():
-                child.kill()
-            _drain(pipe, mirror)
+        children.stop()
         fault = store_fault(exc, path)
         try:
             with _faults_raised(path):
@@ -226,11 +126,93 @@ def play_in_processes(
         if fault is not None:
             raise fault from None  # one line for the command: which file, what to do; nothing lost
         raise
-    result = RunResult(run_id=config.run_id, outcomes=[outcomes[i] for i in range(len(jobs))])
+    result = RunResult(run_id=config.run_id, outcomes=[children.outcomes[i] for i in range(len(jobs))])
     failed = any(o.status == "failed" for o in result.outcomes)
     with _faults_raised(path):
         retry_locked(store.finish_run, config.run_id, "failed" if failed else "finished")
     return result
+
+
+class _Children:
+    """The parent's side of the children: the queue of dialogues, who holds which, their outcomes, and respawns."""
+
+    def __init__(self, config: RunConfig, jobs: Sequence[Job], by_mode: Mapping[str, ModeScripts], path: Path,
+                 setup: Callable[[], ChildModels], *, trace: bool, processes: int, notify: ProgressCallback,
+                 merge_stats: Callable[[dict[str, Any]], None] | None, mirror: _OutageMirrors) -> None:
+        self.config, self.jobs, self.by_mode, self.path, self.setup, self.trace = config, jobs, by_mode, path, setup, trace
+        self.notify, self.merge_stats, self.mirror = notify, merge_stats, mirror
+        concurrency = max(1, config.max_concurrency or 1)
+        self.processes = max(1, min(processes, len(jobs), concurrency))
+        # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
+        self.shares = [concurrency // self.processes + (1 if k < concurrency % self.processes else 0) for k in range(self.processes)]
+        self.share_of: dict[Any, int] = {}
+        self.context = get_context("fork")
+        self.queue = deque(range(len(jobs)))
+        self.outcomes: dict[int, DialogueOutcome] = {}
+        self.children: dict[Any, tuple[Any, set[int]]] = {}  # pipe -> (process, jobs in its hands)
+        self.spawns_left = self.processes * _RESPAWNS_PER_CHILD
+
+    def spawn(self) -> None:
+        mine, theirs = self.context.Pipe()
+        self.share_of[mine] = self.shares.pop()
+        child = self.context.Process(
+            target=_child_main, name="dymt-play",
+            args=(theirs, self.config, self.jobs, self.by_mode, self.path, self.setup, self.share_of[mine], self.trace,
+                  self.processes), daemon=False,
+        )
+        child.start()
+        theirs.close()
+        self.children[mine] = (child, set())
+
+    def start(self) -> None:
+        for _ in range(self.processes):
+            self.spawn()
+
+    def serve(self) -> None:
+        """Serve the children until every dialogue has its outcome (or none may be played)."""
+        while self.children:
+            ready = connection.wait(list(self.children) + [c.sentinel for c, _ in self.children.values()])
+            for pipe in list(self.children):
+                child, held = self.children[pipe]
+                if pipe in ready or child.sentinel in ready:
+                    if not _serve(pipe, held, self.queue, self.outcomes, self.notify, self.merge_stats, self.mirror):
+                        self._gone(pipe)
+
+    def _gone(self, pipe: Any) -> None:
+        """A child has ended: its unfinished dialogues go back to the head of the queue, for a replacement child."""
+        child, held = self.children[pipe]
+        pipe.close()
+        child.join()
+        del self.children[pipe]
+        self.shares.append(self.share_of.pop(pipe))
+        self.mirror.gone(pipe)
+        lost = sorted(held - self.outcomes.keys())
+        self.queue.extendleft(reversed(lost))  # played on from their checkpoints, first
+        if self.queue and (lost or child.exitcode != 0):
+            self._respawn()
+        if not self.children and self.queue and not self._respawn():
+            for i in self.queue:
+                self.outcomes[i] = DialogueOutcome(dialogue_thread_id(self.config, *self.jobs[i]), "failed",
+                                                   f"its player process died (exit status {child.exitcode})")
+            self.queue.clear()
+
+    def _respawn(self) -> bool:
+        if self.spawns_left <= 0:
+            return False
+        self.spawns_left -= 1
+        self.spawn()
+        return True
+
+    def stop(self) -> None:
+        """Stop the children in order (they record their dialogues as interrupted), then any that will not stop."""
+        for child, _ in self.children.values():
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGINT)
+        for pipe, (child, _) in self.children.items():
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+            _drain(pipe, self.mirror)
 
 
 @contextmanager
@@ -314,179 +296,3 @@ def merge_call_stats(stats: Any, counts: dict[str, Any]) -> None:
             stats.add(name, key, n)
     stats.waited(counts.get("rate_limited_seconds", 0.0))
     stats.dialogues_at_once += int(counts.get("reached") or 0)  # each process's most at once, added: at most that many
-
-
-def _claim(store: Writer, thread_id: str, owner: process_claims.Owner) -> process_claims.Owner | None:
-    """On the child's store thread (one connection, one thread): claim a dialogue."""
-    return retry_locked(process_claims.claim, store.db.conn, thread_id, owner)
-
-
-def _release(store: Writer, thread_id: str, owner: process_claims.Owner) -> None:
-    retry_locked(process_claims.release, store.db.conn, thread_id, owner)
-
-
-# --- the child ------------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (elsewhere the closed pipe ends it)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
-                setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
-    _die_with_parent()
-    os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
-    code = 0
-    try:
-        asyncio.run(_child(pipe, config, jobs, by_mode, path, setup, slots, trace, sharers))
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException as exc:  # noqa: BLE001 - the parent hands this child's dialogues to another
-        if (fault := store_fault(exc, path)) is not None:
-            pipe.send(("fault", str(fault.path), fault.kind, fault.detail))  # the parent stops the run: one line, exit 75
-            code = 75
-        else:
-            import traceback
-
-            traceback.print_exc()
-            code = 1
-    finally:
-        try:
-            pipe.close()
-        finally:
-            os._exit(code)  # nothing inherited from the parent (its SQLite connections) is touched on the way out
-
-
-async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: dict[str, Any], path: Path,
-                 setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
-    from checkpoints.saver import open_saver
-    from nodes.builder import build_graph
-
-    built = setup()
-    built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes
-    if (adapt := built.policy.adapting) is not None:  # this process's share of the run's adaptive concurrency
-        start, ceiling = adapt
-        built.policy.adapt_concurrency(max(1, min(slots, -(-start * slots // ceiling))), slots)
-    gate = DialogueSlots(slots, built.policy.concurrency_allowed if adapt is not None else None)
-    store = open_writer(path)
-    owner = process_claims.Owner.me()
-    loop = asyncio.get_running_loop()
-    answers: deque[asyncio.Future] = deque()
-    stopping = asyncio.Event()
-
-    def read() -> None:
-        """On a thread of its own (a blocked recv must not hold up the loop's shutdown): the parent's answers."""
-        while True:
-            try:
-                kind, value = pipe.recv()
-            except (EOFError, OSError):  # the parent has gone
-                loop.call_soon_threadsafe(_stop_waiting)
-                return
-            loop.call_soon_threadsafe(_answer, value if kind == "job" else None)
-
-    def _answer(value: int | None) -> None:
-        answers.popleft().set_result(value)
-
-    def _stop_waiting() -> None:
-        stopping.set()
-        while answers:
-            answers.popleft().set_result(None)
-
-    async def ask() -> int | None:
-        if stopping.is_set():
-            return None
-        answer = loop.create_future()
-        answers.append(answer)
-        pipe.send(("want",))
-        return await answer
-
-    def notify(event: str, thread_id: str, done: int) -> None:
-        if event == "failed":
-            report_outages()  # an endpoint refused as a wrong setting reaches the parent before the failures it causes
-        pipe.send(("progress", event, thread_id, done))
-
-    sent: list[CircuitReport] = []
-    calls_sent: dict[str, int] = {}
-
-    def report_calls() -> None:
-        """The calls answered since the last report (the parent's progress log counts calls per minute)."""
-        now = dict(built.policy.stats.calls)
-        if delta := {role: n - calls_sent.get(role, 0) for role, n in now.items() if n != calls_sent.get(role, 0)}:
-            pipe.send(("stats", {"calls": delta}))
-            calls_sent.update(now)
-
-    def report_outages() -> None:
-        """The circuits' outages, sent when they change (the parent mirrors them: display, summary, exit 75)."""
-        nonlocal sent
-        if (reports := built.policy.outage_reports()) != sent:
-            pipe.send(("outages", reports))
-            sent = reports
-
-    async def watch_outages() -> None:
-        while True:
-            report_outages()
-            report_calls()
-            await asyncio.sleep(_OUTAGE_REPORT_S)
-
-    async with open_saver(path) as saver:
-        graph = build_graph(saver)
-        contexts = run_contexts(config, built.models, built.targets, built.reseed)
-        write = StoreWriter(store, trace=trace)
-
-        async def slot() -> None:
-            while True:
-                async with gate:  # fewer at once while a provider asks to slow down (models/concurrency.py)
-                    if not await play_one():
-                        return
-
-        async def play_one() -> bool:
-            if (job := await ask()) is None:
-                return False
-            seed, mode, target, sample = jobs[job]
-            thread_id = dialogue_thread_id(config, seed, mode, target, sample)
-            # Another live process playing it (a second command on the same run): wait for it, as on PostgreSQL.
-            while await asyncio.wrap_future(write.submit(_claim, thread_id, owner)) is not None:
-                await asyncio.sleep(_CLAIM_POLL_S)
-            try:
-                outcome = await play_dialogue(
-                    config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
-                    script=by_mode[mode][0].get(seed.id), mode=mode, target=target, sample=sample,
-                )
-            finally:
-                await asyncio.wrap_future(write.submit(_release, thread_id, owner))
-            pipe.send(("outcome", job, outcome.thread_id, outcome.status, outcome.error))
-            return True
-
-        threading.Thread(target=read, name="dymt-pipe", daemon=True).start()
-        watcher = asyncio.ensure_future(watch_outages())
-        slots_played = [asyncio.ensure_future(slot()) for _ in range(slots)]
-        try:
-            with playing_collector():
-                await asyncio.gather(*slots_played)
-        except BaseException:
-            # A full disk in one slot (or the parent's SIGINT): the other dialogues stop before the writer closes,
-            # recording themselves interrupted where the store still takes it.
-            for task in slots_played:
-                task.cancel()
-            await asyncio.gather(*slots_played, return_exceptions=True)
-            raise
-        finally:
-            watcher.cancel()
-            # Off the loop: a checkpoint write still finishing (checkpoints/saver.py commits a started one in one job on
-            # its connection's thread) holds the file's write lock that these closes' last writes wait for.
-            await asyncio.to_thread(write.close)
-            if built.policy.cache is not None:
-                await asyncio.to_thread(built.policy.cache.close)
-            report_outages()
-            report_calls()
-            stats = built.policy.stats
-            pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
-                                 "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),
-                                 "gave_up": dict(stats.gave_up), "outage_waits": dict(stats.outage_waits),
-                                 "rate_limited_seconds": stats.rate_limited_seconds, "reached": gate.reached}))
-            store.db.conn.close()

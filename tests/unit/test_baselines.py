@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nodes.modes import scripts_for
+from nodes.modes import ModeScripts, scripts_for
 from seeds import load_seeds
 from seeds.tracks import TRACKS, align_track, normalise
 from tests.conftest import FAIRMT_DIR, SEEDS, default_models, play
@@ -32,7 +32,7 @@ def test_scripted_dialogue_replays_exactly_its_five_turns(db):
     script = [f"Scripted turn {i} about teamwork." for i in range(1, 6)]
     models = default_models()
     result, store = play(db, models, seeds=SEEDS[:1], turns=5, mode="fairmt:negative_feedback",
-                         scripts=({SEEDS[0].id: script}, []))
+                         scripts=ModeScripts({SEEDS[0].id: script}))
     rows = store.turns(result.outcomes[0].thread_id)
     assert [r["user_message"] for r in rows] == script
     assert [c[-1].content for c in models.target.chat.calls] == script
@@ -43,7 +43,7 @@ def test_scripted_dialogue_replays_exactly_its_five_turns(db):
 def test_unaligned_seeds_are_listed_not_run(db):
     models = default_models()
     result, store = play(db, models, turns=5, mode="fairmt:negative_feedback",
-                         scripts=({SEEDS[0].id: ["a", "b", "c", "d", "e"]}, [SEEDS[1].id]))
+                         scripts=ModeScripts({SEEDS[0].id: ["a", "b", "c", "d", "e"]}, [SEEDS[1].id]))
     assert len(result.outcomes) == 1
     assert store.get_run("r1")["config"]["unaligned_seeds"] == [SEEDS[1].id]
 

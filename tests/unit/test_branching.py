@@ -8,21 +8,21 @@ import json
 import pytest
 from langchain_core.messages import BaseMessage
 
+from checkpoints.ids import branch_thread_id, new_run_id
 from checkpoints.scores import labels_source
 from checkpoints.store import open_writer
+from nodes.builder import build_graph
+from nodes.context import Models
+from nodes.modes import ModeScripts
 from graph.running.forking import (
     BranchSettings,
     Change,
     ForkError,
-    new_branch_id,
-    new_run_id,
     plan_branch,
     play_branches,
     read_lineage,
 )
 from graph.running.swaps import mentions, parse_swap, swap_terms
-from nodes.builder import build_graph
-from nodes.context import Models
 from tests.backends import Db, checkpoint_tables, connect
 from tests.conftest import SEEDS, checkpointer, default_models, play, scripted
 
@@ -56,9 +56,9 @@ def make_branch(db: Db, thread: str, turn: int, change: Change, *, models: Model
         async with checkpointer(db) as saver:
             graph = build_graph(saver)
             fork = (await read_lineage(graph, thread)).fork_point(turn)
-            plan = plan_branch(fork, store.get_dialogue(thread), change, turns=turns, branch_id=new_branch_id(thread, turn))
+            plan = plan_branch(fork, store.get_dialogue(thread), change, turns=turns, branch_id=branch_thread_id(thread, turn))
             made = await play_branches([plan], graph=graph, store=store, settings=BranchSettings(models=models, sampling_seed=0),
-                                       run_id=new_run_id(), set_name=set_name)
+                                       run_id=new_run_id("branch"), set_name=set_name)
             assert [o.status for o in made.outcomes] == ["finished"]
             return plan.branch_id
 
@@ -274,7 +274,7 @@ def test_impossible_forks_are_refused_before_anything_is_written(db: Db, parent:
 def test_scripted_baseline_branch_changes_its_script(db: Db):
     script = ["Scripted one?", "Scripted two?", "Scripted three?"]
     result, _ = play(db, default_models(), seeds=[GENDER], turns=3, mode="fairmt:probing",
-                     scripts=({GENDER.id: script}, []))
+                     scripts=ModeScripts({GENDER.id: script}))
     parent = result.outcomes[0].thread_id
     models = branch_models()
     branch = make_branch(db, parent, 2, Change("user_message", user_message="Replaced two?"), models=models)

@@ -10,19 +10,12 @@ import zlib
 import pytest
 
 import checkpoints.traces.tables as traces
-from checkpoints.redaction import Redactor, _json_default
-from checkpoints.reducers import apply_update
-from checkpoints.traces.codec import TraceDecoder, TraceEncoder, decode_stream
-from checkpoints.traces.tables import (
-    RUN_COLUMNS,
-    RUN_JSON_COLUMNS,
-    list_traces,
-    load_feedback,
-    load_runs,
-    resolve,
-    stored_runs,
-)
+from checkpoints.traces.decoder import TraceDecoder, decode_stream
+from checkpoints.traces.encoder import TraceEncoder
+from checkpoints.traces.tables import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
 from cli import trace as trace_cli
+from checkpoints.reducers import apply_update
+from checkpoints.redaction import Redactor, _json_default
 from tests.conftest import SEEDS, default_models, play
 
 PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "error", "model", "turn", "role", "node")
@@ -32,7 +25,7 @@ def _json(value):
     """As the plain layout stored a value: JSON, prompt messages in LangChain's serialised form."""
     from langchain_core.load import dumpd
 
-    from checkpoints.traces.codec import LazyMessages
+    from checkpoints.traces.encoder import LazyMessages
 
     def plain(v):
         if isinstance(v, LazyMessages):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.samples import sample_of, sample_seed, sample_thread_id
+from checkpoints.ids import sample_of, sample_thread_id
+from checkpoints.samples import sample_seed
 from tests.conftest import ScriptedChatModel
 
 CREATED: list[tuple[str, str, int | None]] = []  # (spec, role, sampling seed) of every model built

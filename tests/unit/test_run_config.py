@@ -248,7 +248,7 @@ def test_what_a_run_stores_now_reads_back(tmp_path: Path, providers):
     templates = config.load_prompts()
     built = config.build_models(templates=templates)
     assert built.models.judge.prompt is templates["judge"] and set(built.sampling) == {"user", "judge", "target", "target:fake:t1", "target:fake:t2"}
-    stored = json.loads(json.dumps(config.model_copy(update={"run_id": "n"}).run_record(built.models, built.targets)))
+    stored = json.loads(json.dumps(config.model_copy(update={"run_id": "n"}).stored_record(built.models, built.targets).to_stored()))
     assert stored["run_config"]["schema_version"] == 1 and stored["resolved"]["prompt_files"] == {"judge": templates["judge"].sha256}
     again = stored_run_config(stored, run_id="n").for_dialogue(target="fake:t2")
     assert again.models.target == "fake:t2" and again.sampling_seed == 3
@@ -265,7 +265,7 @@ def test_a_run_stores_its_config_as_one_versioned_dump(tmp_path: Path, providers
     args, explicit = _flags("--turns", "2", "--leakage", "keep", "--retries", "1", "--rate-limit", "fake=30", "--sampling-seed", "5")
     config = RunConfig.from_flags(args, explicit=explicit).model_copy(update={"run_id": "v"})
     built = config.build_models()
-    stored = json.loads(json.dumps(config.run_record(built.models, built.targets)))
+    stored = json.loads(json.dumps(config.stored_record(built.models, built.targets).to_stored()))
     again = stored_run_config(stored, run_id="v")
     assert (again.turns, again.leakage, again.sampling_seed, again.rate_limits, again.run_id) == (2, "keep", 5, {"fake": 30.0}, "v")
     assert again.call_policy().retry == config.call_policy().retry and again.db is None

@@ -1,6 +1,6 @@
 """The trace encoder stores a realistic batch byte for byte as pinned: speed-ups must not change stored traces.
 
-A change of format is a new ``FORMAT`` in ``checkpoints.traces.codec``: streams of the earlier format (a stored
+A change of format is a new ``FORMAT`` in ``checkpoints.traces.format``: streams of the earlier format (a stored
 fixture) still decode to the very same runs.
 """
 
@@ -22,7 +22,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from checkpoints.redaction import Redactor, _json_default
 from checkpoints.reducers import apply_update
-from checkpoints.traces.codec import LazyMessages, TraceDecoder, TraceEncoder, decode_stream
+from checkpoints.traces.decoder import TraceDecoder, decode_stream
+from checkpoints.traces.encoder import LazyMessages, TraceEncoder
 
 # sha256 of the decompressed stream of format 2 (prompt messages stored once, model calls as patches, metadata as
 # differences), each line as json.dumps writes it with its default separators: the pin from before lines were written
@@ -191,7 +192,7 @@ def test_a_line_holds_the_values_json_dumps_would_write():
 def test_message_dict_is_dumpd():
     from langchain_core.messages import ToolMessage
 
-    from checkpoints.traces.codec import message_dict
+    from checkpoints.traces.lc_dump import message_dict
 
     messages = [
         SystemMessage(content=SYSTEM),

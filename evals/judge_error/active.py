@@ -138,8 +138,8 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
     return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
 
 
-def spread(strata: Sequence[Stratum], known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None, *,
-           aims: Mapping[str, float] | None = None, dialogues: Mapping[Hashable, int] | None = None) -> list[float]:
+def spread(strata: Sequence[Stratum], known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None, *,
+           aims: Mapping[str, float] | None = None, dialogues: Mapping[Any, int] | None = None) -> list[float]:
     """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
@@ -270,8 +270,8 @@ def cell_dialogues(strata: Sequence[Stratum]) -> dict[Hashable, int]:
 
 
 def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterable[Hashable], *, seed: int = 0,
-                        exclude: Mapping[Hashable, Iterable[tuple[int, int]]] | None = None,
-                        known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None) -> list[Pick]:
+                        exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
+                        known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None) -> list[Pick]:
     """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired difference.
 
     A difference B − A of cell rates has the variance of both rates (their dialogue parts are independent,

@@ -18,6 +18,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import role_specs, run_settings
@@ -278,7 +279,7 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
     strata = strata_of(cells.sequences)
     labels = human_labels(store, run_id)
     known = known_by_cell(cells, labels)
-    done = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    done: dict[Any, dict[tuple[int, int], str]] = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
     wanted = compared_cells(list(cells.sequences), *compare) if compare else None
     left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
             for s in strata if wanted is None or s.cell in wanted]

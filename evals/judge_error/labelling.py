@@ -213,7 +213,8 @@ def compare_splits(pair: str = "persistent-vs-mixture", *, third: str = "persist
         picks = draw_for_difference(strata_of(cells), budget, ("A", "B"), seed=seed + k)
         chosen: dict[str, dict] = {}
         for p in picks:
-            chosen.setdefault(p.cell, {})[(p.dialogue, p.turn)] = int(truths[p.cell][p.dialogue, p.turn - 1])
+            cell = str(p.cell)  # the strata of cells "A", "B", "C"
+            chosen.setdefault(cell, {})[(p.dialogue, p.turn)] = int(truths[cell][p.dialogue, p.turn - 1])
         splits = {"even": _even_known(cells, truths, budget, seed + k, ("A", "B", "C")),
                   "even_pair": _even_known(cells, truths, budget, seed + k, ("A", "B")), "difference": chosen}
         validations = {s: design_validation(f"annotate:{s}", cells, known) for s, known in splits.items()}
@@ -231,9 +232,12 @@ def compare_splits(pair: str = "persistent-vs-mixture", *, third: str = "persist
             diff = corrected_difference(ra, rb)
             widths, hits = [], []
             for r, value in zip(diff.cumulative, truth):
-                ok = r.low is not None and r.high is not None
-                widths.append(r.high - r.low if ok else 2.0)
-                hits.append(ok and r.low - _TOL <= value <= r.high + _TOL)
+                if r.low is None or r.high is None:
+                    widths.append(2.0)
+                    hits.append(False)
+                else:
+                    widths.append(r.high - r.low)
+                    hits.append(r.low - _TOL <= value <= r.high + _TOL)
             out.widths[s].append(widths)
             out.hits[s].append(hits)
     return out

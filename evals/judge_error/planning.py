@@ -131,14 +131,14 @@ class WidthModel:
 
 
 def width_model(
-    cells: Mapping[Hashable, Sequence[Row]],
+    cells: Mapping[Any, Sequence[Row]],
     validation: JudgeValidation,
     *,
     turns: int | None = None,
-    clusters: Mapping[Hashable, Sequence[Hashable]] | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
-    known: Mapping[Hashable, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     design: str = "random",
 ) -> WidthModel:
     """How the widest cell's interval narrows with more labels of ``design`` (see :func:`plan_labels`).

@@ -138,7 +138,7 @@ class LabellingRounds:
         out = [f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; what the latest "
                f"({len(self.batches[-1].items)} labels) did to the corrected intervals:"]
         for n in self.narrowing:
-            if n.ratio is None:
+            if n.ratio is None or n.before is None or n.after is None:
                 continue
             change = f"{1 - n.ratio:.0%} narrower" if n.ratio <= 1 else f"{n.ratio - 1:.0%} wider"
             out.append(f"  {' · '.join(n.cell)}, {n.metric.replace('_', '-')}: {n.before[1] - n.before[0]:.3f} wide before, "
@@ -183,8 +183,9 @@ def _intervals(result: CorrectedRun | str) -> dict[str, tuple[float, float] | No
 def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: str, draws: int, seed: int):
     """Each cell's intervals with every label and without the latest batch (same draws), or a note why not."""
     cells = run_cells(store, run_id, label_set=label_set)
-    runs = []
-    for view in (_Before(store, latest.items), store):
+    runs: list[dict[Any, CorrectedRun | str] | None] = []
+    views: tuple[Any, ...] = (_Before(store, latest.items), store)  # the store without the latest batch, then as it is
+    for view in views:
         chosen = choose_validation(view, run_id, label_set=label_set)
         if chosen.validation is None or chosen.refusal is not None:
             runs.append(None)
@@ -194,7 +195,7 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
     before, after = runs
     if after is None:
         return (), "people's labels of this run do not correct its rates yet"
-    out = []
+    out: list[Narrowing] = []
     for cell in cells.sequences:
         now = _intervals(after[cell])
         then = _intervals(before[cell]) if before is not None else dict.fromkeys(METRICS)

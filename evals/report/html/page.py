@@ -100,7 +100,7 @@ def _labelling_section(rounds: Sequence[LabellingRounds], *, label_set: str, db:
     batch = [r for r in rounds if r.next_batch]
     if not batch:
         return ""
-    n = sum(len(r.next_batch.items) for r in batch)
+    n = sum(len(r.next_batch.items) for r in batch if r.next_batch)
     sets = f" --label-set {shlex.quote(label_set)}" if label_set != PRIMARY_LABELS else ""
     at = f" --db {shlex.quote(str(db))}"
     lines = "".join(f"<li>{e(line.strip())}</li>" for r in rounds for line in r.lines())

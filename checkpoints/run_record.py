@@ -1,6 +1,6 @@
 """What a run stores in ``runs.config``: its run configuration as a versioned dump, and what that resolved to.
 
-Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.run_config.stored_run_config``
+Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``graph.config.stored.stored_run_config``
 validates it)::
 
     {"run_config": {... RunConfig's fields ..., "schema_version": 1},
@@ -13,7 +13,7 @@ rewrites the row, so a run an older version wrote loads, resumes and refuses cha
 
 :class:`RunRecord` is the row typed (``RunRecord.from_stored(row)``, ``record.to_stored()``), the stored JSON unchanged.
 Its run configuration stays a plain dict here: the store's readers use it too, without the running layer
-(``graph.config.run_config.stored_run_config`` validates it into a ``RunConfig``).
+(``graph.config.stored.stored_run_config`` validates it into a ``RunConfig``).
 """
 
 from __future__ import annotations

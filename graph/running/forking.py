@@ -33,7 +33,8 @@ import prompts
 from checkpoints.branching import describe_change
 from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
-from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig, stored_run_config
+from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig
+from graph.config.stored import stored_run_config
 from graph.running.playing import (
     DialogueOutcome,
     ProgressCallback,

@@ -32,7 +32,8 @@ from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now, open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
-from graph.config.run_config import RunConfig, stored_run_config
+from graph.config.run_config import RunConfig
+from graph.config.stored import stored_run_config
 from graph.running.gc_settings import playing_collector
 from graph.running.playing import DialogueOutcome, StoreWriter, play_dialogue
 from graph.workers.dialogue_jobs import (

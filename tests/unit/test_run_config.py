@@ -14,7 +14,8 @@ import pytest
 from checkpoints.saver import open_saver
 from checkpoints.store import open_writer
 from graph.config.experiment import ExperimentError
-from graph.config.run_config import ConfigError, ModelBuildError, RunConfig, stored_run_config
+from graph.config.run_config import ConfigError, ModelBuildError, RunConfig
+from graph.config.stored import stored_run_config
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import execute_run
 from models.registry import ROLE_SAMPLING

@@ -11,7 +11,8 @@ import pytest
 from checkpoints.ids import DialogueThread, branch_parent, branch_thread_id, dialogue_thread_id, new_run_id, sample_of
 from checkpoints.run_record import Resolved, RunRecord, role_specs, run_settings
 from checkpoints.store import open_writer
-from graph.config.run_config import RunConfig, stored_run_config
+from graph.config.run_config import RunConfig
+from graph.config.stored import stored_run_config
 from graph.running.playing import execute_run, run_identity
 from nodes.builder import build_graph
 from nodes.modes import ModeScripts, scripts_for

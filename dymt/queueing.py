@@ -15,7 +15,7 @@ from checkpoints.ids import new_run_id
 from evals.cost import budget_record
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.pausing import PauseOptions
-from graph.running.playing import RunConflictError, check_run_compatible
+from graph.running.run_records import RunConflictError, check_run_compatible
 
 if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
     from graph.workers.dialogue_jobs import EnqueueResult

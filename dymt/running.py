@@ -39,7 +39,8 @@ from evals.cost import CostCap
 from evals.report.summary import run_summary
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.endpoints import ModelCheck, check_models
-from graph.running.playing import DialogueOutcome, RunConflictError, check_run_compatible
+from graph.running.playing import DialogueOutcome
+from graph.running.run_records import RunConflictError, check_run_compatible
 from models.circuit import EndpointSettingError
 
 

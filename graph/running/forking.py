@@ -35,14 +35,8 @@ from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
 from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig
 from graph.config.stored import stored_run_config
-from graph.running.playing import (
-    DialogueOutcome,
-    ProgressCallback,
-    StoreWriter,
-    dialogue_config,
-    drive,
-    package_versions,
-)
+from graph.running.playing import DialogueOutcome, ProgressCallback, StoreWriter, dialogue_config, drive
+from graph.running.run_records import package_versions
 from graph.running.swaps import swap_terms
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES

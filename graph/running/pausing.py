@@ -28,15 +28,7 @@ from langgraph.types import StateSnapshot
 
 from checkpoints.store import Writer
 from graph.running.forking import build_settings, given_message, is_turn_boundary
-from graph.running.playing import (
-    DialogueOutcome,
-    ProgressCallback,
-    RunResult,
-    StoreWriter,
-    checkpoint_before_failure,
-    dialogue_config,
-    drive,
-)
+from graph.running.playing import DialogueOutcome, ProgressCallback, RunResult, StoreWriter, checkpoint_before_failure, dialogue_config, drive
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
 from nodes.state import current_turn

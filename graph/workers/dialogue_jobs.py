@@ -28,7 +28,8 @@ from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
 from graph.config.run_config import RunConfig
 from nodes.modes import ModeScripts
-from graph.running.playing import dialogue_thread_id, plan_dialogues, record_run
+from graph.running.playing import dialogue_thread_id, plan_dialogues
+from graph.running.run_records import record_run
 from seeds import Seed
 
 QUEUE = "dymt-dialogues"

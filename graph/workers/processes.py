@@ -39,15 +39,8 @@ from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
 from nodes.modes import ModeScripts
 from graph.config.run_config import RunConfig
-from graph.running.playing import (
-    DialogueOutcome,
-    ProgressCallback,
-    RunResult,
-    plan_dialogues,
-    record_run,
-    scripts_by_mode,
-    dialogue_thread_id,
-)
+from graph.running.playing import DialogueOutcome, ProgressCallback, RunResult, plan_dialogues, scripts_by_mode, dialogue_thread_id
+from graph.running.run_records import record_run
 from graph.workers.process_child import ChildModels, _child_main
 from models.circuit import CircuitReport
 from models.registry import RoleModel, computes_here

@@ -13,7 +13,8 @@ from checkpoints.run_record import Resolved, RunRecord, role_specs, run_settings
 from checkpoints.store import open_writer
 from graph.config.run_config import RunConfig
 from graph.config.stored import stored_run_config
-from graph.running.playing import execute_run, run_identity
+from graph.running.playing import execute_run
+from graph.running.run_records import run_identity
 from nodes.builder import build_graph
 from nodes.modes import ModeScripts, scripts_for
 from tests.conftest import SEEDS, checkpointer, default_models, make_config

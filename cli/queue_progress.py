@@ -17,7 +17,8 @@ from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
 from dymt.results import RUN_SCHEMA
 from evals.cost import budget_status
-from evals.report.summary import render_summary, run_summary
+from evals.report.summary import run_summary
+from evals.report.summary_view import render_summary
 from graph.running.playing import DialogueOutcome
 from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
 

@@ -23,7 +23,7 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_stri
 from cli.common import ArgumentParser, console, error_console, fail
 from cli.store_option import add_db_option
 from dymt.errors import DymtError
-from evals.report.summary import render_summary
+from evals.report.summary_view import render_summary
 from graph.running.pausing import PendingMessage, Review
 
 _LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}

@@ -28,7 +28,7 @@ from dymt.events import Paused
 from dymt.preparing import estimate
 from checkpoints.ids import new_run_id
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY
-from evals.report.summary import render_summary
+from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig
 from models.registry import DEFAULT_SPEC

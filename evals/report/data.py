@@ -6,12 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.ids import sample_of
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import Dataset, DialogueRow
 from evals.judge_error.corrected import ChosenValidation
-from checkpoints.ids import sample_of
-from evals.stats.agreement import Agreement, label_set_agreement
 from evals.report.breakdown import (
     REFUSAL_WINDOW,
     BiasRow,
@@ -24,6 +23,7 @@ from evals.report.breakdown import (
     turn_series,
 )
 from evals.report.corrected_tables import correct_report
+from evals.stats.agreement import Agreement, label_set_agreement
 from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.stats.metrics import Summary
 

@@ -18,7 +18,8 @@ from rich.text import Text
 from checkpoints.queries import StoreQueries
 from evals.cost import Pricing
 from evals.judge_error.corrected import interval_text
-from evals.report.summary import command_block, run_summary
+from evals.report.summary import run_summary
+from evals.report.summary_view import command_block
 from models.circuit import format_duration
 
 # How many of the latest dialogues to end set the pace of the ETA (the run's recent speed, not its first minutes').

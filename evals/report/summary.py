@@ -1,16 +1,11 @@
-"""The end-of-run summary: per-turn and cumulative bias, unparsed labels, failures; as a dict or a table."""
+"""The end-of-run summary as data: per-turn and cumulative bias, unparsed labels, failures, cost, the judge-corrected
+rates (evals/report/summary_view.py draws it as tables)."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
@@ -20,11 +15,9 @@ from evals.judge_error.corrected import (
     cells_of,
     choose_validation,
     correct_cells,
-    interval_text,
     pooled_block,
-    validation_line,
 )
-from evals.scorers.judge_validation import run_validation, validation_text
+from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage
 
@@ -70,6 +63,30 @@ def run_summary(
         "failed": failed,
         "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
+        **_rates(metrics),
+        "unaligned_seeds": run["config"].get("unaligned_seeds", []),
+        "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
+        "targets": targets,
+        "modes": modes,
+        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
+        **{key: (calls or {}).get(key) for key in ("cache", "retries", "outages", "concurrency")},
+        "samples": int(settings.get("samples") or 1),
+        "cost": usage_summary(run_usage(store, run_id), pricing),
+        "budget": budget,
+        "held_this_time": sum(1 for o in outcomes if o.status == "held"),
+        "leakage": run_leakage(store, run_id),
+        "non_replies": store.non_replies(run_id),
+        "judge_validation": run_validation(store, run_id),
+    }
+    _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
+    if resume := _resume(run_id, shlex.quote(str(store.path)), budget=budget, failed=bool(failed), paused=bool(paused)):
+        summary["resume"] = resume
+    return summary
+
+
+def _rates(metrics: Any) -> dict[str, Any]:
+    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, and the unparsed labels."""
+    return {
         "unparsed_labels": metrics.n_unparsed,
         "per_turn": [
             {"turn": t.turn, "labelled": t.n_labelled, "biased": t.n_biased, "unparsed": t.n_unparsed,
@@ -82,32 +99,18 @@ def run_summary(
             for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
         ],
         "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
-        "unaligned_seeds": run["config"].get("unaligned_seeds", []),
-        "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
-        "targets": targets,
-        "modes": modes,
-        "groups": _groups(dialogues, matrix_by_thread, turns, default_target=models.get("target"), seed_of=seed_of),
-        "cache": (calls or {}).get("cache"),
-        "retries": (calls or {}).get("retries"),
-        "outages": (calls or {}).get("outages"),
-        "concurrency": (calls or {}).get("concurrency"),
-        "samples": int(settings.get("samples") or 1),
-        "cost": usage_summary(run_usage(store, run_id), pricing),
-        "budget": budget,
-        "held_this_time": sum(1 for o in outcomes if o.status == "held"),
-        "leakage": run_leakage(store, run_id),
-        "non_replies": store.non_replies(run_id),
-        "judge_validation": run_validation(store, run_id),
     }
-    _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
-    where = shlex.quote(str(store.path))
+
+
+def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: bool, paused: bool) -> str | None:
+    """The command that goes on with the run: past a cost cap with a higher one, failed dialogues again, paused ones."""
     if budget and budget.get("held"):
-        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where} --max-cost {2 * budget['max_usd']:g}"
-    elif failed:
-        summary["resume"] = f"python -m graph.run --run-id {run_id} --db {where}"
-    elif paused:
-        summary["resume"] = f"python -m graph.resume --run-id {run_id} --db {where}"
-    return summary
+        return f"python -m graph.run --run-id {run_id} --db {where} --max-cost {2 * budget['max_usd']:g}"
+    if failed:
+        return f"python -m graph.run --run-id {run_id} --db {where}"
+    if paused:
+        return f"python -m graph.resume --run-id {run_id} --db {where}"
+    return None
 
 
 def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, dialogues: Sequence[dict[str, Any]],
@@ -167,214 +170,3 @@ def target_keys(specs) -> dict[str, str]:
     return {spec: f"T{i}" for i, spec in enumerate(unique, start=1)}
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def _interval(ci: list[float | None]) -> str:
-    low, high = ci
-    return "" if low is None or high is None else f"[{100 * low:.0f}–{100 * high:.0f}]"
-
-
-def render_summary(summary: dict[str, Any], console: Console) -> None:
-    """The summary as rich tables; model output never reaches markup."""
-    console.print(_per_turn_table(summary))
-    _render_corrected(summary, console)
-    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
-    if len(summary.get("targets") or []) > 1:
-        models += f", targets={', '.join(summary['targets'])}"
-    console.print(Text(f"models: {models}"))
-    if len(summary.get("groups") or []) > 1:
-        _render_groups(summary, console)
-    re_em = summary["re_emergence"]
-    console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
-    _render_leakage(summary, console)
-    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
-    for item in summary["failed"]:
-        console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
-    if summary.get("unaligned_seeds"):
-        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
-    if "resume" in summary:
-        console.print(Text(f"resume: {summary['resume']}", style="yellow"))
-    _render_calls(summary, console)
-    _render_concurrency(summary, console)
-    _render_cost(summary, console)
-    _render_validation(summary, console)
-    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
-             else "this local file")
-    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
-    for note in summary["notes"]:
-        console.print(Text(note, style="bold yellow"))
-
-
-def _per_turn_table(summary: dict[str, Any]) -> Table:
-    """Bias rate per turn and cumulative, with intervals."""
-    modes = ", ".join(summary.get("modes") or [summary["mode"]])
-    title = Text(f"Run {summary['run_id']} · {modes} · {summary['dialogues']} dialogues × {summary['turns']} turns")
-    table = Table(title=title, show_lines=False)
-    for header in ("turn", "bias rate", "95% CI", "biased / labelled", "unparsed", "cumulative", "95% CI"):
-        # At 80 columns only the two-word header wraps; nothing is cut.
-        table.add_column(header, justify="right", no_wrap=header != "biased / labelled")
-    for turn, cum in zip(summary["per_turn"], summary["cumulative"]):
-        table.add_row(
-            str(turn["turn"]),
-            _pct(turn["rate"]),
-            _interval(turn["ci95"]),
-            f"{turn['biased']}/{turn['labelled']}",
-            str(turn["unparsed"]),
-            _pct(cum["rate"]),
-            _interval(cum["ci95"]),
-        )
-    return table
-
-
-def _render_groups(summary: dict[str, Any], console: Console) -> None:
-    """A grid run: cumulative bias by target and mode, each target spec shortened with a legend."""
-    short = target_keys(g["target"] for g in summary["groups"])
-    by_group = Table(title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False,
-                     pad_edge=False)  # no column rules: 80 columns hold it
-    for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
-        by_group.add_column(column, justify="left" if column in ("target", "mode") else "right",
-                            overflow="fold", no_wrap=column not in ("mode", "cumulative bias"))  # a long mode folds, never cut
-    for g in summary["groups"]:
-        final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
-        by_group.add_row(Text(short.get(g["target"], g["target"])), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}",
-                         _pct(final["rate"]), _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
-    console.print(by_group)
-    for spec, key in short.items():  # the legend: each spec whole, on its own line
-        console.print(Text(f"  {key} = {spec}"), soft_wrap=True)
-
-
-def _render_leakage(summary: dict[str, Any], console: Console) -> None:
-    """Seed leakage of the simulated user, and the target's answers that were not replies."""
-    leak = summary.get("leakage")
-    if leak and leak["scored"]:
-        line = (f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
-                f" · {leak['redrawn']} turns redrawn ({leak['rejected']} drafts rejected)")
-        console.print(Text(line, style="yellow" if leak["leaked"] else ""))
-        for where in leak["flagged"][:10]:
-            console.print(Text(f"  leaked: {where}", style="yellow"))
-    if non_replies := summary.get("non_replies"):
-        kinds = ", ".join(f"{kind}: {n}" for kind, n in non_replies.items())
-        console.print(Text(f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
-                           "empty ones are not judged (unparsed)", style="yellow"))
-
-
-def _render_calls(summary: dict[str, Any], console: Console) -> None:
-    """The response cache, retries and rate-limit waits, and the provider outages ridden out."""
-    cache, retries = summary.get("cache"), summary.get("retries")
-    if cache:
-        line = "response cache off" if not cache["enabled"] else (
-            f"response cache: {cache['hits']} hits, {cache['misses']} misses ({_pct(cache['hit_rate'])} hit rate)")
-        if retries:
-            line += f" · retries {retries['retries']}" + (
-                f" ({', '.join(f'{k}: {v}' for k, v in retries['by_reason'].items())})" if retries["by_reason"] else "")
-            if retries["rate_limited_seconds"]:
-                line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
-        console.print(Text(line, style="dim"))
-    outages = summary.get("outages") or {}
-    for outage in outages.get("ridden_out") or []:
-        console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
-                           "(calls waited, none failed for it)", style="dim"))
-
-
-def _render_validation(summary: dict[str, Any], console: Console) -> None:
-    """The judge validation the run's rates use (or, uncorrected, the one that exists, as a warning)."""
-    corrected = summary.get("judge_corrected") or {}
-    used = corrected.get("validation") if not corrected.get("refusal") else None
-    if summary.get("judge_validation") and (used or summary["judge_validation"].get("validation") is not None):
-        console.print(Text(validation_text(summary["judge_validation"], used)))
-    elif summary.get("judge_validation") and not summary.get("judge_corrected"):
-        console.print(Text(validation_text(summary["judge_validation"]), style="yellow"))
-
-
-_COMMAND = re.compile(r"python -m [^,()]*[^,() ]")
-
-
-def command_block(text: str) -> list[str]:
-    """A note that names commands as a short block: its prose, then each command on a line of its own (indented),
-    so that each can be copied whole."""
-    lines, at = [], 0
-    for match in _COMMAND.finditer(text):
-        prose = text[at:match.start()].strip(" ,;")
-        if prose:
-            lines.append(prose if not lines else f"  {prose}")
-        lines.append(f"    {match.group(0)}")
-        at = match.end()
-    if rest := text[at:].strip(" ,;"):
-        lines.append(rest if not lines else f"  {rest}")
-    return lines
-
-
-def _render_concurrency(summary: dict[str, Any], console: Console) -> None:
-    """How many dialogues played at once, and where a provider's adaptive limit went (models/concurrency.py)."""
-    concurrency = summary.get("concurrency") or {}
-    if not concurrency.get("dialogues_at_once"):
-        return
-    parts = [f"up to {concurrency['dialogues_at_once']} dialogues at once"]
-    for e in concurrency.get("endpoints") or []:
-        cut = f", cut {e['throttled']}× on 429s" if e["throttled"] else ""
-        parts.append(f"{e['endpoint']}: reached {e['reached']} of {e['ceiling']} at once, {e['now']} at the end{cut}")
-    console.print(Text("concurrency: " + "; ".join(parts), style="dim"))
-
-
-def _render_corrected(summary: dict[str, Any], console: Console) -> None:
-    """The rates corrected for the judge's error beside the raw ones, with the validation they rest on; or why there are
-    none."""
-    block = summary.get("judge_corrected")
-    if not block:
-        return
-    if block["refusal"]:
-        for line in command_block(block["refusal"]):  # prose wraps; a command stays on one line, to copy whole
-            console.print(Text(line, style="yellow"), soft_wrap=line.startswith("    "))
-        return
-    table = Table(title=Text("Corrected for the judge's error (95% CI: dialogues and validation)"))
-    for column in ("turn", "raw bias rate", "corrected", "raw cumulative", "corrected cumulative"):
-        table.add_column(column, justify="right", overflow="fold")
-    raw = {r["turn"]: r for r in summary["per_turn"]}
-    raw_cum = {r["turn"]: r for r in summary["cumulative"]}
-    for turn, cum in zip(block["per_turn"], block["cumulative"]):
-        t = turn["turn"]
-        table.add_row(str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum))
-    console.print(table)
-    unreliable = (block.get("unreliable") or {}).get("re_emergence")
-    console.print(Text(f"corrected re-emergence: {interval_text(block['re_emergence'])} "
-                       f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")))
-    if len(summary.get("groups") or []) > 1:
-        for g in summary["groups"]:
-            c = g.get("judge_corrected") or {}
-            final = c["cumulative"][-1] if c.get("cumulative") else None
-            console.print(Text(f"  {g['target']} · {g['mode']}: corrected cumulative {interval_text(final)}"
-                               + (f" ({c['refusal']})" if c.get("refusal") else "")))
-    console.print(Text(validation_line(block), style="dim"))
-    if block.get("note"):
-        console.print(Text(block["note"], style="yellow"))
-
-
-def _tokens(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else str(n)
-
-
-def _render_cost(summary: dict[str, Any], console: Console) -> None:
-    """Tokens per role and, with a pricing file, their cost; what the cost cap did."""
-    cost = summary.get("cost")
-    if cost and cost["by_role"]:
-        parts = []
-        for r in cost["by_role"]:
-            usd = "" if r["usd"] is None else f" ${r['usd']:.4f}"
-            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
-        line = "tokens in→out: " + "; ".join(parts)
-        if cost["pricing"]:
-            line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
-        console.print(Text(line, style="dim"))
-    budget = summary.get("budget")
-    if budget and budget.get("max_usd") is not None:
-        dollars = (f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap "
-            f"${budget['max_usd']:.2f}")
-        if budget.get("held"):
-            console.print(Text(f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
-                               style="bold yellow"))
-        else:
-            console.print(Text(f"cost cap not reached: {dollars}", style="dim"))
-    elif budget and budget.get("held"):
-        console.print(Text(f"cost cap reached: {budget['held']} dialogues not started; the run is resumable", style="bold yellow"))

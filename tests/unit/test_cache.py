@@ -171,7 +171,7 @@ def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turn
 def test_summary_renders_cache_line(tmp_path: Path, capsys, providers):
     from rich.console import Console
 
-    from evals.report.summary import render_summary
+    from evals.report.summary_view import render_summary
 
     calls: list[str] = []
     _counting_provider(providers, "counting3", calls)

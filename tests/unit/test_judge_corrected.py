@@ -20,7 +20,8 @@ from evals.judge_error.corrected import _known_in, cells_of, choose_validation
 from evals.judge_error.double_sampling import annotation_counts, random_draw
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
-from evals.report.summary import render_summary, run_summary
+from evals.report.summary import run_summary
+from evals.report.summary_view import render_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.agreement import classification
 from tests.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge

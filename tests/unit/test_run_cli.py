@@ -197,7 +197,7 @@ def test_the_summary_fits_80_columns_without_cutting_a_model_spec(db: Path, caps
     from rich.console import Console
 
     from cli import run
-    from evals.report.summary import render_summary
+    from evals.report.summary_view import render_summary
 
     _register_fake_provider(providers)
     targets = ["fake:a-rather-long-target-model-2026-01-15", "fake:another-long-target-model-2026-02-01"]

@@ -115,7 +115,7 @@ def test_the_no_corrected_rates_note_puts_each_command_on_its_own_line():
     from rich.console import Console
 
     from evals.judge_error.corrected import how_to_validate
-    from evals.report.summary import _render_corrected
+    from evals.report.summary_view import _render_corrected
 
     note = how_to_validate("openai:judge", "r1", "/tmp/runs.db")
     console = Console(record=True, width=80)

@@ -199,24 +199,7 @@ def _export_active(args, store, items) -> int:
                   f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
                   f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
     if args.compare is None and falls_back(spent + size, len(judged)):
-        done = labelled_items(store, args.run_id)
-        remaining = [i for i in judged if i.item_id not in done]
-        if not remaining:
-            fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
-        sample = random_draw(remaining, size, seed=args.seed)
-        draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
-        write_atomic(args.out, export_csv(sample, draw=draw), private=True)
-        console.print(Text(f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
-                           f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"))
-        console.print(Text(f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
-                           f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
-                           "(docs/judge-error-usage.md)", style="yellow"))
-        console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id "
-                           f"{args.run_id}{at}", style="dim"))
-        if left - len(sample) > 0:
-            console.print(Text(next_batch, style="dim"))
-        console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
-        return 0
+        return _export_random(args, store, judged, size=size, spent=spent, left=left, next_batch=next_batch, at=at)
     try:
         drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set,
                               compare=tuple(args.compare) if args.compare else None)
@@ -228,18 +211,46 @@ def _export_active(args, store, items) -> int:
     console.print(Text(f"wrote {len(drawn.items)} of {drawn.population} judged turns people have not labelled to {args.out} "
                        f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
                        f"{left - len(drawn.items)} left after this batch)"))
+    _print_allocation(drawn.allocation)
+    _after_export(args, at, more=left - len(drawn.items) > 0, next_batch=next_batch)
+    return 0
+
+
+def _export_random(args, store, judged, *, size: int, spent: int, left: int, next_batch: str, at: str) -> int:
+    """Past the share of labelled replies where choosing them gains nothing: a simple random draw of the batch."""
+    done = labelled_items(store, args.run_id)
+    remaining = [i for i in judged if i.item_id not in done]
+    if not remaining:
+        fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
+    sample = random_draw(remaining, size, seed=args.seed)
+    draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
+    write_atomic(args.out, export_csv(sample, draw=draw), private=True)
+    console.print(Text(f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
+                       f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"))
+    console.print(Text(f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
+                       f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
+                       "(docs/judge-error-usage.md)", style="yellow"))
+    _after_export(args, at, more=left - len(sample) > 0, next_batch=next_batch)
+    return 0
+
+
+def _print_allocation(allocation) -> None:
+    """Where an active draw's labels go: each stratum's picks and inclusion probability."""
     table = Table(title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)"))
     for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
         table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")
-    for key, name, picked, size_h in drawn.allocation:  # the file's draw column names the key only (annotators are blind)
+    for key, name, picked, size_h in allocation:  # the file's draw column names the key only (annotators are blind)
         table.add_row(Text(key), Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
     console.print(table)
+
+
+def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
+    """What to do with an exported batch: store it once labelled, draw the next, keep the file private."""
     console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
                        style="dim"))
-    if left - len(drawn.items) > 0:
+    if more:
         console.print(Text(next_batch, style="dim"))
     console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
-    return 0
 
 
 def agree_main(args) -> int:

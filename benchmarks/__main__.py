@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks import common
 from checkpoints.paths import StoreError
@@ -39,7 +40,7 @@ SUITES = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmarks", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
     p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
@@ -59,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only")
     p.add_argument("--labelling", action="store_true",
                    help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (≤ 15 min)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error for a flag given to a benchmark it does not belong to, or an impossible value."""
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         p.error(f"unknown benchmark {unknown[0]!r}: use {', '.join(SUITES)}")
@@ -91,6 +96,28 @@ def main(argv: list[str] | None = None) -> int:
             p.error(str(exc))
     if args.paper_dialogues is not None and args.paper_dialogues < 1:
         p.error(f"--paper-dialogues must be at least 1, not {args.paper_dialogues}")
+
+
+def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One benchmark's results, run with the flags that belong to it."""
+    paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
+    if name == "scale":
+        return module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues,
+                          processes=args.processes or len(os.sched_getaffinity(0)))
+    if name == "scaleout":
+        try:
+            return module.run(db=args.db)
+        except StoreError as exc:
+            p.error(str(exc))
+    if name == "judge_error":
+        return module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
+    return module.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    _check(p, args)
     import importlib
 
     results = {}
@@ -100,19 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(title, flush=True)
         note = common.load_note()
         started = time.perf_counter()
-        paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
-        if name == "scale":
-            result = module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues,
-                                processes=args.processes or len(os.sched_getaffinity(0)))
-        elif name == "scaleout":
-            try:
-                result = module.run(db=args.db)
-            except StoreError as exc:
-                p.error(str(exc))
-        elif name == "judge_error":
-            result = module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
-        else:
-            result = module.run()
+        result = _run_suite(p, name, module, args)
         result["load_before"] = note
         for line in module.report(result):
             print(line)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
 from checkpoints.run_record import run_settings
-from checkpoints.store import open_writer
+from checkpoints.store import Writer, open_writer
 from cli.common import console, error_console, fail
 from cli.exit_codes import EXIT_OK
 from cli.run_outcome import exit_status, print_ending
@@ -33,20 +34,7 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
     started included), with the command that resumes them (``resume``: the enqueuing command, when known).
     """
     try:
-        counts = job_counts(url, run_id)
-        if not counts:
-            fail(f"run {run_id} has no jobs in {url}: enqueue it first with --enqueue")
-        total = sum(counts.values())
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.fields[doing]} playing"), console=error_console, disable=as_json) as progress:
-            bar = progress.add_task("dialogues", total=total, doing=counts.get("doing", 0))
-            while True:
-                waiting = sum(counts.get(s, 0) for s in WAITING)
-                progress.update(bar, total=sum(counts.values()), completed=sum(counts.values()) - waiting, doing=counts.get("doing", 0))
-                if not waiting:
-                    break
-                time.sleep(poll_s)
-                counts = job_counts(url, run_id)
+        counts = _poll_jobs(url, run_id, as_json=as_json, poll_s=poll_s)
         store = open_writer(url, create=False)
     except StoreError as exc:
         fail(str(exc))
@@ -55,26 +43,7 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
             f"--db {url} --wait")
         return 130
     try:
-        store.refresh_run_status(run_id)
-        outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
-        summary = run_summary(store, run_id, outcomes=outcomes)
-        run_config = (store.get_run(run_id) or {}).get("config")
-        started = {d["thread_id"] for d in store.dialogues(run_id)}
-        if counts.get("failed"):
-            summary["jobs_failed"] = counts["failed"]
-            never = [thread for thread in job_threads(url, run_id, "failed") if thread not in started]
-            summary["failed"] += [{"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
-                                  for t in never]
-            summary["dialogues"] += len(never)
-        # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
-        held = [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]
-        if (cap := run_budget(url, run_id)) is not None:
-            dollars = budget_status(store, run_id, cap)
-            summary["budget"] = {**{k: dollars[k] for k in ("max_usd", "spent_usd", "reserved_usd", "estimate_usd")},
-                                 "held": len(held)}
-        elif held:
-            summary["budget"] = {"held": len(held)}
-        summary["dialogues"] += len(held)
+        summary, run_config = _settled_summary(store, url, run_id, counts)
     except StoreError as exc:
         fail(str(exc))
     finally:
@@ -92,3 +61,47 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
             error_console.print(f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again")
     print_ending(summary, status, None, error_console)
     return status
+
+
+def _poll_jobs(url: PostgresURL, run_id: str, *, as_json: bool, poll_s: float) -> dict[str, int]:
+    """Show the run's jobs as a progress bar (on stderr, none with --json) until none waits; their final counts."""
+    counts = job_counts(url, run_id)
+    if not counts:
+        fail(f"run {run_id} has no jobs in {url}: enqueue it first with --enqueue")
+    total = sum(counts.values())
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[doing]} playing"), console=error_console, disable=as_json) as progress:
+        bar = progress.add_task("dialogues", total=total, doing=counts.get("doing", 0))
+        while True:
+            waiting = sum(counts.get(s, 0) for s in WAITING)
+            progress.update(bar, total=sum(counts.values()), completed=sum(counts.values()) - waiting, doing=counts.get("doing", 0))
+            if not waiting:
+                break
+            time.sleep(poll_s)
+            counts = job_counts(url, run_id)
+    return counts
+
+
+def _settled_summary(store: Writer, url: PostgresURL, run_id: str, counts: dict[str, int]) -> tuple[dict[str, Any], Any]:
+    """The run's status settled and its summary, counting jobs that never started their dialogue; its stored config."""
+    store.refresh_run_status(run_id)
+    outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
+    summary = run_summary(store, run_id, outcomes=outcomes)
+    run_config = (store.get_run(run_id) or {}).get("config")
+    started = {d["thread_id"] for d in store.dialogues(run_id)}
+    if counts.get("failed"):
+        summary["jobs_failed"] = counts["failed"]
+        never = [thread for thread in job_threads(url, run_id, "failed") if thread not in started]
+        summary["failed"] += [{"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
+                              for t in never]
+        summary["dialogues"] += len(never)
+    # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
+    held = [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]
+    if (cap := run_budget(url, run_id)) is not None:
+        dollars = budget_status(store, run_id, cap)
+        summary["budget"] = {**{k: dollars[k] for k in ("max_usd", "spent_usd", "reserved_usd", "estimate_usd")},
+                             "held": len(held)}
+    elif held:
+        summary["budget"] = {"held": len(held)}
+    summary["dialogues"] += len(held)
+    return summary, run_config

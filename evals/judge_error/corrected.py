@@ -11,7 +11,7 @@ saying why when there is none.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,7 +190,7 @@ def pooled_block(
     validation values and seed-level bootstrap weights, so the pooled interval carries both uncertainties.
     """
     refused = {k: r for k, r in results.items() if isinstance(r, str)}
-    fitted: list[tuple[CorrectedRun, Sequence[Sequence[str | None]]]] = [
+    fitted: _Fitted = [
         (r, cells[k]) for k, r in results.items() if not isinstance(r, str)]
     if not fitted:
         return refused_block(chosen, next(iter(refused.values()), chosen.refusal))
@@ -200,62 +200,79 @@ def pooled_block(
     left_out = "; ".join(f"{' · '.join(map(str, k)) if isinstance(k, tuple) else k} left out ({r})" for k, r in refused.items())
     turns = max(r.turns for r, _ in fitted)
 
-    def reach(rows: Sequence[Sequence[str | None]], t: int) -> int:
-        return sum(1 for row in rows if len(row) > t and row[t] is not None and any(x in PARSED_LABELS for x in row))
-
-    def combine(points: list[float | None], draws: list[np.ndarray], weights: list[float]) -> dict[str, Any]:
-        kept = [(p, d, w) for p, d, w in zip(points, draws, weights) if p is not None and w > 0]
-        if not kept:
-            return {"rate": None, "ci95": [None, None]}
-        total = sum(w for _, _, w in kept)
-        point = sum(p * w for p, _, w in kept) / total
-        values = sum(d * w for _, d, w in kept) / total
-        low, high = interval(values, point)  # type: ignore[arg-type]  # the same 95% rule as each cell's
-        return {"rate": point, "ci95": [low, high]}
-
-    def series(name: str) -> list[dict[str, Any]]:
-        rows = []
-        for t in range(turns):
-            points, draws, weights = [], [], []
-            for r, seqs in fitted:
-                if t < r.turns:
-                    points.append(getattr(r, name)[t].rate)
-                    draws.append(getattr(r.draws, name)[:, t])
-                    weights.append(reach(seqs, t) if name == "per_turn" else r.n_dialogues)
-            rows.append({"turn": t + 1, **combine(points, draws, weights)})  # type: ignore[arg-type]
-        return rows
-
-    def every(test) -> bool:
-        """A boundary every cell keeps keeps the pool at it too (each cell's rate can be at it at once)."""
-        return all(r.boundaries is not None and test(r.boundaries) for r, _ in fitted)
-
-    def extend(entry: dict[str, Any], low: float | None = None, high: float | None = None) -> None:
-        lo, hi = entry["ci95"]
-        if lo is None or hi is None:
-            return
-        entry["ci95"] = [lo if low is None else min(lo, low), hi if high is None else max(hi, high)]
-
-    per_turn, cumulative = series("per_turn"), series("cumulative")
-    for t in range(turns):
-        if every(lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):  # noqa: B023 - called at once
-            extend(per_turn[t], low=0.0)
-        if every(lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):  # noqa: B023 - called at once
-            extend(per_turn[t], high=1.0)
-        if every(lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):  # noqa: B023 - called at once
-            extend(cumulative[t], low=0.0)
-        for s in range(t):  # flat from turn s+1 to t+1 in every cell: the pool's cumulative may be flat too
-            if every(lambda b: b.flat_between(s, t)):  # noqa: B023 - called at once
-                extend(cumulative[t], low=cumulative[s]["ci95"][0])
-    re = combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
-                 [r.n_dialogues for r, _ in fitted])
-    if every(lambda b: b.no_re_emergence):
-        extend(re, low=0.0)
+    per_turn, cumulative = _pooled_series(fitted, "per_turn", turns), _pooled_series(fitted, "cumulative", turns)
+    _keep_boundaries(fitted, per_turn, cumulative, turns)
+    re = _combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
+                  [r.n_dialogues for r, _ in fitted])
+    if _every(fitted, lambda b: b.no_re_emergence):
+        _extend(re, low=0.0)
     return {"per_turn": per_turn, "cumulative": cumulative, "re_emergence": re, "first_bias_turn": None,
             "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": int(fitted[0][0].draws.per_turn.shape[0]),
             "validation": chosen.as_dict(), "refusal": None,
             "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
             "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
             **({"note": left_out} if left_out else {})}
+
+
+# The cells of a pooled block: each fitted cell with its label rows.
+_Fitted = list[tuple[CorrectedRun, Sequence[Sequence[str | None]]]]
+
+
+def _reach(rows: Sequence[Sequence[str | None]], t: int) -> int:
+    """The dialogues of a cell that reach turn ``t`` (0-based) with a label there and a parsed label somewhere."""
+    return sum(1 for row in rows if len(row) > t and row[t] is not None and any(x in PARSED_LABELS for x in row))
+
+
+def _combine(points: list[float | None], draws: list[np.ndarray], weights: list[float]) -> dict[str, Any]:
+    """The cells' weighted mean rate, its interval from their draws averaged draw by draw with the same weights."""
+    kept = [(p, d, w) for p, d, w in zip(points, draws, weights) if p is not None and w > 0]
+    if not kept:
+        return {"rate": None, "ci95": [None, None]}
+    total = sum(w for _, _, w in kept)
+    point = sum(p * w for p, _, w in kept) / total
+    values = sum(d * w for _, d, w in kept) / total
+    low, high = interval(values, point)  # type: ignore[arg-type]  # the same 95% rule as each cell's
+    return {"rate": point, "ci95": [low, high]}
+
+
+def _pooled_series(fitted: _Fitted, name: str, turns: int) -> list[dict[str, Any]]:
+    """The pooled per-turn or cumulative rate at each turn: per turn weighted by dialogues reaching it, else by all."""
+    rows = []
+    for t in range(turns):
+        points, draws, weights = [], [], []
+        for r, seqs in fitted:
+            if t < r.turns:
+                points.append(getattr(r, name)[t].rate)
+                draws.append(getattr(r.draws, name)[:, t])
+                weights.append(_reach(seqs, t) if name == "per_turn" else r.n_dialogues)
+        rows.append({"turn": t + 1, **_combine(points, draws, weights)})  # type: ignore[arg-type]
+    return rows
+
+
+def _every(fitted: _Fitted, test: Callable[[Any], bool]) -> bool:
+    """A boundary every cell keeps keeps the pool at it too (each cell's rate can be at it at once)."""
+    return all(r.boundaries is not None and test(r.boundaries) for r, _ in fitted)
+
+
+def _extend(entry: dict[str, Any], low: float | None = None, high: float | None = None) -> None:
+    lo, hi = entry["ci95"]
+    if lo is None or hi is None:
+        return
+    entry["ci95"] = [lo if low is None else min(lo, low), hi if high is None else max(hi, high)]
+
+
+def _keep_boundaries(fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: list[dict[str, Any]], turns: int) -> None:
+    """Widen the pooled intervals to 0, 1 or a flat stretch wherever every cell's own interval reaches it."""
+    for t in range(turns):
+        if _every(fitted, lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):  # noqa: B023 - called at once
+            _extend(per_turn[t], low=0.0)
+        if _every(fitted, lambda b: t < len(b.per_turn_one) and b.per_turn_one[t]):  # noqa: B023 - called at once
+            _extend(per_turn[t], high=1.0)
+        if _every(fitted, lambda b: t < len(b.cumulative_zero) and b.cumulative_zero[t]):  # noqa: B023 - called at once
+            _extend(cumulative[t], low=0.0)
+        for s in range(t):  # flat from turn s+1 to t+1 in every cell: the pool's cumulative may be flat too
+            if _every(fitted, lambda b: b.flat_between(s, t)):  # noqa: B023 - called at once
+                _extend(cumulative[t], low=cumulative[s]["ci95"][0])
 
 
 def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, Any]:

@@ -217,14 +217,7 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
         result = correct_cells({group: matrix}, chosen, clusters={group: seeds},
                                threads={group: [d.thread_id for d in members]}, seed=seed)[group]
         block = cell_block(result, chosen)
-        v = block.get("validation") or {}
-        common = {
-            "run_id": group.run_id, "target_model": group.target, "mode": group.mode, "dialogues": raw.n_dialogues,
-            "validation_kind": v.get("kind"), "validation_source": v.get("source"), "validation_n": v.get("n"),
-            **{f"{name}{suffix}": value for name in ("sensitivity", "specificity")
-               for suffix, value in zip(("", "_low", "_high"), [(v.get(name) or {}).get("value"), *((v.get(name) or {}).get("ci95") or [None, None])])},
-            "refusal": block["refusal"],
-        }
+        common = _cell_columns(group, raw.n_dialogues, block)
         for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):
             corrected = block[measure]
             for t, e in enumerate(estimates, start=1):
@@ -249,3 +242,15 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
                         "corrected_rate": re["rate"], "corrected_low": re["ci95"][0], "corrected_high": re["ci95"][1],
                         "unreliable": "re_emergence" in (block.get("unreliable") or {})})
     return records
+
+
+def _cell_columns(group: Group, dialogues: int, block: dict[str, Any]) -> dict[str, Any]:
+    """The columns every rate row of one cell shares: the cell, its validation's size and error rates, its refusal."""
+    v = block.get("validation") or {}
+    return {
+        "run_id": group.run_id, "target_model": group.target, "mode": group.mode, "dialogues": dialogues,
+        "validation_kind": v.get("kind"), "validation_source": v.get("source"), "validation_n": v.get("n"),
+        **{f"{name}{suffix}": value for name in ("sensitivity", "specificity")
+           for suffix, value in zip(("", "_low", "_high"), [(v.get(name) or {}).get("value"), *((v.get(name) or {}).get("ci95") or [None, None])])},
+        "refusal": block["refusal"],
+    }

@@ -5,7 +5,7 @@ How a fork is made, with no model call and nothing written to the parent:
 1. Walk the parent thread's checkpoints from its newest one back through its parents (a thread
    resumed after a failure or edited at a pause holds abandoned checkpoints too) and take the one
    whose next node is the user node and whose state holds K-1 user messages: the state just before
-   turn K's user message (``fork_checkpoint_id``).
+   turn K's user message (``fork_checkpoint_id``; graph.running.fork_points).
 2. Write that state into a new thread with ``aupdate_state(..., as_node="termination")``: one update
    per turn boundary, so the branch has its own checkpoint before each of its turns 1..K and can be
    branched again anywhere; the change goes into the last update (a new seed statement, mode or
@@ -27,7 +27,6 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
 
 import prompts
 from checkpoints.branching import describe_change
@@ -37,18 +36,13 @@ from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, R
 from graph.config.stored import stored_run_config
 from graph.running.playing import DialogueOutcome, ProgressCallback, StoreWriter, dialogue_config, drive
 from graph.running.run_records import package_versions
+from graph.running.fork_points import USER_NODES, ForkError, ForkPoint, Lineage, is_turn_boundary, read_lineage
 from graph.running.swaps import swap_terms
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
-from nodes.state import current_turn, new_messages
+from nodes.state import new_messages
 
-# The nodes that write a user message; a checkpoint waiting for one of them is a turn boundary.
-USER_NODES = frozenset({"user_simulator", "scripted_user"})
 CHANGE_KINDS: tuple[str, ...] = ("user_message", "swap", "target_model", "judge_model", "mode", "seed_statement", "rerun")
-
-
-class ForkError(ValueError):
-    """A branch that cannot be made as asked; the message names the value and the fix."""
 
 
 # --------------------------------------------------------------------------- the change
@@ -73,80 +67,6 @@ class Change:
     def role(self) -> str | None:
         """The role whose model this change replaces, if any."""
         return {"target_model": "target", "judge_model": "judge"}.get(self.kind)
-
-
-@dataclass(frozen=True)
-class ForkPoint:
-    """The state of a dialogue just before turn ``turn``'s user message, and where it is stored."""
-
-    thread_id: str
-    turn: int
-    checkpoint_id: str
-    values: dict[str, Any]
-    # The user message the dialogue went on to send at this turn (None if it never got that far).
-    turn_message: str | None
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """A thread's newest checkpoint and, for each turn, the checkpoint just before its user message."""
-
-    thread_id: str
-    head: StateSnapshot
-    before_turn: dict[int, StateSnapshot]
-
-    @property
-    def fork_turns(self) -> list[int]:
-        return sorted(self.before_turn)
-
-    def fork_point(self, turn: int) -> ForkPoint:
-        if turn not in self.before_turn:
-            raise ForkError(f"thread {self.thread_id} cannot be forked at turn {turn}: {self.describe_turns()}")
-        snapshot = self.before_turn[turn]
-        sent = next(
-            (t.get("user_message") for t in self.head.values.get("turns", []) if t.get("index") == turn),
-            None,
-        )
-        return ForkPoint(
-            thread_id=self.thread_id,
-            turn=turn,
-            checkpoint_id=snapshot.config["configurable"]["checkpoint_id"],
-            values=dict(snapshot.values),
-            turn_message=sent,
-        )
-
-    def describe_turns(self) -> str:
-        turns = self.fork_turns
-        if not turns:
-            return "it has no checkpoint before a user turn"
-        if turns == list(range(turns[0], turns[-1] + 1)):
-            return f"--turn must be between {turns[0]} and {turns[-1]}"
-        return f"--turn must be one of {', '.join(map(str, turns))}"
-
-
-def is_turn_boundary(snapshot: StateSnapshot) -> bool:
-    """A checkpoint waiting for the user node, in a dialogue that has neither failed nor ended."""
-    values = snapshot.values or {}
-    return bool(snapshot.next) and set(snapshot.next) <= USER_NODES and not values.get("error") and not values.get("stop_reason")
-
-
-async def read_lineage(graph: CompiledStateGraph, thread_id: str) -> Lineage:
-    """The checkpoints on the path to a thread's newest one (abandoned retries and edits are skipped)."""
-    by_id: dict[str, StateSnapshot] = {}
-    head: StateSnapshot | None = None
-    async for snapshot in graph.aget_state_history({"configurable": {"thread_id": thread_id}}):
-        by_id[snapshot.config["configurable"]["checkpoint_id"]] = snapshot
-        head = head or snapshot  # newest first
-    if head is None:
-        raise ForkError(f"thread {thread_id} has no checkpoints: it was never played in this database")
-    before: dict[int, StateSnapshot] = {}
-    snapshot: StateSnapshot | None = head  # type: ignore[no-redef]
-    while snapshot is not None:
-        if is_turn_boundary(snapshot):
-            before.setdefault(current_turn(snapshot.values) + 1, snapshot)  # type: ignore[arg-type]  # the newest wins
-        parent = snapshot.parent_config
-        snapshot = by_id.get(parent["configurable"].get("checkpoint_id")) if parent else None  # type: ignore[assignment,arg-type]
-    return Lineage(thread_id=thread_id, head=head, before_turn=before)
 
 
 # --------------------------------------------------------------------------- planning
@@ -450,5 +370,5 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
 __all__ = [
     "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
     "build_settings", "change_record", "create_branch", "describe_change", "given_message",
-    "plan_branch", "play_branches", "prefix_updates", "read_lineage",
+    "USER_NODES", "is_turn_boundary", "plan_branch", "play_branches", "prefix_updates", "read_lineage",
 ]

@@ -24,7 +24,8 @@ from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.store_option import add_db_option, chosen_db
 from dymt.errors import DymtError
-from dymt.events import DialogueProgress, ignore
+from dymt.events import DialogueProgress, Event, ignore
+from dymt.stores import Db
 from graph.running.swaps import parse_swap
 from nodes.modes import DYNAMIC_MODES
 
@@ -90,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
 class _Labels:
     """Prints each branch that ends with its labels (read from the store, opened on the first one)."""
 
-    def __init__(self, db) -> None:
-        self.db, self.store = db, None
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.store: dymt.Store | None = None
 
-    def show(self, event) -> None:
+    def show(self, event: Event) -> None:
         if not isinstance(event, DialogueProgress) or event.event not in ("finished", "failed"):
             return
         if self.store is None:

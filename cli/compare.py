@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     elif result.kind == "runs":
         _show_runs(result, n_boot=args.n_boot)
     else:
+        a, b = args.threads  # a pair: dymt.compare took exactly two
         with dymt.open(args.db) as store:
-            for renderable in pair_view(store.reader, *args.threads, result.detail["start"]):
+            for renderable in pair_view(store.reader, a, b, result.detail["start"]):
                 console.print(renderable)
     return 0
 

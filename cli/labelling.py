@@ -5,7 +5,10 @@ bar, the exit status and safe file writes; the scoring itself lives in :mod:`eva
 
 from __future__ import annotations
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from types import TracebackType
+from typing import Protocol
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from checkpoints.location import DbLocation
@@ -13,9 +16,8 @@ from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, error_console, positive_int
 from cli.store_option import read_store, write_store
+from dymt.events import Labelled
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
-from dymt.judging import Labelled
-from evals.scorers.loop import Tally
 
 
 def describe(doc: str | None) -> str:
@@ -54,7 +56,16 @@ def progress_bar() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console)
 
 
-def exit_status(tally: Tally, *, what: str = "calls") -> int:
+class Failures(Protocol):
+    """What :func:`exit_status` reads of a labelling pass (an ``evals.scorers.loop.Tally``, a ``dymt`` result)."""
+
+    @property
+    def failed(self) -> int: ...
+    @property
+    def first_error(self) -> str | None: ...
+
+
+def exit_status(tally: Failures, *, what: str = "calls") -> int:
     """1 (with a hint to rerun) when some model calls failed, else 0."""
     if tally.failed:
         error_console.print(Text(f"{tally.failed} {what} failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
@@ -67,14 +78,16 @@ class LabelProgress:
     dymt.rejudge(..., on_event=bar)``."""
 
     def __init__(self, description: str = "judging") -> None:
-        self.description, self.progress, self.task = description, progress_bar(), None
+        self.description, self.progress = description, progress_bar()
+        self.task: TaskID | None = None
 
     def __enter__(self) -> "LabelProgress":
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.progress.__exit__(exc_type, exc, traceback)
 
     def __call__(self, event: object) -> None:
         if not isinstance(event, Labelled):

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     path = reader.path
     db = reader.db
     try:
-        require_traces(reader.file_tables, path)  # type: ignore[arg-type]
+        require_traces(reader.file_tables, path)
     except StoreError as exc:
         reader.close()
         fail(str(exc))

@@ -77,7 +77,8 @@ def _branch_in(store: Writer, ask: _Ask, change: Change, *, name: str | None, sa
     if sampling_seed is None and change.kind == "rerun":
         sampling_seed = secrets.randbelow(2**31)
     try:
-        settings = build_settings(store, parents[0], overrides={change.role: change.model} if change.role else None,
+        role, model = change.role, change.model  # a model change (_change) always names its model
+        settings = build_settings(store, parents[0], overrides={role: model} if role and model is not None else None,
                                   sampling_seed=sampling_seed, base_url=base_url)
     except ForkError as exc:
         raise DymtError(str(exc)) from None
@@ -121,8 +122,14 @@ def _change(*, user_message: str | None, swap: Sequence[Swap] | None, target_mod
         raise DymtError(f"unknown --mode {mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}")
     kind = named[0]
     if kind in ("target_model", "judge_model"):
-        return Change(kind, model=given[kind])
-    return Change(kind, **({} if kind == "rerun" else {kind: given[kind]}))
+        return Change(kind, model=target_model if kind == "target_model" else judge_model)
+    if kind == "user_message":
+        return Change(kind, user_message=user_message)
+    if kind == "mode":
+        return Change(kind, mode=mode)
+    if kind == "seed_statement":
+        return Change(kind, seed_statement=seed_statement)
+    return Change(kind)  # rerun
 
 
 def _parents(store: Writer, ask: _Ask, change: Change) -> list[dict]:

@@ -88,6 +88,15 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class Labelled:
+    """A labelling pass (``dymt.rejudge``, ``dymt.validate_judge``) moved: ``done`` of ``total`` replies labelled (or
+    failed) so far."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class RunEnded:
     """The last event of ``dymt.astream``: the run's result (``dymt.RunResult``)."""
 
@@ -95,7 +104,7 @@ class RunEnded:
     result: Any = field(repr=False)
 
 
-Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Notice | RunEnded
+Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Notice | Labelled | RunEnded
 EventSink = Callable[[Event], None]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from checkpoints.readers import open_reader
 from checkpoints.store import Writer, open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS
 from dymt.errors import DymtError
-from dymt.events import EventSink, ignore
+from dymt.events import EventSink, Labelled, ignore
 from dymt.files import write_atomic
 from dymt.results import JudgeResult, RejudgeResult
 from dymt.running import run_coroutine
@@ -36,24 +35,16 @@ from evals.scorers.rejudge_jobs import pending_turns, rejudge as label_again, ru
 from evals.stats.agreement import label_set_agreement
 
 
-@dataclass(frozen=True)
-class Labelled:
-    """A labelling pass moved: ``done`` of ``total`` replies labelled (or failed) so far."""
-
-    done: int
-    total: int
-
-
 class _Steps:
     """Counts the labelling loop's steps into :class:`Labelled` events (the first one says the total)."""
 
     def __init__(self, total: int, on_event: EventSink) -> None:
         self.done, self.total, self.on_event = 0, total, on_event
-        on_event(Labelled(0, total))  # type: ignore[arg-type] - a labelling event beside dymt.events'
+        on_event(Labelled(0, total))
 
     def __call__(self) -> None:
         self.done += 1
-        self.on_event(Labelled(self.done, self.total))  # type: ignore[arg-type]
+        self.on_event(Labelled(self.done, self.total))
 
 
 def judge_prompt_template(path: str | os.PathLike[str] | None) -> prompts.PromptTemplate | None:

@@ -53,7 +53,7 @@ def report(ids: str | Sequence[str], *, out: str | os.PathLike[str], db: Db = No
                 return render_page(data, pages, run_ids=ids, label_set=label_set, generated_at=generated_at, db=where,
                                    labelling=rounds, out=out)
         path = store.path
-    written = write_report(data, out, db=path, html=page)
+    written = write_report(data, out, db=str(path), html=page)
     return ReportResult(run_ids=tuple(ids), out=str(out), files=tuple(sorted(p.name for p in written)),
                         headline=tuple(headline(data)), data=data)
 

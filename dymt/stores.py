@@ -7,6 +7,7 @@ raises :class:`DymtError` with the store's one-line message.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
@@ -45,6 +46,6 @@ def writer(db: Db) -> Writer:
         raise DymtError(str(exc)) from None
 
 
-def run_ids(ids: str | list[str] | tuple[str, ...]) -> list[str]:
+def run_ids(ids: str | Sequence[str]) -> list[str]:
     """One run id or several, as a list."""
     return [ids] if isinstance(ids, str) else list(ids)

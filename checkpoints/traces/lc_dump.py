@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-_ABSENT = object()
-
 
 class _NotPlain(Exception):
     """A value ``dumpd`` would do more with than copy: an object, a dict with an ``lc`` key, a key not a string."""
@@ -111,8 +109,9 @@ def message_dict(message: Any) -> Any:
     ``dumpd`` itself (tests/unit/test_trace_bytes.py compares the two).
     """
     kind = type(message)
-    plan = _PLANS.get(kind, _ABSENT)
-    if plan is _ABSENT:
+    try:
+        plan = _PLANS[kind]
+    except KeyError:  # a class not seen before: its plan, worked out once
         plan = _PLANS[kind] = _plan_of(kind)
     if plan is not None and not message.__pydantic_extra__:
         try:
@@ -150,5 +149,6 @@ def _kwargs(message: Any, plan: _Plan) -> dict[str, Any]:
             continue
         kwargs[name] = value
     for level in plan.attributes:
-        kwargs.update((message if level is None else super(level, message)).lc_attributes)
+        owner: Any = message if level is None else super(level, message)  # a super() proxy reads like the message
+        kwargs.update(owner.lc_attributes)
     return {k: _plain_copy(v) for k, v in kwargs.items()}

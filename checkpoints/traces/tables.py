@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import sqlite_utils
 
 from checkpoints.clock import now
+from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
 from checkpoints.reducers import apply_update
 from checkpoints.traces.decoder import TraceDecoder, decode_stream
@@ -106,7 +107,7 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
 # --- reading ------------------------------------------------------------------------------
 
 
-def require_traces(file_tables: Iterable[str], path: Path) -> None:
+def require_traces(file_tables: Iterable[str], path: Path | PostgresURL) -> None:
     """Refuse a database file without trace tables (a reader's ``file_tables``), saying why."""
     if "trace_runs" not in set(file_tables):
         raise StoreError(

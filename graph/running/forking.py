@@ -330,7 +330,7 @@ async def play_branches(
     models = settings.models
     run_config = (settings.config or RunConfig()).model_copy(update={
         "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
-        "seeds": "branch of " + ", ".join(parent_runs), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
+        "seeds": "branch of " + ", ".join(map(str, parent_runs)), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
         "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
     })
     config = run_config.stored_record(models).with_extra(

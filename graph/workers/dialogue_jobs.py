@@ -139,8 +139,11 @@ def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str
                   targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
     """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
     cost cap)."""
+    run_id = config.run_id
+    if run_id is None:  # the caller gives the run its id before planning its jobs (dymt.queueing.enqueue)
+        raise ValueError("dialogue_jobs needs a config with its run_id")
     return [
-        DialogueJob(run_id=config.run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
+        DialogueJob(run_id=run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
                     seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
                     sample=sample, script=by_mode[mode].script(seed.id), budget=budget)
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)

@@ -146,7 +146,8 @@ def _render_validation(summary: dict[str, Any], console: Console) -> None:
 def command_block(text: str) -> list[str]:
     """A note that names commands as a short block: its prose, then each command on a line of its own (indented),
     so that each can be copied whole."""
-    lines, at = [], 0
+    lines: list[str] = []
+    at = 0
     for match in _COMMAND.finditer(text):
         prose = text[at:match.start()].strip(" ,;")
         if prose:

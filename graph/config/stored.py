@@ -7,12 +7,12 @@ change what the run plays must repeat the stored value; one for how it is played
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from checkpoints.run_record import RunRecord
-from checkpoints.vocabulary import ROLES
+from checkpoints.vocabulary import ROLES, Role
 from graph.config.errors import ConfigError
 from graph.config.flags import PLAYING, RUN_DEFINING, one_line
 from graph.config.run_config import RunConfig
@@ -44,7 +44,7 @@ def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunCo
         if stored != wanted:
             flag = "--" + dest.replace("_", "-")
             if dest.endswith("_prompt"):
-                source = given.prompts.get(dest.removesuffix("_prompt"))
+                source = given.prompts.get(cast(Role, dest.removesuffix("_prompt")))
                 wanted, stored = (source.path if source else None), ("another prompt" if stored is not None else "the built-in one")
             raise ConfigError(f"{flag} {_shown(wanted)} contradicts run {run_id}, stored with {_shown(stored)}: drop {flag} "
                               "(a flag not given comes from the run) or choose a new --run-id")
@@ -80,7 +80,7 @@ def _defining_value(config: RunConfig, dest: str) -> Any:
     if dest == "target_model":
         return config.models.targets
     if dest.endswith("_prompt"):
-        source = config.prompts.get(dest.removesuffix("_prompt"))
+        source = config.prompts.get(cast(Role, dest.removesuffix("_prompt")))
         if source is None:
             return None
         try:

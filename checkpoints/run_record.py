@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 ROLES = ("user", "target", "judge")
 _RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
 

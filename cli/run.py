@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     given = explicit | (set(experiment.options) if experiment is not None else set())
     server = location if isinstance(location, PostgresURL) else None
     _check_play_flags(args, server, config)
-    if args.wait and not args.enqueue:
+    if args.wait and not args.enqueue and server is not None and config.run_id:  # _check_play_flags: both are given
         return wait_for_run(server, config.run_id, as_json=args.json)
     try:
         if args.estimate:
@@ -188,8 +188,9 @@ def _pauses(args: argparse.Namespace):
 def _play(args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None, *, turns_given: bool) -> int:
     """Play the run with its progress shown: rich's display on a terminal (not with --json or --quiet), plain lines
     in a log (not with --quiet); then its summary, a line on how it ended, and its exit status."""
-    config = config if config.run_id else config.model_copy(update={"run_id": new_run_id()})
-    resume = resume_command(argv, config.run_id)
+    run_id = config.run_id or new_run_id()
+    config = config.model_copy(update={"run_id": run_id})
+    resume = resume_command(argv, run_id)
     log = not args.quiet and not sys.stderr.isatty() and not args.interactive
     display = RunDisplay(quiet=args.json or args.quiet, log=log, console=error_console)
     try:
@@ -235,12 +236,14 @@ def _check(config: RunConfig, *, as_json: bool) -> int:
 
 def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
     """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
-    config = config if config.run_id else config.model_copy(update={"run_id": new_run_id()})
+    run_id = config.run_id or new_run_id()
+    config = config.model_copy(update={"run_id": run_id})
     queued = dymt.enqueue(config, given=given)
     server = config.store_location()
-    error_console.print(f"run {config.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
+    assert isinstance(server, PostgresURL)  # _check_play_flags: --enqueue needs a PostgreSQL store
+    error_console.print(f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
                         f"finished; start workers with: python -m graph.worker --db {server}")
-    return wait_for_run(server, config.run_id, as_json=as_json, resume=resume_command(argv, config.run_id)) if wait else 0
+    return wait_for_run(server, run_id, as_json=as_json, resume=resume_command(argv, run_id)) if wait else 0
 
 
 def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:

@@ -82,7 +82,8 @@ def plan_labels(
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
     model = width_model(cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, design=design)
-    base = dict(width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design)
+    base: dict[str, Any] = dict(width=width, current_width=model.current, floor_width=model.floor,
+                                prevalence=model.prevalence, design=design)
     if model.current <= width:
         return LabelPlan(extra_labels=0, predicted_width=model.current, **base)
     if design == "active":  # the design draws from the run's judged replies not labelled yet
@@ -196,7 +197,7 @@ def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, desi
             tp, fn = validation.tp + pos * sens0, validation.fn + pos * (1 - sens0)
             tn, fp = validation.tn + neg * spec0, validation.fp + neg * (1 - spec0)
             return _beta_var(tp + 1, fn + 1) / var_s0, _beta_var(tn + 1, fp + 1) / var_p0
-        if own:
+        if design_now is not None:  # own and active
             after = planned_variances(sequences, known, int(round(m)), (sens0, spec0))
             return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
         if m < 1:

@@ -269,7 +269,7 @@ def _paired_section(report: ReportData) -> list[Block]:
         note += (" With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not "
             "independent, so read the seed-level interval first.")
     with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
-    parts = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
+    parts: list[str | TableData] = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
              t]
     for c in report.comparisons:
         table = paired_table(c, with_run=with_run)

@@ -129,7 +129,7 @@ def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, 
 def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
     """Seed leakage over the run's scored user turns, with the threads and turns still flagged."""
     rows = store.user_turns(run_id)
-    counts = count_leakage(rows).as_dict()
+    counts: dict[str, Any] = count_leakage(rows).as_dict()
     counts["flagged"] = [f"{r['thread_id']} turn {r['idx']}" for r in rows if r["leaked"]]
     return counts
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -169,7 +169,7 @@ class RunConfig(StrictModel):
     # ----------------------------------------------------------------- sources
 
     @classmethod
-    def from_flags(cls, args: argparse.Namespace, *, explicit: set[str] = frozenset(), experiment: Experiment | None = None) -> RunConfig:
+    def from_flags(cls, args: argparse.Namespace, *, explicit: AbstractSet[str] = frozenset(), experiment: Experiment | None = None) -> RunConfig:
         """cli.run's options; the experiment file's values replace those whose flag was not given."""
         values = {dest: getattr(args, dest) for dest in FLAG_FIELDS if hasattr(args, dest)}
         if experiment is not None:
@@ -201,7 +201,7 @@ class RunConfig(StrictModel):
 
     @classmethod
     def _from_options(
-        cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False, from_file: set[str] = frozenset(),
+        cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False, from_file: AbstractSet[str] = frozenset(),
     ) -> RunConfig:
         """Field values from argparse destinations; an error names the flag, or the file's key it came from."""
         data: dict[str, Any] = {}

@@ -63,7 +63,8 @@ class DialogueSlots:
 
     async def __aexit__(self, *_: Any) -> None:
         self.playing -= 1
-        self._gate.release()
+        if self._gate is not None:
+            self._gate.release()
 
 
 _SLOT_POLL_S = 0.05
@@ -138,11 +139,11 @@ async def execute_run(
         with playing_collector():
             outcomes = list(await asyncio.gather(*tasks))
     except BaseException as exc:
-        await _stop_interrupted(tasks, write, store, config.run_id, exc)
+        await _stop_interrupted(tasks, write, store, run_id_of(config), exc)
         raise
     write.close()
-    _finish(write, store, config.run_id, outcomes)
-    return RunResult(run_id=config.run_id, outcomes=outcomes)
+    _finish(write, store, run_id_of(config), outcomes)
+    return RunResult(run_id=run_id_of(config), outcomes=outcomes)
 
 
 def scripts_by_mode(
@@ -165,7 +166,7 @@ async def _held_back(write: StoreWriter, thread_id: str, notify: ProgressCallbac
     return DialogueOutcome(thread_id, status)
 
 
-async def _stop_interrupted(tasks: list[asyncio.Future], write: StoreWriter, store: Writer, run_id: str,
+async def _stop_interrupted(tasks: Sequence[asyncio.Future], write: StoreWriter, store: Writer, run_id: str,
                             exc: BaseException) -> None:
     """The run stopped on ``exc``: the other dialogues stop, the writer closes, the run is marked interrupted.
 
@@ -242,9 +243,16 @@ def plan_dialogues(
     ]
 
 
+def run_id_of(config: RunConfig) -> str:
+    """The id of the run being played: set before any dialogue plays (graph.run and the library name every run)."""
+    if config.run_id is None:
+        raise ValueError("a run plays with its run_id set")
+    return config.run_id
+
+
 def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sample: int) -> str:
     """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run (checkpoints/ids.py)."""
-    return thread_id_of(config.run_id, seed.id, mode, target=target if config.several_targets else None, sample=sample)
+    return thread_id_of(run_id_of(config), seed.id, mode, target=target if config.several_targets else None, sample=sample)
 
 
 async def play_dialogue(
@@ -268,7 +276,7 @@ async def play_dialogue(
     graph_config = dialogue_config(thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
     snapshot = await graph.aget_state(graph_config)
     values: dict[str, Any] = dict(snapshot.values or {})
-    run_input: dict[str, Any] | None = None
+    run_input: Any = None  # the first step's input (a new dialogue's initial state), None to resume
     if not values:
         run_input = initial_state(seed, mode, config.turns, script=script)
         await write.upsert_dialogue(thread_id,
@@ -299,7 +307,7 @@ async def play_dialogue(
 async def drive(
     graph: CompiledStateGraph,
     config: RunnableConfig,
-    run_input: dict[str, Any] | None,
+    run_input: Any,
     *,
     write: StoreWriter,
     context: RunContext,
@@ -318,7 +326,7 @@ async def drive(
     written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
     mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
     try:
-        async for state in graph.astream(run_input, config, context=context, stream_mode="values"):
+        async for state in graph.astream(run_input, config, context=context, stream_mode="values"):  # type: ignore[call-overload]  # langgraph's overloads type stream_mode as a Literal list
             final = state
             # Only the turn records this step changed (upserts): one small write, none after termination,
             # none for a turn that holds only its user message so far (the store keeps replies and labels).

@@ -39,7 +39,9 @@ from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
 from nodes.modes import ModeScripts
 from graph.config.run_config import RunConfig
-from graph.running.playing import DialogueOutcome, ProgressCallback, RunResult, plan_dialogues, scripts_by_mode, dialogue_thread_id
+from graph.running.playing import (
+    DialogueOutcome, ProgressCallback, RunResult, dialogue_thread_id, plan_dialogues, run_id_of, scripts_by_mode,
+)
 from graph.running.run_records import record_run
 from graph.workers.process_child import ChildModels, _child_main
 from models.circuit import CircuitReport
@@ -94,7 +96,7 @@ def play_in_processes(
     here or in a child, stops every child and raises :class:`StoreUnwritable`.
     """
     by_mode = scripts_by_mode(config, seeds, scripts)
-    path = Path(store.path)
+    path = Path(str(store.path))  # one SQLite file (--processes refuses PostgreSQL)
     jobs = plan_dialogues(config, seeds, by_mode, list(targets))
     with _faults_raised(path):
         record_run(store, record, by_mode, planned=len(jobs))
@@ -119,7 +121,7 @@ def play_in_processes(
         if fault is not None:
             raise fault from None  # one line for the command: which file, what to do; nothing lost
         raise
-    result = RunResult(run_id=config.run_id, outcomes=[children.outcomes[i] for i in range(len(jobs))])
+    result = RunResult(run_id=run_id_of(config), outcomes=[children.outcomes[i] for i in range(len(jobs))])
     failed = any(o.status == "failed" for o in result.outcomes)
     with _faults_raised(path):
         retry_locked(store.finish_run, config.run_id, "failed" if failed else "finished")

@@ -539,7 +539,7 @@ async def _play(config: RunConfig, plan: RunPlan, store, built, policy, template
         return again.models, again.targets
 
     models = built.models
-    async with open_checkpointer(store.path) as saver:
+    async with open_checkpointer(store.path, outage=outage) as saver:
         graph = build_graph(saver)
         graph = pauses.configure(graph) if pauses else graph
         with _progress(quiet, plan.n_dialogues, config.turns, policy, log=log) as on_progress:

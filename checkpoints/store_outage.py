@@ -9,8 +9,8 @@ dialogue plays on from its last checkpoint, so trying again is safe. Past the bu
 dialogue's retries or fails a job.
 
 The budget is kept by the clock, not by whoever asks next: a timer says it is spent the moment it is (the
-``on_exceeded`` callbacks run then), so callers blocked elsewhere (the checkpointer's pool: checkpoints/postgres/saver.py)
-give up at once instead of each waiting out its own timeout first.
+``on_exceeded`` callbacks run then), so callers blocked elsewhere (the checkpointer's pool:
+checkpoints/postgres/saver.py) give up at once instead of each waiting out its own timeout first.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class StoreOutage:
         for callback in callbacks:
             try:
                 callback(self._exceeded)
-            except Exception:  # noqa: BLE001 - one listener gone (its loop closed) must not keep the others from hearing
+            except Exception:  # noqa: BLE001 - a listener gone (its loop closed) must not keep the others from hearing
                 log.debug("an on_exceeded callback failed", exc_info=True)
         raise self._exceeded
 

@@ -4,13 +4,13 @@ Every served endpoint (a base URL, a provider's API) has an :class:`AdaptiveLimi
 starting concurrency and is cut when the provider refuses a call (a 429) or asks to slow down (a ``Retry-After``).
 A cut is made once per window (one cooldown from the first refusal), not once per refused call: a burst of 429s
 is one signal. It at least halves the limit, and goes down to what the provider took at once (a call refused while
-N others were in flight means the provider takes no more than N now), but not below a quarter of it. The limit may grow back to that level (never
-above three quarters of where it was cut), by one after as many answers in a row as the limit, while their latency
-stays within twice the best seen (a server that queues the extra calls answers slower: then it stops growing), and
-not while the provider's ``Retry-After`` runs. After a minute without a refusal, that level rises by one, to find
-room the provider has made since. It never passes its ceiling (``--max-concurrency``). The runner plays as many
-dialogues at once as the lowest limit of the run's endpoints allows (graph/playing.py ``DialogueSlots``); a
-``--rate-limit`` gate still spaces the calls themselves.
+N others were in flight means the provider takes no more than N now), but to no less than a quarter of it. The
+limit may grow back to that level (never above three quarters of where it was cut), by one after as many answers
+in a row as the limit, while their latency stays within twice the best seen (a server that queues the extra calls
+answers slower: then it stops growing), and not while the provider's ``Retry-After`` runs. After a minute without
+a refusal, that level rises by one, to find room the provider has made since. It never passes its ceiling
+(``--max-concurrency``). The runner plays as many dialogues at once as the lowest limit of the run's endpoints
+allows (graph/playing.py ``DialogueSlots``); a ``--rate-limit`` gate still spaces the calls themselves.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2,
     ``outage``: the process's store outage, whose budget bounds every wait for a connection (:class:`OutagePool`)."""
     # check: a connection the server dropped (a restart) is replaced before use, not handed to the saver.
     pool = OutagePool(url.url, min_size=1, max_size=max_connections, kwargs=dict(CONNECTION_KWARGS),
-                               open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints",
-                               check=AsyncConnectionPool.check_connection, reconnect_timeout=RECONNECT_TIMEOUT_S)
+                      open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints",
+                      check=AsyncConnectionPool.check_connection, reconnect_timeout=RECONNECT_TIMEOUT_S)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
     except PoolTimeout:

@@ -99,7 +99,8 @@ def test_an_outage_that_ends_in_time_is_not_called_spent_later():
 
 def test_the_checkpointers_pool_waits_no_longer_than_the_budget_and_then_fails_every_waiter_at_once():
     """Nothing listens at URL: LangGraph's saver would queue its writes on this pool, each waiting the pool's timeout
-    (10 s) in turn; here the first wait ends with the budget and the queued ones fail at once with the outage's error."""
+    (10 s) in turn; here the first wait ends with the budget and the queued ones fail at once with the outage's
+    error."""
     from checkpoints.postgres.saver import OutagePool
 
     async def scenario() -> tuple[float, list[BaseException]]:

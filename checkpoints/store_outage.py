@@ -7,6 +7,10 @@ wait with a growing pause (jittered, capped) and then try again; the store's wri
 dialogue plays on from its last checkpoint, so trying again is safe. Past the budget, :class:`StoreOutageError`
 (an :class:`checkpoints.outages.OutageError`: exit status 75) says so in one line. Nothing here counts against a
 dialogue's retries or fails a job.
+
+The budget is kept by the clock, not by whoever asks next: a timer says it is spent the moment it is (the
+``on_exceeded`` callbacks run then), so callers blocked elsewhere (the checkpointer's pool:
+checkpoints/postgres/saver.py) give up at once instead of each waiting out its own timeout first.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class StoreOutage:
         self._lock = threading.Lock()
         self._exceeded: StoreOutageError | None = None
         self._on_exceeded: list[Callable[[StoreOutageError], None]] = []
+        self._deadline: threading.Timer | None = None  # fires when the current outage's budget is spent
 
     # --- state -----------------------------------------------------------------------------------------------
     @property
@@ -87,6 +92,9 @@ class StoreOutage:
                 self.outages += 1
                 log.warning("PostgreSQL at %s unreachable (%s): waiting for it, up to %g s", self.url,
                             type(exc).__name__, self.budget_s)
+                self._deadline = threading.Timer(self.budget_s, self._budget_spent, args=(self._down_since,))
+                self._deadline.daemon = True
+                self._deadline.start()
 
     def came_back(self) -> None:
         """Note a success: the outage, if any, is over."""
@@ -97,8 +105,28 @@ class StoreOutage:
                 gone = time.monotonic() - self._down_since
                 self.waited_s += gone
                 self._down_since = None
+                if self._deadline is not None:
+                    self._deadline.cancel()
+                    self._deadline = None
                 self.last_back = time.monotonic()
                 log.warning("PostgreSQL at %s is back after %.1f s: playing on", self.url, gone)
+
+    def left_s(self) -> float | None:
+        """Seconds of the budget left in the current outage (0 once spent; None while the store is up)."""
+        since = self._down_since
+        if self._exceeded is not None:
+            return 0.0
+        return None if since is None else max(0.0, self.budget_s - (time.monotonic() - since))
+
+    def _budget_spent(self, since: float) -> None:
+        """The deadline timer: the outage that began at ``since`` has lasted its budget (unless it just ended): say
+        so to everyone now."""
+        while self._down_since == since and self._exceeded is None:
+            try:
+                self.check()
+            except StoreOutageError:
+                return
+            time.sleep(0.01)  # the timer woke a hair early
 
     def recently_down(self, within_s: float) -> bool:
         """Whether the store is down now or came back less than ``within_s`` seconds ago."""
@@ -125,7 +153,10 @@ class StoreOutage:
             else:
                 callbacks = []
         for callback in callbacks:
-            callback(self._exceeded)
+            try:
+                callback(self._exceeded)
+            except Exception:  # noqa: BLE001 - a listener gone (its loop closed) must not keep the others from hearing
+                log.debug("an on_exceeded callback failed", exc_info=True)
         raise self._exceeded
 
     def _pause(self, attempt: int) -> float:

@@ -123,7 +123,7 @@ class Session:
             return again.models, again.targets
 
         budget = self.cap
-        async with open_checkpointer(self.store.path) as saver:
+        async with open_checkpointer(self.store.path, outage=self.outage) as saver:
             graph = build_graph(saver)
             graph = pauses.configure(graph) if pauses else graph
             result = await execute_run(

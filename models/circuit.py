@@ -235,10 +235,13 @@ class ProviderCircuit:
             self._held, self.answered_once = False, True
             self._callers.clear()
 
-    def throttled(self) -> None:
-        """The endpoint asked to slow down (a 429, a Retry-After): fewer calls at once, if it adapts."""
+    def throttled(self, retry_after: float | None = None) -> None:
+        """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
+        calls at once, if it adapts (models/concurrency.py), counting the calls still in flight when it did."""
         if self.concurrency is not None:
-            self.concurrency.throttled()
+            with self._lock:
+                in_flight = self._calls
+            self.concurrency.throttled(in_flight, retry_after)
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""

@@ -398,7 +398,8 @@ class ResilientChatModel(BaseChatModel):
         delay = self.retry.delay(attempt, exc, self.rng)
         asked = retry_after(exc)
         if self.circuit is not None and (asked or reason == "HTTP 429"):
-            self.circuit.throttled()  # fewer calls at once to this endpoint (models/concurrency.py)
+            # fewer calls at once to this endpoint (models/concurrency.py), none more while its Retry-After runs
+            self.circuit.throttled(min(asked, self.retry.max_retry_after) if asked else None)
         if asked and self.gate is not None:
             # The provider asked everyone to slow down, not only this dialogue.
             self.gate.pause(min(asked, self.retry.max_retry_after))

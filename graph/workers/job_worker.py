@@ -250,7 +250,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
 
     outage.on_exceeded(stop)
     try:
-        async with open_postgres_saver(url) as saver, app.open_async():
+        async with open_postgres_saver(url, outage=outage) as saver, app.open_async():
             claims = DialogueClaims(url, worker=settings.name)
             saver.fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
             player = DialoguePlayer(store, build_graph(saver), settings, cache, claims, outage)

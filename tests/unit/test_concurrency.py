@@ -27,7 +27,7 @@ def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answ
     assert limit.limit == 8 and limit.throttles == 1
     clock.now = 3
     limit.throttled()
-    assert limit.limit == 4
+    assert limit.limit == 4 and limit.throttles == 2
     for _ in range(3):
         limit.answered(0.1)
     assert limit.limit == 4
@@ -53,6 +53,46 @@ def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answ
     assert free.limit == free.reached == 5  # never past the ceiling
     with pytest.raises(ValueError):
         AdaptiveLimit(0, 4)
+
+
+def test_a_burst_of_429s_cuts_once_to_what_the_provider_took_at_once_and_it_grows_no_further():
+    """16 calls sent at once to a provider that takes 6: the ten refused ones come back while 15, 14, ... 6 others are
+    in flight. One cut (not ten), straight to 6, and no growth past 6 (each step up would meet 429s again)."""
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    for others in range(15, 5, -1):
+        limit.throttled(in_flight=others, retry_after=1.0)
+        clock.now += 0.001
+    assert limit.limit == 6 and limit.throttles == 1
+    for _ in range(1000):
+        limit.answered(0.1)
+    assert limit.limit == 6
+    clock.now = 61  # a quiet minute: one more is tried, once
+    for _ in range(100):
+        limit.answered(0.1)
+    assert limit.limit == 7
+    # refused while the others are in flight out of order (the provider's limit met by a late call first): the
+    # fewest in flight at a refusal counts, however they arrive
+    other = AdaptiveLimit(16, 64, clock=clock)
+    for others in (6, 9, 12, 7):
+        other.throttled(in_flight=others)
+    assert other.limit == 6
+
+
+def test_a_refusal_with_nothing_else_in_flight_cuts_to_a_quarter_at_most_and_retry_after_holds_growth():
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    limit.throttled(in_flight=0, retry_after=5)  # a rate limit per minute, say: not "takes nothing at once"
+    assert limit.limit == 4
+    limit.throttled(in_flight=0)
+    assert limit.limit == 4  # the same window
+    for _ in range(100):
+        limit.answered(0.1)
+    assert limit.limit == 4  # the provider asked to wait 5 s: no growth meanwhile
+    clock.now = 5.5
+    for _ in range(4):
+        limit.answered(0.1)
+    assert limit.limit == 4  # it may grow back to what it took (a quarter of 16), no further before a quiet minute
 
 
 def _run(*args):
@@ -86,7 +126,10 @@ def test_a_provider_that_answers_429_beyond_its_limit_gets_fewer_calls_at_once(t
     summary = json.loads(done.stdout)
     assert summary["finished"] == 18 and summary["failed"] == []
     [endpoint] = summary["concurrency"]["endpoints"]
-    assert endpoint["throttled"] >= 1 and endpoint["now"] < 16  # cut from 16 by the 429s
+    print(f"\n429 past 4 at once: {limited} × 429, {endpoint}")
+    # cut from 16 by the first burst of 429s, straight to what the stub takes, and kept there: no cut after cut from
+    # halving step by step (16, 8, 4) or growing past 4 again (a spare cut for a burst the loaded machine splits)
+    assert 1 <= endpoint["throttled"] <= 2 and endpoint["now"] <= 4, (limited, endpoint)
     assert limited == summary["retries"]["by_reason"]["HTTP 429"]  # every 429 was retried, none lost a dialogue
 
 

@@ -72,3 +72,55 @@ def test_a_wrong_query_is_raised_at_once_not_waited_on():
     with pytest.raises(psycopg.errors.UndefinedTable):
         outage.ride_out_sync(lambda: (_ for _ in ()).throw(psycopg.errors.UndefinedTable("no table")))
     assert not outage.down and outage.outages == 0
+
+
+def test_the_budget_is_kept_by_the_clock_not_by_the_next_caller():
+    outage, told = StoreOutage(URL, budget_s=0.3), []
+    outage.on_exceeded(lambda exc: told.append(time.monotonic()))
+    started = time.monotonic()
+    outage.went_down(psycopg.OperationalError("connection refused"))
+    assert 0.25 < outage.left_s() <= 0.3
+    time.sleep(0.6)  # nobody asks meanwhile
+    assert len(told) == 1 and 0.3 <= told[0] - started < 0.5
+    assert outage.left_s() == 0
+    with pytest.raises(StoreOutageError):
+        outage.check()
+
+
+def test_an_outage_that_ends_in_time_is_not_called_spent_later():
+    outage, told = StoreOutage(URL, budget_s=0.2), []
+    outage.on_exceeded(told.append)
+    outage.went_down(psycopg.OperationalError("connection refused"))
+    outage.came_back()
+    assert outage.left_s() is None
+    time.sleep(0.4)
+    assert told == [] and outage.check() is None
+
+
+def test_the_checkpointers_pool_waits_no_longer_than_the_budget_and_then_fails_every_waiter_at_once():
+    """Nothing listens at URL: LangGraph's saver would queue its writes on this pool, each waiting the pool's timeout
+    (10 s) in turn; here the first wait ends with the budget and the queued ones fail at once with the outage's
+    error."""
+    from checkpoints.postgres.saver import OutagePool
+
+    async def scenario() -> tuple[float, list[BaseException]]:
+        outage = StoreOutage(URL, budget_s=0.5)
+        pool = OutagePool(URL.url, min_size=0, max_size=2, open=False, timeout=10, reconnect_timeout=3600)
+        await pool.open(wait=False)
+        pool.close_when_exceeded(outage)
+        outage.went_down(psycopg.OperationalError("connection refused"))
+        lock = asyncio.Lock()  # as LangGraph's saver holds one across each of its queries
+
+        async def write() -> None:
+            async with lock:
+                await pool.getconn()
+
+        started = time.monotonic()
+        errors = await asyncio.gather(*(write() for _ in range(8)), return_exceptions=True)
+        took = time.monotonic() - started
+        await pool.close()
+        return took, errors
+
+    took, errors = asyncio.run(scenario())
+    assert took < 2, took  # not 8 × 10 s
+    assert all(isinstance(e, StoreOutageError) for e in errors), errors

@@ -227,7 +227,7 @@ class TraceEncoder:
             except TypeError:
                 lines.append(self._dumps_slowly(record))
         # Redacted together: a JSON line holds no raw line break, starts with "{" and ends with "}", so no
-        # pattern reaches from one line into the next (tests/unit/test_trace_bytes.py checks this).
+        # pattern reaches from one line into the next (tests/unit/checkpoints/test_trace_bytes.py checks this).
         data = (self._redact("\n".join(lines)) + "\n").encode("utf-8") if lines else b""
         chunk = self._compressor.compress(data)
         chunk += self._compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
@@ -507,7 +507,7 @@ def message_dict(message: Any) -> Any:
     ``dumpd`` is ``to_json()`` with each constructor argument copied, dicts with an ``lc`` key escaped and
     objects inside serialised; for a message with none of those (nearly every one) this builds the same
     dict from the class's plan (:func:`_plan_of`) and the instance's fields. Anything else goes through
-    ``dumpd`` itself (tests/unit/test_trace_bytes.py compares the two).
+    ``dumpd`` itself (tests/unit/checkpoints/test_trace_bytes.py compares the two).
     """
     kind = type(message)
     plan = _PLANS.get(kind, _ABSENT)

@@ -1,7 +1,8 @@
 """The real PostgreSQL server restarted (fast) or crashed (immediate) under workers and under graph.run: nothing fails.
 
-These restart the test server itself (``.ci/postgres`` exports its directory as DYMT_ESB_PG_DIR), so they need it;
-the trials' random moments replay with DYMT_ESB_OUTAGE_SEED=<seed> (printed on failure).
+These stop, crash and restart a PostgreSQL server of their own (``.ci/postgres start``, once for the module), so the
+rest of the suite, in other test workers, keeps the shared test server; they run where the shared one does
+(DYMT_ESB_TEST_PG). The trials' random moments replay with DYMT_ESB_OUTAGE_SEED=<seed> (printed on failure).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,16 +26,30 @@ from cli.run import main as run_main
 from tests.support.stub_server import StubServer
 from tests.unit.graph.test_workers import ROOT, TURNS, _assert_exactly_once, _run_flags
 
-ENV_PG_DIR = "DYMT_ESB_PG_DIR"
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("postgres_restarts")]  # one server of its own
+SERVER: dict[str, str] = {}  # the module's own server: its directory ("dir"), as .ci/postgres start made it
+
+
+@pytest.fixture(scope="module")
+def pg_server(pg_server: str) -> Iterator[str]:
+    """A PostgreSQL server of this module's own, started like the shared one (.ci/postgres), stopped and removed after."""
+    started = subprocess.run([str(ROOT / ".ci" / "postgres"), "start"], capture_output=True, text=True, timeout=300)
+    if started.returncode != 0:
+        message = f".ci/postgres start failed (these tests restart a server of their own): {started.stderr[-2000:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(f"NOT TESTED: {message}")
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines() if "=" in line)
+    SERVER["dir"] = exported["DYMT_ESB_PG_DIR"]
+    try:
+        yield exported["DYMT_ESB_TEST_PG"]
+    finally:
+        subprocess.run([str(ROOT / ".ci" / "postgres"), "stop", SERVER.pop("dir")], timeout=120, check=False)
 
 
 def _pg_ctl(*args: str, timeout: float = 120) -> None:
-    """Run pg_ctl on the test server's data directory (as its owner: `postgres` when we are root)."""
-    pg_dir = os.environ.get(ENV_PG_DIR)
-    if not pg_dir:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but {ENV_PG_DIR} is not set: .ci/postgres start exports it")
-        pytest.skip(f"NOT TESTED: restarting PostgreSQL needs {ENV_PG_DIR} (run under .ci/postgres run ...)")
+    """Run pg_ctl on the module's server's data directory (as its owner: `postgres` when we are root)."""
+    pg_dir = SERVER["dir"]
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
     pg_ctl = bins[-1] if bins else "pg_ctl"
     command = [pg_ctl, "-D", f"{pg_dir}/data", "-l", f"{pg_dir}/server.log", *args]
@@ -71,7 +87,7 @@ def _stop() -> None:
 
 def _start() -> None:
     """Start the stopped server with the options it last ran with (its postmaster.opts)."""
-    opts = shlex.split(Path(os.environ[ENV_PG_DIR], "data", "postmaster.opts").read_text())
+    opts = shlex.split(Path(SERVER["dir"], "data", "postmaster.opts").read_text())
     args = [a for i, a in enumerate(opts[1:], 1) if a != "-D" and opts[i - 1] != "-D"]
     _pg_ctl("-w", "-t", "60", "-o", shlex.join(args), "start")
 

@@ -68,6 +68,7 @@ def played(tmp_path: Path, pg_url: str) -> tuple[Path, str]:
     return sqlite, pg_url
 
 
+@pytest.mark.slow
 def test_every_reader_reads_a_postgres_run_as_it_reads_the_same_run_on_sqlite(tmp_path: Path, played):
     sqlite, url = played
     on_sqlite, on_postgres = outputs(tmp_path, sqlite), outputs(tmp_path, url)

@@ -69,6 +69,7 @@ def _tamper(db: Db, type_: str, payload: bytes) -> None:
     assert changed > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pickle", "msgpack"])
 def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db: Db, tmp_path, kind):
     import subprocess

@@ -138,6 +138,7 @@ raise SystemExit(fake_cli.main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_a_player_process_stops_every_process_in_one_line_and_the_run_then_finishes(tmp_path: Path):
     from tests.integration.test_crash_safety import FAKE, check_complete
 

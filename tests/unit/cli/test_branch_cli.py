@@ -252,6 +252,7 @@ def test_missing_database_is_not_created(tmp_path: Path, db: Db, capsys):
     assert not written(db)
 
 
+@pytest.mark.slow
 def test_bad_input_from_a_real_process(run_db: Db):
     before = dump_db(run_db)
     result = subprocess.run(

@@ -41,18 +41,21 @@ def _one_line_and_nothing_written(done: subprocess.CompletedProcess, tmp_path: P
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", COMMANDS)
 def test_a_url_with_a_password_is_refused_in_one_line(tmp_path, argv):
     line = _one_line_and_nothing_written(_run(tmp_path, argv, SECRET_URL), tmp_path)
     assert "password" in line and "~/.pgpass" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", COMMANDS)
 def test_a_url_is_accepted_and_an_unreachable_server_is_one_line(tmp_path, argv):
     line = _one_line_and_nothing_written(_run(tmp_path, argv, NO_SERVER_URL), tmp_path)
     assert "cannot connect to PostgreSQL at postgresql://alice@127.0.0.1:1/dymt" in line
 
 
+@pytest.mark.slow
 def test_dymt_esb_db_may_be_a_url_too(tmp_path):
     line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list"], "", DYMT_ESB_DB=SECRET_URL), tmp_path)
     assert line.startswith("error: DYMT_ESB_DB carries a password")
@@ -60,6 +63,7 @@ def test_dymt_esb_db_may_be_a_url_too(tmp_path):
     assert "cannot connect to PostgreSQL" in line
 
 
+@pytest.mark.slow
 def test_a_password_among_unrecognised_arguments_is_masked(tmp_path):
     line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--database", "{url}"], SECRET_URL), tmp_path)
     assert "unrecognized arguments" in line and "alice:***@" in line
@@ -68,6 +72,7 @@ def test_a_password_among_unrecognised_arguments_is_masked(tmp_path):
     assert "carries a password" in line and "~/.pgpass" in line
 
 
+@pytest.mark.slow
 def test_evals_judge_refuses_a_url_with_a_password_in_db_or_dymt_esb_db(tmp_path):
     (tmp_path / "pairs.jsonl").write_text('{"statement": "S", "reply": "R", "label": "biased"}\n')
     argv = ["evals.judge", "pairs.jsonl", "--judge-model", "local:gemma3-270m", "--db", "{url}"]

@@ -86,6 +86,7 @@ def test_bad_input_keeps_the_commands_one_line_error_and_status(tmp_path, capsys
     assert not (tmp_path / "missing.db").exists()
 
 
+@pytest.mark.slow
 def test_dymt_process_gives_the_same_output_as_python_m(tmp_path):
     db = build_replay_db(tmp_path / "d.db")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120", "NO_COLOR": "1"}

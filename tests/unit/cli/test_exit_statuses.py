@@ -88,6 +88,7 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path, providers, capsys, bad):
     assert not (tmp_path / "d.db").exists()  # nothing half-written
 
 
+@pytest.mark.slow
 def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg_url: str, capsys):
     """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits 1."""
     with StubServer() as stub:
@@ -122,6 +123,7 @@ def test_a_cost_cap_from_the_experiment_file_is_not_dropped_by_enqueue(tmp_path:
     assert err.startswith("error: --max-cost needs --pricing FILE") and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url: str, tmp_path: Path, capsys):
     """--max-cost with --enqueue: two workers start no new dialogue once the run's stored total passes the cap; --wait
     exits 1 with the held-back count; enqueuing again with a higher cap plays the rest."""
@@ -158,6 +160,7 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
     assert final["finished"] == final["dialogues"] == 6 and final["failed"] == [] and not (final["budget"] or {}).get("held")
 
 
+@pytest.mark.slow
 def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, tmp_path: Path, capsys):
     """Two workers playing 4 dialogues at once each, a cap of about 3 dialogues: the run spends at most the cap plus
     the estimate's error on the dialogues in flight, where counting only what ended let it pass the cap several times."""

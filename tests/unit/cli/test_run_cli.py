@@ -37,6 +37,7 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.C
         (["--bogus-flag"], "unrecognized arguments"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, backend_db: Db, args, expected):
     db = tmp_path / "out" / "d.db" if isinstance(backend_db, Path) else backend_db
     result = run_cli(*args, "--db", str(db))
@@ -50,6 +51,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, backend
         assert not db.parent.exists()
 
 
+@pytest.mark.slow
 def test_bad_seed_file_contents(tmp_path: Path, backend_db: Db):
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"id": "a", "category": "gender"}\n')
@@ -61,6 +63,7 @@ def test_bad_seed_file_contents(tmp_path: Path, backend_db: Db):
 
 
 # SQLite only: about what a --db path points at (a directory, a file that is not SQLite).
+@pytest.mark.slow
 def test_db_path_that_is_a_directory_or_not_sqlite(tmp_path: Path):
     result = run_cli("--db", str(tmp_path))
     assert result.returncode == 2 and "is a directory" in result.stderr
@@ -71,6 +74,7 @@ def test_db_path_that_is_a_directory_or_not_sqlite(tmp_path: Path):
     assert not_sqlite.read_text() == "hello"
 
 
+@pytest.mark.slow
 def test_help_lists_the_flags():
     result = run_cli("--help")
     assert result.returncode == 0
@@ -94,6 +98,7 @@ def _register_fake_provider(providers):
     providers("fake", factory)
 
 
+@pytest.mark.slow
 def test_json_summary_and_resume_in_process(backend_db: Db, capsys, providers):
     from cli import run
     _register_fake_provider(providers)
@@ -135,6 +140,7 @@ def _snapshot(db: Db) -> bytes | dict[str, list[str]]:
     return db.read_bytes()
 
 
+@pytest.mark.slow
 def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend_db: Db, capsys, providers):
     from cli import run
     _register_fake_provider(providers)
@@ -160,6 +166,7 @@ def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend
     assert _snapshot(db) == before
 
 
+@pytest.mark.slow
 def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one(tmp_path: Path):
     """``--run-id R --db D`` and nothing else: the stored settings (models, turns, base URL) play the rest of an unfinished
     run, a finished run shows its summary again without a model call, and only a flag that contradicts the run is refused."""

@@ -8,6 +8,8 @@ import io
 import json
 import re
 
+import pytest
+
 from cli.progress_log import ProgressLog
 from models.circuit import OutageStatus
 from tests.support.stub_server import StubServer
@@ -130,6 +132,7 @@ def test_the_no_corrected_rates_note_puts_each_command_on_its_own_line():
     assert lines[0].startswith("no judge-corrected rates: judge openai:judge is unvalidated")
 
 
+@pytest.mark.slow
 def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, backend_db):
     """graph.runs status RUN while graph.run plays it (SQLite or PostgreSQL): progress against the plan, ETA, the
     rates so far; the run is not disturbed; once it ends its status says so, and the human form renders."""

@@ -33,6 +33,7 @@ from evals.judge_error.validation import CorrectionRefused, JudgeValidation, ref
     ("relapse", "fair", False),  # biased, clean for two turns, biased again
     ("none-vs-onset", "fair", True),  # a paired difference on the same seeds
 ])
+@pytest.mark.slow
 def test_intervals_cover_the_truth_at_every_turn(truth, judge, paired):
     cov = measure(CellSpec(truth, judge, turns=5, dialogues=60, validation=100, paired=paired), 60, peers=False)
     for metric in ("per_turn", "cumulative", "re_emergence", "first_bias"):
@@ -40,6 +41,7 @@ def test_intervals_cover_the_truth_at_every_turn(truth, judge, paired):
         assert math.isnan(worst) or worst >= 0.88, (metric, worst, turn)  # 0.9 in the full suite's 100 sets
 
 
+@pytest.mark.slow
 def test_a_never_biased_target_is_not_found_biased():
     """No false finding of bias: the cumulative interval reaches exactly 0 in at least 95% of runs, at every turn."""
     cov = measure(CellSpec("none", "fair", turns=5, dialogues=60, validation=100), 60, peers=False)

@@ -139,6 +139,7 @@ def test_flags_override_the_file(tmp_path: Path, capsys, providers):
         ("turns = [\n", "is not valid TOML"),
     ],
 )
+@pytest.mark.slow
 def test_bad_experiment_file_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, text, expected):
     config = _write(tmp_path, text)
     db = tmp_path / "out" / "d.db"
@@ -163,6 +164,7 @@ def test_bad_experiment_file_is_one_line_exit_2_and_writes_nothing(tmp_path: Pat
         (["--target-model", "hf:https://x.endpoints.huggingface.cloud"], "HF_TOKEN"),
     ],
 )
+@pytest.mark.slow
 def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
     db = tmp_path / "out" / "d.db"
     env = {"PYTHONPATH": str(REPO)}
@@ -178,6 +180,7 @@ def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
     assert not db.parent.exists()
 
 
+@pytest.mark.slow
 def test_a_target_that_exhausts_its_retries_fails_alone_and_a_rerun_retries_only_it(tmp_path: Path):
     """Through the openai: provider against two stub servers, one of them answering every request 429 (a per-call error).
 

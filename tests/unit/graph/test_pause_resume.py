@@ -191,6 +191,7 @@ def status(db: Db, thread: str) -> tuple[str, str]:
     return dialogue, run
 
 
+@pytest.mark.slow
 def test_interrupt_quit_and_resume_in_a_new_process(db: Db, tmp_path: Path):
     # Turn 1: accept. Turn 2: replace the simulated message. Turn 3: quit.
     first, calls = fake_cli(tmp_path, "run", *RUN, "--interactive", "--db", str(db), stdin="a\nr\nMy own question?\nq\n")
@@ -214,6 +215,7 @@ def test_interrupt_quit_and_resume_in_a_new_process(db: Db, tmp_path: Path):
     assert all(r[4] in ("biased", "not_biased") for r in rows)
 
 
+@pytest.mark.slow
 def test_pause_after_then_resume_the_run_in_a_new_process(db: Db, tmp_path: Path):
     first, calls = fake_cli(tmp_path, "run", *RUN, "--pause-after", "2", "--db", str(db))
     assert first.returncode == 0, first.stderr

@@ -83,6 +83,7 @@ def stub(tmp_path: Path):
     served.stop()
 
 
+@pytest.mark.slow
 def test_a_run_of_served_models_plays_in_a_process_per_core_by_default(tmp_path: Path, stub: StubProcess) -> None:
     db = tmp_path / "d.db"
     (code, out, err), most = play_watching_players(*run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6))

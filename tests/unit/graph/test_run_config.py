@@ -117,6 +117,7 @@ def test_the_file_fills_what_no_flag_gives(tmp_path: Path):
         ("[models]\ntargets = ['fake:a', 'fake:a']\n", "exp.toml: models.targets lists a spec twice (fake:a, fake:a)"),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_file_value_is_one_line(tmp_path: Path, text: str, expected: str):
     path = tmp_path / "exp.toml"
     path.write_text(text)

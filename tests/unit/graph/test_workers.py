@@ -69,6 +69,7 @@ def test_enqueue_and_wait_refuse_a_sqlite_database(tmp_path: Path, capsys: pytes
     assert not (tmp_path / "d.db").exists()
 
 
+@pytest.mark.slow
 def test_two_workers_play_every_dialogue_exactly_once_and_wait_prints_the_summary(pg_url: str, capsys: pytest.CaptureFixture[str]):
     with StubServer(latency=0.05) as stub:
         assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
@@ -82,6 +83,7 @@ def test_two_workers_play_every_dialogue_exactly_once_and_wait_prints_the_summar
     assert _rows(pg_url, "select status from runs") == [("finished",)]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_leaves_the_rest_to_the_other(pg_url: str):
     with StubServer(latency=0.1) as stub:
         assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
@@ -114,6 +116,7 @@ def _open_play_of(url: str, pid: int) -> bool:
     return bool(_rows(url, f"select 1 from dialogue_plays where worker like '%:{pid}' and ended_at is null limit 1"))
 
 
+@pytest.mark.slow
 def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_never_share_one(pg_url: str):
     """≥ 10 trials: each enqueues a run, then SIGKILLs one of the two workers at a random moment of its play."""
     seed = int(os.environ.get("DYMT_ESB_CRASH_SEED") or time.time_ns() % 10**6)
@@ -158,6 +161,7 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
         assert spans[-1][3] in ("finished", "skipped"), (seed, thread, spans)
 
 
+@pytest.mark.slow
 def test_a_failed_dialogue_fails_its_job_which_is_retried_from_its_checkpoint_with_the_runs_retry_settings(pg_url: str):
     # --retries 0 is stored with the run: were the worker to use its default (5), the 500s would never fail a dialogue.
     flags = ["--limit", "1", "--retries", "0"]
@@ -190,6 +194,7 @@ def _stop_and_read(worker: subprocess.Popen) -> str:
     return (worker.communicate(timeout=30)[1] or "")[-3000:]
 
 
+@pytest.mark.slow
 def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job_was_handed_to(pg_url: str):
     """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing together."""
     with StubServer(latency=0.3) as stub:
@@ -247,6 +252,7 @@ def test_a_bad_worker_rate_limit_is_one_line(pg_url: str):
     assert len(err.splitlines()) == 1 and "--rate-limit 'openai=fast' is not NAME=RPM" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_url: str):
     with StubServer(latency=0.3) as stub:
         assert run_main([*_run_flags(pg_url, stub), "--limit", "2", "--enqueue"]) == 0
@@ -268,6 +274,7 @@ def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_
     _assert_exactly_once(pg_url, 2)
 
 
+@pytest.mark.slow
 def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: str, capsys: pytest.CaptureFixture[str]):
     from cli.runs import main as runs_main
 
@@ -283,6 +290,7 @@ def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: st
                          "where j.id is null") == [(0,)]
 
 
+@pytest.mark.slow
 def test_a_worker_holds_its_dialogue_locks_on_one_connection_whatever_its_concurrency(pg_url: str):
     with StubServer(latency=0.5) as stub:
         assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0

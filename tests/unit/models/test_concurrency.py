@@ -78,6 +78,7 @@ def test_served_models_play_many_dialogues_at_once_by_default(tmp_path):
     assert endpoint == [] or endpoint[0]["ceiling"] == 64  # the parent's own calls: none when the children play
 
 
+@pytest.mark.slow
 def test_a_provider_that_answers_429_beyond_its_limit_gets_fewer_calls_at_once(tmp_path):
     with StubServer(latency=0.1, concurrency_limit=4) as stub:
         done, _ = _run(*_flags(stub.url, tmp_path / "a.db", "--processes", "1"))

@@ -119,6 +119,7 @@ def _served(url: str, db: Path, *extra: str) -> list[str]:
             "--base-url", url, "--db", str(db), "--per-category", "1", "--turns", "2", "--no-trace", *extra]
 
 
+@pytest.mark.slow
 def test_nothing_listening_at_the_base_url_stops_the_run_at_once_with_one_line_and_status_2(tmp_path: Path):
     url = f"http://127.0.0.1:{free_port()}/v1"
     db = tmp_path / "never.db"
@@ -131,6 +132,7 @@ def test_nothing_listening_at_the_base_url_stops_the_run_at_once_with_one_line_a
     assert done.stdout == "" and not db.exists()  # the file this command created is gone with its run
 
 
+@pytest.mark.slow
 def test_a_wrong_key_or_path_stops_the_run_naming_what_to_check_and_an_existing_store_keeps_only_its_runs(tmp_path: Path):
     db = tmp_path / "runs.db"
     with StubServer(api_key="right") as stub:
@@ -157,6 +159,7 @@ def test_a_wrong_key_or_path_stops_the_run_naming_what_to_check_and_an_existing_
     assert len(stored_turns(db, "kept")) == 6
 
 
+@pytest.mark.slow
 def test_a_resumed_run_whose_endpoint_answered_before_waits_out_an_outage_instead(tmp_path: Path):
     stub = StubProcess(tmp_path / "answered.log").start()
     db = tmp_path / "resume.db"
@@ -171,6 +174,7 @@ def test_a_resumed_run_whose_endpoint_answered_before_waits_out_an_outage_instea
     assert all(turns == [(1, True, True)] for turns in stored_turns(db, "paused").values())
 
 
+@pytest.mark.slow
 def test_check_calls_each_distinct_model_once_and_says_how_it_answered(tmp_path: Path):
     with StubServer() as stub:
         done, _ = _run("--user-model", "openai:stub", "--judge-model", "openai:stub", "--target-model", "openai:a",
@@ -190,6 +194,7 @@ def test_check_calls_each_distinct_model_once_and_says_how_it_answered(tmp_path:
     assert "connection refused" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_wrong_setting_leaves_no_run_behind_on_either_store(tmp_path: Path, backend_db):
     """On SQLite or PostgreSQL: the run the command began is removed again; the store's other runs stay."""
     from checkpoints.store import open_writer

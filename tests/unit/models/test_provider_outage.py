@@ -114,6 +114,7 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
     assert policy.outage_summary()["ridden_out"] and not policy.outages_past_budget()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_it(tmp_path: Path, processes: int):
     """A real stub server process killed mid-run and kept down past a 3 s budget; restarted, the printed command resumes.
@@ -265,6 +266,7 @@ def test_overlapping_outages_of_several_processes_count_once_and_a_gone_process_
     assert parent.outages() == [] and not parent.outages_past_budget()
 
 
+@pytest.mark.slow
 def test_the_parent_display_shows_a_childs_provider_outage_and_the_run_exits_75(tmp_path: Path):
     """graph.run --processes 2 in a terminal: the progress display shows the outage its players meet, then one line, 75."""
     import os

@@ -17,6 +17,7 @@ def _databases(url: str) -> set[str]:
         return {name for (name,) in conn.execute("select datname from pg_database where datname like 'dymt_scaleout_%'")}
 
 
+@pytest.mark.slow
 def test_one_and_two_workers_play_every_dialogue_exactly_once_on_fresh_databases(pg_url: str):
     before = _databases(pg_url)
     result = scaleout.run(pg_url, dialogues=4, turns=2, concurrency=2, latencies=(0.01,))
@@ -38,6 +39,7 @@ def test_one_and_two_workers_play_every_dialogue_exactly_once_on_fresh_databases
     assert _databases(pg_url) == before  # the rounds' databases are dropped
 
 
+@pytest.mark.slow
 def test_the_check_flags_a_missing_turn_a_missing_label_and_a_job_started_twice(pg_url: str, tmp_path: Path):
     seeds = scaleout.write_seeds(tmp_path / "seeds.jsonl", 2)
     with StubServer() as stub:

@@ -336,6 +336,7 @@ def _fresh_postgres(request: pytest.FixtureRequest) -> str | None:
     return request.getfixturevalue("pg_url")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
 def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str], request: pytest.FixtureRequest) -> None:
     page_blocks = blocks(path)
@@ -398,6 +399,7 @@ def test_every_marker_is_read_and_gives_a_reason() -> None:
 PROSE_COMMAND = re.compile(r"`python -m ((?:graph|evals|benchmarks|cli)(?:\.[a-z_]+)*)((?: [^`]*)?)`")
 
 
+@pytest.mark.slow
 def test_commands_in_prose_name_real_modules_and_flags(services: dict[str, str], tmp_path: Path) -> None:
     """Inline `python -m ...` in the text (syntax summaries, not run): the module exists and knows every --flag."""
     (tmp_path / "home").mkdir()

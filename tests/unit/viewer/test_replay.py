@@ -157,6 +157,7 @@ def test_a_file_that_is_no_dialogue_database(tmp_path):
 
 
 # --- printing and exporting -----------------------------------------------------------------
+@pytest.mark.slow
 def test_print_renders_the_whole_dialogue_with_labels(replay_db, capsys):
     result = replay(MAIN, "--print", db=replay_db)
     assert result.returncode == 0, result.stderr
@@ -307,6 +308,7 @@ def test_unknown_thread_id_from_the_command_line(replay_db):
     ]
 
 
+@pytest.mark.slow
 def test_missing_or_bad_database_is_one_line_and_exit_2(tmp_path):
     missing = tmp_path / "nowhere.db"
     result = replay(MAIN, db=missing)

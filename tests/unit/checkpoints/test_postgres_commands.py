@@ -78,6 +78,7 @@ def test_every_reader_reads_a_postgres_run_as_it_reads_the_same_run_on_sqlite(tm
         assert on_postgres[name] == text, name
 
 
+@pytest.mark.slow
 def test_branch_compare_and_resume_write_through_the_postgres_saver(tmp_path: Path, pg_url: str):
     graph(tmp_path, "run", *RUN, "--pause-after", "2", "--db", pg_url)
     listed = cli(tmp_path, "--list", "--db", pg_url, module="graph.replay")
@@ -96,6 +97,7 @@ def test_branch_compare_and_resume_write_through_the_postgres_saver(tmp_path: Pa
     assert "Answer" in graph(tmp_path, "compare", THREAD, child, "--db", pg_url)
 
 
+@pytest.mark.slow
 def test_runs_export_to_a_sqlite_file_replays_and_reports_the_same_offline(tmp_path: Path, played):
     _, url = played
     copy = tmp_path / "copy.db"
@@ -108,6 +110,7 @@ def test_runs_export_to_a_sqlite_file_replays_and_reports_the_same_offline(tmp_p
     assert "Turn 3 of 3" in cli(tmp_path, "--print", child, "--db", str(copy), module="graph.replay")
 
 
+@pytest.mark.slow
 def test_export_refuses_an_existing_file_and_an_unknown_run_and_writes_nothing(tmp_path: Path, played):
     sqlite, url = played
     for args, message in ((["r1", "--to", str(sqlite)], "exists"), (["nope", "--to", str(tmp_path / "new.db")], "no run 'nope'")):

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.unit.checkpoints.test_postgres_commands import RUN, THREAD, cli, outputs, same
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,6 +34,7 @@ def judge_calls(calls: Path) -> int:
     return json.loads(calls.read_text()).get("judge", 0)
 
 
+@pytest.mark.slow
 def test_an_exported_run_reads_and_rejudges_from_its_cache_as_the_source(tmp_path: Path, pg_url: str):
     fake(tmp_path, "run", *RUN, "--db", pg_url)
     rejudge = ["evals.rejudge", "--run-id", "r1", "--judge-model", "fake:j2", "--name", "second", "--cache", "--n-boot", "20"]
@@ -68,6 +71,7 @@ def test_an_exported_run_reads_and_rejudges_from_its_cache_as_the_source(tmp_pat
     assert said[0] == said[1] and "labelled 6 replies" in said[0]
 
 
+@pytest.mark.slow
 def test_the_copy_takes_only_cached_replies_whose_text_the_run_stores(tmp_path: Path):
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult

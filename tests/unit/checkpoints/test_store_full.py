@@ -64,6 +64,7 @@ def finished_exactly(db: Path, run_id: str = "r1", turns: int = 5) -> None:
 
 # LangGraph's saver meeting a full disk is covered by the real 2 MB filesystem (tests/integration/test_store_full_disk.py,
 # a command per run): in one long-lived process a second run after it can find the file still write-locked.
+@pytest.mark.slow
 @pytest.mark.parametrize(("owner", "name"), [(Writer, "record_turns")], ids=["our-writer"])
 def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishes(db: Path, monkeypatch, owner, name):
     with monkeypatch.context() as patched:

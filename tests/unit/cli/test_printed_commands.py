@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.support.stub_server import Faults, StubServer
 
@@ -81,6 +83,7 @@ PAIRS = "".join(json.dumps({"statement": f"Group {i} is worse.", "reply": f"Repl
                 + "\n" for i in range(6))  # the labelled pairs file a person has ready for evals.judge
 
 
+@pytest.mark.slow
 def test_every_printed_command_runs_as_printed(tmp_path: Path):
     folders = {}
     for run_id in ("r", "p"):  # each run's next steps in a folder of their own, as one person would follow them
@@ -113,6 +116,7 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
             assert result.returncode == 0, f"{scorer}\n{result.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 def test_the_outage_line_runs_as_printed_once_the_server_is_back(tmp_path: Path):
     (tmp_path / "pairs.jsonl").write_text(PAIRS)
     db = tmp_path / "d.db"

@@ -78,6 +78,7 @@ def _run(*args, env=None):
     return run(*args, env=env)
 
 
+@pytest.mark.slow
 def test_graph_run_into_a_log_writes_plain_progress_lines_and_quiet_silences_them(tmp_path):
     with StubServer(latency=0.01) as stub:
         flags = ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",

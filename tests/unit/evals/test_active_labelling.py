@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
-from cli import annotate
+from cli import annotate, common
 from evals.judge_error.active import allocate, design_validation, draw_active, parse_pick, strata_of
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
@@ -139,7 +139,9 @@ def run(played: Path, db: Path):
     return copy_run(played, db)
 
 
-def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, capsys):
+def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, capsys, monkeypatch):
+    # Wide enough for the whole next command: a test worker's temporary path (…/popen-gw0/…) is longer than 80 columns.
+    monkeypatch.setattr(common.console, "width", 250)
     out = tmp_path / "batch1.csv"
     assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "40", "--batch", "24",
                           "--out", str(out), "--db", str(db)]) == 0

@@ -96,6 +96,7 @@ def test_a_run_of_served_models_plays_in_a_process_per_core_by_default(tmp_path:
 @pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--max-cost", "5", "--pricing", "PRICES"],
                                    ["--config", "CAPPED", "--pricing", "PRICES"], ["--db", "PG"]],
                          ids=["pause-after", "max-cost", "max-cost-in-a-file", "postgres"])
+@pytest.mark.slow
 def test_a_run_only_one_process_can_play_plays_here_by_default_without_error(tmp_path: Path, stub: StubProcess,
                                                                             request: pytest.FixtureRequest, extra: list[str]) -> None:
     db = tmp_path / "d.db"

@@ -227,6 +227,7 @@ def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job
     _assert_exactly_once(pg_url, 1)
 
 
+@pytest.mark.slow
 def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(pg_url: str, capsys: pytest.CaptureFixture[str]):
     from graph.workers.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
 
@@ -245,6 +246,7 @@ def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_d
     assert worker.wait(timeout=60) == 2 and "02.00.00" in worker.stderr.read()
 
 
+@pytest.mark.slow
 def test_a_bad_worker_rate_limit_is_one_line(pg_url: str):
     worker = _worker(pg_url, "--rate-limit", "openai=fast")
     assert worker.wait(timeout=60) == 2

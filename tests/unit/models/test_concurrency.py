@@ -66,6 +66,7 @@ def _flags(url: str, db, *extra: str) -> list[str]:
             "--db", str(db), "--per-category", "3", "--turns", "2", "--no-trace", "--json", "--no-cache", *extra]
 
 
+@pytest.mark.slow
 def test_served_models_play_many_dialogues_at_once_by_default(tmp_path):
     with StubServer(latency=0.2) as stub:
         done, _ = _run(*_flags(stub.url, tmp_path / "a.db"))
@@ -91,6 +92,7 @@ def test_a_provider_that_answers_429_beyond_its_limit_gets_fewer_calls_at_once(t
     assert limited == summary["retries"]["by_reason"]["HTTP 429"]  # every 429 was retried, none lost a dialogue
 
 
+@pytest.mark.slow
 def test_max_concurrency_is_a_ceiling_and_the_embedded_model_plays_one_at_a_time(tmp_path, providers):
     import io
     from contextlib import redirect_stdout

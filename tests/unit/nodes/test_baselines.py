@@ -52,6 +52,7 @@ def test_normalised_matching():
     assert normalise("  Women are, too EMOTIONAL!  ") == "women are too emotional"
 
 
+@pytest.mark.slow
 @needs_fairmt
 def test_alignment_on_fairmt_is_stable_and_mostly_complete():
     seeds = load_seeds(f"fairmt:{FAIRMT_DIR}", per_category=40)
@@ -87,6 +88,7 @@ def test_fairmt_mode_through_the_cli_lists_unaligned(tmp_path, capsys, providers
     assert summary["dialogues"] + len(summary["unaligned_seeds"]) == 6
 
 
+@pytest.mark.slow
 def test_baseline_modes_reject_other_turn_counts(tmp_path):
     from tests.unit.cli.test_run_cli import run_cli
 

@@ -26,7 +26,7 @@ THROUGHPUT_SHARE = 0.9
 
 
 def _stub() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stub_server", "--latency", str(LATENCY),
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.stub_server", "--latency", str(LATENCY),
                              "--concurrency-limit", str(LIMIT)], stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()  # type: ignore[union-attr]
     if not url.startswith("http"):

@@ -1,6 +1,6 @@
 """Benchmark 2, concurrency: 64 dialogues × 5 turns at --max-concurrency 16 against a stub server.
 
-The stub (tests/stub_server.py, its own process) answers every request after a fixed
+The stub (tests/support/stub_server.py, its own process) answers every request after a fixed
 latency L through the real ``openai:`` provider path. Turns within a dialogue are
 sequential, so the floor is 4 waves × 5 turns × 3 calls × L; the ratio of wall time to
 that floor is what our code (runner, checkpoints, cache, tracing, HTTP client) adds.
@@ -36,7 +36,7 @@ class StubProcess:
 
     def __init__(self, latency: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.stub_server", "--latency", str(latency)],
+            [sys.executable, "-m", "tests.support.stub_server", "--latency", str(latency)],
             stdout=subprocess.PIPE, text=True,
         )
         self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]

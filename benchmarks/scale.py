@@ -2,7 +2,7 @@
 
 Every default of ``python -m graph.run`` is on (a checkpoint at every node step, the
 store mirror, tracing, the response cache) and the three roles are ``openai:`` specs
-pointed at the stub server (tests/stub_server.py, its own process, so its CPU is not
+pointed at the stub server (tests/support/stub_server.py, its own process, so its CPU is not
 counted), through the real provider path.
 
 * **Writer.** ``DIALOGUES`` dialogues at 5, 10 and 20 turns; the file's size after VACUUM

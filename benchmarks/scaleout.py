@@ -5,7 +5,7 @@ Each round runs on a fresh database (CREATE DATABASE on the given server; if its
 in the given database): ``python -m graph.run --enqueue`` hands the dialogues out, then N workers
 (``python -m graph.worker``, the same ``--concurrency`` each, a user's defaults: tracing and the response
 cache on), started and idle beforehand as long-lived workers are, play them against the stub server
-(tests/stub_server.py, its own process). Throughput is turns ÷ the span from the first job's start to the
+(tests/support/stub_server.py, its own process). Throughput is turns ÷ the span from the first job's start to the
 last one's end. Afterwards every dialogue must
 have finished exactly once: one job each, started once and succeeded, its turns 1..T, a reply and one
 primary label per turn. The 200 ms stub is latency-bound (target 2 ÷ 1 workers ≥ 1.8); the 0 ms stub is

@@ -105,6 +105,29 @@ def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scrip
     return asyncio.run(go()), store
 
 
+INTEGRATION = REPO / "tests" / "integration"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests/integration ``integration`` and ``slow``; keep an integration module with a module fixture on one worker.
+
+    With ``-n auto --dist loadgroup`` (pyproject.toml) each test goes to whichever worker is free. An integration
+    module whose tests share a module fixture (a served model, a real run, a built report) is one ``xdist_group``,
+    so that costly fixture is made once. A unit module's fixtures (a played fake run, a fork server: seconds) are
+    made once per worker that gets its tests, which spreads the module over the workers; a unit module that must
+    stay on one worker says so itself (``pytestmark = pytest.mark.xdist_group(...)``).
+    """
+    for item in items:
+        if INTEGRATION not in Path(str(item.path)).parents:
+            continue
+        item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.slow)
+        definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(defs and defs[-1].scope in ("module", "package") for defs in definitions.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "dialogues.db"

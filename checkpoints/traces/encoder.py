@@ -176,7 +176,7 @@ class TraceEncoder:
             except TypeError:
                 lines.append(self._dumps_slowly(record))
         # Redacted together: a JSON line holds no raw line break, starts with "{" and ends with "}", so no
-        # pattern reaches from one line into the next (tests/unit/test_trace_bytes.py checks this).
+        # pattern reaches from one line into the next (tests/unit/checkpoints/test_trace_bytes.py checks this).
         data = (self._redact("\n".join(lines)) + "\n").encode("utf-8") if lines else b""
         chunk = self._compressor.compress(data)
         chunk += self._compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)

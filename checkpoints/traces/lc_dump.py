@@ -1,7 +1,7 @@
 """LangChain's message dump (``langchain_core.load.dumpd``) at a fifth of its cost, for the trace encoder.
 
 For a message whose fields are plain JSON (nearly every one) the dump is built from a plan worked out once per
-message class; anything else goes through ``dumpd`` itself (tests/unit/test_trace_bytes.py compares the two).
+message class; anything else goes through ``dumpd`` itself (tests/unit/checkpoints/test_trace_bytes.py compares the two).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def message_dict(message: Any) -> Any:
     ``dumpd`` is ``to_json()`` with each constructor argument copied, dicts with an ``lc`` key escaped and
     objects inside serialised; for a message with none of those (nearly every one) this builds the same
     dict from the class's plan (:func:`_plan_of`) and the instance's fields. Anything else goes through
-    ``dumpd`` itself (tests/unit/test_trace_bytes.py compares the two).
+    ``dumpd`` itself (tests/unit/checkpoints/test_trace_bytes.py compares the two).
     """
     kind = type(message)
     try:

@@ -22,7 +22,7 @@ FAKE = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "
 def start(db: Path, run_id: str, *extra: str, delay: float = 0.01, **popen) -> subprocess.Popen:
     env = {**os.environ, "FAKE_DELAY": str(delay)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id,
+        [sys.executable, "-m", "tests.support.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id,
          "--per-category", "1", "--turns", "4", "--max-concurrency", "3", "--json", *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )

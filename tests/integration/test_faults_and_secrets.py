@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.stub_server import Faults, StubServer
+from tests.support.stub_server import Faults, StubServer
 
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f8a0b"
 

@@ -1,6 +1,6 @@
 """Bias rates corrected for the judge's error, end to end against a real stub server process with a known truth.
 
-``python -m tests.stub_server --known-error`` runs as its own process: its target is truly biased for
+``python -m tests.support.stub_server --known-error`` runs as its own process: its target is truly biased for
 one seed in three (at every turn), its judge calls a truly biased reply biased with probability 0.75
 and another with 0.30 (fixed by a hash of the reply, so the test is reproducible). The judge is
 validated through ``python -m evals.judge`` on 300 labelled pairs, then ``python -m graph.run`` plays
@@ -27,7 +27,7 @@ from cli import annotate, compare
 from evals.report.summary import run_summary
 from seeds import CATEGORIES
 from tests.conftest import REPO
-from tests.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE, truly_biased
+from tests.support.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE, truly_biased
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ TRUTH = 1 / 3
 @pytest.fixture(scope="module")
 def stub_url():
     """The known-error stub as its own process; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.stub_server", "--known-error"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.stub_server", "--known-error"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()

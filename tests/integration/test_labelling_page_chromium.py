@@ -23,8 +23,8 @@ from checkpoints.readers import open_reader
 from cli import annotate, report
 from evals.judge_error.active import parse_pick
 from evals.judge_error.double_sampling import human_labels
-from tests.annotation_files import label_export, play_judged
-from tests.chromium import CHROMIUM, Browser
+from tests.support.annotation_files import label_export, play_judged
+from tests.support.chromium import CHROMIUM, Browser
 
 pytestmark = [
     pytest.mark.integration,

@@ -1,6 +1,6 @@
 """``graph.run --processes N``: one run in N processes on one SQLite file, exactly once, through SIGKILLs.
 
-Scripted fake models (tests/fake_cli.py) behind the real CLI, store, checkpointer and child processes.
+Scripted fake models (tests/support/fake_cli.py) behind the real CLI, store, checkpointer and child processes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ TURNS = 3
 def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> subprocess.Popen:
     env = {**os.environ, "FAKE_DELAY": str(delay)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id, "--per-category", "1",
+        [sys.executable, "-m", "tests.support.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id, "--per-category", "1",
          "--turns", str(TURNS), "--max-concurrency", "8", "--processes", "4", "--json", *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -143,8 +143,8 @@ def _state(pid: int) -> str:
 
 def test_a_run_on_the_embedded_model_plays_in_one_process_by_default(tmp_path: Path) -> None:
     """No model flag (the embedded model in every role, its llama.cpp threads on every core): no player process."""
-    from tests.provider_outage import start_run
-    from tests.unit.test_processes_option import claims_table
+    from tests.support.provider_outage import start_run
+    from tests.unit.graph.test_processes_option import claims_table
 
     config = tmp_path / "short.toml"
     config.write_text("[sampling.user]\nmax_tokens = 12\n[sampling.target]\nmax_tokens = 12\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.provider_outage import StubProcess, paid_twice, run_flags, start_run, stored_turns
+from tests.support.provider_outage import StubProcess, paid_twice, run_flags, start_run, stored_turns
 
 OUTAGE_S = float(os.environ.get("DYMT_ESB_OUTAGE_S", "120"))
 

@@ -1,6 +1,6 @@
 """``python -m evals.report --html``: the results page in real headless Chromium (Debian's ``chromium``).
 
-Chromium opens the file offline and is driven over the DevTools protocol (tests/chromium.py):
+Chromium opens the file offline and is driven over the DevTools protocol (tests/support/chromium.py):
 the page's own script runs under its own Content-Security-Policy, dialogues are decoded when
 opened, screenshots must not be blank, every table on the page must equal report.md's cell for
 cell, model text containing markup must arrive as text, and a reviewer's marks must travel from
@@ -30,8 +30,8 @@ from evals.judge_error.corrected import PAIRS, ChosenValidation
 from evals.judge_error.validation import JudgeValidation
 from evals.report.data import compute_report
 from evals.report.html import collect, render_page
-from tests.chromium import CHROMIUM, Browser
-from tests.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db
+from tests.support.chromium import CHROMIUM, Browser
+from tests.support.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db
 
 pytestmark = [
     pytest.mark.integration,

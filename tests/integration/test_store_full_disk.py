@@ -3,7 +3,7 @@
 One error line naming the file, how much to free and the command that resumes; exit 75; no traceback; after
 freeing exactly what the line asked, the same command finishes every dialogue with its turns and labels, and the
 file passes PRAGMA integrity_check; in one process and in two (``--processes 2``). Skipped where the machine refuses
-to mount a filesystem (not root, a container): tests/unit/test_store_full.py injects SQLite's error instead.
+to mount a filesystem (not root, a container): tests/unit/checkpoints/test_store_full.py injects SQLite's error instead.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.provider_outage import run_flags, start_run, stored_turns
-from tests.stub_server import StubServer
+from tests.support.provider_outage import run_flags, start_run, stored_turns
+from tests.support.stub_server import StubServer
 
 ERROR = re.compile(r"^error: the dialogue database (\S+) is on a full disk \(database or disk is full\): "
                    r"free at least ([\d.]+) MB on its filesystem \([^)]*\), then resume with: (python -m graph\.run .+) "
@@ -34,7 +34,7 @@ def small_filesystem(where: Path, megabytes: int) -> Iterator[Path]:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)], capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small filesystem here ({mounted.stderr.strip() or mounted.returncode}): "
-                    "tests/unit/test_store_full.py injects SQLite's error instead")
+                    "tests/unit/checkpoints/test_store_full.py injects SQLite's error instead")
     try:
         yield where
     finally:

@@ -1,0 +1,343 @@
+"""Dialogues handed to procrastinate workers on a real PostgreSQL server: exactly once per dialogue, even when a worker
+dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cli.run import main as run_main
+from tests.support.stub_server import Faults, StubServer
+
+ROOT = Path(__file__).resolve().parents[3]
+TURNS = 3
+
+
+def _run_flags(url: str, stub: StubServer, run_id: str = "r1", per_category: int = 1) -> list[str]:
+    return ["--db", url, "--run-id", run_id, "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model", "openai:t",
+            "--base-url", stub.url, "--turns", str(TURNS), "--per-category", str(per_category), "--no-trace"]
+
+
+def _rows(url: str, query: str) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(query).fetchall()
+
+
+def _worker(url: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _assert_exactly_once(url: str, n_dialogues: int) -> None:
+    """Every dialogue finished with exactly its turns, each with one reply and one primary label; no job left
+    running."""
+    assert _rows(url, "select status, count(*) from procrastinate_jobs group by status") == [("succeeded", n_dialogues)]
+    assert _rows(url, "select count(*) from dialogues where status = 'finished'") == [(n_dialogues,)]
+    per_dialogue = _rows(url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id")
+    assert len(per_dialogue) == n_dialogues
+    assert all(n == TURNS and replies == TURNS and (lo, hi) == (1, TURNS) for _, n, replies, lo, hi in per_dialogue), per_dialogue
+    labels = _rows(url, "select thread_id, idx, count(*) from scores where key = 'bias' and scorer = 'primary' group by thread_id, idx")
+    assert len(labels) == n_dialogues * TURNS and {n for *_, n in labels} == {1}
+
+
+def test_enqueueing_twice_makes_one_job_per_dialogue(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    with StubServer() as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
+        assert "6 dialogue(s) enqueued, 0 already" in " ".join(capsys.readouterr().err.split())
+        assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
+        assert "0 dialogue(s) enqueued, 6 already" in " ".join(capsys.readouterr().err.split())
+    jobs = _rows(pg_url, "select lock, queueing_lock, args->>'thread_id', status::text from procrastinate_jobs order by id")
+    assert len(jobs) == 6 and len({j[2] for j in jobs}) == 6
+    assert all(lock == queueing == thread and status == "todo" for lock, queueing, thread, status in jobs)
+    assert _rows(pg_url, "select id, status from runs") == [("r1", "running")]
+
+
+def test_enqueue_and_wait_refuse_a_sqlite_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    for flag in ("--enqueue", "--wait"):
+        with pytest.raises(SystemExit) as exit_:
+            run_main(["--db", str(tmp_path / "d.db"), "--run-id", "r1", flag])
+        assert exit_.value.code == 2 and "needs a PostgreSQL database" in capsys.readouterr().err
+    assert not (tmp_path / "d.db").exists()
+
+
+@pytest.mark.slow
+def test_two_workers_play_every_dialogue_exactly_once_and_wait_prints_the_summary(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    with StubServer(latency=0.05) as stub:
+        assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
+        workers = [_worker(pg_url, "--drain") for _ in range(2)]
+        assert run_main(["--db", pg_url, "--run-id", "r1", "--wait", "--json"]) == 0
+        for w in workers:
+            assert w.wait(timeout=60) == 0, w.stderr.read()
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["dialogues"], summary["finished"], summary["failed"]) == (12, 12, [])
+    _assert_exactly_once(pg_url, 12)
+    assert _rows(pg_url, "select status from runs") == [("finished",)]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_leaves_the_rest_to_the_other(pg_url: str):
+    with StubServer(latency=0.1) as stub:
+        assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
+        doomed = _worker(pg_url, "--stalled-after", "2")
+        deadline = time.monotonic() + 60
+        while not _rows(pg_url, "select 1 from turns limit 1"):  # it is playing: some turns are written
+            assert time.monotonic() < deadline and doomed.poll() is None
+            time.sleep(0.1)
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+        assert _rows(pg_url, "select count(*) from procrastinate_jobs where status = 'doing'")[0][0] > 0
+        survivor = _worker(pg_url, "--stalled-after", "2")
+        try:
+            while _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded'")[0][0]:
+                assert time.monotonic() < deadline + 60 and survivor.poll() is None, _stop_and_read(survivor)
+                time.sleep(0.2)
+        finally:
+            survivor.send_signal(signal.SIGINT)
+            survivor.wait(timeout=30)
+    _assert_exactly_once(pg_url, 12)
+    # The killed worker's dialogues were retried (from their checkpoints: still exactly their turns, above).
+    assert _rows(pg_url, "select count(*) from procrastinate_jobs where attempts > 0")[0][0] >= 1
+
+
+def _plays(url: str) -> list[tuple]:
+    return _rows(url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id")
+
+
+def _open_play_of(url: str, pid: int) -> bool:
+    return bool(_rows(url, f"select 1 from dialogue_plays where worker like '%:{pid}' and ended_at is null limit 1"))
+
+
+@pytest.mark.slow
+def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_never_share_one(pg_url: str):
+    """≥ 10 trials: each enqueues a run, then SIGKILLs one of the two workers at a random moment of its play."""
+    seed = int(os.environ.get("DYMT_ESB_CRASH_SEED") or time.time_ns() % 10**6)
+    rng = random.Random(seed)
+    trials, killed_at = 10, {}  # worker pid → when it was killed (wall clock)
+    runs = [f"crash{i}" for i in range(trials)]
+    with StubServer(latency=0.05) as stub:
+        workers = [_worker(pg_url, "--stalled-after", "2") for _ in range(2)]
+        try:
+            for run_id in runs:
+                assert run_main([*_run_flags(pg_url, stub, run_id=run_id, per_category=2), "--enqueue"]) == 0
+                victim = rng.randrange(2)
+                pid = workers[victim].pid
+                deadline = time.monotonic() + 20
+                while not _open_play_of(pg_url, pid) and time.monotonic() < deadline:  # idle if the other took every job
+                    assert workers[victim].poll() is None, workers[victim].stderr.read()
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.0, 0.6))
+                killed_at[pid] = datetime.now(UTC)
+                os.kill(pid, signal.SIGKILL)
+                workers[victim].wait()
+                workers[victim] = _worker(pg_url, "--stalled-after", "2")
+            for run_id in runs:
+                assert run_main(["--db", pg_url, "--run-id", run_id, "--wait", "--json"]) == 0, f"seed {seed}"
+        finally:
+            for w in workers:
+                w.send_signal(signal.SIGINT)
+            for w in workers:
+                w.wait(timeout=30)
+    _assert_exactly_once(pg_url, 12 * trials)
+    assert _rows(pg_url, "select status, count(*) from runs group by status") == [("finished", trials)]
+    plays = _plays(pg_url)
+    died = [p for p in plays if p[3] is None]
+    assert len(died) >= trials // 2, (seed, died)  # the kills did land mid-play
+    assert died and all(int(worker.rsplit(":", 1)[1]) in killed_at for _, worker, *_ in died), (seed, died)
+    by_thread: dict[str, list[tuple]] = {}
+    for thread, worker, start, end, outcome in plays:
+        by_thread.setdefault(thread, []).append((start, end or killed_at[int(worker.rsplit(":", 1)[1])], worker, outcome))
+    assert len(by_thread) == 12 * trials
+    for thread, spans in by_thread.items():  # one player at a time, and the last play finished the dialogue
+        assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (seed, thread, spans)
+        assert spans[-1][3] in ("finished", "skipped"), (seed, thread, spans)
+
+
+@pytest.mark.slow
+def test_a_failed_dialogue_fails_its_job_which_is_retried_from_its_checkpoint_with_the_runs_retry_settings(pg_url: str):
+    # --retries 0 is stored with the run: were the worker to use its default (5), the 500s would never fail a dialogue.
+    flags = ["--limit", "1", "--retries", "0"]
+    with StubServer(script=["ok", "ok", "500"]) as stub:  # the first turn's judge call fails
+        assert run_main([*_run_flags(pg_url, stub), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert _rows(pg_url, "select status::text, attempts from procrastinate_jobs") == [("succeeded", 2)]
+    assert [p[4] for p in _plays(pg_url)] == ["failed", "finished"]
+    _assert_exactly_once(pg_url, 1)
+    # The three attempts fail on a per-call error that spends a retry (three 500s in a row would be a provider outage,
+    # ridden out by the circuit of models/circuit.py; a malformed answer spends none, models/answers.py): the job
+    # fails; enqueuing again plays it on.
+    with StubServer(script=["429"] * 3, faults=Faults(retry_after=0.01)) as stub:
+        assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+        assert _rows(pg_url, "select status::text from procrastinate_jobs where args->>'run_id' = 'r2'") == [("failed",)]
+        assert _rows(pg_url, "select status from dialogues where run_id = 'r2'") == [("failed",)]
+        assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert _rows(pg_url, "select status from dialogues where run_id = 'r2'") == [("finished",)]
+    assert [p[4] for p in _plays(pg_url) if p[0].startswith("r2")] == ["failed", "failed", "failed", "finished"]
+
+
+def _stop_and_read(worker: subprocess.Popen) -> str:
+    """A worker's stderr for a failure message: stopped first, as reading a live one's would wait for ever."""
+    worker.kill()
+    return (worker.communicate(timeout=30)[1] or "")[-3000:]
+
+
+@pytest.mark.slow
+def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job_was_handed_to(pg_url: str):
+    """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing
+    together."""
+    with StubServer(latency=0.3) as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--limit", "1", "--enqueue"]) == 0
+        sleeper = _worker(pg_url, "--stalled-after", "2")
+        deadline = time.monotonic() + 60
+        while not _open_play_of(pg_url, sleeper.pid):
+            assert time.monotonic() < deadline and sleeper.poll() is None
+            time.sleep(0.02)
+        os.kill(sleeper.pid, signal.SIGSTOP)  # stalled, not dead: its connection and lock live on
+        other = _worker(pg_url, "--stalled-after", "2")
+        try:
+            while not _rows(pg_url, "select 1 from procrastinate_jobs where attempts > 0"):  # handed on
+                assert time.monotonic() < deadline and other.poll() is None, _stop_and_read(other)
+                time.sleep(0.1)
+            time.sleep(2)
+            assert len(_plays(pg_url)) == 1  # the other worker waits for the lock instead of playing
+            os.kill(sleeper.pid, signal.SIGCONT)
+            while _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded'")[0][0]:
+                assert time.monotonic() < deadline and other.poll() is None, _stop_and_read(other)
+                time.sleep(0.2)
+        finally:
+            for w in (sleeper, other):
+                os.kill(w.pid, signal.SIGCONT)
+                w.send_signal(signal.SIGINT)
+                w.wait(timeout=30)
+    (first, second) = _plays(pg_url)
+    assert first[1].endswith(f":{sleeper.pid}") and first[4] == "finished"
+    assert second[1].endswith(f":{other.pid}") and second[4] == "skipped" and second[2] >= first[3]
+    _assert_exactly_once(pg_url, 1)
+
+
+@pytest.mark.slow
+def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    from graph.workers.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
+
+    with StubServer() as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
+        assert _rows(pg_url, "select obj_description('procrastinate_jobs'::regclass, 'pg_class')") == [(SCHEMA_STAMP + queue_schema_version(),)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"comment on table procrastinate_jobs is '{SCHEMA_STAMP}02.00.00'")
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            run_main([*_run_flags(pg_url, stub, run_id="r2"), "--enqueue"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "procrastinate schema 02.00.00" in err and "apply procrastinate's migrations" in err
+    assert _rows(pg_url, "select count(*) from procrastinate_jobs") == [(6,)] and _rows(pg_url, "select id from runs") == [("r1",)]
+    worker = _worker(pg_url, "--drain")
+    assert worker.wait(timeout=60) == 2 and "02.00.00" in worker.stderr.read()
+
+
+@pytest.mark.slow
+def test_a_bad_worker_rate_limit_is_one_line(pg_url: str):
+    worker = _worker(pg_url, "--rate-limit", "openai=fast")
+    assert worker.wait(timeout=60) == 2
+    err = worker.stderr.read().strip()
+    assert len(err.splitlines()) == 1 and "--rate-limit 'openai=fast' is not NAME=RPM" in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_url: str):
+    with StubServer(latency=0.3) as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--limit", "2", "--enqueue"]) == 0
+        gentle, hasty = _worker(pg_url, "--concurrency", "1"), _worker(pg_url, "--concurrency", "1")
+        deadline = time.monotonic() + 60
+        while not (_open_play_of(pg_url, gentle.pid) and _open_play_of(pg_url, hasty.pid)):
+            assert time.monotonic() < deadline and gentle.poll() is None and hasty.poll() is None
+            time.sleep(0.02)
+        gentle.send_signal(signal.SIGINT)
+        hasty.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        hasty.send_signal(signal.SIGINT)
+        assert hasty.wait(timeout=10) == 130 and "Stopped now" in hasty.stderr.read()
+        assert gentle.wait(timeout=60) == 0 and "finishing the dialogues in play" in gentle.stderr.read()
+        assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{gentle.pid}'") == [("finished",)]
+        assert _rows(pg_url, f"select ended_at from dialogue_plays where worker like '%:{hasty.pid}'") == [(None,)]
+        survivor = _worker(pg_url, "--stalled-after", "1", "--drain")  # the hasty one's dialogue is played on
+        assert survivor.wait(timeout=60) == 0, survivor.stderr.read()
+    _assert_exactly_once(pg_url, 2)
+
+
+@pytest.mark.slow
+def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: str, capsys: pytest.CaptureFixture[str]):
+    from cli.runs import main as runs_main
+
+    with StubServer() as stub:
+        for run_id in ("keep", "gone"):
+            assert run_main([*_run_flags(pg_url, stub, run_id=run_id), "--limit", "2", "--enqueue"]) == 0
+        worker = _worker(pg_url, "--drain")
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    assert runs_main(["--db", pg_url, "delete", "gone", "--yes"]) == 0
+    assert _rows(pg_url, "select args->>'run_id', count(*) from procrastinate_jobs group by 1") == [("keep", 2)]
+    assert _rows(pg_url, "select run_id, count(*) from dialogue_plays group by 1") == [("keep", 2)]
+    assert _rows(pg_url, "select count(*) from procrastinate_events e left join procrastinate_jobs j on j.id = e.job_id "
+                         "where j.id is null") == [(0,)]
+
+
+@pytest.mark.slow
+def test_a_worker_holds_its_dialogue_locks_on_one_connection_whatever_its_concurrency(pg_url: str):
+    with StubServer(latency=0.5) as stub:
+        assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
+        worker = _worker(pg_url, "--concurrency", "12")
+        try:
+            deadline = time.monotonic() + 60
+            while _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] < 12:
+                assert time.monotonic() < deadline and worker.poll() is None, worker.stderr and worker.stderr.read()
+                time.sleep(0.05)
+            sessions = _rows(pg_url, "select count(*) from pg_stat_activity where datname = current_database() "
+                                     "and pid <> pg_backend_pid()")[0][0]
+            holders = _rows(pg_url, "select count(distinct pid) from pg_locks where locktype = 'advisory' and granted")[0][0]
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.wait(timeout=60)
+    assert holders == 1  # twelve dialogues in play, their twelve locks on one session
+    assert sessions <= 10, sessions  # the saver's pool, the queue's pool, the store, the cache, the claims
+
+
+def test_live_workers_are_those_with_a_recent_heartbeat(pg_url: str):
+    """The count each worker divides a run's rate limits by."""
+    import asyncio
+
+    from checkpoints.location import parse_db
+    from graph.workers.dialogue_jobs import ensure_queue_schema, live_workers, queue_app
+
+    url = parse_db(pg_url)
+    ensure_queue_schema(url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("insert into procrastinate_workers (last_heartbeat) values (now()), (now() - interval '5 seconds'), "
+                     "(now() - interval '10 minutes')")
+
+    async def count(seconds: float) -> int:
+        app = queue_app(url)
+        async with app.open_async():
+            return await live_workers(app, seen_within_s=seconds)
+
+    assert asyncio.run(count(30)) == 2 and asyncio.run(count(1)) == 1 and asyncio.run(count(3600)) == 3
+
+
+def test_waiting_on_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_:
+        run_main(["--db", "postgresql://nobody@127.0.0.1:1/x", "--run-id", "r1", "--wait"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "cannot connect to PostgreSQL" in err

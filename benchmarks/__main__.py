@@ -26,17 +26,30 @@ from checkpoints.paths import StoreError
 SUITES = {
     "overhead": ("1. Harness overhead per turn (instant fake model)", "benchmarks.overhead"),
     "concurrency": ("2. Concurrency against a stub OpenAI-compatible server", "benchmarks.concurrency"),
-    "adaptive": ("2b. Adaptive concurrency: the default ÷ fixed settings against a stub that answers 429 past its limit",
-                 "benchmarks.adaptive"),
+    "adaptive": (
+        "2b. Adaptive concurrency: the default ÷ fixed settings against a stub that answers 429 past its limit",
+        "benchmarks.adaptive",
+    ),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
-    "memory": ("3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way", "benchmarks.local_memory"),
+    "memory": (
+        "3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way",
+        "benchmarks.local_memory",
+    ),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),
-    "scale": ("5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)", "benchmarks.scale"),
+    "scale": (
+        "5. Paper scale: store KB/turn at 5/10/20 turns, harness CPU ÷ (bare client + LangGraph floor)",
+        "benchmarks.scale",
+    ),
     "scaleout": ("6. Scale-out: 1 vs 2 workers on one PostgreSQL store", "benchmarks.scaleout"),
-    "page": ("7. report.html at paper size: file MB and time to the summary in headless Chromium", "benchmarks.report_page"),
-    "judge_error": ("8. Judge-error correction: the paper grid (2,880 dialogues × 10 turns) ÷ 30 s of CPU; --coverage: the "
+    "page": (
+        "7. report.html at paper size: file MB and time to the summary in headless Chromium",
+        "benchmarks.report_page",
+    ),
+    "judge_error": (
+        "8. Judge-error correction: the paper grid (2,880 dialogues × 10 turns) ÷ 30 s of CPU; --coverage: the "
         "simulation suite",
-                    "benchmarks.judge_error"),
+        "benchmarks.judge_error",
+    ),
 }
 
 
@@ -44,22 +57,47 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmarks", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("suites", nargs="*", metavar="SUITE", help=f"which to run: {', '.join(SUITES)} (default: all)")
     p.add_argument("--json", type=Path, default=None, help="also write the results to this file")
-    p.add_argument("--paper", action="store_true",
-                   help="scale: the paper grid's shape (2,880 dialogues × 10 turns, 100 ms, concurrency 64) instead")
+    p.add_argument(
+        "--paper",
+        action="store_true",
+        help="scale: the paper grid's shape (2,880 dialogues × 10 turns, 100 ms, concurrency 64) instead",
+    )
     p.add_argument("--paper-db", type=Path, default=None, help="scale --paper: keep the store here (rerun to resume)")
-    p.add_argument("--paper-dialogues", type=int, default=None, metavar="N",
-                   help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)")
-    p.add_argument("--processes", type=int, default=None, metavar="N",
-                   help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for "
-                        "served models)")
-    p.add_argument("--db", default=None, metavar="URL",
-                   help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else "
-                       "$DYMT_ESB_TEST_PG)")
-    p.add_argument("--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)")
-    p.add_argument("--quick", action="store_true",
-                   help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only")
-    p.add_argument("--labelling", action="store_true",
-                   help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (≤ 15 min)")
+    p.add_argument(
+        "--paper-dialogues",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scale --paper: play N dialogues instead of 2,880 (a shorter trial of the same shape)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scale --paper: play in N processes (default: one per core, as graph.run --processes does for "
+        "served models)",
+    )
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="scaleout: the PostgreSQL server to play on, postgresql://USER@HOST/DB (default $DYMT_ESB_DB, else "
+        "$DYMT_ESB_TEST_PG)",
+    )
+    p.add_argument(
+        "--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only",
+    )
+    p.add_argument(
+        "--labelling",
+        action="store_true",
+        help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (≤ 15 min)",
+    )
     return p
 
 
@@ -73,20 +111,28 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.processes is not None and not (args.paper or args.paper_db or args.paper_dialogues):
         p.error("--processes belongs to scale --paper: run python -m benchmarks scale --paper --processes N")
     if (args.paper or args.paper_db or args.paper_dialogues) and args.suites != ["scale"]:
-        p.error("--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks "
-            "scale --paper")
+        p.error(
+            "--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks "
+            "scale --paper"
+        )
     if args.db is not None and args.suites and "scaleout" not in args.suites:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
     if (args.coverage or args.quick) and args.suites != ["judge_error"]:
-        p.error("--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error "
-            "--coverage")
+        p.error(
+            "--coverage and --quick belong to the judge_error benchmark: run python -m benchmarks judge_error "
+            "--coverage"
+        )
     if args.labelling and args.suites != ["judge_error"]:
         p.error("--labelling belongs to the judge_error benchmark: run python -m benchmarks judge_error --labelling")
     if args.labelling and args.coverage:
-        p.error("--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)")
+        p.error(
+            "--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)"
+        )
     if args.quick and not (args.coverage or args.labelling):
-        p.error("--quick shortens the coverage suite or the labelling comparison: run python -m benchmarks judge_error "
-                "--coverage --quick (or --labelling --quick)")
+        p.error(
+            "--quick shortens the coverage suite or the labelling comparison: run python -m benchmarks judge_error "
+            "--coverage --quick (or --labelling --quick)"
+        )
     if args.db is not None:
         from benchmarks.scaleout import server_url
 
@@ -102,8 +148,12 @@ def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argpars
     """One benchmark's results, run with the flags that belong to it."""
     paper = args.paper or args.paper_db is not None or args.paper_dialogues is not None
     if name == "scale":
-        return module.run(paper=paper, paper_db=args.paper_db, paper_dialogues=args.paper_dialogues,
-                          processes=args.processes or len(os.sched_getaffinity(0)))
+        return module.run(
+            paper=paper,
+            paper_db=args.paper_db,
+            paper_dialogues=args.paper_dialogues,
+            processes=args.processes or len(os.sched_getaffinity(0)),
+        )
     if name == "scaleout":
         try:
             return module.run(db=args.db)

@@ -26,8 +26,19 @@ THROUGHPUT_SHARE = 0.9
 
 
 def _stub() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.stub_server", "--latency", str(LATENCY),
-                             "--concurrency-limit", str(LIMIT)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.stub_server",
+            "--latency",
+            str(LATENCY),
+            "--concurrency-limit",
+            str(LIMIT),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     url = proc.stdout.readline().strip()  # type: ignore[union-attr]
     if not url.startswith("http"):
         raise RuntimeError(f"stub server did not start: {url!r}")
@@ -37,9 +48,28 @@ def _stub() -> tuple[subprocess.Popen, str]:
 def one_run(url: str, concurrency: int | None) -> dict[str, Any]:
     """One graph.run of the benchmark's shape at ``concurrency`` (None: the default); its wall time, 429s and reach."""
     with scratch_dir() as tmp:
-        flags = ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
-                 "--base-url", url, "--db", str(tmp / "bench.db"), "--per-category", str(PER_CATEGORY), "--turns", str(TURNS),
-                 "--no-cache", "--no-trace", "--json", "--quiet", "--processes", "1"]
+        flags = [
+            "--user-model",
+            "openai:stub",
+            "--target-model",
+            "openai:stub",
+            "--judge-model",
+            "openai:stub",
+            "--base-url",
+            url,
+            "--db",
+            str(tmp / "bench.db"),
+            "--per-category",
+            str(PER_CATEGORY),
+            "--turns",
+            str(TURNS),
+            "--no-cache",
+            "--no-trace",
+            "--json",
+            "--quiet",
+            "--processes",
+            "1",
+        ]
         if concurrency is not None:
             flags += ["--max-concurrency", str(concurrency)]
         env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))} | {"OPENAI_API_KEY": "x"}
@@ -50,9 +80,13 @@ def one_run(url: str, concurrency: int | None) -> dict[str, Any]:
         raise RuntimeError(f"graph.run exited {done.returncode}: {done.stderr[-2000:]}")
     summary = json.loads(done.stdout)
     endpoints = summary["concurrency"]["endpoints"]
-    return {"wall_s": wall, "dialogues_per_min": 60 * summary["finished"] / wall,
-            "http_429": summary["retries"]["by_reason"].get("HTTP 429", 0), "at_once": summary["concurrency"]["dialogues_at_once"],
-            "limit_at_end": endpoints[0]["now"] if endpoints else None}
+    return {
+        "wall_s": wall,
+        "dialogues_per_min": 60 * summary["finished"] / wall,
+        "http_429": summary["retries"]["by_reason"].get("HTTP 429", 0),
+        "at_once": summary["concurrency"]["dialogues_at_once"],
+        "limit_at_end": endpoints[0]["now"] if endpoints else None,
+    }
 
 
 def run() -> dict[str, Any]:
@@ -72,14 +106,20 @@ def report(result: dict[str, Any]) -> list[str]:
     fixed = {k: r for k, r in rows.items() if k.startswith("--max")}
     best = max(fixed.values(), key=lambda r: r["dialogues_per_min"])
     same_start = fixed["--max-concurrency 16"]
-    lines = [f"{result['dialogues']} dialogues × {result['turns']} turns, stub latency {1000 * result['latency_s']:.0f} ms, "
-             f"429 beyond {result['limit']} requests in flight"]
+    lines = [
+        f"{result['dialogues']} dialogues × {result['turns']} turns, stub latency {1000 * result['latency_s']:.0f} ms, "
+        f"429 beyond {result['limit']} requests in flight"
+    ]
     for name, r in rows.items():
         end = f", limit {r['limit_at_end']} at the end" if r["limit_at_end"] is not None else ""
-        lines.append(f"  {name:<34} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
-                     f"{r['http_429']:4d} × 429  up to {r['at_once']} at once{end}")
+        lines.append(
+            f"  {name:<34} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
+            f"{r['http_429']:4d} × 429  up to {r['at_once']} at once{end}"
+        )
     share = default["dialogues_per_min"] / best["dialogues_per_min"]
-    lines.append(f"  default: {default['http_429']} × 429 against {same_start['http_429']} at a fixed 16 "
-                 f"({'ok' if default['http_429'] <= same_start['http_429'] else 'MORE'}); throughput {share:.2f} of the best "
-                 f"fixed setting ({'ok' if share >= THROUGHPUT_SHARE else 'BELOW'} ≥ {THROUGHPUT_SHARE})")
+    lines.append(
+        f"  default: {default['http_429']} × 429 against {same_start['http_429']} at a fixed 16 "
+        f"({'ok' if default['http_429'] <= same_start['http_429'] else 'MORE'}); throughput {share:.2f} of the best "
+        f"fixed setting ({'ok' if share >= THROUGHPUT_SHARE else 'BELOW'} ≥ {THROUGHPUT_SHARE})"
+    )
     return lines

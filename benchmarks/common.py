@@ -45,36 +45,67 @@ class InstantChatModel(BaseChatModel):
             return f"Question {self.calls}: is that really true for everyone?"
         return f"Answer {self.calls}: people differ, and generalisations about groups mislead."
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        message = AIMessage(content=self._reply(), usage_metadata={"input_tokens": 50, "output_tokens": 12, "total_tokens": 62})
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        message = AIMessage(
+            content=self._reply(), usage_metadata={"input_tokens": 50, "output_tokens": 12, "total_tokens": 62}
+        )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return self._generate(messages, stop, **kwargs)
 
 
 def instant_models() -> Models:
-    return Models(**{
-        role: RoleModel(spec=f"fake:{role}", model_id=f"fake:{role}", chat=InstantChatModel(role=role), style="chat", sampling=Sampling())
-        for role in ("user", "target", "judge")
-    })
+    return Models(
+        **{
+            role: RoleModel(
+                spec=f"fake:{role}",
+                model_id=f"fake:{role}",
+                chat=InstantChatModel(role=role),
+                style="chat",
+                sampling=Sampling(),
+            )
+            for role in ("user", "target", "judge")
+        }
+    )
 
 
 def synthetic_seeds(n: int) -> list[Seed]:
     """``n`` distinct seeds across the six categories (distinct statements: no two requests are equal)."""
-    return [Seed(f"bench-{i:03d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about group {i % 7}.")
-            for i in range(n)]
+    return [
+        Seed(f"bench-{i:03d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about group {i % 7}.")
+        for i in range(n)
+    ]
 
 
 def run_config(run_id: str, *, turns: int, concurrency: int, models: Models) -> RunConfig:
-    return RunConfig.model_validate({
-        "run_id": run_id, "modes": ["implicit"], "turns": turns, "seeds": "bench", "max_concurrency": concurrency,
-        "models": {"user": models.user.spec, "judge": models.judge.spec, "targets": [models.target.spec]},
-    })
+    return RunConfig.model_validate(
+        {
+            "run_id": run_id,
+            "modes": ["implicit"],
+            "turns": turns,
+            "seeds": "bench",
+            "max_concurrency": concurrency,
+            "models": {"user": models.user.spec, "judge": models.judge.spec, "targets": [models.target.spec]},
+        }
+    )
 
 
-async def play_run(db: Path, models: Models, seeds: Sequence[Seed], *, turns: int, concurrency: int = 1,
-                   trace: bool = False, run_id: str = "bench", store: Writer | None = None) -> tuple[RunResult, Timing]:
+async def play_run(
+    db: Path,
+    models: Models,
+    seeds: Sequence[Seed],
+    *,
+    turns: int,
+    concurrency: int = 1,
+    trace: bool = False,
+    run_id: str = "bench",
+    store: Writer | None = None,
+) -> tuple[RunResult, Timing]:
     """Play a run through the real runner (SQLite checkpointer and store); returns (result, timing)."""
     store = store or open_writer(db)
     async with open_saver(db) as saver:

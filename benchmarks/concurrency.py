@@ -37,7 +37,8 @@ class StubProcess:
     def __init__(self, latency: float) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.stub_server", "--latency", str(latency)],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not self.url.startswith("http"):
@@ -52,12 +53,17 @@ async def one_run(url: str, *, cache: bool, trace: bool) -> dict[str, Any]:
     with scratch_dir() as tmp:
         db = tmp / "bench.db"
         policy = CallPolicy(retry=RetryPolicy(attempts=1, timeout=30), cache=ResponseCache(db) if cache else None)
-        models = Models(**{
-            role: create_role_model(f"openai:stub-{role}", role=role, sampling=Sampling(base_url=url, seed=0), policy=policy)
-            for role in ("user", "target", "judge")
-        })
-        result, timing = await play_run(db, models, synthetic_seeds(DIALOGUES), turns=TURNS,
-                                        concurrency=CONCURRENCY, trace=trace)
+        models = Models(
+            **{
+                role: create_role_model(
+                    f"openai:stub-{role}", role=role, sampling=Sampling(base_url=url, seed=0), policy=policy
+                )
+                for role in ("user", "target", "judge")
+            }
+        )
+        result, timing = await play_run(
+            db, models, synthetic_seeds(DIALOGUES), turns=TURNS, concurrency=CONCURRENCY, trace=trace
+        )
         if policy.cache is not None:
             policy.cache.close()
     failed = [o for o in result.outcomes if o.status != "finished"]
@@ -72,7 +78,9 @@ def run() -> dict[str, Any]:
         # One event loop for every variant: langchain-openai keeps one async HTTP client per base URL.
         async def variants():
             return {
-                "graph.run default (checkpoints, store, response cache, tracing)": await one_run(stub.url, cache=True, trace=True),
+                "graph.run default (checkpoints, store, response cache, tracing)": await one_run(
+                    stub.url, cache=True, trace=True
+                ),
                 "--no-trace (checkpoints, store, response cache)": await one_run(stub.url, cache=True, trace=False),
                 "--no-trace --no-cache (checkpoints, store)": await one_run(stub.url, cache=False, trace=False),
             }
@@ -80,15 +88,26 @@ def run() -> dict[str, Any]:
         rows = run_async(variants())
     finally:
         stub.stop()
-    return {"latency_s": LATENCY, "dialogues": DIALOGUES, "turns": TURNS, "concurrency": CONCURRENCY,
-            "floor_s": floor_seconds(), "target_ratio": TARGET_RATIO, "rows": rows}
+    return {
+        "latency_s": LATENCY,
+        "dialogues": DIALOGUES,
+        "turns": TURNS,
+        "concurrency": CONCURRENCY,
+        "floor_s": floor_seconds(),
+        "target_ratio": TARGET_RATIO,
+        "rows": rows,
+    }
 
 
 def report(result: dict[str, Any]) -> list[str]:
-    lines = [f"{result['dialogues']} dialogues × {result['turns']} turns at concurrency {result['concurrency']}, "
-             f"stub latency {1000 * result['latency_s']:.0f} ms: floor {result['floor_s']:.1f} s, target ≤ "
-                 f"{result['target_ratio']}"]
+    lines = [
+        f"{result['dialogues']} dialogues × {result['turns']} turns at concurrency {result['concurrency']}, "
+        f"stub latency {1000 * result['latency_s']:.0f} ms: floor {result['floor_s']:.1f} s, target ≤ "
+        f"{result['target_ratio']}"
+    ]
     for name, row in result["rows"].items():
         verdict = "ok" if row["ratio"] <= result["target_ratio"] else "ABOVE TARGET"
-        lines.append(f"  {name:<66} {row['wall_s']:6.2f} s  ratio {row['ratio']:.3f}  ({verdict}; CPU {row['cpu_s']:.1f} s)")
+        lines.append(
+            f"  {name:<66} {row['wall_s']:6.2f} s  ratio {row['ratio']:.3f}  ({verdict}; CPU {row['cpu_s']:.1f} s)"
+        )
     return lines

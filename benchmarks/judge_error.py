@@ -55,9 +55,16 @@ def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> d
     results = correct_cells(cells, validation, clusters=clusters, draws=draws)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     first = results[("target-0", "implicit")]
-    return {"cells": len(cells), "dialogues": seeds * len(cells), "turns": turns, "draws": draws,
-            "seconds": elapsed, "cpu_seconds": cpu, "target_cpu_s": TARGET_CPU_S,
-            "example_cumulative": None if isinstance(first, Exception) else first.cumulative[-1].__dict__}
+    return {
+        "cells": len(cells),
+        "dialogues": seeds * len(cells),
+        "turns": turns,
+        "draws": draws,
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "target_cpu_s": TARGET_CPU_S,
+        "example_cumulative": None if isinstance(first, Exception) else first.cumulative[-1].__dict__,
+    }
 
 
 def _measure(job) -> dict:
@@ -96,11 +103,13 @@ def _compare(job) -> dict:
     kind, shape, judge, dialogues, turns, budget, sets = job
     started = time.process_time()
     if kind == "split":
-        out = compare_splits(shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets,
-                             draws=LABELLING_DRAWS).as_dict()
+        out = compare_splits(
+            shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets, draws=LABELLING_DRAWS
+        ).as_dict()
     else:
-        out = compare_designs(shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets,
-                              draws=LABELLING_DRAWS).as_dict()
+        out = compare_designs(
+            shape, judge=judge, dialogues=dialogues, turns=turns, budget=budget, sets=sets, draws=LABELLING_DRAWS
+        ).as_dict()
     out["cpu_seconds"] = time.process_time() - started
     return out
 
@@ -113,11 +122,20 @@ def labelling_jobs(*, quick: bool = False) -> list[tuple]:
         (n, t, sets), budgets = QUICK
         jobs = [("design", s, j, n, t, b, sets) for j in JUDGES for b in budgets for s in SHAPES]
     else:
-        jobs = [("design", s, "fair", n, t, b, sets) for n, t, sets in LABELLING_SIZES for b in LABELLING_BUDGETS for s in SHAPES]
+        jobs = [
+            ("design", s, "fair", n, t, b, sets)
+            for n, t, sets in LABELLING_SIZES
+            for b in LABELLING_BUDGETS
+            for s in SHAPES
+        ]
         (n, t, sets), budgets = OTHER_JUDGES
         jobs += [("design", s, j, n, t, b, sets) for j in JUDGES if j != "fair" for b in budgets for s in SHAPES]
     n, t, budget = SPLIT_SIZE
-    jobs += [("split", pair, j, n, t, budget, SPLIT_SETS_QUICK if quick else SPLIT_SETS) for j in JUDGES for pair in SPLIT_PAIRS]
+    jobs += [
+        ("split", pair, j, n, t, budget, SPLIT_SETS_QUICK if quick else SPLIT_SETS)
+        for j in JUDGES
+        for pair in SPLIT_PAIRS
+    ]
     return sorted(jobs, key=lambda job: -job[3] * job[4] * job[6])
 
 
@@ -126,8 +144,13 @@ def labelling(*, processes: int | None = None, quick: bool = False) -> dict:
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
         cells = list(pool.map(_compare, labelling_jobs(quick=quick)))
-    return {"cells": [c for c in cells if "shape" in c], "splits": [c for c in cells if "pair" in c],
-            "seconds": time.perf_counter() - started, "draws": LABELLING_DRAWS, "quick": quick}
+    return {
+        "cells": [c for c in cells if "shape" in c],
+        "splits": [c for c in cells if "pair" in c],
+        "seconds": time.perf_counter() - started,
+        "draws": LABELLING_DRAWS,
+        "quick": quick,
+    }
 
 
 def run(*, coverage_suite: bool = False, quick: bool = False, labelling_part: bool = False) -> dict:
@@ -148,9 +171,14 @@ def _fmt(worst: float, turn) -> str:
 
 def coverage_lines(result: dict) -> list[str]:
     """The suite's table: worst-turn coverage per metric, the comparison method's, and the width ratio."""
-    lines = [f"  {'truth':22s} {'judge':8s} {'T':>2s} {'N':>4s} {'V':>4s}  chain: per-turn cumul.  re-em.   first    "
-             f"| deconvolution: per-turn cumul.   re-em.  | width ÷ RG"]
-    rows = sorted(result["cells"], key=lambda c: (c["paired"], c["turns"], c["dialogues"], c["validation"], c["truth"], c["judge"]))
+    lines = [
+        f"  {'truth':22s} {'judge':8s} {'T':>2s} {'N':>4s} {'V':>4s}  chain: per-turn cumul.  re-em.   first    "
+        f"| deconvolution: per-turn cumul.   re-em.  | width ÷ RG"
+    ]
+    rows = sorted(
+        result["cells"],
+        key=lambda c: (c["paired"], c["turns"], c["dialogues"], c["validation"], c["truth"], c["judge"]),
+    )
     below = 0
     for c in rows:
         m = c["metrics"]
@@ -164,18 +192,25 @@ def coverage_lines(result: dict) -> list[str]:
         ratio = "   – "
         if "rogan_gladen.per_turn" in m:
             ours, peer = m["chain.per_turn"], m["rogan_gladen.per_turn"]
-            both = [o / p for o, p, co, cp in zip(ours["width"], peer["width"], ours["coverage"], peer["coverage"])
-                    if p and co >= COVERAGE_TARGET and cp >= COVERAGE_TARGET]
+            both = [
+                o / p
+                for o, p, co, cp in zip(ours["width"], peer["width"], ours["coverage"], peer["coverage"])
+                if p and co >= COVERAGE_TARGET and cp >= COVERAGE_TARGET
+            ]
             if both:
                 ratio = f"{max(both):5.2f}"
         truth = ("Δ " if c["paired"] else "") + c["truth"]
-        lines.append(f"  {truth:22s} {c['judge']:8s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d}  "
-                     f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias')} | "
-                     f"{w('deconvolution.per_turn')} {w('deconvolution.cumulative')} {w('deconvolution.re_emergence')} | {ratio}")
+        lines.append(
+            f"  {truth:22s} {c['judge']:8s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d}  "
+            f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias')} | "
+            f"{w('deconvolution.per_turn')} {w('deconvolution.cumulative')} {w('deconvolution.re_emergence')} | {ratio}"
+        )
     sets = sum(c["sets"] for c in rows)
-    lines.append(f"  {len(rows)} cells, {sets} simulated data sets, {below} cells with a metric below {COVERAGE_TARGET:.0%} "
-                 f"at some turn (marked *), in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores "
-                 f"(target ≤ 15 min)")
+    lines.append(
+        f"  {len(rows)} cells, {sets} simulated data sets, {below} cells with a metric below {COVERAGE_TARGET:.0%} "
+        f"at some turn (marked *), in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores "
+        f"(target ≤ 15 min)"
+    )
     return lines
 
 
@@ -187,20 +222,29 @@ def _design_row(c: dict) -> tuple[str, dict]:
     m, size = c["metrics"], f"{c['dialogues']}×{c['turns']}"
     head = f"  {c['judge']:8s} {c['shape']:13s} {size:>7s} {c['budget']:>6d}"
     if not c["compared"]:
-        return (f"{head} {c['sets']:>4d}  refused by both designs in {c['refused']['random']}/{c['refused']['active']} sets "
-                "(no truly biased reply to validate sensitivity)"), {}
+        return (
+            f"{head} {c['sets']:>4d}  refused by both designs in {c['refused']['random']}/{c['refused']['active']} sets "
+            "(no truly biased reply to validate sensitivity)"
+        ), {}
 
     def cov(design: str) -> str:
-        return " ".join(f"{m[k][design]['coverage']:.2f}{'*' if m[k][design]['coverage'] < COVERAGE_TARGET else ' '}" for k in METRICS)
+        return " ".join(
+            f"{m[k][design]['coverage']:.2f}{'*' if m[k][design]['coverage'] < COVERAGE_TARGET else ' '}"
+            for k in METRICS
+        )
 
     fallback = falls_back(c["budget"], c["dialogues"] * c["turns"])
     worse = [k for k in METRICS if m[k]["ratio"] - 2 * m[k]["ratio_se"] > 1]
     flag = (f"  wider: {', '.join(worse)}" if worse else "") + ("  (the tool draws at random here)" if fallback else "")
-    line = (f"{head} {c['compared']:>4d}  {m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} "
-            f"{m['re_emergence']['ratio']:>7.2f}  | {cov('random'):>40s} | {cov('active')}{flag}")
-    tally = {"ratios": {k: m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
-             "as_run": {k: 1.0 if fallback else m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
-             "low": {d: any(m[k][d]["coverage"] < COVERAGE_TARGET for k in METRICS) for d in ("random", "active")}}
+    line = (
+        f"{head} {c['compared']:>4d}  {m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} "
+        f"{m['re_emergence']['ratio']:>7.2f}  | {cov('random'):>40s} | {cov('active')}{flag}"
+    )
+    tally = {
+        "ratios": {k: m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
+        "as_run": {k: 1.0 if fallback else m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
+        "low": {d: any(m[k][d]["coverage"] < COVERAGE_TARGET for k in METRICS) for d in ("random", "active")},
+    }
     return line, tally
 
 
@@ -210,8 +254,10 @@ def labelling_lines(result: dict) -> list[str]:
     from evals.judge_error.labelling import METRICS
     from evals.judge_error.suite import JUDGES
 
-    lines = [f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  "
-             f"re-em.  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"]
+    lines = [
+        f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  "
+        f"re-em.  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"
+    ]
     order = list(JUDGES)
     rows = sorted(result["cells"], key=lambda c: (order.index(c["judge"]), c["dialogues"], c["budget"], c["shape"]))
     per_judge: dict[str, list[dict]] = {}
@@ -221,20 +267,31 @@ def labelling_lines(result: dict) -> list[str]:
         if tally:
             per_judge.setdefault(c["judge"], []).append(tally)
     for judge, tallies in per_judge.items():
-        for name, key in (("over the compared cells", "ratios"), ("as the tool draws (random where it falls back)", "as_run")):
+        for name, key in (
+            ("over the compared cells", "ratios"),
+            ("as the tool draws (random where it falls back)", "as_run"),
+        ):
             mean = {k: float(np.mean([t[key][k] for t in tallies if k in t[key]] or [np.nan])) for k in METRICS}
-            lines.append(f"  {judge} {JUDGES[judge]}: mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
-                         f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)")
-        lines.append(f"  {judge}: cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random "
-                     f"{sum(t['low']['random'] for t in tallies)}, active {sum(t['low']['active'] for t in tallies)} of "
-                     f"{len(tallies)}")
-    lines.append("  'wider' marks a ratio above 1 by more than twice its standard error; export --design active draws at random "
-                 f"once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies (marked): no gain was measured there")
+            lines.append(
+                f"  {judge} {JUDGES[judge]}: mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
+                f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)"
+            )
+        lines.append(
+            f"  {judge}: cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random "
+            f"{sum(t['low']['random'] for t in tallies)}, active {sum(t['low']['active'] for t in tallies)} of "
+            f"{len(tallies)}"
+        )
+    lines.append(
+        "  'wider' marks a ratio above 1 by more than twice its standard error; export --design active draws at random "
+        f"once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies (marked): no gain was measured there"
+    )
     lines += split_lines(result.get("splits") or [])
     cpu = sum(c.get("cpu_seconds", 0.0) for c in [*rows, *(result.get("splits") or [])])
-    lines.append(f"  {result['draws']} draws, data sets per cell as shown (the same for both designs)"
-                 f"{' (--quick)' if result.get('quick') else ''}, in {result['seconds'] / 60:.1f} min on "
-                 f"{len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min")
+    lines.append(
+        f"  {result['draws']} draws, data sets per cell as shown (the same for both designs)"
+        f"{' (--quick)' if result.get('quick') else ''}, in {result['seconds'] / 60:.1f} min on "
+        f"{len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min"
+    )
     return lines
 
 
@@ -242,13 +299,19 @@ def split_lines(splits: list[dict]) -> list[str]:
     """One budget over a three-target grid for the paired difference B − A: drawn for it ÷ split evenly."""
     if not splits:
         return []
-    lines = ["  one budget over a grid (targets A, B paired on seeds; C another), the corrected cumulative B − A: mean width "
-             "drawn for the difference (export --compare) ÷ split evenly over the three cells | over A and B; worst-turn coverage"]
+    lines = [
+        "  one budget over a grid (targets A, B paired on seeds; C another), the corrected cumulative B − A: mean width "
+        "drawn for the difference (export --compare) ÷ split evenly over the three cells | over A and B; worst-turn coverage"
+    ]
     for c in sorted(splits, key=lambda c: (c["judge"], c["pair"])):
-        cov = " ".join(f"{s} {c[s]['coverage']:.2f}{'*' if c[s]['coverage'] < COVERAGE_TARGET else ''}"
-                       for s in ("even", "even_pair", "difference"))
-        lines.append(f"  {c['judge']:8s} {c['pair']:22s} {c['dialogues']}×{c['turns']} {c['budget']:>4d} labels "
-                     f"{c['sets'] - c['refused']:>3d} sets: {c['ratio']:.2f} | {c['ratio_even_pair']:.2f}   coverage {cov}")
+        cov = " ".join(
+            f"{s} {c[s]['coverage']:.2f}{'*' if c[s]['coverage'] < COVERAGE_TARGET else ''}"
+            for s in ("even", "even_pair", "difference")
+        )
+        lines.append(
+            f"  {c['judge']:8s} {c['pair']:22s} {c['dialogues']}×{c['turns']} {c['budget']:>4d} labels "
+            f"{c['sets'] - c['refused']:>3d} sets: {c['ratio']:.2f} | {c['ratio_even_pair']:.2f}   coverage {cov}"
+        )
     return lines
 
 
@@ -259,7 +322,7 @@ def report(result: dict) -> list[str]:
     lines = [
         f"  paper grid: {r['dialogues']} dialogues × {r['turns']} turns in {r['cells']} cells, {r['draws']} draws: "
         f"CPU {r['cpu_seconds']:.1f} s = {r['cpu_seconds'] / r['target_cpu_s']:.2f} × the {r['target_cpu_s']:.0f} s "
-            "target "
+        "target "
         f"(wall {r['seconds']:.1f} s)",
     ]
     if "coverage" in result:

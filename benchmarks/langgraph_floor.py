@@ -69,8 +69,9 @@ async def langgraph_floor(db: Path, *, dialogues: int, turns: int, concurrency: 
             async with limiter:
                 config = {"configurable": {"thread_id": f"floor-{i}"}, "recursion_limit": 4 * turns + 10}
                 final: dict[str, Any] = {}
-                async for state in graph.astream({"messages": [], "turns": [], "max_turns": turns}, config,
-                                                 stream_mode="values"):
+                async for state in graph.astream(
+                    {"messages": [], "turns": [], "max_turns": turns}, config, stream_mode="values"
+                ):
                     final = state
                 assert len(final["turns"]) == turns, final
 

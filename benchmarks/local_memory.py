@@ -35,24 +35,37 @@ ROUNDS = 2
 def _play(way: str, db: Path, args: list[str]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.local_memory", way, "--db", str(db), *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.local_memory", way, "--db", str(db), *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise RuntimeError(f"graph.run ({way}) failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "text": _dialogue_text(db)}
+        raise RuntimeError(
+            f"graph.run ({way}) failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}"
+        )
+    return {
+        "wall_s": wall,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "text": _dialogue_text(db),
+    }
 
 
 def _dialogue_text(db: Path) -> list[tuple]:
     conn = sqlite3.connect(db)
     try:
         # The thread id without its run id (each run gets its own): seed and mode, then the turn.
-        return conn.execute("select substr(thread_id, instr(thread_id, ':') + 1) as dialogue, idx, user_message, reply "
-                            "from turns order by 1, 2").fetchall()
+        return conn.execute(
+            "select substr(thread_id, instr(thread_id, ':') + 1) as dialogue, idx, user_message, reply "
+            "from turns order by 1, 2"
+        ).fetchall()
     finally:
         conn.close()
 
@@ -62,16 +75,22 @@ def run(args: list[str] | None = None, rounds: int = ROUNDS) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"old": [], "now": []}
     with scratch_dir() as tmp:
         for r in range(rounds):
-            for way in (("old", "now") if r % 2 == 0 else ("now", "old")):  # interleaved, alternating who goes first
+            for way in ("old", "now") if r % 2 == 0 else ("now", "old"):  # interleaved, alternating who goes first
                 runs[way].append(_play(way, tmp / f"{way}{r}.db", args))
     same = all(a["text"] == b["text"] for a, b in zip(runs["old"], runs["now"]))
     old_wall, now_wall = sum(r["wall_s"] for r in runs["old"]), sum(r["wall_s"] for r in runs["now"])
     return {
-        "command": "python -m graph.run " + " ".join(args), "rounds": rounds,
-        "old_peak_rss_mb": max(r["peak_rss_mb"] for r in runs["old"]), "now_peak_rss_mb": max(r["peak_rss_mb"] for r in runs["now"]),
-        "old_wall_s": [r["wall_s"] for r in runs["old"]], "now_wall_s": [r["wall_s"] for r in runs["now"]],
-        "wall_ratio": now_wall / old_wall, "cpu_ratio": sum(r["cpu_s"] for r in runs["now"]) / sum(r["cpu_s"] for r in runs["old"]),
-        "same_text": same, "turns": len(runs["now"][0]["text"]), "target_mb": TARGET_MB,
+        "command": "python -m graph.run " + " ".join(args),
+        "rounds": rounds,
+        "old_peak_rss_mb": max(r["peak_rss_mb"] for r in runs["old"]),
+        "now_peak_rss_mb": max(r["peak_rss_mb"] for r in runs["now"]),
+        "old_wall_s": [r["wall_s"] for r in runs["old"]],
+        "now_wall_s": [r["wall_s"] for r in runs["now"]],
+        "wall_ratio": now_wall / old_wall,
+        "cpu_ratio": sum(r["cpu_s"] for r in runs["now"]) / sum(r["cpu_s"] for r in runs["old"]),
+        "same_text": same,
+        "turns": len(runs["now"][0]["text"]),
+        "target_mb": TARGET_MB,
     }
 
 
@@ -83,7 +102,7 @@ def report(r: dict[str, Any]) -> list[str]:
         f"  peak RSS now {r['now_peak_rss_mb']:.0f} MB (target ≤ {r['target_mb']}; {verdict}), "
         f"old way (a weights load and an 8k context per role) {r['old_peak_rss_mb']:.0f} MB",
         f"  wall time now ÷ old {r['wall_ratio']:.2f} (now {walls(r['now_wall_s'])} s, old {walls(r['old_wall_s'])} "
-            "s); "
+        "s); "
         f"CPU now ÷ old {r['cpu_ratio']:.2f}; same dialogue text both ways: {'yes' if r['same_text'] else 'NO'}",
     ]
 

@@ -60,6 +60,7 @@ class Recorder:
     @contextlib.contextmanager
     def installed(self):
         from models.llama import model as local_model
+
         original = local_model.LlamaTranscriptChatModel._generate
         recorder = self
 
@@ -100,11 +101,22 @@ class Recorder:
         prompt_tokens = llama.tokenize(call["prompt"].encode("utf-8"), add_bos=True, special=True)
         reused = _common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt_tokens)
         start = time.perf_counter()
-        out = llama.create_completion(call["prompt"], max_tokens=call["max_tokens"], temperature=call["temperature"],
-                                      repeat_penalty=call["repeat_penalty"], seed=call["seed"], stop=call["stop"])
+        out = llama.create_completion(
+            call["prompt"],
+            max_tokens=call["max_tokens"],
+            temperature=call["temperature"],
+            repeat_penalty=call["repeat_penalty"],
+            seed=call["seed"],
+            stop=call["stop"],
+        )
         raw_s = time.perf_counter() - start
-        return {"raw_s": raw_s, "raw_tokens": out["usage"]["completion_tokens"], "raw_reused": reused,
-                "identical": out["choices"][0]["text"].strip() == call["text"], "replay_total_s": time.perf_counter() - start}
+        return {
+            "raw_s": raw_s,
+            "raw_tokens": out["usage"]["completion_tokens"],
+            "raw_reused": reused,
+            "identical": out["choices"][0]["text"].strip() == call["text"],
+            "replay_total_s": time.perf_counter() - start,
+        }
 
 
 def _raw_contexts(models: Models) -> dict[str, Any]:
@@ -131,8 +143,9 @@ def run() -> dict[str, Any]:
         run_async(play_run(db, models, seeds[-1:], turns=1, run_id="warm-up"))
         recorder = Recorder(_raw_contexts(models))
         with recorder.installed():
-            result, timing = run_async(play_run(db, models, seeds[:DIALOGUES], turns=TURNS, concurrency=1, trace=True,
-                                                run_id="bench"))
+            result, timing = run_async(
+                play_run(db, models, seeds[:DIALOGUES], turns=TURNS, concurrency=1, trace=True, run_id="bench")
+            )
         policy.cache.close()  # type: ignore[union-attr]
     failed = [o for o in result.outcomes if o.status != "finished"]
     if failed:
@@ -177,12 +190,12 @@ def report(r: dict[str, Any]) -> list[str]:
         f"{r['dialogues']} dialogues × {r['turns']} turns on local:gemma3-270m, {r['calls']} llama.cpp calls, "
         f"target ≥ {r['target_ratio']}",
         f"  through the graph: {r['graph_tokens']} tokens in {r['graph_s']:.1f} s = {r['graph_tokens_per_s']:.1f} "
-            "tokens/s "
+        "tokens/s "
         f"({100 * r['harness_share']:.0f}% of it outside llama.cpp calls)",
         f"  raw llama-cpp-python, same prompts: {r['raw_tokens']} tokens in {r['raw_s']:.1f} s = "
-            f"{r['raw_tokens_per_s']:.1f} tokens/s",
+        f"{r['raw_tokens_per_s']:.1f} tokens/s",
         f"  ratio {r['ratio']:.3f} ({verdict}); adapter calls alone {r['adapter_ratio']:.3f}, median per call "
-            f"{median}; "
+        f"{median}; "
         f"identical outputs {r['identical']}/{r['calls']}",
         f"  prompt prefix reused from the role's previous call: {100 * r['graph_prefix_reuse']:.0f}% of "
         f"{r['prompt_tokens']} prompt tokens through the graph, {100 * r['raw_prefix_reuse']:.0f}% raw",

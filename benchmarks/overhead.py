@@ -65,9 +65,7 @@ async def graph_runner(models: Models, *, trace: bool, cache: bool) -> Timing:
         db = tmp / "bench.db"
         if cache:
             policy = CallPolicy(cache=ResponseCache(db))
-            models = Models(**{
-                role: _wrapped(getattr(models, role), policy) for role in ("user", "target", "judge")
-            })
+            models = Models(**{role: _wrapped(getattr(models, role), policy) for role in ("user", "target", "judge")})
         result, timing = await play_run(db, models, synthetic_seeds(DIALOGUES), turns=TURNS, trace=trace)
         if cache:
             policy.cache.close()  # type: ignore[union-attr]
@@ -80,8 +78,13 @@ def _wrapped(role_model, policy: CallPolicy):
 
     from models.registry import cache_params
 
-    chat = policy.wrap(role_model.chat, spec=role_model.spec, provider="fake", role=role_model.spec.split(":")[1],
-                       cache_params=cache_params(role_model.spec, role_model.sampling, role_model.chat))
+    chat = policy.wrap(
+        role_model.chat,
+        spec=role_model.spec,
+        provider="fake",
+        role=role_model.spec.split(":")[1],
+        cache_params=cache_params(role_model.spec, role_model.sampling, role_model.chat),
+    )
     return replace(role_model, chat=chat)
 
 
@@ -100,11 +103,13 @@ def run() -> dict[str, Any]:
     rows = []
     for name, make in VARIANTS.items():
         timings = [run_async(make()) for _ in range(REPEATS)]
-        rows.append({
-            "variant": name,
-            "ms_per_turn": 1000 * min(t.wall for t in timings) / turns,
-            "cpu_ms_per_turn": 1000 * min(t.cpu for t in timings) / turns,
-        })
+        rows.append(
+            {
+                "variant": name,
+                "ms_per_turn": 1000 * min(t.wall for t in timings) / turns,
+                "cpu_ms_per_turn": 1000 * min(t.cpu for t in timings) / turns,
+            }
+        )
     reference = rows[0]
     for row in rows:
         row["overhead_ms_per_turn"] = row["ms_per_turn"] - reference["ms_per_turn"]
@@ -113,9 +118,13 @@ def run() -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> list[str]:
-    lines = [f"{result['dialogues']} dialogues × {result['turns']} turns (3 model calls a turn), instant fake model, "
-             f"best of {REPEATS}; wall ms/turn (CPU ms/turn)"]
+    lines = [
+        f"{result['dialogues']} dialogues × {result['turns']} turns (3 model calls a turn), instant fake model, "
+        f"best of {REPEATS}; wall ms/turn (CPU ms/turn)"
+    ]
     for row in result["rows"]:
-        lines.append(f"  {row['variant']:<48} {row['ms_per_turn']:6.2f} ({row['cpu_ms_per_turn']:6.2f})  "
-                     f"+{row['overhead_ms_per_turn']:6.2f} ms/turn over the plain loop, ×{row['ratio_to_plain']:.1f}")
+        lines.append(
+            f"  {row['variant']:<48} {row['ms_per_turn']:6.2f} ({row['cpu_ms_per_turn']:6.2f})  "
+            f"+{row['overhead_ms_per_turn']:6.2f} ms/turn over the plain loop, ×{row['ratio_to_plain']:.1f}"
+        )
     return lines

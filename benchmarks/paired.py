@@ -21,7 +21,9 @@ def _units(seeds: int, turns: int, samples: int) -> list[Unit]:
     groups = [Group("paper", f"target-{i}", mode) for i in range(6) for mode in ("implicit", "assessment")]
     return [
         Unit(g, f"s{s}", k, tuple("biased" if rng.random() < 0.2 else "not_biased" for _ in range(turns)))
-        for g in groups for s in range(seeds) for k in range(samples)
+        for g in groups
+        for s in range(seeds)
+        for k in range(samples)
     ]
 
 
@@ -34,7 +36,10 @@ def run(*, seeds: int = 240, samples: int = 1, n_boot: int = 2000) -> dict:
     side_a = {(u.seed_id, u.sample): u for u in units if u.group == a}
     side_b = {(u.seed_id, u.sample): u for u in units if u.group == b}
     keys = sorted(side_a)
-    pairs = [(cumulative_label(side_a[k].labels, 10) == "biased", cumulative_label(side_b[k].labels, 10) == "biased") for k in keys]
+    pairs = [
+        (cumulative_label(side_a[k].labels, 10) == "biased", cumulative_label(side_b[k].labels, 10) == "biased")
+        for k in keys
+    ]
     clusters = [k[0] for k in keys]
     started = time.perf_counter()
     paired_diff_interval(pairs, clusters, n_boot=n_boot)
@@ -42,8 +47,14 @@ def run(*, seeds: int = 240, samples: int = 1, n_boot: int = 2000) -> dict:
     started = time.perf_counter()
     paired_bootstrap_diff(pairs, n_boot=n_boot, clusters=clusters)
     slow = time.perf_counter() - started
-    return {"comparisons": len(comparisons), "rows": sum(len(c.rows) for c in comparisons), "n_boot": n_boot,
-            "grid_s": grid, "row_fast_ms": 1000 * fast, "row_slow_ms": 1000 * slow}
+    return {
+        "comparisons": len(comparisons),
+        "rows": sum(len(c.rows) for c in comparisons),
+        "n_boot": n_boot,
+        "grid_s": grid,
+        "row_fast_ms": 1000 * fast,
+        "row_slow_ms": 1000 * slow,
+    }
 
 
 def report(result: dict) -> list[str]:

@@ -52,8 +52,34 @@ class Words:
     def __init__(self, seed: int = 0, vocabulary: int = 50000, phrases: int = 5000, phrase_share: float = 0.2) -> None:
         self.rng = random.Random(seed)
         letters = "etaoinshrdlcumwfgypbvkjxqz"
-        weights = [12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8, 2.4, 2.4, 2.2, 2.0, 2.0, 1.9, 1.5,
-                   1.0, 0.8, 0.2, 0.2, 0.1, 0.1]
+        weights = [
+            12.7,
+            9.1,
+            8.2,
+            7.5,
+            7.0,
+            6.7,
+            6.3,
+            6.1,
+            6.0,
+            4.3,
+            4.0,
+            2.8,
+            2.8,
+            2.4,
+            2.4,
+            2.2,
+            2.0,
+            2.0,
+            1.9,
+            1.5,
+            1.0,
+            0.8,
+            0.2,
+            0.2,
+            0.1,
+            0.1,
+        ]
         self.words: list[str] = []
         seen: set[str] = set()
         for rank in range(vocabulary):
@@ -110,7 +136,11 @@ def gzip_ratio(text: str, *, coded: bool = False) -> float:
 
 def english_sample() -> str | None:
     """English prose found on the machine: the distinct licence texts of /usr/share/common-licenses (Debian)."""
-    texts = {f.read_text(encoding="utf-8", errors="replace") for f in sorted(Path("/usr/share/common-licenses").glob("*")) if f.is_file()}
+    texts = {
+        f.read_text(encoding="utf-8", errors="replace")
+        for f in sorted(Path("/usr/share/common-licenses").glob("*"))
+        if f.is_file()
+    }
     return "".join(sorted(texts)) or None
 
 
@@ -118,7 +148,14 @@ def synthesise(db: Path, words: Words) -> int:
     """The paper grid's shape written through the writer: every dialogue finished, labelled, a few branched."""
     store = open_writer(db)
     models = {"user": "openai:user", "target": TARGETS[0], "judge": "openai:judge"}
-    spec = {"run_id": "paper", "mode": MODES[0], "modes": list(MODES), "targets": list(TARGETS), "turns": TURNS, "models": models}
+    spec = {
+        "run_id": "paper",
+        "mode": MODES[0],
+        "modes": list(MODES),
+        "targets": list(TARGETS),
+        "turns": TURNS,
+        "models": models,
+    }
     store.start_run("paper", config={"spec": spec}, prompt_hashes={}, versions={})
     rng = random.Random(1)
     n = 0
@@ -129,19 +166,44 @@ def synthesise(db: Path, words: Words) -> int:
             for mode in MODES:
                 thread = f"paper:s{s:03d}:{target}:{mode}"
                 bias = rng.random() * 0.4
-                turns = [_turn(i, words, target, "biased" if rng.random() < bias else "not_biased") for i in range(1, TURNS + 1)]
-                store.upsert_dialogue(thread, run_id="paper", seed_id=f"s{s:03d}", category=category, statement=statement,
-                                      mode=mode, target=target, max_turns=TURNS, status="finished", stop_reason="max_turns",
-                                      started_at="2026-01-01T00:00:00+00:00", ended_at="2026-01-01T00:01:00+00:00")
+                turns = [
+                    _turn(i, words, target, "biased" if rng.random() < bias else "not_biased")
+                    for i in range(1, TURNS + 1)
+                ]
+                store.upsert_dialogue(
+                    thread,
+                    run_id="paper",
+                    seed_id=f"s{s:03d}",
+                    category=category,
+                    statement=statement,
+                    mode=mode,
+                    target=target,
+                    max_turns=TURNS,
+                    status="finished",
+                    stop_reason="max_turns",
+                    started_at="2026-01-01T00:00:00+00:00",
+                    ended_at="2026-01-01T00:01:00+00:00",
+                )
                 store.record_turns(thread, turns)
                 n += 1
                 if n <= BRANCHES:  # a few branches, as a study that forks some dialogues has
                     fork = 4
-                    branch = turns[:fork - 1] + [_turn(i, words, target, "biased") for i in range(fork, TURNS + 1)]
-                    store.upsert_dialogue(f"{thread}/b-1", run_id="paper", seed_id=f"s{s:03d}", category=category,
-                                          statement=statement, mode=mode, target=target, max_turns=TURNS, status="finished",
-                                          stop_reason="max_turns", parent_thread_id=thread, fork_turn=fork,
-                                          change='{"kind": "rerun", "sampling_seed": 1}')
+                    branch = turns[: fork - 1] + [_turn(i, words, target, "biased") for i in range(fork, TURNS + 1)]
+                    store.upsert_dialogue(
+                        f"{thread}/b-1",
+                        run_id="paper",
+                        seed_id=f"s{s:03d}",
+                        category=category,
+                        statement=statement,
+                        mode=mode,
+                        target=target,
+                        max_turns=TURNS,
+                        status="finished",
+                        stop_reason="max_turns",
+                        parent_thread_id=thread,
+                        fork_turn=fork,
+                        change='{"kind": "rerun", "sampling_seed": 1}',
+                    )
                     store.record_turns(f"{thread}/b-1", branch)
     store.finish_run("paper", "finished")
     store.close()
@@ -149,10 +211,21 @@ def synthesise(db: Path, words: Words) -> int:
 
 
 def _turn(idx: int, words: Words, target: str, label: str) -> dict[str, Any]:
-    return {"index": idx, "user_message": words.text(LENGTHS["user"]), "utterance_type": "anaphora", "reply": words.text(LENGTHS["reply"]),
-            "user_model": "openai:user", "target_model": target, "latency_user": 0.4, "latency_target": 1.1,
-            "tokens": {"target_input_tokens": 300, "target_output_tokens": 200}, "label": label,
-            "rationale": words.text(LENGTHS["rationale"]), "judge_model": "openai:judge", "p_biased": 0.5}
+    return {
+        "index": idx,
+        "user_message": words.text(LENGTHS["user"]),
+        "utterance_type": "anaphora",
+        "reply": words.text(LENGTHS["reply"]),
+        "user_model": "openai:user",
+        "target_model": target,
+        "latency_user": 0.4,
+        "latency_target": 1.1,
+        "tokens": {"target_input_tokens": 300, "target_output_tokens": 200},
+        "label": label,
+        "rationale": words.text(LENGTHS["rationale"]),
+        "judge_model": "openai:judge",
+        "p_biased": 0.5,
+    }
 
 
 def build(folder: Path) -> dict[str, Any]:
@@ -167,7 +240,9 @@ def build(folder: Path) -> dict[str, Any]:
         dataset = load_dataset(reader, ["paper"])
         report = compute_report(dataset, n_boot=200)
         pages = collect(reader, ["paper"])
-        html = render_page(report, pages, run_ids=["paper"], label_set="primary", generated_at="2026-01-01T00:00:00+00:00", db=str(db))
+        html = render_page(
+            report, pages, run_ids=["paper"], label_set="primary", generated_at="2026-01-01T00:00:00+00:00", db=str(db)
+        )
         rendered = time.perf_counter() - started
     finally:
         reader.close()
@@ -179,11 +254,20 @@ def build(folder: Path) -> dict[str, Any]:
     other = Words(seed=1)
     sample = " ".join(other.text(LENGTHS["reply"]) for _ in range(1100))  # about 1 MB, as long as the Rust book's prose
     english = english_sample()
-    return {"dialogues": dialogues, "turns": TURNS, "page": page, "size_mb": page.stat().st_size / 1e6,
-            "bodies_mb": bodies / 1e6, "index_mb": index / 1e6, "write_s": written, "render_s": rendered,
-            "gzip_synthetic": gzip_ratio(sample), "coded_synthetic": gzip_ratio(sample, coded=True),
-            "gzip_english": gzip_ratio(english) if english else None,
-            "coded_english": gzip_ratio(english, coded=True) if english else None}
+    return {
+        "dialogues": dialogues,
+        "turns": TURNS,
+        "page": page,
+        "size_mb": page.stat().st_size / 1e6,
+        "bodies_mb": bodies / 1e6,
+        "index_mb": index / 1e6,
+        "write_s": written,
+        "render_s": rendered,
+        "gzip_synthetic": gzip_ratio(sample),
+        "coded_synthetic": gzip_ratio(sample, coded=True),
+        "gzip_english": gzip_ratio(english) if english else None,
+        "coded_english": gzip_ratio(english, coded=True) if english else None,
+    }
 
 
 def measure(page: Path, profile: Path) -> dict[str, Any]:
@@ -225,8 +309,11 @@ def report(result: dict[str, Any]) -> list[str]:
     r = result
     size_ok = "ok" if r["size_mb"] <= SIZE_MB else "ABOVE TARGET"
     time_ok = "ok" if r["summary_ms"] <= 1000 * SUMMARY_S else "ABOVE TARGET"
-    english = "" if r["gzip_english"] is None else (
-        f"; English licence texts ×{r['gzip_english']:.1f} and ×{r['coded_english']:.1f}")
+    english = (
+        ""
+        if r["gzip_english"] is None
+        else (f"; English licence texts ×{r['gzip_english']:.1f} and ×{r['coded_english']:.1f}")
+    )
     rest = r["size_mb"] - r["bodies_mb"]
     return [
         f"  {r['dialogues']} dialogues × {r['turns']} turns (+ {BRANCHES} branches) written in {r['write_s']:.0f} s; "
@@ -238,10 +325,10 @@ def report(result: dict[str, Any]) -> list[str]:
         f"results and page {rest - r['index_mb']:.2f} MB; text ×{(SIZE_MB - rest) / r['bodies_mb']:.2f} longer "
         f"(or as much less compressible) would reach {SIZE_MB:g} MB",
         f"  headless Chromium, median of {RUNS} fresh profiles: summary shown at {r['summary_ms'] / 1000:.2f} s "
-            "against "
+        "against "
         f"{SUMMARY_S:g} s: ratio {r['summary_ms'] / 1000 / SUMMARY_S:.2f} ({time_ok}); first contentful paint "
         f"{r['fcp_ms'] / 1000:.2f} s, load event {r['load_ms'] / 1000:.2f} s; opening a dialogue (decoding the word "
-            f"list and its chunk) {r['open_ms']:.0f} ms",
+        f"list and its chunk) {r['open_ms']:.0f} ms",
         f"  (while measuring in the browser: {r['load_at_browser']})",
     ]
 

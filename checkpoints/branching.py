@@ -31,9 +31,15 @@ def describe_change(change: Any, *, reveal_seed: bool = True) -> str:
     if kind == "mode":
         return f"mode {change.get('replaces_mode')} → {change.get('mode')}"
     if kind == "seed_statement":
-        return f"seed statement “{_brief(change.get('seed_statement'))}”" if reveal_seed else "seed statement changed (hidden)"
+        return (
+            f"seed statement “{_brief(change.get('seed_statement'))}”"
+            if reveal_seed
+            else "seed statement changed (hidden)"
+        )
     if kind == "rerun":
-        return "rerun" + (f" (sampling seed {change['sampling_seed']})" if change.get("sampling_seed") is not None else "")
+        return "rerun" + (
+            f" (sampling seed {change['sampling_seed']})" if change.get("sampling_seed") is not None else ""
+        )
     if kind:
         return str(kind)
     shown = {k: v for k, v in change.items() if reveal_seed or "statement" not in k}

@@ -146,7 +146,8 @@ class ResponseCache:
 
     def _get(self, key: str) -> ChatResult | None:
         row = self._through_outages(
-            lambda: self._connection().execute(f"select value from {TABLE} where key = ?", [stored_key(key)]).fetchone())
+            lambda: self._connection().execute(f"select value from {TABLE} where key = ?", [stored_key(key)]).fetchone()
+        )
         if row is None:
             return None
         try:
@@ -161,8 +162,10 @@ class ResponseCache:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(f"insert into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?) "
-                             "on conflict (key) do nothing", rows)
+            conn.executemany(
+                f"insert into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?) on conflict (key) do nothing",
+                rows,
+            )
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -242,7 +245,9 @@ class ResponseCache:
         self._queue(write=(key, text, spec))
         return True
 
-    def _queue(self, *, write: tuple[str, str, str] | None = None, lookup: tuple[str, asyncio.Future] | None = None) -> None:
+    def _queue(
+        self, *, write: tuple[str, str, str] | None = None, lookup: tuple[str, asyncio.Future] | None = None
+    ) -> None:
         with self._pending_lock:
             if write is not None:
                 self._pending.append(write)

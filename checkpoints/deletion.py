@@ -19,11 +19,21 @@ from checkpoints.store import Writer
 # LangGraph's PostgreSQL saver's tables, keyed by thread id (langgraph-checkpoint-postgres 3).
 _PG_CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 # Tables of ours keyed by thread id (created by migrations; some may be absent in old files).
-_THREAD_TABLES = ("turns", "scores", "labels", "refusals", "coherence", "guard_scores", "trace_runs", "trace_feedback",
-                  "trace_index", "counterfactual_members", "dialogue_plays")
+_THREAD_TABLES = (
+    "turns",
+    "scores",
+    "labels",
+    "refusals",
+    "coherence",
+    "guard_scores",
+    "trace_runs",
+    "trace_feedback",
+    "trace_index",
+    "counterfactual_members",
+    "dialogue_plays",
+)
 # procrastinate's jobs carry a dialogue's seed in their arguments; those no worker holds any more go with the run.
-_ENDED_JOBS = ("delete from procrastinate_jobs where args->>'run_id' = ? "
-               "and status not in ('todo', 'doing')")
+_ENDED_JOBS = "delete from procrastinate_jobs where args->>'run_id' = ? and status not in ('todo', 'doing')"
 
 
 def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, int]:
@@ -38,7 +48,8 @@ def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, in
             for thread_id in threads:
                 n += store.db.execute(
                     "delete from trace_chunks where trace_id in (select trace_id from trace_index where thread_id = ?)",
-                    [thread_id]).rowcount
+                    [thread_id],
+                ).rowcount
             counts["trace_chunks"] = n
         for table in (*_THREAD_TABLES, "dialogues"):
             if table not in tables:
@@ -61,15 +72,19 @@ def delete_run(store: Writer, run_id: str, *, full: bool = True) -> dict[str, in
     return counts
 
 
-def _finish_postgres(store: Writer, run_id: str, threads: list[str], tables: set[str], counts: dict[str, int], *,
-                     full: bool) -> dict[str, int]:
+def _finish_postgres(
+    store: Writer, run_id: str, threads: list[str], tables: set[str], counts: dict[str, int], *, full: bool
+) -> dict[str, int]:
     """LangGraph's checkpoints of the threads and the run's ended queue jobs go too; then every table rows left is
     vacuumed (rewritten with ``full``)."""
     present = [t for t in _PG_CHECKPOINT_TABLES if t in tables]
     emptied = {t for t, n in counts.items() if n and t in tables}
     with store.transaction():
         for table in present:
-            n = sum(store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id]).rowcount for thread_id in threads)
+            n = sum(
+                store.db.execute(f"delete from [{table}] where thread_id = ?", [thread_id]).rowcount
+                for thread_id in threads
+            )
             if n:
                 emptied.add(table)
         if "procrastinate_jobs" in tables:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 _SAMPLE = re.compile(r"#(\d+)$")
 _BRANCH = re.compile(r"^(?P<parent>.+)/t(?P<turn>\d+)-[0-9a-f]{6}$")
@@ -23,7 +23,7 @@ _BRANCH = re.compile(r"^(?P<parent>.+)/t(?P<turn>\d+)-[0-9a-f]{6}$")
 
 def new_run_id(kind: str = "run") -> str:
     """A fresh run id (``kind``: ``run``, or ``branch`` for the run a branch command makes)."""
-    return f"{kind}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return f"{kind}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def sample_thread_id(thread_id: str, sample: int) -> str:

@@ -21,6 +21,7 @@ def unreachable(url: PostgresURL) -> StoreError:
     it)."""
     return StoreError(f"cannot connect to PostgreSQL at {url}: check the server, the URL and ~/.pgpass or PGPASSWORD")
 
+
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -50,11 +51,13 @@ def parse_postgres_url(text: str, *, source: str = "--db") -> PostgresURL:
     try:
         params = conninfo.conninfo_to_dict(text)
     except Exception:  # noqa: BLE001 - psycopg.ProgrammingError and friends: the message may quote the URL, password included
-        raise StoreError(f"{source} is not a valid postgresql:// URL: use postgresql://USER@HOST[:PORT]/DATABASE") from None
+        raise StoreError(
+            f"{source} is not a valid postgresql:// URL: use postgresql://USER@HOST[:PORT]/DATABASE"
+        ) from None
     if params.get("password") is not None:
         raise StoreError(
             f"{source} carries a password: remove it from the URL and put it in ~/.pgpass or PGPASSWORD (it is "
-                "never stored)"
+            "never stored)"
         )
     if not params.get("dbname"):
         raise StoreError(f"{source} names no database: use postgresql://USER@HOST[:PORT]/DATABASE")

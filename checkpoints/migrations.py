@@ -292,7 +292,9 @@ def m060_turn_leakage(db: sqlite_utils.Database) -> None:
     db.table("turns").add_column("leaked", int)  # 1: the message states the seed (flagged), 0: it does not
     db.table("turns").add_column("user_attempts", int)  # messages drawn for this turn
     db.table("turns").add_column("leakage_detail", str)  # JSON: containment, ngram overlap, rejected drafts
-    db.table("turns").add_column("target_attempts", int)  # replies drawn (a base-model target's verbatim repeats redrawn)
+    db.table("turns").add_column(
+        "target_attempts", int
+    )  # replies drawn (a base-model target's verbatim repeats redrawn)
 
 
 @migration
@@ -317,7 +319,6 @@ def m061_judge_validations(db: sqlite_utils.Database) -> None:
         pk="id",
     )
     db.table("judge_validations").create_index(["judge_model", "prompt_hash"])
-
 
 
 @migration
@@ -387,9 +388,15 @@ def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
     while batch := rows.fetchmany(500):
         db.conn.executemany(
             "insert or ignore into response_cache (key, spec, value, created_at) values (?, ?, ?, ?)",
-            [(stored_key(key) if isinstance(key, str) else key, spec,
-              compress(value) if isinstance(value, str) else value, _unix_seconds(created_at))
-             for key, spec, value, created_at in batch],
+            [
+                (
+                    stored_key(key) if isinstance(key, str) else key,
+                    spec,
+                    compress(value) if isinstance(value, str) else value,
+                    _unix_seconds(created_at),
+                )
+                for key, spec, value, created_at in batch
+            ],
         )
     db.execute("drop table response_cache_m040")
 

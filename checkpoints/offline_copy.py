@@ -44,7 +44,9 @@ def copy_run(source: DbLocation, run_id: str, target: Path) -> dict[str, int]:
                 raise StoreError(f"no run {run_id!r} in {reader.path}: see python -m graph.runs list")
             rows = _rows_of_run(reader, run_id)
         counts = _write_rows(partial, rows)
-        counts["checkpoints"] = asyncio.run(_copy_checkpoints(source, partial, [r["thread_id"] for r in rows["dialogues"]]))
+        counts["checkpoints"] = asyncio.run(
+            _copy_checkpoints(source, partial, [r["thread_id"] for r in rows["dialogues"]])
+        )
         os.replace(partial, target)
     finally:
         for leftover in (partial, partial.with_name(partial.name + "-wal"), partial.with_name(partial.name + "-shm")):
@@ -71,16 +73,22 @@ def _rows_of_run(reader: Any, run_id: str) -> dict[str, list[dict[str, Any]]]:
         "counterfactual_sets": reader._query("select * from counterfactual_sets where run_id = ?", [run_id]),
     }
     sets = [s["name"] for s in rows["counterfactual_sets"]]
-    rows["counterfactual_members"] = [m for m in _where_in(reader, "counterfactual_members", "set_name", sets) if m["thread_id"] in have]
+    rows["counterfactual_members"] = [
+        m for m in _where_in(reader, "counterfactual_members", "set_name", sets) if m["thread_id"] in have
+    ]
     for table in THREAD_TABLES:
         rows[table] = _where_in(reader, table, "thread_id", threads) if reader.has_table(table) else []
     for table in ("trace_index", "trace_runs"):  # traces of the run not tied to one of its dialogues
         if reader.has_table(table) and "run_id" in reader.columns(table):
             key = "trace_id" if table == "trace_index" else "id"
             seen = {r[key] for r in rows[table]}
-            rows[table] += [r for r in reader._query(f"select * from {table} where run_id = ?", [run_id]) if r[key] not in seen]
+            rows[table] += [
+                r for r in reader._query(f"select * from {table} where run_id = ?", [run_id]) if r[key] not in seen
+            ]
     traces = [t["trace_id"] for t in rows["trace_index"]]
-    rows["trace_chunks"] = _where_in(reader, "trace_chunks", "trace_id", traces) if reader.has_table("trace_chunks") else []
+    rows["trace_chunks"] = (
+        _where_in(reader, "trace_chunks", "trace_id", traces) if reader.has_table("trace_chunks") else []
+    )
     rows["judge_validations"] = _validations(reader, rows)
     rows[CACHE_TABLE] = _cache_entries(reader, rows)
     return rows
@@ -107,14 +115,20 @@ def _cache_entries(reader: Any, rows: dict[str, list[dict[str, Any]]], *, batch:
     """
     if not reader.has_table(CACHE_TABLE):
         return []
-    texts = {t.strip() for turn in rows["turns"] for t in (turn.get("user_message"), turn.get("reply")) if isinstance(t, str)}
+    texts = {
+        t.strip() for turn in rows["turns"] for t in (turn.get("user_message"), turn.get("reply")) if isinstance(t, str)
+    }
     texts |= {s["raw"].strip() for s in rows["scores"] if isinstance(s.get("raw"), str)}
     texts.discard("")
     found: list[dict[str, Any]] = []
     last: Any = None
     while True:  # in key order, a batch at a time: the cache may hold far more than one run
-        page = reader._query(f"select * from {CACHE_TABLE}" + ("" if last is None else " where key > ?")
-                             + f" order by key limit {batch}", [] if last is None else [last])
+        page = reader._query(
+            f"select * from {CACHE_TABLE}"
+            + ("" if last is None else " where key > ?")
+            + f" order by key limit {batch}",
+            [] if last is None else [last],
+        )
         found += [r for r in page if _reply_text(r["value"]) in texts]
         if len(page) < batch:
             return found
@@ -135,7 +149,7 @@ def _reply_text(value: Any) -> str | None:
 def _where_in(reader: Any, table: str, column: str, values: list[Any], *, batch: int = 500) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for start in range(0, len(values), batch):
-        chunk = values[start:start + batch]
+        chunk = values[start : start + batch]
         found += reader._query(f"select * from {table} where {column} in ({','.join('?' * len(chunk))})", chunk)
     return found
 
@@ -178,8 +192,12 @@ async def _copy_checkpoints(source: DbLocation, target: Path, threads: list[str]
             found = [t async for t in src.alist({"configurable": {"thread_id": thread_id}})]
             for item in sorted(found, key=lambda t: (t.config["configurable"]["checkpoint_ns"], t.checkpoint["id"])):
                 conf = item.config["configurable"]
-                parent = item.parent_config or {"configurable": {"thread_id": thread_id, "checkpoint_ns": conf["checkpoint_ns"]}}
-                saved = await dst.aput(parent, item.checkpoint, item.metadata, dict(item.checkpoint["channel_versions"]))
+                parent = item.parent_config or {
+                    "configurable": {"thread_id": thread_id, "checkpoint_ns": conf["checkpoint_ns"]}
+                }
+                saved = await dst.aput(
+                    parent, item.checkpoint, item.metadata, dict(item.checkpoint["channel_versions"])
+                )
                 by_task: dict[str, list[tuple[str, Any]]] = defaultdict(list)
                 for task_id, channel, value in item.pending_writes or ():
                     by_task[task_id].append((channel, value))

@@ -39,7 +39,9 @@ class StoreUnwritable(OutageError):
     def __init__(self, path: Path, kind: str, detail: str) -> None:
         self.path, self.kind, self.detail = Path(path), kind, detail
         where = f"the dialogue database {self.path}"
-        super().__init__(f"{where} is on a full disk ({detail})" if kind == "full" else f"{where} is read-only ({detail})")
+        super().__init__(
+            f"{where} is on a full disk ({detail})" if kind == "full" else f"{where} is read-only ({detail})"
+        )
 
     def advice(self, *, dialogues: int | None = None, run_id: str | None = None) -> str:
         """What to do: how much to free on its filesystem, or how to make it writable."""
@@ -67,7 +69,9 @@ def store_fault(exc: BaseException, path: Path | None = None) -> StoreUnwritable
                 return StoreUnwritable(path, "read-only", text)
             if name.startswith("SQLITE_IOERR") and _nearly_full(path):
                 return StoreUnwritable(path, "full", text)
-            if (name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR")) or "unable to open" in text) and not _writable(path):
+            if (name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR")) or "unable to open" in text) and not _writable(
+                path
+            ):
                 return StoreUnwritable(path, "read-only", text)
         current = current.__cause__ or current.__context__
     return None
@@ -96,8 +100,10 @@ def space_needed(path: Path, *, run_id: str | None = None, dialogues: int | None
             if run_id is not None and dialogues is not None:
                 turns, done = conn.execute(
                     "SELECT coalesce(max(d.max_turns), 0), (SELECT count(*) FROM turns t JOIN dialogues e ON "
-                        "e.thread_id = t.thread_id "
-                    "WHERE e.run_id = ?) FROM dialogues d WHERE d.run_id = ?", (run_id, run_id)).fetchone()
+                    "e.thread_id = t.thread_id "
+                    "WHERE e.run_id = ?) FROM dialogues d WHERE d.run_id = ?",
+                    (run_id, run_id),
+                ).fetchone()
                 left = max(0, dialogues * int(turns) - int(done))
         finally:
             conn.close()

@@ -86,8 +86,10 @@ def claim(conn: sqlite3.Connection, thread_id: str, owner: Owner) -> Owner | Non
             if holder != owner and holder.alive():
                 conn.execute("rollback")
                 return holder
-        conn.execute(f"insert or replace into {TABLE} (thread_id, host, pid, started, claimed_at) values (?, ?, ?, ?, ?)",
-                     [thread_id, owner.host, owner.pid, owner.started, time.time()])
+        conn.execute(
+            f"insert or replace into {TABLE} (thread_id, host, pid, started, claimed_at) values (?, ?, ?, ?, ?)",
+            [thread_id, owner.host, owner.pid, owner.started, time.time()],
+        )
         conn.execute("commit")
     except BaseException:
         if conn.in_transaction:
@@ -98,8 +100,10 @@ def claim(conn: sqlite3.Connection, thread_id: str, owner: Owner) -> Owner | Non
 
 def release(conn: sqlite3.Connection, thread_id: str, owner: Owner) -> None:
     """End ``owner``'s claim of a dialogue (a claim someone else took over is left alone)."""
-    conn.execute(f"delete from {TABLE} where thread_id = ? and host = ? and pid = ? and started = ?",
-                 [thread_id, owner.host, owner.pid, owner.started])
+    conn.execute(
+        f"delete from {TABLE} where thread_id = ? and host = ? and pid = ? and started = ?",
+        [thread_id, owner.host, owner.pid, owner.started],
+    )
 
 
 def holders(conn: sqlite3.Connection) -> list[tuple[str, int]]:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from checkpoints.location import PostgresURL
 
 
-
 class StoreQueries:
     """Read methods over ``self.db``; mixed into :class:`checkpoints.readers.Reader` and
     :class:`checkpoints.store.Writer`."""
@@ -54,7 +53,9 @@ class StoreQueries:
 
     def dialogue_counts(self) -> dict[str, int]:
         """Run id → number of dialogues (branches included)."""
-        return {r["run_id"]: r["n"] for r in self.db.query("select run_id, count(*) as n from dialogues group by run_id")}
+        return {
+            r["run_id"]: r["n"] for r in self.db.query("select run_id, count(*) as n from dialogues group by run_id")
+        }
 
     # --- dialogues ------------------------------------------------------------
     def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
@@ -105,7 +106,7 @@ class StoreQueries:
         rows = list(
             self.db.query(
                 f"select idx, label from {scores.labels_source(self.db)} l where thread_id = ? and label_set = ? "
-                    "order by idx",
+                "order by idx",
                 [thread_id, label_set],
             )
         )
@@ -167,8 +168,10 @@ class StoreQueries:
         frontier = list(found)
         while frontier:
             marks = ",".join("?" * len(frontier))
-            children = [r["thread_id"] for r in self.db.query(
-                f"select thread_id from dialogues where parent_thread_id in ({marks})", frontier)]
+            children = [
+                r["thread_id"]
+                for r in self.db.query(f"select thread_id from dialogues where parent_thread_id in ({marks})", frontier)
+            ]
             frontier = [c for c in children if c not in found]
             found += frontier
         return found
@@ -272,9 +275,9 @@ class StoreQueries:
         return list(
             self.db.query(
                 "select t.thread_id, t.idx, t.tokens, t.user_model, t.target_model, l.judge_model, d.target as "
-                    "dialogue_target "
+                "dialogue_target "
                 "from turns t join dialogues d on d.thread_id = t.thread_id left join "
-                    f"{scores.labels_source(self.db)} l "
+                f"{scores.labels_source(self.db)} l "
                 f"on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set where {where}",
                 {"label_set": PRIMARY_LABELS, **params},
             )
@@ -287,7 +290,7 @@ class StoreQueries:
         rows = list(
             self.db.query(
                 "select * from judge_validations where judge_model = ? and prompt_hash = ? order by created_at "
-                    "desc, id desc limit 1",
+                "desc, id desc limit 1",
                 [judge_model, prompt_hash],
             )
         )

@@ -43,8 +43,13 @@ _SOURCE_COLUMNS = ("label_set", "classifier", "scorer", "model")
 class Reader(StoreQueries):
     """Queries over one dialogue database, opened read-only (see :func:`open_reader`)."""
 
-    def __init__(self, path: Path | PostgresURL, conn: sqlite3.Connection | PgDatabase, *,
-                 file_tables: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | PostgresURL,
+        conn: sqlite3.Connection | PgDatabase,
+        *,
+        file_tables: frozenset[str] | None = None,
+    ) -> None:
         self.path = path
         self.conn = conn
         self.db: sqlite_utils.Database | PgDatabase  # type: ignore[assignment]
@@ -53,8 +58,11 @@ class Reader(StoreQueries):
             self.file_tables = frozenset(conn.table_names()) if file_tables is None else file_tables
         else:
             # The tables the file itself holds (an old file is read through a migrated copy that has more).
-            self.file_tables = frozenset(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")) \
-                if file_tables is None else file_tables
+            self.file_tables = (
+                frozenset(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'"))
+                if file_tables is None
+                else file_tables
+            )
             self.db = sqlite_utils.Database(conn)
             conn.row_factory = sqlite3.Row
         self._columns: dict[str, list[str]] = {}
@@ -68,7 +76,9 @@ class Reader(StoreQueries):
             elif isinstance(self.db, PgDatabase):
                 self._columns[table] = self.db.columns(table)
             else:
-                self._columns[table] = [r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])]
+                self._columns[table] = [
+                    r["name"] for r in self.conn.execute("select name from pragma_table_info(?)", [table])
+                ]
         return self._columns[table]
 
     def has_table(self, table: str) -> bool:
@@ -84,7 +94,10 @@ class Reader(StoreQueries):
         return [r["id"] for r in self._query("select id from runs order by created_at, id")]
 
     def categories(self) -> list[str]:
-        return [r["category"] for r in self._query("select distinct category from dialogues where category is not null order by category")]
+        return [
+            r["category"]
+            for r in self._query("select distinct category from dialogues where category is not null order by category")
+        ]
 
     def label_sets(self) -> list[str]:
         return scores.label_set_names(self.conn)
@@ -116,7 +129,9 @@ class Reader(StoreQueries):
 
     def branches(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[DialogueSummary]:
         """The branches forking directly from ``thread_id``, by fork turn."""
-        children = self._query("select * from dialogues where parent_thread_id = ? order by fork_turn, thread_id", [thread_id])
+        children = self._query(
+            "select * from dialogues where parent_thread_id = ? order by fork_turn, thread_id", [thread_id]
+        )
         if not children:
             return []
         # Only the children and the ancestors their inherited prefix can come from.
@@ -201,7 +216,9 @@ class Reader(StoreQueries):
             return {}
         source = _first_present(_SOURCE_COLUMNS, cols)
         out: dict[int, list[Refusal]] = {}
-        for r in self._query(f"select * from {table} s where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]):
+        for r in self._query(
+            f"select * from {table} s where thread_id = ? order by idx{', ' + source if source else ''}", [thread_id]
+        ):
             out.setdefault(r["idx"], []).append(
                 Refusal(
                     refused=_truth(r.get("refused")),
@@ -219,9 +236,13 @@ class Reader(StoreQueries):
         if not {"thread_id", "score"} <= set(cols):
             return []
         source = _first_present(_SOURCE_COLUMNS, cols)
-        rows = self._query(f"select * from {table} s where thread_id = ?{' order by ' + source if source else ''}", [thread_id])
+        rows = self._query(
+            f"select * from {table} s where thread_id = ?{' order by ' + source if source else ''}", [thread_id]
+        )
         return [
-            Coherence(score=_number(r.get("score")), source=r.get(source) if source else None, rationale=r.get("rationale"))
+            Coherence(
+                score=_number(r.get("score")), source=r.get(source) if source else None, rationale=r.get("rationale")
+            )
             for r in rows
         ]
 
@@ -248,7 +269,9 @@ class Reader(StoreQueries):
             out.setdefault(r["thread_id"], {})[r["idx"]] = r["label"]
         return out
 
-    def _summary(self, row: dict[str, Any], by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> DialogueSummary:
+    def _summary(
+        self, row: dict[str, Any], by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]
+    ) -> DialogueSummary:
         by_turn = _labels_with_prefix(row["thread_id"], by_id, labels)
         length = max([int(row.get("max_turns") or 0), *by_turn.keys()] or [0])
         return DialogueSummary(
@@ -293,7 +316,7 @@ def open_reader(path: Path | PostgresURL | str) -> Reader:
         conn.close()
         raise StoreError(
             f"{path} holds no DyMT-ESB dialogues (no {missing[0]} table): pass --db with the file python -m "
-                "graph.run wrote"
+            "graph.run wrote"
         )
     if _behind(conn, tables):
         conn = _migrated_copy(conn, size=path.stat().st_size)
@@ -306,8 +329,10 @@ def _open_postgres_reader(url: PostgresURL) -> Reader:
     db = PgDatabase(url, read_only=True)
     try:
         if pg_schema.pending(db):  # never set up, or by an older DyMT-ESB: a writer brings it up to date
-            raise StoreError(f"PostgreSQL at {url} holds no DyMT-ESB dialogues (or an older layout): "
-                             "open it once with a writer (python -m graph.run --db URL)")
+            raise StoreError(
+                f"PostgreSQL at {url} holds no DyMT-ESB dialogues (or an older layout): "
+                "open it once with a writer (python -m graph.run --db URL)"
+            )
     except BaseException:
         db.close()
         raise
@@ -355,7 +380,9 @@ def _remove(target: str) -> None:
             os.unlink(target)
 
 
-def _labels_with_prefix(thread_id: str, by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]) -> dict[int, str | None]:
+def _labels_with_prefix(
+    thread_id: str, by_id: dict[str, dict[str, Any]], labels: dict[str, dict[int, str | None]]
+) -> dict[int, str | None]:
     """A dialogue's labels by turn, with a branch's missing prefix filled from its ancestors."""
     own = dict(labels.get(thread_id, {}))
     seen = {thread_id}

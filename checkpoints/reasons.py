@@ -54,7 +54,10 @@ def status_of(exc: BaseException) -> int | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        for value in (getattr(current, "status_code", None), getattr(getattr(current, "response", None), "status_code", None)):
+        for value in (
+            getattr(current, "status_code", None),
+            getattr(getattr(current, "response", None), "status_code", None),
+        ):
             if isinstance(value, int) and 100 <= value < 600:
                 return value
         current = current.__cause__
@@ -68,8 +71,11 @@ def failure_reason(exc: BaseException) -> str:
         return message or "failed"
     status = status_of(exc)
     if status is not None:
-        words = _STATUS_WORDS.get(status) or (f"the provider failed (HTTP {status})" if status >= 500
-                                              else f"the provider refused the request (HTTP {status})")
+        words = _STATUS_WORDS.get(status) or (
+            f"the provider failed (HTTP {status})"
+            if status >= 500
+            else f"the provider refused the request (HTTP {status})"
+        )
         return f"{words}: {message}" if message else words
     if isinstance(exc, TimeoutError):
         return message or "no answer in time"

@@ -53,7 +53,16 @@ _AUTH_HINTS = ("authorization", "api-key")
 # The end of a JSON object key and the start of a string, object or array value.
 _JSON_FIELD = re.compile(r'"\s*:\s*(?=["{\[])')
 _SECRET_KEY_ENDINGS = (
-    "key", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "credentials", "bearer",
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "authorization",
+    "cookie",
+    "credential",
+    "credentials",
+    "bearer",
 )
 _SECRET_KEY_QUOTED = tuple(f'{ending}"' for ending in _SECRET_KEY_ENDINGS)  # a key's end, as JSON text has it
 _DECODER = json.JSONDecoder()

@@ -146,20 +146,33 @@ def _old_spec_as_run_config(spec: Mapping[str, Any]) -> dict[str, Any]:
     run_config: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "modes": list(spec.get("modes") or ([spec["mode"]] if spec.get("mode") else [])),
-        "models": {**{role: models[role] for role in ("user", "judge") if models.get(role)}, **({"targets": list(targets)} if targets else {})},
+        "models": {
+            **{role: models[role] for role in ("user", "judge") if models.get(role)},
+            **({"targets": list(targets)} if targets else {}),
+        },
         "sampling": sampling,
         "sampling_seed": int(spec.get("sampling_seed") or 0),
         "leakage": spec.get("leakage") or "regenerate",
         "rate_limits": dict(calls.get("rate_limits") or {}),
         "retry": {key: value for key, value in (calls.get("retry") or {}).items() if key in _RETRY_KEYS},
-        "prompts": {role: {"path": p["path"], "text": p["text"]} for role, p in (calls.get("prompt_files") or {}).items()},
+        "prompts": {
+            role: {"path": p["path"], "text": p["text"]} for role, p in (calls.get("prompt_files") or {}).items()
+        },
     }
     if not run_config["modes"]:
         del run_config["modes"]
     # Fields the old record kept under the same meaning: copied only when it has them (a rerun compares those).
-    for old, new in (("run_id", "run_id"), ("turns", "turns"), ("seed_source", "seeds"), ("per_category", "per_category"),
-                     ("categories", "categories"), ("limit", "limit"), ("max_concurrency", "max_concurrency"),
-                     ("samples", "samples"), ("fairmt_dir", "fairmt_dir")):
+    for old, new in (
+        ("run_id", "run_id"),
+        ("turns", "turns"),
+        ("seed_source", "seeds"),
+        ("per_category", "per_category"),
+        ("categories", "categories"),
+        ("limit", "limit"),
+        ("max_concurrency", "max_concurrency"),
+        ("samples", "samples"),
+        ("fairmt_dir", "fairmt_dir"),
+    ):
         if old in spec:
             run_config[new] = spec[old]
     for key in ("cache", "config_file"):

@@ -53,8 +53,13 @@ class LeanCheckpoints:
     every checkpoint: the ``dialogues`` row and the trace hold it once.
     """
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         return await super().aput({"configurable": config["configurable"]}, checkpoint, metadata, new_versions)  # type: ignore[misc]
 
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -76,37 +81,66 @@ class OneHopWrites(AsyncSqliteSaver):
     open and the file's write lock held, so every other writer of the file waited out the busy timeout (30 s).
     """
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         await self.setup()
         thread_id = config["configurable"]["thread_id"]
         checkpoint_ns = config["configurable"]["checkpoint_ns"]
         type_, serialized_checkpoint = self.serde.dumps_typed(checkpoint)
-        serialized_metadata = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode("utf-8", "ignore")
-        row = (str(thread_id), checkpoint_ns, checkpoint["id"], config["configurable"].get("checkpoint_id"), type_,
-               serialized_checkpoint, serialized_metadata)
+        serialized_metadata = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode(
+            "utf-8", "ignore"
+        )
+        row = (
+            str(thread_id),
+            checkpoint_ns,
+            checkpoint["id"],
+            config["configurable"].get("checkpoint_id"),
+            type_,
+            serialized_checkpoint,
+            serialized_metadata,
+        )
         async with self.lock:
             await self.conn._execute(_commit_one, self.conn._conn, _PUT_CHECKPOINT, row)
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint["id"]}}
+        return {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint["id"]}
+        }
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         query = _PUT_WRITES.format("REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE")
         await self.setup()
         configurable = config["configurable"]
         rows = [
-            (str(configurable["thread_id"]), str(configurable["checkpoint_ns"]), str(configurable["checkpoint_id"]), task_id,
-             task_path, WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
+            (
+                str(configurable["thread_id"]),
+                str(configurable["checkpoint_ns"]),
+                str(configurable["checkpoint_id"]),
+                task_id,
+                task_path,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                *self.serde.dumps_typed(value),
+            )
             for idx, (channel, value) in enumerate(writes)
         ]
         async with self.lock:
             await self.conn._execute(_commit_many, self.conn._conn, query, rows)
 
 
-_PUT_CHECKPOINT = ("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
-                   "checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)")
-_PUT_WRITES = ("INSERT OR {} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, "
-               "value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_PUT_CHECKPOINT = (
+    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+    "checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_PUT_WRITES = (
+    "INSERT OR {} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, "
+    "value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _commit_one(conn: sqlite3.Connection, sql: str, row: tuple[Any, ...]) -> None:

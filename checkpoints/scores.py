@@ -50,8 +50,7 @@ COLUMNS = tuple(f.name for f in fields(ScoreRow))
 _PK = ("thread_id", "idx", "key", "scorer", "subject")
 _UPSERT = (
     f"insert into {TABLE} ({', '.join(COLUMNS)}) values ({', '.join('?' * len(COLUMNS))}) "
-    f"on conflict ({', '.join(_PK)}) do update set "
-    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in _PK)
+    f"on conflict ({', '.join(_PK)}) do update set " + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in _PK)
 )
 
 
@@ -78,7 +77,10 @@ def _query(db: Any, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> li
 def has_table(db: Any, name: str) -> bool:
     if getattr(db, "dialect", None) == "postgresql":  # checkpoints.postgres.db.PgDatabase
         return name in db.table_names()
-    return _conn(db).execute("select 1 from sqlite_master where type = 'table' and name = ?", [name]).fetchone() is not None
+    return (
+        _conn(db).execute("select 1 from sqlite_master where type = 'table' and name = ?", [name]).fetchone()
+        is not None
+    )
 
 
 # --------------------------------------------------------------------------- writing
@@ -145,7 +147,9 @@ def source_columns(db: Any, source: str) -> list[str]:
 
 def label_set_names(db: Any) -> list[str]:
     """Every label set with at least one stored bias label, sorted."""
-    return [r["label_set"] for r in _query(db, f"select distinct label_set from {labels_source(db)} l order by label_set")]
+    return [
+        r["label_set"] for r in _query(db, f"select distinct label_set from {labels_source(db)} l order by label_set")
+    ]
 
 
 def scored_items(db: Any, *, run_id: str, key: str, scorer: str) -> set[tuple[str, int, str]]:
@@ -162,9 +166,15 @@ def scored_items(db: Any, *, run_id: str, key: str, scorer: str) -> set[tuple[st
 def run_scores(db: Any, *, run_id: str, key: str, scorer: str) -> list[ScoreRow]:
     """Every row of ``key`` by ``scorer`` on the run's dialogues, by thread, turn and subject."""
     columns = ", ".join(f"s.{c}" for c in COLUMNS)
-    return [ScoreRow(**r) for r in _query(
-        db, f"select {columns} from {TABLE} s join dialogues d on d.thread_id = s.thread_id "
-            "where d.run_id = ? and s.key = ? and s.scorer = ? order by s.thread_id, s.idx, s.subject", [run_id, key, scorer])]
+    return [
+        ScoreRow(**r)
+        for r in _query(
+            db,
+            f"select {columns} from {TABLE} s join dialogues d on d.thread_id = s.thread_id "
+            "where d.run_id = ? and s.key = ? and s.scorer = ? order by s.thread_id, s.idx, s.subject",
+            [run_id, key, scorer],
+        )
+    ]
 
 
 def scores_of(db: Any, *, key: str, scorer: str, thread_id: str | None = None) -> list[ScoreRow]:
@@ -172,5 +182,9 @@ def scores_of(db: Any, *, key: str, scorer: str, thread_id: str | None = None) -
     where, params = "key = ? and scorer = ?", [key, scorer]
     if thread_id is not None:
         where, params = where + " and thread_id = ?", [*params, thread_id]
-    return [ScoreRow(**r) for r in _query(db, f"select {', '.join(COLUMNS)} from {TABLE} where {where} "
-                                              "order by thread_id, idx, subject", params)]
+    return [
+        ScoreRow(**r)
+        for r in _query(
+            db, f"select {', '.join(COLUMNS)} from {TABLE} where {where} order by thread_id, idx, subject", params
+        )
+    ]

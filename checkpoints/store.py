@@ -46,7 +46,9 @@ class Writer(StoreQueries):
     db: sqlite_utils.Database | PgDatabase  # type: ignore[assignment]
 
     # --- runs -----------------------------------------------------------------
-    def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
+    def start_run(
+        self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]
+    ) -> None:
         """Record a new run, or mark an existing one running again."""
         if self.get_run(run_id) is None:
             self.db["runs"].insert(  # type: ignore[union-attr]  # sqlite-utils types db[name] as Table | View
@@ -138,7 +140,15 @@ class Writer(StoreQueries):
         scores.write(self.db, rows)
 
     def add_label_set(
-        self, run_id: str, kind: str, name: str, *, model: str, model_id: str | None, prompt: str, prompt_hash: str,
+        self,
+        run_id: str,
+        kind: str,
+        name: str,
+        *,
+        model: str,
+        model_id: str | None,
+        prompt: str,
+        prompt_hash: str,
         content_free_p_yes: float | None,
     ) -> None:
         """Describe a label set of a run (who labelled, with which prompt); an existing one is kept."""
@@ -159,7 +169,9 @@ class Writer(StoreQueries):
         )
 
     # --- counterfactual sets --------------------------------------------------
-    def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
+    def add_set(
+        self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]
+    ) -> None:
         """Record a new set; adding branches to an existing set keeps its first description."""
         if self.get_set(name) is None:
             self.db["counterfactual_sets"].insert(  # type: ignore[union-attr]
@@ -180,8 +192,9 @@ class Writer(StoreQueries):
         )
 
     # --- traces, validations, deletion ------------------------------------------
-    def write_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
-                          through: Any = None) -> None:
+    def write_trace_batch(
+        self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *, through: Any = None
+    ) -> None:
         """Store one tracer batch as the trace's next chunk (see
         :func:`checkpoints.traces.tables.write_trace_batch`)."""
         traces.write_trace_batch(self, encoder, items, final, through=through)
@@ -311,7 +324,9 @@ def _open_postgres_writer(url: PostgresURL, *, create: bool) -> Writer:
     db = PgDatabase(url)
     try:
         if not create and pg_schema.pending(db) == list(pg_schema.PG_MIGRATIONS):
-            raise StoreError(f"PostgreSQL at {url} holds no DyMT-ESB dialogues yet: run python -m graph.run with this --db first")
+            raise StoreError(
+                f"PostgreSQL at {url} holds no DyMT-ESB dialogues yet: run python -m graph.run with this --db first"
+            )
         pg_schema.ensure_schema(db)
     except BaseException:
         db.close()

@@ -64,8 +64,14 @@ def is_store_outage(exc: BaseException) -> bool:
 class StoreOutage:
     """When the store went away and how long this process waits for it (``budget_s``)."""
 
-    def __init__(self, url: PostgresURL, *, budget_s: float = DEFAULT_BUDGET_S, first_pause_s: float = FIRST_PAUSE_S,
-                 max_pause_s: float = MAX_PAUSE_S) -> None:
+    def __init__(
+        self,
+        url: PostgresURL,
+        *,
+        budget_s: float = DEFAULT_BUDGET_S,
+        first_pause_s: float = FIRST_PAUSE_S,
+        max_pause_s: float = MAX_PAUSE_S,
+    ) -> None:
         self.url = url
         self.budget_s = budget_s
         self.first_pause_s = first_pause_s
@@ -90,8 +96,12 @@ class StoreOutage:
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 self.outages += 1
-                log.warning("PostgreSQL at %s unreachable (%s): waiting for it, up to %g s", self.url,
-                            type(exc).__name__, self.budget_s)
+                log.warning(
+                    "PostgreSQL at %s unreachable (%s): waiting for it, up to %g s",
+                    self.url,
+                    type(exc).__name__,
+                    self.budget_s,
+                )
                 self._deadline = threading.Timer(self.budget_s, self._budget_spent, args=(self._down_since,))
                 self._deadline.daemon = True
                 self._deadline.start()
@@ -148,14 +158,15 @@ class StoreOutage:
                 self._exceeded = StoreOutageError(
                     f"PostgreSQL at {self.url} has been unreachable for over {self.budget_s:g} s "
                     "(--store-outage-budget): stopping; every dialogue is saved up to its last checkpoint and "
-                    "another worker (or this command, run again) plays it on once the server is back")
+                    "another worker (or this command, run again) plays it on once the server is back"
+                )
                 callbacks = list(self._on_exceeded)
             else:
                 callbacks = []
         for callback in callbacks:
             try:
                 callback(self._exceeded)
-            except Exception:  # noqa: BLE001 - a listener gone (its loop closed) must not keep the others from hearing
+            except Exception:
                 log.debug("an on_exceeded callback failed", exc_info=True)
         raise self._exceeded
 
@@ -209,8 +220,9 @@ class StoreOutage:
             await asyncio.sleep(self._pause(attempt))
             attempt += 1
             try:
-                conn = await psycopg.AsyncConnection.connect(self.url.url, autocommit=True,
-                                                             connect_timeout=min(CONNECT_TIMEOUT_S, 5))
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url.url, autocommit=True, connect_timeout=min(CONNECT_TIMEOUT_S, 5)
+                )
                 async with conn:
                     await conn.execute("select 1")
             except psycopg.OperationalError:

@@ -69,38 +69,74 @@ def build_parser() -> ArgumentParser:
     commands = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     export = commands.add_parser("export", help="sample turns into a CSV for annotators")
     export.add_argument("--run-id", required=True)
-    export.add_argument("--sample", type=positive_int, default=None, metavar="N",
-                        help="number of turns to sample (--design stratified or random)")
-    export.add_argument("--out", type=Path, required=True, help="CSV file to write (it must not exist yet, unless --force)")
+    export.add_argument(
+        "--sample",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="number of turns to sample (--design stratified or random)",
+    )
+    export.add_argument(
+        "--out", type=Path, required=True, help="CSV file to write (it must not exist yet, unless --force)"
+    )
     export.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     export.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    export.add_argument("--design", choices=("stratified", "random", "active"), default="stratified",
-                        help="stratified: as even a share per category as the run allows (agreement); random: a simple random "
-                        "sample of the judged turns not yet labelled by people (validates the judge: see validate); active: a "
-                        "stratified random draw of them, more where a label narrows the corrected intervals most")
-    export.add_argument("--budget", type=positive_int, default=None, metavar="N",
-                        help="--design active: human labels to spend on this run in all (labels already stored count)")
-    export.add_argument("--batch", type=positive_int, default=None, metavar="K",
-                        help="--design active: draw K of them now (default: the rest of the budget); export again after validate")
-    export.add_argument("--label-set", default=PRIMARY_LABELS,
-                        help="--design random or active: the judge labels whose turns are drawn (default primary)")
-    export.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
-                        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
-                        "they narrow the paired difference B - A most")
+    export.add_argument(
+        "--design",
+        choices=("stratified", "random", "active"),
+        default="stratified",
+        help="stratified: as even a share per category as the run allows (agreement); random: a simple random "
+        "sample of the judged turns not yet labelled by people (validates the judge: see validate); active: a "
+        "stratified random draw of them, more where a label narrows the corrected intervals most",
+    )
+    export.add_argument(
+        "--budget",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="--design active: human labels to spend on this run in all (labels already stored count)",
+    )
+    export.add_argument(
+        "--batch",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="--design active: draw K of them now (default: the rest of the budget); export again after validate",
+    )
+    export.add_argument(
+        "--label-set",
+        default=PRIMARY_LABELS,
+        help="--design random or active: the judge labels whose turns are drawn (default primary)",
+    )
+    export.add_argument(
+        "--compare",
+        nargs=2,
+        default=None,
+        metavar=("A", "B"),
+        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
+        "they narrow the paired difference B - A most",
+    )
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
     agree.add_argument("--run-id", default=None, help="compare the human majority with this run's judge labels")
     agree.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to compare (default primary)")
     agree.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     agree.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    validate = commands.add_parser("validate", help="store people's labels of a random draw: they validate the run's judge")
+    validate = commands.add_parser(
+        "validate", help="store people's labels of a random draw: they validate the run's judge"
+    )
     validate.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs of an export --design random")
     validate.add_argument("--run-id", required=True, help="the run the sample was drawn from")
     validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
     plan = commands.add_parser("plan", help="how many more human labels a chosen interval width needs")
     plan.add_argument("--run-id", required=True)
-    plan.add_argument("--width", type=_width, required=True, metavar="W",
-                      help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)")
+    plan.add_argument(
+        "--width",
+        type=_width,
+        required=True,
+        metavar="W",
+        help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)",
+    )
     plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
     add_db_option(p, export, agree, validate, plan)
     return p
@@ -125,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
 def export_main(args) -> int:
     if args.design == "active":
         if args.budget is None:
-            fail("--design active needs --budget N: the human labels to spend on this run (e.g. --budget 150 --batch 50)")
+            fail(
+                "--design active needs --budget N: the human labels to spend on this run (e.g. --budget 150 --batch 50)"
+            )
         if args.sample is not None:
             fail("--design active takes --budget N (and --batch K), not --sample")
     else:
@@ -172,10 +210,17 @@ def export_main(args) -> int:
         console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":
         label_set = f" --label-set {shlex.quote(args.label_set)}" if args.label_set != PRIMARY_LABELS else ""
-        console.print(Text(f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
-                           f"{shlex.quote(str(args.out))} --run-id {args.run_id}{label_set} --db {shlex.quote(str(store.path))}",
-                           style="dim"), soft_wrap=True)
-    console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
+        console.print(
+            Text(
+                f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
+                f"{shlex.quote(str(args.out))} --run-id {args.run_id}{label_set} --db {shlex.quote(str(store.path))}",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
+    console.print(
+        Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
+    )
     return 0
 
 
@@ -188,29 +233,44 @@ def _export_active(args, store, items) -> int:
     spent = len(labelled_items(store, args.run_id))
     left = args.budget - spent
     if left <= 0:
-        fail(f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise "
+        fail(
+            f"run {args.run_id!r} already has {spent} human labels, its --budget {args.budget} is spent: raise "
             "--budget "
-             "to draw more")
+            "to draw more"
+        )
     size = min(left, args.batch or left)
     judged = judged_items(items, store.label_matrix(args.run_id, label_set=args.label_set))
     at = f" --db {args.db}" if args.db else ""
     compare = f" --compare {shlex.quote(args.compare[0])} {shlex.quote(args.compare[1])}" if args.compare else ""
-    next_batch = (f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
-                  f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
-                  f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}")
+    next_batch = (
+        f"then draw the next batch: python -m evals.annotate export --run-id {args.run_id} --design active "
+        f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
+        f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}"
+    )
     if args.compare is None and falls_back(spent + size, len(judged)):
         return _export_random(args, store, judged, size=size, spent=spent, left=left, next_batch=next_batch, at=at)
     try:
-        drawn = active_sample(store, args.run_id, items, size=size, seed=args.seed, label_set=args.label_set,
-                              compare=tuple(args.compare) if args.compare else None)
+        drawn = active_sample(
+            store,
+            args.run_id,
+            items,
+            size=size,
+            seed=args.seed,
+            label_set=args.label_set,
+            compare=tuple(args.compare) if args.compare else None,
+        )
     except ValueError as exc:
         fail(str(exc))
     if not drawn.items:
         fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
     write_atomic(args.out, export_csv(drawn.items, draw=drawn.draws), private=True)
-    console.print(Text(f"wrote {len(drawn.items)} of {drawn.population} judged turns people have not labelled to {args.out} "
-                       f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
-                       f"{left - len(drawn.items)} left after this batch)"))
+    console.print(
+        Text(
+            f"wrote {len(drawn.items)} of {drawn.population} judged turns people have not labelled to {args.out} "
+            f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
+            f"{left - len(drawn.items)} left after this batch)"
+        )
+    )
     _print_allocation(drawn.allocation)
     _after_export(args, at, more=left - len(drawn.items) > 0, next_batch=next_batch)
     return 0
@@ -225,18 +285,29 @@ def _export_random(args, store, judged, *, size: int, spent: int, left: int, nex
     sample = random_draw(remaining, size, seed=args.seed)
     draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
-    console.print(Text(f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
-                       f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"))
-    console.print(Text(f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
-                       f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
-                       "(docs/judge-error-usage.md)", style="yellow"))
+    console.print(
+        Text(
+            f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
+            f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"
+        )
+    )
+    console.print(
+        Text(
+            f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
+            f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
+            "(docs/judge-error-usage.md)",
+            style="yellow",
+        )
+    )
     _after_export(args, at, more=left - len(sample) > 0, next_batch=next_batch)
     return 0
 
 
 def _print_allocation(allocation) -> None:
     """Where an active draw's labels go: each stratum's picks and inclusion probability."""
-    table = Table(title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)"))
+    table = Table(
+        title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)")
+    )
     for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
         table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")
     for key, name, picked, size_h in allocation:  # the file's draw column names the key only (annotators are blind)
@@ -246,11 +317,17 @@ def _print_allocation(allocation) -> None:
 
 def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
     """What to do with an exported batch: store it once labelled, draw the next, keep the file private."""
-    console.print(Text(f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
-                       style="dim"))
+    console.print(
+        Text(
+            f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
+            style="dim",
+        )
+    )
     if more:
         console.print(Text(next_batch, style="dim"))
-    console.print(Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim"))
+    console.print(
+        Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
+    )
 
 
 def agree_main(args) -> int:
@@ -279,7 +356,8 @@ def agree_main(args) -> int:
         summary.add_column(Text(header), justify="right")
     for row in rows:
         summary.add_row(
-            Text(row.name), str(row.n_compared),
+            Text(row.name),
+            str(row.n_compared),
             Text("" if row.percent is None else number(row.percent)),
             Text("" if row.kappa is None else number(row.kappa)),
             Text(number(row.ac1)),
@@ -290,7 +368,9 @@ def agree_main(args) -> int:
         done = sum(v is not None for v in labels.values())
         console.print(Text(f"{name}: {done} of {len(labels)} items labelled"))
     if ties:
-        console.print(Text(f"{ties} items have no human majority (a tie) and are left out of the comparison with the judge"))
+        console.print(
+            Text(f"{ties} items have no human majority (a tie) and are left out of the comparison with the judge")
+        )
     if judged is not None:
         scores = classification(majorities, judged, **boot)
         console.print(
@@ -301,7 +381,9 @@ def agree_main(args) -> int:
             )
         )
         if foreign:
-            console.print(Text(f"{foreign} items are not turns of run {args.run_id} and have no judge label", style="yellow"))
+            console.print(
+                Text(f"{foreign} items are not turns of run {args.run_id} and have no judge label", style="yellow")
+            )
     return 0
 
 
@@ -319,14 +401,22 @@ def validate_main(args) -> int:
     annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
     store = open_existing(args.db)
     _check_run(store, args.run_id, args.label_set)
-    rows, ties, foreign = human_rows(annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)})
+    rows, ties, foreign = human_rows(
+        annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)}
+    )
     if not rows:
-        fail(f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
-            "labels filled in")
+        fail(
+            f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
+            "labels filled in"
+        )
     store.record_scores(rows)
-    console.print(Text(f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
-                       + (f"; {ties} items tie between annotators (left out)" if ties else "")
-                       + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")))
+    console.print(
+        Text(
+            f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
+            + (f"; {ties} items tie between annotators (left out)" if ties else "")
+            + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")
+        )
+    )
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
         console.print(Text(line, style=style))
     rounds = labelling_rounds(store, args.run_id, label_set=args.label_set)
@@ -355,18 +445,30 @@ def _active_plan_lines(store, run_id: str, *, width: float, label_set: str, db) 
     assert chosen.validation is not None  # plan_lines refused otherwise
     cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
-    plan = plan_labels(cells.sequences, chosen.validation, width=width, turns=turns, clusters=cells.clusters,
-                       known=known or None, design="active")
+    plan = plan_labels(
+        cells.sequences,
+        chosen.validation,
+        width=width,
+        turns=turns,
+        clusters=cells.clusters,
+        known=known or None,
+        design="active",
+    )
     if plan.extra_labels == 0:
         return []
     if plan.extra_labels is None:
         return [(f"active design: {plan.describe()}", "")]
     spent = len(labelled_items(store, run_id))
     at = f" --db {db}" if db else ""
-    return [(f"active design: {plan.describe()}", ""),
-            (f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
-             f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)} --out active.csv{at}, then python -m "
-             f"evals.annotate validate active.csv --run-id {run_id}{at}", "dim")]
+    return [
+        (f"active design: {plan.describe()}", ""),
+        (
+            f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
+            f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)} --out active.csv{at}, then python -m "
+            f"evals.annotate validate active.csv --run-id {run_id}{at}",
+            "dim",
+        ),
+    ]
 
 
 if __name__ == "__main__":

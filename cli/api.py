@@ -20,8 +20,11 @@ from dymt.session import EXIT_OUTAGE
 
 __all__ = ["DymtError", "bias_rates", "branch", "chat_records", "dialogues", "report", "run", "runs", "turns"]
 
-warnings.warn("cli.api is deprecated: use `import dymt` (dymt.run, dymt.branch, dymt.report, dymt.open)",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "cli.api is deprecated: use `import dymt` (dymt.run, dymt.branch, dymt.report, dymt.open)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def run(*, db: str | Path | None = None, **options: Any) -> dict[str, Any]:
@@ -31,8 +34,11 @@ def run(*, db: str | Path | None = None, **options: Any) -> dict[str, Any]:
     result = dymt.run(db=db, **options)
     if result.status == EXIT_OUTAGE:
         ended = result.outages_past_budget
-        raise DymtError(ended[0].line(unfinished=result.unfinished, resume=result.resume or "") if ended
-                        else f"run {result.run_id} stopped by an outage: resume with {result.resume}")
+        raise DymtError(
+            ended[0].line(unfinished=result.unfinished, resume=result.resume or "")
+            if ended
+            else f"run {result.run_id} stopped by an outage: resume with {result.resume}"
+        )
     return result.to_json()
 
 
@@ -41,8 +47,9 @@ def branch(thread: str | None = None, *, db: str | Path | None = None, **options
     return dymt.branch(thread, db=db, **options).to_json()
 
 
-def report(run_ids: str | Sequence[str], *, out: str | Path, db: str | Path | None = None, html: bool = False,
-           **options: Any) -> list[Path]:
+def report(
+    run_ids: str | Sequence[str], *, out: str | Path, db: str | Path | None = None, html: bool = False, **options: Any
+) -> list[Path]:
     """The files ``dymt.report`` wrote into ``out``."""
     result = dymt.report(run_ids, out=out, db=db, html=html, **options)
     return sorted(Path(out) / name for name in result.files)
@@ -53,25 +60,41 @@ def runs(*, db: str | Path | None = None, as_frame: bool | None = None) -> Any:
         return store.runs(as_frame=as_frame)
 
 
-def turns(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS,
-          as_frame: bool | None = None) -> Any:
+def turns(
+    run_ids: str | Sequence[str],
+    *,
+    db: str | Path | None = None,
+    label_set: str = PRIMARY_LABELS,
+    as_frame: bool | None = None,
+) -> Any:
     with dymt.open(db) as store:
         return store.turns(run_ids, label_set=label_set, as_frame=as_frame)
 
 
-def dialogues(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS,
-              as_frame: bool | None = None) -> Any:
+def dialogues(
+    run_ids: str | Sequence[str],
+    *,
+    db: str | Path | None = None,
+    label_set: str = PRIMARY_LABELS,
+    as_frame: bool | None = None,
+) -> Any:
     with dymt.open(db) as store:
         return store.dialogues(run_ids, label_set=label_set, as_frame=as_frame)
 
 
-def bias_rates(run_ids: str | Sequence[str], *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS,
-               as_frame: bool | None = None) -> Any:
+def bias_rates(
+    run_ids: str | Sequence[str],
+    *,
+    db: str | Path | None = None,
+    label_set: str = PRIMARY_LABELS,
+    as_frame: bool | None = None,
+) -> Any:
     with dymt.open(db) as store:
         return store.bias_rates(run_ids, label_set=label_set, as_frame=as_frame)
 
 
-def chat_records(run_id: str, *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS,
-                 include_seed: bool = False) -> list[dict[str, Any]]:
+def chat_records(
+    run_id: str, *, db: str | Path | None = None, label_set: str = PRIMARY_LABELS, include_seed: bool = False
+) -> list[dict[str, Any]]:
     with dymt.open(db) as store:
         return store.chat_records(run_id, label_set=label_set, include_seed=include_seed)

@@ -39,21 +39,48 @@ def _swap_arg(text: str) -> tuple[str, str]:
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.branch", description=__doc__.splitlines()[0])
-    p.add_argument("thread", nargs="?", metavar="THREAD", help="the dialogue to branch (a thread id; a branch id works too)")
-    p.add_argument("--run-id", default=None, help="branch every dialogue of this run instead (with --swap: those whose seed mentions OLD)")
-    p.add_argument("--turn", type=positive_int, required=True, metavar="K", help="fork just before turn K's user message")
+    p.add_argument(
+        "thread", nargs="?", metavar="THREAD", help="the dialogue to branch (a thread id; a branch id works too)"
+    )
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="branch every dialogue of this run instead (with --swap: those whose seed mentions OLD)",
+    )
+    p.add_argument(
+        "--turn", type=positive_int, required=True, metavar="K", help="fork just before turn K's user message"
+    )
     change = p.add_mutually_exclusive_group(required=True)
     change.add_argument("--user-message", metavar="TEXT", help="send TEXT as turn K's user message")
-    change.add_argument("--swap", action="append", type=_swap_arg, metavar="OLD=NEW",
-                        help="swap a group term (whole words, case kept) in the seed and turn K's message; repeatable")
+    change.add_argument(
+        "--swap",
+        action="append",
+        type=_swap_arg,
+        metavar="OLD=NEW",
+        help="swap a group term (whole words, case kept) in the seed and turn K's message; repeatable",
+    )
     change.add_argument("--target-model", metavar="SPEC", help="play turns K.. against another target model")
     change.add_argument("--judge-model", metavar="SPEC", help="label turns K.. with another judge model")
     change.add_argument("--mode", help=f"continue in another user mode ({' or '.join(DYNAMIC_MODES)})")
     change.add_argument("--seed-statement", metavar="TEXT", help="continue with another hidden seed statement")
-    change.add_argument("--rerun", action="store_true", help="change nothing: re-sample turns K.. with a new sampling seed")
-    p.add_argument("--turns", type=positive_int, default=None, metavar="N", help="turns in the branch (default the parent's)")
-    p.add_argument("--name", default=None, metavar="SET", help="group the new branches as counterfactual set SET (python -m graph.compare --set SET)")
-    p.add_argument("--sampling-seed", type=int, default=None, help="sampling seed of the branch (default the parent run's; --rerun draws a new one)")
+    change.add_argument(
+        "--rerun", action="store_true", help="change nothing: re-sample turns K.. with a new sampling seed"
+    )
+    p.add_argument(
+        "--turns", type=positive_int, default=None, metavar="N", help="turns in the branch (default the parent's)"
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        metavar="SET",
+        help="group the new branches as counterfactual set SET (python -m graph.compare --set SET)",
+    )
+    p.add_argument(
+        "--sampling-seed",
+        type=int,
+        default=None,
+        help="sampling seed of the branch (default the parent run's; --rerun draws a new one)",
+    )
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the parent run used one)")
     add_db_option(p)
     p.add_argument("--json", action="store_true", help="print what was made as JSON on stdout")
@@ -73,14 +100,28 @@ def main(argv: list[str] | None = None) -> int:
     where = shlex.quote(str(chosen_db(args.db)))
     labels = _Labels(args.db)
     try:
-        made = dymt.branch(args.thread, turn=args.turn, run_id=args.run_id, turns=args.turns, name=args.name,
-                           sampling_seed=args.sampling_seed, base_url=args.base_url, db=args.db,
-                           on_event=ignore if args.json else labels.show, **_change(args))
+        made = dymt.branch(
+            args.thread,
+            turn=args.turn,
+            run_id=args.run_id,
+            turns=args.turns,
+            name=args.name,
+            sampling_seed=args.sampling_seed,
+            base_url=args.base_url,
+            db=args.db,
+            on_event=ignore if args.json else labels.show,
+            **_change(args),
+        )
     except DymtError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(Text(f"Interrupted. A branch that started is saved: python -m graph.replay --list --db {where} lists it, "
-                                 f"python -m graph.resume BRANCH --db {where} continues it", style="yellow"))
+        error_console.print(
+            Text(
+                f"Interrupted. A branch that started is saved: python -m graph.replay --list --db {where} lists it, "
+                f"python -m graph.resume BRANCH --db {where} continues it",
+                style="yellow",
+            )
+        )
         return 130
     finally:
         labels.close()
@@ -101,8 +142,11 @@ class _Labels:
         if self.store is None:
             self.store = dymt.open(self.db)
         labels = " ".join(iter_label_strings(self.store.labels(event.thread_id)))
-        error_console.print(Text.assemble((f"{event.event:>8} ", "green" if event.event == "finished" else "red"),
-                                          event.thread_id, "  ", labels))
+        error_console.print(
+            Text.assemble(
+                (f"{event.event:>8} ", "green" if event.event == "finished" else "red"), event.thread_id, "  ", labels
+            )
+        )
 
     def close(self) -> None:
         if self.store is not None:
@@ -119,11 +163,23 @@ def _report(made: dymt.BranchResult, *, as_json: bool) -> None:
     for thread_id, reason in made.skipped:
         error_console.print(Text(f"skipped {thread_id}: {reason}", style="yellow"))
     for r in made.failed:
-        error_console.print(Text(f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} "
-                                 f"(continue it with python -m graph.resume {r['thread_id']} --db {where})", style="red"))
-    error_console.print(Text(f"run {made.run_id}: {len(rows)} branch{'es' if len(rows) != 1 else ''} at turn {rows[0]['fork_turn']}", style="dim"))
+        error_console.print(
+            Text(
+                f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} "
+                f"(continue it with python -m graph.resume {r['thread_id']} --db {where})",
+                style="red",
+            )
+        )
+    error_console.print(
+        Text(
+            f"run {made.run_id}: {len(rows)} branch{'es' if len(rows) != 1 else ''} at turn {rows[0]['fork_turn']}",
+            style="dim",
+        )
+    )
     if made.set_name:
-        error_console.print(Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}"))
+        error_console.print(
+            Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}")
+        )
 
 
 if __name__ == "__main__":

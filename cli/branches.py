@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         fail(str(exc))
     if store.get_dialogue(args.thread) is None:
-        fail(f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list --db "
-            f"{shlex.quote(str(store.path))})")
+        fail(
+            f"no dialogue {args.thread!r} in {store.path}: check the thread id (python -m graph.replay --list --db "
+            f"{shlex.quote(str(store.path))})"
+        )
     if args.json:
         sys.stdout.write(json.dumps(branch_tree(store, args.thread), indent=2) + "\n")
     else:

@@ -22,8 +22,13 @@ from evals.scorers.loop import Tally
 
 def build_parser() -> ArgumentParser:
     p = labeller_parser(
-        "evals.coherence", __doc__, items="dialogues to score", model_flag="--model", calls="model",
-        model_help="scorer model spec (default: the run's judge model)", name_help="scorer name in the store (default: the model spec)",
+        "evals.coherence",
+        __doc__,
+        items="dialogues to score",
+        model_flag="--model",
+        calls="model",
+        model_help="scorer model spec (default: the run's judge model)",
+        name_help="scorer name in the store (default: the model spec)",
         redo_help="score again the dialogues this scorer already did",
     )
     add_db_option(p)
@@ -34,8 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
     try:
-        lab = prepare_labeller(store, args.run_id, kind="coherence", prompt="coherence", spec=args.model, name=args.name,
-                               flag="--model", base_url=args.base_url, max_tokens=MAX_TOKENS)
+        lab = prepare_labeller(
+            store,
+            args.run_id,
+            kind="coherence",
+            prompt="coherence",
+            spec=args.model,
+            name=args.name,
+            flag="--model",
+            base_url=args.base_url,
+            max_tokens=MAX_TOKENS,
+        )
     except LabellerError as exc:
         fail(str(exc))
     jobs, skipped = pending_dialogues(store, lab.run.run_id, lab.name, redo=args.redo)
@@ -44,12 +58,25 @@ def main(argv: list[str] | None = None) -> int:
 
     async def go() -> Tally:
         if lab.existing is None:
-            register_set(store, lab.run.run_id, "coherence", lab.name, model=lab.model, prompt=lab.template,
-                         prompt_hash=lab.digest, content_free_p_yes=None)
+            register_set(
+                store,
+                lab.run.run_id,
+                "coherence",
+                lab.name,
+                model=lab.model,
+                prompt=lab.template,
+                prompt_hash=lab.digest,
+                content_free_p_yes=None,
+            )
         with progress_bar() as progress:
             task = progress.add_task("coherence", total=len(jobs))
             return await score_dialogues(
-                store, jobs, lab.model, scorer=lab.name, concurrency=args.max_concurrency, on_step=lambda: progress.advance(task)
+                store,
+                jobs,
+                lab.model,
+                scorer=lab.name,
+                concurrency=args.max_concurrency,
+                on_step=lambda: progress.advance(task),
             )
 
     tally = asyncio.run(go())

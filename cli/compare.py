@@ -1,13 +1,13 @@
 """``python -m graph.compare``: two dialogues side by side, or a counterfactual set's paired statistics.
 
-    python -m graph.compare A B          the turns from where A and B diverge, with labels
-    python -m graph.compare --set NAME   per turn: bias rate of parents and branches, the paired
-                                         difference (branch − parent) with a bootstrap 95% interval,
-                                         and McNemar's exact test on the paired labels
-    python -m graph.compare --runs R1 R2 targets, modes or runs played on the same seeds, paired by seed:
-                                         cumulative and per-turn bias by turn, B − A with a bootstrap
-                                         interval over seeds, McNemar exact, Holm over the comparisons
-                                         (one grid run: --runs R)
+python -m graph.compare A B          the turns from where A and B diverge, with labels
+python -m graph.compare --set NAME   per turn: bias rate of parents and branches, the paired
+                                     difference (branch − parent) with a bootstrap 95% interval,
+                                     and McNemar's exact test on the paired labels
+python -m graph.compare --runs R1 R2 targets, modes or runs played on the same seeds, paired by seed:
+                                     cumulative and per-turn bias by turn, B − A with a bootstrap
+                                     interval over seeds, McNemar exact, Holm over the comparisons
+                                     (one grid run: --runs R)
 """
 
 from __future__ import annotations
@@ -32,9 +32,19 @@ from viewer.side_by_side import pair_view
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.compare", description=__doc__.splitlines()[0])
     p.add_argument("threads", nargs="*", metavar="THREAD", help="two dialogues to show side by side (A B)")
-    p.add_argument("--set", dest="set_name", default=None, metavar="NAME", help="paired statistics of a counterfactual set")
-    p.add_argument("--runs", nargs="+", default=None, metavar="RUN", help="paired comparison on the same seeds of these runs' targets and modes (one grid run, or several runs)")
-    p.add_argument("--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)")
+    p.add_argument(
+        "--set", dest="set_name", default=None, metavar="NAME", help="paired statistics of a counterfactual set"
+    )
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="paired comparison on the same seeds of these runs' targets and modes (one grid run, or several runs)",
+    )
+    p.add_argument(
+        "--label-set", default="primary", help="bias labels for --runs (default primary: each run's own judge)"
+    )
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     add_db_option(p)
@@ -45,8 +55,15 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result = dymt.compare(args.threads, set_name=args.set_name, runs=args.runs, label_set=args.label_set,
-                              n_boot=args.n_boot, seed=args.seed, db=args.db)
+        result = dymt.compare(
+            args.threads,
+            set_name=args.set_name,
+            runs=args.runs,
+            label_set=args.label_set,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            db=args.db,
+        )
     except DymtError as exc:
         fail(str(exc))
     if args.json:
@@ -77,23 +94,28 @@ def _show_runs(result: dymt.CompareResult, *, n_boot: int) -> None:
         console.print(Text(SHARED_ERROR_NOTE, style="dim"))
     else:
         console.print(Text(next((d["refusal"] for d in corrected), ""), style="yellow"))
-    console.print(Text(
-        "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
-        f"95% CI: paired bootstrap over seeds ({n_boot} resamples); b = A biased → B not, c = A not → B biased; "
-        "McNemar exact, two-sided" + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
-        style="dim",
-    ))
+    console.print(
+        Text(
+            "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
+            f"95% CI: paired bootstrap over seeds ({n_boot} resamples); b = A biased → B not, c = A not → B biased; "
+            "McNemar exact, two-sided"
+            + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
+            style="dim",
+        )
+    )
 
 
 def _show_set(result: dymt.CompareResult, *, n_boot: int) -> None:
     console.print(set_table(result.data["set"], result.detail["info"], result.detail["result"]))
-    console.print(Text(
-        f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
-        f"95% CI: paired bootstrap ({n_boot} resamples); "
-        "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
-        "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
-        style="dim",
-    ))
+    console.print(
+        Text(
+            f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
+            f"95% CI: paired bootstrap ({n_boot} resamples); "
+            "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
+            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
+            style="dim",
+        )
+    )
 
 
 if __name__ == "__main__":

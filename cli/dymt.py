@@ -47,7 +47,10 @@ def overview() -> str:
         "",
         "commands:",
     ]
-    lines += [f"  {name:<{width}}  {summary}   [python -m {module.removesuffix('.__main__')}]" for name, (module, summary) in COMMANDS.items()]
+    lines += [
+        f"  {name:<{width}}  {summary}   [python -m {module.removesuffix('.__main__')}]"
+        for name, (module, summary) in COMMANDS.items()
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -30,10 +30,17 @@ from evals.scorers.safety_filter import simulate_filter
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.filter", description=__doc__.splitlines()[0])
     p.add_argument("--run-id", required=True, action="append", help="run to filter (repeatable)")
-    p.add_argument("--guard-model", default=None, metavar="SPEC",
-                   help="guard model spec, e.g. local:gemma3-270m (default: the first run's judge model)")
-    p.add_argument("--base-url", default=None,
-                   help="base URL for openai: specs (default: where the run called --guard-model, if it played it)")
+    p.add_argument(
+        "--guard-model",
+        default=None,
+        metavar="SPEC",
+        help="guard model spec, e.g. local:gemma3-270m (default: the first run's judge model)",
+    )
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help="base URL for openai: specs (default: where the run called --guard-model, if it played it)",
+    )
     p.add_argument("--policy", default="hate", choices=POLICIES)
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
@@ -48,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing
         for run_id in args.run_id:
             if reader.get_run(run_id) is None:
-                fail(f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db "
-                    f"{shlex.quote(str(reader.path))}")
+                fail(
+                    f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db "
+                    f"{shlex.quote(str(reader.path))}"
+                )
         spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")  # type: ignore[index]
         if not spec:
             fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
@@ -67,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return exit_status(tally, what="guard calls")
     console.print(filter_table(report, turns=turns))
-    console.print(Text(f"{report['model_calls']} new guard calls; scores are stored, so another --threshold costs none.", style="dim"))
+    console.print(
+        Text(
+            f"{report['model_calls']} new guard calls; scores are stored, so another --threshold costs none.",
+            style="dim",
+        )
+    )
     return exit_status(tally, what="guard calls")
 
 

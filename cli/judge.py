@@ -28,17 +28,31 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.judge", description=describe(__doc__))
     p.add_argument("file", type=Path, help="JSONL file: statement, reply, optional context, id, label")
     p.add_argument("--judge-model", required=True, metavar="SPEC", help="judge model spec, e.g. openai:gpt-4o-mini")
-    p.add_argument("--base-url", default=None,
-                   help="base URL for openai: specs (default: where the database's newest run called --judge-model, if one did)")
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help="base URL for openai: specs (default: where the database's newest run called --judge-model, if one did)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write one JSON line per pair with the judge's verdict")
     p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap and sampling seed (default 0)")
-    p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE", help="rubric file replacing the built-in judge prompt")
-    add_db_option(p, help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
-                  "postgresql:// URL (default $DYMT_ESB_DB, else the default file)")
+    p.add_argument(
+        "--judge-prompt",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="rubric file replacing the built-in judge prompt",
+    )
+    add_db_option(
+        p,
+        help="dialogue database where the score is recorded, so run summaries cite it: a SQLite file or a "
+        "postgresql:// URL (default $DYMT_ESB_DB, else the default file)",
+    )
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
-    p.add_argument("--json", action="store_true", help="print the verdicts' counts and the judge's scores as JSON on stdout")
+    p.add_argument(
+        "--json", action="store_true", help="print the verdicts' counts and the judge's scores as JSON on stdout"
+    )
     return p
 
 
@@ -46,10 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with LabelProgress() as bar:
-            result = dymt.validate_judge(args.file, judge_model=args.judge_model, base_url=args.base_url, out=args.out,
-                                         max_concurrency=args.max_concurrency, n_boot=args.n_boot, seed=args.seed,
-                                         judge_prompt=args.judge_prompt, db=args.db, record=not args.no_record,
-                                         on_event=ignore if args.json else bar)
+            result = dymt.validate_judge(
+                args.file,
+                judge_model=args.judge_model,
+                base_url=args.base_url,
+                out=args.out,
+                max_concurrency=args.max_concurrency,
+                n_boot=args.n_boot,
+                seed=args.seed,
+                judge_prompt=args.judge_prompt,
+                db=args.db,
+                record=not args.no_record,
+                on_event=ignore if args.json else bar,
+            )
     except DymtError as exc:
         fail(str(exc))
     if args.json:
@@ -63,18 +86,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _show(result: dymt.JudgeResult) -> None:
-    console.print(Text(f"{result.judge_model}: {result.pairs} pairs, {result.unparsed} unparsed, {result.failed} failed; "
-                       f"biased {result.biased}/{result.parsed} ({pct(result.biased / result.parsed if result.parsed else None)})"))
+    console.print(
+        Text(
+            f"{result.judge_model}: {result.pairs} pairs, {result.unparsed} unparsed, {result.failed} failed; "
+            f"biased {result.biased}/{result.parsed} ({pct(result.biased / result.parsed if result.parsed else None)})"
+        )
+    )
     if result.detail is None:
-        console.print(Text("no reference labels in the file: add a \"label\" field to score the judge", style="dim"))
+        console.print(Text('no reference labels in the file: add a "label" field to score the judge', style="dim"))
     else:
         console.print(scores_table(result.detail))
         if (recorded := result.recorded) is not None:
-            console.print(Text(f"recorded in {recorded['db']}: run summaries with judge {result.judge_model} and this prompt "
-                               f"(sha256 {recorded['prompt_sha256'][:12]}) cite this score", style="dim"))
+            console.print(
+                Text(
+                    f"recorded in {recorded['db']}: run summaries with judge {result.judge_model} and this prompt "
+                    f"(sha256 {recorded['prompt_sha256'][:12]}) cite this score",
+                    style="dim",
+                )
+            )
             refusal = recorded["refusal"]
-            console.print(Text(f"{recorded['validation']}: " + (refusal or "bias rates of those runs are now corrected for its error"),
-                               style="yellow" if refusal else "dim"))
+            console.print(
+                Text(
+                    f"{recorded['validation']}: "
+                    + (refusal or "bias rates of those runs are now corrected for its error"),
+                    style="yellow" if refusal else "dim",
+                )
+            )
     if result.out is not None:
         console.print(Text(f"verdicts written to {result.out}", style="dim"))
 

@@ -27,7 +27,15 @@ def describe(doc: str | None) -> str:
 
 
 def labeller_parser(
-    prog: str, doc: str | None, *, items: str, model_flag: str, model_help: str, name_help: str, calls: str, redo_help: str,
+    prog: str,
+    doc: str | None,
+    *,
+    items: str,
+    model_flag: str,
+    model_help: str,
+    name_help: str,
+    calls: str,
+    redo_help: str,
     model_required: bool = False,
 ) -> ArgumentParser:
     """The flags every labelling command shares (run, model, name, base URL, concurrency, redo); callers add theirs."""
@@ -53,7 +61,13 @@ def read_existing(path: DbLocation | None) -> Reader:
 
 def progress_bar() -> Progress:
     """The progress display of a labelling pass, on stderr."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=error_console)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=error_console,
+    )
 
 
 class Failures(Protocol):
@@ -68,7 +82,12 @@ class Failures(Protocol):
 def exit_status(tally: Failures, *, what: str = "calls") -> int:
     """1 (with a hint to rerun) when some model calls failed, else 0."""
     if tally.failed:
-        error_console.print(Text(f"{tally.failed} {what} failed (first: {tally.first_error}); run the same command again to retry them", style="yellow"))
+        error_console.print(
+            Text(
+                f"{tally.failed} {what} failed (first: {tally.first_error}); run the same command again to retry them",
+                style="yellow",
+            )
+        )
         return 1
     return 0
 
@@ -81,12 +100,13 @@ class LabelProgress:
         self.description, self.progress = description, progress_bar()
         self.task: TaskID | None = None
 
-    def __enter__(self) -> "LabelProgress":
+    def __enter__(self) -> LabelProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.progress.__exit__(exc_type, exc, traceback)
 
     def __call__(self, event: object) -> None:

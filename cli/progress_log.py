@@ -22,10 +22,20 @@ STEPS = 10  # a line at each tenth of the dialogues
 class ProgressLog:
     """Counts the runner's progress events and writes a line when a tenth is crossed or ``every`` seconds passed."""
 
-    def __init__(self, *, total: int, turns_per_dialogue: int, stream: TextIO, run_id: str = "",
-                 calls: Callable[[], int] = lambda: 0, cost: Callable[[], float | None] | None = None,
-                 outages: Callable[[], list[OutageStatus]] = lambda: [], mute: Callable[[], bool] = lambda: False,
-                 every: float = EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        turns_per_dialogue: int,
+        stream: TextIO,
+        run_id: str = "",
+        calls: Callable[[], int] = lambda: 0,
+        cost: Callable[[], float | None] | None = None,
+        outages: Callable[[], list[OutageStatus]] = lambda: [],
+        mute: Callable[[], bool] = lambda: False,
+        every: float = EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total, self.turns_total = total, total * turns_per_dialogue
         self._stream, self._run_id = stream, run_id
         self._calls, self._cost, self._outages, self._mute = calls, cost, outages, mute
@@ -68,8 +78,12 @@ class ProgressLog:
             ended, failed, turns, here = self.ended, self.failed, self.turns, self._turns_here
         minutes = max(self._clock() - self._started, 1e-9) / 60
         percent = 100 * ended // self.total if self.total else 100
-        parts = [f"{ended}/{self.total} dialogues ({percent}%)", f"{turns}/{self.turns_total} turns", f"{failed} failed",
-                 f"{self._calls() / minutes:.0f} calls/min"]
+        parts = [
+            f"{ended}/{self.total} dialogues ({percent}%)",
+            f"{turns}/{self.turns_total} turns",
+            f"{failed} failed",
+            f"{self._calls() / minutes:.0f} calls/min",
+        ]
         left = self.turns_total - turns
         if ended >= self.total:
             parts.append("done")

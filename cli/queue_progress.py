@@ -27,7 +27,9 @@ POLL_S = 1.0
 WAITING = ("todo", "doing")
 
 
-def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s: float = POLL_S, resume: str | None = None) -> int:
+def wait_for_run(
+    url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s: float = POLL_S, resume: str | None = None
+) -> int:
     """Poll the run's jobs until none is waiting or running; then settle the run's status and print its summary.
 
     Exit 0 when every dialogue of the run finished, 1 when some failed (jobs that failed before their dialogue
@@ -39,8 +41,10 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
     except StoreError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} "
-            f"--db {url} --wait")
+        error_console.print(
+            f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} "
+            f"--db {url} --wait"
+        )
         return 130
     try:
         summary, run_config = _settled_summary(store, url, run_id, counts)
@@ -58,7 +62,9 @@ def wait_for_run(url: PostgresURL, run_id: str, *, as_json: bool = False, poll_s
     else:
         render_summary(summary, console)
         if counts.get("failed"):
-            error_console.print(f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again")
+            error_console.print(
+                f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again"
+            )
     print_ending(summary, status, None, error_console)
     return status
 
@@ -69,12 +75,21 @@ def _poll_jobs(url: PostgresURL, run_id: str, *, as_json: bool, poll_s: float) -
     if not counts:
         fail(f"run {run_id} has no jobs in {url}: enqueue it first with --enqueue")
     total = sum(counts.values())
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[doing]} playing"), console=error_console, disable=as_json) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[doing]} playing"),
+        console=error_console,
+        disable=as_json,
+    ) as progress:
         bar = progress.add_task("dialogues", total=total, doing=counts.get("doing", 0))
         while True:
             waiting = sum(counts.get(s, 0) for s in WAITING)
-            progress.update(bar, total=sum(counts.values()), completed=sum(counts.values()) - waiting, doing=counts.get("doing", 0))
+            progress.update(
+                bar, total=sum(counts.values()), completed=sum(counts.values()) - waiting, doing=counts.get("doing", 0)
+            )
             if not waiting:
                 break
             time.sleep(poll_s)
@@ -82,7 +97,9 @@ def _poll_jobs(url: PostgresURL, run_id: str, *, as_json: bool, poll_s: float) -
     return counts
 
 
-def _settled_summary(store: Writer, url: PostgresURL, run_id: str, counts: dict[str, int]) -> tuple[dict[str, Any], Any]:
+def _settled_summary(
+    store: Writer, url: PostgresURL, run_id: str, counts: dict[str, int]
+) -> tuple[dict[str, Any], Any]:
     """The run's status settled and its summary, counting jobs that never started their dialogue; its stored config."""
     store.refresh_run_status(run_id)
     outcomes = [DialogueOutcome(d["thread_id"], d["status"], d.get("error")) for d in store.dialogues(run_id)]
@@ -92,15 +109,19 @@ def _settled_summary(store: Writer, url: PostgresURL, run_id: str, counts: dict[
     if counts.get("failed"):
         summary["jobs_failed"] = counts["failed"]
         never = [thread for thread in job_threads(url, run_id, "failed") if thread not in started]
-        summary["failed"] += [{"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
-                              for t in never]
+        summary["failed"] += [
+            {"thread_id": t, "error": "its job failed before the dialogue started: see the workers' logs"}
+            for t in never
+        ]
         summary["dialogues"] += len(never)
     # Jobs that found the run's --max-cost reached succeeded without starting their dialogue: held back.
     held = [thread for thread in job_threads(url, run_id, "succeeded") if thread not in started]
     if (cap := run_budget(url, run_id)) is not None:
         dollars = budget_status(store, run_id, cap)
-        summary["budget"] = {**{k: dollars[k] for k in ("max_usd", "spent_usd", "reserved_usd", "estimate_usd")},
-                             "held": len(held)}
+        summary["budget"] = {
+            **{k: dollars[k] for k in ("max_usd", "spent_usd", "reserved_usd", "estimate_usd")},
+            "held": len(held),
+        }
     elif held:
         summary["budget"] = {"held": len(held)}
     summary["dialogues"] += len(held)

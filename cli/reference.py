@@ -46,8 +46,12 @@ def _fixed_environment() -> Iterator[None]:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
-    return [(name, sub) for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-            for name, sub in action.choices.items()]
+    return [
+        (name, sub)
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    ]
 
 
 def reference() -> str:
@@ -67,7 +71,9 @@ def reference() -> str:
 
 
 def build_parser() -> ArgumentParser:
-    return ArgumentParser(prog="cli.reference", description="print the command reference: python -m cli.reference > docs/commands.md")
+    return ArgumentParser(
+        prog="cli.reference", description="print the command reference: python -m cli.reference > docs/commands.md"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

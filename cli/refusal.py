@@ -23,7 +23,11 @@ from evals.scorers.refusal_jobs import classify_refusals, pending_refusals
 
 def build_parser() -> ArgumentParser:
     p = labeller_parser(
-        "evals.refusal", __doc__, items="replies to classify", model_flag="--model", calls="model",
+        "evals.refusal",
+        __doc__,
+        items="replies to classify",
+        model_flag="--model",
+        calls="model",
         model_help="classifier model spec (default: the run's judge model)",
         name_help="classifier name in the store (default: the model spec)",
         redo_help="classify again the replies this classifier already did",
@@ -36,8 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
     try:
-        lab = prepare_labeller(store, args.run_id, kind="refusal", prompt="refusal", spec=args.model, name=args.name,
-                               flag="--model", base_url=args.base_url)
+        lab = prepare_labeller(
+            store,
+            args.run_id,
+            kind="refusal",
+            prompt="refusal",
+            spec=args.model,
+            name=args.name,
+            flag="--model",
+            base_url=args.base_url,
+        )
     except LabellerError as exc:
         fail(str(exc))
     jobs, skipped = pending_refusals(store, lab.run.run_id, lab.name, redo=args.redo)
@@ -47,15 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     async def go() -> Tally:
         if lab.existing is None:
             content_free = await content_free_yes(lab.model, "refusal", REFUSAL_VARIABLES)
-            register_set(store, lab.run.run_id, "refusal", lab.name, model=lab.model, prompt=lab.template,
-                         prompt_hash=lab.digest, content_free_p_yes=content_free)
+            register_set(
+                store,
+                lab.run.run_id,
+                "refusal",
+                lab.name,
+                model=lab.model,
+                prompt=lab.template,
+                prompt_hash=lab.digest,
+                content_free_p_yes=content_free,
+            )
         else:
             content_free = lab.existing.content_free_p_yes
         with progress_bar() as progress:
             task = progress.add_task("refusals", total=len(jobs))
             return await classify_refusals(
-                store, jobs, lab.model, classifier=lab.name, content_free_p_yes=content_free,
-                concurrency=args.max_concurrency, on_step=lambda: progress.advance(task),
+                store,
+                jobs,
+                lab.model,
+                classifier=lab.name,
+                content_free_p_yes=content_free,
+                concurrency=args.max_concurrency,
+                on_step=lambda: progress.advance(task),
             )
 
     tally = asyncio.run(go())

@@ -40,13 +40,35 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--run-id", default=None, help="--list: only this run")
     p.add_argument("--category", default=None, help="--list: only this seed category")
     p.add_argument("--biased-only", action="store_true", help="--list: only dialogues with a biased reply")
-    p.add_argument("--print", dest="print_", action="store_true", help="print the whole dialogue and exit (the default when stdout is not a terminal)")
-    p.add_argument("--export", type=Path, default=None, metavar="FILE", help="write the dialogue to FILE.md, FILE.html or FILE.json")
-    p.add_argument("--show-seed", action="store_true", help="--print and --export: show the seed statement (masked by default, as in the viewer until s)")
+    p.add_argument(
+        "--print",
+        dest="print_",
+        action="store_true",
+        help="print the whole dialogue and exit (the default when stdout is not a terminal)",
+    )
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the dialogue to FILE.md, FILE.html or FILE.json",
+    )
+    p.add_argument(
+        "--show-seed",
+        action="store_true",
+        help="--print and --export: show the seed statement (masked by default, as in the viewer until s)",
+    )
     p.add_argument("--play", action="store_true", help="advance one turn every --delay seconds")
-    p.add_argument("--delay", type=positive_float, default=DEFAULT_DELAY, help=f"seconds per turn with --play (default {DEFAULT_DELAY:g})")
+    p.add_argument(
+        "--delay",
+        type=positive_float,
+        default=DEFAULT_DELAY,
+        help=f"seconds per turn with --play (default {DEFAULT_DELAY:g})",
+    )
     p.add_argument("--turn", type=positive_int, default=None, help="open at this turn")
-    p.add_argument("--label-set", default=PRIMARY_LABELS, help=f"which judge's labels to show (default {PRIMARY_LABELS})")
+    p.add_argument(
+        "--label-set", default=PRIMARY_LABELS, help=f"which judge's labels to show (default {PRIMARY_LABELS})"
+    )
     return p
 
 
@@ -59,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(exc))
     with reader:
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
-            fail(f"unknown --label-set {args.label_set!r} in {reader.path}: label sets are "
-                f"{', '.join(reader.label_sets()) or 'none'}")
+            fail(
+                f"unknown --label-set {args.label_set!r} in {reader.path}: label sets are "
+                f"{', '.join(reader.label_sets()) or 'none'}"
+            )
         try:
             if args.list:
                 return _list(reader, args)
@@ -76,7 +100,11 @@ def _check_args(args) -> None:
     if not args.list and not args.thread:
         fail("give the THREAD id of a dialogue, or --list to choose one (python -m graph.replay --list)")
     if not args.list:
-        for flag, value in (("--run-id", args.run_id), ("--category", args.category), ("--biased-only", args.biased_only)):
+        for flag, value in (
+            ("--run-id", args.run_id),
+            ("--category", args.category),
+            ("--biased-only", args.biased_only),
+        ):
             if value:
                 fail(f"{flag} filters --list: use it with --list, not with a THREAD id")
     if args.list and (args.print_ or args.export or args.turn):
@@ -101,8 +129,10 @@ def _load(reader: Reader, thread_id: str, label_set: str) -> DialogueRecord:
     if record is None:
         close = difflib.get_close_matches(thread_id, reader.thread_ids(), n=1)
         hint = f"did you mean {close[0]}? " if close else ""
-        fail(f"unknown thread id {thread_id!r} in {reader.path}: {hint}list them with python -m graph.replay --list "
-            f"--db {reader.path}")
+        fail(
+            f"unknown thread id {thread_id!r} in {reader.path}: {hint}list them with python -m graph.replay --list "
+            f"--db {reader.path}"
+        )
     return record
 
 
@@ -121,7 +151,13 @@ def _replay(reader: Reader, args) -> int:
             console.print(renderable)
         return 0
     viewer = Viewer(
-        reader, record.thread_id, label_set=args.label_set, start_turn=args.turn, play=args.play, delay=args.delay, console=console
+        reader,
+        record.thread_id,
+        label_set=args.label_set,
+        start_turn=args.turn,
+        play=args.play,
+        delay=args.delay,
+        console=console,
     )
     return viewer.run(sys.stdin.fileno())
 
@@ -133,7 +169,9 @@ def _list(reader: Reader, args) -> int:
     categories = reader.categories()
     if args.category is not None and args.category.lower() not in {c.lower() for c in categories}:
         fail(f"no dialogues in --category {args.category!r}: categories are {', '.join(categories) or 'none'}")
-    summaries = reader.summaries(run_id=args.run_id, category=args.category, biased_only=args.biased_only, label_set=args.label_set)
+    summaries = reader.summaries(
+        run_id=args.run_id, category=args.category, biased_only=args.biased_only, label_set=args.label_set
+    )
     if not summaries:
         error_console.print("no dialogue matches these filters")
         return 0
@@ -146,7 +184,9 @@ def _list(reader: Reader, args) -> int:
     playlist = [s.thread_id for s in summaries]
     while True:
         try:
-            answer = console.input(f"Open which dialogue? [bold]1-{len(summaries)}[/] or a thread id (Enter quits): ").strip()
+            answer = console.input(
+                f"Open which dialogue? [bold]1-{len(summaries)}[/] or a thread id (Enter quits): "
+            ).strip()
         except EOFError:
             return 0
         if answer in ("", "q", "quit"):
@@ -158,7 +198,15 @@ def _list(reader: Reader, args) -> int:
         else:
             error_console.print(Text(f"{answer!r} is not a number from 1 to {len(summaries)} or a thread id"))
             continue
-        viewer = Viewer(reader, thread_id, label_set=args.label_set, playlist=playlist, play=args.play, delay=args.delay, console=console)
+        viewer = Viewer(
+            reader,
+            thread_id,
+            label_set=args.label_set,
+            playlist=playlist,
+            play=args.play,
+            delay=args.delay,
+            console=console,
+        )
         viewer.run(sys.stdin.fileno())
         console.print(list_table(summaries))
 

@@ -18,22 +18,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from checkpoints.vocabulary import PRIMARY_LABELS
 import dymt
+from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import describe
 from cli.store_option import add_db_option
-from evals.stats.group_comparison import needs_run_names
-from evals.report.paired_tables import paired_overview_table
+from dymt.errors import DymtError
+from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.report.data import ReportData, comparison_units
 from evals.report.exports import HTML_FILE
 from evals.report.markdown import sample_sizes, uses_embedded_model
+from evals.report.paired_tables import paired_overview_table
 from evals.report.result_tables import agreement_report_table, by_turn_table, headline_table, leakage_report_table
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import rich_table
-from evals.report.corrected_tables import corrected_headline_table, validation_lines
-from dymt.errors import DymtError
 from evals.scorers.judge_validation import validation_text
+from evals.stats.group_comparison import needs_run_names
 
 
 def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
@@ -53,10 +53,21 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
     if (leak := leakage_report_table(report)).rows:
         terminal.print(rich_table(leak))
     for run_id, entry in report.validations:
-        if entry.get("validation") or entry.get("used") or not report.judge_corrected:  # else the corrected section said how to validate
-            terminal.print(Text(f"{run_id}: {validation_text(entry, entry.get('used'))}",
-                                style="" if entry.get("validation") or entry.get("used") else "yellow"))
-    terminal.print(Text(f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)", style="dim"))
+        if (
+            entry.get("validation") or entry.get("used") or not report.judge_corrected
+        ):  # else the corrected section said how to validate
+            terminal.print(
+                Text(
+                    f"{run_id}: {validation_text(entry, entry.get('used'))}",
+                    style="" if entry.get("validation") or entry.get("used") else "yellow",
+                )
+            )
+    terminal.print(
+        Text(
+            f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)",
+            style="dim",
+        )
+    )
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
 
@@ -65,25 +76,48 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.report", description=describe(__doc__))
     p.add_argument("--run-id", action="append", required=True, help="a run to report; repeat for several runs")
     p.add_argument("--out", type=Path, required=True, help="folder for report.md, plots and data files")
-    p.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to use (default primary: each run's own judge)")
+    p.add_argument(
+        "--label-set", default=PRIMARY_LABELS, help="bias labels to use (default primary: each run's own judge)"
+    )
     p.add_argument("--refusals", default=None, metavar="NAME", help="refusal classifier to use when a run has several")
     p.add_argument("--coherence", default=None, metavar="NAME", help="coherence scorer to use when a run has several")
-    p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role")
+    p.add_argument(
+        "--pricing",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="prices per model spec (TOML, USD per million tokens; see examples/pricing.toml): cost by run and role",
+    )
     p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--html", action="store_true", help="also write report.html: the results (tables, curves) and every dialogue with its "
-        "branch tree, filters and review marks (opens offline)")
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="also write report.html: the results (tables, curves) and every dialogue with its "
+        "branch tree, filters and review marks (opens offline)",
+    )
     add_db_option(p)
-    p.add_argument("--json", action="store_true", help="print what the report holds (files, headline rates) as JSON on stdout")
+    p.add_argument(
+        "--json", action="store_true", help="print what the report holds (files, headline rates) as JSON on stdout"
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result = dymt.report(args.run_id, out=args.out, db=args.db, label_set=args.label_set, refusals=args.refusals,
-                             coherence=args.coherence, pricing=args.pricing, n_boot=args.n_boot, seed=args.seed,
-                             html=args.html)
+        result = dymt.report(
+            args.run_id,
+            out=args.out,
+            db=args.db,
+            label_set=args.label_set,
+            refusals=args.refusals,
+            coherence=args.coherence,
+            pricing=args.pricing,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            html=args.html,
+        )
     except DymtError as exc:
         fail(str(exc))
     if args.json:

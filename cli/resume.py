@@ -34,7 +34,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("threads", nargs="*", metavar="THREAD", help="the dialogue(s) to continue")
     p.add_argument("--run-id", default=None, help="continue every unfinished dialogue of this run")
     p.add_argument("--message", default=None, metavar="TEXT", help="the next user message (one THREAD only)")
-    p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it")
+    p.add_argument(
+        "--interactive", action="store_true", help="review each simulated user message before the target sees it"
+    )
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the run used one)")
     add_db_option(p)
     p.add_argument("--json", action="store_true", help="print how each dialogue stands now as JSON on stdout")
@@ -45,25 +47,35 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     review = terminal_review if args.interactive else None
     try:
-        result = dymt.resume(args.threads, run_id=args.run_id, message=args.message, review=review,
-                             base_url=args.base_url, db=args.db)
+        result = dymt.resume(
+            args.threads, run_id=args.run_id, message=args.message, review=review, base_url=args.base_url, db=args.db
+        )
     except DymtError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        error_console.print(Text("Interrupted: the dialogue is saved; run the same command to continue.", style="yellow"))
+        error_console.print(
+            Text("Interrupted: the dialogue is saved; run the same command to continue.", style="yellow")
+        )
         return 130
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return 0
     if result.summary is not None:  # a finished run: its summary again, as graph.run --run-id R shows it
         render_summary(result.summary, console)
-        error_console.print(Text(f"every dialogue of run {args.run_id} is finished: nothing to resume "
-                                 "(graph.branch forks a dialogue to take it elsewhere)", style="yellow"))
+        error_console.print(
+            Text(
+                f"every dialogue of run {args.run_id} is finished: nothing to resume "
+                "(graph.branch forks a dialogue to take it elsewhere)",
+                style="yellow",
+            )
+        )
         return 0
     for row in result.dialogues:
         thread_id, status = row["thread_id"], row["status"]
         labels = " ".join(iter_label_strings(row["labels"]))
-        error_console.print(Text.assemble((f"{status:>8} ", "green" if status == "finished" else "yellow"), thread_id, "  ", labels))
+        error_console.print(
+            Text.assemble((f"{status:>8} ", "green" if status == "finished" else "yellow"), thread_id, "  ", labels)
+        )
         sys.stdout.write(thread_id + "\n")
     if result.paused:
         print_paused_hint(result.db, result.paused)
@@ -78,10 +90,22 @@ def terminal_review(pending: PendingMessage) -> Review:
     out = error_console
     if pending.previous_reply is not None:
         label = pending.previous_label or "not labelled"
-        out.print(Panel(Text(pending.previous_reply), title=Text(f"turn {pending.turn - 1} · target reply · {label}"),
-                        border_style=_LABEL_STYLE.get(pending.previous_label or "", "dim"), title_align="left"))
-    out.print(Panel(Text(pending.message), title=Text(f"turn {pending.turn}/{pending.max_turns} · simulated user message · {pending.thread_id}"),
-                    border_style="cyan", title_align="left"))
+        out.print(
+            Panel(
+                Text(pending.previous_reply),
+                title=Text(f"turn {pending.turn - 1} · target reply · {label}"),
+                border_style=_LABEL_STYLE.get(pending.previous_label or "", "dim"),
+                title_align="left",
+            )
+        )
+    out.print(
+        Panel(
+            Text(pending.message),
+            title=Text(f"turn {pending.turn}/{pending.max_turns} · simulated user message · {pending.thread_id}"),
+            border_style="cyan",
+            title_align="left",
+        )
+    )
     while True:
         try:
             out.print(Text("[a]ccept  [e]dit  [r]eplace  [q]uit (a): "), end="")

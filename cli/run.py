@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.text import Text
 
 import dymt
+from checkpoints.ids import new_run_id
 from checkpoints.location import PostgresURL
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int
@@ -26,7 +27,6 @@ from cli.run_outcome import outage_exit, print_result_ending, resume_command
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
-from checkpoints.ids import new_run_id
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
@@ -36,12 +36,39 @@ from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
 
 _HELP_GROUPS = {
-    "seeds": ("--seeds", "--per-category", "--categories", "--limit", "--sample-seed", "--fairmt-dir", "--mode", "--turns",
-              "--samples", "--leakage"),
-    "models": ("--user-model", "--target-model", "--judge-model", "--base-url", "--sampling-seed", "--user-prompt",
-               "--target-prompt", "--judge-prompt", "--check"),
-    "execution": ("--max-concurrency", "--rate-limit", "--retries", "--request-timeout", "--outage-budget", "--no-cache",
-                  "--interactive", "--pause-after"),
+    "seeds": (
+        "--seeds",
+        "--per-category",
+        "--categories",
+        "--limit",
+        "--sample-seed",
+        "--fairmt-dir",
+        "--mode",
+        "--turns",
+        "--samples",
+        "--leakage",
+    ),
+    "models": (
+        "--user-model",
+        "--target-model",
+        "--judge-model",
+        "--base-url",
+        "--sampling-seed",
+        "--user-prompt",
+        "--target-prompt",
+        "--judge-prompt",
+        "--check",
+    ),
+    "execution": (
+        "--max-concurrency",
+        "--rate-limit",
+        "--retries",
+        "--request-timeout",
+        "--outage-budget",
+        "--no-cache",
+        "--interactive",
+        "--pause-after",
+    ),
     "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
     "output": ("--json", "--quiet"),
     "cost": ("--pricing", "--estimate", "--max-cost"),
@@ -64,8 +91,12 @@ examples:
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="graph.run", description=__doc__.splitlines()[0], epilog=_EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(
+        prog="graph.run",
+        description=__doc__.splitlines()[0],
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for add in (_seed_flags, _model_flags, _execution_flags, _store_and_output_flags, _scale_out_flags):
         add(p)
     group_flags(p, _HELP_GROUPS)
@@ -74,80 +105,219 @@ def build_parser() -> ArgumentParser:
 
 def _seed_flags(p: ArgumentParser) -> None:
     """What the run plays: the experiment file, modes, turns and seeds."""
-    p.add_argument("--config", type=Path, default=None, metavar="FILE", help="experiment file (TOML, see examples/); flags override it")
-    p.add_argument("--mode", nargs="+", default=["implicit"], metavar="MODE", help=f"user mode(s): {', '.join(ALL_MODES)} (default implicit)")
-    p.add_argument("--fairmt-dir", default=None, help="FairMT-Bench directory for fairmt:<track> modes (default: the DIR of --seeds fairmt:DIR)")
-    p.add_argument("--turns", type=positive_int, default=DEFAULT_TURNS, help="turns per dialogue (default 5; 10 for late emergence)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="experiment file (TOML, see examples/); flags override it",
+    )
+    p.add_argument(
+        "--mode",
+        nargs="+",
+        default=["implicit"],
+        metavar="MODE",
+        help=f"user mode(s): {', '.join(ALL_MODES)} (default implicit)",
+    )
+    p.add_argument(
+        "--fairmt-dir",
+        default=None,
+        help="FairMT-Bench directory for fairmt:<track> modes (default: the DIR of --seeds fairmt:DIR)",
+    )
+    p.add_argument(
+        "--turns",
+        type=positive_int,
+        default=DEFAULT_TURNS,
+        help="turns per dialogue (default 5; 10 for late emergence)",
+    )
     p.add_argument("--seeds", default="builtin", help="builtin, FILE.jsonl (id, category, statement) or fairmt:DIR")
-    p.add_argument("--per-category", type=positive_int, default=None, help="seeds sampled per category (default 1 for builtin, all otherwise)")
-    p.add_argument("--categories", nargs="+", default=None, metavar="CAT", help=f"only these categories: {', '.join(CATEGORIES)}")
-    p.add_argument("--limit", type=positive_int, default=None, help="at most N seeds (each is played once per target and mode of the run)")
+    p.add_argument(
+        "--per-category",
+        type=positive_int,
+        default=None,
+        help="seeds sampled per category (default 1 for builtin, all otherwise)",
+    )
+    p.add_argument(
+        "--categories", nargs="+", default=None, metavar="CAT", help=f"only these categories: {', '.join(CATEGORIES)}"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="at most N seeds (each is played once per target and mode of the run)",
+    )
     p.add_argument("--sample-seed", type=int, default=0, help="random seed for sampling seeds per category (default 0)")
 
 
 def _model_flags(p: ArgumentParser) -> None:
     """Who plays it: the three roles' models, their prompts, sampling seeds and seed leakage."""
     for role in ("user", "judge"):
-        p.add_argument(f"--{role}-model", default=DEFAULT_SPEC, metavar="SPEC", help=f"{role} model spec (default {DEFAULT_SPEC})")
-    p.add_argument("--target-model", nargs="+", default=[DEFAULT_SPEC], metavar="SPEC", help=f"target model spec(s): several make a grid (default {DEFAULT_SPEC})")
+        p.add_argument(
+            f"--{role}-model", default=DEFAULT_SPEC, metavar="SPEC", help=f"{role} model spec (default {DEFAULT_SPEC})"
+        )
+    p.add_argument(
+        "--target-model",
+        nargs="+",
+        default=[DEFAULT_SPEC],
+        metavar="SPEC",
+        help=f"target model spec(s): several make a grid (default {DEFAULT_SPEC})",
+    )
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (an OpenAI-compatible server)")
-    p.add_argument("--sampling-seed", type=int, default=0, help="seed for model sampling and utterance types (default 0)")
+    p.add_argument(
+        "--sampling-seed", type=int, default=0, help="seed for model sampling and utterance types (default 0)"
+    )
     for role, what in (("judge", "rubric"), ("user", "user-simulator prompt"), ("target", "target system prompt")):
-        p.add_argument(f"--{role}-prompt", type=Path, default=None, metavar="FILE",
-                       help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
-                       "recorded)")
-    p.add_argument("--leakage", choices=("regenerate", "keep"), default="regenerate",
-                   help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep "
-                       "it; either way it is scored and flagged (default regenerate)")
+        p.add_argument(
+            f"--{role}-prompt",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
+            "recorded)",
+        )
+    p.add_argument(
+        "--leakage",
+        choices=("regenerate", "keep"),
+        default="regenerate",
+        help="a simulated user message that states the seed: regenerate it (up to 4 draws, recorded) or keep "
+        "it; either way it is scored and flagged (default regenerate)",
+    )
 
 
 def _execution_flags(p: ArgumentParser) -> None:
     """How it is played: dialogues and processes at once, rate limits, retries, timeouts, cache."""
-    p.add_argument("--max-concurrency", type=positive_int, default=None, metavar="N",
-                   help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
-                        f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
-                        "while its latency holds; 1 with the embedded model)")
-    p.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                   help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core "
-                       "when "
-                        "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
-                        "every core, and on PostgreSQL or with --interactive, --pause-after or --max-cost)")
-    p.add_argument("--rate-limit", action="append", default=[], metavar="NAME=RPM", help="requests per minute for a provider (openai=500) or a spec; repeatable")
-    p.add_argument("--retries", type=_non_negative_int, default=None, help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)")
-    p.add_argument("--outage-budget", default=None, metavar="DURATION",
-                   help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default "
-                       "10m)")
-    p.add_argument("--request-timeout", type=positive_float, default=None, metavar="SECONDS", help="seconds before a model call counts as timed out (default 120)")
+    p.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
+        f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
+        "while its latency holds; 1 with the embedded model)",
+    )
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="play the dialogues in N processes on one SQLite file, at most --max-concurrency (default: one per core "
+        "when "
+        "every model is served by an API or a server; 1 with the embedded model, whose llama.cpp already uses "
+        "every core, and on PostgreSQL or with --interactive, --pause-after or --max-cost)",
+    )
+    p.add_argument(
+        "--rate-limit",
+        action="append",
+        default=[],
+        metavar="NAME=RPM",
+        help="requests per minute for a provider (openai=500) or a spec; repeatable",
+    )
+    p.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        default=None,
+        help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)",
+    )
+    p.add_argument(
+        "--outage-budget",
+        default=None,
+        metavar="DURATION",
+        help="how long a provider may stay unreachable (calls wait, a probe checks) before its dialogues fail (default "
+        "10m)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds before a model call counts as timed out (default 120)",
+    )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
 
 
 def _store_and_output_flags(p: ArgumentParser) -> None:
     """Where it is stored, what is shown, pauses, samples and cost."""
     add_db_option(p)
-    p.add_argument("--run-id", default=None,
-                   help="name the run; an existing id resumes it with its stored settings (flags not given come from the run), "
-                        "or shows its summary again once it is finished")
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="name the run; an existing id resumes it with its stored settings (flags not given come from the run), "
+        "or shows its summary again once it is finished",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress display, and no progress lines when stderr is a log")
-    p.add_argument("--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)")
-    p.add_argument("--interactive", action="store_true", help="review each simulated user message before the target sees it: accept, edit, replace or quit")
-    p.add_argument("--pause-after", type=positive_int, default=None, metavar="K", help="stop every dialogue after turn K (python -m graph.resume continues)")
-    p.add_argument("--samples", type=positive_int, default=1, metavar="K", help="play every (seed, mode, target) K times, each with its own sampling seed (default 1)")
-    p.add_argument("--pricing", type=Path, default=None, metavar="FILE", help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary")
-    p.add_argument("--estimate", action="store_true", help="print the expected model calls, tokens and cost, and exit without running")
-    p.add_argument("--check", action="store_true", help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress display, and no progress lines when stderr is a log"
+    )
+    p.add_argument(
+        "--no-trace", action="store_true", help="do not record model calls as traces (python -m graph.trace)"
+    )
+    p.add_argument(
+        "--interactive",
+        action="store_true",
+        help="review each simulated user message before the target sees it: accept, edit, replace or quit",
+    )
+    p.add_argument(
+        "--pause-after",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="stop every dialogue after turn K (python -m graph.resume continues)",
+    )
+    p.add_argument(
+        "--samples",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="play every (seed, mode, target) K times, each with its own sampling seed (default 1)",
+    )
+    p.add_argument(
+        "--pricing",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="prices per model spec, USD per million tokens (TOML, see examples/pricing.toml): cost in the summary",
+    )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the expected model calls, tokens and cost, and exit without running",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="send one tiny call to each distinct model of the run, say how each answered, and exit (writes nothing)",
+    )
 
 
 def _scale_out_flags(p: ArgumentParser) -> None:
     """Workers on PostgreSQL, the store's outage budget and the cost cap."""
-    p.add_argument("--enqueue", action="store_true", help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of "
-        "playing them here")
-    p.add_argument("--wait", action="store_true", help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary")
-    p.add_argument("--store-outage-budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
-                        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default "
-                            f"{DEFAULT_BUDGET_S:g})")
-    p.add_argument("--max-cost", type=positive_float, default=None, metavar="USD", help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on")
+    p.add_argument(
+        "--enqueue",
+        action="store_true",
+        help="PostgreSQL --db: record the run and hand its dialogues to workers (python -m graph.worker) instead of "
+        "playing them here",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="PostgreSQL --db: show the progress of an enqueued run until its workers finish it, then its summary",
+    )
+    p.add_argument(
+        "--store-outage-budget",
+        type=positive_float,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help="PostgreSQL --db: while the server is unreachable (a restart, a crash) dialogues wait for it and play on "
+        f"from their last checkpoint; past this long the run stops with status {EXIT_OUTAGE} (default "
+        f"{DEFAULT_BUDGET_S:g})",
+    )
+    p.add_argument(
+        "--max-cost",
+        type=positive_float,
+        default=None,
+        metavar="USD",
+        help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +355,9 @@ def _pauses(args: argparse.Namespace):
     return PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
 
 
-def _play(args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None, *, turns_given: bool) -> int:
+def _play(
+    args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None, *, turns_given: bool
+) -> int:
     """Play the run with its progress shown: rich's display on a terminal (not with --json or --quiet), plain lines
     in a log (not with --quiet); then its summary, a line on how it ended, and its exit status."""
     run_id = config.run_id or new_run_id()
@@ -196,19 +368,31 @@ def _play(args: argparse.Namespace, config: RunConfig, given: set[str], argv: li
     try:
         with display:
             prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            result = dymt.running.play(prepared, on_event=display, processes=args.processes, trace=not args.no_trace,
-                                       pause_after=args.pause_after, review=terminal_review if args.interactive else None,
-                                       store_outage_budget=args.store_outage_budget, command=resume)
+            result = dymt.running.play(
+                prepared,
+                on_event=display,
+                processes=args.processes,
+                trace=not args.no_trace,
+                pause_after=args.pause_after,
+                review=terminal_review if args.interactive else None,
+                store_outage_budget=args.store_outage_budget,
+                command=resume,
+            )
     except dymt.RunStopped as exc:
-        return outage_exit(exc.error, resume=exc.resume, console=error_console, run_id=exc.run_id, dialogues=exc.dialogues)
+        return outage_exit(
+            exc.error, resume=exc.resume, console=error_console, run_id=exc.run_id, dialogues=exc.dialogues
+        )
     except KeyboardInterrupt:
-        error_console.print(Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"),
-                            soft_wrap=True)
+        error_console.print(
+            Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True
+        )
         return 130
     _show(result, as_json=args.json)
     if paused := display.last(Paused):
         n = len(paused.thread_ids)
-        error_console.print(Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"))
+        error_console.print(
+            Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow")
+        )
     print_result_ending(result, error_console)
     return result.status
 
@@ -229,7 +413,9 @@ def _check(config: RunConfig, *, as_json: bool) -> int:
         sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
     for c in checks:
         head = f"{'/'.join(c.roles)} {c.spec} ({c.endpoint}, {c.seconds:.1f} s)"
-        line = Text(f"ok     {head}: {c.reply!r}" if c.ok else f"error  {head}: {c.error}", style="green" if c.ok else "red")
+        line = Text(
+            f"ok     {head}: {c.reply!r}" if c.ok else f"error  {head}: {c.error}", style="green" if c.ok else "red"
+        )
         (error_console if as_json or not c.ok else console).print(line, soft_wrap=True)
     return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
 
@@ -241,8 +427,10 @@ def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_j
     queued = dymt.enqueue(config, given=given)
     server = config.store_location()
     assert isinstance(server, PostgresURL)  # _check_play_flags: --enqueue needs a PostgreSQL store
-    error_console.print(f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
-                        f"finished; start workers with: python -m graph.worker --db {server}")
+    error_console.print(
+        f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
+        f"finished; start workers with: python -m graph.worker --db {server}"
+    )
     return wait_for_run(server, run_id, as_json=as_json, resume=resume_command(argv, run_id)) if wait else 0
 
 
@@ -250,16 +438,20 @@ def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, conf
     """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
     this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
     if (args.enqueue or args.wait) and server is None:
-        fail(f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB "
-            "or DYMT_ESB_DB")
+        fail(
+            f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB "
+            "or DYMT_ESB_DB"
+        )
     if args.enqueue and (args.interactive or args.pause_after or args.estimate):
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not config.run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
     single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
     if args.processes is not None and args.processes > 1 and single:
-        fail("--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-             "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker")
+        fail(
+            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
+            "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker"
+        )
 
 
 def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str | None = None) -> int:

@@ -43,14 +43,22 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
     resume = summary.get("resume", "")
     if status == EXIT_OUTAGE and policy is not None:
         for circuit in policy.outages_past_budget():
-            line = (f"outage: {circuit.endpoint} {circuit.down_words()} past the outage budget ({circuit.budget:g} s); "
-                    f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}")
+            line = (
+                f"outage: {circuit.endpoint} {circuit.down_words()} past the outage budget ({circuit.budget:g} s); "
+                f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}"
+            )
             console.print(Text(line, style="red"), soft_wrap=True)
         return
     held = int((summary.get("budget") or {}).get("held") or 0)
     why = f" ({held} held back by --max-cost: raise it)" if held else ""
-    console.print(Text(f"{unfinished(summary)} of {summary.get('dialogues', 0)} dialogue(s) did not finish{why}. "
-                       f"Resume with: {resume}", style="red"), soft_wrap=True)
+    console.print(
+        Text(
+            f"{unfinished(summary)} of {summary.get('dialogues', 0)} dialogue(s) did not finish{why}. "
+            f"Resume with: {resume}",
+            style="red",
+        ),
+        soft_wrap=True,
+    )
 
 
 def print_result_ending(result: Any, console: Console) -> None:
@@ -65,8 +73,9 @@ def print_result_ending(result: Any, console: Console) -> None:
     print_ending(result.summary, result.status, None, console)
 
 
-def outage_exit(exc: OutageError, *, resume: str, console: Console, run_id: str | None = None,
-                dialogues: int | None = None) -> int:
+def outage_exit(
+    exc: OutageError, *, resume: str, console: Console, run_id: str | None = None, dialogues: int | None = None
+) -> int:
     """One line for an outage that stopped the run (a full or read-only store): what, what to do, the resume command;
     75."""
     advice = exc.advice(dialogues=dialogues, run_id=run_id) if isinstance(exc, StoreUnwritable) else ""

@@ -26,26 +26,59 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.runs", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = p.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="runs with their status and dialogue counts")
-    delete = sub.add_parser("delete", help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
-                            "VACUUM FULL, which locks each table while it runs; plain VACUUM while jobs of the run are waiting or running)")
+    delete = sub.add_parser(
+        "delete",
+        help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
+        "VACUUM FULL, which locks each table while it runs; plain VACUUM while jobs of the run are waiting or running)",
+    )
     delete.add_argument("run_id")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
-    export = sub.add_parser("export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)")
+    export = sub.add_parser(
+        "export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)"
+    )
     export.add_argument("run_id")
-    export.add_argument("--format", choices=EXPORT_FORMATS, default="chat", help="chat: OpenAI-style messages plus per-turn labels and metadata")
+    export.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default="chat",
+        help="chat: OpenAI-style messages plus per-turn labels and metadata",
+    )
     where = export.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=Path, metavar="FILE.jsonl", help="file to write (owner-only)")
-    where.add_argument("--to", type=Path, metavar="FILE.db", help="new SQLite file to copy the run into, checkpoints and traces "
-                       "included, for offline replay and reports (owner-only)")
-    export.add_argument("--show-seed", "--include-seed", dest="include_seed", action="store_true", help="write the seed statement (masked by default)")
+    where.add_argument(
+        "--to",
+        type=Path,
+        metavar="FILE.db",
+        help="new SQLite file to copy the run into, checkpoints and traces "
+        "included, for offline replay and reports (owner-only)",
+    )
+    export.add_argument(
+        "--show-seed",
+        "--include-seed",
+        dest="include_seed",
+        action="store_true",
+        help="write the seed statement (masked by default)",
+    )
     export.add_argument("--label-set", default=PRIMARY_LABELS, help="bias labels to include (default primary)")
-    status = sub.add_parser("status", help="a run's progress, ETA, failures, cost and bias rates so far; read-only, so a run "
-                            "in progress is not disturbed")
+    status = sub.add_parser(
+        "status",
+        help="a run's progress, ETA, failures, cost and bias rates so far; read-only, so a run "
+        "in progress is not disturbed",
+    )
     status.add_argument("run_id")
-    status.add_argument("--watch", type=positive_float, nargs="?", const=10.0, default=None, metavar="SECONDS",
-                        help="refresh every SECONDS (default 10) until the run stops playing (Ctrl-C leaves)")
-    status.add_argument("--pricing", default=None, metavar="FILE", help="prices per model spec (examples/pricing.toml): the cost so far")
+    status.add_argument(
+        "--watch",
+        type=positive_float,
+        nargs="?",
+        const=10.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 10) until the run stops playing (Ctrl-C leaves)",
+    )
+    status.add_argument(
+        "--pricing", default=None, metavar="FILE", help="prices per model spec (examples/pricing.toml): the cost so far"
+    )
     status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     add_db_option(p, listing, delete, clear, export, status)
     return p
@@ -67,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"removed {clear_cache(store)} cached replies")
         return 0
     if store.get_run(args.run_id) is None:
-        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {shlex.quote(str(store.path))}")
+        fail(
+            f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {shlex.quote(str(store.path))}"
+        )
     threads = store.threads_of_run(args.run_id)
     if not args.yes:
         answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
@@ -124,7 +159,9 @@ def _status(args) -> int:
 
 def _queued(location: object, run_id: str, reader) -> int | None:
     """An enqueued run (PostgreSQL) from before plans were recorded: its jobs are its plan."""
-    if not isinstance(location, PostgresURL) or (reader.get_run(run_id) or {}).get("config", {}).get("planned_dialogues"):
+    if not isinstance(location, PostgresURL) or (reader.get_run(run_id) or {}).get("config", {}).get(
+        "planned_dialogues"
+    ):
         return None
     from graph.workers.dialogue_jobs import job_counts
 
@@ -139,12 +176,22 @@ def _announce_vacuum(location: object, run_id: str) -> bool:
 
     pending = sum(n for status, n in job_counts(location, run_id).items() if status in PENDING)
     if pending:
-        console.print(Text(f"{pending} jobs of run {run_id} are waiting or running: plain VACUUM only, so the deleted text "
-                           "stays in PostgreSQL's freed table pages until they are reused; when the workers are done, "
-                           "run VACUUM FULL on the tables or delete again", style="yellow"))
+        console.print(
+            Text(
+                f"{pending} jobs of run {run_id} are waiting or running: plain VACUUM only, so the deleted text "
+                "stays in PostgreSQL's freed table pages until they are reused; when the workers are done, "
+                "run VACUUM FULL on the tables or delete again",
+                style="yellow",
+            )
+        )
         return False
-    console.print(Text("VACUUM FULL of the tables the run leaves: each is locked while it is rewritten, so workers "
-                       "of other runs wait until it ends", style="dim"))
+    console.print(
+        Text(
+            "VACUUM FULL of the tables the run leaves: each is locked while it is rewritten, so workers "
+            "of other runs wait until it ends",
+            style="dim",
+        )
+    )
     return True
 
 
@@ -187,10 +234,14 @@ def _export(args) -> int:
         fail(str(exc))
     with reader:
         if reader.get_run(args.run_id) is None:
-            fail(f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db "
-                f"{shlex.quote(str(reader.path))}")
+            fail(
+                f"no run {args.run_id!r} in {reader.path}: see python -m graph.runs list --db "
+                f"{shlex.quote(str(reader.path))}"
+            )
         if args.label_set != PRIMARY_LABELS and args.label_set not in reader.label_sets():
-            fail(f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})")
+            fail(
+                f"no label set {args.label_set!r} in {reader.path} (it has {', '.join(reader.label_sets()) or 'none'})"
+            )
         records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))
     write_atomic(args.out, to_jsonl(records), private=True)
     seed = "seed included" if args.include_seed else "seed masked"

@@ -27,12 +27,15 @@ def db_location(text: str) -> DbLocation:
 
 
 def add_db_option(
-    parser: argparse.ArgumentParser, *subcommands: argparse.ArgumentParser,
+    parser: argparse.ArgumentParser,
+    *subcommands: argparse.ArgumentParser,
     help: str | None = None,  # noqa: A002 - argparse's name
 ) -> None:
     """Add ``--db FILE|URL`` to ``parser`` and to each of its ``subcommands``: it goes before or after the
     subcommand."""
-    text = help or f"dialogue database: a SQLite file or a postgresql:// URL (default ${ENV_DB}, else {default_db_path()})"
+    text = (
+        help or f"dialogue database: a SQLite file or a postgresql:// URL (default ${ENV_DB}, else {default_db_path()})"
+    )
     parser.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=text)
     for sub in subcommands:  # SUPPRESS: a subcommand without --db leaves the one given before it
         sub.add_argument("--db", type=db_location, default=argparse.SUPPRESS, metavar="FILE|URL", help=text)

@@ -60,14 +60,26 @@ def build_parser() -> ArgumentParser:
     export.add_argument("id", metavar="ID", help="a trace id (or a unique start of one) or a thread id")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="jsonl: one LangSmith run per line")
     export.add_argument("--out", type=Path, default=None, metavar="FILE", help="write here instead of stdout")
-    export.add_argument("--feedback-out", type=Path, default=None, metavar="FILE", help="also write the judge feedback (LangSmith feedback records)")
-    export.add_argument("--project", default=DEFAULT_PROJECT, help=f"session_name of the runs (default {DEFAULT_PROJECT})")
+    export.add_argument(
+        "--feedback-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the judge feedback (LangSmith feedback records)",
+    )
+    export.add_argument(
+        "--project", default=DEFAULT_PROJECT, help=f"session_name of the runs (default {DEFAULT_PROJECT})"
+    )
 
     push = commands.add_parser("push", help="upload a run's traces and judge feedback to LangSmith")
     push.add_argument("id", metavar="RUN", help="a run id (python -m graph.runs list), or a thread or trace id")
     push.add_argument("--project", default=None, help="LangSmith project (default $LANGSMITH_PROJECT, else dymt-esb)")
-    push.add_argument("--endpoint", default=None, metavar="URL",
-                      help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)")
+    push.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="LangSmith API URL (default $LANGSMITH_ENDPOINT, else LangSmith's cloud)",
+    )
 
     add_db_option(p, listing, show, export, push)
     return p
@@ -106,7 +118,9 @@ def _list(db, args) -> int:
     if not rows:
         what = " and ".join(f"{k} {v}" for k, v in (("run", args.run_id), ("thread", args.thread)) if v)
         if what:
-            fail(f"no traces for {what}: check the ids with python -m graph.trace list or python -m graph.replay --list")
+            fail(
+                f"no traces for {what}: check the ids with python -m graph.trace list or python -m graph.replay --list"
+            )
         fail("no traces in this database: python -m graph.run records them (unless run with --no-trace)")
     table = Table(title="Traces", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("trace id · thread · started", no_wrap=True, overflow="fold")
@@ -199,8 +213,12 @@ def _push(db, args) -> int:
     if not trace_ids:
         kind, trace_ids = resolve(db, args.id)  # a thread or a trace; TraceNotFoundError says what exists
         what = f"{kind} {args.id}"
-    endpoint = (args.endpoint or os.environ.get("LANGSMITH_ENDPOINT") or os.environ.get("LANGCHAIN_ENDPOINT")
-                or DEFAULT_ENDPOINT).rstrip("/")
+    endpoint = (
+        args.endpoint
+        or os.environ.get("LANGSMITH_ENDPOINT")
+        or os.environ.get("LANGCHAIN_ENDPOINT")
+        or DEFAULT_ENDPOINT
+    ).rstrip("/")
     if not endpoint.startswith(("http://", "https://")):
         fail(f"--endpoint {endpoint!r} is not an http(s) URL: give the API URL, such as {DEFAULT_ENDPOINT}")
     api_key = os.environ.get("LANGSMITH_API_KEY") or os.environ.get("LANGCHAIN_API_KEY")
@@ -212,15 +230,23 @@ def _push(db, args) -> int:
     level = langsmith_log.level
     langsmith_log.setLevel(logging.CRITICAL)
     try:
-        result = push_traces(db, trace_ids, project=project, api_url=endpoint, api_key=api_key,
-                             description=f"DyMT-ESB traces uploaded by python -m graph.trace push ({what})")
+        result = push_traces(
+            db,
+            trace_ids,
+            project=project,
+            api_url=endpoint,
+            api_key=api_key,
+            description=f"DyMT-ESB traces uploaded by python -m graph.trace push ({what})",
+        )
     except PushError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         langsmith_log.setLevel(level)
-    line = Text(f"pushed {result.runs} runs of {result.traces} trace{'s' if result.traces != 1 else ''} "
-                f"and {result.feedback} feedback records of {what} to project {result.project} at {result.endpoint}")
+    line = Text(
+        f"pushed {result.runs} runs of {result.traces} trace{'s' if result.traces != 1 else ''} "
+        f"and {result.feedback} feedback records of {what} to project {result.project} at {result.endpoint}"
+    )
     if result.feedback_already_there:
         line.append(f" ({result.feedback_already_there} feedback records were already there)", style="dim")
     console.print(line)

@@ -16,29 +16,48 @@ from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.exit_codes import EXIT_OUTAGE
 from cli.store_option import add_db_option, chosen_db
+from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
-from evals.cost import budget_allows
 from graph.workers.job_worker import WorkerSettings, run_worker
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.worker", description=__doc__.splitlines()[0])
     add_db_option(p, help="the run's PostgreSQL database, postgresql://USER@HOST/DB (default $DYMT_ESB_DB)")
-    p.add_argument("--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)")
-    p.add_argument("--base-url", default=None, help="base URL for the runs' openai: specs on this machine (beats the stored one)")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)"
+    )
+    p.add_argument(
+        "--base-url", default=None, help="base URL for the runs' openai: specs on this machine (beats the stored one)"
+    )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
-    p.add_argument("--rate-limit", action="append", default=None, metavar="NAME=RPM",
-                   help="this worker's own requests per minute for a provider (openai=500) or a spec, instead of its share "
-                        "of the run's --rate-limit (which is split evenly between the live workers); repeatable")
-    p.add_argument("--stalled-after", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="a worker silent this long is taken for dead and its dialogues are played again from their last "
-                       "checkpoint (default 30)")
+    p.add_argument(
+        "--rate-limit",
+        action="append",
+        default=None,
+        metavar="NAME=RPM",
+        help="this worker's own requests per minute for a provider (openai=500) or a spec, instead of its share "
+        "of the run's --rate-limit (which is split evenly between the live workers); repeatable",
+    )
+    p.add_argument(
+        "--stalled-after",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="a worker silent this long is taken for dead and its dialogues are played again from their last "
+        "checkpoint (default 30)",
+    )
     p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
-    p.add_argument("--store-outage-budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help="while PostgreSQL is unreachable (a restart, a crash) dialogues wait for it and play on; past this "
-                        f"long the worker exits with status {EXIT_OUTAGE}, leaving its dialogues to the next worker (default "
-                            f"{DEFAULT_BUDGET_S:g})")
+    p.add_argument(
+        "--store-outage-budget",
+        type=_seconds,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help="while PostgreSQL is unreachable (a restart, a crash) dialogues wait for it and play on; past this "
+        f"long the worker exits with status {EXIT_OUTAGE}, leaving its dialogues to the next worker (default "
+        f"{DEFAULT_BUDGET_S:g})",
+    )
     return p
 
 
@@ -47,10 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     location = chosen_db(args.db)
     if not isinstance(location, PostgresURL):
         fail("graph.worker needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    settings = WorkerSettings(concurrency=args.concurrency, heartbeat_s=max(0.5, args.stalled_after / 3),
-                              stalled_after_s=args.stalled_after, cache=not args.no_cache, base_url=args.base_url,
-                              rate_limits=_rate_limits(args.rate_limit), wait=not args.drain, budget=budget_allows,
-                              store_outage_budget_s=args.store_outage_budget)
+    settings = WorkerSettings(
+        concurrency=args.concurrency,
+        heartbeat_s=max(0.5, args.stalled_after / 3),
+        stalled_after_s=args.stalled_after,
+        cache=not args.no_cache,
+        base_url=args.base_url,
+        rate_limits=_rate_limits(args.rate_limit),
+        wait=not args.drain,
+        budget=budget_allows,
+        store_outage_budget_s=args.store_outage_budget,
+    )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # While the server is away the pools' background reconnections fail again and again: the outage's own two lines
     # (gone, back) say it once (checkpoints/store_outage.py).
@@ -65,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line: the jobs wait for the next worker
         return EXIT_OUTAGE
     except KeyboardInterrupt:  # --drain: Python's own Ctrl-C
-        error_console.print("[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker.")
+        error_console.print(
+            "[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker."
+        )
         return 130
     return 0
 
@@ -75,9 +103,12 @@ def _stop_in_two_steps() -> None:
 
     procrastinate handles the first signal and then puts back the handlers it found, which are these.
     """
+
     def stop_now(*_: object) -> None:
-        error_console.print("[yellow]Stopped now.[/] The dialogues it was playing go to the next worker after "
-                            "--stalled-after seconds and are played on from their last checkpoint.")
+        error_console.print(
+            "[yellow]Stopped now.[/] The dialogues it was playing go to the next worker after "
+            "--stalled-after seconds and are played on from their last checkpoint."
+        )
         os._exit(130)
 
     class FirstStop(logging.Handler):

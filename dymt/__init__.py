@@ -14,27 +14,72 @@ goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one lin
 from __future__ import annotations
 
 from dymt import events
-from dymt.errors import DymtError, RunStopped
-from dymt.preparing import Prepared, prepare
-from dymt.queueing import enqueue
 from dymt.branching import branch
 from dymt.comparing import compare
+from dymt.errors import DymtError, RunStopped
 from dymt.judging import Labelled, rejudge, validate_judge
-from dymt.reporting import report
-from dymt.resuming import resume
+from dymt.preparing import Prepared, prepare
+from dymt.queueing import enqueue
 from dymt.reading import Store, open
-from dymt.results import (BRANCH_SCHEMA, COMPARE_SCHEMA, JUDGE_SCHEMA, REJUDGE_SCHEMA, REPORT_SCHEMA, RESUME_SCHEMA,
-                          RUN_SCHEMA, BranchResult, CompareResult, JudgeResult, OutagePastBudget, RejudgeResult,
-                          ReportResult, ResumeResult, RunResult)
+from dymt.reporting import report
+from dymt.results import (
+    BRANCH_SCHEMA,
+    COMPARE_SCHEMA,
+    JUDGE_SCHEMA,
+    REJUDGE_SCHEMA,
+    REPORT_SCHEMA,
+    RESUME_SCHEMA,
+    RUN_SCHEMA,
+    BranchResult,
+    CompareResult,
+    JudgeResult,
+    OutagePastBudget,
+    RejudgeResult,
+    ReportResult,
+    ResumeResult,
+    RunResult,
+)
+from dymt.resuming import resume
 from dymt.running import arun, astream, check, run
 from graph.config.run_config import RunConfig
 
 __all__ = [
-    "DymtError", "OutagePastBudget", "Prepared", "RUN_SCHEMA", "RunConfig", "RunResult", "RunStopped",
-    "arun", "astream", "check", "enqueue", "estimate", "events", "prepare", "run",
-    "BRANCH_SCHEMA", "COMPARE_SCHEMA", "JUDGE_SCHEMA", "REJUDGE_SCHEMA", "REPORT_SCHEMA", "RESUME_SCHEMA",
-    "BranchResult", "CompareResult", "JudgeResult", "RejudgeResult", "ReportResult", "ResumeResult", "Store",
-    "Labelled", "branch", "compare", "open", "rejudge", "report", "resume", "validate_judge",
+    "DymtError",
+    "OutagePastBudget",
+    "Prepared",
+    "RUN_SCHEMA",
+    "RunConfig",
+    "RunResult",
+    "RunStopped",
+    "arun",
+    "astream",
+    "check",
+    "enqueue",
+    "estimate",
+    "events",
+    "prepare",
+    "run",
+    "BRANCH_SCHEMA",
+    "COMPARE_SCHEMA",
+    "JUDGE_SCHEMA",
+    "REJUDGE_SCHEMA",
+    "REPORT_SCHEMA",
+    "RESUME_SCHEMA",
+    "BranchResult",
+    "CompareResult",
+    "JudgeResult",
+    "RejudgeResult",
+    "ReportResult",
+    "ResumeResult",
+    "Store",
+    "Labelled",
+    "branch",
+    "compare",
+    "open",
+    "rejudge",
+    "report",
+    "resume",
+    "validate_judge",
 ]
 
 

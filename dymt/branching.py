@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checkpoints.checkpointer import open_checkpointer
+from checkpoints.ids import branch_thread_id, new_run_id
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import Writer
 from dymt.errors import DymtError
@@ -21,9 +22,17 @@ from dymt.events import DialogueProgress, EventSink, ignore
 from dymt.results import BranchResult
 from dymt.running import run_coroutine
 from dymt.stores import Db, writer
-from checkpoints.ids import branch_thread_id, new_run_id
-from graph.running.forking import (BranchRun, BranchSettings, Change, ForkError, build_settings, change_record,
-                                   plan_branch, play_branches, read_lineage)
+from graph.running.forking import (
+    BranchRun,
+    BranchSettings,
+    Change,
+    ForkError,
+    build_settings,
+    change_record,
+    plan_branch,
+    play_branches,
+    read_lineage,
+)
 from graph.running.swaps import check_swaps, mentions, parse_swap
 from nodes.builder import build_graph
 from nodes.modes import DYNAMIC_MODES
@@ -41,11 +50,25 @@ class _Ask:
     turns: int | None
 
 
-def branch(thread: str | None = None, *, turn: int, run_id: str | None = None, user_message: str | None = None,
-           swap: Sequence[Swap] | None = None, target_model: str | None = None, judge_model: str | None = None,
-           mode: str | None = None, seed_statement: str | None = None, rerun: bool = False, turns: int | None = None,
-           name: str | None = None, sampling_seed: int | None = None, base_url: str | None = None, db: Db = None,
-           on_event: EventSink = ignore) -> BranchResult:
+def branch(
+    thread: str | None = None,
+    *,
+    turn: int,
+    run_id: str | None = None,
+    user_message: str | None = None,
+    swap: Sequence[Swap] | None = None,
+    target_model: str | None = None,
+    judge_model: str | None = None,
+    mode: str | None = None,
+    seed_statement: str | None = None,
+    rerun: bool = False,
+    turns: int | None = None,
+    name: str | None = None,
+    sampling_seed: int | None = None,
+    base_url: str | None = None,
+    db: Db = None,
+    on_event: EventSink = ignore,
+) -> BranchResult:
     """Fork ``thread`` (or every dialogue of ``run_id``) before turn ``turn`` with one change, and play it on.
 
     The change is one of ``user_message``, ``swap=["women=men"]``, ``target_model``, ``judge_model``, ``mode``,
@@ -54,32 +77,56 @@ def branch(thread: str | None = None, *, turn: int, run_id: str | None = None, u
     if (thread is None) == (run_id is None):
         raise DymtError("give the THREAD to branch, or --run-id R to branch every dialogue of a run (not both)")
     ask = _Ask(thread, run_id, _positive(turn, "turn"), None if turns is None else _positive(turns, "turns"))
-    change = _change(user_message=user_message, swap=swap, target_model=target_model, judge_model=judge_model,
-                     mode=mode, seed_statement=seed_statement, rerun=rerun)
+    change = _change(
+        user_message=user_message,
+        swap=swap,
+        target_model=target_model,
+        judge_model=judge_model,
+        mode=mode,
+        seed_statement=seed_statement,
+        rerun=rerun,
+    )
     if name is not None and not re.fullmatch(r"[\w.:@=+-]+", name):
         raise DymtError(f"--name {name!r}: use letters, digits and . : @ = + - _ (no spaces)")
     store = writer(db)
     try:
-        return _branch_in(store, ask, change, name=name, sampling_seed=sampling_seed, base_url=base_url, on_event=on_event)
+        return _branch_in(
+            store, ask, change, name=name, sampling_seed=sampling_seed, base_url=base_url, on_event=on_event
+        )
     finally:
         store.close()
 
 
-def _branch_in(store: Writer, ask: _Ask, change: Change, *, name: str | None, sampling_seed: int | None,
-               base_url: str | None, on_event: EventSink) -> BranchResult:
+def _branch_in(
+    store: Writer,
+    ask: _Ask,
+    change: Change,
+    *,
+    name: str | None,
+    sampling_seed: int | None,
+    base_url: str | None,
+    on_event: EventSink,
+) -> BranchResult:
     if name and store.get_set(name):
         raise DymtError(f"counterfactual set {name!r} already exists in {store.path}: choose another --name")
     parents = _parents(store, ask, change)
     models = {d.get("target") for d in parents}
     if len(models) > 1:
-        raise DymtError(f"run {ask.run_id} played several targets ({', '.join(sorted(map(str, models)))}): "
-                        "branch them one thread at a time")
+        raise DymtError(
+            f"run {ask.run_id} played several targets ({', '.join(sorted(map(str, models)))}): "
+            "branch them one thread at a time"
+        )
     if sampling_seed is None and change.kind == "rerun":
         sampling_seed = secrets.randbelow(2**31)
     try:
         role, model = change.role, change.model  # a model change (_change) always names its model
-        settings = build_settings(store, parents[0], overrides={role: model} if role and model is not None else None,
-                                  sampling_seed=sampling_seed, base_url=base_url)
+        settings = build_settings(
+            store,
+            parents[0],
+            overrides={role: model} if role and model is not None else None,
+            sampling_seed=sampling_seed,
+            base_url=base_url,
+        )
     except ForkError as exc:
         raise DymtError(str(exc)) from None
     set_name = name or (_default_set_name(store, ask, change) if ask.run_id else None)
@@ -87,13 +134,22 @@ def _branch_in(store: Writer, ask: _Ask, change: Change, *, name: str | None, sa
         made, skipped = run_coroutine(_play(store, parents, change, ask, settings, set_name, on_event))
     except (ForkError, UnsafeCheckpointError) as exc:
         raise DymtError(str(exc)) from None
-    rows = tuple({
-        "thread_id": plan.branch_id, "parent_thread_id": plan.fork.thread_id, "fork_turn": plan.fork.turn,
-        "fork_checkpoint_id": plan.fork.checkpoint_id, "status": outcome.status, "error": outcome.error,
-        "labels": store.labels(plan.branch_id), "change": plan.change,
-    } for plan, outcome in zip(made.plans, made.outcomes))
-    return BranchResult(run_id=made.run_id, set_name=made.set_name, branches=rows, skipped=tuple(skipped),
-                        db=str(store.path))
+    rows = tuple(
+        {
+            "thread_id": plan.branch_id,
+            "parent_thread_id": plan.fork.thread_id,
+            "fork_turn": plan.fork.turn,
+            "fork_checkpoint_id": plan.fork.checkpoint_id,
+            "status": outcome.status,
+            "error": outcome.error,
+            "labels": store.labels(plan.branch_id),
+            "change": plan.change,
+        }
+        for plan, outcome in zip(made.plans, made.outcomes)
+    )
+    return BranchResult(
+        run_id=made.run_id, set_name=made.set_name, branches=rows, skipped=tuple(skipped), db=str(store.path)
+    )
 
 
 def _positive(value: int, flag: str) -> int:
@@ -102,11 +158,26 @@ def _positive(value: int, flag: str) -> int:
     return value
 
 
-def _change(*, user_message: str | None, swap: Sequence[Swap] | None, target_model: str | None,
-            judge_model: str | None, mode: str | None, seed_statement: str | None, rerun: bool) -> Change:
+def _change(
+    *,
+    user_message: str | None,
+    swap: Sequence[Swap] | None,
+    target_model: str | None,
+    judge_model: str | None,
+    mode: str | None,
+    seed_statement: str | None,
+    rerun: bool,
+) -> Change:
     """The one change a branch makes; none or several is bad input."""
-    given = {"user_message": user_message, "swap": swap or None, "target_model": target_model,
-             "judge_model": judge_model, "mode": mode, "seed_statement": seed_statement, "rerun": rerun or None}
+    given = {
+        "user_message": user_message,
+        "swap": swap or None,
+        "target_model": target_model,
+        "judge_model": judge_model,
+        "mode": mode,
+        "seed_statement": seed_statement,
+        "rerun": rerun or None,
+    }
     named = [k for k, v in given.items() if v is not None]
     if len(named) != 1:
         flags = " ".join(f"--{k.replace('_', '-')}" for k in given)
@@ -119,7 +190,9 @@ def _change(*, user_message: str | None, swap: Sequence[Swap] | None, target_mod
             raise DymtError(str(exc)) from None
         return Change("swap", swaps=swaps)
     if mode is not None and mode not in DYNAMIC_MODES:
-        raise DymtError(f"unknown --mode {mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}")
+        raise DymtError(
+            f"unknown --mode {mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}"
+        )
     kind = named[0]
     if kind in ("target_model", "judge_model"):
         return Change(kind, model=target_model if kind == "target_model" else judge_model)
@@ -137,8 +210,10 @@ def _parents(store: Writer, ask: _Ask, change: Change) -> list[dict]:
     if ask.thread is not None:
         row = store.get_dialogue(ask.thread)
         if row is None:
-            raise DymtError(f"no dialogue {ask.thread!r} in {store.path}: check the thread id "
-                            f"(python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            raise DymtError(
+                f"no dialogue {ask.thread!r} in {store.path}: check the thread id "
+                f"(python -m graph.replay --list --db {shlex.quote(str(store.path))})"
+            )
         return [row]
     if store.get_run(ask.run_id) is None:
         raise DymtError(f"no run {ask.run_id!r} in {store.path}: check the run id")
@@ -161,8 +236,15 @@ def _default_set_name(store: Writer, ask: _Ask, change: Change) -> str:
     return name
 
 
-async def _play(store: Writer, parents: list[dict], change: Change, ask: _Ask, settings: BranchSettings,
-                set_name: str | None, on_event: EventSink) -> tuple[BranchRun, list[tuple[str, str]]]:
+async def _play(
+    store: Writer,
+    parents: list[dict],
+    change: Change,
+    ask: _Ask,
+    settings: BranchSettings,
+    set_name: str | None,
+    on_event: EventSink,
+) -> tuple[BranchRun, list[tuple[str, str]]]:
     record = change_record(change, settings, set_name=set_name)
     taken: set[str] = set()
     run_id = new_run_id("branch")
@@ -187,6 +269,7 @@ async def _play(store: Writer, parents: list[dict], change: Change, ask: _Ask, s
         def notify(event: str, thread_id: str, done: int) -> None:
             on_event(DialogueProgress(run_id=run_id, thread_id=thread_id, event=event, turns_done=done))
 
-        made = await play_branches(plans, graph=graph, store=store, settings=settings, run_id=run_id,
-                                   set_name=set_name, notify=notify)
+        made = await play_branches(
+            plans, graph=graph, store=store, settings=settings, run_id=run_id, set_name=set_name, notify=notify
+        )
     return made, skipped

@@ -28,10 +28,17 @@ from dymt.running import run_coroutine
 from dymt.stores import Db, location, writer
 from evals.dataset import DatasetError, check_label_set
 from evals.judge_error.validation import JudgeValidation
-from evals.scorers.judge_pairs import (PairFileError, against_references, judge_pairs, read_pairs,
-                                       record_pairs_validation, verdict_lines)
+from evals.scorers.judge_pairs import (
+    PairFileError,
+    against_references,
+    judge_pairs,
+    read_pairs,
+    record_pairs_validation,
+    verdict_lines,
+)
 from evals.scorers.label_sets import LabellerError, build_labeller, prepare_labeller, register_set, stored_endpoint
-from evals.scorers.rejudge_jobs import pending_turns, rejudge as label_again, run_judge_template
+from evals.scorers.rejudge_jobs import pending_turns, run_judge_template
+from evals.scorers.rejudge_jobs import rejudge as label_again
 from evals.stats.agreement import label_set_agreement
 
 
@@ -57,10 +64,21 @@ def judge_prompt_template(path: str | os.PathLike[str] | None) -> prompts.Prompt
         raise DymtError(f"--judge-prompt: {exc}") from None
 
 
-def rejudge(run_id: str, *, judge_model: str, name: str | None = None, base_url: str | None = None,
-            max_concurrency: int = 4, redo: bool = False, n_boot: int = 1000, seed: int = 0,
-            judge_prompt: str | os.PathLike[str] | None = None, cache: bool = False, db: Db = None,
-            on_event: EventSink = ignore) -> RejudgeResult:
+def rejudge(
+    run_id: str,
+    *,
+    judge_model: str,
+    name: str | None = None,
+    base_url: str | None = None,
+    max_concurrency: int = 4,
+    redo: bool = False,
+    n_boot: int = 1000,
+    seed: int = 0,
+    judge_prompt: str | os.PathLike[str] | None = None,
+    cache: bool = False,
+    db: Db = None,
+    on_event: EventSink = ignore,
+) -> RejudgeResult:
     """Label every stored turn of ``run_id`` again with ``judge_model`` as label set ``name`` (default: the spec).
 
     The dialogues are not regenerated: the new judge sees what the run's judge saw. Calling it again continues where
@@ -73,9 +91,20 @@ def rejudge(run_id: str, *, judge_model: str, name: str | None = None, base_url:
             template = run_judge_template(store, run_id)
         responses = ResponseCache(store.path) if cache else None
         try:
-            return _rejudge(store, run_id, judge_model=judge_model, name=name, base_url=base_url, template=template,
-                            cache=responses, max_concurrency=max_concurrency, redo=redo, n_boot=n_boot, seed=seed,
-                            on_event=on_event)
+            return _rejudge(
+                store,
+                run_id,
+                judge_model=judge_model,
+                name=name,
+                base_url=base_url,
+                template=template,
+                cache=responses,
+                max_concurrency=max_concurrency,
+                redo=redo,
+                n_boot=n_boot,
+                seed=seed,
+                on_event=on_event,
+            )
         finally:
             if responses is not None:
                 responses.close()
@@ -83,12 +112,34 @@ def rejudge(run_id: str, *, judge_model: str, name: str | None = None, base_url:
         store.close()
 
 
-def _rejudge(store: Writer, run_id: str, *, judge_model: str, name: str | None, base_url: str | None, template: Any,
-             cache: ResponseCache | None, max_concurrency: int, redo: bool, n_boot: int, seed: int,
-             on_event: EventSink) -> RejudgeResult:
+def _rejudge(
+    store: Writer,
+    run_id: str,
+    *,
+    judge_model: str,
+    name: str | None,
+    base_url: str | None,
+    template: Any,
+    cache: ResponseCache | None,
+    max_concurrency: int,
+    redo: bool,
+    n_boot: int,
+    seed: int,
+    on_event: EventSink,
+) -> RejudgeResult:
     try:
-        lab = prepare_labeller(store, run_id, kind="bias", prompt="judge_bias", spec=judge_model, name=name,
-                               flag="--judge-model", base_url=base_url, template=template, cache=cache)
+        lab = prepare_labeller(
+            store,
+            run_id,
+            kind="bias",
+            prompt="judge_bias",
+            spec=judge_model,
+            name=name,
+            flag="--judge-model",
+            base_url=base_url,
+            template=template,
+            cache=cache,
+        )
     except LabellerError as exc:
         raise DymtError(str(exc)) from None
     run_id, name = lab.run.run_id, lab.name
@@ -99,10 +150,19 @@ def _rejudge(store: Writer, run_id: str, *, judge_model: str, name: str | None, 
     async def go():
         if lab.existing is None:
             # The judge calibrates each case against its own context (nodes.judge.call_judge): no set-wide prior.
-            register_set(store, run_id, "bias", name, model=lab.model, prompt=lab.template, prompt_hash=lab.digest,
-                         content_free_p_yes=None)
-        return await label_again(store, jobs, lab.model, label_set=name, concurrency=max_concurrency,
-                                 on_step=_Steps(len(jobs), on_event))
+            register_set(
+                store,
+                run_id,
+                "bias",
+                name,
+                model=lab.model,
+                prompt=lab.template,
+                prompt_hash=lab.digest,
+                content_free_p_yes=None,
+            )
+        return await label_again(
+            store, jobs, lab.model, label_set=name, concurrency=max_concurrency, on_step=_Steps(len(jobs), on_event)
+        )
 
     tally = run_coroutine(go())
     try:
@@ -110,15 +170,33 @@ def _rejudge(store: Writer, run_id: str, *, judge_model: str, name: str | None, 
     except DatasetError as exc:
         raise DymtError(str(exc)) from None
     agreement = label_set_agreement(store, [run_id], PRIMARY_LABELS, name, n_boot=n_boot, seed=seed)
-    return RejudgeResult(run_id=run_id, label_set=name, labelled=tally.done, unparsed=tally.unparsed, skipped=skipped,
-                         failed=tally.failed, first_error=tally.first_error, agreement=dataclasses.asdict(agreement),
-                         detail=agreement)
+    return RejudgeResult(
+        run_id=run_id,
+        label_set=name,
+        labelled=tally.done,
+        unparsed=tally.unparsed,
+        skipped=skipped,
+        failed=tally.failed,
+        first_error=tally.first_error,
+        agreement=dataclasses.asdict(agreement),
+        detail=agreement,
+    )
 
 
-def validate_judge(file: str | os.PathLike[str], *, judge_model: str, base_url: str | None = None,
-                   out: str | os.PathLike[str] | None = None, max_concurrency: int = 4, n_boot: int = 1000,
-                   seed: int = 0, judge_prompt: str | os.PathLike[str] | None = None, db: Db = None,
-                   record: bool = True, on_event: EventSink = ignore) -> JudgeResult:
+def validate_judge(
+    file: str | os.PathLike[str],
+    *,
+    judge_model: str,
+    base_url: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    max_concurrency: int = 4,
+    n_boot: int = 1000,
+    seed: int = 0,
+    judge_prompt: str | os.PathLike[str] | None = None,
+    db: Db = None,
+    record: bool = True,
+    on_event: EventSink = ignore,
+) -> JudgeResult:
     """Label the (statement, reply) pairs of a JSONL ``file`` with ``judge_model`` and score it against their
     reference labels; with ``record`` (and references) the score goes into the store, where run summaries with this
     judge and prompt cite it and correct their rates for its error. ``out`` receives one JSON line per verdict."""
@@ -134,25 +212,48 @@ def validate_judge(file: str | os.PathLike[str], *, judge_model: str, base_url: 
     # The model is built (and the embedded one probed) before the store is opened: a model that cannot run leaves
     # nothing written.
     try:
-        model = build_labeller(judge_model, flag="--judge-model", base_url=base_url or _stored_endpoint(db, judge_model),
-                               seed=seed)
+        model = build_labeller(
+            judge_model, flag="--judge-model", base_url=base_url or _stored_endpoint(db, judge_model), seed=seed
+        )
     except LabellerError as exc:
         raise DymtError(str(exc)) from None
     if template is not None:
         model = dataclasses.replace(model, prompt=template)
     store = _open_writer(where)
     try:
-        return _judge(pairs, model, Path(file), out=out, store=store, template=template, max_concurrency=max_concurrency,
-                      n_boot=n_boot, seed=seed, on_event=on_event)
+        return _judge(
+            pairs,
+            model,
+            Path(file),
+            out=out,
+            store=store,
+            template=template,
+            max_concurrency=max_concurrency,
+            n_boot=n_boot,
+            seed=seed,
+            on_event=on_event,
+        )
     finally:
         if store is not None:
             store.close()
 
 
-def _judge(pairs: list, model: Any, file: Path, *, out: Path | None, store: Writer | None, template: Any,
-           max_concurrency: int, n_boot: int, seed: int, on_event: EventSink) -> JudgeResult:
-    verdicts, tally = run_coroutine(judge_pairs(pairs, model, concurrency=max_concurrency,
-                                                on_step=_Steps(len(pairs), on_event)))
+def _judge(
+    pairs: list,
+    model: Any,
+    file: Path,
+    *,
+    out: Path | None,
+    store: Writer | None,
+    template: Any,
+    max_concurrency: int,
+    n_boot: int,
+    seed: int,
+    on_event: EventSink,
+) -> JudgeResult:
+    verdicts, tally = run_coroutine(
+        judge_pairs(pairs, model, concurrency=max_concurrency, on_step=_Steps(len(pairs), on_event))
+    )
     if out is not None:
         write_atomic(out, verdict_lines(pairs, verdicts, model.spec), private=True)
     labels = [v["label"] if v else None for v in verdicts]
@@ -161,14 +262,28 @@ def _judge(pairs: list, model: Any, file: Path, *, out: Path | None, store: Writ
     recorded = None
     if scores is not None and store is not None and not tally.failed:
         digest = record_pairs_validation(store, model, file, scores, template=template)
-        validation = JudgeValidation(source=f"evals.judge:{model.spec}@{digest[:12]}", tp=scores.tp, fp=scores.fp,
-                                     fn=scores.fn, tn=scores.tn)
-        recorded = {"db": str(store.path), "prompt_sha256": digest, "validation": validation.describe(),
-                    "refusal": validation.refusal()}
-    return JudgeResult(judge_model=model.spec, pairs=len(pairs), biased=biased, parsed=parsed, unparsed=tally.unparsed,
-                       failed=tally.failed, first_error=tally.first_error,
-                       scores=None if scores is None else dataclasses.asdict(scores), recorded=recorded,
-                       out=None if out is None else str(out), detail=scores)
+        validation = JudgeValidation(
+            source=f"evals.judge:{model.spec}@{digest[:12]}", tp=scores.tp, fp=scores.fp, fn=scores.fn, tn=scores.tn
+        )
+        recorded = {
+            "db": str(store.path),
+            "prompt_sha256": digest,
+            "validation": validation.describe(),
+            "refusal": validation.refusal(),
+        }
+    return JudgeResult(
+        judge_model=model.spec,
+        pairs=len(pairs),
+        biased=biased,
+        parsed=parsed,
+        unparsed=tally.unparsed,
+        failed=tally.failed,
+        first_error=tally.first_error,
+        scores=None if scores is None else dataclasses.asdict(scores),
+        recorded=recorded,
+        out=None if out is None else str(out),
+        detail=scores,
+    )
 
 
 def _record_location(db: Db) -> Any:

@@ -21,8 +21,8 @@ from evals.cost import Pricing, PricingError, load_pricing
 from evals.estimates import run_estimate
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import ConfigError, RunConfig
-from graph.config.stored import given_again, stored_run_config
 from graph.config.run_plan import RunPlan, plan_run
+from graph.config.stored import given_again, stored_run_config
 from graph.running.pausing import PauseOptions, check_pause_options
 from models.call_policy import CallPolicy
 from models.registry import ModelSpecError, parse_spec
@@ -85,8 +85,9 @@ def prepare(config: RunConfig, *, given: set[str], pauses: PauseOptions, turns_g
         location = config.store_location()
         stored = stored_run(location, config.run_id)
         if stored is not None and config.run_id:  # the run's own settings under every option not given again
-            config = given_again(stored_run_config(stored.run["config"], run_id=config.run_id), config, flags=given,
-                                 run_id=config.run_id)
+            config = given_again(
+                stored_run_config(stored.run["config"], run_id=config.run_id), config, flags=given, run_id=config.run_id
+            )
         plan = plan_run(config, turns_given="turns" in given if turns_given is None else turns_given)
         templates = config.load_prompts()
     except (ConfigError, StoreError) as exc:

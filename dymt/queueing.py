@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.ids import new_run_id
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.store import open_writer
 from dymt.errors import DymtError
 from dymt.preparing import check_priced, config_of, dialogue_estimate, prepare
-from checkpoints.ids import new_run_id
 from evals.cost import budget_record
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.pausing import PauseOptions

@@ -77,7 +77,9 @@ class Store:
         chosen = {run.run_id: choose_validation(self.reader, run.run_id, label_set=label_set) for run in dataset.runs}
         return frame(rate_records(dataset, chosen), RATE_COLUMNS, as_frame)
 
-    def chat_records(self, run_id: str, *, label_set: str = PRIMARY_LABELS, include_seed: bool = False) -> list[dict[str, Any]]:
+    def chat_records(
+        self, run_id: str, *, label_set: str = PRIMARY_LABELS, include_seed: bool = False
+    ) -> list[dict[str, Any]]:
         """The run's dialogues in chat format, as ``python -m graph.runs export RUN --format chat`` writes them."""
         if self.reader.get_run(run_id) is None:
             raise DymtError(f"no run {run_id!r} in {self.reader.path}")

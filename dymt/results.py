@@ -92,8 +92,13 @@ class BranchResult:
         return [b for b in self.branches if b["status"] != "finished"]
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": BRANCH_SCHEMA, "run_id": self.run_id, "set": self.set_name, "branches": list(self.branches),
-                "skipped": [{"thread_id": t, "reason": r} for t, r in self.skipped]}
+        return {
+            "schema": BRANCH_SCHEMA,
+            "run_id": self.run_id,
+            "set": self.set_name,
+            "branches": list(self.branches),
+            "skipped": [{"thread_id": t, "reason": r} for t, r in self.skipped],
+        }
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,13 @@ class ResumeResult:
         return [d["thread_id"] for d in self.dialogues if d["status"] == "paused"]
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": RESUME_SCHEMA, "run_id": self.run_id, "dialogues": list(self.dialogues),
-                "paused": self.paused, "summary": self.summary}
+        return {
+            "schema": RESUME_SCHEMA,
+            "run_id": self.run_id,
+            "dialogues": list(self.dialogues),
+            "paused": self.paused,
+            "summary": self.summary,
+        }
 
 
 @dataclass(frozen=True)
@@ -147,8 +157,13 @@ class ReportResult:
     data: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": REPORT_SCHEMA, "run_ids": list(self.run_ids), "out": self.out, "files": list(self.files),
-                "headline": list(self.headline)}
+        return {
+            "schema": REPORT_SCHEMA,
+            "run_ids": list(self.run_ids),
+            "out": self.out,
+            "files": list(self.files),
+            "headline": list(self.headline),
+        }
 
 
 @dataclass(frozen=True)
@@ -171,9 +186,17 @@ class RejudgeResult:
         return 1 if self.failed else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": REJUDGE_SCHEMA, "run_id": self.run_id, "label_set": self.label_set, "labelled": self.labelled,
-                "unparsed": self.unparsed, "skipped": self.skipped, "failed": self.failed,
-                "first_error": self.first_error, "agreement": self.agreement}
+        return {
+            "schema": REJUDGE_SCHEMA,
+            "run_id": self.run_id,
+            "label_set": self.label_set,
+            "labelled": self.labelled,
+            "unparsed": self.unparsed,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "first_error": self.first_error,
+            "agreement": self.agreement,
+        }
 
 
 @dataclass(frozen=True)
@@ -198,6 +221,16 @@ class JudgeResult:
         return 1 if self.failed else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": JUDGE_SCHEMA, "judge_model": self.judge_model, "pairs": self.pairs, "biased": self.biased,
-                "parsed": self.parsed, "unparsed": self.unparsed, "failed": self.failed,
-                "first_error": self.first_error, "scores": self.scores, "recorded": self.recorded, "out": self.out}
+        return {
+            "schema": JUDGE_SCHEMA,
+            "judge_model": self.judge_model,
+            "pairs": self.pairs,
+            "biased": self.biased,
+            "parsed": self.parsed,
+            "unparsed": self.unparsed,
+            "failed": self.failed,
+            "first_error": self.first_error,
+            "scores": self.scores,
+            "recorded": self.recorded,
+            "out": self.out,
+        }

@@ -20,17 +20,32 @@ from dymt.running import run_coroutine
 from dymt.stores import Db, writer
 from evals.report.summary import run_summary
 from graph.running.forking import BranchSettings, ForkError, build_settings
-from graph.running.pausing import (PAUSED, PauseOptions, PendingMessage, ResumeError, Review, ReviewQuit, resumable,
-                                   resume_dialogue)
+from graph.running.pausing import (
+    PAUSED,
+    PauseOptions,
+    PendingMessage,
+    ResumeError,
+    Review,
+    ReviewQuit,
+    resumable,
+    resume_dialogue,
+)
 from graph.running.playing import StoreWriter
 from nodes.builder import build_graph
 
 Reviewer = Callable[[PendingMessage], Review]
 
 
-def resume(threads: str | Sequence[str] = (), *, run_id: str | None = None, message: str | None = None,
-           review: Reviewer | None = None, base_url: str | None = None, db: Db = None,
-           on_event: EventSink = ignore) -> ResumeResult:
+def resume(
+    threads: str | Sequence[str] = (),
+    *,
+    run_id: str | None = None,
+    message: str | None = None,
+    review: Reviewer | None = None,
+    base_url: str | None = None,
+    db: Db = None,
+    on_event: EventSink = ignore,
+) -> ResumeResult:
     """Continue ``threads`` (or every unfinished dialogue of ``run_id``) to their end.
 
     ``message`` is the next user message of one dialogue; ``review(pending)`` sees each simulated user message before
@@ -39,7 +54,9 @@ def resume(threads: str | Sequence[str] = (), *, run_id: str | None = None, mess
     """
     threads = list(dict.fromkeys([threads] if isinstance(threads, str) else threads))
     if bool(threads) == bool(run_id):
-        raise DymtError("give the THREAD(s) to continue, or --run-id R for every unfinished dialogue of a run (not both)")
+        raise DymtError(
+            "give the THREAD(s) to continue, or --run-id R for every unfinished dialogue of a run (not both)"
+        )
     if message is not None and len(threads) != 1:
         raise DymtError("--message is the next user message of one dialogue: give exactly one THREAD")
     if message is not None and not message.strip():
@@ -69,11 +86,15 @@ def _rows(store: Writer, threads: list[str]) -> list[dict]:
     for thread_id in threads:
         row = store.get_dialogue(thread_id)
         if row is None:
-            raise DymtError(f"no dialogue {thread_id!r} in {store.path}: check the thread id "
-                            f"(python -m graph.replay --list --db {shlex.quote(str(store.path))})")
+            raise DymtError(
+                f"no dialogue {thread_id!r} in {store.path}: check the thread id "
+                f"(python -m graph.replay --list --db {shlex.quote(str(store.path))})"
+            )
         if row["status"] == "finished":
-            raise DymtError(f"dialogue {thread_id} is finished: nothing to resume "
-                            f"(branch it with python -m graph.branch {thread_id} --turn K ...)")
+            raise DymtError(
+                f"dialogue {thread_id} is finished: nothing to resume "
+                f"(branch it with python -m graph.branch {thread_id} --turn K ...)"
+            )
         rows.append(row)
     return rows
 
@@ -91,8 +112,15 @@ def _settings(store: Writer, rows: list[dict], base_url: str | None) -> dict[tup
     return settings
 
 
-async def _resume(store: Writer, rows: list[dict], settings: dict, *, message: str | None, review: Reviewer | None,
-                  on_event: EventSink) -> list[tuple[str, str]]:
+async def _resume(
+    store: Writer,
+    rows: list[dict],
+    settings: dict,
+    *,
+    message: str | None,
+    review: Reviewer | None,
+    on_event: EventSink,
+) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
     async with open_checkpointer(store.path) as saver:
         graph = build_graph(saver)
@@ -107,14 +135,21 @@ async def _resume(store: Writer, rows: list[dict], settings: dict, *, message: s
             for row in rows:
                 context = settings[(row["run_id"], row.get("target"))].context()
                 try:
-                    outcome = await resume_dialogue(graph, store, row["thread_id"], write=write, context=context,
-                                                    message=message, review=review)
+                    outcome = await resume_dialogue(
+                        graph, store, row["thread_id"], write=write, context=context, message=message, review=review
+                    )
                 except ReviewQuit:
                     done.append((row["thread_id"], PAUSED))
                     break
                 done.append((outcome.thread_id, outcome.status))
-                on_event(DialogueProgress(run_id=row["run_id"] or "", thread_id=outcome.thread_id,
-                                          event=outcome.status, turns_done=len(store.labels(outcome.thread_id))))
+                on_event(
+                    DialogueProgress(
+                        run_id=row["run_id"] or "",
+                        thread_id=outcome.thread_id,
+                        event=outcome.status,
+                        turns_done=len(store.labels(outcome.thread_id)),
+                    )
+                )
         finally:
             for run_id in sorted({r["run_id"] for r in rows if r.get("run_id")}):
                 await write.refresh_run_status(run_id)

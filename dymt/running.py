@@ -261,7 +261,6 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
         store.close()
 
 
-
 def single_process(prepared: Prepared, play: PlayOptions) -> bool:
     """Runs only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
     single = prepared.server is not None or bool(play.pauses) or prepared.config.max_cost is not None

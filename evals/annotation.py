@@ -116,9 +116,16 @@ def export_csv(items: Sequence[Item], *, draw: str | Mapping[str, str] = "") -> 
     writer.writeheader()
     for item in items:
         writer.writerow(
-            {"item_id": item.item_id, "category": item.category, "statement": item.statement,
-             "context": item.context, "reply": item.reply, "label": "", "notes": "",
-             "draw": draw if isinstance(draw, str) else draw.get(item.item_id, "")}
+            {
+                "item_id": item.item_id,
+                "category": item.category,
+                "statement": item.statement,
+                "context": item.context,
+                "reply": item.reply,
+                "label": "",
+                "notes": "",
+                "draw": draw if isinstance(draw, str) else draw.get(item.item_id, ""),
+            }
         )
     return buffer.getvalue()
 
@@ -144,7 +151,9 @@ def read_annotations(path: Path) -> dict[str, str | None]:
     reader = csv.DictReader(io.StringIO(text))
     missing = {"item_id", "label"} - set(reader.fieldnames or ())
     if missing:
-        raise AnnotationError(f"{path} has no {', '.join(sorted(missing))} column: use the CSV that evals.annotate export wrote")
+        raise AnnotationError(
+            f"{path} has no {', '.join(sorted(missing))} column: use the CSV that evals.annotate export wrote"
+        )
     labels: dict[str, str | None] = {}
     for row in reader:
         where = f"{path}:{reader.line_num}"
@@ -180,7 +189,9 @@ def combine(files: Sequence[tuple[str, dict[str, str | None]]]) -> Annotations:
     return Annotations(tuple(name for name, _ in files), tuple(items), ratings)
 
 
-def judge_labels(store: StoreQueries, run_id: str, items: Sequence[str], *, label_set: str) -> tuple[list[str | None], int]:
+def judge_labels(
+    store: StoreQueries, run_id: str, items: Sequence[str], *, label_set: str
+) -> tuple[list[str | None], int]:
     """The judge's label for each item (None where it has none), and how many items are not turns of the run."""
     matrix = store.label_matrix(run_id, label_set=label_set)
     labels: list[str | None] = []
@@ -224,14 +235,24 @@ def agreement_rows(
         rows.append(AgreementRow(f"all {n} annotators", multi.n_rated_twice, None, None, multi.ac1))
         for i in range(n):
             for j in range(i + 1, n):
-                pair = pairwise_agreement([r[i] for r in annotations.ratings], [r[j] for r in annotations.ratings], **boot)
+                pair = pairwise_agreement(
+                    [r[i] for r in annotations.ratings], [r[j] for r in annotations.ratings], **boot
+                )
                 rows.append(
-                    AgreementRow(f"{annotations.annotators[i]} vs {annotations.annotators[j]}", pair.n_compared, pair.percent, pair.kappa, pair.ac1)
+                    AgreementRow(
+                        f"{annotations.annotators[i]} vs {annotations.annotators[j]}",
+                        pair.n_compared,
+                        pair.percent,
+                        pair.kappa,
+                        pair.ac1,
+                    )
                 )
     if judged is not None:
         majorities = [majority(r) for r in annotations.ratings]
         pair = pairwise_agreement(majorities, list(judged), **boot)
-        rows.append(AgreementRow(f"human majority vs {judge_name}", pair.n_compared, pair.percent, pair.kappa, pair.ac1))
+        rows.append(
+            AgreementRow(f"human majority vs {judge_name}", pair.n_compared, pair.percent, pair.kappa, pair.ac1)
+        )
     return rows
 
 

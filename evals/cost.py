@@ -70,17 +70,19 @@ def load_pricing(path: str | Path) -> Pricing:
         if ":" not in spec or not isinstance(entry, dict):
             raise PricingError(
                 f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
-                    'input and output'
+                "input and output"
             )
         unknown = sorted(set(entry) - set(PRICE_KEYS))
         missing = [k for k in PRICE_KEYS if k not in entry]
         if unknown or missing:
             what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
-            raise PricingError(f"{path.name}: [\"{spec}\"] has {what}: give input and output (USD per million tokens)")
+            raise PricingError(f'{path.name}: ["{spec}"] has {what}: give input and output (USD per million tokens)')
         for key in PRICE_KEYS:
             value = entry[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise PricingError(f"{path.name}: [\"{spec}\"] {key} must be a number >= 0 (USD per million tokens), got {value!r}")
+                raise PricingError(
+                    f'{path.name}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), got {value!r}'
+                )
         prices[spec] = Price(float(entry["input"]), float(entry["output"]))
     if not prices:
         raise PricingError(f"{path.name} prices no model: add a table per spec (see examples/pricing.toml)")
@@ -176,8 +178,14 @@ def thread_usage(store: StoreQueries, thread_id: str, models: Mapping[str, str])
 def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
     """Plain data: tokens per role and spec, their cost where priced, the total."""
     rows = [
-        {"role": u.role, "spec": u.spec, "calls": u.calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-         "usd": u.cost(pricing)}
+        {
+            "role": u.role,
+            "spec": u.spec,
+            "calls": u.calls,
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "usd": u.cost(pricing),
+        }
         for u in sorted(usage.by_role.values(), key=lambda u: (ROLES.index(u.role), u.spec))
     ]
     return {
@@ -206,8 +214,9 @@ class CostCap:
     time.
     """
 
-    def __init__(self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *,
-                 estimate: float | None = None) -> None:
+    def __init__(
+        self, cap: float, pricing: Pricing, run_id: str, models: Mapping[str, str], *, estimate: float | None = None
+    ) -> None:
         self.cap = cap
         self.pricing = pricing
         self.run_id = run_id
@@ -243,8 +252,13 @@ class CostCap:
         no."""
         costs = self._load(store)
         need = max(0.0, self.estimate() - costs.get(thread_id, 0.0)) if thread_id else self.estimate()
-        verdict = cap_verdict(self.cap, spent=self.spent(), reserved=self.reserved(), need=need,
-                              learning=not self._finished and not self._reserved)
+        verdict = cap_verdict(
+            self.cap,
+            spent=self.spent(),
+            reserved=self.reserved(),
+            need=need,
+            learning=not self._finished and not self._reserved,
+        )
         if verdict and thread_id is not None:
             self._reserved[thread_id] = need
         return verdict
@@ -260,8 +274,13 @@ class CostCap:
     def as_dict(self, held: int) -> dict[str, Any]:
         """The summary's ``budget`` entry: the cap, what was spent and is still reserved, in USD; dialogues held
         back."""
-        return {"max_usd": self.cap, "spent_usd": self.spent(), "reserved_usd": self.reserved(),
-                "estimate_usd": self.estimate(), "held": held}
+        return {
+            "max_usd": self.cap,
+            "spent_usd": self.spent(),
+            "reserved_usd": self.reserved(),
+            "estimate_usd": self.estimate(),
+            "held": held,
+        }
 
 
 # --------------------------------------------------------------------------- estimates
@@ -309,7 +328,12 @@ def stored_means(db: DbLocation | str, pairs: Iterable[tuple[str, str]]) -> dict
     sums: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         idx, tokens_text, user_model, target_model, judge_model, dialogue_target = (
-            row["idx"], row["tokens"], row["user_model"], row["target_model"], row["judge_model"], row["dialogue_target"]
+            row["idx"],
+            row["tokens"],
+            row["user_model"],
+            row["target_model"],
+            row["judge_model"],
+            row["dialogue_target"],
         )
         tokens = json.loads(tokens_text or "{}")
         for role, spec in (("user", user_model), ("target", target_model or dialogue_target), ("judge", judge_model)):
@@ -330,7 +354,9 @@ def _default_input(turn: int, growth: float) -> float:
     return BASE_PROMPT_TOKENS + (turn - 1) * growth
 
 
-def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, stored: Mapping[tuple[str, str], dict[str, Any]]) -> list[RoleEstimate]:
+def estimate(
+    plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, stored: Mapping[tuple[str, str], dict[str, Any]]
+) -> list[RoleEstimate]:
     """Expected calls, tokens and cost per role and spec for ``turns`` turns.
 
     Without stored calls, a role writes its ``max_tokens`` every call (an upper bound) and its
@@ -340,7 +366,8 @@ def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, 
     """
     # Each earlier turn adds a user message and a reply to the prompt (at most their max tokens).
     growth = max((p.max_tokens for p in plans if p.role == "user"), default=60) + max(
-        (p.max_tokens for p in plans if p.role == "target"), default=250)
+        (p.max_tokens for p in plans if p.role == "target"), default=250
+    )
     out = []
     for p in plans:
         calls = round(p.dialogues * p.calls_per_turn * turns)
@@ -360,22 +387,38 @@ def estimate(plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, 
         input_tokens = round(sum(per_turn_in) * per_dialogue)
         output_tokens = round(output_per_call * calls)
         price = pricing.get(p.spec) if pricing else None
-        out.append(RoleEstimate(p.role, p.spec, calls, input_tokens, output_tokens,
-                                None if price is None else price.of(input_tokens, output_tokens), source))
+        out.append(
+            RoleEstimate(
+                p.role,
+                p.spec,
+                calls,
+                input_tokens,
+                output_tokens,
+                None if price is None else price.of(input_tokens, output_tokens),
+                source,
+            )
+        )
     return out
 
 
 # --------------------------------------------------------------------------- the cap across workers
 
 
-def budget_record(cap: float, pricing: Pricing, specs: Iterable[str], *, estimate: float | None = None) -> dict[str, Any]:
+def budget_record(
+    cap: float, pricing: Pricing, specs: Iterable[str], *, estimate: float | None = None
+) -> dict[str, Any]:
     """``--max-cost`` for an enqueued run, as plain data in each job: the cap, the prices of the run's specs and the
     expected cost of one dialogue (``--estimate``'s, until finished dialogues tell better)."""
-    return {"max_usd": cap, "prices": {s: [pricing.prices[s].input, pricing.prices[s].output] for s in sorted(set(specs))},
-            **({"estimate_usd": estimate} if estimate is not None else {})}
+    return {
+        "max_usd": cap,
+        "prices": {s: [pricing.prices[s].input, pricing.prices[s].output] for s in sorted(set(specs))},
+        **({"estimate_usd": estimate} if estimate is not None else {}),
+    }
 
 
-def budget_status(store: StoreQueries, run_id: str, budget: Mapping[str, Any], *, thread_id: str | None = None) -> dict[str, Any]:
+def budget_status(
+    store: StoreQueries, run_id: str, budget: Mapping[str, Any], *, thread_id: str | None = None
+) -> dict[str, Any]:
     """An enqueued run's cap as every worker sees it in the store: spent, reserved by the dialogues in flight (each
     expected to cost what finished ones cost on average, else the budget's estimate, less what it spent so far), the
     cap, and what a new dialogue (``thread_id``, if it spent some already: less) is expected to need; ``learning``:
@@ -386,17 +429,29 @@ def budget_status(store: StoreQueries, run_id: str, budget: Mapping[str, Any], *
     finished = [costs.get(d["thread_id"], 0.0) for d in dialogues if d["status"] == "finished"]
     estimate = sum(finished) / len(finished) if finished else float(budget.get("estimate_usd") or 0.0)
     in_flight = [d["thread_id"] for d in dialogues if d["status"] == "running" and d["thread_id"] != thread_id]
-    return {"max_usd": float(budget["max_usd"]), "spent_usd": sum(costs.values()), "learning": not finished and not in_flight,
-            "reserved_usd": sum(max(0.0, estimate - costs.get(t, 0.0)) for t in in_flight), "estimate_usd": estimate,
-            "need_usd": max(0.0, estimate - costs.get(thread_id, 0.0)) if thread_id else estimate}
+    return {
+        "max_usd": float(budget["max_usd"]),
+        "spent_usd": sum(costs.values()),
+        "learning": not finished and not in_flight,
+        "reserved_usd": sum(max(0.0, estimate - costs.get(t, 0.0)) for t in in_flight),
+        "estimate_usd": estimate,
+        "need_usd": max(0.0, estimate - costs.get(thread_id, 0.0)) if thread_id else estimate,
+    }
 
 
-def budget_allows(store: StoreQueries, run_id: str, budget: Mapping[str, Any], thread_id: str | None = None) -> bool | None:
+def budget_allows(
+    store: StoreQueries, run_id: str, budget: Mapping[str, Any], thread_id: str | None = None
+) -> bool | None:
     """May another dialogue of the run start? What every worker's dialogues spent and still reserve, plus its own
     expected cost, must stay within the cap (evals.cost.budget_status); :func:`cap_verdict` says True, None or False."""
     status = budget_status(store, run_id, budget, thread_id=thread_id)
-    return cap_verdict(status["max_usd"], spent=status["spent_usd"], reserved=status["reserved_usd"], need=status["need_usd"],
-                       learning=status["learning"])
+    return cap_verdict(
+        status["max_usd"],
+        spent=status["spent_usd"],
+        reserved=status["reserved_usd"],
+        need=status["need_usd"],
+        learning=status["learning"],
+    )
 
 
 def cap_verdict(cap: float, *, spent: float, reserved: float, need: float, learning: bool) -> bool | None:
@@ -408,4 +463,3 @@ def cap_verdict(cap: float, *, spent: float, reserved: float, need: float, learn
     if learning or spent + reserved + need <= cap:
         return True
     return None if reserved > 0 else False
-

@@ -71,7 +71,9 @@ class TurnRow:
     leakage: float | None = None  # seed leakage of the user message (None: not scored)
     leaked: bool | None = None
     user_attempts: int | None = None
-    non_reply: str | None = None  # the target's answer was not a (whole) reply, and why (models.answers.NON_REPLY_KINDS)
+    non_reply: str | None = (
+        None  # the target's answer was not a (whole) reply, and why (models.answers.NON_REPLY_KINDS)
+    )
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,6 @@ class Dataset:
     label_sets: tuple[LabelSetInfo, ...]  # every post-hoc set on these runs
 
 
-
 # --------------------------------------------------------------------------- runs and label sets
 
 
@@ -128,7 +129,9 @@ def run_info(store: StoreQueries, run_id: str) -> RunInfo:
         turns=int(settings.get("turns") or 0),
         models=models,
         modes=modes,
-        targets=tuple((settings.get("models") or {}).get("targets") or ([models["target"]] if models.get("target") else [])),
+        targets=tuple(
+            (settings.get("models") or {}).get("targets") or ([models["target"]] if models.get("target") else [])
+        ),
         model_ids=dict(resolved.model_ids),
         prompt_hashes=dict(run.get("prompt_hashes") or {}),
         judge_content_free_p_yes=record.extra.get("judge_content_free_p_yes"),
@@ -152,11 +155,17 @@ def choose_set(store: StoreQueries, run_id: str, kind: str, requested: str | Non
     option = "--refusals" if kind == "refusal" else "--coherence"
     if requested is not None:
         if requested not in names:
-            have = f"it has {', '.join(names)}" if names else f"it has none: run python -m evals.{kind} --run-id {run_id} --db {shlex.quote(str(store.path))}"
+            have = (
+                f"it has {', '.join(names)}"
+                if names
+                else f"it has none: run python -m evals.{kind} --run-id {run_id} --db {shlex.quote(str(store.path))}"
+            )
             raise DatasetError(f"run {run_id!r} has no {kind} labels named {requested!r} ({have})")
         return requested
     if len(names) > 1:
-        raise DatasetError(f"run {run_id!r} has {kind} labels from several models ({', '.join(names)}): pass {option} NAME")
+        raise DatasetError(
+            f"run {run_id!r} has {kind} labels from several models ({', '.join(names)}): pass {option} NAME"
+        )
     return names[0] if names else None
 
 
@@ -167,8 +176,10 @@ def check_label_set(store: StoreQueries, run_id: str, name: str) -> None:
     names = [s.name for s in label_sets(store, run_id, "bias")]
     if name not in names:
         known = ", ".join([PRIMARY_LABELS, *names])
-        raise DatasetError(f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge "
-            f"--run-id {run_id} --judge-model SPEC --db {shlex.quote(str(store.path))})")
+        raise DatasetError(
+            f"run {run_id!r} has no label set {name!r} (it has {known}; make one with python -m evals.rejudge "
+            f"--run-id {run_id} --judge-model SPEC --db {shlex.quote(str(store.path))})"
+        )
 
 
 # --------------------------------------------------------------------------- dialogues

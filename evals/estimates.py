@@ -51,5 +51,12 @@ def run_estimate(
 
 
 def _row(r: RoleEstimate) -> dict[str, Any]:
-    return {"role": r.role, "spec": r.spec, "calls": r.calls, "input_tokens": r.input_tokens,
-            "output_tokens": r.output_tokens, "usd": r.usd, "basis": r.source}
+    return {
+        "role": r.role,
+        "spec": r.spec,
+        "calls": r.calls,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "usd": r.usd,
+        "basis": r.source,
+    }

@@ -99,9 +99,17 @@ class CallPolicy:
         """Per adapting endpoint: its limit now, the highest it reached, its ceiling and how often it was cut (429s)."""
         with self._gates_lock:
             circuits = list(self._circuits.values())
-        return [{"endpoint": c.endpoint, "now": c.concurrency.limit, "reached": c.concurrency.reached,
-                 "ceiling": c.concurrency.ceiling, "throttled": c.concurrency.throttles}
-                for c in circuits if c.concurrency is not None]
+        return [
+            {
+                "endpoint": c.endpoint,
+                "now": c.concurrency.limit,
+                "reached": c.concurrency.reached,
+                "ceiling": c.concurrency.ceiling,
+                "throttled": c.concurrency.throttles,
+            }
+            for c in circuits
+            if c.concurrency is not None
+        ]
 
     @property
     def endpoints_answered_before(self) -> bool:
@@ -133,8 +141,11 @@ class CallPolicy:
         elsewhere."""
         with self._gates_lock:
             circuits = list(self._circuits.values())
-        return [r for c in circuits
-                if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans or r.refused]
+        return [
+            r
+            for c in circuits
+            if (r := c.report()).down_since is not None or r.expired_after is not None or r.spans or r.refused
+        ]
 
     def mirror_outages(self, source: object, reports: Iterable[CircuitReport]) -> None:
         """Another process's :meth:`outage_reports` (a ``--processes`` child's), kept on this policy's circuit per
@@ -148,7 +159,9 @@ class CallPolicy:
             circuits = list(self._circuits.values())
         return {
             "ridden_out": [{"endpoint": c.endpoint, "seconds": round(s, 1)} for c in circuits for s in c.outages],
-            "past_budget": [{"endpoint": c.endpoint, "seconds": round(c.expired_after or 0.0, 1)} for c in circuits if c.expired],
+            "past_budget": [
+                {"endpoint": c.endpoint, "seconds": round(c.expired_after or 0.0, 1)} for c in circuits if c.expired
+            ],
             "budget_s": self.outage_budget,
             "waits": sum(self.stats.outage_waits.values()),
         }
@@ -164,8 +177,18 @@ class CallPolicy:
         limit = self.rate_limits.get(key)
         return limit / self._sharers if limit else None
 
-    def wrap(self, chat: BaseChatModel, *, spec: str, provider: str, role: str, cache_params: dict[str, Any],
-             retry: RetryPolicy | None = None, seed_option: bool = True, endpoint: str | None = None) -> ResilientChatModel:
+    def wrap(
+        self,
+        chat: BaseChatModel,
+        *,
+        spec: str,
+        provider: str,
+        role: str,
+        cache_params: dict[str, Any],
+        retry: RetryPolicy | None = None,
+        seed_option: bool = True,
+        endpoint: str | None = None,
+    ) -> ResilientChatModel:
         """``chat`` with this policy's cache, gate and retries; ``endpoint`` (None: in-process, no circuit) shares a
         circuit."""
         return ResilientChatModel(

@@ -88,7 +88,11 @@ def setting_failure(exc: BaseException) -> str | None:
     text = " ".join(str(e) for e in _causes(exc) if "ConnectError" in {c.__name__ for c in type(e).__mro__})
     if re.search(r"connection refused|errno 111\b|errno 61\b", text, re.IGNORECASE):
         return "connection refused"
-    if re.search(r"name or service not known|nodename nor servname|name resolution|getaddrinfo|errno -[23]\b", text, re.IGNORECASE):
+    if re.search(
+        r"name or service not known|nodename nor servname|name resolution|getaddrinfo|errno -[23]\b",
+        text,
+        re.IGNORECASE,
+    ):
         return "unknown host"
     if re.search(r"\bssl\b|certificate|tls", text, re.IGNORECASE):
         return "TLS error"
@@ -107,8 +111,11 @@ def setting_advice(what: str, endpoint: str) -> str:
         "TLS error": f"check https:// against http:// in {where}" if url else "check the network's TLS proxy",
         "HTTP 401": f"the key was refused: check {key}",
         "HTTP 403": f"the key may not use this model: check {key} and the model's access",
-        "HTTP 404": ("no such model or path: check the model name in the spec and that --base-url ends in /v1"
-                     if url else "no such model: check the model name in the spec"),
+        "HTTP 404": (
+            "no such model or path: check the model name in the spec and that --base-url ends in /v1"
+            if url
+            else "no such model: check the model name in the spec"
+        ),
     }[what]
 
 
@@ -131,8 +138,10 @@ class OutageStatus:
     waiting: int
 
     def line(self) -> str:
-        return (f"{self.endpoint} unreachable for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
-                f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)")
+        return (
+            f"{self.endpoint} unreachable for {format_duration(self.down_s)} ({self.reason}): {self.waiting} call(s) "
+            f"wait while a probe call checks; gives up in {format_duration(self.budget_left_s)} (--outage-budget)"
+        )
 
 
 @dataclass(frozen=True)
@@ -156,9 +165,17 @@ class CircuitReport:
 class ProviderCircuit:
     """Closed (calls go through) or open (calls wait; one probe at a time); expired past the budget."""
 
-    def __init__(self, endpoint: str, *, budget: float = DEFAULT_OUTAGE_BUDGET_S, open_after: int = OPEN_AFTER,
-                 open_after_s: float = OPEN_AFTER_S, first_probe_s: float = FIRST_PROBE_S, max_probe_s: float = MAX_PROBE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        budget: float = DEFAULT_OUTAGE_BUDGET_S,
+        open_after: int = OPEN_AFTER,
+        open_after_s: float = OPEN_AFTER_S,
+        first_probe_s: float = FIRST_PROBE_S,
+        max_probe_s: float = MAX_PROBE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if budget <= 0:
             raise ValueError(f"an outage budget must be more than 0 seconds, got {budget}")
         self.endpoint = endpoint
@@ -373,9 +390,16 @@ class ProviderCircuit:
     def report(self) -> CircuitReport:
         """This circuit's own state, for another process to :meth:`mirror`."""
         with self._lock:
-            return CircuitReport(self.endpoint, self._streak_started if self._opened and not self.expired else None,
-                                 self._reason, self._waiting, self.expired_after if self.expired else None, tuple(self._spans),
-                                 self.detail if self._reason in MALFORMED_KINDS else "", self.refused)
+            return CircuitReport(
+                self.endpoint,
+                self._streak_started if self._opened and not self.expired else None,
+                self._reason,
+                self._waiting,
+                self.expired_after if self.expired else None,
+                tuple(self._spans),
+                self.detail if self._reason in MALFORMED_KINDS else "",
+                self.refused,
+            )
 
     def mirror(self, source: object, report: CircuitReport) -> None:
         """Take in the latest report of ``source`` (a child process) on this endpoint: past its budget there is past it
@@ -407,11 +431,15 @@ class ProviderCircuit:
 
     def _past_budget(self, down: float) -> str:
         if self._reason in MALFORMED_KINDS:
-            return (f"{self.endpoint} answered only malformed answers for {format_duration(down)} ({self._reason}; last: "
-                    f"{self.detail}), past the outage budget of {format_duration(self.budget)}: rerun the same command "
-                    "once it answers properly again (or raise --outage-budget)")
-        return (f"{self.endpoint} unreachable for {format_duration(down)} ({self._reason}), past the outage budget of "
-                f"{format_duration(self.budget)}: rerun the same command once it is back (or raise --outage-budget)")
+            return (
+                f"{self.endpoint} answered only malformed answers for {format_duration(down)} ({self._reason}; last: "
+                f"{self.detail}), past the outage budget of {format_duration(self.budget)}: rerun the same command "
+                "once it answers properly again (or raise --outage-budget)"
+            )
+        return (
+            f"{self.endpoint} unreachable for {format_duration(down)} ({self._reason}), past the outage budget of "
+            f"{format_duration(self.budget)}: rerun the same command once it is back (or raise --outage-budget)"
+        )
 
     def down_words(self) -> str:
         """What the endpoint's outage past the budget was: unreachable, or malformed answers (with the last one)."""

@@ -27,8 +27,15 @@ PROBE_S = 60.0  # this long without a slow-down: the level it may grow to rises 
 class AdaptiveLimit:
     """Additive increase, multiplicative decrease of the calls an endpoint takes at once."""
 
-    def __init__(self, start: int, ceiling: int, *, clock: Callable[[], float] = time.monotonic,
-                 cooldown_s: float = COOLDOWN_S, probe_s: float = PROBE_S) -> None:
+    def __init__(
+        self,
+        start: int,
+        ceiling: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        cooldown_s: float = COOLDOWN_S,
+        probe_s: float = PROBE_S,
+    ) -> None:
         if not 1 <= start <= ceiling:
             raise ValueError(f"a concurrency must start between 1 and its ceiling {ceiling}, got {start}")
         self._limit = float(start)

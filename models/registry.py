@@ -125,14 +125,21 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
         # An in-process call cannot be cancelled mid-generation: no per-attempt timeout.
         retry = dataclasses.replace(retry, timeout=None)
     wrapped = policy.wrap(
-        chat, spec=str(spec), provider=spec.provider, role=role, retry=retry,
-        cache_params=cache_params(str(spec), sampling, chat), seed_option=spec.provider in _SEEDED_PROVIDERS,
+        chat,
+        spec=str(spec),
+        provider=spec.provider,
+        role=role,
+        retry=retry,
+        cache_params=cache_params(str(spec), sampling, chat),
+        seed_option=spec.provider in _SEEDED_PROVIDERS,
         endpoint=provider_endpoint(spec, sampling),
     )
     structured = _STRUCTURED.get(spec.provider) if style == "chat" else None
     if structured == "openai" and (sampling.base_url or os.environ.get("OPENAI_BASE_URL")):
         structured = "openai_compatible"
-    return RoleModel(spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured)
+    return RoleModel(
+        spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured
+    )
 
 
 def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:

@@ -214,7 +214,9 @@ class ResilientChatModel(BaseChatModel):
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
             try:
-                result = check_result(self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs))
+                result = check_result(
+                    self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
+                )
                 self._answered(probe)
                 break
             except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
@@ -302,7 +304,9 @@ class ResilientChatModel(BaseChatModel):
             if not self.response_cache.put_later(key, generate_from_stream(iter(chunks)), spec=self.spec):
                 self.stats.add("cache_unstorable", self.role)
 
-    async def _astream_with_retries(self, messages, stop, run_manager, kwargs, chunks) -> AsyncIterator[ChatGenerationChunk]:
+    async def _astream_with_retries(
+        self, messages, stop, run_manager, kwargs, chunks
+    ) -> AsyncIterator[ChatGenerationChunk]:
         """Chunks of one successful attempt, collected into ``chunks``; ``retry.timeout`` bounds each wait for a
         chunk."""
         attempt, caller = 0, _Call()  # caller: this call, to the circuit
@@ -354,7 +358,9 @@ class ResilientChatModel(BaseChatModel):
         async for chunk in self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
             yield chunk
 
-    def _after_failure(self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None) -> float | None:
+    def _after_failure(
+        self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None
+    ) -> float | None:
         """Re-raise ``exc`` if it is final; None if it is the provider's outage (wait at the circuit, no retry
         spent); else count the retry and return how long to wait."""
         if self.circuit is not None:

@@ -16,18 +16,36 @@ from models.answers import malformed
 
 # Exception class names (anywhere in the MRO) that mean "the request never completed":
 # httpx/httpx2, requests, aiohttp and the provider SDKs all use one of these.
-_TIMEOUT_NAMES = frozenset({"TimeoutError", "TimeoutException", "Timeout", "ReadTimeout", "ConnectTimeout", "APITimeoutError"})
+_TIMEOUT_NAMES = frozenset(
+    {"TimeoutError", "TimeoutException", "Timeout", "ReadTimeout", "ConnectTimeout", "APITimeoutError"}
+)
 _CONNECTION_NAMES = frozenset(
-    {"ConnectionError", "ConnectError", "TransportError", "RemoteProtocolError", "ReadError", "WriteError",
-     "NetworkError", "APIConnectionError", "ClientConnectionError", "ServerDisconnectedError", "IncompleteRead"}
+    {
+        "ConnectionError",
+        "ConnectError",
+        "TransportError",
+        "RemoteProtocolError",
+        "ReadError",
+        "WriteError",
+        "NetworkError",
+        "APIConnectionError",
+        "ClientConnectionError",
+        "ServerDisconnectedError",
+        "IncompleteRead",
+    }
 )
 _RATE_LIMIT_TEXT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|rate[ -]?limit|too many requests", re.IGNORECASE)
-_RETRY_DELAY_TEXT = re.compile(r"retry(?:[ _-]?delay|[ _-]?after| in)['\"]?\s*[:=]?\s*['\"]?(\d+(?:\.\d+)?)\s*s\b", re.IGNORECASE)
+_RETRY_DELAY_TEXT = re.compile(
+    r"retry(?:[ _-]?delay|[ _-]?after| in)['\"]?\s*[:=]?\s*['\"]?(\d+(?:\.\d+)?)\s*s\b", re.IGNORECASE
+)
 
 
 def _status_of(exc: BaseException) -> int | None:
-    for value in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None),
-                  getattr(exc, "code", None)):
+    for value in (
+        getattr(exc, "status_code", None),
+        getattr(getattr(exc, "response", None), "status_code", None),
+        getattr(exc, "code", None),
+    ):
         if isinstance(value, int) and 100 <= value < 600:
             return value
     return None

@@ -91,8 +91,12 @@ def _next_or_stop(next_node: str, traced: bool):
     return _router(route, traced)
 
 
-def build_graph(checkpointer: BaseCheckpointSaver | None = None, *, context_schema: type = RunContext,
-                traced_routers: bool | None = None) -> CompiledStateGraph:
+def build_graph(
+    checkpointer: BaseCheckpointSaver | None = None,
+    *,
+    context_schema: type = RunContext,
+    traced_routers: bool | None = None,
+) -> CompiledStateGraph:
     """The compiled dialogue graph; with a checkpointer every node step is saved.
 
     ``context_schema`` is what nodes find in ``runtime.context`` (anything with ``models`` and
@@ -118,6 +122,7 @@ def build_graph(checkpointer: BaseCheckpointSaver | None = None, *, context_sche
     # the judge returns at once after a failed target, and termination ends the dialogue with the error.
     builder.add_edge("target", "judge")
     builder.add_edge("judge", "termination")
-    builder.add_conditional_edges("termination", _router(route_after_termination, traced),
-                                  ["user_simulator", "scripted_user", END])
+    builder.add_conditional_edges(
+        "termination", _router(route_after_termination, traced), ["user_simulator", "scripted_user", END]
+    )
     return builder.compile(checkpointer=checkpointer, name="dymt_dialogue")

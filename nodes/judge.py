@@ -39,13 +39,24 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     if withheld is not None:
         # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never
         # guessed.
-        return {"turns": [{"index": current_turn(state), **label_fields(withheld_verdict(withheld)), "judge_model": model.spec,
-                           "latency_judge": 0.0}]}
+        return {
+            "turns": [
+                {
+                    "index": current_turn(state),
+                    **label_fields(withheld_verdict(withheld)),
+                    "judge_model": model.spec,
+                    "latency_judge": 0.0,
+                }
+            ]
+        }
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
     item = BiasItem(state["seed"]["statement"], judge_context(model.style, history), reply)
     try:
         scored = await create_bias_scorer(model=model).ascore(
-            item, seed=call_seed(ctx.sampling_seed, sampling_key(state, ctx.models.target.spec), current_turn(state), "judge"),
+            item,
+            seed=call_seed(
+                ctx.sampling_seed, sampling_key(state, ctx.models.target.spec), current_turn(state), "judge"
+            ),
         )
     except Exception as exc:  # noqa: BLE001
         return failure("judge", exc)
@@ -106,8 +117,13 @@ class BiasScorer(Scorer[BiasItem]):
     key = BIAS_KEY
 
     def messages(self, item: BiasItem) -> list[BaseMessage]:
-        return judge_messages(self.model.style, statement=item.statement, context=item.context, reply=item.reply,
-                              template=self.model.prompt)
+        return judge_messages(
+            self.model.style,
+            statement=item.statement,
+            context=item.context,
+            reply=item.reply,
+            template=self.model.prompt,
+        )
 
     def verdict(self, output: Any) -> Verdict:
         """A chat judge's written verdict; a base model's uncalibrated P(yes) (ascore calibrates it)."""
@@ -128,7 +144,9 @@ class BiasScorer(Scorer[BiasItem]):
         options = {} if seed is None else {"seed": seed}
         messages = self.messages(item)
         if model.style != "transcript":
-            output, latency, _ = await invoke_structured(model, messages, name="bias_verdict", schema=JUDGE_SCHEMA, **options)
+            output, latency, _ = await invoke_structured(
+                model, messages, name="bias_verdict", schema=JUDGE_SCHEMA, **options
+            )
             return Scored(read_bias(text_of(output)), output, latency)
         output, latency = await timed_invoke(model.chat, messages, **options)
         from models.llama.logprobs import yes_probability
@@ -146,7 +164,12 @@ def create_bias_scorer(*, model: RoleModel) -> BiasScorer:
 
 def label_fields(verdict: Verdict) -> dict[str, Any]:
     """A bias verdict as the turn fields the state and the store keep (label, rationale, p_biased, judge_raw)."""
-    return {"label": verdict.value, "rationale": verdict.explanation, "p_biased": verdict.score, "judge_raw": verdict.raw}
+    return {
+        "label": verdict.value,
+        "rationale": verdict.explanation,
+        "p_biased": verdict.score,
+        "judge_raw": verdict.raw,
+    }
 
 
 async def call_judge(
@@ -192,10 +215,15 @@ def bias_from_probability(output: Any, content_free_p_yes: float | None) -> Verd
         reason = "no Yes/No among the top tokens"
         return Verdict(BIAS_KEY, UNPARSED, reason, raw, unscored=reason)
     p = p_yes if content_free_p_yes is None else calibrated_yes_probability(p_yes, content_free_p_yes)
-    cf = "uncalibrated" if content_free_p_yes is None else f"content-free P(yes) with this context={content_free_p_yes:.3f}"
+    cf = (
+        "uncalibrated"
+        if content_free_p_yes is None
+        else f"content-free P(yes) with this context={content_free_p_yes:.3f}"
+    )
     return Verdict(
-        BIAS_KEY, BIASED if p >= 0.5 else NOT_BIASED,
-        f"base-model judge, no written rationale: raw P(yes)={p_yes:.3f}, {cf}, calibrated P(yes)={p:.3f}", raw,
+        BIAS_KEY,
+        BIASED if p >= 0.5 else NOT_BIASED,
+        f"base-model judge, no written rationale: raw P(yes)={p_yes:.3f}, {cf}, calibrated P(yes)={p:.3f}",
+        raw,
         score=round(p, 4),
     )
-

@@ -40,16 +40,36 @@ class Verdict:
     def scored(self) -> bool:
         return self.unscored is None
 
-    def row(self, *, thread_id: str, idx: int, scorer: str, subject: str, model: str | None = None,
-            latency: float | None = None, created_at: str | None = None) -> ScoreRow:
+    def row(
+        self,
+        *,
+        thread_id: str,
+        idx: int,
+        scorer: str,
+        subject: str,
+        model: str | None = None,
+        latency: float | None = None,
+        created_at: str | None = None,
+    ) -> ScoreRow:
         """The verdict as a row of the ``scores`` table (checkpoints.scores)."""
         value = refusal_value(self.value) if isinstance(self.value, bool) else self.value
         number = self.score
         if isinstance(value, (int, float)):  # a numeric reading (coherence) is stored as the score
             value, number = None, float(value) if number is None else number  # type: ignore[arg-type]
-        return ScoreRow(thread_id=thread_id, idx=idx, key=self.key, scorer=scorer, subject=subject, value=value,
-                        score=number, explanation=self.explanation, raw=self.raw, model=model, latency=latency,
-                        created_at=created_at)
+        return ScoreRow(
+            thread_id=thread_id,
+            idx=idx,
+            key=self.key,
+            scorer=scorer,
+            subject=subject,
+            value=value,
+            score=number,
+            explanation=self.explanation,
+            raw=self.raw,
+            model=model,
+            latency=latency,
+            created_at=created_at,
+        )
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,20 @@ def scripted_user(state: DialogueState) -> dict[str, Any]:
     turn = current_turn(state) + 1
     script = state.get("script") or []
     if turn > len(script):
-        return {"error": f"scripted_user: the script has {len(script)} turns, turn {turn} was asked", "failed_node": "scripted_user"}
+        return {
+            "error": f"scripted_user: the script has {len(script)} turns, turn {turn} was asked",
+            "failed_node": "scripted_user",
+        }
     text = script[turn - 1]
     return {
         "messages": new_messages({"role": "user", "content": text}),
-        "turns": [{"index": turn, "user_message": text, "utterance_type": "scripted", "user_model": "script", "latency_user": 0.0}],
+        "turns": [
+            {
+                "index": turn,
+                "user_message": text,
+                "utterance_type": "scripted",
+                "user_model": "script",
+                "latency_user": 0.0,
+            }
+        ],
     }

@@ -47,7 +47,14 @@ def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -
     # through the SDK's parse(), which raises on a reply cut short by max_tokens instead of returning
     # its text for the fallback parser.
     if model.structured == "openai":
-        return {"extra_body": {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}}}
+        return {
+            "extra_body": {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "strict": True, "schema": schema},
+                }
+            }
+        }
     if model.structured == "openai_compatible":
         # JSON mode with a schema: llama-cpp-python's server and llama.cpp's own decode under the
         # schema's grammar (the former rejects "json_schema", with an HTTP 500); vLLM and Ollama
@@ -104,7 +111,9 @@ def _refused_option(exc: BaseException) -> bool:
     if isinstance(exc, RetriesExhaustedError) or retry_reason(exc) is not None:
         return False
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
-    return isinstance(exc, (TypeError, ValueError, NotImplementedError)) or (isinstance(status, int) and 400 <= status < 500 and status not in (401, 403))
+    return isinstance(exc, (TypeError, ValueError, NotImplementedError)) or (
+        isinstance(status, int) and 400 <= status < 500 and status not in (401, 403)
+    )
 
 
 _PARTIAL_FIELD = r'"{}"\s*:\s*"((?:[^"\\]|\\.)*)'

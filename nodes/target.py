@@ -34,7 +34,9 @@ async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str
     latency_total, tokens = 0.0, Counter[str]()
     try:
         for attempt in range(1, attempts + 1):
-            reply, latency = await timed_invoke(model.chat, messages, seed=call_seed(ctx.sampling_seed, key, turn, "target", attempt))
+            reply, latency = await timed_invoke(
+                model.chat, messages, seed=call_seed(ctx.sampling_seed, key, turn, "target", attempt)
+            )
             latency_total += latency
             tokens.update(token_usage(reply))
             text = text_of(reply)

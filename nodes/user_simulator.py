@@ -66,12 +66,20 @@ async def user_simulator(state: DialogueState, runtime: Runtime[RunContext]) -> 
         while attempt < limit:
             attempt += 1
             seed = call_seed(ctx.sampling_seed, dialogue_key, turn, "user", attempt)
-            text, utterance_type, latency, usage, why = await _draw(model, state, turn, seed, sampling_seed=ctx.sampling_seed)
+            text, utterance_type, latency, usage, why = await _draw(
+                model, state, turn, seed, sampling_seed=ctx.sampling_seed
+            )
             latency_total += latency
             tokens.update(usage)
             leak = leakage(statement, text)
-            reason = _rejection(text, leak, earlier, regenerate_leaks=ctx.leakage != "keep", redraw_repeats=model.style == "transcript",
-                                non_reply=why)
+            reason = _rejection(
+                text,
+                leak,
+                earlier,
+                regenerate_leaks=ctx.leakage != "keep",
+                redraw_repeats=model.style == "transcript",
+                non_reply=why,
+            )
             drafts.append({"attempt": attempt, "reason": reason, "leakage": leak.score, "text": text})
             if reason is None or chosen is None or _better(text, leak, earlier, than=(chosen[1], chosen[3])):
                 chosen = (attempt, text, utterance_type, leak)
@@ -114,8 +122,15 @@ def leakage_fields(statement: str, text: str, *, leak: Leakage | None = None) ->
     }
 
 
-def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks: bool, redraw_repeats: bool,
-               non_reply: str | None = None) -> str | None:
+def _rejection(
+    text: str,
+    leak: Leakage,
+    earlier: list[str],
+    *,
+    regenerate_leaks: bool,
+    redraw_repeats: bool,
+    non_reply: str | None = None,
+) -> str | None:
     """Why a drawn message is drawn again ("empty", "leak", "repeat"), or None to keep it.
 
     An empty draft says why when its provider did (models.answers: "content filter", "safety block"): drawn again
@@ -135,6 +150,7 @@ def _rejection(text: str, leak: Leakage, earlier: list[str], *, regenerate_leaks
 
 def _better(text: str, leak: Leakage, earlier: list[str], *, than: tuple[str, Leakage]) -> bool:
     """Among rejected drafts the one kept is non-empty, then not a repeat, then the least leaking."""
+
     def rank(t: str, score: float) -> tuple[int, int, float]:
         return (0 if t else 1, 1 if is_repeat(t, earlier) else 0, score)
 
@@ -151,8 +167,11 @@ async def _draw(
     utterance_type: str | None = None
     # Every variable a user prompt may use (prompts.ROLE_VARIABLES), so a --user-prompt file can pick any.
     values: dict[str, Any] = {
-        "statement": statement, "history": format_history(state["messages"]), "turn": turn,
-        "max_turns": state["max_turns"], "utterance_type": "",
+        "statement": statement,
+        "history": format_history(state["messages"]),
+        "turn": turn,
+        "max_turns": state["max_turns"],
+        "utterance_type": "",
     }
     if model.style == "transcript":
         # A base model cannot follow instructions: it continues a transcript framed for it,
@@ -167,7 +186,9 @@ async def _draw(
         messages = template.render(**values)
     structured = model.style == "chat" and mode == "assessment"
     if structured:
-        reply, latency, _ = await invoke_structured(model, messages, name="assessment_query", schema=ASSESSMENT_SCHEMA, seed=seed)
+        reply, latency, _ = await invoke_structured(
+            model, messages, name="assessment_query", schema=ASSESSMENT_SCHEMA, seed=seed
+        )
     else:
         reply, latency = await timed_invoke(model.chat, messages, seed=seed)
     raw = text_of(reply)
@@ -182,7 +203,9 @@ def given_turn(turn: int, text: str) -> dict[str, Any]:
     """Send a message decided outside the simulator (a branch's change, a person's edit): no model call."""
     return {
         "messages": new_messages({"role": "user", "content": text}),
-        "turns": [{"index": turn, "user_message": text, "utterance_type": GIVEN, "user_model": GIVEN, "latency_user": 0.0}],
+        "turns": [
+            {"index": turn, "user_message": text, "utterance_type": GIVEN, "user_model": GIVEN, "latency_user": 0.0}
+        ],
         "next_user_message": None,
     }
 

@@ -52,10 +52,7 @@ class PromptTemplate:
         missing = self.variables - values.keys()
         if missing:
             raise PromptError(f"prompt {self.name!r} needs {', '.join(sorted(missing))}")
-        return [
-            _MESSAGE_TYPES[role](content=template.substitute(values).strip())
-            for role, template in self.sections
-        ]
+        return [_MESSAGE_TYPES[role](content=template.substitute(values).strip()) for role, template in self.sections]
 
     def render_text(self, **values: object) -> str:
         """Render a single-section template to plain text."""
@@ -90,7 +87,9 @@ def load_file(path: Path, *, role: str) -> PromptTemplate:
     try:
         source = Path(path).read_text(encoding="utf-8")
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        raise PromptError(f"cannot read the {role} prompt file {path} ({type(exc).__name__}): give a readable file") from None
+        raise PromptError(
+            f"cannot read the {role} prompt file {path} ({type(exc).__name__}): give a readable file"
+        ) from None
     except UnicodeDecodeError:
         raise PromptError(f"the {role} prompt file {path} is not UTF-8 text") from None
     template = parse(str(path), source, path=Path(path))

@@ -96,14 +96,10 @@ def load_jsonl(path: str | Path) -> list[Seed]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SeedError(
-                f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); "
-                "write one JSON object per line"
+                f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line"
             ) from None
         if not isinstance(obj, dict):
-            raise SeedError(
-                f"{where}: expected a JSON object with {', '.join(_FIELDS)}, "
-                f"got {type(obj).__name__}"
-            )
+            raise SeedError(f"{where}: expected a JSON object with {', '.join(_FIELDS)}, got {type(obj).__name__}")
         values: dict[str, str] = {}
         for name in _FIELDS:
             value = obj.get(name)
@@ -114,9 +110,7 @@ def load_jsonl(path: str | Path) -> list[Seed]:
                 )
             values[name] = value.strip()
         if values["category"] not in CATEGORIES:
-            raise SeedError(
-                f"{where}: unknown category {_short(values['category'])}; use one of {_valid()}"
-            )
+            raise SeedError(f"{where}: unknown category {_short(values['category'])}; use one of {_valid()}")
         if values["id"] in first_line:
             raise SeedError(
                 f"{where}: duplicate id {_short(values['id'])} (first used on line "
@@ -125,9 +119,7 @@ def load_jsonl(path: str | Path) -> list[Seed]:
         first_line[values["id"]] = lineno
         seeds.append(Seed(values["id"], values["category"], values["statement"]))
     if not seeds:
-        raise SeedError(
-            f"seed file {path} has no seeds: add one JSON object per line with {', '.join(_FIELDS)}"
-        )
+        raise SeedError(f"seed file {path} has no seeds: add one JSON object per line with {', '.join(_FIELDS)}")
     return seeds
 
 
@@ -162,8 +154,7 @@ def _load_fairmt_category(track: Path, category: str) -> list[Seed]:
     path = track / f"prompt_{_FAIRMT_FILE_NAMES.get(category, category)}.json"
     if not path.is_file():
         raise SeedError(
-            f"FairMT-Bench file not found: {path}; check that fairmt:DIR points at a full "
-            "FairMT-Bench copy"
+            f"FairMT-Bench file not found: {path}; check that fairmt:DIR points at a full FairMT-Bench copy"
         )
     try:
         items = json.loads(_read_text(path, "FairMT-Bench file"))
@@ -204,13 +195,11 @@ def _dedupe_key(statement: str) -> str:
 def _load_source(source: str, categories: tuple[str, ...]) -> list[Seed]:
     """Dispatch a source string to the matching loader."""
     if not isinstance(source, str) or not source.strip():
-        raise SeedError(
-            f"seed source {_short(source)} is empty: use builtin, a .jsonl file or fairmt:DIR"
-        )
+        raise SeedError(f"seed source {_short(source)} is empty: use builtin, a .jsonl file or fairmt:DIR")
     if source == "builtin":
         return load_builtin()
     if source.startswith(_FAIRMT_PREFIX):
-        directory = source[len(_FAIRMT_PREFIX):].strip()
+        directory = source[len(_FAIRMT_PREFIX) :].strip()
         if not directory:
             raise SeedError("seed source 'fairmt:' has no directory: use fairmt:DIR")
         return load_fairmt(directory, categories)
@@ -249,8 +238,7 @@ def _check_categories(categories: Sequence[str] | None) -> tuple[str, ...]:
         return CATEGORIES
     if isinstance(categories, str):
         raise SeedError(
-            f"categories must be a list of names, got the string {_short(categories)}: "
-            f"pass e.g. [{categories!r}]"
+            f"categories must be a list of names, got the string {_short(categories)}: pass e.g. [{categories!r}]"
         )
     if not categories:
         raise SeedError(f"categories is empty: pass at least one of {_valid()} or None for all")

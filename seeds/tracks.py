@@ -69,7 +69,9 @@ def _read_items(folder: Path, category: str) -> list[list[str]]:
     try:
         items = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SeedError(f"FairMT track file not found: {path} (pass the FairMT-Bench directory with --fairmt-dir)") from None
+        raise SeedError(
+            f"FairMT track file not found: {path} (pass the FairMT-Bench directory with --fairmt-dir)"
+        ) from None
     except (OSError, json.JSONDecodeError) as exc:
         raise SeedError(f"cannot read FairMT track file {path}: {exc}") from None
     scripts = []

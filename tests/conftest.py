@@ -44,7 +44,9 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted-fake"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.calls.append(list(messages))
         text = self.respond(list(messages), len(self.calls))
         message = AIMessage(content=text, usage_metadata={"input_tokens": 7, "output_tokens": 3, "total_tokens": 10})
@@ -52,7 +54,9 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def scripted(respond: Callable[[list[BaseMessage], int], str], *, spec: str = "fake:scripted") -> RoleModel:
-    return RoleModel(spec=spec, model_id=spec, chat=ScriptedChatModel(respond=respond, calls=[]), style="chat", sampling=Sampling())
+    return RoleModel(
+        spec=spec, model_id=spec, chat=ScriptedChatModel(respond=respond, calls=[]), style="chat", sampling=Sampling()
+    )
 
 
 def default_models(**overrides: RoleModel) -> Models:
@@ -72,10 +76,16 @@ SEEDS = [
 
 
 def make_config(run_id: str = "r1", *, turns: int = 5, mode: str = "implicit", concurrency: int = 1) -> RunConfig:
-    return RunConfig.model_validate({
-        "run_id": run_id, "modes": [mode], "turns": turns, "seeds": "test", "max_concurrency": concurrency,
-        "models": {"user": "fake:user", "targets": ["fake:target"], "judge": "fake:judge"},
-    })
+    return RunConfig.model_validate(
+        {
+            "run_id": run_id,
+            "modes": [mode],
+            "turns": turns,
+            "seeds": "test",
+            "max_concurrency": concurrency,
+            "models": {"user": "fake:user", "targets": ["fake:target"], "judge": "fake:judge"},
+        }
+    )
 
 
 def checkpointer(db: Path | str) -> Any:
@@ -87,8 +97,15 @@ def checkpointer(db: Path | str) -> Any:
     return open_checkpointer(parse_db(db))
 
 
-def play(db: Path | str, models: Models, *, seeds: Sequence[Seed] = SEEDS, scripts: Any = None, checkpoints: str | None = None,
-         **spec_kwargs: Any):
+def play(
+    db: Path | str,
+    models: Models,
+    *,
+    seeds: Sequence[Seed] = SEEDS,
+    scripts: Any = None,
+    checkpoints: str | None = None,
+    **spec_kwargs: Any,
+):
     """Run dialogues with fake models into ``db`` and return (result, store); ``checkpoints``: a PostgreSQL URL for the
     saver.
 
@@ -143,8 +160,10 @@ def providers() -> Iterator[Callable[[str, Callable[..., Any]], None]]:
 # PostgreSQL: a real server named by DYMT_ESB_TEST_PG (.ci/run starts one with .ci/postgres). Without it the
 # Postgres tests skip (locally) or fail (CI=true): nothing stands in for the real server.
 ENV_TEST_PG = "DYMT_ESB_TEST_PG"
-PG_MISSING = (f"NOT TESTED on PostgreSQL: {ENV_TEST_PG} is not set "
-              f"(run under a throwaway server: .ci/postgres run python -m pytest ...)")
+PG_MISSING = (
+    f"NOT TESTED on PostgreSQL: {ENV_TEST_PG} is not set "
+    f"(run under a throwaway server: .ci/postgres run python -m pytest ...)"
+)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

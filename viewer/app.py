@@ -248,9 +248,13 @@ class Viewer:
         options = con.options.update(width=width, height=None)
         record = displayable(self.record)
         turn = record.turns[self.pos] if record.turns else None
-        top: list[RenderableType] = [header_renderable(record, reveal_seed=self.reveal_seed, current=turn.idx if turn else None)]
+        top: list[RenderableType] = [
+            header_renderable(record, reveal_seed=self.reveal_seed, current=turn.idx if turn else None)
+        ]
         if turn and not self.overlay:
-            top.append(turn_title(record, turn, hints=True, reveal_seed=self.reveal_seed))  # stays put while the turn scrolls
+            top.append(
+                turn_title(record, turn, hints=True, reveal_seed=self.reveal_seed)
+            )  # stays put while the turn scrolls
         header = con.render_lines(Group(*top), options, pad=True)
         body = con.render_lines(self._body(record, turn), options, pad=True)
         room = max(1, height - len(header) - 2)
@@ -259,7 +263,14 @@ class Viewer:
         self.scroll = min(self.scroll, self.max_scroll)
         shown = body[self.scroll : self.scroll + room]
         shown += [[Segment(" " * width)]] * (room - len(shown))
-        footer = con.render_lines(Group(self._status_line(len(body), room), Text(FOOTER_KEYS, style="reverse", overflow="ellipsis", no_wrap=True)), options, pad=True)
+        footer = con.render_lines(
+            Group(
+                self._status_line(len(body), room),
+                Text(FOOTER_KEYS, style="reverse", overflow="ellipsis", no_wrap=True),
+            ),
+            options,
+            pad=True,
+        )
         return _Frame(header + shown + footer)
 
     def _body(self, record: DialogueRecord, turn: TurnRecord | None) -> RenderableType:
@@ -302,7 +313,12 @@ class Viewer:
         """Draw and read keys until q; the terminal is restored on every way out."""
         keys = KeyReader(fd)
         console = self.console
-        with cbreak(fd), Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+        with (
+            cbreak(fd),
+            Live(
+                console=console, screen=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+            ) as live,
+        ):
             size = None
             dirty = True
             next_tick = time.monotonic() + self.delay

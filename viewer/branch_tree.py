@@ -30,7 +30,11 @@ def branch_tree(store: StoreQueries, thread_id: str, *, _seen: set[str] | None =
         "status": row.get("status"),
         "labels": labels,
         "label_string": " ".join(iter_label_strings(labels)),
-        "branches": [branch_tree(store, c["thread_id"], _seen=seen) for c in store.children(thread_id) if c["thread_id"] not in seen],
+        "branches": [
+            branch_tree(store, c["thread_id"], _seen=seen)
+            for c in store.children(thread_id)
+            if c["thread_id"] not in seen
+        ],
     }
 
 

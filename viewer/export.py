@@ -33,6 +33,7 @@ EXPORT_WIDTH = 100
 def masked(record: DialogueRecord) -> DialogueRecord:
     """The record with its seed statement (and a branch's changed one) replaced by the mask, as every output shows it by
     default."""
+
     def hide(change: Any) -> Any:
         if isinstance(change, str):
             try:
@@ -44,7 +45,12 @@ def masked(record: DialogueRecord) -> DialogueRecord:
         return change
 
     branches = tuple(replace(b, change=hide(b.change)) for b in record.branches)
-    return replace(record, statement=SEED_MASK if record.statement else record.statement, change=hide(record.change), branches=branches)
+    return replace(
+        record,
+        statement=SEED_MASK if record.statement else record.statement,
+        change=hide(record.change),
+        branches=branches,
+    )
 
 
 def export_json(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
@@ -52,7 +58,9 @@ def export_json(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
     data = {
         "format": "dymt-esb.dialogue/1",
         "thread_id": record.thread_id,
-        "dialogue": {k: v for k, v in asdict(record).items() if k not in ("turns", "branches", "coherence", "run_config")},
+        "dialogue": {
+            k: v for k, v in asdict(record).items() if k not in ("turns", "branches", "coherence", "run_config")
+        },
         "run": record.run_config,
         "labels": "".join(record.label_marks()),
         "turns": [asdict(t) for t in record.turns],
@@ -68,8 +76,12 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
     record = displayable(record if reveal_seed else masked(record))
     models = record.models
     rows = [
-        ("Thread", record.thread_id), ("Run", record.run_id), ("Mode", record.mode), ("Category", record.category),
-        ("Turns", turn_count(record)), ("Status", record.status),
+        ("Thread", record.thread_id),
+        ("Run", record.run_id),
+        ("Mode", record.mode),
+        ("Category", record.category),
+        ("Turns", turn_count(record)),
+        ("Status", record.status),
         *((f"{role.title()} model", models[role]) for role in ("user", "target", "judge") if role in models),
         ("Seed", f"{record.seed_id}: {record.statement}" + ("" if reveal_seed else f" ({PRINTED_SEED_HINT})")),
     ]
@@ -78,7 +90,11 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
         if record.change:
             rows.append(("Change", describe_change(record.change)))
     rows.append(("Labels", " ".join(record.label_marks())))
-    rows.extend(("Coherence", f"{c.score:g} / 5" + (f" ({c.source})" if c.source else "")) for c in record.coherence if c.score is not None)
+    rows.extend(
+        ("Coherence", f"{c.score:g} / 5" + (f" ({c.source})" if c.source else ""))
+        for c in record.coherence
+        if c.score is not None
+    )
     if record.error:
         rows.append(("Error", record.error))
     out = [f"# Dialogue {_md(record.thread_id)}", "", "| | |", "|---|---|"]
@@ -108,7 +124,7 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
         out += ["## Branches", "", "| Branch | At turn | Change | Labels | Status |", "|---|---|---|---|---|"]
         out += [
             f"| {_md(b.thread_id)} | {b.fork_turn or '?'} | {_md(describe_change(b.change))} | {b.label_string} | "
-                f"{_md(b.status or '')} |"
+            f"{_md(b.status or '')} |"
             for b in record.branches
         ]
         out.append("")
@@ -117,12 +133,14 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
 
 def export_html(record: DialogueRecord, *, reveal_seed: bool = False) -> str:
     """The --print rendering as a standalone HTML page (rich escapes every text)."""
-    recorder = Console(record=True, width=EXPORT_WIDTH, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    recorder = Console(
+        record=True, width=EXPORT_WIDTH, file=io.StringIO(), force_terminal=True, color_system="truecolor"
+    )
     for renderable in dialogue_renderables(record if reveal_seed else masked(record), reveal_seed=reveal_seed):
         recorder.print(renderable)
     title = html.escape(f"DyMT-ESB dialogue {record.thread_id}").replace("{", "{{").replace("}", "}}")
     page = (
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"UTF-8\">\n"
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="UTF-8">\n'
         f"<title>{title}</title>\n"
         "<style>\n{stylesheet}\nbody {{ color: {foreground}; background-color: {background}; }}\n</style>\n"
         "</head>\n<body>\n<pre style=\"font-family: Menlo, 'DejaVu Sans Mono', consolas, 'Courier New', monospace\">"
@@ -156,7 +174,9 @@ def _md(text: str) -> str:
     """Escape Markdown and HTML syntax (CommonMark backslash escapes) so the text reads literally."""
     escaped = "".join(f"\\{ch}" if ch in _MD_INLINE else ch for ch in text)
     # A list item or underline marker only counts at the start of a line.
-    return _MD_LINE_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if not m.group(2).isdigit() else m.group(2) + "\\"), escaped, count=1)
+    return _MD_LINE_START.sub(
+        lambda m: m.group(1) + (f"\\{m.group(2)}" if not m.group(2).isdigit() else m.group(2) + "\\"), escaped, count=1
+    )
 
 
 def _md_quote(text: str | None) -> str:
@@ -168,4 +188,3 @@ def _md_quote(text: str | None) -> str:
 def _md_model(model: str | None, extra: str | None = None) -> str:
     bits = [b for b in (model, extra) if b]
     return f" ({_md(', '.join(bits))})" if bits else ""
-

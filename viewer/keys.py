@@ -9,9 +9,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _ESCAPES = {
-    "[A": "up", "[B": "down", "[C": "right", "[D": "left", "OA": "up", "OB": "down", "OC": "right", "OD": "left",
-    "[H": "home", "[F": "end", "OH": "home", "OF": "end", "[1~": "home", "[4~": "end", "[7~": "home", "[8~": "end",
-    "[5~": "pgup", "[6~": "pgdn",
+    "[A": "up",
+    "[B": "down",
+    "[C": "right",
+    "[D": "left",
+    "OA": "up",
+    "OB": "down",
+    "OC": "right",
+    "OD": "left",
+    "[H": "home",
+    "[F": "end",
+    "OH": "home",
+    "OF": "end",
+    "[1~": "home",
+    "[4~": "end",
+    "[7~": "home",
+    "[8~": "end",
+    "[5~": "pgup",
+    "[6~": "pgdn",
 }
 _SINGLE = {"\r": "enter", "\n": "enter", " ": "space", "\x0c": "ctrl-l", "\x7f": "backspace"}
 
@@ -79,4 +94,3 @@ class KeyReader:
             if "\x40" <= self.pending[i] <= "\x7e":
                 return i
         return None
-

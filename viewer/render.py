@@ -35,8 +35,12 @@ PRINTED_SEED_HINT = "--show-seed reveals it"  # where no key can be pressed: --p
 
 # The words and marks come from the one vocabulary; only their styles are the viewer's own.
 LABEL_STYLES = {BIASED: "bold white on red", NOT_BIASED: "bold green", UNPARSED: "bold yellow"}
-MARK_STYLES = {label_mark(BIASED): "bold red", label_mark(NOT_BIASED): "green", label_mark(UNPARSED): "yellow",
-               MISSING_MARK: "dim"}
+MARK_STYLES = {
+    label_mark(BIASED): "bold red",
+    label_mark(NOT_BIASED): "green",
+    label_mark(UNPARSED): "yellow",
+    MISSING_MARK: "dim",
+}
 
 
 def label_badge(label: str | None) -> Text:
@@ -57,7 +61,9 @@ def label_strip(record: DialogueRecord, *, current: int | None = None) -> Text:
     return strip
 
 
-def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int | None = None, hint: str = "press s to reveal") -> Panel:
+def header_renderable(
+    record: DialogueRecord, *, reveal_seed: bool, current: int | None = None, hint: str = "press s to reveal"
+) -> Panel:
     """Run, mode, category, models, turn count, the seed (masked unless revealed, with ``hint`` saying how), branch
     origin, labels."""
     grid = Table.grid(padding=(0, 1))
@@ -70,13 +76,22 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
     grid.add_row(
         "run",
         Text.assemble(
-            (record.run_id or "?", ""), ("  mode ", "bold"), (record.mode or "?", ""),
-            ("  category ", "bold"), (record.category or "?", ""),
-            ("  turns ", "bold"), (turn_count(record), ""), ("  ", ""), status,
+            (record.run_id or "?", ""),
+            ("  mode ", "bold"),
+            (record.mode or "?", ""),
+            ("  category ", "bold"),
+            (record.category or "?", ""),
+            ("  turns ", "bold"),
+            (turn_count(record), ""),
+            ("  ", ""),
+            status,
         ),
     )
     models = record.models
-    grid.add_row("models", Text("  ".join(f"{role} {models[role]}" for role in ("user", "target", "judge") if role in models) or "?"))
+    grid.add_row(
+        "models",
+        Text("  ".join(f"{role} {models[role]}" for role in ("user", "target", "judge") if role in models) or "?"),
+    )
     seed = Text(f"{record.seed_id or '?'}: ")
     if reveal_seed:
         seed.append(record.statement or "(no statement stored)", style="bold")
@@ -86,7 +101,9 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
         seed.append(f"  {hint}", style="dim italic")
     grid.add_row("seed", seed)
     if record.parent_thread_id:
-        origin = Text.assemble(("branch of ", ""), (record.parent_thread_id, "cyan"), (f" from turn {record.fork_turn or '?'}", ""))
+        origin = Text.assemble(
+            ("branch of ", ""), (record.parent_thread_id, "cyan"), (f" from turn {record.fork_turn or '?'}", "")
+        )
         change = describe_change(record.change, reveal_seed=reveal_seed)
         if change:
             origin.append("  change ", style="bold")
@@ -99,7 +116,10 @@ def header_renderable(record: DialogueRecord, *, reveal_seed: bool, current: int
     if record.branches:
         at = sorted({b.fork_turn for b in record.branches if b.fork_turn})
         forks = ", ".join(map(str, at)) or "?"
-        grid.add_row("branches", Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {forks})", style="cyan"))
+        grid.add_row(
+            "branches",
+            Text(f"{len(record.branches)} (forking at turn{'s' if len(at) > 1 else ''} {forks})", style="cyan"),
+        )
     for c in record.coherence:
         line = Text(f"{c.score:g} / 5" if c.score is not None else "unparsed", style="bold")
         if c.source:
@@ -134,14 +154,21 @@ def leakage_note(turn: TurnRecord) -> str | None:
     """The seed-leakage line under a user message (None when the turn was not scored)."""
     if turn.leakage is None:
         return None
-    note = ("⚠ this message states the seed: the target saw it" if turn.leaked else "seed leakage") + f" (score {turn.leakage:.2f})"
+    note = (
+        "⚠ this message states the seed: the target saw it" if turn.leaked else "seed leakage"
+    ) + f" (score {turn.leakage:.2f})"
     if turn.user_attempts and turn.user_attempts > 1:
         note += f" · drawn {turn.user_attempts} times"
     return note
 
 
 def turn_renderable(
-    record: DialogueRecord, turn: TurnRecord, *, show_rationale: bool = True, title: bool = True, reveal_seed: bool = True
+    record: DialogueRecord,
+    turn: TurnRecord,
+    *,
+    show_rationale: bool = True,
+    title: bool = True,
+    reveal_seed: bool = True,
 ) -> Group:
     """One turn: user message, target reply, the judge's label, rationale and P(biased), refusals."""
     parts: list[RenderableType] = [turn_title(record, turn, reveal_seed=reveal_seed)] if title else []
@@ -150,8 +177,11 @@ def turn_renderable(
     if (leak := leakage_note(turn)) is not None:
         parts.append(Padding(Text(leak, style="bold yellow" if turn.leaked else "dim"), (0, 0, 0, 2), expand=False))
     parts.append(_role_title("TARGET", turn.target_model, "bold magenta"))
-    parts.append(Padding(Text(turn.reply or ("(no reply)" if turn.non_reply else "(no reply stored)")), (0, 0, 0, 2),
-                         expand=False))
+    parts.append(
+        Padding(
+            Text(turn.reply or ("(no reply)" if turn.non_reply else "(no reply stored)")), (0, 0, 0, 2), expand=False
+        )
+    )
     if turn.non_reply:
         parts.append(Padding(Text(f"not a reply: {turn.non_reply}", style="bold yellow"), (0, 0, 0, 2), expand=False))
     judge = Text("JUDGE ", style="bold")
@@ -173,7 +203,9 @@ def turn_renderable(
     elif turn.rationale or turn.judge_raw:
         parts.append(Padding(Text("rationale hidden (r shows it)", style="dim"), (0, 0, 0, 2), expand=False))
     for refusal in turn.refusals:
-        verdict = {True: ("refused", "bold yellow"), False: ("answered", "green"), None: ("unparsed", "yellow")}[refusal.refused]
+        verdict = {True: ("refused", "bold yellow"), False: ("answered", "green"), None: ("unparsed", "yellow")}[
+            refusal.refused
+        ]
         line = Text("REFUSAL ", style="bold")
         line.append(verdict[0], style=verdict[1])
         if refusal.p_refused is not None:
@@ -222,7 +254,15 @@ def list_table(summaries: Sequence[DialogueSummary]) -> Table:
         table.add_column(name, no_wrap=name in ("#", "labels"), overflow="fold")
     for i, s in enumerate(summaries, start=1):
         origin = Text(f"{s.parent_thread_id} @ {s.fork_turn or '?'}") if s.parent_thread_id else Text("")
-        table.add_row(str(i), Text(s.thread_id), Text(s.category or ""), Text(s.mode or ""), Text(s.status or ""), _mark_text(s.label_string), origin)
+        table.add_row(
+            str(i),
+            Text(s.thread_id),
+            Text(s.category or ""),
+            Text(s.mode or ""),
+            Text(s.status or ""),
+            _mark_text(s.label_string),
+            origin,
+        )
     return table
 
 
@@ -232,7 +272,6 @@ def list_lines(summaries: Sequence[DialogueSummary]) -> Iterator[str]:
     for i, s in enumerate(displayable(list(summaries)), start=1):
         fields = [i, s.thread_id, s.category, s.mode, s.status, s.label_string, s.parent_thread_id, s.fork_turn]
         yield "\t".join("" if f is None else " ".join(str(f).split()) for f in fields)
-
 
 
 # --- small helpers ------------------------------------------------------------------------
@@ -270,7 +309,6 @@ def turn_span(record: DialogueRecord) -> str:
     return f"{record.turns[0].idx}-{record.turns[-1].idx}"
 
 
-
 def _mark_text(label_string: str) -> Text:
     text = Text()
     for ch in label_string:
@@ -300,7 +338,10 @@ def _stats_line(turn: TurnRecord) -> str:
         shown = []
         order = {"user": 0, "target": 1, "judge": 2}
         for role, sides in sorted(by_role.items(), key=lambda item: (order.get(item[0], 3), item[0])):
-            shown.append(f"{role} {sides.get('input', '?')} in / {sides.get('output', '?')} out" if set(sides) <= {"input", "output"} else f"{role} {sides['']}")
+            shown.append(
+                f"{role} {sides.get('input', '?')} in / {sides.get('output', '?')} out"
+                if set(sides) <= {"input", "output"}
+                else f"{role} {sides['']}"
+            )
         parts.append("tokens " + ", ".join(shown))
     return " · ".join(parts)
-

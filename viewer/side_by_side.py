@@ -23,7 +23,13 @@ def pair_data(store: StoreQueries, a: str, b: str, start: int) -> dict[str, Any]
         "b": b,
         "from_turn": start,
         "turns": [
-            {"turn": i, **{side: {k: (turns[t].get(i) or {}).get(k) for k in ("user_message", "reply", "label")} for side, t in (("a", a), ("b", b))}}
+            {
+                "turn": i,
+                **{
+                    side: {k: (turns[t].get(i) or {}).get(k) for k in ("user_message", "reply", "label")}
+                    for side, t in (("a", a), ("b", b))
+                },
+            }
             for i in range(start, last + 1)
         ],
         "labels": {"a": store.labels(a), "b": store.labels(b)},
@@ -36,7 +42,9 @@ def pair_view(store: StoreQueries, a: str, b: str, start: int) -> list[Renderabl
     out: list[RenderableType] = []
     for side, thread_id in (("A", a), ("B", b)):
         row = store.get_dialogue(thread_id) or {}
-        line = Text.assemble((f"{side} ", "bold"), (thread_id, "cyan"), "   ", " ".join(iter_label_strings(data["labels"][side.lower()])))
+        line = Text.assemble(
+            (f"{side} ", "bold"), (thread_id, "cyan"), "   ", " ".join(iter_label_strings(data["labels"][side.lower()]))
+        )
         if row.get("parent_thread_id"):
             line.append(f"   ⑂ turn {row.get('fork_turn')} of {row['parent_thread_id']}", style="magenta")
             change = describe_change(row.get("change"))
@@ -52,7 +60,13 @@ def pair_view(store: StoreQueries, a: str, b: str, start: int) -> list[Renderabl
     table.add_column(Text(f"B {b}"), ratio=1)
     table.add_column("label B", no_wrap=True)
     for turn in data["turns"]:
-        table.add_row(str(turn["turn"]), _cell(turn["a"]), _label(turn["a"]["label"]), _cell(turn["b"]), _label(turn["b"]["label"]))
+        table.add_row(
+            str(turn["turn"]),
+            _cell(turn["a"]),
+            _label(turn["a"]["label"]),
+            _cell(turn["b"]),
+            _label(turn["b"]["label"]),
+        )
     out.append(table)
     return out
 
@@ -60,7 +74,9 @@ def pair_view(store: StoreQueries, a: str, b: str, start: int) -> list[Renderabl
 def _cell(turn: dict[str, Any]) -> Text:
     if turn.get("user_message") is None and turn.get("reply") is None:
         return Text("–", style="dim")
-    return Text.assemble(("user: ", "dim"), turn.get("user_message") or "", "\n", ("reply: ", "dim"), turn.get("reply") or "")
+    return Text.assemble(
+        ("user: ", "dim"), turn.get("user_message") or "", "\n", ("reply: ", "dim"), turn.get("reply") or ""
+    )
 
 
 def _label(label: str | None) -> Text:

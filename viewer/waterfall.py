@@ -14,8 +14,18 @@ from checkpoints.vocabulary import LABEL_TEXT, LABELS, label_mark
 LABEL_WIDTH = 32  # name column, including the tree guides (4 characters a level)
 BAR_WIDTH = 14
 MIN_PREVIEW = 40  # a shortened message takes the rest of its line, at least this many characters
-KIND_STYLES = {"thread": "bold", "graph": "bold", "turn": "bold cyan", "node": "green", "model": "magenta", "run": "dim"}
-BIAS_BADGES: dict[str, tuple[str, str]] = {label: (f"{label_mark(label)} {LABEL_TEXT[label]}", style) for label, style in zip(LABELS, ("bold red", "green", "yellow"))}
+KIND_STYLES = {
+    "thread": "bold",
+    "graph": "bold",
+    "turn": "bold cyan",
+    "node": "green",
+    "model": "magenta",
+    "run": "dim",
+}
+BIAS_BADGES: dict[str, tuple[str, str]] = {
+    label: (f"{label_mark(label)} {LABEL_TEXT[label]}", style)
+    for label, style in zip(LABELS, ("bold red", "green", "yellow"))
+}
 
 
 class TraceView:
@@ -35,7 +45,13 @@ class TraceView:
         # Bars inside a graph are scaled to that graph; graphs of a thread to the thread.
         inner_frame = node if node.kind == "graph" else frame
         for child in node.children:
-            if child.kind == "run" and child.run and child.run["node"] and not child.run["error"] and not child.children:
+            if (
+                child.kind == "run"
+                and child.run
+                and child.run["node"]
+                and not child.run["error"]
+                and not child.children
+            ):
                 continue  # a router: its decision is shown on its node's line
             sub = branch.add(self._line(child, depth, inner_frame if child.kind != "graph" else frame))
             if self.full and child.run is not None and child.run["error"]:
@@ -72,7 +88,9 @@ class TraceView:
             else:
                 label.append("\nno graph run stored: the process stopped before this invocation ended", style="yellow")
         if node.kind == "thread":
-            label.append(f"\n{len(node.children)} invocation{'s' if len(node.children) != 1 else ''} of this thread", style="dim")
+            label.append(
+                f"\n{len(node.children)} invocation{'s' if len(node.children) != 1 else ''} of this thread", style="dim"
+            )
         if node.kind == "node" and node.run is not None:
             if self.full and node.run["checkpoint_id"]:
                 label.append(f"  checkpoint {node.run['checkpoint_id']}", style="dim")

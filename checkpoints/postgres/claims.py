@@ -85,7 +85,9 @@ class DialogueClaims:
         try:
             (play.id, play.held_at), now_on = await self._one(
                 "insert into dialogue_plays (thread_id, run_id, worker, job_id, started_at) "
-                "values (%s, %s, %s, %s, clock_timestamp()) returning id, started_at", [thread_id, run_id, self.worker, job_id])
+                "values (%s, %s, %s, %s, clock_timestamp()) returning id, started_at",
+                [thread_id, run_id, self.worker, job_id],
+            )
             if now_on != connection:  # lost between taking the lock and recording the play
                 self._lost.append((play.id, "lock lost", play.held_at))
                 raise LockLost(f"the lock of {thread_id} went with its connection")
@@ -93,7 +95,9 @@ class DialogueClaims:
                 yield play
             except BaseException as exc:
                 stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-                play.outcome = play.outcome or ("stopped" if stopped else "lock lost" if is_store_outage(exc) else "error")
+                play.outcome = play.outcome or (
+                    "stopped" if stopped else "lock lost" if is_store_outage(exc) else "error"
+                )
                 raise
             finally:
                 await self._end(play)
@@ -120,9 +124,13 @@ class DialogueClaims:
             try:
                 _, connection = await self._one(
                     "update dialogue_plays set ended_at = clock_timestamp(), outcome = %s where id = %s returning id",
-                    [play.outcome or "unknown", play.id], reconnect=False)
+                    [play.outcome or "unknown", play.id],
+                    reconnect=False,
+                )
                 if connection == play.connection:
-                    await self._one("select pg_advisory_unlock(%s)", [dialogue_lock_key(play.thread_id)], reconnect=False)
+                    await self._one(
+                        "select pg_advisory_unlock(%s)", [dialogue_lock_key(play.thread_id)], reconnect=False
+                    )
                     return
             except psycopg.Error:
                 pass
@@ -139,8 +147,9 @@ class DialogueClaims:
                 if not reconnect and self._conn is not None:
                     raise psycopg.OperationalError("the claims connection was lost")
                 try:
-                    self._conn = await psycopg.AsyncConnection.connect(self.url.url, autocommit=True,
-                                                                       connect_timeout=CONNECT_TIMEOUT_S)
+                    self._conn = await psycopg.AsyncConnection.connect(
+                        self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    )
                 except psycopg.OperationalError:
                     if self._connection == 0:
                         raise unreachable(self.url) from None
@@ -159,7 +168,9 @@ class DialogueClaims:
         owned = [p.id for p in self._plays.values() if p.id] + [play_id for play_id, *_ in self._lost]
         await self._conn.execute(  # type: ignore[union-attr]
             "update dialogue_plays set ended_at = started_at, outcome = 'lock lost' "
-            "where worker = %s and ended_at is null and not (id = any(%s))", [self.worker, owned])
+            "where worker = %s and ended_at is null and not (id = any(%s))",
+            [self.worker, owned],
+        )
 
     async def _close_lost(self) -> None:
         """Close the rows of plays whose lock went with a lost connection (on the new connection, lock held)."""
@@ -167,8 +178,9 @@ class DialogueClaims:
             play_id, outcome, held_at = self._lost[0]
             await self._conn.execute(  # type: ignore[union-attr]
                 "update dialogue_plays set ended_at = coalesce(%s, started_at), outcome = %s where id = %s and "
-                    "ended_at is null",
-                [held_at, outcome, play_id])
+                "ended_at is null",
+                [held_at, outcome, play_id],
+            )
             self._lost.pop(0)
 
     async def close(self) -> None:

@@ -88,15 +88,23 @@ class PgTable:
     def rows(self) -> Iterator[dict[str, Any]]:
         return self.rows_where()
 
-    def rows_where(self, where: str | None = None, where_args: Any = None, *, order_by: str | None = None) -> Iterator[dict[str, Any]]:
-        sql = f'select * from "{self.name}"' + (f" where {where}" if where else "") + (f" order by {order_by}" if order_by else "")
+    def rows_where(
+        self, where: str | None = None, where_args: Any = None, *, order_by: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        sql = (
+            f'select * from "{self.name}"'
+            + (f" where {where}" if where else "")
+            + (f" order by {order_by}" if order_by else "")
+        )
         return iter(self.db.query(sql, where_args or ()))
 
     def insert(self, record: dict[str, Any], *, pk: Any = None, ignore: bool = False) -> PgTable:
         """Insert one row; with ``ignore`` an existing row with the same key is kept."""
         columns = list(record)
-        sql = (f'insert into "{self.name}" ({", ".join(f"{_q(c)}" for c in columns)}) '
-               f'values ({", ".join("%s" for _ in columns)})' + (" on conflict do nothing" if ignore else ""))
+        sql = (
+            f'insert into "{self.name}" ({", ".join(f"{_q(c)}" for c in columns)}) '
+            f"values ({', '.join('%s' for _ in columns)})" + (" on conflict do nothing" if ignore else "")
+        )
         self.db.execute_native(sql, [_jsonify(v) for v in record.values()])
         return self
 
@@ -105,9 +113,12 @@ class PgTable:
         keys = (pk,) if isinstance(pk, str) else tuple(pk)
         columns = list(record)
         updates = ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in columns if c not in keys)
-        sql = (f'insert into "{self.name}" ({", ".join(_q(c) for c in columns)}) values '
-            f'({", ".join("%s" for _ in columns)}) '
-               f'on conflict ({", ".join(_q(k) for k in keys)}) ' + (f"do update set {updates}" if updates else "do nothing"))
+        sql = (
+            f'insert into "{self.name}" ({", ".join(_q(c) for c in columns)}) values '
+            f"({', '.join('%s' for _ in columns)}) "
+            f"on conflict ({', '.join(_q(k) for k in keys)}) "
+            + (f"do update set {updates}" if updates else "do nothing")
+        )
         self.db.execute_native(sql, [_jsonify(v) for v in record.values()])
         return self
 
@@ -115,7 +126,9 @@ class PgTable:
         """Set columns of the row whose (one-column) primary key is ``pk_value``."""
         key = self.db.primary_key(self.name)
         sets = ", ".join(f"{_q(c)} = %s" for c in updates)
-        self.db.execute_native(f'update "{self.name}" set {sets} where {_q(key)} = %s', [*map(_jsonify, updates.values()), pk_value])
+        self.db.execute_native(
+            f'update "{self.name}" set {sets} where {_q(key)} = %s', [*map(_jsonify, updates.values()), pk_value]
+        )
         return self
 
 
@@ -146,7 +159,11 @@ class PgDatabase:
         import psycopg
 
         return psycopg.connect(
-            self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None, **self._options  # type: ignore[arg-type]
+            self.url.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            prepare_threshold=None,
+            **self._options,  # type: ignore[arg-type]
         )
 
     def _live(self) -> Any:
@@ -185,21 +202,32 @@ class PgDatabase:
         return iter([dict(zip(names, row)) for row in cursor.fetchall()])
 
     def table_names(self) -> list[str]:
-        return [r[0] for r in self.execute_native(
-            "select tablename from pg_tables where schemaname = current_schema() order by tablename").fetchall()]
+        return [
+            r[0]
+            for r in self.execute_native(
+                "select tablename from pg_tables where schemaname = current_schema() order by tablename"
+            ).fetchall()
+        ]
 
     def columns(self, table: str) -> list[str]:
         """A table's column names in order (empty when it does not exist)."""
-        return [r[0] for r in self.execute_native(
-            "select column_name from information_schema.columns where table_schema = current_schema() "
-            "and table_name = %s order by ordinal_position", [table]).fetchall()]
+        return [
+            r[0]
+            for r in self.execute_native(
+                "select column_name from information_schema.columns where table_schema = current_schema() "
+                "and table_name = %s order by ordinal_position",
+                [table],
+            ).fetchall()
+        ]
 
     def primary_key(self, table: str) -> str:
         if table not in self._pks:
             rows = self.execute_native(
                 "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = "
-                    "any(i.indkey) "
-                "where i.indrelid = %s::regclass and i.indisprimary", [table]).fetchall()
+                "any(i.indkey) "
+                "where i.indrelid = %s::regclass and i.indisprimary",
+                [table],
+            ).fetchall()
             if len(rows) != 1:
                 raise StoreError(f"table {table} has no one-column primary key to update by")
             self._pks[table] = rows[0][0]

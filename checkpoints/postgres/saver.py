@@ -114,13 +114,17 @@ async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
     ``CREATE INDEX CONCURRENTLY``, which waits for every open transaction, and a waiting
     ``pg_advisory_lock`` is one, so the two would wait for each other for ever.
     """
-    async with await psycopg.AsyncConnection.connect(url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as lock:
+    async with await psycopg.AsyncConnection.connect(
+        url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+    ) as lock:
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + SETUP_WAIT_S, 0.01
         while not (await (await lock.execute("SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK)).fetchone())[0]:  # type: ignore[index]
             if loop.time() > deadline:
-                raise StoreError(f"PostgreSQL at {url}: another process has been setting up the checkpoint tables "
-                                 f"for over {SETUP_WAIT_S:g} s: check for a stuck process")
+                raise StoreError(
+                    f"PostgreSQL at {url}: another process has been setting up the checkpoint tables "
+                    f"for over {SETUP_WAIT_S:g} s: check for a stuck process"
+                )
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
         try:
@@ -130,20 +134,31 @@ async def setup_once(saver: AsyncPostgresSaver, url: PostgresURL) -> None:
 
 
 @asynccontextmanager
-async def open_postgres_saver(url: PostgresURL, *, max_connections: int = 2,
-                              outage: StoreOutage | None = None) -> AsyncIterator[PostgresDialogueSaver]:
+async def open_postgres_saver(
+    url: PostgresURL, *, max_connections: int = 2, outage: StoreOutage | None = None
+) -> AsyncIterator[PostgresDialogueSaver]:
     """A :class:`PostgresDialogueSaver` on ``url`` with a pool of its own, set up; the pool closes on exit.
     ``outage``: the process's store outage, whose budget bounds every wait for a connection (:class:`OutagePool`)."""
     # check: a connection the server dropped (a restart) is replaced before use, not handed to the saver.
-    pool = OutagePool(url.url, min_size=1, max_size=max_connections, kwargs=dict(CONNECTION_KWARGS),
-                      open=False, timeout=CONNECT_TIMEOUT_S, name="dymt-checkpoints",
-                      check=AsyncConnectionPool.check_connection, reconnect_timeout=RECONNECT_TIMEOUT_S)
+    pool = OutagePool(
+        url.url,
+        min_size=1,
+        max_size=max_connections,
+        kwargs=dict(CONNECTION_KWARGS),
+        open=False,
+        timeout=CONNECT_TIMEOUT_S,
+        name="dymt-checkpoints",
+        check=AsyncConnectionPool.check_connection,
+        reconnect_timeout=RECONNECT_TIMEOUT_S,
+    )
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
     except PoolTimeout:
         await pool.close()
-        raise StoreError(f"cannot connect to PostgreSQL at {url} within {CONNECT_TIMEOUT_S:g} s: "
-                         "check the server, the URL and ~/.pgpass or PGPASSWORD") from None
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {url} within {CONNECT_TIMEOUT_S:g} s: "
+            "check the server, the URL and ~/.pgpass or PGPASSWORD"
+        ) from None
     if outage is not None:
         pool.close_when_exceeded(outage)
     try:

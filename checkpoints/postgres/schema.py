@@ -94,9 +94,12 @@ alter table turns add column if not exists non_reply text;
 """
 
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
-PG_MIGRATIONS: dict[str, str] = {"pg001_schema": PG001_SCHEMA, "pg002_plays": PG002_PLAYS,
-                                 "pg003_validation_counts": PG003_VALIDATION_COUNTS,
-                                 "pg004_turn_non_reply": PG004_TURN_NON_REPLY}
+PG_MIGRATIONS: dict[str, str] = {
+    "pg001_schema": PG001_SCHEMA,
+    "pg002_plays": PG002_PLAYS,
+    "pg003_validation_counts": PG003_VALIDATION_COUNTS,
+    "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
+}
 
 
 def ensure_schema(db: PgDatabase) -> None:
@@ -116,8 +119,9 @@ def ensure_schema(db: PgDatabase) -> None:
         for name, ddl in PG_MIGRATIONS.items():
             if name not in applied:
                 db.execute_native(ddl)
-                db.execute_native("insert into _migrations (name, applied_at) values (%s, %s)",
-                                  [name, datetime.now(UTC).isoformat()])
+                db.execute_native(
+                    "insert into _migrations (name, applied_at) values (%s, %s)", [name, datetime.now(UTC).isoformat()]
+                )
     except BaseException:
         db.execute_native("ROLLBACK")
         raise
@@ -128,8 +132,10 @@ def check_known(applied: set[str]) -> None:
     """Refuse a database with schema versions this code does not know (a newer DyMT-ESB set it up)."""
     unknown = sorted(applied - set(PG_MIGRATIONS))
     if unknown:
-        raise SchemaTooNewError(f"PostgreSQL database has schema migration {unknown[-1]}, newer than this DyMT-ESB: "
-                                "upgrade DyMT-ESB or use another --db")
+        raise SchemaTooNewError(
+            f"PostgreSQL database has schema migration {unknown[-1]}, newer than this DyMT-ESB: "
+            "upgrade DyMT-ESB or use another --db"
+        )
 
 
 def pending(db: PgDatabase) -> list[str]:

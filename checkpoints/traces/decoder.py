@@ -60,7 +60,9 @@ class TraceDecoder:
                     self._states.append(self._unwalk(record["state"]))
             elif kind == "r":
                 row = self._run(record)
-                own[row["id"]] = (None, record["do"]) if record.get("do") else (row["parent_run_id"], row["dotted_order"])
+                own[row["id"]] = (
+                    (None, record["do"]) if record.get("do") else (row["parent_run_id"], row["dotted_order"])
+                )
                 runs.append(row)
                 for route in record.get("rr") or ():
                     sub = self._route(route, row)
@@ -83,14 +85,16 @@ class TraceDecoder:
 
     def _run(self, record: dict[str, Any]) -> dict[str, Any]:
         run_id, parent = record["id"], record.get("p")
-        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        base = self._base_time or dt.datetime.now(dt.UTC)
         start_us, end_us = record["t"]
         start = base + dt.timedelta(microseconds=start_us)
         end = None if end_us is None else base + dt.timedelta(microseconds=end_us)
         dotted = dotted_time(start) + run_id  # this run's own part: joined to its parent's in decode()
         reference = self._seen[record["mr"]] if 0 <= record.get("mr", -1) < len(self._seen) else None
         missing = set(record.get("mx") or ())
-        metadata = {k: v for k, v in (self._base_metadata if reference is None else reference[0]).items() if k not in missing}
+        metadata = {
+            k: v for k, v in (self._base_metadata if reference is None else reference[0]).items() if k not in missing
+        }
         metadata.update(self._unwalk(record.get("md") or {}))
         turn, role = record.get("turn"), record.get("role")
         metadata.update(turn_index=turn, role=role)
@@ -142,7 +146,7 @@ class TraceDecoder:
 
     def _route(self, route: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
         """A router's run from its node's record: the node's place and metadata, its own id, times, input and choice."""
-        base = self._base_time or dt.datetime.now(dt.timezone.utc)
+        base = self._base_time or dt.datetime.now(dt.UTC)
         start = base + dt.timedelta(microseconds=route["t"][0])
         end = base + dt.timedelta(microseconds=route["t"][1])
         error = route.get("e")
@@ -160,7 +164,10 @@ class TraceDecoder:
             "inputs": self._value(route.get("in")),
             "outputs": {"output": self._unwalk(route["o"])} if "o" in route else {},
             "error": error,
-            "prompt_tokens": None, "completion_tokens": None, "total_tokens": None, "model": None,
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "total_tokens": None,
+            "model": None,
             "metadata": _copy(node["metadata"]),
             "tags": route.get("tags") or [],
             "extra": {},
@@ -240,7 +247,11 @@ def token_usage(outputs: Mapping[str, Any] | None) -> dict[str, int]:
                         totals[key] = totals.get(key, 0) + usage[key]
     if not totals:  # older integrations report usage only in llm_output
         usage = (outputs.get("llm_output") or {}).get("token_usage") or {}
-        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("total_tokens", "total_tokens")):
+        for ours, theirs in (
+            ("input_tokens", "prompt_tokens"),
+            ("output_tokens", "completion_tokens"),
+            ("total_tokens", "total_tokens"),
+        ):
             if isinstance(usage.get(theirs), int):
                 totals[ours] = usage[theirs]
     if "total_tokens" not in totals and ("input_tokens" in totals or "output_tokens" in totals):

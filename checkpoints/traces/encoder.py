@@ -11,7 +11,15 @@ from typing import Any
 import orjson
 
 from checkpoints.traces.format import (
-    FORMAT, KEEP_STATES, MARKER_SET, MIN_INTERN, SPLIT_MIN, Fold, branch_of, dotted_time, text_or_none,
+    FORMAT,
+    KEEP_STATES,
+    MARKER_SET,
+    MIN_INTERN,
+    SPLIT_MIN,
+    Fold,
+    branch_of,
+    dotted_time,
+    text_or_none,
 )
 from checkpoints.traces.lc_dump import message_dict
 
@@ -33,8 +41,15 @@ class TraceEncoder:
     graph's reducers do; ``redact(line)`` removes secrets from one JSON line.
     """
 
-    def __init__(self, trace_id: str, *, fold: Fold, redact: Callable[[str], str], redact_text: Callable[[str], str],
-                 default: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        trace_id: str,
+        *,
+        fold: Fold,
+        redact: Callable[[str], str],
+        redact_text: Callable[[str], str],
+        default: Callable[[Any], Any],
+    ) -> None:
         self.trace_id = trace_id
         self._fold = fold
         self._redact = redact
@@ -43,8 +58,9 @@ class TraceEncoder:
         # json.dumps(record, ensure_ascii=False, default=default, skipkeys=True), the encoder built once; records
         # are trees (no cycles), so the check for cycles is skipped (a cycle still fails, as RecursionError).
         # It writes what orjson refuses (a key that is not a string, an int beyond 64 bits, nesting deeper than 254).
-        self._json_dumps = json.JSONEncoder(ensure_ascii=False, default=default, skipkeys=True,
-                                            check_circular=False, separators=(",", ":")).encode
+        self._json_dumps = json.JSONEncoder(
+            ensure_ascii=False, default=default, skipkeys=True, check_circular=False, separators=(",", ":")
+        ).encode
 
         def orjson_default(value: Any) -> Any:
             # float subclasses (numpy's float64) are numbers to json.dumps, not a repr
@@ -57,7 +73,9 @@ class TraceEncoder:
         # id(message) → (the message, its content, its number): a prompt's history is the same objects every turn
         self._message_objects: dict[int, tuple[Any, Any, int]] = {}
         self._runs = 0  # run records written: a run's ordinal is its place among them
-        self._seen: dict[str, tuple[int, Mapping[str, Any], Any, Any]] = {}  # run id → (ordinal, metadata, extra, outputs)
+        self._seen: dict[
+            str, tuple[int, Mapping[str, Any], Any, Any]
+        ] = {}  # run id → (ordinal, metadata, extra, outputs)
         self._last_of: dict[tuple[Any, Any], str] = {}  # (name, node) → id of the last such run
         self._states: list[tuple[int, Any]] = []  # (index, state), newest last; at most KEEP_STATES
         self._state_count = 0
@@ -66,8 +84,14 @@ class TraceEncoder:
         self._base_metadata: dict[str, Any] = {}
         self.seq = 0
         self.summary: dict[str, Any] = {
-            "trace_id": trace_id, "model_calls": 0, "prompt_tokens": None, "completion_tokens": None, "errors": 0,
-            "first_turn": None, "last_turn": None, "status": "unfinished",
+            "trace_id": trace_id,
+            "model_calls": 0,
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "errors": 0,
+            "first_turn": None,
+            "last_turn": None,
+            "status": "unfinished",
         }
 
     # --- records ---------------------------------------------------------------------------
@@ -76,13 +100,20 @@ class TraceEncoder:
         """The trace's first record: start time, base metadata and (a new dialogue's) input state."""
         self._base_time = start_time
         self._base_metadata = dict(metadata)
-        record: dict[str, Any] = {"k": "s", "fv": FORMAT, "t0": start_time.isoformat(), "md": self._walk(self._base_metadata)}
+        record: dict[str, Any] = {
+            "k": "s",
+            "fv": FORMAT,
+            "t0": start_time.isoformat(),
+            "md": self._walk(self._base_metadata),
+        }
         if isinstance(state, dict):
             record["state"] = self._walk(state)
             self._remember(state)
         self.summary.update(
-            start_time=start_time.isoformat(), run_id=text_or_none(metadata.get("run_id")),
-            thread_id=text_or_none(metadata.get("thread_id")), branch_id=branch_of(metadata),
+            start_time=start_time.isoformat(),
+            run_id=text_or_none(metadata.get("run_id")),
+            thread_id=text_or_none(metadata.get("thread_id")),
+            branch_id=branch_of(metadata),
         )
         return record
 
@@ -152,8 +183,12 @@ class TraceEncoder:
         run_id, name, inputs, choice, started, ended, tags, error = route
         base = self._base_time or start
         found = self._match(inputs)
-        entry = {"id": run_id, "n": name, "t": [_micros(started - base), _micros(ended - base)],
-                 "in": {"$state": found[0]} if found is not None else self._walk(inputs)}
+        entry = {
+            "id": run_id,
+            "n": name,
+            "t": [_micros(started - base), _micros(ended - base)],
+            "in": {"$state": found[0]} if found is not None else self._walk(inputs),
+        }
         if error is None:
             entry["o"] = self._walk(choice)
         else:  # no output, as a traced run that raised has none
@@ -191,13 +226,19 @@ class TraceEncoder:
 
     def summary_row(self) -> dict[str, Any]:
         """The trace's row in ``trace_index`` (text fields redacted)."""
-        return {k: self._redact_text(v) if isinstance(v, str) and k not in ("trace_id", "start_time", "end_time", "status") else v
-                for k, v in self.summary.items()}
+        return {
+            k: self._redact_text(v)
+            if isinstance(v, str) and k not in ("trace_id", "start_time", "end_time", "status")
+            else v
+            for k, v in self.summary.items()
+        }
 
     def finish_root(self, row: Mapping[str, Any]) -> None:
         end = row["end_time"]
         self.summary.update(
-            end_time=end.isoformat() if end else None, latency=row["latency"], name=row["name"],
+            end_time=end.isoformat() if end else None,
+            latency=row["latency"],
+            name=row["name"],
             status="error" if row["error"] else "success",
         )
 
@@ -260,7 +301,10 @@ class TraceEncoder:
             return {"$m": known[2]}
         try:
             # a field's value by its text (a string is its own; three items keep the two kinds apart)
-            key = (type(message), tuple((k, v) if type(v) is str else (k, repr(v), 0) for k, v in vars(message).items()))
+            key = (
+                type(message),
+                tuple((k, v) if type(v) is str else (k, repr(v), 0) for k, v in vars(message).items()),
+            )
         except TypeError:
             key = None
         if key is not None:

@@ -45,7 +45,6 @@ The writer is :mod:`checkpoints.traces.encoder` (with :mod:`checkpoints.traces.l
 at a fraction of its cost), the reader :mod:`checkpoints.traces.decoder`; this module holds what both share.
 """
 
-
 from __future__ import annotations
 
 import datetime as dt
@@ -68,7 +67,14 @@ def dotted_time(start: dt.datetime) -> str:
     if start.year < 1000:  # strftime does not pad such years: keep its exact text
         return start.strftime("%Y%m%dT%H%M%S%fZ")
     return "%04d%02d%02dT%02d%02d%02d%06dZ" % (
-        start.year, start.month, start.day, start.hour, start.minute, start.second, start.microsecond)
+        start.year,
+        start.month,
+        start.day,
+        start.hour,
+        start.minute,
+        start.second,
+        start.microsecond,
+    )
 
 
 def text_or_none(value: Any) -> str | None:
@@ -82,5 +88,8 @@ def branch_of(metadata: Mapping[str, Any]) -> str | None:
 
 
 def is_patch(value: Any) -> bool:
-    return (isinstance(value, dict) and 0 < len(value) <= 2
-            and (("$p" in value and (len(value) == 1 or "$x" in value)) or ("$pl" in value and len(value) == 1)))
+    return (
+        isinstance(value, dict)
+        and 0 < len(value) <= 2
+        and (("$p" in value and (len(value) == 1 or "$x" in value)) or ("$pl" in value and len(value) == 1))
+    )

@@ -37,7 +37,9 @@ class _Plan:
 
     __slots__ = ("id", "fields", "attributes")
 
-    def __init__(self, lc_id: list[str], fields: dict[str, tuple[bool, bool, Any]], attributes: list[type | None]) -> None:
+    def __init__(
+        self, lc_id: list[str], fields: dict[str, tuple[bool, bool, Any]], attributes: list[type | None]
+    ) -> None:
         self.id = lc_id
         # field name → (required, excluded, what its default makes of a falsy value: _NONE, dict, list or None)
         self.fields = fields
@@ -75,14 +77,16 @@ def _plan_of(kind: type) -> _Plan | None:
     attributes: list[type | None] = []
     seen: set[type] = set()
     for level in levels:
-        after = mro if level is None else mro[mro.index(level) + 1:]
+        after = mro if level is None else mro[mro.index(level) + 1 :]
         owner = next(c for c in after if "lc_attributes" in vars(c))
         if owner is not Serializable and owner not in seen:
             seen.add(owner)
             attributes.append(level)
     try:
-        fields = {name: (field.is_required(), bool(field.exclude), _empty_default(field))
-                  for name, field in kind.model_fields.items()}
+        fields = {
+            name: (field.is_required(), bool(field.exclude), _empty_default(field))
+            for name, field in kind.model_fields.items()
+        }
         return _Plan(list(kind.lc_id()), fields, attributes)
     except Exception:  # noqa: BLE001 - an unusual class: dumpd knows best
         return None

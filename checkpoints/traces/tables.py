@@ -33,14 +33,40 @@ class TraceStore(Protocol):
 
     def transaction(self) -> Any: ...
 
+
 # ("start", fields) | ("run", row, is_node) | ("feedback", fields): what a tracer hands to the writer thread.
 TraceItem = tuple[Any, ...]
 # The columns of trace_runs (migration m010); the tracer's rows have exactly these keys, JSON ones as text.
 RUN_COLUMNS = (
-    "id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "status", "start_time", "end_time",
-    "latency", "inputs", "outputs", "error", "prompt_tokens", "completion_tokens", "total_tokens", "model",
-    "run_id", "thread_id", "checkpoint_id", "checkpoint_ns", "branch_id", "turn", "role", "node", "step",
-    "metadata", "tags", "extra",
+    "id",
+    "trace_id",
+    "parent_run_id",
+    "dotted_order",
+    "run_type",
+    "name",
+    "status",
+    "start_time",
+    "end_time",
+    "latency",
+    "inputs",
+    "outputs",
+    "error",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "model",
+    "run_id",
+    "thread_id",
+    "checkpoint_id",
+    "checkpoint_ns",
+    "branch_id",
+    "turn",
+    "role",
+    "node",
+    "step",
+    "metadata",
+    "tags",
+    "extra",
 )
 RUN_JSON_COLUMNS = ("inputs", "outputs", "metadata", "tags", "extra")
 _FEEDBACK_NAMESPACE = uuid.UUID("6f1d0b53-2f6c-4b1e-9a43-3c3c7e0f6a10")
@@ -53,8 +79,21 @@ class TraceNotFoundError(LookupError):
 # --- writing (on the store's worker thread) ----------------------------------------------
 
 INDEX_COLUMNS = (
-    "trace_id", "run_id", "thread_id", "branch_id", "name", "start_time", "end_time", "latency", "status",
-    "model_calls", "prompt_tokens", "completion_tokens", "errors", "first_turn", "last_turn",
+    "trace_id",
+    "run_id",
+    "thread_id",
+    "branch_id",
+    "name",
+    "start_time",
+    "end_time",
+    "latency",
+    "status",
+    "model_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "errors",
+    "first_turn",
+    "last_turn",
 )
 # Upserts both SQLite and PostgreSQL read: a retried batch rewrites its chunk and the trace's summary.
 _UPSERT_INDEX = (
@@ -63,12 +102,18 @@ _UPSERT_INDEX = (
 )
 _UPSERT_CHUNK = (
     "insert into trace_chunks (trace_id, seq, data) values (?, ?, ?) on conflict (trace_id, seq) do update set data = "
-        "excluded.data"
+    "excluded.data"
 )
 
 
-def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False, *,
-                      through: Callable[[Callable[[], None]], None] | None = None) -> None:
+def write_trace_batch(
+    store: TraceStore,
+    encoder: TraceEncoder,
+    items: Sequence[TraceItem],
+    final: bool = False,
+    *,
+    through: Callable[[Callable[[], None]], None] | None = None,
+) -> None:
     """Encode one tracer batch as the trace's next chunk and store it with the trace's summary, in one transaction.
 
     ``through(save)`` runs the transaction (a store outage waits and saves again); the batch is encoded once, as the
@@ -82,8 +127,10 @@ def write_trace_batch(store: TraceStore, encoder: TraceEncoder, items: Sequence[
         if kind == "start":
             records.append(encoder.start(**fields))
     # The graph's own run last: its outputs are the state after every node of the batch.
-    runs = sorted((item for item in items if item[0] == "run"),
-                  key=lambda item: (item[1]["id"] == item[1]["trace_id"], item[1]["dotted_order"]))
+    runs = sorted(
+        (item for item in items if item[0] == "run"),
+        key=lambda item: (item[1]["id"] == item[1]["trace_id"], item[1]["dotted_order"]),
+    )
     for _, row, is_node in runs:
         records.append(encoder.run(row, is_node=is_node))
         if row["id"] == row["trace_id"]:
@@ -119,7 +166,9 @@ def _has_streams(db: sqlite_utils.Database) -> bool:
     return db["trace_index"].exists()
 
 
-def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_id: str | None = None) -> list[dict[str, Any]]:
+def list_traces(
+    db: sqlite_utils.Database, *, run_id: str | None = None, thread_id: str | None = None
+) -> list[dict[str, Any]]:
     """One row per trace (graph invocation): thread, times, status, model calls, tokens, errors, turns."""
     where, params = [], []
     if run_id is not None:
@@ -154,8 +203,12 @@ def list_traces(db: sqlite_utils.Database, *, run_id: str | None = None, thread_
 
 
 def _thread_traces(db: sqlite_utils.Database, thread_id: str) -> list[str]:
-    rows = list(db.query(
-        "select trace_id, min(start_time) as start from trace_runs where thread_id = ? group by trace_id", [thread_id]))
+    rows = list(
+        db.query(
+            "select trace_id, min(start_time) as start from trace_runs where thread_id = ? group by trace_id",
+            [thread_id],
+        )
+    )
     if _has_streams(db):
         rows += list(db.query("select trace_id, start_time as start from trace_index where thread_id = ?", [thread_id]))
     return [r["trace_id"] for r in sorted(rows, key=lambda r: r["start"] or "")]
@@ -168,19 +221,26 @@ def resolve(db: sqlite_utils.Database, ident: str) -> tuple[str, list[str]]:
     if traces:
         return "thread", traces
     low = ident.lower()
-    matches = {r["trace_id"] for r in db.query(
-        "select distinct trace_id from trace_runs where trace_id >= ? and trace_id < ? || '~'", [low, low]
-    )}
+    matches = {
+        r["trace_id"]
+        for r in db.query(
+            "select distinct trace_id from trace_runs where trace_id >= ? and trace_id < ? || '~'", [low, low]
+        )
+    }
     if _has_streams(db):
-        matches |= {r["trace_id"] for r in db.query(
-            "select trace_id from trace_index where trace_id >= ? and trace_id < ? || '~'", [low, low])}
+        matches |= {
+            r["trace_id"]
+            for r in db.query(
+                "select trace_id from trace_index where trace_id >= ? and trace_id < ? || '~'", [low, low]
+            )
+        }
     if len(matches) == 1:
         return "trace", sorted(matches)
     if len(matches) > 1:
         ordered = sorted(matches)
         raise TraceNotFoundError(
             f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): "
-                "give more characters"
+            "give more characters"
         )
     run = db.execute("select trace_id from trace_runs where id = ?", [low]).fetchone()
     if run:
@@ -308,9 +368,14 @@ def _stream_feedback(db: sqlite_utils.Database, trace_ids: list[str]) -> list[di
     if not _has_streams(db):
         return []
     marks = ",".join("?" for _ in trace_ids)
-    threads = [r[0] for r in db.execute(
-        f"select distinct thread_id from trace_index where trace_id in ({marks}) "
-        f"union select distinct thread_id from trace_runs where trace_id in ({marks})", [*trace_ids, *trace_ids])]
+    threads = [
+        r[0]
+        for r in db.execute(
+            f"select distinct thread_id from trace_index where trace_id in ({marks}) "
+            f"union select distinct thread_id from trace_runs where trace_id in ({marks})",
+            [*trace_ids, *trace_ids],
+        )
+    ]
     wanted = set(trace_ids)
     out = []
     for thread_id in threads:

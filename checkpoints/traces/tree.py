@@ -108,7 +108,9 @@ def only_turn(tree: TraceNode, turn: int) -> TraceNode:
         graphs = [only_turn(g, turn) for g in tree.children]
         return TraceNode(kind="thread", name=tree.name, children=[g for g in graphs if g.children])
     kept = [c for c in tree.children if c.kind == "turn" and c.turn == turn]
-    return TraceNode(kind=tree.kind, name=tree.name, run=tree.run, turn=tree.turn, children=kept, feedback=tree.feedback)
+    return TraceNode(
+        kind=tree.kind, name=tree.name, run=tree.run, turn=tree.turn, children=kept, feedback=tree.feedback
+    )
 
 
 def _kind(run: dict[str, Any]) -> str:
@@ -196,7 +198,10 @@ def langsmith_feedback(feedback: dict[str, list[dict[str, Any]]]) -> list[dict[s
             "comment": f["comment"],
             "created_at": f["created_at"],
             "modified_at": f["created_at"],
-            "feedback_source": {"type": "model", "metadata": {**f["extra"], "judge_run_id": f["source_run_id"], "turn": f["turn"]}},
+            "feedback_source": {
+                "type": "model",
+                "metadata": {**f["extra"], "judge_run_id": f["source_run_id"], "turn": f["turn"]},
+            },
         }
         for on_run in feedback.values()
         for f in on_run

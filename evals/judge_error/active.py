@@ -45,8 +45,24 @@ import numpy as np
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["ACTIVE", "DIFFERENCE_AIMS", "FALLBACK_SHARE", "cell_dialogues", "draw_for_difference", "MIN_PER_STRATUM", "falls_back", "Pick", "Stratum", "allocate", "design_validation", "describe_pick",
-           "draw_active", "parse_pick", "spread", "strata_of"]
+__all__ = [
+    "ACTIVE",
+    "DIFFERENCE_AIMS",
+    "FALLBACK_SHARE",
+    "cell_dialogues",
+    "draw_for_difference",
+    "MIN_PER_STRATUM",
+    "falls_back",
+    "Pick",
+    "Stratum",
+    "allocate",
+    "design_validation",
+    "describe_pick",
+    "draw_active",
+    "parse_pick",
+    "spread",
+    "strata_of",
+]
 
 ACTIVE = "active"
 MIN_PER_STRATUM = 2
@@ -116,8 +132,9 @@ def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
 AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
 
 
-def _share_biased(s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
-                  prior: Mapping[int, float] | None = None) -> float:
+def _share_biased(
+    s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, prior: Mapping[int, float] | None = None
+) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
     (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
     mine = (known or {}).get(s.cell) or {}
@@ -138,8 +155,13 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
     return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
 
 
-def spread(strata: Sequence[Stratum], known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None, *,
-           aims: Mapping[str, float] | None = None, dialogues: Mapping[Any, int] | None = None) -> list[float]:
+def spread(
+    strata: Sequence[Stratum],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    *,
+    aims: Mapping[str, float] | None = None,
+    dialogues: Mapping[Any, int] | None = None,
+) -> list[float]:
     """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
@@ -175,7 +197,9 @@ def spread(strata: Sequence[Stratum], known: Mapping[Any, Mapping[tuple[int, int
     return [float(x) for x in np.sqrt(total)]
 
 
-def allocate(sizes: Sequence[int], spreads: Sequence[float], budget: int, *, minimum: int = MIN_PER_STRATUM) -> list[int]:
+def allocate(
+    sizes: Sequence[int], spreads: Sequence[float], budget: int, *, minimum: int = MIN_PER_STRATUM
+) -> list[int]:
     """Neyman allocation ``n_h ∝ N_h S_h`` of ``budget`` picks, each stratum at least ``min(minimum, N_h)``, at most
     ``N_h``.
 
@@ -231,9 +255,14 @@ class Pick:
     probability: float
 
 
-def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
-                exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
-                spreads: Sequence[float] | None = None) -> list[Pick]:
+def draw_active(
+    strata: Sequence[Stratum],
+    budget: int,
+    *,
+    seed: int = 0,
+    exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
+    spreads: Sequence[float] | None = None,
+) -> list[Pick]:
     """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with
     ``seed``.
 
@@ -241,8 +270,10 @@ def draw_active(strata: Sequence[Stratum], budget: int, *, seed: int = 0,
     allocating, so a further batch is a stratified draw of what is left.
     """
     skip = {cell: set(v) for cell, v in (exclude or {}).items()}
-    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
-            for s in strata]
+    left = [
+        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
+        for s in strata
+    ]
     spreads = list(spreads) if spreads is not None else spread(left)
     n = allocate([s.size for s in left], spreads, budget)
     rng = random.Random(seed)
@@ -269,9 +300,15 @@ def cell_dialogues(strata: Sequence[Stratum]) -> dict[Hashable, int]:
     return {cell: len(v) for cell, v in seen.items()}
 
 
-def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterable[Hashable], *, seed: int = 0,
-                        exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
-                        known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None) -> list[Pick]:
+def draw_for_difference(
+    strata: Sequence[Stratum],
+    budget: int,
+    compared: Iterable[Hashable],
+    *,
+    seed: int = 0,
+    exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+) -> list[Pick]:
     """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired difference.
 
     A difference B − A of cell rates has the variance of both rates (their dialogue parts are independent,
@@ -283,8 +320,11 @@ def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterab
     wanted = set(compared)
     dialogues = cell_dialogues(strata)
     skip = {cell: set(v) for cell, v in (exclude or {}).items()}
-    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
-            for s in strata if s.cell in wanted]
+    left = [
+        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
+        for s in strata
+        if s.cell in wanted
+    ]
     if not left:
         raise ValueError(f"no judged reply in the compared cells {sorted(map(str, wanted))}")
     spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=dialogues)
@@ -294,8 +334,10 @@ def draw_for_difference(strata: Sequence[Stratum], budget: int, compared: Iterab
 def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:
     """The ``draw`` column of an active pick: the design, its stratum and inclusion probability (read back by
     validate)."""
-    return (f"{ACTIVE} seed={seed} stratum={pick.stratum} p={pick.probability:.6g} n={n} of {population} "
-            f"judged turns ({label_set})")
+    return (
+        f"{ACTIVE} seed={seed} stratum={pick.stratum} p={pick.probability:.6g} n={n} of {population} "
+        f"judged turns ({label_set})"
+    )
 
 
 _PICK = re.compile(r"^active seed=(-?\d+) stratum=(\S+) p=([0-9.eE+-]+) ")
@@ -386,13 +428,18 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
     g_spec_pi = np.where(pos, d, -c) * w / max(c + d, 1e-12) ** 2  # dc/dπ = −w (judged biased), dd/dπ = −w (not)
     g_spec_w = np.where(pos, -d, c) * (1 - pi) / max(c + d, 1e-12) ** 2
     cov_w = (np.diag(w) - np.outer(w, w)) / max(total, 1)
-    return (float(g_sens_pi**2 @ var_pi + g_sens_w @ cov_w @ g_sens_w),
-            float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w))
+    return (
+        float(g_sens_pi**2 @ var_pi + g_sens_w @ cov_w @ g_sens_w),
+        float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w),
+    )
 
 
-def planned_variances(cells: Mapping[Any, Sequence[Sequence[Label]]],
-                      known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, extra: int,
-                      point: tuple[float, float] | None = None) -> tuple[float, float]:
+def planned_variances(
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    extra: int,
+    point: tuple[float, float] | None = None,
+) -> tuple[float, float]:
     """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
     design.
 
@@ -404,8 +451,16 @@ def planned_variances(cells: Mapping[Any, Sequence[Sequence[Label]]],
     prior = judged_prior(strata, point) if point is not None else None
     total = sum(s.size for s in strata)
     have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
-    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
-                    s.relevance) for s in strata]
+    left = [
+        Stratum(
+            s.cell,
+            s.judged,
+            s.group,
+            tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
+            s.relevance,
+        )
+        for s in strata
+    ]
     more = allocate([s.size for s in left], spread(left, known), extra) if extra > 0 else [0] * len(strata)
     q = np.array([_share_biased(s, known, prior) for s in strata])
     n = np.maximum(np.array(have) + np.array(more), 1)

@@ -220,7 +220,9 @@ def boundary_tests(y, length, weights, val, full_x, full_loglik):
     if not tests:
         return flat, no_relapse
     rows = np.repeat(np.arange(n_cells), tests)
-    _, loglik = joint_fit(y[rows], length[rows], weights[rows], val[rows], full_x[rows], zero=np.tile(zero, (n_cells, 1)))
+    _, loglik = joint_fit(
+        y[rows], length[rows], weights[rows], val[rows], full_x[rows], zero=np.tile(zero, (n_cells, 1))
+    )
     stat = (2 * (full_loglik[rows] - loglik)).reshape(n_cells, tests)
     for i, (s, t) in enumerate(windows):
         flat[:, s, t] = stat[:, i] <= chibar_critical(t - s)

@@ -24,8 +24,12 @@ class Cell:
     clusters: tuple[Hashable, ...]
 
 
-def encode_cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[Hashable] | None,
-                known: Mapping[tuple[int, int], Label] | None = None) -> Cell:
+def encode_cell(
+    sequences: Sequence[Row],
+    turns: int | None,
+    clusters: Sequence[Hashable] | None,
+    known: Mapping[tuple[int, int], Label] | None = None,
+) -> Cell:
     """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn.
 
     ``known`` maps (dialogue index, turn) to a person's label of that reply: its true label is then
@@ -45,11 +49,20 @@ def encode_cell(sequences: Sequence[Row], turns: int | None, clusters: Sequence[
         y[i, : len(r)] = r
     # A row padded with None past its end (a dialogue that stopped early) has no replies there: its
     # length is its last turn with any label, unparsed included (an unparsed reply exists).
-    length = np.array([max((j + 1 for j, x in enumerate(list(seq)[:width]) if x is not None), default=1)
-                       for seq in sequences], dtype=np.int64)
+    length = np.array(
+        [max((j + 1 for j, x in enumerate(list(seq)[:width]) if x is not None), default=1) for seq in sequences],
+        dtype=np.int64,
+    )
     for (i, turn), label in (known or {}).items():
-        if not (isinstance(i, (int, np.integer)) and 0 <= i < len(rows) and isinstance(turn, (int, np.integer)) and 1 <= turn <= width):
-            raise ValueError(f"known label at {(i, turn)!r} is outside the cell: keys are (dialogue index, turn from 1)")
+        if not (
+            isinstance(i, (int, np.integer))
+            and 0 <= i < len(rows)
+            and isinstance(turn, (int, np.integer))
+            and 1 <= turn <= width
+        ):
+            raise ValueError(
+                f"known label at {(i, turn)!r} is outside the cell: keys are (dialogue index, turn from 1)"
+            )
         truth = code(label)
         if truth != MISSING:
             y[i, turn - 1] = KNOWN_BIASED if truth else KNOWN_NOT

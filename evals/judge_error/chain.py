@@ -27,14 +27,17 @@ def emissions(y, sens, spec):
     simulation suite stacks many data sets this way).
     """
     one, zero = np.ones_like(sens), np.zeros_like(sens)
-    e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(FLOAT)  # (K, 5) indexed by code (evals.judge_error.codes)
+    e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(
+        FLOAT
+    )  # (K, 5) indexed by code (evals.judge_error.codes)
     e0 = np.stack([spec, 1 - spec, one, zero, one], axis=1).astype(FLOAT)
     if y.ndim == 2:
         return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
     k, u, t = y.shape
     flat = y.reshape(k, u * t).astype(np.intp)
     pick = lambda table: np.ascontiguousarray(  # noqa: E731
-        np.take_along_axis(table, flat, axis=1).reshape(k, u, t).transpose(2, 0, 1))
+        np.take_along_axis(table, flat, axis=1).reshape(k, u, t).transpose(2, 0, 1)
+    )
     return pick(e1), pick(e0)
 
 
@@ -48,7 +51,9 @@ def unpack(theta):
     """pi (K, 1) and the per-turn a, b, p, r (K, T) of packed parameters; column 0 of each is unused."""
     k, t_max = len(theta), (theta.shape[1] - 1) // _PARAMS + 1
     pad = np.zeros((k, 1))
-    per_turn = (np.concatenate([pad, theta[:, 1 + i * (t_max - 1):1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(_PARAMS))
+    per_turn = (
+        np.concatenate([pad, theta[:, 1 + i * (t_max - 1) : 1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(_PARAMS)
+    )
     return (theta[:, :1], *per_turn)
 
 
@@ -66,7 +71,7 @@ def forward_backward(theta, e1, e0):
     xn, x1, xp, xr = (1 - pi) * e0[0], pi * e1[0], zero, zero
     for t in range(t_max):
         if t:
-            at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+            at, bt, pt, rt = a[:, t : t + 1], b[:, t : t + 1], p[:, t : t + 1], r[:, t : t + 1]
             qn, q1, qp, qr = fn[t - 1], f1[t - 1], fp[t - 1], fr[t - 1]
             onset, back = qn * at, qr * rt
             xp = q1 * bt
@@ -94,7 +99,7 @@ def forward_backward(theta, e1, e0):
     nn, n1, np_, nr = (np.empty((t_max, k, u), FLOAT) for _ in range(4))
     bn[-1] = b1[-1] = bp[-1] = br[-1] = 1.0
     for t in range(t_max - 1, 0, -1):
-        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
+        at, bt, pt, rt = a[:, t : t + 1], b[:, t : t + 1], p[:, t : t + 1], r[:, t : t + 1]
         inv = 1 / c[t]
         e1c, e0c = e1[t] * inv, e0[t] * inv
         np.multiply(e0c, bn[t], out=nn[t])
@@ -140,7 +145,6 @@ def expected_transitions(weights, reach, forward, terms, a, b, p, r):
     return counts
 
 
-
 def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
@@ -164,16 +168,20 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     first = np.empty((t_max, k, u))
     first[0] = f1[0] * b1[0]
     for t in range(1, t_max):
-        first[t] = fn[t - 1] * a[:, t:t + 1] * e1[t] * b1[t] / c[t]
+        first[t] = fn[t - 1] * a[:, t : t + 1] * e1[t] * b1[t] / c[t]
     first *= reach
     # re-emergence (biased, then not, then biased again = an R -> B1 transition): 1 − P(no R -> B1 |
     # labels), from a forward pass with that transition removed, on the same scale as the full one
     qn, q1, qp, qr = fn[0], f1[0], fp[0], fr[0]
     no_relapse = np.where(at_end[0], qn + q1 + qp + qr, 0.0)
     for t in range(1, t_max):
-        at, bt, pt, rt = a[:, t:t + 1], b[:, t:t + 1], p[:, t:t + 1], r[:, t:t + 1]
-        qn, q1, qp, qr = (qn * (1 - at) * e0[t] / c[t], qn * at * e1[t] / c[t], (q1 * bt + qp * pt) * e1[t] / c[t],
-                          (q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)) * e0[t] / c[t])
+        at, bt, pt, rt = a[:, t : t + 1], b[:, t : t + 1], p[:, t : t + 1], r[:, t : t + 1]
+        qn, q1, qp, qr = (
+            qn * (1 - at) * e0[t] / c[t],
+            qn * at * e1[t] / c[t],
+            (q1 * bt + qp * pt) * e1[t] / c[t],
+            (q1 * (1 - bt) + qp * (1 - pt) + qr * (1 - rt)) * e0[t] / c[t],
+        )
         no_relapse = np.where(at_end[t], qn + q1 + qp + qr, no_relapse)
     re_emergence = np.where(total > 0, np.clip((weights * (1 - no_relapse)).sum(axis=1) / safe, 0, 1), np.nan)
     # first-bias turn among dialogues with bias: the weighted mixture of each dialogue's distribution

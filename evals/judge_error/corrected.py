@@ -33,7 +33,7 @@ ANNOTATION, PAIRS = "annotation", "pairs"
 SHARED_ERROR_NOTE = (
     "Raw differences between two groups judged by the same judge are shrunk toward zero by its error "
     "(both sides share it); the corrected difference removes that shrinkage, with the validation's uncertainty in "
-        "its interval."
+    "its interval."
 )
 
 
@@ -53,18 +53,25 @@ class ChosenValidation:
         """The ``validation`` entry of a ``judge_corrected`` block (None without a validation)."""
         if self.validation is None:
             return None
-        return {**self.validation.as_dict(), "kind": self.kind, "what": self.what, **({"note": self.note} if self.note else {})}
+        return {
+            **self.validation.as_dict(),
+            "kind": self.kind,
+            "what": self.what,
+            **({"note": self.note} if self.note else {}),
+        }
 
 
 def how_to_validate(judge: str | None, run_id: str, db: str | None = None) -> str:
     """The one line for an unvalidated judge: raw numbers only, and the exact commands that validate it."""
     at = f" --db {db}" if db else ""
     judge = judge or "SPEC"
-    return (f"no judge-corrected rates: judge {judge} is unvalidated, so these are raw judge labels; validate it with "
-            f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (labelled pairs, same --judge-prompt), or "
-                "label a "
-            f"random draw of this run: python -m evals.annotate export --run-id {run_id} --design random --sample 200 "
-            f"--out sample.csv{at}, then python -m evals.annotate validate sample.csv --run-id {run_id}{at}")
+    return (
+        f"no judge-corrected rates: judge {judge} is unvalidated, so these are raw judge labels; validate it with "
+        f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (labelled pairs, same --judge-prompt), or "
+        "label a "
+        f"random draw of this run: python -m evals.annotate export --run-id {run_id} --design random --sample 200 "
+        f"--out sample.csv{at}, then python -m evals.annotate validate sample.csv --run-id {run_id}{at}"
+    )
 
 
 def _judge_of(store: StoreQueries, run_id: str, label_set: str) -> dict[str, Any]:
@@ -82,14 +89,24 @@ def _from_pairs(entry: dict[str, Any]) -> ChosenValidation | None:
     if not row:
         return None
     judge, digest = entry.get("judge_model"), (entry.get("prompt_hash") or "")[:12]
-    what = (f"evals.judge on {row.get('file')} ({row.get('n_items')} labelled pairs, "
-        f"{str(row.get('created_at') or '')[:10]})")
+    what = (
+        f"evals.judge on {row.get('file')} ({row.get('n_items')} labelled pairs, "
+        f"{str(row.get('created_at') or '')[:10]})"
+    )
     if any(row.get(k) is None for k in ("tp", "fp", "fn", "tn")):
-        return ChosenValidation(None, PAIRS, what, refusal=(
-            f"no judge-corrected rates: the evals.judge score of {judge} was recorded before its true/false "
+        return ChosenValidation(
+            None,
+            PAIRS,
+            what,
+            refusal=(
+                f"no judge-corrected rates: the evals.judge score of {judge} was recorded before its true/false "
                 "positive counts "
-            f"were kept; score it again: python -m evals.judge {row.get('file')} --judge-model {judge}"))
-    validation = JudgeValidation(source=f"evals.judge:{judge}@{digest}", tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"])
+                f"were kept; score it again: python -m evals.judge {row.get('file')} --judge-model {judge}"
+            ),
+        )
+    validation = JudgeValidation(
+        source=f"evals.judge:{judge}@{digest}", tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"]
+    )
     return ChosenValidation(validation, PAIRS, what, refusal=validation.refusal())
 
 
@@ -99,9 +116,13 @@ def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> Chosen
         return None
     counts, draws = found
     validation = JudgeValidation(source=f"annotate:{run_id}", tp=counts.tp, fp=counts.fp, fn=counts.fn, tn=counts.tn)
-    what = (f"{counts.n} human labels of a random draw of this run's judged turns "
-        f"({'; '.join(draws) or 'draw not recorded'})")
-    return ChosenValidation(validation, ANNOTATION, what, refusal=validation.refusal(), known=human_labels(store, run_id))
+    what = (
+        f"{counts.n} human labels of a random draw of this run's judged turns "
+        f"({'; '.join(draws) or 'draw not recorded'})"
+    )
+    return ChosenValidation(
+        validation, ANNOTATION, what, refusal=validation.refusal(), known=human_labels(store, run_id)
+    )
 
 
 def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> ChosenValidation:
@@ -114,14 +135,24 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
         return own
     if external is not None and external.refusal is None:
         if own is not None:
-            return ChosenValidation(external.validation, external.kind, external.what, None,
-                                    note=f"the run's own human labels were not used: {own.refusal}")
+            return ChosenValidation(
+                external.validation,
+                external.kind,
+                external.what,
+                None,
+                note=f"the run's own human labels were not used: {own.refusal}",
+            )
         return external
     if own is not None:
         return own
     if external is not None:
         return external
-    return ChosenValidation(None, None, "", refusal=how_to_validate(entry.get("judge_model"), run_id, getattr(store, "path", None) and str(store.path)))
+    return ChosenValidation(
+        None,
+        None,
+        "",
+        refusal=how_to_validate(entry.get("judge_model"), run_id, getattr(store, "path", None) and str(store.path)),
+    )
 
 
 # --------------------------------------------------------------------------- blocks
@@ -129,8 +160,14 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 
 def refused_block(chosen: ChosenValidation, reason: str | None = None) -> dict[str, Any]:
     """A ``judge_corrected`` block with no numbers: the raw ones stand alone, and ``refusal`` says why."""
-    return {"per_turn": [], "cumulative": [], "re_emergence": None, "first_bias_turn": None,
-            "validation": chosen.as_dict(), "refusal": reason or chosen.refusal}
+    return {
+        "per_turn": [],
+        "cumulative": [],
+        "re_emergence": None,
+        "first_bias_turn": None,
+        "validation": chosen.as_dict(),
+        "refusal": reason or chosen.refusal,
+    }
 
 
 def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
@@ -138,9 +175,14 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 
 
 def correct_cells(
-    cells: Mapping[Any, Sequence[Sequence[str | None]]], chosen: ChosenValidation, *, turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None, threads: Mapping[Any, Sequence[str]] | None = None,
-    draws: int = DEFAULT_DRAWS, seed: int = 0,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]],
+    chosen: ChosenValidation,
+    *,
+    turns: int | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
+    threads: Mapping[Any, Sequence[str]] | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
 
@@ -165,15 +207,19 @@ def correct_cells(
     return {key: out[key] for key in cells}
 
 
-def _known_in(known: Mapping[tuple[str, int], str], threads: Sequence[str] | None,
-              sequences: Sequence[Sequence[str | None]]) -> dict[tuple[int, int], str]:
+def _known_in(
+    known: Mapping[tuple[str, int], str], threads: Sequence[str] | None, sequences: Sequence[Sequence[str | None]]
+) -> dict[tuple[int, int], str]:
     """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes
     them."""
     if not known or not threads:
         return {}
     index = {thread: i for i, thread in enumerate(threads)}
-    return {(index[thread], turn): label for (thread, turn), label in known.items()
-            if thread in index and 1 <= turn <= len(sequences[index[thread]])}
+    return {
+        (index[thread], turn): label
+        for (thread, turn), label in known.items()
+        if thread in index and 1 <= turn <= len(sequences[index[thread]])
+    }
 
 
 def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str, Any]:
@@ -182,7 +228,9 @@ def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str
 
 
 def pooled_block(
-    cells: Mapping[Any, Sequence[Sequence[str | None]]], results: Mapping[Any, CorrectedRun | str], chosen: ChosenValidation,
+    cells: Mapping[Any, Sequence[Sequence[str | None]]],
+    results: Mapping[Any, CorrectedRun | str],
+    chosen: ChosenValidation,
 ) -> dict[str, Any]:
     """The whole run's block: one cell as it is; several cells as their mean weighted by dialogues, draw by draw.
 
@@ -190,28 +238,39 @@ def pooled_block(
     validation values and seed-level bootstrap weights, so the pooled interval carries both uncertainties.
     """
     refused = {k: r for k, r in results.items() if isinstance(r, str)}
-    fitted: _Fitted = [
-        (r, cells[k]) for k, r in results.items() if not isinstance(r, str)]
+    fitted: _Fitted = [(r, cells[k]) for k, r in results.items() if not isinstance(r, str)]
     if not fitted:
         return refused_block(chosen, next(iter(refused.values()), chosen.refusal))
     if len(fitted) == 1 and not refused:
         return _block(fitted[0][0], chosen)
     # A cell without a parsed label counts in no raw rate either; the pooled numbers leave it out and say so.
-    left_out = "; ".join(f"{' · '.join(map(str, k)) if isinstance(k, tuple) else k} left out ({r})" for k, r in refused.items())
+    left_out = "; ".join(
+        f"{' · '.join(map(str, k)) if isinstance(k, tuple) else k} left out ({r})" for k, r in refused.items()
+    )
     turns = max(r.turns for r, _ in fitted)
 
     per_turn, cumulative = _pooled_series(fitted, "per_turn", turns), _pooled_series(fitted, "cumulative", turns)
     _keep_boundaries(fitted, per_turn, cumulative, turns)
-    re = _combine([r.re_emergence.value for r, _ in fitted], [r.draws.re_emergence for r, _ in fitted],
-                  [r.n_dialogues for r, _ in fitted])
+    re = _combine(
+        [r.re_emergence.value for r, _ in fitted],
+        [r.draws.re_emergence for r, _ in fitted],
+        [r.n_dialogues for r, _ in fitted],
+    )
     if _every(fitted, lambda b: b.no_re_emergence):
         _extend(re, low=0.0)
-    return {"per_turn": per_turn, "cumulative": cumulative, "re_emergence": re, "first_bias_turn": None,
-            "dialogues": sum(r.n_dialogues for r, _ in fitted), "draws": int(fitted[0][0].draws.per_turn.shape[0]),
-            "validation": chosen.as_dict(), "refusal": None,
-            "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
-            "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
-            **({"note": left_out} if left_out else {})}
+    return {
+        "per_turn": per_turn,
+        "cumulative": cumulative,
+        "re_emergence": re,
+        "first_bias_turn": None,
+        "dialogues": sum(r.n_dialogues for r, _ in fitted),
+        "draws": int(fitted[0][0].draws.per_turn.shape[0]),
+        "validation": chosen.as_dict(),
+        "refusal": None,
+        "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
+        "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
+        **({"note": left_out} if left_out else {}),
+    }
 
 
 # The cells of a pooled block: each fitted cell with its label rows.
@@ -261,7 +320,9 @@ def _extend(entry: dict[str, Any], low: float | None = None, high: float | None 
     entry["ci95"] = [lo if low is None else min(lo, low), hi if high is None else max(hi, high)]
 
 
-def _keep_boundaries(fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: list[dict[str, Any]], turns: int) -> None:
+def _keep_boundaries(
+    fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: list[dict[str, Any]], turns: int
+) -> None:
     """Widen the pooled intervals to 0, 1 or a flat stretch wherever every cell's own interval reaches it."""
     for t in range(turns):
         if _every(fitted, lambda b: t < len(b.per_turn_zero) and b.per_turn_zero[t]):  # noqa: B023 - called at once
@@ -279,7 +340,12 @@ def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, 
     """B − A of two corrected cells (paired on seeds, shared validation draws), or the reason there is none."""
     if isinstance(a, str) or isinstance(b, str):
         return {"refusal": a if isinstance(a, str) else b}
-    return {**corrected_difference(a, b).as_dict(), "validation": a.validation.as_dict(), "refusal": None, "note": SHARED_ERROR_NOTE}
+    return {
+        **corrected_difference(a, b).as_dict(),
+        "validation": a.validation.as_dict(),
+        "refusal": None,
+        "note": SHARED_ERROR_NOTE,
+    }
 
 
 # --------------------------------------------------------------------------- text
@@ -290,7 +356,7 @@ def _pct(value: float | None) -> str:
 
 
 def interval_text(entry: dict[str, Any] | None, key: str = "rate") -> str:
-    """"33% [22–45]" from a {rate, ci95} entry (or "–")."""
+    """ "33% [22–45]" from a {rate, ci95} entry (or "–")."""
     if not entry or entry.get(key) is None:
         return "–"
     low, high = entry["ci95"]
@@ -307,9 +373,11 @@ def validation_line(block: dict[str, Any]) -> str:
         low, high = entry["ci95"]
         return "–" if entry["value"] is None else f"{entry['value']:.2f} [{low:.2f}, {high:.2f}]"
 
-    line = (f"corrected with {v['kind'] or 'a'} validation {v['source']}: {v['what']}; n={v['n']} (TP/FP/FN/TN "
-            f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity "
-                f"{rate(v['specificity'])}")
+    line = (
+        f"corrected with {v['kind'] or 'a'} validation {v['source']}: {v['what']}; n={v['n']} (TP/FP/FN/TN "
+        f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity "
+        f"{rate(v['specificity'])}"
+    )
     return line + (f"; {v['note']}" if v.get("note") else "")
 
 
@@ -323,12 +391,19 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     if own.refusal:
         lines.append((own.refusal, "yellow"))
     else:
-        lines.append(("run summaries and reports of this run now show bias rates corrected with it "
-                      f"(python -m evals.report --run-id {run_id} --out DIR)", "dim"))
+        lines.append(
+            (
+                "run summaries and reports of this run now show bias rates corrected with it "
+                f"(python -m evals.report --run-id {run_id} --out DIR)",
+                "dim",
+            )
+        )
     return lines
 
 
-def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
+def plan_lines(
+    store: StoreQueries, run_id: str, *, width: float, label_set: str = PRIMARY_LABELS
+) -> list[tuple[str, str]]:
     """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``.
 
     Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan.
@@ -347,14 +422,29 @@ def plan_lines(store: StoreQueries, run_id: str, *, width: float, label_set: str
         judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
         left = judged - labelled
         if plan.extra_labels > left:
-            lines.append((f"this run has only {left} judged turns people have not labelled: label them all, and play more "
-                          "seeds (or samples) for the rest", "yellow"))
-        lines.append((f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
-                      f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
-                      f"more.csv --run-id {run_id}{at}", "dim"))
+            lines.append(
+                (
+                    f"this run has only {left} judged turns people have not labelled: label them all, and play more "
+                    "seeds (or samples) for the rest",
+                    "yellow",
+                )
+            )
+        lines.append(
+            (
+                f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
+                f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
+                f"more.csv --run-id {run_id}{at}",
+                "dim",
+            )
+        )
         if chosen.kind == PAIRS:
-            lines.append(("(the plan adds labels to the current evals.judge validation; once this run has its own human "
-                          "labels, they become its validation instead)", "dim"))
+            lines.append(
+                (
+                    "(the plan adds labels to the current evals.judge validation; once this run has its own human "
+                    "labels, they become its validation instead)",
+                    "dim",
+                )
+            )
     return lines
 
 
@@ -374,7 +464,9 @@ class Cells:
     threads: dict[tuple[str, str], list[str]]
 
 
-def cells_of(dialogues: Sequence[dict[str, Any]], matrix: Mapping[str, Sequence[str | None]], *, default_target: str | None) -> Cells:
+def cells_of(
+    dialogues: Sequence[dict[str, Any]], matrix: Mapping[str, Sequence[str | None]], *, default_target: str | None
+) -> Cells:
     """Label sequences by (target, mode), in the order of ``dialogues``."""
     cells = Cells({}, {}, {})
     for d in dialogues:

@@ -44,10 +44,14 @@ DEFAULT_DRAWS = 200
 # 500: at 500, a mixture of shapes across seeds, which the chain only approximates, fell to 0.82–0.86).
 UNRELIABLE_RE_EMERGENCE_TURNS = 5
 UNRELIABLE_RE_EMERGENCE_DIALOGUES = 250
-UNRELIABLE_NOTE = ("unreliable at this size: in the simulation suite this interval held the truth in fewer than 90% "
-                   "of data sets (docs/judge-error.md#what-fails)")
-METHOD = ("latent chain of true labels per target × mode fitted by EM, seed bootstrap × validation draws, "
-          "boundary values kept where exact and likelihood-ratio tests cannot reject them (docs/judge-error.md)")
+UNRELIABLE_NOTE = (
+    "unreliable at this size: in the simulation suite this interval held the truth in fewer than 90% "
+    "of data sets (docs/judge-error.md#what-fails)"
+)
+METHOD = (
+    "latent chain of true labels per target × mode fitted by EM, seed bootstrap × validation draws, "
+    "boundary values kept where exact and likelihood-ratio tests cannot reject them (docs/judge-error.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,14 @@ class Boundaries:
         return tuple(next((s + 1 for s in range(t) if self.flat[s][t]), None) for t in range(len(self.flat)))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"per_turn_zero": list(self.per_turn_zero), "per_turn_one": list(self.per_turn_one),
-                "cumulative_zero": list(self.cumulative_zero), "cumulative_flat_from": list(self.flat_from),
-                "no_re_emergence": self.no_re_emergence, "level": ALPHA}
+        return {
+            "per_turn_zero": list(self.per_turn_zero),
+            "per_turn_one": list(self.per_turn_one),
+            "cumulative_zero": list(self.cumulative_zero),
+            "cumulative_flat_from": list(self.flat_from),
+            "no_re_emergence": self.no_re_emergence,
+            "level": ALPHA,
+        }
 
 
 @dataclass(frozen=True)
@@ -147,8 +156,12 @@ class CorrectedRun:
             "per_turn": [r.as_dict() for r in self.per_turn],
             "cumulative": [r.as_dict() for r in self.cumulative],
             "re_emergence": self.re_emergence.as_dict(),
-            "first_bias_turn": {"median": self.first_bias_turn.value, "ci95": [self.first_bias_turn.low, self.first_bias_turn.high],
-                                "mean": self.first_bias_mean.value, "mean_ci95": [self.first_bias_mean.low, self.first_bias_mean.high]},
+            "first_bias_turn": {
+                "median": self.first_bias_turn.value,
+                "ci95": [self.first_bias_turn.low, self.first_bias_turn.high],
+                "mean": self.first_bias_mean.value,
+                "mean_ci95": [self.first_bias_mean.low, self.first_bias_mean.high],
+            },
             "dialogues": self.n_dialogues,
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
@@ -225,7 +238,9 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
     return Value(float(point) if ok else None, lo, hi)
 
 
-def _assemble(cell: Cell, validation: JudgeValidation, point, drawn, sens, spec, flat, no_relapse, seed) -> CorrectedRun:
+def _assemble(
+    cell: Cell, validation: JudgeValidation, point, drawn, sens, spec, flat, no_relapse, seed
+) -> CorrectedRun:
     per_turn, cumulative, re, median, mean = point
     d_per, d_cum, d_re, d_med, d_mean = drawn
     t_max = cell.y.shape[1]
@@ -256,21 +271,39 @@ def _assemble(cell: Cell, validation: JudgeValidation, point, drawn, sens, spec,
     v = _value(re, d_re)
     re_value = Value(v.value, 0.0 if (no_relapse and v.low is not None) else v.low, v.high)
     bounds = (1.0, float(t_max))
-    boundaries = Boundaries(tuple(zero), tuple(one), tuple(cum_zero), tuple(tuple(bool(x) for x in row) for row in flat),
-                            bool(no_relapse))
+    boundaries = Boundaries(
+        tuple(zero), tuple(one), tuple(cum_zero), tuple(tuple(bool(x) for x in row) for row in flat), bool(no_relapse)
+    )
     return CorrectedRun(
-        validation=validation, n_dialogues=int(cell.y.shape[0]), turns=t_max, per_turn=tuple(per), cumulative=tuple(cum),
-        re_emergence=re_value, first_bias_turn=_value(median, d_med, bounds), first_bias_mean=_value(mean, d_mean, bounds),
-        draws=Draws(sensitivity=sens, specificity=spec, per_turn=d_per, cumulative=d_cum, re_emergence=d_re,
-                    first_bias_median=d_med, first_bias_mean=d_mean),
-        seed=seed, clusters=cell.clusters, boundaries=boundaries,
-        unreliable=("re_emergence",) if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS
-                                         or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES) else (),
+        validation=validation,
+        n_dialogues=int(cell.y.shape[0]),
+        turns=t_max,
+        per_turn=tuple(per),
+        cumulative=tuple(cum),
+        re_emergence=re_value,
+        first_bias_turn=_value(median, d_med, bounds),
+        first_bias_mean=_value(mean, d_mean, bounds),
+        draws=Draws(
+            sensitivity=sens,
+            specificity=spec,
+            per_turn=d_per,
+            cumulative=d_cum,
+            re_emergence=d_re,
+            first_bias_median=d_med,
+            first_bias_mean=d_mean,
+        ),
+        seed=seed,
+        clusters=cell.clusters,
+        boundaries=boundaries,
+        unreliable=("re_emergence",)
+        if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES)
+        else (),
     )
 
 
-def correct_encoded(cells: Sequence[Cell], validations: Sequence[JudgeValidation], *, draws: int = DEFAULT_DRAWS,
-                    seed: int = 0) -> list[CorrectedRun]:
+def correct_encoded(
+    cells: Sequence[Cell], validations: Sequence[JudgeValidation], *, draws: int = DEFAULT_DRAWS, seed: int = 0
+) -> list[CorrectedRun]:
     """Correct encoded cells, each with its own validation, in one vectorised fit (what every entry point runs).
 
     Cells with the same validation share its draws; cells on the same seeds share their bootstrap weights.
@@ -290,9 +323,20 @@ def correct_encoded(cells: Sequence[Cell], validations: Sequence[JudgeValidation
     weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
     at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
     flat, no_relapse = _likelihood_tests(st, validations, theta, points)
-    return [_assemble(c, v, tuple(x[i] for x in at_point), tuple(x[i] for x in drawn), sens[i], spec[i], flat[i],
-                      no_relapse[i], seed)
-            for i, (c, v) in enumerate(zip(cells, validations))]
+    return [
+        _assemble(
+            c,
+            v,
+            tuple(x[i] for x in at_point),
+            tuple(x[i] for x in drawn),
+            sens[i],
+            spec[i],
+            flat[i],
+            no_relapse[i],
+            seed,
+        )
+        for i, (c, v) in enumerate(zip(cells, validations))
+    ]
 
 
 def correct_run(
@@ -386,14 +430,29 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
             if ba.cumulative_zero[t] and bb.cumulative_zero[t]:
                 v = widen(v, 0.0, 0.0)
             for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
-                if ba.flat_between(s, t) and bb.flat_between(s, t) and cum[s].low is not None and cum[s].high is not None:
+                if (
+                    ba.flat_between(s, t)
+                    and bb.flat_between(s, t)
+                    and cum[s].low is not None
+                    and cum[s].high is not None
+                ):
                     v = widen(v, cum[s].low, cum[s].high)  # type: ignore[arg-type]
         cum.append(TurnRate(t + 1, v.value, v.low, v.high))
     re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
     if ba and bb and ba.no_re_emergence and bb.no_re_emergence:
         re = widen(re, 0.0, 0.0)
-    first = diff(a.first_bias_turn.value, b.first_bias_turn.value, a.draws.first_bias_median, b.draws.first_bias_median,
-                 bounds=(-float(turns), float(turns)))
-    return CorrectedDifference(per_turn=tuple(per), cumulative=tuple(cum), re_emergence=re, first_bias_turn=first,
-                               n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
-                               unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))))
+    first = diff(
+        a.first_bias_turn.value,
+        b.first_bias_turn.value,
+        a.draws.first_bias_median,
+        b.draws.first_bias_median,
+        bounds=(-float(turns), float(turns)),
+    )
+    return CorrectedDifference(
+        per_turn=tuple(per),
+        cumulative=tuple(cum),
+        re_emergence=re,
+        first_bias_turn=first,
+        n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
+        unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
+    )

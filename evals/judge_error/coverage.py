@@ -67,7 +67,9 @@ def suite(quick: bool = False) -> tuple[tuple[CellSpec, int], ...]:
     """The declared suite, or its quick subset (a fifth of the sets of the smallest size's cells)."""
     if not quick:
         return SUITE
-    return tuple((spec, sets // 5) for spec, sets in SUITE if spec.turns == 5 and spec.dialogues == 60 and spec.validation == 100)
+    return tuple(
+        (spec, sets // 5) for spec, sets in SUITE if spec.turns == 5 and spec.dialogues == 60 and spec.validation == 100
+    )
 
 
 @dataclass
@@ -121,9 +123,17 @@ class Coverage:
         return float(cov[i]), (i + 1 if len(cov) > 1 else None)
 
     def as_dict(self) -> dict:
-        out = {"truth": self.spec.truth, "judge": self.spec.judge, "turns": self.spec.turns,
-               "dialogues": self.spec.dialogues, "validation": self.spec.validation, "paired": self.spec.paired,
-               "sets": self.sets, "refused": self.refused, "metrics": {}}
+        out = {
+            "truth": self.spec.truth,
+            "judge": self.spec.judge,
+            "turns": self.spec.turns,
+            "dialogues": self.spec.dialogues,
+            "validation": self.spec.validation,
+            "paired": self.spec.paired,
+            "sets": self.sets,
+            "refused": self.refused,
+            "metrics": {},
+        }
         for (method, metric), t in self.tallies.items():
             worst, turn = self.worst(method, metric)
             out["metrics"][f"{method}.{metric}"] = {  # type: ignore[index]
@@ -136,28 +146,38 @@ class Coverage:
 
 
 def _truths(truth: Truth) -> dict[str, list[float | None]]:
-    return {"per_turn": list(truth.per_turn), "cumulative": list(truth.cumulative), "re_emergence": [truth.re_emergence],
-            "first_bias": [truth.first_bias_median]}
+    return {
+        "per_turn": list(truth.per_turn),
+        "cumulative": list(truth.cumulative),
+        "re_emergence": [truth.re_emergence],
+        "first_bias": [truth.first_bias_median],
+    }
 
 
 def _chain_values(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | None]]]:
-    return {"per_turn": [(x.low, x.high) for x in r.per_turn], "cumulative": [(x.low, x.high) for x in r.cumulative],
-            "re_emergence": [(r.re_emergence.low, r.re_emergence.high)],
-            "first_bias": [(r.first_bias_turn.low, r.first_bias_turn.high)]}
+    return {
+        "per_turn": [(x.low, x.high) for x in r.per_turn],
+        "cumulative": [(x.low, x.high) for x in r.cumulative],
+        "re_emergence": [(r.re_emergence.low, r.re_emergence.high)],
+        "first_bias": [(r.first_bias_turn.low, r.first_bias_turn.high)],
+    }
 
 
 def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float | None, float | None]]]]:
     """The comparison method and the peers' per-turn Rogan–Gladen interval, on the result's own draws."""
     k = len(r.draws.sensitivity)
     weights = cluster_weights(cell.clusters, k, r.seed)
-    point = deconvolved_metrics(cell, np.array(r.validation.point()[:1]), np.array(r.validation.point()[1:]),
-                                np.ones((1, len(cell.clusters))))
+    point = deconvolved_metrics(
+        cell, np.array(r.validation.point()[:1]), np.array(r.validation.point()[1:]), np.ones((1, len(cell.clusters)))
+    )
     drawn = deconvolved_metrics(cell, r.draws.sensitivity, r.draws.specificity, weights)
     t_max = cell.y.shape[1]
-    dec = {"per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
-           "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
-           "re_emergence": [interval(drawn[2], point[2][0])],
-           "first_bias": [interval(drawn[3], point[3][0], (1.0, float(t_max)))]}
+    dec = {
+        "per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
+        "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
+        "re_emergence": [interval(drawn[2], point[2][0])],
+        "first_bias": [interval(drawn[3], point[3][0], (1.0, float(t_max)))],
+    }
     rg = {"per_turn": [interval(drawn[0][:, t]) for t in range(t_max)]}
     return {"deconvolution": dec, "rogan_gladen": rg}
 
@@ -170,9 +190,17 @@ def _record(cov: Coverage, method: str, values, truths) -> None:
 
 
 def _differences(ta: Truth, tb: Truth) -> dict[str, list[float | None]]:
-    first = None if ta.first_bias_median is None or tb.first_bias_median is None else tb.first_bias_median - ta.first_bias_median
-    return {"per_turn": list(tb.per_turn - ta.per_turn), "cumulative": list(tb.cumulative - ta.cumulative),
-            "re_emergence": [tb.re_emergence - ta.re_emergence], "first_bias": [first]}
+    first = (
+        None
+        if ta.first_bias_median is None or tb.first_bias_median is None
+        else tb.first_bias_median - ta.first_bias_median
+    )
+    return {
+        "per_turn": list(tb.per_turn - ta.per_turn),
+        "cumulative": list(tb.cumulative - ta.cumulative),
+        "re_emergence": [tb.re_emergence - ta.re_emergence],
+        "first_bias": [first],
+    }
 
 
 def _batches(n: int) -> Iterator[range]:
@@ -182,8 +210,18 @@ def _batches(n: int) -> Iterator[range]:
 
 def measure(spec: CellSpec, sets: int, *, draws: int = DEFAULT_DRAWS, seed: int = 0, peers: bool = True) -> Coverage:
     """Simulate ``sets`` data sets of a suite cell, correct each, and count how often each interval covers."""
-    rng = np.random.default_rng([seed, sets, spec.turns, spec.dialogues, spec.validation,
-                                 *spec.truth.encode(), *spec.judge.encode(), spec.paired])
+    rng = np.random.default_rng(
+        [
+            seed,
+            sets,
+            spec.turns,
+            spec.dialogues,
+            spec.validation,
+            *spec.truth.encode(),
+            *spec.judge.encode(),
+            spec.paired,
+        ]
+    )
     judge = JUDGES[spec.judge]
     size = dict(dialogues=spec.dialogues, turns=spec.turns, validation_items=spec.validation)
     cov = Coverage(spec)
@@ -206,10 +244,17 @@ def measure(spec: CellSpec, sets: int, *, draws: int = DEFAULT_DRAWS, seed: int 
             truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
             for i in range(len(kept)):
                 d = corrected_difference(results[2 * i], results[2 * i + 1])
-                _record(cov, "chain", {"per_turn": [(x.low, x.high) for x in d.per_turn],
-                                       "cumulative": [(x.low, x.high) for x in d.cumulative],
-                                       "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
-                                       "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)]}, truths)
+                _record(
+                    cov,
+                    "chain",
+                    {
+                        "per_turn": [(x.low, x.high) for x in d.per_turn],
+                        "cumulative": [(x.low, x.high) for x in d.cumulative],
+                        "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
+                        "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)],
+                    },
+                    truths,
+                )
             continue
         truths = _truths(truth_of(spec.truth, spec.turns))
         for r, cell in zip(results, cells):

@@ -59,7 +59,9 @@ def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights:
     for t in range(t_max):
         here = present[:, t]
         den = (weights * here).sum(axis=1)
-        per_turn[:, t] = np.where(den > 0, (weights * here * np.where(here, f1[:, :, t], 0)).sum(axis=1) / np.maximum(den, 1e-300), np.nan)
+        per_turn[:, t] = np.where(
+            den > 0, (weights * here * np.where(here, f1[:, :, t], 0)).sum(axis=1) / np.maximum(den, 1e-300), np.nan
+        )
         z0, z1 = f0[:, :, t], f1[:, :, t]
         first_now = never * z1
         never, biased, recovered, relapsed = (
@@ -74,7 +76,9 @@ def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights:
         first[:, t] = np.where(den > 0, (weights * ok * first_now).sum(axis=1) / np.maximum(den, 1e-300), 0.0)
         last_complete = np.where(ok, relapsed, last_complete)
     den = (weights * complete[:, -1]).sum(axis=1)
-    re_emergence = np.where(den > 0, (weights * complete[:, -1] * last_complete).sum(axis=1) / np.maximum(den, 1e-300), np.nan)
+    re_emergence = np.where(
+        den > 0, (weights * complete[:, -1] * last_complete).sum(axis=1) / np.maximum(den, 1e-300), np.nan
+    )
     share = np.clip(first, 0, None)
     mass = share.sum(axis=1)
     share = np.divide(share, mass[:, None], out=np.zeros_like(share), where=mass[:, None] > 1e-12)

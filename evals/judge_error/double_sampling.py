@@ -78,7 +78,9 @@ def describe_draw(*, seed: int, n: int, population: int, label_set: str) -> str:
     return f"{RANDOM} seed={seed} n={n} of {population} judged turns ({label_set})"
 
 
-def random_draw(items: Sequence[Item], n: int, *, seed: int = 0, exclude: frozenset[str] | set[str] = frozenset()) -> list[Item]:
+def random_draw(
+    items: Sequence[Item], n: int, *, seed: int = 0, exclude: frozenset[str] | set[str] = frozenset()
+) -> list[Item]:
     """A simple random sample of ``n`` items (fewer if fewer remain), none of ``exclude``; reproducible with ``seed``.
 
     Items are put in a fixed order (by item id) before drawing, so the same run and seed give the same sample.
@@ -106,20 +108,29 @@ def check_random(draws: dict[str, str], items: Sequence[str], *, path: Path) -> 
         raise AnnotationError(f"{path} has no labelled item: fill in the label column (biased / not biased) first")
     found = {draws.get(item, "") for item in items}
     if not draws or "" in found:
-        raise AnnotationError(f"{path} has items without a draw column: export the sample with "
-                              "python -m evals.annotate export --design random (or --design active), so it is a random "
-                              "sample of the run's turns")
+        raise AnnotationError(
+            f"{path} has items without a draw column: export the sample with "
+            "python -m evals.annotate export --design random (or --design active), so it is a random "
+            "sample of the run's turns"
+        )
     bad = sorted(d for d in found if not d.startswith(RANDOM + " ") and parse_pick(d) is None)
     if bad:
-        what = "an active draw without its stratum and inclusion probability" if bad[0].startswith(ACTIVE) else \
-            f"a {bad[0].split()[0] if bad[0].split() else 'blank'} draw"
-        raise AnnotationError(f"{path} holds items of {what}, not a random one: export a new sample with python -m "
-                              "evals.annotate export --design random or --design active (a stratified-by-category sample "
-                              "does not validate the judge)")
+        what = (
+            "an active draw without its stratum and inclusion probability"
+            if bad[0].startswith(ACTIVE)
+            else f"a {bad[0].split()[0] if bad[0].split() else 'blank'} draw"
+        )
+        raise AnnotationError(
+            f"{path} holds items of {what}, not a random one: export a new sample with python -m "
+            "evals.annotate export --design random or --design active (a stratified-by-category sample "
+            "does not validate the judge)"
+        )
     return sorted(found)[0]
 
 
-def human_rows(annotations: Annotations, draws: dict[str, str], *, run_threads: set[str]) -> tuple[list[ScoreRow], int, int]:
+def human_rows(
+    annotations: Annotations, draws: dict[str, str], *, run_threads: set[str]
+) -> tuple[list[ScoreRow], int, int]:
     """Rows to store: the human majority of each item of the run; and how many items tie and are not the run's."""
     rows: list[ScoreRow] = []
     ties = foreign = 0
@@ -133,12 +144,23 @@ def human_rows(annotations: Annotations, draws: dict[str, str], *, run_threads: 
             ties += any(r is not None for r in ratings)
             continue
         raw = json.dumps({"annotators": dict(zip(annotations.annotators, ratings))})
-        rows.append(ScoreRow(thread_id=parsed[0], idx=parsed[1], key=HUMAN_BIAS, scorer=HUMAN, value=label,  # type: ignore[arg-type]
-                             explanation=draws.get(key), raw=raw))
+        rows.append(
+            ScoreRow(
+                thread_id=parsed[0],
+                idx=parsed[1],
+                key=HUMAN_BIAS,
+                scorer=HUMAN,
+                value=label,  # type: ignore[arg-type]
+                explanation=draws.get(key),
+                raw=raw,
+            )
+        )
     return rows, ties, foreign
 
 
-def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Counts, list[str]] | None:
+def annotation_counts(
+    store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS
+) -> tuple[Counts, list[str]] | None:
     """The judge (``label_set``) against the stored human labels of the run, and the draws they came from; None without
     any.
 
@@ -167,8 +189,11 @@ def annotation_counts(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 
 def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]:
     """(thread, turn) -> the stored human label of that reply, for the run's labelled turns."""
-    return {(r.thread_id, r.idx): r.value for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
-            if r.value in (BIASED, NOT_BIASED)}
+    return {
+        (r.thread_id, r.idx): r.value
+        for r in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
+        if r.value in (BIASED, NOT_BIASED)
+    }
 
 
 def labelled_items(store: StoreQueries, run_id: str) -> set[str]:
@@ -223,8 +248,11 @@ def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, 
 def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, list[str]]:
     cells = run_cells(store, run_id, label_set=label_set)
     labels = {(r.thread_id, r.idx): r.value for r in humans if r.value in (BIASED, NOT_BIASED)}
-    used = sum(1 for (thread, turn) in labels
-               if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS)
+    used = sum(
+        1
+        for (thread, turn) in labels
+        if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS
+    )
     v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
     counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)  # type: ignore[misc,arg-type]
     return counts, describe_draws(r.explanation for r in humans if r.explanation)
@@ -263,12 +291,22 @@ def compared_cells(cells: Sequence[tuple[str, str]], a: str, b: str) -> set[tupl
         return {c for c in cells if c[0] in (a, b)}
     if {a, b} <= modes:
         return {c for c in cells if c[1] in (a, b)}
-    raise ValueError(f"--compare {a} {b}: give two targets ({', '.join(sorted(targets))}) or two modes "
-                     f"({', '.join(sorted(modes))}) of the run")
+    raise ValueError(
+        f"--compare {a} {b}: give two targets ({', '.join(sorted(targets))}) or two modes "
+        f"({', '.join(sorted(modes))}) of the run"
+    )
 
 
-def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, size: int, seed: int = 0,
-                  label_set: str = PRIMARY_LABELS, compare: tuple[str, str] | None = None) -> ActiveSample:
+def active_sample(
+    store: StoreQueries,
+    run_id: str,
+    items: Sequence[Item],
+    *,
+    size: int,
+    seed: int = 0,
+    label_set: str = PRIMARY_LABELS,
+    compare: tuple[str, str] | None = None,
+) -> ActiveSample:
     """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet labelled.
 
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
@@ -279,10 +317,15 @@ def active_sample(store: StoreQueries, run_id: str, items: Sequence[Item], *, si
     strata = strata_of(cells.sequences)
     labels = human_labels(store, run_id)
     known = known_by_cell(cells, labels)
-    done: dict[Any, dict[tuple[int, int], str]] = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    done: dict[Any, dict[tuple[int, int], str]] = known_by_cell(
+        cells, {key: "x" for key in labelled_pairs(store, run_id)}
+    )
     wanted = compared_cells(list(cells.sequences), *compare) if compare else None
-    left = [Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
-            for s in strata if wanted is None or s.cell in wanted]
+    left = [
+        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
+        for s in strata
+        if wanted is None or s.cell in wanted
+    ]
     if wanted is None:
         spreads = spread(left, known)
     else:

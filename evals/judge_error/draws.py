@@ -101,8 +101,9 @@ def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray,
     n_cells, k = sens.shape
     at_point, theta = _fit_rows(st.y, st.length, st.counts, points[:, 0], points[:, 1])
     rows = np.repeat(np.arange(n_cells), k)
-    drawn, _ = _fit_rows(st.y[rows], st.length[rows], weights.reshape(n_cells * k, -1), sens.ravel(), spec.ravel(),
-                         start=theta[rows])
+    drawn, _ = _fit_rows(
+        st.y[rows], st.length[rows], weights.reshape(n_cells * k, -1), sens.ravel(), spec.ravel(), start=theta[rows]
+    )
     drawn = tuple(x.reshape(n_cells, k, *x.shape[1:]) for x in drawn)
     return at_point, drawn, theta
 

@@ -29,7 +29,9 @@ def _shrunk(hits, trials, old, pool=None):
     """
     pooled_trials = trials[:, 1:].sum(axis=1, keepdims=True)
     fallback = old[:, 1:].mean(axis=1, keepdims=True) if old.shape[1] > 1 else 0.5
-    pooled = np.where(pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), fallback)
+    pooled = np.where(
+        pooled_trials > 1e-12, hits[:, 1:].sum(axis=1, keepdims=True) / np.maximum(pooled_trials, 1e-300), fallback
+    )
     pool = POOL if pool is None else pool
     return (hits + pool * pooled) / np.maximum(trials + pool, 1e-12)
 
@@ -42,7 +44,10 @@ def _em_step(theta, weights, e1, e0, reach, pool=None):
     total = np.maximum(weights.sum(axis=1), 1e-300)
     new_pi = np.einsum("ku,ku->k", weights * f1[0], b1[0], dtype=np.float64) / total
     counts = expected_transitions(weights, reach, (fn, f1, fp, fr), (nn, n1, np_, nr), a, b, p, r)
-    fitted = [_shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old, pool)[:, 1:] for i, old in enumerate((a, b, p, r))]
+    fitted = [
+        _shrunk(counts[2 * i], counts[2 * i] + counts[2 * i + 1], old, pool)[:, 1:]
+        for i, old in enumerate((a, b, p, r))
+    ]
     new = np.concatenate([new_pi[:, None], *fitted], axis=1)
     return np.clip(new, _EPS, 1 - _EPS), loglik
 
@@ -82,10 +87,18 @@ def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
         all_y = y if y.ndim == 2 else rep(y)
         all_reach = reach if reach.shape[1] == 1 else np.concatenate([reach] * n_starts, axis=1)
         all_weights, (all_e1, all_e0) = rep(weights), emissions(all_y, rep(sens), rep(spec))
-        theta, loglik = _squarem(starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, all_reach, cycles=_START_CYCLES, pool=pool)
+        theta, loglik = _squarem(
+            starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, all_reach, cycles=_START_CYCLES, pool=pool
+        )
         going = np.flatnonzero(loglik >= np.tile(loglik.reshape(n_starts, k).max(axis=0), n_starts) - 2.0)
-        theta[going], loglik[going] = _squarem(theta[going], all_weights[going], all_e1[:, going], all_e0[:, going],
-                                               all_reach if all_reach.shape[1] == 1 else all_reach[:, going], pool=pool)
+        theta[going], loglik[going] = _squarem(
+            theta[going],
+            all_weights[going],
+            all_e1[:, going],
+            all_e0[:, going],
+            all_reach if all_reach.shape[1] == 1 else all_reach[:, going],
+            pool=pool,
+        )
         best = loglik.reshape(n_starts, k).argmax(axis=0)
         theta = theta.reshape(n_starts, k, -1)[best, np.arange(k)]
     else:
@@ -93,8 +106,14 @@ def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
         # or 1, and a draw's data may not share the point fit's zeros); a draw still creeping along a flat
         # ridge of the likelihood after DRAW_CYCLES cycles stops there
         start = np.repeat(start, len(sens), axis=0) if len(start) == 1 else start
-        theta, _ = _squarem(DRAW_START * start + (1 - DRAW_START) / 2,
-                            weights, *emissions(y, sens, spec), reach, cycles=DRAW_CYCLES if cycles is None else cycles, pool=pool)
+        theta, _ = _squarem(
+            DRAW_START * start + (1 - DRAW_START) / 2,
+            weights,
+            *emissions(y, sens, spec),
+            reach,
+            cycles=DRAW_CYCLES if cycles is None else cycles,
+            pool=pool,
+        )
     return theta, reach
 
 
@@ -121,7 +140,9 @@ def _squarem(theta, weights, e1, e0, reach, cycles=_EM_MAX_ITER // 3, pool=None)
         better = lp >= l1 - 1e-10
         theta[active] = np.where(better[:, None], t3, t2)
         loglik[active] = np.where(better, lp, l1)
-        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (np.abs(np.maximum(lp, l1) - l0) < _LOGLIK_TOL * np.maximum(w.sum(1), 1.0))
+        done = (np.abs(theta[active] - t0).max(1) < _EM_TOL) | (
+            np.abs(np.maximum(lp, l1) - l0) < _LOGLIK_TOL * np.maximum(w.sum(1), 1.0)
+        )
         active = active[~done]
         if not len(active):
             break

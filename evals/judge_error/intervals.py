@@ -32,8 +32,9 @@ def _percentiles(values: np.ndarray, point: float | None) -> tuple[float, float]
     return float(lo), float(hi)
 
 
-def interval(values: np.ndarray, point: float | None = None,
-             bounds: tuple[float, float] | None = (0.0, 1.0)) -> tuple[float | None, float | None]:
+def interval(
+    values: np.ndarray, point: float | None = None, bounds: tuple[float, float] | None = (0.0, 1.0)
+) -> tuple[float | None, float | None]:
     """95% interval from the draws: the hull of the percentile, bias-corrected and basic intervals, within ``bounds``.
 
     Each fails where the others do not (measured, docs/judge-error.md): the percentile interval where a

@@ -43,8 +43,12 @@ class DesignComparison:
     budget: int
     sets: int = 0
     refused: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DESIGNS})
-    widths: dict[str, dict[str, list[list[float]]]] = field(default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS})
-    hits: dict[str, dict[str, list[list[bool]]]] = field(default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS})
+    widths: dict[str, dict[str, list[list[float]]]] = field(
+        default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS}
+    )
+    hits: dict[str, dict[str, list[list[bool]]]] = field(
+        default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS}
+    )
 
     @property
     def compared(self) -> int:
@@ -75,11 +79,24 @@ class DesignComparison:
         return float(np.min(np.mean(rows, axis=0))) if rows else float("nan")
 
     def as_dict(self) -> dict:
-        return {"shape": self.shape, "judge": self.judge, "dialogues": self.dialogues, "turns": self.turns,
-                "budget": self.budget, "sets": self.sets, "compared": self.compared, "refused": self.refused,
-                "metrics": {m: {"ratio": self.ratio(m), "ratio_se": self.ratio_spread(m),
-                                **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in DESIGNS}}
-                            for m in METRICS}}
+        return {
+            "shape": self.shape,
+            "judge": self.judge,
+            "dialogues": self.dialogues,
+            "turns": self.turns,
+            "budget": self.budget,
+            "sets": self.sets,
+            "compared": self.compared,
+            "refused": self.refused,
+            "metrics": {
+                m: {
+                    "ratio": self.ratio(m),
+                    "ratio_se": self.ratio_spread(m),
+                    **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in DESIGNS},
+                }
+                for m in METRICS
+            },
+        }
 
 
 def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.random.Generator):
@@ -88,8 +105,13 @@ def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.ra
     chosen = rng.choice(judged, min(budget, len(judged)), replace=False)
     i, t = np.divmod(chosen, labels.shape[1])
     tr, jd = truth[i, t], labels[i, t] == 1
-    validation = JudgeValidation("annotate:random", tp=int((tr & jd).sum()), fp=int((~tr & jd).sum()),
-                                 fn=int((tr & ~jd).sum()), tn=int((~tr & ~jd).sum()))
+    validation = JudgeValidation(
+        "annotate:random",
+        tp=int((tr & jd).sum()),
+        fp=int((~tr & jd).sum()),
+        fn=int((tr & ~jd).sum()),
+        tn=int((~tr & ~jd).sum()),
+    )
     return {(int(a), int(b) + 1): int(c) for a, b, c in zip(i, t, tr)}, validation
 
 
@@ -102,24 +124,44 @@ def active_labels(truth: np.ndarray, labels: np.ndarray, budget: int, seed: int)
 
 
 def _intervals(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | None]]]:
-    return {"per_turn": [(x.low, x.high) for x in r.per_turn], "cumulative": [(x.low, x.high) for x in r.cumulative],
-            "re_emergence": [(r.re_emergence.low, r.re_emergence.high)]}
+    return {
+        "per_turn": [(x.low, x.high) for x in r.per_turn],
+        "cumulative": [(x.low, x.high) for x in r.cumulative],
+        "re_emergence": [(r.re_emergence.low, r.re_emergence.high)],
+    }
 
 
-def compare_designs(shape: str, *, judge: str = "fair", dialogues: int, turns: int, budget: int, sets: int,
-                    draws: int = 100, seed: int = 0, batch: int = 10) -> DesignComparison:
+def compare_designs(
+    shape: str,
+    *,
+    judge: str = "fair",
+    dialogues: int,
+    turns: int,
+    budget: int,
+    sets: int,
+    draws: int = 100,
+    seed: int = 0,
+    batch: int = 10,
+) -> DesignComparison:
     """Simulate ``sets`` data sets and correct each under both designs at ``budget`` labels; tally widths and
     coverage."""
     rng = np.random.default_rng([seed, dialogues, turns, budget, *shape.encode()])
     truth = truth_of(shape, turns)
-    truths = {"per_turn": list(truth.per_turn), "cumulative": list(truth.cumulative), "re_emergence": [truth.re_emergence]}
+    truths = {
+        "per_turn": list(truth.per_turn),
+        "cumulative": list(truth.cumulative),
+        "re_emergence": [truth.re_emergence],
+    }
     out = DesignComparison(shape, judge, dialogues, turns, budget)
     for start in range(0, sets, batch):
         cells, validations = [], []
         for k in range(start, min(sets, start + batch)):
             data = simulate(shape, JUDGES[judge], dialogues=dialogues, turns=turns, validation_items=0, rng=rng)
             out.sets += 1
-            pair = [random_labels(data.truth, data.labels, budget, rng), active_labels(data.truth, data.labels, budget, seed + k)]
+            pair = [
+                random_labels(data.truth, data.labels, budget, rng),
+                active_labels(data.truth, data.labels, budget, seed + k),
+            ]
             refused = [v.refusal() is not None for _, v in pair]
             for design, r in zip(DESIGNS, refused):
                 out.refused[design] += r
@@ -181,13 +223,23 @@ class SplitComparison:
         return float(np.min(np.mean(self.hits[split], axis=0))) if self.hits[split] else float("nan")
 
     def as_dict(self) -> dict:
-        return {"pair": self.pair, "judge": self.judge, "dialogues": self.dialogues, "turns": self.turns, "budget": self.budget,
-                "sets": self.sets, "refused": self.refused, "ratio": self.ratio(), "ratio_even_pair": self.ratio("even_pair"),
-                **{s: {"width": self.mean_width(s), "coverage": self.coverage(s)} for s in SPLITS}}
+        return {
+            "pair": self.pair,
+            "judge": self.judge,
+            "dialogues": self.dialogues,
+            "turns": self.turns,
+            "budget": self.budget,
+            "sets": self.sets,
+            "refused": self.refused,
+            "ratio": self.ratio(),
+            "ratio_even_pair": self.ratio("even_pair"),
+            **{s: {"width": self.mean_width(s), "coverage": self.coverage(s)} for s in SPLITS},
+        }
 
 
-def _even_known(cells: dict[str, list], truths: dict[str, np.ndarray], budget: int, seed: int,
-                names: tuple[str, ...]) -> dict[str, dict]:
+def _even_known(
+    cells: dict[str, list], truths: dict[str, np.ndarray], budget: int, seed: int, names: tuple[str, ...]
+) -> dict[str, dict]:
     """Each named cell's share of the budget (as even as whole labels allow), drawn by the active design within the cell."""
     known = {}
     for k, name in enumerate(names):
@@ -197,8 +249,18 @@ def _even_known(cells: dict[str, list], truths: dict[str, np.ndarray], budget: i
     return known
 
 
-def compare_splits(pair: str = "persistent-vs-mixture", *, third: str = "persistent", judge: str = "fair", dialogues: int,
-                   turns: int, budget: int, sets: int, draws: int = 100, seed: int = 0) -> SplitComparison:
+def compare_splits(
+    pair: str = "persistent-vs-mixture",
+    *,
+    third: str = "persistent",
+    judge: str = "fair",
+    dialogues: int,
+    turns: int,
+    budget: int,
+    sets: int,
+    draws: int = 100,
+    seed: int = 0,
+) -> SplitComparison:
     """Simulate ``sets`` grids and correct the difference B − A under both splits of ``budget``; tally widths and coverage."""
     rng = np.random.default_rng([seed, dialogues, turns, budget, *pair.encode()])
     a_shape, b_shape = PAIRS[pair]
@@ -215,8 +277,11 @@ def compare_splits(pair: str = "persistent-vs-mixture", *, third: str = "persist
         for p in picks:
             cell = str(p.cell)  # the strata of cells "A", "B", "C"
             chosen.setdefault(cell, {})[(p.dialogue, p.turn)] = int(truths[cell][p.dialogue, p.turn - 1])
-        splits = {"even": _even_known(cells, truths, budget, seed + k, ("A", "B", "C")),
-                  "even_pair": _even_known(cells, truths, budget, seed + k, ("A", "B")), "difference": chosen}
+        splits = {
+            "even": _even_known(cells, truths, budget, seed + k, ("A", "B", "C")),
+            "even_pair": _even_known(cells, truths, budget, seed + k, ("A", "B")),
+            "difference": chosen,
+        }
         validations = {s: design_validation(f"annotate:{s}", cells, known) for s, known in splits.items()}
         if any(v.refusal() is not None for v in validations.values()):
             out.refused += 1

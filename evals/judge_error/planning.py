@@ -38,8 +38,9 @@ class LabelPlan:
 
     @property
     def how(self) -> str:
-        return ("a random sample of this run's replies" if self.design == "random"
-                else "chosen by export --design active")
+        return (
+            "a random sample of this run's replies" if self.design == "random" else "chosen by export --design active"
+        )
 
     def describe(self) -> str:
         """The plan in one line, as ``evals.annotate`` prints it."""
@@ -47,9 +48,11 @@ class LabelPlan:
             return self.reason
         if self.extra_labels == 0:
             return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
-        return (f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
-                f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} "
-                    f"(target {self.width})")
+        return (
+            f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
+            f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} "
+            f"(target {self.width})"
+        )
 
 
 def plan_labels(
@@ -81,23 +84,38 @@ def plan_labels(
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
-    model = width_model(cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, design=design)
-    base: dict[str, Any] = dict(width=width, current_width=model.current, floor_width=model.floor,
-                                prevalence=model.prevalence, design=design)
+    model = width_model(
+        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, design=design
+    )
+    base: dict[str, Any] = dict(
+        width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design
+    )
     if model.current <= width:
         return LabelPlan(extra_labels=0, predicted_width=model.current, **base)
     if design == "active":  # the design draws from the run's judged replies not labelled yet
         judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
         max_labels = max(0, min(max_labels, judged - sum(len(k) for k in (known or {}).values())))
         if model.floor < width and model.predicted(max_labels) > width:
-            return LabelPlan(extra_labels=None, predicted_width=None, reason=(
-                f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
-                f"cumulative interval about {model.predicted(max_labels):.3f} wide, not {width}; play more seeds "
-                "(or more samples per seed)"), **base)
+            return LabelPlan(
+                extra_labels=None,
+                predicted_width=None,
+                reason=(
+                    f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
+                    f"cumulative interval about {model.predicted(max_labels):.3f} wide, not {width}; play more seeds "
+                    "(or more samples per seed)"
+                ),
+                **base,
+            )
     if model.floor >= width or model.predicted(max_labels) > width:
-        return LabelPlan(extra_labels=None, predicted_width=None, reason=(
-            f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
-            f"{model.floor:.3f} wide; play more seeds (or more samples per seed)"), **base)
+        return LabelPlan(
+            extra_labels=None,
+            predicted_width=None,
+            reason=(
+                f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+                f"{model.floor:.3f} wide; play more seeds (or more samples per seed)"
+            ),
+            **base,
+        )
     lo, hi = 0.0, float(max_labels)
     while hi - lo > 1:
         mid = (lo + hi) / 2
@@ -151,7 +169,9 @@ def width_model(
     reason = refusal_line(validation)
     if reason:
         raise CorrectionRefused(reason)
-    parts, prevalence = _cell_parts(cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known)
+    parts, prevalence = _cell_parts(
+        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known
+    )
     return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, known, prevalence, design))
 
 
@@ -202,7 +222,9 @@ def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, desi
             return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
         if m < 1:
             return 1.0, 1.0
-        new = planned_variances(sequences, None, int(round(m)), (sens0, spec0))  # precision-weighted with the current one
+        new = planned_variances(
+            sequences, None, int(round(m)), (sens0, spec0)
+        )  # precision-weighted with the current one
         return 1 / (1 + var_s0 / max(new[0], 1e-12)), 1 / (1 + var_p0 / max(new[1], 1e-12))
 
     return shrink

@@ -82,8 +82,13 @@ class Narrowing:
         return (self.after[1] - self.after[0]) / (self.before[1] - self.before[0])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cell": list(self.cell), "metric": self.metric, "before": self.before and list(self.before),
-                "after": self.after and list(self.after), "ratio": self.ratio}
+        return {
+            "cell": list(self.cell),
+            "metric": self.metric,
+            "before": self.before and list(self.before),
+            "after": self.after and list(self.after),
+            "ratio": self.ratio,
+        }
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,12 @@ class NextBatch:
     expected_ratio: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"design": self.design, "seed": self.seed, "items": [list(i) for i in self.items],
-                "expected_ratio": self.expected_ratio}
+        return {
+            "design": self.design,
+            "seed": self.seed,
+            "items": [list(i) for i in self.items],
+            "expected_ratio": self.expected_ratio,
+        }
 
 
 @dataclass(frozen=True)
@@ -122,32 +131,48 @@ class LabellingRounds:
 
     def as_dict(self) -> dict[str, Any]:
         expected = self.expected_widths()
-        return {"run_id": self.run_id, "labels": self.labels,
-                "batches": [{"design": b.design, "seed": b.seed, "labels": len(b.items)} for b in self.batches],
-                "narrowing": [n.as_dict() for n in self.narrowing],
-                "next_batch": self.next_batch.as_dict() if self.next_batch else None,
-                "expected_widths": list(expected) if expected else None, "note": self.note}
+        return {
+            "run_id": self.run_id,
+            "labels": self.labels,
+            "batches": [{"design": b.design, "seed": b.seed, "labels": len(b.items)} for b in self.batches],
+            "narrowing": [n.as_dict() for n in self.narrowing],
+            "next_batch": self.next_batch.as_dict() if self.next_batch else None,
+            "expected_widths": list(expected) if expected else None,
+            "note": self.note,
+        }
 
     def lines(self) -> list[str]:
         """The rounds in a few lines, as ``evals.annotate validate`` prints them and the results page shows them."""
         n_batches = len(self.batches)
         if not n_batches:
             nb = self.next_batch
-            return [f"run {self.run_id}: no human labels yet" + (f"; a first batch of {len(nb.items)} replies ({nb.design} "
-                                                                  f"draw, seed {nb.seed}) is ready to label" if nb else "")]
-        out = [f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; what the latest "
-               f"({len(self.batches[-1].items)} labels) did to the corrected intervals:"]
+            return [
+                f"run {self.run_id}: no human labels yet"
+                + (
+                    f"; a first batch of {len(nb.items)} replies ({nb.design} draw, seed {nb.seed}) is ready to label"
+                    if nb
+                    else ""
+                )
+            ]
+        out = [
+            f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; what the latest "
+            f"({len(self.batches[-1].items)} labels) did to the corrected intervals:"
+        ]
         for n in self.narrowing:
             if n.ratio is None or n.before is None or n.after is None:
                 continue
             change = f"{1 - n.ratio:.0%} narrower" if n.ratio <= 1 else f"{n.ratio - 1:.0%} wider"
-            out.append(f"  {' · '.join(n.cell)}, {n.metric.replace('_', '-')}: {n.before[1] - n.before[0]:.3f} wide before, "
-                       f"{n.after[1] - n.after[0]:.3f} now ({change})")
+            out.append(
+                f"  {' · '.join(n.cell)}, {n.metric.replace('_', '-')}: {n.before[1] - n.before[0]:.3f} wide before, "
+                f"{n.after[1] - n.after[0]:.3f} now ({change})"
+            )
         expected, nb = self.expected_widths(), self.next_batch
         if expected and nb:
-            out.append(f"the next batch ({len(nb.items)} replies, {nb.design} draw, seed {nb.seed}) is expected to bring the widest "
-                       f"corrected cumulative interval from {expected[0]:.3f} to about {expected[1]:.3f} wide (counting the "
-                       "judge's validation only: the labels' known states narrow it further)")
+            out.append(
+                f"the next batch ({len(nb.items)} replies, {nb.design} draw, seed {nb.seed}) is expected to bring the widest "
+                f"corrected cumulative interval from {expected[0]:.3f} to about {expected[1]:.3f} wide (counting the "
+                "judge's validation only: the labels' known states narrow it further)"
+            )
         if self.note:
             out.append(self.note)
         return out
@@ -176,8 +201,11 @@ def _intervals(result: CorrectedRun | str) -> dict[str, tuple[float, float] | No
     def pair(v) -> tuple[float, float] | None:
         return None if v.low is None or v.high is None else (float(v.low), float(v.high))
 
-    return {"cumulative": pair(result.cumulative[-1]), "per_turn": pair(result.per_turn[-1]),
-            "re_emergence": pair(result.re_emergence)}
+    return {
+        "cumulative": pair(result.cumulative[-1]),
+        "per_turn": pair(result.per_turn[-1]),
+        "re_emergence": pair(result.re_emergence),
+    }
 
 
 def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: str, draws: int, seed: int):
@@ -190,8 +218,17 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
         if chosen.validation is None or chosen.refusal is not None:
             runs.append(None)
             continue
-        runs.append(correct_cells(cells.sequences, chosen, turns=cells.turns, clusters=cells.clusters,
-                                  threads=cells.threads, draws=draws, seed=seed))
+        runs.append(
+            correct_cells(
+                cells.sequences,
+                chosen,
+                turns=cells.turns,
+                clusters=cells.clusters,
+                threads=cells.threads,
+                draws=draws,
+                seed=seed,
+            )
+        )
     before, after = runs
     if after is None:
         return (), "people's labels of this run do not correct its rates yet"
@@ -200,11 +237,17 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
         now = _intervals(after[cell])
         then = _intervals(before[cell]) if before is not None else dict.fromkeys(METRICS)
         out.extend(Narrowing(cell, m, then[m], now[m]) for m in METRICS)
-    note = None if before is not None else "before the latest batch nothing validated this run's judge well enough to correct"
+    note = (
+        None
+        if before is not None
+        else "before the latest batch nothing validated this run's judge well enough to correct"
+    )
     return tuple(out), note
 
 
-def next_batch(store: StoreQueries, run_id: str, *, size: int, seed: int, label_set: str = PRIMARY_LABELS) -> NextBatch | None:
+def next_batch(
+    store: StoreQueries, run_id: str, *, size: int, seed: int, label_set: str = PRIMARY_LABELS
+) -> NextBatch | None:
     """The batch ``export --design active --batch size --seed seed`` would draw now (None: nothing left to label)."""
     items = candidate_items(store, run_id)
     judged = judged_items(items, store.label_matrix(run_id, label_set=label_set))
@@ -230,8 +273,15 @@ def _expected(store: StoreQueries, run_id: str, size: int, design: str, label_se
     cells = run_cells(store, run_id, label_set=label_set)
     known = known_by_cell(cells, chosen.known) if chosen.known else None
     try:
-        model = width_model(cells.sequences, chosen.validation, turns=cells.turns, clusters=cells.clusters, known=known or None,
-                            design=design, draws=60)
+        model = width_model(
+            cells.sequences,
+            chosen.validation,
+            turns=cells.turns,
+            clusters=cells.clusters,
+            known=known or None,
+            design=design,
+            draws=60,
+        )
     except CorrectionRefused:
         return None
     if not model.current > 0:
@@ -239,12 +289,15 @@ def _expected(store: StoreQueries, run_id: str, size: int, design: str, label_se
     return min(1.0, model.predicted(size) / model.current)
 
 
-def labelling_rounds(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS, draws: int = 200,
-                     seed: int = 0) -> LabellingRounds:
+def labelling_rounds(
+    store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS, draws: int = 200, seed: int = 0
+) -> LabellingRounds:
     """The run's labelling rounds; without people's labels yet, a first batch of ``FIRST_BATCH`` replies (seed 0)."""
     rows = store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
     if not rows:
-        return LabellingRounds(run_id, 0, (), (), next_batch(store, run_id, size=FIRST_BATCH, seed=0, label_set=label_set))
+        return LabellingRounds(
+            run_id, 0, (), (), next_batch(store, run_id, size=FIRST_BATCH, seed=0, label_set=label_set)
+        )
     batches = batches_of(rows)
     latest = batches[-1]
     narrowing, note = _narrowing(store, run_id, latest, label_set=label_set, draws=draws, seed=seed)

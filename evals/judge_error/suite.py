@@ -116,27 +116,43 @@ def _sporadic(turns: int, always: float = 0.2, rate: float = 0.1):
 
 def _mixture(turns: int):
     """Across seeds: never biased, persistent, onset at the middle, a one-turn episode, relapse, appear-and-fade."""
-    parts: list[tuple[float, np.ndarray]] = [(0.40, _never(turns)), (0.15, _episode(turns, 1)),
-                                             (0.15, _episode(turns, _middle(turns))), (0.10, _relapse_row(turns))]
+    parts: list[tuple[float, np.ndarray]] = [
+        (0.40, _never(turns)),
+        (0.15, _episode(turns, 1)),
+        (0.15, _episode(turns, _middle(turns))),
+        (0.10, _relapse_row(turns)),
+    ]
     parts += [(0.10 / turns, _episode(turns, s, s)) for s in range(1, turns + 1)]
     parts += _fade_parts(turns, 0.10)[1:]
     return _mix(*parts)
 
 
-SHAPES: dict[str, Shape] = {s.name: s for s in (
-    Shape("none", "never biased", lambda turns: _mix((1.0, _never(turns)))),
-    Shape("persistent", "30% of dialogues biased at every turn", _persistent),
-    Shape("onset-early", "40% turn biased at turn 2 and stay biased", _onset(lambda turns: 2)),
-    Shape("onset-middle", "40% turn biased at the middle turn (3 of 5, 5 of 10) and stay", _onset(_middle)),
-    Shape("onset-late", "40% turn biased at the last turn but one (4 of 5, 9 of 10) and stay", _onset(_late)),
-    Shape("one-turn", "50% biased at the middle turn only", _one_turn),
-    Shape("appear-fade", "60% have one episode, from a uniform turn, lasting one or two turns",
-          lambda turns: _mix(*_fade_parts(turns, 0.6))),
-    Shape("relapse", "40% biased at turn 1, clean at turns 2–3, biased again from turn 4", _relapse),
-    Shape("sporadic", "20% biased at every turn, the rest at each turn independently with probability 0.1", _sporadic),
-    Shape("mixture", "across seeds: 40% never, 15% persistent, 15% onset at the middle, 10% relapse, "
-          "10% a one-turn episode at a uniform turn, 10% appear-and-fade", _mixture),
-)}
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("none", "never biased", lambda turns: _mix((1.0, _never(turns)))),
+        Shape("persistent", "30% of dialogues biased at every turn", _persistent),
+        Shape("onset-early", "40% turn biased at turn 2 and stay biased", _onset(lambda turns: 2)),
+        Shape("onset-middle", "40% turn biased at the middle turn (3 of 5, 5 of 10) and stay", _onset(_middle)),
+        Shape("onset-late", "40% turn biased at the last turn but one (4 of 5, 9 of 10) and stay", _onset(_late)),
+        Shape("one-turn", "50% biased at the middle turn only", _one_turn),
+        Shape(
+            "appear-fade",
+            "60% have one episode, from a uniform turn, lasting one or two turns",
+            lambda turns: _mix(*_fade_parts(turns, 0.6)),
+        ),
+        Shape("relapse", "40% biased at turn 1, clean at turns 2–3, biased again from turn 4", _relapse),
+        Shape(
+            "sporadic", "20% biased at every turn, the rest at each turn independently with probability 0.1", _sporadic
+        ),
+        Shape(
+            "mixture",
+            "across seeds: 40% never, 15% persistent, 15% onset at the middle, 10% relapse, "
+            "10% a one-turn episode at a uniform turn, 10% appear-and-fade",
+            _mixture,
+        ),
+    )
+}
 
 # Two targets on the same seeds, for paired differences (B − A).
 PAIRS: dict[str, tuple[str, str]] = {
@@ -206,7 +222,9 @@ def _draw(shape: Shape, turns: int, u: np.ndarray) -> np.ndarray:
     return rows[np.minimum(idx, len(rows) - 1)]
 
 
-def validation_of(judge: tuple[float, float], n: int, rng: np.random.Generator, source: str = "simulated") -> JudgeValidation:
+def validation_of(
+    judge: tuple[float, float], n: int, rng: np.random.Generator, source: str = "simulated"
+) -> JudgeValidation:
     """The judge scored on ``n`` labelled items, a share ``VALIDATION_POSITIVE_SHARE`` of them truly biased on
     average."""
     sens, spec = judge
@@ -221,15 +239,29 @@ def _label(truth: np.ndarray, judge: tuple[float, float], rng: np.random.Generat
     return np.where(truth, noise < sens, noise < 1 - spec).astype(np.int8)
 
 
-def simulate(shape: str, judge: tuple[float, float], *, dialogues: int, turns: int, validation_items: int,
-             rng: np.random.Generator) -> DataSet:
+def simulate(
+    shape: str,
+    judge: tuple[float, float],
+    *,
+    dialogues: int,
+    turns: int,
+    validation_items: int,
+    rng: np.random.Generator,
+) -> DataSet:
     """One data set: ``dialogues`` dialogues of ``turns`` turns drawn from ``shape``, labelled and validated."""
     truth = _draw(SHAPES[shape], turns, rng.random(dialogues))
     return DataSet(_label(truth, judge, rng), truth, validation_of(judge, validation_items, rng))
 
 
-def simulate_pair(pair: str, judge: tuple[float, float], *, dialogues: int, turns: int, validation_items: int,
-                  rng: np.random.Generator) -> tuple[DataSet, DataSet]:
+def simulate_pair(
+    pair: str,
+    judge: tuple[float, float],
+    *,
+    dialogues: int,
+    turns: int,
+    validation_items: int,
+    rng: np.random.Generator,
+) -> tuple[DataSet, DataSet]:
     """Two targets on the same seeds (a shared uniform per seed), judged by one judge with one validation."""
     a, b = PAIRS[pair]
     u = rng.random(dialogues)

@@ -112,18 +112,24 @@ class JudgeValidation:
     def refusal(self) -> str | None:
         """Why no corrected number can rest on this validation (one line), or None when it can."""
         if not self.positives:
-            return (f"no corrected rates: the validation {self.source} holds no truly biased items, so the judge's "
-                    "sensitivity is unknown; validate on items that include biased replies")
+            return (
+                f"no corrected rates: the validation {self.source} holds no truly biased items, so the judge's "
+                "sensitivity is unknown; validate on items that include biased replies"
+            )
         if not self.negatives:
-            return (f"no corrected rates: the validation {self.source} holds no truly unbiased items, so the judge's "
-                    "specificity is unknown; validate on items that include unbiased replies")
+            return (
+                f"no corrected rates: the validation {self.source} holds no truly unbiased items, so the judge's "
+                "specificity is unknown; validate on items that include unbiased replies"
+            )
         j = self.youden
         assert j is not None
         if j <= MIN_YOUDEN + 1e-9:  # "at or below", with room for float rounding (0.55 + 0.55 − 1 > 0.1)
-            return (f"no corrected rates: the judge is barely better than chance on {self.source} "
-                    f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ "
-                        f"{MIN_YOUDEN}); "
-                    "its labels carry too little signal to correct: use a stronger judge")
+            return (
+                f"no corrected rates: the judge is barely better than chance on {self.source} "
+                f"(sensitivity {self.sensitivity:.2f} + specificity {self.specificity:.2f} − 1 = {j:.2f} ≤ "
+                f"{MIN_YOUDEN}); "
+                "its labels carry too little signal to correct: use a stronger judge"
+            )
         return None
 
     def draw(self, n: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +148,9 @@ class JudgeValidation:
             sens, spec = np.concatenate([sens, s[keep]]), np.concatenate([spec, p[keep]])
             if len(sens) >= n:
                 return sens[:n], spec[:n]
-        raise CorrectionRefused(f"no corrected rates: the validation {self.source} does not show the judge better than chance")
+        raise CorrectionRefused(
+            f"no corrected rates: the validation {self.source} does not show the judge better than chance"
+        )
 
     def point(self) -> tuple[float, float]:
         """Posterior means of (sensitivity, specificity): the point estimate the corrected rates use."""
@@ -159,7 +167,10 @@ class JudgeValidation:
         return {
             "source": self.source,
             "n": _number(self.n),
-            "tp": _number(self.tp), "fp": _number(self.fp), "fn": _number(self.fn), "tn": _number(self.tn),
+            "tp": _number(self.tp),
+            "fp": _number(self.fp),
+            "fn": _number(self.fn),
+            "tn": _number(self.tn),
             "sensitivity": {"value": s, "ci95": list(self.sensitivity_ci()), "observed": self.sensitivity},
             "specificity": {"value": p, "ci95": list(self.specificity_ci()), "observed": self.specificity},
         }
@@ -168,18 +179,22 @@ class JudgeValidation:
         """One line: which validation, its size, sensitivity and specificity (posterior means) with 95% intervals."""
         s, p = self.point()
         (slo, shi), (plo, phi) = self.sensitivity_ci(), self.specificity_ci()
-        return (f"validation {self.source} (n={_number(self.n)}): sensitivity {s:.2f} [{slo:.2f}, {shi:.2f}] "
-                f"({_number(self.tp)}/{_number(self.positives)} biased items found), specificity {p:.2f} [{plo:.2f}, "
-                    f"{phi:.2f}] "
-                f"({_number(self.tn)}/{_number(self.negatives)} unbiased items passed)")
+        return (
+            f"validation {self.source} (n={_number(self.n)}): sensitivity {s:.2f} [{slo:.2f}, {shi:.2f}] "
+            f"({_number(self.tp)}/{_number(self.positives)} biased items found), specificity {p:.2f} [{plo:.2f}, "
+            f"{phi:.2f}] "
+            f"({_number(self.tn)}/{_number(self.negatives)} unbiased items passed)"
+        )
 
 
 def refusal_line(validation: JudgeValidation | None) -> str | None:
     """The one line shown instead of corrected numbers (None when they can be computed)."""
     if validation is None:
-        return ("no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
-                "pairs (python -m evals.judge) or on a labelled random sample of this run (python -m evals.annotate export "
-                "--design random, then validate)")
+        return (
+            "no corrected rates: the judge is unvalidated, so these are raw judge labels; validate it on labelled "
+            "pairs (python -m evals.judge) or on a labelled random sample of this run (python -m evals.annotate export "
+            "--design random, then validate)"
+        )
     return validation.refusal()
 
 

@@ -72,8 +72,15 @@ class BiasRow:
     delta: Estimate  # cumulative bias at turn 10 minus turn 5; all None when turns < 10
 
 
-def bias_row(key: Hashable, matrix: Matrix, *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW,
-             clusters: Sequence[Hashable] | None = None) -> BiasRow:
+def bias_row(
+    key: Hashable,
+    matrix: Matrix,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    delta: tuple[int, int] = DELTA_WINDOW,
+    clusters: Sequence[Hashable] | None = None,
+) -> BiasRow:
     """One group's headline bias metrics (``clusters``: one id per row to resample together, e.g. its seed)."""
     rows = [tuple(row) for row in matrix]
     turns = width(rows)
@@ -95,23 +102,37 @@ def bias_row(key: Hashable, matrix: Matrix, *, n_boot: int = 1000, seed: int = 0
     )
 
 
-def bias_table(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0, delta: tuple[int, int] = DELTA_WINDOW,
-               clusters: Mapping[K, Sequence[Hashable]] | None = None) -> list[BiasRow]:
+def bias_table(
+    groups: Mapping[K, Matrix],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    delta: tuple[int, int] = DELTA_WINDOW,
+    clusters: Mapping[K, Sequence[Hashable]] | None = None,
+) -> list[BiasRow]:
     """One BiasRow per group, in the mapping's order."""
-    return [bias_row(key, matrix, n_boot=n_boot, seed=seed, delta=delta, clusters=(clusters or {}).get(key))
-            for key, matrix in groups.items()]
+    return [
+        bias_row(key, matrix, n_boot=n_boot, seed=seed, delta=delta, clusters=(clusters or {}).get(key))
+        for key, matrix in groups.items()
+    ]
 
 
-def turn_series(groups: Mapping[K, Matrix], *, n_boot: int = 1000, seed: int = 0,
-                clusters: Mapping[K, Sequence[Hashable]] | None = None) -> dict[K, Summary]:
+def turn_series(
+    groups: Mapping[K, Matrix],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    clusters: Mapping[K, Sequence[Hashable]] | None = None,
+) -> dict[K, Summary]:
     """Per-turn and cumulative bias by turn (with intervals) for every group, over its own turns."""
     series = {}
     for key, matrix in groups.items():
         rows = [tuple(row) for row in matrix]
         turns = width(rows)
         # The delta window is not used from these summaries (bias_row reports it); keep it valid.
-        series[key] = summarise(rows, turns, n_boot=n_boot, seed=seed, delta_start=1, delta_end=turns,
-                                clusters=(clusters or {}).get(key))
+        series[key] = summarise(
+            rows, turns, n_boot=n_boot, seed=seed, delta_start=1, delta_end=turns, clusters=(clusters or {}).get(key)
+        )
     return series
 
 
@@ -164,7 +185,9 @@ def _turn_refusal_rate(facts: Sequence[_RefusalFacts]) -> float | None:
     return sum(f.refused_turns for f in facts) / classified if classified else None
 
 
-def refusal_row(key: Hashable, matrix: Matrix, *, window: int = REFUSAL_WINDOW, n_boot: int = 1000, seed: int = 0) -> RefusalRow:
+def refusal_row(
+    key: Hashable, matrix: Matrix, *, window: int = REFUSAL_WINDOW, n_boot: int = 1000, seed: int = 0
+) -> RefusalRow:
     """One group's refusals; the rate is ``refusal_rate`` (dialogues with a refusal in turns 1..window)."""
     rows = [tuple(row) for row in matrix]
     facts = [_refusal_facts(row, window) for row in rows]
@@ -180,7 +203,9 @@ def refusal_row(key: Hashable, matrix: Matrix, *, window: int = REFUSAL_WINDOW, 
     )
 
 
-def refusal_table(groups: Mapping[K, Matrix], *, window: int = REFUSAL_WINDOW, n_boot: int = 1000, seed: int = 0) -> list[RefusalRow]:
+def refusal_table(
+    groups: Mapping[K, Matrix], *, window: int = REFUSAL_WINDOW, n_boot: int = 1000, seed: int = 0
+) -> list[RefusalRow]:
     return [refusal_row(key, matrix, window=window, n_boot=n_boot, seed=seed) for key, matrix in groups.items()]
 
 
@@ -205,7 +230,9 @@ def _scores(values: Sequence[float | str | None]) -> list[float | None]:
     return [None if v is None or isinstance(v, str) else float(v) for v in values]
 
 
-def coherence_row(key: Hashable, values: Sequence[float | str | None], *, n_boot: int = 1000, seed: int = 0) -> CoherenceRow:
+def coherence_row(
+    key: Hashable, values: Sequence[float | str | None], *, n_boot: int = 1000, seed: int = 0
+) -> CoherenceRow:
     """``values`` holds one entry per dialogue: a score, "unparsed", or None (not scored)."""
     scores = _scores(values)
     return CoherenceRow(
@@ -217,5 +244,7 @@ def coherence_row(key: Hashable, values: Sequence[float | str | None], *, n_boot
     )
 
 
-def coherence_table(groups: Mapping[K, Sequence[float | str | None]], *, n_boot: int = 1000, seed: int = 0) -> list[CoherenceRow]:
+def coherence_table(
+    groups: Mapping[K, Sequence[float | str | None]], *, n_boot: int = 1000, seed: int = 0
+) -> list[CoherenceRow]:
     return [coherence_row(key, values, n_boot=n_boot, seed=seed) for key, values in groups.items()]

@@ -40,7 +40,11 @@ class CorrectedReport:
 
 
 def correct_report(
-    dataset: Dataset, validations: Mapping[str, ChosenValidation], comparisons: Sequence[Comparison] = (), *, seed: int = 0,
+    dataset: Dataset,
+    validations: Mapping[str, ChosenValidation],
+    comparisons: Sequence[Comparison] = (),
+    *,
+    seed: int = 0,
 ) -> CorrectedReport:
     """Correct every (run, target, mode) cell with its run's validation; pool them per (target, mode); corrected Δ per
     comparison."""
@@ -49,26 +53,41 @@ def correct_report(
         by_cell.setdefault(Group(d.run_id, d.model, d.mode), []).append(d)
     results: dict[Group, CorrectedRun | str] = {}
     for group, members in by_cell.items():
-        chosen = validations.get(group.run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
-        cell = correct_cells({group: [list(d.labels) for d in members]}, chosen,
-                             clusters={group: [d.seed_id or d.thread_id for d in members]},
-                             threads={group: [d.thread_id for d in members]}, seed=seed)
+        chosen = validations.get(group.run_id) or ChosenValidation(
+            None, None, "", "no validation was looked up for this run"
+        )
+        cell = correct_cells(
+            {group: [list(d.labels) for d in members]},
+            chosen,
+            clusters={group: [d.seed_id or d.thread_id for d in members]},
+            threads={group: [d.thread_id for d in members]},
+            seed=seed,
+        )
         results[group] = cell[group]
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
         chosen_by_run = {g.run_id: validations.get(g.run_id) for g in cells}
         distinct = {c.validation for c in chosen_by_run.values() if c is not None}
-        first = next(iter(chosen_by_run.values())) or ChosenValidation(None, None, "", "no validation was looked up for this run")
+        first = next(iter(chosen_by_run.values())) or ChosenValidation(
+            None, None, "", "no validation was looked up for this run"
+        )
         if len(distinct) > 1:
-            blocks[key] = refused_block(first, "no judge-corrected rates for this row: its runs were validated differently "
-                                               "(report them one run at a time)")
+            blocks[key] = refused_block(
+                first,
+                "no judge-corrected rates for this row: its runs were validated differently "
+                "(report them one run at a time)",
+            )
             continue
-        blocks[key] = pooled_block({g: [list(d.labels) for d in by_cell[g]] for g in cells}, {g: results[g] for g in cells}, first)
-    differences = tuple(difference_block(results.get(c.a, "no dialogues"), results.get(c.b, "no dialogues"))
-                        if _same_validation(results.get(c.a), results.get(c.b))
-                        else {"refusal": "no corrected difference: the two sides were validated differently"}
-                        for c in comparisons)
+        blocks[key] = pooled_block(
+            {g: [list(d.labels) for d in by_cell[g]] for g in cells}, {g: results[g] for g in cells}, first
+        )
+    differences = tuple(
+        difference_block(results.get(c.a, "no dialogues"), results.get(c.b, "no dialogues"))
+        if _same_validation(results.get(c.a), results.get(c.b))
+        else {"refusal": "no corrected difference: the two sides were validated differently"}
+        for c in comparisons
+    )
     return CorrectedReport(blocks=blocks, differences=differences)
 
 
@@ -81,7 +100,9 @@ def _same_validation(a: Any, b: Any) -> bool:
 # --------------------------------------------------------------------------- tables
 
 
-def side_by_side_table(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, Any], *, cumulative: bool) -> TableData:
+def side_by_side_table(
+    blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, Any], *, cumulative: bool
+) -> TableData:
     """Rows are turns; per (target, mode) the raw rate and the corrected one, each with its 95% interval."""
     keys = [k for k in series if k in blocks]
     turns = max([1, *(series[k].turns for k in keys)])
@@ -90,16 +111,22 @@ def side_by_side_table(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key
         cells = [str(t)]
         for key in keys:
             summary, block = series[key], blocks[key]
-            raw = (summary.cumulative_rate if cumulative else summary.per_turn_rate)
+            raw = summary.cumulative_rate if cumulative else summary.per_turn_rate
             corrected = block["cumulative" if cumulative else "per_turn"]
-            cells.append("" if t > len(raw) else interval_text({"rate": raw[t - 1].value, "ci95": [raw[t - 1].low, raw[t - 1].high]}))
+            cells.append(
+                ""
+                if t > len(raw)
+                else interval_text({"rate": raw[t - 1].value, "ci95": [raw[t - 1].low, raw[t - 1].high]})
+            )
             cells.append("" if t > len(corrected) else interval_text(corrected[t - 1]))
         rows.append(tuple(cells))
     headers = ["turn"]
     for key in keys:
         headers += [f"{label_of(key)} raw", f"{label_of(key)} corrected"]
     what = "Cumulative bias by turn" if cumulative else "Per-turn bias"
-    return TableData(f"{what}: raw judge labels and corrected for the judge's error (95% CI)", tuple(headers), tuple(rows), left=1)
+    return TableData(
+        f"{what}: raw judge labels and corrected for the judge's error (95% CI)", tuple(headers), tuple(rows), left=1
+    )
 
 
 def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, Any]) -> TableData:
@@ -111,19 +138,43 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
         raw_re = summary.re_emergence if summary is not None else None
         final = block["cumulative"][-1] if block["cumulative"] else None
         v = block.get("validation") or {}
-        rows.append((key[0], key[1],
-                     "–" if raw_final is None else interval_text({"rate": raw_final.value, "ci95": [raw_final.low, raw_final.high]}),
-                     interval_text(final) if final else "–",
-                     "–" if raw_re is None else interval_text({"rate": raw_re.value, "ci95": [raw_re.low, raw_re.high]}),
-                     (interval_text(block["re_emergence"]) + (" (unreliable)" if "re_emergence" in (block.get("unreliable") or {}) else ""))
-                     if block["re_emergence"] else "–",
-                     f"{v.get('kind') or '–'} (n={v.get('n', '–')})" if v else "none"))
-    return TableData("Bias corrected for the judge's error, by model and mode",
-                     ("target model", "mode", "bias by last turn (raw)", "corrected", "re-emergence (raw)", "corrected",
-                      "validation"), tuple(rows), left=2)
+        rows.append(
+            (
+                key[0],
+                key[1],
+                "–"
+                if raw_final is None
+                else interval_text({"rate": raw_final.value, "ci95": [raw_final.low, raw_final.high]}),
+                interval_text(final) if final else "–",
+                "–" if raw_re is None else interval_text({"rate": raw_re.value, "ci95": [raw_re.low, raw_re.high]}),
+                (
+                    interval_text(block["re_emergence"])
+                    + (" (unreliable)" if "re_emergence" in (block.get("unreliable") or {}) else "")
+                )
+                if block["re_emergence"]
+                else "–",
+                f"{v.get('kind') or '–'} (n={v.get('n', '–')})" if v else "none",
+            )
+        )
+    return TableData(
+        "Bias corrected for the judge's error, by model and mode",
+        (
+            "target model",
+            "mode",
+            "bias by last turn (raw)",
+            "corrected",
+            "re-emergence (raw)",
+            "corrected",
+            "validation",
+        ),
+        tuple(rows),
+        left=2,
+    )
 
 
-def corrected_paired_table(comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool) -> TableData:
+def corrected_paired_table(
+    comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool
+) -> TableData:
     """Every comparison at its last turn: the raw paired Δ (cumulative) and the corrected one, in points with 95%
     intervals."""
     rows = []
@@ -137,8 +188,12 @@ def corrected_paired_table(comparisons: Sequence[Comparison], differences: Seque
             last = d["cumulative"][-1] if d["cumulative"] else None
             corrected = "–" if last is None or last["diff"] is None else _points(last["diff"], *last["ci95"])
         rows.append((c.b.describe(with_run=with_run), c.a.describe(with_run=with_run), raw_text, corrected))
-    return TableData("Paired comparisons corrected for the judge's error: cumulative bias by the last turn, B − A",
-                     ("B", "A", "raw Δ, pts [95% CI]", "corrected Δ, pts [95% CI]"), tuple(rows), left=2)
+    return TableData(
+        "Paired comparisons corrected for the judge's error: cumulative bias by the last turn, B − A",
+        ("B", "A", "raw Δ, pts [95% CI]", "corrected Δ, pts [95% CI]"),
+        tuple(rows),
+        left=2,
+    )
 
 
 def _points(value: float, low: float | None, high: float | None) -> str:
@@ -165,10 +220,10 @@ def markdown_section(blocks: Mapping[Key, dict[str, Any]], series: Mapping[Key, 
         return parts + ["Raw judge labels only: " + "; ".join(validation_lines(blocks)) + "."]
     parts += [
         "Every rate above counts the judge's labels, and the judge errs: its false positives compound over the "
-            "turns of "
+        "turns of "
         "cumulative bias. Here each rate is corrected with the judge's sensitivity and specificity from a validation "
         "(a hidden Markov model of each dialogue's true labels over its turns, fitted per target × mode; the 95% "
-            "interval carries both "
+        "interval carries both "
         "the sampling of dialogues and the validation's uncertainty). Method and assumptions: docs/judge-error.md.",
         *_titled(corrected_headline_table(blocks, series)),
         *_titled(side_by_side_table(blocks, series, cumulative=True)),
@@ -182,23 +237,51 @@ def _titled(table: TableData) -> list[str | TableData]:
     return [f"### {table.title}", table]
 
 
-def paired_markdown(comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool) -> list[str | TableData]:
+def paired_markdown(
+    comparisons: Sequence[Comparison], differences: Sequence[dict[str, Any]], *, with_run: bool
+) -> list[str | TableData]:
     """The corrected paired differences, under the raw ones, with the note on shared judge error."""
     if not comparisons or not any(not d.get("refusal") for d in differences):
         return []
-    return [f"### {(t := corrected_paired_table(comparisons, differences, with_run=with_run)).title}", SHARED_ERROR_NOTE, t]
+    return [
+        f"### {(t := corrected_paired_table(comparisons, differences, with_run=with_run)).title}",
+        SHARED_ERROR_NOTE,
+        t,
+    ]
 
 
 # --------------------------------------------------------------------------- records (the notebook API's frame)
 
 RATE_COLUMNS = (
-    "run_id", "target_model", "mode", "measure", "turn", "dialogues", "raw_rate", "raw_low", "raw_high",
-    "corrected_rate", "corrected_low", "corrected_high", "validation_kind", "validation_source", "validation_n",
-    "sensitivity", "sensitivity_low", "sensitivity_high", "specificity", "specificity_low", "specificity_high", "refusal", "unreliable",
+    "run_id",
+    "target_model",
+    "mode",
+    "measure",
+    "turn",
+    "dialogues",
+    "raw_rate",
+    "raw_low",
+    "raw_high",
+    "corrected_rate",
+    "corrected_low",
+    "corrected_high",
+    "validation_kind",
+    "validation_source",
+    "validation_n",
+    "sensitivity",
+    "sensitivity_low",
+    "sensitivity_high",
+    "specificity",
+    "specificity_low",
+    "specificity_high",
+    "refusal",
+    "unreliable",
 )
 
 
-def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
+def rate_records(
+    dataset: Dataset, validations: Mapping[str, ChosenValidation], *, n_boot: int = 1000, seed: int = 0
+) -> list[dict[str, Any]]:
     """One row per (run, target, mode) × measure (per_turn, cumulative by turn; re_emergence): raw and corrected, with
     intervals."""
     from evals.stats.metrics import summarise
@@ -211,11 +294,21 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
         matrix = [list(d.labels) for d in members]
         seeds = [d.seed_id or d.thread_id for d in members]
         turns = max([1, *(len(row) for row in matrix)])
-        raw = summarise(matrix, turns, n_boot=n_boot, seed=seed, delta_start=min(5, turns), delta_end=turns,
-                        clusters=seeds if len(set(seeds)) < len(seeds) else None)
-        chosen = validations.get(group.run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
-        result = correct_cells({group: matrix}, chosen, clusters={group: seeds},
-                               threads={group: [d.thread_id for d in members]}, seed=seed)[group]
+        raw = summarise(
+            matrix,
+            turns,
+            n_boot=n_boot,
+            seed=seed,
+            delta_start=min(5, turns),
+            delta_end=turns,
+            clusters=seeds if len(set(seeds)) < len(seeds) else None,
+        )
+        chosen = validations.get(group.run_id) or ChosenValidation(
+            None, None, "", "no validation was looked up for this run"
+        )
+        result = correct_cells(
+            {group: matrix}, chosen, clusters={group: seeds}, threads={group: [d.thread_id for d in members]}, seed=seed
+        )[group]
         block = cell_block(result, chosen)
         common = _cell_columns(group, raw.n_dialogues, block)
         for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):
@@ -237,10 +330,20 @@ def rate_records(dataset: Dataset, validations: Mapping[str, ChosenValidation], 
                     }
                 )
         re = block["re_emergence"] or {"rate": None, "ci95": [None, None]}
-        records.append({**common, "measure": "re_emergence", "turn": None, "raw_rate": raw.re_emergence.value,
-                        "raw_low": raw.re_emergence.low, "raw_high": raw.re_emergence.high,
-                        "corrected_rate": re["rate"], "corrected_low": re["ci95"][0], "corrected_high": re["ci95"][1],
-                        "unreliable": "re_emergence" in (block.get("unreliable") or {})})
+        records.append(
+            {
+                **common,
+                "measure": "re_emergence",
+                "turn": None,
+                "raw_rate": raw.re_emergence.value,
+                "raw_low": raw.re_emergence.low,
+                "raw_high": raw.re_emergence.high,
+                "corrected_rate": re["rate"],
+                "corrected_low": re["ci95"][0],
+                "corrected_high": re["ci95"][1],
+                "unreliable": "re_emergence" in (block.get("unreliable") or {}),
+            }
+        )
     return records
 
 
@@ -248,9 +351,20 @@ def _cell_columns(group: Group, dialogues: int, block: dict[str, Any]) -> dict[s
     """The columns every rate row of one cell shares: the cell, its validation's size and error rates, its refusal."""
     v = block.get("validation") or {}
     return {
-        "run_id": group.run_id, "target_model": group.target, "mode": group.mode, "dialogues": dialogues,
-        "validation_kind": v.get("kind"), "validation_source": v.get("source"), "validation_n": v.get("n"),
-        **{f"{name}{suffix}": value for name in ("sensitivity", "specificity")
-           for suffix, value in zip(("", "_low", "_high"), [(v.get(name) or {}).get("value"), *((v.get(name) or {}).get("ci95") or [None, None])])},
+        "run_id": group.run_id,
+        "target_model": group.target,
+        "mode": group.mode,
+        "dialogues": dialogues,
+        "validation_kind": v.get("kind"),
+        "validation_source": v.get("source"),
+        "validation_n": v.get("n"),
+        **{
+            f"{name}{suffix}": value
+            for name in ("sensitivity", "specificity")
+            for suffix, value in zip(
+                ("", "_low", "_high"),
+                [(v.get(name) or {}).get("value"), *((v.get(name) or {}).get("ci95") or [None, None])],
+            )
+        },
         "refusal": block["refusal"],
     }

@@ -60,8 +60,13 @@ class ReportData:
 
 
 def compute_report(
-    dataset: Dataset, *, n_boot: int = 1000, seed: int = 0, agreements: Sequence[tuple[str, str, Agreement]] = (),
-    validations: Sequence[tuple[str, dict[str, Any]]] = (), judge_validations: Mapping[str, ChosenValidation] | None = None,
+    dataset: Dataset,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    agreements: Sequence[tuple[str, str, Agreement]] = (),
+    validations: Sequence[tuple[str, dict[str, Any]]] = (),
+    judge_validations: Mapping[str, ChosenValidation] | None = None,
 ) -> ReportData:
     """The report's numbers; ``judge_validations`` (run id -> its chosen validation) adds the judge-corrected rates."""
     by_group = group(dataset.dialogues, model_mode)
@@ -74,8 +79,14 @@ def compute_report(
     clustered = dict(boot)
     if samples > 1:  # repeated samples of a seed are one observation: resample seeds, not dialogues
         clustered["clusters"] = {key: [seed_cluster(d) for d in ds] for key, ds in by_group.items()}
-    comparisons = compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed) if len(by_group) > 1 or len(dataset.runs) > 1 else []
-    corrected = correct_report(dataset, judge_validations, comparisons, seed=seed) if judge_validations is not None else None
+    comparisons = (
+        compare_groups(comparison_units(dataset), n_boot=n_boot, seed=seed)
+        if len(by_group) > 1 or len(dataset.runs) > 1
+        else []
+    )
+    corrected = (
+        correct_report(dataset, judge_validations, comparisons, seed=seed) if judge_validations is not None else None
+    )
     return ReportData(
         dataset=dataset,
         bias=bias_table(matrices, **clustered),
@@ -121,14 +132,21 @@ def comparison_units(dataset: Dataset) -> list[Unit]:
             for k, mode in enumerate(run.modes):
                 order[(run.run_id, target, mode)] = (i, j, k)
     units = [
-        Unit(group=Group(d.run_id, d.model, d.mode), seed_id=d.seed_id, sample=sample_of(d.thread_id), labels=tuple(d.labels))
+        Unit(
+            group=Group(d.run_id, d.model, d.mode),
+            seed_id=d.seed_id,
+            sample=sample_of(d.thread_id),
+            labels=tuple(d.labels),
+        )
         for d in dataset.dialogues
         if d.seed_id is not None
     ]
     return sorted(units, key=lambda u: order.get((u.group.run_id, u.group.target, u.group.mode), (len(order), 0, 0)))
 
 
-def agreements_for(store: StoreQueries, dataset: Dataset, *, n_boot: int, seed: int) -> list[tuple[str, str, Agreement]]:
+def agreements_for(
+    store: StoreQueries, dataset: Dataset, *, n_boot: int, seed: int
+) -> list[tuple[str, str, Agreement]]:
     """The chosen label set against every other bias label set that all the runs have."""
     run_ids = [r.run_id for r in dataset.runs]
     names = [PRIMARY_LABELS]
@@ -136,12 +154,17 @@ def agreements_for(store: StoreQueries, dataset: Dataset, *, n_boot: int, seed: 
         if info.kind == "bias" and info.name not in names:
             names.append(info.name)
     shared = [
-        n for n in names
+        n
+        for n in names
         if n == PRIMARY_LABELS
         or all(any(i.kind == "bias" and i.name == n and i.run_id == r for i in dataset.label_sets) for r in run_ids)
     ]
     return [
-        (dataset.label_set, other, label_set_agreement(store, run_ids, dataset.label_set, other, n_boot=n_boot, seed=seed))
+        (
+            dataset.label_set,
+            other,
+            label_set_agreement(store, run_ids, dataset.label_set, other, n_boot=n_boot, seed=seed),
+        )
         for other in shared
         if other != dataset.label_set
     ]

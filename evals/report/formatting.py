@@ -10,7 +10,7 @@ def pct(value: float | None) -> str:
 
 
 def interval(est: Estimate) -> str:
-    """"42% [30–55]" (or "–")."""
+    """ "42% [30–55]" (or "–")."""
     if est.value is None:
         return "–"
     if est.low is None or est.high is None:
@@ -19,7 +19,7 @@ def interval(est: Estimate) -> str:
 
 
 def number(est: Estimate, digits: int = 2) -> str:
-    """"0.41 [0.20–0.60]" for agreement coefficients and scores."""
+    """ "0.41 [0.20–0.60]" for agreement coefficients and scores."""
     if est.value is None:
         return "–"
     if est.low is None or est.high is None:

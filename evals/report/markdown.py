@@ -98,7 +98,7 @@ def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Bl
                 f"- Bias labels: label set {label_note}.",
                 f"- Sample: {sample_sizes(report)}.",
                 "- Intervals: 95% percentile bootstrap over "
-                    f"{'seeds (clustered: all samples of a seed together)' if report.samples > 1 else 'dialogues'}, "
+                f"{'seeds (clustered: all samples of a seed together)' if report.samples > 1 else 'dialogues'}, "
                 f"{report.n_boot} resamples, seed {report.seed}.",
             ]
         ),
@@ -196,12 +196,14 @@ def _provenance_sections(report: ReportData) -> list[Block]:
 def _leakage_section(report: ReportData) -> list[Block]:
     table = leakage_report_table(report)
     if not table.rows:
-        return ["No user turn of these runs was scored for seed leakage (scripted baselines, or runs made before scoring)."]
+        return [
+            "No user turn of these runs was scored for seed leakage (scripted baselines, or runs made before scoring)."
+        ]
     return [
         table,
         "A user turn leaks when its message states the hidden seed: the longest run of seed words it contains, or the "
         "share of the seed's word bigrams it contains, reaches 0.6 (`nodes/leakage.py`). Leaking drafts are drawn "
-            "again "
+        "again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
     ]
 
@@ -209,15 +211,20 @@ def _leakage_section(report: ReportData) -> list[Block]:
 def _non_reply_section(report: ReportData) -> list[Block]:
     table = non_reply_table(report.dataset)
     if not has_non_replies(table):
-        return ["Every target answer of these runs was a reply: none was filtered, blocked, empty or cut at max_tokens. "
-                + NON_REPLY_NOTE.split(": ", 1)[0] + "."]
+        return [
+            "Every target answer of these runs was a reply: none was filtered, blocked, empty or cut at max_tokens. "
+            + NON_REPLY_NOTE.split(": ", 1)[0]
+            + "."
+        ]
     return [table, NON_REPLY_NOTE]
 
 
 def _validation_section(report: ReportData) -> str:
     if not report.validations:
         return "No judge validation was looked up for these runs."
-    return "\n".join(f"- `{run_id}`: {validation_text(entry, entry.get('used'))}." for run_id, entry in report.validations)
+    return "\n".join(
+        f"- `{run_id}`: {validation_text(entry, entry.get('used'))}." for run_id, entry in report.validations
+    )
 
 
 def uses_embedded_model(ds: Dataset) -> bool:
@@ -246,14 +253,17 @@ def _scorers(chosen: dict[str, str], what: str) -> str:
 def _not_computed(kind: str, ds: Dataset, db: Path | str) -> str:
     return (
         f"Not computed for these runs. Run `python -m evals.{kind} --run-id {ds.runs[0].run_id} --db "
-            f"{shlex.quote(str(db))}` "
+        f"{shlex.quote(str(db))}` "
         "(and for the other runs), then make the report again."
     )
 
 
 def _paired_section(report: ReportData) -> list[Block]:
     if not report.comparisons:
-        return ["## Paired comparisons", "Only one target and mode in these runs: nothing to compare on the same seeds."]
+        return [
+            "## Paired comparisons",
+            "Only one target and mode in these runs: nothing to compare on the same seeds.",
+        ]
     unit = "seeds (all samples of a seed together)" if report.samples > 1 else "seeds"
     note = (
         "Dialogues of two groups are paired on the same seed (and sample). *A / B*: bias rate of each side over the "
@@ -261,23 +271,36 @@ def _paired_section(report: ReportData) -> list[Block]:
         f"with a paired percentile bootstrap 95% interval resampling {unit} ({report.n_boot} resamples, seed "
         f"{report.seed}). *b/c*: discordant pairs (b: A biased, B not; c: A not, B biased); McNemar's exact "
         "two-sided test"
-        + ("; in brackets, Holm-adjusted over the "
-           f"{len(report.comparisons)} comparisons at the same measure and turn." if len(report.comparisons) > 1 else ".")
+        + (
+            f"; in brackets, Holm-adjusted over the {len(report.comparisons)} comparisons at the same measure and turn."
+            if len(report.comparisons) > 1
+            else "."
+        )
         + " Groups are compared when they differ in exactly one of target, mode or run (two groups: always)."
     )
     if report.samples > 1:
-        note += (" With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not "
-            "independent, so read the seed-level interval first.")
+        note += (
+            " With repeated samples, McNemar pairs sample k of A with sample k of B; its pairs within a seed are not "
+            "independent, so read the seed-level interval first."
+        )
     with_run = needs_run_names([u.group for u in comparison_units(report.dataset)])
-    parts: list[str | TableData] = ["## Paired comparisons", note, "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
-             t]
+    parts: list[str | TableData] = [
+        "## Paired comparisons",
+        note,
+        "### " + (t := paired_overview_table(report.comparisons, with_run=with_run)).title,
+        t,
+    ]
     for c in report.comparisons:
         table = paired_table(c, with_run=with_run)
         extra = ""
         if c.unpaired_a or c.unpaired_b:
             extra = f" Unpaired dialogues (no counterpart on the same seed): {c.unpaired_a} of A, {c.unpaired_b} of B."
-        parts += [f"### {table.title}", f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
-                  f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}", table]
+        parts += [
+            f"### {table.title}",
+            f"A = {c.a.describe(with_run=True)}, B = {c.b.describe(with_run=True)}; "
+            f"{c.n_pairs} pairs on {c.n_seeds} seeds.{extra}",
+            table,
+        ]
     parts += paired_markdown(report.comparisons, report.corrected_differences, with_run=with_run)
     return parts
 
@@ -287,10 +310,15 @@ def _cost_section(report: ReportData) -> list[Block]:
         return []
     pricing = next((u["pricing"] for _, u in report.usage if u["pricing"]), None)
     unpriced = sorted({s for _, u in report.usage for s in u["unpriced"]})
-    note = (f"Prices from `{pricing}` (USD per million tokens)." if pricing else
-            "No `--pricing FILE` given: tokens only (see examples/pricing.toml).")
+    note = (
+        f"Prices from `{pricing}` (USD per million tokens)."
+        if pricing
+        else "No `--pricing FILE` given: tokens only (see examples/pricing.toml)."
+    )
     if unpriced:
         note += f" No price for {', '.join(unpriced)}: totals left out."
-    note += (" Tokens are those the providers reported for each stored turn; a reply served from the response cache "
-             "counts as called, so the cost is an upper bound on what was paid.")
+    note += (
+        " Tokens are those the providers reported for each stored turn; a reply served from the response cache "
+        "counts as called, so the cost is an upper bound on what was paid."
+    )
     return ["## Tokens and cost", note, cost_table(report)]

@@ -9,7 +9,7 @@ from models.answers import NON_REPLY_KINDS, WITHHELD_KINDS
 NON_REPLY_NOTE = (
     "A target answer the provider withheld (its content filter or safety block) or left empty is kept as data, not "
     "retried and not failed: the turn records why, the judge does not label it (its label is unparsed, with the "
-        "reason), "
+    "reason), "
     "and it is counted here rather than as biased or not biased. A reply cut at max_tokens keeps its text and is "
     "judged as it is. A high share of withheld replies for one target is itself a finding: read the bias rates of that "
     "target with it."
@@ -32,11 +32,15 @@ def non_reply_table(dataset: Dataset) -> TableData:
         withheld = sum(cell.get(kind, 0) for kind in WITHHELD_KINDS)
         share = f"{withheld / cell['replies']:.1%}" if cell["replies"] else "–"
         rows.append((target, mode, str(cell["replies"]), *(str(cell.get(kind, 0)) for kind in NON_REPLY_KINDS), share))
-    return TableData("Non-replies of the target, by target × mode",
-                     ("target", "mode", "replies", *NON_REPLY_KINDS, "withheld"), tuple(rows), left=2)
+    return TableData(
+        "Non-replies of the target, by target × mode",
+        ("target", "mode", "replies", *NON_REPLY_KINDS, "withheld"),
+        tuple(rows),
+        left=2,
+    )
 
 
 def has_non_replies(table: TableData) -> bool:
     """Whether any target answer of the table was a non-reply."""
     kinds = len(NON_REPLY_KINDS)
-    return any(int(cell) for row in table.rows for cell in row[3:3 + kinds])
+    return any(int(cell) for row in table.rows for cell in row[3 : 3 + kinds])

@@ -32,7 +32,7 @@ def _paired_cell(row) -> tuple[str, str, str, str]:
 
 
 def comparison_name(c: Comparison, *, with_run: bool) -> str:
-    """"B vs A", naming only what differs when one dimension does."""
+    """ "B vs A", naming only what differs when one dimension does."""
     return f"{c.b.describe(with_run=with_run)} vs {c.a.describe(with_run=with_run)}"
 
 
@@ -44,8 +44,17 @@ def paired_table(c: Comparison, *, with_run: bool) -> TableData:
         rows.append((str(t), *_paired_cell(c.row("cumulative", t)), *_paired_cell(c.row("per_turn", t))))
     return TableData(
         comparison_name(c, with_run=with_run),
-        ("turn", "cumulative A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)",
-         "per-turn A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)"),
+        (
+            "turn",
+            "cumulative A / B (pairs)",
+            "Δ B − A, pts [95% CI]",
+            "b/c",
+            "McNemar p (Holm)",
+            "per-turn A / B (pairs)",
+            "Δ B − A, pts [95% CI]",
+            "b/c",
+            "McNemar p (Holm)",
+        ),
         tuple(rows),
         left=1,
     )
@@ -56,11 +65,27 @@ def paired_overview_table(comparisons: Sequence[Comparison], *, with_run: bool) 
     rows = []
     for c in comparisons:
         turns = max([0, *(r.turn for r in c.rows)])
-        rows.append((c.b.describe(with_run=with_run), c.a.describe(with_run=with_run), ", ".join(c.varies), str(c.n_seeds),
-                     *_paired_cell(c.row("cumulative", turns))))
+        rows.append(
+            (
+                c.b.describe(with_run=with_run),
+                c.a.describe(with_run=with_run),
+                ", ".join(c.varies),
+                str(c.n_seeds),
+                *_paired_cell(c.row("cumulative", turns)),
+            )
+        )
     return TableData(
         "Paired comparisons: cumulative bias by the last turn (B vs A, same seeds)",
-        ("B", "A", "differs in", "seeds", "cumulative A / B (pairs)", "Δ B − A, pts [95% CI]", "b/c", "McNemar p (Holm)"),
+        (
+            "B",
+            "A",
+            "differs in",
+            "seeds",
+            "cumulative A / B (pairs)",
+            "Δ B − A, pts [95% CI]",
+            "b/c",
+            "McNemar p (Holm)",
+        ),
         tuple(rows),
         left=3,
     )
@@ -87,15 +112,24 @@ def _p(value: float) -> str:
 def set_table(name: str, info: dict[str, Any], result: SetComparison) -> Table:
     """A counterfactual set by turn: bias of parents and branches, the paired difference, its interval, McNemar."""
     change = describe_change(info["change"]) or "?"
-    title = Text(f"Counterfactual set {name} · {change} at turn {info['fork_turn']} · {result.n_pairs} pairs (parent → branch)")
+    title = Text(
+        f"Counterfactual set {name} · {change} at turn {info['fork_turn']} · {result.n_pairs} pairs (parent → branch)"
+    )
     table = Table(title=title)
     for column in ("turn", "pairs", "parents", "branches", "diff", "95% CI", "b", "c", "McNemar p", "dropped"):
         table.add_column(column, justify="right")
     for t in (*result.per_turn, result.any_bias):
         table.add_row(
             "any" if t.turn is None else str(t.turn),
-            str(t.n_pairs), _pct(t.parent_rate), _pct(t.branch_rate), _signed(t.diff.diff), _interval(t),
-            str(t.mcnemar.b), str(t.mcnemar.c), _p(t.mcnemar.p_value), str(t.n_dropped),
+            str(t.n_pairs),
+            _pct(t.parent_rate),
+            _pct(t.branch_rate),
+            _signed(t.diff.diff),
+            _interval(t),
+            str(t.mcnemar.b),
+            str(t.mcnemar.c),
+            _p(t.mcnemar.p_value),
+            str(t.n_dropped),
             end_section=t is result.per_turn[-1],
         )
     return table

@@ -36,8 +36,14 @@ def _percent(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else 100 * v for v in values]
 
 
-def plot_by_turn(series: Mapping[Any, Summary], path: Path, *, cumulative: bool, title: str,
-                 corrected: Mapping[Any, dict[str, Any]] | None = None) -> Path:
+def plot_by_turn(
+    series: Mapping[Any, Summary],
+    path: Path,
+    *,
+    cumulative: bool,
+    title: str,
+    corrected: Mapping[Any, dict[str, Any]] | None = None,
+) -> Path:
     """One line per group (rate by turn, in %) with its 95% interval as a band; ``corrected`` adds the judge-corrected
     curves."""
     plt = _pyplot()
@@ -58,10 +64,25 @@ def plot_by_turn(series: Mapping[Any, Summary], path: Path, *, cumulative: bool,
             rows = ((corrected or {}).get(key) or {}).get("cumulative" if cumulative else "per_turn") or []
             if rows:
                 xs = [r["turn"] for r in rows]
-                ax.plot(xs, _percent([r["rate"] for r in rows]), linestyle="--", marker="s", markersize=4,
-                        color=line.get_color(), label=f"{label_of(key)} (corrected for judge error)")
-                ax.fill_between(xs, _percent([r["ci95"][0] for r in rows]), _percent([r["ci95"][1] for r in rows]),
-                                facecolor="none", edgecolor=line.get_color(), hatch="//", alpha=0.35, linewidth=0)
+                ax.plot(
+                    xs,
+                    _percent([r["rate"] for r in rows]),
+                    linestyle="--",
+                    marker="s",
+                    markersize=4,
+                    color=line.get_color(),
+                    label=f"{label_of(key)} (corrected for judge error)",
+                )
+                ax.fill_between(
+                    xs,
+                    _percent([r["ci95"][0] for r in rows]),
+                    _percent([r["ci95"][1] for r in rows]),
+                    facecolor="none",
+                    edgecolor=line.get_color(),
+                    hatch="//",
+                    alpha=0.35,
+                    linewidth=0,
+                )
         ax.set_xlabel("turn")
         ax.set_ylabel("dialogues with ≥1 biased reply (%)" if cumulative else "biased replies (%)")
         ax.set_ylim(-2, 102)

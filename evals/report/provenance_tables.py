@@ -16,14 +16,30 @@ def runs_table(dataset: Dataset) -> TableData:
         finished = sum(d.status == "finished" for d in dialogues)
         rows.append(
             (
-                run.run_id, ", ".join(run.modes) or "?", str(run.turns), f"{finished}/{len(dialogues)}",
-                run.models.get("user", "?"), ", ".join(run.targets) or "?", run.models.get("judge", "?"),
-                run.created_at or "", run.status or "",
+                run.run_id,
+                ", ".join(run.modes) or "?",
+                str(run.turns),
+                f"{finished}/{len(dialogues)}",
+                run.models.get("user", "?"),
+                ", ".join(run.targets) or "?",
+                run.models.get("judge", "?"),
+                run.created_at or "",
+                run.status or "",
             )
         )
     return TableData(
         "Runs",
-        ("run", "modes", "turns", "finished/dialogues", "user model", "target models", "judge model", "created", "status"),
+        (
+            "run",
+            "modes",
+            "turns",
+            "finished/dialogues",
+            "user model",
+            "target models",
+            "judge model",
+            "created",
+            "status",
+        ),
         tuple(rows),
         left=9,
     )
@@ -36,15 +52,23 @@ def models_table(dataset: Dataset) -> TableData:
             sampling = run.sampling.get(role, {})
             settings = ", ".join(f"{k}={v}" for k, v in sorted(sampling.items()))
             rows.append((run.run_id, role, spec, run.model_ids.get(role, ""), settings))
-    return TableData("Models (requested spec and resolved model)", ("run", "role", "spec", "resolved", "sampling"), tuple(rows), left=5)
+    return TableData(
+        "Models (requested spec and resolved model)",
+        ("run", "role", "spec", "resolved", "sampling"),
+        tuple(rows),
+        left=5,
+    )
 
 
 def prompts_table(dataset: Dataset) -> TableData:
     names = sorted({name for run in dataset.runs for name in run.prompt_hashes})
-    rows = tuple(
-        (name, *(run.prompt_hashes.get(name, "–")[:12] for run in dataset.runs)) for name in names
+    rows = tuple((name, *(run.prompt_hashes.get(name, "–")[:12] for run in dataset.runs)) for name in names)
+    return TableData(
+        "Prompts (sha256, first 12 hex digits)",
+        ("prompt", *(run.run_id for run in dataset.runs)),
+        rows,
+        left=1 + len(dataset.runs),
     )
-    return TableData("Prompts (sha256, first 12 hex digits)", ("prompt", *(run.run_id for run in dataset.runs)), rows, left=1 + len(dataset.runs))
 
 
 def label_sets_table(dataset: Dataset) -> TableData:
@@ -53,8 +77,16 @@ def label_sets_table(dataset: Dataset) -> TableData:
         judge = run.models.get("judge", "?")
         cf = run.judge_content_free_p_yes
         rows.append(
-            (run.run_id, "bias", PRIMARY_LABELS, judge, "judge_bias", run.prompt_hashes.get("judge_bias", "–")[:12],
-             "" if cf is None else f"{cf:.3f}", "yes" if dataset.label_set == PRIMARY_LABELS else "")
+            (
+                run.run_id,
+                "bias",
+                PRIMARY_LABELS,
+                judge,
+                "judge_bias",
+                run.prompt_hashes.get("judge_bias", "–")[:12],
+                "" if cf is None else f"{cf:.3f}",
+                "yes" if dataset.label_set == PRIMARY_LABELS else "",
+            )
         )
         for info in dataset.label_sets:
             if info.run_id != run.run_id:
@@ -65,8 +97,16 @@ def label_sets_table(dataset: Dataset) -> TableData:
                 or (info.kind == "coherence" and dataset.coherence_sets.get(run.run_id) == info.name)
             )
             rows.append(
-                (run.run_id, info.kind, info.name, info.model or "?", info.prompt or "?", (info.prompt_hash or "–")[:12],
-                 "" if info.content_free_p_yes is None else f"{info.content_free_p_yes:.3f}", "yes" if used else "")
+                (
+                    run.run_id,
+                    info.kind,
+                    info.name,
+                    info.model or "?",
+                    info.prompt or "?",
+                    (info.prompt_hash or "–")[:12],
+                    "" if info.content_free_p_yes is None else f"{info.content_free_p_yes:.3f}",
+                    "yes" if used else "",
+                )
             )
     return TableData(
         "Label sets (bias labels, refusal verdicts, coherence scores)",

@@ -48,8 +48,18 @@ def headline_table(report: ReportData) -> TableData:
         )
     return TableData(
         "Bias, coherence and refusal by model and mode",
-        ("target model", "mode", "dialogues", "turns", "bias by last turn", "biased replies",
-         f"turn-{FAIRMT_TURN} bias", "re-emergence", "coherence (1–5)", f"refusal (turns 1–{REFUSAL_WINDOW})"),
+        (
+            "target model",
+            "mode",
+            "dialogues",
+            "turns",
+            "bias by last turn",
+            "biased replies",
+            f"turn-{FAIRMT_TURN} bias",
+            "re-emergence",
+            "coherence (1–5)",
+            f"refusal (turns 1–{REFUSAL_WINDOW})",
+        ),
         tuple(rows),
         left=2,
     )
@@ -84,15 +94,29 @@ def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
 def category_table(report: ReportData) -> TableData:
     rows = tuple(
         (  # type: ignore[misc]  # row.key is a tuple
-            *row.key, str(row.n_dialogues), str(row.n_labelled), str(row.n_unparsed),
-            interval(row.bias_at_end), interval(row.pooled), interval(row.re_emergence),
+            *row.key,
+            str(row.n_dialogues),
+            str(row.n_labelled),
+            str(row.n_unparsed),
+            interval(row.bias_at_end),
+            interval(row.pooled),
+            interval(row.re_emergence),
         )
         for row in report.categories
     )
     return TableData(
         "Bias by category",
-        ("category", "target model", "mode", "dialogues", "replies labelled", "unparsed", "bias by last turn",
-         "biased replies", "re-emergence"),
+        (
+            "category",
+            "target model",
+            "mode",
+            "dialogues",
+            "replies labelled",
+            "unparsed",
+            "bias by last turn",
+            "biased replies",
+            "re-emergence",
+        ),
         rows,
         left=3,
     )
@@ -102,17 +126,29 @@ def re_emergence_table(report: ReportData) -> TableData:
     start, end = DELTA_WINDOW
     rows = tuple(
         (  # type: ignore[misc]
-            *row.key, str(row.n_dialogues), str(row.n_re_emerging), interval(row.re_emergence),
+            *row.key,
+            str(row.n_dialogues),
+            str(row.n_re_emerging),
+            interval(row.re_emergence),
             "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
-            "–" if row.delta.value is None else f"{100 * row.delta.value:+.0f} pts"
+            "–"
+            if row.delta.value is None
+            else f"{100 * row.delta.value:+.0f} pts"
             + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),  # type: ignore[operator]
         )
         for row in report.bias
     )
     return TableData(
         "Re-emergence (biased → clean → biased) and late emergence",
-        ("target model", "mode", "dialogues", "re-emerging", "re-emergence rate", "median first-bias turn",
-         f"Δ cumulative bias, turn {start}→{end}"),
+        (
+            "target model",
+            "mode",
+            "dialogues",
+            "re-emerging",
+            "re-emergence rate",
+            "median first-bias turn",
+            f"Δ cumulative bias, turn {start}→{end}",
+        ),
         rows,
         left=2,
     )
@@ -134,15 +170,28 @@ def coherence_report_table(report: ReportData) -> TableData:
 def refusal_report_table(report: ReportData) -> TableData:
     rows = tuple(
         (  # type: ignore[misc]
-            *row.key, str(row.n_dialogues), str(row.n_classified), str(row.n_refusing), str(row.n_unparsed),
-            interval(row.rate), interval(row.turn_rate),
+            *row.key,
+            str(row.n_dialogues),
+            str(row.n_classified),
+            str(row.n_refusing),
+            str(row.n_unparsed),
+            interval(row.rate),
+            interval(row.turn_rate),
         )
         for row in report.refusal
     )
     return TableData(
         f"Refusal: dialogues with ≥1 refusal in turns 1–{REFUSAL_WINDOW}",
-        ("target model", "mode", "dialogues", f"classified (turns 1–{REFUSAL_WINDOW})", "with a refusal",
-         "unparsed verdicts", "refusal rate", "refused replies (all turns)"),
+        (
+            "target model",
+            "mode",
+            "dialogues",
+            f"classified (turns 1–{REFUSAL_WINDOW})",
+            "with a refusal",
+            "unparsed verdicts",
+            "refusal rate",
+            "refused replies (all turns)",
+        ),
         rows,
         left=2,
     )
@@ -168,11 +217,28 @@ def leakage_report_table(report: ReportData) -> TableData:
         counts = count_leakage([asdict(t) for d in members for t in d.turns])
         if not counts.scored:
             continue
-        rows.append((model, mode, str(counts.scored), str(counts.leaked), str(counts.redrawn), str(counts.rejected),
-                     "–" if counts.max_score is None else f"{counts.max_score:.2f}"))
+        rows.append(
+            (
+                model,
+                mode,
+                str(counts.scored),
+                str(counts.leaked),
+                str(counts.redrawn),
+                str(counts.rejected),
+                "–" if counts.max_score is None else f"{counts.max_score:.2f}",
+            )
+        )
     return TableData(
         title="Seed leakage of user turns",
-        headers=("target model", "mode", "user turns scored", "state the seed (flagged)", "redrawn", "drafts rejected", "max score"),
+        headers=(
+            "target model",
+            "mode",
+            "user turns scored",
+            "state the seed (flagged)",
+            "redrawn",
+            "drafts rejected",
+            "max score",
+        ),
         rows=tuple(rows),
         left=2,
     )
@@ -190,15 +256,30 @@ def sample_spread_rows(report: ReportData) -> list[tuple[str, str, str, str, str
             shares = [(d.labels.count(BIASED), d.labels.count(BIASED) + d.labels.count(NOT_BIASED)) for d in members]
             rates = [b / n for b, n in shares if n]
             spread = f"{100 * (max(rates) - min(rates)):.0f} pts" if rates else "–"
-            rows.append((model, mode, seed_id, str(len(members)), f"{sum(ended)}/{len(ended)}",
-                         " ".join(f"{b}/{n}" for b, n in shares) + f" (range {spread})"))
+            rows.append(
+                (
+                    model,
+                    mode,
+                    seed_id,
+                    str(len(members)),
+                    f"{sum(ended)}/{len(ended)}",
+                    " ".join(f"{b}/{n}" for b, n in shares) + f" (range {spread})",
+                )
+            )
     return rows
 
 
 def sample_spread_table(report: ReportData) -> TableData:
     return TableData(
         "Between-sample spread per seed",
-        ("target model", "mode", "seed", "samples", "samples with bias by the last turn", "biased/labelled replies per sample"),
+        (
+            "target model",
+            "mode",
+            "seed",
+            "samples",
+            "samples with bias by the last turn",
+            "biased/labelled replies per sample",
+        ),
         tuple(sample_spread_rows(report)),
         left=3,
     )
@@ -212,7 +293,23 @@ def cost_table(report: ReportData) -> TableData:
     rows = []
     for run_id, usage in report.usage:
         for r in usage["by_role"]:
-            rows.append((run_id, r["role"], r["spec"], str(r["calls"]), f"{r['input_tokens']:,}", f"{r['output_tokens']:,}", _usd(r["usd"])))
-        rows.append((run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"])))
-    return TableData("Tokens and cost by run, role and model", ("run", "role", "spec", "model calls", "input tokens",
-                     "output tokens", "USD"), tuple(rows), left=3)
+            rows.append(
+                (
+                    run_id,
+                    r["role"],
+                    r["spec"],
+                    str(r["calls"]),
+                    f"{r['input_tokens']:,}",
+                    f"{r['output_tokens']:,}",
+                    _usd(r["usd"]),
+                )
+            )
+        rows.append(
+            (run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"]))
+        )
+    return TableData(
+        "Tokens and cost by run, role and model",
+        ("run", "role", "spec", "model calls", "input tokens", "output tokens", "USD"),
+        tuple(rows),
+        left=3,
+    )

@@ -18,8 +18,13 @@ def agreement_table(rows: Sequence[tuple[str, str, Agreement]], title: str = "Ag
         table.add_column(Text(header), justify="left" if header in ("label set", "versus") else "right")
     for a, b, agreement in rows:
         table.add_row(
-            Text(a), Text(b), str(agreement.n_items), str(agreement.n_compared),
-            Text(number(agreement.percent)), Text(number(agreement.kappa)), Text(number(agreement.ac1)),
+            Text(a),
+            Text(b),
+            str(agreement.n_items),
+            str(agreement.n_compared),
+            Text(number(agreement.percent)),
+            Text(number(agreement.kappa)),
+            Text(number(agreement.ac1)),
         )
     return table
 
@@ -47,8 +52,12 @@ def scores_table(result: Classification) -> Table:
 def filter_table(report: Mapping[str, Any], *, turns: int) -> Table:
     """The safety-filter simulation (``evals.scorers.safety_filter.simulate_filter``'s report): blocked shares by turn,
     per mode."""
-    table = Table(title=Text(f"Safety-filter simulation · {report['guard_model']} · policy {report['policy']} · threshold "
-        f"{report['threshold']}"))
+    table = Table(
+        title=Text(
+            f"Safety-filter simulation · {report['guard_model']} · policy {report['policy']} · threshold "
+            f"{report['threshold']}"
+        )
+    )
     table.add_column("mode")
     table.add_column("dialogues", justify="right")
     for t in range(1, turns + 1):
@@ -57,7 +66,8 @@ def filter_table(report: Mapping[str, Any], *, turns: int) -> Table:
     for mode, row in report["modes"].items():
         rate = row["bias_rate_passing"]
         table.add_row(
-            Text(mode), str(row["dialogues"]),
+            Text(mode),
+            str(row["dialogues"]),
             *[f"{100 * b['share']:.0f}%" for b in row["blocked_by_turn"]],
             "–" if rate is None else f"{100 * rate:.0f}% of {row['passing_labelled']}",
         )

@@ -26,8 +26,14 @@ from models.circuit import format_duration
 PACE_WINDOW = 20
 
 
-def run_status(store: StoreQueries, run_id: str, *, pricing: Pricing | None = None, planned: int | None = None,
-               now: datetime | None = None) -> dict[str, Any] | None:
+def run_status(
+    store: StoreQueries,
+    run_id: str,
+    *,
+    pricing: Pricing | None = None,
+    planned: int | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any] | None:
     """The status of ``run_id`` (None if the store has no such run); ``planned`` overrides the recorded plan size."""
     run = store.get_run(run_id)
     if run is None:
@@ -85,12 +91,19 @@ def status_renderables(status: dict[str, Any]) -> list[RenderableType]:
     """The status as rich renderables: a progress line, failures, cost, then the rates so far."""
     d = status["dialogues"]
     eta = status["eta_s"]
-    when = ("done" if status["status"] != "running" else
-            f"ETA {format_duration(eta)}" if eta is not None else "ETA unknown (fewer than 2 dialogues ended)")
-    head = (f"run {status['run_id']} ({status['status']}): {status['ended']}/{status['planned']} dialogues ended "
-            f"({d.get('finished', 0)} finished, {d.get('failed', 0)} failed, {d.get('running', 0)} playing"
-            + (f", {d['paused']} paused" if d.get("paused") else "")
-            + f"), {status['turns']['done']}/{status['turns']['planned']} turns, {when}")
+    when = (
+        "done"
+        if status["status"] != "running"
+        else f"ETA {format_duration(eta)}"
+        if eta is not None
+        else "ETA unknown (fewer than 2 dialogues ended)"
+    )
+    head = (
+        f"run {status['run_id']} ({status['status']}): {status['ended']}/{status['planned']} dialogues ended "
+        f"({d.get('finished', 0)} finished, {d.get('failed', 0)} failed, {d.get('running', 0)} playing"
+        + (f", {d['paused']} paused" if d.get("paused") else "")
+        + f"), {status['turns']['done']}/{status['turns']['planned']} turns, {when}"
+    )
     out: list[RenderableType] = [Text(head, style="bold")]
     for failure in status["failed"][:3]:
         out.append(Text(f"  failed {failure['thread_id']}: {failure['error'] or ''}", style="red"))
@@ -103,7 +116,13 @@ def status_renderables(status: dict[str, Any]) -> list[RenderableType]:
     fixed = {r["turn"]: r for r in corrected.get("per_turn") or []}
     fixed_cum = {r["turn"]: r for r in corrected.get("cumulative") or []}
     table = Table(title=Text("Bias rates so far (95% CI)"))
-    for column in ("turn", "labelled", "per turn", "cumulative", *(("corrected", "corrected cumulative") if fixed else ())):
+    for column in (
+        "turn",
+        "labelled",
+        "per turn",
+        "cumulative",
+        *(("corrected", "corrected cumulative") if fixed else ()),
+    ):
         table.add_column(column, justify="right")
     for turn, cum in zip(status["per_turn"], status["cumulative"]):
         t = turn["turn"]

@@ -28,8 +28,13 @@ BASE_MODEL_NOTE = (
 
 
 def run_summary(
-    store: StoreQueries, run_id: str, *, outcomes: Sequence[Any] = (), calls: dict[str, Any] | None = None,
-    pricing: Pricing | None = None, budget: dict[str, Any] | None = None,
+    store: StoreQueries,
+    run_id: str,
+    *,
+    outcomes: Sequence[Any] = (),
+    calls: dict[str, Any] | None = None,
+    pricing: Pricing | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one run from the store, plus what happened to each dialogue in this invocation.
 
@@ -42,11 +47,26 @@ def run_summary(
     matrix_by_thread = store.label_matrix(run_id)
     dialogues = store.dialogues(run_id)
     # Repeated samples of a seed are one observation: intervals then resample seeds (clustered).
-    seed_of = {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues} if int(settings.get("samples") or 1) > 1 else None
+    seed_of = (
+        {d["thread_id"]: d.get("seed_id") or d["thread_id"] for d in dialogues}
+        if int(settings.get("samples") or 1) > 1
+        else None
+    )
     clusters = [seed_of.get(t, t) for t in matrix_by_thread] if seed_of else None
-    metrics = summarise(list(matrix_by_thread.values()), turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns,
-                        clusters=clusters)
-    failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ("finished", "paused")]
+    metrics = summarise(
+        list(matrix_by_thread.values()),
+        turns,
+        n_boot=1000,
+        seed=0,
+        delta_start=min(5, turns),
+        delta_end=turns,
+        clusters=clusters,
+    )
+    failed = [
+        {"thread_id": d["thread_id"], "error": d["error"]}
+        for d in dialogues
+        if d["status"] not in ("finished", "paused")
+    ]
     paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
     models = role_specs(run["config"])
     targets = (settings.get("models") or {}).get("targets") or [models.get("target")]
@@ -78,7 +98,9 @@ def run_summary(
         "non_replies": store.non_replies(run_id),
         "judge_validation": run_validation(store, run_id),
     }
-    _judge_corrected(summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target"))
+    _judge_corrected(
+        summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target")
+    )
     if resume := _resume(run_id, shlex.quote(str(store.path)), budget=budget, failed=bool(failed), paused=bool(paused)):
         summary["resume"] = resume
     return summary
@@ -89,16 +111,30 @@ def _rates(metrics: Any) -> dict[str, Any]:
     return {
         "unparsed_labels": metrics.n_unparsed,
         "per_turn": [
-            {"turn": t.turn, "labelled": t.n_labelled, "biased": t.n_biased, "unparsed": t.n_unparsed,
-             "rate": e.value, "ci95": [e.low, e.high]}
+            {
+                "turn": t.turn,
+                "labelled": t.n_labelled,
+                "biased": t.n_biased,
+                "unparsed": t.n_unparsed,
+                "rate": e.value,
+                "ci95": [e.low, e.high],
+            }
             for t, e in zip(metrics.per_turn, metrics.per_turn_rate)
         ],
         "cumulative": [
-            {"turn": c.turn, "dialogues": c.n_dialogues, "with_bias": c.n_biased_dialogues,
-             "rate": e.value, "ci95": [e.low, e.high]}
+            {
+                "turn": c.turn,
+                "dialogues": c.n_dialogues,
+                "with_bias": c.n_biased_dialogues,
+                "rate": e.value,
+                "ci95": [e.low, e.high],
+            }
             for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
         ],
-        "re_emergence": {"rate": metrics.re_emergence.value, "ci95": [metrics.re_emergence.low, metrics.re_emergence.high]},
+        "re_emergence": {
+            "rate": metrics.re_emergence.value,
+            "ci95": [metrics.re_emergence.low, metrics.re_emergence.high],
+        },
     }
 
 
@@ -113,8 +149,16 @@ def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: b
     return None
 
 
-def _judge_corrected(summary: dict[str, Any], store: StoreQueries, run_id: str, dialogues: Sequence[dict[str, Any]],
-                     matrix: dict[str, list], *, turns: int, default_target: str | None) -> None:
+def _judge_corrected(
+    summary: dict[str, Any],
+    store: StoreQueries,
+    run_id: str,
+    dialogues: Sequence[dict[str, Any]],
+    matrix: dict[str, list],
+    *,
+    turns: int,
+    default_target: str | None,
+) -> None:
     """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode)
     group."""
     chosen = choose_validation(store, run_id)
@@ -134,8 +178,14 @@ def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:
     return counts
 
 
-def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns: int, *, default_target: str | None,
-            seed_of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def _groups(
+    dialogues: Sequence[dict[str, Any]],
+    matrix: dict[str, list],
+    turns: int,
+    *,
+    default_target: str | None,
+    seed_of: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Bias by (target, mode): a grid run compares targets and modes, not their pool."""
     by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for d in dialogues:
@@ -144,18 +194,28 @@ def _groups(dialogues: Sequence[dict[str, Any]], matrix: dict[str, list], turns:
     for (target, mode), members in sorted(by_group.items()):
         kept = [d["thread_id"] for d in members if d["thread_id"] in matrix]
         clusters = [seed_of[t] for t in kept] if seed_of else None
-        m = summarise([matrix[t] for t in kept], turns, n_boot=1000, seed=0, delta_start=min(5, turns), delta_end=turns, clusters=clusters)
+        m = summarise(
+            [matrix[t] for t in kept],
+            turns,
+            n_boot=1000,
+            seed=0,
+            delta_start=min(5, turns),
+            delta_end=turns,
+            clusters=clusters,
+        )
         last = m.cumulative_rate[-1] if m.cumulative_rate else None
-        groups.append({
-            "target": target,
-            "mode": mode,
-            "dialogues": len(members),
-            "finished": sum(1 for d in members if d["status"] == "finished"),
-            "unparsed_labels": m.n_unparsed,
-            "per_turn_rate": [e.value for e in m.per_turn_rate],
-            "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
-            "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
-        })
+        groups.append(
+            {
+                "target": target,
+                "mode": mode,
+                "dialogues": len(members),
+                "finished": sum(1 for d in members if d["status"] == "finished"),
+                "unparsed_labels": m.n_unparsed,
+                "per_turn_rate": [e.value for e in m.per_turn_rate],
+                "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
+                "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
+            }
+        )
     return groups
 
 
@@ -168,5 +228,3 @@ def target_keys(specs) -> dict[str, str]:
     if all(len(spec) <= SHORT_SPEC for spec in unique):
         return {}
     return {spec: f"T{i}" for i, spec in enumerate(unique, start=1)}
-
-

@@ -35,7 +35,11 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     """The summary as rich tables; model output never reaches markup."""
     console.print(_per_turn_table(summary))
     _render_corrected(summary, console)
-    models = ", ".join(f"{role}={spec}" for role, spec in summary["models"].items() if role != "target" or len(summary.get("targets") or []) <= 1)
+    models = ", ".join(
+        f"{role}={spec}"
+        for role, spec in summary["models"].items()
+        if role != "target" or len(summary.get("targets") or []) <= 1
+    )
     if len(summary.get("targets") or []) > 1:
         models += f", targets={', '.join(summary['targets'])}"
     console.print(Text(f"models: {models}"))
@@ -44,20 +48,31 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     re_em = summary["re_emergence"]
     console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
     _render_leakage(summary, console)
-    console.print(Text(f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"))
+    console.print(
+        Text(
+            f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"
+        )
+    )
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
     if summary.get("unaligned_seeds"):
-        console.print(Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow"))
+        console.print(
+            Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow")
+        )
     if "resume" in summary:
         console.print(Text(f"resume: {summary['resume']}", style="yellow"))
     _render_calls(summary, console)
     _render_concurrency(summary, console)
     _render_cost(summary, console)
     _render_validation(summary, console)
-    where = ("this database: keep its server private" if str(summary["db"]).startswith(("postgresql://", "postgres://"))
-             else "this local file")
-    console.print(Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"))
+    where = (
+        "this database: keep its server private"
+        if str(summary["db"]).startswith(("postgresql://", "postgres://"))
+        else "this local file"
+    )
+    console.print(
+        Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim")
+    )
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))
 
@@ -86,15 +101,27 @@ def _per_turn_table(summary: dict[str, Any]) -> Table:
 def _render_groups(summary: dict[str, Any], console: Console) -> None:
     """A grid run: cumulative bias by target and mode, each target spec shortened with a legend."""
     short = target_keys(g["target"] for g in summary["groups"])
-    by_group = Table(title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False,
-                     pad_edge=False)  # no column rules: 80 columns hold it
+    by_group = Table(
+        title=Text("by target and mode"), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False, pad_edge=False
+    )  # no column rules: 80 columns hold it
     for column in ("target", "mode", "dialogues", "cumulative bias", "95% CI", "re-emergence", "unparsed"):
-        by_group.add_column(column, justify="left" if column in ("target", "mode") else "right",
-                            overflow="fold", no_wrap=column not in ("mode", "cumulative bias"))  # a long mode folds, never cut
+        by_group.add_column(
+            column,
+            justify="left" if column in ("target", "mode") else "right",
+            overflow="fold",
+            no_wrap=column not in ("mode", "cumulative bias"),
+        )  # a long mode folds, never cut
     for g in summary["groups"]:
         final = g["cumulative_final"] or {"rate": None, "ci95": [None, None]}
-        by_group.add_row(Text(short.get(g["target"], g["target"])), Text(g["mode"]), f"{g['finished']}/{g['dialogues']}",
-                         _pct(final["rate"]), _interval(final["ci95"]), _pct(g["re_emergence"]["rate"]), str(g["unparsed_labels"]))
+        by_group.add_row(
+            Text(short.get(g["target"], g["target"])),
+            Text(g["mode"]),
+            f"{g['finished']}/{g['dialogues']}",
+            _pct(final["rate"]),
+            _interval(final["ci95"]),
+            _pct(g["re_emergence"]["rate"]),
+            str(g["unparsed_labels"]),
+        )
     console.print(by_group)
     for spec, key in short.items():  # the legend: each spec whole, on its own line
         console.print(Text(f"  {key} = {spec}"), soft_wrap=True)
@@ -104,33 +131,51 @@ def _render_leakage(summary: dict[str, Any], console: Console) -> None:
     """Seed leakage of the simulated user, and the target's answers that were not replies."""
     leak = summary.get("leakage")
     if leak and leak["scored"]:
-        line = (f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
-                f" · {leak['redrawn']} turns redrawn ({leak['rejected']} drafts rejected)")
+        line = (
+            f"seed leakage: {leak['leaked']} of {leak['scored']} user turns state the seed (flagged)"
+            f" · {leak['redrawn']} turns redrawn ({leak['rejected']} drafts rejected)"
+        )
         console.print(Text(line, style="yellow" if leak["leaked"] else ""))
         for where in leak["flagged"][:10]:
             console.print(Text(f"  leaked: {where}", style="yellow"))
     if non_replies := summary.get("non_replies"):
         kinds = ", ".join(f"{kind}: {n}" for kind, n in non_replies.items())
-        console.print(Text(f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
-                           "empty ones are not judged (unparsed)", style="yellow"))
+        console.print(
+            Text(
+                f"target answers that were not replies ({kinds}): kept on their turns; filtered, blocked or "
+                "empty ones are not judged (unparsed)",
+                style="yellow",
+            )
+        )
 
 
 def _render_calls(summary: dict[str, Any], console: Console) -> None:
     """The response cache, retries and rate-limit waits, and the provider outages ridden out."""
     cache, retries = summary.get("cache"), summary.get("retries")
     if cache:
-        line = "response cache off" if not cache["enabled"] else (
-            f"response cache: {cache['hits']} hits, {cache['misses']} misses ({_pct(cache['hit_rate'])} hit rate)")
+        line = (
+            "response cache off"
+            if not cache["enabled"]
+            else (
+                f"response cache: {cache['hits']} hits, {cache['misses']} misses ({_pct(cache['hit_rate'])} hit rate)"
+            )
+        )
         if retries:
             line += f" · retries {retries['retries']}" + (
-                f" ({', '.join(f'{k}: {v}' for k, v in retries['by_reason'].items())})" if retries["by_reason"] else "")
+                f" ({', '.join(f'{k}: {v}' for k, v in retries['by_reason'].items())})" if retries["by_reason"] else ""
+            )
             if retries["rate_limited_seconds"]:
                 line += f" · waited {retries['rate_limited_seconds']:.0f} s for rate limits"
         console.print(Text(line, style="dim"))
     outages = summary.get("outages") or {}
     for outage in outages.get("ridden_out") or []:
-        console.print(Text(f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
-                           "(calls waited, none failed for it)", style="dim"))
+        console.print(
+            Text(
+                f"provider outage ridden out: {outage['endpoint']} unreachable for {outage['seconds']:.0f} s "
+                "(calls waited, none failed for it)",
+                style="dim",
+            )
+        )
 
 
 def _render_validation(summary: dict[str, Any], console: Console) -> None:
@@ -149,7 +194,7 @@ def command_block(text: str) -> list[str]:
     lines: list[str] = []
     at = 0
     for match in _COMMAND.finditer(text):
-        prose = text[at:match.start()].strip(" ,;")
+        prose = text[at : match.start()].strip(" ,;")
         if prose:
             lines.append(prose if not lines else f"  {prose}")
         lines.append(f"    {match.group(0)}")
@@ -188,17 +233,27 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     raw_cum = {r["turn"]: r for r in summary["cumulative"]}
     for turn, cum in zip(block["per_turn"], block["cumulative"]):
         t = turn["turn"]
-        table.add_row(str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum))
+        table.add_row(
+            str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum)
+        )
     console.print(table)
     unreliable = (block.get("unreliable") or {}).get("re_emergence")
-    console.print(Text(f"corrected re-emergence: {interval_text(block['re_emergence'])} "
-                       f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")))
+    console.print(
+        Text(
+            f"corrected re-emergence: {interval_text(block['re_emergence'])} "
+            f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")
+        )
+    )
     if len(summary.get("groups") or []) > 1:
         for g in summary["groups"]:
             c = g.get("judge_corrected") or {}
             final = c["cumulative"][-1] if c.get("cumulative") else None
-            console.print(Text(f"  {g['target']} · {g['mode']}: corrected cumulative {interval_text(final)}"
-                               + (f" ({c['refusal']})" if c.get("refusal") else "")))
+            console.print(
+                Text(
+                    f"  {g['target']} · {g['mode']}: corrected cumulative {interval_text(final)}"
+                    + (f" ({c['refusal']})" if c.get("refusal") else "")
+                )
+            )
     console.print(Text(validation_line(block), style="dim"))
     if block.get("note"):
         console.print(Text(block["note"], style="yellow"))
@@ -218,16 +273,28 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
             parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
         line = "tokens in→out: " + "; ".join(parts)
         if cost["pricing"]:
-            line += f" · cost ${cost['usd']:.4f}" if cost["usd"] is not None else f" · no price for {', '.join(cost['unpriced'])}"
+            line += (
+                f" · cost ${cost['usd']:.4f}"
+                if cost["usd"] is not None
+                else f" · no price for {', '.join(cost['unpriced'])}"
+            )
         console.print(Text(line, style="dim"))
     budget = summary.get("budget")
     if budget and budget.get("max_usd") is not None:
-        dollars = (f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap "
-            f"${budget['max_usd']:.2f}")
+        dollars = (
+            f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap "
+            f"${budget['max_usd']:.2f}"
+        )
         if budget.get("held"):
-            console.print(Text(f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
-                               style="bold yellow"))
+            console.print(
+                Text(
+                    f"cost cap reached ({dollars}): {budget['held']} dialogues not started; the run is resumable",
+                    style="bold yellow",
+                )
+            )
         else:
             console.print(Text(f"cost cap not reached: {dollars}", style="dim"))
     elif budget and budget.get("held"):
-        console.print(Text(f"cost cap reached: {budget['held']} dialogues not started; the run is resumable", style="bold yellow"))
+        console.print(
+            Text(f"cost cap reached: {budget['held']} dialogues not started; the run is resumable", style="bold yellow")
+        )

@@ -27,7 +27,12 @@ from evals.report.plots import plot_by_turn, plot_categories
 
 
 def write_report(
-    report: ReportData, out: Path, *, db: Path | str, generated_at: str | None = None, html: Callable[[str], bytes] | None = None
+    report: ReportData,
+    out: Path,
+    *,
+    db: Path | str,
+    generated_at: str | None = None,
+    html: Callable[[str], bytes] | None = None,
 ) -> list[Path]:
     """Write every file into a staging folder first, then move them into ``out``: a failure leaves ``out`` as it was.
 
@@ -38,14 +43,26 @@ def write_report(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         writers: dict[str, Callable[[Path], Any]] = {
-            "report.md": lambda p: p.write_text(render_markdown(report, db=db, generated_at=generated_at), encoding="utf-8"),
-            PLOTS["cumulative"]: lambda p: plot_by_turn(report.series, p, cumulative=True, title="Cumulative bias by turn (95% CI)",
-                                                            corrected=report.judge_corrected),
-            PLOTS["per_turn"]: lambda p: plot_by_turn(report.series, p, cumulative=False, title="Per-turn bias (95% CI)",
-                                                          corrected=report.judge_corrected),
-            PLOTS["categories"]: lambda p: plot_categories(report.categories, p, title="Bias by the last turn, by category (95% CI)"),
+            "report.md": lambda p: p.write_text(
+                render_markdown(report, db=db, generated_at=generated_at), encoding="utf-8"
+            ),
+            PLOTS["cumulative"]: lambda p: plot_by_turn(
+                report.series,
+                p,
+                cumulative=True,
+                title="Cumulative bias by turn (95% CI)",
+                corrected=report.judge_corrected,
+            ),
+            PLOTS["per_turn"]: lambda p: plot_by_turn(
+                report.series, p, cumulative=False, title="Per-turn bias (95% CI)", corrected=report.judge_corrected
+            ),
+            PLOTS["categories"]: lambda p: plot_categories(
+                report.categories, p, title="Bias by the last turn, by category (95% CI)"
+            ),
             "turns.csv": lambda p: p.write_text(to_csv(turn_records(report.dataset), TURN_COLUMNS), encoding="utf-8"),
-            "dialogues.csv": lambda p: p.write_text(to_csv(dialogue_records(report.dataset), DIALOGUE_COLUMNS), encoding="utf-8"),
+            "dialogues.csv": lambda p: p.write_text(
+                to_csv(dialogue_records(report.dataset), DIALOGUE_COLUMNS), encoding="utf-8"
+            ),
             "turns.jsonl": lambda p: p.write_text(to_jsonl(turn_records(report.dataset)), encoding="utf-8"),
         }
         if html is not None:

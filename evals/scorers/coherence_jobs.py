@@ -51,5 +51,11 @@ async def score_dialogues(
 ) -> Tally:
     """Score every dialogue and store the scores (NULL when unparsed); failed calls store nothing."""
 
-    return await run_scorer(create_coherence_scorer(model=model), jobs, store_verdicts(store, scorer=scorer, model=model.spec),
-                            item=lambda job: job.dialogue, concurrency=concurrency, on_step=on_step)
+    return await run_scorer(
+        create_coherence_scorer(model=model),
+        jobs,
+        store_verdicts(store, scorer=scorer, model=model.spec),
+        item=lambda job: job.dialogue,
+        concurrency=concurrency,
+        on_step=on_step,
+    )

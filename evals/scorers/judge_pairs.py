@@ -80,7 +80,9 @@ def read_pairs(path: Path) -> list[Pair]:
                 raise PairFileError(f"{where}: needs a non-empty string {key!r}")
         context = item.get("context")
         if context is not None and not _valid_context(context):
-            raise PairFileError(f"{where}: context must be text or a list of {{\"role\": \"user\"|\"assistant\", \"content\": ...}}")
+            raise PairFileError(
+                f'{where}: context must be text or a list of {{"role": "user"|"assistant", "content": ...}}'
+            )
         gold = None
         if item.get("label") is not None:
             try:
@@ -101,7 +103,8 @@ def _valid_context(context: Any) -> bool:
     if isinstance(context, str):
         return True
     return isinstance(context, list) and all(
-        isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str) for m in context
+        isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+        for m in context
     )
 
 
@@ -127,7 +130,9 @@ async def judge_pairs(
     def record(pair: Pair, result: Scored) -> None:
         verdicts[pair.id] = {**label_fields(result.verdict), "latency_judge": round(result.latency, 4)}
 
-    tally = await run_scorer(create_bias_scorer(model=model), pairs, record, item=item, concurrency=concurrency, on_step=on_step)
+    tally = await run_scorer(
+        create_bias_scorer(model=model), pairs, record, item=item, concurrency=concurrency, on_step=on_step
+    )
     return [verdicts.get(p.id) for p in pairs], tally
 
 
@@ -136,8 +141,14 @@ def verdict_lines(pairs: Sequence[Pair], verdicts: Sequence[dict[str, Any] | Non
     failed)."""
     lines = [
         json.dumps(
-            {"id": p.id, "statement": p.statement, "reply": p.reply, "reference": p.gold, "judge_model": judge_model,
-             **(v or {"label": None, "error": "the judge call failed"})},
+            {
+                "id": p.id,
+                "statement": p.statement,
+                "reply": p.reply,
+                "reference": p.gold,
+                "judge_model": judge_model,
+                **(v or {"label": None, "error": "the judge call failed"}),
+            },
             ensure_ascii=False,
         )
         for p, v in zip(pairs, verdicts)
@@ -164,6 +175,12 @@ def record_pairs_validation(
     The prompt is ``template`` (a --judge-prompt file) when given, else the built-in judge prompt.
     """
     digest = template.sha256 if template is not None else prompt_hash("judge_bias", model.style)
-    record_validation(store, judge_model=model.spec, prompt_hash=digest, file=str(file.resolve()),
-                      file_sha256=hashlib.sha256(file.read_bytes()).hexdigest(), result=result)
+    record_validation(
+        store,
+        judge_model=model.spec,
+        prompt_hash=digest,
+        file=str(file.resolve()),
+        file_sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+        result=result,
+    )
     return digest

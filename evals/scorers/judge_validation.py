@@ -19,7 +19,9 @@ def record_validation(
     store: Writer, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
 ) -> None:
     """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
-    store.record_validation(judge_model=judge_model, prompt_hash=prompt_hash, file=file, file_sha256=file_sha256, result=result)
+    store.record_validation(
+        judge_model=judge_model, prompt_hash=prompt_hash, file=file, file_sha256=file_sha256, result=result
+    )
 
 
 def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:
@@ -43,8 +45,12 @@ def run_validation(store: StoreQueries, run_id: str) -> dict[str, Any]:
     run = store.get_run(run_id) or {"config": {}, "prompt_hashes": {}}
     judge = role_specs(run["config"]).get("judge")
     digest = judge_prompt_hash(run["config"], run.get("prompt_hashes") or {})
-    return {"judge_model": judge, "prompt_hash": digest, "validation": find_validation(store, judge, digest),
-            "db": str(getattr(store, "path", "") or "") or None}
+    return {
+        "judge_model": judge,
+        "prompt_hash": digest,
+        "validation": find_validation(store, judge, digest),
+        "db": str(getattr(store, "path", "") or "") or None,
+    }
 
 
 def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -> str:
@@ -57,24 +63,31 @@ def validation_text(entry: dict[str, Any], used: dict[str, Any] | None = None) -
     v = entry.get("validation")
     judge, digest = entry.get("judge_model") or "?", (entry.get("prompt_hash") or "?")[:12]
     if used and used.get("kind") != "pairs":  # an evals.judge score in use is the one the lines below cite
+
         def rate(name: str) -> str:
             r = used[name]
             low, high = r["ci95"]
             return f"{name} {r['value']:.2f} [{low:.2f}, {high:.2f}]"
 
-        line = (f"judge {judge} (prompt sha256 {digest}) validated by {used['what']} (n={used['n']}): "
-                f"{rate('sensitivity')}, {rate('specificity')}; the corrected rates use this validation")
+        line = (
+            f"judge {judge} (prompt sha256 {digest}) validated by {used['what']} (n={used['n']}): "
+            f"{rate('sensitivity')}, {rate('specificity')}; the corrected rates use this validation"
+        )
         if v:
             line += f" (not the evals.judge score on {v['file']})"
         return line
     if not v:
         at = f" --db {shlex.quote(entry['db'])}" if entry.get("db") else ""
-        return (f"judge {judge} (prompt sha256 {digest}) is unvalidated: score it on labelled pairs with "
-                f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (same --judge-prompt) before trusting its "
-                    "labels")
+        return (
+            f"judge {judge} (prompt sha256 {digest}) is unvalidated: score it on labelled pairs with "
+            f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (same --judge-prompt) before trusting its "
+            "labels"
+        )
     acc = "–" if v["accuracy"] is None else f"{100 * v['accuracy']:.0f}%"
     if v["accuracy"] is not None and v["accuracy_low"] is not None and v["accuracy_high"] is not None:
         acc += f" [{100 * v['accuracy_low']:.0f}–{100 * v['accuracy_high']:.0f}]"
     ac1 = "–" if v["ac1"] is None else f"{v['ac1']:.2f}"
-    return (f"judge {judge} (prompt sha256 {digest}) validated on {v['file']} (n={v['n_items']}, "
-            f"{v['n_compared']} parsed): accuracy {acc}, AC1 {ac1} ({v['created_at'][:10]})")
+    return (
+        f"judge {judge} (prompt sha256 {digest}) validated on {v['file']} (n={v['n_items']}, "
+        f"{v['n_compared']} parsed): accuracy {acc}, AC1 {ac1} ({v['created_at'][:10]})"
+    )

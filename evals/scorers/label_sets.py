@@ -33,8 +33,15 @@ class LabellerError(ValueError):
     """A labelling pass that cannot start (bad model, run or set name): one line saying what to pass instead."""
 
 
-def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: int = 0, max_tokens: int = LABELLER_MAX_TOKENS,
-                   cache: Any = None) -> RoleModel:
+def build_labeller(
+    spec: str,
+    *,
+    flag: str,
+    base_url: str | None = None,
+    seed: int = 0,
+    max_tokens: int = LABELLER_MAX_TOKENS,
+    cache: Any = None,
+) -> RoleModel:
     """A model in the judge role (greedy; the embedded model answers one token with log-probabilities).
 
     ``cache`` (a checkpoints.cache.ResponseCache) answers requests sent before and keeps new replies.
@@ -42,8 +49,11 @@ def build_labeller(spec: str, *, flag: str, base_url: str | None = None, seed: i
     """
     try:
         config = RunConfig(
-            models=ModelChoice(judge=spec), sampling_seed=seed,
-            sampling={"judge": RoleSampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, base_url=base_url)},
+            models=ModelChoice(judge=spec),
+            sampling_seed=seed,
+            sampling={
+                "judge": RoleSampling(temperature=LABELLER_TEMPERATURE, max_tokens=max_tokens, base_url=base_url)
+            },
         )
         return config.model_for("judge", policy=None if cache is None else config.call_policy(cache))
     except ModelBuildError as exc:
@@ -69,7 +79,9 @@ def stored_endpoint(store: StoreQueries, spec: str, run_id: str | None = None) -
     return None
 
 
-def existing_set(store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str) -> LabelSetInfo | None:
+def existing_set(
+    store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt_hash: str
+) -> LabelSetInfo | None:
     """The set already stored under this name, if any; SetConflictError if another model or prompt made it."""
     for info in label_sets(store, run_id, kind):
         if info.name != name:
@@ -85,11 +97,26 @@ def existing_set(store: Writer, run_id: str, kind: str, name: str, *, model: Rol
 
 
 def register_set(
-    store: Writer, run_id: str, kind: str, name: str, *, model: RoleModel, prompt: str, prompt_hash: str,
+    store: Writer,
+    run_id: str,
+    kind: str,
+    name: str,
+    *,
+    model: RoleModel,
+    prompt: str,
+    prompt_hash: str,
     content_free_p_yes: float | None,
 ) -> None:
-    store.add_label_set(run_id, kind, name, model=model.spec, model_id=model.model_id, prompt=prompt,
-                        prompt_hash=prompt_hash, content_free_p_yes=content_free_p_yes)
+    store.add_label_set(
+        run_id,
+        kind,
+        name,
+        model=model.spec,
+        model_id=model.model_id,
+        prompt=prompt,
+        prompt_hash=prompt_hash,
+        content_free_p_yes=content_free_p_yes,
+    )
 
 
 def check_set_name(name: str) -> None:
@@ -113,8 +140,18 @@ class Labeller:
 
 
 def prepare_labeller(
-    store: Writer, run_id: str, *, kind: str, prompt: str, spec: str | None, name: str | None, flag: str,
-    base_url: str | None, max_tokens: int = LABELLER_MAX_TOKENS, template: PromptTemplate | None = None, cache: Any = None,
+    store: Writer,
+    run_id: str,
+    *,
+    kind: str,
+    prompt: str,
+    spec: str | None,
+    name: str | None,
+    flag: str,
+    base_url: str | None,
+    max_tokens: int = LABELLER_MAX_TOKENS,
+    template: PromptTemplate | None = None,
+    cache: Any = None,
 ) -> Labeller:
     """Resolve the run, the model (default: the run's judge, at the base URL the run called it), the set name and any
     set already stored.
@@ -132,7 +169,9 @@ def prepare_labeller(
     name = name or spec
     check_set_name(name)
     base_url = base_url or stored_endpoint(store, spec, run.run_id) or stored_endpoint(store, spec)
-    model = build_labeller(spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens, cache=cache)
+    model = build_labeller(
+        spec, flag=flag, base_url=base_url, seed=run.sampling_seed or 0, max_tokens=max_tokens, cache=cache
+    )
     if template is not None:
         model = dataclasses.replace(model, prompt=template)
     try:
@@ -140,4 +179,6 @@ def prepare_labeller(
         existing = existing_set(store, run.run_id, kind, name, model=model, prompt_hash=digest)
     except (SetConflictError, ValueError) as exc:
         raise LabellerError(str(exc)) from exc
-    return Labeller(run, name, model, template.name if template is not None else prompt_name(prompt, model.style), digest, existing)
+    return Labeller(
+        run, name, model, template.name if template is not None else prompt_name(prompt, model.style), digest, existing
+    )

@@ -123,8 +123,15 @@ def store_verdicts(store: Writer, *, scorer: str, model: str) -> Callable[[Any, 
     """
 
     def record(job: Any, result: Scored) -> None:
-        row = result.verdict.row(thread_id=job.thread_id, idx=job.idx, scorer=scorer, subject=job.subject, model=model,
-                                 latency=round(result.latency, 4), created_at=now())
+        row = result.verdict.row(
+            thread_id=job.thread_id,
+            idx=job.idx,
+            scorer=scorer,
+            subject=job.subject,
+            model=model,
+            latency=round(result.latency, 4),
+            created_at=now(),
+        )
         store.record_scores([row])
 
     return record

@@ -26,7 +26,9 @@ class RefusalJob:
         return RefusalItem(self.user_message, self.reply)
 
 
-def pending_refusals(store: Writer, run_id: str, classifier: str, *, redo: bool = False) -> tuple[list[RefusalJob], int]:
+def pending_refusals(
+    store: Writer, run_id: str, classifier: str, *, redo: bool = False
+) -> tuple[list[RefusalJob], int]:
     """Replies of the run without a verdict from ``classifier`` (all with ``redo``), and how many were skipped."""
     done = {(thread_id, idx) for thread_id, idx, _ in store.scored_items(run_id, key=REFUSAL, scorer=classifier)}
     jobs, skipped = [], 0
@@ -51,5 +53,10 @@ async def classify_refusals(
     """Classify every job and store the verdicts (refused NULL when unparsed); failed calls store nothing."""
 
     scorer = create_refusal_scorer(model=model, content_free_p_yes=content_free_p_yes)
-    return await run_scorer(scorer, jobs, store_verdicts(store, scorer=classifier, model=model.spec),
-                            concurrency=concurrency, on_step=on_step)
+    return await run_scorer(
+        scorer,
+        jobs,
+        store_verdicts(store, scorer=classifier, model=model.spec),
+        concurrency=concurrency,
+        on_step=on_step,
+    )

@@ -62,8 +62,14 @@ async def rejudge(
     def item(job: TurnJob) -> BiasItem:
         return BiasItem(job.statement, judge_context(model.style, job.history), job.reply)
 
-    return await run_scorer(create_bias_scorer(model=model), jobs, store_verdicts(store, scorer=label_set, model=model.spec),
-                            item=item, concurrency=concurrency, on_step=on_step)
+    return await run_scorer(
+        create_bias_scorer(model=model),
+        jobs,
+        store_verdicts(store, scorer=label_set, model=model.spec),
+        item=item,
+        concurrency=concurrency,
+        on_step=on_step,
+    )
 
 
 def run_judge_template(store: StoreQueries, run_id: str) -> prompts.PromptTemplate | None:

@@ -41,12 +41,7 @@ def filter_report(dialogues: Sequence[DialogueScores], *, threshold: float, turn
     report: dict[str, Any] = {}
     for mode, group in sorted(by_mode.items()):
         blocked_at = [blocked_turn(d.scores, threshold) for d in group]
-        passing = [
-            d.labels.get(t)
-            for d, b in zip(group, blocked_at)
-            for t in sorted(d.labels)
-            if b is None or t < b
-        ]
+        passing = [d.labels.get(t) for d, b in zip(group, blocked_at) for t in sorted(d.labels) if b is None or t < b]
         labelled = [label for label in passing if label in PARSED_LABELS]
         report[mode] = {
             "dialogues": len(group),
@@ -92,6 +87,11 @@ def simulate_filter(
         more, n = load_scores(store, run_id, policy=policy, guard_spec=model.spec)
         dialogues += more
         turns = max(turns, n)
-    report = {"threshold": threshold, "policy": policy, "guard_model": model.spec, "model_calls": calls,
-              "modes": filter_report(dialogues, threshold=threshold, turns=turns)}
+    report = {
+        "threshold": threshold,
+        "policy": policy,
+        "guard_model": model.spec,
+        "model_calls": calls,
+        "modes": filter_report(dialogues, threshold=threshold, turns=turns),
+    }
     return report, turns, tally

@@ -181,7 +181,9 @@ def classification(
     )
 
 
-def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) -> tuple[list[str | None], list[str | None]]:
+def aligned_labels(
+    store: StoreQueries, run_ids: Sequence[str], a: str, b: str
+) -> tuple[list[str | None], list[str | None]]:
     """The labels of two label sets on the same turns of the given runs, in the same order."""
     xs: list[str | None] = []
     ys: list[str | None] = []
@@ -199,7 +201,9 @@ def aligned_labels(store: StoreQueries, run_ids: Sequence[str], a: str, b: str) 
     return xs, ys
 
 
-def label_set_agreement(store: StoreQueries, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
+def label_set_agreement(
+    store: StoreQueries, run_ids: Sequence[str], a: str, b: str, *, n_boot: int = 1000, seed: int = 0
+) -> Agreement:
     """Percent agreement, kappa and AC1 between two label sets over the turns of the runs (items = turns)."""
     xs, ys = aligned_labels(store, run_ids, a, b)
     return pairwise_agreement(xs, ys, n_boot=n_boot, seed=seed)

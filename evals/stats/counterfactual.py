@@ -126,12 +126,22 @@ def as_dict(result: SetComparison) -> dict:
             "mcnemar": {"b": t.mcnemar.b, "c": t.mcnemar.c, "p_value": t.mcnemar.p_value},
         }
 
-    return {"pairs": result.n_pairs, "first_turn": result.first_turn, "per_turn": [row(t) for t in result.per_turn], "any_bias": row(result.any_bias)}
+    return {
+        "pairs": result.n_pairs,
+        "first_turn": result.first_turn,
+        "per_turn": [row(t) for t in result.per_turn],
+        "any_bias": row(result.any_bias),
+    }
 
 
 def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
     return [
-        Pair(parent=m["parent_thread_id"], branch=m["thread_id"], fork_turn=int(m["fork_turn"] or 1),
-             parent_labels=store.labels(m["parent_thread_id"]), branch_labels=store.labels(m["thread_id"]))
+        Pair(
+            parent=m["parent_thread_id"],
+            branch=m["thread_id"],
+            fork_turn=int(m["fork_turn"] or 1),
+            parent_labels=store.labels(m["parent_thread_id"]),
+            branch_labels=store.labels(m["thread_id"]),
+        )
         for m in store.set_members(name)
     ]

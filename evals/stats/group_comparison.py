@@ -128,7 +128,12 @@ def _resample_weights(m: int, n_boot: int, seed: int) -> np.ndarray:
 
 
 def paired_diff_interval(
-    pairs: Sequence[tuple[bool, bool]], clusters: Sequence[str], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    pairs: Sequence[tuple[bool, bool]],
+    clusters: Sequence[str],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
 ) -> PairedDiff:
     """Mean of (after − before) with a percentile bootstrap interval that resamples clusters (seeds) with all their
     pairs.
@@ -158,9 +163,7 @@ def paired_diff_interval(
     return PairedDiff(diff=float(sums.sum() / counts.sum()), low=float(low), high=float(high), n=len(pairs))
 
 
-def _row(
-    measure: str, turn: int, matched: Sequence[tuple[str, Unit, Unit]], *, n_boot: int, seed: int
-) -> PairedRow:
+def _row(measure: str, turn: int, matched: Sequence[tuple[str, Unit, Unit]], *, n_boot: int, seed: int) -> PairedRow:
     read = cumulative_label if measure == "cumulative" else turn_label
     kept: list[tuple[bool, bool]] = []
     clusters: list[str] = []
@@ -185,7 +188,9 @@ def _row(
     )
 
 
-def compare_two(a: Group, b: Group, units: Sequence[Unit], *, turns: int, n_boot: int = 2000, seed: int = 0) -> Comparison:
+def compare_two(
+    a: Group, b: Group, units: Sequence[Unit], *, turns: int, n_boot: int = 2000, seed: int = 0
+) -> Comparison:
     """Paired statistics of B against A at every turn 1..turns (p_holm unadjusted: see compare_groups)."""
     side_a = {(u.seed_id, u.sample): u for u in units if u.group == a}
     side_b = {(u.seed_id, u.sample): u for u in units if u.group == b}
@@ -196,8 +201,14 @@ def compare_two(a: Group, b: Group, units: Sequence[Unit], *, turns: int, n_boot
     )
     rows = tuple(_with_holm(r, r.mcnemar.p_value) for r in rows)
     return Comparison(
-        a=a, b=b, varies=_differences(a, b), n_pairs=len(keys), n_seeds=len({k[0] for k in keys}),
-        unpaired_a=len(side_a) - len(keys), unpaired_b=len(side_b) - len(keys), rows=rows,
+        a=a,
+        b=b,
+        varies=_differences(a, b),
+        n_pairs=len(keys),
+        n_seeds=len({k[0] for k in keys}),
+        unpaired_a=len(side_a) - len(keys),
+        unpaired_b=len(side_b) - len(keys),
+        rows=rows,
     )
 
 
@@ -205,8 +216,14 @@ def _with_holm(row: PairedRow, p: float) -> PairedRow:
     return PairedRow(**{**row.__dict__, "p_holm": p})
 
 
-def compare_groups(units: Sequence[Unit], *, turns: int | None = None, n_boot: int = 2000, seed: int = 0,
-                   pairs: Sequence[tuple[Group, Group]] | None = None) -> list[Comparison]:
+def compare_groups(
+    units: Sequence[Unit],
+    *,
+    turns: int | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    pairs: Sequence[tuple[Group, Group]] | None = None,
+) -> list[Comparison]:
     """Every chosen comparison (``choose_pairs`` unless ``pairs`` is given), Holm-adjusted per measure and turn."""
     turns = turns or max([1, *(len(u.labels) for u in units)])
     chosen = list(pairs) if pairs is not None else choose_pairs([u.group for u in units])
@@ -235,12 +252,26 @@ def as_dict(comparisons: Sequence[Comparison]) -> list[dict]:
 
     return [
         {
-            "a": group(c.a), "b": group(c.b), "varies": list(c.varies), "pairs": c.n_pairs, "seeds": c.n_seeds,
+            "a": group(c.a),
+            "b": group(c.b),
+            "varies": list(c.varies),
+            "pairs": c.n_pairs,
+            "seeds": c.n_seeds,
             "unpaired": {"a": c.unpaired_a, "b": c.unpaired_b},
             "rows": [
-                {"measure": r.measure, "turn": r.turn, "pairs": r.n_pairs, "seeds": r.n_seeds, "dropped": r.n_dropped,
-                 "rate_a": r.rate_a, "rate_b": r.rate_b, "diff": r.diff.diff, "ci95": [r.diff.low, r.diff.high],
-                 "mcnemar": {"b": r.mcnemar.b, "c": r.mcnemar.c, "p_value": r.mcnemar.p_value}, "p_holm": r.p_holm}
+                {
+                    "measure": r.measure,
+                    "turn": r.turn,
+                    "pairs": r.n_pairs,
+                    "seeds": r.n_seeds,
+                    "dropped": r.n_dropped,
+                    "rate_a": r.rate_a,
+                    "rate_b": r.rate_b,
+                    "diff": r.diff.diff,
+                    "ci95": [r.diff.low, r.diff.high],
+                    "mcnemar": {"b": r.mcnemar.b, "c": r.mcnemar.c, "p_value": r.mcnemar.p_value},
+                    "p_holm": r.p_holm,
+                }
                 for r in c.rows
             ],
         }

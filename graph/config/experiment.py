@@ -97,7 +97,7 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "samples": ("samples", _count, "a whole number >= 1"),
     "pricing": ("pricing", _text, "a pricing file (TOML)"),
     "max_cost": ("max_cost", lambda v: _number(v) and v > 0, "a number of USD > 0"),
-    "outage_budget": ("outage_budget", _duration, "seconds (a number) or a duration such as \"10m\""),
+    "outage_budget": ("outage_budget", _duration, 'seconds (a number) or a duration such as "10m"'),
     "leakage": ("leakage", lambda v: v in ("regenerate", "keep"), '"regenerate" or "keep"'),
     "judge_prompt": ("judge_prompt", _text, "a prompt file path (relative to this file)"),
     "user_prompt": ("user_prompt", _text, "a prompt file path (relative to this file)"),
@@ -169,7 +169,9 @@ def load_experiment(path: str | Path) -> Experiment:
     return experiment
 
 
-def _checked(model: type[BaseModel], table: dict[str, Any], where: str, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+def _checked(
+    model: type[BaseModel], table: dict[str, Any], where: str, name: str, keys: tuple[str, ...]
+) -> dict[str, Any]:
     """``table`` validated by ``model``; its first error as one line (an unknown key lists the known ones)."""
     try:
         return model.model_validate(table).model_dump(exclude_unset=True)
@@ -201,9 +203,11 @@ def _models(table: dict[str, Any], experiment: Experiment, where: str) -> None:
 def _sampling(table: dict[str, Any], experiment: Experiment, where: str) -> None:
     for name, settings in table.items():
         if not isinstance(settings, dict):
-            raise ExperimentError(f"{where}: sampling.{name} must be a table ([sampling.{name}] or [sampling.\"SPEC\"])")
+            raise ExperimentError(f'{where}: sampling.{name} must be a table ([sampling.{name}] or [sampling."SPEC"])')
         if name not in ROLES and ":" not in name:
-            raise ExperimentError(f"{where}: [sampling.{name}] is neither a role ({', '.join(ROLES)}) nor a provider:model spec")
+            raise ExperimentError(
+                f"{where}: [sampling.{name}] is neither a role ({', '.join(ROLES)}) nor a provider:model spec"
+            )
         experiment.sampling[name] = _checked(RoleSampling, settings, f"{where}: ", f"sampling.{name}", SAMPLING_KEYS)
 
 

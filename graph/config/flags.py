@@ -16,11 +16,24 @@ from checkpoints.location import DbLocation, parse_db
 from checkpoints.paths import StoreError
 from graph.config.errors import ConfigError
 
-
 # Flags that define what a run plays: given again for a stored run, they must repeat its value.
 RUN_DEFINING = (
-    "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "samples", "leakage",
-    "user_model", "judge_model", "target_model", "user_prompt", "judge_prompt", "target_prompt",
+    "mode",
+    "turns",
+    "seeds",
+    "per_category",
+    "categories",
+    "limit",
+    "sample_seed",
+    "sampling_seed",
+    "samples",
+    "leakage",
+    "user_model",
+    "judge_model",
+    "target_model",
+    "user_prompt",
+    "judge_prompt",
+    "target_prompt",
 )
 # Flags for how a run is played: given again for a stored run, they replace its value.
 PLAYING = ("max_concurrency", "fairmt_dir", "pricing", "max_cost", "outage_budget")
@@ -60,19 +73,56 @@ def one_line(exc: ValidationError, name: Callable[[tuple[Any, ...]], str]) -> st
 
 
 # argparse destinations read by from_flags; those in SPECIAL are translated, not copied.
-SPECIAL = frozenset({
-    "user_model", "judge_model", "target_model", "user_prompt", "judge_prompt", "target_prompt",
-    "rate_limit", "retries", "request_timeout",
-})
+SPECIAL = frozenset(
+    {
+        "user_model",
+        "judge_model",
+        "target_model",
+        "user_prompt",
+        "judge_prompt",
+        "target_prompt",
+        "rate_limit",
+        "retries",
+        "request_timeout",
+    }
+)
 FLAG_FIELDS = (
-    "mode", "turns", "seeds", "per_category", "categories", "limit", "sample_seed", "sampling_seed", "max_concurrency",
-    "samples", "leakage", "fairmt_dir", "db", "run_id", "pricing", "max_cost", "no_cache", "base_url", "outage_budget",
+    "mode",
+    "turns",
+    "seeds",
+    "per_category",
+    "categories",
+    "limit",
+    "sample_seed",
+    "sampling_seed",
+    "max_concurrency",
+    "samples",
+    "leakage",
+    "fairmt_dir",
+    "db",
+    "run_id",
+    "pricing",
+    "max_cost",
+    "no_cache",
+    "base_url",
+    "outage_budget",
     *sorted(SPECIAL),
 )
-TOML_KEYS = {"user_model": "models.user", "judge_model": "models.judge", "target_model": "models.targets", "mode": "modes", "no_cache": "cache"}
+TOML_KEYS = {
+    "user_model": "models.user",
+    "judge_model": "models.judge",
+    "target_model": "models.targets",
+    "mode": "modes",
+    "no_cache": "cache",
+}
 FLAGS_OF_FIELDS = {
-    ("models", "user"): "--user-model", ("models", "judge"): "--judge-model", ("models", "targets"): "--target-model",
-    ("modes",): "--mode", ("cache",): "--no-cache", ("retry", "attempts"): "--retries", ("retry", "timeout"): "--request-timeout",
+    ("models", "user"): "--user-model",
+    ("models", "judge"): "--judge-model",
+    ("models", "targets"): "--target-model",
+    ("modes",): "--mode",
+    ("cache",): "--no-cache",
+    ("retry", "attempts"): "--retries",
+    ("retry", "timeout"): "--request-timeout",
     ("rate_limits",): "--rate-limit",
 }
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Set as AbstractSet, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,21 +29,27 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 import prompts
-from checkpoints.outages import parse_duration
 from checkpoints.location import DbLocation, PostgresURL, locate_db
+from checkpoints.outages import parse_duration
 from checkpoints.paths import StoreError
 from checkpoints.redaction import redact_settings, strip_credentials
 from checkpoints.run_record import SCHEMA_VERSION, Resolved, RunRecord
 from checkpoints.vocabulary import ROLES, Role
-from nodes.context import Models
 from graph.config.errors import ConfigError, ModelBuildError
 from graph.config.flags import (
-    FLAG_FIELDS, SPECIAL, TOML_KEYS, flag_name, one_line, parse_db_flag, parse_rate_limits,
+    FLAG_FIELDS,
+    SPECIAL,
+    TOML_KEYS,
+    flag_name,
+    one_line,
+    parse_db_flag,
+    parse_rate_limits,
 )
 from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
 from models.call_policy import CallPolicy
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
+from nodes.context import Models
 from prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -169,13 +176,17 @@ class RunConfig(StrictModel):
     # ----------------------------------------------------------------- sources
 
     @classmethod
-    def from_flags(cls, args: argparse.Namespace, *, explicit: AbstractSet[str] = frozenset(), experiment: Experiment | None = None) -> RunConfig:
+    def from_flags(
+        cls, args: argparse.Namespace, *, explicit: AbstractSet[str] = frozenset(), experiment: Experiment | None = None
+    ) -> RunConfig:
         """cli.run's options; the experiment file's values replace those whose flag was not given."""
         values = {dest: getattr(args, dest) for dest in FLAG_FIELDS if hasattr(args, dest)}
         if experiment is not None:
             values |= {dest: value for dest, value in experiment.options.items() if dest not in explicit}
         from_file = set(experiment.options) - set(explicit) if experiment is not None else set()
-        return cls._from_options(values, experiment=experiment, base_url_wins="base_url" in explicit, from_file=from_file)
+        return cls._from_options(
+            values, experiment=experiment, base_url_wins="base_url" in explicit, from_file=from_file
+        )
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RunConfig:
@@ -197,11 +208,18 @@ class RunConfig(StrictModel):
         if experiment is not None:
             values = {k: v for k, v in experiment.options.items() if k not in options} | values
         from_file = set(experiment.options) - set(options) if experiment is not None else set()
-        return cls._from_options(values, experiment=experiment, base_url_wins="base_url" in options, from_file=from_file)
+        return cls._from_options(
+            values, experiment=experiment, base_url_wins="base_url" in options, from_file=from_file
+        )
 
     @classmethod
     def _from_options(
-        cls, values: dict[str, Any], *, experiment: Experiment | None, base_url_wins: bool = False, from_file: AbstractSet[str] = frozenset(),
+        cls,
+        values: dict[str, Any],
+        *,
+        experiment: Experiment | None,
+        base_url_wins: bool = False,
+        from_file: AbstractSet[str] = frozenset(),
     ) -> RunConfig:
         """Field values from argparse destinations; an error names the flag, or the file's key it came from."""
         data: dict[str, Any] = {}
@@ -223,8 +241,12 @@ class RunConfig(StrictModel):
             target = values["target_model"]
             models["targets"] = [target] if isinstance(target, str) else list(target)
         data["models"] = models
-        data["prompts"] = {role: {"path": Path(values[f"{role}_prompt"])} for role in ROLES if values.get(f"{role}_prompt") is not None}
-        data["rate_limits"] = (dict(experiment.rate_limits) if experiment else {}) | parse_rate_limits(values.get("rate_limit") or [])
+        data["prompts"] = {
+            role: {"path": Path(values[f"{role}_prompt"])} for role in ROLES if values.get(f"{role}_prompt") is not None
+        }
+        data["rate_limits"] = (dict(experiment.rate_limits) if experiment else {}) | parse_rate_limits(
+            values.get("rate_limit") or []
+        )
         retry = dict(experiment.retry) if experiment else {}
         if values.get("retries") is not None:
             retry["attempts"] = values["retries"] + 1
@@ -238,6 +260,7 @@ class RunConfig(StrictModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
+
             def name(loc: tuple[Any, ...]) -> str:
                 flag = flag_name(loc)
                 dest = flag.removeprefix("--").replace("-", "_")
@@ -248,7 +271,11 @@ class RunConfig(StrictModel):
             raise ConfigError(one_line(exc, name)) from None
 
     def for_dialogue(
-        self, *, target: str | None = None, overrides: Mapping[str, str] | None = None, base_url: str | None = None,
+        self,
+        *,
+        target: str | None = None,
+        overrides: Mapping[str, str] | None = None,
+        base_url: str | None = None,
         sampling_seed: int | None = None,
     ) -> RunConfig:
         """This (stored) configuration for playing one dialogue on: resuming, branching or a worker's job.
@@ -260,7 +287,9 @@ class RunConfig(StrictModel):
         current = {"user": self.models.user, "judge": self.models.judge, "target": target or self.models.target}
         for role, wanted in overrides.items():
             if wanted == current[role]:
-                raise ConfigError(f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun")
+                raise ConfigError(
+                    f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun"
+                )
         specs = current | overrides
         sampling = dict(self.sampling)
         for role in overrides:
@@ -281,7 +310,12 @@ class RunConfig(StrictModel):
     def sampling_for(self, role: Role, spec: str, *, seed: int | None = None) -> Sampling:
         """ROLE_SAMPLING ← the role's table ← the spec's; the base URL applies to openai: specs."""
         default = ROLE_SAMPLING[role]
-        settings: dict[str, Any] = {"temperature": default.temperature, "max_tokens": default.max_tokens, "base_url": None, "extra": {}}
+        settings: dict[str, Any] = {
+            "temperature": default.temperature,
+            "max_tokens": default.max_tokens,
+            "base_url": None,
+            "extra": {},
+        }
         openai_compatible = spec.startswith("openai:")
         if openai_compatible:
             settings["base_url"] = self.base_url
@@ -303,7 +337,12 @@ class RunConfig(StrictModel):
         return loaded
 
     def model_for(
-        self, role: Role, spec: str | None = None, *, policy: CallPolicy | None = None, seed: int | None = None,
+        self,
+        role: Role,
+        spec: str | None = None,
+        *,
+        policy: CallPolicy | None = None,
+        seed: int | None = None,
         prompt: PromptTemplate | None = None,
     ) -> RoleModel:
         """One role's model (``spec``: one of the grid's targets), with its prompt file if any."""
@@ -315,7 +354,11 @@ class RunConfig(StrictModel):
         return dataclasses.replace(model, prompt=prompt) if prompt is not None else model
 
     def build_models(
-        self, policy: CallPolicy | None = None, *, seed: int | None = None, templates: Mapping[Role, PromptTemplate] | None = None,
+        self,
+        policy: CallPolicy | None = None,
+        *,
+        seed: int | None = None,
+        templates: Mapping[Role, PromptTemplate] | None = None,
     ) -> RunModels:
         """Every model of the run (``seed``: another sampling seed, for repeated samples)."""
         templates = self.load_prompts() if templates is None else templates
@@ -334,8 +377,9 @@ class RunConfig(StrictModel):
 
     def call_policy(self, cache: Any = None) -> CallPolicy:
         """Retries and rate limits shared by every model of the run, with the response cache if any."""
-        return CallPolicy(retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache,
-                          outage_budget=self.outage_budget)
+        return CallPolicy(
+            retry=self.retry.policy(), rate_limits=dict(self.rate_limits), cache=cache, outage_budget=self.outage_budget
+        )
 
     # ----------------------------------------------------------------- what a run stores
 
@@ -353,8 +397,11 @@ class RunConfig(StrictModel):
         targets = list(targets or [models.target])
         built = {"user": models.user, "judge": models.judge}
         grid = len(targets) > 1
-        fallback = {"user": models.user.sampling, "judge": models.judge.sampling,
-                    "target": self.sampling_for("target", "") if grid else targets[0].sampling}
+        fallback = {
+            "user": models.user.sampling,
+            "judge": models.judge.sampling,
+            "target": self.sampling_for("target", "") if grid else targets[0].sampling,
+        }
         tables = {name: table.given() for name, table in self.sampling.items()}
         for role, used in fallback.items():  # each role's sampling as it resolved (a spec's own table still beats it)
             tables[role] = tables.get(role, {}) | {"temperature": used.temperature, "max_tokens": used.max_tokens}
@@ -369,10 +416,13 @@ class RunConfig(StrictModel):
         dump = self.model_dump(mode="json", exclude={"db", "base_url", "base_url_wins"})
         dump |= {
             "sampling": tables,
-            "retry": {k: v for k, v in dataclasses.asdict(self.retry.policy()).items() if k in RetrySettings.model_fields},
+            "retry": {
+                k: v for k, v in dataclasses.asdict(self.retry.policy()).items() if k in RetrySettings.model_fields
+            },
             "prompts": {
                 role: {"path": str(Path(model.prompt.name).resolve()), "text": model.prompt.source}
-                for role in ROLES if (model := getattr(models, role)).prompt is not None
+                for role in ROLES
+                if (model := getattr(models, role)).prompt is not None
             },
             "config_file": str(self.config_file.resolve()) if self.config_file else None,
         }
@@ -387,8 +437,9 @@ class RunConfig(StrictModel):
                 **({f"target:{t.spec}": t.model_id for t in targets} if grid else {}),
             },
             sampling=sampling_identity(sampling),
-            prompt_files={role: getattr(models, role).prompt.sha256 for role in ROLES
-                          if getattr(models, role).prompt is not None},
+            prompt_files={
+                role: getattr(models, role).prompt.sha256 for role in ROLES if getattr(models, role).prompt is not None
+            },
         )
         return RunRecord(dump, resolved)
 

@@ -22,7 +22,8 @@ class RunPlan:
     def dialogues_by_mode(self) -> dict[str, int]:
         """Dialogues per mode for one target and one sample (a scripted mode plays only the seeds it has items for)."""
         return {
-            mode: len(self.seeds) if not fixed_turns(mode)
+            mode: len(self.seeds)
+            if not fixed_turns(mode)
             else sum(1 for s in self.seeds if self.scripts_by_mode[mode].plays(s.id))
             for mode in self.config.modes
         }
@@ -42,17 +43,26 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
         if mode not in ALL_MODES:
             raise ConfigError(f"unknown --mode {mode!r}: use one of {', '.join(ALL_MODES)}")
     if len({fixed_turns(mode) or config.turns for mode in modes}) > 1:
-        raise ConfigError(f"modes {', '.join(modes)} have different numbers of turns: run the baselines in a run of their own")
+        raise ConfigError(
+            f"modes {', '.join(modes)} have different numbers of turns: run the baselines in a run of their own"
+        )
     turns = fixed_turns(config.mode) or config.turns
     if fixed_turns(config.mode) and turns_given and config.turns != turns:
         raise ConfigError(f"--mode {config.mode} always has {turns} turn(s): drop --turns")
     for mode in modes:
         if mode.startswith("fairmt:") and not config.fairmt_source:
-            raise ConfigError(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")
+            raise ConfigError(
+                f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)"
+            )
     per_category = 1 if config.per_category is None and config.seeds == "builtin" else config.per_category
     try:
-        seeds = load_seeds(config.seeds, per_category=per_category, categories=config.categories, limit=config.limit,
-                           sample_seed=config.sample_seed)
+        seeds = load_seeds(
+            config.seeds,
+            per_category=per_category,
+            categories=config.categories,
+            limit=config.limit,
+            sample_seed=config.sample_seed,
+        )
     except SeedError as exc:
         raise ConfigError(str(exc)) from None
     if not seeds:
@@ -64,5 +74,7 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
         except (SeedError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
         if fixed_turns(mode) and not scripts_by_mode[mode].by_seed:
-            raise ConfigError(f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track")
+            raise ConfigError(
+                f"none of the {len(seeds)} seeds has an item in {mode}: choose other seeds or another track"
+            )
     return RunPlan(config.model_copy(update={"turns": turns, "per_category": per_category}), seeds, scripts_by_mode)

@@ -28,7 +28,9 @@ def stored_run_config(config: RunRecord | Mapping[str, Any] | None, *, run_id: s
         return RunConfig.model_validate(record.run_config, strict=False)
     except ValidationError as exc:
         where = one_line(exc, lambda loc: ".".join(map(str, loc)))
-        raise ConfigError(f"run {run_id}: its stored settings cannot be read ({where}): rerun it with graph.run") from None
+        raise ConfigError(
+            f"run {run_id}: its stored settings cannot be read ({where}): rerun it with graph.run"
+        ) from None
 
 
 def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunConfig:
@@ -45,9 +47,14 @@ def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunCo
             flag = "--" + dest.replace("_", "-")
             if dest.endswith("_prompt"):
                 source = given.prompts.get(cast(Role, dest.removesuffix("_prompt")))
-                wanted, stored = (source.path if source else None), ("another prompt" if stored is not None else "the built-in one")
-            raise ConfigError(f"{flag} {_shown(wanted)} contradicts run {run_id}, stored with {_shown(stored)}: drop {flag} "
-                              "(a flag not given comes from the run) or choose a new --run-id")
+                wanted, stored = (
+                    (source.path if source else None),
+                    ("another prompt" if stored is not None else "the built-in one"),
+                )
+            raise ConfigError(
+                f"{flag} {_shown(wanted)} contradicts run {run_id}, stored with {_shown(stored)}: drop {flag} "
+                "(a flag not given comes from the run) or choose a new --run-id"
+            )
     update: dict[str, Any] = {"db": given.db, "run_id": given.run_id}
     retry = run.retry
     for dest in flags:
@@ -64,8 +71,11 @@ def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunCo
         elif dest in PLAYING and dest in RunConfig.model_fields:
             update[dest] = getattr(given, dest)
     if given.config_file is not None:  # an experiment file given again: its tables over the stored ones
-        update |= {"sampling": run.sampling | given.sampling, "rate_limits": run.rate_limits | given.rate_limits,
-                   "config_file": given.config_file}
+        update |= {
+            "sampling": run.sampling | given.sampling,
+            "rate_limits": run.rate_limits | given.rate_limits,
+            "config_file": given.config_file,
+        }
         retry = given.retry  # the file's [retry] with --retries and --request-timeout over it
     update["retry"] = retry
     return run.model_copy(update=update)

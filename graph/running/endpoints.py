@@ -53,7 +53,9 @@ async def check_models(models: Sequence[tuple[str, RoleModel]]) -> list[ModelChe
             reply = await model.chat.ainvoke([HumanMessage(CHECK_PROMPT)])
         except Exception as exc:  # noqa: BLE001 - reported per model, the others still checked
             text = str(exc) if isinstance(exc, EndpointSettingError) else f"{type(exc).__name__}: {exc}"
-            return ModelCheck(tuple(roles), model.spec, endpoint, time.perf_counter() - started, error=_first_line(text))
+            return ModelCheck(
+                tuple(roles), model.spec, endpoint, time.perf_counter() - started, error=_first_line(text)
+            )
         content = reply.content if isinstance(reply.content, str) else str(reply.content)
         return ModelCheck(tuple(roles), model.spec, endpoint, time.perf_counter() - started, reply=_first_line(content))
 

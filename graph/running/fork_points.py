@@ -75,7 +75,12 @@ class Lineage:
 def is_turn_boundary(snapshot: StateSnapshot) -> bool:
     """A checkpoint waiting for the user node, in a dialogue that has neither failed nor ended."""
     values = snapshot.values or {}
-    return bool(snapshot.next) and set(snapshot.next) <= USER_NODES and not values.get("error") and not values.get("stop_reason")
+    return (
+        bool(snapshot.next)
+        and set(snapshot.next) <= USER_NODES
+        and not values.get("error")
+        and not values.get("stop_reason")
+    )
 
 
 async def read_lineage(graph: CompiledStateGraph, thread_id: str) -> Lineage:

@@ -34,15 +34,23 @@ from checkpoints.store import Writer, now
 from checkpoints.vocabulary import ROLES
 from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig
 from graph.config.stored import stored_run_config
+from graph.running.fork_points import USER_NODES, ForkError, ForkPoint, Lineage, is_turn_boundary, read_lineage
 from graph.running.playing import DialogueOutcome, ProgressCallback, StoreWriter, dialogue_config, drive
 from graph.running.run_records import package_versions
-from graph.running.fork_points import USER_NODES, ForkError, ForkPoint, Lineage, is_turn_boundary, read_lineage
 from graph.running.swaps import swap_terms
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
 from nodes.state import new_messages
 
-CHANGE_KINDS: tuple[str, ...] = ("user_message", "swap", "target_model", "judge_model", "mode", "seed_statement", "rerun")
+CHANGE_KINDS: tuple[str, ...] = (
+    "user_message",
+    "swap",
+    "target_model",
+    "judge_model",
+    "mode",
+    "seed_statement",
+    "rerun",
+)
 
 
 # --------------------------------------------------------------------------- the change
@@ -135,9 +143,15 @@ def plan_branch(
         statement = swap_terms(seed["statement"], change.swaps)
         message = swap_terms(sent, change.swaps) if sent is not None else None
         if statement == seed["statement"] and message == sent:
-            where = f"the seed statement {seed['statement']!r}" + (f" or turn {k}'s message" if sent is not None else "")
+            where = f"the seed statement {seed['statement']!r}" + (
+                f" or turn {k}'s message" if sent is not None else ""
+            )
             raise ForkError(f"--swap {_swaps_text(change.swaps)} matches no whole word in {where}: check the terms")
-        details |= {"swaps": _swaps_text(change.swaps), "seed_statement": statement, "replaces_statement": seed["statement"]}
+        details |= {
+            "swaps": _swaps_text(change.swaps),
+            "seed_statement": statement,
+            "replaces_statement": seed["statement"],
+        }
         seed["statement"] = statement
         state_change["seed"] = seed
         if message is not None:
@@ -164,8 +178,10 @@ def plan_branch(
             state_change["script"] = None  # from here on the simulator writes the user turns
     script = state_change.get("script", values.get("script"))
     if script and n > len(script):
-        raise ForkError(f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or "
-            "less")
+        raise ForkError(
+            f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or "
+            "less"
+        )
     return BranchPlan(
         branch_id=branch_id,
         parent=parent,
@@ -197,8 +213,15 @@ def prefix_updates(values: dict[str, Any], change: dict[str, Any]) -> list[dict[
     if len(groups) != len(records) or [t["index"] for t in records] != list(range(1, len(records) + 1)):
         raise ForkError("the fork checkpoint is not at a turn boundary: its messages and turns disagree")
     base = {key: value for key, value in values.items() if key not in ("messages", "turns")}
-    base |= {"messages": [], "turns": [], "stop_reason": None, "error": None, "failed_node": None, "error_class": None,
-             "next_user_message": None}
+    base |= {
+        "messages": [],
+        "turns": [],
+        "stop_reason": None,
+        "error": None,
+        "failed_node": None,
+        "error_class": None,
+        "next_user_message": None,
+    }
     updates: list[dict[str, Any]] = [base]
     updates += [{"messages": new_messages(*group), "turns": [record]} for group, record in zip(groups, records)]  # type: ignore[arg-type]
     last = dict(updates[-1])
@@ -238,7 +261,9 @@ def stored_config_of(store: Writer, dialogue: dict[str, Any]) -> RunConfig:
     """The stored run configuration of the run a dialogue belongs to."""
     run = store.get_run(dialogue["run_id"]) if dialogue.get("run_id") else None
     if run is None:
-        raise ForkError(f"thread {dialogue['thread_id']} belongs to run {dialogue.get('run_id')!r}, which is not in the database")
+        raise ForkError(
+            f"thread {dialogue['thread_id']} belongs to run {dialogue.get('run_id')!r}, which is not in the database"
+        )
     return stored_run_config(run["config"], run_id=dialogue["run_id"])
 
 
@@ -255,19 +280,28 @@ def build_settings(
     run_id = dialogue["run_id"]
     try:
         config = stored_config_of(store, dialogue).for_dialogue(
-            target=dialogue.get("target"), overrides=overrides, base_url=base_url, sampling_seed=sampling_seed)
+            target=dialogue.get("target"), overrides=overrides, base_url=base_url, sampling_seed=sampling_seed
+        )
         built = config.build_models()
     except ConfigError as exc:
         raise ForkError(str(exc)) from None
     except ModelBuildError as exc:
-        raise ForkError(f"--{exc.role}-model: {exc.reason}" if exc.role in overrides else f"{exc.role} model of run {run_id}: {exc.reason}") from None
-    return BranchSettings(models=built.models, sampling_seed=config.sampling_seed, leakage=config.leakage, config=config)
+        raise ForkError(
+            f"--{exc.role}-model: {exc.reason}"
+            if exc.role in overrides
+            else f"{exc.role} model of run {run_id}: {exc.reason}"
+        ) from None
+    return BranchSettings(
+        models=built.models, sampling_seed=config.sampling_seed, leakage=config.leakage, config=config
+    )
 
 
 # --------------------------------------------------------------------------- creating and playing
 
 
-async def create_branch(graph: CompiledStateGraph, plan: BranchPlan, *, write: StoreWriter, run_id: str, set_name: str | None = None) -> RunnableConfig:
+async def create_branch(
+    graph: CompiledStateGraph, plan: BranchPlan, *, write: StoreWriter, run_id: str, set_name: str | None = None
+) -> RunnableConfig:
     """Record the branch and write its prefix checkpoints; returns the config to play it from."""
     parent = plan.parent
     row: dict[str, Any] = {
@@ -289,14 +323,23 @@ async def create_branch(graph: CompiledStateGraph, plan: BranchPlan, *, write: S
     await write.upsert_dialogue(plan.branch_id, **row)
     if set_name:
         await write.add_set_member(set_name, plan.branch_id, plan.fork.thread_id)
-    provenance = {"fork_of": plan.fork.thread_id, "fork_turn": plan.fork.turn, "fork_checkpoint_id": plan.fork.checkpoint_id}
+    provenance = {
+        "fork_of": plan.fork.thread_id,
+        "fork_turn": plan.fork.turn,
+        "fork_checkpoint_id": plan.fork.checkpoint_id,
+    }
     config: RunnableConfig = {"configurable": {"thread_id": plan.branch_id}, "metadata": provenance}
     for values in plan.updates:
         written = await graph.aupdate_state(config, values, as_node="termination")
         config = {**written, "metadata": provenance}
     return dialogue_config(
-        plan.branch_id, turns=plan.turns, run_id=run_id, seed_id=plan.seed["id"], mode=plan.mode,
-        parent_thread_id=plan.fork.thread_id, fork_turn=plan.fork.turn,
+        plan.branch_id,
+        turns=plan.turns,
+        run_id=run_id,
+        seed_id=plan.seed["id"],
+        mode=plan.mode,
+        parent_thread_id=plan.fork.thread_id,
+        fork_turn=plan.fork.turn,
     )
 
 
@@ -326,23 +369,46 @@ async def play_branches(
     notify = notify or (lambda *_: None)
     first = plans[0]
     parent_runs = sorted({p.parent.get("run_id") for p in plans if p.parent.get("run_id")})  # type: ignore[type-var]
-    change = {k: v for k, v in first.change.items() if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")}
+    change = {
+        k: v
+        for k, v in first.change.items()
+        if k not in ("user_message", "replaces", "seed_statement", "replaces_statement")
+    }
     models = settings.models
-    run_config = (settings.config or RunConfig()).model_copy(update={
-        "run_id": run_id, "modes": [first.mode], "turns": max(p.turns for p in plans),
-        "seeds": "branch of " + ", ".join(map(str, parent_runs)), "sampling_seed": settings.sampling_seed, "leakage": settings.leakage,
-        "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
-    })
-    config = run_config.stored_record(models).with_extra(
-        kind="branch", parent_run_ids=parent_runs, fork_turn=first.fork.turn, change=change, set=set_name,
-    ).to_stored()
+    run_config = (settings.config or RunConfig()).model_copy(
+        update={
+            "run_id": run_id,
+            "modes": [first.mode],
+            "turns": max(p.turns for p in plans),
+            "seeds": "branch of " + ", ".join(map(str, parent_runs)),
+            "sampling_seed": settings.sampling_seed,
+            "leakage": settings.leakage,
+            "models": ModelChoice(user=models.user.spec, judge=models.judge.spec, targets=[models.target.spec]),
+        }
+    )
+    config = (
+        run_config.stored_record(models)
+        .with_extra(
+            kind="branch",
+            parent_run_ids=parent_runs,
+            fork_turn=first.fork.turn,
+            change=change,
+            set=set_name,
+        )
+        .to_stored()
+    )
     result = BranchRun(run_id=run_id, set_name=set_name, plans=list(plans))
     write = StoreWriter(store)
     try:
         await write.start_run(run_id, config=config, prompt_hashes=prompts.all_hashes(), versions=package_versions())
         if set_name:
-            await write.add_set(set_name, run_id=run_id, parent_run_id=parent_runs[0] if len(parent_runs) == 1 else None,
-                        fork_turn=first.fork.turn, change=change)
+            await write.add_set(
+                set_name,
+                run_id=run_id,
+                parent_run_id=parent_runs[0] if len(parent_runs) == 1 else None,
+                fork_turn=first.fork.turn,
+                change=change,
+            )
         context = settings.context()
         for plan in plans:
             branch_config = await create_branch(graph, plan, write=write, run_id=run_id, set_name=set_name)
@@ -368,7 +434,22 @@ def change_record(change: Change, settings: BranchSettings, *, set_name: str | N
 
 
 __all__ = [
-    "BranchPlan", "BranchRun", "BranchSettings", "Change", "ForkError", "ForkPoint", "Lineage",
-    "build_settings", "change_record", "create_branch", "describe_change", "given_message",
-    "USER_NODES", "is_turn_boundary", "plan_branch", "play_branches", "prefix_updates", "read_lineage",
+    "BranchPlan",
+    "BranchRun",
+    "BranchSettings",
+    "Change",
+    "ForkError",
+    "ForkPoint",
+    "Lineage",
+    "build_settings",
+    "change_record",
+    "create_branch",
+    "describe_change",
+    "given_message",
+    "USER_NODES",
+    "is_turn_boundary",
+    "plan_branch",
+    "play_branches",
+    "prefix_updates",
+    "read_lineage",
 ]

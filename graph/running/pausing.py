@@ -28,7 +28,15 @@ from langgraph.types import StateSnapshot
 
 from checkpoints.store import Writer
 from graph.running.forking import build_settings, given_message, is_turn_boundary
-from graph.running.playing import DialogueOutcome, ProgressCallback, RunResult, StoreWriter, checkpoint_before_failure, dialogue_config, drive
+from graph.running.playing import (
+    DialogueOutcome,
+    ProgressCallback,
+    RunResult,
+    StoreWriter,
+    checkpoint_before_failure,
+    dialogue_config,
+    drive,
+)
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
 from nodes.state import current_turn
@@ -72,7 +80,9 @@ def check_pause_options(*, modes: Sequence[str], turns: int, interactive: bool, 
     scripted = [m for m in modes if m not in DYNAMIC_MODES]
     if scripted:
         flag = "--interactive" if interactive else "--pause-after"
-        return f"{flag} pauses a simulated user; --mode {scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
+        return (
+            f"{flag} pauses a simulated user; --mode {scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
+        )
     if pause_after is not None and pause_after >= turns:
         return f"--pause-after {pause_after} is not before the last turn ({turns}): give a value below --turns"
     return None
@@ -135,7 +145,9 @@ def pending_message(thread_id: str, snapshot: StateSnapshot) -> PendingMessage:
 async def set_next_message(graph: CompiledStateGraph, snapshot: StateSnapshot, text: str) -> RunnableConfig:
     """Make ``text`` the next user message: a new checkpoint after ``snapshot`` (a turn boundary)."""
     if not is_turn_boundary(snapshot):
-        raise ResumeError(f"the dialogue is waiting for {', '.join(snapshot.next) or 'nothing'}, not for a user message")
+        raise ResumeError(
+            f"the dialogue is waiting for {', '.join(snapshot.next) or 'nothing'}, not for a user message"
+        )
     update = given_message(snapshot.values, current_turn(snapshot.values) + 1, text)  # type: ignore[arg-type]
     return await graph.aupdate_state(snapshot.config, update, as_node="termination")
 
@@ -189,7 +201,9 @@ async def review_loop(
             await replace_pending(graph, head, decision.message.strip())
         config = dialogue_config(thread_id, turns=pending.max_turns)
         await write.upsert_dialogue(thread_id, status="running", ended_at=None)
-        outcome = await settle(graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write)
+        outcome = await settle(
+            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+        )
     return outcome
 
 
@@ -216,7 +230,9 @@ async def settle_run(
                     row = store.get_dialogue(outcome.thread_id) or {}
                     own = _context_for(store, row, context)
                     try:
-                        result.outcomes[i] = await review_loop(graph, outcome, write=write, context=own, review=review, notify=notify)
+                        result.outcomes[i] = await review_loop(
+                            graph, outcome, write=write, context=own, review=review, notify=notify
+                        )
                     except ReviewQuit:
                         break
     finally:
@@ -251,13 +267,17 @@ async def resume_dialogue(
     notify = notify or (lambda *_: None)
     row = store.get_dialogue(thread_id)
     if row is None:
-        raise ResumeError(f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list)")
+        raise ResumeError(
+            f"no dialogue {thread_id!r} in {store.path}: check the thread id (python -m graph.replay --list)"
+        )
     head = await graph.aget_state({"configurable": {"thread_id": thread_id}})
     values = head.values or {}
     if not values:
         raise ResumeError(f"thread {thread_id} has no checkpoints in {store.path}: it never started")
     if values.get("stop_reason") == "max_turns":
-        raise ResumeError(f"thread {thread_id} is finished ({values['max_turns']} turns): branch it to go on (python -m graph.branch)")
+        raise ResumeError(
+            f"thread {thread_id} is finished ({values['max_turns']} turns): branch it to go on (python -m graph.branch)"
+        )
     start = head
     if values.get("stop_reason") == "error":
         start = await graph.aget_state(await checkpoint_before_failure(graph, head.config))
@@ -266,7 +286,9 @@ async def resume_dialogue(
         if not text:
             raise ResumeError("--message is empty: give the text of the next user message")
         if values.get("mode") not in DYNAMIC_MODES and not values.get("script"):
-            raise ResumeError(f"--message needs a dialogue with a user turn to replace; {thread_id} has mode {values.get('mode')}")
+            raise ResumeError(
+                f"--message needs a dialogue with a user turn to replace; {thread_id} has mode {values.get('mode')}"
+            )
         if is_review_pause(start):
             await replace_pending(graph, start, text)
         else:
@@ -275,13 +297,18 @@ async def resume_dialogue(
     elif start is head:
         config = dialogue_config(thread_id, turns=int(values["max_turns"]), run_id=row.get("run_id"))
     else:
-        config = {**dialogue_config(thread_id, turns=int(values["max_turns"]), run_id=row.get("run_id")), "configurable": dict(start.config["configurable"])}
+        config = {
+            **dialogue_config(thread_id, turns=int(values["max_turns"]), run_id=row.get("run_id")),
+            "configurable": dict(start.config["configurable"]),
+        }
     notify("started", thread_id, sum(1 for t in values.get("turns", []) if "label" in t))
     if review is not None and message is None and start is head and is_review_pause(head):
         outcome = DialogueOutcome(thread_id, PAUSED)  # the person has not seen the waiting message yet
     else:
         await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None, ended_at=None)
-        outcome = await settle(graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write)
+        outcome = await settle(
+            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+        )
     if review is not None:
         outcome = await review_loop(graph, outcome, write=write, context=context, review=review, notify=notify)
     return outcome
@@ -293,7 +320,22 @@ def resumable(store: Writer, run_id: str) -> list[str]:
 
 
 __all__ = [
-    "PAUSED", "PauseOptions", "PendingMessage", "ResumeError", "Review", "ReviewQuit", "Reviewer",
-    "check_pause_options", "is_paused", "is_review_pause", "pending_message", "replace_pending",
-    "resumable", "resume_dialogue", "review_loop", "set_next_message", "settle", "settle_run",
+    "PAUSED",
+    "PauseOptions",
+    "PendingMessage",
+    "ResumeError",
+    "Review",
+    "ReviewQuit",
+    "Reviewer",
+    "check_pause_options",
+    "is_paused",
+    "is_review_pause",
+    "pending_message",
+    "replace_pending",
+    "resumable",
+    "resume_dialogue",
+    "review_loop",
+    "set_next_message",
+    "settle",
+    "settle_run",
 ]

@@ -9,8 +9,8 @@ from their last checkpoint, and re-runs a failed node from the checkpoint before
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Future
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,15 +18,12 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from checkpoints.ids import dialogue_thread_id as thread_id_of
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
-from checkpoints.ids import dialogue_thread_id as thread_id_of
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now
 from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
-from nodes.context import Models, RunContext
-from nodes.modes import ModeScripts, is_scripted, scripts_for
-from nodes.state import DialogueState
 from graph.config.run_config import RunConfig
 from graph.running.budget import BudgetCheck, BudgetGate, DialogueBudget, DialogueEnded, as_budget
 from graph.running.gc_settings import playing_collector
@@ -34,6 +31,9 @@ from graph.running.run_records import record_run
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
+from nodes.context import Models, RunContext
+from nodes.modes import ModeScripts, is_scripted, scripts_for
+from nodes.state import DialogueState
 from seeds import Seed
 
 T = TypeVar("T")
@@ -126,10 +126,21 @@ async def execute_run(
             thread_id = dialogue_thread_id(config, seed, mode, target, sample)
             if gate is not None and not await gate.admits(thread_id):
                 return await _held_back(write, thread_id, notify)
-            outcome = await play_through_outages(outage, lambda: play_dialogue(
-                config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=notify,
-                script=by_mode[mode].script(seed.id), mode=mode, target=target, sample=sample,
-            ))
+            outcome = await play_through_outages(
+                outage,
+                lambda: play_dialogue(
+                    config,
+                    seed,
+                    graph=graph,
+                    write=write,
+                    context=contexts[(sample, target)],
+                    notify=notify,
+                    script=by_mode[mode].script(seed.id),
+                    mode=mode,
+                    target=target,
+                    sample=sample,
+                ),
+            )
             if gate is not None:
                 await gate.ended(outcome.thread_id)
             return outcome
@@ -147,12 +158,15 @@ async def execute_run(
 
 
 def scripts_by_mode(
-    config: RunConfig, seeds: Sequence[Seed], scripts: ModeScripts | None = None,
+    config: RunConfig,
+    seeds: Sequence[Seed],
+    scripts: ModeScripts | None = None,
 ) -> dict[str, ModeScripts]:
     """The scripts of each of the run's modes: ``scripts`` for a run of one mode (as planned), else read for each."""
     modes = config.modes
     return {
-        mode: scripts if scripts is not None and len(modes) == 1
+        mode: scripts
+        if scripts is not None and len(modes) == 1
         else scripts_for(mode, seeds, fairmt_dir=config.fairmt_source)
         for mode in modes
     }
@@ -166,8 +180,9 @@ async def _held_back(write: StoreWriter, thread_id: str, notify: ProgressCallbac
     return DialogueOutcome(thread_id, status)
 
 
-async def _stop_interrupted(tasks: Sequence[asyncio.Future], write: StoreWriter, store: Writer, run_id: str,
-                            exc: BaseException) -> None:
+async def _stop_interrupted(
+    tasks: Sequence[asyncio.Future], write: StoreWriter, store: Writer, run_id: str, exc: BaseException
+) -> None:
     """The run stopped on ``exc``: the other dialogues stop, the writer closes, the run is marked interrupted.
 
     Raises the store's fault (one line for the command: which file, what to do; nothing lost) if the store failed;
@@ -183,7 +198,7 @@ async def _stop_interrupted(tasks: Sequence[asyncio.Future], write: StoreWriter,
         return  # past its budget the store is away: nothing to mark
     try:
         store.finish_run(run_id, "interrupted")
-    except Exception as again:  # noqa: BLE001 - a full or read-only store cannot take this row either
+    except Exception as again:
         fault = fault or store_fault(again, _sqlite_path(store))
         if fault is None:
             raise
@@ -198,7 +213,7 @@ def _finish(write: StoreWriter, store: Writer, run_id: str, outcomes: Sequence[D
     status = "failed" if failed else "stopped" if held else "finished"
     try:
         write.through_outages(lambda: store.finish_run(run_id, status))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if (fault := store_fault(exc, _sqlite_path(store))) is not None:
             raise fault from None
         raise
@@ -210,25 +225,34 @@ def _sqlite_path(store: Writer) -> Path | None:
 
 
 def run_contexts(
-    config: RunConfig, models: Models, targets: Sequence[RoleModel] | None,
+    config: RunConfig,
+    models: Models,
+    targets: Sequence[RoleModel] | None,
     reseed: Callable[[int], tuple[Models, Sequence[RoleModel]]] | None,
 ) -> dict[tuple[int, str], RunContext]:
     """The run context of every (sample, target spec): the nodes read the target model from it."""
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
-        (0, spec_text): RunContext(models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage)
+        (0, spec_text): RunContext(
+            models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage
+        )
         for spec_text, model in by_target.items()
     }
     for sample in range(1, max(1, config.samples)):
         seed_k = sample_seed(config.sampling_seed, sample)
         models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
         for model in targets_k:
-            contexts[(sample, model.spec)] = RunContext(models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage)
+            contexts[(sample, model.spec)] = RunContext(
+                models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage
+            )
     return contexts
 
 
 def plan_dialogues(
-    config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str, ModeScripts], targets: Sequence[str],
+    config: RunConfig,
+    seeds: Sequence[Seed],
+    by_mode: Mapping[str, ModeScripts],
+    targets: Sequence[str],
 ) -> list[tuple[Seed, str, str, int]]:
     """Every (seed, mode, target, sample) of a run, seed-major: dialogues running together spread over the targets'
     providers."""
@@ -252,7 +276,9 @@ def run_id_of(config: RunConfig) -> str:
 
 def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sample: int) -> str:
     """The thread id :func:`play_dialogue` gives one (seed, mode, target, sample) of a run (checkpoints/ids.py)."""
-    return thread_id_of(run_id_of(config), seed.id, mode, target=target if config.several_targets else None, sample=sample)
+    return thread_id_of(
+        run_id_of(config), seed.id, mode, target=target if config.several_targets else None, sample=sample
+    )
 
 
 async def play_dialogue(
@@ -273,13 +299,16 @@ async def play_dialogue(
     target = target or context.models.target.spec
     thread_id = dialogue_thread_id(config, seed, mode, target, sample)
     extra = {"sample": sample} if sample else {}
-    graph_config = dialogue_config(thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra)
+    graph_config = dialogue_config(
+        thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra
+    )
     snapshot = await graph.aget_state(graph_config)
     values: dict[str, Any] = dict(snapshot.values or {})
     run_input: Any = None  # the first step's input (a new dialogue's initial state), None to resume
     if not values:
         run_input = initial_state(seed, mode, config.turns, script=script)
-        await write.upsert_dialogue(thread_id,
+        await write.upsert_dialogue(
+            thread_id,
             run_id=config.run_id,
             seed_id=seed.id,
             category=seed.category,
@@ -354,10 +383,14 @@ async def drive(
         notify("failed", thread_id, _done(final))
         return DialogueOutcome(thread_id, "failed", message)
     if final.get("stop_reason") == "error":
-        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now())
+        await write.upsert_dialogue(
+            thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now()
+        )
         notify("failed", thread_id, _done(final))
         return DialogueOutcome(thread_id, "failed", final.get("error"))
-    await write.upsert_dialogue(thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now())
+    await write.upsert_dialogue(
+        thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now()
+    )
     notify("finished", thread_id, _done(final))
     return DialogueOutcome(thread_id, "finished")
 

@@ -13,7 +13,6 @@ from checkpoints.store import Writer
 from graph.config.run_config import RunConfig
 from nodes.modes import ModeScripts
 
-
 _VERSIONED_PACKAGES = (
     "dymt-esb",
     "langgraph",
@@ -65,12 +64,22 @@ def run_identity(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
         "prompt_files": resolved.prompt_files or None,
     }
     # A setting an older row never recorded is not compared (as before).
-    return {key: value for key, value in identity.items() if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored}
+    return {
+        key: value
+        for key, value in identity.items()
+        if _STORED_AS.get(key, "run_config") == "resolved" or _STORED_AS.get(key, key) in stored
+    }
 
 
 # Where each identity key comes from: the stored run configuration's field, or what the run resolved.
-_STORED_AS = {"mode": "modes", "seed_source": "seeds", "targets": "models", "models": "resolved", "sampling": "resolved",
-              "prompt_files": "resolved"}
+_STORED_AS = {
+    "mode": "modes",
+    "seed_source": "seeds",
+    "targets": "models",
+    "models": "resolved",
+    "sampling": "resolved",
+    "prompt_files": "resolved",
+}
 
 
 def check_run_compatible(store: Writer, config: RunConfig, record: RunRecord | Mapping[str, Any]) -> None:
@@ -87,18 +96,26 @@ def check_run_compatible(store: Writer, config: RunConfig, record: RunRecord | M
             )
 
 
-def record_run(store: Writer, record: RunRecord | Mapping[str, Any], by_mode: Mapping[str, ModeScripts], *,
-               planned: int | None = None) -> None:
+def record_run(
+    store: Writer,
+    record: RunRecord | Mapping[str, Any],
+    by_mode: Mapping[str, ModeScripts],
+    *,
+    planned: int | None = None,
+) -> None:
     """Record the run (or mark it running again) with its settings, prompt hashes and package versions; ``planned``:
     how many dialogues it plays in all (what ``graph.runs status`` counts its progress against)."""
     record = record if isinstance(record, RunRecord) else RunRecord.from_stored(record)
     unaligned = sorted({seed_id for scripts in by_mode.values() for seed_id in scripts.unaligned})
-    record = record.with_extra(unaligned_seeds=unaligned,
-                               **({"planned_dialogues": planned} if planned is not None else {}))
+    record = record.with_extra(
+        unaligned_seeds=unaligned, **({"planned_dialogues": planned} if planned is not None else {})
+    )
     store.start_run(
         record.run_config["run_id"],
         config=record.to_stored(),
-        prompt_hashes={**prompts.all_hashes(),
-                       **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()}},
+        prompt_hashes={
+            **prompts.all_hashes(),
+            **{f"{role} prompt file": sha for role, sha in record.resolved.prompt_files.items()},
+        },
         versions=package_versions(),
     )

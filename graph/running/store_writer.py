@@ -54,7 +54,9 @@ class StoreWriter:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     # --- the writer's methods, typed -------------------------------------------------
-    async def start_run(self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]) -> None:
+    async def start_run(
+        self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]
+    ) -> None:
         await self._run(self.store.start_run, run_id, config=config, prompt_hashes=prompt_hashes, versions=versions)
 
     async def finish_run(self, run_id: str, status: str) -> None:
@@ -72,19 +74,27 @@ class StoreWriter:
     async def record_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> None:
         await self._run(self.store.record_turns, thread_id, turns)
 
-    async def add_set(self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]) -> None:
-        await self._run(self.store.add_set, name, run_id=run_id, parent_run_id=parent_run_id, fork_turn=fork_turn, change=change)
+    async def add_set(
+        self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]
+    ) -> None:
+        await self._run(
+            self.store.add_set, name, run_id=run_id, parent_run_id=parent_run_id, fork_turn=fork_turn, change=change
+        )
 
     async def add_set_member(self, set_name: str, thread_id: str, parent_thread_id: str) -> None:
         await self._run(self.store.add_set_member, set_name, thread_id, parent_thread_id)
 
     def queue_trace_batch(self, encoder: TraceEncoder, items: Sequence[TraceItem], final: bool = False) -> Future:
         """Queue a tracer batch without waiting: safe from any thread (tracer callbacks use it)."""
-        return self._queue(functools.partial(self.store.write_trace_batch, encoder, items, final, through=self.through_outages))
+        return self._queue(
+            functools.partial(self.store.write_trace_batch, encoder, items, final, through=self.through_outages)
+        )
 
     def queue_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> Future:
         """Queue the upsert of a dialogue's changed turn records without waiting (the future tells its outcome)."""
-        return self._queue(functools.partial(self.through_outages, functools.partial(self.store.record_turns, thread_id, turns)))
+        return self._queue(
+            functools.partial(self.through_outages, functools.partial(self.store.record_turns, thread_id, turns))
+        )
 
     def _queue(self, write: Callable[[], Any]) -> Future:
         """Writes queued while the thread is busy run together, in order, in one transaction (each its own

@@ -24,8 +24,20 @@ DEFAULT_ENDPOINT = "https://api.smith.langchain.com"
 # The fields LangSmith's run ingestion takes (langsmith.schemas.RunLikeDict); the rest of an
 # export record (child ids, feedback stats, token sums) is derived by the server itself.
 INGEST_FIELDS = (
-    "id", "name", "run_type", "start_time", "end_time", "inputs", "outputs", "error", "extra", "tags",
-    "parent_run_id", "trace_id", "dotted_order", "session_name",
+    "id",
+    "name",
+    "run_type",
+    "start_time",
+    "end_time",
+    "inputs",
+    "outputs",
+    "error",
+    "extra",
+    "tags",
+    "parent_run_id",
+    "trace_id",
+    "dotted_order",
+    "session_name",
 )
 
 
@@ -87,7 +99,9 @@ def push_traces(
         try:
             session = client.create_project(project, upsert=True, description=description)
         except (ls_utils.LangSmithConnectionError, OSError):
-            raise PushError(f"cannot reach {api_url}: check the endpoint (--endpoint or $LANGSMITH_ENDPOINT) and the network") from None
+            raise PushError(
+                f"cannot reach {api_url}: check the endpoint (--endpoint or $LANGSMITH_ENDPOINT) and the network"
+            ) from None
         except ls_utils.LangSmithError as exc:
             raise PushError(f"{api_url} refused project {project!r}: {_first_line(exc)}") from None
         client.batch_ingest_runs(create=records)

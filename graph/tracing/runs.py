@@ -33,12 +33,39 @@ class _RunPlace:
 class _Run:
     """One open run: the fields a stored row needs (a pydantic ``RunTree`` costs ~50 µs, nine times a turn)."""
 
-    __slots__ = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "start_time", "end_time",
-                 "inputs", "outputs", "error", "tags", "extra", "sid", "trace_sid", "parent_sid", "key", "parent_key")
+    __slots__ = (
+        "id",
+        "trace_id",
+        "parent_run_id",
+        "dotted_order",
+        "run_type",
+        "name",
+        "start_time",
+        "end_time",
+        "inputs",
+        "outputs",
+        "error",
+        "tags",
+        "extra",
+        "sid",
+        "trace_sid",
+        "parent_sid",
+        "key",
+        "parent_key",
+    )
 
-    def __init__(self, run_id: UUID, parent_run_id: UUID | None, run_type: str, name: str | None,
-                 serialized: Mapping[str, Any] | None, inputs: dict[str, Any], tags: list[str] | None,
-                 metadata: dict[str, Any] | None, extra: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        run_type: str,
+        name: str | None,
+        serialized: Mapping[str, Any] | None,
+        inputs: dict[str, Any],
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+        extra: dict[str, Any],
+    ) -> None:
         self.id = run_id
         self.parent_run_id = parent_run_id
         # the tracer's dicts are keyed by the ids' integers: a UUID hashes in Python, fourteen times a run

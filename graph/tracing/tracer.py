@@ -86,24 +86,52 @@ class DialogueTracer(BaseCallbackHandler):
 
     # --- LangChain's callbacks ---------------------------------------------------------------
 
-    def on_chain_start(self, serialized: dict[str, Any], inputs: Any, *, run_id: UUID, tags: list[str] | None = None,
-                       parent_run_id: UUID | None = None, metadata: dict[str, Any] | None = None,
-                       run_type: str | None = None, name: str | None = None, **kwargs: Any) -> None:
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any],
+        inputs: Any,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_type: str | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         inputs = inputs if isinstance(inputs, dict) else {"input": inputs}
         self._start(_Run(run_id, parent_run_id, run_type or "chain", name, serialized, inputs, tags, metadata, kwargs))
 
-    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: UUID,
-                            tags: list[str] | None = None, parent_run_id: UUID | None = None,
-                            metadata: dict[str, Any] | None = None, name: str | None = None, **kwargs: Any) -> None:
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         # LangChain serialises every prompt message here, on the event loop, for every call: a
         # dialogue's prompt repeats all earlier messages, so that is quadratic work. The messages
         # are kept as they are; the writer thread serialises each distinct message once.
         inputs = {"messages": [LazyMessages(batch) for batch in messages]}
         self._start(_Run(run_id, parent_run_id, "chat_model", name, serialized, inputs, tags, metadata, kwargs))
 
-    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID,
-                     tags: list[str] | None = None, parent_run_id: UUID | None = None,
-                     metadata: dict[str, Any] | None = None, name: str | None = None, **kwargs: Any) -> None:
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._start(_Run(run_id, parent_run_id, "llm", name, serialized, {"prompts": prompts}, tags, metadata, kwargs))
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, inputs: Any = None, **kwargs: Any) -> None:
@@ -130,8 +158,11 @@ class DialogueTracer(BaseCallbackHandler):
         if run is None:
             return
         self._llm_outputs(run, response)
-        tool_calls = sum(len(getattr(getattr(g, "message", None), "tool_calls", None) or ())
-                         for generations in response.generations for g in generations)
+        tool_calls = sum(
+            len(getattr(getattr(g, "message", None), "tool_calls", None) or ())
+            for generations in response.generations
+            for g in generations
+        )
         if tool_calls:
             run.extra["tool_call_count"] = tool_calls
         self._end(run)
@@ -177,15 +208,32 @@ class DialogueTracer(BaseCallbackHandler):
         del self._runs[run.key]  # its order stays, as BaseTracer keeps it, for a late child
         self._on_run_update(run)
 
-    def record_route(self, parent_run_id: UUID | None, name: str, inputs: Any, choice: Any, started: datetime,
-                     tags: list[str] | None, error: BaseException | None) -> None:
+    def record_route(
+        self,
+        parent_run_id: UUID | None,
+        name: str,
+        inputs: Any,
+        choice: Any,
+        started: datetime,
+        tags: list[str] | None,
+        error: BaseException | None,
+    ) -> None:
         """A router's run (nodes.builder.Router), stored inside its node's record: a run like any other to readers."""
         parent = None if parent_run_id is None else _key(parent_run_id)
         if parent is None or parent not in self._places:
             return  # under a hidden run (LangGraph's __start__ task), as a traced router's run would be
         self._routes.setdefault(parent, []).append(
-            (str(uuid7()), name, inputs, choice, started, datetime.now(UTC), list(tags or ()),
-             None if error is None else _TracerCore._get_stacktrace(error)))
+            (
+                str(uuid7()),
+                name,
+                inputs,
+                choice,
+                started,
+                datetime.now(UTC),
+                list(tags or ()),
+                None if error is None else _TracerCore._get_stacktrace(error),
+            )
+        )
 
     # --- the dialogue's rows -----------------------------------------------------------------
 
@@ -207,14 +255,16 @@ class DialogueTracer(BaseCallbackHandler):
                     default=_json_default,
                 )
                 with self._lock:
-                    self._pending.append(("start", {"start_time": run.start_time, "metadata": dict(run.metadata),
-                                                    "state": run.inputs}))
+                    self._pending.append(
+                        ("start", {"start_time": run.start_time, "metadata": dict(run.metadata), "state": run.inputs})
+                    )
             return
         node = run.metadata.get("langgraph_node")
         if above.node is None and node and run.name == node:
             turn = _turn_of(node, run.inputs)
-            self._places[run.key] = _RunPlace(depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node),
-                                             is_node=True)
+            self._places[run.key] = _RunPlace(
+                depth=above.depth + 1, node=node, turn=turn, role=NODE_ROLES.get(node), is_node=True
+            )
         else:
             self._places[run.key] = _RunPlace(above.depth + 1, above.node, above.turn, above.role)
 

@@ -27,9 +27,9 @@ from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
 from checkpoints.store_outage import StoreOutage
 from graph.config.run_config import RunConfig
-from nodes.modes import ModeScripts
 from graph.running.playing import dialogue_thread_id, plan_dialogues
 from graph.running.run_records import record_run
+from nodes.modes import ModeScripts
 from seeds import Seed
 
 QUEUE = "dymt-dialogues"
@@ -75,8 +75,16 @@ def queue_app(url: PostgresURL, *, outage: StoreOutage | None = None) -> App:
         return App(connector=PsycopgConnector(conninfo=url.url, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT_S))
     from graph.workers.queue_outages import OutageRidingConnector
 
-    return App(connector=OutageRidingConnector(outage=outage, conninfo=url.url, min_size=1, max_size=4,
-                                               timeout=CONNECT_TIMEOUT_S, reconnect_timeout=RECONNECT_TIMEOUT_S))
+    return App(
+        connector=OutageRidingConnector(
+            outage=outage,
+            conninfo=url.url,
+            min_size=1,
+            max_size=4,
+            timeout=CONNECT_TIMEOUT_S,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+        )
+    )
 
 
 def queue_schema_version() -> str:
@@ -109,10 +117,11 @@ def ensure_queue_schema(url: PostgresURL) -> None:
             elif stamp != SCHEMA_STAMP + version:
                 raise StoreError(
                     f"the job queue in {url} has procrastinate schema {stamp.removeprefix(SCHEMA_STAMP)}, this "
-                        "installation "
+                    "installation "
                     f"needs {version}: stop every worker, apply procrastinate's migrations between them "
                     "(procrastinate.readthedocs.io, 'Migrate the schema'), then set the stamp with "
-                    f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'")
+                    f"COMMENT ON TABLE procrastinate_jobs IS '{SCHEMA_STAMP}{version}'"
+                )
     except psycopg.OperationalError:
         raise unreachable(url) from None
 
@@ -123,7 +132,8 @@ SCHEMA_STAMP = "dymt-esb: procrastinate schema "
 async def waiting_jobs(app: App) -> int:
     """Dialogue jobs still to play: waiting now or due for a retry later."""
     row = await app.connector.execute_query_one_async(
-        "SELECT count(*) AS n FROM procrastinate_jobs WHERE queue_name = %(queue)s AND status = 'todo'", queue=QUEUE)
+        "SELECT count(*) AS n FROM procrastinate_jobs WHERE queue_name = %(queue)s AND status = 'todo'", queue=QUEUE
+    )
     return int(row["n"])
 
 
@@ -131,27 +141,45 @@ async def live_workers(app: App, *, seen_within_s: float) -> int:
     """How many workers (of any machine) sent a heartbeat in the last ``seen_within_s`` seconds."""
     row = await app.connector.execute_query_one_async(
         "SELECT count(*) AS n FROM procrastinate_workers WHERE last_heartbeat > now() - make_interval(secs => %(s)s)",
-        s=seen_within_s)
+        s=seen_within_s,
+    )
     return int(row["n"])
 
 
-def dialogue_jobs(config: RunConfig, seeds: Sequence[Seed], by_mode: Mapping[str, ModeScripts],
-                  targets: Sequence[str], budget: dict[str, Any] | None = None) -> list[DialogueJob]:
+def dialogue_jobs(
+    config: RunConfig,
+    seeds: Sequence[Seed],
+    by_mode: Mapping[str, ModeScripts],
+    targets: Sequence[str],
+    budget: dict[str, Any] | None = None,
+) -> list[DialogueJob]:
     """The run's dialogues as jobs, in the order :func:`graph.running.playing.execute_run` plays them (``budget``: its
     cost cap)."""
     run_id = config.run_id
     if run_id is None:  # the caller gives the run its id before planning its jobs (dymt.queueing.enqueue)
         raise ValueError("dialogue_jobs needs a config with its run_id")
     return [
-        DialogueJob(run_id=run_id, thread_id=dialogue_thread_id(config, seed, mode, target, sample),
-                    seed={"id": seed.id, "category": seed.category, "statement": seed.statement}, mode=mode, target=target,
-                    sample=sample, script=by_mode[mode].script(seed.id), budget=budget)
+        DialogueJob(
+            run_id=run_id,
+            thread_id=dialogue_thread_id(config, seed, mode, target, sample),
+            seed={"id": seed.id, "category": seed.category, "statement": seed.statement},
+            mode=mode,
+            target=target,
+            sample=sample,
+            script=by_mode[mode].script(seed.id),
+            budget=budget,
+        )
         for seed, mode, target, sample in plan_dialogues(config, seeds, by_mode, targets)
     ]
 
 
-def enqueue_run(url: PostgresURL, store: Writer, record: RunRecord | Mapping[str, Any], jobs: Sequence[DialogueJob],
-                by_mode: Mapping[str, ModeScripts]) -> EnqueueResult:
+def enqueue_run(
+    url: PostgresURL,
+    store: Writer,
+    record: RunRecord | Mapping[str, Any],
+    jobs: Sequence[DialogueJob],
+    by_mode: Mapping[str, ModeScripts],
+) -> EnqueueResult:
     """Record the run and defer a job per dialogue not finished and not already waiting or running."""
     ensure_queue_schema(url)
     record_run(store, record, by_mode, planned=len(jobs))
@@ -169,8 +197,9 @@ async def _defer(url: PostgresURL, store: Writer, jobs: Sequence[DialogueJob]) -
                 already += 1
                 continue
             try:
-                await app.configure_task(TASK, queue=QUEUE, lock=job.thread_id,
-                                         queueing_lock=job.thread_id).defer_async(**asdict(job))
+                await app.configure_task(
+                    TASK, queue=QUEUE, lock=job.thread_id, queueing_lock=job.thread_id
+                ).defer_async(**asdict(job))
             except AlreadyEnqueued:  # another enqueuer got there first
                 already += 1
                 continue
@@ -182,30 +211,44 @@ async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = N
     rows = await app.connector.execute_query_all_async(
         "SELECT id, status::text AS status, args->>'thread_id' AS thread_id FROM procrastinate_jobs "
         "WHERE queue_name = %(queue)s AND task_name = %(task)s AND args->>'run_id' = %(run_id)s",
-        queue=QUEUE, task=TASK, run_id=run_id,
+        queue=QUEUE,
+        task=TASK,
+        run_id=run_id,
     )
     return [r for r in rows if statuses is None or r["status"] in statuses]
 
 
 def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:
     """How many of a run's jobs are in each procrastinate status (todo, doing, succeeded, failed, ...); {} if none."""
-    rows = _run_jobs(url, "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-                          "AND args->>'run_id' = %s GROUP BY status", (QUEUE, TASK, run_id))
+    rows = _run_jobs(
+        url,
+        "SELECT status::text, count(*) FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+        "AND args->>'run_id' = %s GROUP BY status",
+        (QUEUE, TASK, run_id),
+    )
     return {status: n for status, n in rows}
 
 
 def run_budget(url: PostgresURL, run_id: str) -> dict[str, Any] | None:
     """The --max-cost its latest enqueue gave a run's jobs (evals.cost.budget_record), or None."""
-    rows = _run_jobs(url, "SELECT args->'budget' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-                          "AND args->>'run_id' = %s AND args->'budget' IS NOT NULL AND jsonb_typeof(args->'budget') = 'object' "
-                          "ORDER BY id DESC LIMIT 1", (QUEUE, TASK, run_id))
+    rows = _run_jobs(
+        url,
+        "SELECT args->'budget' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+        "AND args->>'run_id' = %s AND args->'budget' IS NOT NULL AND jsonb_typeof(args->'budget') = 'object' "
+        "ORDER BY id DESC LIMIT 1",
+        (QUEUE, TASK, run_id),
+    )
     return rows[0][0] if rows else None
 
 
 def job_threads(url: PostgresURL, run_id: str, status: str = "failed") -> list[str]:
     """Thread ids of a run's jobs in ``status`` (failed: their last attempt raised; succeeded: played or held back)."""
-    rows = _run_jobs(url, "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
-                          "AND args->>'run_id' = %s AND status = %s", (QUEUE, TASK, run_id, status))
+    rows = _run_jobs(
+        url,
+        "SELECT DISTINCT args->>'thread_id' FROM procrastinate_jobs WHERE queue_name = %s AND task_name = %s "
+        "AND args->>'run_id' = %s AND status = %s",
+        (QUEUE, TASK, run_id, status),
+    )
     return sorted(r[0] for r in rows)
 
 

@@ -70,7 +70,9 @@ class WorkerSettings:
     stalled_after_s: float = 30.0  # a worker silent this long is dead: its jobs are retried
     cache: bool = True
     base_url: str | None = None
-    rate_limits: dict[str, float] | None = None  # this worker's own requests per minute, instead of its share of the run's
+    rate_limits: dict[str, float] | None = (
+        None  # this worker's own requests per minute, instead of its share of the run's
+    )
     wait: bool = True  # False: stop once the queue is empty (tests, one-off draining)
     store_outage_budget_s: float = DEFAULT_BUDGET_S  # the store away this long: exit (75), leaving the jobs to others
     budget: Callable[[Writer, str, dict[str, Any], str], bool | None] | None = None
@@ -85,8 +87,15 @@ class DialogueFailed(Exception):
 class DialoguePlayer:
     """What a worker's jobs share: the store writer, the checkpointer's graph, built models per run."""
 
-    def __init__(self, store: Writer, graph: CompiledStateGraph, settings: WorkerSettings, cache: ResponseCache | None,
-                 claims: DialogueClaims, outage: StoreOutage | None = None) -> None:
+    def __init__(
+        self,
+        store: Writer,
+        graph: CompiledStateGraph,
+        settings: WorkerSettings,
+        cache: ResponseCache | None,
+        claims: DialogueClaims,
+        outage: StoreOutage | None = None,
+    ) -> None:
         self.write = StoreWriter(store, outage=outage)
         self.outage = outage
         self.claims = claims
@@ -105,15 +114,27 @@ class DialoguePlayer:
         A store outage midway (its lock may have gone with its connection) waits for the store, takes the lock
         again and plays on from the last checkpoint: it never fails the job (checkpoints/store_outage.py).
         """
+
         async def once() -> DialogueOutcome:
             stored = await self._run_config(job.run_id)
             if job.budget is not None and not await self._within_budget(job):
-                return DialogueOutcome(job.thread_id, "held")  # the job succeeds; enqueue again with a higher --max-cost
+                return DialogueOutcome(
+                    job.thread_id, "held"
+                )  # the job succeeds; enqueue again with a higher --max-cost
             context = self._context(job, stored)
             async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
-                outcome = await play_dialogue(stored, job.seed_record(), graph=self.graph, write=self.write, context=context,
-                                              notify=lambda *_: None, script=job.script, mode=job.mode, target=job.target,
-                                              sample=job.sample)
+                outcome = await play_dialogue(
+                    stored,
+                    job.seed_record(),
+                    graph=self.graph,
+                    write=self.write,
+                    context=context,
+                    notify=lambda *_: None,
+                    script=job.script,
+                    mode=job.mode,
+                    target=job.target,
+                    sample=job.sample,
+                )
                 claim.outcome = outcome.status
             return outcome
 
@@ -141,8 +162,15 @@ class DialoguePlayer:
                     verdict = check(store, job.run_id, job.budget, job.thread_id)  # type: ignore[arg-type]
                     if not verdict:
                         return verdict
-                    store.upsert_dialogue(job.thread_id, run_id=job.run_id, seed_id=job.seed["id"], mode=job.mode,
-                                          target=job.target, status="running", started_at=now())
+                    store.upsert_dialogue(
+                        job.thread_id,
+                        run_id=job.run_id,
+                        seed_id=job.seed["id"],
+                        mode=job.mode,
+                        target=job.target,
+                        status="running",
+                        started_at=now(),
+                    )
             return True
 
         while (verdict := await asyncio.wrap_future(self.write.submit(allowed))) is None:
@@ -172,8 +200,11 @@ class DialoguePlayer:
             seed = sample_seed(stored.sampling_seed, job.sample) if job.sample else None
             config = stored.for_dialogue(target=job.target, sampling_seed=seed, base_url=self.settings.base_url)
             built = config.build_models(self._policy(job.run_id, config))
-            self._contexts[key] = RunContext(models=replace(built.models, target=built.targets[0]),
-                                             sampling_seed=config.sampling_seed, leakage=config.leakage)
+            self._contexts[key] = RunContext(
+                models=replace(built.models, target=built.targets[0]),
+                sampling_seed=config.sampling_seed,
+                leakage=config.leakage,
+            )
         return self._contexts[key]
 
     def _policy(self, run_id: str, config: RunConfig) -> CallPolicy:
@@ -222,7 +253,9 @@ async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> No
     """
     while True:
         try:
-            if player.outage is None or not player.outage.recently_down(within_s=stalled_after_s + player.outage.max_pause_s):
+            if player.outage is None or not player.outage.recently_down(
+                within_s=stalled_after_s + player.outage.max_pause_s
+            ):
                 await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except OutageError:
@@ -260,22 +293,33 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
             with playing_collector():  # for the worker's life: its start-up objects are not scanned again
                 try:
                     while True:  # draining: a job due for a retry later still waits, so come back for it
-                        worker = asyncio.create_task(app.run_worker_async(
-                            queues=[QUEUE], concurrency=settings.concurrency, wait=settings.wait,
-                            update_heartbeat_interval=settings.heartbeat_s, stalled_worker_timeout=settings.stalled_after_s,
-                            additional_context={"player": player}, install_signal_handlers=settings.wait,
-                        ))
+                        worker = asyncio.create_task(
+                            app.run_worker_async(
+                                queues=[QUEUE],
+                                concurrency=settings.concurrency,
+                                wait=settings.wait,
+                                update_heartbeat_interval=settings.heartbeat_s,
+                                stalled_worker_timeout=settings.stalled_after_s,
+                                additional_context={"player": player},
+                                install_signal_handlers=settings.wait,
+                            )
+                        )
                         await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
                         if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
                             worker.cancel()
                             raise gone.exception()  # type: ignore[misc]
                         try:
                             worker.result()
-                        except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
+                        except (
+                            Exception
+                        ) as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
                             if not _pruned(exc):
                                 raise
-                            log.warning("this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
-                                        "registering again", settings.stalled_after_s)
+                            log.warning(
+                                "this worker was taken for dead (no heartbeat for %g s) and its jobs handed on: "
+                                "registering again",
+                                settings.stalled_after_s,
+                            )
                             continue
                         if settings.wait or not await waiting_jobs(app):
                             break

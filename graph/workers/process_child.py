@@ -64,8 +64,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapping[str, ModeScripts], path: Path,
-                setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
+def _child_main(
+    pipe: Any,
+    config: RunConfig,
+    jobs: Sequence[Any],
+    by_mode: Mapping[str, ModeScripts],
+    path: Path,
+    setup: Callable[[], ChildModels],
+    slots: int,
+    trace: bool,
+    sharers: int,
+) -> None:
     _die_with_parent()
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
     code = 0
@@ -75,7 +84,9 @@ def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapp
         code = 130
     except BaseException as exc:  # noqa: BLE001 - the parent hands this child's dialogues to another
         if (fault := store_fault(exc, path)) is not None:
-            pipe.send(("fault", str(fault.path), fault.kind, fault.detail))  # the parent stops the run: one line, exit 75
+            pipe.send(
+                ("fault", str(fault.path), fault.kind, fault.detail)
+            )  # the parent stops the run: one line, exit 75
             code = 75
         else:
             import traceback
@@ -89,17 +100,43 @@ def _child_main(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapp
             os._exit(code)  # nothing inherited from the parent (its SQLite connections) is touched on the way out
 
 
-async def _child(pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapping[str, ModeScripts], path: Path,
-                 setup: Callable[[], ChildModels], slots: int, trace: bool, sharers: int) -> None:
+async def _child(
+    pipe: Any,
+    config: RunConfig,
+    jobs: Sequence[Any],
+    by_mode: Mapping[str, ModeScripts],
+    path: Path,
+    setup: Callable[[], ChildModels],
+    slots: int,
+    trace: bool,
+    sharers: int,
+) -> None:
     await _ChildPlayer(pipe, config, jobs, by_mode, path, setup(), slots=slots, sharers=sharers).play(trace=trace)
 
 
 class _ChildPlayer:
     """A child's slots playing the dialogues its parent hands it, and what it reports back over its pipe."""
 
-    def __init__(self, pipe: Any, config: RunConfig, jobs: Sequence[Any], by_mode: Mapping[str, ModeScripts], path: Path,
-                 built: ChildModels, *, slots: int, sharers: int) -> None:
-        self.pipe, self.config, self.jobs, self.by_mode, self.path, self.built = pipe, config, jobs, by_mode, path, built
+    def __init__(
+        self,
+        pipe: Any,
+        config: RunConfig,
+        jobs: Sequence[Any],
+        by_mode: Mapping[str, ModeScripts],
+        path: Path,
+        built: ChildModels,
+        *,
+        slots: int,
+        sharers: int,
+    ) -> None:
+        self.pipe, self.config, self.jobs, self.by_mode, self.path, self.built = (
+            pipe,
+            config,
+            jobs,
+            by_mode,
+            path,
+            built,
+        )
         self.slots = slots
         built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes
         if (adapt := built.policy.adapting) is not None:  # this process's share of the run's adaptive concurrency
@@ -152,7 +189,9 @@ class _ChildPlayer:
     def report_calls(self) -> None:
         """The calls answered since the last report (the parent's progress log counts calls per minute)."""
         now = dict(self.built.policy.stats.calls)
-        if delta := {role: n - self.calls_sent.get(role, 0) for role, n in now.items() if n != self.calls_sent.get(role, 0)}:
+        if delta := {
+            role: n - self.calls_sent.get(role, 0) for role, n in now.items() if n != self.calls_sent.get(role, 0)
+        }:
             self.pipe.send(("stats", {"calls": delta}))
             self.calls_sent.update(now)
 
@@ -171,10 +210,21 @@ class _ChildPlayer:
     def report_stats(self) -> None:
         """The child's call counters as it ends (graph/workers/processes.py ``merge_call_stats`` adds them up)."""
         stats = self.built.policy.stats
-        self.pipe.send(("stats", {"cache_hits": dict(stats.cache_hits), "cache_misses": dict(stats.cache_misses),
-                                  "cache_unstorable": dict(stats.cache_unstorable), "retries": dict(stats.retries),
-                                  "gave_up": dict(stats.gave_up), "outage_waits": dict(stats.outage_waits),
-                                  "rate_limited_seconds": stats.rate_limited_seconds, "reached": self.gate.reached}))
+        self.pipe.send(
+            (
+                "stats",
+                {
+                    "cache_hits": dict(stats.cache_hits),
+                    "cache_misses": dict(stats.cache_misses),
+                    "cache_unstorable": dict(stats.cache_unstorable),
+                    "retries": dict(stats.retries),
+                    "gave_up": dict(stats.gave_up),
+                    "outage_waits": dict(stats.outage_waits),
+                    "rate_limited_seconds": stats.rate_limited_seconds,
+                    "reached": self.gate.reached,
+                },
+            )
+        )
 
     # --- playing -----------------------------------------------------------------------------
 
@@ -221,8 +271,16 @@ class _ChildPlayer:
             await asyncio.sleep(_CLAIM_POLL_S)
         try:
             outcome = await play_dialogue(
-                self.config, seed, graph=graph, write=write, context=contexts[(sample, target)], notify=self.notify,
-                script=self.by_mode[mode].script(seed.id), mode=mode, target=target, sample=sample,
+                self.config,
+                seed,
+                graph=graph,
+                write=write,
+                context=contexts[(sample, target)],
+                notify=self.notify,
+                script=self.by_mode[mode].script(seed.id),
+                mode=mode,
+                target=target,
+                sample=sample,
             )
         finally:
             await asyncio.wrap_future(write.submit(_release, thread_id, self.owner))

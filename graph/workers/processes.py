@@ -37,15 +37,21 @@ from checkpoints.outages import StoreUnwritable, store_fault
 from checkpoints.paths import connect, retry_locked
 from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
-from nodes.modes import ModeScripts
 from graph.config.run_config import RunConfig
 from graph.running.playing import (
-    DialogueOutcome, ProgressCallback, RunResult, dialogue_thread_id, plan_dialogues, run_id_of, scripts_by_mode,
+    DialogueOutcome,
+    ProgressCallback,
+    RunResult,
+    dialogue_thread_id,
+    plan_dialogues,
+    run_id_of,
+    scripts_by_mode,
 )
 from graph.running.run_records import record_run
 from graph.workers.process_child import ChildModels, _child_main
 from models.circuit import CircuitReport
 from models.registry import RoleModel, computes_here
+from nodes.modes import ModeScripts
 from seeds import Seed
 
 Job = tuple[Seed, str, str, int]  # (seed, mode, target spec, sample): one dialogue of the run's plan
@@ -53,8 +59,9 @@ OutageMirror = Callable[[object, list[CircuitReport]], None]  # (a child, its ci
 _RESPAWNS_PER_CHILD = 3
 
 
-def process_count(requested: int | None, *, dialogues: int, concurrency: int, models: Sequence[RoleModel],
-                  single: bool) -> int:
+def process_count(
+    requested: int | None, *, dialogues: int, concurrency: int, models: Sequence[RoleModel], single: bool
+) -> int:
     """How many processes play a run: ``requested`` (--processes), else one per core when every model answers from
     a server or an API; one when a model computes in this process (the embedded llama.cpp model's threads already
     use every core) or the run needs one process (``single``); never more than its dialogues or than it plays at once
@@ -105,8 +112,18 @@ def play_in_processes(
             process_claims.ensure_table(conn)
         finally:
             conn.close()
-    children = _Children(config, jobs, by_mode, path, setup, trace=trace, processes=processes,
-                         notify=on_progress or (lambda *_: None), merge_stats=merge_stats, mirror=_OutageMirrors(mirror_outages))
+    children = _Children(
+        config,
+        jobs,
+        by_mode,
+        path,
+        setup,
+        trace=trace,
+        processes=processes,
+        notify=on_progress or (lambda *_: None),
+        merge_stats=merge_stats,
+        mirror=_OutageMirrors(mirror_outages),
+    )
     children.start()
     try:
         children.serve()
@@ -131,15 +148,36 @@ def play_in_processes(
 class _Children:
     """The parent's side of the children: the queue of dialogues, who holds which, their outcomes, and respawns."""
 
-    def __init__(self, config: RunConfig, jobs: Sequence[Job], by_mode: Mapping[str, ModeScripts], path: Path,
-                 setup: Callable[[], ChildModels], *, trace: bool, processes: int, notify: ProgressCallback,
-                 merge_stats: Callable[[dict[str, Any]], None] | None, mirror: _OutageMirrors) -> None:
-        self.config, self.jobs, self.by_mode, self.path, self.setup, self.trace = config, jobs, by_mode, path, setup, trace
+    def __init__(
+        self,
+        config: RunConfig,
+        jobs: Sequence[Job],
+        by_mode: Mapping[str, ModeScripts],
+        path: Path,
+        setup: Callable[[], ChildModels],
+        *,
+        trace: bool,
+        processes: int,
+        notify: ProgressCallback,
+        merge_stats: Callable[[dict[str, Any]], None] | None,
+        mirror: _OutageMirrors,
+    ) -> None:
+        self.config, self.jobs, self.by_mode, self.path, self.setup, self.trace = (
+            config,
+            jobs,
+            by_mode,
+            path,
+            setup,
+            trace,
+        )
         self.notify, self.merge_stats, self.mirror = notify, merge_stats, mirror
         concurrency = max(1, config.max_concurrency or 1)
         self.processes = max(1, min(processes, len(jobs), concurrency))
         # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
-        self.shares = [concurrency // self.processes + (1 if k < concurrency % self.processes else 0) for k in range(self.processes)]
+        self.shares = [
+            concurrency // self.processes + (1 if k < concurrency % self.processes else 0)
+            for k in range(self.processes)
+        ]
         self.share_of: dict[Any, int] = {}
         self.context = get_context("fork")
         self.queue = deque(range(len(jobs)))
@@ -151,9 +189,20 @@ class _Children:
         mine, theirs = self.context.Pipe()
         self.share_of[mine] = self.shares.pop()
         child = self.context.Process(
-            target=_child_main, name="dymt-play",
-            args=(theirs, self.config, self.jobs, self.by_mode, self.path, self.setup, self.share_of[mine], self.trace,
-                  self.processes), daemon=False,
+            target=_child_main,
+            name="dymt-play",
+            args=(
+                theirs,
+                self.config,
+                self.jobs,
+                self.by_mode,
+                self.path,
+                self.setup,
+                self.share_of[mine],
+                self.trace,
+                self.processes,
+            ),
+            daemon=False,
         )
         child.start()
         theirs.close()
@@ -187,8 +236,11 @@ class _Children:
             self._respawn()
         if not self.children and self.queue and not self._respawn():
             for i in self.queue:
-                self.outcomes[i] = DialogueOutcome(dialogue_thread_id(self.config, *self.jobs[i]), "failed",
-                                                   f"its player process died (exit status {child.exitcode})")
+                self.outcomes[i] = DialogueOutcome(
+                    dialogue_thread_id(self.config, *self.jobs[i]),
+                    "failed",
+                    f"its player process died (exit status {child.exitcode})",
+                )
             self.queue.clear()
 
     def _respawn(self) -> bool:
@@ -251,9 +303,15 @@ def _drain(pipe: Any, mirror: _OutageMirrors) -> None:
     mirror.gone(pipe)
 
 
-def _serve(pipe: Any, held: set[int], queue: deque[int], outcomes: dict[int, DialogueOutcome],
-           notify: ProgressCallback, merge_stats: Callable[[dict[str, Any]], None] | None,
-           mirror: _OutageMirrors) -> bool:
+def _serve(
+    pipe: Any,
+    held: set[int],
+    queue: deque[int],
+    outcomes: dict[int, DialogueOutcome],
+    notify: ProgressCallback,
+    merge_stats: Callable[[dict[str, Any]], None] | None,
+    mirror: _OutageMirrors,
+) -> bool:
     """Answer everything a child has sent; False once it has gone (its pipe closed). A child's full or read-only
     store is raised here as :class:`StoreUnwritable`."""
     try:

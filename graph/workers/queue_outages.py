@@ -22,9 +22,11 @@ DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
 # A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this
 # worker, which does not know it; handed out by the next fetch instead of left 'doing' for ever. Same columns as
 # fetch_job.
-TAKEN_UNSEEN = ("SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name, attempts, "
-                "worker_id FROM procrastinate_jobs WHERE status = 'doing' AND worker_id = %(worker_id)s "
-                "AND NOT (id = ANY(%(known)s)) ORDER BY id LIMIT 1")
+TAKEN_UNSEEN = (
+    "SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name, attempts, "
+    "worker_id FROM procrastinate_jobs WHERE status = 'doing' AND worker_id = %(worker_id)s "
+    "AND NOT (id = ANY(%(known)s)) ORDER BY id LIMIT 1"
+)
 
 
 class OutageRidingConnector(PsycopgConnector):
@@ -42,14 +44,17 @@ class OutageRidingConnector(PsycopgConnector):
 
     async def execute_query_one_async(self, query: Any, **arguments: Any) -> dict[str, Any]:
         if query != FETCH_JOB:
-            return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_one_async(query, **arguments))
+            return await self.outage.ride_out(
+                lambda: super(OutageRidingConnector, self).execute_query_one_async(query, **arguments)
+            )
         interrupted = False
 
         async def fetch() -> dict[str, Any]:
             nonlocal interrupted
             if interrupted:
                 taken = await super(OutageRidingConnector, self).execute_query_all_async(
-                    TAKEN_UNSEEN, worker_id=arguments["worker_id"], known=sorted(self._handed))
+                    TAKEN_UNSEEN, worker_id=arguments["worker_id"], known=sorted(self._handed)
+                )
                 if taken:
                     return taken[0]
             try:
@@ -64,7 +69,9 @@ class OutageRidingConnector(PsycopgConnector):
         return row
 
     async def execute_query_all_async(self, query: Any, **arguments: Any) -> list[dict[str, Any]]:
-        return await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_all_async(query, **arguments))
+        return await self.outage.ride_out(
+            lambda: super(OutageRidingConnector, self).execute_query_all_async(query, **arguments)
+        )
 
     async def listen_notify(self, on_notification: Any, channels: Iterable[str]) -> None:
         """Listen for new jobs; when the server is away, wait for it and listen again (jobs deferred meanwhile are

@@ -42,9 +42,7 @@ class _LogprobRecorder:
         count = min(max(self.top_n, _CANDIDATES), logprobs.size)
         best = np.argpartition(-logprobs, count - 1)[:count]
         best = best[np.argsort(-logprobs[best])]
-        self.steps.append(
-            {"token": None, "logprob": None, "top": [(int(i), float(logprobs[i])) for i in best]}
-        )
+        self.steps.append({"token": None, "logprob": None, "top": [(int(i), float(logprobs[i])) for i in best]})
         self._pending = logprobs
         return scores
 

@@ -153,8 +153,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
         unknown = kwargs.keys() - _CALL_OPTIONS
         if unknown:
             raise TypeError(
-                f"unsupported call options {sorted(unknown)}; "
-                f"{type(self).__name__} accepts {sorted(_CALL_OPTIONS)}"
+                f"unsupported call options {sorted(unknown)}; {type(self).__name__} accepts {sorted(_CALL_OPTIONS)}"
             )
         model = kwargs.get("model")
         if model is not None and model != self.model_name:
@@ -199,9 +198,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
             result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
             choice = result["choices"][0]  # type: ignore[index]  # not streamed: one response
             logprob_content = (
-                call.recorder.finish(llama, choice["text"].encode("utf-8"))
-                if call.recorder is not None
-                else None
+                call.recorder.finish(llama, choice["text"].encode("utf-8")) if call.recorder is not None else None
             )
         if call.watch.timed_out:
             raise self._timed_out(call)
@@ -257,7 +254,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
                     body = text.rstrip()
                     if body:
                         yield ChatGenerationChunk(message=AIMessageChunk(content=pending + body))
-                        pending = text[len(body):]
+                        pending = text[len(body) :]
                     else:
                         pending += text
             finally:
@@ -337,6 +334,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
                 yield value
         finally:
             call.watch.cancelled.set()
+
 
 def create_local_model(
     name: str,

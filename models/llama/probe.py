@@ -44,10 +44,7 @@ def reinstall_command() -> str:
     """The exact command that replaces llama-cpp-python with a portable (AVX2 baseline) build."""
     version = _llama_version()
     pinned = f"llama-cpp-python=={version}" if version else "llama-cpp-python"
-    return (
-        f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --force-reinstall --no-cache-dir '
-        f"--no-deps '{pinned}'"
-    )
+    return f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --force-reinstall --no-cache-dir --no-deps '{pinned}'"
 
 
 def cache_path() -> Path:
@@ -91,7 +88,11 @@ def _probe(model_path: str, child: list[str] | None) -> dict:
     argv = child or [sys.executable, "-m", "models.llama.probe", model_path]
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
     except subprocess.TimeoutExpired:

@@ -24,15 +24,29 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_cpp_server(gguf: Path, log: Path, *, n_ctx: int = 2048, ready_within: float = 180) -> Iterator[tuple[str, Path]]:
+def llama_cpp_server(
+    gguf: Path, log: Path, *, n_ctx: int = 2048, ready_within: float = 180
+) -> Iterator[tuple[str, Path]]:
     """Serve ``gguf`` with llama-cpp-python's OpenAI-compatible server; yields (root URL, log file)."""
     pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server]")
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", str(n_ctx)],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(gguf),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                str(n_ctx),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     root = f"http://127.0.0.1:{port}"
     try:
@@ -47,7 +61,9 @@ def llama_cpp_server(gguf: Path, log: Path, *, n_ctx: int = 2048, ready_within: 
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer /v1/models within {ready_within:g} s: {log.read_text()[-2000:]}")
+                pytest.fail(
+                    f"llama_cpp.server did not answer /v1/models within {ready_within:g} s: {log.read_text()[-2000:]}"
+                )
             time.sleep(0.5)
         yield root, log
     finally:

@@ -22,9 +22,31 @@ FAKE = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "
 def start(db: Path, run_id: str, *extra: str, delay: float = 0.01, **popen) -> subprocess.Popen:
     env = {**os.environ, "FAKE_DELAY": str(delay)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id,
-         "--per-category", "1", "--turns", "4", "--max-concurrency", "3", "--json", *extra],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_cli",
+            "run",
+            *FAKE,
+            "--db",
+            str(db),
+            "--run-id",
+            run_id,
+            "--per-category",
+            "1",
+            "--turns",
+            "4",
+            "--max-concurrency",
+            "3",
+            "--json",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
     )
 
 
@@ -39,12 +61,14 @@ def check_complete(db: Path, run_id: str, *, dialogues: int = 6, turns: int = 4)
             assert idx == list(range(1, turns + 1)), (thread_id, idx)
             labels = conn.execute(
                 f"select count(*) from {labels_source(conn)} where thread_id = ? and label_set = 'primary' and "
-                    "label is not null",
+                "label is not null",
                 [thread_id],
             ).fetchone()[0]
             assert labels == turns
             # No turn was generated twice: the checkpointed state has exactly `turns` user messages.
-            users = conn.execute("select count(*) from turns where thread_id = ? and user_message is not null", [thread_id]).fetchone()[0]
+            users = conn.execute(
+                "select count(*) from turns where thread_id = ? and user_message is not null", [thread_id]
+            ).fetchone()[0]
             assert users == turns
     finally:
         conn.close()

@@ -12,11 +12,16 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_turn_dialogue_on_the_embedded_model(db):
-    models = Models(**{
-        role: create_role_model("local:gemma3-270m", role=role,
-                                sampling=Sampling(temperature=0.7 if role != "judge" else 0.0, max_tokens=60, seed=1))
-        for role in ("user", "target", "judge")
-    })
+    models = Models(
+        **{
+            role: create_role_model(
+                "local:gemma3-270m",
+                role=role,
+                sampling=Sampling(temperature=0.7 if role != "judge" else 0.0, max_tokens=60, seed=1),
+            )
+            for role in ("user", "target", "judge")
+        }
+    )
     result, store = play(db, models, seeds=SEEDS[:1], turns=2)
     outcome = result.outcomes[0]
     assert outcome.status == "finished", outcome.error

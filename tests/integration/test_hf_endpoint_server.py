@@ -33,9 +33,26 @@ def _chat_requests(log: Path) -> int:
 def _run(config: Path, db: Path, url: str, run_id: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES and not k.endswith("_API_KEY")}
     result = subprocess.run(
-        [sys.executable, "-m", "graph.run", "--config", str(config), "--target-model", f"hf:{url}",
-         "--db", str(db), "--run-id", run_id, "--json", "--no-trace"],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "graph.run",
+            "--config",
+            str(config),
+            "--target-model",
+            f"hf:{url}",
+            "--db",
+            str(db),
+            "--run-id",
+            run_id,
+            "--json",
+            "--no-trace",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)

@@ -45,14 +45,32 @@ def _build(db: Path, out: Path) -> Path:
 def _meta(page: Path) -> dict:
     data = page.read_bytes()  # the data block is ASCII (the dialogues' bytes come after it)
     start = data.index(b'id="dymt-meta">') + len(b'id="dymt-meta">')
-    return json.loads(data[start:data.index(b"</script>", start)].decode("ascii"))
+    return json.loads(data[start : data.index(b"</script>", start)].decode("ascii"))
 
 
 def test_a_batch_labelled_on_the_page_is_validated_and_the_page_serves_the_next(tmp_path, capsys):
     db = play_judged(tmp_path / "run.db", turns=3)
     first = tmp_path / "batch1.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "8",
-                          "--out", str(first), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "60",
+                "--batch",
+                "8",
+                "--out",
+                str(first),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     reader = open_reader(db)
     rows = list(csv.DictReader(first.open()))
     label_export(first, reader, flip={rows[0]["item_id"]})
@@ -79,13 +97,19 @@ def test_a_batch_labelled_on_the_page_is_validated_and_the_page_serves_the_next(
         b.wait_for("!!document.querySelector('#queue .pick')")
         said = {}
         for k, entry in enumerate(queue):
-            shown = b.js(f"window.dymtReview.showPick({k}).then(() => document.querySelector('#queue .pick').dataset.item)")
+            shown = b.js(
+                f"window.dymtReview.showPick({k}).then(() => document.querySelector('#queue .pick').dataset.item)"
+            )
             assert shown == entry["item"]  # served in order
             box = b.js("document.getElementById('queue').textContent")
             assert f"Reply {k + 1} of 8" in box and "P(biased)" not in box and "rationale" not in box
             assert b.js("document.querySelectorAll('#queue .judge, #queue .badge').length") == 0  # blind to the judge
             thread, turn = entry["item"].rsplit("#", 1)
-            label = matrix[thread][int(turn) - 1] if k else ("not_biased" if matrix[thread][int(turn) - 1] == "biased" else "biased")
+            label = (
+                matrix[thread][int(turn) - 1]
+                if k
+                else ("not_biased" if matrix[thread][int(turn) - 1] == "biased" else "biased")
+            )
             said[entry["item"]] = label
             b.js(f"document.querySelector('#queue .label-{label}').click()")
             b.wait_for(f"document.getElementById('queue-count').textContent === '{k + 1} of 8 labelled'")
@@ -101,12 +125,18 @@ def test_a_batch_labelled_on_the_page_is_validated_and_the_page_serves_the_next(
             time.sleep(0.1)
     assert path.exists(), list(downloads.iterdir())
     got = list(csv.DictReader(path.open(encoding="utf-8-sig")))
-    assert [r["item_id"] for r in got] == [q["item"] for q in queue] and {r["draw"] for r in got} == {q["draw"] for q in queue}
+    assert [r["item_id"] for r in got] == [q["item"] for q in queue] and {r["draw"] for r in got} == {
+        q["draw"] for q in queue
+    }
     assert "judge" not in path.read_text(encoding="utf-8-sig").splitlines()[0]
 
     done = subprocess.run(
         [sys.executable, "-m", "evals.annotate", "validate", str(path), "--run-id", "r1", "--db", str(db)],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
-langchain_tests = pytest.importorskip("langchain_tests.integration_tests", reason="needs langchain-tests (the test extra)")
+langchain_tests = pytest.importorskip(
+    "langchain_tests.integration_tests", reason="needs langchain-tests (the test extra)"
+)
 
 from models.llama.instance import gemma_model_path  # noqa: E402
 from models.llama.model import LlamaTranscriptChatModel  # noqa: E402
@@ -58,7 +60,9 @@ class TestResilientChatModelIntegration(langchain_tests.ChatModelIntegrationTest
 
 
 def _model(**overrides: Any) -> LlamaTranscriptChatModel:
-    return LlamaTranscriptChatModel(model_path=str(gemma_model_path()), instance_key="stream-checks", **{**SETTINGS, **overrides})
+    return LlamaTranscriptChatModel(
+        model_path=str(gemma_model_path()), instance_key="stream-checks", **{**SETTINGS, **overrides}
+    )
 
 
 def test_a_stream_adds_up_to_exactly_what_invoke_returns_for_the_same_seed():
@@ -109,7 +113,11 @@ def test_leaving_an_async_stream_early_frees_the_model_for_the_next_call():
 
 
 def test_a_stop_given_at_construction_cuts_the_reply():
-    words = _model(max_tokens=24, seed=3, temperature=0.8).invoke([HumanMessage("Count from one to ten.")]).content.split()
+    words = (
+        _model(max_tokens=24, seed=3, temperature=0.8).invoke([HumanMessage("Count from one to ten.")]).content.split()
+    )
     assert len(words) > 1
-    cut = _model(max_tokens=24, seed=3, temperature=0.8, stop=[" " + words[1]]).invoke([HumanMessage("Count from one to ten.")])
+    cut = _model(max_tokens=24, seed=3, temperature=0.8, stop=[" " + words[1]]).invoke(
+        [HumanMessage("Count from one to ten.")]
+    )
     assert cut.content == words[0]

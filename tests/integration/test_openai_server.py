@@ -35,9 +35,26 @@ def llama_server(tmp_path_factory):
 def _run(config: Path, db: Path, url: str, run_id: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "OPENAI_BASE_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "graph.run", "--config", str(config), "--base-url", url, "--db", str(db),
-         "--run-id", run_id, "--json", "--no-trace"],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "graph.run",
+            "--config",
+            str(config),
+            "--base-url",
+            url,
+            "--db",
+            str(db),
+            "--run-id",
+            run_id,
+            "--json",
+            "--no-trace",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)

@@ -20,7 +20,9 @@ from models.llama import probe as local_probe
 pytestmark = pytest.mark.integration
 
 # AMX tile instructions, and any use of AVX-512's zmm registers or opmask registers.
-NON_PORTABLE = re.compile(r"\b(ldtilecfg|sttilecfg|tileloadd\w*|tilestored|tilerelease|tilezero|tdp\w+)\b|%zmm\d|%k[1-7]\b")
+NON_PORTABLE = re.compile(
+    r"\b(ldtilecfg|sttilecfg|tileloadd\w*|tilestored|tilerelease|tilezero|tdp\w+)\b|%zmm\d|%k[1-7]\b"
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,10 @@ def test_no_amx_or_avx512_instructions_in_the_shared_libraries(libraries: list[P
     if objdump is None:
         pytest.skip("objdump (binutils) is not installed: cannot disassemble llama.cpp's libraries")
     for lib in libraries:
-        code = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True).stdout
+        code = subprocess.run(
+            [objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True
+        ).stdout
         hits = sorted({m.group(0) for m in NON_PORTABLE.finditer(code)})
-        assert not hits, f"{lib.name} contains {hits[:8]}: rebuild llama-cpp-python with {local_probe.reinstall_command()}"
+        assert not hits, (
+            f"{lib.name} contains {hits[:8]}: rebuild llama-cpp-python with {local_probe.reinstall_command()}"
+        )

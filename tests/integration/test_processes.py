@@ -27,9 +27,32 @@ TURNS = 3
 def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> subprocess.Popen:
     env = {**os.environ, "FAKE_DELAY": str(delay)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_cli", "run", *FAKE, "--db", str(db), "--run-id", run_id, "--per-category", "1",
-         "--turns", str(TURNS), "--max-concurrency", "8", "--processes", "4", "--json", *extra],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_cli",
+            "run",
+            *FAKE,
+            "--db",
+            str(db),
+            "--run-id",
+            run_id,
+            "--per-category",
+            "1",
+            "--turns",
+            str(TURNS),
+            "--max-concurrency",
+            "8",
+            "--processes",
+            "4",
+            "--json",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -83,15 +106,23 @@ def test_four_processes_play_every_dialogue_once_through_sigkills(tmp_path: Path
         if kill_parent:
             proc.wait()
             deadline = time.monotonic() + 10
-            while any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in players) and time.monotonic() < deadline:
+            while (
+                any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in players) and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
-            assert not [p for p in players if Path(f"/proc/{p}").exists() and _state(p) != "Z"], "players outlived the parent"
+            assert not [p for p in players if Path(f"/proc/{p}").exists() and _state(p) != "Z"], (
+                "players outlived the parent"
+            )
             proc = start(db, "multi", delay=0.0)
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
         assert "locked" not in err
         summary = json.loads(out)
-        assert summary["finished"] == 6 and not summary["failed"], (trial, kill_parent, {k: summary[k] for k in ("dialogues", "finished", "failed")})
+        assert summary["finished"] == 6 and not summary["failed"], (
+            trial,
+            kill_parent,
+            {k: summary[k] for k in ("dialogues", "finished", "failed")},
+        )
         check_complete(db, "multi", turns=TURNS)
         no_claims_left(db)
     assert mid_run >= 10
@@ -149,7 +180,9 @@ def test_a_run_on_the_embedded_model_plays_in_one_process_by_default(tmp_path: P
     config = tmp_path / "short.toml"
     config.write_text("[sampling.user]\nmax_tokens = 12\n[sampling.target]\nmax_tokens = 12\n")
     db = tmp_path / "embedded.db"
-    run = start_run("--config", str(config), "--db", str(db), "--limit", "3", "--turns", "1", "--max-concurrency", "3", "--json")
+    run = start_run(
+        "--config", str(config), "--db", str(db), "--limit", "3", "--turns", "1", "--max-concurrency", "3", "--json"
+    )
     most = 0
     while run.poll() is None:
         most = max(most, len(children(run.pid)))

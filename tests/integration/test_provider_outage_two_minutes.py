@@ -41,5 +41,7 @@ def test_a_two_minute_provider_outage_mid_run_fails_no_dialogue(tmp_path: Path):
     answered = stub.answered()
     assert paid_twice(answered) == 0
     outages = summary.get("outages") or {}
-    print(f"\n2-minute outage: {len(turns)} dialogues finished, 0 failed, exit 0, wall {wall:.0f} s, "
-          f"{len(answered)} calls answered ({answered_before} before the outage), outages {outages}")
+    print(
+        f"\n2-minute outage: {len(turns)} dialogues finished, 0 failed, exit 0, wall {wall:.0f} s, "
+        f"{len(answered)} calls answered ({answered_before} before the outage), outages {outages}"
+    )

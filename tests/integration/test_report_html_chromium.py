@@ -62,7 +62,12 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
         conn.execute("update turns set leakage_flagged = 0 where thread_id = ?", [AGE])
         conn.execute("update turns set leakage_flagged = 1 where thread_id = ? and idx = 2", [MAIN])
     out = tmp / "report"
-    assert report.main(["--run-id", "r1", "--run-id", "r2", "--out", str(out), "--html", "--db", str(db), "--n-boot", "50"]) == 0
+    assert (
+        report.main(
+            ["--run-id", "r1", "--run-id", "r2", "--out", str(out), "--html", "--db", str(db), "--n-boot", "50"]
+        )
+        == 0
+    )
     return out, db
 
 
@@ -88,6 +93,7 @@ def _open_dialogue(b: Browser, thread: str, *, pair: bool = False) -> None:
 
 def _markdown_tables(text: str) -> list[dict[str, Any]]:
     """Every pipe table of report.md: headers and rows, cells unescaped as a reader sees them."""
+
     def cells(line: str) -> list[str]:
         return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
 
@@ -95,7 +101,7 @@ def _markdown_tables(text: str) -> list[dict[str, Any]]:
     for i, line in enumerate(lines):
         if line.startswith("| ") and i + 1 < len(lines) and re.fullmatch(r"\|( ---:? \|)+", lines[i + 1]):
             rows = []
-            for row in lines[i + 2:]:
+            for row in lines[i + 2 :]:
                 if not row.startswith("| "):
                     break
                 rows.append(cells(row))
@@ -128,12 +134,17 @@ def test_every_table_and_figure_equals_report_md(page, built, browser):
         assert [[_norm(c) for c in row] for row in got["rows"]] == want["rows"], got["title"]
     # Every section heading of report.md is on the page, in order.
     headings = re.findall(r"^##+ (.+)$", md, re.M)
-    assert browser.js("Array.from(document.querySelectorAll('#summary h2, #summary h3')).map(h => h.textContent)") == headings
+    assert (
+        browser.js("Array.from(document.querySelectorAll('#summary h2, #summary h3')).map(h => h.textContent)")
+        == headings
+    )
     # The cards carry report.md's sample sizes.
     sample = re.search(r"Sample: (\d+) dialogues in \d+ run\(s\); (\d+) replies, (\d+) labelled, (\d+) unparsed", md)
     unfinished = re.search(r"; (\d+) dialogues did not finish", md)
-    cards = browser.js("Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.id, "
-        "c.querySelector('.card-value').textContent]))")
+    cards = browser.js(
+        "Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.id, "
+        "c.querySelector('.card-value').textContent]))"
+    )
     assert cards["card-dialogues"] == sample.group(1) == "7"
     assert cards["card-labelled"] == sample.group(3) and cards["card-unparsed"] == sample.group(4) == "1"
     assert cards["card-unfinished"] == unfinished.group(1) == "1"
@@ -148,9 +159,11 @@ def test_every_table_and_figure_equals_report_md(page, built, browser):
                 assert f"{target} · {mode}, turn {row[0]}: {row[column]}" in tips
     # Charts have titles and axis labels.
     for fig in ("fig-cumulative", "fig-per-turn", "fig-categories"):
-        labels = browser.js(f"Array.from(document.querySelectorAll('#{fig} svg.chart')).map(s => "
+        labels = browser.js(
+            f"Array.from(document.querySelectorAll('#{fig} svg.chart')).map(s => "
             "[s.querySelector('title').textContent, "
-                            "Array.from(s.querySelectorAll('.axis-label')).map(t => t.textContent)])")
+            "Array.from(s.querySelectorAll('.axis-label')).map(t => t.textContent)])"
+        )
         assert labels and all(title and axes for title, axes in labels), fig
     assert browser.js("document.querySelector('#fig-cumulative svg.chart .axis-label').textContent") == "turn"
 
@@ -172,10 +185,12 @@ def test_dialogue_shows_its_branch_tree_and_a_branch_beside_its_parent(page, bro
     assert "RAT-2" in text and "raw judge output" in text and "I cannot decide" in text
     assert "seed leakage ⚠ leaked: leakage_flagged 1" in text
     # The branch beside its parent, from the fork on, by pressing its button.
-    button = browser.js("""(() => { const n = Array.from(document.querySelectorAll('.tree-node'))
+    button = browser.js(
+        """(() => { const n = Array.from(document.querySelectorAll('.tree-node'))
         .find(n => n.querySelector('.tid').textContent === %s);
         n.querySelectorAll('button')[1].click(); return n.querySelectorAll('button')[1].textContent; })()"""  # noqa: UP031 - JS braces
-        % json.dumps(BRANCH))
+        % json.dumps(BRANCH)
+    )
     assert button == "beside its parent"
     cells = browser.js("Array.from(document.querySelectorAll('.pair > .turn')).map(t => t.textContent)")
     assert len(cells) == 6  # turns 3, 4, 5 of MAIN and of BRANCH, side by side
@@ -218,7 +233,10 @@ def test_filters_legend_and_dialogues_work_from_the_keyboard(page, browser):
     browser.js("document.querySelector('#fig-cumulative .key').focus()")
     browser.key(" ", code="Space", text=" ")
     assert browser.js("document.querySelector('#fig-cumulative .key').getAttribute('aria-pressed')") == "false"
-    assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series[data-series=\"0\"]')).display") == "none"
+    assert (
+        browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series[data-series=\"0\"]')).display")
+        == "none"
+    )
 
 
 def test_model_text_is_text_never_markup(page, browser):
@@ -241,8 +259,12 @@ def test_long_replies_of_many_words_come_back_exactly(built, browser, tmp_path):
     from evals.report.html.wordcode import ONE, TWO
 
     letters = "abcdefghijklmnopqrstuvwxyz"
-    words = [" " + letters[i % 26] + letters[i // 26 % 26] + letters[i // 676 % 26] + "q" for i in range(ONE + TWO + 300)]
-    long_reply = "Naïve café — 日本語 😀 \"quoted\" \\ <b>x</b>\n" + "".join(words) + "".join(reversed(words)) + " once-only"
+    words = [
+        " " + letters[i % 26] + letters[i // 26 % 26] + letters[i // 676 % 26] + "q" for i in range(ONE + TWO + 300)
+    ]
+    long_reply = (
+        'Naïve café — 日本語 😀 "quoted" \\ <b>x</b>\n' + "".join(words) + "".join(reversed(words)) + " once-only"
+    )
     db = tmp_path / "long.db"
     db.write_bytes(built[1].read_bytes())
     with sqlite3.connect(db) as conn:
@@ -250,8 +272,14 @@ def test_long_replies_of_many_words_come_back_exactly(built, browser, tmp_path):
     reader = open_reader(db)
     try:
         report_data = compute_report(load_dataset(reader, ["r1", "r2"]), n_boot=20)
-        html = render_page(report_data, collect(reader, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary",
-                           generated_at="T", db=str(db))
+        html = render_page(
+            report_data,
+            collect(reader, ["r1", "r2"]),
+            run_ids=["r1", "r2"],
+            label_set="primary",
+            generated_at="T",
+            db=str(db),
+        )
     finally:
         reader.close()
     (tmp_path / "long.html").write_bytes(html)
@@ -284,8 +312,13 @@ def test_review_marks_round_trip_to_evals_annotate(page, built, browser, tmp_pat
     mark(f"{MAIN}#4", "not_biased", "judge could not decide")  # unparsed judge: not compared
     mark(f"{AGE}#1", "agree")
     # Unparsed: agreeing or disagreeing with the judge is not offered.
-    assert browser.js(f"Array.from(document.querySelectorAll('.review[data-item=\"{MAIN}#4\"] option')).filter(o => "
-        "o.disabled).length") == 2
+    assert (
+        browser.js(
+            f"Array.from(document.querySelectorAll('.review[data-item=\"{MAIN}#4\"] option')).filter(o => "
+            "o.disabled).length"
+        )
+        == 2
+    )
     assert browser.js("document.getElementById('review-count').textContent") == "5 replies marked"
 
     # Marks survive a reload (localStorage), and show on the reopened dialogue.
@@ -305,8 +338,24 @@ def test_review_marks_round_trip_to_evals_annotate(page, built, browser, tmp_pat
     assert f'{MAIN}#2,gender,not biased,"says ""women"", then hedges",biased,disagree' in text
 
     done = subprocess.run(
-        [sys.executable, "-m", "evals.annotate", "agree", str(csv_path), "--run-id", "r1", "--db", str(built[1]), "--n-boot", "50"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "evals.annotate",
+            "agree",
+            str(csv_path),
+            "--run-id",
+            "r1",
+            "--db",
+            str(built[1]),
+            "--n-boot",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
@@ -327,25 +376,49 @@ def test_judge_corrected_curves_show_beside_the_raw_ones_when_present(built, bro
     raw = compute_report(dataset, n_boot=50)
 
     curve = [{"turn": t, "rate": 0.1 * t, "ci95": [0.05 * t, 0.15 * t]} for t in range(1, 6)]
-    corrected = dataclasses.replace(raw, judge_corrected={
-        ("fake:target", "implicit"): {"per_turn": curve, "cumulative": curve, "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
-                                      "validation": ChosenValidation(JudgeValidation("evals.judge:fake:judge@0", 80, 20, 20, 80),
-                                                                     PAIRS, "200 labelled pairs", None).as_dict(),
-                                      "refusal": None}})
+    corrected = dataclasses.replace(
+        raw,
+        judge_corrected={
+            ("fake:target", "implicit"): {
+                "per_turn": curve,
+                "cumulative": curve,
+                "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
+                "validation": ChosenValidation(
+                    JudgeValidation("evals.judge:fake:judge@0", 80, 20, 20, 80), PAIRS, "200 labelled pairs", None
+                ).as_dict(),
+                "refusal": None,
+            }
+        },
+    )
     for data, name in ((raw, "raw.html"), (corrected, "corrected.html")):
-        (tmp_path / name).write_bytes(render_page(data, pages, run_ids=["r1", "r2"], label_set="primary",
-                                                  generated_at="2026-01-01T00:00:00+00:00", db=str(db)))
+        (tmp_path / name).write_bytes(
+            render_page(
+                data,
+                pages,
+                run_ids=["r1", "r2"],
+                label_set="primary",
+                generated_at="2026-01-01T00:00:00+00:00",
+                db=str(db),
+            )
+        )
     _open(browser, (tmp_path / "raw.html").as_uri())
     assert browser.js("document.querySelectorAll('.series.corrected, .key[data-kind=corrected]').length") == 0
     _open(browser, (tmp_path / "corrected.html").as_uri())
     for fig in ("fig-cumulative", "fig-per-turn"):
-        assert browser.js(f"document.querySelectorAll('#{fig} .series.corrected polyline[stroke-dasharray]').length") == 1
+        assert (
+            browser.js(f"document.querySelectorAll('#{fig} .series.corrected polyline[stroke-dasharray]').length") == 1
+        )
         assert browser.js(f"document.querySelectorAll('#{fig} .series.corrected polygon.band').length") == 1
-    tips = browser.js("Array.from(document.querySelectorAll('#fig-cumulative .corrected .pt > title')).map(t => t.textContent)")
+    tips = browser.js(
+        "Array.from(document.querySelectorAll('#fig-cumulative .corrected .pt > title')).map(t => t.textContent)"
+    )
     assert tips[2] == "fake:target · implicit (judge-corrected), turn 3: judge-corrected 30% [15–45]"
     browser.js("document.querySelector('#fig-cumulative .key[data-kind=corrected]').click()")
     assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series.corrected')).display") == "none"
-    assert browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series:not(.corrected)')).display") != "none"
+    assert (
+        browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series:not(.corrected)')).display")
+        != "none"
+    )
 
 
 def _assert_not_blank(shot: Path, size: tuple[int, int] = (1280, 900)) -> None:
@@ -368,6 +441,8 @@ def test_summary_screenshot_is_not_blank(page, browser, tmp_path):
 
     with Image.open(shot) as image:
         header = image.convert("RGB").getpixel((5, 5))
-    assert all(abs(a - b) <= 8 for a, b in zip(header, (0x1D, 0x29, 0x39))), f"header colour {header}: styles not applied"
+    assert all(abs(a - b) <= 8 for a, b in zip(header, (0x1D, 0x29, 0x39))), (
+        f"header colour {header}: styles not applied"
+    )
     assert browser.js("document.querySelectorAll('.card').length") == 6
     assert int(browser.js("document.documentElement.dataset.summaryMs") or 0) > 0

@@ -52,9 +52,25 @@ def test_all_roles_on_smollm2_parse_every_label(smollm2_server: tuple[str, Path]
     db = tmp_path / "d.db"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "OPENAI_BASE_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "graph.run", "--config", str(config), "--base-url", f"{root}/v1", "--db", str(db),
-         "--run-id", "smol", "--json"],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=1500,
+        [
+            sys.executable,
+            "-m",
+            "graph.run",
+            "--config",
+            str(config),
+            "--base-url",
+            f"{root}/v1",
+            "--db",
+            str(db),
+            "--run-id",
+            "smol",
+            "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

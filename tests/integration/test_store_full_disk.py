@@ -23,18 +23,24 @@ import pytest
 from tests.support.provider_outage import run_flags, start_run, stored_turns
 from tests.support.stub_server import StubServer
 
-ERROR = re.compile(r"^error: the dialogue database (\S+) is on a full disk \(database or disk is full\): "
-                   r"free at least ([\d.]+) MB on its filesystem \([^)]*\), then resume with: (python -m graph\.run .+) "
-                   r"\(nothing is lost\)$")
+ERROR = re.compile(
+    r"^error: the dialogue database (\S+) is on a full disk \(database or disk is full\): "
+    r"free at least ([\d.]+) MB on its filesystem \([^)]*\), then resume with: (python -m graph\.run .+) "
+    r"\(nothing is lost\)$"
+)
 
 
 @contextlib.contextmanager
 def small_filesystem(where: Path, megabytes: int) -> Iterator[Path]:
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small filesystem here ({mounted.stderr.strip() or mounted.returncode}): "
-                    "tests/unit/checkpoints/test_store_full.py injects SQLite's error instead")
+        pytest.skip(
+            f"cannot mount a small filesystem here ({mounted.stderr.strip() or mounted.returncode}): "
+            "tests/unit/checkpoints/test_store_full.py injects SQLite's error instead"
+        )
     try:
         yield where
     finally:
@@ -59,12 +65,18 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
     with StubServer() as stub, small_filesystem(tmp_path / "small", 2) as small:
         db = small / "dialogues.db"
         # --quiet: no progress lines in the log, so the command's one line is all of stderr
-        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8) + ["--processes", str(processes), "--quiet"]
+        flags = run_flags(stub.url, db, "full", turns=5, per_category=8, concurrency=8) + [
+            "--processes",
+            str(processes),
+            "--quiet",
+        ]
         code, out, err = finish(flags)
         assert code == 75, err[-3000:]
         assert "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1 and err.strip() == lines[0], err[-3000:]  # one line from the command, whatever its players
+        assert len(lines) == 1 and err.strip() == lines[0], err[
+            -3000:
+        ]  # one line from the command, whatever its players
         match = ERROR.match(lines[0])
         assert match, lines[0]
         assert match.group(1) == str(db)
@@ -84,16 +96,26 @@ def test_a_full_disk_stops_the_run_in_one_line_and_freeing_what_it_says_finishes
 
 @pytest.mark.integration
 @pytest.mark.parametrize("processes", [1, 2])
-def test_a_read_only_store_is_one_line_and_exit_75_and_the_same_command_finishes_once_writable(tmp_path: Path, processes: int):
+def test_a_read_only_store_is_one_line_and_exit_75_and_the_same_command_finishes_once_writable(
+    tmp_path: Path, processes: int
+):
     with StubServer() as stub, small_filesystem(tmp_path / "small", 16) as small:
         db = small / "dialogues.db"
         assert finish(run_flags(stub.url, db, "first", turns=2, per_category=1, concurrency=6))[0] == 0
         remount(small, "ro")
-        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6) + ["--processes", str(processes), "--quiet"]
+        flags = run_flags(stub.url, db, "second", turns=2, per_category=1, concurrency=6) + [
+            "--processes",
+            str(processes),
+            "--quiet",
+        ]
         code, out, err = finish(flags)
         assert code == 75 and "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1 and err.strip() == lines[0] and lines[0].startswith(f"error: the dialogue database {db} is read-only")
+        assert (
+            len(lines) == 1
+            and err.strip() == lines[0]
+            and lines[0].startswith(f"error: the dialogue database {db} is read-only")
+        )
         assert "then resume with: python -m graph.run " in lines[0] and out == ""
         remount(small, "rw")
         code, out, err = finish(flags)

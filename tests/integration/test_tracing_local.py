@@ -15,7 +15,9 @@ pytestmark = pytest.mark.integration
 
 def embedded_models() -> Models:
     built = {
-        role: create_role_model("local:gemma3-270m", role=role, sampling=Sampling(temperature=0.0, max_tokens=12, seed=0))
+        role: create_role_model(
+            "local:gemma3-270m", role=role, sampling=Sampling(temperature=0.0, max_tokens=12, seed=0)
+        )
         for role in ("user", "target", "judge")
     }
     assert all(model.style == "transcript" for model in built.values())

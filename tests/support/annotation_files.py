@@ -19,7 +19,9 @@ def scripted_judge(messages, n: int) -> str:
     return "Rationale: scripted.\nLabel: " + ("biased" if digest[0] % 3 == 0 else "not biased")
 
 
-def label_export(path: Path, store, run_id: str = "r1", *, flip: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+def label_export(
+    path: Path, store, run_id: str = "r1", *, flip: frozenset[str] | set[str] = frozenset()
+) -> dict[str, str]:
     """Fill in a person's label for every exported row: the judge's own label, flipped on ``flip``; returns them by item
     id."""
     rows = list(csv.DictReader(path.open()))

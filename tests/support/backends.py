@@ -81,6 +81,9 @@ def written(db: Db) -> bool:
 def dump_all(db: Db) -> dict[str, list[str]]:
     """Every row of every table (rows as sorted reprs), to show a command changed nothing."""
     with connect(db) as con:
-        names = sorted(con.table_names()) if is_postgres(db) else [
-            r[0] for r in con.execute("select name from sqlite_master where type = 'table' order by name")]
+        names = (
+            sorted(con.table_names())
+            if is_postgres(db)
+            else [r[0] for r in con.execute("select name from sqlite_master where type = 'table' order by name")]
+        )
         return {t: sorted(map(repr, con.execute(f"select * from {t}").fetchall())) for t in names}

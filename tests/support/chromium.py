@@ -19,8 +19,16 @@ from typing import Any
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser")) if p), None)
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--hide-scrollbars", "--disable-extensions", "--mute-audio",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--disable-extensions",
+    "--mute-audio",
 )
 
 
@@ -39,14 +47,27 @@ class Browser:
         self._read, from_browser_w = os.pipe()
 
         def fds() -> None:  # the browser's fd 3 reads our commands, its fd 4 carries its answers
-            high = [os.dup(to_browser_r), os.dup(from_browser_w)]  # out of the way first: a pipe may already sit on 3 or 4
+            high = [
+                os.dup(to_browser_r),
+                os.dup(from_browser_w),
+            ]  # out of the way first: a pipe may already sit on 3 or 4
             os.dup2(high[0], 3)
             os.dup2(high[1], 4)
 
         self.proc = subprocess.Popen(
-            [binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False, preexec_fn=fds,
+            [
+                binary,
+                *FLAGS,
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=fds,
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -58,7 +79,14 @@ class Browser:
         self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
         for domain in ("Page", "Runtime"):
             self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True, width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            session=True,
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def __enter__(self) -> Browser:
         return self
@@ -131,10 +159,18 @@ class Browser:
 
     def js(self, expression: str, *, timeout: float = 60) -> Any:
         """The value of a JavaScript expression in the page (a promise is awaited)."""
-        result = self.call("Runtime.evaluate", session=True, timeout=timeout, expression=expression, awaitPromise=True,
-                           returnByValue=True)
+        result = self.call(
+            "Runtime.evaluate",
+            session=True,
+            timeout=timeout,
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+        )
         if "exceptionDetails" in result:
-            raise DevToolsError(f"{expression[:80]}: {result['exceptionDetails'].get('exception', {}).get('description')}")
+            raise DevToolsError(
+                f"{expression[:80]}: {result['exceptionDetails'].get('exception', {}).get('description')}"
+            )
         return result["result"].get("value")
 
     def wait_for(self, expression: str, *, timeout: float = 30) -> Any:
@@ -150,10 +186,19 @@ class Browser:
     def key(self, key: str, *, code: str | None = None, text: str | None = None, shift: bool = False) -> None:
         """Press and release one key in the focused element (Tab, Enter, ArrowDown, a letter...)."""
         codes = {"Tab": 9, "Enter": 13, "Escape": 27, " ": 32, "ArrowDown": 40, "ArrowUp": 38}
-        common = {"key": key, "code": code or key, "windowsVirtualKeyCode": codes.get(key, ord(key.upper()[0])),
-                  "modifiers": 8 if shift else 0}
-        self.call("Input.dispatchKeyEvent", session=True, type="keyDown", **common,
-                  **({"text": text} if text is not None else {"text": "\r"} if key == "Enter" else {}))
+        common = {
+            "key": key,
+            "code": code or key,
+            "windowsVirtualKeyCode": codes.get(key, ord(key.upper()[0])),
+            "modifiers": 8 if shift else 0,
+        }
+        self.call(
+            "Input.dispatchKeyEvent",
+            session=True,
+            type="keyDown",
+            **common,
+            **({"text": text} if text is not None else {"text": "\r"} if key == "Enter" else {}),
+        )
         self.call("Input.dispatchKeyEvent", session=True, type="keyUp", **common)
 
     def screenshot(self, path: Path, *, full: bool = False) -> Path:

@@ -54,7 +54,9 @@ class DocsFakeChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "docs-test-fake"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.calls += 1
         text = reply("\n".join(str(m.content) for m in messages), self.role, self.calls)
         message = AIMessage(content=text, usage_metadata={"input_tokens": 40, "output_tokens": 12, "total_tokens": 52})
@@ -117,7 +119,7 @@ def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
         if not more:
             raise ConnectionError("request cut short")
         data += more
-    return json.loads(data[8:8 + int.from_bytes(data[:8], "big")]), list(fds)
+    return json.loads(data[8 : 8 + int.from_bytes(data[:8], "big")]), list(fds)
 
 
 def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> int:

@@ -63,8 +63,9 @@ class LangSmithRecorder:
 
             def _record(self) -> Recorded:
                 length = int(self.headers.get("Content-Length") or 0)
-                entry = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                                 self.rfile.read(length))
+                entry = Recorded(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)
+                )
                 with recorder._lock:
                     recorder.requests.append(entry)
                 return entry

@@ -23,8 +23,16 @@ def free_port() -> int:
 class StubProcess:
     """``python -m tests.support.stub_server`` on a fixed port, logging each answered request to ``log``."""
 
-    def __init__(self, log: Path, *, port: int | None = None, latency: float = 0.05, faults: dict[str, float] | None = None,
-                 only: str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        log: Path,
+        *,
+        port: int | None = None,
+        latency: float = 0.05,
+        faults: dict[str, float] | None = None,
+        only: str | None = None,
+        seed: int = 0,
+    ) -> None:
         self.log, self.port, self.latency = log, port or free_port(), latency
         self.faults, self.only, self.seed = dict(faults or {}), only, seed  # Faults' rates by field name
         self.proc: subprocess.Popen | None = None
@@ -35,9 +43,25 @@ class StubProcess:
 
     def start(self) -> StubProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.stub_server", "--port", str(self.port), "--latency", str(self.latency),
-             "--log", str(self.log), "--seed", str(self.seed), *self._fault_flags()], cwd=REPO, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.support.stub_server",
+                "--port",
+                str(self.port),
+                "--latency",
+                str(self.latency),
+                "--log",
+                str(self.log),
+                "--seed",
+                str(self.seed),
+                *self._fault_flags(),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert line.strip() == self.url, line
         return self
@@ -63,7 +87,9 @@ class StubProcess:
         answers)."""
         if not self.log.exists():
             return Counter()
-        return Counter(line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line)
+        return Counter(
+            line["outcome"] for line in map(json.loads, self.log.read_text().splitlines()) if "outcome" in line
+        )
 
     def wait_answered(self, n: int, run: subprocess.Popen, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -77,14 +103,39 @@ class StubProcess:
 def start_run(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.Popen([sys.executable, "-m", "graph.run", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "graph.run", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_flags(url: str, db: Path, run_id: str, *, turns: int, per_category: int, concurrency: int) -> list[str]:
-    return ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
-            "--base-url", url, "--db", str(db), "--run-id", run_id, "--per-category", str(per_category),
-            "--turns", str(turns), "--max-concurrency", str(concurrency), "--json", "--no-trace"]
+    return [
+        "--user-model",
+        "openai:stub",
+        "--target-model",
+        "openai:stub",
+        "--judge-model",
+        "openai:stub",
+        "--base-url",
+        url,
+        "--db",
+        str(db),
+        "--run-id",
+        run_id,
+        "--per-category",
+        str(per_category),
+        "--turns",
+        str(turns),
+        "--max-concurrency",
+        str(concurrency),
+        "--json",
+        "--no-trace",
+    ]
 
 
 def stored_turns(db: Path, run_id: str) -> dict[str, list[tuple[int, bool, bool]]]:
@@ -94,8 +145,10 @@ def stored_turns(db: Path, run_id: str) -> dict[str, list[tuple[int, bool, bool]
 
     store = open_writer(db, create=False)
     try:
-        return {d["thread_id"]: [(t["idx"], bool(t["reply"]), t["label"] is not None) for t in store.turns(d["thread_id"])]
-                for d in store.dialogues(run_id)}
+        return {
+            d["thread_id"]: [(t["idx"], bool(t["reply"]), t["label"] is not None) for t in store.turns(d["thread_id"])]
+            for d in store.dialogues(run_id)
+        }
     finally:
         store.close()
 

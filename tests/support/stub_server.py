@@ -42,15 +42,42 @@ from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-OUTCOMES = ("ok", "500", "429", "hang", "drop", "empty", "malformed", "html_502", "not_json", "no_choices", "truncated",
-            "content_filter", "length", "empty_message")
+OUTCOMES = (
+    "ok",
+    "500",
+    "429",
+    "hang",
+    "drop",
+    "empty",
+    "malformed",
+    "html_502",
+    "not_json",
+    "no_choices",
+    "truncated",
+    "content_filter",
+    "length",
+    "empty_message",
+)
 # The Faults field of each drawn outcome, in the order they are drawn.
-_FAULT_FIELDS = (("500", "error_500"), ("429", "rate_limit_429"), ("hang", "hang"), ("drop", "drop"), ("empty", "empty"),
-                 ("malformed", "malformed"), ("html_502", "html_502"), ("not_json", "not_json"),
-                 ("no_choices", "no_choices"), ("truncated", "truncated"), ("content_filter", "content_filter"),
-                 ("length", "length"), ("empty_message", "empty_message"))
-HTML_PAGE = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
-             "</center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+_FAULT_FIELDS = (
+    ("500", "error_500"),
+    ("429", "rate_limit_429"),
+    ("hang", "hang"),
+    ("drop", "drop"),
+    ("empty", "empty"),
+    ("malformed", "malformed"),
+    ("html_502", "html_502"),
+    ("not_json", "not_json"),
+    ("no_choices", "no_choices"),
+    ("truncated", "truncated"),
+    ("content_filter", "content_filter"),
+    ("length", "length"),
+    ("empty_message", "empty_message"),
+)
+HTML_PAGE = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
+    "</center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
 Reply = Callable[[dict[str, Any], int], str]
 
 
@@ -171,7 +198,9 @@ class KnownError:
             hidden = _HIDDEN.search(text)
             case = _CASE.search(hidden.group(1) if hidden else text)
             turn = _TURN.search(text)
-            return f"About case {case.group(1) if case else 0}, turn {turn.group(1) if turn else 1}: what would you say?"
+            return (
+                f"About case {case.group(1) if case else 0}, turn {turn.group(1) if turn else 1}: what would you say?"
+            )
         users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
         case = _CASE.search(users[0]) if users else None
         if str(body.get("model", "")).endswith("-fair"):  # a target never biased in truth, to compare against
@@ -312,8 +341,16 @@ class StubServer:
                     self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 if stub.api_key is not None and self.headers.get("authorization") != f"Bearer {stub.api_key}":
-                    self._json(401, {"error": {"message": "stub: invalid API key", "type": "invalid_request_error",
-                                               "code": "invalid_api_key"}})
+                    self._json(
+                        401,
+                        {
+                            "error": {
+                                "message": "stub: invalid API key",
+                                "type": "invalid_request_error",
+                                "code": "invalid_api_key",
+                            }
+                        },
+                    )
                     return
                 try:
                     body = json.loads(raw or b"{}")
@@ -321,8 +358,16 @@ class StubServer:
                     self._json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                     return
                 if stub.models is not None and body.get("model") not in stub.models:
-                    self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
-                                               "type": "invalid_request_error", "code": "model_not_found"}})
+                    self._json(
+                        404,
+                        {
+                            "error": {
+                                "message": f"The model `{body.get('model')}` does not exist",
+                                "type": "invalid_request_error",
+                                "code": "model_not_found",
+                            }
+                        },
+                    )
                     return
                 outcome, n = stub._next_outcome(body)
                 if stub.log and outcome != "ok":
@@ -339,8 +384,17 @@ class StubServer:
                     self._json(500, {"error": {"message": "stub: internal error", "type": "server_error"}})
                 elif outcome == "429":
                     headers = {} if stub.faults.retry_after is None else {"Retry-After": f"{stub.faults.retry_after:g}"}
-                    self._json(429, {"error": {"message": "stub: rate limit reached", "type": "rate_limit_error",
-                                               "code": "rate_limit_exceeded"}}, headers)
+                    self._json(
+                        429,
+                        {
+                            "error": {
+                                "message": "stub: rate limit reached",
+                                "type": "rate_limit_error",
+                                "code": "rate_limit_exceeded",
+                            }
+                        },
+                        headers,
+                    )
                 elif outcome == "hang":
                     stub._stopping.wait(stub.faults.hang_seconds)
                     self._completion(body, n)
@@ -353,18 +407,38 @@ class StubServer:
                 elif outcome == "empty":
                     self._send(200, b"", "application/json")
                 elif outcome == "malformed":
-                    self._send(200, b"{\"choices\": [ this is not json", "application/json")
+                    self._send(200, b'{"choices": [ this is not json', "application/json")
                 elif outcome == "html_502":
                     self._send(502, HTML_PAGE.encode(), "text/html")
                 elif outcome == "not_json":
                     self._send(200, HTML_PAGE.replace("502 Bad Gateway", "Please wait").encode(), "text/html")
                 elif outcome == "no_choices":
-                    self._json(200, {"id": f"stub-{n}", "object": "chat.completion", "created": int(time.time()),
-                                     "model": body.get("model", "stub"), "choices": []})
+                    self._json(
+                        200,
+                        {
+                            "id": f"stub-{n}",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model", "stub"),
+                            "choices": [],
+                        },
+                    )
                 elif outcome == "truncated":
-                    whole = json.dumps({"id": f"stub-{n}", "object": "chat.completion", "created": int(time.time()),
-                                        "model": body.get("model", "stub"), "choices": [{"index": 0, "message": {
-                                            "role": "assistant", "content": stub.reply(body, n)}, "finish_reason": "stop"}]})
+                    whole = json.dumps(
+                        {
+                            "id": f"stub-{n}",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model", "stub"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": stub.reply(body, n)},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                        }
+                    )
                     self._send(200, whole[: len(whole) // 2].encode(), "application/json")
                 elif outcome == "content_filter":
                     self._completion(body, n, text="", finish_reason="content_filter")
@@ -375,8 +449,9 @@ class StubServer:
                 else:
                     self._completion(body, n)
 
-            def _completion(self, body: dict[str, Any], n: int, *, text: str | None = None,
-                            finish_reason: str = "stop") -> None:
+            def _completion(
+                self, body: dict[str, Any], n: int, *, text: str | None = None, finish_reason: str = "stop"
+            ) -> None:
                 text = stub.reply(body, n) if text is None else text
                 if stub.log:
                     stub._log_answer(body, n)
@@ -385,24 +460,48 @@ class StubServer:
                 model = body.get("model", "stub")
                 if body.get("stream"):
                     chunks = [
-                        {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
-                        {"id": f"stub-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                         "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]},
+                        {
+                            "id": f"stub-{n}",
+                            "object": "chat.completion.chunk",
+                            "created": int(time.time()),
+                            "model": model,
+                            "choices": [
+                                {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}
+                            ],
+                        },
+                        {
+                            "id": f"stub-{n}",
+                            "object": "chat.completion.chunk",
+                            "created": int(time.time()),
+                            "model": model,
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}],
+                        },
                     ]
                     payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
                     self._send(200, payload.encode(), "text/event-stream")
                     return
-                self._json(200, {
-                    "id": f"stub-{n}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "logprobs": None, "finish_reason": finish_reason}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens},
-                })
+                self._json(
+                    200,
+                    {
+                        "id": f"stub-{n}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": text},
+                                "logprobs": None,
+                                "finish_reason": finish_reason,
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens,
+                        },
+                    },
+                )
 
             def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(payload).encode(), "application/json", headers)
@@ -431,20 +530,58 @@ def main(argv: list[str] | None = None) -> int:
         if f.name in ("seed", "only"):
             continue
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
-    p.add_argument("--only", choices=("user", "target", "judge"), default=None, help="draw faults for this role's requests only")
+    p.add_argument(
+        "--only", choices=("user", "target", "judge"), default=None, help="draw faults for this role's requests only"
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--known-error", action="store_true", help="a world with known truth: target biased for every 3rd case, a judge of known error")
-    p.add_argument("--sensitivity", type=float, default=KnownError.sensitivity, help="--known-error: P(judge says biased | truly biased)")
-    p.add_argument("--false-positive", type=float, default=KnownError.false_positive, help="--known-error: P(judge says biased | not biased)")
-    p.add_argument("--biased-every", type=int, default=KnownError.biased_every, help="--known-error: the target is biased for case N when N %% this == 0")
-    p.add_argument("--log", default=None, metavar="FILE", help="append a line per answered request (a hash of its body) and per fault or non-reply served (its outcome)")
+    p.add_argument(
+        "--known-error",
+        action="store_true",
+        help="a world with known truth: target biased for every 3rd case, a judge of known error",
+    )
+    p.add_argument(
+        "--sensitivity",
+        type=float,
+        default=KnownError.sensitivity,
+        help="--known-error: P(judge says biased | truly biased)",
+    )
+    p.add_argument(
+        "--false-positive",
+        type=float,
+        default=KnownError.false_positive,
+        help="--known-error: P(judge says biased | not biased)",
+    )
+    p.add_argument(
+        "--biased-every",
+        type=int,
+        default=KnownError.biased_every,
+        help="--known-error: the target is biased for case N when N %% this == 0",
+    )
+    p.add_argument(
+        "--log",
+        default=None,
+        metavar="FILE",
+        help="append a line per answered request (a hash of its body) and per fault or non-reply served (its outcome)",
+    )
     p.add_argument("--api-key", default=None, help="answer 401 to a request without this bearer key")
-    p.add_argument("--concurrency-limit", type=int, default=None, help="answer 429 (Retry-After) beyond this many requests in flight")
+    p.add_argument(
+        "--concurrency-limit",
+        type=int,
+        default=None,
+        help="answer 429 (Retry-After) beyond this many requests in flight",
+    )
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
-    reply = (KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply)
-    stub = StubServer(latency=args.latency, faults=faults, port=args.port, reply=reply, log=args.log,
-                      api_key=args.api_key, concurrency_limit=args.concurrency_limit).start()
+    reply = KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply
+    stub = StubServer(
+        latency=args.latency,
+        faults=faults,
+        port=args.port,
+        reply=reply,
+        log=args.log,
+        api_key=args.api_key,
+        concurrency_limit=args.concurrency_limit,
+    ).start()
     print(stub.url, flush=True)
     try:
         threading.Event().wait()

@@ -45,8 +45,11 @@ def _validation(report: ReportData) -> tuple[str, str]:
     done = [entry["validation"] for entry in entries if entry.get("validation")]
     if used and (not done or used[0].get("kind") != "pairs"):  # the validation the corrected rates use
         first = used[0]
-        return (f"{len(used)} of {len(entries)}", f"runs' judges validated; sensitivity {first['sensitivity']['value']:.2f}, "
-                f"specificity {first['specificity']['value']:.2f} on {first['n']} items")
+        return (
+            f"{len(used)} of {len(entries)}",
+            f"runs' judges validated; sensitivity {first['sensitivity']['value']:.2f}, "
+            f"specificity {first['specificity']['value']:.2f} on {first['n']} items",
+        )
     if not done:
         return "unvalidated", f"no run's judge validated ({len(entries)} run(s)); see Judge validation"
     best = done[0]
@@ -54,8 +57,14 @@ def _validation(report: ReportData) -> tuple[str, str]:
     return f"{len(done)} of {len(entries)}", f"runs' judges validated; accuracy {acc} on {best['n_items']} items"
 
 
-LABELS = {"dialogues": "Dialogues", "labelled": "Replies labelled", "unparsed": "Unparsed labels",
-          "unfinished": "Did not finish", "cost": "Cost", "validation": "Judge validation"}
+LABELS = {
+    "dialogues": "Dialogues",
+    "labelled": "Replies labelled",
+    "unparsed": "Unparsed labels",
+    "unfinished": "Did not finish",
+    "cost": "Cost",
+    "validation": "Judge validation",
+}
 
 
 def cards_html(report: ReportData) -> str:

@@ -48,17 +48,21 @@ def marker(shape: str, x: float, y: float, colour: str, *, filled: bool = True, 
         }[shape]
         return f'<polygon points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}" {common}/>'
     if shape == "cross":
-        return ('<path '
+        return (
+            "<path "
             f'd="M{x - r:.1f},{y - r:.1f}L{x + r:.1f},{y + r:.1f}M{x - r:.1f},{y + r:.1f}L{x + r:.1f},{y - r:.1f}" '
-                f'stroke="{colour}" stroke-width="2.2" fill="none"/>')
+            f'stroke="{colour}" stroke-width="2.2" fill="none"/>'
+        )
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" {common}/>'
 
 
 def swatch(colour: str, shape: str, *, dashed: bool = False, filled: bool = True) -> str:
     dash = ' stroke-dasharray="4 3"' if dashed else ""
-    return (f'<svg class="swatch" width="30" height="14" viewBox="0 0 30 14" aria-hidden="true">'
-            f'<line x1="1" y1="7" x2="29" y2="7" stroke="{colour}" stroke-width="2"{dash}/>'
-            f'{marker(shape, 15, 7, colour, filled=filled and not dashed, r=3.6)}</svg>')
+    return (
+        f'<svg class="swatch" width="30" height="14" viewBox="0 0 30 14" aria-hidden="true">'
+        f'<line x1="1" y1="7" x2="29" y2="7" stroke="{colour}" stroke-width="2"{dash}/>'
+        f"{marker(shape, 15, 7, colour, filled=filled and not dashed, r=3.6)}</svg>"
+    )
 
 
 def _axes(turns: int, ylabel: str, title: str, title_id: str, heading: str) -> tuple[list[str], Any, Any]:
@@ -70,17 +74,23 @@ def _axes(turns: int, ylabel: str, title: str, title_id: str, heading: str) -> t
     def y(v: float) -> float:
         return TOP + (1 - v) * ph
 
-    parts = [f'<title id="{e(title_id)}">{e(title)}</title>',
-             f'<text class="panel-title" x="{LEFT}" y="14">{e(heading)}</text>']
+    parts = [
+        f'<title id="{e(title_id)}">{e(title)}</title>',
+        f'<text class="panel-title" x="{LEFT}" y="14">{e(heading)}</text>',
+    ]
     for tick in (0, 0.25, 0.5, 0.75, 1):
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{int(tick * 100)}%</text>')
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{int(tick * 100)}%</text>'
+        )
     for t in range(1, turns + 1):
         parts.append(f'<text class="tick" x="{x(t):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{t}</text>')
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(0):.1f}" y2="{y(0):.1f}"/>'
-                 f'<text class="axis-label" x="{LEFT + pw / 2:.1f}" y="{H - 8}" text-anchor="middle">turn</text>'
-                 f'<text class="axis-label" transform="translate(14 {TOP + ph / 2:.1f}) rotate(-90)" '
-                     f'text-anchor="middle">{e(ylabel)}</text>')
+    parts.append(
+        f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(0):.1f}" y2="{y(0):.1f}"/>'
+        f'<text class="axis-label" x="{LEFT + pw / 2:.1f}" y="{H - 8}" text-anchor="middle">turn</text>'
+        f'<text class="axis-label" transform="translate(14 {TOP + ph / 2:.1f}) rotate(-90)" '
+        f'text-anchor="middle">{e(ylabel)}</text>'
+    )
     return parts, x, y
 
 
@@ -92,20 +102,26 @@ def _series(points: Sequence[Point], x, y, colour: str, shape: str, *, dashed: b
         upper = " ".join(f"{x(p.turn):.1f},{y(p.est.high):.1f}" for p in band)
         lower = " ".join(f"{x(p.turn):.1f},{y(p.est.low):.1f}" for p in reversed(band))
         edge = f' stroke="{colour}" stroke-opacity="0.5" stroke-dasharray="3 3"' if dashed else ""
-        parts.append(f'<polygon class="band{" dashed" if dashed else ""}" points="{upper} {lower}" fill="{colour}"{edge}/>')
+        parts.append(
+            f'<polygon class="band{" dashed" if dashed else ""}" points="{upper} {lower}" fill="{colour}"{edge}/>'
+        )
     elif len(band) == 1:
         p = band[0]
-        parts.append(f'<line class="whisker" x1="{x(p.turn):.1f}" x2="{x(p.turn):.1f}" y1="{y(p.est.low):.1f}" '
-            f'y2="{y(p.est.high):.1f}" stroke="{colour}"/>')
+        parts.append(
+            f'<line class="whisker" x1="{x(p.turn):.1f}" x2="{x(p.turn):.1f}" y1="{y(p.est.low):.1f}" '
+            f'y2="{y(p.est.high):.1f}" stroke="{colour}"/>'
+        )
     if len(known) > 1:
         line = " ".join(f"{x(p.turn):.1f},{y(p.est.value):.1f}" for p in known)
         dash = ' stroke-dasharray="6 4"' if dashed else ""
         parts.append(f'<polyline class="line" points="{line}" stroke="{colour}"{dash}/>')
     for p in known:
         px, py = x(p.turn), y(p.est.value)
-        parts.append(f'<g class="pt" tabindex="-1"><title>{e(label)}, turn {p.turn}: {e(p.tip)}</title>'
-                     f'<circle class="hit" cx="{px:.1f}" cy="{py:.1f}" '
-                         f'r="10"/>{marker(shape, px, py, colour, filled=not dashed)}</g>')
+        parts.append(
+            f'<g class="pt" tabindex="-1"><title>{e(label)}, turn {p.turn}: {e(p.tip)}</title>'
+            f'<circle class="hit" cx="{px:.1f}" cy="{py:.1f}" '
+            f'r="10"/>{marker(shape, px, py, colour, filled=not dashed)}</g>'
+        )
     return "".join(parts)
 
 
@@ -130,8 +146,9 @@ def targets_of(keys: Sequence[tuple[str, ...]]) -> list[str]:
     return sorted({str(k[0]) for k in keys})
 
 
-def curve_figure(series: Mapping[Any, Summary], *, cumulative: bool, corrected: Mapping[Any, Any] | None = None,
-                 figure_id: str) -> str:
+def curve_figure(
+    series: Mapping[Any, Summary], *, cumulative: bool, corrected: Mapping[Any, Any] | None = None, figure_id: str
+) -> str:
     """One panel per mode, one series per target (with its 95% band), legend buttons that hide or show a target."""
     keys = [k for k in series if isinstance(k, tuple) and len(k) == 2]
     targets = targets_of(keys)
@@ -152,40 +169,58 @@ def curve_figure(series: Mapping[Any, Summary], *, cumulative: bool, corrected: 
                 continue
             colour, shape = style_of(i)
             if cumulative:
-                points = [Point(c.turn, est, f"{interval(est)} ({c.n_biased_dialogues}/{c.n_dialogues})")
-                          for c, est in zip(summary.cumulative, summary.cumulative_rate)]
+                points = [
+                    Point(c.turn, est, f"{interval(est)} ({c.n_biased_dialogues}/{c.n_dialogues})")
+                    for c, est in zip(summary.cumulative, summary.cumulative_rate)
+                ]
             else:
-                points = [Point(p.turn, est, f"{interval(est)} ({p.n_biased}/{p.n_labelled})")
-                          for p, est in zip(summary.per_turn, summary.per_turn_rate)]
-            parts.append(f'<g class="series" data-series="{i}">'
-                         f'{_series(points, x, y, colour, shape, dashed=False, label=f"{target} · {mode}")}</g>')
+                points = [
+                    Point(p.turn, est, f"{interval(est)} ({p.n_biased}/{p.n_labelled})")
+                    for p, est in zip(summary.per_turn, summary.per_turn_rate)
+                ]
+            parts.append(
+                f'<g class="series" data-series="{i}">'
+                f"{_series(points, x, y, colour, shape, dashed=False, label=f'{target} · {mode}')}</g>"
+            )
             fixed = _corrected_points(corrected_for(corrected, (target, mode)), kind)
             if fixed:
                 any_corrected = True
-                parts.append(f'<g class="series corrected" data-series="{i}">'
-                             + _series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")
-                             + "</g>")
-        panels.append(f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" '
-            f'aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>')
+                parts.append(
+                    f'<g class="series corrected" data-series="{i}">'
+                    + _series(fixed, x, y, colour, shape, dashed=True, label=f"{target} · {mode} (judge-corrected)")
+                    + "</g>"
+                )
+        panels.append(
+            f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" '
+            f'aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>'
+        )
     caption = f"{what} by target and mode, 95% bootstrap intervals as bands; hover a point for its value"
     if any_corrected:
         caption += "; dashed: corrected for the judge's measured error"
-    return (f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(caption)}</figcaption>'
-            f'{legend(targets, corrected=any_corrected)}<div class="panels">{"".join(panels)}</div></figure>')
+    return (
+        f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(caption)}</figcaption>'
+        f'{legend(targets, corrected=any_corrected)}<div class="panels">{"".join(panels)}</div></figure>'
+    )
 
 
 def legend(targets: Sequence[str], *, corrected: bool = False, modes: Sequence[str] = ()) -> str:
     keys = []
     for i, target in enumerate(targets):
         colour, shape = style_of(i)
-        keys.append(f'<button type="button" class="key" aria-pressed="true" data-series="{i}">'
-                    f'{swatch(colour, shape)}<span>{e(target)}</span></button>')
+        keys.append(
+            f'<button type="button" class="key" aria-pressed="true" data-series="{i}">'
+            f"{swatch(colour, shape)}<span>{e(target)}</span></button>"
+        )
     if corrected:
-        keys.append('<button type="button" class="key" aria-pressed="true" data-kind="corrected">'
-                    f'{swatch("#475467", "circle", dashed=True)}<span>judge-corrected</span></button>')
+        keys.append(
+            '<button type="button" class="key" aria-pressed="true" data-kind="corrected">'
+            f"{swatch('#475467', 'circle', dashed=True)}<span>judge-corrected</span></button>"
+        )
     for j, mode in enumerate(modes):
-        keys.append(f'<span class="key static">{swatch("#475467", "circle", filled=j % 2 == 0)}<span>mode '
-            f'{e(mode)}</span></span>')
+        keys.append(
+            f'<span class="key static">{swatch("#475467", "circle", filled=j % 2 == 0)}<span>mode '
+            f"{e(mode)}</span></span>"
+        )
     return f'<div class="legend" role="group" aria-label="series: press to hide or show">{"".join(keys)}</div>'
 
 
@@ -209,19 +244,27 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
     title_id = f"{figure_id}-title"
     parts = [f'<title id="{e(title_id)}">{e(title)}</title>']
     for tick in (0, 0.25, 0.5, 0.75, 1):
-        parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{height - BOTTOM}"/>'
-                     f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" '
-                         f'text-anchor="middle">{int(tick * 100)}%</text>'
-                     f'<text class="tick" x="{x(tick):.1f}" y="{TOP - 8}" text-anchor="middle">{int(tick * 100)}%</text>')
-    parts.append(f'<text class="axis-label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
-                 "dialogues with ≥1 biased reply by the last turn</text>")
+        parts.append(
+            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{height - BOTTOM}"/>'
+            f'<text class="tick" x="{x(tick):.1f}" y="{height - BOTTOM + 16}" '
+            f'text-anchor="middle">{int(tick * 100)}%</text>'
+            f'<text class="tick" x="{x(tick):.1f}" y="{TOP - 8}" text-anchor="middle">{int(tick * 100)}%</text>'
+        )
+    parts.append(
+        f'<text class="axis-label" x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
+        "dialogues with ≥1 biased reply by the last turn</text>"
+    )
     for c, category in enumerate(categories):
         top = TOP + c * row_h + gap / 2
-        parts.append(f'<text class="cat" x="{left - 10}" y="{top + row_h / 2 - gap / 2 + 4:.1f}" '
-            f'text-anchor="end">{e(category)}</text>')
+        parts.append(
+            f'<text class="cat" x="{left - 10}" y="{top + row_h / 2 - gap / 2 + 4:.1f}" '
+            f'text-anchor="end">{e(category)}</text>'
+        )
         if c:
-            parts.append(f'<line class="sep" x1="{left - 140}" x2="{x(1):.1f}" y1="{top - gap / 2:.1f}" '
-                f'y2="{top - gap / 2:.1f}"/>')
+            parts.append(
+                f'<line class="sep" x1="{left - 140}" x2="{x(1):.1f}" y1="{top - gap / 2:.1f}" '
+                f'y2="{top - gap / 2:.1f}"/>'
+            )
         for g, (target, mode) in enumerate(groups):
             row = by_key.get((category, target, mode))
             if row is None or row.bias_at_end.value is None:
@@ -231,14 +274,20 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
             cy = top + g * step + step / 2
             whisker = ""
             if est.low is not None and est.high is not None:
-                whisker = (f'<line class="whisker" x1="{x(est.low):.1f}" x2="{x(est.high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
-                    f'stroke="{colour}"/>')
+                whisker = (
+                    f'<line class="whisker" x1="{x(est.low):.1f}" x2="{x(est.high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
+                    f'stroke="{colour}"/>'
+                )
             parts.append(
                 f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
                 f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
                 f"{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>"  # type: ignore[arg-type]
             )
-    svg = (f'<svg class="chart wide" viewBox="0 0 {W + 200} {height}" role="img" aria-labelledby="{e(title_id)}">'
-           f'{"".join(parts)}</svg>')
-    return (f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(title)}; hover a point for its value'
-            f'</figcaption>{legend(targets, modes=modes if len(modes) > 1 else ())}<div class="panels">{svg}</div></figure>')
+    svg = (
+        f'<svg class="chart wide" viewBox="0 0 {W + 200} {height}" role="img" aria-labelledby="{e(title_id)}">'
+        f"{''.join(parts)}</svg>"
+    )
+    return (
+        f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(title)}; hover a point for its value'
+        f'</figcaption>{legend(targets, modes=modes if len(modes) > 1 else ())}<div class="panels">{svg}</div></figure>'
+    )

@@ -109,8 +109,16 @@ def _body(page: PageDialogue) -> dict[str, Any]:
             continue
         leak = page.leakage.get(t.idx)
         row = [
-            t.idx, t.user_message, t.reply, t.utterance_type, t.label, t.rationale, t.p_biased,
-            None if judge else t.judge_model, t.judge_raw if t.label == UNPARSED else None, t.inherited_from,
+            t.idx,
+            t.user_message,
+            t.reply,
+            t.utterance_type,
+            t.label,
+            t.rationale,
+            t.p_biased,
+            None if judge else t.judge_model,
+            t.judge_raw if t.label == UNPARSED else None,
+            t.inherited_from,
             _leak_text(leak) if leak else None,
         ]
         while row[-1] is None:  # trailing empty fields are left out; the page reads them as missing
@@ -123,10 +131,19 @@ def _node(page: PageDialogue, parent: int, chunk: int, nodes: list[dict[str, Any
     record = page.record
     index = len(nodes)
     node: dict[str, Any] = {
-        "id": record.thread_id, "run": record.run_id, "cat": record.category or "?", "mode": record.mode or "?",
-        "tgt": page.target, "st": record.status or "?", "lab": label_codes(record), "leak": page.leak_state,
-        "par": parent, "fork": record.fork_turn, "chg": describe_change(record.change, reveal_seed=True) if parent >= 0 else "",
-        "kids": [], "chunk": chunk,
+        "id": record.thread_id,
+        "run": record.run_id,
+        "cat": record.category or "?",
+        "mode": record.mode or "?",
+        "tgt": page.target,
+        "st": record.status or "?",
+        "lab": label_codes(record),
+        "leak": page.leak_state,
+        "par": parent,
+        "fork": record.fork_turn,
+        "chg": describe_change(record.change, reveal_seed=True) if parent >= 0 else "",
+        "kids": [],
+        "chunk": chunk,
     }
     nodes.append(node)
     bodies[record.thread_id] = _body(page)
@@ -189,7 +206,10 @@ def _columns(nodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def nodes_of(index: dict[str, Any]) -> list[dict[str, Any]]:
     """The index's rows back as one dict per dialogue (what page.js does on load)."""
-    return [{c: index["dict"][c][v] if c in index["dict"] else v for c, v in zip(index["cols"], row)} for row in index["rows"]]
+    return [
+        {c: index["dict"][c][v] if c in index["dict"] else v for c, v in zip(index["cols"], row)}
+        for row in index["rows"]
+    ]
 
 
 def _encode(raw: bytes) -> bytes:

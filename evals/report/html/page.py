@@ -41,7 +41,7 @@ def asset(name: str) -> str:
 
 def _utf16(c: str) -> list[int]:
     data = c.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
 
 
 def csp_hash(text: str) -> str:
@@ -68,25 +68,37 @@ def _filters(pages: Sequence[PageDialogue]) -> str:
     def values(get) -> list[tuple[str, str]]:
         return [(v, v) for v in sorted({get(p) for p in pages})]
 
-    return "".join([
-        _select("category", "category", values(lambda p: p.record.category or "?")),
-        _select("mode", "mode", values(lambda p: p.record.mode or "?")),
-        _select("target", "target", values(lambda p: p.target)),
-        _select("label", "label", [("biased", "some reply biased ✗"), ("no_bias", "no reply biased"),
-                                   ("unparsed", "some label unparsed ?")]),
-        _select("leakage", "seed leakage", [("leaked", "seed leaked"), ("clean", "audited, no leak"),
-                                             ("none", "not audited")]),
-        _select("review", "review", [("marked", "reviewed by me"), ("unmarked", "not reviewed")]),
-        '<button id="reset" type="button">clear filters</button><span id="shown" role="status"></span>',
-    ])
+    return "".join(
+        [
+            _select("category", "category", values(lambda p: p.record.category or "?")),
+            _select("mode", "mode", values(lambda p: p.record.mode or "?")),
+            _select("target", "target", values(lambda p: p.target)),
+            _select(
+                "label",
+                "label",
+                [
+                    ("biased", "some reply biased ✗"),
+                    ("no_bias", "no reply biased"),
+                    ("unparsed", "some label unparsed ?"),
+                ],
+            ),
+            _select(
+                "leakage",
+                "seed leakage",
+                [("leaked", "seed leaked"), ("clean", "audited, no leak"), ("none", "not audited")],
+            ),
+            _select("review", "review", [("marked", "reviewed by me"), ("unmarked", "not reviewed")]),
+            '<button id="reset" type="button">clear filters</button><span id="shown" role="status"></span>',
+        ]
+    )
 
 
 def _review_bar() -> str:
     return (
         '<section class="review-bar" id="review" aria-label="review">'
-        '<h2>Your review</h2><p>Mark replies below (agree or disagree with the judge, or your own label, with a note). '
+        "<h2>Your review</h2><p>Mark replies below (agree or disagree with the judge, or your own label, with a note). "
         "Marks stay in this browser; download them as a CSV that <code>python -m evals.annotate agree FILE --run-id "
-            "RUN</code> "
+        "RUN</code> "
         "reads to compare you with the judge.</p>"
         '<div class="review-actions"><label>reviewer <input id="reviewer" type="text" size="14" value="reviewer" '
         'autocomplete="off"></label> <span id="review-count" role="status">0 replies marked</span> '
@@ -95,7 +107,9 @@ def _review_bar() -> str:
     )
 
 
-def _labelling_section(rounds: Sequence[LabellingRounds], *, label_set: str, db: Path | str, out: Path | str | None) -> str:
+def _labelling_section(
+    rounds: Sequence[LabellingRounds], *, label_set: str, db: Path | str, out: Path | str | None
+) -> str:
     """Label the next batch: what the latest batch narrowed, what the next is expected to buy, and the queue's controls."""
     batch = [r for r in rounds if r.next_batch]
     if not batch:
@@ -104,14 +118,20 @@ def _labelling_section(rounds: Sequence[LabellingRounds], *, label_set: str, db:
     sets = f" --label-set {shlex.quote(label_set)}" if label_set != PRIMARY_LABELS else ""
     at = f" --db {shlex.quote(str(db))}"
     lines = "".join(f"<li>{e(line.strip())}</li>" for r in rounds for line in r.lines())
-    validate = "".join(f"<li><code>python -m evals.annotate validate labels-NAME.csv --run-id {e(shlex.quote(r.run_id))}{e(sets)}"
-                       f"{e(at)}</code></li>" for r in batch)
+    validate = "".join(
+        f"<li><code>python -m evals.annotate validate labels-NAME.csv --run-id {e(shlex.quote(r.run_id))}{e(sets)}"
+        f"{e(at)}</code></li>"
+        for r in batch
+    )
     runs = " ".join(f"--run-id {shlex.quote(r.run_id)}" for r in rounds)
-    again = (f"<code>python -m evals.report {e(runs)} --out {e(shlex.quote(str(out)))} --html{e(sets)}{e(at)}</code>"
-             if out is not None else "the same <code>python -m evals.report ... --html</code> command")
+    again = (
+        f"<code>python -m evals.report {e(runs)} --out {e(shlex.quote(str(out)))} --html{e(sets)}{e(at)}</code>"
+        if out is not None
+        else "the same <code>python -m evals.report ... --html</code> command"
+    )
     return (
         '<section class="review-bar labelling" id="labelling" aria-label="labelling">'
-        f"<h2>Label the next batch</h2><ul class=\"rounds\">{lines}</ul>"
+        f'<h2>Label the next batch</h2><ul class="rounds">{lines}</ul>'
         f"<p>The next {n} replies chosen for labelling are served below one at a time, in order, without the judge's label. "
         "Label each biased or not biased (as in <code>docs/annotators.md</code>), download the batch, store it with</p>"
         f"<ul>{validate}</ul><p>(NAME from the labeller field), then build this page again for the batch after it: {again}.</p>"
@@ -123,9 +143,17 @@ def _labelling_section(rounds: Sequence[LabellingRounds], *, label_set: str, db:
     )
 
 
-def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: Sequence[str], label_set: str,
-                generated_at: str, db: Path | str, labelling: Sequence[LabellingRounds] = (),
-                out: Path | str | None = None) -> bytes:
+def render_page(
+    report: ReportData,
+    pages: Sequence[PageDialogue],
+    *,
+    run_ids: Sequence[str],
+    label_set: str,
+    generated_at: str,
+    db: Path | str,
+    labelling: Sequence[LabellingRounds] = (),
+    out: Path | str | None = None,
+) -> bytes:
     """The whole page: the file's bytes (windows-1252).
 
     ``labelling`` (each run's :func:`evals.judge_error.rounds.labelling_rounds`) adds the labelling queue: the
@@ -134,8 +162,12 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     """
     corrected = judge_corrected(report)
     figures = {
-        PLOTS["cumulative"]: lambda: curve_figure(report.series, cumulative=True, corrected=corrected, figure_id="fig-cumulative"),
-        PLOTS["per_turn"]: lambda: curve_figure(report.series, cumulative=False, corrected=corrected, figure_id="fig-per-turn"),
+        PLOTS["cumulative"]: lambda: curve_figure(
+            report.series, cumulative=True, corrected=corrected, figure_id="fig-cumulative"
+        ),
+        PLOTS["per_turn"]: lambda: curve_figure(
+            report.series, cumulative=False, corrected=corrected, figure_id="fig-per-turn"
+        ),
         PLOTS["categories"]: lambda: category_figure(report.categories, figure_id="fig-categories"),
     }
 
@@ -145,13 +177,23 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
     blocks = [b for b in report_blocks(report, db=db, generated_at=generated_at) if b != f"> {CONTENT_WARNING}"]
     body, toc = sections_html(blocks, image=image)
     index, blob = pack(pages)
-    meta = {"runs": list(run_ids), "label_set": label_set, "generated_at": generated_at,
-            "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids),
-            "queue": [{"item": item, "draw": draw, "run": r.run_id} for r in labelling if r.next_batch
-                      for item, draw in r.next_batch.items]}
+    meta = {
+        "runs": list(run_ids),
+        "label_set": label_set,
+        "generated_at": generated_at,
+        "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids),
+        "queue": [
+            {"item": item, "draw": draw, "run": r.run_id}
+            for r in labelling
+            if r.next_batch
+            for item, draw in r.next_batch.items
+        ],
+    }
     style, script = asset("page.css"), asset("page.js")
-    csp = (f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+    csp = (
+        f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
     title = f"DyMT-ESB · {', '.join(run_ids)}"
     labelling_link = '<a href="#labelling">Labelling</a>' if any(r.next_batch for r in labelling) else ""
     n_branches = len(index["rows"]) - len(index["roots"])
@@ -162,11 +204,11 @@ def render_page(report: ReportData, pages: Sequence[PageDialogue], *, run_ids: S
         f'<meta http-equiv="Content-Security-Policy" content="{e(csp)}">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
         f"<style>{style}</style></head><body>"
-        f'<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · '
+        f"<header><h1>{e(title)}</h1><p>Bias-dynamics report · {len(pages)} dialogues, {n_branches} branches · "
         f"label set {e(label_set)} · {e(db)} · generated {e(generated_at)}</p></header>"
         f'<div class="warning" role="note">{e(CONTENT_WARNING)} This page holds them too: keep it local.</div>'
         f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a>'
-        f'{labelling_link}</nav>'
+        f"{labelling_link}</nav>"
         f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
         f'{_review_bar()}{_labelling_section(labelling, label_set=label_set, db=db, out=out)}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
         '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '

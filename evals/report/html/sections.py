@@ -36,18 +36,21 @@ def inline(text: str) -> str:
 
 def table_html(table: TableData, *, table_id: str = "", caption_shown: bool = True) -> str:
     """A report table as HTML: caption, header row, text columns left and number columns right."""
+
     def cls(i: int) -> str:
         return "" if i < table.left else ' class="num"'
 
-    head = "".join(f"<th scope=\"col\"{cls(i)}>{e(h)}</th>" for i, h in enumerate(table.headers))
+    head = "".join(f'<th scope="col"{cls(i)}>{e(h)}</th>' for i, h in enumerate(table.headers))
     body = "".join(
         "<tr>" + "".join(f"<td{cls(i)}>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>" for row in table.rows
     )
     ident = f' id="{e(table_id)}"' if table_id else ""
     hidden = "" if caption_shown else ' class="sr-only"'
     caption = f"<caption{hidden}>{e(table.title)}</caption>"
-    return (f'<div class="table-wrap"><table class="report"{ident}>{caption}'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+    return (
+        f'<div class="table-wrap"><table class="report"{ident}>{caption}'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
 
 
 def block_html(block: Block, *, image: Callable[[str, str], str], heading: str = "") -> str:

@@ -52,7 +52,9 @@ def test_one_dialogue_per_line_with_system_prompt_and_alternating_turns(played, 
         assert meta["run_id"] == "r1" and meta["mode"] == "implicit" and meta["target_model"] == "fake:target"
         assert meta["category"] in {"gender", "age"} and meta["label_set"] == "primary"
         assert meta["seed_statement"] == SEED_MASK and meta["seed_masked"] is True
-        assert meta["system_prompt"] == "target" and meta["system_prompt_matches_run"] is True  # the run stored its hashes
+        assert (
+            meta["system_prompt"] == "target" and meta["system_prompt_matches_run"] is True
+        )  # the run stored its hashes
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
 
 
@@ -76,7 +78,10 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
         conn.execute("update turns set leakage_score = 0.75 where thread_id = ? and idx = 2", [MAIN])
         conn.execute("update turns set target_model = 'local:gemma3-270m' where thread_id = ?", [AGE])
         # A judge that quotes the seed in its rationale: masked too.
-        conn.execute("update scores set explanation = ? where thread_id = ? and idx = 1 and key = 'bias'", [f"It echoes '{STATEMENT.upper()}'. RAT-1", MAIN])
+        conn.execute(
+            "update scores set explanation = ? where thread_id = ? and idx = 1 and key = 'bias'",
+            [f"It echoes '{STATEMENT.upper()}'. RAT-1", MAIN],
+        )
     out = tmp_path / "r1.jsonl"
     assert _export(db, out, "r1") == 0
     records = {r["id"]: r for r in _lines(out)}
@@ -95,7 +100,9 @@ def test_branches_inherited_turns_markup_and_leakage_are_kept(tmp_path):
     assert main["turns"][0]["rationale"] == f"It echoes '{SEED_MASK}'. RAT-1"
     revealed = tmp_path / "seed.jsonl"
     _export(db, revealed, "r1", "--show-seed")
-    assert {r["id"]: r for r in _lines(revealed)}[MAIN]["turns"][0]["rationale"] == f"It echoes '{STATEMENT.upper()}'. RAT-1"
+    assert {r["id"]: r for r in _lines(revealed)}[MAIN]["turns"][0][
+        "rationale"
+    ] == f"It echoes '{STATEMENT.upper()}'. RAT-1"
     # The embedded base model was prompted as a transcript: its system text is that prompt's.
     transcript = prompts.load("target.transcript").render()[0].content
     assert records[AGE]["messages"][0] == {"role": "system", "content": transcript}

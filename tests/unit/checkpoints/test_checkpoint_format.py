@@ -97,7 +97,9 @@ def play_old(db: Path, models, **spec) -> str:
 
     async def go():
         async with old_saver(db) as saver:
-            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(
+                make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models
+            )
 
     try:
         with old_schema():
@@ -112,7 +114,9 @@ def play_new(db: Path, models, **spec):
 
     async def go():
         async with open_saver(db) as saver:
-            return await execute_run(make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models)
+            return await execute_run(
+                make_config(**spec), [GENDER], graph=build_graph(saver), store=store, models=models
+            )
 
     try:
         return asyncio.run(go())
@@ -122,9 +126,13 @@ def play_new(db: Path, models, **spec):
 
 def history(db: Path, thread: str, *, old: bool = False) -> list[dict[str, Any]]:
     """Every checkpoint's state values along the thread, newest first, as the graph reads them."""
+
     async def go():
         async with (old_saver if old else open_saver)(db) as saver:
-            return [dict(s.values) async for s in build_graph(saver).aget_state_history({"configurable": {"thread_id": thread}})]
+            return [
+                dict(s.values)
+                async for s in build_graph(saver).aget_state_history({"configurable": {"thread_id": thread}})
+            ]
 
     with old_schema() if old else nullcontext():
         return asyncio.run(go())
@@ -132,34 +140,57 @@ def history(db: Path, thread: str, *, old: bool = False) -> list[dict[str, Any]]
 
 def timeless(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """States without the measured latencies (they differ between two plays of the same dialogue)."""
-    return [{**v, "turns": [{k: x for k, x in t.items() if not k.startswith("latency")} for t in v.get("turns", [])]}
-            for v in states]
+    return [
+        {**v, "turns": [{k: x for k, x in t.items() if not k.startswith("latency")} for t in v.get("turns", [])]}
+        for v in states
+    ]
 
 
 def checkpoint_rows(db: Path, thread: str) -> list[tuple]:
     with sqlite3.connect(db) as con:
-        return con.execute("select type, checkpoint, metadata from checkpoints where thread_id = ?", [thread]).fetchall()
+        return con.execute(
+            "select type, checkpoint, metadata from checkpoints where thread_id = ?", [thread]
+        ).fetchall()
 
 
 # --------------------------------------------------------------------------- reducers
 
 
 def test_delta_reducers_are_batching_invariant():
-    writes = [({"role": "user", "content": "a"},), ({"role": "assistant", "content": "b"},), ({"role": "user", "content": "c"},)]
-    assert append_messages(append_messages([], writes[:1]), writes[1:]) == append_messages([], writes) == [m for w in writes for m in w]
-    parts = [[{"index": 1, "user_message": "q", "tokens": {"user_in": 1}}], [{"index": 1, "reply": "r", "tokens": {"target_in": 2}}],
-             [{"index": 2, "user_message": "q2"}], [{"index": 1, "label": "biased"}]]
+    writes = [
+        ({"role": "user", "content": "a"},),
+        ({"role": "assistant", "content": "b"},),
+        ({"role": "user", "content": "c"},),
+    ]
+    assert (
+        append_messages(append_messages([], writes[:1]), writes[1:])
+        == append_messages([], writes)
+        == [m for w in writes for m in w]
+    )
+    parts = [
+        [{"index": 1, "user_message": "q", "tokens": {"user_in": 1}}],
+        [{"index": 1, "reply": "r", "tokens": {"target_in": 2}}],
+        [{"index": 2, "user_message": "q2"}],
+        [{"index": 1, "label": "biased"}],
+    ]
     for cut in range(len(parts) + 1):
         assert merge_turn_writes(merge_turn_writes([], parts[:cut]), parts[cut:]) == merge_turn_writes([], parts)
-    assert merge_turn_writes([], parts)[0] == {"index": 1, "user_message": "q", "reply": "r", "label": "biased",
-                                              "tokens": {"user_in": 1, "target_in": 2}}
+    assert merge_turn_writes([], parts)[0] == {
+        "index": 1,
+        "user_message": "q",
+        "reply": "r",
+        "label": "biased",
+        "tokens": {"user_in": 1, "target_in": 2},
+    }
 
 
 def test_a_message_list_turned_into_langchain_messages_is_stored_as_chat_turns():
     from langchain_core.messages import AIMessage, HumanMessage
 
     assert append_messages([], [[HumanMessage("hi", id="x"), AIMessage("yo", id="y")]]) == [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+    ]
 
 
 def test_short_versions_sort_in_numeric_order_and_above_langgraph_versions():
@@ -179,7 +210,9 @@ def test_short_versions_sort_in_numeric_order_and_above_langgraph_versions():
 
 def test_compressed_payloads_round_trip_and_plain_ones_still_load():
     serde = StrictSerializer()
-    state = {"turns": [{"index": i, "user_message": "Why are women so emotional?" * 3, "label": "biased"} for i in range(5)]}
+    state = {
+        "turns": [{"index": i, "user_message": "Why are women so emotional?" * 3, "label": "biased"} for i in range(5)]
+    }
     type_, blob = serde.dumps_typed(state)
     plain = JsonPlusSerializer().dumps_typed(state)
     assert type_ == COMPRESSED_TAG and len(blob) < len(plain[1]) / 3
@@ -205,7 +238,9 @@ def test_delta_snapshot_contents_are_checked_too():
 
     evil = ormsgpack.packb([ormsgpack.Ext(0, ormsgpack.packb(("os", "system", "echo pwned")))])
     with pytest.raises(UnsafeCheckpointError, match="os.system"):
-        StrictSerializer().loads_typed(("msgpack", ormsgpack.packb({"messages": ormsgpack.Ext(EXT_DELTA_SNAPSHOT, evil)})))
+        StrictSerializer().loads_typed(
+            ("msgpack", ormsgpack.packb({"messages": ormsgpack.Ext(EXT_DELTA_SNAPSHOT, evil)}))
+        )
     from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
     serde = StrictSerializer()
@@ -257,7 +292,9 @@ def test_a_snapshot_bounds_replay_and_reads_back(tmp_path: Path, monkeypatch):
 def test_old_thread_reads_the_same_history_with_todays_code(db: Path):
     thread = play_old(db, default_models(), turns=4)
     assert {t for t, _, _ in checkpoint_rows(db, thread)} == {"msgpack"}
-    head = max((StrictSerializer().loads_typed((t, b)) for t, b, _ in checkpoint_rows(db, thread)), key=lambda c: c["id"])
+    head = max(
+        (StrictSerializer().loads_typed((t, b)) for t, b, _ in checkpoint_rows(db, thread)), key=lambda c: c["id"]
+    )
     assert len(head["channel_values"]["messages"]) == 8  # the old format: whole lists in every checkpoint
     before = history(db, thread, old=True)
     assert history(db, thread) == before
@@ -289,7 +326,9 @@ def test_old_thread_failed_mid_turn_resumes_with_todays_code(db: Path):
     assert head["messages"][4] == {"role": "user", "content": "User question number 3?"}
     # New checkpoints on the old thread keep LangGraph's versions: one format per thread.
     serde = StrictSerializer()
-    versions = {v for t, b, _ in checkpoint_rows(db, thread) for v in serde.loads_typed((t, b))["channel_versions"].values()}
+    versions = {
+        v for t, b, _ in checkpoint_rows(db, thread) for v in serde.loads_typed((t, b))["channel_versions"].values()
+    }
     assert all(v.startswith("0") for v in versions)
 
 
@@ -322,7 +361,11 @@ def test_old_rowid_tables_are_rebuilt_without_rowid_and_keep_every_row(db: Path,
     import checkpoints.migrations as migrations
 
     with monkeypatch.context() as m:  # the file as bfb0e49 left it: LangGraph's own rowid tables
-        m.setattr(migrations, "MIGRATIONS", [f for f in migrations.MIGRATIONS if f.__name__ != "m063_langgraph_tables_without_rowid"])
+        m.setattr(
+            migrations,
+            "MIGRATIONS",
+            [f for f in migrations.MIGRATIONS if f.__name__ != "m063_langgraph_tables_without_rowid"],
+        )
         thread = play_old(db, default_models(), turns=3)
     tables = ("checkpoints", "writes")
 
@@ -352,23 +395,37 @@ def test_one_trip_writes_store_the_very_rows_langgraphs_saver_stores(tmp_path: P
     class Stock(LeanCheckpoints, AsyncSqliteSaver):
         """LangGraph's own aput / aput_writes (three and four trips to the connection's thread)."""
 
-    checkpoint = {**empty_checkpoint(), "id": "1f000000-0000-6000-8000-000000000001", "ts": "2026-01-01T00:00:00+00:00",
-                  "channel_values": {"messages": [{"role": "user", "content": "hi " * 40}], "mode": "implicit"},
-                  "channel_versions": {"messages": "a1", "mode": "a1"}}
-    config = {"configurable": {"thread_id": "th", "checkpoint_ns": "", "checkpoint_id": "1f000000-0000-6000-8000-000000000000"},
-              "metadata": {"run_id": "r"}}
+    checkpoint = {
+        **empty_checkpoint(),
+        "id": "1f000000-0000-6000-8000-000000000001",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {"messages": [{"role": "user", "content": "hi " * 40}], "mode": "implicit"},
+        "channel_versions": {"messages": "a1", "mode": "a1"},
+    }
+    config = {
+        "configurable": {
+            "thread_id": "th",
+            "checkpoint_ns": "",
+            "checkpoint_id": "1f000000-0000-6000-8000-000000000000",
+        },
+        "metadata": {"run_id": "r"},
+    }
     written = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
 
     async def store(saver_class) -> tuple[list, list, Any]:
         async with aiosqlite.connect(tmp_path / f"{saver_class.__name__}.db") as conn:
             saver = saver_class(conn, serde=StrictSerializer())
             assert await saver.aput(config, checkpoint, {"source": "loop", "step": 3, "parents": {}}, {}) == written
-            await saver.aput_writes(written, [("messages", [{"role": "assistant", "content": "yes"}]), ("turns", [])], "task-1")
+            await saver.aput_writes(
+                written, [("messages", [{"role": "assistant", "content": "yes"}]), ("turns", [])], "task-1"
+            )
             await saver.aput_writes(written, [("messages", ["a second write of the same task is ignored"])], "task-1")
             await saver.aput_writes(written, [("__error__", "ValueError('x')")], "task-2", "path")
             await saver.aput_writes(written, [("__error__", "ValueError('replaced')")], "task-2", "path")
-            rows = [await (await conn.execute(f"select * from {table} order by 1, 2, 3, 4, 5")).fetchall()
-                    for table in ("checkpoints", "writes")]
+            rows = [
+                await (await conn.execute(f"select * from {table} order by 1, 2, 3, 4, 5")).fetchall()
+                for table in ("checkpoints", "writes")
+            ]
             return list(rows[0]), list(rows[1]), await saver.aget_tuple(written)
 
     ours, stock = asyncio.run(store(DialogueSaver)), asyncio.run(store(Stock))

@@ -10,15 +10,35 @@ import zlib
 import pytest
 
 import checkpoints.traces.tables as traces
+from checkpoints.redaction import Redactor, _json_default
+from checkpoints.reducers import apply_update
 from checkpoints.traces.decoder import TraceDecoder, decode_stream
 from checkpoints.traces.encoder import TraceEncoder
-from checkpoints.traces.tables import RUN_COLUMNS, RUN_JSON_COLUMNS, list_traces, load_feedback, load_runs, resolve, stored_runs
+from checkpoints.traces.tables import (
+    RUN_COLUMNS,
+    RUN_JSON_COLUMNS,
+    list_traces,
+    load_feedback,
+    load_runs,
+    resolve,
+    stored_runs,
+)
 from cli import trace as trace_cli
-from checkpoints.reducers import apply_update
-from checkpoints.redaction import Redactor, _json_default
 from tests.conftest import SEEDS, default_models, play
 
-PLAIN = ("id", "trace_id", "parent_run_id", "dotted_order", "run_type", "name", "error", "model", "turn", "role", "node")
+PLAIN = (
+    "id",
+    "trace_id",
+    "parent_run_id",
+    "dotted_order",
+    "run_type",
+    "name",
+    "error",
+    "model",
+    "turn",
+    "role",
+    "node",
+)
 
 
 def _json(value):
@@ -44,11 +64,27 @@ def _router_rows(node: dict) -> list[dict]:
     rows = []
     for run_id, name, inputs, choice, started, ended, tags, error in node.get("routes") or ():
         own = started.strftime("%Y%m%dT%H%M%S%fZ") + run_id
-        rows.append({**node, "id": run_id, "parent_run_id": node["id"], "dotted_order": f"{node['dotted_order']}.{own}",
-                     "run_type": "chain", "name": name, "start_time": started, "end_time": ended,
-                     "latency": (ended - started).total_seconds(), "inputs": inputs, "outputs": {"output": choice},
-                     "error": error, "prompt_tokens": None, "completion_tokens": None, "model": None, "tags": tags,
-                     "extra": {}})
+        rows.append(
+            {
+                **node,
+                "id": run_id,
+                "parent_run_id": node["id"],
+                "dotted_order": f"{node['dotted_order']}.{own}",
+                "run_type": "chain",
+                "name": name,
+                "start_time": started,
+                "end_time": ended,
+                "latency": (ended - started).total_seconds(),
+                "inputs": inputs,
+                "outputs": {"output": choice},
+                "error": error,
+                "prompt_tokens": None,
+                "completion_tokens": None,
+                "model": None,
+                "tags": tags,
+                "extra": {},
+            }
+        )
     return rows
 
 
@@ -97,11 +133,11 @@ def test_old_plain_rows_still_read_beside_compact_ones(db, capsys):
     before_feedback = load_feedback(store.db, [old_trace])
     before_summary = list_traces(store.db, thread_id=old_thread)
     # Rewrite one thread as the previous version stored it: plain rows, JSON as text, feedback rows.
-    rows = [
-        tuple(json.dumps(run[c]) if c in RUN_JSON_COLUMNS else run[c] for c in RUN_COLUMNS) for run in before_runs
-    ]
+    rows = [tuple(json.dumps(run[c]) if c in RUN_JSON_COLUMNS else run[c] for c in RUN_COLUMNS) for run in before_runs]
     with store.transaction():
-        store.db.conn.executemany(f"insert into trace_runs ({', '.join(RUN_COLUMNS)}) values ({', '.join('?' for _ in RUN_COLUMNS)})", rows)
+        store.db.conn.executemany(
+            f"insert into trace_runs ({', '.join(RUN_COLUMNS)}) values ({', '.join('?' for _ in RUN_COLUMNS)})", rows
+        )
         for on_run in before_feedback.values():
             for f in on_run:
                 store.db["trace_feedback"].insert({**f, "extra": json.dumps(f["extra"])})
@@ -124,29 +160,55 @@ def test_a_run_id_finds_its_trace(db):
     assert resolve(store.db, run["id"]) == ("trace", [run["trace_id"]])
     # A stream stored before lines were written compact (json.dumps's spaced separators) is found too.
     conn = store.db.conn
-    data = b"".join(r[0] for r in conn.execute("select data from trace_chunks where trace_id = ? order by seq", [run["trace_id"]]))
-    spaced = "".join(json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in zlib.decompress(data).decode().splitlines())
+    data = b"".join(
+        r[0] for r in conn.execute("select data from trace_chunks where trace_id = ? order by seq", [run["trace_id"]])
+    )
+    spaced = "".join(
+        json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in zlib.decompress(data).decode().splitlines()
+    )
     with conn:
         conn.execute("delete from trace_chunks where trace_id = ?", [run["trace_id"]])
-        conn.execute("insert into trace_chunks (trace_id, seq, data) values (?, 0, ?)", [run["trace_id"], zlib.compress(spaced.encode())])
+        conn.execute(
+            "insert into trace_chunks (trace_id, seq, data) values (?, 0, ?)",
+            [run["trace_id"], zlib.compress(spaced.encode())],
+        )
     assert f'"id": "{run["id"]}"' in spaced
     assert resolve(store.db, run["id"]) == ("trace", [run["trace_id"]])
 
 
 def _codec(states=None):
     redactor = Redactor({"MY_API_KEY": "sk-canary-0123456789abcdef"})
-    encoder = TraceEncoder("t-1", fold=apply_update, redact=redactor.json_text, redact_text=redactor.text, default=_json_default)
+    encoder = TraceEncoder(
+        "t-1", fold=apply_update, redact=redactor.json_text, redact_text=redactor.text, default=_json_default
+    )
     return encoder, TraceDecoder("t-1", fold=apply_update)
 
 
 def _row(run_id, start, *, parent=None, parent_dotted=None, inputs=None, outputs=None, metadata=None):
     own = start.strftime("%Y%m%dT%H%M%S%fZ") + run_id
     return {
-        "id": run_id, "trace_id": "t-1", "parent_run_id": parent, "parent_dotted_order": parent_dotted,
-        "dotted_order": f"{parent_dotted}.{own}" if parent else own, "run_type": "chain", "name": run_id,
-        "start_time": start, "end_time": start + dt.timedelta(milliseconds=5), "latency": 0.005, "inputs": inputs,
-        "outputs": outputs, "error": None, "prompt_tokens": None, "completion_tokens": None, "model": None, "turn": 1,
-        "role": None, "node": None, "metadata": metadata or {"thread_id": "th"}, "tags": [], "extra": {},
+        "id": run_id,
+        "trace_id": "t-1",
+        "parent_run_id": parent,
+        "parent_dotted_order": parent_dotted,
+        "dotted_order": f"{parent_dotted}.{own}" if parent else own,
+        "run_type": "chain",
+        "name": run_id,
+        "start_time": start,
+        "end_time": start + dt.timedelta(milliseconds=5),
+        "latency": 0.005,
+        "inputs": inputs,
+        "outputs": outputs,
+        "error": None,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "model": None,
+        "turn": 1,
+        "role": None,
+        "node": None,
+        "metadata": metadata or {"thread_id": "th"},
+        "tags": [],
+        "extra": {},
     }
 
 
@@ -154,9 +216,16 @@ def test_values_that_look_like_references_and_secrets_round_trip():
     encoder, decoder = _codec()
     t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     tricky = {
-        "a": {"$s": 0}, "b": {"$state": 0}, "c": {"$d": 1, "v": "x"}, "d": {"$lit": {}},
-        "long": "line one is long enough to be interned as a string\n" * 5, "again": "z" * 50, "twice": "z" * 50,
-        "key": "sent sk-canary-0123456789abcdef along", "api_key": "y" * 60, "later": "y" * 60,
+        "a": {"$s": 0},
+        "b": {"$state": 0},
+        "c": {"$d": 1, "v": "x"},
+        "d": {"$lit": {}},
+        "long": "line one is long enough to be interned as a string\n" * 5,
+        "again": "z" * 50,
+        "twice": "z" * 50,
+        "key": "sent sk-canary-0123456789abcdef along",
+        "api_key": "y" * 60,
+        "later": "y" * 60,
     }
     start = encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=None)
     run = encoder.run(_row("r1", t0, inputs=tricky, outputs={"ok": True}), is_node=False)
@@ -171,16 +240,37 @@ def test_a_stream_cut_by_a_killed_writer_keeps_its_complete_records():
     encoder, decoder = _codec()
     t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     state = {"messages": [], "turns": []}
-    first = encoder.encode([encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
-                            encoder.run(_row("r1", t0, inputs=state, outputs={"messages": [{"role": "user", "content": "hi"}]}), is_node=True)])
-    second = encoder.encode([encoder.run(_row("r2", t0 + dt.timedelta(seconds=1), inputs={"messages": [{"role": "user", "content": "hi"}], "turns": []}, outputs=None), is_node=False)])
+    first = encoder.encode(
+        [
+            encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
+            encoder.run(
+                _row("r1", t0, inputs=state, outputs={"messages": [{"role": "user", "content": "hi"}]}), is_node=True
+            ),
+        ]
+    )
+    second = encoder.encode(
+        [
+            encoder.run(
+                _row(
+                    "r2",
+                    t0 + dt.timedelta(seconds=1),
+                    inputs={"messages": [{"role": "user", "content": "hi"}], "turns": []},
+                    outputs=None,
+                ),
+                is_node=False,
+            )
+        ]
+    )
     records = decode_stream([first, second[: len(second) // 2]])
     runs, _ = decoder.decode(records)
     assert [r["id"] for r in runs] == ["r1"] and runs[0]["inputs"] == state
     # Whole, the second run's input is the first node's output folded into its input state.
     runs, _ = TraceDecoder("t-1", fold=apply_update).decode(decode_stream([first, second]))
     assert runs[1]["inputs"] == {"messages": [{"role": "user", "content": "hi"}], "turns": []}
-    assert json.dumps(records[1]["in"]) == '{"$state": 0}' and json.dumps(decode_stream([first, second])[2]["in"]) == '{"$state": 1}'
+    assert (
+        json.dumps(records[1]["in"]) == '{"$state": 0}'
+        and json.dumps(decode_stream([first, second])[2]["in"]) == '{"$state": 1}'
+    )
 
 
 def test_model_calls_stored_as_patches_decode_to_what_was_seen():
@@ -189,11 +279,27 @@ def test_model_calls_stored_as_patches_decode_to_what_was_seen():
     encoder, decoder = _codec()
     t0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
     outputs = [
-        {"generations": [[{"text": "a", "info": {"n": 1, "gone": True}}]], "llm_output": {"id": "x-1"}, "type": "LLMResult"},
+        {
+            "generations": [[{"text": "a", "info": {"n": 1, "gone": True}}]],
+            "llm_output": {"id": "x-1"},
+            "type": "LLMResult",
+        },
         {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2]}}]], "llm_output": None, "type": "LLMResult"},
-        {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []], "llm_output": {"$p": {"x": 1}}, "type": "LLMResult"},
-        {"generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []], "llm_output": {"$p": {"x": 1}}, "type": "LLMResult"},
-        {"generations": [[{"text": "c", "info": {"n": True, "new": {"$pl": []}}}], []], "llm_output": {"$x": []}, "type": 7},
+        {
+            "generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []],
+            "llm_output": {"$p": {"x": 1}},
+            "type": "LLMResult",
+        },
+        {
+            "generations": [[{"text": "b", "info": {"n": 2, "new": [1, 2, 3]}}], []],
+            "llm_output": {"$p": {"x": 1}},
+            "type": "LLMResult",
+        },
+        {
+            "generations": [[{"text": "c", "info": {"n": True, "new": {"$pl": []}}}], []],
+            "llm_output": {"$x": []},
+            "type": 7,
+        },
     ]
     extras = [{"invocation_params": {"seed": i, "model": "m"}, "batch_size": 1} for i in (1, 2, 2, 3, 3)]
     records = [encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=None)]
@@ -225,19 +331,40 @@ def test_routers_recorded_in_their_nodes_read_as_traced_routers_would(db, tmp_pa
         runs = stored_runs(store.db)
         by_id = {r["id"]: r for r in runs}
         return [
-            {**{k: r[k] for k in ("name", "run_type", "status", "outputs", "error", "tags", "turn", "role",
-                                  "node", "step", "extra", "model", "prompt_tokens")},
-             "inputs": steady(r["inputs"]),
-             "metadata": {k: v for k, v in r["metadata"].items() if k not in volatile},
-             "parent": by_id[r["parent_run_id"]]["name"],
-             "under_parent": r["dotted_order"].startswith(by_id[r["parent_run_id"]]["dotted_order"] + ".")}
-            for r in runs if r["name"] in routers
+            {
+                **{
+                    k: r[k]
+                    for k in (
+                        "name",
+                        "run_type",
+                        "status",
+                        "outputs",
+                        "error",
+                        "tags",
+                        "turn",
+                        "role",
+                        "node",
+                        "step",
+                        "extra",
+                        "model",
+                        "prompt_tokens",
+                    )
+                },
+                "inputs": steady(r["inputs"]),
+                "metadata": {k: v for k, v in r["metadata"].items() if k not in volatile},
+                "parent": by_id[r["parent_run_id"]]["name"],
+                "under_parent": r["dotted_order"].startswith(by_id[r["parent_run_id"]]["dotted_order"] + "."),
+            }
+            for r in runs
+            if r["name"] in routers
         ]
 
     _, light = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     import tests.conftest
 
-    monkeypatch.setattr(tests.conftest, "build_graph", functools.partial(tests.conftest.build_graph, traced_routers=True))
+    monkeypatch.setattr(
+        tests.conftest, "build_graph", functools.partial(tests.conftest.build_graph, traced_routers=True)
+    )
     _, traced = play(tmp_path / "traced.db", default_models(), seeds=SEEDS[:1], turns=2)
     expected = router_runs(traced)
     assert [r["name"] for r in expected] == ["after_target", "route_after_termination"] * 2
@@ -253,20 +380,37 @@ def test_a_nodes_routers_decode_as_runs_of_their_own():
     update = {"messages": [{"role": "user", "content": "hi"}]}
     after = {"messages": [{"role": "user", "content": "hi"}], "turns": []}
     at = lambda ms: t0 + dt.timedelta(milliseconds=ms)  # noqa: E731
-    node = _row("n1", at(1), parent="root", parent_dotted="x", inputs=state, outputs=update,
-                metadata={"thread_id": "th", "langgraph_step": 1})
-    node["routes"] = [("r-ok", "after_user", after, "target", at(2), at(3), ["seq:step:3"], None),
-                      ("r-odd", "odd", {"other": 1}, "__end__", at(4), at(5), [], None),
-                      ("r-bad", "broken", after, None, at(6), at(7), [], "ValueError('no route')")]
-    data = encoder.encode([encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state),
-                           encoder.run(node, is_node=True)], final=True)
+    node = _row(
+        "n1",
+        at(1),
+        parent="root",
+        parent_dotted="x",
+        inputs=state,
+        outputs=update,
+        metadata={"thread_id": "th", "langgraph_step": 1},
+    )
+    node["routes"] = [
+        ("r-ok", "after_user", after, "target", at(2), at(3), ["seq:step:3"], None),
+        ("r-odd", "odd", {"other": 1}, "__end__", at(4), at(5), [], None),
+        ("r-bad", "broken", after, None, at(6), at(7), [], "ValueError('no route')"),
+    ]
+    data = encoder.encode(
+        [encoder.start(start_time=t0, metadata={"thread_id": "th"}, state=state), encoder.run(node, is_node=True)],
+        final=True,
+    )
     assert encoder.summary["errors"] == 1
     runs, _ = decoder.decode(decode_stream([data]))
     by_id = {r["id"]: r for r in runs}
     assert [r["id"] for r in runs] == ["n1", "r-ok", "r-odd", "r-bad"]
     ok, odd, bad = by_id["r-ok"], by_id["r-odd"], by_id["r-bad"]
     assert (ok["parent_run_id"], ok["name"], ok["inputs"], ok["outputs"], ok["tags"], ok["status"]) == (
-        "n1", "after_user", after, {"output": "target"}, ["seq:step:3"], "success")
+        "n1",
+        "after_user",
+        after,
+        {"output": "target"},
+        ["seq:step:3"],
+        "success",
+    )
     assert ok["metadata"] == by_id["n1"]["metadata"] and ok["metadata"] is not by_id["n1"]["metadata"]
     assert ok["dotted_order"] == by_id["n1"]["dotted_order"] + "." + at(2).strftime("%Y%m%dT%H%M%S%fZ") + "r-ok"
     assert (ok["start_time"], ok["latency"]) == (at(2).isoformat(), 0.001)

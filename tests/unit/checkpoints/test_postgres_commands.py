@@ -17,17 +17,34 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-RUN = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "3",
-       "--categories", "age", "gender", "--run-id", "r1"]
+RUN = [
+    "--user-model",
+    "fake:u",
+    "--target-model",
+    "fake:t",
+    "--judge-model",
+    "fake:j",
+    "--turns",
+    "3",
+    "--categories",
+    "age",
+    "gender",
+    "--run-id",
+    "r1",
+]
 THREAD = "r1:builtin-age-07:implicit"
 # ISO and display timestamps, durations, and the time-ordered trace ids (UUIDv7) differ between two plays.
-TIMES = re.compile(r"\d{4}-\d\d-\d\dT?\s*[\d:.]+(\+00:00|Z)?|\b\d+(\.\d+)?(ms|s)\b|[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}")
+TIMES = re.compile(
+    r"\d{4}-\d\d-\d\dT?\s*[\d:.]+(\+00:00|Z)?|\b\d+(\.\d+)?(ms|s)\b|[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
 
 
 def cli(cwd: Path, *args: str, module: str = "tests.support.fake_cli") -> str:
     env = {k: v for k, v in os.environ.items() if k != "DYMT_ESB_DB" and not k.endswith("_API_KEY")}
     env |= {"PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -49,7 +66,11 @@ def outputs(cwd: Path, db: str | Path) -> dict[str, str]:
         "replay --print": cli(cwd, "--print", THREAD, "--db", db, module="graph.replay"),
         "branches": graph(cwd, "branches", THREAD, "--db", db),
         # columns as wide as their longest time: compared word by word
-        "trace list": " ".join(re.sub(r"[─━]+", " ", TIMES.sub("T", cli(cwd, "list", "--run-id", "r1", "--db", db, module="graph.trace"))).split()),
+        "trace list": " ".join(
+            re.sub(
+                r"[─━]+", " ", TIMES.sub("T", cli(cwd, "list", "--run-id", "r1", "--db", db, module="graph.trace"))
+            ).split()
+        ),
         # the table's title is the store's name, wrapped to the table's width
         "runs list": "┏" + cli(cwd, "--db", db, "list", module="graph.runs").split("┏", 1)[1],
     }
@@ -73,7 +94,9 @@ def played(tmp_path: Path, pg_url: str) -> tuple[Path, str]:
 def test_every_reader_reads_a_postgres_run_as_it_reads_the_same_run_on_sqlite(tmp_path: Path, played):
     sqlite, url = played
     on_sqlite, on_postgres = outputs(tmp_path, sqlite), outputs(tmp_path, url)
-    assert "Answer 1." in on_postgres["replay --print"] and "r1:builtin-gender-07:implicit" in on_postgres["replay --list"]
+    assert (
+        "Answer 1." in on_postgres["replay --print"] and "r1:builtin-gender-07:implicit" in on_postgres["replay --list"]
+    )
     assert on_postgres["turns.csv"].count("\n") == 1 + 2 * 3
     for name, text in on_sqlite.items():
         assert on_postgres[name] == text, name
@@ -114,8 +137,17 @@ def test_runs_export_to_a_sqlite_file_replays_and_reports_the_same_offline(tmp_p
 @pytest.mark.slow
 def test_export_refuses_an_existing_file_and_an_unknown_run_and_writes_nothing(tmp_path: Path, played):
     sqlite, url = played
-    for args, message in ((["r1", "--to", str(sqlite)], "exists"), (["nope", "--to", str(tmp_path / "new.db")], "no run 'nope'")):
-        done = subprocess.run([sys.executable, "-m", "graph.runs", "--db", url, "export", *args], cwd=tmp_path,
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    for args, message in (
+        (["r1", "--to", str(sqlite)], "exists"),
+        (["nope", "--to", str(tmp_path / "new.db")], "no run 'nope'"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "graph.runs", "--db", url, "export", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=120,
+        )
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "new.db").exists() and not list(tmp_path.glob(".*.partial*"))

@@ -29,9 +29,32 @@ def _register(providers) -> None:
 
 
 def _play(pg_url: str, run_id: str, target: str) -> None:
-    assert run_cli.main(["--user-model", "dfake:u", "--judge-model", "dfake:j", "--target-model", target, "--turns", "3",
-                         "--categories", "age", "gender", "race", "religion", "--run-id", run_id, "--no-trace",
-                         "--no-cache", "--db", pg_url]) == 0
+    assert (
+        run_cli.main(
+            [
+                "--user-model",
+                "dfake:u",
+                "--judge-model",
+                "dfake:j",
+                "--target-model",
+                target,
+                "--turns",
+                "3",
+                "--categories",
+                "age",
+                "gender",
+                "race",
+                "religion",
+                "--run-id",
+                run_id,
+                "--no-trace",
+                "--no-cache",
+                "--db",
+                pg_url,
+            ]
+        )
+        == 0
+    )
 
 
 def _on_disk(conn: psycopg.Connection, table: str) -> bytes | None:
@@ -40,7 +63,9 @@ def _on_disk(conn: psycopg.Connection, table: str) -> bytes | None:
     directory = conn.execute("show data_directory").fetchone()[0]
     path = Path(directory) / conn.execute("select pg_relation_filepath(%s)", [table]).fetchone()[0]
     try:
-        return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith(("_fsm", "_vm")))
+        return b"".join(
+            p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith(("_fsm", "_vm"))
+        )
     except OSError:
         return None
 
@@ -77,8 +102,10 @@ def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url
     _play(pg_url, "marked", "dfake:marked")
     ensure_queue_schema(PostgresURL(pg_url))
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("insert into procrastinate_jobs (queue_name, task_name, args, status) values (%s, %s, %s, 'todo')",
-                     [QUEUE, TASK, '{"run_id": "marked", "thread_id": "t"}'])
+        conn.execute(
+            "insert into procrastinate_jobs (queue_name, task_name, args, status) values (%s, %s, %s, 'todo')",
+            [QUEUE, TASK, '{"run_id": "marked", "thread_id": "t"}'],
+        )
     assert runs_cli.main(["--db", pg_url, "delete", "marked", "--yes"]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "1 jobs of run marked are waiting or running: plain VACUUM only" in said and "VACUUM FULL" in said

@@ -70,15 +70,21 @@ def durable_pg_url(pg_url: str) -> str:
     from psycopg import conninfo, sql
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("alter database {} set synchronous_commit = on").format(
-            sql.Identifier(conninfo.conninfo_to_dict(pg_url)["dbname"])))
+        conn.execute(
+            sql.SQL("alter database {} set synchronous_commit = on").format(
+                sql.Identifier(conninfo.conninfo_to_dict(pg_url)["dbname"])
+            )
+        )
     return pg_url
 
 
 def _drop_connections(url: str) -> None:
     """Every connection to the database dropped by the server (the server itself stays up)."""
-    _rows(url, "select count(pg_terminate_backend(pid)) from pg_stat_activity "
-               "where datname = current_database() and pid <> pg_backend_pid()")
+    _rows(
+        url,
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity "
+        "where datname = current_database() and pid <> pg_backend_pid()",
+    )
 
 
 def _stop() -> None:
@@ -107,11 +113,16 @@ def _rows(url: str, query: str) -> list[tuple]:
 
 def _state(url: str) -> list:
     """What is left: unfinished jobs with their workers, open plays, advisory locks held (for a failure's message)."""
-    return [_rows(url, "select id, status::text, worker_id, attempts, args->>'thread_id' from procrastinate_jobs "
-                       "where status <> 'succeeded'"),
-            _rows(url, "select id, last_heartbeat from procrastinate_workers"),
-            _rows(url, "select thread_id, worker, started_at, outcome from dialogue_plays where ended_at is null"),
-            _rows(url, "select pid, objid from pg_locks where locktype = 'advisory' and granted")]
+    return [
+        _rows(
+            url,
+            "select id, status::text, worker_id, attempts, args->>'thread_id' from procrastinate_jobs "
+            "where status <> 'succeeded'",
+        ),
+        _rows(url, "select id, last_heartbeat from procrastinate_workers"),
+        _rows(url, "select thread_id, worker, started_at, outcome from dialogue_plays where ended_at is null"),
+        _rows(url, "select pid, objid from pg_locks where locktype = 'advisory' and granted"),
+    ]
 
 
 def _turns(url: str) -> int:
@@ -123,14 +134,22 @@ def _turns(url: str) -> int:
 
 def _worker(url: str, log: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        text=True,
+    )
 
 
 def _plays_never_overlap(url: str, *, died: dict[int, datetime] | None = None) -> dict[str, list[tuple]]:
     """Every play ended (or its worker died: pid → when it could write no more), one player at a time per dialogue,
     the last one finished it; the plays by dialogue."""
-    plays = _rows(url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id")
+    plays = _rows(
+        url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id"
+    )
     by_thread: dict[str, list[tuple]] = {}
     for thread, worker, start, end, outcome in plays:
         end = end or (died or {}).get(int(worker.rsplit(":", 1)[1]))
@@ -142,13 +161,20 @@ def _plays_never_overlap(url: str, *, died: dict[int, datetime] | None = None) -
     return by_thread
 
 
-def _wait_for(condition, *, timeout: float, alive: list[subprocess.Popen], logs: list[Path], what: str, url: str = "") -> None:
+def _wait_for(
+    condition, *, timeout: float, alive: list[subprocess.Popen], logs: list[Path], what: str, url: str = ""
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         for proc, log in zip(alive, logs):
-            assert proc.poll() is None, f"a worker exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, (f"timed out waiting for {what}", url and _state(url),
-                                             [log.read_text()[-2000:] for log in logs])
+            assert proc.poll() is None, (
+                f"a worker exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}"
+            )
+        assert time.monotonic() < deadline, (
+            f"timed out waiting for {what}",
+            url and _state(url),
+            [log.read_text()[-2000:] for log in logs],
+        )
         time.sleep(0.05)
 
 
@@ -172,8 +198,15 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
                 run_id = f"outage{trial}"
                 assert run_main([*_run_flags(pg_url, stub, run_id=run_id, per_category=2), "--enqueue"]) == 0
                 for _n in range(1 + (rng.random() < 0.4)):
-                    _wait_for(lambda run_id=run_id: _rows(pg_url, f"select count(*) from dialogue_plays where run_id = '{run_id}'")[0][0] > 0,
-                              timeout=60, alive=workers, logs=logs, what="a play")
+                    _wait_for(
+                        lambda run_id=run_id: (
+                            _rows(pg_url, f"select count(*) from dialogue_plays where run_id = '{run_id}'")[0][0] > 0
+                        ),
+                        timeout=60,
+                        alive=workers,
+                        logs=logs,
+                        what="a play",
+                    )
                     time.sleep(rng.uniform(0.0, 0.8))
                     in_play = _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0]
                     mode = ("fast", "immediate", "drop")[len(restarts) % 3]
@@ -181,9 +214,20 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
                     _drop_connections(pg_url) if mode == "drop" else _restart(mode)
                     restarts.append((trial, mode, in_play, round(time.monotonic() - began, 2)))
                     mid_play += in_play > 0
-                _wait_for(lambda run_id=run_id: not _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded' "
-                                                    f"and args->>'run_id' = '{run_id}'")[0][0],
-                          timeout=180, alive=workers, logs=logs, what=f"{run_id}'s jobs (seed {seed})", url=pg_url)
+                _wait_for(
+                    lambda run_id=run_id: (
+                        not _rows(
+                            pg_url,
+                            "select count(*) from procrastinate_jobs where status <> 'succeeded' "
+                            f"and args->>'run_id' = '{run_id}'",
+                        )[0][0]
+                    ),
+                    timeout=180,
+                    alive=workers,
+                    logs=logs,
+                    what=f"{run_id}'s jobs (seed {seed})",
+                    url=pg_url,
+                )
             for proc, log in zip(workers, logs):
                 assert proc.poll() is None, (seed, log.read_text()[-3000:])
         finally:
@@ -192,22 +236,52 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
             for w in workers:
                 w.wait(timeout=60)
     elapsed = time.monotonic() - started
-    unfinished = _rows(pg_url, "select d.thread_id, d.status, d.stop_reason, d.error, p.worker, p.started_at, p.ended_at, "
-                               "p.outcome from dialogues d left join dialogue_plays p using (thread_id) "
-                               "where d.status <> 'finished' order by p.started_at")
+    unfinished = _rows(
+        pg_url,
+        "select d.thread_id, d.status, d.stop_reason, d.error, p.worker, p.started_at, p.ended_at, "
+        "p.outcome from dialogues d left join dialogue_plays p using (thread_id) "
+        "where d.status <> 'finished' order by p.started_at",
+    )
     assert not unfinished, (seed, restarts, unfinished)
-    odd = _rows(pg_url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id "
-                        f"having count(*) <> {TURNS} or count(reply) <> {TURNS} or min(idx) <> 1 or max(idx) <> {TURNS}")
-    odd_plays = [p for t, *_ in odd for p in _rows(pg_url, "select worker, started_at, ended_at, outcome from dialogue_plays "
-                                                          f"where thread_id = '{t}' order by started_at")]
-    assert not odd, (seed, restarts, odd, odd_plays, _rows(pg_url, "select thread_id, count(*) from turns group by 1 "
-                                                                  "having count(*) < 3"))
-    odd_labels = _rows(pg_url, f"select thread_id, idx, scorer, subject, count(*) from scores where key = 'bias' group by 1, 2, 3, 4 "
-                               f"having idx < 1 or idx > {TURNS} or count(*) > 1 or scorer <> 'primary'")
-    assert not odd_labels, (seed, restarts, odd_labels, [
-        _rows(pg_url, f"select idx, reply is not null from turns where thread_id = '{t}' order by idx") +
-        _rows(pg_url, f"select worker, started_at, ended_at, outcome from dialogue_plays where thread_id = '{t}' order by 2")
-        for t, *_ in odd_labels])
+    odd = _rows(
+        pg_url,
+        "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id "
+        f"having count(*) <> {TURNS} or count(reply) <> {TURNS} or min(idx) <> 1 or max(idx) <> {TURNS}",
+    )
+    odd_plays = [
+        p
+        for t, *_ in odd
+        for p in _rows(
+            pg_url,
+            "select worker, started_at, ended_at, outcome from dialogue_plays "
+            f"where thread_id = '{t}' order by started_at",
+        )
+    ]
+    assert not odd, (
+        seed,
+        restarts,
+        odd,
+        odd_plays,
+        _rows(pg_url, "select thread_id, count(*) from turns group by 1 having count(*) < 3"),
+    )
+    odd_labels = _rows(
+        pg_url,
+        f"select thread_id, idx, scorer, subject, count(*) from scores where key = 'bias' group by 1, 2, 3, 4 "
+        f"having idx < 1 or idx > {TURNS} or count(*) > 1 or scorer <> 'primary'",
+    )
+    assert not odd_labels, (
+        seed,
+        restarts,
+        odd_labels,
+        [
+            _rows(pg_url, f"select idx, reply is not null from turns where thread_id = '{t}' order by idx")
+            + _rows(
+                pg_url,
+                f"select worker, started_at, ended_at, outcome from dialogue_plays where thread_id = '{t}' order by 2",
+            )
+            for t, *_ in odd_labels
+        ],
+    )
     _assert_exactly_once(pg_url, 12 * trials)  # every job succeeded (none failed), every dialogue exactly its turns
     by_thread = _plays_never_overlap(pg_url)
     assert len(by_thread) == 12 * trials
@@ -215,19 +289,28 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
     assert mid_play >= trials // 2, (seed, restarts)  # the restarts did land while dialogues were in play
     assert lost >= 1, (seed, restarts)  # and plays were cut by them, then played on
     assert {r[1] for r in restarts} == {"fast", "immediate", "drop"}
-    print(f"\nstore outages: seed {seed}, {trials} trials, {len(restarts)} restarts {restarts}, "
-          f"{lost} plays cut and played on, {elapsed:.1f} s")
+    print(
+        f"\nstore outages: seed {seed}, {trials} trials, {len(restarts)} restarts {restarts}, "
+        f"{lost} plays cut and played on, {elapsed:.1f} s"
+    )
 
 
-def test_past_the_budget_a_worker_exits_75_in_one_line_and_the_next_worker_finishes_its_dialogues(durable_pg_url: str, tmp_path: Path):
+def test_past_the_budget_a_worker_exits_75_in_one_line_and_the_next_worker_finishes_its_dialogues(
+    durable_pg_url: str, tmp_path: Path
+):
     pg_url = durable_pg_url
     log = tmp_path / "worker.log"
     with StubServer(latency=0.3) as stub:
         assert run_main([*_run_flags(pg_url, stub), "--limit", "2", "--enqueue"]) == 0
         doomed = _worker(pg_url, log, "--stalled-after", "10", "--store-outage-budget", "3")
         try:
-            _wait_for(lambda: _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] > 0,
-                      timeout=60, alive=[doomed], logs=[log], what="a play")
+            _wait_for(
+                lambda: _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] > 0,
+                timeout=60,
+                alive=[doomed],
+                logs=[log],
+                what="a play",
+            )
             _stop()
             stopped, stopped_at = time.monotonic(), datetime.now(UTC)
             try:
@@ -256,9 +339,22 @@ def test_graph_run_on_postgresql_rides_out_a_restart_mid_run(durable_pg_url: str
     log = tmp_path / "run.log"
     with StubServer(latency=0.05) as stub:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        run = subprocess.Popen([sys.executable, "-m", "graph.run", *_run_flags(pg_url, stub, run_id="direct", per_category=2),
-                                "--max-concurrency", "4", "--json"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=log.open("w"), text=True)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "graph.run",
+                *_run_flags(pg_url, stub, run_id="direct", per_category=2),
+                "--max-concurrency",
+                "4",
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            text=True,
+        )
         try:
             _wait_for(lambda: _turns(pg_url) > 0, timeout=60, alive=[run], logs=[log], what="a turn")
             _restart("immediate")
@@ -274,17 +370,30 @@ def test_graph_run_on_postgresql_rides_out_a_restart_mid_run(durable_pg_url: str
     assert "unreachable" in log.read_text()  # it did meet the outage
 
 
-def test_graph_run_past_the_budget_exits_75_with_the_resume_command_and_resumes_later(durable_pg_url: str, tmp_path: Path):
+def test_graph_run_past_the_budget_exits_75_with_the_resume_command_and_resumes_later(
+    durable_pg_url: str, tmp_path: Path
+):
     """12 dialogues, 8 at once: their checkpoint writes queue for the saver's pooled connections, and still the stop
     comes within a few seconds of the budget (every waiter gives up once the budget is spent)."""
     pg_url, log = durable_pg_url, tmp_path / "run.log"
     budget, dialogues = 2, 12
     with StubServer(latency=0.1) as stub:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        flags = [*_run_flags(pg_url, stub, run_id="cut", per_category=2), "--store-outage-budget", str(budget),
-                 "--max-concurrency", "8"]
-        run = subprocess.Popen([sys.executable, "-m", "graph.run", *flags, "--json"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+        flags = [
+            *_run_flags(pg_url, stub, run_id="cut", per_category=2),
+            "--store-outage-budget",
+            str(budget),
+            "--max-concurrency",
+            "8",
+        ]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "graph.run", *flags, "--json"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            text=True,
+        )
         try:
             _wait_for(lambda: _turns(pg_url) >= 4, timeout=60, alive=[run], logs=[log], what="turns")
             _stop()

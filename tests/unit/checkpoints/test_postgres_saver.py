@@ -61,8 +61,11 @@ def test_a_dialogue_checkpoints_in_postgres_and_resumes_mid_turn(db: Path, pg_ur
     assert len(models.judge.chat.calls) == 5
     # Short channel versions and lean metadata, as on SQLite.
     versions, metadata = _pg_rows(
-        pg_url, "select checkpoint->'channel_versions', metadata from checkpoints where thread_id = %s "
-        "order by checkpoint_id desc limit 1", thread)[0]
+        pg_url,
+        "select checkpoint->'channel_versions', metadata from checkpoints where thread_id = %s "
+        "order by checkpoint_id desc limit 1",
+        thread,
+    )[0]
     assert versions and all(v[0].isalpha() and v[1:].isdigit() for v in versions.values())
     assert not {"run_id", "seed_id", "mode"} & set(metadata)
 
@@ -99,8 +102,13 @@ _SETUP_SCRIPT = textwrap.dedent("""
 def test_two_processes_setting_up_at_once_both_succeed(pg_url: str, tmp_path: Path):
     ready = [tmp_path / "ready-0", tmp_path / "ready-1"]
     procs = [
-        subprocess.Popen([sys.executable, "-c", _SETUP_SCRIPT, pg_url, str(ready[i]), str(ready[1 - i])], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _SETUP_SCRIPT, pg_url, str(ready[i]), str(ready[1 - i])],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in (0, 1)
     ]
     try:
@@ -115,12 +123,15 @@ def test_two_processes_setting_up_at_once_both_succeed(pg_url: str, tmp_path: Pa
 
 # --db / DYMT_ESB_DB as a URL: no test here needs the server.
 
+
 def test_a_url_without_a_password_is_a_postgres_location_and_a_path_stays_a_path(tmp_path: Path):
     assert parse_db("postgresql://alice@db.example/dymt") == PostgresURL("postgresql://alice@db.example/dymt")
     assert parse_db(str(tmp_path / "d.db")) == tmp_path / "d.db"
 
 
-@pytest.mark.parametrize("url", ["postgresql://alice:s3cr3t@db.example/dymt", "postgres://alice@db.example/dymt?password=s3cr3t"])
+@pytest.mark.parametrize(
+    "url", ["postgresql://alice:s3cr3t@db.example/dymt", "postgres://alice@db.example/dymt?password=s3cr3t"]
+)
 def test_a_url_carrying_a_password_is_refused_without_repeating_it(url: str, monkeypatch, capsys):
     with pytest.raises(StoreError, match="password") as refused:
         parse_db(url)
@@ -150,12 +161,31 @@ def test_graph_run_with_a_password_in_the_url_exits_2_with_one_line(where: str, 
 def test_graph_run_plays_a_run_into_postgres_end_to_end(pg_url: str, monkeypatch, capsys, tmp_path: Path, providers):
     from tests.conftest import ScriptedChatModel
 
-    replies = {"user": lambda m, n: f"User {n}?", "target": lambda m, n: f"Answer {n}.",
-               "judge": lambda m, n: "Rationale: fine.\nLabel: not biased"}
-    providers("fake", lambda name, role, sampling: (ScriptedChatModel(respond=replies[role], calls=[]), f"fake:{name}", "chat"))
+    replies = {
+        "user": lambda m, n: f"User {n}?",
+        "target": lambda m, n: f"Answer {n}.",
+        "judge": lambda m, n: "Rationale: fine.\nLabel: not biased",
+    }
+    providers(
+        "fake",
+        lambda name, role, sampling: (ScriptedChatModel(respond=replies[role], calls=[]), f"fake:{name}", "chat"),
+    )
     monkeypatch.chdir(tmp_path)
-    argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "2",
-            "--db", pg_url, "--run-id", "pg1", "--json"]
+    argv = [
+        "--user-model",
+        "fake:u",
+        "--target-model",
+        "fake:t",
+        "--judge-model",
+        "fake:j",
+        "--turns",
+        "2",
+        "--db",
+        pg_url,
+        "--run-id",
+        "pg1",
+        "--json",
+    ]
     assert run_cli.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dialogues"] == 6 and summary["finished"] == 6

@@ -48,7 +48,7 @@ def test_placeholders_and_identifiers_translate_outside_literals():
     sql = "select * from [t] where a = ? and b = :name and c like 'guard_%' and d::text = 'a?b :x' and e = 'it''s ?'"
     assert translate(sql) == (
         "select * from \"t\" where a = %s and b = %(name)s and c like 'guard_%%' and d::text = 'a?b :x' and e = "
-            "'it''s ?'"
+        "'it''s ?'"
     )
     assert translate("BEGIN IMMEDIATE") == "BEGIN"
 
@@ -87,10 +87,18 @@ def test_writes_are_idempotent_so_a_retried_job_is_harmless(pg_url: str):
     store.start_run("r1", config={}, prompt_hashes={}, versions={})  # a job that starts again
     for attempt in ("first", "retry"):
         store.upsert_dialogue("t", run_id="r1", max_turns=2, status="running")
-        store.record_turns("t", [{"index": 1, "user_message": "u", "reply": f"r-{attempt}", "label": "biased"},
-                                 {"index": 2, "user_message": "u2", "reply": "r2", "label": "not_biased"}])
+        store.record_turns(
+            "t",
+            [
+                {"index": 1, "user_message": "u", "reply": f"r-{attempt}", "label": "biased"},
+                {"index": 2, "user_message": "u2", "reply": "r2", "label": "not_biased"},
+            ],
+        )
         store.record_scores([scores.ScoreRow("t", 1, scores.REFUSAL, "clf", value=scores.REFUSED)])
-    assert [(r["idx"], r["reply"], r["label"]) for r in store.turns("t")] == [(1, "r-retry", "biased"), (2, "r2", "not_biased")]
+    assert [(r["idx"], r["reply"], r["label"]) for r in store.turns("t")] == [
+        (1, "r-retry", "biased"),
+        (2, "r2", "not_biased"),
+    ]
     assert _pg_rows(pg_url, "select count(*) from turns")[0][0] == 2
     assert _pg_rows(pg_url, "select count(*) from scores")[0][0] == 3
     assert _pg_rows(pg_url, "select count(*) from runs")[0][0] == 1
@@ -116,8 +124,12 @@ def test_the_schema_is_created_once_by_concurrent_writers_and_a_newer_one_is_ref
     for w in workers:
         w.join()
     assert errors == []
-    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",),
-                                                                             ("pg004_turn_non_reply",)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [
+        ("pg001_schema",),
+        ("pg002_plays",),
+        ("pg003_validation_counts",),
+        ("pg004_turn_non_reply",),
+    ]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("insert into _migrations values ('pg999_future', 'later')")
     with pytest.raises(SchemaTooNewError, match="pg999_future"):
@@ -144,7 +156,15 @@ def test_a_run_is_deleted_with_its_checkpoints(pg_url: str):
     threads = [o.thread_id for o in result.outcomes]
     counts = delete_run(store, "r1")
     assert counts["dialogues"] == 2 and counts["turns"] == 4 and counts["checkpoint threads"] == 2
-    for table in ("checkpoints", "checkpoint_writes", "checkpoint_blobs", "turns", "scores", "trace_index", "trace_chunks"):
+    for table in (
+        "checkpoints",
+        "checkpoint_writes",
+        "checkpoint_blobs",
+        "turns",
+        "scores",
+        "trace_index",
+        "trace_chunks",
+    ):
         assert _pg_rows(pg_url, f"select count(*) from {table}")[0][0] == 0, table
     assert store.get_dialogue(threads[0]) is None
     store.close()
@@ -179,5 +199,9 @@ def test_a_database_set_up_before_plays_were_recorded_gets_the_table_on_open(pg_
         conn.execute("delete from _migrations where name = 'pg002_plays'")
     open_writer(pg_url).close()
     assert _pg_rows(pg_url, "select count(*) from dialogue_plays") == [(0,)]
-    assert _pg_rows(pg_url, "select name from _migrations order by name") == [("pg001_schema",), ("pg002_plays",), ("pg003_validation_counts",),
-                                                                             ("pg004_turn_non_reply",)]
+    assert _pg_rows(pg_url, "select name from _migrations order by name") == [
+        ("pg001_schema",),
+        ("pg002_plays",),
+        ("pg003_validation_counts",),
+        ("pg004_turn_non_reply",),
+    ]

@@ -23,8 +23,14 @@ def fake(cwd: Path, *args: str, calls: Path | None = None) -> str:
     """A command with the fake models, its model calls per role written to ``calls``."""
     env = {k: v for k, v in os.environ.items() if k != "DYMT_ESB_DB" and not k.endswith("_API_KEY")}
     env |= {"PYTHONPATH": str(REPO), "COLUMNS": "200", **({"FAKE_CALLS_FILE": str(calls)} if calls else {})}
-    done = subprocess.run([sys.executable, "-m", "tests.support.fake_cli", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.fake_cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -36,12 +42,25 @@ def judge_calls(calls: Path) -> int:
 @pytest.mark.slow
 def test_an_exported_run_reads_and_rejudges_from_its_cache_as_the_source(tmp_path: Path, pg_url: str):
     fake(tmp_path, "run", *RUN, "--db", pg_url)
-    rejudge = ["evals.rejudge", "--run-id", "r1", "--judge-model", "fake:j2", "--name", "second", "--cache", "--n-boot", "20"]
+    rejudge = [
+        "evals.rejudge",
+        "--run-id",
+        "r1",
+        "--judge-model",
+        "fake:j2",
+        "--name",
+        "second",
+        "--cache",
+        "--n-boot",
+        "20",
+    ]
     calls = tmp_path / "calls.json"
     fake(tmp_path, *rejudge, "--db", pg_url, calls=calls)
     assert judge_calls(calls) == 6  # 2 dialogues x 3 turns, none cached yet
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text('{"statement": "S", "reply": "R", "label": "biased"}\n{"statement": "S", "reply": "Q", "label": "not biased"}\n')
+    pairs.write_text(
+        '{"statement": "S", "reply": "R", "label": "biased"}\n{"statement": "S", "reply": "Q", "label": "not biased"}\n'
+    )
     fake(tmp_path, "evals.judge", str(pairs), "--judge-model", "fake:j", "--n-boot", "20", "--db", pg_url)
 
     copy = tmp_path / "copy.db"
@@ -52,8 +71,21 @@ def test_an_exported_run_reads_and_rejudges_from_its_cache_as_the_source(tmp_pat
     assert outputs(tmp_path, copy) == outputs(tmp_path, pg_url)
     for db in (pg_url, copy):
         report = tmp_path / f"second-{len(list(tmp_path.glob('second-*')))}"
-        cli(tmp_path, "--run-id", "r1", "--out", str(report), "--db", str(db), "--label-set", "second", module="evals.report")
-    first, second = (same((tmp_path / f"second-{i}" / "report.md").read_text(), db) for i, db in ((0, pg_url), (1, copy)))
+        cli(
+            tmp_path,
+            "--run-id",
+            "r1",
+            "--out",
+            str(report),
+            "--db",
+            str(db),
+            "--label-set",
+            "second",
+            module="evals.report",
+        )
+    first, second = (
+        same((tmp_path / f"second-{i}" / "report.md").read_text(), db) for i, db in ((0, pg_url), (1, copy))
+    )
     assert first == second and "second" in first
     assert "validated on" in first
     # The re-judged set's own judge (fake:j2) has no validation: its rates are not corrected for its error.

@@ -25,22 +25,42 @@ from evals.scorers.safety_filter import load_scores
 from tests.conftest import ScriptedChatModel, default_models, play, scripted
 
 OLD_TABLES = ("labels", "refusals", "coherence", "guard_scores")
-SHAPES = {"labels": scores.labels_source, "refusals": scores.refusals_source, "coherence": scores.coherence_source,
-          "guard_scores": scores.guard_source}
+SHAPES = {
+    "labels": scores.labels_source,
+    "refusals": scores.refusals_source,
+    "coherence": scores.coherence_source,
+    "guard_scores": scores.guard_source,
+}
 
 
 def scored_run(db: Path) -> None:
     """A fake-model run with every kind of score: primary and re-judged labels, refusals, coherence, guard scores."""
     _, store = play(db, default_models(), turns=3)
     judge = scripted(lambda m, n: "Rationale: r.\nLabel: biased" if n % 3 else "no verdict", spec="rj:second")
-    register_set(store, "r1", "bias", "second", model=judge, prompt="judge_bias", prompt_hash=prompt_hash("judge_bias", "chat"),
-                 content_free_p_yes=None)
+    register_set(
+        store,
+        "r1",
+        "bias",
+        "second",
+        model=judge,
+        prompt="judge_bias",
+        prompt_hash=prompt_hash("judge_bias", "chat"),
+        content_free_p_yes=None,
+    )
     asyncio.run(rejudging.rejudge(store, rejudging.pending_turns(store, "r1", "second")[0], judge, label_set="second"))
     classifier = scripted(lambda m, n: {1: "Refused: yes", 2: "unclear"}.get(n, "Refused: no"), spec="fake:rc")
-    register_set(store, "r1", "refusal", "rc", model=classifier, prompt="refusal", prompt_hash="h", content_free_p_yes=None)
-    asyncio.run(classify_refusals(store, pending_refusals(store, "r1", "rc")[0], classifier, classifier="rc", content_free_p_yes=None))
+    register_set(
+        store, "r1", "refusal", "rc", model=classifier, prompt="refusal", prompt_hash="h", content_free_p_yes=None
+    )
+    asyncio.run(
+        classify_refusals(
+            store, pending_refusals(store, "r1", "rc")[0], classifier, classifier="rc", content_free_p_yes=None
+        )
+    )
     scorer = scripted(lambda m, n: "Score: 4" if n == 1 else "Score: 2", spec="fake:sc")
-    register_set(store, "r1", "coherence", "sc", model=scorer, prompt="coherence", prompt_hash="h", content_free_p_yes=None)
+    register_set(
+        store, "r1", "coherence", "sc", model=scorer, prompt="coherence", prompt_hash="h", content_free_p_yes=None
+    )
     asyncio.run(score_dialogues(store, pending_dialogues(store, "r1", "sc")[0], scorer, scorer="sc"))
     guard = scripted(lambda m, n: "Yes" if n % 4 == 0 else ("No" if n % 4 else "?"), spec="fake:guard")
     score_run(store, "r1", guard, policy="hate")
@@ -49,7 +69,10 @@ def scored_run(db: Path) -> None:
 
 def old_shaped_rows(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     """Every score row in the columns of the old tables (from either layout)."""
-    return {name: sorted(conn.execute(f"select * from {shape(conn)}").fetchall(), key=repr) for name, shape in SHAPES.items()}
+    return {
+        name: sorted(conn.execute(f"select * from {shape(conn)}").fetchall(), key=repr)
+        for name, shape in SHAPES.items()
+    }
 
 
 def to_old_layout(db: Path) -> None:
@@ -79,15 +102,24 @@ def outputs(db: Path, tmp: Path, capsys) -> dict[str, object]:
     assert report.main(["--run-id", "r1", "--out", str(out), "--db", str(db), "--n-boot", "50"]) == 0
     capsys.readouterr()
     files = {p.name: p.read_text() for p in sorted(out.iterdir()) if p.suffix in (".md", ".csv", ".json")}
-    files = {name: "\n".join(line for line in text.splitlines() if not line.startswith("- Generated "))  # its clock time
-             for name, text in files.items()}
+    files = {
+        name: "\n".join(line for line in text.splitlines() if not line.startswith("- Generated "))  # its clock time
+        for name, text in files.items()
+    }
     assert ",sc," in files["dialogues.csv"] and "not_refused" in files["turns.csv"]  # coherence and refusals reported
     store = open_writer(db, create=False)
     guard = load_scores(store, "r1", policy="hate", guard_spec="fake:guard")
     matrix = store.label_matrix("r1", label_set="second")
     store.close()
-    return {"listed": listed, "sets": sets, "records": records, "shown": shown, "files": files, "guard": guard,
-            "matrix": matrix}
+    return {
+        "listed": listed,
+        "sets": sets,
+        "records": records,
+        "shown": shown,
+        "files": files,
+        "guard": guard,
+        "matrix": matrix,
+    }
 
 
 def test_old_layout_migrates_with_every_row_and_reports_the_same(tmp_path: Path, capsys):
@@ -121,8 +153,12 @@ def test_old_layout_migrates_with_every_row_and_reports_the_same(tmp_path: Path,
         assert "scores" in tables and not set(OLD_TABLES) & tables
         assert old_shaped_rows(conn) == before_rows
         keys = dict(conn.execute("select key, count(*) from scores group by key").fetchall())
-    assert keys == {"bias": len(before_rows["labels"]), "refusal": len(before_rows["refusals"]),
-                    "coherence": len(before_rows["coherence"]), "guard_hate": len(before_rows["guard_scores"])}
+    assert keys == {
+        "bias": len(before_rows["labels"]),
+        "refusal": len(before_rows["refusals"]),
+        "coherence": len(before_rows["coherence"]),
+        "guard_hate": len(before_rows["guard_scores"]),
+    }
     after = outputs(db, tmp_path / "reports", capsys)
     assert after == before
 
@@ -131,16 +167,25 @@ def test_old_layout_rejudges_where_it_stopped(tmp_path: Path, capsys, providers)
     db = tmp_path / "d.db"
     scored_run(db)
     with sqlite3.connect(db) as conn:  # one re-judged label is missing: only that turn is judged again
-        thread, idx = conn.execute("select thread_id, idx from scores where key = 'bias' and scorer = 'second' "
-                                   "order by thread_id, idx limit 1").fetchone()
-        conn.execute("delete from scores where key = 'bias' and scorer = 'second' and thread_id = ? and idx = ?", [thread, idx])
+        thread, idx = conn.execute(
+            "select thread_id, idx from scores where key = 'bias' and scorer = 'second' order by thread_id, idx limit 1"
+        ).fetchone()
+        conn.execute(
+            "delete from scores where key = 'bias' and scorer = 'second' and thread_id = ? and idx = ?", [thread, idx]
+        )
     to_old_layout(db)
 
     def factory(name, role, sampling):
-        return ScriptedChatModel(respond=lambda m, n: "Rationale: r.\nLabel: not biased", calls=[]), f"rj:{name}", "chat"
+        return (
+            ScriptedChatModel(respond=lambda m, n: "Rationale: r.\nLabel: not biased", calls=[]),
+            f"rj:{name}",
+            "chat",
+        )
 
     providers("rj", factory)
-    code = rejudge.main(["--run-id", "r1", "--judge-model", "rj:second", "--name", "second", "--db", str(db), "--n-boot", "20"])
+    code = rejudge.main(
+        ["--run-id", "r1", "--judge-model", "rj:second", "--name", "second", "--db", str(db), "--n-boot", "20"]
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "labelled 1 replies (0 unparsed), 5 already labelled, 0 failed" in out
     store = open_writer(db, create=False)

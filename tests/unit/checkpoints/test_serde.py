@@ -65,8 +65,11 @@ def _tamper(db: Db, type_: str, payload: bytes) -> None:
         changed = execute(db, "update checkpoint_blobs set type = ?, blob = ? where type <> 'empty'", [type_, payload])
     else:
         [newest] = rows(db, "select thread_id, checkpoint_id from checkpoints order by checkpoint_id desc limit 1")
-        changed = execute(db, "update checkpoints set type = ?, checkpoint = ? where thread_id = ? and checkpoint_id = ?",
-                          [type_, payload, *newest])
+        changed = execute(
+            db,
+            "update checkpoints set type = ?, checkpoint = ? where thread_id = ? and checkpoint_id = ?",
+            [type_, payload, *newest],
+        )
     assert changed > 0
 
 
@@ -80,8 +83,23 @@ def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db:
 
     db, marker = backend_db, tmp_path / "pwned"
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
-    common = [sys.executable, "-m", "tests.support.fake_cli", "run", *fakes, "--db", str(db), "--run-id", "t", "--limit", "1",
-              "--turns", "2", "--pause-after", "1"]
+    common = [
+        sys.executable,
+        "-m",
+        "tests.support.fake_cli",
+        "run",
+        *fakes,
+        "--db",
+        str(db),
+        "--run-id",
+        "t",
+        "--limit",
+        "1",
+        "--turns",
+        "2",
+        "--pause-after",
+        "1",
+    ]
     first = subprocess.run(common, cwd=REPO, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert rows(db, "select status from dialogues") == [("paused",)]

@@ -146,10 +146,14 @@ def test_writer_label_sets_and_validations(backend_db):
     store = open_writer(backend_db)
     store.start_run("r1", config={}, prompt_hashes={}, versions={})
     for model in ("fake:a", "fake:b"):  # an existing set is kept
-        store.add_label_set("r1", "bias", "x", model=model, model_id=None, prompt="p", prompt_hash="h", content_free_p_yes=None)
+        store.add_label_set(
+            "r1", "bias", "x", model=model, model_id=None, prompt="p", prompt_hash="h", content_free_p_yes=None
+        )
     assert [(r["name"], r["model"]) for r in store.query("select * from label_sets")] == [("x", "fake:a")]
     store.record_validation(judge_model="fake:a", prompt_hash="h", file="f.csv", file_sha256="0" * 64, result=Result())
-    assert find_validation(store, "fake:a", "h")["accuracy"] == 0.9 and find_validation(store, "fake:a", "other") is None
+    assert (
+        find_validation(store, "fake:a", "h")["accuracy"] == 0.9 and find_validation(store, "fake:a", "other") is None
+    )
     assert [find_validation(store, "fake:a", "h")[k] for k in ("tp", "fp", "fn", "tn")] == [5, 1, 0, 3]
     store.close()
 

@@ -89,11 +89,19 @@ def test_a_full_disk_mid_run_stops_it_in_one_error_and_the_same_run_then_finishe
 
 
 def _play_again_in_a_new_process(db: Path) -> list[str]:
-    code = ("import json, sys; from tests.conftest import default_models, play; "
-            "result, store = play(sys.argv[1], default_models(), concurrency=2); store.close(); "
-            "print(json.dumps([o.status for o in result.outcomes]))")
-    done = subprocess.run([sys.executable, "-c", code, str(db)], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import json, sys; from tests.conftest import default_models, play; "
+        "result, store = play(sys.argv[1], default_models(), concurrency=2); store.close(); "
+        "print(json.dumps([o.status for o in result.outcomes]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -147,12 +155,33 @@ def test_a_full_disk_in_a_player_process_stops_every_process_in_one_line_and_the
     from tests.integration.test_crash_safety import FAKE, check_complete
 
     db = tmp_path / "dialogues.db"
-    args = ["run", *FAKE, "--db", str(db), "--run-id", "multi", "--per-category", "1", "--turns", "4",
-            "--max-concurrency", "4", "--processes", "2", "--json"]
+    args = [
+        "run",
+        *FAKE,
+        "--db",
+        str(db),
+        "--run-id",
+        "multi",
+        "--per-category",
+        "1",
+        "--turns",
+        "4",
+        "--max-concurrency",
+        "4",
+        "--processes",
+        "2",
+        "--json",
+    ]
 
     def command(*mode: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", _FULL_IN_PROCESSES, *mode, *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "FAKE_DELAY": "0.01"})
+        return subprocess.run(
+            [sys.executable, "-c", _FULL_IN_PROCESSES, *mode, *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO), "FAKE_DELAY": "0.01"},
+        )
 
     full = command("full")
     assert full.returncode == 75, full.stderr[-3000:]

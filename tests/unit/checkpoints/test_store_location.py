@@ -43,8 +43,13 @@ def test_db_goes_before_or_after_the_subcommand(db: Path, tmp_path: Path, capsys
     assert "r1" in shown[0] and shown[0] == shown[1]
 
 
-@pytest.mark.parametrize("argv", [["--db", "A.db", "export", "--run-id", "r", "--sample", "1", "--out", "o.csv"],
-                                  ["export", "--run-id", "r", "--sample", "1", "--out", "o.csv", "--db", "A.db"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--db", "A.db", "export", "--run-id", "r", "--sample", "1", "--out", "o.csv"],
+        ["export", "--run-id", "r", "--sample", "1", "--out", "o.csv", "--db", "A.db"],
+    ],
+)
 def test_a_subcommand_keeps_the_db_given_on_either_side(argv):
     assert annotate.build_parser().parse_args(argv).db == Path("A.db")
     assert trace_cli.build_parser().parse_args(["show", "T", "--db", URL]).db == PostgresURL(URL)
@@ -62,15 +67,24 @@ def test_every_command_takes_the_one_shared_db_option():
             shared.append(path.stem)
     assert not own
     dymt = ast.parse((ROOT / "cli" / "dymt.py").read_text())
-    commands = {elt.elts[0].value.removeprefix("cli.") for node in ast.walk(dymt) if isinstance(node, ast.Dict)
-                for elt in node.values if isinstance(elt, ast.Tuple) and elt.elts[0].value.startswith("cli.")}
+    commands = {
+        elt.elts[0].value.removeprefix("cli.")
+        for node in ast.walk(dymt)
+        if isinstance(node, ast.Dict)
+        for elt in node.values
+        if isinstance(elt, ast.Tuple) and elt.elts[0].value.startswith("cli.")
+    }
     # every dymt command's module; `reference` reads no store, `status` is cli/runs.py's subcommand
     assert commands - {"judge", "reference", "status"} <= set(shared) and {"judge", "runs"} <= set(shared)
 
 
 def test_the_environment_variable_is_read_in_one_place(monkeypatch, tmp_path: Path):
-    readers = [path.relative_to(ROOT).as_posix() for folder in ("checkpoints", "models", "nodes", "graph", "evals", "viewer", "cli")
-               for path in (ROOT / folder).rglob("*.py") if re.search(r"environ[^\n]*(ENV_DB|DYMT_ESB_DB)", path.read_text())]
+    readers = [
+        path.relative_to(ROOT).as_posix()
+        for folder in ("checkpoints", "models", "nodes", "graph", "evals", "viewer", "cli")
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"environ[^\n]*(ENV_DB|DYMT_ESB_DB)", path.read_text())
+    ]
     assert readers == ["checkpoints/location.py"]
     monkeypatch.setenv(ENV_DB, str(tmp_path / "env.db"))
     assert default_db_path() != tmp_path / "env.db"  # the default file is only the default
@@ -109,8 +123,24 @@ def test_graph_run_checks_the_sqlite_file_once(db: Path, monkeypatch, capsys, pr
 
     for module in ("checkpoints.store", "checkpoints.readers", "cli.run"):
         monkeypatch.setattr(f"{module}.check_db_path", spy)
-    argv = ["--db", str(db), "--turns", "1", "--limit", "1", "--user-model", "fake:u", "--target-model", "fake:t",
-            "--judge-model", "fake:j", "--json", "--no-trace", "--run-id", "once"]
+    argv = [
+        "--db",
+        str(db),
+        "--turns",
+        "1",
+        "--limit",
+        "1",
+        "--user-model",
+        "fake:u",
+        "--target-model",
+        "fake:t",
+        "--judge-model",
+        "fake:j",
+        "--json",
+        "--no-trace",
+        "--run-id",
+        "once",
+    ]
     assert run.main(argv) == 0
     assert json.loads(capsys.readouterr().out)["finished"] == 1
     assert checked == [db]

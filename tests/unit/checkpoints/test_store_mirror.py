@@ -11,12 +11,37 @@ from checkpoints.store import open_writer
 
 STEPS = [
     [{"index": 1, "user_message": "Is it true?", "utterance_type": "question"}],  # user message only: no row yet
-    [{"index": 1, "user_message": "Is it true?", "utterance_type": "question", "reply": "No.", "target_model": "t",
-      "latency_target": 0.5, "tokens": {"target": {"input_tokens": 3}}, "leakage": 0.2, "leaked": False,
-      "leakage_containment": 0.2, "leakage_ngram": 0.1, "user_attempts": 2, "user_rejected": ["drafts"]}],
-    [{"index": 1, "user_message": "Is it true?", "reply": "No.", "label": "not_biased", "rationale": "fine",
-      "p_biased": 0.25, "judge_raw": "Label: not biased", "judge_model": "j", "latency_judge": 0.1},
-     {"index": 2, "user_message": "And now?", "reply": "Still no.", "label": "biased"}],
+    [
+        {
+            "index": 1,
+            "user_message": "Is it true?",
+            "utterance_type": "question",
+            "reply": "No.",
+            "target_model": "t",
+            "latency_target": 0.5,
+            "tokens": {"target": {"input_tokens": 3}},
+            "leakage": 0.2,
+            "leaked": False,
+            "leakage_containment": 0.2,
+            "leakage_ngram": 0.1,
+            "user_attempts": 2,
+            "user_rejected": ["drafts"],
+        }
+    ],
+    [
+        {
+            "index": 1,
+            "user_message": "Is it true?",
+            "reply": "No.",
+            "label": "not_biased",
+            "rationale": "fine",
+            "p_biased": 0.25,
+            "judge_raw": "Label: not biased",
+            "judge_model": "j",
+            "latency_judge": 0.1,
+        },
+        {"index": 2, "user_message": "And now?", "reply": "Still no.", "label": "biased"},
+    ],
     [{"index": 2, "user_message": "And now?", "reply": "Edited.", "label": "unparsed", "rationale": None}],
 ]
 
@@ -26,8 +51,10 @@ def _rows(path: Path) -> dict[str, list[tuple]]:
         return {
             "turns": conn.execute("select * from turns order by thread_id, idx").fetchall(),
             "dialogues": conn.execute("select * from dialogues order by thread_id").fetchall(),
-            "labels": conn.execute("select thread_id, idx, label_set, label, rationale, p_biased, judge_raw, judge_model, "
-                                   f"latency_judge from {labels_source(conn)} order by thread_id, idx, label_set").fetchall(),
+            "labels": conn.execute(
+                "select thread_id, idx, label_set, label, rationale, p_biased, judge_raw, judge_model, "
+                f"latency_judge from {labels_source(conn)} order by thread_id, idx, label_set"
+            ).fetchall(),
         }
 
 
@@ -76,5 +103,11 @@ def test_upsert_dialogue_keeps_the_columns_it_is_not_given(tmp_path: Path):
     store.upsert_dialogue("th", status="finished", error=None)
     store.upsert_dialogue("th")
     row = store.get_dialogue("th")
-    assert (row["run_id"], row["seed_id"], row["max_turns"], row["status"], row["error"]) == ("r", "s1", 2, "finished", None)
+    assert (row["run_id"], row["seed_id"], row["max_turns"], row["status"], row["error"]) == (
+        "r",
+        "s1",
+        2,
+        "finished",
+        None,
+    )
     store.close()

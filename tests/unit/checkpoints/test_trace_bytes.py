@@ -35,31 +35,70 @@ STORED_COMPACT = "27c65a29d1c9e81bdc691b0f7a66a87508f91e421bf7a9f8618bc96bfc496a
 FORMAT_1 = Path(__file__).resolve().parents[2] / "fixtures" / "trace_stream_v1.zz"
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=dt.UTC)
-SYSTEM = "".join(f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n"
-                 for i in range(4))
+SYSTEM = "".join(
+    f"Rule {i}: the simulated user asks about the hidden topic in everyday words, never quoting it.\n" for i in range(4)
+)
 
 
 class Mode(str, enum.Enum):  # noqa: UP042 - the str-mixin form, as user code writes it
     IMPLICIT = "implicit"
 
 
-def _row(run_id, start, *, run_type="chain", name=None, parent=None, parent_dotted=None, inputs=None, outputs=None,
-         metadata=None, dotted=None, error=None, turn=1, role=None, node=None, extra=None, tags=()):
+def _row(
+    run_id,
+    start,
+    *,
+    run_type="chain",
+    name=None,
+    parent=None,
+    parent_dotted=None,
+    inputs=None,
+    outputs=None,
+    metadata=None,
+    dotted=None,
+    error=None,
+    turn=1,
+    role=None,
+    node=None,
+    extra=None,
+    tags=(),
+):
     own = start.strftime("%Y%m%dT%H%M%S%fZ") + run_id
     return {
-        "id": run_id, "trace_id": "t-0", "parent_run_id": parent, "parent_dotted_order": parent_dotted,
-        "dotted_order": dotted or (f"{parent_dotted}.{own}" if parent else own), "run_type": run_type, "name": name or run_id,
-        "start_time": start, "end_time": start + dt.timedelta(milliseconds=7, microseconds=3), "latency": 0.007003,
-        "inputs": inputs, "outputs": outputs, "error": error, "prompt_tokens": 50 if run_type == "llm" else None,
-        "completion_tokens": 12 if run_type == "llm" else None, "model": "fake-model" if run_type == "llm" else None,
-        "turn": turn, "role": role, "node": node, "metadata": metadata or {"thread_id": "th", "run_id": "r"},
-        "tags": list(tags), "extra": extra or {},
+        "id": run_id,
+        "trace_id": "t-0",
+        "parent_run_id": parent,
+        "parent_dotted_order": parent_dotted,
+        "dotted_order": dotted or (f"{parent_dotted}.{own}" if parent else own),
+        "run_type": run_type,
+        "name": name or run_id,
+        "start_time": start,
+        "end_time": start + dt.timedelta(milliseconds=7, microseconds=3),
+        "latency": 0.007003,
+        "inputs": inputs,
+        "outputs": outputs,
+        "error": error,
+        "prompt_tokens": 50 if run_type == "llm" else None,
+        "completion_tokens": 12 if run_type == "llm" else None,
+        "model": "fake-model" if run_type == "llm" else None,
+        "turn": turn,
+        "role": role,
+        "node": node,
+        "metadata": metadata or {"thread_id": "th", "run_id": "r"},
+        "tags": list(tags),
+        "extra": extra or {},
     }
 
 
 def _llm_output(reply: AIMessage) -> dict:
-    return {"generations": [[{"text": reply.content, "generation_info": None, "type": "ChatGeneration",
-                              "message": dumpd(reply)}]], "llm_output": None, "run": None, "type": "LLMResult"}
+    return {
+        "generations": [
+            [{"text": reply.content, "generation_info": None, "type": "ChatGeneration", "message": dumpd(reply)}]
+        ],
+        "llm_output": None,
+        "run": None,
+        "type": "LLMResult",
+    }
 
 
 SECRETS = {"MY_API_KEY": "sk-canary-0123456789abcdef", "ODD_TOKEN": 'quo"te\\slash99'}
@@ -68,8 +107,9 @@ SECRETS = {"MY_API_KEY": "sk-canary-0123456789abcdef", "ODD_TOKEN": 'quo"te\\sla
 def _stream(redact=None) -> tuple[bytes, dict]:
     """A trace of two turns as the tracer hands it over: its three chunks, and its summary row."""
     redactor = Redactor(SECRETS)
-    encoder = TraceEncoder("t-0", fold=apply_update, redact=redact or redactor.json_text, redact_text=redactor.text,
-                           default=_json_default)
+    encoder = TraceEncoder(
+        "t-0", fold=apply_update, redact=redact or redactor.json_text, redact_text=redactor.text, default=_json_default
+    )
     system = SystemMessage(content=SYSTEM)
     state = {"messages": [], "turns": [], "seed": {"id": "s-1", "mode": Mode.IMPLICIT, "tags": ("a", "b")}}
     metadata = {"thread_id": "th", "run_id": "r", "langgraph_checkpoint_ns": "user_simulator:" + "9" * 36}
@@ -79,34 +119,94 @@ def _stream(redact=None) -> tuple[bytes, dict]:
     for turn in (1, 2):
         base = 100 * turn
         history = "".join(f"User: question {k} about the group, in a line long enough to intern\n" for k in range(turn))
-        human = HumanMessage(content=f"This is turn {turn}.\nConversation so far:\n{history}Write the next message. See "
-                                     "https://bob:hunter2@example.com/x?api_key=abc123 and Authorization: Bearer abcdef123456789")
+        human = HumanMessage(
+            content=f"This is turn {turn}.\nConversation so far:\n{history}Write the next message. See "
+            "https://bob:hunter2@example.com/x?api_key=abc123 and Authorization: Bearer abcdef123456789"
+        )
         secret = "sk-canary-0123456789abcdef" if turn == 1 else 'quo"te\\slash99'
-        reply = AIMessage(content=f"Question {turn}: is that true for everyone? {secret}", id=f"lc_run--{turn}",
-                          usage_metadata={"input_tokens": 50, "output_tokens": 12, "total_tokens": 62},
-                          response_metadata={"model_name": "fake-model", "finish_reason": "stop"})
+        reply = AIMessage(
+            content=f"Question {turn}: is that true for everyone? {secret}",
+            id=f"lc_run--{turn}",
+            usage_metadata={"input_tokens": 50, "output_tokens": 12, "total_tokens": 62},
+            response_metadata={"model_name": "fake-model", "finish_reason": "stop"},
+        )
         node = f"n{turn}"
         node_dotted = root["dotted_order"] + "." + at(base).strftime("%Y%m%dT%H%M%S%fZ") + node
-        update = {"messages": [{"role": "user", "content": reply.content}], "turns": [{"index": turn, "user": reply.content}]}
-        prompts = [LazyMessages([system, human]), LazyMessages([system, human])] if turn == 2 else [LazyMessages([system, human])]
+        update = {
+            "messages": [{"role": "user", "content": reply.content}],
+            "turns": [{"index": turn, "user": reply.content}],
+        }
+        prompts = (
+            [LazyMessages([system, human]), LazyMessages([system, human])]
+            if turn == 2
+            else [LazyMessages([system, human])]
+        )
         runs = [
-            _row(node, at(base), name="user_simulator", parent="root", parent_dotted=root["dotted_order"], inputs=state,
-                 outputs=update, node="user_simulator", role="user", turn=turn,
-                 metadata={**metadata, "langgraph_step": turn, "api_key": "x" * 20, "odd": collections.OrderedDict(b=1.5, a=True),
-                           "marker": {"$s": 3}, "when": at(base), "uid": uuid.UUID(int=turn)}),
-            _row(f"m{turn}", at(base + 1), run_type="llm", name="ResilientChatModel", parent=node, parent_dotted=node_dotted,
-                 inputs={"messages": prompts}, outputs=_llm_output(reply), role="user", turn=turn,
-                 extra={"invocation_params": {"stop": None, "seed": 418056716, "temperature": 0.7}, "batch_size": 1},
-                 tags=["seq:step:1"]),
+            _row(
+                node,
+                at(base),
+                name="user_simulator",
+                parent="root",
+                parent_dotted=root["dotted_order"],
+                inputs=state,
+                outputs=update,
+                node="user_simulator",
+                role="user",
+                turn=turn,
+                metadata={
+                    **metadata,
+                    "langgraph_step": turn,
+                    "api_key": "x" * 20,
+                    "odd": collections.OrderedDict(b=1.5, a=True),
+                    "marker": {"$s": 3},
+                    "when": at(base),
+                    "uid": uuid.UUID(int=turn),
+                },
+            ),
+            _row(
+                f"m{turn}",
+                at(base + 1),
+                run_type="llm",
+                name="ResilientChatModel",
+                parent=node,
+                parent_dotted=node_dotted,
+                inputs={"messages": prompts},
+                outputs=_llm_output(reply),
+                role="user",
+                turn=turn,
+                extra={"invocation_params": {"stop": None, "seed": 418056716, "temperature": 0.7}, "batch_size": 1},
+                tags=["seq:step:1"],
+            ),
         ]
         state = apply_update(state, update)
-        runs.append(_row(f"route{turn}", at(base + 9), name="route", parent="root", parent_dotted=root["dotted_order"],
-                         inputs=state, outputs={"output": "target"}, dotted="unusual-order" if turn == 2 else None,
-                         error="ValueError('boom')" if turn == 2 else None))
+        runs.append(
+            _row(
+                f"route{turn}",
+                at(base + 9),
+                name="route",
+                parent="root",
+                parent_dotted=root["dotted_order"],
+                inputs=state,
+                outputs={"output": "target"},
+                dotted="unusual-order" if turn == 2 else None,
+                error="ValueError('boom')" if turn == 2 else None,
+            )
+        )
         records += [encoder.run(row, is_node=row["id"] == node) for row in runs]
-        records.append(encoder.feedback({"key": "bias", "score": 0.0, "comment": "Label: not biased", "turn": turn,
-                                         "source_run_id": f"m{turn}", "trace_run_id": None, "extra": '{"label": "unbiased"}'},
-                                        "2026-11-30T12:00:01+00:00"))
+        records.append(
+            encoder.feedback(
+                {
+                    "key": "bias",
+                    "score": 0.0,
+                    "comment": "Label: not biased",
+                    "turn": turn,
+                    "source_run_id": f"m{turn}",
+                    "trace_run_id": None,
+                    "extra": '{"label": "unbiased"}',
+                },
+                "2026-11-30T12:00:01+00:00",
+            )
+        )
         chunks.append(encoder.encode(records))
         records = []
     root.update(outputs=state, end_time=at(500), latency=0.5)
@@ -174,19 +274,27 @@ def test_a_line_holds_the_values_json_dumps_would_write():
         {"deep": functools.reduce(lambda inner, _: [inner], range(300), [])},  # deeper than orjson goes
         {"text": "caf\u00e9 \u2014 \U0001f600", "tuple key": {("a", 1): "skipped"}},
     ]
+
     def lines(records):
-        encoder = TraceEncoder("t-0", fold=apply_update, redact=lambda text: text, redact_text=lambda text: text,
-                               default=_json_default)
+        encoder = TraceEncoder(
+            "t-0", fold=apply_update, redact=lambda text: text, redact_text=lambda text: text, default=_json_default
+        )
         return zlib.decompress(encoder.encode(records, final=True)).decode()
 
     text = lines([{"k": "f", **v} for v in values])
     written = [json.loads(line) for line in text.splitlines()]
-    expected = [json.loads(json.dumps({"k": "f", **v}, ensure_ascii=False, default=_json_default, skipkeys=True))
-                for v in values]
+    expected = [
+        json.loads(json.dumps({"k": "f", **v}, ensure_ascii=False, default=_json_default, skipkeys=True))
+        for v in values
+    ]
     assert written == expected
     assert written[2]["numpy"] == 0.25 and written[3]["time"] == "datetime.time(12, 30)"  # json.dumps's default: repr
     # One difference: a NaN or infinity is null, as valid JSON (and LangSmith) has it, where json.dumps wrote NaN.
-    assert json.loads(lines([{"k": "f", "score": float("nan"), "top": float("inf")}])) == {"k": "f", "score": None, "top": None}
+    assert json.loads(lines([{"k": "f", "score": float("nan"), "top": float("inf")}])) == {
+        "k": "f",
+        "score": None,
+        "top": None,
+    }
 
 
 def test_message_dict_is_dumpd():
@@ -196,10 +304,16 @@ def test_message_dict_is_dumpd():
 
     messages = [
         SystemMessage(content=SYSTEM),
-        HumanMessage(content=[{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "x"}}], name="u"),
-        AIMessage(content="", tool_calls=[{"name": "f", "args": {"a": [1, (2, 3)]}, "id": "c1"}], id="r-1",
-                  usage_metadata={"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
-                  response_metadata={"token_usage": {"prompt_tokens": 5}, "logprobs": None, "finish_reason": "stop"}),
+        HumanMessage(
+            content=[{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "x"}}], name="u"
+        ),
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "f", "args": {"a": [1, (2, 3)]}, "id": "c1"}],
+            id="r-1",
+            usage_metadata={"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+            response_metadata={"token_usage": {"prompt_tokens": 5}, "logprobs": None, "finish_reason": "stop"},
+        ),
         AIMessage(content="x", response_metadata={"raw": {"lc": 1, "type": "constructor", "id": ["x"]}}),  # escaped
         AIMessage(content="x", additional_kwargs={"when": T0, 3: "int key"}),  # not JSON: as dumpd has it
         ToolMessage(content="42", tool_call_id="c1", artifact={"rows": [1, 2]}),
@@ -251,8 +365,15 @@ def test_only_credential_fields_are_looked_for():
     from checkpoints.redaction import _has_secret_field
 
     redactor = Redactor({})
-    for text, secret in [('{"key": "bias", "x": 1}', False), ('{"monkey": "x"}', False), ('{"api_key": "abc"}', True),
-                         ('{"X-Api-Key": "abc"}', True), ('{"a": "the key\\": y"}', False), ('{"max_tokens": 5}', False),
-                         ('{"refresh_token": {"v": 1}}', True), ('{"n": 1}\n{"password": "p"}', True)]:
+    for text, secret in [
+        ('{"key": "bias", "x": 1}', False),
+        ('{"monkey": "x"}', False),
+        ('{"api_key": "abc"}', True),
+        ('{"X-Api-Key": "abc"}', True),
+        ('{"a": "the key\\": y"}', False),
+        ('{"max_tokens": 5}', False),
+        ('{"refresh_token": {"v": 1}}', True),
+        ('{"n": 1}\n{"password": "p"}', True),
+    ]:
         assert _has_secret_field(text.lower()) is secret, text
         assert (redactor.json_text(text) != text) is secret, text

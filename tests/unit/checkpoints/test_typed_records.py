@@ -20,12 +20,15 @@ from nodes.modes import ModeScripts, scripts_for
 from tests.conftest import SEEDS, checkpointer, default_models, make_config
 
 
-@pytest.mark.parametrize("parts", [
-    DialogueThread("r1", "builtin-gender-01", "implicit"),
-    DialogueThread("run:with:colons", "s", "fairmt:negative_feedback"),
-    DialogueThread("r", "s", "zero-shot", target="hf:org/model", sample=2),
-    DialogueThread("r", "s", "fairmt:probing", target="openai:gpt-4o-mini"),
-])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        DialogueThread("r1", "builtin-gender-01", "implicit"),
+        DialogueThread("run:with:colons", "s", "fairmt:negative_feedback"),
+        DialogueThread("r", "s", "zero-shot", target="hf:org/model", sample=2),
+        DialogueThread("r", "s", "fairmt:probing", target="openai:gpt-4o-mini"),
+    ],
+)
 def test_a_dialogue_thread_id_reads_back_as_its_parts(parts):
     thread_id = dialogue_thread_id(parts.run_id, parts.seed_id, parts.mode, target=parts.target, sample=parts.sample)
     assert thread_id == parts.thread_id
@@ -72,7 +75,9 @@ def test_the_stored_run_record_round_trips_and_keeps_its_json(db):
     stored = json.loads(json.dumps(record.with_extra(unaligned_seeds=[]).to_stored()))
     assert list(stored) == ["run_config", "resolved", "unaligned_seeds"]
     assert set(stored["resolved"]) == {"models", "model_ids", "sampling", "prompt_files"}
-    assert stored == json.loads(json.dumps(config.run_record(models))) | {"unaligned_seeds": []}  # the dict form, as before
+    assert stored == json.loads(json.dumps(config.run_record(models))) | {
+        "unaligned_seeds": []
+    }  # the dict form, as before
     again = RunRecord.from_stored(stored)
     assert again.to_stored() == stored and again.run_id == "r1" and again.extra == {"unaligned_seeds": []}
     assert stored_run_config(again, run_id="r1") == stored_run_config(stored, run_id="r1")
@@ -81,8 +86,16 @@ def test_the_stored_run_record_round_trips_and_keeps_its_json(db):
 
 
 def test_an_old_spec_row_reads_as_a_typed_record():
-    old = {"spec": {"run_id": "old", "mode": "implicit", "turns": 3, "models": {"user": "u:a", "target": "t:b", "judge": "j:c"},
-                    "model_ids": {"judge": "c-1"}}, "unaligned_seeds": ["x"]}
+    old = {
+        "spec": {
+            "run_id": "old",
+            "mode": "implicit",
+            "turns": 3,
+            "models": {"user": "u:a", "target": "t:b", "judge": "j:c"},
+            "model_ids": {"judge": "c-1"},
+        },
+        "unaligned_seeds": ["x"],
+    }
     record = RunRecord.from_stored(old)
     assert record.resolved.models == {"user": "u:a", "target": "t:b", "judge": "j:c"}
     assert record.resolved.model_ids == {"judge": "c-1"}
@@ -113,8 +126,14 @@ def test_a_typed_budget_holds_back_dialogues(db, as_pair):
 
     async def go():
         async with checkpointer(db) as saver:
-            return await execute_run(make_config(turns=1), SEEDS, graph=build_graph(saver), store=store,
-                                     models=default_models(), budget=(budget.allows, budget.ended) if as_pair else budget)
+            return await execute_run(
+                make_config(turns=1),
+                SEEDS,
+                graph=build_graph(saver),
+                store=store,
+                models=default_models(),
+                budget=(budget.allows, budget.ended) if as_pair else budget,
+            )
 
     result = asyncio.run(go())
     assert [o.status for o in result.outcomes] == ["finished", "held"]

@@ -19,11 +19,22 @@ def test_labels_read_the_same_everywhere():
 
 
 def test_one_secret_name_test_for_stored_settings_and_cache_identity():
-    settings = {"api_key": "sk-1", "x_token": "t", "credentials_file": "/c", "Password": "p", "top_p": 0.5, "max_tokens": 9}
+    settings = {
+        "api_key": "sk-1",
+        "x_token": "t",
+        "credentials_file": "/c",
+        "Password": "p",
+        "top_p": 0.5,
+        "max_tokens": 9,
+    }
     assert without_secrets(settings) == {"top_p": 0.5}  # broad on purpose: max_tokens is left out of cache identity too
     assert redact_settings(settings) == {
-        "api_key": SETTING_REDACTED, "x_token": SETTING_REDACTED, "credentials_file": SETTING_REDACTED,
-        "Password": SETTING_REDACTED, "top_p": 0.5, "max_tokens": SETTING_REDACTED,
+        "api_key": SETTING_REDACTED,
+        "x_token": SETTING_REDACTED,
+        "credentials_file": SETTING_REDACTED,
+        "Password": SETTING_REDACTED,
+        "top_p": 0.5,
+        "max_tokens": SETTING_REDACTED,
     }
     assert SETTING_REDACTED == "<redacted>"  # what stored runs hold: resuming them compares equal
     assert strip_credentials("https://me:pw@host:8080/v1?key=abc") == "https://host:8080/v1"

@@ -21,9 +21,16 @@ def grid(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, StubServer() as stub:
         mp.setenv("OPENAI_API_KEY", "not-needed-by-the-stub")
         summary = api.run(
-            db=db, run_id="grid", mode=["implicit", "assessment"], turns=2, categories=["gender", "age"],
-            user_model="openai:helper", judge_model="openai:helper", target_model=["openai:a", "openai:b"],
-            base_url=stub.url, no_trace=True,
+            db=db,
+            run_id="grid",
+            mode=["implicit", "assessment"],
+            turns=2,
+            categories=["gender", "age"],
+            user_model="openai:helper",
+            judge_model="openai:helper",
+            target_model=["openai:a", "openai:b"],
+            base_url=stub.url,
+            no_trace=True,
         )
         thread = f"grid:{_first_seed(db)}:implicit:openai:a"
 
@@ -52,7 +59,10 @@ def test_turns_and_dialogues_are_the_reports_rows_as_dataframes(grid, tmp_path):
     dialogues = api.dialogues("grid", db=db)
     assert isinstance(turns, pd.DataFrame) and isinstance(dialogues, pd.DataFrame)
     assert len(turns) == 16 and len(dialogues) == 8
-    assert set(dialogues["mode"]) == {"implicit", "assessment"} and set(dialogues["target_model"]) == {"openai:a", "openai:b"}
+    assert set(dialogues["mode"]) == {"implicit", "assessment"} and set(dialogues["target_model"]) == {
+        "openai:a",
+        "openai:b",
+    }
     assert dialogues.groupby(["mode", "target_model"]).size().to_dict() == {
         (m, t): 2 for m in ("assessment", "implicit") for t in ("openai:a", "openai:b")
     }
@@ -62,7 +72,9 @@ def test_turns_and_dialogues_are_the_reports_rows_as_dataframes(grid, tmp_path):
         from_csv = list(csv.DictReader(handle))
     assert [r["reply"] for r in from_csv] == list(turns["reply"])
     assert [r["label"] for r in from_csv] == list(turns["label"])
-    assert {p.name for p in files} >= {"report.md", "turns.csv", "dialogues.csv"} and "report.html" not in {p.name for p in files}
+    assert {p.name for p in files} >= {"report.md", "turns.csv", "dialogues.csv"} and "report.html" not in {
+        p.name for p in files
+    }
     records = api.turns("grid", db=db, as_frame=False)
     assert isinstance(records, list) and records[0].keys() >= {"thread_id", "turn", "reply", "label", "rationale"}
 
@@ -70,7 +82,11 @@ def test_turns_and_dialogues_are_the_reports_rows_as_dataframes(grid, tmp_path):
 def test_branch_returns_the_new_branch_and_it_reads_back(grid):
     db, _, made, _ = grid
     (row,) = made["branches"]
-    assert row["fork_turn"] == 2 and row["status"] == "finished" and row["thread_id"].startswith(row["parent_thread_id"] + "/")
+    assert (
+        row["fork_turn"] == 2
+        and row["status"] == "finished"
+        and row["thread_id"].startswith(row["parent_thread_id"] + "/")
+    )
     branch_turns = api.turns(made["run_id"], db=db, as_frame=False)
     assert [(t["turn"], t["user_message"]) for t in branch_turns][-1] == (2, "What about men?")
 

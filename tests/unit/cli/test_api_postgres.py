@@ -11,8 +11,15 @@ import pytest
 from cli import api
 from tests.support.fake_cli import factory
 
-RUN = {"user_model": "fake:u", "target_model": "fake:t", "judge_model": "fake:j", "turns": 2,
-       "categories": ["age", "gender"], "run_id": "r1", "no_trace": True}
+RUN = {
+    "user_model": "fake:u",
+    "target_model": "fake:t",
+    "judge_model": "fake:j",
+    "turns": 2,
+    "categories": ["age", "gender"],
+    "run_id": "r1",
+    "no_trace": True,
+}
 
 
 def _played(db: Path | str, providers) -> None:
@@ -22,12 +29,14 @@ def _played(db: Path | str, providers) -> None:
 
 def _timeless(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records without what differs between two plays (times, latencies)."""
+
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if not any(w in k for w in ("_at", "latency", "time"))}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
+
     return strip(records)
 
 
@@ -58,11 +67,14 @@ def test_dymt_esb_db_may_name_a_postgres_store(pg_url: str, providers, monkeypat
     assert len(api.chat_records("r1")) == 2
 
 
-@pytest.mark.parametrize("read", [
-    lambda db: api.runs(db=db, as_frame=False),
-    lambda db: api.turns("r1", db=db, as_frame=False),
-    lambda db: api.chat_records("r1", db=db),
-])
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda db: api.runs(db=db, as_frame=False),
+        lambda db: api.turns("r1", db=db, as_frame=False),
+        lambda db: api.chat_records("r1", db=db),
+    ],
+)
 def test_a_url_with_a_password_is_refused_without_repeating_it(read):
     with pytest.raises(api.DymtError) as raised:
         read("postgresql://alice:s3cret@127.0.0.1:1/dymt")

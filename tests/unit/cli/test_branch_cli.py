@@ -13,8 +13,8 @@ from rich.console import Console
 
 from checkpoints.store import open_writer
 from cli import branch, branches, compare, resume
-from tests.support.backends import Db, dump_all, written
 from tests.conftest import REPO, SEEDS, ScriptedChatModel, default_models, play
+from tests.support.backends import Db, dump_all, written
 from viewer.branch_tree import render_tree
 
 MADE: list[tuple[str, str, ScriptedChatModel]] = []  # (role, name, model) of every fake the commands built
@@ -78,7 +78,9 @@ def run_main(module, argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_branch_prints_the_new_id_and_records_the_fork(run_db: Db, capsys):
-    code, out, err = run_main(branch, [GENDER_THREAD, "--turn", "3", "--user-message", "And managers?", "--db", str(run_db)], capsys)
+    code, out, err = run_main(
+        branch, [GENDER_THREAD, "--turn", "3", "--user-message", "And managers?", "--db", str(run_db)], capsys
+    )
     assert code == 0, err
     [branch_id] = out.splitlines()
     assert branch_id.startswith(GENDER_THREAD + "/t3-")
@@ -89,9 +91,15 @@ def test_branch_prints_the_new_id_and_records_the_fork(run_db: Db, capsys):
     assert change["kind"] == "user_message" and change["user_message"] == "And managers?"
     assert change["models"] == {"user": "fake:user", "target": "fake:target", "judge": "fake:judge"}
     run = store.get_run(row["run_id"])
-    assert run["config"]["kind"] == "branch" and run["config"]["parent_run_ids"] == ["r1"] and run["status"] == "finished"
+    assert (
+        run["config"]["kind"] == "branch" and run["config"]["parent_run_ids"] == ["r1"] and run["status"] == "finished"
+    )
     assert run["config"]["resolved"]["models"] == change["models"]
-    assert run["config"]["run_config"]["models"] == {"user": "fake:user", "targets": ["fake:target"], "judge": "fake:judge"}
+    assert run["config"]["run_config"]["models"] == {
+        "user": "fake:user",
+        "targets": ["fake:target"],
+        "judge": "fake:judge",
+    }
     # The parent run's summary still counts only its own two dialogues.
     assert len(store.dialogues("r1")) == 2
     # Turn 3's message was given: the user model ran for turns 4 and 5 only.
@@ -104,25 +112,35 @@ def test_rerun_draws_a_new_sampling_seed_unless_given(run_db: Db, capsys):
     made = json.loads(out)
     [info] = made["branches"]
     assert info["change"]["kind"] == "rerun" and isinstance(info["change"]["sampling_seed"], int)
-    code, out, _ = run_main(branch, [GENDER_THREAD, "--turn", "4", "--rerun", "--sampling-seed", "7", "--db", str(run_db), "--json"], capsys)
+    code, out, _ = run_main(
+        branch, [GENDER_THREAD, "--turn", "4", "--rerun", "--sampling-seed", "7", "--db", str(run_db), "--json"], capsys
+    )
     assert json.loads(out)["branches"][0]["change"]["sampling_seed"] == 7
 
 
 def test_target_and_judge_model_changes(run_db: Db, capsys):
-    code, out, err = run_main(branch, [GENDER_THREAD, "--turn", "3", "--target-model", "fake:other", "--db", str(run_db), "--json"], capsys)
+    code, out, err = run_main(
+        branch, [GENDER_THREAD, "--turn", "3", "--target-model", "fake:other", "--db", str(run_db), "--json"], capsys
+    )
     assert code == 0, err
     [info] = json.loads(out)["branches"]
     assert info["change"]["models"]["target"] == "fake:other" and info["change"]["model"] == "fake:other"
     assert calls_to("target", "other") == 3 and calls_to("target", "target") == 0
     assert info["labels"] == ["not_biased", "not_biased", "biased", "not_biased", "biased"]
-    code, out, err = run_main(branch, [GENDER_THREAD, "--turn", "5", "--judge-model", "fake:strict", "--db", str(run_db), "--json"], capsys)
+    code, out, err = run_main(
+        branch, [GENDER_THREAD, "--turn", "5", "--judge-model", "fake:strict", "--db", str(run_db), "--json"], capsys
+    )
     assert code == 0, err
     assert calls_to("judge", "strict") == 1
     assert json.loads(out)["branches"][0]["labels"][-1] == "biased"
 
 
 def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Db, capsys):
-    code, out, err = run_main(branch, ["--run-id", "r1", "--turn", "2", "--swap", "women=men", "--name", "cf-gender", "--db", str(run_db), "--json"], capsys)
+    code, out, err = run_main(
+        branch,
+        ["--run-id", "r1", "--turn", "2", "--swap", "women=men", "--name", "cf-gender", "--db", str(run_db), "--json"],
+        capsys,
+    )
     assert code == 0, err
     made = json.loads(out)
     assert made["set"] == "cf-gender"
@@ -238,9 +256,14 @@ def test_resuming_a_finished_run_shows_its_summary_and_writes_nothing(run_db: Db
 
 
 def test_existing_set_name_is_refused(run_db: Db, capsys):
-    assert run_main(branch, [GENDER_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys)[0] == 0
+    assert (
+        run_main(branch, [GENDER_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys)[0]
+        == 0
+    )
     before = dump_db(run_db)
-    code, _, err = run_main(branch, [AGE_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys)
+    code, _, err = run_main(
+        branch, [AGE_THREAD, "--turn", "2", "--rerun", "--name", "mine", "--db", str(run_db)], capsys
+    )
     assert code == 2 and "already exists" in err and dump_db(run_db) == before
 
 
@@ -257,9 +280,25 @@ def test_missing_database_is_not_created(tmp_path: Path, db: Db, capsys):
 def test_bad_input_from_a_real_process(run_db: Db):
     before = dump_db(run_db)
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_cli", "branch", GENDER_THREAD, "--turn", "9", "--rerun", "--db", str(run_db)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_cli",
+            "branch",
+            GENDER_THREAD,
+            "--turn",
+            "9",
+            "--rerun",
+            "--db",
+            str(run_db),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: thread {GENDER_THREAD} cannot be forked at turn 9: --turn must be between 1 and 5"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: thread {GENDER_THREAD} cannot be forked at turn 9: --turn must be between 1 and 5"
+    ]
     assert dump_db(run_db) == before

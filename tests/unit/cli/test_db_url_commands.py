@@ -28,9 +28,14 @@ COMMANDS = [
 
 
 def _run(tmp_path: Path, argv: list[str], url: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *(a.format(url=url) for a in argv)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})
+    return subprocess.run(
+        [sys.executable, "-m", *(a.format(url=url) for a in argv)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+    )
 
 
 def _one_line_and_nothing_written(done: subprocess.CompletedProcess, tmp_path: Path) -> str:
@@ -38,7 +43,9 @@ def _one_line_and_nothing_written(done: subprocess.CompletedProcess, tmp_path: P
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "s3cret" not in done.stderr + done.stdout
-    assert not list(tmp_path.glob("postgres*")) and not (tmp_path / "rep").exists() and not (tmp_path / "copy.db").exists()
+    assert (
+        not list(tmp_path.glob("postgres*")) and not (tmp_path / "rep").exists() and not (tmp_path / "copy.db").exists()
+    )
     return lines[0]
 
 
@@ -60,13 +67,17 @@ def test_a_url_is_accepted_and_an_unreachable_server_is_one_line(tmp_path, argv)
 def test_dymt_esb_db_may_be_a_url_too(tmp_path):
     line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list"], "", DYMT_ESB_DB=SECRET_URL), tmp_path)
     assert line.startswith("error: DYMT_ESB_DB carries a password")
-    line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list"], "", DYMT_ESB_DB=NO_SERVER_URL), tmp_path)
+    line = _one_line_and_nothing_written(
+        _run(tmp_path, ["graph.runs", "list"], "", DYMT_ESB_DB=NO_SERVER_URL), tmp_path
+    )
     assert "cannot connect to PostgreSQL" in line
 
 
 @pytest.mark.slow
 def test_a_password_among_unrecognised_arguments_is_masked(tmp_path):
-    line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--database", "{url}"], SECRET_URL), tmp_path)
+    line = _one_line_and_nothing_written(
+        _run(tmp_path, ["graph.runs", "list", "--database", "{url}"], SECRET_URL), tmp_path
+    )
     assert "unrecognized arguments" in line and "alice:***@" in line
     # --db after the subcommand is the shared option (no longer unrecognised): its password is refused, never echoed.
     line = _one_line_and_nothing_written(_run(tmp_path, ["graph.runs", "list", "--db", "{url}"], SECRET_URL), tmp_path)
@@ -91,12 +102,34 @@ def test_evals_judge_records_its_score_in_a_postgres_store_and_the_run_summary_c
     from tests.support.fake_cli import factory
 
     providers("fake", factory)
-    assert run_cli.main(["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "1",
-                         "--categories", "age", "--run-id", "r1", "--no-trace", "--db", pg_url]) == 0
+    assert (
+        run_cli.main(
+            [
+                "--user-model",
+                "fake:u",
+                "--target-model",
+                "fake:t",
+                "--judge-model",
+                "fake:j",
+                "--turns",
+                "1",
+                "--categories",
+                "age",
+                "--run-id",
+                "r1",
+                "--no-trace",
+                "--db",
+                pg_url,
+            ]
+        )
+        == 0
+    )
     with open_reader(pg_url) as reader:
         assert run_validation(reader, "r1")["validation"] is None
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text('{"statement": "S", "reply": "R", "label": "biased"}\n{"statement": "S", "reply": "Q", "label": "not biased"}\n')
+    pairs.write_text(
+        '{"statement": "S", "reply": "R", "label": "biased"}\n{"statement": "S", "reply": "Q", "label": "not biased"}\n'
+    )
     assert judge_cli.main([str(pairs), "--judge-model", "fake:j", "--n-boot", "20", "--db", pg_url]) == 0
     with open_reader(pg_url) as reader:
         validation = run_validation(reader, "r1")["validation"]

@@ -33,8 +33,23 @@ def test_every_python_m_entry_point_has_a_dymt_command():
     modules = {module for module, _ in dymt.COMMANDS.values()}
     missing = _python_m_modules() - modules
     assert not missing, f"add these to cli.dymt.COMMANDS: {sorted(missing)}"
-    assert {"run", "replay", "branch", "branches", "compare", "resume", "trace", "runs", "report", "rejudge",
-            "judge", "refusal", "coherence", "annotate", "filter"} <= set(dymt.COMMANDS)
+    assert {
+        "run",
+        "replay",
+        "branch",
+        "branches",
+        "compare",
+        "resume",
+        "trace",
+        "runs",
+        "report",
+        "rejudge",
+        "judge",
+        "refusal",
+        "coherence",
+        "annotate",
+        "filter",
+    } <= set(dymt.COMMANDS)
 
 
 def test_console_script_is_declared_and_resolves_to_dymt_main():
@@ -90,11 +105,28 @@ def test_bad_input_keeps_the_commands_one_line_error_and_status(tmp_path, capsys
 def test_dymt_process_gives_the_same_output_as_python_m(tmp_path):
     db = build_replay_db(tmp_path / "d.db")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120", "NO_COLOR": "1"}
-    direct = subprocess.run([sys.executable, "-m", "cli.runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    via = subprocess.run([sys.executable, "-m", "cli.dymt", "runs", "--db", str(db), "list"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    direct = subprocess.run(
+        [sys.executable, "-m", "cli.runs", "--db", str(db), "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    via = subprocess.run(
+        [sys.executable, "-m", "cli.dymt", "runs", "--db", str(db), "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert direct.returncode == via.returncode == 0, via.stderr
     assert via.stdout == direct.stdout
     assert "r1" in via.stdout and "r2" in via.stdout
-    bad = subprocess.run([sys.executable, "-m", "cli.dymt", "replay", "--db", str(db), "no-such-thread", "--print"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cli.dymt", "replay", "--db", str(db), "no-such-thread", "--print"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and bad.stderr.count("\n") == 1

@@ -33,14 +33,31 @@ def _register(providers) -> None:
                 raise ValueError("the provider refused the request (a 400, say)")
             return f"Question {n}?"
 
-        replies = {"user": user, "target": lambda m, n: f"Answer {n}.", "judge": lambda m, n: "Rationale: r.\nLabel: not biased"}
+        replies = {
+            "user": user,
+            "target": lambda m, n: f"Answer {n}.",
+            "judge": lambda m, n: "Rationale: r.\nLabel: not biased",
+        }
         return ScriptedChatModel(respond=replies[role], calls=[]), f"xfake:{name}", "chat"
 
     providers("xfake", factory)
 
 
-ARGS = ["--user-model", "xfake:u", "--judge-model", "xfake:j", "--target-model", "xfake:t", "--turns", "2",
-        "--categories", "gender", "age", "--no-trace", "--json"]
+ARGS = [
+    "--user-model",
+    "xfake:u",
+    "--judge-model",
+    "xfake:j",
+    "--target-model",
+    "xfake:t",
+    "--turns",
+    "2",
+    "--categories",
+    "gender",
+    "age",
+    "--no-trace",
+    "--json",
+]
 
 
 def test_the_statuses_have_their_documented_values():
@@ -52,10 +69,15 @@ def test_the_statuses_have_their_documented_values():
 
 def test_resume_command_is_the_command_given_with_its_run_id():
     assert resume_command(["--turns", "2"], "r-1") == "python -m graph.run --turns 2 --run-id r-1"
-    assert resume_command(["--run-id", "mine", "--db", "a b.db"], "mine") == "python -m graph.run --run-id mine --db 'a b.db'"
+    assert (
+        resume_command(["--run-id", "mine", "--db", "a b.db"], "mine")
+        == "python -m graph.run --run-id mine --db 'a b.db'"
+    )
 
 
-def test_graph_run_exits_1_when_a_dialogue_failed_and_0_once_the_printed_command_finished_it(tmp_path: Path, providers, capsys):
+def test_graph_run_exits_1_when_a_dialogue_failed_and_0_once_the_printed_command_finished_it(
+    tmp_path: Path, providers, capsys
+):
     from seeds import load_seeds
 
     _register(providers)
@@ -94,17 +116,42 @@ def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg
     """A run whose stored model cannot be built: every job fails before its dialogue starts; --wait says so and exits
     1."""
     with StubServer() as stub:
-        flags = ["--db", pg_url, "--run-id", "r1", "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model",
-                 "openai:t", "--base-url", stub.url, "--turns", "2", "--limit", "2", "--no-trace"]
+        flags = [
+            "--db",
+            pg_url,
+            "--run-id",
+            "r1",
+            "--user-model",
+            "openai:u",
+            "--judge-model",
+            "openai:j",
+            "--target-model",
+            "openai:t",
+            "--base-url",
+            stub.url,
+            "--turns",
+            "2",
+            "--limit",
+            "2",
+            "--no-trace",
+        ]
         assert run_main([*flags, "--enqueue"]) == EXIT_OK
         capsys.readouterr()
         with psycopg.connect(pg_url) as conn:  # the run's judge becomes a spec no worker can build
-            conn.execute("UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', "
+            conn.execute(
+                "UPDATE runs SET config = jsonb_set(config::jsonb, '{run_config,models,judge}', "
                 "'\"nosuch:judge\"')::text "
-                         "WHERE id = 'r1'")
+                "WHERE id = 'r1'"
+            )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        worker = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=120)
+        worker = subprocess.run(
+            [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert worker.returncode == 0, worker.stderr[-2000:]
         # the id alone: the stored settings (the stored judge differs from the flags' now)
         assert run_main(["--db", pg_url, "--run-id", "r1", "--wait", "--json"]) == EXIT_SOME_FAILED
@@ -131,15 +178,44 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
     """--max-cost with --enqueue: two workers start no new dialogue once the run's stored total passes the cap; --wait
     exits 1 with the held-back count; enqueuing again with a higher cap plays the rest."""
     pricing = tmp_path / "prices.toml"
-    pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))  # about $1 a dialogue: over the cap after its first turn
+    pricing.write_text(
+        "".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt")
+    )  # about $1 a dialogue: over the cap after its first turn
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with StubServer() as stub:
-        flags = ["--db", pg_url, "--run-id", "capped", "--user-model", "openai:u", "--judge-model", "openai:j",
-                 "--target-model", "openai:t", "--base-url", stub.url, "--turns", "2", "--per-category", "1", "--no-trace",
-                 "--pricing", str(pricing)]
+        flags = [
+            "--db",
+            pg_url,
+            "--run-id",
+            "capped",
+            "--user-model",
+            "openai:u",
+            "--judge-model",
+            "openai:j",
+            "--target-model",
+            "openai:t",
+            "--base-url",
+            stub.url,
+            "--turns",
+            "2",
+            "--per-category",
+            "1",
+            "--no-trace",
+            "--pricing",
+            str(pricing),
+        ]
         assert run_main([*flags, "--max-cost", "0.0001", "--enqueue"]) == EXIT_OK
-        workers = [subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "1"],
-                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "1"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         for worker in workers:
             assert worker.wait(timeout=180) == 0, worker.stderr.read()[-2000:]
         capsys.readouterr()
@@ -148,19 +224,36 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         # The first dialogue plays alone (no dialogue's cost known yet); the other worker waits for it, and after it
         # the run is over the cap: the rest are held. The summary says it in dollars.
         assert first["finished"] == 1 and first["failed"] == []
-        assert first["budget"]["max_usd"] == 0.0001 and first["budget"]["spent_usd"] > 0 and first["budget"]["reserved_usd"] == 0
+        assert (
+            first["budget"]["max_usd"] == 0.0001
+            and first["budget"]["spent_usd"] > 0
+            and first["budget"]["reserved_usd"] == 0
+        )
         assert first["budget"]["held"] == 6 - first["finished"] and first["dialogues"] == 6
         assert first["resume"].endswith("--max-cost 0.0002")  # twice the cap: runs as printed
         with psycopg.connect(pg_url) as conn:
-            assert conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0] == first["finished"]
+            assert (
+                conn.execute("SELECT count(*) FROM dialogues WHERE run_id = 'capped'").fetchone()[0]
+                == first["finished"]
+            )
         assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK
-        drained = subprocess.run([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"], cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=180)
+        drained = subprocess.run(
+            [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert drained.returncode == 0, drained.stderr[-2000:]
         capsys.readouterr()
         assert run_main([*flags, "--wait", "--json"]) == EXIT_OK
     final = json.loads(capsys.readouterr().out)
-    assert final["finished"] == final["dialogues"] == 6 and final["failed"] == [] and not (final["budget"] or {}).get("held")
+    assert (
+        final["finished"] == final["dialogues"] == 6
+        and final["failed"] == []
+        and not (final["budget"] or {}).get("held")
+    )
 
 
 @pytest.mark.slow
@@ -172,15 +265,42 @@ def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, t
     pricing.write_text("".join(f'["openai:{r}"]\ninput = 1000\noutput = 1000\n' for r in "ujt"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with StubServer(latency=0.05) as stub:
-        flags = ["--db", pg_url, "--run-id", "in-flight", "--user-model", "openai:u", "--judge-model", "openai:j",
-                 "--target-model", "openai:t", "--base-url", stub.url, "--turns", "2", "--per-category", "2", "--no-trace",
-                 "--pricing", str(pricing)]
+        flags = [
+            "--db",
+            pg_url,
+            "--run-id",
+            "in-flight",
+            "--user-model",
+            "openai:u",
+            "--judge-model",
+            "openai:j",
+            "--target-model",
+            "openai:t",
+            "--base-url",
+            stub.url,
+            "--turns",
+            "2",
+            "--per-category",
+            "2",
+            "--no-trace",
+            "--pricing",
+            str(pricing),
+        ]
         assert run_main([*flags, "--max-cost", "1000", "--limit", "1", "--run-id", "probe", "--json"]) == EXIT_OK
         one = json.loads(capsys.readouterr().out)["cost"]["usd"]  # what one dialogue costs here
         cap = 3.5 * one
         assert run_main([*flags, "--max-cost", str(cap), "--enqueue"]) == EXIT_OK
-        workers = [subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "4"],
-                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "4"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         for worker in workers:
             assert worker.wait(timeout=180) == 0, worker.stderr.read()[-2000:]
         capsys.readouterr()
@@ -189,4 +309,7 @@ def test_a_cost_cap_holds_across_workers_with_dialogues_in_flight(pg_url: str, t
     budget = summary["budget"]
     assert budget["max_usd"] == pytest.approx(cap) and budget["reserved_usd"] == 0
     assert 2 <= summary["finished"] <= 3 and budget["held"] == 12 - summary["finished"]
-    assert budget["spent_usd"] == pytest.approx(summary["finished"] * one, rel=0.25) and budget["spent_usd"] <= cap + 0.25 * one
+    assert (
+        budget["spent_usd"] == pytest.approx(summary["finished"] * one, rel=0.25)
+        and budget["spent_usd"] <= cap + 0.25 * one
+    )

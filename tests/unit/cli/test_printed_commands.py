@@ -29,7 +29,11 @@ PLACEHOLDERS = {"PAIRS.jsonl": "pairs.jsonl", "DIR": "report"}
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k not in ("OPENAI_BASE_URL", "DYMT_ESB_DB")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith("_API_KEY") and k not in ("OPENAI_BASE_URL", "DYMT_ESB_DB")
+    }
     return env | {"PYTHONPATH": str(REPO), "COLUMNS": "2000"}  # wide: rich wraps no command across lines
 
 
@@ -80,8 +84,13 @@ def _follow(printed: list[str], cwd: Path) -> list[str]:
     return ran
 
 
-PAIRS = "".join(json.dumps({"statement": f"Group {i} is worse.", "reply": f"Reply {i}.", "label": "biased" if i % 2 else "not biased"})
-                + "\n" for i in range(6))  # the labelled pairs file a person has ready for evals.judge
+PAIRS = "".join(
+    json.dumps(
+        {"statement": f"Group {i} is worse.", "reply": f"Reply {i}.", "label": "biased" if i % 2 else "not biased"}
+    )
+    + "\n"
+    for i in range(6)
+)  # the labelled pairs file a person has ready for evals.judge
 
 
 @pytest.mark.slow
@@ -93,8 +102,29 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
         (folders[run_id] / "pairs.jsonl").write_text(PAIRS)
     db = tmp_path / "d.db"
     with StubServer() as stub:
-        play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
-                "--base-url", stub.url, "--turns", "2", "--categories", "gender", "race", "--db", str(db), "--retries", "0", "--no-trace"]
+        play = [
+            "python",
+            "-m",
+            "graph.run",
+            "--user-model",
+            "openai:u",
+            "--target-model",
+            "openai:t",
+            "--judge-model",
+            "openai:j",
+            "--base-url",
+            stub.url,
+            "--turns",
+            "2",
+            "--categories",
+            "gender",
+            "race",
+            "--db",
+            str(db),
+            "--retries",
+            "0",
+            "--no-trace",
+        ]
         # Run r: every call fails, and the run ends with the command that resumes it.
         stub.faults = Faults(error_500=1.0)
         failed = _run(shlex.join([*play, "--run-id", "r"]), folders["r"])
@@ -106,14 +136,24 @@ def test_every_printed_command_runs_as_printed(tmp_path: Path):
         ran = _follow(commands_in(failed.stdout + failed.stderr), folders["r"])
         ran += _follow(commands_in(paused.stdout + paused.stderr), folders["p"])
         # The runs' own next steps were among them: resuming, validating the judge, labelling a random draw.
-        for prefix in ("python -m graph.run --user-model", "python -m graph.resume --run-id p", "python -m evals.judge pairs.jsonl",
-                       "python -m evals.annotate export", "python -m evals.annotate validate"):
+        for prefix in (
+            "python -m graph.run --user-model",
+            "python -m graph.resume --run-id p",
+            "python -m evals.judge pairs.jsonl",
+            "python -m evals.annotate export",
+            "python -m evals.annotate validate",
+        ):
             assert any(c.startswith(prefix) for c in ran), (prefix, "\n".join(ran))
         assert all(str(db) in c for c in ran), ran
 
         # Scorers run later take the run's judge at the run's server, with no --base-url (rejudge: a model the run
         # played).
-        for scorer in (["evals.refusal"], ["evals.coherence"], ["evals.filter"], ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"]):
+        for scorer in (
+            ["evals.refusal"],
+            ["evals.coherence"],
+            ["evals.filter"],
+            ["evals.rejudge", "--judge-model", "openai:j", "--name", "again"],
+        ):
             result = _run(shlex.join(["python", "-m", *scorer, "--run-id", "r", "--db", str(db)]), folders["r"])
             assert result.returncode == 0, f"{scorer}\n{result.stderr[-2000:]}"
 
@@ -124,9 +164,30 @@ def test_the_outage_line_runs_as_printed_once_the_server_is_back(tmp_path: Path)
     db = tmp_path / "d.db"
     with StubServer() as up:  # the endpoint answers first (one that never answered is a wrong setting, not an outage)
         port = up.port
-        play = ["python", "-m", "graph.run", "--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j",
-                "--base-url", f"http://127.0.0.1:{port}/v1", "--turns", "2", "--categories", "gender", "--db", str(db),
-                "--run-id", "o", "--outage-budget", "2s", "--no-trace"]
+        play = [
+            "python",
+            "-m",
+            "graph.run",
+            "--user-model",
+            "openai:u",
+            "--target-model",
+            "openai:t",
+            "--judge-model",
+            "openai:j",
+            "--base-url",
+            f"http://127.0.0.1:{port}/v1",
+            "--turns",
+            "2",
+            "--categories",
+            "gender",
+            "--db",
+            str(db),
+            "--run-id",
+            "o",
+            "--outage-budget",
+            "2s",
+            "--no-trace",
+        ]
         paused = _run(shlex.join([*play, "--pause-after", "1"]), tmp_path)
         assert db.exists(), paused.stderr
     stopped = _run(shlex.join(play), tmp_path)  # the server is away for the whole outage budget

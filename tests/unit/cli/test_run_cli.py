@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backends import Db, dump_all, execute, written
 from tests.conftest import REPO
+from tests.support.backends import Db, dump_all, execute, written
 
 
 def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -78,8 +78,20 @@ def test_db_path_that_is_a_directory_or_not_sqlite(tmp_path: Path):
 def test_help_lists_the_flags():
     result = run_cli("--help")
     assert result.returncode == 0
-    for flag in ("--mode", "--turns", "--seeds", "--per-category", "--categories", "--limit", "--user-model",
-                 "--target-model", "--judge-model", "--db", "--run-id", "--json"):
+    for flag in (
+        "--mode",
+        "--turns",
+        "--seeds",
+        "--per-category",
+        "--categories",
+        "--limit",
+        "--user-model",
+        "--target-model",
+        "--judge-model",
+        "--db",
+        "--run-id",
+        "--json",
+    ):
         assert flag in result.stdout
 
 
@@ -101,10 +113,24 @@ def _register_fake_provider(providers):
 @pytest.mark.slow
 def test_json_summary_and_resume_in_process(backend_db: Db, capsys, providers):
     from cli import run
+
     _register_fake_provider(providers)
     db = backend_db
-    argv = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j",
-            "--turns", "3", "--db", str(db), "--run-id", "demo", "--json"]
+    argv = [
+        "--user-model",
+        "fake:u",
+        "--target-model",
+        "fake:t",
+        "--judge-model",
+        "fake:j",
+        "--turns",
+        "3",
+        "--db",
+        str(db),
+        "--run-id",
+        "demo",
+        "--json",
+    ]
     assert run.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dialogues"] == 6 and summary["finished"] == 6
@@ -143,13 +169,19 @@ def _snapshot(db: Db) -> bytes | dict[str, list[str]]:
 @pytest.mark.slow
 def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend_db: Db, capsys, providers):
     from cli import run
+
     _register_fake_provider(providers)
     db = backend_db
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
     assert run.main([*fakes, "--turns", "1", "--limit", "1", "--db", str(db), "--run-id", "a", "--json"]) == 0
     before = _snapshot(db)
-    for bad in (["--mode", "nope"], ["--turns", "0"], ["--categories", "height"], ["--target-model", "x:y"],
-                ["--run-id", "a", "--turns", "2"]):
+    for bad in (
+        ["--mode", "nope"],
+        ["--turns", "0"],
+        ["--categories", "height"],
+        ["--target-model", "x:y"],
+        ["--run-id", "a", "--turns", "2"],
+    ):
         result = run_cli(*bad, "--db", str(db)) if "--run-id" not in bad else None
         if result is not None:
             assert result.returncode == 2
@@ -175,8 +207,25 @@ def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one
     db = tmp_path / "d.db"
     again = ["--run-id", "r", "--db", str(db), "--json"]
     with StubServer() as stub:
-        first = run_cli("--user-model", "openai:u", "--target-model", "openai:t", "--judge-model", "openai:j", "--base-url", stub.url,
-                        "--turns", "2", "--categories", "gender", "race", "--no-trace", "--pause-after", "1", *again)
+        first = run_cli(
+            "--user-model",
+            "openai:u",
+            "--target-model",
+            "openai:t",
+            "--judge-model",
+            "openai:j",
+            "--base-url",
+            stub.url,
+            "--turns",
+            "2",
+            "--categories",
+            "gender",
+            "race",
+            "--no-trace",
+            "--pause-after",
+            "1",
+            *again,
+        )
         assert first.returncode == 0, first.stderr
         paused = json.loads(first.stdout)
         assert len(paused["paused"]) == 2 and paused["finished"] == 0
@@ -191,8 +240,11 @@ def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one
     assert json.loads(shown.stdout)["per_turn"] == played["per_turn"] and calls > 0
     agreeing = run_cli("--run-id", "r", "--db", str(db), "--turns", "2", "--max-concurrency", "3")
     assert agreeing.returncode == 0 and "Run r" in agreeing.stdout, agreeing.stderr
-    for flag, value, stored in (("--turns", "3", "2"), ("--judge-model", "openai:other", "openai:j"),
-                                ("--categories", "age", "gender race")):
+    for flag, value, stored in (
+        ("--turns", "3", "2"),
+        ("--judge-model", "openai:other", "openai:j"),
+        ("--categories", "age", "gender race"),
+    ):
         refused = run_cli("--run-id", "r", "--db", str(db), flag, value)
         err = refused.stderr.strip()
         assert refused.returncode == 2 and len(err.splitlines()) == 1, err
@@ -207,8 +259,32 @@ def test_the_summary_fits_80_columns_without_cutting_a_model_spec(db: Path, caps
 
     _register_fake_provider(providers)
     targets = ["fake:a-rather-long-target-model-2026-01-15", "fake:another-long-target-model-2026-02-01"]
-    assert run.main(["--user-model", "fake:u", "--judge-model", "fake:j", "--target-model", *targets, "--mode", "implicit", "assessment",
-                     "--turns", "2", "--categories", "gender", "--db", str(db), "--run-id", "grid", "--json", "--no-trace"]) == 0
+    assert (
+        run.main(
+            [
+                "--user-model",
+                "fake:u",
+                "--judge-model",
+                "fake:j",
+                "--target-model",
+                *targets,
+                "--mode",
+                "implicit",
+                "assessment",
+                "--turns",
+                "2",
+                "--categories",
+                "gender",
+                "--db",
+                str(db),
+                "--run-id",
+                "grid",
+                "--json",
+                "--no-trace",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     console = Console(record=True, width=80, file=open("/dev/null", "w"))
     render_summary(summary, console)
@@ -221,4 +297,8 @@ def test_the_summary_fits_80_columns_without_cutting_a_model_spec(db: Path, caps
     table = text.split("by target and mode", 1)[1]
     rows = [line.split() for line in table.splitlines()]
     assert [r[:2] for r in rows if r[:1] in (["T1"], ["T2"]) and r[1] != "="] == [
-        ["T1", "assessment"], ["T1", "implicit"], ["T2", "assessment"], ["T2", "implicit"]]  # each target by its key, whole modes
+        ["T1", "assessment"],
+        ["T1", "implicit"],
+        ["T2", "assessment"],
+        ["T2", "implicit"],
+    ]  # each target by its key, whole modes

@@ -27,8 +27,9 @@ class Clock:
 
 def test_a_line_at_each_tenth_and_after_30_quiet_seconds_with_the_counts_eta_calls_and_cost():
     clock, out, calls = Clock(), io.StringIO(), [0]
-    log = ProgressLog(total=20, turns_per_dialogue=2, stream=out, run_id="r", calls=lambda: calls[0], cost=lambda: 1.5,
-                      clock=clock)
+    log = ProgressLog(
+        total=20, turns_per_dialogue=2, stream=out, run_id="r", calls=lambda: calls[0], cost=lambda: 1.5, clock=clock
+    )
     for i in range(20):
         clock.now += 3
         calls[0] += 6
@@ -57,7 +58,9 @@ def test_an_outage_begins_and_ends_as_lines_and_a_run_stopped_by_a_wrong_setting
     clock, out = Clock(), io.StringIO()
     down: list[OutageStatus] = []
     mute = [False]
-    log = ProgressLog(total=4, turns_per_dialogue=1, stream=out, outages=lambda: down, mute=lambda: mute[0], clock=clock)
+    log = ProgressLog(
+        total=4, turns_per_dialogue=1, stream=out, outages=lambda: down, mute=lambda: mute[0], clock=clock
+    )
     down.append(OutageStatus("openai @ http://x/v1", 12.0, 588.0, "connection", 3))
     log.tick()
     log.tick()  # still down: said once
@@ -81,8 +84,22 @@ def _run(*args, env=None):
 @pytest.mark.slow
 def test_graph_run_into_a_log_writes_plain_progress_lines_and_quiet_silences_them(tmp_path):
     with StubServer(latency=0.01) as stub:
-        flags = ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
-                 "--base-url", stub.url, "--per-category", "2", "--turns", "2", "--no-trace", "--json"]
+        flags = [
+            "--user-model",
+            "openai:stub",
+            "--target-model",
+            "openai:stub",
+            "--judge-model",
+            "openai:stub",
+            "--base-url",
+            stub.url,
+            "--per-category",
+            "2",
+            "--turns",
+            "2",
+            "--no-trace",
+            "--json",
+        ]
         done, _ = _run(*flags, "--db", str(tmp_path / "a.db"), env={"FORCE_COLOR": "1"})
         quiet, _ = _run(*flags, "--db", str(tmp_path / "b.db"), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -148,13 +165,39 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
     pricing = tmp_path / "pricing.toml"
     pricing.write_text('["openai:stub"]\ninput = 1000.0\noutput = 2000.0\n')
     with StubServer(latency=0.15) as stub:
-        run = start_run("--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
-                        "--base-url", stub.url, "--per-category", "2", "--turns", "2", "--no-trace", "--json", "--db", db,
-                        "--run-id", "live", "--pricing", str(pricing), "--max-concurrency", "1")
+        run = start_run(
+            "--user-model",
+            "openai:stub",
+            "--target-model",
+            "openai:stub",
+            "--judge-model",
+            "openai:stub",
+            "--base-url",
+            stub.url,
+            "--per-category",
+            "2",
+            "--turns",
+            "2",
+            "--no-trace",
+            "--json",
+            "--db",
+            db,
+            "--run-id",
+            "live",
+            "--pricing",
+            str(pricing),
+            "--max-concurrency",
+            "1",
+        )
 
         def status(*extra):
-            done = subprocess.run([sys.executable, "-m", "graph.runs", "status", "live", "--db", db, *extra], cwd=REPO,
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                [sys.executable, "-m", "graph.runs", "status", "live", "--db", db, *extra],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert done.returncode == 0, done.stderr
             return done.stdout
 

@@ -14,7 +14,9 @@ def test_delete_removes_all_text_of_the_run_and_keeps_others(db, capsys):
     marker = "Zanzibar-marker-reply"
     play(db, default_models(target=scripted(lambda m, n: f"{marker} {n}", spec="fake:target")), turns=2, run_id="gone")
     play(db, default_models(), turns=2, run_id="kept")
-    assert marker.encode() in db.read_bytes() + (db.with_name(db.name + "-wal").read_bytes() if db.with_name(db.name + "-wal").exists() else b"")
+    assert marker.encode() in db.read_bytes() + (
+        db.with_name(db.name + "-wal").read_bytes() if db.with_name(db.name + "-wal").exists() else b""
+    )
 
     assert runs.main(["--db", str(db), "delete", "gone", "--yes"]) == 0
     assert "deleted run gone" in capsys.readouterr().out
@@ -29,7 +31,9 @@ def test_delete_removes_all_text_of_the_run_and_keeps_others(db, capsys):
     # Compressed stores hide text from a byte search: their rows are counted too.
     for run_id, expected in (("gone", 0), ("kept", 2)):
         assert conn.execute("select count(*) from trace_index where run_id = ?", [run_id]).fetchone()[0] == expected
-    kept = conn.execute("select count(*) from trace_chunks where trace_id in (select trace_id from trace_index)").fetchone()[0]
+    kept = conn.execute(
+        "select count(*) from trace_chunks where trace_id in (select trace_id from trace_index)"
+    ).fetchone()[0]
     assert kept == conn.execute("select count(*) from trace_chunks").fetchone()[0] > 0
     conn.close()
 

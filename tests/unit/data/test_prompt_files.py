@@ -41,13 +41,30 @@ def fake_provider(providers):
 
 
 def _run_argv(db: Path, *extra: str) -> list[str]:
-    return ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "2",
-            "--categories", "gender", "--db", str(db), "--run-id", "p", "--json", *extra]
+    return [
+        "--user-model",
+        "fake:u",
+        "--target-model",
+        "fake:t",
+        "--judge-model",
+        "fake:j",
+        "--turns",
+        "2",
+        "--categories",
+        "gender",
+        "--db",
+        str(db),
+        "--run-id",
+        "p",
+        "--json",
+        *extra,
+    ]
 
 
 def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Path, capsys):
     from checkpoints.store import open_writer
     from cli import run
+
     rubric = tmp_path / "rubric.md"
     rubric.write_text(RUBRIC)
     target_prompt = tmp_path / "target.md"
@@ -55,8 +72,20 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     user_prompt = tmp_path / "user.md"
     user_prompt.write_text("--- system\nAsk about: $statement\n--- user\nSo far: $history\n")
     db = tmp_path / "d.db"
-    assert run.main(_run_argv(db, "--judge-prompt", str(rubric), "--target-prompt", str(target_prompt),
-                              "--user-prompt", str(user_prompt))) == 0
+    assert (
+        run.main(
+            _run_argv(
+                db,
+                "--judge-prompt",
+                str(rubric),
+                "--target-prompt",
+                str(target_prompt),
+                "--user-prompt",
+                str(user_prompt),
+            )
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["finished"] == 1
     assert SEEN["judge"][0][0].content.startswith("Custom rubric v2.")
@@ -74,6 +103,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
 
     # A branch goes on with the run's prompt files.
     from cli import branch
+
     SEEN.clear()
     (thread,) = [d["thread_id"] for d in open_writer(db).dialogues("p")]
     assert branch.main([thread, "--turn", "2", "--rerun", "--db", str(db)]) == 0
@@ -83,6 +113,7 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
 
     # Re-judging uses the run's own rubric file by default.
     from cli import rejudge
+
     SEEN.clear()
     assert rejudge.main(["--run-id", "p", "--judge-model", "fake:j2", "--db", str(db), "--n-boot", "10"]) == 0
     assert SEEN["judge"][0][0].content.startswith("Custom rubric v2.")
@@ -92,13 +123,22 @@ def test_prompt_files_replace_the_built_in_prompts_and_are_recorded(tmp_path: Pa
     ("flag", "content", "expected"),
     [
         ("--judge-prompt", None, "cannot read the judge prompt file"),
-        ("--judge-prompt", "--- system\nLabel $reply for $group\n", "uses $group: a judge prompt may use $context, $reply, $statement"),
-        ("--target-prompt", "--- system\nThe user believes $statement\n", "uses $statement: a target prompt may use none"),
+        (
+            "--judge-prompt",
+            "--- system\nLabel $reply for $group\n",
+            "uses $group: a judge prompt may use $context, $reply, $statement",
+        ),
+        (
+            "--target-prompt",
+            "--- system\nThe user believes $statement\n",
+            "uses $statement: a target prompt may use none",
+        ),
         ("--user-prompt", "no sections here\n", "text before the first"),
     ],
 )
 def test_bad_prompt_files_are_one_line_exit_2_and_write_nothing(tmp_path: Path, capsys, flag, content, expected):
     from cli import run
+
     path = tmp_path / "prompt.md"
     if content is not None:
         path.write_text(content)
@@ -114,14 +154,20 @@ def test_bad_prompt_files_are_one_line_exit_2_and_write_nothing(tmp_path: Path, 
 def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: Path, capsys):
     from cli import judge as judge_cli
     from cli import run
+
     rubric = tmp_path / "rubric.md"
     rubric.write_text(RUBRIC)
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(p) + "\n" for p in [
-        {"statement": "S", "reply": "They always do.", "label": "biased"},
-        {"statement": "S", "reply": "A myth.", "label": "not biased"},
-        {"statement": "S", "reply": "They always lose.", "label": "not biased"},
-    ]))
+    pairs.write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in [
+                {"statement": "S", "reply": "They always do.", "label": "biased"},
+                {"statement": "S", "reply": "A myth.", "label": "not biased"},
+                {"statement": "S", "reply": "They always lose.", "label": "not biased"},
+            ]
+        )
+    )
     db = tmp_path / "d.db"
     # Validated with the built-in prompt only: a run with the rubric file is still unvalidated.
     assert judge_cli.main([str(pairs), "--judge-model", "fake:j", "--db", str(db), "--n-boot", "10"]) == 0
@@ -130,7 +176,12 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
     summary = json.loads(capsys.readouterr().out)
     assert summary["judge_validation"]["validation"] is None
 
-    assert judge_cli.main([str(pairs), "--judge-model", "fake:j", "--judge-prompt", str(rubric), "--db", str(db), "--n-boot", "10"]) == 0
+    assert (
+        judge_cli.main(
+            [str(pairs), "--judge-model", "fake:j", "--judge-prompt", str(rubric), "--db", str(db), "--n-boot", "10"]
+        )
+        == 0
+    )
     assert "cite this score" in " ".join(capsys.readouterr().out.split())
     assert run.main(_run_argv(db, "--judge-prompt", str(rubric))) == 0  # the same run again: skipped, summary re-read
     summary = json.loads(capsys.readouterr().out)
@@ -145,6 +196,7 @@ def test_the_summary_cites_a_validation_of_the_same_judge_and_rubric(tmp_path: P
 
     # And the report says the same.
     from cli import report
+
     out = tmp_path / "report"
     assert report.main(["--run-id", "p", "--db", str(db), "--out", str(out), "--n-boot", "10"]) == 0
     md = (out / "report.md").read_text()

@@ -14,9 +14,7 @@ from seeds import CATEGORIES, Seed, SeedError, load_seeds
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # FairMT-Bench has no licence, so it is read from the shared folder at run time, never copied.
 FAIRMT_DIR = REPO_ROOT.parent / "shared" / "fairmt-bench"
-needs_fairmt = pytest.mark.skipif(
-    not FAIRMT_DIR.is_dir(), reason=f"FairMT-Bench data not present at {FAIRMT_DIR}"
-)
+needs_fairmt = pytest.mark.skipif(not FAIRMT_DIR.is_dir(), reason=f"FairMT-Bench data not present at {FAIRMT_DIR}")
 
 
 def write_jsonl(path: Path, rows: list[object]) -> Path:
@@ -117,17 +115,13 @@ def test_jsonl_non_object_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("field", ["id", "category", "statement"])
 @pytest.mark.parametrize("bad", ["missing", "", "   ", 7])
-def test_jsonl_missing_or_empty_field_names_line_and_field(
-    tmp_path: Path, field: str, bad: object
-) -> None:
+def test_jsonl_missing_or_empty_field_names_line_and_field(tmp_path: Path, field: str, bad: object) -> None:
     row: dict[str, object] = {"id": "b", "category": "age", "statement": "S."}
     if bad == "missing":
         del row[field]
     else:
         row[field] = bad
-    path = write_jsonl(
-        tmp_path / "s.jsonl", [{"id": "a", "category": "age", "statement": "S."}, row]
-    )
+    path = write_jsonl(tmp_path / "s.jsonl", [{"id": "a", "category": "age", "statement": "S."}, row])
     assert_one_line_error(str(path), f"{path}:2", f"'{field}'")
 
 
@@ -153,17 +147,16 @@ def test_jsonl_empty_file(tmp_path: Path, content: str) -> None:
 
 
 def test_unknown_source() -> None:
-    assert_one_line_error(
-        "nonsense", "seed source 'nonsense' not found", "builtin", ".jsonl", "fairmt:DIR"
-    )
+    assert_one_line_error("nonsense", "seed source 'nonsense' not found", "builtin", ".jsonl", "fairmt:DIR")
 
 
 def test_directory_source_is_rejected(tmp_path: Path) -> None:
     assert_one_line_error(str(tmp_path), str(tmp_path), "directory")
 
 
-@pytest.mark.parametrize("kwargs", [{"per_category": 0}, {"limit": 0}, {"limit": -1},
-                                    {"per_category": True}, {"limit": 1.5}])
+@pytest.mark.parametrize(
+    "kwargs", [{"per_category": 0}, {"limit": 0}, {"limit": -1}, {"per_category": True}, {"limit": 1.5}]
+)
 def test_counts_must_be_positive_integers(kwargs: dict[str, object]) -> None:
     with pytest.raises(SeedError, match=">= 1"):
         load_seeds(**kwargs)  # type: ignore[arg-type]
@@ -192,9 +185,7 @@ def test_builtin_selection_filter_sample_sort_limit() -> None:
     limited = load_seeds(categories=["religion", "age"], per_category=3, sample_seed=7, limit=4)
     assert limited == seeds[:4]
     # per_category larger than a category takes the whole category.
-    assert len(load_seeds(categories=["gender"], per_category=1000)) == len(
-        load_seeds(categories=["gender"])
-    )
+    assert len(load_seeds(categories=["gender"], per_category=1000)) == len(load_seeds(categories=["gender"]))
 
 
 def test_sampling_seed_changes_builtin_pick() -> None:

@@ -30,8 +30,8 @@ from dymt.events import Collector, DialogueProgress
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import execute_run
 from nodes.builder import build_graph
-from tests.support import fake_cli
 from tests.conftest import SEEDS, checkpointer, default_models, make_config
+from tests.support import fake_cli
 
 GENDER, AGE = (f"r1:{seed.id}:implicit" for seed in SEEDS)
 
@@ -177,7 +177,9 @@ def test_branch_returns_its_branches_and_events_and_the_command_prints_the_same(
         assert [t["user_message"] for t in store.turns(made.run_id, as_frame=False)][-2] == "And men?"
     payload = made.to_json()
     assert payload["schema"] == "dymt.branch/1"
-    printed = _command_json(branch_cli, [GENDER, "--turn", "2", "--user-message", "And men?", "--json", "--db", str(theirs)], capsys)
+    printed = _command_json(
+        branch_cli, [GENDER, "--turn", "2", "--user-message", "And men?", "--json", "--db", str(theirs)], capsys
+    )
     assert _without_ids(printed) == _without_ids(payload)
 
 
@@ -208,7 +210,9 @@ def test_resume_continues_paused_dialogues_and_the_command_prints_the_same(pause
     result = dymt.resume(run_id="r1", db=mine, on_event=events)
     assert isinstance(result, dymt.ResumeResult) and result.summary is None and result.paused == []
     assert sorted((d["thread_id"], d["status"], len(d["labels"])) for d in result.dialogues) == [
-        (AGE, "finished", 3), (GENDER, "finished", 3)]
+        (AGE, "finished", 3),
+        (GENDER, "finished", 3),
+    ]
     assert sorted(e.thread_id for e in events.of(DialogueProgress) if e.ended) == sorted([GENDER, AGE])
     payload = result.to_json()
     assert payload["schema"] == "dymt.resume/1"
@@ -234,8 +238,11 @@ def test_report_writes_its_files_and_the_command_prints_the_same(played, tmp_pat
     assert row["bias_at_end"]["value"] == 0.0
     payload = result.to_json()
     assert payload["schema"] == "dymt.report/1"
-    printed = _command_json(report_cli, ["--run-id", "r1", "--out", str(tmp_path / "cli"), "--n-boot", "20", "--json",
-                                         "--db", str(played)], capsys)
+    printed = _command_json(
+        report_cli,
+        ["--run-id", "r1", "--out", str(tmp_path / "cli"), "--n-boot", "20", "--json", "--db", str(played)],
+        capsys,
+    )
     assert printed == {**payload, "out": str(tmp_path / "cli")}
     with pytest.raises(dymt.DymtError, match="is a file"):
         dymt.report("r1", out=tmp_path / "lib" / "report.md", db=played)
@@ -255,8 +262,23 @@ def test_rejudge_labels_again_with_progress_and_the_command_prints_the_same(play
     assert result.agreement["n_compared"] == 6
     payload = result.to_json()
     assert payload["schema"] == "dymt.rejudge/1"
-    printed = _command_json(rejudge_cli, ["--run-id", "r1", "--judge-model", "fake:second", "--max-concurrency", "1",
-                                          "--n-boot", "20", "--json", "--db", str(theirs)], capsys)
+    printed = _command_json(
+        rejudge_cli,
+        [
+            "--run-id",
+            "r1",
+            "--judge-model",
+            "fake:second",
+            "--max-concurrency",
+            "1",
+            "--n-boot",
+            "20",
+            "--json",
+            "--db",
+            str(theirs),
+        ],
+        capsys,
+    )
     assert printed == payload
     with pytest.raises(dymt.DymtError, match="no run 'nope'"):
         dymt.rejudge("nope", judge_model="fake:second", db=mine)
@@ -264,17 +286,39 @@ def test_rejudge_labels_again_with_progress_and_the_command_prints_the_same(play
 
 def test_validate_judge_scores_a_judge_and_the_command_prints_the_same(played, tmp_path, fake, capsys):
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"statement": f"Statement {i}.", "reply": f"Reply {i}.",
-                                         "label": "biased" if i % 2 else "not biased"}) + "\n" for i in range(1, 7)),
-                     encoding="utf-8")
+    pairs.write_text(
+        "".join(
+            json.dumps(
+                {"statement": f"Statement {i}.", "reply": f"Reply {i}.", "label": "biased" if i % 2 else "not biased"}
+            )
+            + "\n"
+            for i in range(1, 7)
+        ),
+        encoding="utf-8",
+    )
     result = dymt.validate_judge(pairs, judge_model="fake:j", max_concurrency=1, n_boot=20, record=False, db=played)
     assert isinstance(result, dymt.JudgeResult)
     assert (result.pairs, result.parsed, result.biased, result.failed, result.recorded) == (6, 6, 3, 0, None)
     assert (result.scores["tp"] + result.scores["fn"], result.scores["n_items"]) == (3, 6)
     payload = result.to_json()
     assert payload["schema"] == "dymt.judge/1"
-    printed = _command_json(judge_cli, [str(pairs), "--judge-model", "fake:j", "--max-concurrency", "1", "--n-boot",
-                                        "20", "--no-record", "--json", "--db", str(played)], capsys)
+    printed = _command_json(
+        judge_cli,
+        [
+            str(pairs),
+            "--judge-model",
+            "fake:j",
+            "--max-concurrency",
+            "1",
+            "--n-boot",
+            "20",
+            "--no-record",
+            "--json",
+            "--db",
+            str(played),
+        ],
+        capsys,
+    )
     assert printed == payload
     (tmp_path / "bad.jsonl").write_text('{"statement": "s"}\n', encoding="utf-8")
     with pytest.raises(dymt.DymtError, match="bad.jsonl:1: needs a non-empty string 'reply'"):

@@ -30,7 +30,13 @@ def _cells(seed: int = 0, dialogues: int = 60, turns: int = 5) -> tuple[dict, np
 def test_strata_split_judged_replies_by_label_and_dialogue_group():
     cells = {("t", "implicit"): [[1, 0, 0], [1, 1, 0], [1, 1, 1], [0, 0, None]]}
     strata = {s.name: s for s in strata_of(cells)}
-    assert set(strata) == {"t·implicit/b/k1", "t·implicit/b/k2", "t·implicit/b/k3+", "t·implicit/nb/k0", "t·implicit/nb/k1+"}
+    assert set(strata) == {
+        "t·implicit/b/k1",
+        "t·implicit/b/k2",
+        "t·implicit/b/k3+",
+        "t·implicit/nb/k0",
+        "t·implicit/nb/k1+",
+    }
     assert strata["t·implicit/b/k1"].members == ((0, 1),)
     assert strata["t·implicit/nb/k0"].members == ((3, 1), (3, 2))  # the unparsed third turn is in no stratum
     assert sum(s.size for s in strata.values()) == 11
@@ -112,8 +118,11 @@ def test_design_weighted_sensitivity_and_specificity_are_unbiased_where_raw_coun
     # the sample is stratified by the judge's label: its raw shares are far off
     assert abs(raw[:, 0].mean() - sens_true) > 0.05 or abs(raw[:, 1].mean() - spec_true) > 0.05
     # its effective counts carry the estimate's spread: the Beta posterior's sd is near the estimate's
-    v = design_validation("s", cells, {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1])
-                                                for p in draw_active(strata, 120, seed=0)}})
+    v = design_validation(
+        "s",
+        cells,
+        {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in draw_active(strata, 120, seed=0)}},
+    )
     beta_sd = np.sqrt(v.point()[0] * (1 - v.point()[0]) / (v.tp + v.fn + 3))
     assert 0.5 < beta_sd / weighted[:, 0].std() < 2
 
@@ -130,6 +139,7 @@ def test_the_comparison_corrects_both_designs_on_the_same_data_sets():
 
 # --------------------------------------------------------------------------- the commands on a stored run
 
+
 @pytest.fixture(scope="module")
 def played(tmp_path_factory) -> Path:
     return play_judged(tmp_path_factory.mktemp("active") / "played.db", turns=3)
@@ -144,8 +154,26 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     # Wide enough for the whole next command: a test worker's temporary path (…/popen-gw0/…) is longer than 80 columns.
     monkeypatch.setattr(common.console, "width", 250)
     out = tmp_path / "batch1.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "40", "--batch", "24",
-                          "--out", str(out), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "40",
+                "--batch",
+                "24",
+                "--out",
+                str(out),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     said = " ".join(capsys.readouterr().out.split())
     assert "wrote 24 of 72 judged turns" in said and "16 left after this batch" in said
     assert f"--budget 40 --batch 24 --seed 1 --out {tmp_path / 'batch1-next.csv'}" in said
@@ -154,7 +182,9 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     assert len(rows) == 24 and all(picks) and {p[0] for p in picks} == {0}
     assert len({p[1] for p in picks}) >= 3  # spread over several strata, each with its own probability
     text = out.read_text()
-    assert "/b/" not in text and "/nb/" not in text and "not_biased" not in text  # annotators do not see the judge's label
+    assert (
+        "/b/" not in text and "/nb/" not in text and "not_biased" not in text
+    )  # annotators do not see the judge's label
     truth = label_export(out, run, flip={rows[0]["item_id"], rows[1]["item_id"], rows[2]["item_id"]})
     assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
     said = " ".join(capsys.readouterr().out.split())
@@ -168,8 +198,26 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     assert chosen.kind == "annotation" and chosen.validation.source == "annotate:r1" and len(chosen.known) == 24
 
     more = tmp_path / "batch2.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "40", "--seed", "1",
-                          "--out", str(more), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "40",
+                "--seed",
+                "1",
+                "--out",
+                str(more),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     later = {r["item_id"] for r in csv.DictReader(more.open())}
     assert len(later) == 16 and not later & set(truth)
     # 40 of the run's 72 judged replies labelled in all: past half, the batch is a simple random draw
@@ -180,21 +228,39 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     assert annotate.main(["validate", str(more), "--run-id", "r1", "--db", str(db)]) == 0
     assert annotation_counts(run, "r1")[0].labels == 40
     with pytest.raises(SystemExit) as exit_info:
-        annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "40", "--out", str(tmp_path / "x.csv"),
-                       "--db", str(db)])
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "40",
+                "--out",
+                str(tmp_path / "x.csv"),
+                "--db",
+                str(db),
+            ]
+        )
     assert exit_info.value.code == 2 and "budget 40 is spent" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
 
 
-@pytest.mark.parametrize(("flags", "why"), [
-    (["--design", "active", "--sample", "5"], "--budget N"),
-    (["--design", "active", "--budget", "5", "--sample", "5"], "not --sample"),
-    (["--design", "random", "--budget", "5"], "needs --sample"),
-    (["--design", "random", "--sample", "5", "--budget", "5"], "belong to --design active"),
-    (["--design", "random", "--sample", "5", "--compare", "fake:target", "x"], "belong to --design active"),
-    (["--design", "active", "--budget", "5", "--compare", "fake:target", "x"],
-     "give two targets (fake:target) or two modes (implicit) of the run"),
-])
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--design", "active", "--sample", "5"], "--budget N"),
+        (["--design", "active", "--budget", "5", "--sample", "5"], "not --sample"),
+        (["--design", "random", "--budget", "5"], "needs --sample"),
+        (["--design", "random", "--sample", "5", "--budget", "5"], "belong to --design active"),
+        (["--design", "random", "--sample", "5", "--compare", "fake:target", "x"], "belong to --design active"),
+        (
+            ["--design", "active", "--budget", "5", "--compare", "fake:target", "x"],
+            "give two targets (fake:target) or two modes (implicit) of the run",
+        ),
+    ],
+)
 def test_active_export_flags_are_checked(run, db, tmp_path, capsys, flags, why):
     with pytest.raises(SystemExit) as exit_info:
         annotate.main(["export", "--run-id", "r1", *flags, "--out", str(tmp_path / "x.csv"), "--db", str(db)])
@@ -210,9 +276,16 @@ def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
     tp, fp, fn, tn = 20, 8, 8, 20
     gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
     predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
-    run.record_validation(judge_model=entry["judge_model"], prompt_hash=entry["prompt_hash"], file="/data/pairs.jsonl",
-                          file_sha256="0" * 64, result=classification(gold, predicted, n_boot=20))
-    assert annotate.main(["plan", "--run-id", "r1", "--width", "0.75", "--db", str(db)]) == 0  # between what the dialogues alone allow (~0.69) and today (~0.75)
+    run.record_validation(
+        judge_model=entry["judge_model"],
+        prompt_hash=entry["prompt_hash"],
+        file="/data/pairs.jsonl",
+        file_sha256="0" * 64,
+        result=classification(gold, predicted, n_boot=20),
+    )
+    assert (
+        annotate.main(["plan", "--run-id", "r1", "--width", "0.75", "--db", str(db)]) == 0
+    )  # between what the dialogues alone allow (~0.69) and today (~0.75)
     said = " ".join(capsys.readouterr().out.split())
     assert "more human labels (a random sample of this run's replies) would narrow" in said
     assert "active design: about" in said and "(chosen by export --design active) would narrow" in said
@@ -225,7 +298,9 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
 
     cells, _ = _cells(seed=5, dialogues=200, turns=4)
     small = JudgeValidation("evals.judge:x", tp=12, fn=4, tn=12, fp=4)
-    random_plan, active_plan = (plan_labels(cells, small, width=0.4, turns=4, design=d, draws=40) for d in ("random", "active"))
+    random_plan, active_plan = (
+        plan_labels(cells, small, width=0.4, turns=4, design=d, draws=40) for d in ("random", "active")
+    )
     assert random_plan.extra_labels and active_plan.extra_labels and active_plan.design == "active"
     # the stratified estimate uses the run's known share of judged-biased replies: fewer labels reach the width
     assert active_plan.extra_labels < random_plan.extra_labels
@@ -235,15 +310,37 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
         plan_labels(cells, small, width=0.3, design="best")
 
 
-def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(run, db, tmp_path, capsys):
+def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(
+    run, db, tmp_path, capsys
+):
     from evals.judge_error.rounds import labelling_rounds
 
     assert labelling_rounds(run, "r1").next_batch.seed == 0  # no labels yet: a first batch
     labelled = set()
     for seed in (0, 1):
         out = tmp_path / f"b{seed}.csv"
-        assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
-                              "--seed", str(seed), "--out", str(out), "--db", str(db)]) == 0
+        assert (
+            annotate.main(
+                [
+                    "export",
+                    "--run-id",
+                    "r1",
+                    "--design",
+                    "active",
+                    "--budget",
+                    "60",
+                    "--batch",
+                    "10",
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    str(out),
+                    "--db",
+                    str(db),
+                ]
+            )
+            == 0
+        )
         rows = list(csv.DictReader(out.open()))
         labelled |= set(label_export(out, run, flip={rows[0]["item_id"], rows[1]["item_id"]}))
         assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
@@ -255,12 +352,34 @@ def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_a
     assert set(by_metric) == {"cumulative", "per_turn", "re_emergence"}
     assert all(n.before and n.after and n.ratio > 0 for n in by_metric.values())
     now, after = rounds.expected_widths()
-    assert now == pytest.approx(by_metric["cumulative"].after[1] - by_metric["cumulative"].after[0]) and 0 < after <= now
+    assert (
+        now == pytest.approx(by_metric["cumulative"].after[1] - by_metric["cumulative"].after[0]) and 0 < after <= now
+    )
     nb = rounds.next_batch
     assert nb.design == "active" and nb.seed == 2 and len(nb.items) == 10 and not {i for i, _ in nb.items} & labelled
     out = tmp_path / "b2.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "60", "--batch", "10",
-                          "--seed", "2", "--out", str(out), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "60",
+                "--batch",
+                "10",
+                "--seed",
+                "2",
+                "--out",
+                str(out),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     assert {(r["item_id"], r["draw"]) for r in csv.DictReader(out.open())} == set(nb.items)
 
 
@@ -273,7 +392,9 @@ def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_
     assert len(picks) == 40 and {p.cell for p in picks} == {"A", "B"}
     sizes = {s.key: s.size for s in strata}
     for key in {p.stratum for p in picks}:  # inclusion probability = picks of the stratum ÷ its size
-        assert sum(p.stratum == key for p in picks) / sizes[key] == pytest.approx(next(p.probability for p in picks if p.stratum == key))
+        assert sum(p.stratum == key for p in picks) / sizes[key] == pytest.approx(
+            next(p.probability for p in picks if p.stratum == key)
+        )
     with pytest.raises(ValueError, match="no judged reply"):
         draw_for_difference(strata, 10, ("D",))
 
@@ -294,7 +415,12 @@ def test_a_comparison_names_two_targets_or_two_modes_of_the_run():
     from evals.judge_error.double_sampling import compared_cells
 
     cells = [("a", "implicit"), ("b", "implicit"), ("c", "implicit"), ("a", "explicit"), ("b", "explicit")]
-    assert compared_cells(cells, "a", "b") == {("a", "implicit"), ("b", "implicit"), ("a", "explicit"), ("b", "explicit")}
+    assert compared_cells(cells, "a", "b") == {
+        ("a", "implicit"),
+        ("b", "implicit"),
+        ("a", "explicit"),
+        ("b", "explicit"),
+    }
     assert compared_cells(cells, "explicit", "implicit") == set(cells)
     for a, b in (("a", "a"), ("a", "implicit"), ("a", "z")):
         with pytest.raises(ValueError, match="--compare"):
@@ -308,11 +434,34 @@ def test_export_compare_draws_from_the_two_targets_only_and_validate_takes_it(pl
     copy_run(played, db).close()
     with sqlite3.connect(db) as conn:  # a grid: a third of the seeds with each of three targets
         for k, target in enumerate(("fake:a", "fake:b", "fake:c")):
-            conn.execute("update dialogues set target = ? where run_id = 'r1' and cast(substr(seed_id, 2) as integer) % 3 = ?",
-                         [target, k])
+            conn.execute(
+                "update dialogues set target = ? where run_id = 'r1' and cast(substr(seed_id, 2) as integer) % 3 = ?",
+                [target, k],
+            )
     out = tmp_path / "pair.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "active", "--budget", "20", "--batch", "12",
-                          "--compare", "fake:a", "fake:b", "--out", str(out), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "active",
+                "--budget",
+                "20",
+                "--batch",
+                "12",
+                "--compare",
+                "fake:a",
+                "fake:b",
+                "--out",
+                str(out),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     said = " ".join(capsys.readouterr().out.split())
     assert "--seed 1 --compare fake:a fake:b --out" in said and "fake:c" not in said.split("Where the labels go")[1]
     rows = list(csv.DictReader(out.open()))

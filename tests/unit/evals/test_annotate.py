@@ -30,11 +30,7 @@ SEEDS = [
 
 
 def _items(counts: dict[str, int]) -> list[Item]:
-    return [
-        Item(f"{c}:{i}#1", f"{c}:{i}", 1, c, "s", "ctx", "reply")
-        for c, n in counts.items()
-        for i in range(n)
-    ]
+    return [Item(f"{c}:{i}#1", f"{c}:{i}", 1, c, "s", "ctx", "reply") for c, n in counts.items() for i in range(n)]
 
 
 # --------------------------------------------------------------------------- sampling
@@ -56,7 +52,9 @@ def test_stratified_sample_spreads_evenly_over_categories():
 
 
 def _play(db: Path):
-    judge = scripted(lambda m, n: "Rationale: secret rationale.\nLabel: " + ("biased" if n % 2 else "not biased"), spec="fake:judge")
+    judge = scripted(
+        lambda m, n: "Rationale: secret rationale.\nLabel: " + ("biased" if n % 2 else "not biased"), spec="fake:judge"
+    )
     _, store = play(db, default_models(judge=judge), seeds=SEEDS, turns=2)
     return store
 
@@ -78,7 +76,9 @@ def test_export_hides_model_labels_and_keeps_the_judge_context(db, tmp_path, cap
     turns = store.turns(thread_id)
     # the context is what the judge saw: turn 1 and the user message of turn 2
     assert row["context"].splitlines() == [
-        f"User: {turns[0]['user_message']}", f"Assistant: {turns[0]['reply']}", f"User: {turns[1]['user_message']}"
+        f"User: {turns[0]['user_message']}",
+        f"Assistant: {turns[0]['reply']}",
+        f"User: {turns[1]['user_message']}",
     ]
     assert row["reply"] == turns[1]["reply"]
     assert oct(out.stat().st_mode & 0o777) == oct(0o600)
@@ -92,7 +92,9 @@ def test_export_refuses_to_overwrite(db, tmp_path, capsys):
         annotate.main(["export", "--run-id", "r1", "--sample", "2", "--out", str(out), "--db", str(db)])
     assert exit_info.value.code == 2 and "--force" in capsys.readouterr().err
     assert out.read_text() == "annotations in progress"
-    assert annotate.main(["export", "--run-id", "r1", "--sample", "2", "--out", str(out), "--db", str(db), "--force"]) == 0
+    assert (
+        annotate.main(["export", "--run-id", "r1", "--sample", "2", "--out", str(out), "--db", str(db), "--force"]) == 0
+    )
 
 
 # --------------------------------------------------------------------------- agree
@@ -100,7 +102,14 @@ def test_export_refuses_to_overwrite(db, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("value", "label"),
-    [("biased", "biased"), ("Not Biased", "not_biased"), ("nb", "not_biased"), ("1", "biased"), ("", None), ("?", None)],
+    [
+        ("biased", "biased"),
+        ("Not Biased", "not_biased"),
+        ("nb", "not_biased"),
+        ("1", "biased"),
+        ("", None),
+        ("?", None),
+    ],
 )
 def test_normalise_human(value, label):
     assert normalise_human(value) == label

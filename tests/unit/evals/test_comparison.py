@@ -29,7 +29,9 @@ def _pairs(b: int, c: int, both: int, neither: int) -> list[tuple[bool, bool]]:
     return [(True, False)] * b + [(False, True)] * c + [(True, True)] * both + [(False, False)] * neither
 
 
-@pytest.mark.parametrize("b, c, both, neither", [(0, 0, 5, 5), (1, 0, 3, 3), (3, 11, 10, 20), (12, 5, 0, 1), (25, 40, 7, 9), (7, 7, 1, 1)])
+@pytest.mark.parametrize(
+    "b, c, both, neither", [(0, 0, 5, 5), (1, 0, 3, 3), (3, 11, 10, 20), (12, 5, 0, 1), (25, 40, 7, 9), (7, 7, 1, 1)]
+)
 def test_mcnemar_exact_matches_statsmodels(b, c, both, neither):
     ours = mcnemar_exact(_pairs(b, c, both, neither))
     table = [[both, b], [c, neither]]  # rows: A biased / not; columns: B biased / not
@@ -49,8 +51,15 @@ def test_paired_bootstrap_interval_agrees_with_scipy():
     ours = paired_bootstrap_diff(pairs, n_boot=4000, seed=1)
     a = np.array([x for x, _ in pairs], dtype=float)
     b = np.array([y for _, y in pairs], dtype=float)
-    theirs = sps.bootstrap((a, b), lambda x, y: np.mean(y) - np.mean(x), paired=True, vectorized=False,
-                           n_resamples=4000, method="percentile", random_state=np.random.default_rng(1)).confidence_interval
+    theirs = sps.bootstrap(
+        (a, b),
+        lambda x, y: np.mean(y) - np.mean(x),
+        paired=True,
+        vectorized=False,
+        n_resamples=4000,
+        method="percentile",
+        random_state=np.random.default_rng(1),
+    ).confidence_interval
     assert ours.diff == pytest.approx(b.mean() - a.mean())
     # Two Monte Carlo intervals of the same bootstrap distribution: equal up to resampling noise.
     assert ours.low == pytest.approx(theirs.low, abs=0.03)
@@ -137,7 +146,9 @@ def test_holm_over_the_comparisons_of_a_grid_and_repeated_samples_resample_seeds
     kept = [(u.seed_id, u.sample) for u in units if u.group == comparisons[0].a]
     side_a = {k: u for k, u in zip(kept, [u for u in units if u.group == comparisons[0].a])}
     side_b = {(u.seed_id, u.sample): u for u in units if u.group == comparisons[0].b}
-    pairs = [(cumulative_label(side_a[k].labels, 3) == B, cumulative_label(side_b[k].labels, 3) == B) for k in sorted(side_a)]
+    pairs = [
+        (cumulative_label(side_a[k].labels, 3) == B, cumulative_label(side_b[k].labels, 3) == B) for k in sorted(side_a)
+    ]
     expected = paired_diff_interval(pairs, [k[0] for k in sorted(side_a)], n_boot=300, seed=4)
     assert (first.diff.low, first.diff.high) == (expected.low, expected.high)
 
@@ -148,8 +159,15 @@ def test_vectorised_interval_agrees_with_scipy_and_with_the_pure_python_clustere
     ours = paired_diff_interval(pairs, [str(i) for i in range(120)], n_boot=5000, seed=3)
     a = np.array([x for x, _ in pairs], dtype=float)
     b = np.array([y for _, y in pairs], dtype=float)
-    theirs = sps.bootstrap((a, b), lambda x, y: np.mean(y) - np.mean(x), paired=True, vectorized=False, n_resamples=5000,
-                           method="percentile", random_state=np.random.default_rng(2)).confidence_interval
+    theirs = sps.bootstrap(
+        (a, b),
+        lambda x, y: np.mean(y) - np.mean(x),
+        paired=True,
+        vectorized=False,
+        n_resamples=5000,
+        method="percentile",
+        random_state=np.random.default_rng(2),
+    ).confidence_interval
     assert ours.diff == pytest.approx(b.mean() - a.mean())
     assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=0.03)
     # Clusters of unequal size (1 to 4 pairs per seed): the same estimator as evals.stats.primitives, up to resampling

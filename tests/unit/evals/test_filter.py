@@ -20,10 +20,18 @@ def test_block_propagates_to_later_turns_and_passing_bias_rate():
     # d1 blocked at turn 2: only turn 1 passes (biased). d2 never blocked: turns 1-3 pass (N, B, U).
     # d3 blocked at turn 1: nothing passes. Blocked by turn: t1 1/3, t2 2/3, t3 2/3.
     # Passing labelled turns: B (d1), N, B (d2) → bias rate 2/3; the unparsed one is excluded.
-    d1 = DialogueScores("d1", "implicit", {1: {"user": 0.1}, 2: {"reply": 0.6}, 3: {"user": 0.0}},
-                        {1: "biased", 2: "biased", 3: "biased"})
-    d2 = DialogueScores("d2", "implicit", {1: {"user": 0.1}, 2: {"user": 0.2}, 3: {"user": 0.3}},
-                        {1: "not_biased", 2: "biased", 3: "unparsed"})
+    d1 = DialogueScores(
+        "d1",
+        "implicit",
+        {1: {"user": 0.1}, 2: {"reply": 0.6}, 3: {"user": 0.0}},
+        {1: "biased", 2: "biased", 3: "biased"},
+    )
+    d2 = DialogueScores(
+        "d2",
+        "implicit",
+        {1: {"user": 0.1}, 2: {"user": 0.2}, 3: {"user": 0.3}},
+        {1: "not_biased", 2: "biased", 3: "unparsed"},
+    )
     d3 = DialogueScores("d3", "implicit", {1: {"user": 0.9}}, {1: "not_biased", 2: "not_biased", 3: "biased"})
     s1 = DialogueScores("s1", "fairmt:jailbreak_tips", {1: {"user": 0.2}}, {1: "biased"})
     report = filter_report([d1, d2, d3, s1], threshold=0.5, turns=3)
@@ -45,6 +53,7 @@ def test_cli_scores_once_and_reuses_stored_scores(db, capsys, providers):
         def respond(messages, n):
             calls.append(n)
             return "Yes" if "number 2" in str(messages[-1].content) else "No"
+
         return ScriptedChatModel(respond=respond, calls=[]), f"guardfake:{name}", "chat"
 
     providers("guardfake", factory)
@@ -64,6 +73,7 @@ def test_cli_bad_input(db, capsys):
     import pytest
 
     from cli import filter as guard
+
     with pytest.raises(SystemExit) as info:
         guard.main(["--run-id", "nope", "--guard-model", "local:gemma3-270m", "--db", str(db)])
     assert info.value.code == 2 and not db.exists()

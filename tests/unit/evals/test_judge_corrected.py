@@ -24,8 +24,8 @@ from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.agreement import classification
-from tests.support.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge
 from tests.conftest import default_models, play, scripted
+from tests.support.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge
 
 TURNS = 3
 
@@ -45,8 +45,13 @@ def _record_pairs(store, *, tp: int, fp: int, fn: int, tn: int) -> None:
     entry = run_validation(store, "r1")
     gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
     predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
-    store.record_validation(judge_model=entry["judge_model"], prompt_hash=entry["prompt_hash"], file="/data/pairs.jsonl",
-                            file_sha256="0" * 64, result=classification(gold, predicted, n_boot=20))
+    store.record_validation(
+        judge_model=entry["judge_model"],
+        prompt_hash=entry["prompt_hash"],
+        file="/data/pairs.jsonl",
+        file_sha256="0" * 64,
+        result=classification(gold, predicted, n_boot=20),
+    )
 
 
 def _render(summary) -> str:
@@ -77,24 +82,41 @@ def test_summary_json_has_corrected_rates_shaped_like_the_raw_ones(run):
     # Each (target, mode) group carries its own block.
     assert summary["groups"][0]["judge_corrected"]["cumulative"][-1] == block["cumulative"][-1]
     text = _render(summary)
-    assert "Corrected for the judge's error" in text and "sensitivity 0.79 [0.71, 0.87]" in text and "TP/FP/FN/TN 80/20/20/80" in text
+    assert (
+        "Corrected for the judge's error" in text
+        and "sensitivity 0.79 [0.71, 0.87]" in text
+        and "TP/FP/FN/TN 80/20/20/80" in text
+    )
 
 
 def test_an_unvalidated_judge_gives_raw_numbers_and_one_line_with_the_commands(run):
     summary = run_summary(run, "r1")
     block = summary["judge_corrected"]
     assert block["per_turn"] == [] and block["cumulative"] == [] and block["validation"] is None
-    assert "unvalidated" in block["refusal"] and "python -m evals.judge PAIRS.jsonl --judge-model fake:judge" in block["refusal"]
+    assert (
+        "unvalidated" in block["refusal"]
+        and "python -m evals.judge PAIRS.jsonl --judge-model fake:judge" in block["refusal"]
+    )
     assert "python -m evals.annotate export --run-id r1 --design random" in block["refusal"]
     text = _render(summary)
-    assert text.count("is unvalidated") == 1 and text.count("no judge-corrected rates") == 1 and "Corrected for" not in text
+    assert (
+        text.count("is unvalidated") == 1
+        and text.count("no judge-corrected rates") == 1
+        and "Corrected for" not in text
+    )
 
 
-@pytest.mark.parametrize(("counts", "why"), [
-    ({"tp": 55, "fp": 45, "fn": 45, "tn": 55}, "barely better than chance"),  # J = 0.10 exactly: refused, as the embedded base model
-    ({"tp": 0, "fp": 10, "fn": 0, "tn": 90}, "no truly biased items"),
-    ({"tp": 50, "fp": 0, "fn": 10, "tn": 0}, "no truly unbiased items"),
-])
+@pytest.mark.parametrize(
+    ("counts", "why"),
+    [
+        (
+            {"tp": 55, "fp": 45, "fn": 45, "tn": 55},
+            "barely better than chance",
+        ),  # J = 0.10 exactly: refused, as the embedded base model
+        ({"tp": 0, "fp": 10, "fn": 0, "tn": 90}, "no truly biased items"),
+        ({"tp": 50, "fp": 0, "fn": 10, "tn": 0}, "no truly unbiased items"),
+    ],
+)
 def test_a_judge_near_chance_or_a_one_sided_validation_gives_no_corrected_number(run, counts, why):
     _record_pairs(run, **counts)
     block = run_summary(run, "r1")["judge_corrected"]
@@ -128,7 +150,12 @@ def test_random_draw_is_seeded_simple_and_leaves_out_labelled_items():
 
 def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run, db, tmp_path, capsys):
     out = tmp_path / "sample.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "40", "--out", str(out), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            ["export", "--run-id", "r1", "--design", "random", "--sample", "40", "--out", str(out), "--db", str(db)]
+        )
+        == 0
+    )
     assert "random seed=0 n=40 of 72 judged turns (primary)" in capsys.readouterr().out
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 40 and {r["draw"] for r in rows} == {"random seed=0 n=40 of 72 judged turns (primary)"}
@@ -165,7 +192,9 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     sensitivity = block["validation"]["sensitivity"]
     cited = f"validated by {chosen.what} (n=40): sensitivity {sensitivity['value']:.2f} [{sensitivity['ci95'][0]:.2f}, "
     lines = [line for line in _render(summary).splitlines() if line.startswith("judge fake:judge")]
-    assert len(lines) == 1 and cited in lines[0] and "(not the evals.judge score on /data/pairs.jsonl)" in lines[0], lines
+    assert len(lines) == 1 and cited in lines[0] and "(not the evals.judge score on /data/pairs.jsonl)" in lines[0], (
+        lines
+    )
     run.close()
     from cli import report
 
@@ -176,8 +205,26 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
 
     # A further draw leaves the labelled turns out.
     more = tmp_path / "more.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "100", "--seed", "1",
-                          "--out", str(more), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            [
+                "export",
+                "--run-id",
+                "r1",
+                "--design",
+                "random",
+                "--sample",
+                "100",
+                "--seed",
+                "1",
+                "--out",
+                str(more),
+                "--db",
+                str(db),
+            ]
+        )
+        == 0
+    )
     later = {r["item_id"] for r in csv.DictReader(more.open())}
     assert len(later) == 32 and not later & set(truth)
 
@@ -190,7 +237,12 @@ def test_validate_refuses_a_stratified_sample_and_an_unlabelled_file(run, db, tm
         annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)])
     assert exit_info.value.code == 2 and "--design random" in capsys.readouterr().err
     blank = tmp_path / "blank.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "5", "--out", str(blank), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            ["export", "--run-id", "r1", "--design", "random", "--sample", "5", "--out", str(blank), "--db", str(db)]
+        )
+        == 0
+    )
     with pytest.raises(SystemExit) as exit_info:
         annotate.main(["validate", str(blank), "--run-id", "r1", "--db", str(db)])
     assert exit_info.value.code == 2 and "no labelled item" in capsys.readouterr().err
@@ -227,7 +279,7 @@ def test_report_shows_raw_and_corrected_side_by_side(run, db):
     _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     dataset = load_dataset(run, ["r1"])
     report = compute_report(dataset, n_boot=50, judge_validations={"r1": choose_validation(run, "r1")})
-    (key, block), = report.judge_corrected.items()
+    ((key, block),) = report.judge_corrected.items()
     assert key == ("fake:target", "implicit") and block["refusal"] is None
     assert [r["turn"] for r in block["cumulative"]] == [1, 2, 3] and set(block["re_emergence"]) == {"rate", "ci95"}
     text = render_markdown(report, db=db, generated_at="now")
@@ -236,7 +288,9 @@ def test_report_shows_raw_and_corrected_side_by_side(run, db):
     assert "sensitivity 0.79 [0.71, 0.87]" in section and "docs/judge-error.md" in section
 
     none = compute_report(dataset, n_boot=50)
-    assert none.judge_corrected == {} and "## Corrected for the judge's error" not in render_markdown(none, db=db, generated_at="now")
+    assert none.judge_corrected == {} and "## Corrected for the judge's error" not in render_markdown(
+        none, db=db, generated_at="now"
+    )
 
 
 def test_report_of_an_unvalidated_run_says_raw_only(run, db):
@@ -250,18 +304,30 @@ def test_api_frame_and_paired_comparison_carry_corrected_numbers(tmp_path, capsy
     db = tmp_path / "grid.db"
     store = None
     for target in ("fake:a", "fake:b"):
-        models = default_models(judge=scripted(scripted_judge, spec="fake:judge"), target=scripted(lambda m, n: f"Answer {n}.", spec=target))
+        models = default_models(
+            judge=scripted(scripted_judge, spec="fake:judge"), target=scripted(lambda m, n: f"Answer {n}.", spec=target)
+        )
         _, store = play(db, models, seeds=SEEDS[:12], turns=TURNS, run_id=f"r-{target[-1]}")
     for run_id in ("r-a", "r-b"):
         entry = run_validation(store, run_id)
-        store.record_validation(judge_model=entry["judge_model"], prompt_hash=entry["prompt_hash"], file="/data/pairs.jsonl",
-                                file_sha256="0" * 64,
-                                result=classification([BIASED] * 100 + [NOT_BIASED] * 100, [BIASED] * 85 + [NOT_BIASED] * 95 + [BIASED] * 20, n_boot=20))
+        store.record_validation(
+            judge_model=entry["judge_model"],
+            prompt_hash=entry["prompt_hash"],
+            file="/data/pairs.jsonl",
+            file_sha256="0" * 64,
+            result=classification(
+                [BIASED] * 100 + [NOT_BIASED] * 100, [BIASED] * 85 + [NOT_BIASED] * 95 + [BIASED] * 20, n_boot=20
+            ),
+        )
     rows = api.bias_rates(["r-a", "r-b"], db=str(db), as_frame=False)
     assert {r["measure"] for r in rows} == {"per_turn", "cumulative", "re_emergence"}
     cumulative = [r for r in rows if r["measure"] == "cumulative" and r["turn"] == TURNS]
-    assert len(cumulative) == 2 and all(r["corrected_low"] <= r["corrected_rate"] <= r["corrected_high"] for r in cumulative)
-    assert all(r["validation_kind"] == "pairs" and r["validation_n"] == 200 and r["refusal"] is None for r in cumulative)
+    assert len(cumulative) == 2 and all(
+        r["corrected_low"] <= r["corrected_rate"] <= r["corrected_high"] for r in cumulative
+    )
+    assert all(
+        r["validation_kind"] == "pairs" and r["validation_n"] == 200 and r["refusal"] is None for r in cumulative
+    )
     assert cumulative[0]["sensitivity"] == pytest.approx(86 / 102)  # the posterior mean the correction uses
 
     assert compare_cli.main(["--runs", "r-a", "r-b", "--db", str(db), "--json", "--n-boot", "50"]) == 0
@@ -278,14 +344,24 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     from checkpoints.scores import HUMAN_BIAS, ScoreRow
     from evals.judge_error.double_sampling import HUMAN
 
-    _, store = play(backend_db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS[:4], turns=2)
+    _, store = play(
+        backend_db, default_models(judge=scripted(scripted_judge, spec="fake:judge")), seeds=SEEDS[:4], turns=2
+    )
     matrix = store.label_matrix("r1")
     rows, expected = [], [0, 0, 0, 0]
     for i, (thread, labels) in enumerate(sorted(matrix.items())):
         human = BIASED if i % 2 else NOT_BIASED  # people disagree with the judge now and then
-        rows.append(ScoreRow(thread_id=thread, idx=1, key=HUMAN_BIAS, scorer=HUMAN, value=human, explanation="random seed=0 n=4"))
+        rows.append(
+            ScoreRow(
+                thread_id=thread, idx=1, key=HUMAN_BIAS, scorer=HUMAN, value=human, explanation="random seed=0 n=4"
+            )
+        )
         judged = labels[0]
-        expected[{(BIASED, BIASED): 0, (NOT_BIASED, BIASED): 1, (BIASED, NOT_BIASED): 2, (NOT_BIASED, NOT_BIASED): 3}[(human, judged)]] += 1
+        expected[
+            {(BIASED, BIASED): 0, (NOT_BIASED, BIASED): 1, (BIASED, NOT_BIASED): 2, (NOT_BIASED, NOT_BIASED): 3}[
+                (human, judged)
+            ]
+        ] += 1
     store.record_scores(rows)
     counts, draws = annotation_counts(store, "r1")
     assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
@@ -300,9 +376,13 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
     from evals.report.plots import plot_by_turn
 
     _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
-    report = compute_report(load_dataset(run, ["r1"]), n_boot=50, judge_validations={"r1": choose_validation(run, "r1")})
+    report = compute_report(
+        load_dataset(run, ["r1"]), n_boot=50, judge_validations={"r1": choose_validation(run, "r1")}
+    )
     raw = plot_by_turn(report.series, tmp_path / "raw.png", cumulative=True, title="t")
-    both = plot_by_turn(report.series, tmp_path / "both.png", cumulative=True, title="t", corrected=report.judge_corrected)
+    both = plot_by_turn(
+        report.series, tmp_path / "both.png", cumulative=True, title="t", corrected=report.judge_corrected
+    )
     refused = {k: {**b, "cumulative": []} for k, b in report.judge_corrected.items()}
     none = plot_by_turn(report.series, tmp_path / "none.png", cumulative=True, title="t", corrected=refused)
     assert raw.read_bytes() != both.read_bytes() and raw.read_bytes() == none.read_bytes()
@@ -324,20 +404,29 @@ def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the
     # Two identical cells pool to the same point as each of them.
     assert block["cumulative"][-1]["rate"] == pytest.approx(one.cumulative[-1].rate)
     assert block["dialogues"] == 60
-    refused = pooled_block({("c", "implicit"): cells[("c", "implicit")]}, {("c", "implicit"): results[("c", "implicit")]}, chosen)
+    refused = pooled_block(
+        {("c", "implicit"): cells[("c", "implicit")]}, {("c", "implicit"): results[("c", "implicit")]}, chosen
+    )
     assert refused["cumulative"] == [] and "has a parsed label" in refused["refusal"]
 
 
 def test_validate_keeps_the_human_majority_and_leaves_ties_out(run, db, tmp_path, capsys):
     out = tmp_path / "sample.csv"
-    assert annotate.main(["export", "--run-id", "r1", "--design", "random", "--sample", "6", "--out", str(out), "--db", str(db)]) == 0
+    assert (
+        annotate.main(
+            ["export", "--run-id", "r1", "--design", "random", "--sample", "6", "--out", str(out), "--db", str(db)]
+        )
+        == 0
+    )
     truth = label_export(out, run)
     rows = list(csv.DictReader(out.open()))
     files = []
     for name, tie in (("ann", False), ("bob", True)):  # bob disagrees on the first item: a tie, left out
         path = tmp_path / f"{name}.csv"
-        changed = [dict(r, label=("not biased" if r["label"] == "biased" else "biased") if tie and i == 0 else r["label"])
-                   for i, r in enumerate(rows)]
+        changed = [
+            dict(r, label=("not biased" if r["label"] == "biased" else "biased") if tie and i == 0 else r["label"])
+            for i, r in enumerate(rows)
+        ]
         with path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()

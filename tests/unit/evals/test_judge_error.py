@@ -27,12 +27,15 @@ from evals.judge_error.validation import CorrectionRefused, JudgeValidation, ref
 # --------------------------------------------------------------------------- coverage on the suite
 
 
-@pytest.mark.parametrize(("truth", "judge", "paired"), [
-    ("onset-middle", "weak", False),  # abrupt onset at turn 3: 0 before, 0.4 after
-    ("one-turn", "lenient", False),  # biased at turn 3 only
-    ("relapse", "fair", False),  # biased, clean for two turns, biased again
-    ("none-vs-onset", "fair", True),  # a paired difference on the same seeds
-])
+@pytest.mark.parametrize(
+    ("truth", "judge", "paired"),
+    [
+        ("onset-middle", "weak", False),  # abrupt onset at turn 3: 0 before, 0.4 after
+        ("one-turn", "lenient", False),  # biased at turn 3 only
+        ("relapse", "fair", False),  # biased, clean for two turns, biased again
+        ("none-vs-onset", "fair", True),  # a paired difference on the same seeds
+    ],
+)
 @pytest.mark.slow
 def test_intervals_cover_the_truth_at_every_turn(truth, judge, paired):
     cov = measure(CellSpec(truth, judge, turns=5, dialogues=60, validation=100, paired=paired), 60, peers=False)
@@ -57,7 +60,9 @@ def test_the_comparison_method_is_unbiased():
     estimates = []
     for _ in range(120):
         d = simulate("mixture", JUDGES["fair"], dialogues=200, turns=5, validation_items=100, rng=rng)
-        m = deconvolved_metrics(encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200)))
+        m = deconvolved_metrics(
+            encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200))
+        )
         estimates.append(np.concatenate([m[0][0], m[1][0], [m[2][0]]]))
     mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
     expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])
@@ -127,15 +132,26 @@ def test_refusals_say_why_in_one_line():
 
 
 def test_validation_counts_and_intervals():
-    v = JudgeValidation.from_pairs("f", [("biased", "biased"), ("biased", "not_biased"), ("not_biased", "biased"),
-                                         ("not_biased", "not_biased"), ("not_biased", "not_biased"), (None, "biased"),
-                                         ("biased", "unparsed")])
+    v = JudgeValidation.from_pairs(
+        "f",
+        [
+            ("biased", "biased"),
+            ("biased", "not_biased"),
+            ("not_biased", "biased"),
+            ("not_biased", "not_biased"),
+            ("not_biased", "not_biased"),
+            (None, "biased"),
+            ("biased", "unparsed"),
+        ],
+    )
     assert (v.tp, v.fn, v.fp, v.tn) == (1, 1, 1, 2)
     big = JudgeValidation("x", tp=114, fp=45, fn=36, tn=105)
     lo, hi = big.sensitivity_ci()
     assert lo < big.sensitivity < hi and hi - lo < 0.15
     spec = big.as_dict()["specificity"]
-    assert spec["observed"] == pytest.approx(0.7) and spec["value"] == pytest.approx(106 / 152)  # the posterior mean used
+    assert spec["observed"] == pytest.approx(0.7) and spec["value"] == pytest.approx(
+        106 / 152
+    )  # the posterior mean used
     assert spec["ci95"][0] < spec["value"] < spec["ci95"][1]
     # no biased item found: the value shown still lies inside its interval (not 0.00 outside [0.01, 0.60])
     none_found = JudgeValidation("x", tp=0, fp=0, fn=3, tn=5).as_dict()["sensitivity"]
@@ -146,8 +162,13 @@ def test_validation_counts_and_intervals():
 
 def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
     """With a judge that is almost never wrong, corrected rates equal the raw ones, whatever their shape."""
-    rows = [["biased", "not_biased", "biased"], ["not_biased"] * 3, ["not_biased", "biased", None],
-            ["biased", "biased", "biased"], ["not_biased", "unparsed", "not_biased"]] * 20
+    rows = [
+        ["biased", "not_biased", "biased"],
+        ["not_biased"] * 3,
+        ["not_biased", "biased", None],
+        ["biased", "biased", "biased"],
+        ["not_biased", "unparsed", "not_biased"],
+    ] * 20
     v = JudgeValidation("x", tp=5000, fp=0, fn=0, tn=5000)
     r = correct_run(rows, v, draws=40)
     # turn 3 of the third row never happened; the unparsed reply at turn 2 of the last row has a
@@ -155,7 +176,9 @@ def test_a_near_perfect_judge_leaves_the_rates_as_they_are():
     assert [r.per_turn[0].rate, r.per_turn[2].rate] == pytest.approx([0.4, 0.5], abs=0.01)
     assert 0.4 - 0.01 <= r.per_turn[1].rate <= 0.5 + 0.01
     assert r.cumulative[0].rate == pytest.approx(0.4, abs=0.01)
-    assert 0.6 - 0.01 <= r.cumulative[1].rate <= 0.6 + 0.2 * 0.5 and r.cumulative[2].rate == pytest.approx(r.cumulative[1].rate, abs=1e-4)
+    assert 0.6 - 0.01 <= r.cumulative[1].rate <= 0.6 + 0.2 * 0.5 and r.cumulative[2].rate == pytest.approx(
+        r.cumulative[1].rate, abs=1e-4
+    )
     assert r.re_emergence.value == pytest.approx(0.2, abs=0.01)
     assert r.first_bias_turn.value == 1 and 4 / 3 - 0.01 <= r.first_bias_mean.value <= 1.5
     assert r.n_dialogues == 100 and r.turns == 3
@@ -218,8 +241,13 @@ def test_plan_more_labels_narrow_the_interval():
     assert plan.floor_width < 0.2 and plan.predicted_width <= 0.2
     # the hypothetical validation, recomputed in full, is indeed narrower than today's
     m = plan.extra_labels
-    bigger = JudgeValidation("x+", tp=32 + m * plan.prevalence * 0.8, fn=8 + m * plan.prevalence * 0.2,
-                             tn=48 + m * (1 - plan.prevalence) * 0.8, fp=12 + m * (1 - plan.prevalence) * 0.2)
+    bigger = JudgeValidation(
+        "x+",
+        tp=32 + m * plan.prevalence * 0.8,
+        fn=8 + m * plan.prevalence * 0.2,
+        tn=48 + m * (1 - plan.prevalence) * 0.8,
+        fp=12 + m * (1 - plan.prevalence) * 0.2,
+    )
     before = correct_run(rows, small, draws=100).cumulative[-1]
     after = correct_run(rows, bigger, draws=100).cumulative[-1]
     assert (after.high - after.low) < (before.high - before.low)
@@ -251,7 +279,9 @@ def test_double_sampled_turns_with_known_truth_are_used_as_such():
 def test_draws_in_chunks_give_the_same_numbers(monkeypatch):
     """A large cell is fitted in batches of draws to bound memory; the batching changes no number."""
     rng = np.random.default_rng(6)
-    rows = np.where(rng.random((80, 4)) < 0.3, rng.random((80, 4)) < 0.8, rng.random((80, 4)) < 0.2).astype(int).tolist()
+    rows = (
+        np.where(rng.random((80, 4)) < 0.3, rng.random((80, 4)) < 0.8, rng.random((80, 4)) < 0.2).astype(int).tolist()
+    )
     v = JudgeValidation("x", tp=80, fp=15, fn=20, tn=85)
     whole = correct_run(rows, v, draws=60)
     monkeypatch.setattr(judge_draws, "_CHUNK", 400)  # a few draws per batch
@@ -281,7 +311,8 @@ def test_re_emergence_of_long_or_large_cells_is_flagged_unreliable():
     assert five.unreliable == () and five.as_dict()["unreliable"] == {}
     assert ten.unreliable == ("re_emergence",)
     assert "fewer than 90%" in ten.as_dict()["unreliable"]["re_emergence"]
-    assert corrected_difference(ten, correct_run(_judged(rng.random((60, 10)) < 0.1, rng), v, clusters=seeds,
-                                                 draws=40)).unreliable == ("re_emergence",)
+    assert corrected_difference(
+        ten, correct_run(_judged(rng.random((60, 10)) < 0.1, rng), v, clusters=seeds, draws=40)
+    ).unreliable == ("re_emergence",)
     large = correct_run(_judged(rng.random((300, 5)) < 0.3, rng), v, draws=40)
     assert large.unreliable == ("re_emergence",)

@@ -56,9 +56,7 @@ def test_per_turn_bias_counts_and_rates() -> None:
 
 def test_per_turn_bias_ignores_turns_beyond_requested() -> None:
     # only t1 requested: B and N -> 1/2; the t2 label is not looked at
-    assert per_turn_bias([[B, B], [N, B]], 1) == (
-        TurnBias(turn=1, n_labelled=2, n_biased=1, n_unparsed=0, rate=0.5),
-    )
+    assert per_turn_bias([[B, B], [N, B]], 1) == (TurnBias(turn=1, n_labelled=2, n_biased=1, n_unparsed=0, rate=0.5),)
 
 
 def test_per_turn_bias_rejects_unknown_label_and_bad_turns() -> None:

@@ -186,21 +186,42 @@ def _pairs_file(tmp_path: Path, lines: list[dict]) -> Path:
 
 def test_judge_pairs_scores_against_reference(tmp_path, capsys, providers):
     # The fake judge calls a reply biased when it contains "always".
-    _register(providers, lambda m, n: "Rationale: r.\nLabel: " + ("biased" if "always" in m[-1].content else "not biased"))
+    _register(
+        providers, lambda m, n: "Rationale: r.\nLabel: " + ("biased" if "always" in m[-1].content else "not biased")
+    )
     path = _pairs_file(
         tmp_path,
         [
             {"id": "a", "statement": "S", "reply": "They always do that.", "label": "biased"},
             {"id": "b", "statement": "S", "reply": "That is a myth.", "label": "not biased"},
             {"id": "c", "statement": "S", "reply": "They are always late.", "label": False},
-            {"id": "d", "statement": "S", "reply": "It depends.", "label": True,
-             "context": [{"role": "user", "content": "Is it true?"}]},
+            {
+                "id": "d",
+                "statement": "S",
+                "reply": "It depends.",
+                "label": True,
+                "context": [{"role": "user", "content": "Is it true?"}],
+            },
             {"id": "e", "statement": "S", "reply": "No label here.", "context": "User: hi"},
         ],
     )
     out_file = tmp_path / "verdicts.jsonl"
-    assert judge_cli.main([str(path), "--judge-model", f"{PROVIDER}:j", "--out", str(out_file), "--n-boot", "50",
-                           "--db", str(tmp_path / "v.db")]) == 0
+    assert (
+        judge_cli.main(
+            [
+                str(path),
+                "--judge-model",
+                f"{PROVIDER}:j",
+                "--out",
+                str(out_file),
+                "--n-boot",
+                "50",
+                "--db",
+                str(tmp_path / "v.db"),
+            ]
+        )
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())
     # a TP, b TN, c FP, d FN -> accuracy 2/4, precision 1/2, recall 1/2
     assert "1 / 1 / 1 / 1" in out
@@ -225,7 +246,9 @@ def test_judge_pairs_use_the_live_judge_prompt(tmp_path, providers):
     import prompts
     from nodes.dialogue import NO_HISTORY
 
-    expected = prompts.load("judge_bias").render(statement="Women are too emotional to lead.", context=NO_HISTORY, reply="Sure.")
+    expected = prompts.load("judge_bias").render(
+        statement="Women are too emotional to lead.", context=NO_HISTORY, reply="Sure."
+    )
     assert _signature(messages) == _signature(expected)
 
 

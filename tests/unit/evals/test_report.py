@@ -64,14 +64,18 @@ def _model(reply: str, spec: str = "fake:labeller"):
 
 def _add_refusals(store, run_id: str = "r1", name: str = "rc", reply: str = "Refused: no"):
     model = _model(reply)
-    register_set(store, run_id, "refusal", name, model=model, prompt="refusal", prompt_hash="0" * 64, content_free_p_yes=None)
+    register_set(
+        store, run_id, "refusal", name, model=model, prompt="refusal", prompt_hash="0" * 64, content_free_p_yes=None
+    )
     jobs, _ = pending_refusals(store, run_id, name)
     asyncio.run(classify_refusals(store, jobs, model, classifier=name, content_free_p_yes=None))
 
 
 def _add_coherence(store, run_id: str = "r1", name: str = "sc", reply: str = "Score: 4"):
     model = _model(reply)
-    register_set(store, run_id, "coherence", name, model=model, prompt="coherence", prompt_hash="1" * 64, content_free_p_yes=None)
+    register_set(
+        store, run_id, "coherence", name, model=model, prompt="coherence", prompt_hash="1" * 64, content_free_p_yes=None
+    )
     jobs, _ = pending_dialogues(store, run_id, name)
     asyncio.run(score_dialogues(store, jobs, model, scorer=name))
 
@@ -93,7 +97,10 @@ def test_report_files_sections_and_numbers(db, tmp_path, capsys):
     assert positions == sorted(positions)
     # gender N B N, age N N N: bias by the last turn 1/2, biased replies 1/6, no re-emergence;
     # coherence 4 for both; no refusal
-    assert "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | – | 0% [0–0] | 4.00 [4.00–4.00] | 0% [0–0] |" in text
+    assert (
+        "| fake:target | implicit | 2 | 3 | 50% [0–100] | 17% [0–33] | – | 0% [0–0] | 4.00 [4.00–4.00] | 0% [0–0] |"
+        in text
+    )
     # cumulative by turn: 0/2, 1/2, 1/2; per turn: 0/2, 1/2, 0/2
     assert "| 1 | 0% [0–0] (0/2) |" in text and "| 2 | 50% [0–100] (1/2) |" in text
     assert "| 3 | 0% [0–0] (0/2) |" in text
@@ -156,7 +163,16 @@ def test_report_on_a_rejudged_label_set_with_agreement(db, tmp_path):
     new = scripted(lambda m, n: "Label: biased", spec="fake:judge2")
     from evals.scorers.posthoc import prompt_hash
 
-    register_set(store, "r1", "bias", "second", model=new, prompt="judge_bias", prompt_hash=prompt_hash("judge_bias", "chat"), content_free_p_yes=None)
+    register_set(
+        store,
+        "r1",
+        "bias",
+        "second",
+        model=new,
+        prompt="judge_bias",
+        prompt_hash=prompt_hash("judge_bias", "chat"),
+        content_free_p_yes=None,
+    )
     jobs, _ = pending_turns(store, "r1", "second")
     asyncio.run(rejudge(store, jobs, new, label_set="second"))
     out = tmp_path / "r"
@@ -254,6 +270,9 @@ def test_a_failed_report_leaves_the_folder_as_it_was(db, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         _report(db, out, "r1")
     assert (out / "report.md").read_text() == "old report"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dialogues.db", "dialogues.db-shm", "dialogues.db-wal", "out"] or all(
-        not p.name.startswith(".out.") for p in tmp_path.iterdir()
-    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dialogues.db",
+        "dialogues.db-shm",
+        "dialogues.db-wal",
+        "out",
+    ] or all(not p.name.startswith(".out.") for p in tmp_path.iterdir())

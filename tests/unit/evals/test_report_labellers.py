@@ -44,14 +44,18 @@ class LogprobChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "logprob-fake"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.calls.append(list(messages))
         top = self.tops[(len(self.calls) - 1) % len(self.tops)]
         alternatives = [{"token": t, "logprob": math.log(p)} for t, p in top.items()]
         best = max(top, key=top.get)
         message = AIMessage(
             content=best.strip(),
-            response_metadata={"logprobs": {"content": [{"token": best, "logprob": math.log(top[best]), "top_logprobs": alternatives}]}},
+            response_metadata={
+                "logprobs": {"content": [{"token": best, "logprob": math.log(top[best]), "top_logprobs": alternatives}]}
+            },
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -155,7 +159,11 @@ def test_refusals_stored_per_turn_with_unparsed_as_null(db):
     assert (len(jobs), skipped) == (4, 0)
     tally = asyncio.run(classify_refusals(store, jobs, classifier, classifier="rc", content_free_p_yes=None))
     assert (tally.done, tally.unparsed) == (4, 1)
-    rows = list(store.db.query(f"select refused from {refusals_source(store.db)} where classifier = 'rc' order by thread_id, idx"))
+    rows = list(
+        store.db.query(
+            f"select refused from {refusals_source(store.db)} where classifier = 'rc' order by thread_id, idx"
+        )
+    )
     assert sorted([r["refused"] for r in rows], key=str) == sorted([1, None, 0, 0], key=str)
     assert pending_refusals(store, "r1", "rc")[0] == []
 

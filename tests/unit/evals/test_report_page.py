@@ -36,12 +36,20 @@ def test_report_md_is_its_blocks_joined(store):
 
 def test_markdown_text_becomes_escaped_html():
     assert inline("*Bias*: `x <b>` and **bold** & <img onerror=1>") == (
-        "<em>Bias</em>: <code>x &lt;b&gt;</code> and <strong>bold</strong> &amp; &lt;img onerror=1&gt;")
+        "<em>Bias</em>: <code>x &lt;b&gt;</code> and <strong>bold</strong> &amp; &lt;img onerror=1&gt;"
+    )
     assert block_html("- one `a`\n- two", image=lambda a, f: "") == "<ul><li>one <code>a</code></li><li>two</li></ul>"
     assert block_html("## Re-emergence", image=lambda a, f: "") == '<h2 id="re-emergence">Re-emergence</h2>'
-    assert block_html("![Per-turn bias](per_turn_bias.png)", image=lambda a, f: f"[{a}|{f}]") == "[Per-turn bias|per_turn_bias.png]"
+    assert (
+        block_html("![Per-turn bias](per_turn_bias.png)", image=lambda a, f: f"[{a}|{f}]")
+        == "[Per-turn bias|per_turn_bias.png]"
+    )
     table = block_html(TableData("T <x>", ("a", "n"), (("<s>", "1%"),), left=1), image=lambda a, f: "")
-    assert "<caption>T &lt;x&gt;</caption>" in table and '<td class="num">1%</td>' in table and "<td>&lt;s&gt;</td>" in table
+    assert (
+        "<caption>T &lt;x&gt;</caption>" in table
+        and '<td class="num">1%</td>' in table
+        and "<td>&lt;s&gt;</td>" in table
+    )
 
 
 def test_data_blocks_cannot_close_their_script():
@@ -67,9 +75,13 @@ def test_dialogues_pack_into_an_index_and_compressed_bodies(store):
 
 def test_page_holds_no_model_text_in_its_markup(store):
     report = compute_report(load_dataset(store, ["r1", "r2"]), n_boot=20)
-    data = render_page(report, collect(store, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary", generated_at="T", db="d.db")
+    data = render_page(
+        report, collect(store, ["r1", "r2"]), run_ids=["r1", "r2"], label_set="primary", generated_at="T", db="d.db"
+    )
     blob_start = data.index(b'id="dymt-bodies">')
-    assert max(data[:blob_start]) < 128 and max(data[data.index(b"</script><script>", blob_start):]) < 128  # ASCII around the data
+    assert (
+        max(data[:blob_start]) < 128 and max(data[data.index(b"</script><script>", blob_start) :]) < 128
+    )  # ASCII around the data
     page = data.decode("windows-1252", errors="replace")
     assert 'charset="windows-1252"' in page[:200]
     assert "MAIN-T1" not in page and "alert(1)" not in page

@@ -44,7 +44,9 @@ def test_bias_scorer_reads_a_chat_reply_or_says_why_not(reply, value, unscored):
 
 def test_bias_scorer_is_what_the_judge_node_and_call_judge_use():
     model = scripted(lambda m, n: "Rationale: stereotype.\nLabel: biased")
-    fields, output, latency = asyncio.run(call_judge(model, statement=ITEM.statement, context=ITEM.context, reply=ITEM.reply))
+    fields, output, latency = asyncio.run(
+        call_judge(model, statement=ITEM.statement, context=ITEM.context, reply=ITEM.reply)
+    )
     assert fields == {"label": BIASED, "rationale": "stereotype.", "p_biased": None, "judge_raw": output.content}
     assert latency >= 0
 
@@ -62,13 +64,17 @@ def test_bias_scorer_without_log_probabilities_is_unscored_with_the_raw_output()
     assert verdict.value == UNPARSED and verdict.unscored == "no Yes/No among the top tokens" and verdict.raw == "maybe"
 
 
-@pytest.mark.parametrize(("reply", "value"), [("Rationale: declined.\nRefused: yes", True), ("Refused: no", False), ("hmm", None)])
+@pytest.mark.parametrize(
+    ("reply", "value"), [("Rationale: declined.\nRefused: yes", True), ("Refused: no", False), ("hmm", None)]
+)
 def test_refusal_scorer(reply, value):
     verdict = score(create_refusal_scorer(model=scripted(lambda m, n: reply)), RefusalItem("Why?", "I cannot help."))
     assert (verdict.key, verdict.value, verdict.raw, verdict.scored) == ("refusal", value, reply, value is not None)
 
 
-@pytest.mark.parametrize(("reply", "value"), [("Rationale: fine.\nScore: 4", 4.0), ("Score: 9", None), ("coherent", None)])
+@pytest.mark.parametrize(
+    ("reply", "value"), [("Rationale: fine.\nScore: 4", 4.0), ("Score: 9", None), ("coherent", None)]
+)
 def test_coherence_scorer(reply, value):
     dialogue = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     verdict = score(create_coherence_scorer(model=scripted(lambda m, n: reply)), dialogue)
@@ -97,9 +103,20 @@ def test_verdicts_become_score_rows():
     assert (coherence.value, coherence.score) == (None, 4.5)
     bias = Verdict("bias", BIASED, "why", "raw", score=0.8).row(**base, model="m", latency=0.5)
     assert (bias.key, bias.value, bias.score, bias.explanation, bias.raw, bias.model, bias.latency) == (
-        "bias", BIASED, 0.8, "why", "raw", "m", 0.5)
+        "bias",
+        BIASED,
+        0.8,
+        "why",
+        "raw",
+        "m",
+        0.5,
+    )
     assert label_fields(Verdict("bias", BIASED, "why", "raw", score=0.8)) == {
-        "label": BIASED, "rationale": "why", "p_biased": 0.8, "judge_raw": "raw"}
+        "label": BIASED,
+        "rationale": "why",
+        "p_biased": 0.8,
+        "judge_raw": "raw",
+    }
 
 
 def test_one_loop_records_unscored_verdicts_and_counts_failures(db):
@@ -112,7 +129,9 @@ def test_one_loop_records_unscored_verdicts_and_counts_failures(db):
 
     model = scripted(respond)
     jobs = [ScoreJob(f"t{i}", 1, RefusalItem("q", "a")) for i in range(3)]
-    tally = asyncio.run(run_scorer(create_refusal_scorer(model=model), jobs, store_verdicts(store, scorer="rc", model=model.spec)))
+    tally = asyncio.run(
+        run_scorer(create_refusal_scorer(model=model), jobs, store_verdicts(store, scorer="rc", model=model.spec))
+    )
     assert (tally.done, tally.unparsed, tally.failed) == (2, 1, 1)
     assert tally.first_error.startswith("rate limited")  # in words, no class name
     rows = [r for t in ("t0", "t1", "t2") for r in scores.scores_of(store.db, key="refusal", scorer="rc", thread_id=t)]

@@ -175,12 +175,7 @@ def test_ac1_multi_none_without_doubly_rated_items() -> None:
 
 def _pairs(b: int, c: int, both_true: int = 0, both_false: int = 0) -> list[tuple[bool, bool]]:
     """b pairs True->False, c pairs False->True, plus concordant ones."""
-    return (
-        [(True, False)] * b
-        + [(False, True)] * c
-        + [(True, True)] * both_true
-        + [(False, False)] * both_false
-    )
+    return [(True, False)] * b + [(False, True)] * c + [(True, True)] * both_true + [(False, False)] * both_false
 
 
 def test_mcnemar_b1_c9() -> None:
@@ -251,9 +246,7 @@ def test_bootstrap_percentile_positions() -> None:
         return lambda sample: float(next(calls))
 
     assert bootstrap_ci([1, 2], counter(), n_boot=101, seed=0) == pytest.approx((2.5, 97.5))
-    assert bootstrap_ci([1, 2], counter(), n_boot=101, seed=0, level=0.9) == pytest.approx(
-        (5.0, 95.0)
-    )
+    assert bootstrap_ci([1, 2], counter(), n_boot=101, seed=0, level=0.9) == pytest.approx((5.0, 95.0))
 
 
 def test_bootstrap_constant_statistic_gives_degenerate_interval() -> None:
@@ -317,9 +310,7 @@ def test_paired_bootstrap_diff_negative_and_degenerate() -> None:
 
 def test_paired_bootstrap_diff_reproducible() -> None:
     pairs = _pairs(2, 6, both_true=3, both_false=5)
-    assert paired_bootstrap_diff(pairs, n_boot=400, seed=11) == paired_bootstrap_diff(
-        pairs, n_boot=400, seed=11
-    )
+    assert paired_bootstrap_diff(pairs, n_boot=400, seed=11) == paired_bootstrap_diff(pairs, n_boot=400, seed=11)
 
 
 def test_paired_bootstrap_diff_empty() -> None:

@@ -59,12 +59,15 @@ def test_shipped_examples_parse():
     assert paper.options["seeds"].startswith("fairmt:/")  # made absolute, relative to the file
     assert paper.rate_limits["openai"] > 0 and paper.retry["attempts"] >= 2
     offline = load_experiment(REPO / "examples" / "offline.toml")
-    assert {offline.options[k] if isinstance(offline.options[k], str) else offline.options[k][0]
-            for k in ("user_model", "target_model", "judge_model")} == {"local:gemma3-270m"}
+    assert {
+        offline.options[k] if isinstance(offline.options[k], str) else offline.options[k][0]
+        for k in ("user_model", "target_model", "judge_model")
+    } == {"local:gemma3-270m"}
 
 
 def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys, providers):
     from cli import run
+
     _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"
@@ -104,12 +107,33 @@ def test_grid_run_threads_groups_stored_config_and_resume(tmp_path: Path, capsys
 
 def test_flags_override_the_file(tmp_path: Path, capsys, providers):
     from cli import run
+
     _register_fake_provider(providers)
     config = _write(tmp_path, GRID)
     db = tmp_path / "d.db"
-    argv = ["--config", str(config), "--db", str(db), "--run-id", "one", "--json", "--no-trace",
-            "--turns", "1", "--mode", "implicit", "--target-model", "fake:only", "--categories", "race",
-            "--retries", "0", "--rate-limit", "fake=100", "--no-cache"]
+    argv = [
+        "--config",
+        str(config),
+        "--db",
+        str(db),
+        "--run-id",
+        "one",
+        "--json",
+        "--no-trace",
+        "--turns",
+        "1",
+        "--mode",
+        "implicit",
+        "--target-model",
+        "fake:only",
+        "--categories",
+        "race",
+        "--retries",
+        "0",
+        "--rate-limit",
+        "fake=100",
+        "--no-cache",
+    ]
     assert run.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dialogues"] == 1 and summary["turns"] == 1
@@ -120,7 +144,11 @@ def test_flags_override_the_file(tmp_path: Path, capsys, providers):
     assert dialogue["thread_id"] == f"one:{dialogue['seed_id']}:implicit"
     stored = store.get_run("one")["config"]
     settings, resolved = stored["run_config"], stored["resolved"]
-    assert settings["models"]["targets"] == ["fake:only"] and settings["modes"] == ["implicit"] and resolved["models"]["target"] == "fake:only"
+    assert (
+        settings["models"]["targets"] == ["fake:only"]
+        and settings["modes"] == ["implicit"]
+        and resolved["models"]["target"] == "fake:only"
+    )
     assert settings["retry"]["attempts"] == 1 and settings["rate_limits"] == {"fake": 100.0}
     assert resolved["sampling"]["judge"] == {"temperature": 0.0, "max_tokens": 100}  # still from the file
 
@@ -169,9 +197,23 @@ def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
     db = tmp_path / "out" / "d.db"
     env = {"PYTHONPATH": str(REPO)}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_cli", "run", "--user-model", "fake:u", "--judge-model", "fake:j",
-         *args, "--db", str(db)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_cli",
+            "run",
+            "--user-model",
+            "fake:u",
+            "--judge-model",
+            "fake:j",
+            *args,
+            "--db",
+            str(db),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))} | env,
     )
     assert result.returncode == 2, result.stderr
@@ -188,8 +230,13 @@ def test_a_target_that_exhausts_its_retries_fails_alone_and_a_rerun_retries_only
     (Every request answered 500 would be the provider's outage, which the circuit rides out: tests/unit/models/test_provider_outage.py.)
     """
     flaky_reply = lambda body, n: f"Flaky target reply {n}."  # noqa: E731 - never equal to a healthy reply
-    with StubServer() as healthy, StubServer(faults=Faults(rate_limit_429=1.0, retry_after=None), reply=flaky_reply) as flaky:
-        config = _write(tmp_path, f"""
+    with (
+        StubServer() as healthy,
+        StubServer(faults=Faults(rate_limit_429=1.0, retry_after=None), reply=flaky_reply) as flaky,
+    ):
+        config = _write(
+            tmp_path,
+            f"""
 turns = 2
 categories = ["gender", "age"]
 max_concurrency = 4
@@ -212,7 +259,8 @@ base_url = "{flaky.url}"
 attempts = 2
 base_delay = 0.01
 timeout = 10
-""")
+""",
+        )
         db = tmp_path / "d.db"
         args = ["--config", str(config), "--db", str(db), "--run-id", "r", "--json", "--no-trace"]
         first = run_cli(*args)

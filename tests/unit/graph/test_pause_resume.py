@@ -16,8 +16,8 @@ from checkpoints.store import open_writer
 from graph.running.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.running.playing import StoreWriter, execute_run
 from nodes.builder import build_graph
-from tests.support.backends import Db, connect, rows, written
 from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
+from tests.support.backends import Db, connect, rows, written
 
 GENDER = SEEDS[0]
 
@@ -30,11 +30,15 @@ def db(backend_db: Db) -> Db:
 
 def turn_rows(db: Db, thread: str) -> list[tuple]:
     with connect(db) as con:
-        return [tuple(r) for r in con.execute(
-            "select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join "
+        return [
+            tuple(r)
+            for r in con.execute(
+                "select t.idx, t.user_message, t.utterance_type, t.reply, l.label from turns t left join "
                 f"{labels_source(con)} l "
-            "on l.thread_id = t.thread_id and l.idx = t.idx where t.thread_id = ? order by t.idx", [thread]
-        ).fetchall()]
+                "on l.thread_id = t.thread_id and l.idx = t.idx where t.thread_id = ? order by t.idx",
+                [thread],
+            ).fetchall()
+        ]
 
 
 def play_paused(db: Db, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int = 5, review=None):
@@ -58,8 +62,9 @@ def resume(db: Db, thread: str, models, *, message: str | None = None):
             try:
                 from nodes.context import RunContext
 
-                return await resume_dialogue(build_graph(saver), store, thread, write=write,
-                                             context=RunContext(models=models), message=message)
+                return await resume_dialogue(
+                    build_graph(saver), store, thread, write=write, context=RunContext(models=models), message=message
+                )
             finally:
                 await write.refresh_run_status("r1")
                 write.close()
@@ -128,13 +133,18 @@ def test_interactive_review_accept_replace_then_quit_leaves_it_paused(db: Db):
     # Resuming without a message accepts the pending simulated message.
     assert resume(db, thread, models).status == "finished"
     rows = turn_rows(db, thread)
-    assert [r[1] for r in rows] == ["User question number 1?", "My own question?", "User question number 3?",
-                                    "User question number 4?", "User question number 5?"]
+    assert [r[1] for r in rows] == [
+        "User question number 1?",
+        "My own question?",
+        "User question number 3?",
+        "User question number 4?",
+        "User question number 5?",
+    ]
     assert len(models.user.chat.calls) == 5
 
     # The thread holds the abandoned simulated message too; a fork follows the path that was kept.
-    from tests.unit.graph.test_branching import branch_models, make_branch
     from graph.running.forking import Change
+    from tests.unit.graph.test_branching import branch_models, make_branch
 
     branch = make_branch(db, thread, 3, Change("rerun"), models=branch_models())
     assert [r[1] for r in turn_rows(db, branch)][:2] == ["User question number 1?", "My own question?"]
@@ -156,6 +166,7 @@ def test_pause_options_are_checked():
 )
 def test_bad_pause_flags_exit_2_before_the_database_exists(db: Db, capsys, args, expected):
     from cli import run
+
     with pytest.raises(SystemExit) as exit_info:
         run.main([*args, "--db", str(db)])
     assert exit_info.value.code == 2
@@ -172,13 +183,34 @@ def fake_cli(tmp_path: Path, *args: str, stdin: str = "") -> tuple[subprocess.Co
     calls_file = tmp_path / f"calls-{len(list(tmp_path.glob('calls-*')))}.json"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env |= {"FAKE_CALLS_FILE": str(calls_file), "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "tests.support.fake_cli", *args], cwd=REPO, input=stdin, capture_output=True,
-                            text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.fake_cli", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return result, json.loads(calls_file.read_text()) if calls_file.exists() else {}
 
 
-RUN = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--turns", "5",
-       "--categories", "gender", "--limit", "1", "--run-id", "r1"]
+RUN = [
+    "--user-model",
+    "fake:u",
+    "--target-model",
+    "fake:t",
+    "--judge-model",
+    "fake:j",
+    "--turns",
+    "5",
+    "--categories",
+    "gender",
+    "--limit",
+    "1",
+    "--run-id",
+    "r1",
+]
 
 
 def only_thread(db: Db) -> str:
@@ -195,7 +227,9 @@ def status(db: Db, thread: str) -> tuple[str, str]:
 @pytest.mark.slow
 def test_interrupt_quit_and_resume_in_a_new_process(db: Db, tmp_path: Path):
     # Turn 1: accept. Turn 2: replace the simulated message. Turn 3: quit.
-    first, calls = fake_cli(tmp_path, "run", *RUN, "--interactive", "--db", str(db), stdin="a\nr\nMy own question?\nq\n")
+    first, calls = fake_cli(
+        tmp_path, "run", *RUN, "--interactive", "--db", str(db), stdin="a\nr\nMy own question?\nq\n"
+    )
     assert first.returncode == 0, first.stderr
     assert calls == {"user": 3, "target": 2, "judge": 2}
     assert "simulated user message" in first.stderr and "Question 3?" in first.stderr

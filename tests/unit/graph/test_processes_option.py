@@ -22,9 +22,18 @@ from tests.support.provider_outage import StubProcess, run_flags, start_run
 from tests.unit.cli.test_run_cli import run_cli
 
 
-@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--interactive"], ["--max-cost", "1", "--pricing", "examples/pricing.toml"],
-                                   ["--config", "CAPPED"]])
-def test_processes_with_a_single_process_flag_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, extra: list[str]) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--pause-after", "1"],
+        ["--interactive"],
+        ["--max-cost", "1", "--pricing", "examples/pricing.toml"],
+        ["--config", "CAPPED"],
+    ],
+)
+def test_processes_with_a_single_process_flag_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, extra: list[str]
+) -> None:
     db = tmp_path / "d.db"
     capped = tmp_path / "capped.toml"
     capped.write_text("max_cost = 5\n")  # a cost cap from an experiment file, as from the flag
@@ -41,13 +50,22 @@ def role(spec: str, **sampling) -> RoleModel:
 
 def test_models_served_elsewhere_get_a_process_per_core_and_a_model_computed_here_one(providers) -> None:
     providers("fake", lambda name, role, sampling: None)
-    served = [role("openai:gpt-4o-mini"), role("google_genai:gemini-2.5-flash"), role("hf:http://127.0.0.1:8080"),
-              role("hf:meta-llama/Llama-3.1-8B-Instruct", extra={"provider": "auto"}), role("openai:x", base_url="http://h/v1")]
+    served = [
+        role("openai:gpt-4o-mini"),
+        role("google_genai:gemini-2.5-flash"),
+        role("hf:http://127.0.0.1:8080"),
+        role("hf:meta-llama/Llama-3.1-8B-Instruct", extra={"provider": "auto"}),
+        role("openai:x", base_url="http://h/v1"),
+    ]
     assert not any(computes_here(m.spec, m.sampling) for m in served)
     many = {"dialogues": 1000, "concurrency": 64}
     assert process_count(None, **many, models=served, single=False) == cores() >= 1
-    assert process_count(None, dialogues=1, concurrency=64, models=served, single=False) == 1  # never more than its dialogues
-    assert process_count(None, dialogues=1000, concurrency=1, models=served, single=False) == 1  # nor than it plays at once
+    assert (
+        process_count(None, dialogues=1, concurrency=64, models=served, single=False) == 1
+    )  # never more than its dialogues
+    assert (
+        process_count(None, dialogues=1000, concurrency=1, models=served, single=False) == 1
+    )  # nor than it plays at once
     for here in (role("local:gemma3-270m"), role("hf:HuggingFaceTB/SmolLM2-135M-Instruct"), role("fake:scripted")):
         assert computes_here(here.spec, here.sampling)  # llama.cpp, a transformers pipeline, a provider registered here
         assert process_count(None, **many, models=[*served, here], single=False) == 1
@@ -87,19 +105,29 @@ def stub(tmp_path: Path):
 @pytest.mark.slow
 def test_a_run_of_served_models_plays_in_a_process_per_core_by_default(tmp_path: Path, stub: StubProcess) -> None:
     db = tmp_path / "d.db"
-    (code, out, err), most = play_watching_players(*run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6))
+    (code, out, err), most = play_watching_players(
+        *run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6)
+    )
     assert code == 0, err[-3000:]
     assert json.loads(out)["finished"] == 6
     expected = min(cores(), 6)
     assert most == (expected if expected > 1 else 0) and claims_table(db) == (expected > 1)
 
 
-@pytest.mark.parametrize("extra", [["--pause-after", "1"], ["--max-cost", "5", "--pricing", "PRICES"],
-                                   ["--config", "CAPPED", "--pricing", "PRICES"], ["--db", "PG"]],
-                         ids=["pause-after", "max-cost", "max-cost-in-a-file", "postgres"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--pause-after", "1"],
+        ["--max-cost", "5", "--pricing", "PRICES"],
+        ["--config", "CAPPED", "--pricing", "PRICES"],
+        ["--db", "PG"],
+    ],
+    ids=["pause-after", "max-cost", "max-cost-in-a-file", "postgres"],
+)
 @pytest.mark.slow
-def test_a_run_only_one_process_can_play_plays_here_by_default_without_error(tmp_path: Path, stub: StubProcess,
-                                                                            request: pytest.FixtureRequest, extra: list[str]) -> None:
+def test_a_run_only_one_process_can_play_plays_here_by_default_without_error(
+    tmp_path: Path, stub: StubProcess, request: pytest.FixtureRequest, extra: list[str]
+) -> None:
     db = tmp_path / "d.db"
     prices = tmp_path / "prices.toml"
     prices.write_text('["openai:stub"]\ninput = 1.0\noutput = 2.0\n')
@@ -107,7 +135,9 @@ def test_a_run_only_one_process_can_play_plays_here_by_default_without_error(tmp
     capped.write_text("max_cost = 5\n")
     named = {"PRICES": str(prices), "CAPPED": str(capped)}
     extra = [request.getfixturevalue("pg_url") if a == "PG" else named.get(a, a) for a in extra]
-    (code, out, err), most = play_watching_players(*run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6), *extra)
+    (code, out, err), most = play_watching_players(
+        *run_flags(stub.url, db, "r", turns=2, per_category=1, concurrency=6), *extra
+    )
     assert code == 0, err[-3000:]
     summary = json.loads(out)
     assert summary["dialogues"] == 6 and summary["failed"] == []

@@ -22,8 +22,14 @@ def _register(providers) -> None:
             "user": lambda m, n: f"Question {n}?",
             # One target answers with text the judge below calls biased, the other never does.
             "target": lambda m, n: f"Biased answer {n}." if name == "biased" else f"Answer {n}.",
-            "judge": lambda m, n: "Rationale: r.\nLabel: " + (
-                "biased" if "Biased answer" in str(m[-1].content) or "MARKED" in str(m[-1].content) else "not biased"),
+            "judge": lambda m, n: (
+                "Rationale: r.\nLabel: "
+                + (
+                    "biased"
+                    if "Biased answer" in str(m[-1].content) or "MARKED" in str(m[-1].content)
+                    else "not biased"
+                )
+            ),
         }
         CREATED.append((f"rfake:{name}", role, sampling.seed))
         model = ScriptedChatModel(respond=replies[role], calls=[])
@@ -37,12 +43,26 @@ def _calls() -> int:
     return sum(len(m.calls) for m in MODELS)
 
 
-GRID = ["--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "rfake:biased",
-        "--turns", "2", "--categories", "gender", "age", "--no-trace"]
+GRID = [
+    "--user-model",
+    "rfake:u",
+    "--judge-model",
+    "rfake:j",
+    "--target-model",
+    "rfake:clean",
+    "rfake:biased",
+    "--turns",
+    "2",
+    "--categories",
+    "gender",
+    "age",
+    "--no-trace",
+]
 
 
 def _run(capsys, *argv: str, status: int = 0) -> dict:
     from cli import run
+
     assert run.main([*argv, "--json"]) == status
     return json.loads(capsys.readouterr().out)
 
@@ -58,6 +78,7 @@ def test_sample_thread_ids_and_seeds():
 
 def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path, capsys, providers):
     from cli import compare, report
+
     _register(providers)
     db = tmp_path / "d.db"
     CREATED.clear()
@@ -88,7 +109,9 @@ def test_samples_grid_is_resumable_and_compared_on_the_same_seeds(tmp_path: Path
     assert (c["pairs"], c["seeds"]) == (4, 2)  # (seed, sample) pairs
     last = next(r for r in c["rows"] if r["measure"] == "cumulative" and r["turn"] == 2)
     assert (last["rate_a"], last["rate_b"], last["diff"]) == (0.0, 1.0, 1.0)
-    assert last["mcnemar"]["b"] == 0 and last["mcnemar"]["c"] == 4 and last["mcnemar"]["p_value"] == pytest.approx(0.125)
+    assert (
+        last["mcnemar"]["b"] == 0 and last["mcnemar"]["c"] == 4 and last["mcnemar"]["p_value"] == pytest.approx(0.125)
+    )
     assert compare.main(["--runs", "g", "--db", str(db)]) == 0
     assert "rfake:biased · implicit vs rfake:clean · implicit" in capsys.readouterr().out
 
@@ -132,7 +155,9 @@ def test_estimate_from_the_grid_then_from_stored_runs_writes_nothing(tmp_path: P
     assert second["usd"] == pytest.approx(72 * 3.0)
 
 
-def test_estimate_reads_stored_runs_from_a_postgres_store_and_writes_nothing(tmp_path: Path, capsys, providers, pg_url: str):
+def test_estimate_reads_stored_runs_from_a_postgres_store_and_writes_nothing(
+    tmp_path: Path, capsys, providers, pg_url: str
+):
     import psycopg
 
     _register(providers)
@@ -160,12 +185,16 @@ def test_max_cost_holds_new_dialogues_and_the_run_resumes(tmp_path: Path, capsys
     assert first["finished"] == 1 and first["budget"]["held"] == 3 and first["held_this_time"] == 3
     assert first["budget"]["spent_usd"] == pytest.approx(18.0) and first["cost"]["usd"] == pytest.approx(18.0)
     assert first["budget"]["reserved_usd"] == 0 and first["budget"]["estimate_usd"] == pytest.approx(18.0)
-    assert first["resume"].endswith("--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json --max-cost 60")  # twice the cap: it runs as printed
+    assert first["resume"].endswith(
+        "--run-id capped --pricing " + str(pricing) + " --max-cost 30 --json --max-cost 60"
+    )  # twice the cap: it runs as printed
     with sqlite3.connect(db) as con:
         assert con.execute("select status from runs where id = 'capped'").fetchone()[0] == "stopped"
         assert con.execute("select count(*) from dialogues").fetchone()[0] == 1
 
-    same = _run(capsys, *args, "--max-cost", "30", status=1)  # the same cap again: the finished one is skipped, three still held
+    same = _run(
+        capsys, *args, "--max-cost", "30", status=1
+    )  # the same cap again: the finished one is skipped, three still held
     assert (same["skipped_this_time"], same["budget"]["held"], same["finished"]) == (1, 3, 1)
 
     second = _run(capsys, *args, "--max-cost", "100")
@@ -180,10 +209,23 @@ def test_a_cost_cap_holds_with_dialogues_in_flight(tmp_path: Path, capsys, provi
 
     _register(providers)
     pricing = _pricing(tmp_path, PRICES)
-    args = [*GRID, "--db", str(tmp_path / "d.db"), "--run-id", "capped", "--pricing", str(pricing), "--max-concurrency", "4"]
+    args = [
+        *GRID,
+        "--db",
+        str(tmp_path / "d.db"),
+        "--run-id",
+        "capped",
+        "--pricing",
+        str(pricing),
+        "--max-concurrency",
+        "4",
+    ]
     first = _run(capsys, *args, "--max-cost", "60", status=1)
     assert first["finished"] == 3 and first["budget"]["held"] == 1
-    assert first["budget"]["spent_usd"] == pytest.approx(54.0) and first["budget"]["spent_usd"] <= first["budget"]["max_usd"]
+    assert (
+        first["budget"]["spent_usd"] == pytest.approx(54.0)
+        and first["budget"]["spent_usd"] <= first["budget"]["max_usd"]
+    )
     assert first["budget"]["reserved_usd"] == 0
     capsys.readouterr()
     assert main([*args, "--max-cost", "60"]) == 1  # the summary in dollars: spent, reserved and cap
@@ -197,12 +239,17 @@ def test_a_cost_cap_holds_with_dialogues_in_flight(tmp_path: Path, capsys, provi
         ('["rfake:u"]\ninput = "cheap"\noutput = 1\n', [], "input must be a number >= 0"),
         ('["rfake:u"]\ninput = 1\n', [], "no 'output'"),
         ("not toml [", [], "is not valid TOML"),
-        ('["rfake:u"]\ninput = 1\noutput = 1\n', ["--max-cost", "5"], "has no price for rfake:biased, rfake:clean, rfake:j"),
+        (
+            '["rfake:u"]\ninput = 1\noutput = 1\n',
+            ["--max-cost", "5"],
+            "has no price for rfake:biased, rfake:clean, rfake:j",
+        ),
         (None, ["--max-cost", "5"], "--max-cost needs --pricing FILE"),
     ],
 )
 def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsys, body, extra, expected, providers):
     from cli import run
+
     _register(providers)
     db = tmp_path / "d.db"
     pricing = ["--pricing", str(_pricing(tmp_path, body))] if body is not None else []
@@ -216,12 +263,28 @@ def test_bad_pricing_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, capsy
 
 def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
     from cli import report
+
     _register(providers)
     db = tmp_path / "d.db"
     _run(capsys, *GRID, "--db", str(db), "--run-id", "p", "--limit", "1")
     out = tmp_path / "report"
-    assert report.main(["--run-id", "p", "--db", str(db), "--out", str(out), "--n-boot", "50",
-                        "--pricing", str(_pricing(tmp_path, PRICES))]) == 0
+    assert (
+        report.main(
+            [
+                "--run-id",
+                "p",
+                "--db",
+                str(db),
+                "--out",
+                str(out),
+                "--n-boot",
+                "50",
+                "--pricing",
+                str(_pricing(tmp_path, PRICES)),
+            ]
+        )
+        == 0
+    )
     text = (out / "report.md").read_text()
     section = text.split("## Tokens and cost")[1].split("\n## ")[0]
     assert "| p | total |  |  | 84 | 36 | $36.0000 |" in section  # 1 seed × 2 targets × 2 turns × 3 roles = 12 calls
@@ -234,18 +297,43 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
     _register(providers)
     seeds = tmp_path / "seeds.jsonl"
     # The judge calls every reply biased when the seed statement is MARKED: samples of a seed agree.
-    seeds.write_text("".join(
-        json.dumps({"id": f"s{i}", "category": "gender", "statement": f"Statement {i}{' MARKED' if i % 3 == 0 else ''}."}) + "\n"
-        for i in range(9)))
+    seeds.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"s{i}", "category": "gender", "statement": f"Statement {i}{' MARKED' if i % 3 == 0 else ''}."}
+            )
+            + "\n"
+            for i in range(9)
+        )
+    )
     db = tmp_path / "d.db"
-    summary = _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean",
-                   "--seeds", str(seeds), "--turns", "1", "--samples", "4", "--db", str(db), "--run-id", "k", "--no-trace")
+    summary = _run(
+        capsys,
+        "--user-model",
+        "rfake:u",
+        "--judge-model",
+        "rfake:j",
+        "--target-model",
+        "rfake:clean",
+        "--seeds",
+        str(seeds),
+        "--turns",
+        "1",
+        "--samples",
+        "4",
+        "--db",
+        str(db),
+        "--run-id",
+        "k",
+        "--no-trace",
+    )
     assert summary["dialogues"] == 36
     store = open_writer(db)
     matrix = store.label_matrix("k")
     seed_of = {d["thread_id"]: d["seed_id"] for d in store.dialogues("k")}
-    clustered = summarise(list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1,
-                          clusters=[seed_of[t] for t in matrix]).cumulative_rate[0]
+    clustered = summarise(
+        list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1, clusters=[seed_of[t] for t in matrix]
+    ).cumulative_rate[0]
     naive = summarise(list(matrix.values()), 1, n_boot=1000, seed=0, delta_start=1, delta_end=1).cumulative_rate[0]
     got = summary["cumulative"][0]
     assert got["rate"] == pytest.approx(1 / 3) and got["ci95"] == [clustered.low, clustered.high]
@@ -254,10 +342,27 @@ def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path:
 
 def test_compare_runs_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, providers):
     from cli import compare, report
+
     _register(providers)
     db = tmp_path / "d.db"
-    _run(capsys, "--user-model", "rfake:u", "--judge-model", "rfake:j", "--target-model", "rfake:clean", "--turns", "1",
-         "--limit", "1", "--db", str(db), "--run-id", "one", "--no-trace")
+    _run(
+        capsys,
+        "--user-model",
+        "rfake:u",
+        "--judge-model",
+        "rfake:j",
+        "--target-model",
+        "rfake:clean",
+        "--turns",
+        "1",
+        "--limit",
+        "1",
+        "--db",
+        str(db),
+        "--run-id",
+        "one",
+        "--no-trace",
+    )
     for argv, expected in [
         (["--runs", "nope"], "no run 'nope'"),
         (["--runs", "one"], "hold one target and mode only"),
@@ -295,4 +400,6 @@ def test_shipped_pricing_prices_every_model_of_the_paper():
 
     pricing = load_pricing(REPO / "examples" / "pricing.toml")
     paper = load_experiment(REPO / "examples" / "paper.toml").options
-    assert pricing.missing([paper["user_model"], paper["judge_model"], *paper["target_model"], "local:gemma3-270m"]) == []
+    assert (
+        pricing.missing([paper["user_model"], paper["judge_model"], *paper["target_model"], "local:gemma3-270m"]) == []
+    )

@@ -15,7 +15,9 @@ def test_queued_batches_share_one_commit_and_a_failing_one_loses_only_itself(tmp
     store = open_writer(tmp_path / "d.db")
     store.db.execute("create table probe (n integer)")
 
-    def write_batch(writer, encoder, items, final=False, *, through=None):  # as traces.write_trace_batch: its rows in a transaction
+    def write_batch(
+        writer, encoder, items, final=False, *, through=None
+    ):  # as traces.write_trace_batch: its rows in a transaction
         with writer.transaction():
             writer.db.execute("insert into probe values (?)", [items[0]])
             if items[0] == 2:
@@ -24,7 +26,9 @@ def test_queued_batches_share_one_commit_and_a_failing_one_loses_only_itself(tmp
     monkeypatch.setattr("checkpoints.traces.tables.write_trace_batch", write_batch)
     transactions = []
     original = Writer.write_together
-    monkeypatch.setattr(Writer, "write_together", lambda self, writes: transactions.append(len(writes)) or original(self, writes))
+    monkeypatch.setattr(
+        Writer, "write_together", lambda self, writes: transactions.append(len(writes)) or original(self, writes)
+    )
     write = StoreWriter(store)
     gate = threading.Event()
     write.submit(lambda _store: gate.wait(10))  # the thread is busy: the three batches queue up

@@ -33,7 +33,13 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 def played(db, monkeypatch):
     """A run of two dialogues × 2 turns with fake models; the target's replies carry a string that is a secret at push
     time."""
-    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY", "LANGSMITH_ENDPOINT", "LANGCHAIN_ENDPOINT", "LANGSMITH_PROJECT"):
+    for name in (
+        "LANGSMITH_API_KEY",
+        "LANGCHAIN_API_KEY",
+        "LANGSMITH_ENDPOINT",
+        "LANGCHAIN_ENDPOINT",
+        "LANGSMITH_PROJECT",
+    ):
         monkeypatch.delenv(name, raising=False)
     target = scripted(lambda m, n: f"Answer {n}, quoting {SECRET}.", spec="fake:target")
     result, store = play(db, default_models(target=target), seeds=SEEDS, turns=2)
@@ -51,7 +57,9 @@ def test_push_uploads_every_run_and_feedback_of_the_run_in_langsmith_s_schemas(d
     monkeypatch.setenv("LANGSMITH_API_KEY", LS_KEY)
     monkeypatch.setenv("MY_SERVICE_API_KEY", SECRET)  # a secret of the uploading process: redacted on the way out
     with LangSmithRecorder(size_limit_bytes=20_000) as server:
-        code, out, err = run_cli(capsys, "push", "r1", "--endpoint", server.url, "--project", "bias-audit", "--db", str(db))
+        code, out, err = run_cli(
+            capsys, "push", "r1", "--endpoint", server.url, "--project", "bias-audit", "--db", str(db)
+        )
         assert code == 0, err
         assert server.rejected == []
         assert set(server.runs) == set(stored)  # every run of both dialogues, nothing else
@@ -75,11 +83,15 @@ def test_push_uploads_every_run_and_feedback_of_the_run_in_langsmith_s_schemas(d
         bodies = b"".join(r.body for r in server.requests).decode()
         assert SECRET not in bodies and "[redacted:MY_SERVICE_API_KEY]" in bodies
         assert LS_KEY not in bodies
-        assert out == (f"pushed {len(stored)} runs of 2 traces and 4 feedback records of run r1 to project bias-audit at "
-            f"{server.url}")
+        assert out == (
+            f"pushed {len(stored)} runs of 2 traces and 4 feedback records of run r1 to project bias-audit at "
+            f"{server.url}"
+        )
 
         # Again: the same ids, so nothing new; the server's 409s count as already there.
-        code, out, err = run_cli(capsys, "push", "r1", "--endpoint", server.url, "--project", "bias-audit", "--db", str(db))
+        code, out, err = run_cli(
+            capsys, "push", "r1", "--endpoint", server.url, "--project", "bias-audit", "--db", str(db)
+        )
         assert code == 0, err
         assert len(server.feedback) == 4 and len(server.sessions) == 1
         assert "(4 feedback records were already there)" in out
@@ -101,7 +113,10 @@ def test_push_takes_a_thread_too_and_the_project_from_the_environment(db, played
 
 def test_push_refusals_are_one_line(db, played, monkeypatch, capsys):
     code, _, err = run_cli(capsys, "push", "r1", "--db", str(db))
-    assert code == 2 and err == "error: no LangSmith API key: set LANGSMITH_API_KEY (or pass --endpoint for a self-hosted server)"
+    assert (
+        code == 2
+        and err == "error: no LangSmith API key: set LANGSMITH_API_KEY (or pass --endpoint for a self-hosted server)"
+    )
     code, _, err = run_cli(capsys, "push", "nope", "--endpoint", "http://127.0.0.1:9", "--db", str(db))
     assert code == 2 and err.startswith("error: no trace or thread 'nope'")
     code, _, err = run_cli(capsys, "push", "r1", "--endpoint", "ftp://x", "--db", str(db))
@@ -118,4 +133,7 @@ def test_push_to_nothing_listening_says_so(db, played, capsys):
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
     code, _, err = run_cli(capsys, "push", "r1", "--endpoint", url, "--db", str(db))
-    assert code == 1 and err == f"error: cannot reach {url}: check the endpoint (--endpoint or $LANGSMITH_ENDPOINT) and the network"
+    assert (
+        code == 1
+        and err == f"error: cannot reach {url}: check the endpoint (--endpoint or $LANGSMITH_ENDPOINT) and the network"
+    )

@@ -70,14 +70,25 @@ def test_two_turn_dialogue_tree_groups_nodes_under_turns(db):
             calls = [c for c in node.children if c.kind == "model"]
             if node.name in MODEL_NODES:
                 [call] = calls
-                assert call.turn == turn.turn and call.run["role"] == {"user_simulator": "user"}.get(node.name, node.name)
-                assert (call.run["prompt_tokens"], call.run["completion_tokens"], call.run["total_tokens"]) == (7, 3, 10)
+                assert call.turn == turn.turn and call.run["role"] == {"user_simulator": "user"}.get(
+                    node.name, node.name
+                )
+                assert (call.run["prompt_tokens"], call.run["completion_tokens"], call.run["total_tokens"]) == (
+                    7,
+                    3,
+                    10,
+                )
                 assert call.run["inputs"]["messages"] and call.run["outputs"]["generations"]
             else:
                 assert calls == []
     assert graph.tokens() == (6 * 7, 6 * 3)
     [summary] = list_traces(store.db, thread_id=thread)
-    assert (summary["model_calls"], summary["prompt_tokens"], summary["errors"], summary["status"]) == (6, 42, 0, "success")
+    assert (summary["model_calls"], summary["prompt_tokens"], summary["errors"], summary["status"]) == (
+        6,
+        42,
+        0,
+        "success",
+    )
 
 
 def test_judge_labels_are_feedback_on_the_target_call(db):
@@ -85,12 +96,22 @@ def test_judge_labels_are_feedback_on_the_target_call(db):
     models = default_models(judge=scripted(lambda m, n: verdicts[n - 1], spec="fake:judge"))
     result, store = play(db, models, seeds=SEEDS[:1], turns=3)
     tree, _ = _tree_of_thread(store.db, result.outcomes[0].thread_id)
-    for turn, (score, value, comment) in zip(tree.children[0].children, [
-        (1, "biased", "leans on a stereotype."), (0, "not_biased", "fair."), (None, "unparsed", ""),
-    ]):
+    for turn, (score, value, comment) in zip(
+        tree.children[0].children,
+        [
+            (1, "biased", "leans on a stereotype."),
+            (0, "not_biased", "fair."),
+            (None, "unparsed", ""),
+        ],
+    ):
         target_call = next(c for n in turn.children if n.name == "target" for c in n.children if c.kind == "model")
         [feedback] = target_call.feedback
-        assert (feedback["key"], feedback["score"], feedback["value"], feedback["comment"]) == ("bias", score, value, comment)
+        assert (feedback["key"], feedback["score"], feedback["value"], feedback["comment"]) == (
+            "bias",
+            score,
+            value,
+            comment,
+        )
         assert feedback["turn"] == turn.turn
         assert [f for n in turn.walk() if n is not target_call for f in n.feedback] == []
 
@@ -128,7 +149,9 @@ def test_resumed_dialogue_joins_the_same_thread(db):
     nodes = [n for g in tree.children for t in g.children for n in t.children]
     assert len({n.run["checkpoint_id"] for n in nodes}) == len(nodes)
     rerun = second.children[0].children[0].run["checkpoint_id"]
-    parent = store.db.execute("select parent_checkpoint_id from checkpoints where checkpoint_id = ?", [rerun]).fetchone()[0]
+    parent = store.db.execute(
+        "select parent_checkpoint_id from checkpoints where checkpoint_id = ?", [rerun]
+    ).fetchone()[0]
     assert parent == first.children[1].children[2].run["checkpoint_id"]
     statuses = [r["status"] for r in list_traces(store.db, thread_id=thread)]
     assert statuses == ["success", "success"]  # the node caught the error; the graph ended normally
@@ -165,7 +188,14 @@ def test_no_trace_records_nothing(db):
 
     async def go():
         async with open_saver(db) as saver:
-            await execute_run(make_config(turns=1), SEEDS[:1], graph=build_graph(saver), store=store, models=default_models(), trace=False)
+            await execute_run(
+                make_config(turns=1),
+                SEEDS[:1],
+                graph=build_graph(saver),
+                store=store,
+                models=default_models(),
+                trace=False,
+            )
 
     asyncio.run(go())
     assert stored_runs(store.db) == [] and store.db["turns"].count == 1
@@ -181,7 +211,19 @@ def test_export_round_trips_as_langsmith_runs(db, tmp_path, capsys):
     result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     thread = result.outcomes[0].thread_id
     out, feedback_out = tmp_path / "runs.jsonl", tmp_path / "feedback.jsonl"
-    code, _, err = run_cli(capsys, "export", thread, "--format", "jsonl", "--out", str(out), "--feedback-out", str(feedback_out), "--db", str(db))
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        thread,
+        "--format",
+        "jsonl",
+        "--out",
+        str(out),
+        "--feedback-out",
+        str(feedback_out),
+        "--db",
+        str(db),
+    )
     assert code == 0, err
     lines = out.read_text().splitlines()
     records = [json.loads(line) for line in lines]
@@ -225,7 +267,11 @@ class LeakyChatModel(ScriptedChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"api_base": self.api_base, "api_key": self.api_key.get_secret_value(), "note": f"key={self.api_key.get_secret_value()}"}
+        return {
+            "api_base": self.api_base,
+            "api_key": self.api_key.get_secret_value(),
+            "note": f"key={self.api_key.get_secret_value()}",
+        }
 
 
 def _all_cells(path: Path):
@@ -286,19 +332,21 @@ def test_redactor_cases():
     assert r.text("sent Bearer eyJhbGciOiJIUzI1NiJ9 along") == "sent Bearer [redacted] along"
     assert r.text("AIza" + "B" * 35) == REDACTED
     assert r.text("abc stays: too short to be a secret") == "abc stays: too short to be a secret"
-    value = json.loads(r.json(
-        {
-            "openai_api_key": "anything",
-            "headers": {"Authorization": "x", "X-Api-Key": "y"},
-            "secret": SecretStr("s"),
-            "usage": {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10},
-            "max_tokens": 250,
-            "api_key": None,
-            "text": "User: hello",
-            "nested": {"auth": {"client_secret": {"lc": 1, "id": ["X"]}, "password": 5}},
-            "message": 'he wrote "api_key": "not a field" and https://u:p@h/?token=abc\\" ok',
-        }
-    ))
+    value = json.loads(
+        r.json(
+            {
+                "openai_api_key": "anything",
+                "headers": {"Authorization": "x", "X-Api-Key": "y"},
+                "secret": SecretStr("s"),
+                "usage": {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10},
+                "max_tokens": 250,
+                "api_key": None,
+                "text": "User: hello",
+                "nested": {"auth": {"client_secret": {"lc": 1, "id": ["X"]}, "password": 5}},
+                "message": 'he wrote "api_key": "not a field" and https://u:p@h/?token=abc\\" ok',
+            }
+        )
+    )
     assert value == {
         "openai_api_key": REDACTED,
         "headers": {"Authorization": REDACTED, "X-Api-Key": REDACTED},
@@ -311,7 +359,10 @@ def test_redactor_cases():
         "message": 'he wrote "api_key": "not a field" and https://[redacted]@h/?token=[redacted]\\" ok',
     }
     env = Redactor.from_environ({"GOOGLE_API_KEY": "g" * 20, "HF_TOKEN": "h" * 20, "HOME": "/root/home-dir"})
-    assert env.text("g" * 20 + " " + "h" * 20 + " /root/home-dir") == "[redacted:GOOGLE_API_KEY] [redacted:HF_TOKEN] /root/home-dir"
+    assert (
+        env.text("g" * 20 + " " + "h" * 20 + " /root/home-dir")
+        == "[redacted:GOOGLE_API_KEY] [redacted:HF_TOKEN] /root/home-dir"
+    )
 
 
 # --- LangSmith alongside -----------------------------------------------------------------------
@@ -334,7 +385,9 @@ def test_langsmith_tracer_keeps_working_alongside(db, monkeypatch):
     monkeypatch.setenv("LANGSMITH_TRACING", "true")
     monkeypatch.setenv("LANGSMITH_API_KEY", "lsv2_pt_" + "f" * 32)
     ls_utils.get_env_var.cache_clear()
-    monkeypatch.setattr(run_trees, "_CLIENT", RecordingClient(api_key="x", api_url="http://127.0.0.1:9", auto_batch_tracing=False))
+    monkeypatch.setattr(
+        run_trees, "_CLIENT", RecordingClient(api_key="x", api_url="http://127.0.0.1:9", auto_batch_tracing=False)
+    )
     try:
         result, store = play(db, default_models(), seeds=SEEDS[:1], turns=1)
     finally:
@@ -362,7 +415,17 @@ def test_cli_list_and_show(db, capsys):
 
     code, out, _ = run_cli(capsys, "show", thread, "--db", str(db))
     assert code == 0
-    for text in ("turn 1", "turn 2", "user_simulator", "termination", "scripted-fake", "bias: ✓ not biased", "→ target", "→ end", "--full"):
+    for text in (
+        "turn 1",
+        "turn 2",
+        "user_simulator",
+        "termination",
+        "scripted-fake",
+        "bias: ✓ not biased",
+        "→ target",
+        "→ end",
+        "--full",
+    ):
         assert text in out
     code, out, _ = run_cli(capsys, "show", trace_id[:13], "--turn", "2", "--full", "--db", str(db))
     assert code == 0 and "turn 2" in out and "turn 1" not in out and "Hidden topic" in out and "--full" not in out
@@ -375,7 +438,9 @@ def test_cli_list_and_show(db, capsys):
 
 
 def test_model_text_is_never_markup(db, capsys):
-    models = default_models(target=scripted(lambda m, n: "[bold red]not markup[/] [link=x]y[/link]", spec="fake:target"))
+    models = default_models(
+        target=scripted(lambda m, n: "[bold red]not markup[/] [link=x]y[/link]", spec="fake:target")
+    )
     result, _ = play(db, models, seeds=SEEDS[:1], turns=1)
     code, out, _ = run_cli(capsys, "show", result.outcomes[0].thread_id, "--db", str(db))
     assert code == 0 and "[bold red]not markup[/]" in out
@@ -432,14 +497,27 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
 
     store = open_writer(db)
     thread = "r1:s-gender:implicit/b-1"
-    config = dialogue_config(thread, turns=1, run_id="r1", seed_id="s-gender", mode="implicit",
-                             parent_thread_id="r1:s-gender:implicit", fork_turn=1)
+    config = dialogue_config(
+        thread,
+        turns=1,
+        run_id="r1",
+        seed_id="s-gender",
+        mode="implicit",
+        parent_thread_id="r1:s-gender:implicit",
+        fork_turn=1,
+    )
 
     async def go():
         write = StoreWriter(store)
         async with open_saver(db) as saver:
-            outcome = await drive(build_graph(saver), config, initial_state(SEEDS[0], "implicit", 1), write=write,
-                                  context=RunContext(models=default_models()), notify=lambda *_: None)
+            outcome = await drive(
+                build_graph(saver),
+                config,
+                initial_state(SEEDS[0], "implicit", 1),
+                write=write,
+                context=RunContext(models=default_models()),
+                notify=lambda *_: None,
+            )
         write.close()
         return outcome
 

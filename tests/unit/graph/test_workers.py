@@ -24,8 +24,25 @@ TURNS = 3
 
 
 def _run_flags(url: str, stub: StubServer, run_id: str = "r1", per_category: int = 1) -> list[str]:
-    return ["--db", url, "--run-id", run_id, "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model", "openai:t",
-            "--base-url", stub.url, "--turns", str(TURNS), "--per-category", str(per_category), "--no-trace"]
+    return [
+        "--db",
+        url,
+        "--run-id",
+        run_id,
+        "--user-model",
+        "openai:u",
+        "--judge-model",
+        "openai:j",
+        "--target-model",
+        "openai:t",
+        "--base-url",
+        stub.url,
+        "--turns",
+        str(TURNS),
+        "--per-category",
+        str(per_category),
+        "--no-trace",
+    ]
 
 
 def _rows(url: str, query: str) -> list[tuple]:
@@ -35,8 +52,14 @@ def _rows(url: str, query: str) -> list[tuple]:
 
 def _worker(url: str, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _assert_exactly_once(url: str, n_dialogues: int) -> None:
@@ -44,10 +67,17 @@ def _assert_exactly_once(url: str, n_dialogues: int) -> None:
     running."""
     assert _rows(url, "select status, count(*) from procrastinate_jobs group by status") == [("succeeded", n_dialogues)]
     assert _rows(url, "select count(*) from dialogues where status = 'finished'") == [(n_dialogues,)]
-    per_dialogue = _rows(url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id")
+    per_dialogue = _rows(
+        url, "select thread_id, count(*), count(reply), min(idx), max(idx) from turns group by thread_id"
+    )
     assert len(per_dialogue) == n_dialogues
-    assert all(n == TURNS and replies == TURNS and (lo, hi) == (1, TURNS) for _, n, replies, lo, hi in per_dialogue), per_dialogue
-    labels = _rows(url, "select thread_id, idx, count(*) from scores where key = 'bias' and scorer = 'primary' group by thread_id, idx")
+    assert all(n == TURNS and replies == TURNS and (lo, hi) == (1, TURNS) for _, n, replies, lo, hi in per_dialogue), (
+        per_dialogue
+    )
+    labels = _rows(
+        url,
+        "select thread_id, idx, count(*) from scores where key = 'bias' and scorer = 'primary' group by thread_id, idx",
+    )
     assert len(labels) == n_dialogues * TURNS and {n for *_, n in labels} == {1}
 
 
@@ -57,7 +87,9 @@ def test_enqueueing_twice_makes_one_job_per_dialogue(pg_url: str, capsys: pytest
         assert "6 dialogue(s) enqueued, 0 already" in " ".join(capsys.readouterr().err.split())
         assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
         assert "0 dialogue(s) enqueued, 6 already" in " ".join(capsys.readouterr().err.split())
-    jobs = _rows(pg_url, "select lock, queueing_lock, args->>'thread_id', status::text from procrastinate_jobs order by id")
+    jobs = _rows(
+        pg_url, "select lock, queueing_lock, args->>'thread_id', status::text from procrastinate_jobs order by id"
+    )
     assert len(jobs) == 6 and len({j[2] for j in jobs}) == 6
     assert all(lock == queueing == thread and status == "todo" for lock, queueing, thread, status in jobs)
     assert _rows(pg_url, "select id, status from runs") == [("r1", "running")]
@@ -72,7 +104,9 @@ def test_enqueue_and_wait_refuse_a_sqlite_database(tmp_path: Path, capsys: pytes
 
 
 @pytest.mark.slow
-def test_two_workers_play_every_dialogue_exactly_once_and_wait_prints_the_summary(pg_url: str, capsys: pytest.CaptureFixture[str]):
+def test_two_workers_play_every_dialogue_exactly_once_and_wait_prints_the_summary(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+):
     with StubServer(latency=0.05) as stub:
         assert run_main([*_run_flags(pg_url, stub, per_category=2), "--enqueue"]) == 0
         workers = [_worker(pg_url, "--drain") for _ in range(2)]
@@ -111,7 +145,9 @@ def test_a_worker_killed_mid_run_leaves_the_rest_to_the_other(pg_url: str):
 
 
 def _plays(url: str) -> list[tuple]:
-    return _rows(url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id")
+    return _rows(
+        url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id"
+    )
 
 
 def _open_play_of(url: str, pid: int) -> bool:
@@ -133,7 +169,9 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
                 victim = rng.randrange(2)
                 pid = workers[victim].pid
                 deadline = time.monotonic() + 20
-                while not _open_play_of(pg_url, pid) and time.monotonic() < deadline:  # idle if the other took every job
+                while (
+                    not _open_play_of(pg_url, pid) and time.monotonic() < deadline
+                ):  # idle if the other took every job
                     assert workers[victim].poll() is None, workers[victim].stderr.read()
                     time.sleep(0.02)
                 time.sleep(rng.uniform(0.0, 0.6))
@@ -156,7 +194,9 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
     assert died and all(int(worker.rsplit(":", 1)[1]) in killed_at for _, worker, *_ in died), (seed, died)
     by_thread: dict[str, list[tuple]] = {}
     for thread, worker, start, end, outcome in plays:
-        by_thread.setdefault(thread, []).append((start, end or killed_at[int(worker.rsplit(":", 1)[1])], worker, outcome))
+        by_thread.setdefault(thread, []).append(
+            (start, end or killed_at[int(worker.rsplit(":", 1)[1])], worker, outcome)
+        )
     assert len(by_thread) == 12 * trials
     for thread, spans in by_thread.items():  # one player at a time, and the last play finished the dialogue
         assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (seed, thread, spans)
@@ -181,7 +221,9 @@ def test_a_failed_dialogue_fails_its_job_which_is_retried_from_its_checkpoint_wi
         assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
         worker = _worker(pg_url, "--drain")
         assert worker.wait(timeout=120) == 0, worker.stderr.read()
-        assert _rows(pg_url, "select status::text from procrastinate_jobs where args->>'run_id' = 'r2'") == [("failed",)]
+        assert _rows(pg_url, "select status::text from procrastinate_jobs where args->>'run_id' = 'r2'") == [
+            ("failed",)
+        ]
         assert _rows(pg_url, "select status from dialogues where run_id = 'r2'") == [("failed",)]
         assert run_main([*_run_flags(pg_url, stub, run_id="r2"), *flags, "--enqueue"]) == 0
         worker = _worker(pg_url, "--drain")
@@ -231,20 +273,28 @@ def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job
 
 
 @pytest.mark.slow
-def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(pg_url: str, capsys: pytest.CaptureFixture[str]):
+def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+):
     from graph.workers.dialogue_jobs import SCHEMA_STAMP, queue_schema_version
 
     with StubServer() as stub:
         assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
-        assert _rows(pg_url, "select obj_description('procrastinate_jobs'::regclass, 'pg_class')") == [(SCHEMA_STAMP + queue_schema_version(),)]
+        assert _rows(pg_url, "select obj_description('procrastinate_jobs'::regclass, 'pg_class')") == [
+            (SCHEMA_STAMP + queue_schema_version(),)
+        ]
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"comment on table procrastinate_jobs is '{SCHEMA_STAMP}02.00.00'")
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:
             run_main([*_run_flags(pg_url, stub, run_id="r2"), "--enqueue"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "procrastinate schema 02.00.00" in err and "apply procrastinate's migrations" in err
-    assert _rows(pg_url, "select count(*) from procrastinate_jobs") == [(6,)] and _rows(pg_url, "select id from runs") == [("r1",)]
+    assert (
+        exit_.value.code == 2 and "procrastinate schema 02.00.00" in err and "apply procrastinate's migrations" in err
+    )
+    assert _rows(pg_url, "select count(*) from procrastinate_jobs") == [(6,)] and _rows(
+        pg_url, "select id from runs"
+    ) == [("r1",)]
     worker = _worker(pg_url, "--drain")
     assert worker.wait(timeout=60) == 2 and "02.00.00" in worker.stderr.read()
 
@@ -272,7 +322,9 @@ def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_
         hasty.send_signal(signal.SIGINT)
         assert hasty.wait(timeout=10) == 130 and "Stopped now" in hasty.stderr.read()
         assert gentle.wait(timeout=60) == 0 and "finishing the dialogues in play" in gentle.stderr.read()
-        assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{gentle.pid}'") == [("finished",)]
+        assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{gentle.pid}'") == [
+            ("finished",)
+        ]
         assert _rows(pg_url, f"select ended_at from dialogue_plays where worker like '%:{hasty.pid}'") == [(None,)]
         survivor = _worker(pg_url, "--stalled-after", "1", "--drain")  # the hasty one's dialogue is played on
         assert survivor.wait(timeout=60) == 0, survivor.stderr.read()
@@ -291,8 +343,11 @@ def test_deleting_a_run_played_by_workers_leaves_no_job_or_play_of_it(pg_url: st
     assert runs_main(["--db", pg_url, "delete", "gone", "--yes"]) == 0
     assert _rows(pg_url, "select args->>'run_id', count(*) from procrastinate_jobs group by 1") == [("keep", 2)]
     assert _rows(pg_url, "select run_id, count(*) from dialogue_plays group by 1") == [("keep", 2)]
-    assert _rows(pg_url, "select count(*) from procrastinate_events e left join procrastinate_jobs j on j.id = e.job_id "
-                         "where j.id is null") == [(0,)]
+    assert _rows(
+        pg_url,
+        "select count(*) from procrastinate_events e left join procrastinate_jobs j on j.id = e.job_id "
+        "where j.id is null",
+    ) == [(0,)]
 
 
 @pytest.mark.slow
@@ -305,9 +360,13 @@ def test_a_worker_holds_its_dialogue_locks_on_one_connection_whatever_its_concur
             while _rows(pg_url, "select count(*) from dialogue_plays where ended_at is null")[0][0] < 12:
                 assert time.monotonic() < deadline and worker.poll() is None, worker.stderr and worker.stderr.read()
                 time.sleep(0.05)
-            sessions = _rows(pg_url, "select count(*) from pg_stat_activity where datname = current_database() "
-                                     "and pid <> pg_backend_pid()")[0][0]
-            holders = _rows(pg_url, "select count(distinct pid) from pg_locks where locktype = 'advisory' and granted")[0][0]
+            sessions = _rows(
+                pg_url,
+                "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+            )[0][0]
+            holders = _rows(pg_url, "select count(distinct pid) from pg_locks where locktype = 'advisory' and granted")[
+                0
+            ][0]
         finally:
             worker.send_signal(signal.SIGINT)
             worker.wait(timeout=60)
@@ -325,8 +384,10 @@ def test_live_workers_are_those_with_a_recent_heartbeat(pg_url: str):
     url = parse_db(pg_url)
     ensure_queue_schema(url)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("insert into procrastinate_workers (last_heartbeat) values (now()), (now() - interval '5 seconds'), "
-                     "(now() - interval '10 minutes')")
+        conn.execute(
+            "insert into procrastinate_workers (last_heartbeat) values (now()), (now() - interval '5 seconds'), "
+            "(now() - interval '10 minutes')"
+        )
 
     async def count(seconds: float) -> int:
         app = queue_app(url)

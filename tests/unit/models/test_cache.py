@@ -39,18 +39,26 @@ def test_key_covers_spec_messages_sampling_and_extra_but_not_message_ids_or_secr
     assert base != request_key(_params(), MESSAGES, stop=["\n"])
     other_spec = cache_params("openai:gpt-4o", Sampling(seed=0), ScriptedChatModel(respond=lambda m, n: "", calls=[]))
     assert base != request_key(other_spec, MESSAGES)
-    assert request_key(_params(extra={"api_key": "a"}), MESSAGES) == request_key(_params(extra={"api_key": "b"}), MESSAGES)
+    assert request_key(_params(extra={"api_key": "a"}), MESSAGES) == request_key(
+        _params(extra={"api_key": "b"}), MESSAGES
+    )
 
 
 def _result() -> ChatResult:
-    logprobs = {"content": [{"token": " Yes", "logprob": -0.1, "bytes": [32, 89], "top_logprobs": [{"token": " No", "logprob": -2.3}]}]}
+    logprobs = {
+        "content": [
+            {"token": " Yes", "logprob": -0.1, "bytes": [32, 89], "top_logprobs": [{"token": " No", "logprob": -2.3}]}
+        ]
+    }
     message = AIMessage(
         content="Label: not biased",
         usage_metadata={"input_tokens": 12, "output_tokens": 4, "total_tokens": 16},
         response_metadata={"model_name": "m", "finish_reason": "stop", "logprobs": logprobs},
     )
-    return ChatResult(generations=[ChatGeneration(message=message, generation_info={"finish_reason": "stop"})],
-                      llm_output={"model_name": "m"})
+    return ChatResult(
+        generations=[ChatGeneration(message=message, generation_info={"finish_reason": "stop"})],
+        llm_output={"model_name": "m"},
+    )
 
 
 def test_reply_round_trips_as_json_with_usage_and_logprobs(tmp_path: Path):
@@ -143,14 +151,34 @@ def test_identical_requests_in_flight_together_make_one_call(tmp_path: Path, pro
 
 def _run_cli(tmp_path: Path, capsys, *extra: str, run_id: str) -> dict:
     from cli import run
-    argv = ["--user-model", "counting3:u", "--target-model", "counting3:t", "--judge-model", "counting3:j",
-            "--turns", "2", "--categories", "gender", "age", "--db", str(tmp_path / "d.db"), "--run-id", run_id,
-            "--json", "--no-trace", *extra]
+
+    argv = [
+        "--user-model",
+        "counting3:u",
+        "--target-model",
+        "counting3:t",
+        "--judge-model",
+        "counting3:j",
+        "--turns",
+        "2",
+        "--categories",
+        "gender",
+        "age",
+        "--db",
+        str(tmp_path / "d.db"),
+        "--run-id",
+        run_id,
+        "--json",
+        "--no-trace",
+        *extra,
+    ]
     assert run.main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
 
-def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turns_it_off(tmp_path: Path, capsys, providers):
+def test_rerun_of_identical_dialogues_is_served_from_the_cache_and_no_cache_turns_it_off(
+    tmp_path: Path, capsys, providers
+):
     calls: list[str] = []
     _counting_provider(providers, "counting3", calls)
     first = _run_cli(tmp_path, capsys, run_id="a")
@@ -199,7 +227,10 @@ def test_a_stored_row_is_small_compressed_json_under_a_16_byte_key(tmp_path: Pat
     assert "without rowid" in ddl.lower()
     assert stored == bytes.fromhex(key)[:16]
     assert value[0] == 1 and len(value) < len(encode_result(_result())) / 2
-    assert decode_result(decompress(value)).generations[0].message.response_metadata["logprobs"]["content"][0]["token"] == " Yes"
+    assert (
+        decode_result(decompress(value)).generations[0].message.response_metadata["logprobs"]["content"][0]["token"]
+        == " Yes"
+    )
 
 
 @pytest.mark.parametrize("value", [b"\x02whatever", b"\x01", b"\x01\x00\x01", b"", 42])
@@ -282,20 +313,34 @@ def _old_cache_database(path: Path, monkeypatch) -> list[str]:
     from checkpoints import migrations
 
     with monkeypatch.context() as patch:
-        patch.setattr(migrations, "MIGRATIONS", [fn for fn in migrations.MIGRATIONS
-                                                 if fn.__name__ != "m064_response_cache_compact"])
+        patch.setattr(
+            migrations,
+            "MIGRATIONS",
+            [fn for fn in migrations.MIGRATIONS if fn.__name__ != "m064_response_cache_compact"],
+        )
         open_writer(path).close()
     result = _result()
-    old_json = json.dumps({  # encode_result as it was: default separators
-        "generations": [{"message": message_to_dict(g.message), "generation_info": g.generation_info} for g in result.generations],
-        "llm_output": result.llm_output,
-    }, ensure_ascii=False, allow_nan=False)
+    old_json = json.dumps(
+        {  # encode_result as it was: default separators
+            "generations": [
+                {"message": message_to_dict(g.message), "generation_info": g.generation_info}
+                for g in result.generations
+            ],
+            "llm_output": result.llm_output,
+        },
+        ensure_ascii=False,
+        allow_nan=False,
+    )
     keys = [request_key(_params(seed=i), MESSAGES) for i in range(3)]
     with sqlite3.connect(path) as conn:
         for key in keys:
-            conn.execute("insert or ignore into response_cache (key, spec, value, created_at) values (?, ?, ?, ?)",
-                         [key, "openai:m", old_json, "2025-01-02T03:04:05.678+00:00"])
-        conn.execute("insert into response_cache (key, spec, value, created_at) values ('k1', 'openai:m', 'not json', 'x')")
+            conn.execute(
+                "insert or ignore into response_cache (key, spec, value, created_at) values (?, ?, ?, ?)",
+                [key, "openai:m", old_json, "2025-01-02T03:04:05.678+00:00"],
+            )
+        conn.execute(
+            "insert into response_cache (key, spec, value, created_at) values ('k1', 'openai:m', 'not json', 'x')"
+        )
     return keys
 
 
@@ -303,20 +348,26 @@ def test_a_database_written_before_m064_is_converted_and_its_replies_still_serve
     db = tmp_path / "old.db"
     keys = _old_cache_database(db, monkeypatch)
     with sqlite3.connect(db) as conn:
-        assert conn.execute("select typeof(key), typeof(value) from response_cache where spec = 'openai:m' limit 1").fetchone() == ("text", "text")
+        assert conn.execute(
+            "select typeof(key), typeof(value) from response_cache where spec = 'openai:m' limit 1"
+        ).fetchone() == ("text", "text")
     cache = ResponseCache(db)
     for key in keys:
         hit = cache.get(key)
         assert hit.generations[0].message.content == "Label: not biased"
         assert hit.generations[0].message.usage_metadata["input_tokens"] == 12
-        assert hit.generations[0].message.response_metadata["logprobs"]["content"][0]["top_logprobs"][0]["token"] == " No"
+        assert (
+            hit.generations[0].message.response_metadata["logprobs"]["content"][0]["top_logprobs"][0]["token"] == " No"
+        )
         assert hit.llm_output == {"model_name": "m"}
     assert cache.get("k1") is None  # a damaged row stays a miss
     assert cache.get(request_key(_params(seed=9), MESSAGES)) is None
     assert cache.entries_by_spec() == {"openai:m": 4}
     cache.close()
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("select typeof(key), typeof(value), created_at from response_cache where key != 'k1'").fetchall()
+        rows = conn.execute(
+            "select typeof(key), typeof(value), created_at from response_cache where key != 'k1'"
+        ).fetchall()
         tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
     assert rows == [("blob", "blob", 1735787045)] * 3
     assert "response_cache_m040" not in tables

@@ -82,8 +82,14 @@ def test_a_call_naming_another_model_is_refused_not_served_by_this_one():
 def test_the_wrapper_maps_standard_arguments_onto_its_policy_and_a_copy_of_the_inner_model():
     inner = local()
     model = ResilientChatModel(
-        inner=inner, spec="local:gemma3-270m", role="target",
-        temperature=0.0, max_tokens=5, stop=["END"], timeout=9, max_retries=3,
+        inner=inner,
+        spec="local:gemma3-270m",
+        role="target",
+        temperature=0.0,
+        max_tokens=5,
+        stop=["END"],
+        timeout=9,
+        max_retries=3,
     )
     assert (model.retry.attempts, model.retry.timeout) == (4, 9)
     assert (model.inner.temperature, model.inner.max_tokens, model.inner.stop) == (0.0, 5, ["END"])
@@ -238,5 +244,7 @@ def test_a_call_past_its_timeout_is_cancelled_retried_and_named_when_retries_run
     assert asyncio.run(model.ainvoke([HumanMessage("hi")])).content == "late but fine"
     assert model.inner.cancelled == [True] and model.stats.retries == {"timeout": 1}
     once = wrap(Hangs(messages=iter([]), cancelled=[]), retry=dataclasses.replace(retry, attempts=1))
-    with pytest.raises(RetriesExhaustedError, match=r"gave up after 1 attempt \(timeout\): fake:model did not answer within 0.05 s"):
+    with pytest.raises(
+        RetriesExhaustedError, match=r"gave up after 1 attempt \(timeout\): fake:model did not answer within 0.05 s"
+    ):
         asyncio.run(once.ainvoke([HumanMessage("hi")]))

@@ -102,8 +102,26 @@ def _run(*args):
 
 
 def _flags(url: str, db, *extra: str) -> list[str]:
-    return ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub", "--base-url", url,
-            "--db", str(db), "--per-category", "3", "--turns", "2", "--no-trace", "--json", "--no-cache", *extra]
+    return [
+        "--user-model",
+        "openai:stub",
+        "--target-model",
+        "openai:stub",
+        "--judge-model",
+        "openai:stub",
+        "--base-url",
+        url,
+        "--db",
+        str(db),
+        "--per-category",
+        "3",
+        "--turns",
+        "2",
+        "--no-trace",
+        "--json",
+        "--no-cache",
+        *extra,
+    ]
 
 
 @pytest.mark.slow

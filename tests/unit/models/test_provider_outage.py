@@ -100,8 +100,17 @@ def test_waiting_calls_spend_no_retries_and_finish_once_the_provider_is_back():
         return "back"
 
     policy = CallPolicy(retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.02, timeout=None), outage_budget=30)
-    models = [policy.wrap(ScriptedChatModel(respond=respond, calls=[]), spec="fake:x", provider="fake", role="target",
-                          cache_params={}, endpoint="fake @ http://down") for _ in range(4)]
+    models = [
+        policy.wrap(
+            ScriptedChatModel(respond=respond, calls=[]),
+            spec="fake:x",
+            provider="fake",
+            role="target",
+            cache_params={},
+            endpoint="fake @ http://down",
+        )
+        for _ in range(4)
+    ]
     for model in models:
         model.circuit.first_probe_s = 0.2
 
@@ -126,8 +135,12 @@ def test_a_run_past_its_outage_budget_exits_75_and_its_printed_command_finishes_
 
     stub = StubProcess(tmp_path / "answered.log").start()
     db, run_id = tmp_path / "outage.db", "outage-short"
-    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + ["--outage-budget", "3s",
-                                                                                       "--processes", str(processes)]
+    flags = run_flags(stub.url, db, run_id, turns=3, per_category=1, concurrency=6) + [
+        "--outage-budget",
+        "3s",
+        "--processes",
+        str(processes),
+    ]
     endpoint = f"openai @ {stub.url}"
     try:
         run = start_run(*flags)
@@ -173,8 +186,9 @@ def test_the_outage_budget_comes_from_the_flag_or_the_experiment_file_and_reache
     config = RunConfig.from_toml(path)
     assert config.outage_budget == 1800 and config.call_policy().outage_budget == 1800
     assert RunConfig().outage_budget == 600  # 10 minutes by default
-    flags = RunConfig.from_flags(argparse.Namespace(outage_budget="90s"), explicit={"outage_budget"},
-                                 experiment=load_experiment(path))
+    flags = RunConfig.from_flags(
+        argparse.Namespace(outage_budget="90s"), explicit={"outage_budget"}, experiment=load_experiment(path)
+    )
     assert flags.outage_budget == 90  # the flag beats the file
     path.write_text('outage_budget = "soon"\n')
     with pytest.raises(ExperimentError, match="outage_budget must be seconds"):
@@ -238,7 +252,9 @@ def test_the_parent_of_several_processes_sees_their_outages_as_one_per_endpoint(
     parent.mirror_outages("child 1", children[0].outage_reports())
     parent.mirror_outages("child 2", children[1].outage_reports())
     [status] = parent.outages()  # one line for the endpoint, whichever child meets it
-    assert status.endpoint == endpoint and status.waiting == 4 and 9 < status.down_s < 30 and status.reason == "connection"
+    assert (
+        status.endpoint == endpoint and status.waiting == 4 and 9 < status.down_s < 30 and status.reason == "connection"
+    )
     assert not parent.outages_past_budget()
     # Child 1 rides the outage out; child 2 outlasts the budget: the run exits 75, one endpoint named once.
     children[0].circuit_for(endpoint)._held = True
@@ -259,7 +275,9 @@ def test_overlapping_outages_of_several_processes_count_once_and_a_gone_process_
     from models.circuit import CircuitReport
 
     parent, now = CallPolicy(), time.monotonic()
-    parent.mirror_outages(1, [CircuitReport("e", None, "timeout", 0, None, ((now - 50, now - 30), (now - 10, now - 5)))])
+    parent.mirror_outages(
+        1, [CircuitReport("e", None, "timeout", 0, None, ((now - 50, now - 30), (now - 10, now - 5)))]
+    )
     parent.mirror_outages(2, [CircuitReport("e", now - 3, "timeout", 1, None, ((now - 40, now - 20),))])
     assert [c["seconds"] for c in parent.outage_summary()["ridden_out"]] == [30.0, 5.0]  # 50..20 merged, then 10..5
     assert [s.waiting for s in parent.outages()] == [1]
@@ -282,10 +300,21 @@ def test_the_parent_display_shows_a_childs_provider_outage_and_the_run_exits_75(
     stub = StubProcess(tmp_path / "answered.log").start()
     flags = run_flags(stub.url, tmp_path / "outage.db", "shown", turns=3, per_category=1, concurrency=6)
     flags = [f for f in flags if f != "--json"] + ["--outage-budget", "6s", "--processes", "2"]
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and k not in ("COLUMNS", "NO_COLOR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith(("_API_KEY", "_TOKEN")) and k not in ("COLUMNS", "NO_COLOR")
+    }
     env.update(PYTHONPATH=str(REPO), TERM="xterm-256color")
-    run = pexpect.spawn(sys.executable, ["-m", "graph.run", *flags], env=env, cwd=str(REPO), dimensions=(40, 400),
-                        encoding="utf-8", timeout=60)
+    run = pexpect.spawn(
+        sys.executable,
+        ["-m", "graph.run", *flags],
+        env=env,
+        cwd=str(REPO),
+        dimensions=(40, 400),
+        encoding="utf-8",
+        timeout=60,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(stub.answered()) < 8:

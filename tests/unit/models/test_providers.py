@@ -31,8 +31,11 @@ def test_gemini_builds_from_its_spec(monkeypatch):
     from langchain_google_genai import ChatGoogleGenerativeAI
 
     monkeypatch.setenv("GOOGLE_API_KEY", "dummy-google-key")
-    model = create_role_model("google_genai:gemini-2.0-flash", role="target",
-                              sampling=Sampling(temperature=0.2, max_tokens=64, seed=3, extra={"top_p": 0.9}))
+    model = create_role_model(
+        "google_genai:gemini-2.0-flash",
+        role="target",
+        sampling=Sampling(temperature=0.2, max_tokens=64, seed=3, extra={"top_p": 0.9}),
+    )
     assert isinstance(model.chat, ResilientChatModel)
     inner = model.chat.inner
     assert isinstance(inner, ChatGoogleGenerativeAI)
@@ -62,8 +65,9 @@ def test_hugging_face_endpoint_url_builds_with_a_token(monkeypatch):
 
 def test_hugging_face_inference_provider_builds_from_a_repo(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_dummy")
-    model = create_role_model("hf:Qwen/Qwen2.5-7B-Instruct", role="target",
-                              sampling=Sampling(seed=1, extra={"provider": "auto"}))
+    model = create_role_model(
+        "hf:Qwen/Qwen2.5-7B-Instruct", role="target", sampling=Sampling(seed=1, extra={"provider": "auto"})
+    )
     inner = model.chat.inner
     assert inner.model_id == "Qwen/Qwen2.5-7B-Instruct"
     assert inner.llm.repo_id == "Qwen/Qwen2.5-7B-Instruct" and inner.llm.provider == "auto" and inner.llm.seed == 1
@@ -71,14 +75,17 @@ def test_hugging_face_inference_provider_builds_from_a_repo(monkeypatch):
 
 
 def test_hugging_face_server_at_a_base_url_needs_no_token():
-    model = create_role_model("hf:Qwen/Qwen2.5-7B-Instruct", role="target",
-                              sampling=Sampling(base_url="http://127.0.0.1:8080"))
+    model = create_role_model(
+        "hf:Qwen/Qwen2.5-7B-Instruct", role="target", sampling=Sampling(base_url="http://127.0.0.1:8080")
+    )
     assert model.chat.inner.llm.endpoint_url == "http://127.0.0.1:8080"
     assert model.model_id == "hf:Qwen/Qwen2.5-7B-Instruct @ http://127.0.0.1:8080"
 
 
-@pytest.mark.parametrize("spec, extra", [("hf:https://abc.endpoints.huggingface.cloud", {}),
-                                         ("hf:Qwen/Qwen2.5-7B-Instruct", {"provider": "auto"})])
+@pytest.mark.parametrize(
+    "spec, extra",
+    [("hf:https://abc.endpoints.huggingface.cloud", {}), ("hf:Qwen/Qwen2.5-7B-Instruct", {"provider": "auto"})],
+)
 def test_hosted_hugging_face_without_a_token_names_the_variable(spec, extra):
     with pytest.raises(ModelSpecError) as exc:
         create_role_model(spec, role="target", sampling=Sampling(extra=extra))
@@ -108,8 +115,11 @@ def test_a_missing_provider_package_names_the_install(monkeypatch, spec, module,
 
 
 def test_openai_compatible_server_per_role_base_url_needs_no_key():
-    model = create_role_model("openai:qwen2.5", role="user",
-                              sampling=Sampling(base_url="http://127.0.0.1:8000/v1", temperature=0.5, max_tokens=99))
+    model = create_role_model(
+        "openai:qwen2.5",
+        role="user",
+        sampling=Sampling(base_url="http://127.0.0.1:8000/v1", temperature=0.5, max_tokens=99),
+    )
     inner = model.chat.inner
     assert str(inner.openai_api_base).startswith("http://127.0.0.1:8000/v1")
     assert inner.max_retries == 0  # retries are ours, one policy for every provider
@@ -133,7 +143,11 @@ def test_a_registered_provider_lives_only_inside_its_block():
     from tests.conftest import ScriptedChatModel
 
     def factory(reply):
-        return lambda name, role, sampling: (ScriptedChatModel(respond=lambda m, n: reply, calls=[]), f"tmp:{name}", "chat")
+        return lambda name, role, sampling: (
+            ScriptedChatModel(respond=lambda m, n: reply, calls=[]),
+            f"tmp:{name}",
+            "chat",
+        )
 
     def ask() -> str:
         return str(create_role_model("tmp:x", role="target", sampling=Sampling()).chat.invoke("hi").content)
@@ -146,6 +160,8 @@ def test_a_registered_provider_lives_only_inside_its_block():
     with pytest.raises(ModelSpecError, match="unknown model provider 'tmp'"):
         create_role_model("tmp:x", role="target", sampling=Sampling())
     with registered_provider("openai", factory("fake openai")):
-        assert create_role_model("openai:x", role="target", sampling=Sampling()).chat.invoke("hi").content == "fake openai"
+        assert (
+            create_role_model("openai:x", role="target", sampling=Sampling()).chat.invoke("hi").content == "fake openai"
+        )
     real = create_role_model("openai:gpt-4o-mini", role="target", sampling=Sampling(base_url="http://127.0.0.1:9"))
     assert real.model_id == "openai:gpt-4o-mini @ http://127.0.0.1:9"  # the built-in provider is back

@@ -31,7 +31,9 @@ def _ask(model, text: str = "hello"):
 
 
 def _openai_error(cls, status: int, headers: dict[str, str] | None = None):
-    response = httpx2.Response(status, request=httpx2.Request("POST", "http://x/v1/chat/completions"), headers=headers or {})
+    response = httpx2.Response(
+        status, request=httpx2.Request("POST", "http://x/v1/chat/completions"), headers=headers or {}
+    )
     return cls("stub", response=response, body=None)
 
 
@@ -63,8 +65,15 @@ def test_google_and_hugging_face_errors_by_status_code():
 
     busy = google_errors.ServerError(503, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})
     limited = google_errors.ClientError(
-        429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED",
-                        "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}
+        429,
+        {
+            "error": {
+                "code": 429,
+                "message": "quota",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}],
+            }
+        },
     )
     invalid = google_errors.ClientError(400, {"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}})
     assert retry_reason(busy) == "HTTP 503"
@@ -263,13 +272,18 @@ def test_empty_or_malformed_bodies_are_retried_but_bad_requests_are_not():
 
 def test_a_worker_takes_its_share_of_each_rate_limit_as_workers_come_and_go():
     policy = CallPolicy(rate_limits={"openai": 600, "openai:big": 60})
-    small, big, other = (policy.gate_for("openai:m", "openai"), policy.gate_for("openai:big", "openai"),
-                         policy.gate_for("fake:x", "fake"))
+    small, big, other = (
+        policy.gate_for("openai:m", "openai"),
+        policy.gate_for("openai:big", "openai"),
+        policy.gate_for("fake:x", "fake"),
+    )
     policy.share_among(3)
     assert (small.per_minute, big.per_minute, other.per_minute) == (200, 20, None)
     assert policy.gate_for("openai:n", "openai") is small and policy.gate_for("openai:big2", "openai").per_minute == 200
     waits = [small.reserve() for _ in range(5)]  # a burst of one second's worth (3.33 requests), then one per 0.3 s
-    assert waits[:3] == [0, 0, 0] and waits[3] == pytest.approx(0.2, abs=0.02) and waits[4] == pytest.approx(0.5, abs=0.02)
+    assert (
+        waits[:3] == [0, 0, 0] and waits[3] == pytest.approx(0.2, abs=0.02) and waits[4] == pytest.approx(0.5, abs=0.02)
+    )
     policy.share_among(1)
     assert (small.per_minute, big.per_minute) == (600, 60)
     with pytest.raises(ValueError):

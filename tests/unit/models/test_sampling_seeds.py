@@ -16,7 +16,9 @@ from tests.unit.nodes.test_leakage import SeededFake
 
 
 def _model(spec: str, respond) -> RoleModel:
-    return RoleModel(spec=spec, model_id=spec, chat=SeededFake(respond=respond, seeds=[]), style="chat", sampling=Sampling())
+    return RoleModel(
+        spec=spec, model_id=spec, chat=SeededFake(respond=respond, seeds=[]), style="chat", sampling=Sampling()
+    )
 
 
 def _models():
@@ -60,8 +62,9 @@ def test_the_response_cache_keys_on_the_call_seed(tmp_path: Path):
     cache = ResponseCache(tmp_path / "c.db")
     policy = CallPolicy(cache=cache)
     inner = SeededFake(respond=lambda m, n: f"reply {n}", seeds=[])
-    model = policy.wrap(inner, spec="fake:x", provider="fake", role="target",
-                        cache_params=cache_params("fake:x", Sampling(), inner))
+    model = policy.wrap(
+        inner, spec="fake:x", provider="fake", role="target", cache_params=cache_params("fake:x", Sampling(), inner)
+    )
     messages = [HumanMessage(content="same prompt")]
 
     async def go():
@@ -83,8 +86,14 @@ def test_a_provider_without_seeds_still_keys_the_cache_on_them(tmp_path: Path):
 
     cache = ResponseCache(tmp_path / "c.db")
     inner = SeededFake(respond=lambda m, n: f"reply {n}", seeds=[])
-    model = CallPolicy(cache=cache).wrap(inner, spec="fake:x", provider="fake", role="user", seed_option=False,
-                                         cache_params=cache_params("fake:x", Sampling(), inner))
+    model = CallPolicy(cache=cache).wrap(
+        inner,
+        spec="fake:x",
+        provider="fake",
+        role="user",
+        seed_option=False,
+        cache_params=cache_params("fake:x", Sampling(), inner),
+    )
 
     async def go():
         return [(await model.ainvoke([HumanMessage(content="p")], seed=s)).content for s in (1, 2)]

@@ -31,8 +31,14 @@ def test_zero_shot_stores_one_turn_that_asks_about_the_seed(db):
 def test_scripted_dialogue_replays_exactly_its_five_turns(db):
     script = [f"Scripted turn {i} about teamwork." for i in range(1, 6)]
     models = default_models()
-    result, store = play(db, models, seeds=SEEDS[:1], turns=5, mode="fairmt:negative_feedback",
-                         scripts=ModeScripts({SEEDS[0].id: script}))
+    result, store = play(
+        db,
+        models,
+        seeds=SEEDS[:1],
+        turns=5,
+        mode="fairmt:negative_feedback",
+        scripts=ModeScripts({SEEDS[0].id: script}),
+    )
     rows = store.turns(result.outcomes[0].thread_id)
     assert [r["user_message"] for r in rows] == script
     assert [c[-1].content for c in models.target.chat.calls] == script
@@ -42,8 +48,13 @@ def test_scripted_dialogue_replays_exactly_its_five_turns(db):
 
 def test_unaligned_seeds_are_listed_not_run(db):
     models = default_models()
-    result, store = play(db, models, turns=5, mode="fairmt:negative_feedback",
-                         scripts=ModeScripts({SEEDS[0].id: ["a", "b", "c", "d", "e"]}, [SEEDS[1].id]))
+    result, store = play(
+        db,
+        models,
+        turns=5,
+        mode="fairmt:negative_feedback",
+        scripts=ModeScripts({SEEDS[0].id: ["a", "b", "c", "d", "e"]}, [SEEDS[1].id]),
+    )
     assert len(result.outcomes) == 1
     assert store.get_run("r1")["config"]["unaligned_seeds"] == [SEEDS[1].id]
 
@@ -79,9 +90,28 @@ def test_fairmt_mode_through_the_cli_lists_unaligned(tmp_path, capsys, providers
 
     _register_fake_provider(providers)
     db = tmp_path / "d.db"
-    argv = ["--mode", "fairmt:anaphora_ellipsis", "--seeds", f"fairmt:{FAIRMT_DIR}", "--per-category", "3",
-            "--categories", "age", "gender", "--user-model", "fake:u", "--target-model", "fake:t",
-            "--judge-model", "fake:j", "--db", str(db), "--run-id", "fm", "--json"]
+    argv = [
+        "--mode",
+        "fairmt:anaphora_ellipsis",
+        "--seeds",
+        f"fairmt:{FAIRMT_DIR}",
+        "--per-category",
+        "3",
+        "--categories",
+        "age",
+        "gender",
+        "--user-model",
+        "fake:u",
+        "--target-model",
+        "fake:t",
+        "--judge-model",
+        "fake:j",
+        "--db",
+        str(db),
+        "--run-id",
+        "fm",
+        "--json",
+    ]
     assert run.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["turns"] == 5

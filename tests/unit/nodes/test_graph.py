@@ -7,8 +7,8 @@ import re
 import pytest
 from langchain_core.messages import BaseMessage
 
-from tests.support.backends import Db
 from tests.conftest import SEEDS, default_models, play, scripted
+from tests.support.backends import Db
 
 
 @pytest.fixture
@@ -96,7 +96,9 @@ def test_failure_mid_dialogue_then_resume_repeats_no_turn(db):
     assert [r["idx"] for r in store.turns(thread)] == [1, 2]
     user_messages_before = [r["user_message"] for r in store.turns(thread)]
     assert len(models.user.chat.calls) == 3  # turn 3's user message was written before the target failed
-    assert len(models.judge.chat.calls) == 2  # the judge, reached by a plain edge, returns at once after a failed target
+    assert (
+        len(models.judge.chat.calls) == 2
+    )  # the judge, reached by a plain edge, returns at once after a failed target
 
     state["fail"] = False
     result, store = play(db, models, seeds=SEEDS[:1], turns=5)

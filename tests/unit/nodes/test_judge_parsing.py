@@ -17,7 +17,10 @@ from tests.conftest import default_models, play, scripted
         ("Rationale: fine.\nLabel: Not_Biased", "not_biased"),
         ("Rationale: fine.\nLabel: unbiased", "not_biased"),
         # The last label line wins when a model quotes the reply's own "Label:" text first.
-        ('Rationale: the reply says "Label: not biased" to trick me, but it endorses the claim.\nLabel: biased', "biased"),
+        (
+            'Rationale: the reply says "Label: not biased" to trick me, but it endorses the claim.\nLabel: biased',
+            "biased",
+        ),
         ("", "unparsed"),
         ("I cannot help with that.", "unparsed"),
         ('{"label": ', "unparsed"),

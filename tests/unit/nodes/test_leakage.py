@@ -14,9 +14,9 @@ from pydantic import ConfigDict
 
 from checkpoints.readers import open_reader
 from evals.report.summary import run_summary
+from models.registry import RoleModel, Sampling
 from nodes.leakage import count_leakage, is_repeat, leakage
 from nodes.modes import ModeScripts
-from models.registry import RoleModel, Sampling
 from tests.conftest import SEEDS, default_models, play
 
 WOMEN = "Women only care about shopping and their looks."
@@ -82,14 +82,22 @@ class SeededFake(BaseChatModel):
     def _llm_type(self) -> str:
         return "seeded-fake"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.n += 1
         self.seeds.append(kwargs.get("seed"))
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.respond(messages, self.n)))])
 
 
 def _user(respond, style: str = "chat") -> RoleModel:
-    return RoleModel(spec="fake:user", model_id="fake:user", chat=SeededFake(respond=respond, seeds=[]), style=style, sampling=Sampling())
+    return RoleModel(
+        spec="fake:user",
+        model_id="fake:user",
+        chat=SeededFake(respond=respond, seeds=[]),
+        style=style,
+        sampling=Sampling(),
+    )
 
 
 def test_simulator_redraws_a_leaking_message_and_records_it(db: Path):
@@ -147,7 +155,9 @@ def test_keep_mode_keeps_and_flags_the_leak(db: Path, tmp_path: Path):
     async def go():
         async with open_saver(db) as saver:
             spec = make_config(turns=1).model_copy(update={"leakage": "keep"})
-            return await execute_run(spec, [SEEDS[0]], graph=build_graph(saver), store=store, models=default_models(user=user))
+            return await execute_run(
+                spec, [SEEDS[0]], graph=build_graph(saver), store=store, models=default_models(user=user)
+            )
 
     result = asyncio.run(go())
     (turn,) = store.turns(result.outcomes[0].thread_id)

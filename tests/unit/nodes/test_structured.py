@@ -36,11 +36,17 @@ def test_parse_verdict_reads_json_then_text(raw, label, rationale):
 
 
 def test_parse_assessment_reads_json_then_text():
-    assert parse_assessment('{"type": "Reasoning", "query": "Why would that be?"}') == ("reasoning", "Why would that be?")
+    assert parse_assessment('{"type": "Reasoning", "query": "Why would that be?"}') == (
+        "reasoning",
+        "Why would that be?",
+    )
     assert parse_assessment('{"type": "joke", "query": "Why?"}') == (None, "Why?")
     assert parse_assessment("Type: clarification\nQuery: What do you mean?") == ("clarification", "What do you mean?")
     # Cut short by max_tokens: what the fields hold so far.
-    assert parse_assessment('{"type": "anaphora", "query": "Does that apply to them') == ("anaphora", "Does that apply to them")
+    assert parse_assessment('{"type": "anaphora", "query": "Does that apply to them') == (
+        "anaphora",
+        "Does that apply to them",
+    )
 
 
 def test_what_each_provider_is_asked(monkeypatch):
@@ -56,7 +62,9 @@ def test_what_each_provider_is_asked(monkeypatch):
     assert payload["extra_body"]["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
     assert payload["seed"] == 7
 
-    local_server = create_role_model("openai:smollm2", role="judge", sampling=Sampling(temperature=0, base_url="http://127.0.0.1:9/v1"))
+    local_server = create_role_model(
+        "openai:smollm2", role="judge", sampling=Sampling(temperature=0, base_url="http://127.0.0.1:9/v1")
+    )
     assert local_server.structured == "openai_compatible"
     options = structured_options(local_server, name="bias_verdict", schema=JUDGE_SCHEMA)
     payload = local_server.chat.inner._get_request_payload(messages, **options)
@@ -88,9 +96,17 @@ class Refusing(SeededFake):
 
 
 def test_a_provider_that_refuses_the_schema_gets_the_plain_request():
-    model = RoleModel("fake:j", "fake:j", Refusing(respond=lambda m, n: "Rationale: r.\nLabel: biased", seeds=[]), "chat",
-                      Sampling(), structured="openai_compatible")
-    reply, _, constrained = asyncio.run(invoke_structured(model, [HumanMessage(content="x")], name="v", schema=JUDGE_SCHEMA, seed=3))
+    model = RoleModel(
+        "fake:j",
+        "fake:j",
+        Refusing(respond=lambda m, n: "Rationale: r.\nLabel: biased", seeds=[]),
+        "chat",
+        Sampling(),
+        structured="openai_compatible",
+    )
+    reply, _, constrained = asyncio.run(
+        invoke_structured(model, [HumanMessage(content="x")], name="v", schema=JUDGE_SCHEMA, seed=3)
+    )
     assert constrained is False and parse_verdict(reply.content)["label"] == "biased"
     assert model.chat.seeds == [3]
 
@@ -105,8 +121,14 @@ def test_the_judge_node_sends_the_schema_and_parses_json(db):
 
     from tests.conftest import default_models, play
 
-    judge = RoleModel("fake:j", "fake:j", Recording(respond=lambda m, n: json.dumps({"rationale": "r", "label": "not biased"}), seeds=[]),
-                      "chat", Sampling(), structured="openai")
+    judge = RoleModel(
+        "fake:j",
+        "fake:j",
+        Recording(respond=lambda m, n: json.dumps({"rationale": "r", "label": "not biased"}), seeds=[]),
+        "chat",
+        Sampling(),
+        structured="openai",
+    )
     result, store = play(db, default_models(judge=judge), turns=2)
     assert all(kwargs["extra_body"]["response_format"]["type"] == "json_schema" for kwargs in seen) and len(seen) == 4
     labels = [t["label"] for o in result.outcomes for t in store.turns(o.thread_id)]

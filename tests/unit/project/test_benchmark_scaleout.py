@@ -15,7 +15,9 @@ from tests.support.stub_server import StubServer
 
 def _databases(url: str) -> set[str]:
     with psycopg.connect(url) as conn:
-        return {name for (name,) in conn.execute("select datname from pg_database where datname like 'dymt_scaleout_%'")}
+        return {
+            name for (name,) in conn.execute("select datname from pg_database where datname like 'dymt_scaleout_%'")
+        }
 
 
 @pytest.mark.slow
@@ -30,8 +32,17 @@ def test_one_and_two_workers_play_every_dialogue_exactly_once_on_fresh_databases
     for r in (one, two):
         assert 0 < r["play_s"] < r["wall_s"] and r["turns_per_s"] == pytest.approx(8 / r["play_s"])
         assert 0 < r["enqueue_s"] < r["wall_s"] and r["worker_cpu_s"] > 0
-        assert r["check"] == {"dialogues_finished": 4, "jobs_succeeded": 4, "jobs_other": 0, "jobs_retried": 0, "turns": 8,
-                              "replies": 8, "labels": 8, "ok": True, "problems": []}
+        assert r["check"] == {
+            "dialogues_finished": 4,
+            "jobs_succeeded": 4,
+            "jobs_other": 0,
+            "jobs_retried": 0,
+            "turns": 8,
+            "replies": 8,
+            "labels": 8,
+            "ok": True,
+            "problems": [],
+        }
     assert variant["ratio"] == pytest.approx(two["turns_per_s"] / one["turns_per_s"])
     assert variant["wall_ratio"] == pytest.approx(one["wall_s"] / two["wall_s"])
     lines = scaleout.report(result)
@@ -44,28 +55,52 @@ def test_one_and_two_workers_play_every_dialogue_exactly_once_on_fresh_databases
 def test_the_check_flags_a_missing_turn_a_missing_label_and_a_job_started_twice(pg_url: str, tmp_path: Path):
     seeds = scaleout.write_seeds(tmp_path / "seeds.jsonl", 2)
     with StubServer() as stub:
-        r = scaleout.play_round(pg_url, "r1", stub_url=stub.url, seeds=seeds, workers=1, concurrency=2, dialogues=2, turns=2)
+        r = scaleout.play_round(
+            pg_url, "r1", stub_url=stub.url, seeds=seeds, workers=1, concurrency=2, dialogues=2, turns=2
+        )
     assert r["check"]["ok"], r["check"]
     assert not scaleout.check_exactly_once(pg_url, "r1", dialogues=3, turns=2)["ok"]  # one dialogue short
     with psycopg.connect(pg_url) as conn:
-        conn.execute("insert into procrastinate_events (job_id, type) select min(id), 'started' from procrastinate_jobs")
+        conn.execute(
+            "insert into procrastinate_events (job_id, type) select min(id), 'started' from procrastinate_jobs"
+        )
     check = scaleout.check_exactly_once(pg_url, "r1", dialogues=2, turns=2)
     assert not check["ok"] and check["jobs_retried"] == 1 and check["problems"] == ["1 job(s) not started exactly once"]
     with psycopg.connect(pg_url) as conn:
-        conn.execute("delete from scores where (thread_id, idx) in (select thread_id, idx from scores where key = 'bias' and "
-            "scorer = 'primary' limit 1)")
-        conn.execute("delete from turns where (thread_id, idx) in (select thread_id, max(idx) from turns group by thread_id "
-            "limit 1)")
+        conn.execute(
+            "delete from scores where (thread_id, idx) in (select thread_id, idx from scores where key = 'bias' and "
+            "scorer = 'primary' limit 1)"
+        )
+        conn.execute(
+            "delete from turns where (thread_id, idx) in (select thread_id, max(idx) from turns group by thread_id "
+            "limit 1)"
+        )
     problems = scaleout.check_exactly_once(pg_url, "r1", dialogues=2, turns=2)["problems"]
     assert any("turns" in p for p in problems) and any("primary labels" in p for p in problems)
-    lines = scaleout.report({"dialogues": 2, "turns": 2, "concurrency": 2, "fresh_databases": False, "cpus": 2,
-                             "exactly_once": False, "variants": {"10 ms": {"rounds": [{**r, "check": {**r["check"], "ok": False,
-                                                                                                     "problems": problems}}],
-                                                                            "ratio": 1.0, "wall_ratio": 1.0, "target_ratio": 1.8}}})
+    lines = scaleout.report(
+        {
+            "dialogues": 2,
+            "turns": 2,
+            "concurrency": 2,
+            "fresh_databases": False,
+            "cpus": 2,
+            "exactly_once": False,
+            "variants": {
+                "10 ms": {
+                    "rounds": [{**r, "check": {**r["check"], "ok": False, "problems": problems}}],
+                    "ratio": 1.0,
+                    "wall_ratio": 1.0,
+                    "target_ratio": 1.8,
+                }
+            },
+        }
+    )
     assert any("EXACTLY-ONCE VIOLATED" in line for line in lines)
 
 
-def test_without_a_server_it_says_how_to_give_one_and_skips(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def test_without_a_server_it_says_how_to_give_one_and_skips(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
     monkeypatch.delenv("DYMT_ESB_DB", raising=False)
     monkeypatch.delenv("DYMT_ESB_TEST_PG", raising=False)
     assert benchmarks_main(["scaleout"]) == 0

@@ -93,8 +93,10 @@ def blocks(path: Path) -> list[Block]:
         while j >= 0 and lines[j].lstrip().startswith("<!-- docs-test"):
             marker = MARKER.search(lines[j])
             if not marker:
-                raise AssertionError(f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see "
-                    "docs/writing-docs.md)")
+                raise AssertionError(
+                    f"{path.relative_to(REPO)}:{j + 1}: unreadable marker {lines[j].strip()!r} (see "
+                    "docs/writing-docs.md)"
+                )
             markers.insert(0, Marker(marker.group(1), marker.group(2).strip(), marker.group(3).strip()))
             j -= 1
         found.append(Block(path, start + 1, language, "\n".join(body) + "\n", tuple(markers)))
@@ -118,7 +120,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     warnings = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert done.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + done.stderr
@@ -150,8 +155,12 @@ def test_the_command_reference_is_generated_from_the_commands_parsers() -> None:
 def test_no_page_speaks_of_how_the_project_was_developed() -> None:
     # judge-error.md is left out until its one remaining phrase ("the issue's stub judge") is reworded there.
     phrases = re.compile(r"\b(the issue|issue \d+|this session|the brief)\b", re.I)
-    found = [f"{page.name}: {m.group(0)!r}" for page in [REPO / "README.md", *PAGES] if page.name != "judge-error.md"
-             for m in phrases.finditer(page.read_text(encoding="utf-8"))]
+    found = [
+        f"{page.name}: {m.group(0)!r}"
+        for page in [REPO / "README.md", *PAGES]
+        if page.name != "judge-error.md"
+        for m in phrases.finditer(page.read_text(encoding="utf-8"))
+    ]
     assert not found, found
 
 
@@ -176,7 +185,9 @@ def test_readme_keeps_the_two_set_up_commands_and_ci_runs_the_test_command() -> 
     install_and_run, install_and_test = commands
     assert install_and_run.endswith("pip install --no-cache-dir -e . && python -m graph.run --mode implicit")
     assert install_and_test.endswith("pip install --no-cache-dir -e '.[test]' && python -m pytest")
-    assert install_and_test in (REPO / ".ci" / "run").read_text(encoding="utf-8"), ".ci/run must run README's test command"
+    assert install_and_test in (REPO / ".ci" / "run").read_text(encoding="utf-8"), (
+        ".ci/run must run README's test command"
+    )
     assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
 
 
@@ -189,8 +200,13 @@ def _fairmt_dir() -> Path | None:
 
 
 def _environment(root: Path, bin_dir: Path, services: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DYMT_", "LANGSMITH_", "LANGCHAIN_", "OPENAI_", "GOOGLE_", "GEMINI_", "HF_", "HUGGINGFACE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("DYMT_", "LANGSMITH_", "LANGCHAIN_", "OPENAI_", "GOOGLE_", "GEMINI_", "HF_", "HUGGINGFACE")
+        )
+    }
     env.pop("XDG_DATA_HOME", None)
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
@@ -209,7 +225,11 @@ def _shim_bin(path: Path) -> Path:
     """``python``, ``python3`` and ``dymt`` that hand their command to the fork server (tests/support/docs_shim.py)."""
     path.mkdir()
     client = f"{shlex.quote(sys.executable)} -S {shlex.quote(str(REPO / 'tests' / 'support' / 'docs_client.py'))}"
-    scripts = {"python": f'exec {client} "$@"\n', "python3": f'exec {client} "$@"\n', "dymt": f'exec {client} -m cli.dymt "$@"\n'}
+    scripts = {
+        "python": f'exec {client} "$@"\n',
+        "python3": f'exec {client} "$@"\n',
+        "dymt": f'exec {client} -m cli.dymt "$@"\n',
+    }
     for name, body in scripts.items():
         script = path / name
         script.write_text("#!/bin/sh\n" + body, encoding="utf-8")
@@ -228,8 +248,12 @@ def services(tmp_path_factory: pytest.TempPathFactory):
     env.update(PYTHONPATH=str(REPO), HOME=str(root), MPLBACKEND="Agg")
     with LangSmithRecorder() as langsmith:
         # Its own process group: the commands it forks (a hung one included) end with it.
-        server = subprocess.Popen([sys.executable, "-m", "tests.support.docs_shim", "--serve", str(socket_path)], cwd=root, env=env,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.docs_shim", "--serve", str(socket_path)],
+            cwd=root,
+            env=env,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 120
             while not socket_path.exists():
@@ -248,8 +272,14 @@ def pilot_db(tmp_path_factory: pytest.TempPathFactory, services: dict[str, str])
     root = tmp_path_factory.mktemp("pilot")
     (root / "home").mkdir()
     env = _environment(root, _shim_bin(root / "bin"), services)
-    done = subprocess.run(["python", "-m", "graph.run", "--mode", "implicit", "--run-id", "pilot"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    done = subprocess.run(
+        ["python", "-m", "graph.run", "--mode", "implicit", "--run-id", "pilot"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     return root / "dialogues.db"
 
@@ -274,8 +304,15 @@ _HELP: dict[tuple[str, ...], str | None] = {}
 def _help(argv: tuple[str, ...], env: dict[str, str], cwd: Path) -> str | None:
     """The --help text of ``python -m *argv`` (through the fork server), or None when it fails."""
     if argv not in _HELP:
-        done = subprocess.run(["python", "-m", *argv, "--help"], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            ["python", "-m", *argv, "--help"],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
         _HELP[argv] = done.stdout if done.returncode == 0 else None
     return _HELP[argv]
 
@@ -288,8 +325,9 @@ def _flag_problems(module: str, args: list[str], env: dict[str, str], cwd: Path)
     main_help = _help((module,), env, cwd)
     if main_help is None:
         return [f"`python -m {module} --help` fails"]
-    helps = [main_help] + [_help((module, word), env, cwd) or "" for word in dict.fromkeys(args)
-                           if re.fullmatch(r"[a-z][a-z0-9-]*", word)]
+    helps = [main_help] + [
+        _help((module, word), env, cwd) or "" for word in dict.fromkeys(args) if re.fullmatch(r"[a-z][a-z0-9-]*", word)
+    ]
     flags = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(args))))
     unknown = [f for f in flags if not any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", h) for h in helps)]
     return [f"`python -m {module}` does not know {unknown} (no --help of it lists them)"] if unknown else []
@@ -322,13 +360,16 @@ def _run(block: Block, env: dict[str, str], cwd: Path, text: str) -> str | None:
     if appended:
         env = env | {"DOCS_TEST_APPEND": json.dumps(appended)}
     try:
-        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return f"{block.where}: still running after {COMMAND_TIMEOUT} s"
     if done.returncode != 0:
-        return (f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- "
-            f"stderr\n{done.stderr[-3000:]}")
+        return (
+            f"{block.where}: exit status {done.returncode}\n--- stdout\n{done.stdout[-2000:]}\n--- "
+            f"stderr\n{done.stderr[-3000:]}"
+        )
     return None
 
 
@@ -341,7 +382,9 @@ def _fresh_postgres(request: pytest.FixtureRequest) -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
-def test_examples_run(path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str], request: pytest.FixtureRequest) -> None:
+def test_examples_run(
+    path: Path, tmp_path: Path, pilot_db: Path, services: dict[str, str], request: pytest.FixtureRequest
+) -> None:
     page_blocks = blocks(path)
     root = tmp_path
     cwd = root / "work"
@@ -396,7 +439,8 @@ def test_every_marker_is_read_and_gives_a_reason() -> None:
         for block in blocks(path):
             for marker in block.marked("postgres"):
                 assert marker.argument.startswith("postgresql://") and marker.argument in block.text, (
-                    f"{block.where}: a postgres marker names the URL its block uses")
+                    f"{block.where}: a postgres marker names the URL its block uses"
+                )
 
 
 PROSE_COMMAND = re.compile(r"`python -m ((?:graph|evals|benchmarks|cli)(?:\.[a-z_]+)*)((?: [^`]*)?)`")

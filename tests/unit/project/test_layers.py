@@ -59,7 +59,9 @@ def imported(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
             # ``from checkpoints.traces import tables`` imports the module checkpoints.traces.tables
-            names += [f"{node.module}.{alias.name}" for alias in node.names if _is_module(f"{node.module}.{alias.name}")]
+            names += [
+                f"{node.module}.{alias.name}" for alias in node.names if _is_module(f"{node.module}.{alias.name}")
+            ]
     return [name for name in names if layer_of(name)]
 
 
@@ -227,5 +229,10 @@ def test_reading_code_never_imports_the_writer(folder_or_file):
     theirs."""
     target = ROOT / folder_or_file
     paths = target.rglob("*.py") if target.is_dir() else [target]
-    writers = {f"{module_name(p)} imports {n}" for p in paths for n in imported(ast.parse(p.read_text())) if n == "checkpoints.store"}
+    writers = {
+        f"{module_name(p)} imports {n}"
+        for p in paths
+        for n in imported(ast.parse(p.read_text()))
+        if n == "checkpoints.store"
+    }
     assert not writers

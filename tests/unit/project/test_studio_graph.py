@@ -21,7 +21,7 @@ SEED = {"id": "s-gender", "category": "gender", "statement": "Women are too emot
 
 def _entry() -> CompiledStateGraph:
     """Load the graph as the LangGraph server does: the file by path as a module of its own, then the attribute."""
-    (path_text, attr), = [spec.rsplit(":", 1) for spec in json.loads(CONFIG.read_text())["graphs"].values()]
+    ((path_text, attr),) = [spec.rsplit(":", 1) for spec in json.loads(CONFIG.read_text())["graphs"].values()]
     spec = importlib.util.spec_from_file_location("studio_entry", (REPO / path_text).resolve())
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -45,8 +45,14 @@ def test_entry_is_the_dialogue_graph_user_simulator_target_judge_termination():
     drawn = graph.get_graph()
     edges = {(e.source, e.target) for e in drawn.edges}
     assert {"user_simulator", "target", "judge", "termination"} <= set(drawn.nodes)
-    for edge in [("__start__", "user_simulator"), ("user_simulator", "target"), ("target", "judge"),
-                 ("judge", "termination"), ("termination", "user_simulator"), ("termination", "__end__")]:
+    for edge in [
+        ("__start__", "user_simulator"),
+        ("user_simulator", "target"),
+        ("target", "judge"),
+        ("judge", "termination"),
+        ("termination", "user_simulator"),
+        ("termination", "__end__"),
+    ]:
         assert edge in edges, edge
     # The same graph python -m graph.run plays: same nodes and edges.
     plain = build_graph().get_graph()
@@ -87,9 +93,16 @@ def test_studio_models_sample_as_graph_run_does(monkeypatch):
     from models.registry import ROLE_SAMPLING
 
     monkeypatch.setenv("DYMT_SAMPLING_SEED", "7")
-    models = EnvContext(user_model="openai:stub", target_model="openai:stub", judge_model="openai:stub",
-                        base_url="http://127.0.0.1:9/v1").models
+    models = EnvContext(
+        user_model="openai:stub",
+        target_model="openai:stub",
+        judge_model="openai:stub",
+        base_url="http://127.0.0.1:9/v1",
+    ).models
     for role in ("user", "target", "judge"):
         sampling = getattr(models, role).sampling
-        assert (sampling.temperature, sampling.max_tokens) == (ROLE_SAMPLING[role].temperature, ROLE_SAMPLING[role].max_tokens)
+        assert (sampling.temperature, sampling.max_tokens) == (
+            ROLE_SAMPLING[role].temperature,
+            ROLE_SAMPLING[role].max_tokens,
+        )
         assert sampling.seed == 7 and sampling.base_url == "http://127.0.0.1:9/v1"

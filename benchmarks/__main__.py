@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at 120 × 5 only",
+        help="judge_error --coverage: a fifth of the sets of the smallest size only; --labelling: every judge at "
+        "120 × 5 only",
     )
     p.add_argument(
         "--labelling",

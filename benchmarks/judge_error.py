@@ -140,7 +140,8 @@ def labelling_jobs(*, quick: bool = False) -> list[tuple]:
 
 
 def labelling(*, processes: int | None = None, quick: bool = False) -> dict:
-    """Active ÷ random labelling at equal budgets, every shape and judge of the suite; and the paired-difference split."""
+    """Active ÷ random labelling at equal budgets, every shape and judge of the suite; and the paired-difference
+    split."""
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
         cells = list(pool.map(_compare, labelling_jobs(quick=quick)))
@@ -223,7 +224,8 @@ def _design_row(c: dict) -> tuple[str, dict]:
     head = f"  {c['judge']:8s} {c['shape']:13s} {size:>7s} {c['budget']:>6d}"
     if not c["compared"]:
         return (
-            f"{head} {c['sets']:>4d}  refused by both designs in {c['refused']['random']}/{c['refused']['active']} sets "
+            f"{head} {c['sets']:>4d}  refused by both designs in {c['refused']['random']}/{c['refused']['active']} "
+            "sets "
             "(no truly biased reply to validate sensitivity)"
         ), {}
 
@@ -249,13 +251,15 @@ def _design_row(c: dict) -> tuple[str, dict]:
 
 
 def labelling_lines(result: dict) -> list[str]:
-    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs, per judge."""
+    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs, per
+    judge."""
     from evals.judge_error.active import FALLBACK_SHARE
     from evals.judge_error.labelling import METRICS
     from evals.judge_error.suite import JUDGES
 
     lines = [
-        f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  cumul.  "
+        f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  "
+        "cumul.  "
         f"re-em.  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"
     ]
     order = list(JUDGES)
@@ -300,8 +304,10 @@ def split_lines(splits: list[dict]) -> list[str]:
     if not splits:
         return []
     lines = [
-        "  one budget over a grid (targets A, B paired on seeds; C another), the corrected cumulative B − A: mean width "
-        "drawn for the difference (export --compare) ÷ split evenly over the three cells | over A and B; worst-turn coverage"
+        "  one budget over a grid (targets A, B paired on seeds; C another), the corrected cumulative B − A: mean "
+        "width "
+        "drawn for the difference (export --compare) ÷ split evenly over the three cells | over A and B; worst-turn "
+        "coverage"
     ]
     for c in sorted(splits, key=lambda c: (c["judge"], c["pair"])):
         cov = " ".join(

@@ -271,7 +271,8 @@ def build(folder: Path) -> dict[str, Any]:
 
 
 def measure(page: Path, profile: Path) -> dict[str, Any]:
-    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a dialogue."""
+    """Open the page in headless Chromium RUNS times (fresh profile each): time to summary, to load, to open a
+    dialogue."""
     from tests.support.chromium import Browser
 
     rows = []

@@ -321,10 +321,11 @@ def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
         Text(
             f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
             style="dim",
-        )
+        ),
+        soft_wrap=True,  # a command prints whole, to be copied as printed
     )
     if more:
-        console.print(Text(next_batch, style="dim"))
+        console.print(Text(next_batch, style="dim"), soft_wrap=True)
     console.print(
         Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
     )

@@ -96,7 +96,8 @@ def _show_runs(result: dymt.CompareResult, *, n_boot: int) -> None:
         console.print(Text(next((d["refusal"] for d in corrected), ""), style="yellow"))
     console.print(
         Text(
-            "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage points, "
+            "A / B: bias rate over pairs (same seed and sample) with both labels parsed; Δ = B − A in percentage "
+            "points, "
             f"95% CI: paired bootstrap over seeds ({n_boot} resamples); b = A biased → B not, c = A not → B biased; "
             "McNemar exact, two-sided"
             + (", Holm-adjusted over the comparisons in brackets." if len(comparisons) > 1 else "."),
@@ -109,10 +110,12 @@ def _show_set(result: dymt.CompareResult, *, n_boot: int) -> None:
     console.print(set_table(result.data["set"], result.detail["info"], result.detail["result"]))
     console.print(
         Text(
-            f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels parsed; "
+            f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels "
+            "parsed; "
             f"95% CI: paired bootstrap ({n_boot} resamples); "
             "b = parent biased → branch not, c = parent not → branch biased (McNemar exact, two-sided); "
-            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either side.",
+            "'any' = a biased reply anywhere from the fork turn on; dropped = an unparsed or missing label on either "
+            "side.",
             style="dim",
         )
     )

@@ -49,7 +49,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument(
         "--cache",
         action="store_true",
-        help="answer from the response cache in the database (a request sent before costs no call) and keep new replies there",
+        help="answer from the response cache in the database (a request sent before costs no call) and keep new "
+        "replies there",
     )
     p.add_argument("--json", action="store_true", help="print what was labelled and the agreement as JSON on stdout")
     return p

@@ -62,7 +62,8 @@ def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None
 
 
 def print_result_ending(result: Any, console: Console) -> None:
-    """One line on stderr when a run (dymt.RunResult) did not end with status 0: what happened, the command that resumes."""
+    """One line on stderr when a run (dymt.RunResult) did not end with status 0: what happened, the command that
+    resumes."""
     if result.status == EXIT_OK:
         return
     resume = result.summary.get("resume", "")

@@ -20,7 +20,7 @@ from dymt.errors import DymtError, RunStopped
 from dymt.judging import Labelled, rejudge, validate_judge
 from dymt.preparing import Prepared, prepare
 from dymt.queueing import enqueue
-from dymt.reading import Store, open
+from dymt.reading import Store, open  # noqa: A004 - dymt.open(db), the library's reader
 from dymt.reporting import report
 from dymt.results import (
     BRANCH_SCHEMA,

@@ -127,7 +127,8 @@ INTEGRATION = REPO / "tests" / "integration"
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests/integration ``integration`` and ``slow``; keep an integration module with a module fixture on one worker.
+    """Mark tests/integration ``integration`` and ``slow``; keep an integration module with a module fixture on one
+    worker.
 
     With ``-n auto --dist loadgroup`` (pyproject.toml) each test goes to whichever worker is free. An integration
     module whose tests share a module fixture (a served model, a real run, a built report) is one ``xdist_group``,

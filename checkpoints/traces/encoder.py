@@ -295,7 +295,8 @@ class TraceEncoder:
         return walked
 
     def _message(self, message: Any) -> Any:
-        """A prompt message: LangChain's serialised form (:func:`message_dict`), walked, the first time; then its number."""
+        """A prompt message: LangChain's serialised form (:func:`message_dict`), walked, the first time; then its
+        number."""
         known = self._message_objects.get(id(message))
         if known is not None and known[0] is message and known[1] is getattr(message, "content", None):
             return {"$m": known[2]}

@@ -63,10 +63,11 @@ Fold = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 
 
 def dotted_time(start: dt.datetime) -> str:
-    """The time part of LangSmith's dotted order (``%Y%m%dT%H%M%S%fZ``, formatted without ``strftime``: twice as fast)."""
+    """The time part of LangSmith's dotted order (``%Y%m%dT%H%M%S%fZ``, formatted without ``strftime``: twice as
+    fast)."""
     if start.year < 1000:  # strftime does not pad such years: keep its exact text
         return start.strftime("%Y%m%dT%H%M%S%fZ")
-    return "%04d%02d%02dT%02d%02d%02d%06dZ" % (
+    return "%04d%02d%02dT%02d%02d%02d%06dZ" % (  # noqa: UP031 - the fast path: one %-format, no strftime
         start.year,
         start.month,
         start.day,

@@ -1,7 +1,8 @@
 """LangChain's message dump (``langchain_core.load.dumpd``) at a fifth of its cost, for the trace encoder.
 
 For a message whose fields are plain JSON (nearly every one) the dump is built from a plan worked out once per
-message class; anything else goes through ``dumpd`` itself (tests/unit/checkpoints/test_trace_bytes.py compares the two).
+message class; anything else goes through ``dumpd`` itself (tests/unit/checkpoints/test_trace_bytes.py compares the
+two).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ _NONE = object()
 
 
 def _empty_default(field: Any) -> Any:
-    """The falsy value ``_is_field_useful`` drops for ``field`` without comparing: None (_NONE), {} (dict), [] (list)."""
+    """The falsy value ``_is_field_useful`` drops for ``field`` without comparing: None (_NONE), {} (dict), []
+    (list)."""
     if field.default_factory is dict or field.default_factory is list:
         return field.default_factory
     if field.default_factory is None and field.default is None:

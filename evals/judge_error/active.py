@@ -309,7 +309,8 @@ def draw_for_difference(
     exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
 ) -> list[Pick]:
-    """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired difference.
+    """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired
+    difference.
 
     A difference B − A of cell rates has the variance of both rates (their dialogue parts are independent,
     the judge's error they share cancels): the strata of both cells compete for one budget by Neyman

@@ -307,7 +307,8 @@ def active_sample(
     label_set: str = PRIMARY_LABELS,
     compare: tuple[str, str] | None = None,
 ) -> ActiveSample:
-    """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet labelled.
+    """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet
+    labelled.
 
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
     ``compare`` (two targets or two modes): the replies come from the compared cells only, allocated so the

@@ -190,7 +190,8 @@ def compare_designs(
     return out
 
 
-# --------------------------------------------------------------------------- one budget over a grid, for a paired difference
+# --------------------------------------------------------------------------- one budget over a grid, for a paired
+# difference
 
 SPLITS = ("even", "even_pair", "difference")  # over all three cells, evenly over A and B, drawn for the difference
 
@@ -199,7 +200,8 @@ SPLITS = ("even", "even_pair", "difference")  # over all three cells, evenly ove
 class SplitComparison:
     """The corrected cumulative difference B − A of a three-cell grid (A, B paired on seeds, C another target) at one
     budget: split evenly over the three cells or over A and B (each cell's share by the active design within it), or
-    drawn from A and B by ``draw_for_difference``; widths by turn and whether each interval holds the true difference."""
+    drawn from A and B by ``draw_for_difference``; widths by turn and whether each interval holds the true
+    difference."""
 
     pair: str
     judge: str
@@ -240,7 +242,8 @@ class SplitComparison:
 def _even_known(
     cells: dict[str, list], truths: dict[str, np.ndarray], budget: int, seed: int, names: tuple[str, ...]
 ) -> dict[str, dict]:
-    """Each named cell's share of the budget (as even as whole labels allow), drawn by the active design within the cell."""
+    """Each named cell's share of the budget (as even as whole labels allow), drawn by the active design within the
+    cell."""
     known = {}
     for k, name in enumerate(names):
         share = budget // len(names) + (k < budget % len(names))
@@ -261,7 +264,8 @@ def compare_splits(
     draws: int = 100,
     seed: int = 0,
 ) -> SplitComparison:
-    """Simulate ``sets`` grids and correct the difference B − A under both splits of ``budget``; tally widths and coverage."""
+    """Simulate ``sets`` grids and correct the difference B − A under both splits of ``budget``; tally widths and
+    coverage."""
     rng = np.random.default_rng([seed, dialogues, turns, budget, *pair.encode()])
     a_shape, b_shape = PAIRS[pair]
     truth = np.array(truth_of(b_shape, turns).cumulative) - np.array(truth_of(a_shape, turns).cumulative)

@@ -111,7 +111,8 @@ def plan_labels(
             extra_labels=None,
             predicted_width=None,
             reason=(
-                f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone leave it "
+                f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone "
+                "leave it "
                 f"{model.floor:.3f} wide; play more seeds (or more samples per seed)"
             ),
             **base,

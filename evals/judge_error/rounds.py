@@ -1,4 +1,5 @@
-"""Labelling in rounds: how much the latest batch of people's labels narrowed each corrected interval, and the next batch.
+"""Labelling in rounds: how much the latest batch of people's labels narrowed each corrected interval, and the next
+batch.
 
 A run's human labels come in batches, one per ``evals.annotate export`` (its ``draw`` column names the
 design and seed, stored with each label by ``validate``). :func:`labelling_rounds` corrects the run twice,
@@ -98,7 +99,8 @@ class NextBatch:
     design: str  # active, or random once half the run is labelled
     seed: int
     items: tuple[tuple[str, str], ...]  # (item id THREAD#TURN, draw)
-    # the widest cell's final-turn cumulative width after this batch ÷ today's, as the planner models it (None: no model)
+    # the widest cell's final-turn cumulative width after this batch ÷ today's, as the planner models it (None: no
+    # model)
     expected_ratio: float | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,7 +157,8 @@ class LabellingRounds:
                 )
             ]
         out = [
-            f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; what the latest "
+            f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; "
+            "what the latest "
             f"({len(self.batches[-1].items)} labels) did to the corrected intervals:"
         ]
         for n in self.narrowing:
@@ -169,7 +172,8 @@ class LabellingRounds:
         expected, nb = self.expected_widths(), self.next_batch
         if expected and nb:
             out.append(
-                f"the next batch ({len(nb.items)} replies, {nb.design} draw, seed {nb.seed}) is expected to bring the widest "
+                f"the next batch ({len(nb.items)} replies, {nb.design} draw, seed {nb.seed}) is expected to bring the "
+                "widest "
                 f"corrected cumulative interval from {expected[0]:.3f} to about {expected[1]:.3f} wide (counting the "
                 "judge's validation only: the labels' known states narrow it further)"
             )

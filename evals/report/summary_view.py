@@ -50,7 +50,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     _render_leakage(summary, console)
     console.print(
         Text(
-            f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · failed {len(summary['failed'])} · paused {len(summary['paused'])}"
+            f"finished {summary['finished']}/{summary['dialogues']} · unparsed labels {summary['unparsed_labels']} · "
+            f"failed {len(summary['failed'])} · paused {len(summary['paused'])}"
         )
     )
     for item in summary["failed"]:

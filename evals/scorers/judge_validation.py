@@ -32,7 +32,8 @@ def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: s
 
 
 def judge_prompt_hash(config: dict[str, Any], prompt_hashes: dict[str, str]) -> str | None:
-    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else the built-in one for its style."""
+    """The SHA-256 of the prompt a run's judge used (``config``: its ``runs.config``): its --judge-prompt file, else
+    the built-in one for its style."""
     files = RunRecord.from_stored(config).resolved.prompt_files
     if files.get("judge"):
         return files["judge"]

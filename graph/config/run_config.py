@@ -7,7 +7,8 @@ are built.
 - :meth:`RunConfig.stored_record`: what a run stores in ``runs.config`` (a :class:`checkpoints.run_record.RunRecord`):
   this configuration as a versioned dump (sampling, base URLs, retries and prompt texts pinned as they resolved) and
   the models it resolved to;
-  :func:`graph.config.stored.stored_run_config` reads it back with one validate call (a row older code wrote goes through
+  :func:`graph.config.stored.stored_run_config` reads it back with one validate call (a row older code wrote goes
+  through
   :func:`checkpoints.run_record.upgrade` first), and :meth:`RunConfig.for_dialogue` adapts it to resume,
   branch or work on one dialogue.
 

@@ -19,7 +19,8 @@ from graph.config.run_config import RunConfig
 
 
 def stored_run_config(config: RunRecord | Mapping[str, Any] | None, *, run_id: str) -> RunConfig:
-    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded first."""
+    """A run's stored configuration (its ``runs.config``), read back with one validate call; older rows are upgraded
+    first."""
     record = config if isinstance(config, RunRecord) else RunRecord.from_stored(config)
     missing = [role for role in ROLES if not record.resolved.models.get(role)]
     if missing:

@@ -60,7 +60,7 @@ class BudgetGate:
             if verdict is not None:
                 return verdict
             async with self._changed:
-                await self._changed.wait_for(lambda: self._ended > seen)
+                await self._changed.wait_for(lambda: self._ended > seen)  # noqa: B023 - awaited in this iteration
 
     async def ended(self, thread_id: str) -> None:
         await asyncio.wrap_future(self._write.submit(self._budget.ended, thread_id))

@@ -183,7 +183,8 @@ class _ChildPlayer:
 
     def notify(self, event: str, thread_id: str, done: int) -> None:
         if event == "failed":
-            self.report_outages()  # an endpoint refused as a wrong setting reaches the parent before the failures it causes
+            # an endpoint refused as a wrong setting reaches the parent before the failures it causes
+            self.report_outages()
         self.pipe.send(("progress", event, thread_id, done))
 
     def report_calls(self) -> None:

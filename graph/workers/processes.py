@@ -13,7 +13,8 @@ them on from their last checkpoint (the store's writes are upserts keyed by dial
 turn, so nothing is counted twice); a replacement child is started while dialogues remain.
 Children die with the parent (``PR_SET_PDEATHSIG`` on Linux, and the pipe closing).
 SQLite in WAL mode with a busy timeout serialises the writers; a write that still meets
-"database is locked" is retried (:func:`checkpoints.paths.retry_locked`). A child's side: graph/workers/process_child.py.
+"database is locked" is retried (:func:`checkpoints.paths.retry_locked`). A child's side:
+graph/workers/process_child.py.
 
 Outages, as in one process: each child reports its circuits' outages (models/circuit.py) over its pipe and the
 parent mirrors them on its own call policy, so its progress display shows a provider outage while it lasts and
@@ -97,7 +98,8 @@ def play_in_processes(
 ) -> RunResult:
     """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
 
-    ``record`` is the run as stored (:meth:`RunConfig.stored_record`); ``store`` is the parent's writer of the run's SQLite file; ``setup`` runs in each child
+    ``record`` is the run as stored (:meth:`RunConfig.stored_record`); ``store`` is the parent's writer of the run's
+    SQLite file; ``setup`` runs in each child
     and builds its models; ``merge_stats`` receives each child's call counters when it ends; ``mirror_outages``
     (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full or read-only store,
     here or in a child, stops every child and raises :class:`StoreUnwritable`.
@@ -173,7 +175,8 @@ class _Children:
         self.notify, self.merge_stats, self.mirror = notify, merge_stats, mirror
         concurrency = max(1, config.max_concurrency or 1)
         self.processes = max(1, min(processes, len(jobs), concurrency))
-        # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one it replaces.
+        # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one
+        # it replaces.
         self.shares = [
             concurrency // self.processes + (1 if k < concurrency % self.processes else 0)
             for k in range(self.processes)

@@ -30,7 +30,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
         CHROMIUM is None and os.environ.get("CI") != "true",
-        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script installs it)",
+        reason="NOT TESTED: Debian's chromium is not installed (apt-get install -y chromium; the CI script "
+        "installs it)",
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""The ``python`` of the documentation's examples: hands the command to the docs fork server (tests/support/docs_shim.py).
+"""The ``python`` of the documentation's examples: hands the command to the docs fork server
+(tests/support/docs_shim.py).
 
 Runs under ``python -S`` (standard library only, fast to start). Sends its arguments, working folder and
 environment with its standard streams over the Unix socket ``$DOCS_TEST_SERVER`` and exits with the command's

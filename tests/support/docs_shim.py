@@ -1,6 +1,7 @@
 """``python`` for the documentation's examples: the real command, with scripted fake models in place of every provider.
 
-    python -m tests.support.docs_shim -m MODULE ARGS...     (what ``python -m MODULE ARGS`` runs in tests/unit/project/test_docs.py)
+    python -m tests.support.docs_shim -m MODULE ARGS...     (what ``python -m MODULE ARGS`` runs in
+    tests/unit/project/test_docs.py)
     python -m tests.support.docs_shim SCRIPT.py             (a ```python block of a page)
     python -m tests.support.docs_shim --serve SOCKET        (a fork server: see below)
 

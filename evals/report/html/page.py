@@ -110,7 +110,8 @@ def _review_bar() -> str:
 def _labelling_section(
     rounds: Sequence[LabellingRounds], *, label_set: str, db: Path | str, out: Path | str | None
 ) -> str:
-    """Label the next batch: what the latest batch narrowed, what the next is expected to buy, and the queue's controls."""
+    """Label the next batch: what the latest batch narrowed, what the next is expected to buy, and the queue's
+    controls."""
     batch = [r for r in rounds if r.next_batch]
     if not batch:
         return ""
@@ -132,15 +133,35 @@ def _labelling_section(
     return (
         '<section class="review-bar labelling" id="labelling" aria-label="labelling">'
         f'<h2>Label the next batch</h2><ul class="rounds">{lines}</ul>'
-        f"<p>The next {n} replies chosen for labelling are served below one at a time, in order, without the judge's label. "
+        f"<p>The next {n} replies chosen for labelling are served below one at a time, in order, without the judge's "
+        "label. "
         "Label each biased or not biased (as in <code>docs/annotators.md</code>), download the batch, store it with</p>"
-        f"<ul>{validate}</ul><p>(NAME from the labeller field), then build this page again for the batch after it: {again}.</p>"
+        f"<ul>{validate}</ul><p>(NAME from the labeller field), then build this page again for the batch after it: "
+        f"{again}.</p>"
         '<div class="review-actions"><label>labeller <input id="labeller" type="text" size="14" value="labeller" '
         'autocomplete="off"></label> <button type="button" id="queue-start">label the next batch</button> '
         f'<span id="queue-count" role="status">0 of {n} labelled</span> '
         '<button type="button" id="queue-download">download labelled batch CSV</button></div>'
         '<div id="queue" class="queue" tabindex="-1" hidden></div></section>'
     )
+
+
+def _page_meta(
+    run_ids: Sequence[str], *, label_set: str, generated_at: str, labelling: Sequence[LabellingRounds]
+) -> dict:
+    """What the page's script reads: its runs and label set, where review marks are kept, the labelling queue."""
+    return {
+        "runs": list(run_ids),
+        "label_set": label_set,
+        "generated_at": generated_at,
+        "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids),
+        "queue": [
+            {"item": item, "draw": draw, "run": r.run_id}
+            for r in labelling
+            if r.next_batch
+            for item, draw in r.next_batch.items
+        ],
+    }
 
 
 def render_page(
@@ -177,18 +198,7 @@ def render_page(
     blocks = [b for b in report_blocks(report, db=db, generated_at=generated_at) if b != f"> {CONTENT_WARNING}"]
     body, toc = sections_html(blocks, image=image)
     index, blob = pack(pages)
-    meta = {
-        "runs": list(run_ids),
-        "label_set": label_set,
-        "generated_at": generated_at,
-        "store_key": "dymt-esb-review:" + label_set + ":" + ",".join(run_ids),
-        "queue": [
-            {"item": item, "draw": draw, "run": r.run_id}
-            for r in labelling
-            if r.next_batch
-            for item, draw in r.next_batch.items
-        ],
-    }
+    meta = _page_meta(run_ids, label_set=label_set, generated_at=generated_at, labelling=labelling)
     style, script = asset("page.css"), asset("page.js")
     csp = (
         f"default-src 'none'; style-src {csp_hash(style)}; script-src {csp_hash(script)}; "
@@ -210,8 +220,10 @@ def render_page(
         f'<nav class="toc" aria-label="contents">{nav}<a href="#dialogues">Dialogues</a><a href="#review">Review</a>'
         f"{labelling_link}</nav>"
         f'<main><section id="summary" aria-label="results">{cards_html(report)}{body}</section>'
-        f'{_review_bar()}{_labelling_section(labelling, label_set=label_set, db=db, out=out)}<section id="dialogues" aria-label="dialogues"><h2>Dialogues</h2>'
-        '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not biased · '
+        f'{_review_bar()}{_labelling_section(labelling, label_set=label_set, db=db, out=out)}<section id="dialogues" '
+        'aria-label="dialogues"><h2>Dialogues</h2>'
+        '<p class="legend-marks">Labels by turn: <span class="m-b">✗</span> biased · <span class="m-n">✓</span> not '
+        "biased · "
         '<span class="m-u">?</span> unparsed (never guessed) · <span class="m-x">·</span> no label. '
         "Open a dialogue for its turns, rationales and branch tree; open a branch beside its parent.</p>"
         f'<nav class="filters" aria-label="filters">{_filters(pages)}</nav><ol id="list" class="list"></ol>'

@@ -32,7 +32,8 @@ SERVER: dict[str, str] = {}  # the module's own server: its directory ("dir"), a
 
 @pytest.fixture(scope="module")
 def pg_server(pg_server: str) -> Iterator[str]:
-    """A PostgreSQL server of this module's own, started like the shared one (.ci/postgres), stopped and removed after."""
+    """A PostgreSQL server of this module's own, started like the shared one (.ci/postgres), stopped and removed
+    after."""
     started = subprocess.run([str(ROOT / ".ci" / "postgres"), "start"], capture_output=True, text=True, timeout=300)
     if started.returncode != 0:
         message = f".ci/postgres start failed (these tests restart a server of their own): {started.stderr[-2000:]}"
@@ -191,7 +192,8 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
     started = time.monotonic()
     with StubServer(latency=0.05) as stub:
         # --stalled-after 15: on a loaded CI machine a worker's loop can stall for seconds (first imports); a shorter
-        # one hands live workers' jobs on, which the SIGKILL test covers (tests/unit/graph/test_workers.py), not this one.
+        # one hands live workers' jobs on, which the SIGKILL test covers (tests/unit/graph/test_workers.py), not this
+        # one.
         workers = [_worker(pg_url, log, "--stalled-after", "15") for log in logs]
         try:
             for trial in range(trials):

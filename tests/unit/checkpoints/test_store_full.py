@@ -64,7 +64,8 @@ def finished_exactly(db: Path, run_id: str = "r1", turns: int = 5) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-# LangGraph's saver meeting a full disk is covered by the real 2 MB filesystem (tests/integration/test_store_full_disk.py,
+# LangGraph's saver meeting a full disk is covered by the real 2 MB filesystem
+# (tests/integration/test_store_full_disk.py,
 # a command per run): in one long-lived process a second run after it can find the file still write-locked.
 @pytest.mark.slow
 @pytest.mark.parametrize(("owner", "name"), [(Writer, "record_turns")], ids=["our-writer"])

@@ -103,7 +103,7 @@ def test_the_checkpointers_pool_waits_no_longer_than_the_budget_and_then_fails_e
     error."""
     from checkpoints.postgres.saver import OutagePool
 
-    async def scenario() -> tuple[float, list[BaseException]]:
+    async def scenario() -> tuple[float, list[BaseException | None]]:
         outage = StoreOutage(URL, budget_s=0.5)
         pool = OutagePool(URL.url, min_size=0, max_size=2, open=False, timeout=10, reconnect_timeout=3600)
         await pool.open(wait=False)

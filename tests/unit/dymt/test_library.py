@@ -1,7 +1,8 @@
 """``import dymt``: each library function's typed result, and that its command's ``--json`` is the result's JSON.
 
 A real SQLite store in a temporary folder, played with scripted models; the commands the tests compare against run
-in process with the same fake provider (tests/support/fake_cli.py: ``fake:NAME`` answers "Question N?", "Answer N.", and a
+in process with the same fake provider (tests/support/fake_cli.py: ``fake:NAME`` answers "Question N?", "Answer N.",
+and a
 judge that labels odd calls biased).
 """
 

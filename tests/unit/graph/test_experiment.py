@@ -227,7 +227,8 @@ def test_a_target_that_exhausts_its_retries_fails_alone_and_a_rerun_retries_only
     """Through the openai: provider against two stub servers, one of them answering every request 429 (a per-call
     error).
 
-    (Every request answered 500 would be the provider's outage, which the circuit rides out: tests/unit/models/test_provider_outage.py.)
+    (Every request answered 500 would be the provider's outage, which the circuit rides out:
+    tests/unit/models/test_provider_outage.py.)
     """
     flaky_reply = lambda body, n: f"Flaky target reply {n}."  # noqa: E731 - never equal to a healthy reply
     with (

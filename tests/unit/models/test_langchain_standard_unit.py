@@ -3,7 +3,8 @@
 Neither loads weights: the unit suite only builds models and reads their parameters.
 Tools, structured output and multimodal inputs are declared unsupported (the suite's
 defaults). The suite passes a placeholder ``api_key``, which keyless local models refuse
-(unknown arguments are refused, not dropped: tests/unit/models/test_chat_model_contract.py), so it is left out for both classes; the
+(unknown arguments are refused, not dropped: tests/unit/models/test_chat_model_contract.py), so it is left out for both
+classes; the
 embedded model also refuses ``max_retries`` (retries are the wrapper's), while the
 wrapper takes every other standard argument, ``max_retries`` included.
 """

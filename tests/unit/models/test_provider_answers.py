@@ -1,7 +1,8 @@
 """Every answer a provider can give (models/answers.py): malformed answers retried like a 5xx and counted by kind,
 persistent garbage ending like an outage past its budget, non-replies recorded on the turn, reasons in words.
 
-The runs play against a real stub server process (tests/support/stub_server.py) that answers a share of calls with each kind.
+The runs play against a real stub server process (tests/support/stub_server.py) that answers a share of calls with each
+kind.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Bottom to top: data (``prompts/``, ``seeds/``) → the store (``checkpoints/``) → models (``models/``) →
 the dialogue (``nodes/``: its state, context, modes, nodes and builder, side by side) → running and
 branching (``graph/``) → evaluation (``evals/``) and the viewer (``viewer/``, which reads the store only) →
-the library (``dymt/``: what every command does, as functions with typed results and events) → entry points (``cli/``). No package imports one that imports it back, and no module is part of an import
+the library (``dymt/``: what every command does, as functions with typed results and events) → entry points (``cli/``).
+No package imports one that imports it back, and no module is part of an import
 circle. Checked from the source alone, lazy imports inside functions (and ``TYPE_CHECKING`` ones) included;
 the one exception is the documented ``python -m graph.X`` / ``evals.X`` files, two-line forwards to ``cli/``.
 """

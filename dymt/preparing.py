@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.location import DbLocation, PostgresURL, locate_db
+from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
 from checkpoints.store_outage import StoreOutage
@@ -83,7 +84,8 @@ def prepare(config: RunConfig, *, given: set[str], pauses: PauseOptions, turns_g
     """Resolve ``config`` against the run its id names (if stored), plan it and load its prompts; writes nothing."""
     try:
         location = config.store_location()
-        stored = stored_run(location, config.run_id)
+        # a run id named by the caller may be a stored run (one made up for a new run is not)
+        stored = stored_run(location, config.run_id) if "run_id" in given else None
         if stored is not None and config.run_id:  # the run's own settings under every option not given again
             config = given_again(
                 stored_run_config(stored.run["config"], run_id=config.run_id), config, flags=given, run_id=config.run_id
@@ -111,6 +113,8 @@ def stored_run(location: DbLocation, run_id: str | None) -> StoredRun | None:
             return (
                 None if run is None else StoredRun(run, {d["thread_id"]: d["status"] for d in reader.dialogues(run_id)})
             )
+    except SchemaTooNewError as exc:  # written by a newer DyMT-ESB: one line, nothing written
+        raise DymtError(str(exc)) from None
     except StoreError:  # not a store (yet): opening it for the run says what is wrong
         return None
 

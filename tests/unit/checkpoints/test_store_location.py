@@ -121,7 +121,7 @@ def test_graph_run_checks_the_sqlite_file_once(db: Path, monkeypatch, capsys, pr
         checked.append(Path(path))
         return real(path, **kwargs)
 
-    for module in ("checkpoints.store", "checkpoints.readers", "cli.run"):
+    for module in ("checkpoints.store", "checkpoints.readers", "dymt.preparing"):
         monkeypatch.setattr(f"{module}.check_db_path", spy)
     argv = [
         "--db",

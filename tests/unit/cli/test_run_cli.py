@@ -201,9 +201,8 @@ def test_newer_schema_and_bad_input_leave_an_existing_database_as_it_was(backend
 @pytest.mark.slow
 def test_a_run_id_alone_shows_a_finished_run_again_and_resumes_an_unfinished_one(tmp_path: Path):
     """``--run-id R --db D`` and nothing else: the stored settings (models, turns, base URL) play the rest of an
-    unfinished
-    run, a finished run shows its summary again without a model call, and only a flag that contradicts the run is
-    refused."""
+    unfinished run, a finished run shows its summary again without a model call, and only a flag that contradicts
+    the run is refused."""
     from tests.support.stub_server import StubServer
 
     db = tmp_path / "d.db"

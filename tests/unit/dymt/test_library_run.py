@@ -19,6 +19,7 @@ from dymt.events import Collector, DialogueProgress, RunEnded, RunStarted
 from tests.support.stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.slow  # whole runs against a real stub server process, several seconds each
 
 
 def _options(stub: StubServer, db: Path, run_id: str) -> dict:

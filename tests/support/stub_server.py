@@ -453,8 +453,6 @@ class StubServer:
                 self, body: dict[str, Any], n: int, *, text: str | None = None, finish_reason: str = "stop"
             ) -> None:
                 text = stub.reply(body, n) if text is None else text
-                if stub.log:
-                    stub._log_answer(body, n)
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 completion_tokens = len(text.split())
                 model = body.get("model", "stub")
@@ -478,9 +476,10 @@ class StubServer:
                         },
                     ]
                     payload = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-                    self._send(200, payload.encode(), "text/event-stream")
+                    if self._send(200, payload.encode(), "text/event-stream"):
+                        self._answered(body, n)
                     return
-                self._json(
+                sent = self._json(
                     200,
                     {
                         "id": f"stub-{n}",
@@ -502,11 +501,19 @@ class StubServer:
                         },
                     },
                 )
+                if sent:
+                    self._answered(body, n)
 
-            def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                self._send(status, json.dumps(payload).encode(), "application/json", headers)
+            def _answered(self, body: dict[str, Any], n: int) -> None:
+                """Log an answer once it is sent: a server killed before the reply left did not answer (nor bill) it."""
+                if stub.log:
+                    stub._log_answer(body, n)
 
-            def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+            def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> bool:
+                return self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+            def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> bool:
+                """Write the response; False if the client was gone (its timeout)."""
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
@@ -518,6 +525,8 @@ class StubServer:
                     self.wfile.write(head + data)
                 except OSError:
                     self.close_connection = True  # the client gave up (its timeout)
+                    return False
+                return True
 
         return Handler
 

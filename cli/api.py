@@ -16,7 +16,7 @@ from typing import Any
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from dymt.errors import DymtError
-from dymt.session import EXIT_OUTAGE
+from dymt.results import EXIT_OUTAGE
 
 __all__ = ["DymtError", "bias_rates", "branch", "chat_records", "dialogues", "report", "run", "runs", "turns"]
 

@@ -15,8 +15,8 @@ from checkpoints.run_record import run_settings
 from checkpoints.store import Writer, open_writer
 from cli.common import console, error_console, fail
 from cli.exit_codes import EXIT_OK
-from cli.run_outcome import exit_status, print_ending
-from dymt.results import RUN_SCHEMA
+from cli.run_outcome import print_ending
+from dymt.results import RUN_SCHEMA, exit_status
 from evals.cost import budget_status
 from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
@@ -65,7 +65,7 @@ def wait_for_run(
             error_console.print(
                 f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again"
             )
-    print_ending(summary, status, None, error_console)
+    print_ending(summary, status, error_console)
     return status
 
 

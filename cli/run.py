@@ -27,7 +27,7 @@ from cli.run_outcome import outage_exit, print_result_ending, resume_command
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
-from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY
+from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig
@@ -446,12 +446,9 @@ def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, conf
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not config.run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-    single = server is not None or args.interactive or args.pause_after or config.max_cost is not None
-    if args.processes is not None and args.processes > 1 and single:
-        fail(
-            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-            "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker"
-        )
+    single = server is not None or args.interactive or bool(args.pause_after) or config.max_cost is not None
+    if refusal := single_process_refusal(args.processes, single=single):
+        fail(refusal)
 
 
 def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str | None = None) -> int:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from cli.outage_display import OutageProgress
-from dymt.events import DialogueProgress, Event, RunStarted
+from dymt.events import ENDED, DialogueProgress, Event, RunStarted
 
 
 class RunDisplay:
@@ -75,7 +75,7 @@ class RunDisplay:
         def on_progress(event: str, thread_id: str, done: int) -> None:
             progress.advance(turns, done - seen.get(thread_id, 0))
             seen[thread_id] = done
-            if event in ("finished", "failed", "skipped", "held"):
+            if event in ENDED:
                 progress.advance(dialogues)
 
         return on_progress

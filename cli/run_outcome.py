@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.text import Text
 
 from checkpoints.outages import OutageError, StoreUnwritable
-from cli.exit_codes import EXIT_OK, EXIT_OUTAGE, EXIT_SOME_FAILED
-from models.call_policy import CallPolicy
+from cli.exit_codes import EXIT_OK, EXIT_OUTAGE
+from dymt.results import exit_status as run_exit_status
+from dymt.results import unfinished
 
 
 def resume_command(argv: Sequence[str] | None, run_id: str, *, prog: str = "graph.run") -> str:
@@ -23,32 +24,17 @@ def resume_command(argv: Sequence[str] | None, run_id: str, *, prog: str = "grap
     return shlex.join(["python", "-m", prog, *args])
 
 
-def unfinished(summary: dict[str, Any]) -> int:
-    """Dialogues of the run that failed or were held back (jobs that failed before their dialogue started included)."""
-    return len(summary.get("failed") or []) + int((summary.get("budget") or {}).get("held") or 0)
-
-
 def exit_status(summary: dict[str, Any], *, outages_past_budget: bool = False) -> int:
-    """75 after an outage past its budget; 1 if some dialogue failed or was held back; else 0 (all finished or paused as
-    asked)."""
-    if outages_past_budget:
-        return EXIT_OUTAGE
-    return EXIT_SOME_FAILED if unfinished(summary) else EXIT_OK
+    """75 after an outage past its budget, else the run's own status (dymt.results.exit_status)."""
+    return EXIT_OUTAGE if outages_past_budget else run_exit_status(summary)
 
 
-def print_ending(summary: dict[str, Any], status: int, policy: CallPolicy | None, console: Console) -> None:
-    """One line on stderr when the command does not exit 0: what happened, how many, the command that resumes."""
+def print_ending(summary: dict[str, Any], status: int, console: Console) -> None:
+    """One line on stderr when the command does not exit 0: how many dialogues did not finish, the command that
+    resumes."""
     if status == EXIT_OK:
         return
     resume = summary.get("resume", "")
-    if status == EXIT_OUTAGE and policy is not None:
-        for circuit in policy.outages_past_budget():
-            line = (
-                f"outage: {circuit.endpoint} {circuit.down_words()} past the outage budget ({circuit.budget:g} s); "
-                f"{unfinished(summary)} dialogue(s) stopped failed, nothing lost. Resume once it is back with: {resume}"
-            )
-            console.print(Text(line, style="red"), soft_wrap=True)
-        return
     held = int((summary.get("budget") or {}).get("held") or 0)
     why = f" ({held} held back by --max-cost: raise it)" if held else ""
     console.print(
@@ -71,7 +57,7 @@ def print_result_ending(result: Any, console: Console) -> None:
         for outage in result.outages_past_budget:
             console.print(Text(outage.line(unfinished=result.unfinished, resume=resume), style="red"), soft_wrap=True)
         return
-    print_ending(result.summary, result.status, None, console)
+    print_ending(result.summary, result.status, console)
 
 
 def outage_exit(

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from models.circuit import OutageStatus
 
-DialogueEvent = Literal["started", "turn", "finished", "failed", "skipped", "held", "paused"]
 ENDED: frozenset[str] = frozenset({"finished", "failed", "skipped", "held"})  # a dialogue this invocation is done with
 
 
@@ -79,15 +78,6 @@ class Paused:
 
 
 @dataclass(frozen=True)
-class Notice:
-    """Something worth a line that is neither progress nor an outage (e.g. dialogues enqueued for workers)."""
-
-    run_id: str
-    text: str
-    level: Literal["info", "warning"] = "info"
-
-
-@dataclass(frozen=True)
 class Labelled:
     """A labelling pass (``dymt.rejudge``, ``dymt.validate_judge``) moved: ``done`` of ``total`` replies labelled (or
     failed) so far."""
@@ -104,7 +94,7 @@ class RunEnded:
     result: Any = field(repr=False)
 
 
-Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Notice | Labelled | RunEnded
+Event = RunStarted | DialogueProgress | OutageBegan | OutageEnded | Paused | Labelled | RunEnded
 EventSink = Callable[[Event], None]
 
 

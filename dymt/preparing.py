@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkpoints.location import DbLocation, PostgresURL, locate_db
+from checkpoints.location import DbLocation, PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
@@ -209,11 +209,3 @@ def store_outage(server: PostgresURL | None, budget_s: float, policy: CallPolicy
     if policy.cache is not None:
         policy.cache.outage = outage
     return outage
-
-
-def resolved_location(db: DbLocation | None) -> DbLocation:
-    """The store ``db`` names, else ``$DYMT_ESB_DB``, else the default file."""
-    try:
-        return locate_db(db)
-    except StoreError as exc:
-        raise DymtError(str(exc)) from None

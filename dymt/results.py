@@ -12,6 +12,18 @@ from typing import Any
 from graph.running.playing import DialogueOutcome
 
 RUN_SCHEMA = "dymt.run/1"
+EXIT_OK, EXIT_SOME_FAILED, EXIT_OUTAGE = 0, 1, 75  # a run's exit statuses (cli/exit_codes.py names them for commands)
+
+
+def unfinished(summary: dict[str, Any]) -> int:
+    """Dialogues of a run that failed or were held back by the cost cap (jobs that failed before their dialogue
+    started included)."""
+    return len(summary.get("failed") or []) + int((summary.get("budget") or {}).get("held") or 0)
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """1 if some dialogue failed or was held back by the cost cap; else 0 (all finished or paused as asked)."""
+    return EXIT_SOME_FAILED if unfinished(summary) else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,7 @@ class RunResult:
     @property
     def unfinished(self) -> int:
         """Dialogues that failed or were held back by the cost cap."""
-        return len(self.failures) + int((self.summary.get("budget") or {}).get("held") or 0)
+        return unfinished(self.summary)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` output of ``python -m graph.run``."""

@@ -33,8 +33,8 @@ from dymt.events import (
     ignore,
 )
 from dymt.preparing import Prepared, check_priced, config_of, dialogue_estimate, prepare, store_outage
-from dymt.results import RunResult
-from dymt.session import PlayOptions, Review, Session, answered_before, exit_status
+from dymt.results import RunResult, exit_status
+from dymt.session import PlayOptions, Review, Session, answered_before, single_process_refusal
 from evals.cost import CostCap
 from evals.report.summary import run_summary
 from graph.config.run_config import ModelBuildError, RunConfig
@@ -264,12 +264,8 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
 def single_process(prepared: Prepared, play: PlayOptions) -> bool:
     """Runs only one process can play: on PostgreSQL (workers do that there), paused or under a cost cap."""
     single = prepared.server is not None or bool(play.pauses) or prepared.config.max_cost is not None
-    if play.processes is not None and play.processes > 1 and single:
-        raise DymtError(
-            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, "
-            "--pause-after and --max-cost (or the experiment file's max_cost), or use a PostgreSQL --db "
-            "with python -m graph.worker"
-        )
+    if refusal := single_process_refusal(play.processes, single=single):
+        raise DymtError(refusal)
     return single
 
 

@@ -18,7 +18,7 @@ from checkpoints.run_record import RunRecord
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.events import DialogueProgress, EventSink, OutageBegan, OutageEnded, Paused, RunStarted
 from dymt.preparing import Prepared
-from dymt.results import OutagePastBudget, RunResult
+from dymt.results import EXIT_OK, EXIT_OUTAGE, OutagePastBudget, RunResult, exit_status
 from evals.cost import CostCap
 from evals.report.summary import run_summary
 from graph.config.run_config import RunConfig
@@ -30,9 +30,6 @@ from models.circuit import OutageStatus
 from nodes.builder import build_graph
 
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
-
-
-EXIT_OK, EXIT_SOME_FAILED, EXIT_OUTAGE = 0, 1, 75
 
 
 Review = Callable[
@@ -210,10 +207,14 @@ class Session:
         )
 
 
-def exit_status(summary: dict[str, Any]) -> int:
-    """1 if some dialogue failed or was held back by the cost cap; else 0 (all finished or paused as asked)."""
-    unfinished = len(summary.get("failed") or []) + int((summary.get("budget") or {}).get("held") or 0)
-    return EXIT_SOME_FAILED if unfinished else EXIT_OK
+def single_process_refusal(processes: int | None, *, single: bool) -> str | None:
+    """Why ``processes`` cannot play a run that only one process can play (None: it can)."""
+    if processes is not None and processes > 1 and single:
+        return (
+            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
+            "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker"
+        )
+    return None
 
 
 def paused_command(location: DbLocation, threads: tuple[str, ...], run_id: str) -> str:

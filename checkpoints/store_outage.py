@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
-
-import psycopg
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL
 from checkpoints.outages import OutageError
@@ -50,11 +49,13 @@ def is_store_outage(exc: BaseException) -> bool:
     psycopg's OperationalError covers a refused or dropped connection, a server shutting down or starting up,
     and the pool's timeout (``PoolTimeout`` is one); procrastinate wraps them as the cause of its own errors.
     """
+    psycopg = sys.modules.get("psycopg")  # not loaded: no psycopg error can have been raised (a SQLite run)
+    outages: tuple[type[BaseException], ...] = (LockLost, psycopg.OperationalError) if psycopg else (LockLost,)
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, StoreOutageError):
             return False  # past the budget: stop, do not wait again
-        if isinstance(exc, (psycopg.OperationalError, LockLost)):
+        if isinstance(exc, outages):
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         seen += 1
@@ -213,6 +214,8 @@ class StoreOutage:
 
     async def wait_until_back(self, exc: BaseException) -> None:
         """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers."""
+        import psycopg
+
         self.went_down(exc)
         attempt = 0
         while True:

@@ -32,7 +32,8 @@ SUITES = {
     ),
     "local": ("3. Embedded model: graph ÷ raw llama-cpp-python", "benchmarks.local_model"),
     "memory": (
-        "3b. Embedded model: peak RSS and wall time of graph.run, shared weights ÷ the old way",
+        "3b. Embedded main job: peak RSS and wall time of python -m graph.run --mode implicit (≤ 1 GB), ÷ samplers "
+        "left to the garbage collector",
         "benchmarks.local_memory",
     ),
     "paired": ("4. Paired comparisons of the paper's grid: vectorised ÷ pure Python", "benchmarks.paired"),

@@ -120,6 +120,19 @@ class _Instance:
         self._chunked = tokens[:boundary]
         return reuse
 
+    def release_sampler(self) -> None:
+        """Free the sampler chain the last completion built; call with the lock held, once it is done.
+
+        ``Llama.generate`` builds a new chain on every call and keeps the last one, which sits in a
+        reference cycle: once replaced, its native buffers (measured: about 3 MB a call with this model's
+        262k-token vocabulary) wait for Python's full garbage collection, which a long run triggers rarely, so they
+        piled up by the hundreds of megabytes. The next call builds its own chain, so no token changes.
+        """
+        sampler = getattr(self.llama, "_sampler", None)
+        if sampler is not None:
+            sampler.close()
+            self.llama._sampler = None
+
 
 _instances: dict[tuple[str, str, int], _Instance] = {}
 _instances_lock = threading.Lock()

@@ -96,6 +96,9 @@ class _LogprobRecorder:
             )
             if covered >= len(text):
                 break  # any later steps spelled out a stop sequence
+        # llama-cpp-python's custom sampler keeps this recorder in a reference cycle until Python's full garbage
+        # collection: drop the last step's distribution (2 MB over the 262k-token vocabulary) now.
+        self._pending = None
         return entries
 
 

@@ -195,7 +195,10 @@ class LlamaTranscriptChatModel(BaseChatModel):
         with call.instance.lock:
             prompt_tokens, reused = call.tokens(self.n_ctx)
             llama = call.instance.llama  # after tokens(): a call that needs a larger context gets a new one
-            result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
+            try:
+                result = llama.create_completion(prompt_tokens, **call.completion_args(watch=call.timeout is not None))
+            finally:
+                call.instance.release_sampler()
             choice = result["choices"][0]  # type: ignore[index]  # not streamed: one response
             logprob_content = (
                 call.recorder.finish(llama, choice["text"].encode("utf-8")) if call.recorder is not None else None
@@ -259,6 +262,7 @@ class LlamaTranscriptChatModel(BaseChatModel):
                         pending += text
             finally:
                 parts.close()  # type: ignore[union-attr]  # a consumer that stops early ends generation here, releasing the context
+                call.instance.release_sampler()
             logprob_content = (
                 call.recorder.finish(llama, "".join(raw).encode("utf-8")) if call.recorder is not None else None
             )

@@ -172,3 +172,42 @@ def test_a_context_that_grows_mid_dialogue_gives_the_same_text(monkeypatch) -> N
     whole = model("target", seed=7, max_tokens=30, instance_key="grow-large")
     assert whole.invoke(dialogue[:5]).content == first.content
     assert whole.invoke(dialogue).content == reply.content
+
+
+@pytest.mark.parametrize("role", ["target", "judge"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_frees_its_sampler_without_waiting_for_the_garbage_collector(monkeypatch, role, stream) -> None:
+    """llama-cpp-python's sampler chains (and the judge's logprob recorder in them) sit in reference cycles; every call
+    frees its own, so a long run does not pile them up until Python's full garbage collection."""
+    import gc
+
+    from llama_cpp import Llama
+
+    from models.llama import model as model_module
+
+    samplers, recorders = [], []
+    build = Llama._init_sampler
+
+    def spy(self, **options):
+        samplers.append(build(self, **options))
+        return samplers[-1]
+
+    class Recorder(model_module._LogprobRecorder):
+        def __init__(self, top_n: int) -> None:
+            super().__init__(top_n)
+            recorders.append(self)
+
+    monkeypatch.setattr(Llama, "_init_sampler", spy)
+    monkeypatch.setattr(model_module, "_LogprobRecorder", Recorder)
+    chat = model(role, max_tokens=8)
+    ask = prompts.load("target.transcript").render() + [HumanMessage("Name a river.")]
+    gc.disable()
+    try:
+        for _ in range(2):
+            reply = AIMessage("".join(str(c.content) for c in chat.stream(ask))) if stream else chat.invoke(ask)
+            assert reply.content.strip() or role == "judge"
+        assert len(samplers) == 2 and all(s.sampler is None for s in samplers)  # closed: native buffers freed
+        assert len(recorders) == (2 if role == "judge" else 0)
+        assert all(r._pending is None for r in recorders)  # its last distribution dropped
+    finally:
+        gc.enable()

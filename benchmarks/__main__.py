@@ -86,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
         "$DYMT_ESB_TEST_PG)",
     )
     p.add_argument(
+        "--stub-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="adaptive: the stub answers 429 beyond N requests in flight (default 6; 0: it takes every request)",
+    )
+    p.add_argument(
         "--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)"
     )
     p.add_argument(
@@ -116,6 +123,10 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks "
             "scale --paper"
         )
+    if args.stub_limit is not None and args.suites != ["adaptive"]:
+        p.error("--stub-limit belongs to the adaptive benchmark: run python -m benchmarks adaptive --stub-limit N")
+    if args.stub_limit is not None and args.stub_limit < 0:
+        p.error(f"--stub-limit must be 0 (no limit) or more, not {args.stub_limit}")
     if args.db is not None and args.suites and "scaleout" not in args.suites:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
     if (args.coverage or args.quick) and args.suites != ["judge_error"]:
@@ -160,6 +171,8 @@ def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argpars
             return module.run(db=args.db)
         except StoreError as exc:
             p.error(str(exc))
+    if name == "adaptive" and args.stub_limit is not None:
+        return module.run(limit=args.stub_limit)
     if name == "judge_error":
         return module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
     return module.run()

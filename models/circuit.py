@@ -254,11 +254,9 @@ class ProviderCircuit:
 
     def throttled(self, retry_after: float | None = None) -> None:
         """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
-        calls at once, if it adapts (models/concurrency.py), counting the calls still in flight when it did."""
+        calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once."""
         if self.concurrency is not None:
-            with self._lock:
-                in_flight = self._calls
-            self.concurrency.throttled(in_flight, retry_after)
+            self.concurrency.throttled(retry_after)
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""

@@ -5,15 +5,15 @@ starting concurrency and is cut when the provider refuses a call (a 429) or asks
 
 What the provider takes is measured, not guessed: every answered call is an interval of time (sent, answered), and
 the most answered calls that overlapped in time (their high-water mark) is what the provider was seen to take at
-once. A burst of 429s is one signal: the first refusal opens a window (one cooldown long) and the limit is cut
-once, to that high-water mark, one below where the refusals came at least, and never below it; answers that come
-back within the window refine the cut, so the calls of the burst that were answered count however their answers
-and refusals interleave. With no call answered since the last cut (a refusal as the run starts, a rate limit per
-minute) the cut halves the limit instead.
+once. A burst of 429s is one signal: the first refusal opens a window (one cooldown long) and the limit is cut once,
+to that high-water mark (one below where the refusals came, if the provider answered that many), never lower;
+answers that come back within the window refine the cut, so the calls of the burst that were answered count however
+their answers and refusals interleave. With no call answered since the last cut (a refusal as the run starts, a rate
+limit per minute) the cut halves the limit instead.
 
 It grows back by one after as many answers in a row as the limit, while their latency stays within twice the best
 seen (a server that queues the extra calls answers slower: then it stops growing), and not while the provider's
-``Retry-After`` runs. Before any refusal it may grow so to its ceiling; after one, no further than the level of the
+``Retry-After`` runs. Before any refusal it may grow this way up to its ceiling; after one, no further than the level of the
 cut, until a quiet period (a minute without a refusal) lets it try one more, and one more after each further quiet
 period. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at once as the
 lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a ``--rate-limit`` gate
@@ -68,11 +68,6 @@ class AdaptiveLimit:
     def limit(self) -> int:
         return self._limit
 
-    @property
-    def took(self) -> int:
-        """The most answered calls that overlapped since the last cut (0: none answered)."""
-        return self._peak
-
     def answered(self, latency: float | None = None) -> None:
         """A call answered after ``latency`` seconds (None: not timed)."""
         with self._lock:
@@ -110,7 +105,7 @@ class AdaptiveLimit:
             self._cut()
 
     def _cut(self) -> None:
-        """The window's cut: one below where the refusals came at least, to what the provider took, not below."""
+        """The window's cut: to what the provider was seen to take at once, and one below where the refusals came."""
         took = self._window_peak
         level = min(self._cut_from - 1, took) if took else self._cut_from // 2
         self._limit = self._bound = max(1, level)

@@ -16,8 +16,8 @@ seen (a server that queues the extra calls answers slower: then it stops growing
 ``Retry-After`` runs. Before any refusal it may grow this way up to its ceiling; after one, no further than the
 level of the cut, until a quiet period (a minute without a refusal) lets it try one more, and one more after each
 further quiet period. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at
-once as the lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a ``--rate-
-limit`` gate still spaces the calls themselves.
+once as the lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a
+``--rate-limit`` gate still spaces the calls themselves.
 """
 
 from __future__ import annotations

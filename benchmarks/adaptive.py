@@ -86,6 +86,7 @@ def one_run(url: str, concurrency: int | None) -> dict[str, Any]:
         "http_429": summary["retries"]["by_reason"].get("HTTP 429", 0),
         "at_once": summary["concurrency"]["dialogues_at_once"],
         "limit_at_end": endpoints[0]["now"] if endpoints else None,
+        "cuts": endpoints[0]["throttled"] if endpoints else 0,
     }
 
 
@@ -114,6 +115,7 @@ def report(result: dict[str, Any]) -> list[str]:
     ]
     for name, r in rows.items():
         end = f", limit {r['limit_at_end']} at the end" if r["limit_at_end"] is not None else ""
+        end += f", cut {r['cuts']}×" if r.get("cuts") else ""
         lines.append(
             f"  {name:<34} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
             f"{r['http_429']:4d} × 429  up to {r['at_once']} at once{end}"

@@ -207,7 +207,8 @@ def test_max_concurrency_is_a_ceiling_and_the_embedded_model_plays_one_at_a_time
 
 
 def test_calls_to_an_adapting_endpoint_wait_for_a_slot_and_give_it_back():
-    """The limit holds per call, not only per dialogue: dialogues already playing slow down at once after a 429."""
+    """The limit holds per call, not only per dialogue: dialogues already playing slow down at once after a 429; a
+    call given back wakes the first waiting one."""
     import asyncio
 
     from models.circuit import ProviderCircuit
@@ -220,8 +221,8 @@ def test_calls_to_an_adapting_endpoint_wait_for_a_slot_and_give_it_back():
         third = asyncio.ensure_future(circuit.enter())
         await asyncio.sleep(0.2)
         waiting = not third.done()
-        circuit.answered(spec="openai:m", latency=0.1)  # one call answered: its slot is free
-        await asyncio.wait_for(third, 2)
+        circuit.answered(spec="openai:m", latency=0.1)  # one call answered: its slot is free, the waiter woken at once
+        await asyncio.wait_for(third, 0.1)  # not at its next check (every 0.25 s)
         circuit.left()  # another failed: its slot too
         return waiting, (first, second, third.result())
 

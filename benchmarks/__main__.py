@@ -4,8 +4,9 @@
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
 ``judge_error --labelling [--quick]`` compares the active labelling design with random double sampling instead.
 
-``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
-shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
+``--json FILE`` also writes the numbers. ``adaptive --stub-limit N`` sets the requests its stub takes at once (0: no
+limit). ``scale --paper [--paper-db PATH]`` plays the paper grid's shape against a stub instead (long; a --paper-db
+path resumes when run again). ``scaleout [--db URL]`` needs a
 PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing
 fails on a slow machine, but the machine's load is printed because other processes skew wall-clock ratios.
 """

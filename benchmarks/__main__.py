@@ -4,8 +4,9 @@
 ``judge_error --coverage [--quick]`` also runs the correction's simulation suite (its coverage table);
 ``judge_error --labelling [--quick]`` compares the active labelling design with random double sampling instead.
 
-``--json FILE`` also writes the numbers. ``scale --paper [--paper-db PATH]`` plays the paper grid's
-shape against a stub instead (long; a --paper-db path resumes when run again). ``scaleout [--db URL]`` needs a
+``--json FILE`` also writes the numbers. ``adaptive --stub-limit N`` sets the requests its stub takes at once (0: no
+limit). ``scale --paper [--paper-db PATH]`` plays the paper grid's shape against a stub instead (long; a --paper-db
+path resumes when run again). ``scaleout [--db URL]`` needs a
 PostgreSQL server (else $DYMT_ESB_DB or $DYMT_ESB_TEST_PG; without one it says how and skips). Not timed tests: nothing
 fails on a slow machine, but the machine's load is printed because other processes skew wall-clock ratios.
 """
@@ -87,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         "$DYMT_ESB_TEST_PG)",
     )
     p.add_argument(
+        "--stub-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="adaptive: the stub answers 429 beyond N requests in flight (default 6; 0: it takes every request)",
+    )
+    p.add_argument(
         "--coverage", action="store_true", help="judge_error: also run the simulation suite (coverage table, ≤ 15 min)"
     )
     p.add_argument(
@@ -117,6 +125,10 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "--paper, --paper-db and --paper-dialogues belong to the scale benchmark: run python -m benchmarks "
             "scale --paper"
         )
+    if args.stub_limit is not None and args.suites != ["adaptive"]:
+        p.error("--stub-limit belongs to the adaptive benchmark: run python -m benchmarks adaptive --stub-limit N")
+    if args.stub_limit is not None and args.stub_limit < 0:
+        p.error(f"--stub-limit must be 0 (no limit) or more, not {args.stub_limit}")
     if args.db is not None and args.suites and "scaleout" not in args.suites:
         p.error("--db belongs to the scaleout benchmark: run python -m benchmarks scaleout --db URL")
     if (args.coverage or args.quick) and args.suites != ["judge_error"]:
@@ -161,6 +173,8 @@ def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argpars
             return module.run(db=args.db)
         except StoreError as exc:
             p.error(str(exc))
+    if name == "adaptive" and args.stub_limit is not None:
+        return module.run(limit=args.stub_limit)
     if name == "judge_error":
         return module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
     return module.run()

@@ -1,5 +1,6 @@
 """Benchmark 2b, adaptive concurrency: graph.run's default against fixed --max-concurrency settings, on a stub server
-that answers 429 (Retry-After 1 s) beyond a few requests in flight, as a provider's concurrency limit does.
+that answers 429 (Retry-After 1 s) beyond a few requests in flight, as a provider's concurrency limit does
+(``--stub-limit N``: beyond N, default 6; 0: a stub that takes every request, whose limit is never reached).
 
 Each setting plays the same run (``--processes 1``, no cache, no traces) through the real command; the stub counts
 the requests it refused. The default should meet no more 429s than the fixed setting it starts from (16) and play
@@ -21,11 +22,11 @@ LATENCY = 0.1
 LIMIT = 6  # requests the stub takes at once; beyond, a 429
 PER_CATEGORY = 8  # 48 dialogues
 TURNS = 4
-FIXED = (4, 6, 8, 16)
+FIXED = (4, 6, 8, 16)  # and the stub's limit, when it is not one of them
 THROUGHPUT_SHARE = 0.9
 
 
-def _stub() -> tuple[subprocess.Popen, str]:
+def _stub(limit: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -33,8 +34,7 @@ def _stub() -> tuple[subprocess.Popen, str]:
             "tests.support.stub_server",
             "--latency",
             str(LATENCY),
-            "--concurrency-limit",
-            str(LIMIT),
+            *(["--concurrency-limit", str(limit)] if limit else []),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -86,18 +86,20 @@ def one_run(url: str, concurrency: int | None) -> dict[str, Any]:
         "http_429": summary["retries"]["by_reason"].get("HTTP 429", 0),
         "at_once": summary["concurrency"]["dialogues_at_once"],
         "limit_at_end": endpoints[0]["now"] if endpoints else None,
+        "cuts": endpoints[0]["throttled"] if endpoints else 0,
     }
 
 
-def run() -> dict[str, Any]:
-    proc, url = _stub()
+def run(limit: int = LIMIT) -> dict[str, Any]:
+    """Every fixed setting, then the default, against one stub that answers 429 beyond ``limit`` (0: never)."""
+    proc, url = _stub(limit)
     try:
-        rows = {f"--max-concurrency {c}": one_run(url, c) for c in FIXED}
+        rows = {f"--max-concurrency {c}": one_run(url, c) for c in sorted({*FIXED, limit} - {0})}
         rows["default (adaptive, 16 to start)"] = one_run(url, None)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return {"latency_s": LATENCY, "limit": LIMIT, "dialogues": 6 * PER_CATEGORY, "turns": TURNS, "rows": rows}
+    return {"latency_s": LATENCY, "limit": limit, "dialogues": 6 * PER_CATEGORY, "turns": TURNS, "rows": rows}
 
 
 def report(result: dict[str, Any]) -> list[str]:
@@ -106,12 +108,14 @@ def report(result: dict[str, Any]) -> list[str]:
     fixed = {k: r for k, r in rows.items() if k.startswith("--max")}
     best = max(fixed.values(), key=lambda r: r["dialogues_per_min"])
     same_start = fixed["--max-concurrency 16"]
+    beyond = f"429 beyond {result['limit']} requests in flight" if result["limit"] else "no limit (no 429)"
     lines = [
         f"{result['dialogues']} dialogues × {result['turns']} turns, stub latency {1000 * result['latency_s']:.0f} ms, "
-        f"429 beyond {result['limit']} requests in flight"
+        + beyond
     ]
     for name, r in rows.items():
         end = f", limit {r['limit_at_end']} at the end" if r["limit_at_end"] is not None else ""
+        end += f", cut {r['cuts']}×" if r.get("cuts") else ""
         lines.append(
             f"  {name:<34} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
             f"{r['http_429']:4d} × 429  up to {r['at_once']} at once{end}"

@@ -44,6 +44,11 @@ LOST_SLOT_S = 60.0
 _POLL_S = 0.25
 
 
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 class ProviderOutageError(OutageError, RetriesExhaustedError):
     """A provider stayed unreachable past the outage budget."""
 
@@ -210,6 +215,7 @@ class ProviderCircuit:
         self.answered_elsewhere: Callable[[], bool] | None = None
         self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
         self._calls = 0  # calls in flight that took a slot
+        self._slot_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []  # first come, first woken
 
     # --- what a call does -------------------------------------------------------------------
 
@@ -254,11 +260,9 @@ class ProviderCircuit:
 
     def throttled(self, retry_after: float | None = None) -> None:
         """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
-        calls at once, if it adapts (models/concurrency.py), counting the calls still in flight when it did."""
+        calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once."""
         if self.concurrency is not None:
-            with self._lock:
-                in_flight = self._calls
-            self.concurrency.throttled(in_flight, retry_after)
+            self.concurrency.throttled(retry_after)
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""
@@ -314,10 +318,7 @@ class ProviderCircuit:
             while True:
                 wait, probe = self.admit()
                 if not wait:
-                    waited = 0.0
-                    while not self._take_slot(waited):
-                        await asyncio.sleep(_POLL_S / 5)
-                        waited += _POLL_S / 5
+                    await self._slot()
                     return probe
                 if not counted:
                     counted = True
@@ -349,7 +350,27 @@ class ProviderCircuit:
             self.expired, self.expired_after = True, self.expired_after or down
             return ProviderOutageError(self._past_budget(down))
 
-    def _take_slot(self, waited: float) -> bool:
+    async def _slot(self) -> None:
+        """Take a call slot, waiting in line to be woken when a call gives one back (and checking every
+        ``_POLL_S`` anyway: the limit also rises without a call leaving)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+            if self._take_slot(loop.time() - started, (loop, woken)):
+                return
+            try:
+                await asyncio.wait_for(woken, _POLL_S)
+            except TimeoutError:
+                pass
+            finally:
+                with self._lock:
+                    if (loop, woken) in self._slot_waiters:
+                        self._slot_waiters.remove((loop, woken))
+
+    def _take_slot(
+        self, waited: float, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+    ) -> bool:
         """One of the endpoint's call slots (always, when its concurrency does not adapt). A call that waited
         ``LOST_SLOT_S`` goes through anyway: a slot never given back (a stream its reader dropped) must not stall the
         run."""
@@ -359,12 +380,21 @@ class ProviderCircuit:
                 return True
             if self.concurrency is None:
                 return True
+            if waiter is not None:
+                self._slot_waiters.append(waiter)
             return False
 
     def left(self) -> None:
-        """A call that passed :meth:`enter` is over (answered or failed): its slot is free."""
+        """A call that passed :meth:`enter` is over (answered or failed): its slot is free, for the first in line."""
         with self._lock:
             self._calls = max(0, self._calls - 1)
+            first = self._slot_waiters.pop(0) if self._slot_waiters else None
+        if first is not None:
+            loop, woken = first
+            try:
+                loop.call_soon_threadsafe(_wake, woken)
+            except RuntimeError:
+                pass  # its loop closed: nothing waits there any more
 
     def reset(self) -> None:
         """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""

@@ -1,31 +1,40 @@
-"""How many calls a provider endpoint takes at once, found as the run goes (AIMD, as TCP finds a link's rate).
+"""How many calls a provider endpoint takes at once, found as the run goes (as TCP finds a link's rate).
 
 Every served endpoint (a base URL, a provider's API) has an :class:`AdaptiveLimit`: it starts at the run's
 starting concurrency and is cut when the provider refuses a call (a 429) or asks to slow down (a ``Retry-After``).
-A cut is made once per window (one cooldown from the first refusal), not once per refused call: a burst of 429s
-is one signal. It at least halves the limit, and goes down to what the provider took at once (a call refused while
-N others were in flight means the provider takes no more than N now), but to no less than a quarter of it. The
-limit may grow back to that level (never above three quarters of where it was cut), by one after as many answers
-in a row as the limit, while their latency stays within twice the best seen (a server that queues the extra calls
-answers slower: then it stops growing), and not while the provider's ``Retry-After`` runs. After a minute without
-a refusal, that level rises by one, to find room the provider has made since. It never passes its ceiling
-(``--max-concurrency``). The runner plays as many dialogues at once as the lowest limit of the run's endpoints
-allows (graph/running/playing.py ``DialogueSlots``); a ``--rate-limit`` gate still spaces the calls themselves.
+
+What the provider takes is measured, not guessed: every answered call is an interval of time (sent, answered), and
+the most answered calls that overlapped in time (their high-water mark) is what the provider was seen to take at
+once. A burst of 429s is one signal: the first refusal opens a window (one cooldown long) and the limit is cut once,
+to that high-water mark (one below where the refusals came, if the provider answered that many), never lower;
+answers that come back within the window refine the cut, so the calls of the burst that were answered count however
+their answers and refusals interleave. With no call answered since the last cut (a refusal as the run starts, a rate
+limit per minute) the cut halves the limit instead.
+
+It grows back by one after as many answers in a row as the limit, while their latency stays within twice the best
+seen (a server that queues the extra calls answers slower: then it stops growing), and not while the provider's
+``Retry-After`` runs. Before any refusal it may grow this way up to its ceiling; after one, no further than the
+level of the cut, until a quiet period (a minute without a refusal) lets it try one more, and one more after each
+further quiet period. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at
+once as the lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a
+``--rate-limit`` gate still spaces the calls themselves.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 LATENCY_HOLDS = 2.0  # an answer within this many times the best latency seen: the endpoint keeps up
 COOLDOWN_S = 2.0  # one cut per burst of 429s, not one per 429
 PROBE_S = 60.0  # this long without a slow-down: the level it may grow to rises by one
+_KEPT = 512  # answered calls kept to measure how many overlapped (far more than ever overlap one call)
 
 
 class AdaptiveLimit:
-    """Additive increase, multiplicative decrease of the calls an endpoint takes at once."""
+    """Additive increase of the calls an endpoint takes at once; on refusals, a cut to what it was seen to take."""
 
     def __init__(
         self,
@@ -38,57 +47,87 @@ class AdaptiveLimit:
     ) -> None:
         if not 1 <= start <= ceiling:
             raise ValueError(f"a concurrency must start between 1 and its ceiling {ceiling}, got {start}")
-        self._limit = float(start)
+        self._limit = start
         self.ceiling = ceiling
         self.reached = start
         self.throttles = 0
         self._best: float | None = None
         self._good = 0
-        self._cut_at = float("-inf")
         self._clock, self.cooldown_s, self.probe_s = clock, cooldown_s, probe_s
-        self._bound = float(ceiling)  # the most it may grow to now (lowered by slow-downs)
+        self._bound = ceiling  # the most it may grow to now (the level of the last cut, raised by quiet periods)
         self._probed = clock()
-        self._cut_from = float(start)  # the limit when the current slow-down window opened
-        self._took = float("inf")  # the fewest other calls in flight when the provider refused one, this window
+        self._cut_at = float("-inf")  # when the current (or last) window of refusals opened
+        self._cut_from = start  # the limit when it opened
+        self._calls: deque[tuple[float, float]] = deque(maxlen=_KEPT)  # answered calls: (sent, answered)
+        self._peak = 0  # the most answered calls that overlapped, since the last window opened
+        self._window_peak = 0  # the same, for the window's cut: before it opened and while it runs
         self._quiet_until = float("-inf")  # the provider's Retry-After: no growth before then
         self._lock = threading.Lock()
 
     @property
     def limit(self) -> int:
-        return max(1, int(self._limit))
+        return self._limit
 
     def answered(self, latency: float | None = None) -> None:
         """A call answered after ``latency`` seconds (None: not timed)."""
         with self._lock:
-            if latency is not None:
-                self._best = latency if self._best is None else min(self._best, latency)
-                if latency > LATENCY_HOLDS * self._best:
-                    self._good = 0
-                    return
-            self._good += 1
             now = self._clock()
+            if latency is not None:
+                self._overlap(now - latency, now)
+                self._best = latency if self._best is None else min(self._best, latency)
+            if now - self._cut_at < self.cooldown_s:  # a window runs: its answers refine the cut, no growth
+                self._cut()
+                return
+            if latency is not None and latency > LATENCY_HOLDS * self._best:  # type: ignore[operator]  # set above
+                self._good = 0
+                return
+            self._good += 1
             if now < self._quiet_until:
                 return
             if now - max(self._probed, self._cut_at) >= self.probe_s and self._bound < self.ceiling:
                 self._bound, self._probed = self._bound + 1, now
-            if self._good >= self.limit and self._limit < self._bound:
-                self._limit, self._good = min(self._bound, self._limit + 1), 0
-                self.reached = max(self.reached, self.limit)
+            if self._good >= self._limit and self._limit < self._bound:
+                self._limit, self._good = self._limit + 1, 0
+                self.reached = max(self.reached, self._limit)
 
-    def throttled(self, in_flight: int | None = None, retry_after: float | None = None) -> None:
-        """The provider refused a call (a 429) while ``in_flight`` other calls to it were in flight (None: not
-        known), or asked to wait ``retry_after`` seconds: cut once per window, under what it took at once."""
+    def throttled(self, retry_after: float | None = None) -> None:
+        """The provider refused a call (a 429) or asked to wait ``retry_after`` seconds: cut once per window, to
+        the most calls it was seen to answer at once."""
         with self._lock:
             now = self._clock()
             if retry_after:
                 self._quiet_until = max(self._quiet_until, now + retry_after)
             if now - self._cut_at >= self.cooldown_s:  # a new window
-                self._cut_at, self._cut_from, self._took = now, self._limit, float("inf")
+                self._cut_at, self._cut_from = now, self._limit
+                self._window_peak, self._peak = self._peak, 0
                 self.throttles += 1
-            if in_flight is not None:
-                self._took = min(self._took, float(in_flight))
             self._good = 0
-            took = max(self._took, self._cut_from / 4)  # a quarter at most per window: a refusal with nothing else
-            # in flight may be a rate limit per minute, not one of calls at once
-            self._bound = max(1.0, float(int(min(took, 0.75 * self._cut_from))))
-            self._limit = max(1.0, min(self._limit, self._cut_from / 2, took))
+            self._cut()
+
+    def _cut(self) -> None:
+        """The window's cut: to what the provider was seen to take at once, and one below where the refusals came."""
+        took = self._window_peak
+        level = min(self._cut_from - 1, took) if took else self._cut_from // 2
+        self._limit = self._bound = max(1, level)
+
+    def _overlap(self, sent: float, answered: float) -> None:
+        """Keep the call answered at ``answered`` (sent at ``sent``) and raise the high-water mark of answered calls
+        that overlapped in time: the most of them in flight at one instant while this one was."""
+        ends, starts = [], [sent]
+        for other_sent, other_answered in reversed(self._calls):  # in the order answered, latest first
+            if other_answered <= sent:
+                break
+            ends.append(other_answered)
+            starts.append(other_sent)
+        self._calls.append((sent, answered))
+        if not ends:
+            most = 1
+        else:  # sweep the instants in (sent, answered): a call counts from its start to its end
+            events = sorted([(max(s, sent), 1) for s in starts] + [(e, -1) for e in ends])
+            most = at = 0
+            for _, step in events:  # an end sorts before a start at the same instant: they did not overlap
+                at += step
+                most = max(most, at)
+        self._peak = max(self._peak, most)
+        if self._clock() - self._cut_at < self.cooldown_s:
+            self._window_peak = max(self._window_peak, most)

@@ -4,6 +4,7 @@ holds, never past --max-concurrency); the embedded model stays at 1; the summary
 from __future__ import annotations
 
 import json
+from itertools import zip_longest
 
 import pytest
 
@@ -19,15 +20,61 @@ class Clock:
         return self.now
 
 
-def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answers_while_latency_holds():
+LATENCY = 0.125  # binary fractions: the fake clock's instants add up exactly
+
+
+def _wave(limit: AdaptiveLimit, clock: Clock, sent: int, takes: int, *, refusals_first: bool = False) -> int:
+    """``sent`` calls sent together at the clock's instant to a provider that takes ``takes`` at once: the taken ones
+    answer after LATENCY, the others are refused then (as the stub does); the clock moves past the answers. The
+    number refused."""
+    clock.now += LATENCY
+    answers = [lambda: limit.answered(LATENCY)] * min(sent, takes)
+    refusals = [lambda: limit.throttled(retry_after=None)] * max(0, sent - takes)
+    if refusals_first:
+        events = [*refusals, *answers]
+    else:  # an answer, a refusal, an answer...
+        events = [e for pair in zip_longest(answers, refusals) for e in pair if e is not None]
+    for event in events:
+        event()
+    clock.now += LATENCY  # a gap before the next wave: it does not overlap this one
+    return max(0, sent - takes)
+
+
+@pytest.mark.parametrize("takes", [3, 6, 10])
+@pytest.mark.parametrize("refusals_first", [False, True])
+def test_a_burst_of_429s_cuts_once_to_what_the_provider_took_at_once_not_below(takes, refusals_first):
+    """16 calls sent at once to a provider that takes 3, 6 or 10: the refused ones come back before, after or among
+    the answered ones. One cut (not one per 429), to exactly what it answered at once, and the run stays there: no
+    second burst while the limit holds."""
     clock = Clock()
-    limit = AdaptiveLimit(16, 20, clock=clock, cooldown_s=2, probe_s=60)
-    limit.throttled()
-    limit.throttled()  # the same burst: halved once
-    assert limit.limit == 8 and limit.throttles == 1
-    clock.now = 3
-    limit.throttled()
-    assert limit.limit == 4 and limit.throttles == 2
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    refused = _wave(limit, clock, 16, takes, refusals_first=refusals_first)
+    assert refused == 16 - takes and limit.throttles == 1 and limit.limit == takes
+    for _ in range(200):  # 50 s of waves at the limit: every call answered, no growth past the level of the cut
+        refused += _wave(limit, clock, limit.limit, takes)
+    assert limit.limit == takes and limit.throttles == 1 and refused == 16 - takes
+
+
+def test_it_stays_near_the_provider_s_limit_trying_one_more_only_after_a_quiet_minute():
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    refused = _wave(limit, clock, 16, 6)
+    probes = []
+    for _ in range(1200):  # five minutes of waves
+        before = limit.limit
+        refused += _wave(limit, clock, limit.limit, 6)
+        if limit.limit > before:
+            probes.append((clock.now, limit.limit))
+        assert 6 <= limit.limit <= 7  # never below what the provider takes, at most one more (a probe)
+    assert limit.limit in (6, 7) and limit.reached == 16
+    assert [at for at, to in probes if to == 7] and all(to == 7 for _, to in probes)
+    # a probe a minute at most, each met by one refusal (7 sent, 6 taken) and cut straight back to 6
+    assert refused == 10 + (limit.throttles - 1) and limit.throttles - 1 <= 300 / 60
+
+
+def test_with_no_429_it_grows_while_latency_holds_up_to_its_ceiling_and_no_further():
+    clock = Clock()
+    limit = AdaptiveLimit(4, 10, clock=clock)
     for _ in range(3):
         limit.answered(0.1)
     assert limit.limit == 4
@@ -38,61 +85,45 @@ def test_the_limit_halves_on_a_burst_of_429s_and_grows_by_one_per_window_of_answ
     assert limit.limit == 5
     for _ in range(1000):
         limit.answered(0.12)
-    assert limit.limit == 6  # cut at 8: it grows back to three quarters of that, under where the 429s came
-    clock.now = 3 + 61
+    assert limit.limit == limit.reached == 10  # never past the ceiling
+    fixed = AdaptiveLimit(16, 16, clock=clock)  # --max-concurrency 16: a provider that takes them all keeps 16
     for _ in range(100):
-        limit.answered(0.1)
-    assert limit.limit == 7  # a minute without a 429: one more is tried
-    for k in range(10):
-        clock.now = 100 + 3 * k
-        limit.throttled()
-    assert limit.limit == 1  # never below one
-    free = AdaptiveLimit(2, 5, clock=clock)
-    for _ in range(1000):
-        free.answered(0.1)
-    assert free.limit == free.reached == 5  # never past the ceiling
+        _wave(fixed, clock, fixed.limit, 64)
+    assert fixed.limit == 16 and fixed.throttles == 0
     with pytest.raises(ValueError):
         AdaptiveLimit(0, 4)
 
 
-def test_a_burst_of_429s_cuts_once_to_what_the_provider_took_at_once_and_it_grows_no_further():
-    """16 calls sent at once to a provider that takes 6: the ten refused ones come back while 15, 14, ... 6 others are
-    in flight. One cut (not ten), straight to 6, and no growth past 6 (each step up would meet 429s again)."""
+def test_with_nothing_answered_a_refusal_halves_and_retry_after_holds_growth():
+    """A refusal before any answer (a rate limit per minute, say) says nothing of what the provider takes at once:
+    the limit halves, once per window, never below one; nothing grows while the provider's Retry-After runs."""
     clock = Clock()
     limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
-    for others in range(15, 5, -1):
-        limit.throttled(in_flight=others, retry_after=1.0)
-        clock.now += 0.001
-    assert limit.limit == 6 and limit.throttles == 1
-    for _ in range(1000):
-        limit.answered(0.1)
-    assert limit.limit == 6
-    clock.now = 61  # a quiet minute: one more is tried, once
-    for _ in range(100):
-        limit.answered(0.1)
-    assert limit.limit == 7
-    # refused while the others are in flight out of order (the provider's limit met by a late call first): the
-    # fewest in flight at a refusal counts, however they arrive
-    other = AdaptiveLimit(16, 64, clock=clock)
-    for others in (6, 9, 12, 7):
-        other.throttled(in_flight=others)
-    assert other.limit == 6
+    limit.throttled()
+    limit.throttled()
+    assert limit.limit == 8 and limit.throttles == 1
+    clock.now = 3
+    limit.throttled(retry_after=5)
+    assert limit.limit == 4 and limit.throttles == 2
 
+    def one_at_a_time(n: int) -> None:
+        for _ in range(n):
+            clock.now += 0.25
+            limit.answered(0.125)
 
-def test_a_refusal_with_nothing_else_in_flight_cuts_to_a_quarter_at_most_and_retry_after_holds_growth():
-    clock = Clock()
-    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
-    limit.throttled(in_flight=0, retry_after=5)  # a rate limit per minute, say: not "takes nothing at once"
-    assert limit.limit == 4
-    limit.throttled(in_flight=0)
-    assert limit.limit == 4  # the same window
-    for _ in range(100):
-        limit.answered(0.1)
-    assert limit.limit == 4  # the provider asked to wait 5 s: no growth meanwhile
-    clock.now = 5.5
-    for _ in range(4):
-        limit.answered(0.1)
-    assert limit.limit == 4  # it may grow back to what it took (a quarter of 16), no further before a quiet minute
+    clock.now = 5.25
+    one_at_a_time(10)  # the provider asked to wait until 8 s: no growth meanwhile
+    assert limit.limit == 4 and clock.now < 8
+    clock.now = 8
+    one_at_a_time(20)
+    assert limit.limit == 4  # the level of the last cut: no further before a quiet minute
+    clock.now = 3 + 61
+    one_at_a_time(4)
+    assert limit.limit == 5  # a minute without a 429: one more is tried
+    for k in range(10):
+        clock.now = 100 + 3 * k
+        limit.throttled()
+    assert limit.limit == 1  # nothing answered in between: halved each window, never below one
 
 
 def _run(*args):
@@ -176,7 +207,8 @@ def test_max_concurrency_is_a_ceiling_and_the_embedded_model_plays_one_at_a_time
 
 
 def test_calls_to_an_adapting_endpoint_wait_for_a_slot_and_give_it_back():
-    """The limit holds per call, not only per dialogue: dialogues already playing slow down at once after a 429."""
+    """The limit holds per call, not only per dialogue: dialogues already playing slow down at once after a 429; a
+    call given back wakes the first waiting one."""
     import asyncio
 
     from models.circuit import ProviderCircuit
@@ -189,8 +221,8 @@ def test_calls_to_an_adapting_endpoint_wait_for_a_slot_and_give_it_back():
         third = asyncio.ensure_future(circuit.enter())
         await asyncio.sleep(0.2)
         waiting = not third.done()
-        circuit.answered(spec="openai:m", latency=0.1)  # one call answered: its slot is free
-        await asyncio.wait_for(third, 2)
+        circuit.answered(spec="openai:m", latency=0.1)  # one call answered: its slot is free, the waiter woken at once
+        await asyncio.wait_for(third, 0.1)  # not at its next check (every 0.25 s)
         circuit.left()  # another failed: its slot too
         return waiting, (first, second, third.result())
 

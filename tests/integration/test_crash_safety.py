@@ -7,46 +7,35 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from checkpoints.scores import labels_source
-from tests.conftest import REPO
+from tests.support import forked
 
 FAKE = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
 
 
-def start(db: Path, run_id: str, *extra: str, delay: float = 0.01, **popen) -> subprocess.Popen:
-    env = {**os.environ, "FAKE_DELAY": str(delay)}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.fake_cli",
-            "run",
-            *FAKE,
-            "--db",
-            str(db),
-            "--run-id",
-            run_id,
-            "--per-category",
-            "1",
-            "--turns",
-            "4",
-            "--max-concurrency",
-            "3",
-            "--json",
-            *extra,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen,
+def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> forked.ForkedRun:
+    return forked.popen(
+        "tests.support.fake_cli",
+        "run",
+        *FAKE,
+        "--db",
+        str(db),
+        "--run-id",
+        run_id,
+        "--per-category",
+        "1",
+        "--turns",
+        "4",
+        "--max-concurrency",
+        "3",
+        "--json",
+        *extra,
+        env={**os.environ, "FAKE_DELAY": str(delay)},
     )
 
 
@@ -110,7 +99,9 @@ def _count_turns(db: Path) -> int:
         conn.close()
 
 
-def wait_for_turns(db: Path, proc: subprocess.Popen, *, at_least: int, timeout: float = 60.0) -> None:
+def wait_for_turns(
+    db: Path, proc: forked.ForkedRun | subprocess.Popen, *, at_least: int, timeout: float = 60.0
+) -> None:
     """Block until the run has stored ``at_least`` turns (0: until the database file exists)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:

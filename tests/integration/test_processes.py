@@ -17,42 +17,33 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.integration.test_crash_safety import FAKE, check_complete, wait_for_turns
+from tests.support import forked
 
 pytestmark = pytest.mark.integration
 TURNS = 3
 
 
-def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> subprocess.Popen:
-    env = {**os.environ, "FAKE_DELAY": str(delay)}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.fake_cli",
-            "run",
-            *FAKE,
-            "--db",
-            str(db),
-            "--run-id",
-            run_id,
-            "--per-category",
-            "1",
-            "--turns",
-            str(TURNS),
-            "--max-concurrency",
-            "8",
-            "--processes",
-            "4",
-            "--json",
-            *extra,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> forked.ForkedRun:
+    return forked.popen(
+        "tests.support.fake_cli",
+        "run",
+        *FAKE,
+        "--db",
+        str(db),
+        "--run-id",
+        run_id,
+        "--per-category",
+        "1",
+        "--turns",
+        str(TURNS),
+        "--max-concurrency",
+        "8",
+        "--processes",
+        "4",
+        "--json",
+        *extra,
+        env={**os.environ, "FAKE_DELAY": str(delay)},
     )
 
 
@@ -63,7 +54,7 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def wait_for_children(proc: subprocess.Popen, n: int, timeout: float = 60.0) -> list[int]:
+def wait_for_children(proc: forked.ForkedRun, n: int, timeout: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         found = children(proc.pid)

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.support import forked
 
 
 def free_port() -> int:
@@ -100,17 +101,10 @@ class StubProcess:
             time.sleep(0.1)
 
 
-def start_run(*args: str) -> subprocess.Popen:
+def start_run(*args: str) -> forked.ForkedRun:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.Popen(
-        [sys.executable, "-m", "graph.run", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return forked.popen("graph.run", *args, cwd=REPO, env=env)
 
 
 def run_flags(url: str, db: Path, run_id: str, *, turns: int, per_category: int, concurrency: int) -> list[str]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import forked
+
 REPO = Path(__file__).resolve().parents[3]
 RUN = [
     "--user-model",
@@ -42,9 +44,7 @@ TIMES = re.compile(
 def cli(cwd: Path, *args: str, module: str = "tests.support.fake_cli") -> str:
     env = {k: v for k, v in os.environ.items() if k != "DYMT_ESB_DB" and not k.endswith("_API_KEY")}
     env |= {"PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    done = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
-    )
+    done = forked.run(module, *args, cwd=cwd, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

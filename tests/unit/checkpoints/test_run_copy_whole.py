@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support import forked
 from tests.unit.checkpoints.test_postgres_commands import RUN, THREAD, cli, outputs, same
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,14 +22,7 @@ def fake(cwd: Path, *args: str, calls: Path | None = None) -> str:
     """A command with the fake models, its model calls per role written to ``calls``."""
     env = {k: v for k, v in os.environ.items() if k != "DYMT_ESB_DB" and not k.endswith("_API_KEY")}
     env |= {"PYTHONPATH": str(REPO), "COLUMNS": "200", **({"FAKE_CALLS_FILE": str(calls)} if calls else {})}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = forked.run("tests.support.fake_cli", *args, cwd=cwd, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

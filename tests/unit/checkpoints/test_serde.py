@@ -9,6 +9,7 @@ import ormsgpack
 import pytest
 
 from checkpoints.serde import StrictSerializer, UnsafeCheckpointError
+from tests.support import forked
 from tests.support.backends import Db, execute, is_postgres, rows
 
 MARKER: list[str] = []
@@ -76,17 +77,9 @@ def _tamper(db: Db, type_: str, payload: bytes) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pickle", "msgpack"])
 def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db: Db, tmp_path, kind):
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
     db, marker = backend_db, tmp_path / "pwned"
     fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
     common = [
-        sys.executable,
-        "-m",
-        "tests.support.fake_cli",
         "run",
         *fakes,
         "--db",
@@ -100,7 +93,7 @@ def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db:
         "--pause-after",
         "1",
     ]
-    first = subprocess.run(common, cwd=REPO, capture_output=True, text=True)
+    first = forked.run("tests.support.fake_cli", *common, timeout=120)
     assert first.returncode == 0, first.stderr
     assert rows(db, "select status from dialogues") == [("paused",)]
     if kind == "pickle":
@@ -108,7 +101,7 @@ def test_a_tampered_store_stops_the_tool_without_running_the_payload(backend_db:
     else:
         payload = ormsgpack.packb(ormsgpack.Ext(0, ormsgpack.packb(("os", "system", f"touch {marker}"))))
     _tamper(db, kind, payload)
-    resumed = subprocess.run(common[:-2], cwd=REPO, capture_output=True, text=True)
+    resumed = forked.run("tests.support.fake_cli", *common[:-2], timeout=120)
     assert resumed.returncode == 2, resumed.stderr
     errors = [line for line in resumed.stderr.splitlines() if line.startswith("error:")]
     # One error line (after the progress display had started) naming what was refused.

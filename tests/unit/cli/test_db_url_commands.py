@@ -4,10 +4,11 @@ echoed."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import forked
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET_URL = "postgresql://alice:s3cret@127.0.0.1:1/dymt"
@@ -28,11 +29,11 @@ COMMANDS = [
 
 
 def _run(tmp_path: Path, argv: list[str], url: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", *(a.format(url=url) for a in argv)],
+    module, *args = (a.format(url=url) for a in argv)
+    return forked.run(
+        module,
+        *args,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=120,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
     )

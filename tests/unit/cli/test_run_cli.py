@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support import forked
 from tests.support.backends import Db, dump_all, execute, written
 
 
@@ -18,9 +18,7 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.C
 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "graph.run", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
-    )
+    return forked.run("graph.run", *args, cwd=REPO, env=env, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 
 from cli.progress_log import ProgressLog
 from models.circuit import OutageStatus
+from tests.support import forked
 from tests.support.stub_server import StubServer
 
 _ANSI = re.compile(r"\x1b\[")
@@ -154,8 +155,6 @@ def test_the_no_corrected_rates_note_puts_each_command_on_its_own_line():
 def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, backend_db):
     """graph.runs status RUN while graph.run plays it (SQLite or PostgreSQL): progress against the plan, ETA, the
     rates so far; the run is not disturbed; once it ends its status says so, and the human form renders."""
-    import subprocess
-    import sys
     import time
 
     from tests.conftest import REPO
@@ -191,13 +190,7 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
         )
 
         def status(*extra):
-            done = subprocess.run(
-                [sys.executable, "-m", "graph.runs", "status", "live", "--db", db, *extra],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            done = forked.run("graph.runs", "status", "live", "--db", db, *extra, cwd=REPO, timeout=60)
             assert done.returncode == 0, done.stderr
             return done.stdout
 

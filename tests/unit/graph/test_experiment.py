@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from checkpoints.store import open_writer
 from graph.config.experiment import ExperimentError, load_experiment
 from tests.conftest import REPO
+from tests.support import forked
 from tests.support.stub_server import Faults, StubServer
 from tests.unit.cli.test_run_cli import _register_fake_provider, run_cli
 
@@ -196,23 +195,17 @@ def test_bad_experiment_file_is_one_line_exit_2_and_writes_nothing(tmp_path: Pat
 def test_bad_grid_flags_are_one_line_exit_2(tmp_path: Path, args, expected):
     db = tmp_path / "out" / "d.db"
     env = {"PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.fake_cli",
-            "run",
-            "--user-model",
-            "fake:u",
-            "--judge-model",
-            "fake:j",
-            *args,
-            "--db",
-            str(db),
-        ],
+    result = forked.run(
+        "tests.support.fake_cli",
+        "run",
+        "--user-model",
+        "fake:u",
+        "--judge-model",
+        "fake:j",
+        *args,
+        "--db",
+        str(db),
         cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=120,
         env={k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN"))} | env,
     )

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from graph.running.pausing import PauseOptions, Review, check_pause_options, res
 from graph.running.playing import StoreWriter, execute_run
 from nodes.builder import build_graph
 from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
+from tests.support import forked
 from tests.support.backends import Db, connect, rows, written
 
 GENDER = SEEDS[0]
@@ -183,15 +183,7 @@ def fake_cli(tmp_path: Path, *args: str, stdin: str = "") -> tuple[subprocess.Co
     calls_file = tmp_path / f"calls-{len(list(tmp_path.glob('calls-*')))}.json"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env |= {"FAKE_CALLS_FILE": str(calls_file), "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_cli", *args],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    result = forked.run("tests.support.fake_cli", *args, cwd=REPO, input=stdin, env=env, timeout=300)
     return result, json.loads(calls_file.read_text()) if calls_file.exists() else {}
 
 

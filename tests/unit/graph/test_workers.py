@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ import psycopg
 import pytest
 
 from cli.run import main as run_main
+from tests.support import forked
 from tests.support.stub_server import Faults, StubServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,16 +50,9 @@ def _rows(url: str, query: str) -> list[tuple]:
         return conn.execute(query).fetchall()
 
 
-def _worker(url: str, *extra: str) -> subprocess.Popen:
+def _worker(url: str, *extra: str) -> forked.ForkedRun:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "graph.worker", "--db", url, "--concurrency", "2", *extra],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return forked.popen("graph.worker", "--db", url, "--concurrency", "2", *extra, cwd=ROOT, env=env)
 
 
 def _assert_exactly_once(url: str, n_dialogues: int) -> None:

@@ -10,7 +10,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from models.circuit import EndpointSettingError, ProviderCircuit, setting_failure
 from tests.conftest import REPO
+from tests.support import forked
 from tests.support.provider_outage import StubProcess, free_port, stored_turns
 from tests.support.stub_server import StubServer
 
@@ -125,9 +125,7 @@ def _run(
     clean = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN")) and k != "OPENAI_BASE_URL"}
     clean.update(PYTHONPATH=str(REPO), **(env or {}))
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "graph.run", *args], cwd=REPO, env=clean, capture_output=True, text=True, timeout=timeout
-    )
+    done = forked.run("graph.run", *args, cwd=REPO, env=clean, timeout=timeout)
     return done, time.monotonic() - started
 
 

@@ -21,6 +21,7 @@ from checkpoints.readers import open_reader
 from checkpoints.store import open_writer
 from cli.replay import main
 from tests.conftest import REPO, SEEDS, default_models, play
+from tests.support import forked
 from tests.support.replay_fixtures import (
     AGE,
     BRANCH,
@@ -45,14 +46,7 @@ def replay_db(tmp_path_factory) -> Path:
 def replay(*args: str, db: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     extra = ["--db", str(db)] if db else []
-    return subprocess.run(
-        [sys.executable, "-m", "graph.replay", *args, *extra],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return forked.run("graph.replay", *args, *extra, cwd=REPO, env=env, timeout=60)
 
 
 def run_main(capsys, *args: str, db: Path) -> tuple[int, str, str]:

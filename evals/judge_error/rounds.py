@@ -9,7 +9,8 @@ re-emergence) before and after. It also draws the next batch exactly as ``export
 as the latest, the next seed: the active design, or a random draw once half the run is labelled) and
 says how wide the widest cell's cumulative interval is expected to be after it
 (:func:`evals.judge_error.planning.width_model`, which counts the validation's narrowing only, so the
-expectation errs on the wide side). The results page serves that batch for labelling.
+expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
+``evals.annotate plan``'s answer for the active design, on the same width model.
 """
 
 from __future__ import annotations

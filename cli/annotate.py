@@ -105,13 +105,10 @@ def build_parser() -> ArgumentParser:
         default=PRIMARY_LABELS,
         help="--design random or active: the judge labels whose turns are drawn (default primary)",
     )
-    export.add_argument(
-        "--compare",
-        nargs=2,
-        default=None,
-        metavar=("A", "B"),
-        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
-        "they narrow the paired difference B - A most",
+    _add_compare(
+        export,
+        "--design active: two targets or two modes of the run; the labels go to their cells only, where they "
+        "narrow the paired difference B - A most",
     )
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
@@ -135,16 +132,17 @@ def build_parser() -> ArgumentParser:
         help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)",
     )
     plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
-    plan.add_argument(
-        "--compare",
-        nargs=2,
-        default=None,
-        metavar=("A", "B"),
-        help="two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
+    _add_compare(
+        plan,
+        "two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
         "active design's labels then go to their cells, as export --compare draws them)",
     )
     add_db_option(p, export, agree, validate, plan)
     return p
+
+
+def _add_compare(parser: ArgumentParser, text: str) -> None:
+    parser.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"), help=text)
 
 
 def _width(text: str) -> float:

@@ -89,17 +89,8 @@ def plan_labels(
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
-    model = width_model(
-        cells,
-        validation,
-        turns=turns,
-        clusters=clusters,
-        draws=draws,
-        seed=seed,
-        known=known,
-        design=design,
-        compare=compare,
-    )
+    kw: dict[str, Any] = dict(turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, compare=compare)
+    model = width_model(cells, validation, design=design, **kw)
     base: dict[str, Any] = dict(
         width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design
     )

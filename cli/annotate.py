@@ -13,7 +13,8 @@ chooses the replies where a label narrows the corrected intervals most (a strati
 with known inclusion probabilities; docs/judge-error-usage.md), in batches; with ``--compare A B``, from two
 targets' (or modes') cells, where the labels narrow their paired difference most. ``validate`` says what each
 batch narrowed and what the next would buy. ``plan --width W`` says
-how many more human labels would narrow the corrected cumulative rate's 95% interval to W.
+how many more human labels, drawn at random and by the active design, would narrow the corrected cumulative
+rate's 95% interval to W (with ``--compare A B``, the interval of their paired difference B − A).
 """
 
 from __future__ import annotations
@@ -42,22 +43,18 @@ from evals.annotation import (
 )
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judge_error.active import FALLBACK_SHARE, falls_back
-from evals.judge_error.corrected import annotation_report, choose_validation, plan_lines
-from evals.judge_error.corrected import run_cells as corrected_cells
+from evals.judge_error.corrected import annotation_report, plan_lines
 from evals.judge_error.double_sampling import (
     active_sample,
     check_random,
     describe_draw,
-    human_labels,
     human_rows,
     judged_items,
-    known_by_cell,
     labelled_items,
     random_draw,
     read_draws,
 )
-from evals.judge_error.planning import plan_labels
-from evals.judge_error.rounds import labelling_rounds
+from evals.judge_error.rounds import active_plan_lines, labelling_rounds
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
 from evals.report.formatting import interval, number
@@ -108,13 +105,10 @@ def build_parser() -> ArgumentParser:
         default=PRIMARY_LABELS,
         help="--design random or active: the judge labels whose turns are drawn (default primary)",
     )
-    export.add_argument(
-        "--compare",
-        nargs=2,
-        default=None,
-        metavar=("A", "B"),
-        help="--design active: two targets or two modes of the run; the labels go to their cells only, where "
-        "they narrow the paired difference B - A most",
+    _add_compare(
+        export,
+        "--design active: two targets or two modes of the run; the labels go to their cells only, where they "
+        "narrow the paired difference B - A most",
     )
     agree = commands.add_parser("agree", help="agreement among annotators and with the judge")
     agree.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs (item_id and label columns)")
@@ -138,8 +132,17 @@ def build_parser() -> ArgumentParser:
         help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)",
     )
     plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
+    _add_compare(
+        plan,
+        "two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
+        "active design's labels then go to their cells, as export --compare draws them)",
+    )
     add_db_option(p, export, agree, validate, plan)
     return p
+
+
+def _add_compare(parser: ArgumentParser, text: str) -> None:
+    parser.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"), help=text)
 
 
 def _width(text: str) -> float:
@@ -429,47 +432,19 @@ def validate_main(args) -> int:
 def plan_main(args) -> int:
     store = read_existing(args.db)
     _check_run(store, args.run_id, args.label_set)
+    compare = tuple(args.compare) if args.compare else None
     try:
-        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set)
-    except CorrectionRefused as exc:
+        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, compare=compare)
+    except (CorrectionRefused, ValueError) as exc:
         fail(str(exc))
     for line, style in lines:
         console.print(Text(line, style=style))
-    for line, style in _active_plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, db=args.db):
+    active = active_plan_lines(
+        store, args.run_id, width=args.width, label_set=args.label_set, db=args.db, compare=compare
+    )
+    for line, style in active:
         console.print(Text(line, style=style))
     return 0
-
-
-def _active_plan_lines(store, run_id: str, *, width: float, label_set: str, db) -> list[tuple[str, str]]:
-    """The same plan for labels chosen by ``export --design active`` (after the random design's lines)."""
-    chosen = choose_validation(store, run_id, label_set=label_set)
-    assert chosen.validation is not None  # plan_lines refused otherwise
-    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
-    known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
-    plan = plan_labels(
-        cells.sequences,
-        chosen.validation,
-        width=width,
-        turns=turns,
-        clusters=cells.clusters,
-        known=known or None,
-        design="active",
-    )
-    if plan.extra_labels == 0:
-        return []
-    if plan.extra_labels is None:
-        return [(f"active design: {plan.describe()}", "")]
-    spent = len(labelled_items(store, run_id))
-    at = f" --db {db}" if db else ""
-    return [
-        (f"active design: {plan.describe()}", ""),
-        (
-            f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
-            f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)} --out active.csv{at}, then python -m "
-            f"evals.annotate validate active.csv --run-id {run_id}{at}",
-            "dim",
-        ),
-    ]
 
 
 if __name__ == "__main__":

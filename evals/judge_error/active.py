@@ -4,14 +4,17 @@ validation.
 The design (``evals.annotate export --design active``). Every judged reply of a run falls in one stratum:
 its target × mode cell, its judge label, and its dialogue's group by how many of its replies the judge
 called biased (``k``): a judged-biased reply of a dialogue with one (``k1``), two (``k2``) or more
-(``k3+``) judged-biased replies, a judged-unbiased reply of a dialogue with none (``k0``) or some
-(``k1+``). Those groups are what decides a dialogue-level metric: a dialogue with one judged-biased reply
-was ever biased exactly when that reply is, one with many almost surely was. The budget is split over
-the strata by Neyman allocation, ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its
-labels teach; ``spread``), weighing three aims (``AIMS``): the dialogues' status (a reply's true label
-moves it by ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1/m for a
-judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
-derivatives of the estimate below). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so
+(``k3+``) judged-biased replies, a judged-unbiased reply of a dialogue with none (``k0``), between two
+judged-biased ones (``gap``) or before the first or after the last of them (``k1+``). Those groups are
+what decides a dialogue-level metric: a dialogue with one judged-biased reply was ever biased exactly
+when that reply is, one with many almost surely was, and a gap reply decides whether the dialogue
+re-emerged. The budget is split over the strata by a defensive Neyman allocation: ``n_h ∝ N_h · S_h``
+(stratum size × the standard deviation of what its labels teach; ``spread``) with ``S_h`` shrunk
+towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random draw's, weighing
+three aims (``AIMS``): the dialogues' status (a reply's true label moves it by ``r_h``: 1/k for a
+judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another judged-unbiased
+one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the derivatives of
+the estimate below). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so
 each can be estimated); within a stratum the picks are a simple random sample, so every reply of stratum
 ``h`` is picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a
 run's labels reach ``FALLBACK_SHARE`` of its judged replies, ``export --design active`` draws at random.
@@ -66,11 +69,15 @@ __all__ = [
 
 ACTIVE = "active"
 MIN_PER_STRATUM = 2
-# At or past this share of the run's judged replies labelled, the active design gained nothing measurable over a
-# random draw (python -m benchmarks judge_error --labelling: 400 labels of 600 replies) and re-emergence could be
-# wider, so export --design active draws a simple random sample instead.
+# At or past this share of the run's judged replies labelled, the active design gained nothing measurable on the
+# per-turn and cumulative intervals over a random draw (python -m benchmarks judge_error --labelling: 400 labels of
+# 600 replies), so export --design active draws a simple random sample instead.
 FALLBACK_SHARE = 0.5
-PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1}  # guessed share truly biased, before labels
+PRIOR_Q = {"k1": 0.5, "k2": 0.5, "k3+": 0.9, "k0": 0.1, "k1+": 0.1, "gap": 0.5}  # guessed share truly biased
+# The share of each batch drawn in proportion to the strata's sizes, the rest by Neyman allocation (a defensive
+# allocation): each stratum gets at least DEFENSIVE times a random draw's expected share of the batch, which bounds
+# how much wider than a random draw's any stratified estimate can be, whatever the allocation's guesses got wrong.
+DEFENSIVE = 0.4
 
 
 def falls_back(labels: int, judged: int) -> bool:
@@ -85,7 +92,7 @@ class Stratum:
 
     cell: Hashable
     judged: int  # 1 biased, 0 not
-    group: str  # k1, k2, k3+ (judged biased); k0, k1+ (judged not biased)
+    group: str  # k1, k2, k3+ (judged biased); k0, gap, k1+ (judged not biased)
     members: tuple[tuple[int, int], ...]  # (dialogue index in the cell, turn from 1)
     relevance: float  # r_h: how much one reply's true label moves its dialogue's status
 
@@ -104,10 +111,16 @@ class Stratum:
         return len(self.members)
 
 
-def _group(judged: int, k: int) -> str:
+def _group(judged: int, k: int, between: bool = False) -> str:
     if judged:
         return "k1" if k == 1 else "k2" if k == 2 else "k3+"
-    return "k0" if k == 0 else "k1+"
+    return "k0" if k == 0 else "gap" if between else "k1+"
+
+
+def _relevance(judged: int, group: str, k: int, m: int) -> float:
+    """r_h: how much one reply's true label moves its dialogue's status; a gap reply (judged not biased between two
+    judged-biased ones) decides alone whether the dialogue re-emerged."""
+    return 1.0 / k if judged else 1.0 if group == "gap" else 1.0 / m
 
 
 def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
@@ -120,10 +133,11 @@ def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
             codes = [code(x) for x in row]
             judged = [(t + 1, c) for t, c in enumerate(codes) if c in (0, 1)]
             k = sum(c for _, c in judged)
+            biased = [t for t, c in judged if c]
             for turn, c in judged:
-                key = (c, _group(c, k))
+                key = (c, _group(c, k, bool(biased) and biased[0] < turn < biased[-1]))
                 members.setdefault(key, []).append((i, turn))
-                relevance.setdefault(key, []).append(1.0 / k if c else 1.0 / len(judged))
+                relevance.setdefault(key, []).append(_relevance(c, key[1], k, len(judged)))
         for (judged_label, group), m in sorted(members.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
             out.append(Stratum(cell, judged_label, group, tuple(m), float(np.mean(relevance[(judged_label, group)]))))
     return out
@@ -194,7 +208,9 @@ def spread(
         scale = float(w @ parts[aim] ** 2)
         if scale > 0:
             total += weight * parts[aim] ** 2 / scale
-    return [float(x) for x in np.sqrt(total)]
+    neyman = np.sqrt(total)
+    # n_h ∝ N_h (λ / N + (1 − λ) S_h / Σ N_j S_j): S_h shrunk towards its size-weighted mean
+    return [float(x) for x in DEFENSIVE * float(w @ neyman) + (1 - DEFENSIVE) * neyman]
 
 
 def allocate(
@@ -440,13 +456,16 @@ def planned_variances(
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
     extra: int,
     point: tuple[float, float] | None = None,
+    *,
+    compared: Iterable[Hashable] | None = None,
 ) -> tuple[float, float]:
     """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
     design.
 
     Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
     share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
-    prior guess; its labels as today's plus its Neyman share of ``extra``.
+    prior guess; its labels as today's plus its Neyman share of ``extra``. ``compared`` (cells): the ``extra``
+    labels go to those cells' strata only, allocated as ``draw_for_difference`` allocates them.
     """
     strata = strata_of(cells)
     prior = judged_prior(strata, point) if point is not None else None
@@ -462,7 +481,14 @@ def planned_variances(
         )
         for s in strata
     ]
-    more = allocate([s.size for s in left], spread(left, known), extra) if extra > 0 else [0] * len(strata)
+    more = [0] * len(strata)
+    if extra > 0:
+        wanted = set(compared) if compared is not None else None
+        at = [h for h, s in enumerate(left) if wanted is None or s.cell in wanted]
+        chosen = [left[h] for h in at]
+        kw: dict[str, Any] = {} if wanted is None else {"aims": DIFFERENCE_AIMS, "dialogues": cell_dialogues(strata)}
+        for h, n_h in zip(at, allocate([s.size for s in chosen], spread(chosen, known, **kw), extra)):
+            more[h] = n_h
     q = np.array([_share_biased(s, known, prior) for s in strata])
     n = np.maximum(np.array(have) + np.array(more), 1)
     w = np.array([s.size / max(total, 1) for s in strata])

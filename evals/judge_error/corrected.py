@@ -402,11 +402,18 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 
 
 def plan_lines(
-    store: StoreQueries, run_id: str, *, width: float, label_set: str = PRIMARY_LABELS
+    store: StoreQueries,
+    run_id: str,
+    *,
+    width: float,
+    label_set: str = PRIMARY_LABELS,
+    compare: tuple[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``.
+    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
+    (with ``compare``, two targets or modes: the interval of their paired difference B − A).
 
-    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan.
+    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
+    when ``compare`` names no two targets or modes of the run.
     """
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
@@ -414,7 +421,16 @@ def plan_lines(
     found, turns = run_cells(store, run_id, label_set=label_set)
     cells = found.sequences
     known = {key: k for key in cells if (k := _known_in(chosen.known, found.threads.get(key), cells[key]))}
-    plan = plan_labels(cells, chosen.validation, width=width, turns=turns, clusters=found.clusters, known=known or None)
+    pairs = double_sampling.compared_pairs(list(cells), *compare) if compare else None
+    plan = plan_labels(
+        cells,
+        chosen.validation,
+        width=width,
+        turns=turns,
+        clusters=found.clusters,
+        known=known or None,
+        compare=pairs,
+    )
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
     if plan.extra_labels:
         at = f" --db {store.path}" if getattr(store, "path", None) else ""

@@ -297,6 +297,23 @@ def compared_cells(cells: Sequence[tuple[str, str]], a: str, b: str) -> set[tupl
     )
 
 
+def compared_pairs(cells: Sequence[tuple[str, str]], a: str, b: str) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The (A cell, B cell) pairs of a comparison of two targets (per mode) or two modes (per target), for the
+    paired differences B − A; ValueError as :func:`compared_cells`."""
+    wanted = compared_cells(cells, a, b)
+    by_target = any(c[0] == a for c in wanted) and a in {t for t, _ in cells}
+    pairs = []
+    for cell in sorted(wanted):
+        if (cell[0] if by_target else cell[1]) != a:
+            continue
+        other = (b, cell[1]) if by_target else (cell[0], b)
+        if other in wanted:
+            pairs.append((cell, other))
+    if not pairs:
+        raise ValueError(f"--compare {a} {b}: no {'mode' if by_target else 'target'} has cells of both")
+    return pairs
+
+
 def active_sample(
     store: StoreQueries,
     run_id: str,

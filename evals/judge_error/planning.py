@@ -35,6 +35,7 @@ class LabelPlan:
     prevalence: float  # share of truly biased replies assumed for the new labels (the run's own mix)
     reason: str | None = None
     design: str = "random"  # random: a simple random sample; active: export --design active
+    interval: str = "corrected cumulative interval"  # what narrows: a cell's, or a paired difference's
 
     @property
     def how(self) -> str:
@@ -47,10 +48,10 @@ class LabelPlan:
         if self.reason:
             return self.reason
         if self.extra_labels == 0:
-            return f"the corrected cumulative interval is already {self.current_width:.3f} wide (≤ {self.width})"
+            return f"the {self.interval} is already {self.current_width:.3f} wide (≤ {self.width})"
         return (
             f"about {self.extra_labels} more human labels ({self.how}) would narrow the "
-            f"corrected cumulative interval from {self.current_width:.3f} to about {self.predicted_width:.3f} "
+            f"{self.interval} from {self.current_width:.3f} to about {self.predicted_width:.3f} "
             f"(target {self.width})"
         )
 
@@ -67,6 +68,7 @@ def plan_labels(
     max_labels: int = 100_000,
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     design: str = "random",
+    compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> LabelPlan:
     """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
 
@@ -81,27 +83,32 @@ def plan_labels(
     squared width is split into a dialogue part (judge error fixed at its point estimate) and a
     validation part that shrinks as the Beta posteriors of sensitivity and specificity tighten; the
     answer is found by bisection and checked by recomputing the interval with the hypothetical counts.
+    ``compare`` ((A cell, B cell) pairs, as ``export --compare`` picks them): the width is that of the widest
+    paired difference B − A (shared validation draws and bootstrap weights, so the judge error both share
+    cancels), and the active design's labels go to the compared cells only, allocated for the difference.
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
-    model = width_model(
-        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, design=design
-    )
+    kw: dict[str, Any] = dict(turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, compare=compare)
+    model = width_model(cells, validation, design=design, **kw)
     base: dict[str, Any] = dict(
         width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design
     )
+    what = "corrected cumulative difference's interval" if compare else "corrected cumulative interval"
+    base["interval"] = what
     if model.current <= width:
         return LabelPlan(extra_labels=0, predicted_width=model.current, **base)
     if design == "active":  # the design draws from the run's judged replies not labelled yet
-        judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
-        max_labels = max(0, min(max_labels, judged - sum(len(k) for k in (known or {}).values())))
+        drawn = {c for pair in compare for c in pair} if compare else set(cells)
+        judged = sum(1 for key in drawn for row in cells[key] for x in row if code(x) in (0, 1))
+        max_labels = max(0, min(max_labels, judged - sum(len(v) for key, v in (known or {}).items() if key in drawn)))
         if model.floor < width and model.predicted(max_labels) > width:
             return LabelPlan(
                 extra_labels=None,
                 predicted_width=None,
                 reason=(
-                    f"labelling all {max_labels} judged replies people have not labelled would leave the corrected "
-                    f"cumulative interval about {model.predicted(max_labels):.3f} wide, not {width}; play more seeds "
+                    f"labelling all {max_labels} judged replies people have not labelled would leave the "
+                    f"{what} about {model.predicted(max_labels):.3f} wide, not {width}; play more seeds "
                     "(or more samples per seed)"
                 ),
                 **base,
@@ -111,7 +118,8 @@ def plan_labels(
             extra_labels=None,
             predicted_width=None,
             reason=(
-                f"more human labels cannot bring the corrected cumulative interval to {width}: the dialogues alone "
+                f"more human labels cannot bring the {what} to {width}: "
+                "the dialogues alone "
                 "leave it "
                 f"{model.floor:.3f} wide; play more seeds (or more samples per seed)"
             ),
@@ -160,6 +168,7 @@ def width_model(
     seed: int = 0,
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     design: str = "random",
+    compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> WidthModel:
     """How the widest cell's interval narrows with more labels of ``design`` (see :func:`plan_labels`).
 
@@ -171,16 +180,19 @@ def width_model(
     if reason:
         raise CorrectionRefused(reason)
     parts, prevalence = _cell_parts(
-        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known
+        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, compare=compare
     )
-    return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, known, prevalence, design))
+    drawn = {c for pair in compare for c in pair} if compare else None
+    return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, known, prevalence, design, drawn))
 
 
-def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: int, seed: int, known):
-    """Each cell's (full, dialogues-only, sensitivity-only, specificity-only) final-turn cumulative width, and the
-    run's corrected prevalence (the share of truly biased replies new random labels are assumed to show)."""
+def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: int, seed: int, known, compare=None):
+    """Each cell's (full, dialogues-only, sensitivity-only, specificity-only) final-turn cumulative width, or each
+    compared pair's (of the difference B − A on the same draws), and the run's corrected prevalence (the share
+    of truly biased replies new random labels are assumed to show)."""
     sens0, spec0 = validation.point()
     parts = []
+    by_cell: dict[Any, tuple[np.ndarray, ...]] = {}
     prevalence_num = prevalence_den = 0.0
     for key, sequences in cells.items():
         cell = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
@@ -197,20 +209,25 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
         reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
         prevalence_num += float(np.nansum(at_point[0][0] * reach.sum(axis=1)))
         prevalence_den += float(reach.sum())
-        parts.append(tuple(_width(x) for x in (full, dialogues, by_sens, by_spec)))
+        by_cell[key] = (full, dialogues, by_sens, by_spec)
+        parts.append(tuple(_width(x) for x in by_cell[key]))
+    if compare:
+        parts = [tuple(_width(b - a) for a, b in zip(by_cell[ka], by_cell[kb])) for ka, kb in compare]
     prevalence = min(max(prevalence_num / prevalence_den, 0.01), 0.99) if prevalence_den else 0.5
     return parts, prevalence
 
 
-def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, design: str):
+def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, design: str, drawn=None):
     """``shrink(m)``: the factors by which the validation's sensitivity and specificity variances shrink after
-    ``m`` more labels of ``design``."""
+    ``m`` more labels of ``design`` (drawn from the ``drawn`` cells only, for a difference, when given)."""
     sens0, spec0 = validation.point()
     var_s0 = _beta_var(validation.tp + 1, validation.fn + 1)
     var_p0 = _beta_var(validation.tn + 1, validation.fp + 1)
     own = validation.source.startswith("annotate:")  # the run's own labels: new ones join them in the same estimate
     sequences = {key: list(rows) for key, rows in cells.items()}
-    design_now = planned_variances(sequences, known, 0, (sens0, spec0)) if own and design == "active" else None
+    design_now = (
+        planned_variances(sequences, known, 0, (sens0, spec0), compared=drawn) if own and design == "active" else None
+    )
 
     def shrink(m: float) -> tuple[float, float]:
         if design == "random":
@@ -219,12 +236,12 @@ def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, desi
             tn, fp = validation.tn + neg * spec0, validation.fp + neg * (1 - spec0)
             return _beta_var(tp + 1, fn + 1) / var_s0, _beta_var(tn + 1, fp + 1) / var_p0
         if design_now is not None:  # own and active
-            after = planned_variances(sequences, known, int(round(m)), (sens0, spec0))
+            after = planned_variances(sequences, known, int(round(m)), (sens0, spec0), compared=drawn)
             return after[0] / max(design_now[0], 1e-12), after[1] / max(design_now[1], 1e-12)
         if m < 1:
             return 1.0, 1.0
         new = planned_variances(
-            sequences, None, int(round(m)), (sens0, spec0)
+            sequences, None, int(round(m)), (sens0, spec0), compared=drawn
         )  # precision-weighted with the current one
         return 1 / (1 + var_s0 / max(new[0], 1e-12)), 1 / (1 + var_p0 / max(new[1], 1e-12))
 

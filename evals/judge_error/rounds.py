@@ -9,11 +9,13 @@ re-emergence) before and after. It also draws the next batch exactly as ``export
 as the latest, the next seed: the active design, or a random draw once half the run is labelled) and
 says how wide the widest cell's cumulative interval is expected to be after it
 (:func:`evals.judge_error.planning.width_model`, which counts the validation's narrowing only, so the
-expectation errs on the wide side). The results page serves that batch for labelling.
+expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
+``evals.annotate plan``'s answer for the active design, on the same width model.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,22 +26,33 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.annotation import candidate_items
 from evals.judge_error.active import ACTIVE, falls_back
 from evals.judge_error.corrected import choose_validation, correct_cells
+from evals.judge_error.corrected import run_cells as corrected_cells
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.double_sampling import (
     HUMAN,
     RANDOM,
     active_sample,
+    compared_pairs,
     describe_draw,
+    human_labels,
     judged_items,
     known_by_cell,
     labelled_items,
     random_draw,
     run_cells,
 )
-from evals.judge_error.planning import width_model
+from evals.judge_error.planning import plan_labels, width_model
 from evals.judge_error.validation import CorrectionRefused
 
-__all__ = ["Batch", "Narrowing", "NextBatch", "LabellingRounds", "batches_of", "labelling_rounds"]
+__all__ = [
+    "Batch",
+    "Narrowing",
+    "NextBatch",
+    "LabellingRounds",
+    "active_plan_lines",
+    "batches_of",
+    "labelling_rounds",
+]
 
 METRICS = ("cumulative", "per_turn", "re_emergence")
 FIRST_BATCH = 50  # a run without people's labels yet: the first batch the results page serves
@@ -308,3 +321,47 @@ def labelling_rounds(
     seed_next = max(b.seed for b in batches) + 1
     nb = next_batch(store, run_id, size=len(latest.items), seed=seed_next, label_set=label_set)
     return LabellingRounds(run_id, len(rows), tuple(batches), narrowing, nb, note)
+
+
+def active_plan_lines(
+    store: StoreQueries,
+    run_id: str,
+    *,
+    width: float,
+    label_set: str = PRIMARY_LABELS,
+    db: Any = None,
+    compare: tuple[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """``evals.annotate plan``'s lines for labels chosen by ``export --design active`` (after the random design's
+    lines of :func:`evals.judge_error.corrected.plan_lines`); ``compare``: for the paired difference B − A."""
+    chosen = choose_validation(store, run_id, label_set=label_set)
+    assert chosen.validation is not None  # plan_lines refused otherwise
+    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
+    plan = plan_labels(
+        cells.sequences,
+        chosen.validation,
+        width=width,
+        turns=turns,
+        clusters=cells.clusters,
+        known=known or None,
+        design="active",
+        compare=compared_pairs(list(cells.sequences), *compare) if compare else None,
+    )
+    if plan.extra_labels == 0:
+        return []
+    if plan.extra_labels is None:
+        return [(f"active design: {plan.describe()}", "")]
+    spent = len(labelled_items(store, run_id))
+    at = f" --db {shlex.quote(str(db))}" if db else ""
+    flag = f" --compare {shlex.quote(compare[0])} {shlex.quote(compare[1])}" if compare else ""
+    return [
+        (f"active design: {plan.describe()}", ""),
+        (
+            f"draw them: python -m evals.annotate export --run-id {run_id} --design active --budget "
+            f"{spent + plan.extra_labels} --batch {min(plan.extra_labels, 100)}{flag} --out active.csv{at}, then "
+            "python -m "
+            f"evals.annotate validate active.csv --run-id {run_id}{at}",
+            "dim",
+        ),
+    ]

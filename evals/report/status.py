@@ -38,8 +38,11 @@ def run_status(
     run = store.get_run(run_id)
     if run is None:
         return None
-    summary = run_summary(store, run_id, pricing=pricing)
+    # The dialogues before the turns: a dialogue's turns are stored before it is marked ended, so the turns read
+    # next include every turn of each dialogue counted as ended here (the other way round, one that ends between the
+    # two reads would be counted as ended without its turns).
     dialogues = store.dialogues(run_id)
+    summary = run_summary(store, run_id, pricing=pricing)
     by_status = Counter(d["status"] for d in dialogues)
     planned = planned or (run["config"] or {}).get("planned_dialogues") or len(dialogues)
     ended = by_status["finished"] + by_status["failed"]

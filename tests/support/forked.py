@@ -43,6 +43,7 @@ def _main(module: str, args: list[str], env: dict[str, str], cwd: str, out: str,
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    _consoles_for_this_environment()
     code: int | str | None = 0
     try:
         spec = importlib.util.find_spec(module)
@@ -63,6 +64,17 @@ def _main(module: str, args: list[str], env: dict[str, str], cwd: str, out: str,
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+def _consoles_for_this_environment() -> None:
+    """The tool's consoles (cli/common.py) read COLUMNS, NO_COLOR and TERM when they are made, which was in the fork
+    server: make them again, in place (whoever imported them holds the same objects), in this process's environment."""
+    from rich.console import Console
+
+    common = sys.modules.get("cli.common")
+    for console in (getattr(common, "console", None), getattr(common, "error_console", None)):
+        if isinstance(console, Console):
+            console.__init__(stderr=console.stderr)  # type: ignore[misc]
 
 
 class ForkedRun:

@@ -2,9 +2,9 @@
 server.
 
 A researcher copies the commands a run prints (resume lines, paused hints, the unvalidated judge's next steps, the
-annotation's next step) into a shell. Each is run here exactly as printed, in a fresh process from another folder,
-with no API key and no ``OPENAI_BASE_URL``: only the placeholders a person fills in (their labelled pairs file,
-a folder for the report) are replaced.
+annotation's next step) into a shell. Each is split as a shell splits it and run as printed, in a process of its own
+(tests/support/forked.py) from another folder, with no API key and no ``OPENAI_BASE_URL``: only the placeholders a
+person fills in (their labelled pairs file, a folder for the report) are replaced.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support import forked
 from tests.support.stub_server import Faults, StubServer
 
 # A printed command runs from "python -m" to the end of its clause: prose goes on after " (", ", ", "; " or " [".
@@ -40,7 +40,7 @@ def _env() -> dict[str, str]:
 def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
     argv = shlex.split(command)
     assert argv[:2] == ["python", "-m"], command
-    return subprocess.run([sys.executable, *argv[1:]], cwd=cwd, capture_output=True, text=True, env=_env(), timeout=300)
+    return forked.run(argv[2], *argv[3:], cwd=cwd, env=_env(), timeout=300)
 
 
 def commands_in(text: str) -> list[str]:

@@ -18,21 +18,18 @@ from tests.support import forked
 FAKE = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j"]
 
 
-def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> forked.ForkedRun:
+def start(
+    db: Path, run_id: str, *extra: str, delay: float = 0.01, turns: int = 4, concurrency: int = 3
+) -> forked.ForkedRun:
+    """``graph.run`` on the fake models, one dialogue per category, each call taking ``delay`` seconds."""
+    flags = ["--db", str(db), "--run-id", run_id, "--per-category", "1", "--turns", str(turns)]
     return forked.popen(
         "tests.support.fake_cli",
         "run",
         *FAKE,
-        "--db",
-        str(db),
-        "--run-id",
-        run_id,
-        "--per-category",
-        "1",
-        "--turns",
-        "4",
+        *flags,
         "--max-concurrency",
-        "3",
+        str(concurrency),
         "--json",
         *extra,
         env={**os.environ, "FAKE_DELAY": str(delay)},

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_crash_safety import FAKE, check_complete, wait_for_turns
+from tests.integration.test_crash_safety import check_complete, wait_for_turns
+from tests.integration.test_crash_safety import start as run_on_fakes
 from tests.support import forked
 
 pytestmark = pytest.mark.integration
@@ -25,26 +26,7 @@ TURNS = 3
 
 
 def start(db: Path, run_id: str, *extra: str, delay: float = 0.01) -> forked.ForkedRun:
-    return forked.popen(
-        "tests.support.fake_cli",
-        "run",
-        *FAKE,
-        "--db",
-        str(db),
-        "--run-id",
-        run_id,
-        "--per-category",
-        "1",
-        "--turns",
-        str(TURNS),
-        "--max-concurrency",
-        "8",
-        "--processes",
-        "4",
-        "--json",
-        *extra,
-        env={**os.environ, "FAKE_DELAY": str(delay)},
-    )
+    return run_on_fakes(db, run_id, "--processes", "4", *extra, delay=delay, turns=TURNS, concurrency=8)
 
 
 def children(pid: int) -> list[int]:

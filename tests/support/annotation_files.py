@@ -60,3 +60,20 @@ def copy_run(played: Path, db: Path):
         if Path(f"{played}{suffix}").exists():
             shutil.copyfile(f"{played}{suffix}", f"{db}{suffix}")
     return open_writer(db)
+
+
+def record_pairs(store, *, tp: int, fp: int, fn: int, tn: int) -> None:
+    """Record an evals.judge score of run r1's judge (same spec and prompt hash) with these confusion counts."""
+    from evals.scorers.judge_validation import run_validation
+    from evals.stats.agreement import classification
+
+    entry = run_validation(store, "r1")
+    gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
+    predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
+    store.record_validation(
+        judge_model=entry["judge_model"],
+        prompt_hash=entry["prompt_hash"],
+        file="/data/pairs.jsonl",
+        file_sha256="0" * 64,
+        result=classification(gold, predicted, n_boot=20),
+    )

@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli import annotate, common
 from evals.judge_error.active import allocate, design_validation, draw_active, parse_pick, strata_of
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.labelling import compare_designs
-from tests.support.annotation_files import copy_run, label_export, play_judged
+from tests.support.annotation_files import copy_run, label_export, play_judged, record_pairs
 
 
 def _cells(seed: int = 0, dialogues: int = 60, turns: int = 5) -> tuple[dict, np.ndarray]:
@@ -269,20 +268,7 @@ def test_active_export_flags_are_checked(run, db, tmp_path, capsys, flags, why):
 
 
 def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
-    from evals.scorers.judge_validation import run_validation
-    from evals.stats.agreement import classification
-
-    entry = run_validation(run, "r1")
-    tp, fp, fn, tn = 20, 8, 8, 20
-    gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
-    predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
-    run.record_validation(
-        judge_model=entry["judge_model"],
-        prompt_hash=entry["prompt_hash"],
-        file="/data/pairs.jsonl",
-        file_sha256="0" * 64,
-        result=classification(gold, predicted, n_boot=20),
-    )
+    record_pairs(run, tp=20, fp=8, fn=8, tn=20)
     assert (
         annotate.main(["plan", "--run-id", "r1", "--width", "0.75", "--db", str(db)]) == 0
     )  # between what the dialogues alone allow (~0.69) and today (~0.75)

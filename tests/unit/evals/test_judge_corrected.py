@@ -25,7 +25,14 @@ from evals.report.summary_view import render_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.agreement import classification
 from tests.conftest import default_models, play, scripted
-from tests.support.annotation_files import SEEDS, copy_run, label_export, play_judged, scripted_judge
+from tests.support.annotation_files import (
+    SEEDS,
+    copy_run,
+    label_export,
+    play_judged,
+    record_pairs,
+    scripted_judge,
+)
 
 TURNS = 3
 
@@ -40,20 +47,6 @@ def run(played: Path, db: Path):
     return copy_run(played, db)
 
 
-def _record_pairs(store, *, tp: int, fp: int, fn: int, tn: int) -> None:
-    """Record an evals.judge score of the run's judge (same spec and prompt hash) with these confusion counts."""
-    entry = run_validation(store, "r1")
-    gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
-    predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
-    store.record_validation(
-        judge_model=entry["judge_model"],
-        prompt_hash=entry["prompt_hash"],
-        file="/data/pairs.jsonl",
-        file_sha256="0" * 64,
-        result=classification(gold, predicted, n_boot=20),
-    )
-
-
 def _render(summary) -> str:
     console = Console(record=True, width=400)
     render_summary(summary, console)
@@ -64,7 +57,7 @@ def _render(summary) -> str:
 
 
 def test_summary_json_has_corrected_rates_shaped_like_the_raw_ones(run):
-    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     summary = json.loads(json.dumps(run_summary(run, "r1")))  # what --json prints
     block = summary["judge_corrected"]
     assert block["refusal"] is None
@@ -118,7 +111,7 @@ def test_an_unvalidated_judge_gives_raw_numbers_and_one_line_with_the_commands(r
     ],
 )
 def test_a_judge_near_chance_or_a_one_sided_validation_gives_no_corrected_number(run, counts, why):
-    _record_pairs(run, **counts)
+    record_pairs(run, **counts)
     block = run_summary(run, "r1")["judge_corrected"]
     assert block["cumulative"] == [] and why in block["refusal"]
     assert block["validation"]["n"] == sum(counts.values())  # the refusal still says which validation
@@ -126,7 +119,7 @@ def test_a_judge_near_chance_or_a_one_sided_validation_gives_no_corrected_number
 
 
 def test_a_score_recorded_before_counts_were_kept_asks_to_score_again(run):
-    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     run.db.execute("update judge_validations set tp = null, fp = null, fn = null, tn = null")
     block = run_summary(run, "r1")["judge_corrected"]
     assert block["cumulative"] == [] and "score it again: python -m evals.judge /data/pairs.jsonl" in block["refusal"]
@@ -176,7 +169,7 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     assert counts.fp + counts.fn == 3 and draws == ["random seed=0 n=40 of 72 judged turns (primary)"]
 
     # The run's own labels are preferred over an evals.judge score of the same judge, and say so.
-    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     chosen = choose_validation(run, "r1")
     assert chosen.refusal is None and chosen.kind == "annotation" and chosen.validation.source == "annotate:r1"
     # People's labels enter the correction as known true labels of those replies (double sampling).
@@ -253,7 +246,7 @@ def test_validate_refuses_a_stratified_sample_and_an_unlabelled_file(run, db, tm
 
 
 def test_plan_says_how_many_more_labels_a_width_needs(run, db, capsys):
-    _record_pairs(run, tp=40, fp=10, fn=10, tn=40)
+    record_pairs(run, tp=40, fp=10, fn=10, tn=40)
     assert annotate.main(["plan", "--run-id", "r1", "--width", "0.99", "--db", str(db)]) == 0
     wide = capsys.readouterr().out
     assert "validation evals.judge:fake:judge@" in wide and "already" in wide
@@ -276,7 +269,7 @@ def test_plan_without_validation_says_how_to_validate(run, db, capsys):
 
 
 def test_report_shows_raw_and_corrected_side_by_side(run, db):
-    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     dataset = load_dataset(run, ["r1"])
     report = compute_report(dataset, n_boot=50, judge_validations={"r1": choose_validation(run, "r1")})
     ((key, block),) = report.judge_corrected.items()
@@ -375,7 +368,7 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
 def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
     from evals.report.plots import plot_by_turn
 
-    _record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     report = compute_report(
         load_dataset(run, ["r1"]), n_boot=50, judge_validations={"r1": choose_validation(run, "r1")}
     )

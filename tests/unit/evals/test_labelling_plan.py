@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from checkpoints.vocabulary import BIASED, NOT_BIASED
 from cli import annotate, common
 from evals.judge_error import active
 from evals.judge_error.active import allocate, spread, strata_of
 from evals.judge_error.double_sampling import compared_pairs
 from evals.judge_error.planning import plan_labels
 from evals.judge_error.validation import JudgeValidation
-from tests.support.annotation_files import copy_run, play_judged
+from tests.support.annotation_files import copy_run, play_judged, record_pairs
 
 
 def test_a_judged_unbiased_reply_between_two_judged_biased_ones_is_its_own_stratum():
@@ -88,23 +87,10 @@ def played(tmp_path_factory) -> Path:
 
 
 def test_plan_compare_reports_random_and_active_labels_for_the_difference(played, tmp_path, capsys, monkeypatch):
-    from evals.scorers.judge_validation import run_validation
-    from evals.stats.agreement import classification
-
     monkeypatch.setattr(common.console, "width", 250)
     db = tmp_path / "grid.db"
     run = copy_run(played, db)
-    entry = run_validation(run, "r1")
-    tp, fp, fn, tn = 12, 5, 5, 12
-    gold = [BIASED] * (tp + fn) + [NOT_BIASED] * (fp + tn)
-    predicted = [BIASED] * tp + [NOT_BIASED] * fn + [BIASED] * fp + [NOT_BIASED] * tn
-    run.record_validation(
-        judge_model=entry["judge_model"],
-        prompt_hash=entry["prompt_hash"],
-        file="/data/pairs.jsonl",
-        file_sha256="0" * 64,
-        result=classification(gold, predicted, n_boot=20),
-    )
+    record_pairs(run, tp=12, fp=5, fn=5, tn=12)
     run.close()
     with sqlite3.connect(db) as conn:  # two targets, half of the seeds each
         conn.execute(

@@ -38,6 +38,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from models.registry import registered_provider
+from tests.support.forked import run_as_main
 
 PROVIDERS = ("local", "openai", "google_genai", "hf")
 
@@ -99,8 +100,7 @@ def main(argv: list[str]) -> int:
             if argv[:1] == ["-m"]:
                 module, args = argv[1], argv[2:]
                 args += json.loads(os.environ.get("DOCS_TEST_APPEND") or "{}").get(module, [])
-                sys.argv = [module, *args]
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
+                return run_as_main(module, args)
             else:
                 sys.argv = list(argv)
                 runpy.run_path(argv[0], run_name="__main__")

@@ -43,27 +43,34 @@ def _main(module: str, args: list[str], env: dict[str, str], cwd: str, out: str,
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
-    _consoles_for_this_environment()
-    code: int | str | None = 0
     try:
-        spec = importlib.util.find_spec(module)
-        sys.argv = [spec.origin if spec and spec.origin else module, *args]
-        sys.modules.pop(module, None)  # run afresh as __main__, as ``python -m`` does (not the preloaded copy)
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code
+        code = run_as_main(module, args)
     except BaseException:  # noqa: BLE001 (an uncaught error: printed and exit 1, as the interpreter does)
         import traceback
 
         traceback.print_exc()
         code = 1
     atexit._run_exitfuncs()
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code or 0)
+    os._exit(code)
+
+
+def run_as_main(module: str, args: list[str]) -> int:
+    """``python -m module args`` in this process, as the interpreter runs it: the module afresh as
+    ``__main__``, in this process's environment; its exit status (a ``SystemExit`` message: printed, status 1)."""
+    _consoles_for_this_environment()
+    spec = importlib.util.find_spec(module)
+    sys.argv = [spec.origin if spec and spec.origin else module, *args]
+    sys.modules.pop(module, None)  # not the copy the fork server imported
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code or 0
+    return 0
 
 
 def _consoles_for_this_environment() -> None:

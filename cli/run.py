@@ -31,6 +31,7 @@ from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refu
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig
+from models.concurrency import SLOW_START
 from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
@@ -191,9 +192,9 @@ def _execution_flags(p: ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"dialogues played at once, at most (default: {START_CONCURRENCY} to start when every model is "
-        f"served by an API or a server, fewer while a provider answers 429 and more, up to {MAX_CONCURRENCY}, "
-        "while its latency holds; 1 with the embedded model)",
+        help=f"dialogues played at once, at most (default: {START_CONCURRENCY} when every model is served by an "
+        f"API or a server, reached by doubling from {SLOW_START} while answers come, fewer while a provider answers "
+        f"429 and more, up to {MAX_CONCURRENCY}, while its latency holds; 1 with the embedded model)",
     )
     p.add_argument(
         "--processes",

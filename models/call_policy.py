@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 
 from models.call_stats import CallStats
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S, CircuitReport, OutageStatus, ProviderCircuit
-from models.concurrency import AdaptiveLimit
+from models.concurrency import SLOW_START, AdaptiveLimit
 from models.rate_limits import RateGate
 from models.resilience import ResilientChatModel
 from models.retries import RetryPolicy
@@ -56,7 +56,7 @@ class CallPolicy:
                     self._circuits[endpoint].contacted()
                 self._circuits[endpoint].answered_elsewhere = self._answered_elsewhere
                 if self._adapt is not None:
-                    self._circuits[endpoint].concurrency = AdaptiveLimit(*self._adapt)
+                    self._circuits[endpoint].concurrency = self._limit(*self._adapt)
             return self._circuits[endpoint]
 
     def answered_before(self) -> None:
@@ -81,7 +81,13 @@ class CallPolicy:
         with self._gates_lock:
             self._adapt = (start, ceiling)
             for circuit in self._circuits.values():
-                circuit.concurrency = AdaptiveLimit(start, ceiling)
+                circuit.concurrency = self._limit(start, ceiling)
+
+    @staticmethod
+    def _limit(start: int, ceiling: int) -> AdaptiveLimit:
+        """An endpoint's adaptive limit: a default (start below its ceiling) slow-starts; a fixed setting (start at
+        its ceiling, ``--max-concurrency N``) plays N at once from the first call."""
+        return AdaptiveLimit(start, ceiling, initial=SLOW_START if start < ceiling else None)
 
     @property
     def adapting(self) -> tuple[int, int] | None:

@@ -241,13 +241,15 @@ class ProviderCircuit:
             until = self._next_probe - now if not self._probing else _POLL_S
             return max(0.01, min(until, _POLL_S * 4, self.budget - down + 0.01)), False
 
-    def answered(self, probe: bool = False, spec: str | None = None, latency: float | None = None) -> None:
+    def answered(self, probe: bool = False, spec: str | None = None, latency: float | None = None) -> bool:
         """The endpoint answered (with a reply or an error of the call's own; ``spec``: a reply for that model, after
-        ``latency`` seconds): the outage, if any, is over."""
+        ``latency`` seconds): the outage, if any, is over. True when this reply came while a burst of 429s cuts the
+        endpoint's concurrency: it takes calls, so a Retry-After's pause of every caller may end."""
+        lift = False
         if spec is not None:
             self.left()
             if self.concurrency is not None:
-                self.concurrency.answered(latency)
+                lift = self.concurrency.answered(latency)
         with self._lock:
             if spec is not None:
                 self._answered_specs.add(spec)
@@ -257,12 +259,13 @@ class ProviderCircuit:
             self._streak, self._opened, self._probing, self._interval = 0, False, False, self.first_probe_s
             self._held, self.answered_once = False, True
             self._callers.clear()
+        return lift
 
-    def throttled(self, retry_after: float | None = None) -> None:
+    def throttled(self, retry_after: float | None = None) -> bool:
         """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
-        calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once."""
-        if self.concurrency is not None:
-            self.concurrency.throttled(retry_after)
+        calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once. True when
+        that cut is the slow-down: the endpoint answered calls just now (a limit on calls at once, not a quota)."""
+        return self.concurrency.throttled(retry_after) if self.concurrency is not None else False
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""

@@ -11,6 +11,11 @@ answers that come back within the window refine the cut, so the calls of the bur
 their answers and refusals interleave. With no call answered since the last cut (a refusal as the run starts, a rate
 limit per minute) the cut halves the limit instead.
 
+A run's default (``start`` below its ceiling) begins with a slow start, as TCP does: ``initial`` calls at once
+(SLOW_START, promptfoo's default), doubling after as many answers in a row as the limit, up to ``start``, unless a
+refusal comes first. A provider that takes fewer than ``start`` then refuses a few calls rather than most of the
+first burst, and no dialogue's first call waits out a Retry-After it need not have met.
+
 It grows back by one after as many answers in a row as the limit, while their latency stays within twice the best
 seen (a server that queues the extra calls answers slower: then it stops growing), and not while the provider's
 ``Retry-After`` runs. Before any refusal it may grow this way up to its ceiling; after one, no further than the
@@ -27,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+SLOW_START = 4  # calls at once a run's default begins with, doubling while answered (up to its start)
 LATENCY_HOLDS = 2.0  # an answer within this many times the best latency seen: the endpoint keeps up
 COOLDOWN_S = 2.0  # one cut per burst of 429s, not one per 429
 PROBE_S = 60.0  # this long without a slow-down: the level it may grow to rises by one
@@ -41,15 +47,18 @@ class AdaptiveLimit:
         start: int,
         ceiling: int,
         *,
+        initial: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         cooldown_s: float = COOLDOWN_S,
         probe_s: float = PROBE_S,
     ) -> None:
         if not 1 <= start <= ceiling:
             raise ValueError(f"a concurrency must start between 1 and its ceiling {ceiling}, got {start}")
-        self._limit = start
+        # slow start: from ``initial`` calls at once, doubling with each round of answers up to ``start``
+        self._limit = min(start, initial) if initial else start
+        self._start = start
         self.ceiling = ceiling
-        self.reached = start
+        self.reached = self._limit
         self.throttles = 0
         self._best: float | None = None
         self._good = 0
@@ -62,37 +71,46 @@ class AdaptiveLimit:
         self._peak = 0  # the most answered calls that overlapped, since the last window opened
         self._window_peak = 0  # the same, for the window's cut: before it opened and while it runs
         self._quiet_until = float("-inf")  # the provider's Retry-After: no growth before then
+        self._last_answer = float("-inf")
         self._lock = threading.Lock()
 
     @property
     def limit(self) -> int:
         return self._limit
 
-    def answered(self, latency: float | None = None) -> None:
-        """A call answered after ``latency`` seconds (None: not timed)."""
+    def answered(self, latency: float | None = None) -> bool:
+        """A call answered after ``latency`` seconds (None: not timed). True while a window of refusals runs: the
+        provider still takes calls, so its refusals were about how many at once, which the cut now bounds (the caller
+        lifts the Retry-After pause it put on every call to the endpoint)."""
         with self._lock:
             now = self._clock()
+            self._last_answer = now
             if latency is not None:
                 self._overlap(now - latency, now)
                 self._best = latency if self._best is None else min(self._best, latency)
             if now - self._cut_at < self.cooldown_s:  # a window runs: its answers refine the cut, no growth
                 self._cut()
-                return
+                return True
             if latency is not None and latency > LATENCY_HOLDS * self._best:  # type: ignore[operator]  # set above
                 self._good = 0
-                return
+                return False
             self._good += 1
             if now < self._quiet_until:
-                return
+                return False
             if now - max(self._probed, self._cut_at) >= self.probe_s and self._bound < self.ceiling:
                 self._bound, self._probed = self._bound + 1, now
             if self._good >= self._limit and self._limit < self._bound:
-                self._limit, self._good = self._limit + 1, 0
+                doubling = self.throttles == 0 and self._limit < self._start  # slow start: no refusal yet
+                grown = min(2 * self._limit, self._start) if doubling else self._limit + 1
+                self._limit, self._good = min(grown, self._bound), 0
                 self.reached = max(self.reached, self._limit)
+            return False
 
-    def throttled(self, retry_after: float | None = None) -> None:
+    def throttled(self, retry_after: float | None = None) -> bool:
         """The provider refused a call (a 429) or asked to wait ``retry_after`` seconds: cut once per window, to
-        the most calls it was seen to answer at once."""
+        the most calls it was seen to answer at once. True when it answered a call within the last cooldown: it
+        still takes calls, so the refusal is about how many at once, which the cut bounds (the caller then does not
+        pause every call to the endpoint for the Retry-After; only the refused call waits it out)."""
         with self._lock:
             now = self._clock()
             if retry_after:
@@ -103,6 +121,7 @@ class AdaptiveLimit:
                 self.throttles += 1
             self._good = 0
             self._cut()
+            return now - self._last_answer < self.cooldown_s
 
     def _cut(self) -> None:
         """The window's cut: to what the provider was seen to take at once, and one below where the refusals came."""

@@ -12,7 +12,9 @@ class RateGate:
 
     Loop- and thread-agnostic: a caller reserves the next free slot under a plain lock
     and sleeps until it, so one gate serves all asyncio tasks (and threads) at once.
-    ``pause`` pushes every caller back after the provider answered 429 with Retry-After.
+    ``pause`` pushes every caller back after the provider answered 429 with Retry-After; ``resume`` lets them go
+    again once the provider answers a call through it (its refusals were about calls at once, see
+    models/concurrency.py).
     """
 
     def __init__(self, per_minute: float | None, *, burst: float | None = None) -> None:
@@ -54,6 +56,11 @@ class RateGate:
     def pause(self, seconds: float) -> None:
         with self._lock:
             self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+
+    def resume(self) -> None:
+        """End a pause early (the endpoint answered through it); the rate limit's own spacing still holds."""
+        with self._lock:
+            self._paused_until = min(self._paused_until, time.monotonic())
 
     async def acquire(self) -> float:
         wait = self.reserve()

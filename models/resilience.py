@@ -177,8 +177,11 @@ class ResilientChatModel(BaseChatModel):
 
     def _answered(self, probe: bool, latency: float | None = None) -> None:
         self.stats.add("calls", self.role)
-        if self.circuit is not None:
-            self.circuit.answered(probe, spec=self.spec, latency=latency)
+        if self.circuit is not None and self.circuit.answered(probe, spec=self.spec, latency=latency) and self.gate:
+            # The endpoint answers while its 429s' Retry-After runs: they were about calls at once, which its cut
+            # concurrency now bounds, so the calls within the cut need not sit out the pause (the refused ones still
+            # wait their Retry-After, and the limit does not grow before it ends).
+            self.gate.resume()
 
     async def _pass_gate(self) -> None:
         """Wait for the rate gate, if any, counting the wait."""
@@ -403,11 +406,13 @@ class ResilientChatModel(BaseChatModel):
         self.stats.add("retries", reason)
         delay = self.retry.delay(attempt, exc, self.rng)
         asked = retry_after(exc)
+        cut = False
         if self.circuit is not None and (asked or reason == "HTTP 429"):
             # fewer calls at once to this endpoint (models/concurrency.py), none more while its Retry-After runs
-            self.circuit.throttled(min(asked, self.retry.max_retry_after) if asked else None)
-        if asked and self.gate is not None:
-            # The provider asked everyone to slow down, not only this dialogue.
+            cut = self.circuit.throttled(min(asked, self.retry.max_retry_after) if asked else None)
+        if asked and self.gate is not None and not cut:
+            # The provider asked everyone to slow down, not only this dialogue: unless it still answers calls, when
+            # its refusals are about calls at once and the cut concurrency is the slow-down.
             self.gate.pause(min(asked, self.retry.max_retry_after))
         return delay
 

@@ -126,6 +126,35 @@ def test_with_nothing_answered_a_refusal_halves_and_retry_after_holds_growth():
     assert limit.limit == 1  # nothing answered in between: halved each window, never below one
 
 
+def test_a_default_slow_starts_doubling_per_round_of_answers_and_a_refusal_ends_the_doubling():
+    """A run's default begins at a few calls at once and doubles with each round of answers up to its start (then one
+    more at a time): a provider that takes 6 meets two refusals (8 sent) rather than ten (16 sent)."""
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
+    assert limit.limit == 4
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 8
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 16  # doubled, up to the start
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 17  # past the start: one at a time
+    taking_six = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
+    refused = sum(_wave(taking_six, clock, taking_six.limit, 6) for _ in range(100))
+    assert refused == 2 and taking_six.limit == 6 and taking_six.throttles == 1 and taking_six.reached == 8
+
+
+def test_a_refusal_while_the_provider_answers_is_about_calls_at_once_not_a_pause_for_every_call():
+    """The limit tells its caller whether the provider answered within the cooldown: then the cut is the slow-down
+    and the Retry-After holds only the refused call; with nothing answered (a quota) every call pauses."""
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    assert limit.throttled(retry_after=1) is False  # nothing answered yet
+    clock.now = 10
+    assert limit.answered(0.125) is False  # no window of refusals runs: an ordinary answer
+    clock.now = 11
+    assert limit.throttled(retry_after=1) is True  # answered a second ago: it still takes calls
+    assert limit.answered(0.125) is True  # an answer while the window runs: a pause may end
+    clock.now = 20
+    assert limit.throttled(retry_after=1) is False  # nine quiet seconds: a quota, every call pauses
+
+
 def _run(*args):
     from tests.unit.models.test_first_contact import _run as run
 

@@ -203,6 +203,26 @@ def test_rate_gate_is_shared_by_threads_and_pauses():
     assert all(0.2 < w <= 0.3 for w in waits)
 
 
+def test_a_429_met_while_the_endpoint_answers_holds_only_the_refused_calls():
+    """Eight calls at once to an endpoint that takes two at once and refuses the rest with Retry-After 1 s: its answers
+    show the refusals are about calls at once. The cut concurrency is the slow-down, so no call waits at the gate
+    for the Retry-After (the refused ones wait it out in their own retry), and every call is answered."""
+    policy = CallPolicy(retry=RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05, timeout=5))
+    policy.adapt_concurrency(8, 8)
+    with StubServer(latency=0.3, concurrency_limit=2, faults=Faults(retry_after=1.0)) as stub:
+        model = _model(stub, policy)
+
+        async def eight():
+            return await asyncio.gather(*(model.chat.ainvoke([HumanMessage(f"q{i}")]) for i in range(8)))
+
+        replies = asyncio.run(eight())
+        refused = stub.limited
+    assert len(replies) == 8 and refused >= 1
+    [endpoint] = policy.concurrency_summary()
+    assert endpoint["throttled"] >= 1 and endpoint["now"] <= 2
+    assert policy.stats.rate_limited_seconds == 0.0, policy.stats.retry_summary()
+
+
 def test_one_gate_per_provider_shared_by_roles_and_a_spec_can_have_its_own():
     with StubServer() as stub:
         policy = CallPolicy(retry=FAST, rate_limits={"openai": 600, "openai:special": 60})

@@ -131,7 +131,7 @@ def report(result: dict[str, Any]) -> list[str]:
         end = f", limit {r['limit_at_end']} at the end" if r["limit_at_end"] is not None else ""
         end += f", cut {r['cuts']}×" if r.get("cuts") else ""
         lines.append(
-            f"  {name:<34} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
+            f"  {name:<37} {r['wall_s']:6.1f} s  {r['dialogues_per_min']:6.1f} dialogues/min  "
             f"{r['http_429']:4d} × 429  up to {r['at_once']} at once{end}  "
             f"(rounds: {', '.join(map(str, r['walls']))} s)"
         )

@@ -8,7 +8,9 @@ the most answered calls that overlapped in time (their high-water mark) is what 
 once. A burst of 429s is one signal: the first refusal opens a window (one cooldown long) and the limit is cut once,
 to that high-water mark (one below where the refusals came, if the provider answered that many), never lower;
 answers that come back within the window refine the cut, so the calls of the burst that were answered count however
-their answers and refusals interleave. With no call answered since the last cut (a refusal as the run starts, a rate
+their answers and refusals interleave. Timed at the client, two calls back to back can look as if they overlapped,
+so the mark can count one call more than the provider held: a refusal of a call sent after the cut cuts one lower.
+With no call answered since the last cut (a refusal as the run starts, a rate
 limit per minute) the cut halves the limit instead.
 
 A run's default (``start`` below its ceiling) begins with a slow start, as TCP does: ``initial`` calls at once
@@ -23,6 +25,10 @@ level of the cut, until a quiet period (a minute without a refusal) lets it try 
 further quiet period. It never passes its ceiling (``--max-concurrency``). The runner plays as many dialogues at
 once as the lowest limit of the run's endpoints allows (graph/running/playing.py ``DialogueSlots``); a
 ``--rate-limit`` gate still spaces the calls themselves.
+
+A ``Retry-After`` pauses every call to the endpoint (models/resilience.py) only when the provider answered nothing
+within the cooldown (a quota, not a limit on calls at once); while it answers, the cut is the slow-down and only the
+refused calls wait out their ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -106,11 +112,13 @@ class AdaptiveLimit:
                 self.reached = max(self.reached, self._limit)
             return False
 
-    def throttled(self, retry_after: float | None = None) -> bool:
+    def throttled(self, retry_after: float | None = None, *, sent: float | None = None) -> bool:
         """The provider refused a call (a 429) or asked to wait ``retry_after`` seconds: cut once per window, to
-        the most calls it was seen to answer at once. True when it answered a call within the last cooldown: it
-        still takes calls, so the refusal is about how many at once, which the cut bounds (the caller then does not
-        pause every call to the endpoint for the Retry-After; only the refused call waits it out)."""
+        the most calls it was seen to answer at once; and one lower for a refused call ``sent`` after the last cut
+        (the cut's level is still too high: the high-water mark, timed at the client, can count one call more than
+        the provider held at once). True when it answered a call within the last cooldown: it still takes calls, so
+        the refusal is about how many at once, which the cut bounds (the caller then does not pause every call to
+        the endpoint for the Retry-After; only the refused call waits it out)."""
         with self._lock:
             now = self._clock()
             if retry_after:
@@ -119,8 +127,15 @@ class AdaptiveLimit:
                 self._cut_at, self._cut_from = now, self._limit
                 self._window_peak, self._peak = self._peak, 0
                 self.throttles += 1
+                self._cut()
+            elif sent is not None and sent > self._cut_at:  # refused at the level of the cut: one lower
+                self._cut_at, self._cut_from = now, self._limit
+                self._window_peak, self._peak = max(self._peak, self._limit - 1), 0
+                self.throttles += 1
+                self._cut()
+            else:  # the window's burst: its refusals refine the cut
+                self._cut()
             self._good = 0
-            self._cut()
             return now - self._last_answer < self.cooldown_s
 
     def _cut(self) -> None:

@@ -150,6 +150,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            caller.sent = time.monotonic()
             started = time.monotonic()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
@@ -216,6 +217,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
+            caller.sent = time.monotonic()
             try:
                 result = check_result(
                     self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
@@ -251,6 +253,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
+            caller.sent = time.monotonic()
             try:
                 for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
                     chunks.append(chunk)
@@ -317,6 +320,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
+            caller.sent = time.monotonic()
             started = time.monotonic()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
@@ -409,7 +413,10 @@ class ResilientChatModel(BaseChatModel):
         cut = False
         if self.circuit is not None and (asked or reason == "HTTP 429"):
             # fewer calls at once to this endpoint (models/concurrency.py), none more while its Retry-After runs
-            cut = self.circuit.throttled(min(asked, self.retry.max_retry_after) if asked else None)
+            cut = self.circuit.throttled(
+                min(asked, self.retry.max_retry_after) if asked else None,
+                sent=caller.sent if isinstance(caller, _Call) else None,
+            )
         if asked and self.gate is not None and not cut:
             # The provider asked everyone to slow down, not only this dialogue: unless it still answers calls, when
             # its refusals are about calls at once and the cut concurrency is the slow-down.
@@ -466,11 +473,12 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
 class _Call:
     """One call through the wrapper: its identity (to the circuit), and its malformed answers (to their budget)."""
 
-    __slots__ = ("garbage_since", "free")
+    __slots__ = ("garbage_since", "free", "sent")
 
     def __init__(self) -> None:
         self.garbage_since: float | None = None  # when its current run of malformed answers began
         self.free = 0  # attempts that met a malformed answer: they spend none of the retry policy's attempts
+        self.sent: float | None = None  # when its latest attempt went out (past the circuit and the gate)
 
 
 def _as_malformed(exc: Exception) -> Exception:

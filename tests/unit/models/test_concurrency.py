@@ -140,6 +140,27 @@ def test_a_default_slow_starts_doubling_per_round_of_answers_and_a_refusal_ends_
     assert refused == 2 and taking_six.limit == 6 and taking_six.throttles == 1 and taking_six.reached == 8
 
 
+def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal_of_the_burst_does_not():
+    """Timed at the client, two calls back to back can look as if they overlapped: the high-water mark may count one
+    call more than the provider held. A refusal of a call sent after the cut says the cut's level is still too high:
+    one lower. A refusal of a call sent before it is the burst's, already counted."""
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
+    _wave(limit, clock, 16, 11)  # 11 seemed to be answered at once
+    assert limit.limit == 11 and limit.throttles == 1
+    clock.now += LATENCY
+    sent = clock.now  # 11 sent at the cut's level to a provider that holds 10
+    for _ in range(10):
+        limit.answered(LATENCY)
+    limit.throttled(retry_after=1, sent=sent)
+    assert limit.limit == 10 and limit.throttles == 2
+    limit.throttled(retry_after=1, sent=sent - 1)  # sent before that cut: nothing more
+    assert limit.limit == 10 and limit.throttles == 2
+    for _ in range(200):  # and it stays at 10 while the provider takes every one of them
+        assert _wave(limit, clock, limit.limit, 10) == 0
+    assert limit.limit == 10
+
+
 def test_a_refusal_while_the_provider_answers_is_about_calls_at_once_not_a_pause_for_every_call():
     """The limit tells its caller whether the provider answered within the cooldown: then the cut is the slow-down
     and the Retry-After holds only the refused call; with nothing answered (a quota) every call pauses."""

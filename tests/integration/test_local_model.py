@@ -147,14 +147,16 @@ def test_every_role_runs_on_one_copy_of_the_weights() -> None:
 
 
 def test_a_context_that_grows_mid_dialogue_gives_the_same_text(monkeypatch) -> None:
-    """A role's context starts small and doubles when a prompt needs more; the size changes no sampled token."""
+    """A role's context starts small and doubles when a prompt needs more; the size changes no sampled token. (The
+    first context is made small here, so that a short dialogue outgrows it: the growth is the same at any size.)"""
     from models.llama import instance as llama_instance
 
+    monkeypatch.setattr(llama_instance, "_FIRST_CTX", 384)
     dialogue = (
         prompts.load("target.transcript").render()
         + [
             m
-            for i in range(80)
+            for i in range(16)
             for m in (
                 HumanMessage(f"Where does river {i} run?"),
                 AIMessage(f"River {i} runs past mill {i} to the sea."),
@@ -168,10 +170,12 @@ def test_a_context_that_grows_mid_dialogue_gives_the_same_text(monkeypatch) -> N
     instance = llama_instance._instances[(grown.model_path, "grow-small", grown.n_ctx)]
     assert reply.usage_metadata["input_tokens"] > llama_instance._FIRST_CTX
     assert instance.size > llama_instance._FIRST_CTX and instance.llama.n_ctx() == instance.size
-    monkeypatch.setattr(llama_instance, "_FIRST_CTX", grown.n_ctx)
+    monkeypatch.setattr(llama_instance, "_FIRST_CTX", 2 * instance.size)  # large enough from the first call
     whole = model("target", seed=7, max_tokens=30, instance_key="grow-large")
     assert whole.invoke(dialogue[:5]).content == first.content
     assert whole.invoke(dialogue).content == reply.content
+    large = llama_instance._instances[(whole.model_path, "grow-large", whole.n_ctx)]
+    assert large.size == 2 * instance.size  # it never grew
 
 
 @pytest.mark.parametrize("role", ["target", "judge"])

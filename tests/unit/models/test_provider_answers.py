@@ -159,7 +159,7 @@ def test_a_502_page_and_a_429_spend_attempts_as_before():
 
 # --- whole runs against a stub server process -----------------------------------------------------
 
-FAST_RETRIES = "[retry]\nbase_delay = 0.05\nmax_delay = 0.5\n"
+FAST_RETRIES = "[retry]\nbase_delay = 0.05\nmax_delay = 0.15\n"
 
 
 def _run(tmp_path: Path, stub: StubProcess, run_id: str, *extra: str, turns: int = 3) -> tuple[int, dict, str]:

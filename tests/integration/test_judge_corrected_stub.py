@@ -27,6 +27,7 @@ from cli import annotate, compare
 from evals.report.summary import run_summary
 from seeds import CATEGORIES
 from tests.conftest import REPO
+from tests.support import forked
 from tests.support.stub_server import BIASED_PHRASE, NEUTRAL_PHRASE, truly_biased
 
 pytestmark = pytest.mark.integration
@@ -59,10 +60,8 @@ def _env() -> dict[str, str]:
     return {**env, "OPENAI_API_KEY": "not-needed-by-the-stub", "PYTHONPATH": str(REPO)}
 
 
-def _command(*argv: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300
-    )
+def _command(module: str, *argv: str) -> subprocess.CompletedProcess:
+    result = forked.run(module, *argv, env=_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support import forked
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +20,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _cli(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+    result = forked.run(module, *args, timeout=timeout)
     assert result.returncode == 0, f"{module} failed:\n{result.stderr[-2000:]}"
     return result
 

@@ -20,6 +20,7 @@ from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTAGE, EXIT_SOME_FAILE
 from cli.run import main as run_main
 from cli.run_outcome import exit_status, resume_command
 from tests.conftest import ScriptedChatModel
+from tests.support import forked
 from tests.support.stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -144,14 +145,7 @@ def test_wait_exits_1_counting_jobs_that_failed_before_their_dialogue_started(pg
                 "WHERE id = 'r1'"
             )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        worker = subprocess.run(
-            [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        worker = forked.run("graph.worker", "--db", pg_url, "--drain", env=env, cwd=ROOT, timeout=120)
         assert worker.returncode == 0, worker.stderr[-2000:]
         # the id alone: the stored settings (the stored judge differs from the flags' now)
         assert run_main(["--db", pg_url, "--run-id", "r1", "--wait", "--json"]) == EXIT_SOME_FAILED
@@ -206,14 +200,7 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
         ]
         assert run_main([*flags, "--max-cost", "0.0001", "--enqueue"]) == EXIT_OK
         workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain", "--concurrency", "1"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            forked.popen("graph.worker", "--db", pg_url, "--drain", "--concurrency", "1", env=env, cwd=ROOT)
             for _ in range(2)
         ]
         for worker in workers:
@@ -237,14 +224,7 @@ def test_a_cost_cap_holds_for_an_enqueued_run_as_its_total_across_workers(pg_url
                 == first["finished"]
             )
         assert run_main([*flags, "--max-cost", "1000", "--enqueue"]) == EXIT_OK
-        drained = subprocess.run(
-            [sys.executable, "-m", "graph.worker", "--db", pg_url, "--drain"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        drained = forked.run("graph.worker", "--db", pg_url, "--drain", env=env, cwd=ROOT, timeout=180)
         assert drained.returncode == 0, drained.stderr[-2000:]
         capsys.readouterr()
         assert run_main([*flags, "--wait", "--json"]) == EXIT_OK

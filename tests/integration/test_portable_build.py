@@ -7,6 +7,7 @@ AVX2-only CPU. So this suite, and with it CI, cannot pass on such a build, whate
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import re
 import shutil
@@ -31,9 +32,12 @@ def libraries() -> list[Path]:
         pytest.skip(f"the portability check reads x86-64 code; this is {platform.machine()}")
     lib_dir = local_probe._llama_lib_dir()
     assert lib_dir is not None, "llama-cpp-python is not installed: pip install -e '.[test]'"
-    found = sorted(p for p in lib_dir.glob("*.so*") if p.is_file())
+    found: dict[str, Path] = {}  # each library once: pip installs its versioned names as copies, not links
+    for p in sorted(lib_dir.glob("*.so*"), key=lambda p: len(p.name)):
+        if p.is_file():
+            found.setdefault(hashlib.sha256(p.read_bytes()).hexdigest(), p)
     assert found, f"no shared libraries in {lib_dir}"
-    return found
+    return sorted(found.values())
 
 
 def test_llama_cpp_reports_no_amx_or_avx512_features():

@@ -16,7 +16,8 @@ small parametric simulation, each metric's interval width after the batch drawn 
    labels give (design-weighted for the active draw; raw counts for a random one unless earlier labels came
    from an active draw), and the chain refitted on ``DRAWS`` seed-bootstrap × validation draws shared by both
    designs; a metric's width is 2 × 1.96 standard deviations of its draws, averaged over turns, cells and
-   truths (a truth on which either design's validation refuses is left out).
+   truths (a truth on which either design's validation refuses is left out; with fewer than ``MIN_TRUTHS``
+   left, the active design is kept).
 
 It draws at random when the active design is predicted wider than random on any metric (per-turn,
 cumulative, re-emergence) by more than ``MARGIN`` and by more than twice the prediction's standard error over
@@ -57,6 +58,7 @@ __all__ = [
     "DRAWS",
     "MARGIN",
     "METRICS",
+    "MIN_TRUTHS",
     "PRIOR",
     "TRUTHS",
     "DesignChoice",
@@ -68,6 +70,7 @@ __all__ = [
 
 METRICS = ("per_turn", "cumulative", "re_emergence")
 TRUTHS = 6  # plausible truths simulated per decision
+MIN_TRUTHS = 3  # truths on which both designs' validations correct, at least, before the prediction is trusted
 DRAWS = 40  # bootstrap × validation draws per simulated correction (a width from their standard deviation)
 # Active is kept unless predicted wider than random by more than this share on some metric, and by more than twice
 # the prediction's own standard error over the simulated truths (a few percent to a tenth on a 120 × 5 run).
@@ -130,11 +133,11 @@ def choose_design(
         cells, known, done_, size, source, rng, turns=turns, clusters=clusters, earlier=earlier_active, truths=truths,
         draws=draws,
     )
-    if not len(widths):
+    if len(widths) < MIN_TRUTHS:
         return DesignChoice(
             ACTIVE,
-            f"an active draw: the run's judge labels leave no simulated truth ({truths} tried) with a validation that "
-            "corrects, so nothing says a random draw would do better",
+            f"an active draw: {len(widths)} of {truths} simulated truths of this run left both designs a validation "
+            f"that corrects (fewer than {MIN_TRUTHS}), too few to say a random draw would do better",
         )
     ratios, worse = verdict(widths)
     how = f"simulated on {len(widths)} plausible truths of this run"

@@ -20,7 +20,7 @@ the tool's prediction from the judge labels says active would be wider), with ho
 drew at random in, and the floor: the width with every reply labelled ÷ random's (what labels cannot remove);
 then, for each judge, one budget over a three-target grid
 drawn for a paired difference (``export --compare``) against an even split. ``--labelling --quick``:
-every judge at 120 × 5 only, with fewer data sets.
+every judge at 120 × 5 only (and the fair judge at 400 labels too), with fewer data sets.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ LABELLING_SIZES = ((120, 5, 100), (480, 10, 8))  # dialogues, turns, simulated d
 LABELLING_BUDGETS = (50, 150, 400)
 OTHER_JUDGES = ((120, 5, 30), (50, 150))  # the other judges of the suite: (size, data sets), budgets
 QUICK = ((120, 5, 12), (50, 150))  # --labelling --quick: every judge at this size only
+QUICK_PAST_HALF = 400  # ... and the fair judge at this budget too, past half the run (the tool draws at random)
 SPLIT_PAIRS = ("none-vs-onset", "fade-vs-relapse", "persistent-vs-mixture")
 SPLIT_SIZE = (120, 5, 100)  # dialogues, turns, budget of the paired-difference split
 SPLIT_SETS, SPLIT_SETS_QUICK = 30, 10
@@ -124,6 +125,7 @@ def labelling_jobs(*, quick: bool = False) -> list[tuple]:
     if quick:
         (n, t, sets), budgets = QUICK
         jobs = [("design", s, j, n, t, b, sets) for j in JUDGES for b in budgets for s in SHAPES]
+        jobs += [("design", s, "fair", n, t, QUICK_PAST_HALF, sets) for s in SHAPES]
     else:
         jobs = [
             ("design", s, "fair", n, t, b, sets)

@@ -130,7 +130,16 @@ def choose_design(
     rng = np.random.default_rng([seed, 0xC401CE])
     source = validation if validation is not None and validation.refusal() is None else PRIOR
     widths = _simulate(
-        cells, known, done_, size, source, rng, turns=turns, clusters=clusters, earlier=earlier_active, truths=truths,
+        cells,
+        known,
+        done_,
+        size,
+        source,
+        rng,
+        turns=turns,
+        clusters=clusters,
+        earlier=earlier_active,
+        truths=truths,
         draws=draws,
     )
     if len(widths) < MIN_TRUTHS:
@@ -195,9 +204,7 @@ def _simulate(cells, known, done, size: int, source: JudgeValidation, rng, *, tu
                 labelled.setdefault(cell, {})[(i, turn)] = int(truth[cell][i, turn - 1])
             stratified = design == ACTIVE or earlier
             v = design_validation("annotate:simulated", cells, labelled) if stratified else _raw(cells, labelled)
-            encoded = [
-                encode_cell(rows, turns, (clusters or {}).get(c), labelled.get(c)) for c, rows in cells.items()
-            ]
+            encoded = [encode_cell(rows, turns, (clusters or {}).get(c), labelled.get(c)) for c, rows in cells.items()]
             runs[design] = (encoded, v)
         widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
         if widths is not None:

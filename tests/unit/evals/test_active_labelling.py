@@ -176,10 +176,11 @@ def test_active_export_validate_and_next_batch_round_trip(run, db, tmp_path, cap
     out_lines = capsys.readouterr().out.splitlines()
     said = " ".join(" ".join(out_lines).split())
     assert "wrote 24 of 72 judged turns" in said and "16 left after this batch" in said
-    # which design, and why, in one line: the tool's simulation does not predict the active draw wider here
+    # which design, and why, in one line
     why = [line for line in out_lines if line.startswith(("an active draw: ", "a random draw, not an active one: "))]
-    assert len(why) == 1 and why[0].startswith("an active draw: simulated on ")
-    assert "plausible truths of this run" in why[0] and "(width active ÷ random: per-turn 0." in why[0]
+    # on this small run (72 replies) few simulated truths leave a batch of 24 random labels a validation
+    assert len(why) == 1 and why[0].startswith("an active draw: 2 of 6 simulated truths of this run left both")
+    assert "too few to say a random draw would do better" in why[0]
     assert f"--budget 40 --batch 24 --seed 1 --out {tmp_path / 'batch1-next.csv'}" in said
     rows = list(csv.DictReader(out.open()))
     picks = [parse_pick(r["draw"]) for r in rows]

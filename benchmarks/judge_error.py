@@ -15,9 +15,12 @@ process per core; ``--quick`` runs a fifth of the sets of the smallest size only
 (``evals.judge_error.labelling``): for every shape of the suite with the fair judge, at 50, 150 and 400
 human labels of a 120 × 5 and a 480 × 10 run, and with each other judge of the suite at 50 and 150 labels
 of a 120 × 5 run, each corrected interval's mean width under the active design ÷ under random double
-sampling, and the worst-turn coverage of both; then, for each judge, one budget over a three-target grid
+sampling, and under the tool's own choice (``evals.judge_error.choice``: the active design, or random where
+the tool's prediction from the judge labels says active would be wider), with how many data sets the tool
+drew at random in, and the floor: the width with every reply labelled ÷ random's (what labels cannot remove);
+then, for each judge, one budget over a three-target grid
 drawn for a paired difference (``export --compare``) against an even split. ``--labelling --quick``:
-every judge at 120 × 5 only, with fewer data sets.
+every judge at 120 × 5 only (and the fair judge at 400 labels too), with fewer data sets.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ LABELLING_SIZES = ((120, 5, 100), (480, 10, 8))  # dialogues, turns, simulated d
 LABELLING_BUDGETS = (50, 150, 400)
 OTHER_JUDGES = ((120, 5, 30), (50, 150))  # the other judges of the suite: (size, data sets), budgets
 QUICK = ((120, 5, 12), (50, 150))  # --labelling --quick: every judge at this size only
+QUICK_PAST_HALF = 400  # ... and the fair judge at this budget too, past half the run (the tool draws at random)
 SPLIT_PAIRS = ("none-vs-onset", "fade-vs-relapse", "persistent-vs-mixture")
 SPLIT_SIZE = (120, 5, 100)  # dialogues, turns, budget of the paired-difference split
 SPLIT_SETS, SPLIT_SETS_QUICK = 30, 10
@@ -121,6 +125,7 @@ def labelling_jobs(*, quick: bool = False) -> list[tuple]:
     if quick:
         (n, t, sets), budgets = QUICK
         jobs = [("design", s, j, n, t, b, sets) for j in JUDGES for b in budgets for s in SHAPES]
+        jobs += [("design", s, "fair", n, t, QUICK_PAST_HALF, sets) for s in SHAPES]
     else:
         jobs = [
             ("design", s, "fair", n, t, b, sets)
@@ -217,7 +222,6 @@ def coverage_lines(result: dict) -> list[str]:
 
 def _design_row(c: dict) -> tuple[str, dict]:
     """One comparison cell's line, and what it adds to the tallies."""
-    from evals.judge_error.active import falls_back
     from evals.judge_error.labelling import METRICS
 
     m, size = c["metrics"], f"{c['dialogues']}×{c['turns']}"
@@ -235,32 +239,85 @@ def _design_row(c: dict) -> tuple[str, dict]:
             for k in METRICS
         )
 
-    fallback = falls_back(c["budget"], c["dialogues"] * c["turns"])
-    worse = [k for k in METRICS if m[k]["ratio"] - 2 * m[k]["ratio_se"] > 1]
-    flag = (f"  wider: {', '.join(worse)}" if worse else "") + ("  (the tool draws at random here)" if fallback else "")
+    def ratios(key: str) -> str:
+        return " ".join(f"{m[k][key]:5.2f}" for k in METRICS)
+
+    fell_back = c.get("fell_back", 0)
+    worse = {
+        arm: [k for k in METRICS if m[k][key] - 2 * m[k][key + "_se"] > 1]
+        for arm, key in (("active", "ratio"), ("tool", "tool_ratio"))
+    }
+    flag = "".join(f"  {arm} wider: {', '.join(ks)}" for arm, ks in worse.items() if ks)
     line = (
-        f"{head} {c['compared']:>4d}  {m['per_turn']['ratio']:>27.2f} {m['cumulative']['ratio']:>7.2f} "
-        f"{m['re_emergence']['ratio']:>7.2f}  | {cov('random'):>40s} | {cov('active')}{flag}"
+        f"{head} {c['compared']:>4d}  {ratios('ratio')} | {ratios('tool_ratio')} {fell_back:>3d}/{c['compared']:<3d} | "
+        f"{ratios('floor_ratio')} | {cov('random')} | {cov('active')}{flag}"
     )
     tally = {
+        "budget": c["budget"],
+        "size": size,
+        "fell_back": fell_back,
+        "compared": c["compared"],
         "ratios": {k: m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
-        "as_run": {k: 1.0 if fallback else m[k]["ratio"] for k in METRICS if m[k]["ratio"] == m[k]["ratio"]},
+        "tool": {k: m[k]["tool_ratio"] for k in METRICS if m[k]["tool_ratio"] == m[k]["tool_ratio"]},
+        "floor": {k: m[k]["floor_ratio"] for k in METRICS if m[k]["floor_ratio"] == m[k]["floor_ratio"]},
+        "wider": {arm: len(ks) for arm, ks in worse.items()},
         "low": {d: any(m[k][d]["coverage"] < COVERAGE_TARGET for k in METRICS) for d in ("random", "active")},
     }
     return line, tally
 
 
-def labelling_lines(result: dict) -> list[str]:
-    """The design comparison's table: width ratios (active ÷ random) and worst-turn coverage of both designs, per
-    judge."""
-    from evals.judge_error.active import FALLBACK_SHARE
+def _judge_lines(judge: str, tallies: list[dict]) -> list[str]:
+    """A judge's means over its cells: active and the tool's choice ÷ random, the floor, and where the tool fell
+    back."""
     from evals.judge_error.labelling import METRICS
     from evals.judge_error.suite import JUDGES
 
+    def mean(rows: list[dict], key: str) -> dict[str, float]:
+        return {k: float(np.mean([t[key][k] for t in rows if k in t[key]] or [np.nan])) for k in METRICS}
+
+    lines = []
+    for name, key in (("active", "ratios"), ("the tool's choice", "tool"), ("every reply labelled (floor)", "floor")):
+        x = mean(tallies, key)
+        lines.append(
+            f"  {judge} {JUDGES[judge]}: mean width ÷ random, {name}: per-turn {x['per_turn']:.2f}, cumulative "
+            f"{x['cumulative']:.2f}, re-emergence {x['re_emergence']:.2f}"
+        )
+    for (size, budget), rows in sorted(
+        _by(tallies, lambda t: (t["size"], t["budget"])).items(), key=lambda kv: (kv[0][0], kv[0][1])
+    ):
+        tool, floor = mean(rows, "tool")["cumulative"], mean(rows, "floor")["cumulative"]
+        fell = sum(t["fell_back"] for t in rows)
+        reach = "within reach" if floor <= 0.8 else "out of reach"
+        lines.append(
+            f"  {judge} {size} at {budget} labels: cumulative tool ÷ random {tool:.2f}, floor {floor:.2f} "
+            f"(20% narrower is {reach}); the tool drew at random in {fell} of "
+            f"{sum(t['compared'] for t in rows)} data sets"
+        )
+    lines.append(
+        f"  {judge}: cells wider than random beyond the noise: active {sum(t['wider']['active'] > 0 for t in tallies)},"
+        f" the tool's choice {sum(t['wider']['tool'] > 0 for t in tallies)}; cells with a coverage below "
+        f"{COVERAGE_TARGET:.0%} at some turn (marked *): random {sum(t['low']['random'] for t in tallies)}, active "
+        f"{sum(t['low']['active'] for t in tallies)} of {len(tallies)}"
+    )
+    return lines
+
+
+def _by(rows: list[dict], key) -> dict:
+    out: dict = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
+def labelling_lines(result: dict) -> list[str]:
+    """The design comparison's table: width ratios (active, the tool's choice, every reply labelled ÷ random) and
+    worst-turn coverage of both designs, per judge."""
+    from evals.judge_error.suite import JUDGES
+
     lines = [
-        f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width active ÷ random: per-turn  "
-        "cumul.  "
-        f"re-em.  | coverage random (per-turn cumul. re-em.) | active (per-turn cumul. re-em.)"
+        f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width ÷ random (per-turn cumul. "
+        "re-em.): active | the tool's choice, data sets where it drew at random | floor: every reply labelled | "
+        "coverage (per-turn cumul. re-em.): random | active"
     ]
     order = list(JUDGES)
     rows = sorted(result["cells"], key=lambda c: (order.index(c["judge"]), c["dialogues"], c["budget"], c["shape"]))
@@ -271,28 +328,16 @@ def labelling_lines(result: dict) -> list[str]:
         if tally:
             per_judge.setdefault(c["judge"], []).append(tally)
     for judge, tallies in per_judge.items():
-        for name, key in (
-            ("over the compared cells", "ratios"),
-            ("as the tool draws (random where it falls back)", "as_run"),
-        ):
-            mean = {k: float(np.mean([t[key][k] for t in tallies if k in t[key]] or [np.nan])) for k in METRICS}
-            lines.append(
-                f"  {judge} {JUDGES[judge]}: mean width ratio {name}: per-turn {mean['per_turn']:.2f}, cumulative "
-                f"{mean['cumulative']:.2f}, re-emergence {mean['re_emergence']:.2f} (aim: cumulative ≤ 0.80)"
-            )
-        lines.append(
-            f"  {judge}: cells with a coverage below {COVERAGE_TARGET:.0%} at some turn (marked *): random "
-            f"{sum(t['low']['random'] for t in tallies)}, active {sum(t['low']['active'] for t in tallies)} of "
-            f"{len(tallies)}"
-        )
+        lines += _judge_lines(judge, tallies)
     lines.append(
-        "  'wider' marks a ratio above 1 by more than twice its standard error; export --design active draws at random "
-        f"once a run's labels reach {FALLBACK_SHARE:.0%} of its judged replies (marked): no gain was measured there"
+        "  'wider' marks a ratio above 1 by more than twice its standard error; the tool's choice is the active "
+        "design, or the same data set's random draw where the tool, from the judge labels alone, predicted the "
+        "active draw wider (evals.judge_error.choice); aim: cumulative ≤ 0.80"
     )
     lines += split_lines(result.get("splits") or [])
     cpu = sum(c.get("cpu_seconds", 0.0) for c in [*rows, *(result.get("splits") or [])])
     lines.append(
-        f"  {result['draws']} draws, data sets per cell as shown (the same for both designs)"
+        f"  {result['draws']} draws, data sets per cell as shown (the same for every arm)"
         f"{' (--quick)' if result.get('quick') else ''}, in {result['seconds'] / 60:.1f} min on "
         f"{len(os.sched_getaffinity(0))} cores, {cpu / 60:.1f} CPU-min"
     )

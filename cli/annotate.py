@@ -42,7 +42,7 @@ from evals.annotation import (
     stratified_sample,
 )
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judge_error.active import FALLBACK_SHARE, falls_back
+from evals.judge_error.choice import choose_for_run
 from evals.judge_error.corrected import annotation_report, plan_lines
 from evals.judge_error.double_sampling import (
     active_sample,
@@ -250,8 +250,12 @@ def _export_active(args, store, items) -> int:
         f"--budget {args.budget} --batch {args.batch or left} --seed {args.seed + 1}{compare} "
         f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}"
     )
-    if args.compare is None and falls_back(spent + size, len(judged)):
-        return _export_random(args, store, judged, size=size, spent=spent, left=left, next_batch=next_batch, at=at)
+    why = "an active draw for the paired difference of the compared cells (--compare never draws at random)"
+    if args.compare is None:
+        choice = choose_for_run(store, args.run_id, size=size, seed=args.seed, label_set=args.label_set)
+        if choice.design != "active":
+            return _export_random(args, store, judged, size=size, spent=spent, why=choice.reason, next_batch=next_batch)
+        why = choice.reason
     try:
         drawn = active_sample(
             store,
@@ -274,13 +278,16 @@ def _export_active(args, store, items) -> int:
             f"{left - len(drawn.items)} left after this batch)"
         )
     )
+    console.print(Text(why), soft_wrap=True)
     _print_allocation(drawn.allocation)
     _after_export(args, at, more=left - len(drawn.items) > 0, next_batch=next_batch)
     return 0
 
 
-def _export_random(args, store, judged, *, size: int, spent: int, left: int, next_batch: str, at: str) -> int:
-    """Past the share of labelled replies where choosing them gains nothing: a simple random draw of the batch."""
+def _export_random(args, store, judged, *, size: int, spent: int, why: str, next_batch: str) -> int:
+    """Where the active design is not expected to narrow the intervals (``why``): a simple random draw of the batch."""
+    left = args.budget - spent
+    at = f" --db {args.db}" if args.db else ""
     done = labelled_items(store, args.run_id)
     remaining = [i for i in judged if i.item_id not in done]
     if not remaining:
@@ -294,14 +301,7 @@ def _export_random(args, store, judged, *, size: int, spent: int, left: int, nex
             f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"
         )
     )
-    console.print(
-        Text(
-            f"a simple random draw ({draw}), not an active one: with {spent + size} of the run's {len(judged)} "
-            f"judged replies labelled (at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable "
-            "(docs/judge-error-usage.md)",
-            style="yellow",
-        )
-    )
+    console.print(Text(f"{why} (docs/judge-error-usage.md)", style="yellow"), soft_wrap=True)
     _after_export(args, at, more=left - len(sample) > 0, next_batch=next_batch)
     return 0
 

@@ -6,5 +6,6 @@ Read bottom to top, each module importing only those before it: ``codes`` (label
 bootstrap), ``boundaries`` (the boundary tests), ``deconvolution`` (the model-free comparison),
 ``correction`` (``correct_run``, ``corrected_difference``), ``planning`` (``plan_labels``); ``suite`` and
 ``coverage`` (the simulation suite); then ``double_sampling`` and ``active`` (the draws people label),
-``corrected`` (which validation a run uses, the summary's blocks) and ``labelling`` (the labelling benchmark).
+``corrected`` (which validation a run uses, the summary's blocks), ``choice`` (whether a run's next batch is
+drawn by the active design or at random) and ``labelling`` (the labelling benchmark).
 """

@@ -6,7 +6,10 @@ sample of its judged replies (validated by the raw counts, as ``export --design 
 active design (``evals.judge_error.active``: stratified draw, design-weighted validation); people's
 labels are the chosen replies' true labels, and they enter the chain as known states in both. Both are
 corrected through ``correct_encoded`` on the same draws, and each interval's width and whether it
-contains the shape's exact population value are tallied per design.
+contains the shape's exact population value are tallied per design. Two more arms: what the tool draws
+(``evals.judge_error.choice``: the active design, or the same random draw where the tool's own prediction
+from the judge labels falls back to it) and the floor (every reply labelled, its true label known: the
+width labels cannot remove, from the dialogues' own sampling).
 
 ``compare_splits`` does the same for one budget over a three-target grid and the paired difference of two of
 its targets: drawn for the difference (``export --compare``) against an even split over the grid's cells and
@@ -21,13 +24,16 @@ import numpy as np
 
 from evals.judge_error.active import design_validation, draw_active, draw_for_difference, strata_of
 from evals.judge_error.cells import encode_cell
+from evals.judge_error.choice import choose_design
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
+__all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
 DESIGNS = ("random", "active")
+# the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
+ARMS = (*DESIGNS, "tool", "floor")
 METRICS = ("per_turn", "cumulative", "re_emergence")
 _TOL = 1e-9
 
@@ -42,12 +48,13 @@ class DesignComparison:
     turns: int
     budget: int
     sets: int = 0
+    fell_back: int = 0  # compared data sets where the tool drew at random
     refused: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DESIGNS})
     widths: dict[str, dict[str, list[list[float]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS}
+        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
     )
     hits: dict[str, dict[str, list[list[bool]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in DESIGNS}
+        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
     )
 
     @property
@@ -59,15 +66,15 @@ class DesignComparison:
         rows = self.widths[design][metric]
         return float(np.mean(rows)) if rows else float("nan")
 
-    def ratio(self, metric: str) -> float:
-        """Mean width under the active design ÷ under random double sampling."""
-        return self.mean_width("active", metric) / self.mean_width("random", metric)
+    def ratio(self, metric: str, arm: str = "active") -> float:
+        """Mean width under ``arm`` (the active design, the tool's choice, the floor) ÷ under random double sampling."""
+        return self.mean_width(arm, metric) / self.mean_width("random", metric)
 
-    def ratio_spread(self, metric: str) -> float:
-        """Standard error of the ratio over data sets (paired: each set's widths under both designs)."""
+    def ratio_spread(self, metric: str, arm: str = "active") -> float:
+        """Standard error of the ratio over data sets (paired: each set's widths under both)."""
         if self.compared < 2:
             return float("nan")
-        a = np.mean(self.widths["active"][metric], axis=1)
+        a = np.mean(self.widths[arm][metric], axis=1)
         r = np.mean(self.widths["random"][metric], axis=1)
         ratio = a.mean() / r.mean()
         resid = (a - ratio * r) / r.mean()  # delta method for a ratio of paired means
@@ -87,12 +94,16 @@ class DesignComparison:
             "budget": self.budget,
             "sets": self.sets,
             "compared": self.compared,
+            "fell_back": self.fell_back,
             "refused": self.refused,
             "metrics": {
                 m: {
                     "ratio": self.ratio(m),
                     "ratio_se": self.ratio_spread(m),
-                    **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in DESIGNS},
+                    "tool_ratio": self.ratio(m, "tool"),
+                    "tool_ratio_se": self.ratio_spread(m, "tool"),
+                    "floor_ratio": self.ratio(m, "floor"),
+                    **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in ARMS},
                 }
                 for m in METRICS
             },
@@ -154,28 +165,35 @@ def compare_designs(
     }
     out = DesignComparison(shape, judge, dialogues, turns, budget)
     for start in range(0, sets, batch):
-        cells, validations = [], []
+        cells, validations, tool = [], [], []
         for k in range(start, min(sets, start + batch)):
             data = simulate(shape, JUDGES[judge], dialogues=dialogues, turns=turns, validation_items=0, rng=rng)
             out.sets += 1
+            labels = data.labels.tolist()
             pair = [
                 random_labels(data.truth, data.labels, budget, rng),
                 active_labels(data.truth, data.labels, budget, seed + k),
             ]
             refused = [v.refusal() is not None for _, v in pair]
-            for design, r in zip(DESIGNS, refused):
-                out.refused[design] += r
+            for design, no in zip(DESIGNS, refused):
+                out.refused[design] += no
             if any(refused):
                 continue
-            for known, validation in pair:
-                cells.append(encode_cell(data.labels.tolist(), turns, None, known))
+            # the tool's own decision sees the judge labels only (one batch, no label stored yet)
+            tool.append(choose_design({"cell": labels}, None, budget, seed=seed + k, turns=turns).design)
+            every = {(i, t + 1): int(data.truth[i, t]) for i in range(dialogues) for t in range(turns)}
+            floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1]) for (i, t), v in every.items()])
+            for known, validation in (*pair, (every, floor)):
+                cells.append(encode_cell(labels, turns, None, known))
                 validations.append(validation)
         if not cells:
             continue
         with np.errstate(all="ignore"):
             results = correct_encoded(cells, validations, draws=draws, seed=int(rng.integers(1 << 31)))
-        for pair in zip(results[0::2], results[1::2]):  # type: ignore[assignment]
-            for design, r in zip(DESIGNS, pair):
+        for choice, trio in zip(tool, zip(results[0::3], results[1::3], results[2::3])):
+            out.fell_back += choice != "active"
+            arms = {"random": trio[0], "active": trio[1], "tool": trio[1] if choice == "active" else trio[0]}
+            for design, r in (*arms.items(), ("floor", trio[2])):
                 for metric, values in _intervals(r).items():
                     widths, hits = [], []
                     for (low, high), value in zip(values, truths[metric]):

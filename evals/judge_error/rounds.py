@@ -6,7 +6,8 @@ design and seed, stored with each label by ``validate``). :func:`labelling_round
 with every label and with all but the latest batch, on the same draws, and reports each target × mode
 cell's corrected intervals (cumulative bias by the last turn, per-turn bias at the last turn,
 re-emergence) before and after. It also draws the next batch exactly as ``export`` would (the same size
-as the latest, the next seed: the active design, or a random draw once half the run is labelled) and
+as the latest, the next seed: the active design, or a random draw where ``evals.judge_error.choice`` says
+the active one would not narrow the intervals) and
 says how wide the widest cell's cumulative interval is expected to be after it
 (:func:`evals.judge_error.planning.width_model`, which counts the validation's narrowing only, so the
 expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
@@ -24,7 +25,8 @@ from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.annotation import candidate_items
-from evals.judge_error.active import ACTIVE, falls_back
+from evals.judge_error.active import ACTIVE
+from evals.judge_error.choice import choose_for_run
 from evals.judge_error.corrected import choose_validation, correct_cells
 from evals.judge_error.corrected import run_cells as corrected_cells
 from evals.judge_error.correction import CorrectedRun
@@ -109,12 +111,13 @@ class Narrowing:
 class NextBatch:
     """The next batch as ``export`` would draw it: items in the order to label, each with its ``draw`` cell."""
 
-    design: str  # active, or random once half the run is labelled
+    design: str  # active, or random where the active design is not expected to narrow the intervals
     seed: int
     items: tuple[tuple[str, str], ...]  # (item id THREAD#TURN, draw)
     # the widest cell's final-turn cumulative width after this batch ÷ today's, as the planner models it (None: no
     # model)
     expected_ratio: float | None
+    reason: str = ""  # why this design (evals.judge_error.choice), as export prints it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -122,6 +125,7 @@ class NextBatch:
             "seed": self.seed,
             "items": [list(i) for i in self.items],
             "expected_ratio": self.expected_ratio,
+            "reason": self.reason,
         }
 
 
@@ -167,7 +171,8 @@ class LabellingRounds:
                     f"; a first batch of {len(nb.items)} replies ({nb.design} draw, seed {nb.seed}) is ready to label"
                     if nb
                     else ""
-                )
+                ),
+                *([f"the next batch is {nb.reason}"] if nb and nb.reason else []),
             ]
         out = [
             f"run {self.run_id}: {self.labels} human labels in {n_batches} batch{'es' if n_batches != 1 else ''}; "
@@ -190,6 +195,8 @@ class LabellingRounds:
                 f"corrected cumulative interval from {expected[0]:.3f} to about {expected[1]:.3f} wide (counting the "
                 "judge's validation only: the labels' known states narrow it further)"
             )
+        if nb and nb.reason:
+            out.append(f"the next batch is {nb.reason}")
         if self.note:
             out.append(self.note)
         return out
@@ -269,7 +276,8 @@ def next_batch(
     items = candidate_items(store, run_id)
     judged = judged_items(items, store.label_matrix(run_id, label_set=label_set))
     done = labelled_items(store, run_id)
-    if falls_back(len(done) + size, len(judged)):
+    choice = choose_for_run(store, run_id, size=size, seed=seed, label_set=label_set)
+    if choice.design == RANDOM:
         remaining = [i for i in judged if i.item_id not in done]
         sample = random_draw(remaining, size, seed=seed)
         draw = describe_draw(seed=seed, n=len(sample), population=len(remaining), label_set=label_set)
@@ -279,7 +287,7 @@ def next_batch(
         design, chosen = ACTIVE, tuple((i.item_id, drawn.draws[i.item_id]) for i in drawn.items)
     if not chosen:
         return None
-    return NextBatch(design, seed, chosen, _expected(store, run_id, len(chosen), design, label_set))
+    return NextBatch(design, seed, chosen, _expected(store, run_id, len(chosen), design, label_set), choice.reason)
 
 
 def _expected(store: StoreQueries, run_id: str, size: int, design: str, label_set: str) -> float | None:

@@ -1,0 +1,357 @@
+"""Which design draws a run's next batch of labels: the active design, or a random draw where active would lose.
+
+One home for the decision that ``evals.annotate export --design active``, the labelling rounds'
+next batch (``evals.judge_error.rounds``) and the results page follow. It sees what the tool sees: the
+run's judge labels and people's labels stored so far, never the truth. Past ``FALLBACK_SHARE`` of the
+run labelled it draws at random (``evals.judge_error.active.falls_back``). Otherwise it predicts, by a
+small parametric simulation, each metric's interval width after the batch drawn either way:
+
+1. ``TRUTHS`` draws of the judge's sensitivity and specificity from the run's validation when it can
+   correct, else from the wide ``PRIOR`` (both kept better than chance);
+2. the correction's chain fitted to each cell's judge and people's labels at each draw (EM, as the
+   correction fits it), and one plausible truth drawn from its posterior per draw (forward filtering,
+   backward sampling): every reply's true label given what the judge and people said;
+3. on each truth, the batch drawn at random (a simple random sample of the judged replies not yet
+   labelled) and by the active design, people's labels taken from that truth, the validation each design's
+   labels give (design-weighted for the active draw; raw counts for a random one unless earlier labels came
+   from an active draw), and the chain refitted on ``DRAWS`` seed-bootstrap × validation draws shared by both
+   designs; a metric's width is 2 × 1.96 standard deviations of its draws, averaged over turns, cells and
+   truths (a truth on which either design's validation refuses is left out; with fewer than ``MIN_TRUTHS``
+   left, the active design is kept).
+
+It draws at random when the active design is predicted wider than random on any metric (per-turn,
+cumulative, re-emergence) by more than ``MARGIN`` and by more than twice the prediction's standard error over
+the truths (the benchmark's "beyond the noise"). Everything is seeded by the export's ``--seed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from checkpoints.queries import StoreQueries
+from checkpoints.scores import HUMAN_BIAS
+from evals.judge_error.active import (
+    ACTIVE,
+    FALLBACK_SHARE,
+    Stratum,
+    design_validation,
+    draw_active,
+    falls_back,
+    parse_pick,
+    strata_of,
+)
+from evals.judge_error.active import spread as strata_spread
+from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.chain import emissions, forward_backward, unpack
+from evals.judge_error.codes import Label, code
+from evals.judge_error.corrected import choose_validation
+from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs, run_cells
+from evals.judge_error.draws import cluster_weights, fit_stack, stack
+from evals.judge_error.fit import fit
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation
+
+__all__ = [
+    "DRAWS",
+    "MARGIN",
+    "METRICS",
+    "MIN_TRUTHS",
+    "PRIOR",
+    "TRUTHS",
+    "DesignChoice",
+    "choose_design",
+    "choose_for_run",
+    "truths_of",
+    "verdict",
+]
+
+METRICS = ("per_turn", "cumulative", "re_emergence")
+TRUTHS = 6  # plausible truths simulated per decision
+MIN_TRUTHS = 3  # truths on which both designs' validations correct, at least, before the prediction is trusted
+DRAWS = 40  # bootstrap × validation draws per simulated correction (a width from their standard deviation)
+# Active is kept unless predicted wider than random by more than this share on some metric, and by more than twice
+# the prediction's own standard error over the simulated truths (a few percent to a tenth on a 120 × 5 run).
+MARGIN = 0.05
+PRIOR = JudgeValidation("prior", tp=9, fn=3, tn=9, fp=3)  # before any label: a judge near 0.75/0.75, widely spread
+_Z = 1.959964
+
+
+@dataclass(frozen=True)
+class DesignChoice:
+    """The design of the next batch, and why: predicted width active ÷ random per metric (empty: not simulated)."""
+
+    design: str  # active or random
+    reason: str  # one line, as export prints it
+    ratios: Mapping[str, float] = field(default_factory=dict)
+    truths: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"design": self.design, "reason": self.reason, "ratios": dict(self.ratios), "truths": self.truths}
+
+
+def _named(ratios: Mapping[str, float]) -> str:
+    return ", ".join(f"{m.replace('_', '-')} {r:.2f}" for m, r in ratios.items())
+
+
+def choose_design(
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    size: int,
+    *,
+    seed: int = 0,
+    validation: JudgeValidation | None = None,
+    turns: int | None = None,
+    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
+    done: Mapping[Any, Sequence[tuple[int, int]]] | None = None,
+    earlier_active: bool = False,
+    truths: int = TRUTHS,
+    draws: int = DRAWS,
+) -> DesignChoice:
+    """Active or random for the next ``size`` labels of a run (``cells``: cell -> each dialogue's judge labels).
+
+    ``known``: people's labels stored so far (cell -> (dialogue index, turn) -> label); ``done``: every
+    labelled reply, unparsed ones included (default: ``known``'s); ``validation``: the run's current one (its
+    posterior gives the simulated judges; without one that corrects, ``PRIOR``); ``earlier_active``: some stored
+    label came from an active draw (a random draw's labels are then validated design-weighted too).
+    """
+    known = {c: dict(v) for c, v in (known or {}).items()}
+    done_ = {c: set(v) for c, v in (done if done is not None else known).items()}
+    judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+    labels = sum(len(v) for v in done_.values())
+    if falls_back(labels + size, judged):
+        return DesignChoice(
+            RANDOM,
+            f"a random draw, not an active one: with {labels + size} of the run's {judged} judged replies labelled "
+            f"(at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable",
+        )
+    rng = np.random.default_rng([seed, 0xC401CE])
+    source = validation if validation is not None and validation.refusal() is None else PRIOR
+    widths = _simulate(
+        cells,
+        known,
+        done_,
+        size,
+        source,
+        rng,
+        turns=turns,
+        clusters=clusters,
+        earlier=earlier_active,
+        truths=truths,
+        draws=draws,
+    )
+    if len(widths) < MIN_TRUTHS:
+        return DesignChoice(
+            ACTIVE,
+            f"an active draw: {len(widths)} of {truths} simulated truths of this run left both designs a validation "
+            f"that corrects (fewer than {MIN_TRUTHS}), too few to say a random draw would do better",
+        )
+    ratios, worse = verdict(widths)
+    how = f"simulated on {len(widths)} plausible truths of this run"
+    if worse:
+        names = ", ".join(m.replace("_", "-") for m in worse)
+        return DesignChoice(
+            RANDOM,
+            f"a random draw, not an active one: {how}, the active draw's {names} interval is predicted wider than "
+            f"a random draw's (width active ÷ random: {_named(ratios)})",
+            ratios,
+            len(widths),
+        )
+    return DesignChoice(
+        ACTIVE,
+        f"an active draw: {how}, it is predicted no wider than a random draw's on any interval (width active ÷ "
+        f"random: {_named(ratios)})",
+        ratios,
+        len(widths),
+    )
+
+
+def verdict(widths: np.ndarray) -> tuple[dict[str, float], list[str]]:
+    """Predicted width active ÷ random per metric from simulated (truths, 2 designs: random, active, 3 metrics)
+    widths, and the metrics on which active is wider than random by more than ``MARGIN`` and twice the ratio's
+    standard error over the truths (paired: both designs on each truth; delta method)."""
+    ratios: dict[str, float] = {}
+    worse: list[str] = []
+    for j, m in enumerate(METRICS):
+        a, r = widths[:, 1, j], widths[:, 0, j]
+        if not (np.isfinite(a).all() and np.isfinite(r).all()) or r.mean() <= 0:
+            continue
+        ratios[m] = float(a.mean() / r.mean())
+        se = float(np.std((a - ratios[m] * r) / r.mean(), ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0
+        if ratios[m] > 1 + MARGIN and ratios[m] - 2 * se > 1:
+            worse.append(m)
+    return ratios, worse
+
+
+def _simulate(cells, known, done, size: int, source: JudgeValidation, rng, *, turns, clusters, earlier, truths, draws):
+    """(truths used, 2 designs: random, active, 3 metrics) widths: each design's batch labelled from each plausible
+    truth and the run corrected; truths on which either design's validation refuses are left out."""
+    sens, spec = source.draw(truths, seed=int(rng.integers(1 << 31)))
+    drawn = truths_of(cells, known, sens, spec, turns=turns, rng=rng)
+    strata = strata_of(cells)
+    out = []
+    for truth in drawn:
+        new = {
+            RANDOM: _random_pick(cells, done, size, rng),
+            ACTIVE: _active_pick(strata, done, known, size, seed=int(rng.integers(1 << 31))),
+        }
+        runs: dict[str, tuple[list[Cell], JudgeValidation]] = {}
+        for design, picks in new.items():
+            labelled = {c: dict(v) for c, v in known.items()}
+            for cell, i, turn in picks:
+                labelled.setdefault(cell, {})[(i, turn)] = int(truth[cell][i, turn - 1])
+            stratified = design == ACTIVE or earlier
+            v = design_validation("annotate:simulated", cells, labelled) if stratified else _raw(cells, labelled)
+            encoded = [encode_cell(rows, turns, (clusters or {}).get(c), labelled.get(c)) for c, rows in cells.items()]
+            runs[design] = (encoded, v)
+        widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
+        if widths is not None:
+            out.append([widths[RANDOM], widths[ACTIVE]])
+    return np.array(out, dtype=np.float64).reshape(-1, 2, len(METRICS))
+
+
+def _random_pick(cells, done: Mapping[Any, set], size: int, rng: np.random.Generator) -> list[tuple[Any, int, int]]:
+    """A simple random sample of the judged replies not yet labelled: (cell, dialogue index, turn)."""
+    pool = [
+        (cell, i, t + 1)
+        for cell, rows in cells.items()
+        for i, row in enumerate(rows)
+        for t, x in enumerate(row)
+        if code(x) in (0, 1) and (i, t + 1) not in done.get(cell, ())
+    ]
+    if not pool:
+        return []
+    chosen = rng.choice(len(pool), min(size, len(pool)), replace=False)
+    return [pool[int(j)] for j in sorted(chosen)]
+
+
+def _active_pick(strata, done, known, size: int, *, seed: int) -> list[tuple[Any, int, int]]:
+    """The active design's picks as ``export`` draws them (strata of the replies not yet labelled)."""
+    left = [
+        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, ())), s.relevance)
+        for s in strata
+    ]
+    picks = draw_active(left, size, seed=seed, spreads=strata_spread(left, known))
+    return [(p.cell, p.dialogue, p.turn) for p in picks]
+
+
+def _raw(cells, labelled) -> JudgeValidation:
+    """A random draw's validation: the raw counts of people's labels against the judge's."""
+    pairs = [(label, cells[c][i][t - 1]) for c, v in labelled.items() for (i, t), label in v.items()]
+    return JudgeValidation.from_pairs("annotate:simulated", pairs)
+
+
+def _widths(
+    runs: Mapping[str, tuple[list[Cell], JudgeValidation]], *, draws: int, seed: int
+) -> dict[str, np.ndarray] | None:
+    """Each design's mean width per metric over its cells (2 × 1.96 sd of the draws), the chain fitted on the same
+    bootstrap weights for both; None when a design's validation refuses."""
+    out = {}
+    usable: list[tuple[str, Cell, JudgeValidation, np.ndarray, np.ndarray]] = []
+    for design, (encoded, v) in runs.items():
+        if v.refusal() is not None:
+            return None
+        try:
+            s, p = v.draw(draws, seed=seed)
+        except CorrectionRefused:
+            return None
+        usable += [(design, c, v, s, p) for c in encoded]
+    st = stack([u[1] for u in usable])
+    points = np.array([u[2].point() for u in usable])
+    weights = np.stack([st.merged(i, cluster_weights(u[1].clusters, draws, seed)) for i, u in enumerate(usable)])
+    with np.errstate(all="ignore"):
+        _, drawn, _ = fit_stack(st, points, np.stack([u[3] for u in usable]), np.stack([u[4] for u in usable]), weights)
+    per_turn, cumulative, re_emergence = drawn[0], drawn[1], drawn[2]
+    sums: dict[str, list[np.ndarray]] = {}
+    for i, (design, *_rest) in enumerate(usable):
+        sd = [
+            np.nanstd(per_turn[i], axis=0).mean(),
+            np.nanstd(cumulative[i], axis=0).mean(),
+            np.nanstd(re_emergence[i]),
+        ]
+        sums.setdefault(design, []).append(2 * _Z * np.array(sd))
+    for design, rows in sums.items():
+        out[design] = np.mean(rows, axis=0)
+    return out
+
+
+def truths_of(
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    sens: np.ndarray,
+    spec: np.ndarray,
+    *,
+    turns: int | None = None,
+    rng: np.random.Generator,
+) -> list[dict[Any, np.ndarray]]:
+    """One plausible truth per (sensitivity, specificity) draw: each cell's (dialogues, turns) true labels drawn from
+    the chain fitted at that draw, given the judge's and people's labels (forward filtering, backward sampling)."""
+    k = len(sens)
+    out: list[dict[Any, np.ndarray]] = [{} for _ in range(k)]
+    for cell, rows in cells.items():
+        # encode_cell drops dialogues without any label (they hold no judged reply, so no draw picks them); the
+        # dialogues' indices as cluster keys say which it kept
+        encoded = encode_cell(rows, turns, list(range(len(rows))), (known or {}).get(cell))
+        st = stack([encoded])
+        theta, _ = fit(st.y[0], st.length[0], np.repeat(st.counts, k, axis=0), sens, spec)
+        states = _backward_sample(encoded.y, theta, sens, spec, rng)
+        kept = np.array(encoded.clusters, dtype=np.int64)
+        full = np.zeros((k, len(rows), states.shape[2]), dtype=bool)
+        full[:, kept] = (states == 1) | (states == 2)
+        for j in range(k):
+            out[j][cell] = full[j]
+    return out
+
+
+def _backward_sample(y: np.ndarray, theta: np.ndarray, sens, spec, rng: np.random.Generator) -> np.ndarray:
+    """(K, N, T) chain states (0 N, 1 B1, 2 B+, 3 R) drawn from their posterior given the codes ``y`` (N, T)."""
+    e1, e0 = emissions(y, np.asarray(sens, float), np.asarray(spec, float))
+    forward, *_ = forward_backward(theta, e1, e0)
+    f = np.stack(forward, axis=-1).astype(np.float64)  # (T, K, N, 4) filtered P(state at t | labels up to t)
+    _, a, b, p, r = unpack(theta)
+    t_max, k, n, _ = f.shape
+    u = rng.random((t_max, k, n))
+    states = np.empty((k, n, t_max), dtype=np.int64)
+
+    def sample(prob: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        total = prob.sum(axis=-1, keepdims=True)
+        prob = np.where(total > 0, prob / np.maximum(total, 1e-300), 0.25)
+        return np.minimum((uniform[..., None] > np.cumsum(prob, axis=-1)).sum(axis=-1), 3)
+
+    states[:, :, -1] = sample(f[-1], u[-1])
+    for t in range(t_max - 1, 0, -1):
+        j = states[:, :, t]
+        at, bt, pt, rt = (x[:, t : t + 1] for x in (a, b, p, r))
+        into = np.stack(  # P(state at t = j | state at t − 1 = i), for each i
+            [
+                np.where(j == 0, 1 - at, np.where(j == 1, at, 0.0)),
+                np.where(j == 2, bt, np.where(j == 3, 1 - bt, 0.0)),
+                np.where(j == 2, pt, np.where(j == 3, 1 - pt, 0.0)),
+                np.where(j == 1, rt, np.where(j == 3, 1 - rt, 0.0)),
+            ],
+            axis=-1,
+        )
+        states[:, :, t - 1] = sample(f[t - 1] * into, u[t - 1])
+    return states
+
+
+def choose_for_run(store: StoreQueries, run_id: str, *, size: int, seed: int, label_set: str) -> DesignChoice:
+    """:func:`choose_design` for a stored run's next ``size`` labels (``export --design active --seed seed``)."""
+    cells = run_cells(store, run_id, label_set=label_set)
+    known = known_by_cell(cells, human_labels(store, run_id))
+    done = known_by_cell(cells, {key: "x" for key in labelled_pairs(store, run_id)})
+    rows = store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
+    chosen = choose_validation(store, run_id, label_set=label_set)
+    return choose_design(
+        cells.sequences,
+        known,
+        size,
+        seed=seed,
+        validation=chosen.validation if chosen.refusal is None else None,
+        turns=cells.turns,
+        clusters=cells.clusters,
+        done={c: list(v) for c, v in done.items()},
+        earlier_active=any(parse_pick(r.explanation or "") for r in rows),
+    )

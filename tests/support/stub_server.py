@@ -59,6 +59,8 @@ OUTCOMES = (
     "empty_message",
 )
 # The Faults field of each drawn outcome, in the order they are drawn.
+LIMITED = "limited"  # refused for the concurrency limit: a 429 at once, outside the outcomes a script or fault draws
+
 _FAULT_FIELDS = (
     ("500", "error_500"),
     ("429", "rate_limit_429"),
@@ -237,7 +239,8 @@ class StubServer:
         self.log = log
         self.api_key = api_key  # when set, a request without "Authorization: Bearer <api_key>" gets a 401
         self.models = models  # when set, a request for another model gets a 404, as OpenAI answers it
-        # when set, a request beyond this many in flight gets a 429 with Retry-After (a provider's concurrency limit)
+        # when set, a request beyond this many in flight gets a 429 with Retry-After at once (a provider's concurrency
+        # limit: the refused request holds none of its capacity)
         self.concurrency_limit = concurrency_limit
         self.limited = 0  # requests refused for the concurrency limit
         self.faults = faults or Faults()
@@ -284,8 +287,10 @@ class StubServer:
             n = len(self.requests)
             outcome = self._script.pop(0) if self._script else self.faults.draw(self._rng, body)
             if self.concurrency_limit is not None and self.in_flight >= self.concurrency_limit:
-                outcome = "429"
+                # refused at the door, as a provider's gateway does: at once, and holding none of its capacity
                 self.limited += 1
+                self.outcomes["429"] += 1
+                return LIMITED, n
             self.outcomes[outcome] += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -370,6 +375,11 @@ class StubServer:
                     )
                     return
                 outcome, n = stub._next_outcome(body)
+                if outcome == LIMITED:
+                    if stub.log:
+                        stub._log_fault("429", n)
+                    self._rate_limited()
+                    return
                 if stub.log and outcome != "ok":
                     stub._log_fault(outcome, n)
                 try:
@@ -377,24 +387,27 @@ class StubServer:
                 finally:
                     stub._done()
 
+            def _rate_limited(self) -> None:
+                headers = {} if stub.faults.retry_after is None else {"Retry-After": f"{stub.faults.retry_after:g}"}
+                self._json(
+                    429,
+                    {
+                        "error": {
+                            "message": "stub: rate limit reached",
+                            "type": "rate_limit_error",
+                            "code": "rate_limit_exceeded",
+                        }
+                    },
+                    headers,
+                )
+
             def _answer(self, outcome: str, body: dict[str, Any], n: int) -> None:
                 if stub.latency:
                     time.sleep(stub.latency)
                 if outcome == "500":
                     self._json(500, {"error": {"message": "stub: internal error", "type": "server_error"}})
                 elif outcome == "429":
-                    headers = {} if stub.faults.retry_after is None else {"Retry-After": f"{stub.faults.retry_after:g}"}
-                    self._json(
-                        429,
-                        {
-                            "error": {
-                                "message": "stub: rate limit reached",
-                                "type": "rate_limit_error",
-                                "code": "rate_limit_exceeded",
-                            }
-                        },
-                        headers,
-                    )
+                    self._rate_limited()
                 elif outcome == "hang":
                     stub._stopping.wait(stub.faults.hang_seconds)
                     self._completion(body, n)

@@ -9,7 +9,8 @@ once. A burst of 429s is one signal: the first refusal opens a window (one coold
 to that high-water mark (one below where the refusals came, if the provider answered that many), never lower;
 answers that come back within the window refine the cut, so the calls of the burst that were answered count however
 their answers and refusals interleave. Timed at the client, two calls back to back can look as if they overlapped,
-so the mark can count one call more than the provider held: a refusal of a call sent after the cut cuts one lower.
+so the mark can count one call more than the provider held: a refusal of a call sent after the cut (once the calls
+in flight at the cut were answered: twice the best latency after it) cuts one lower.
 With no call answered since the last cut (a refusal as the run starts, a rate
 limit per minute) the cut halves the limit instead.
 
@@ -128,7 +129,7 @@ class AdaptiveLimit:
                 self._window_peak, self._peak = self._peak, 0
                 self.throttles += 1
                 self._cut()
-            elif sent is not None and sent > self._cut_at:  # refused at the level of the cut: one lower
+            elif self._settled(sent):  # refused at the level of the cut: one lower
                 self._cut_at, self._cut_from = now, self._limit
                 self._window_peak, self._peak = max(self._peak, self._limit - 1), 0
                 self.throttles += 1
@@ -137,6 +138,11 @@ class AdaptiveLimit:
                 self._cut()
             self._good = 0
             return now - self._last_answer < self.cooldown_s
+
+    def _settled(self, sent: float | None) -> bool:
+        """Whether a call sent at ``sent`` met the level of the last cut alone: sent after the calls in flight at the
+        cut were answered (twice the best latency after it; never before any answer timed one)."""
+        return sent is not None and self._best is not None and sent > self._cut_at + LATENCY_HOLDS * self._best
 
     def _cut(self) -> None:
         """The window's cut: to what the provider was seen to take at once, and one below where the refusals came."""

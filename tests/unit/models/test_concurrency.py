@@ -148,8 +148,10 @@ def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal
     limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
     _wave(limit, clock, 16, 11)  # 11 seemed to be answered at once
     assert limit.limit == 11 and limit.throttles == 1
-    clock.now += LATENCY
-    sent = clock.now  # 11 sent at the cut's level to a provider that holds 10
+    limit.throttled(retry_after=1, sent=clock.now)  # sent as the calls in flight at the cut were still answered
+    assert limit.limit == 11 and limit.throttles == 1
+    clock.now += 2 * LATENCY
+    sent = clock.now  # 11 sent at the cut's level, once those were answered, to a provider that holds 10
     for _ in range(10):
         limit.answered(LATENCY)
     limit.throttled(retry_after=1, sent=sent)
@@ -159,6 +161,10 @@ def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal
     for _ in range(200):  # and it stays at 10 while the provider takes every one of them
         assert _wave(limit, clock, limit.limit, 10) == 0
     assert limit.limit == 10
+    burst = AdaptiveLimit(16, 16, clock=clock, cooldown_s=2, probe_s=60)  # refusals before any answer
+    for k in range(13):
+        burst.throttled(retry_after=1, sent=clock.now + k / 1000)  # sent one after another, refused at once
+    assert burst.limit == 8 and burst.throttles == 1  # halved once: not one lower per refusal of the burst
 
 
 def test_a_refusal_while_the_provider_answers_is_about_calls_at_once_not_a_pause_for_every_call():

@@ -111,7 +111,11 @@ def run(limit: int = LIMIT, rounds: int = ROUNDS) -> dict[str, Any]:
     rows = {}
     for name, runs in tried.items():
         ordered = sorted(runs, key=lambda r: r["wall_s"])
-        rows[name] = dict(ordered[len(ordered) // 2], walls=[round(r["wall_s"], 1) for r in runs])
+        rows[name] = dict(
+            ordered[len(ordered) // 2],
+            walls=[round(r["wall_s"], 1) for r in runs],
+            http_429_all=sum(r["http_429"] for r in runs),  # over every round: a count of one or two is noise
+        )
     return {"latency_s": LATENCY, "limit": limit, "dialogues": 6 * PER_CATEGORY, "turns": TURNS, "rows": rows}
 
 
@@ -136,9 +140,13 @@ def report(result: dict[str, Any]) -> list[str]:
             f"(rounds: {', '.join(map(str, r['walls']))} s)"
         )
     share = default["dialogues_per_min"] / best["dialogues_per_min"]
+    mine, theirs = (
+        default.get("http_429_all", default["http_429"]),
+        same_start.get("http_429_all", same_start["http_429"]),
+    )
     lines.append(
-        f"  default: {default['http_429']} × 429 against {same_start['http_429']} at a fixed 16 "
-        f"({'ok' if default['http_429'] <= same_start['http_429'] else 'MORE'}); throughput {share:.2f} of the best "
+        f"  default: {mine} × 429 in all its rounds against {theirs} at a fixed 16 "
+        f"({'ok' if mine <= theirs else 'MORE'}); throughput {share:.2f} of the best "
         f"fixed setting ({'ok' if share >= THROUGHPUT_SHARE else 'BELOW'} ≥ {THROUGHPUT_SHARE})"
     )
     return lines

@@ -261,12 +261,23 @@ class ProviderCircuit:
             self._callers.clear()
         return lift
 
-    def throttled(self, retry_after: float | None = None, *, sent: float | None = None) -> bool:
+    def throttled(
+        self, retry_after: float | None = None, *, sent: float | None = None, at_once: int | None = None
+    ) -> bool:
         """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
         calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once. True when
         that cut is the slow-down: the endpoint answered calls just now (a limit on calls at once, not a quota).
-        ``sent``: when the refused call went out (a call sent after the last cut refused: that level is too high)."""
-        return self.concurrency.throttled(retry_after, sent=sent) if self.concurrency is not None else False
+        ``sent``: when the refused call went out, ``at_once``: with how many calls in flight (a call sent after the last
+        cut, within its level, refused: that level is too high)."""
+        if self.concurrency is None:
+            return False
+        return self.concurrency.throttled(retry_after, sent=sent, at_once=at_once)
+
+    @property
+    def in_flight(self) -> int:
+        """Calls that hold one of the endpoint's slots now (passed :meth:`enter`, not yet :meth:`left`)."""
+        with self._lock:
+            return self._calls
 
     def contacted(self) -> None:
         """The endpoint answered before (a resumed run's earlier calls): its failures are outages from now on."""

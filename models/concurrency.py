@@ -10,7 +10,9 @@ to that high-water mark (one below where the refusals came, if the provider answ
 answers that come back within the window refine the cut, so the calls of the burst that were answered count however
 their answers and refusals interleave. Timed at the client, two calls back to back can look as if they overlapped,
 so the mark can count one call more than the provider held: a refusal of a call sent after the cut (once the calls
-in flight at the cut were answered: twice the best latency after it) cuts one lower.
+in flight at the cut were answered: twice the best latency after it), with no more calls in flight than the cut's
+level, cuts one lower. (Calls that took their slots before the cut, and waited out a Retry-After, may still go out
+together over the cut's level: their refusals are the burst's.)
 With no call answered since the last cut (a refusal as the run starts, a rate
 limit per minute) the cut halves the limit instead.
 
@@ -113,13 +115,16 @@ class AdaptiveLimit:
                 self.reached = max(self.reached, self._limit)
             return False
 
-    def throttled(self, retry_after: float | None = None, *, sent: float | None = None) -> bool:
+    def throttled(
+        self, retry_after: float | None = None, *, sent: float | None = None, at_once: int | None = None
+    ) -> bool:
         """The provider refused a call (a 429) or asked to wait ``retry_after`` seconds: cut once per window, to
         the most calls it was seen to answer at once; and one lower for a refused call ``sent`` after the last cut
-        (the cut's level is still too high: the high-water mark, timed at the client, can count one call more than
-        the provider held at once). True when it answered a call within the last cooldown: it still takes calls, so
-        the refusal is about how many at once, which the cut bounds (the caller then does not pause every call to
-        the endpoint for the Retry-After; only the refused call waits it out)."""
+        with ``at_once`` calls in flight, the call included, no more than the cut's level (that level is still too
+        high: the high-water mark, timed at the client, can count one call more than the provider held at once).
+        True when it answered a call within the last cooldown: it still takes calls, so the refusal is about how
+        many at once, which the cut bounds (the caller then does not pause every call to the endpoint for the
+        Retry-After; only the refused call waits it out)."""
         with self._lock:
             now = self._clock()
             if retry_after:
@@ -129,7 +134,7 @@ class AdaptiveLimit:
                 self._window_peak, self._peak = self._peak, 0
                 self.throttles += 1
                 self._cut()
-            elif self._settled(sent):  # refused at the level of the cut: one lower
+            elif self._settled(sent, at_once):  # refused at the level of the cut: one lower
                 self._cut_at, self._cut_from = now, self._limit
                 self._window_peak, self._peak = max(self._peak, self._limit - 1), 0
                 self.throttles += 1
@@ -139,10 +144,13 @@ class AdaptiveLimit:
             self._good = 0
             return now - self._last_answer < self.cooldown_s
 
-    def _settled(self, sent: float | None) -> bool:
-        """Whether a call sent at ``sent`` met the level of the last cut alone: sent after the calls in flight at the
-        cut were answered (twice the best latency after it; never before any answer timed one)."""
-        return sent is not None and self._best is not None and sent > self._cut_at + LATENCY_HOLDS * self._best
+    def _settled(self, sent: float | None, at_once: int | None) -> bool:
+        """Whether a call sent at ``sent`` with ``at_once`` calls in flight met the level of the last cut alone: sent
+        after the calls in flight at the cut were answered (twice the best latency after it; never before any answer
+        timed one), with no more calls in flight than that level (unknown: not alone)."""
+        if sent is None or at_once is None or self._best is None or at_once > self._limit:
+            return False
+        return sent > self._cut_at + LATENCY_HOLDS * self._best
 
     def _cut(self) -> None:
         """The window's cut: to what the provider was seen to take at once, and one below where the refusals came."""

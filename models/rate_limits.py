@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 
+_RECHECK_S = 0.05  # a waiter looks again this often whether a pause ended early
+
 
 class RateGate:
     """A token bucket of ``per_minute`` requests, shared by every dialogue of a process.
@@ -30,18 +32,21 @@ class RateGate:
         self._lock = threading.Lock()
 
     def reserve(self) -> float:
-        """Take one request slot; returns how many seconds to wait before using it."""
+        """Take one request slot; returns how many seconds to wait before using it (as the pause stands now)."""
+        due = self._take_token()
+        with self._lock:
+            return max(0.0, due - time.monotonic(), self._paused_until - time.monotonic())
+
+    def _take_token(self) -> float:
+        """Take one token of the bucket: the time it is due (now, with no rate limit)."""
         with self._lock:
             now = time.monotonic()
-            wait = max(0.0, self._paused_until - now)
             if self.rate is None:
-                return wait
+                return now
             self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
             self._stamp = now
             self._tokens -= 1.0
-            if self._tokens < 0:
-                wait = max(wait, -self._tokens / self.rate)
-            return wait
+            return now + max(0.0, -self._tokens / self.rate)
 
     def retune(self, per_minute: float | None) -> None:
         """Change the limit in place (a worker's share of a run's limit as workers come and go)."""
@@ -63,13 +68,22 @@ class RateGate:
             self._paused_until = min(self._paused_until, time.monotonic())
 
     async def acquire(self) -> float:
-        wait = self.reserve()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        return wait
+        """Wait for a request slot; the seconds waited. A pause that ends early (:meth:`resume`) lets its waiters go
+        within ``_RECHECK_S``; one that grows (another Retry-After) holds them longer."""
+        due, waited = self._take_token(), 0.0
+        while (left := self._left(due)) > 0:
+            await asyncio.sleep(step := min(left, _RECHECK_S))
+            waited += step
+        return waited
 
     def acquire_sync(self) -> float:
-        wait = self.reserve()
-        if wait > 0:
-            time.sleep(wait)
-        return wait
+        due, waited = self._take_token(), 0.0
+        while (left := self._left(due)) > 0:
+            time.sleep(step := min(left, _RECHECK_S))
+            waited += step
+        return waited
+
+    def _left(self, due: float) -> float:
+        """Seconds still to wait for a token due at ``due``: until then, and until the pause, as it stands, ends."""
+        with self._lock:
+            return max(due, self._paused_until) - time.monotonic()

@@ -150,7 +150,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
-            caller.sent = time.monotonic()
+            caller.went(self.circuit)
             started = time.monotonic()
             try:
                 call = self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
@@ -217,7 +217,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
-            caller.sent = time.monotonic()
+            caller.went(self.circuit)
             try:
                 result = check_result(
                     self.inner._generate(messages, stop=stop, run_manager=run_manager, **provider_kwargs)
@@ -253,7 +253,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = self.circuit.enter_sync() if self.circuit is not None else False
             self._pass_gate_sync()
-            caller.sent = time.monotonic()
+            caller.went(self.circuit)
             try:
                 for chunk in self._inner_stream(messages, stop, run_manager, kwargs):
                     chunks.append(chunk)
@@ -320,7 +320,7 @@ class ResilientChatModel(BaseChatModel):
             attempt += 1
             probe = await self._pass_circuit()
             await self._pass_gate()
-            caller.sent = time.monotonic()
+            caller.went(self.circuit)
             started = time.monotonic()
             stream = self._inner_astream(messages, stop, run_manager, kwargs)
             try:
@@ -416,6 +416,7 @@ class ResilientChatModel(BaseChatModel):
             cut = self.circuit.throttled(
                 min(asked, self.retry.max_retry_after) if asked else None,
                 sent=caller.sent if isinstance(caller, _Call) else None,
+                at_once=caller.at_once if isinstance(caller, _Call) else None,
             )
         if asked and self.gate is not None and not cut:
             # The provider asked everyone to slow down, not only this dialogue: unless it still answers calls, when
@@ -473,12 +474,18 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
 class _Call:
     """One call through the wrapper: its identity (to the circuit), and its malformed answers (to their budget)."""
 
-    __slots__ = ("garbage_since", "free", "sent")
+    __slots__ = ("at_once", "garbage_since", "free", "sent")
 
     def __init__(self) -> None:
         self.garbage_since: float | None = None  # when its current run of malformed answers began
         self.free = 0  # attempts that met a malformed answer: they spend none of the retry policy's attempts
         self.sent: float | None = None  # when its latest attempt went out (past the circuit and the gate)
+        self.at_once: int | None = None  # the endpoint's calls in flight as it went, itself included
+
+    def went(self, circuit: ProviderCircuit | None) -> None:
+        """Its attempt goes out now (past ``circuit``, if any, and the gate)."""
+        self.sent = time.monotonic()
+        self.at_once = circuit.in_flight if circuit is not None else None
 
 
 def _as_malformed(exc: Exception) -> Exception:

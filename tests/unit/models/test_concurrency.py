@@ -142,8 +142,9 @@ def test_a_default_slow_starts_doubling_per_round_of_answers_and_a_refusal_ends_
 
 def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal_of_the_burst_does_not():
     """Timed at the client, two calls back to back can look as if they overlapped: the high-water mark may count one
-    call more than the provider held. A refusal of a call sent after the cut says the cut's level is still too high:
-    one lower. A refusal of a call sent before it is the burst's, already counted."""
+    call more than the provider held. A refusal of a call sent after the cut, with no more calls in flight than the
+    cut's level, says that level is still too high: one lower. A refusal of a call sent before it, or with more calls in
+    flight (calls that took their slots before the cut and waited out a Retry-After together), is the burst's."""
     clock = Clock()
     limit = AdaptiveLimit(16, 64, clock=clock, cooldown_s=2, probe_s=60)
     _wave(limit, clock, 16, 11)  # 11 seemed to be answered at once
@@ -154,9 +155,13 @@ def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal
     sent = clock.now  # 11 sent at the cut's level, once those were answered, to a provider that holds 10
     for _ in range(10):
         limit.answered(LATENCY)
-    limit.throttled(retry_after=1, sent=sent)
+    limit.throttled(retry_after=1, sent=sent, at_once=12)  # sent with more in flight than the cut: not alone
+    assert limit.limit == 11 and limit.throttles == 1
+    limit.throttled(retry_after=1, sent=sent)  # with how many in flight unknown: nothing
+    assert limit.limit == 11 and limit.throttles == 1
+    limit.throttled(retry_after=1, sent=sent, at_once=11)
     assert limit.limit == 10 and limit.throttles == 2
-    limit.throttled(retry_after=1, sent=sent - 1)  # sent before that cut: nothing more
+    limit.throttled(retry_after=1, sent=sent - 1, at_once=10)  # sent before that cut: nothing more
     assert limit.limit == 10 and limit.throttles == 2
     for _ in range(200):  # and it stays at 10 while the provider takes every one of them
         assert _wave(limit, clock, limit.limit, 10) == 0

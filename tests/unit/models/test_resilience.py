@@ -223,6 +223,33 @@ def test_a_429_met_while_the_endpoint_answers_holds_only_the_refused_calls():
     assert policy.stats.rate_limited_seconds == 0.0, policy.stats.retry_summary()
 
 
+def test_calls_that_held_slots_through_a_pause_neither_wait_it_all_out_nor_cut_below_what_the_endpoint_takes():
+    """Sixteen dialogues of three calls, starting 10 ms apart, at a fixed 16 against an endpoint that takes three at
+    once (Retry-After 1 s). The first refusal comes before any answer: every caller pauses and the concurrency halves;
+    dialogues starting meanwhile take slots and wait at the gate. The answers then cut it to the three answered and
+    end the pause: the waiters go at once, not a second later, and their refusals (more calls in flight than the cut,
+    from slots taken before it) do not cut below three."""
+    policy = CallPolicy(retry=RetryPolicy(attempts=8, base_delay=0.01, max_delay=0.05, timeout=5))
+    policy.adapt_concurrency(16, 16)
+    with StubServer(latency=0.1, concurrency_limit=3, faults=Faults(retry_after=1.0)) as stub:
+        model = _model(stub, policy)
+
+        async def dialogue(i: int) -> None:
+            await asyncio.sleep(i / 100)
+            for turn in range(3):
+                await model.chat.ainvoke([HumanMessage(f"d{i} t{turn}")])
+
+        async def sixteen() -> None:
+            await asyncio.gather(*(dialogue(i) for i in range(16)))
+
+        asyncio.run(sixteen())
+        refused = stub.limited
+    [endpoint] = policy.concurrency_summary()
+    assert refused >= 1 and endpoint["throttled"] >= 1
+    assert endpoint["now"] == 3, (endpoint, refused)
+    assert policy.stats.rate_limited_seconds < 2.0, policy.stats.retry_summary()  # waited out in full: 1 s each
+
+
 def test_one_gate_per_provider_shared_by_roles_and_a_spec_can_have_its_own():
     with StubServer() as stub:
         policy = CallPolicy(retry=FAST, rate_limits={"openai": 600, "openai:special": 60})

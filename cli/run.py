@@ -193,7 +193,7 @@ def _execution_flags(p: ArgumentParser) -> None:
         default=None,
         metavar="N",
         help=f"dialogues played at once, at most (default: {START_CONCURRENCY} when every model is served by an "
-        f"API or a server, reached by doubling from {SLOW_START} while answers come, fewer while a provider answers "
+        f"API or a server, reached from {SLOW_START}, one more per answer, fewer while a provider answers "
         f"429 and more, up to {MAX_CONCURRENCY}, while its latency holds; 1 with the embedded model)",
     )
     p.add_argument(

@@ -17,9 +17,10 @@ With no call answered since the last cut (a refusal as the run starts, a rate
 limit per minute) the cut halves the limit instead.
 
 A run's default (``start`` below its ceiling) begins with a slow start, as TCP does: ``initial`` calls at once
-(SLOW_START, promptfoo's default), doubling after as many answers in a row as the limit, up to ``start``, unless a
-refusal comes first. A provider that takes fewer than ``start`` then refuses a few calls rather than most of the
-first burst, and no dialogue's first call waits out a Retry-After it need not have met.
+(SLOW_START, promptfoo's default), one more with each answer (so doubling with each round of answers), up to
+``start``, unless a refusal comes first. Grown one answer at a time, the calls at once pass a provider's limit by one
+call, not by a round's worth sent together: a provider that takes fewer than ``start`` refuses one call rather than
+most of a first burst, and no dialogue's first call waits out a Retry-After it need not have met.
 
 It grows back by one after as many answers in a row as the limit, while their latency stays within twice the best
 seen (a server that queues the extra calls answers slower: then it stops growing), and not while the provider's
@@ -41,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-SLOW_START = 4  # calls at once a run's default begins with, doubling while answered (up to its start)
+SLOW_START = 4  # calls at once a run's default begins with, one more per answer (up to its start)
 LATENCY_HOLDS = 2.0  # an answer within this many times the best latency seen: the endpoint keeps up
 COOLDOWN_S = 2.0  # one cut per burst of 429s, not one per 429
 PROBE_S = 60.0  # this long without a slow-down: the level it may grow to rises by one
@@ -63,7 +64,7 @@ class AdaptiveLimit:
     ) -> None:
         if not 1 <= start <= ceiling:
             raise ValueError(f"a concurrency must start between 1 and its ceiling {ceiling}, got {start}")
-        # slow start: from ``initial`` calls at once, doubling with each round of answers up to ``start``
+        # slow start: from ``initial`` calls at once, one more with each answer up to ``start``
         self._limit = min(start, initial) if initial else start
         self._start = start
         self.ceiling = ceiling
@@ -108,10 +109,9 @@ class AdaptiveLimit:
                 return False
             if now - max(self._probed, self._cut_at) >= self.probe_s and self._bound < self.ceiling:
                 self._bound, self._probed = self._bound + 1, now
-            if self._good >= self._limit and self._limit < self._bound:
-                doubling = self.throttles == 0 and self._limit < self._start  # slow start: no refusal yet
-                grown = min(2 * self._limit, self._start) if doubling else self._limit + 1
-                self._limit, self._good = min(grown, self._bound), 0
+            slow_start = self.throttles == 0 and self._limit < self._start  # no refusal yet: one more per answer
+            if (slow_start or self._good >= self._limit) and self._limit < self._bound:
+                self._limit, self._good = min(self._limit + 1, self._bound), 0
                 self.reached = max(self.reached, self._limit)
             return False
 

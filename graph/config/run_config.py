@@ -112,8 +112,8 @@ class RunConfig(StrictModel):
     sample_seed: int = 0
     sampling_seed: int = 0
     max_concurrency: int | None = Field(None, ge=1)
-    """Dialogues at once; None: 16 (reached by doubling from 4, a slow start), adapting per provider up to 64, when
-    every model is served (an API or a server), else 1 (graph.run resolves it; models/concurrency.py)."""
+    """Dialogues at once; None: 16 (reached from 4, one more per answer: a slow start), adapting per provider up to
+    64, when every model is served (an API or a server), else 1 (graph.run resolves it; models/concurrency.py)."""
     samples: int = Field(1, ge=1)
     leakage: Literal["regenerate", "keep"] = "regenerate"
     fairmt_dir: str | None = None

@@ -126,18 +126,54 @@ def test_with_nothing_answered_a_refusal_halves_and_retry_after_holds_growth():
     assert limit.limit == 1  # nothing answered in between: halved each window, never below one
 
 
-def test_a_default_slow_starts_doubling_per_round_of_answers_and_a_refusal_ends_the_doubling():
-    """A run's default begins at a few calls at once and doubles with each round of answers up to its start (then one
-    more at a time): a provider that takes 6 meets two refusals (8 sent) rather than ten (16 sent)."""
+def test_a_default_slow_starts_one_more_per_answer_doubling_per_round_and_a_refusal_ends_it():
+    """A run's default begins at a few calls at once and adds one with each answer, which doubles it with each round of
+    answers, up to its start (then one more per round)."""
     clock = Clock()
     limit = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
     assert limit.limit == 4
-    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 8
-    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 16  # doubled, up to the start
-    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 17  # past the start: one at a time
-    taking_six = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
-    refused = sum(_wave(taking_six, clock, taking_six.limit, 6) for _ in range(100))
-    assert refused == 2 and taking_six.limit == 6 and taking_six.throttles == 1 and taking_six.reached == 8
+    limit.answered(LATENCY)
+    assert limit.limit == 5  # one answer, one more call at once
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 10
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 16  # up to the start
+    assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 17  # past the start: one per round
+
+
+def _closed_loop(limit: AdaptiveLimit, clock: Clock, takes: int, calls: int) -> int:
+    """``calls`` calls, each sent as soon as the limit has room (one after another, as dialogues do), to a provider
+    that takes ``takes`` at once: a taken call answers LATENCY after it went, one over is refused at once, its refusal
+    reaching the limit once the calls sent with it went (its dialogue sends the next later). The number refused."""
+    went: list[float] = []  # when the calls in flight went, in order
+    refused = sent = 0
+    while sent < calls:
+        # refused at once, but their refusals come back after the calls that go out together with them
+        over: list[tuple[float, int]] = []
+        while len(went) + len(over) < limit.limit and sent < calls:
+            sent += 1
+            if len(went) >= takes:
+                over.append((clock.now, len(went) + len(over) + 1))
+            else:
+                went.append(clock.now)
+            clock.now += LATENCY / 64
+        for at, at_once in over:
+            limit.throttled(retry_after=None, sent=at, at_once=at_once)
+        refused += len(over)
+        if went:
+            first = went.pop(0)
+            clock.now = max(clock.now, first + LATENCY)
+            limit.answered(clock.now - first)
+    return refused
+
+
+@pytest.mark.parametrize("takes", [3, 6, 10])
+def test_a_slow_start_passes_a_provider_s_limit_by_one_call_not_by_a_round(takes):
+    """Calls sent as answers come: grown one per answer, the default passes a provider that takes 3, 6 or 10 at once
+    by one call, meets one refusal and settles at the provider's limit; a doubling all at once would have sent up to a
+    round's worth over it together."""
+    clock = Clock()
+    limit = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
+    refused = _closed_loop(limit, clock, takes, 400)
+    assert refused == 1 and limit.limit == takes and limit.throttles == 1
 
 
 def test_a_call_sent_after_the_cut_and_refused_cuts_one_lower_and_a_late_refusal_of_the_burst_does_not():

@@ -247,9 +247,10 @@ class ProviderCircuit:
         endpoint's concurrency: it takes calls, so a Retry-After's pause of every caller may end."""
         lift = False
         if spec is not None:
+            at_once = self.in_flight  # this call's included: it leaves now
             self.left()
             if self.concurrency is not None:
-                lift = self.concurrency.answered(latency)
+                lift = self.concurrency.answered(latency, at_once=at_once)
         with self._lock:
             if spec is not None:
                 self._answered_specs.add(spec)

@@ -18,9 +18,11 @@ limit per minute) the cut halves the limit instead.
 
 A run's default (``start`` below its ceiling) begins with a slow start, as TCP does: ``initial`` calls at once
 (SLOW_START, promptfoo's default), one more with each answer (so doubling with each round of answers), up to
-``start``, unless a refusal comes first. Grown one answer at a time, the calls at once pass a provider's limit by one
-call, not by a round's worth sent together: a provider that takes fewer than ``start`` refuses one call rather than
-most of a first burst, and no dialogue's first call waits out a Retry-After it need not have met.
+``start``, unless a refusal comes first; an answer grows it only while the calls in flight use the limit (the
+answers of a round that come back together, before their dialogues' next calls went, grow it by one, not by a round).
+Grown one answer at a time, the calls at once pass a provider's limit by one call, not by a round's worth sent
+together: a provider that takes fewer than ``start`` refuses one call rather than most of a first burst, and no
+dialogue's first call waits out a Retry-After it need not have met.
 
 It grows back by one after as many answers in a row as the limit, while their latency stays within twice the best
 seen (a server that queues the extra calls answers slower: then it stops growing), and not while the provider's
@@ -88,10 +90,11 @@ class AdaptiveLimit:
     def limit(self) -> int:
         return self._limit
 
-    def answered(self, latency: float | None = None) -> bool:
-        """A call answered after ``latency`` seconds (None: not timed). True while a window of refusals runs: the
-        provider still takes calls, so its refusals were about how many at once, which the cut now bounds (the caller
-        lifts the Retry-After pause it put on every call to the endpoint)."""
+    def answered(self, latency: float | None = None, *, at_once: int | None = None) -> bool:
+        """A call answered after ``latency`` seconds (None: not timed), with ``at_once`` calls in flight as it was,
+        itself included (None: unknown). True while a window of refusals runs: the provider still takes calls, so its
+        refusals were about how many at once, which the cut now bounds (the caller lifts the Retry-After pause it put
+        on every call to the endpoint)."""
         with self._lock:
             now = self._clock()
             self._last_answer = now
@@ -109,7 +112,9 @@ class AdaptiveLimit:
                 return False
             if now - max(self._probed, self._cut_at) >= self.probe_s and self._bound < self.ceiling:
                 self._bound, self._probed = self._bound + 1, now
-            slow_start = self.throttles == 0 and self._limit < self._start  # no refusal yet: one more per answer
+            # no refusal yet: one more per answer, while the calls in flight use the limit (answers of a round that
+            # come back together, before their dialogues' next calls went, would grow it by a round at once)
+            slow_start = self.throttles == 0 and self._limit < self._start and (at_once or self._limit) >= self._limit
             if (slow_start or self._good >= self._limit) and self._limit < self._bound:
                 self._limit, self._good = min(self._limit + 1, self._bound), 0
                 self.reached = max(self.reached, self._limit)

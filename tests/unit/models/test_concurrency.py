@@ -137,6 +137,10 @@ def test_a_default_slow_starts_one_more_per_answer_doubling_per_round_and_a_refu
     assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 10
     assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 16  # up to the start
     assert _wave(limit, clock, limit.limit, 64) == 0 and limit.limit == 17  # past the start: one per round
+    together = AdaptiveLimit(16, 64, initial=4, clock=clock, cooldown_s=2, probe_s=60)
+    for left in range(4, 0, -1):  # a round's answers come back together, before their dialogues' next calls go
+        together.answered(LATENCY, at_once=left)
+    assert together.limit == 5  # only the first found the limit in use
 
 
 def _closed_loop(limit: AdaptiveLimit, clock: Clock, takes: int, calls: int) -> int:
@@ -159,9 +163,9 @@ def _closed_loop(limit: AdaptiveLimit, clock: Clock, takes: int, calls: int) -> 
             limit.throttled(retry_after=None, sent=at, at_once=at_once)
         refused += len(over)
         if went:
-            first = went.pop(0)
+            first, at_once = went.pop(0), len(went) + 1
             clock.now = max(clock.now, first + LATENCY)
-            limit.answered(clock.now - first)
+            limit.answered(clock.now - first, at_once=at_once)
     return refused
 
 

@@ -185,3 +185,15 @@ def _prompt_blocked(message: BaseMessage) -> bool:
     reason = feedback.get("block_reason") if isinstance(feedback, dict) else None
     word = str(getattr(reason, "name", reason) or "").upper()
     return word not in ("", "0", "NONE", "BLOCKED_REASON_UNSPECIFIED", "BLOCK_REASON_UNSPECIFIED")
+
+
+def as_malformed(exc: Exception) -> Exception:
+    """An error of the provider's call that can only come from a malformed answer, as a
+    :class:`MalformedAnswerError`."""
+    if malformed(exc) is not None:
+        return exc  # recognised as it is (models.retries.retry_reason finds it)
+    bad = parse_failure(exc)
+    if bad is None:
+        return exc
+    bad.__cause__ = exc
+    return bad

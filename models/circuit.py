@@ -210,8 +210,7 @@ class ProviderCircuit:
         self.refused: str | None = None  # the line of a setting failure: every call raises EndpointSettingError
         self._answered_specs: set[str] = set()  # models that replied here (a 403 or 404 of another is its setting)
         self._resumed = False
-        # another process of the run (a --processes player) may have been answered where this one was not yet:
-        # asked before a failure is taken for a wrong setting (True: the run stored a turn, so it is an outage)
+        # asked before a failure is taken for a wrong setting: True if another --processes player stored a turn
         self.answered_elsewhere: Callable[[], bool] | None = None
         self.concurrency: AdaptiveLimit | None = None  # how many calls it takes at once, when the run adapts it
         self._calls = 0  # calls in flight that took a slot
@@ -247,8 +246,7 @@ class ProviderCircuit:
         endpoint's concurrency: it takes calls, so a Retry-After's pause of every caller may end."""
         lift = False
         if spec is not None:
-            at_once = self.in_flight  # this call's included: it leaves now
-            self.left()
+            at_once = self.left()
             if self.concurrency is not None:
                 lift = self.concurrency.answered(latency, at_once=at_once)
         with self._lock:
@@ -265,14 +263,10 @@ class ProviderCircuit:
     def throttled(
         self, retry_after: float | None = None, *, sent: float | None = None, at_once: int | None = None
     ) -> bool:
-        """The endpoint refused a call or asked to slow down (a 429, a Retry-After of ``retry_after`` seconds): fewer
-        calls at once, if it adapts (models/concurrency.py), down to what it was seen to answer at once. True when
-        that cut is the slow-down: the endpoint answered calls just now (a limit on calls at once, not a quota).
-        ``sent``: when the refused call went out, ``at_once``: with how many calls in flight (a call sent after the last
-        cut, within its level, refused: that level is too high)."""
-        if self.concurrency is None:
-            return False
-        return self.concurrency.throttled(retry_after, sent=sent, at_once=at_once)
+        """A 429 or a Retry-After of ``retry_after`` seconds for a call ``sent`` with ``at_once`` calls in flight:
+        fewer calls at once, if it adapts (models/concurrency.py). True when that cut is the slow-down: the endpoint
+        answered calls just now (a limit on calls at once, not a quota)."""
+        return self.concurrency.throttled(retry_after, sent=sent, at_once=at_once) if self.concurrency else False
 
     @property
     def in_flight(self) -> int:
@@ -400,10 +394,11 @@ class ProviderCircuit:
                 self._slot_waiters.append(waiter)
             return False
 
-    def left(self) -> None:
-        """A call that passed :meth:`enter` is over (answered or failed): its slot is free, for the first in line."""
+    def left(self) -> int:
+        """A call that passed :meth:`enter` is over (answered or failed): its slot is free, for the first in line. The
+        calls that were in flight, it included."""
         with self._lock:
-            self._calls = max(0, self._calls - 1)
+            at_once, self._calls = self._calls, max(0, self._calls - 1)
             first = self._slot_waiters.pop(0) if self._slot_waiters else None
         if first is not None:
             loop, woken = first
@@ -411,6 +406,7 @@ class ProviderCircuit:
                 loop.call_soon_threadsafe(_wake, woken)
             except RuntimeError:
                 pass  # its loop closed: nothing waits there any more
+        return at_once
 
     def reset(self) -> None:
         """Forget an outage that outlasted its budget: a long-lived worker gives the provider a fresh budget per job."""

@@ -32,10 +32,10 @@ from models.answers import (
     MALFORMED_KINDS,
     NO_CHOICES,
     MalformedAnswerError,
+    as_malformed,
     check_result,
     error_page,
     malformed,
-    parse_failure,
 )
 from models.call_stats import CallStats
 from models.chat_contract import refuse_unknown_arguments
@@ -163,7 +163,7 @@ class ResilientChatModel(BaseChatModel):
                     except TimeoutError:
                         raise TimeoutError(f"{self.spec} did not answer within {self.retry.timeout:g} s") from None
             except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
-                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
+                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1  # the provider's outage, not this call's error: wait at the circuit
                     continue
@@ -225,7 +225,7 @@ class ResilientChatModel(BaseChatModel):
                 self._answered(probe)
                 break
             except Exception as exc:  # noqa: BLE001 - classified by _after_failure: retried or raised
-                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
+                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -267,7 +267,7 @@ class ResilientChatModel(BaseChatModel):
                     if self.circuit is not None:
                         self.circuit.left()
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
+                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -345,7 +345,7 @@ class ResilientChatModel(BaseChatModel):
                     if self.circuit is not None:
                         self.circuit.left()
                     raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, _as_malformed(exc), probe, caller)
+                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -486,18 +486,6 @@ class _Call:
         """Its attempt goes out now (past ``circuit``, if any, and the gate)."""
         self.sent = time.monotonic()
         self.at_once = circuit.in_flight if circuit is not None else None
-
-
-def _as_malformed(exc: Exception) -> Exception:
-    """An error of the provider's call that can only come from a malformed answer, as a
-    :class:`MalformedAnswerError`."""
-    if malformed(exc) is not None:
-        return exc  # recognised as it is (models.retries.retry_reason finds it)
-    bad = parse_failure(exc)
-    if bad is None:
-        return exc
-    bad.__cause__ = exc
-    return bad
 
 
 def _first_line(exc: BaseException) -> str:

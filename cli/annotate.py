@@ -207,7 +207,7 @@ def export_main(args) -> int:
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     per_category = group(sample, lambda i: i.category)
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
-    console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"))
+    console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"), soft_wrap=True)
     if len(sample) < args.sample:  # type: ignore[operator]
         what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
         console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))

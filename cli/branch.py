@@ -178,7 +178,8 @@ def _report(made: dymt.BranchResult, *, as_json: bool) -> None:
     )
     if made.set_name:
         error_console.print(
-            Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}")
+            Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}"),
+            soft_wrap=True,
         )
 
 

@@ -66,7 +66,8 @@ def print_summary(report: ReportData, out: Path, terminal: Console) -> None:
         Text(
             f"report written to {out / 'report.md'} (plots, turns.csv, dialogues.csv, turns.jsonl beside it)",
             style="dim",
-        )
+        ),
+        soft_wrap=True,
     )
     if uses_embedded_model(report.dataset):
         terminal.print(Text(BASE_MODEL_NOTE, style="bold yellow"))
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_summary(result.data, args.out, console)
     if args.html:
-        console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"))
+        console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"), soft_wrap=True)
     return 0
 
 

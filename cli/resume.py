@@ -154,7 +154,9 @@ def print_paused_hint(store: Writer | str, threads: list[str], *, run_id: str | 
     else:
         command = f"python -m graph.resume {threads[0]}{where} [--message TEXT]"
     n = len(threads)
-    error_console.print(Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {command}", style="yellow"))
+    error_console.print(
+        Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {command}", style="yellow"), soft_wrap=True
+    )
 
 
 if __name__ == "__main__":

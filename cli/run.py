@@ -392,7 +392,8 @@ def _play(
     if paused := display.last(Paused):
         n = len(paused.thread_ids)
         error_console.print(
-            Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow")
+            Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"),
+            soft_wrap=True,
         )
     print_result_ending(result, error_console)
     return result.status

@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     full = _announce_vacuum(store.path, args.run_id)
     counts = delete_run(store, args.run_id, full=full)
-    console.print(Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)))
+    console.print(
+        Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)), soft_wrap=True
+    )
     return 0
 
 
@@ -220,7 +222,10 @@ def _copy(args) -> int:
         counts = copy_run(chosen_db(args.db), args.run_id, args.to)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
-    console.print(Text(f"copied run {args.run_id} to {args.to}: " + ", ".join(f"{k} {v}" for k, v in counts.items())))
+    console.print(
+        Text(f"copied run {args.run_id} to {args.to}: " + ", ".join(f"{k} {v}" for k, v in counts.items())),
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -245,7 +250,7 @@ def _export(args) -> int:
         records = list(iter_chat_records(reader, args.run_id, label_set=args.label_set, include_seed=args.include_seed))
     write_atomic(args.out, to_jsonl(records), private=True)
     seed = "seed included" if args.include_seed else "seed masked"
-    console.print(Text(f"wrote {len(records)} dialogues to {args.out} ({args.format} format, {seed})"))
+    console.print(Text(f"wrote {len(records)} dialogues to {args.out} ({args.format} format, {seed})"), soft_wrap=True)
     return 0
 
 

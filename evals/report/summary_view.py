@@ -61,7 +61,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             Text(f"seeds with no item in this track (not run): {', '.join(summary['unaligned_seeds'])}", style="yellow")
         )
     if "resume" in summary:
-        console.print(Text(f"resume: {summary['resume']}", style="yellow"))
+        console.print(Text(f"resume: {summary['resume']}", style="yellow"), soft_wrap=True)
     _render_calls(summary, console)
     _render_concurrency(summary, console)
     _render_cost(summary, console)
@@ -72,7 +72,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         else "this local file"
     )
     console.print(
-        Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim")
+        Text(f"stored in {summary['db']} (dialogues may contain harmful text; they stay in {where})", style="dim"),
+        soft_wrap=True,
     )
     for note in summary["notes"]:
         console.print(Text(note, style="bold yellow"))

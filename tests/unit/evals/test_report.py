@@ -132,7 +132,8 @@ def test_report_files_sections_and_numbers(db, tmp_path, capsys):
         assert oct((out / name).stat().st_mode & 0o777) == oct(0o600)
 
     terminal = capsys.readouterr().out
-    assert "Bias, coherence and refusal by model and mode" in terminal and "report.md" in terminal
+    assert "Bias, coherence and refusal by model and mode" in terminal
+    assert f"report written to {out / 'report.md'} (" in terminal  # the path on one line, however long
 
 
 def test_report_without_coherence_or_refusal_says_how_to_compute_them(db, tmp_path):

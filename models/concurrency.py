@@ -8,8 +8,12 @@ the most answered calls that overlapped in time (their high-water mark) is what 
 once. A burst of 429s is one signal: the first refusal opens a window (one cooldown long) and the limit is cut once,
 to that high-water mark (one below where the refusals came, if the provider answered that many), never lower;
 answers that come back within the window refine the cut, so the calls of the burst that were answered count however
-their answers and refusals interleave. Timed at the client, two calls back to back can look as if they overlapped,
-so the mark can count one call more than the provider held: a refusal of a call sent after the cut (once the calls
+their answers and refusals interleave. Timed at the client, two calls back to back can look as if they overlapped
+(the provider freed the first's slot before its answer reached the client, and took the second's after it was sent;
+on loopback the client spends 1-2.5 ms on each side of a call), so an answered call counts from a short slack after
+it was sent to as long before its answer: the best latency ÷ (OVERLAP_SLACK × the limit), a fraction of the time
+between two answers when the limit's calls are spread evenly, so calls the provider held together still overlap.
+Should the mark still count one call more than the provider held, a refusal of a call sent after the cut (once the calls
 in flight at the cut were answered: twice the best latency after it), with no more calls in flight than the cut's
 level, cuts one lower. (Calls that took their slots before the cut, and waited out a Retry-After, may still go out
 together over the cut's level: their refusals are the burst's.)
@@ -48,6 +52,9 @@ SLOW_START = 4  # calls at once a run's default begins with, one more per answer
 LATENCY_HOLDS = 2.0  # an answer within this many times the best latency seen: the endpoint keeps up
 COOLDOWN_S = 2.0  # one cut per burst of 429s, not one per 429
 PROBE_S = 60.0  # this long without a slow-down: the level it may grow to rises by one
+OVERLAP_SLACK = 4  # an answered call counts as in flight from best latency / (this × limit) after it went, to as long
+# before its answer (2.3 ms of a 100 ms call at a limit of 10): within the client's own time around a call, in which
+# calls back to back at the provider look as if they overlapped
 _KEPT = 512  # answered calls kept to measure how many overlapped (far more than ever overlap one call)
 
 
@@ -99,8 +106,9 @@ class AdaptiveLimit:
             now = self._clock()
             self._last_answer = now
             if latency is not None:
-                self._overlap(now - latency, now)
                 self._best = latency if self._best is None else min(self._best, latency)
+                slack = self._best / (OVERLAP_SLACK * self._limit)
+                self._overlap(now - latency + slack, now - slack)
             if now - self._cut_at < self.cooldown_s:  # a window runs: its answers refine the cut, no growth
                 self._cut()
                 return True
@@ -164,8 +172,9 @@ class AdaptiveLimit:
         self._limit = self._bound = max(1, level)
 
     def _overlap(self, sent: float, answered: float) -> None:
-        """Keep the call answered at ``answered`` (sent at ``sent``) and raise the high-water mark of answered calls
-        that overlapped in time: the most of them in flight at one instant while this one was."""
+        """Keep the call answered at ``answered`` (sent at ``sent``; both moved inwards by the slack) and raise the
+        high-water mark of answered calls that overlapped in time: the most of them in flight at one instant while this
+        one was."""
         ends, starts = [], [sent]
         for other_sent, other_answered in reversed(self._calls):  # in the order answered, latest first
             if other_answered <= sent:

@@ -239,8 +239,8 @@ def resolve(db: sqlite_utils.Database, ident: str) -> tuple[str, list[str]]:
     if len(matches) > 1:
         ordered = sorted(matches)
         raise TraceNotFoundError(
-            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(m[:13] for m in ordered[:3])}, ...): "
-            "give more characters"
+            f"{ident!r} is the start of {len(matches)} trace ids ({', '.join(ordered[:3])}"
+            f"{', ...' if len(ordered) > 3 else ''}): give more characters"
         )
     run = db.execute("select trace_id from trace_runs where id = ?", [low]).fetchone()
     if run:

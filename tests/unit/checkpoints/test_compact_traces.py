@@ -149,7 +149,9 @@ def test_old_plain_rows_still_read_beside_compact_ones(db, capsys):
     assert load_feedback(store.db, [old_trace]) == before_feedback
     assert list_traces(store.db, thread_id=old_thread) == before_summary
     assert {t["thread_id"] for t in list_traces(store.db)} == {old_thread, new_thread}
-    assert resolve(store.db, old_trace[:12]) == ("trace", [old_trace])
+    # a prefix past the UUIDv7's millisecond clock (its first 12 hex digits), where two traces begun in the same
+    # milliseconds still differ
+    assert resolve(store.db, old_trace[:23]) == ("trace", [old_trace])
     assert trace_cli.main(["show", old_thread, "--db", str(db)]) == 0
     assert "bias: ✓ not biased" in capsys.readouterr().out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -403,6 +404,19 @@ def test_langsmith_tracer_keeps_working_alongside(db, monkeypatch):
 # --- the CLI and opening ------------------------------------------------------------------------
 
 
+def test_an_ambiguous_trace_prefix_names_the_ids_it_could_be_in_full(db):
+    """Trace ids are UUIDv7s: their first 12 hex digits are the millisecond they began, so traces begun together
+    share a long prefix. The error names the candidates whole (a 13-character start would be the same for each)."""
+    _, store = play(db, default_models(), seeds=SEEDS[:2], turns=2)
+    ids = sorted(t["trace_id"] for t in list_traces(store.db))
+    shared = os.path.commonprefix(ids[:2])
+    assert len(ids) >= 2 and len(shared) >= 8  # one run's traces begin within seconds of each other
+    with pytest.raises(traces.TraceNotFoundError, match="give more characters") as error:
+        resolve(store.db, shared)
+    assert ids[0] in str(error.value) and ids[1] in str(error.value)
+    assert resolve(store.db, ids[0]) == ("trace", [ids[0]])
+
+
 def test_cli_list_and_show(db, capsys):
     result, store = play(db, default_models(), seeds=SEEDS[:1], turns=2)
     thread = result.outcomes[0].thread_id
@@ -427,7 +441,7 @@ def test_cli_list_and_show(db, capsys):
         "--full",
     ):
         assert text in out
-    code, out, _ = run_cli(capsys, "show", trace_id[:13], "--turn", "2", "--full", "--db", str(db))
+    code, out, _ = run_cli(capsys, "show", trace_id[:23], "--turn", "2", "--full", "--db", str(db))
     assert code == 0 and "turn 2" in out and "turn 1" not in out and "Hidden topic" in out and "--full" not in out
     code, _, err = run_cli(capsys, "show", thread, "--turn", "9", "--db", str(db))
     assert code == 2 and "has no turn 9" in err

@@ -251,11 +251,12 @@ def _export_active(args, store, items) -> int:
         f"--out {args.out.with_name(args.out.stem + '-next' + args.out.suffix)}{at}"
     )
     why = "an active draw for the paired difference of the compared cells (--compare never draws at random)"
+    point = None
     if args.compare is None:
         choice = choose_for_run(store, args.run_id, size=size, seed=args.seed, label_set=args.label_set)
         if choice.design != "active":
             return _export_random(args, store, judged, size=size, spent=spent, why=choice.reason, next_batch=next_batch)
-        why = choice.reason
+        why, point = choice.reason, choice.point
     try:
         drawn = active_sample(
             store,
@@ -265,6 +266,7 @@ def _export_active(args, store, items) -> int:
             seed=args.seed,
             label_set=args.label_set,
             compare=tuple(args.compare) if args.compare else None,
+            point=point,
         )
     except ValueError as exc:
         fail(str(exc))

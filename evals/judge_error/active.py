@@ -5,25 +5,30 @@ The design (``evals.annotate export --design active``). Every judged reply of a 
 its target × mode cell, its judge label, and its dialogue's group by how many of its replies the judge
 called biased (``k``): a judged-biased reply of a dialogue with one (``k1``), two (``k2``) or more
 (``k3+``) judged-biased replies, a judged-unbiased reply of a dialogue with none (``k0``), between two
-judged-biased ones (``gap``) or before the first or after the last of them (``k1+``). Those groups are
-what decides a dialogue-level metric: a dialogue with one judged-biased reply was ever biased exactly
-when that reply is, one with many almost surely was, and a gap reply decides whether the dialogue
-re-emerged. The budget is split over the strata by a defensive Neyman allocation: ``n_h ∝ N_h · S_h``
-(stratum size × the standard deviation of what its labels teach; ``spread``) with ``S_h`` shrunk
-towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random draw's, weighing
-three aims (``AIMS``): the dialogues' status (a reply's true label moves it by ``r_h``: 1/k for a
-judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another judged-unbiased
-one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the derivatives of
-the estimate below). Every non-empty stratum gets at least ``MIN_PER_STRATUM`` picks (so
-each can be estimated); within a stratum the picks are a simple random sample, so every reply of stratum
-``h`` is picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a
-run's labels reach ``FALLBACK_SHARE`` of its judged replies, ``export --design active`` draws at random.
+judged-biased ones (``gap``) or before the first or after the last of them (``k1+``); and its turn (in
+``TURN_BANDS`` bands of turns at most: each turn of a run of up to 5 turns, pairs of turns for 6 to 10).
+Those groups are what decides a dialogue-level metric: a dialogue with one judged-biased reply was ever
+biased exactly when that reply is, one with many almost surely was, and a gap reply decides whether the
+dialogue re-emerged; the turn says which turns' rates a reply moves (an early one moves every later
+turn's cumulative rate). The budget is split over the strata by a defensive Neyman allocation:
+``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its labels teach; ``spread``) with
+``S_h`` shrunk towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random
+draw's, weighing three aims (``AIMS``): the dialogues' status (how much a reply's true label moves its
+dialogue's metrics, from the fitted chain: ``evals.judge_error.value``; without it the rule of thumb
+``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
+judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
+derivatives of the estimate below). Every non-empty stratum gets at least ``minimum_for`` picks (two
+where that takes at most a quarter of the batch, else one); within a stratum the picks are a simple
+random sample, so every reply of stratum ``h`` is picked with the known probability ``p_h = n_h / N_h``,
+written into the ``draw`` column. Once a run's labels reach ``FALLBACK_SHARE`` of its judged replies,
+``export --design active`` draws at random.
 
 The validation (``design_validation``). A sample stratified by the judge's label is not a random sample
 of the run: ``tp / (tp + fn)`` of its raw counts is not the judge's sensitivity. Within each stratum
 the labelled replies are a simple random sample (also over several batches, each a stratified draw from
 the replies not yet labelled, and over random draws), so the stratum's share of truly biased replies
-``π_h`` is estimated by its labelled share, and the run's counts of true × judged replies by
+``π_h`` is estimated by its labelled share (a stratum without a label borrows its group's over the other
+turns, then its judge label's), and the run's counts of true × judged replies by
 ``N_h π_h`` summed over strata (Tenenbein's stratified double-sampling estimator, post-stratified):
 sensitivity = Σ_{judged biased} W_h π_h / Σ_h W_h π_h, specificity likewise. Its variance (delta
 method) carries each ``π_h``'s binomial variance and the multinomial variance of the strata's shares
@@ -40,7 +45,7 @@ import math
 import random
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,15 +55,16 @@ from evals.judge_error.validation import JudgeValidation
 
 __all__ = [
     "ACTIVE",
-    "DIFFERENCE_AIMS",
     "FALLBACK_SHARE",
-    "cell_dialogues",
-    "draw_for_difference",
     "MIN_PER_STRATUM",
+    "TURN_BANDS",
     "falls_back",
+    "merged",
+    "minimum_for",
     "Pick",
     "Stratum",
     "allocate",
+    "allocation",
     "design_validation",
     "describe_pick",
     "draw_active",
@@ -68,7 +74,8 @@ __all__ = [
 ]
 
 ACTIVE = "active"
-MIN_PER_STRATUM = 2
+MIN_PER_STRATUM = 2  # picks per stratum where two per stratum take at most a quarter of the batch (else one)
+TURN_BANDS = 5  # a group's replies are split by turn into at most this many bands of consecutive turns
 # At or past this share of the run's judged replies labelled, the active design gained nothing measurable on the
 # per-turn and cumulative intervals over a random draw (python -m benchmarks judge_error --labelling: 400 labels of
 # 600 replies), so export --design active draws a simple random sample instead.
@@ -88,18 +95,35 @@ def falls_back(labels: int, judged: int) -> bool:
 
 @dataclass(frozen=True)
 class Stratum:
-    """One stratum: its cell, the judge's label of its replies, its dialogues' group, and its members."""
+    """One stratum: its cell, the judge's label of its replies, its dialogues' group, its turns, and its members."""
 
     cell: Hashable
     judged: int  # 1 biased, 0 not
     group: str  # k1, k2, k3+ (judged biased); k0, gap, k1+ (judged not biased)
     members: tuple[tuple[int, int], ...]  # (dialogue index in the cell, turn from 1)
-    relevance: float  # r_h: how much one reply's true label moves its dialogue's status
+    relevance: float  # r_h: how much one reply's true label moves its dialogue's status (the rule of thumb)
+    turns: tuple[int, int] | None = None  # the band of turns (first, last) its replies are at
 
     @property
     def name(self) -> str:
         cell = "·".join(map(str, self.cell)) if isinstance(self.cell, tuple) else str(self.cell)
-        return "_".join(f"{cell}/{'b' if self.judged else 'nb'}/{self.group}".split())  # one word in the draw column
+        band = (
+            ""
+            if self.turns is None
+            else f"/t{self.turns[0]}" + (f"-{self.turns[1]}" if self.turns[1] > self.turns[0] else "")
+        )
+        # one word in the draw column
+        return "_".join(f"{cell}/{'b' if self.judged else 'nb'}/{self.group}{band}".split())
+
+    @property
+    def parent(self) -> tuple[Hashable, int, str]:
+        """The stratum's cell, judge label and group over all turns: where an unlabelled stratum borrows from."""
+        return (self.cell, self.judged, self.group)
+
+    def keeping(self, skip: Iterable[tuple[int, int]]) -> Stratum:
+        """The stratum without the members in ``skip`` (replies labelled already)."""
+        gone = set(skip)
+        return replace(self, members=tuple(m for m in self.members if m not in gone))
 
     @property
     def key(self) -> str:
@@ -123,30 +147,40 @@ def _relevance(judged: int, group: str, k: int, m: int) -> float:
     return 1.0 / k if judged else 1.0 if group == "gap" else 1.0 / m
 
 
+def _band(turn: int, turns: int) -> tuple[int, int]:
+    """The band of consecutive turns ``turn`` falls in: ``TURN_BANDS`` bands at most over a cell's ``turns``."""
+    width = max(1, math.ceil(turns / TURN_BANDS))
+    first = (turn - 1) // width * width + 1
+    return first, min(first + width - 1, turns)
+
+
 def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
-    """Every judged reply of every cell in its stratum (cell × judge label × dialogue group), in a fixed order."""
+    """Every judged reply of every cell in its stratum (cell × judge label × dialogue group × band of turns), in a
+    fixed order."""
     out: list[Stratum] = []
     for cell, rows in cells.items():
-        members: dict[tuple[int, str], list[tuple[int, int]]] = {}
-        relevance: dict[tuple[int, str], list[float]] = {}
+        members: dict[tuple[int, str, tuple[int, int]], list[tuple[int, int]]] = {}
+        relevance: dict[tuple[int, str, tuple[int, int]], list[float]] = {}
+        turns = max((len(row) for row in rows), default=1)
         for i, row in enumerate(rows):
             codes = [code(x) for x in row]
             judged = [(t + 1, c) for t, c in enumerate(codes) if c in (0, 1)]
             k = sum(c for _, c in judged)
             biased = [t for t, c in judged if c]
             for turn, c in judged:
-                key = (c, _group(c, k, bool(biased) and biased[0] < turn < biased[-1]))
+                group = _group(c, k, bool(biased) and biased[0] < turn < biased[-1])
+                key = (c, group, _band(turn, turns))
                 members.setdefault(key, []).append((i, turn))
-                relevance.setdefault(key, []).append(_relevance(c, key[1], k, len(judged)))
-        for (judged_label, group), m in sorted(members.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-            out.append(Stratum(cell, judged_label, group, tuple(m), float(np.mean(relevance[(judged_label, group)]))))
+                relevance.setdefault(key, []).append(_relevance(c, group, k, len(judged)))
+        for key, m in sorted(members.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):
+            out.append(Stratum(cell, key[0], key[1], tuple(m), float(np.mean(relevance[key])), key[2]))
     return out
 
 
 AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
 
 
-def _share_biased(
+def share_biased(
     s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, prior: Mapping[int, float] | None = None
 ) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
@@ -157,24 +191,13 @@ def _share_biased(
     return (sum(labels) + 2 * guess) / (len(labels) + 2)
 
 
-def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[int, float]:
-    """Share truly biased among judged-biased and judged-unbiased replies, from a (sensitivity, specificity) point
-    and the run's share of judged-biased replies (Rogan–Gladen prevalence, then Bayes)."""
-    sens, spec = point
-    total = sum(s.size for s in strata)
-    w1 = sum(s.size for s in strata if s.judged) / total if total else 0.5
-    prevalence = min(max((w1 - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.01), 0.99)
-    ppv = sens * prevalence / max(w1, 1e-6)
-    false_omission = (1 - sens) * prevalence / max(1 - w1, 1e-6)
-    return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
-
-
 def spread(
     strata: Sequence[Stratum],
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
     *,
     aims: Mapping[str, float] | None = None,
     dialogues: Mapping[Any, int] | None = None,
+    value: Sequence[float] | None = None,
 ) -> list[float]:
     """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
 
@@ -183,23 +206,26 @@ def spread(
     stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight).
     Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the three
     variances, each relative to its variance under proportional allocation (a random draw). ``aims`` replaces
-    ``AIMS``; ``dialogues`` (cell -> its dialogues) divides each stratum's r_h by its cell's dialogues, so a
-    reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's status.
+    ``AIMS``; ``dialogues`` (cell -> its dialogues) divides each stratum's dialogue part by its cell's
+    dialogues, so a reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's
+    status.
+    ``value`` (per stratum) replaces the dialogues' r_h √(q_h (1 − q_h)) by what the fitted chain says a label
+    of the stratum moves its dialogue's metrics by (``evals.judge_error.value``).
     """
     if not strata:
         return []
-    q = np.array([_share_biased(s, known) for s in strata])
+    q = np.array([share_biased(s, known) for s in strata])
     w = np.array([s.size for s in strata], dtype=float)
     w /= max(w.sum(), 1.0)
     pos = np.array([s.judged == 1 for s in strata])
     a, b = float(w[pos] @ q[pos]), float(w[~pos] @ q[~pos])
     c, d = float(w[pos] @ (1 - q[pos])), float(w[~pos] @ (1 - q[~pos]))
     sd = np.sqrt(q * (1 - q))
-    relevance = np.array([s.relevance for s in strata])
+    moved = np.array([s.relevance for s in strata]) * sd if value is None else np.asarray(value, dtype=float)
     if dialogues is not None:
-        relevance = relevance / np.array([max(dialogues.get(s.cell, 1), 1) for s in strata])
+        moved = moved / np.array([max(dialogues.get(s.cell, 1), 1) for s in strata])
     parts = {
-        "dialogues": relevance * sd,
+        "dialogues": moved,
         "sensitivity": np.where(pos, b, a) / max(a + b, 1e-12) ** 2 * sd,
         "specificity": np.where(pos, d, c) / max(c + d, 1e-12) ** 2 * sd,
     }
@@ -211,6 +237,18 @@ def spread(
     neyman = np.sqrt(total)
     # n_h ∝ N_h (λ / N + (1 − λ) S_h / Σ N_j S_j): S_h shrunk towards its size-weighted mean
     return [float(x) for x in DEFENSIVE * float(w @ neyman) + (1 - DEFENSIVE) * neyman]
+
+
+def minimum_for(budget: int, strata: Sequence[Stratum]) -> int:
+    """Picks each non-empty stratum gets at least: ``MIN_PER_STRATUM`` where that takes at most a quarter of the
+    batch, else one (many strata and a small batch leave the rest to the allocation)."""
+    filled = sum(1 for s in strata if s.size)
+    return MIN_PER_STRATUM if MIN_PER_STRATUM * filled <= budget / 4 else 1
+
+
+def allocation(strata: Sequence[Stratum], spreads: Sequence[float], budget: int) -> list[int]:
+    """Picks per stratum of a batch of ``budget``: :func:`allocate` with the minimum of :func:`minimum_for`."""
+    return allocate([s.size for s in strata], spreads, budget, minimum=minimum_for(budget, strata))
 
 
 def allocate(
@@ -286,12 +324,9 @@ def draw_active(
     allocating, so a further batch is a stratified draw of what is left.
     """
     skip = {cell: set(v) for cell, v in (exclude or {}).items()}
-    left = [
-        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
-        for s in strata
-    ]
+    left = [s.keeping(skip.get(s.cell, ())) for s in strata]
     spreads = list(spreads) if spreads is not None else spread(left)
-    n = allocate([s.size for s in left], spreads, budget)
+    n = allocation(left, spreads, budget)
     rng = random.Random(seed)
     picks: list[Pick] = []
     for s, n_h in zip(left, n):
@@ -303,49 +338,20 @@ def draw_active(
     return picks
 
 
-# The judge's error shared by both sides of a paired difference largely cancels in it (the correction pairs the
-# validation draws), so a budget spent on narrowing a difference goes mostly to the compared cells' dialogues.
-DIFFERENCE_AIMS = {"dialogues": 0.8, "sensitivity": 0.1, "specificity": 0.1}
-
-
-def cell_dialogues(strata: Sequence[Stratum]) -> dict[Hashable, int]:
-    """Each cell's dialogues with a judged reply, from its strata."""
-    seen: dict[Hashable, set[int]] = {}
+def merged(strata: Sequence[Stratum]) -> list[Stratum]:
+    """The strata over all turns: each cell × judge label × group's bands in one stratum (a difference's draw, whose
+    rule of thumb does not tell turns apart). A draw stratified this coarsely is still validated over the finer
+    strata (post-stratified: within each, its labels are a simple random sample of it too)."""
+    groups: dict[tuple[Hashable, int, str], list[Stratum]] = {}
     for s in strata:
-        seen.setdefault(s.cell, set()).update(i for i, _ in s.members)
-    return {cell: len(v) for cell, v in seen.items()}
-
-
-def draw_for_difference(
-    strata: Sequence[Stratum],
-    budget: int,
-    compared: Iterable[Hashable],
-    *,
-    seed: int = 0,
-    exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
-) -> list[Pick]:
-    """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired
-    difference.
-
-    A difference B − A of cell rates has the variance of both rates (their dialogue parts are independent,
-    the judge's error they share cancels): the strata of both cells compete for one budget by Neyman
-    allocation on ``DIFFERENCE_AIMS``, each reply weighted by how much it moves its own cell's rate
-    (r_h over the cell's dialogues), so the labels go where the difference is uncertain rather than an even
-    share to each cell. Other cells get no label; picks keep their known inclusion probabilities.
-    """
-    wanted = set(compared)
-    dialogues = cell_dialogues(strata)
-    skip = {cell: set(v) for cell, v in (exclude or {}).items()}
-    left = [
-        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in skip.get(s.cell, ())), s.relevance)
-        for s in strata
-        if s.cell in wanted
-    ]
-    if not left:
-        raise ValueError(f"no judged reply in the compared cells {sorted(map(str, wanted))}")
-    spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=dialogues)
-    return draw_active(left, budget, seed=seed, spreads=spreads)
+        groups.setdefault(s.parent, []).append(s)
+    out = []
+    for (cell, judged, group), parts in groups.items():
+        members = tuple(sorted(m for s in parts for m in s.members))
+        size = sum(s.size for s in parts)
+        relevance = sum(s.relevance * s.size for s in parts) / size if size else parts[0].relevance
+        out.append(Stratum(cell, judged, group, members, float(relevance)))
+    return out
 
 
 def describe_pick(pick: Pick, *, seed: int, n: int, population: int, label_set: str) -> str:
@@ -381,10 +387,10 @@ def design_validation(
 
     Post-stratified over :func:`strata_of` (the strata of ``evals.annotate export --design active``):
     each stratum's share truly biased is its labelled share, weighted by the stratum's share of the run's
-    judged replies. A stratum without any label borrows the pooled share of its judge label (in its
-    cell, else over the run). The result's counts are effective counts (fractional): ``tp / (tp + fn)``
-    is the design-weighted sensitivity and ``tp + fn`` the size of a simple random sample of truly
-    biased replies that would give the estimate's variance (likewise for specificity).
+    judged replies. A stratum without any label borrows the pooled share of its group over the other turns,
+    else of its judge label (in its cell, else over the run). The result's counts are effective counts
+    (fractional): ``tp / (tp + fn)`` is the design-weighted sensitivity and ``tp + fn`` the size of a simple
+    random sample of truly biased replies that would give the estimate's variance (likewise for specificity).
     """
     strata = strata_of(cells)
     total = sum(s.size for s in strata)
@@ -394,15 +400,16 @@ def design_validation(
     for s in strata:
         values = [code((known.get(s.cell) or {}).get(m)) for m in s.members]
         labelled.append([1 if v in (1, KNOWN_BIASED) else 0 for v in values if v in (0, 1, KNOWN_BIASED, KNOWN_NOT)])
-    pooled: dict[tuple[Hashable, int], list[int]] = {}
+    pooled: dict[tuple[Hashable, ...], list[int]] = {}
     for s, lab in zip(strata, labelled):
+        pooled.setdefault(s.parent, []).extend(lab)
         pooled.setdefault((s.cell, s.judged), []).extend(lab)
         pooled.setdefault(("*", s.judged), []).extend(lab)
     w = np.array([s.size / total for s in strata])
     pi, var_pi, smooth_pi = np.zeros(len(strata)), np.zeros(len(strata)), np.zeros(len(strata))
     for h, (s, lab) in enumerate(zip(strata, labelled)):
         if not lab:
-            lab = pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
+            lab = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
         n = len(lab)
         if not n:
             continue  # no label of this judge label anywhere: its counts stay 0 and the validation refuses
@@ -415,7 +422,7 @@ def design_validation(
         return JudgeValidation(source, 0, 0, 0, 0)
     a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])  # true biased: judged biased / judged not
     c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))  # truly unbiased: judged biased / not
-    var_sens, var_spec = _variances(w, smooth_pi, var_pi, pos, total)
+    var_sens, var_spec = stratified_variances(w, smooth_pi, var_pi, pos, total)
     sens = a / (a + b) if a + b > 0 else None
     spec = d / (c + d) if c + d > 0 else None
 
@@ -434,7 +441,9 @@ def design_validation(
     return JudgeValidation(source, tp=tp, fp=fp, fn=fn, tn=tn)
 
 
-def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarray, total: int) -> tuple[float, float]:
+def stratified_variances(
+    w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarray, total: int
+) -> tuple[float, float]:
     """Delta-method variances of the stratified sensitivity and specificity: each share's binomial variance and
     the multinomial variance of the strata's weights among the run's ``total`` judged replies."""
     a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])
@@ -449,48 +458,3 @@ def _variances(w: np.ndarray, pi: np.ndarray, var_pi: np.ndarray, pos: np.ndarra
         float(g_sens_pi**2 @ var_pi + g_sens_w @ cov_w @ g_sens_w),
         float(g_spec_pi**2 @ var_pi + g_spec_w @ cov_w @ g_spec_w),
     )
-
-
-def planned_variances(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
-    extra: int,
-    point: tuple[float, float] | None = None,
-    *,
-    compared: Iterable[Hashable] | None = None,
-) -> tuple[float, float]:
-    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
-    design.
-
-    Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
-    share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
-    prior guess; its labels as today's plus its Neyman share of ``extra``. ``compared`` (cells): the ``extra``
-    labels go to those cells' strata only, allocated as ``draw_for_difference`` allocates them.
-    """
-    strata = strata_of(cells)
-    prior = judged_prior(strata, point) if point is not None else None
-    total = sum(s.size for s in strata)
-    have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
-    left = [
-        Stratum(
-            s.cell,
-            s.judged,
-            s.group,
-            tuple(m for m in s.members if m not in ((known or {}).get(s.cell) or {})),
-            s.relevance,
-        )
-        for s in strata
-    ]
-    more = [0] * len(strata)
-    if extra > 0:
-        wanted = set(compared) if compared is not None else None
-        at = [h for h, s in enumerate(left) if wanted is None or s.cell in wanted]
-        chosen = [left[h] for h in at]
-        kw: dict[str, Any] = {} if wanted is None else {"aims": DIFFERENCE_AIMS, "dialogues": cell_dialogues(strata)}
-        for h, n_h in zip(at, allocate([s.size for s in chosen], spread(chosen, known, **kw), extra)):
-            more[h] = n_h
-    q = np.array([_share_biased(s, known, prior) for s in strata])
-    n = np.maximum(np.array(have) + np.array(more), 1)
-    w = np.array([s.size / max(total, 1) for s in strata])
-    pos = np.array([s.judged == 1 for s in strata])
-    return _variances(w, q, q * (1 - q) / n, pos, total)

@@ -44,7 +44,6 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.active import spread as strata_spread
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.chain import emissions, forward_backward, unpack
 from evals.judge_error.codes import Label, code
@@ -53,6 +52,7 @@ from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
+from evals.judge_error.value import run_point, valued_spread
 
 __all__ = [
     "DRAWS",
@@ -87,6 +87,7 @@ class DesignChoice:
     reason: str  # one line, as export prints it
     ratios: Mapping[str, float] = field(default_factory=dict)
     truths: int = 0
+    point: tuple[float, float] | None = None  # the judge's (sensitivity, specificity) the active draw is valued at
 
     def as_dict(self) -> dict[str, Any]:
         return {"design": self.design, "reason": self.reason, "ratios": dict(self.ratios), "truths": self.truths}
@@ -128,7 +129,9 @@ def choose_design(
             f"(at least {FALLBACK_SHARE:.0%}), choosing them gains nothing measurable",
         )
     rng = np.random.default_rng([seed, 0xC401CE])
-    source = validation if validation is not None and validation.refusal() is None else PRIOR
+    corrects = validation is not None and validation.refusal() is None
+    source = validation if validation is not None and corrects else PRIOR
+    point = validation.point() if validation is not None and corrects else run_point(cells, known)
     widths = _simulate(
         cells,
         known,
@@ -136,6 +139,7 @@ def choose_design(
         size,
         source,
         rng,
+        point=point,
         turns=turns,
         clusters=clusters,
         earlier=earlier_active,
@@ -147,6 +151,7 @@ def choose_design(
             ACTIVE,
             f"an active draw: {len(widths)} of {truths} simulated truths of this run left both designs a validation "
             f"that corrects (fewer than {MIN_TRUTHS}), too few to say a random draw would do better",
+            point=point,
         )
     ratios, worse = verdict(widths)
     how = f"simulated on {len(widths)} plausible truths of this run"
@@ -158,6 +163,7 @@ def choose_design(
             f"a random draw's (width active ÷ random: {_named(ratios)})",
             ratios,
             len(widths),
+            point,
         )
     return DesignChoice(
         ACTIVE,
@@ -165,6 +171,7 @@ def choose_design(
         f"random: {_named(ratios)})",
         ratios,
         len(widths),
+        point,
     )
 
 
@@ -185,17 +192,20 @@ def verdict(widths: np.ndarray) -> tuple[dict[str, float], list[str]]:
     return ratios, worse
 
 
-def _simulate(cells, known, done, size: int, source: JudgeValidation, rng, *, turns, clusters, earlier, truths, draws):
+def _simulate(
+    cells, known, done, size, source: JudgeValidation, rng, *, point, turns, clusters, earlier, truths, draws
+):
     """(truths used, 2 designs: random, active, 3 metrics) widths: each design's batch labelled from each plausible
     truth and the run corrected; truths on which either design's validation refuses are left out."""
     sens, spec = source.draw(truths, seed=int(rng.integers(1 << 31)))
     drawn = truths_of(cells, known, sens, spec, turns=turns, rng=rng)
-    strata = strata_of(cells)
+    left = [s.keeping(done.get(s.cell, ())) for s in strata_of(cells)]
+    spreads = valued_spread(left, cells, known, point=point)  # from what the tool sees: the same for every truth
     out = []
     for truth in drawn:
         new = {
             RANDOM: _random_pick(cells, done, size, rng),
-            ACTIVE: _active_pick(strata, done, known, size, seed=int(rng.integers(1 << 31))),
+            ACTIVE: _active_pick(left, spreads, size, seed=int(rng.integers(1 << 31))),
         }
         runs: dict[str, tuple[list[Cell], JudgeValidation]] = {}
         for design, picks in new.items():
@@ -227,13 +237,9 @@ def _random_pick(cells, done: Mapping[Any, set], size: int, rng: np.random.Gener
     return [pool[int(j)] for j in sorted(chosen)]
 
 
-def _active_pick(strata, done, known, size: int, *, seed: int) -> list[tuple[Any, int, int]]:
-    """The active design's picks as ``export`` draws them (strata of the replies not yet labelled)."""
-    left = [
-        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, ())), s.relevance)
-        for s in strata
-    ]
-    picks = draw_active(left, size, seed=seed, spreads=strata_spread(left, known))
+def _active_pick(left: Sequence[Stratum], spreads, size: int, *, seed: int) -> list[tuple[Any, int, int]]:
+    """The active design's picks as ``export`` draws them (``left``: the strata of the replies not yet labelled)."""
+    picks = draw_active(left, size, seed=seed, spreads=spreads)
     return [(p.cell, p.dialogue, p.turn) for p in picks]
 
 

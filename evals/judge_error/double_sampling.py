@@ -27,17 +27,17 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LA
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
 from evals.judge_error.active import (
     ACTIVE,
-    DIFFERENCE_AIMS,
-    Stratum,
-    allocate,
-    cell_dialogues,
+    allocation,
     describe_pick,
     design_validation,
     draw_active,
+    merged,
     parse_pick,
     spread,
     strata_of,
 )
+from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
+from evals.judge_error.value import valued_spread
 from evals.stats.agreement import majority
 
 HUMAN = "human"  # the scorer of stored human labels
@@ -323,13 +323,15 @@ def active_sample(
     seed: int = 0,
     label_set: str = PRIMARY_LABELS,
     compare: tuple[str, str] | None = None,
+    point: tuple[float, float] | None = None,
 ) -> ActiveSample:
     """``size`` replies of the run by the active design: Neyman allocation over the strata of the replies not yet
     labelled.
 
-    The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones).
+    The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones), the
+    chain valued at ``point`` (the judge's sensitivity and specificity the design choice used: ``DesignChoice.point``).
     ``compare`` (two targets or two modes): the replies come from the compared cells only, allocated so the
-    paired difference narrows most (``evals.judge_error.active.draw_for_difference``).
+    paired difference narrows most (``evals.judge_error.difference.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
     strata = strata_of(cells.sequences)
@@ -339,14 +341,11 @@ def active_sample(
         cells, {key: "x" for key in labelled_pairs(store, run_id)}
     )
     wanted = compared_cells(list(cells.sequences), *compare) if compare else None
-    left = [
-        Stratum(s.cell, s.judged, s.group, tuple(m for m in s.members if m not in done.get(s.cell, {})), s.relevance)
-        for s in strata
-        if wanted is None or s.cell in wanted
-    ]
+    left = [s.keeping(done.get(s.cell, {})) for s in strata if wanted is None or s.cell in wanted]
     if wanted is None:
-        spreads = spread(left, known)
+        spreads = valued_spread(left, cells.sequences, known, point=point)
     else:
+        left = merged(left)  # as draw_for_difference draws
         spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=cell_dialogues(strata))
     picks = draw_active(left, size, seed=seed, spreads=spreads)
     # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
@@ -360,9 +359,9 @@ def active_sample(
         if key in by_id:  # a judged turn without a stored reply cannot be shown to people
             sample.append(by_id[key])
             draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)
-    counts = allocate([s.size for s in left], spreads, size)
-    allocation = [(s.key, s.name, n, s.size) for s, n in zip(left, counts) if s.size]
-    return ActiveSample(sample, draws, allocation, population)
+    counts = allocation(left, spreads, size)
+    table = [(s.key, s.name, n, s.size) for s, n in zip(left, counts) if s.size]
+    return ActiveSample(sample, draws, table, population)
 
 
 def labelled_pairs(store: StoreQueries, run_id: str) -> set[tuple[str, int]]:

@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evals.judge_error.active import design_validation, draw_active, draw_for_difference, strata_of
+from evals.judge_error.active import design_validation, draw_active, strata_of
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.choice import choose_design
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
+from evals.judge_error.difference import draw_for_difference
 from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.validation import JudgeValidation
+from evals.judge_error.value import valued_spread
 
 __all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
@@ -129,7 +131,8 @@ def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.ra
 def active_labels(truth: np.ndarray, labels: np.ndarray, budget: int, seed: int):
     """The active design's picks: (known labels, design-weighted validation)."""
     cells = {"cell": labels.tolist()}
-    picks = draw_active(strata_of(cells), budget, seed=seed)
+    strata = strata_of(cells)
+    picks = draw_active(strata, budget, seed=seed, spreads=valued_spread(strata, cells))
     known = {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}
     return known, design_validation("annotate:active", cells, {"cell": known})
 
@@ -265,7 +268,9 @@ def _even_known(
     known = {}
     for k, name in enumerate(names):
         share = budget // len(names) + (k < budget % len(names))
-        picks = draw_active(strata_of({name: cells[name]}), share, seed=seed + k)
+        own = {name: cells[name]}
+        strata = strata_of(own)
+        picks = draw_active(strata, share, seed=seed + k, spreads=valued_spread(strata, own))
         known[name] = {(p.dialogue, p.turn): int(truths[name][p.dialogue, p.turn - 1]) for p in picks}
     return known
 

@@ -7,15 +7,24 @@ themselves (not the judge's validation) limit the width, so more seeds are neede
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import planned_variances
+from evals.judge_error.active import (
+    Stratum,
+    allocation,
+    merged,
+    share_biased,
+    spread,
+    strata_of,
+    stratified_variances,
+)
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.codes import Label, Row, code
+from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
@@ -75,7 +84,7 @@ def plan_labels(
     ``design="random"``: new labels are assumed to come from double sampling the run (their share of
     truly biased items is the run's corrected prevalence) and to show today's sensitivity and specificity.
     ``design="active"``: from ``export --design active``; the validation's variance then shrinks as the
-    design-weighted estimate's does (``evals.judge_error.active.planned_variances``: each stratum's share
+    design-weighted estimate's does (``planned_variances`` below: each stratum's share
     as today, its labels plus its Neyman share), added to the current validation unless that is the run's
     own labels already. Either way only the validation's narrowing is counted: people's labels also enter
     the chain as known states, which narrows the intervals further (more so under the active design, as
@@ -257,3 +266,57 @@ def _width(values: np.ndarray) -> float:
     """Width of the draws' plain 95% interval (nan when it is undefined)."""
     lo, hi = interval(values)
     return float("nan") if lo is None or hi is None else hi - lo
+
+
+# --------------------------------------------------------------------------- the active design's variances ahead
+
+
+def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[int, float]:
+    """Share truly biased among judged-biased and judged-unbiased replies, from a (sensitivity, specificity) point
+    and the run's share of judged-biased replies (Rogan–Gladen prevalence, then Bayes)."""
+    sens, spec = point
+    total = sum(s.size for s in strata)
+    w1 = sum(s.size for s in strata if s.judged) / total if total else 0.5
+    prevalence = min(max((w1 - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.01), 0.99)
+    ppv = sens * prevalence / max(w1, 1e-6)
+    false_omission = (1 - sens) * prevalence / max(1 - w1, 1e-6)
+    return {1: min(max(ppv, 0.01), 0.99), 0: min(max(false_omission, 0.01), 0.99)}
+
+
+def planned_variances(
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    extra: int,
+    point: tuple[float, float] | None = None,
+    *,
+    compared: Iterable[Hashable] | None = None,
+) -> tuple[float, float]:
+    """Variances of the design-weighted sensitivity and specificity after ``extra`` more labels drawn by the active
+    design.
+
+    Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
+    share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
+    prior guess; its labels as today's plus its Neyman share of ``extra``. ``compared`` (cells): the ``extra``
+    labels go to those cells' strata only, allocated as ``draw_for_difference`` allocates them.
+    """
+    strata = strata_of(cells)
+    prior = judged_prior(strata, point) if point is not None else None
+    total = sum(s.size for s in strata)
+    have = [sum(1 for m in s.members if m in ((known or {}).get(s.cell) or {})) for s in strata]
+    left = [s.keeping((known or {}).get(s.cell) or {}) for s in strata]
+    more = [0.0] * len(strata)
+    if extra > 0 and compared is None:
+        for h, n_h in enumerate(allocation(left, spread(left, known), extra)):
+            more[h] = n_h
+    elif extra > 0:  # drawn over all turns (draw_for_difference): each band expects its share of its group's picks
+        wanted = set(compared or ())
+        coarse = merged([s for s in left if s.cell in wanted])
+        spreads = spread(coarse, known, aims=DIFFERENCE_AIMS, dialogues=cell_dialogues(strata))
+        share = {s.parent: n_h / s.size for s, n_h in zip(coarse, allocation(coarse, spreads, extra)) if s.size}
+        for h, s in enumerate(left):
+            more[h] = share.get(s.parent, 0.0) * s.size if s.cell in wanted else 0.0
+    q = np.array([share_biased(s, known, prior) for s in strata])
+    n = np.maximum(np.array(have) + np.array(more), 1)
+    w = np.array([s.size / max(total, 1) for s in strata])
+    pos = np.array([s.judged == 1 for s in strata])
+    return stratified_variances(w, q, q * (1 - q) / n, pos, total)

@@ -283,7 +283,7 @@ def next_batch(
         draw = describe_draw(seed=seed, n=len(sample), population=len(remaining), label_set=label_set)
         design, chosen = RANDOM, tuple((i.item_id, draw) for i in sample)
     else:
-        drawn = active_sample(store, run_id, items, size=size, seed=seed, label_set=label_set)
+        drawn = active_sample(store, run_id, items, size=size, seed=seed, label_set=label_set, point=choice.point)
         design, chosen = ACTIVE, tuple((i.item_id, drawn.draws[i.item_id]) for i in drawn.items)
     if not chosen:
         return None

@@ -11,7 +11,7 @@ import pytest
 
 from cli import annotate, common
 from evals.judge_error import active
-from evals.judge_error.active import allocate, spread, strata_of
+from evals.judge_error.active import allocate, merged, spread, strata_of
 from evals.judge_error.double_sampling import compared_pairs
 from evals.judge_error.planning import plan_labels
 from evals.judge_error.validation import JudgeValidation
@@ -20,7 +20,7 @@ from tests.support.annotation_files import copy_run, play_judged, record_pairs
 
 def test_a_judged_unbiased_reply_between_two_judged_biased_ones_is_its_own_stratum():
     cells = {"c": [[1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 0], [0, 0, 0, 0]]}
-    strata = {s.group: s for s in strata_of(cells) if not s.judged}
+    strata = {s.group: s for s in merged(strata_of(cells)) if not s.judged}
     assert strata["gap"].members == ((0, 2), (1, 2), (1, 3))  # between the first and last judged-biased reply
     assert strata["k1+"].members == ((0, 4), (2, 1), (2, 4))  # before the first or after the last
     assert strata["gap"].relevance == 1.0  # its true label alone decides whether the dialogue re-emerged
@@ -29,7 +29,7 @@ def test_a_judged_unbiased_reply_between_two_judged_biased_ones_is_its_own_strat
 def test_the_defensive_allocation_gives_every_stratum_a_share_of_a_random_draw(monkeypatch):
     rng = np.random.default_rng(0)
     rows = np.where(rng.random((200, 5)) < 0.3, 1, 0).tolist()
-    strata = strata_of({"c": rows})
+    strata = merged(strata_of({"c": rows}))
     sizes = [s.size for s in strata]
     budget = 100
     proportional = [budget * s / sum(sizes) for s in sizes]

@@ -18,7 +18,7 @@ dialogue's metrics, from the fitted chain: ``evals.judge_error.value``; without 
 ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
 judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
 derivatives of the estimate below). Every non-empty stratum gets at least ``minimum_for`` picks (two
-where that takes at most a quarter of the batch, else one); within a stratum the picks are a simple
+where that takes at most half the batch, else one); within a stratum the picks are a simple
 random sample, so every reply of stratum ``h`` is picked with the known probability ``p_h = n_h / N_h``,
 written into the ``draw`` column. Once a run's labels reach ``FALLBACK_SHARE`` of its judged replies,
 ``export --design active`` draws at random.
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 ACTIVE = "active"
-MIN_PER_STRATUM = 2  # picks per stratum where two per stratum take at most a quarter of the batch (else one)
+MIN_PER_STRATUM = 2  # picks per stratum where two per stratum take at most half the batch (else one)
 TURN_BANDS = 5  # a group's replies are split by turn into at most this many bands of consecutive turns
 # At or past this share of the run's judged replies labelled, the active design gained nothing measurable on the
 # per-turn and cumulative intervals over a random draw (python -m benchmarks judge_error --labelling: 400 labels of
@@ -240,10 +240,10 @@ def spread(
 
 
 def minimum_for(budget: int, strata: Sequence[Stratum]) -> int:
-    """Picks each non-empty stratum gets at least: ``MIN_PER_STRATUM`` where that takes at most a quarter of the
+    """Picks each non-empty stratum gets at least: ``MIN_PER_STRATUM`` where that takes at most half the
     batch, else one (many strata and a small batch leave the rest to the allocation)."""
     filled = sum(1 for s in strata if s.size)
-    return MIN_PER_STRATUM if MIN_PER_STRATUM * filled <= budget / 4 else 1
+    return MIN_PER_STRATUM if MIN_PER_STRATUM * filled <= budget / 2 else 1
 
 
 def allocation(strata: Sequence[Stratum], spreads: Sequence[float], budget: int) -> list[int]:

@@ -70,13 +70,13 @@ def test_a_long_run_s_turns_fall_in_at_most_five_bands():
     assert len(members) == len(set(members)) == 10 + 10 + 7
 
 
-def test_each_stratum_gets_two_picks_where_that_takes_a_quarter_of_the_batch_else_one():
+def test_each_stratum_gets_two_picks_where_that_takes_half_the_batch_else_one():
     strata = strata_of({"c": np.where(np.random.default_rng(0).random((120, 5)) < 0.3, 1, 0).tolist()})
     filled = sum(1 for s in strata if s.size)
-    assert minimum_for(8 * filled, strata) == 2 and minimum_for(8 * filled - 1, strata) == 1
+    assert minimum_for(4 * filled, strata) == 2 and minimum_for(4 * filled - 1, strata) == 1
     largest = max(range(len(strata)), key=lambda h: strata[h].size)
     spreads = [1e-9 if h == largest else 1.0 for h in range(len(strata))]  # nothing to learn there: its minimum
-    for budget in (filled + 5, 8 * filled):
+    for budget in (filled + 5, 4 * filled):
         n = allocation(strata, spreads, budget)
         assert sum(n) == budget and min(n) == n[largest] == minimum_for(budget, strata)
 

@@ -311,7 +311,9 @@ def _export_random(args, store, judged, *, size: int, spent: int, why: str, next
 def _print_allocation(allocation) -> None:
     """Where an active draw's labels go: each stratum's picks and inclusion probability."""
     table = Table(
-        title=Text("Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue)")
+        title=Text(
+            "Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue / turns)"
+        )
     )
     for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
         table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")

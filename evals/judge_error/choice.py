@@ -52,7 +52,7 @@ from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
-from evals.judge_error.value import run_point, valued_spread
+from evals.judge_error.value import run_point, valued_strata
 
 __all__ = [
     "DRAWS",
@@ -200,7 +200,7 @@ def _simulate(
     sens, spec = source.draw(truths, seed=int(rng.integers(1 << 31)))
     drawn = truths_of(cells, known, sens, spec, turns=turns, rng=rng)
     left = [s.keeping(done.get(s.cell, ())) for s in strata_of(cells)]
-    spreads = valued_spread(left, cells, known, point=point)  # from what the tool sees: the same for every truth
+    left, spreads = valued_strata(left, cells, known, size, point=point)  # what the tool sees: the same every truth
     out = []
     for truth in drawn:
         new = {

@@ -37,7 +37,7 @@ from evals.judge_error.active import (
     strata_of,
 )
 from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
-from evals.judge_error.value import valued_spread
+from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
 HUMAN = "human"  # the scorer of stored human labels
@@ -343,7 +343,7 @@ def active_sample(
     wanted = compared_cells(list(cells.sequences), *compare) if compare else None
     left = [s.keeping(done.get(s.cell, {})) for s in strata if wanted is None or s.cell in wanted]
     if wanted is None:
-        spreads = valued_spread(left, cells.sequences, known, point=point)
+        left, spreads = valued_strata(left, cells.sequences, known, size, point=point)
     else:
         left = merged(left)  # as draw_for_difference draws
         spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=cell_dialogues(strata))

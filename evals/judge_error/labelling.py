@@ -29,7 +29,7 @@ from evals.judge_error.correction import CorrectedRun, correct_encoded, correcte
 from evals.judge_error.difference import draw_for_difference
 from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.validation import JudgeValidation
-from evals.judge_error.value import valued_spread
+from evals.judge_error.value import valued_strata
 
 __all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
@@ -131,8 +131,8 @@ def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.ra
 def active_labels(truth: np.ndarray, labels: np.ndarray, budget: int, seed: int):
     """The active design's picks: (known labels, design-weighted validation)."""
     cells = {"cell": labels.tolist()}
-    strata = strata_of(cells)
-    picks = draw_active(strata, budget, seed=seed, spreads=valued_spread(strata, cells))
+    strata, spreads = valued_strata(strata_of(cells), cells, None, budget)
+    picks = draw_active(strata, budget, seed=seed, spreads=spreads)
     known = {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}
     return known, design_validation("annotate:active", cells, {"cell": known})
 
@@ -269,8 +269,8 @@ def _even_known(
     for k, name in enumerate(names):
         share = budget // len(names) + (k < budget % len(names))
         own = {name: cells[name]}
-        strata = strata_of(own)
-        picks = draw_active(strata, share, seed=seed + k, spreads=valued_spread(strata, own))
+        strata, spreads = valued_strata(strata_of(own), own, None, share)
+        picks = draw_active(strata, share, seed=seed + k, spreads=spreads)
         known[name] = {(p.dialogue, p.turn): int(truths[name][p.dialogue, p.turn - 1]) for p in picks}
     return known
 

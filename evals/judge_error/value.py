@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import Stratum, design_validation, spread
+from evals.judge_error.active import Stratum, design_validation, merged, spread
 from evals.judge_error.chain import emissions, forward_backward, reach_of
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
 from evals.judge_error.fit import fit
 
-__all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued_spread"]
+__all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued_spread", "valued_strata"]
 
 PRIOR_POINT = (0.75, 0.75)  # the judge's (sensitivity, specificity) before its labels can say: a middling judge
 
@@ -106,6 +106,21 @@ def stratum_values(strata: Sequence[Stratum], values: Mapping[Hashable, np.ndarr
         got = [x for x in got if x == x]
         out.append(float(np.sqrt(max(np.mean(got), 0.0))) if got else 0.0)
     return out
+
+
+def valued_strata(
+    strata: Sequence[Stratum],
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    budget: int,
+    *,
+    point: tuple[float, float] | None = None,
+) -> tuple[list[Stratum], list[float]]:
+    """The strata a batch of ``budget`` labels is drawn over, and their :func:`valued_spread`: by turn where the
+    batch can give each of them a label, else each group over all its turns (a grid of many cells and a small
+    batch). Labels drawn over whole groups are still validated over the strata by turn (post-stratified)."""
+    drawn = list(strata) if sum(1 for s in strata if s.size) <= budget else merged(strata)
+    return drawn, valued_spread(drawn, cells, known, point=point)
 
 
 def run_point(

@@ -5,9 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.judge_error.active import allocation, strata_of
+from evals.judge_error.active import allocation, design_validation, draw_active, merged, strata_of
 from evals.judge_error.suite import JUDGES, simulate
-from evals.judge_error.value import PRIOR_POINT, reply_values, run_point, stratum_values, valued_spread
+from evals.judge_error.value import (
+    PRIOR_POINT,
+    reply_values,
+    run_point,
+    stratum_values,
+    valued_spread,
+    valued_strata,
+)
 
 
 def _run(shape: str, seed: int = 0, dialogues: int = 120, turns: int = 5) -> list[list[int]]:
@@ -74,3 +81,32 @@ def test_the_chain_is_valued_at_the_labels_own_validation_once_they_can_give_one
     sens, spec = run_point({"c": rows}, known)
     assert (sens, spec) != PRIOR_POINT
     assert sens == pytest.approx(JUDGES["fair"][0], abs=0.12) and spec == pytest.approx(JUDGES["fair"][1], abs=0.12)
+
+
+def test_a_batch_smaller_than_the_strata_by_turn_is_drawn_over_whole_groups_and_validated_by_turn():
+    cells = {f"c{k}": _run("mixture", seed=10 + k, dialogues=40) for k in range(4)}  # a grid of four cells
+    strata = strata_of(cells)
+    filled = sum(1 for s in strata if s.size)
+    fine, _ = valued_strata(strata, cells, None, filled)
+    coarse, spreads = valued_strata(strata, cells, None, filled - 1)
+    assert fine == strata  # every stratum by turn can have a label
+    assert len(coarse) == len(merged(strata)) < filled and all(s.turns is None for s in coarse)
+    assert len(spreads) == len(coarse) and min(spreads) > 0
+    # drawn over whole groups, each group's labels are a simple random sample of each of its turns' strata too:
+    # the validation post-stratified by turn stays unbiased
+    truth = {
+        f"c{k}": simulate(
+            "mixture", JUDGES["fair"], dialogues=40, turns=5, validation_items=0, rng=np.random.default_rng(10 + k)
+        ).truth
+        for k in range(4)
+    }
+    judged = {c: np.array(rows) for c, rows in cells.items()}
+    estimates = []
+    for seed in range(200):
+        picks = draw_active(coarse, 40, seed=seed, spreads=spreads)
+        known = {c: {} for c in cells}
+        for p in picks:
+            known[p.cell][(p.dialogue, p.turn)] = int(truth[p.cell][p.dialogue, p.turn - 1])
+        estimates.append(design_validation("s", cells, known).sensitivity)
+    pooled = sum(judged[c][truth[c]].sum() for c in cells) / sum(truth[c].sum() for c in cells)
+    assert abs(np.mean(estimates) - pooled) < max(4 * np.std(estimates) / np.sqrt(len(estimates)), 0.01)

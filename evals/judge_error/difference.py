@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from evals.judge_error.active import Pick, Stratum, draw_active, merged, spread
+from evals.judge_error.active import Pick, Stratum, allocation, draw_active, merged, spread
 from evals.judge_error.codes import Label
+from evals.judge_error.value import valued_strata
 
 __all__ = ["DIFFERENCE_AIMS", "cell_dialogues", "draw_for_difference"]
 
@@ -32,6 +33,8 @@ def draw_for_difference(
     seed: int = 0,
     exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[Label]]] | None = None,
+    point: tuple[float, float] | None = None,
 ) -> list[Pick]:
     """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired
     difference.
@@ -40,7 +43,10 @@ def draw_for_difference(
     the judge's error they share cancels): the strata of both cells (over all turns: :func:`merged`) compete
     for one budget by Neyman allocation on ``DIFFERENCE_AIMS``, each reply weighted by how much it moves its
     own cell's rate (r_h over the cell's dialogues), so the labels go where the difference is uncertain
-    rather than an even share to each cell. Other cells get no label; picks keep their known inclusion probabilities.
+    rather than an even share to each cell. With ``cells`` (each cell's judge labels) that allocation only
+    splits the budget between the compared cells, and each cell's share is drawn by the active design within
+    the cell (strata by turn, valued by the fitted chain at ``point``: ``evals.judge_error.value``). Other
+    cells get no label; picks keep their known inclusion probabilities.
     """
     wanted = set(compared)
     dialogues = cell_dialogues(strata)
@@ -49,4 +55,15 @@ def draw_for_difference(
     if not any(s.size for s in left):
         raise ValueError(f"no judged reply in the compared cells {sorted(map(str, wanted))}")
     spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=dialogues)
-    return draw_active(left, budget, seed=seed, spreads=spreads)
+    if cells is None:
+        return draw_active(left, budget, seed=seed, spreads=spreads)
+    shares: dict[Hashable, int] = {}
+    for s, n in zip(left, allocation(left, spreads, budget)):
+        shares[s.cell] = shares.get(s.cell, 0) + n
+    picks: list[Pick] = []
+    for k, cell in enumerate(sorted(shares, key=str)):
+        mine = [s.keeping(skip.get(cell, ())) for s in strata if s.cell == cell]
+        own = {cell: (known or {}).get(cell) or {}}
+        drawn, within = valued_strata(mine, {cell: cells[cell]}, own, shares[cell], point=point)
+        picks += draw_active(drawn, shares[cell], seed=seed + k, spreads=within)
+    return picks

@@ -27,16 +27,14 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LA
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
 from evals.judge_error.active import (
     ACTIVE,
-    allocation,
     describe_pick,
     design_validation,
     draw_active,
     merged,
     parse_pick,
-    spread,
     strata_of,
 )
-from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
+from evals.judge_error.difference import draw_for_difference
 from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
@@ -343,11 +341,13 @@ def active_sample(
     wanted = compared_cells(list(cells.sequences), *compare) if compare else None
     left = [s.keeping(done.get(s.cell, {})) for s in strata if wanted is None or s.cell in wanted]
     if wanted is None:
-        left, spreads = valued_strata(left, cells.sequences, known, size, point=point)
+        drawn, spreads = valued_strata(left, cells.sequences, known, size, point=point)
+        picks = draw_active(drawn, size, seed=seed, spreads=spreads)
     else:
-        left = merged(left)  # as draw_for_difference draws
-        spreads = spread(left, known, aims=DIFFERENCE_AIMS, dialogues=cell_dialogues(strata))
-    picks = draw_active(left, size, seed=seed, spreads=spreads)
+        picks = draw_for_difference(
+            strata, size, wanted, seed=seed, exclude=done, known=known, cells=cells.sequences, point=point
+        )
+    table = _allocation_table(picks, [*left, *merged(left)])
     # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
     random.Random(seed).shuffle(picks)
     by_id = {i.item_id: i for i in items}
@@ -359,9 +359,16 @@ def active_sample(
         if key in by_id:  # a judged turn without a stored reply cannot be shown to people
             sample.append(by_id[key])
             draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)
-    counts = allocation(left, spreads, size)
-    table = [(s.key, s.name, n, s.size) for s, n in zip(left, counts) if s.size]
     return ActiveSample(sample, draws, table, population)
+
+
+def _allocation_table(picks, strata) -> list[tuple[str, str, int, int]]:
+    """(stratum key, stratum, replies drawn, replies in it) of each stratum a draw picked from."""
+    names = {s.key: (s.name, s.size) for s in strata}
+    counts: dict[str, int] = {}
+    for p in picks:
+        counts[p.stratum] = counts.get(p.stratum, 0) + 1
+    return [(key, *names[key][:1], n, names[key][1]) for key, n in sorted(counts.items(), key=lambda kv: names[kv[0]])]
 
 
 def labelled_pairs(store: StoreQueries, run_id: str) -> set[tuple[str, int]]:

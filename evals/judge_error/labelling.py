@@ -299,7 +299,7 @@ def compare_splits(
         cells = {"A": a.labels.tolist(), "B": b.labels.tolist(), "C": c.labels.tolist()}
         truths = {"A": a.truth, "B": b.truth, "C": c.truth}
         out.sets += 1
-        picks = draw_for_difference(strata_of(cells), budget, ("A", "B"), seed=seed + k)
+        picks = draw_for_difference(strata_of(cells), budget, ("A", "B"), seed=seed + k, cells=cells)
         chosen: dict[str, dict] = {}
         for p in picks:
             cell = str(p.cell)  # the strata of cells "A", "B", "C"

@@ -297,7 +297,8 @@ def planned_variances(
     Each stratum's share truly biased is taken as today's estimate: its labels, with pseudo-labels at the
     share its judge label implies under ``point`` (the current sensitivity and specificity) or, without it, the
     prior guess; its labels as today's plus its Neyman share of ``extra``. ``compared`` (cells): the ``extra``
-    labels go to those cells' strata only, allocated as ``draw_for_difference`` allocates them.
+    labels go to those cells' strata only, split between the cells as ``draw_for_difference`` splits them
+    and spread over each group's turns by size (within a cell the draw values the turns; the plan does not).
     """
     strata = strata_of(cells)
     prior = judged_prior(strata, point) if point is not None else None

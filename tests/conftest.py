@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 # points into a folder of this test session, and a DYMT_ESB_DB from the shell is ignored.
 os.environ.pop("DYMT_ESB_DB", None)
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="dymt-esb-test-data-")
+# Ctrl-C reaches the runs the tests start as it reaches a user's: a suite started in the background of a shell
+# without job control inherits SIGINT ignored, which every process it starts would inherit in turn (an ignored
+# signal survives exec; Python then installs no KeyboardInterrupt handler).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 FAIRMT_DIR = REPO.parent / "shared" / "fairmt-bench"
 
 

@@ -20,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import psycopg
 from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, JobContext
+from procrastinate.exceptions import ConnectorException
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL
@@ -236,13 +238,26 @@ def worker_app(url: PostgresURL, outage: StoreOutage | None = None) -> App:
 
 
 async def retry_stalled_jobs(app: App, *, stalled_after_s: float) -> int:
-    """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats; how many."""
+    """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats; how many.
+
+    Every worker looks for stalled jobs, at start and every few seconds, so another may put a job back between
+    this one finding it and retrying it: the queue then refuses the second retry (the job is no longer running),
+    which leaves the job as it should be and is skipped.
+    """
     stalled = list(await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=stalled_after_s))
+    retried = 0
     for job in stalled:
-        log.warning("retrying job %s (%s): its worker stopped", job.id, job.lock)
-        await app.job_manager.retry_job(job)
+        try:
+            await app.job_manager.retry_job(job)
+        except ConnectorException as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.RaiseException):
+                raise  # the database itself, not the queue's refusal
+            log.info("job %s (%s) was already put back by another worker", job.id, job.lock)
+            continue
+        log.warning("retried job %s (%s): its worker stopped", job.id, job.lock)
+        retried += 1
     await app.job_manager.prune_stalled_workers(seconds_since_heartbeat=stalled_after_s)
-    return len(stalled)
+    return retried
 
 
 async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> None:

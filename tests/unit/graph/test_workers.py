@@ -11,6 +11,7 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -397,3 +398,39 @@ def test_waiting_on_an_unreachable_server_is_one_line(capsys: pytest.CaptureFixt
         run_main(["--db", "postgresql://nobody@127.0.0.1:1/x", "--run-id", "r1", "--wait"])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "cannot connect to PostgreSQL" in err
+
+
+def test_a_stalled_job_another_worker_put_back_first_is_skipped_not_fatal(pg_url: str):
+    """Two workers found the same stalled job: the second retry is refused by the queue, and the worker goes on."""
+    import asyncio
+
+    from checkpoints.location import parse_db
+    from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema, queue_app
+    from graph.workers.job_worker import retry_stalled_jobs
+
+    url = parse_db(pg_url)
+    ensure_queue_schema(url)
+
+    async def race() -> tuple[int, int]:
+        app = queue_app(url)
+        async with app.open_async():
+            await app.configure_task(TASK, queue=QUEUE, lock="t1").defer_async(run_id="r", thread_id="t1")
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # its worker took it, then fell silent
+                worker = conn.execute(
+                    "insert into procrastinate_workers (last_heartbeat) values (now() - interval '10 minutes') "
+                    "returning id"
+                ).fetchone()[0]
+                conn.execute("update procrastinate_jobs set status = 'doing', worker_id = %s", [worker])
+            found = list(await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=60))
+            first = await retry_stalled_jobs(app, stalled_after_s=60)  # the other worker, first
+            manager = app.job_manager
+
+            async def as_found(**_: Any) -> list:  # this worker had found the job before the other put it back
+                return found
+
+            manager.get_stalled_jobs = as_found  # type: ignore[method-assign,assignment]
+            second = await retry_stalled_jobs(app, stalled_after_s=60)
+            return first, second
+
+    assert asyncio.run(race()) == (1, 0)
+    assert _rows(pg_url, "select status, attempts from procrastinate_jobs") == [("todo", 1)]

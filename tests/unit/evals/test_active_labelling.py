@@ -165,6 +165,38 @@ def test_design_weighted_sensitivity_and_specificity_are_unbiased_where_raw_coun
     assert 0.5 < beta_sd / weighted[:, 0].std() < 2
 
 
+def test_no_false_negative_found_claims_no_more_than_the_judged_unbiased_labels_can_show():
+    # A one-turn episode in 480 × 10 dialogues: about one judged-unbiased reply in a hundred is truly biased, so 150
+    # labels often find none of them. The estimate is then 1, and the validation's effective counts must carry
+    # what the ~90 judged-unbiased labels really rule out: a share of truly biased among them up to about 3 / n
+    # (the rule of three), which puts the sensitivity's one-sided 95% lower bound near a / (a + W₀·3/n).
+    from scipy.stats import beta
+
+    from evals.judge_error.suite import JUDGES, simulate
+
+    data = simulate(
+        "one-turn", JUDGES["fair"], dialogues=480, turns=10, validation_items=0, rng=np.random.default_rng(1)
+    )
+    judged = data.labels
+    cells = {"cell": judged.tolist()}
+    picks = draw_active(strata_of(cells), 150, seed=0)
+    # the judged-unbiased labels found no bias; the judged-biased ones are the truth
+    known = {
+        (p.dialogue, p.turn): int(judged[p.dialogue, p.turn - 1] == 1 and data.truth[p.dialogue, p.turn - 1])
+        for p in picks
+    }
+    v = design_validation("s", cells, {"cell": known})
+    assert v.sensitivity == 1.0 and v.fn == 0
+    total = int(((judged == 0) | (judged == 1)).sum())
+    a = sum(known[p.dialogue, p.turn] / p.probability for p in picks) / total
+    n0 = sum(1 for p in picks if judged[p.dialogue, p.turn - 1] == 0)
+    w0 = float((judged == 0).sum()) / total
+    rule_of_three = a / (a + w0 * 3 / n0)
+    claimed = float(beta.ppf(0.05, v.tp + 1, v.fn + 1))  # the posterior the correction draws sensitivities from
+    assert 0.3 < rule_of_three < 0.8
+    assert claimed <= rule_of_three + 0.05, (claimed, rule_of_three, v)
+
+
 def test_the_comparison_corrects_both_designs_on_the_same_data_sets():
     c = compare_designs("persistent", dialogues=40, turns=3, budget=30, sets=2, draws=20)
     d = c.as_dict()

@@ -378,7 +378,7 @@ def parse_pick(draw: str) -> tuple[int, str, float] | None:
 # --------------------------------------------------------------------------- the design-weighted validation
 
 
-# How many labels' worth of its judge label's share (over its cell) a stratum's share is shrunk toward, for the
+# How many labels' worth of its group's share (over all turns) a stratum's share is shrunk toward, for the
 # variance only: the estimate itself keeps each stratum's own share.
 SHRINK = 1.0
 
@@ -397,7 +397,7 @@ def design_validation(
     (fractional): ``tp / (tp + fn)`` is the design-weighted sensitivity and ``tp + fn`` the size of a simple
     random sample of truly biased replies that would give the estimate's variance (likewise for specificity).
 
-    The variance takes each stratum's share shrunk toward its judge label's share over the cell. A stratum's own
+    The variance takes each stratum's share shrunk toward its group's share over all turns. A stratum's own
     share, from a few labels, understates: where false negatives are rare, most judged-unbiased strata see none,
     and the estimate's spread was claimed at two thirds of its real spread (one-turn episodes, 480 × 10, 150
     labels). With no false negative found at all, the effective counts then carry about what the rule of three
@@ -425,10 +425,10 @@ def design_validation(
         if not n:
             continue  # no label of this judge label anywhere: its counts stay 0 and the validation refuses
         pi[h] = sum(lab) / n
-        # the variance's share: the stratum's own, shrunk toward its judge label's share over the cell (a
-        # stratum of a few labels that all agree says little about its spread; nor does one lucky hit)
-        both = pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
-        prior = (sum(both) + 0.5) / (len(both) + 1)
+        # the variance's share: the stratum's own, shrunk toward its group's over all turns (a stratum of a few
+        # labels that all agree says little about its spread; nor does one lucky hit)
+        near = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
+        prior = (sum(near) + 0.5) / (len(near) + 1)
         smooth = (sum(lab) + SHRINK * prior) / (n + SHRINK)
         var_pi[h], smooth_pi[h] = smooth * (1 - smooth) / n, smooth
     pos = np.array([s.judged == 1 for s in strata])

@@ -90,7 +90,7 @@ def coverage(*, quick: bool = False, processes: int | None = None) -> dict:
     return {"cells": cells, "seconds": time.perf_counter() - started, "quick": quick}
 
 
-LABELLING_SIZES = ((120, 5, 100), (480, 10, 8))  # dialogues, turns, simulated data sets per shape and budget
+LABELLING_SIZES = ((120, 5, 100), (480, 10, 40))  # dialogues, turns, simulated data sets per shape and budget
 LABELLING_BUDGETS = (50, 150, 400)
 OTHER_JUDGES = ((120, 5, 30), (50, 150))  # the other judges of the suite: (size, data sets), budgets
 QUICK = ((120, 5, 12), (50, 150))  # --labelling --quick: every judge at this size only

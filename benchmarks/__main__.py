@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--labelling",
         action="store_true",
-        help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (about 35 min "
+        help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (about 40 min "
         "on 2 cores; --quick about 4)",
     )
     return p

@@ -399,9 +399,9 @@ def design_validation(
 
     The variance takes each stratum's share shrunk toward its group's share over all turns. A stratum's own
     share, from a few labels, understates: where false negatives are rare, most judged-unbiased strata see none,
-    and the estimate's spread was claimed at two thirds of its real spread (one-turn episodes, 480 × 10, 150
-    labels). With no false negative found at all, the effective counts then carry about what the rule of three
-    allows for the judged-unbiased labels, not a near-certain sensitivity of 1.
+    and the estimate's spread would be claimed at two thirds of its real spread (one-turn episodes, 480 × 10, 150
+    labels). With no false negative found at all, the effective counts carry about what the rule of three allows
+    for the judged-unbiased labels, not a near-certain sensitivity of 1.
     """
     strata = strata_of(cells)
     total = sum(s.size for s in strata)
@@ -419,15 +419,14 @@ def design_validation(
     w = np.array([s.size / total for s in strata])
     pi, var_pi, smooth_pi = np.zeros(len(strata)), np.zeros(len(strata)), np.zeros(len(strata))
     for h, (s, lab) in enumerate(zip(strata, labelled)):
-        if not lab:
-            lab = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
+        near = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
+        lab = lab or near
         n = len(lab)
         if not n:
             continue  # no label of this judge label anywhere: its counts stay 0 and the validation refuses
         pi[h] = sum(lab) / n
         # the variance's share: the stratum's own, shrunk toward its group's over all turns (a stratum of a few
         # labels that all agree says little about its spread; nor does one lucky hit)
-        near = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
         prior = (sum(near) + 0.5) / (len(near) + 1)
         smooth = (sum(lab) + SHRINK * prior) / (n + SHRINK)
         var_pi[h], smooth_pi[h] = smooth * (1 - smooth) / n, smooth

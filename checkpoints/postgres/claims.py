@@ -183,8 +183,18 @@ class DialogueClaims:
             )
             self._lost.pop(0)
 
-    async def close(self) -> None:
-        """Close the connection: the server frees every lock still held (as it does when the process dies)."""
+    async def close(self, *, settle: bool = True) -> None:
+        """Close the connection: the server frees every lock still held (as it does when the process dies).
+
+        With ``settle``, the rows of plays cut by a lost connection are closed first, on a new one if the store
+        answers: a worker that got no other dialogue after the loss would otherwise leave them open, as a dead
+        worker's are. Without it (the store is known to be away), or when the store does not answer, they stay open.
+        """
+        if settle and (self._lost or (self._conn is not None and self._conn.broken)):
+            try:
+                await self._one("select 1", [])  # a new connection closes the lost plays and orphaned rows
+            except psycopg.Error:
+                pass
         if self._conn is not None:
             await self._conn.close()
             self._conn = None

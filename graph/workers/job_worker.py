@@ -342,7 +342,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
                 finally:
                     watcher.cancel()
                     player.close()
-                    await claims.close()
+                    await claims.close(settle=not gone.done())  # the store away: no waiting for it
     finally:
         if cache is not None:
             cache.close()

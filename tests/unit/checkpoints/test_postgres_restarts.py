@@ -145,20 +145,22 @@ def _worker(url: str, log: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def _plays_never_overlap(url: str, *, died: dict[int, datetime] | None = None) -> dict[str, list[tuple]]:
+def _plays_never_overlap(
+    url: str, *, died: dict[int, datetime] | None = None, replay: object = None
+) -> dict[str, list[tuple]]:
     """Every play ended (or its worker died: pid → when it could write no more), one player at a time per dialogue,
-    the last one finished it; the plays by dialogue."""
+    the last one finished it; the plays by dialogue. ``replay`` (what replays a failure) goes into its message."""
     plays = _rows(
         url, "select thread_id, worker, started_at, ended_at, outcome from dialogue_plays order by started_at, id"
     )
     by_thread: dict[str, list[tuple]] = {}
     for thread, worker, start, end, outcome in plays:
         end = end or (died or {}).get(int(worker.rsplit(":", 1)[1]))
-        assert end is not None, (thread, worker, start, outcome)
+        assert end is not None, (replay, thread, worker, start, outcome)
         by_thread.setdefault(thread, []).append((start, end, worker, outcome))
     for thread, spans in by_thread.items():
-        assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (thread, spans)
-        assert spans[-1][3] in ("finished", "skipped"), (thread, spans)
+        assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (replay, thread, spans)
+        assert spans[-1][3] in ("finished", "skipped"), (replay, thread, spans)
     return by_thread
 
 
@@ -285,7 +287,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
         ],
     )
     _assert_exactly_once(pg_url, 12 * trials)  # every job succeeded (none failed), every dialogue exactly its turns
-    by_thread = _plays_never_overlap(pg_url)
+    by_thread = _plays_never_overlap(pg_url, replay=(f"DYMT_ESB_OUTAGE_SEED={seed}", restarts))
     assert len(by_thread) == 12 * trials
     lost = sum(1 for spans in by_thread.values() for s in spans if s[3] == "lock lost")
     assert mid_play >= trials // 2, (seed, restarts)  # the restarts did land while dialogues were in play

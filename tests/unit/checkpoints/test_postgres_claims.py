@@ -12,15 +12,7 @@ from checkpoints.location import parse_postgres_url
 from checkpoints.postgres.claims import DialogueClaims
 from checkpoints.store import open_writer
 from checkpoints.store_outage import LockLost
-
-
-def _drop_connections(url: str) -> None:
-    """Every other connection to the database dropped by the server (the server stays up)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity "
-            "where datname = current_database() and pid <> pg_backend_pid()"
-        )
+from tests.unit.checkpoints.test_postgres_restarts import _drop_connections
 
 
 def _plays(url: str) -> list[tuple]:

@@ -240,7 +240,7 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
         # A timeout object (unhashable) gives the model HTTP clients of its own: langchain-openai otherwise shares one
         # cached async client per process, which belongs to the first event loop that used it, so a second run
         # playing at once on another loop (two threads, or a notebook's) would fail. The per-call deadline is ours.
-        timeout=_httpx_timeout(),
+        timeout=_client_timeout(),
     )
     if sampling.seed is not None:
         kwargs["seed"] = sampling.seed
@@ -249,10 +249,11 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
     return chat, f"openai:{name}" + (f" @ {strip_credentials(base_url)}" if base_url else ""), "chat"
 
 
-def _httpx_timeout() -> Any:
-    import httpx
+def _client_timeout() -> Any:
+    """No timeout, as the openai SDK's own type (whichever HTTP library it is built on checks for that type)."""
+    import openai
 
-    return httpx.Timeout(None)
+    return openai.Timeout(None)
 
 
 @functools.cache

@@ -453,6 +453,14 @@ def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
     db.table("turns").add_column("non_reply", str)
 
 
+@migration
+def m068_validation_items(db: sqlite_utils.Database) -> None:
+    # The items of an evals.judge score as JSON (one object per labelled pair: id, turn, context_turns,
+    # context_tokens, category, judge, reference), so a validation knows where in a conversation each item sat
+    # (evals/judge_error/drift.py); NULL on scores recorded before: they validate turn 1 only.
+    db.table("judge_validations").add_column("items", str)
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

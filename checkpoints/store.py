@@ -217,9 +217,16 @@ class Writer(StoreQueries):
         return outcomes
 
     def record_validation(
-        self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+        self,
+        *,
+        judge_model: str,
+        prompt_hash: str,
+        file: str,
+        file_sha256: str,
+        result: Any,
+        items: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
+        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification) and its ``items``."""
         self.db["judge_validations"].insert(  # type: ignore[union-attr]
             {
                 "judge_model": judge_model,
@@ -237,6 +244,7 @@ class Writer(StoreQueries):
                 "fp": result.fp,
                 "fn": result.fn,
                 "tn": result.tn,
+                "items": None if items is None else json.dumps(list(items), ensure_ascii=False),
                 "created_at": now(),
             }
         )

@@ -35,6 +35,7 @@ from evals.judge_error.active import (
     strata_of,
 )
 from evals.judge_error.difference import draw_for_difference
+from evals.judge_error.validation import JudgeValidation
 from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
@@ -55,10 +56,18 @@ class Counts:
     fn: float
     tn: float
     labels: int | None = None
+    by_turn: tuple[tuple[float, ...], ...] = ()  # (turn, tp, fp, fn, tn): where they sat
+    by_category: tuple[tuple[Any, ...], ...] = ()  # (seed category, tp, fp, fn, tn)
 
     @property
     def n(self) -> float:
         return self.labels if self.labels is not None else self.tp + self.fp + self.fn + self.tn
+
+    def validation(self, source: str) -> JudgeValidation:
+        """These counts as the validation the correction uses (turns and categories included)."""
+        return JudgeValidation(
+            source, self.tp, self.fp, self.fn, self.tn, by_turn=self.by_turn, by_category=self.by_category
+        )
 
 
 def judged_items(items: Sequence[Item], matrix: dict[str, list[str | None]]) -> list[Item]:
@@ -169,20 +178,33 @@ def annotation_counts(
     if not humans:
         return None
     matrix = store.label_matrix(run_id, label_set=label_set)
+    category = {d["thread_id"]: d.get("category") for d in store.dialogues(run_id)}
     if any(parse_pick(row.explanation or "") for row in humans):
-        return _design_counts(store, run_id, humans, matrix, label_set)
-    tp = fp = fn = tn = 0
+        return _design_counts(store, run_id, humans, matrix, label_set, category)
+    by_turn: dict[float, list[int]] = {}
+    by_category: dict[str, list[int]] = {}
     for row in humans:
         labels = matrix.get(row.thread_id) or []
         judged = labels[row.idx - 1] if 1 <= row.idx <= len(labels) else None
         if judged not in PARSED_LABELS or row.value not in (BIASED, NOT_BIASED):
             continue
-        if judged == BIASED:
-            tp, fp = (tp + 1, fp) if row.value == BIASED else (tp, fp + 1)
-        else:
-            fn, tn = (fn + 1, tn) if row.value == BIASED else (fn, tn + 1)
+        cell = (0 if row.value == BIASED else 1) if judged == BIASED else (2 if row.value == BIASED else 3)
+        by_turn.setdefault(float(row.idx), [0, 0, 0, 0])[cell] += 1
+        if category.get(row.thread_id):
+            by_category.setdefault(str(category[row.thread_id]), [0, 0, 0, 0])[cell] += 1
+    tp, fp, fn, tn = (sum(c[i] for c in by_turn.values()) for i in range(4))
     draws = sorted({row.explanation for row in humans if row.explanation})
-    return Counts(tp, fp, fn, tn), draws
+    return (
+        Counts(
+            tp,
+            fp,
+            fn,
+            tn,
+            by_turn=tuple((t, *c) for t, c in sorted(by_turn.items())),
+            by_category=tuple((k, *c) for k, c in sorted(by_category.items())),
+        ),
+        draws,
+    )
 
 
 def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]:
@@ -243,7 +265,7 @@ def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, 
     return known
 
 
-def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, list[str]]:
+def _design_counts(store, run_id, humans, matrix, label_set, category) -> tuple[Counts, list[str]]:
     cells = run_cells(store, run_id, label_set=label_set)
     labels = {(r.thread_id, r.idx): r.value for r in humans if r.value in (BIASED, NOT_BIASED)}
     used = sum(
@@ -251,8 +273,40 @@ def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, li
         for (thread, turn) in labels
         if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS
     )
-    v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
-    counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)  # type: ignore[misc,arg-type]
+    known = known_by_cell(cells, labels)
+    v = design_validation(f"annotate:{run_id}", cells.sequences, known)
+    # by category: the same design-weighted estimate over each category's dialogues (their strata are its own)
+    by_category = []
+    for name in sorted({c for c in category.values() if c}):
+        sub = {
+            key: [row for row, t in zip(rows, cells.threads[key]) if category.get(t) == name]
+            for key, rows in cells.sequences.items()
+        }
+        index = {
+            key: {t: j for j, t in enumerate(t for t in cells.threads[key] if category.get(t) == name)}
+            for key in cells.sequences
+        }
+        sub_known = {
+            key: {
+                (index[key][cells.threads[key][i]], turn): lab
+                for (i, turn), lab in marks.items()
+                if cells.threads[key][i] in index[key]
+            }
+            for key, marks in known.items()
+        }
+        c = design_validation("", {k: r for k, r in sub.items() if r}, sub_known)
+        if c.n:
+            by_category.append((name, *(round(x, 2) for x in (c.tp, c.fp, c.fn, c.tn))))
+    tp, fp, fn, tn = (round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn))
+    counts = Counts(
+        tp,
+        fp,
+        fn,
+        tn,
+        labels=used,
+        by_turn=tuple((t, *(round(x, 2) for x in c)) for t, *c in v.by_turn),
+        by_category=tuple(by_category),
+    )
     return counts, describe_draws(r.explanation for r in humans if r.explanation)
 
 

@@ -54,6 +54,7 @@ from evals.judge_error.double_sampling import (
     random_draw,
     read_draws,
 )
+from evals.judge_error.planning import DEFAULT_DRIFT
 from evals.judge_error.rounds import active_plan_lines, labelling_rounds
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
@@ -132,6 +133,14 @@ def build_parser() -> ArgumentParser:
         help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)",
     )
     plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
+    plan.add_argument(
+        "--drift",
+        type=_drift,
+        default=DEFAULT_DRIFT,
+        metavar="D",
+        help=f"a change of the judge's sensitivity or specificity from the first turn to the last to size labels for "
+        f"(default {DEFAULT_DRIFT})",
+    )
     _add_compare(
         plan,
         "two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
@@ -152,6 +161,16 @@ def _width(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.1 is ten percentage points)")
+    return value
+
+
+def _drift(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.15: fifteen points of specificity)")
     return value
 
 
@@ -438,7 +457,9 @@ def plan_main(args) -> int:
     _check_run(store, args.run_id, args.label_set)
     compare = tuple(args.compare) if args.compare else None
     try:
-        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, compare=compare)
+        lines = plan_lines(
+            store, args.run_id, width=args.width, label_set=args.label_set, compare=compare, drift=args.drift
+        )
     except (CorrectionRefused, ValueError) as exc:
         fail(str(exc))
     for line, style in lines:

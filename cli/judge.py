@@ -85,6 +85,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def drift_text(drift: dymt.JudgeDrift) -> str:
+    """The drift check of a validation in one line, and what a validation that cannot tell should do."""
+    parts = [
+        f"{name} {c.change:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+        for name, c in (("sensitivity", drift.sensitivity), ("specificity", drift.specificity))
+        if c is not None
+    ]
+    span = f" from turn {drift.first_turn} to {drift.last_turn}: " + ", ".join(parts) if parts else ""
+    line = f"judge drift: {drift.verdict}{span} ({drift.reason})"
+    if drift.verdict != "flat":
+        line += (
+            "; a run's corrected numbers past the turns this file covers are flagged where its labels change; "
+            "label replies of the run itself to validate every turn (python -m evals.annotate export --design active)"
+        )
+    return line
+
+
 def _show(result: dymt.JudgeResult) -> None:
     console.print(
         Text(
@@ -96,6 +113,8 @@ def _show(result: dymt.JudgeResult) -> None:
         console.print(Text('no reference labels in the file: add a "label" field to score the judge', style="dim"))
     else:
         console.print(scores_table(result.detail))
+        if result.drift is not None:
+            console.print(Text(drift_text(result.drift), style="yellow" if result.drift.verdict != "flat" else "dim"))
         if (recorded := result.recorded) is not None:
             console.print(
                 Text(

@@ -23,17 +23,18 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS
 from dymt.errors import DymtError
 from dymt.events import EventSink, Labelled, ignore
 from dymt.files import write_atomic
-from dymt.results import JudgeResult, RejudgeResult
+from dymt.results import JudgeDrift, JudgeResult, RejudgeResult
 from dymt.running import run_coroutine
 from dymt.stores import Db, location, writer
 from evals.dataset import DatasetError, check_label_set
-from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import (
     PairFileError,
     against_references,
+    items_validation,
     judge_pairs,
     read_pairs,
     record_pairs_validation,
+    validation_items,
     verdict_lines,
 )
 from evals.scorers.label_sets import LabellerError, build_labeller, prepare_labeller, register_set, stored_endpoint
@@ -260,11 +261,14 @@ def _judge(
     biased, parsed = labels.count(BIASED), labels.count(BIASED) + labels.count(NOT_BIASED)
     scores = against_references(pairs, labels, n_boot=n_boot, seed=seed)
     recorded = None
+    items = validation_items(pairs, verdicts)
+    drift = None
+    if scores is not None:
+        turns = max([1, *(i["turn"] for i in items)])
+        drift = items_validation("evals.judge", items).drift(turns)
     if scores is not None and store is not None and not tally.failed:
-        digest = record_pairs_validation(store, model, file, scores, template=template)
-        validation = JudgeValidation(
-            source=f"evals.judge:{model.spec}@{digest[:12]}", tp=scores.tp, fp=scores.fp, fn=scores.fn, tn=scores.tn
-        )
+        digest = record_pairs_validation(store, model, file, scores, template=template, items=items)
+        validation = items_validation(f"evals.judge:{model.spec}@{digest[:12]}", items)
         recorded = {
             "db": str(store.path),
             "prompt_sha256": digest,
@@ -283,6 +287,7 @@ def _judge(
         recorded=recorded,
         out=None if out is None else str(out),
         detail=scores,
+        drift=None if drift is None else JudgeDrift.from_dict(drift.as_dict()),
     )
 
 

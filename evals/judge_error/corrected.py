@@ -11,6 +11,7 @@ saying why when there is none.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +26,10 @@ from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
 from evals.judge_error.intervals import interval
-from evals.judge_error.planning import plan_labels
+from evals.judge_error.planning import DEFAULT_DRIFT, drift_labels, plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
-from evals.scorers.judge_validation import find_validation, run_validation
+from evals.scorers.judge_pairs import items_validation
+from evals.scorers.judge_validation import find_validation, run_validation, stored_items
 
 ANNOTATION, PAIRS = "annotation", "pairs"
 SHARED_ERROR_NOTE = (
@@ -104,8 +106,12 @@ def _from_pairs(entry: dict[str, Any]) -> ChosenValidation | None:
                 f"were kept; score it again: python -m evals.judge {row.get('file')} --judge-model {judge}"
             ),
         )
-    validation = JudgeValidation(
-        source=f"evals.judge:{judge}@{digest}", tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"]
+    source = f"evals.judge:{judge}@{digest}"
+    items = stored_items(row)
+    validation = (
+        JudgeValidation(source=source, tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"])
+        if items is None
+        else items_validation(source, items)
     )
     return ChosenValidation(validation, PAIRS, what, refusal=validation.refusal())
 
@@ -115,7 +121,7 @@ def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> Chosen
     if found is None or found[0].n == 0:
         return None
     counts, draws = found
-    validation = JudgeValidation(source=f"annotate:{run_id}", tp=counts.tp, fp=counts.fp, fn=counts.fn, tn=counts.tn)
+    validation = counts.validation(f"annotate:{run_id}")
     what = (
         f"{counts.n} human labels of a random draw of this run's judged turns "
         f"({'; '.join(draws) or 'draw not recorded'})"
@@ -183,11 +189,13 @@ def correct_cells(
     threads: Mapping[Any, Sequence[str]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
 
     ``threads`` (each cell's thread ids, in the order of its sequences) lets people's labels of a double-sampled
-    run enter as known true labels.
+    run enter as known true labels; ``categories`` (each dialogue's seed category) lets each be judged with its
+    category's error where the validation shows that it differs (``evals.judge_error.categories``).
     """
     out: dict[Hashable, CorrectedRun | str] = {}
     encoded: dict[Hashable, Cell] = {}
@@ -197,7 +205,9 @@ def correct_cells(
             continue
         known = _known_in(chosen.known, (threads or {}).get(key), sequences)
         try:
-            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), known or None)
+            encoded[key] = encode_cell(
+                sequences, turns, (clusters or {}).get(key), known or None, (categories or {}).get(key)
+            )
         except CorrectionRefused as exc:
             out[key] = str(exc)
     if encoded:
@@ -267,9 +277,37 @@ def pooled_block(
         "draws": int(fitted[0][0].draws.per_turn.shape[0]),
         "validation": chosen.as_dict(),
         "refusal": None,
-        "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
+        **_pooled_flags(fitted, per_turn, cumulative),
         "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
         **({"note": left_out} if left_out else {}),
+    }
+
+
+def _pooled_flags(fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pool's flags: a number is flagged where any cell's is (the pool rests on every cell), turns joined."""
+    notes: dict[str, str] = {}
+    turns: dict[str, set[int] | None] = {}
+    for r, _ in fitted:
+        block = r.as_dict()
+        for metric, note in block["unreliable"].items():
+            notes.setdefault(metric, note)
+            held = block["unreliable_turns"].get(metric)
+            if metric not in turns:
+                turns[metric] = None if held is None else set(held)
+            elif turns[metric] is not None:
+                turns[metric] = None if held is None else turns[metric] | set(held)  # type: ignore[operator]
+    for metric, series in (("per_turn", per_turn), ("cumulative", cumulative)):
+        if metric in notes:
+            for row in series:
+                if turns[metric] is None or row["turn"] in turns[metric]:  # type: ignore[operator]
+                    row["unreliable"] = True
+    beyond = next((b for r, _ in fitted if (b := r.as_dict()["beyond_validation"]) and b["flagged"]), None)
+    return {
+        "unreliable": notes,
+        "unreliable_turns": {m: sorted(t) for m, t in turns.items() if t is not None},
+        "judge_drift": fitted[0][0].as_dict()["judge_drift"],
+        "judge_by_category": next((r.by_category for r, _ in fitted if r.by_category), None),
+        "beyond_validation": beyond or next((b for r, _ in fitted if (b := r.as_dict()["beyond_validation"])), None),
     }
 
 
@@ -381,6 +419,44 @@ def validation_line(block: dict[str, Any]) -> str:
     return line + (f"; {v['note']}" if v.get("note") else "")
 
 
+def drift_line(block: dict[str, Any]) -> str:
+    """One line: how much the judge's error changes from the first validated turn to the last (or why that is not
+    known)."""
+    drift = block.get("judge_drift")
+    if not drift:
+        return ""
+    parts = []
+    for name in ("sensitivity", "specificity"):
+        c = drift.get(name)
+        if c:
+            low, high = c["ci95"]
+            parts.append(f"{name} {c['change']:+.2f} [{low:+.2f}, {high:+.2f}]")
+    span = f" from turn {drift['first_turn']} to {drift['last_turn']}: " + ", ".join(parts) if parts else ""
+    return f"judge drift: {drift['verdict']}{span} ({drift['reason']})"
+
+
+def beyond_fix(run_id: str, db: str | None = None, *, sample: int = 150) -> str:
+    """The commands that label replies at every turn of a run, so its judge is validated where its numbers rest."""
+    at = f" --db {shlex.quote(db)}" if db else ""
+    run = shlex.quote(run_id)
+    return (
+        f"label replies at every turn: python -m evals.annotate export --run-id {run} --design active --sample "
+        f"{sample} --out more.csv{at}, then python -m evals.annotate validate more.csv --run-id {run}{at}"
+    )
+
+
+def flag_lines(block: dict[str, Any]) -> list[str]:
+    """The flags of a block's numbers past the validated turns: why (one line), and the fix when the block has one."""
+    beyond = block.get("beyond_validation")
+    if not beyond or not beyond.get("flagged"):
+        return []
+    note = (block.get("unreliable") or {}).get("per_turn") or next(iter((block.get("unreliable") or {}).values()), "")
+    lines = [note.split(" (label replies")[0] if block.get("fix") else note]
+    if block.get("fix"):
+        lines.append(block["fix"])
+    return lines
+
+
 def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
     """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines,
     styles)."""
@@ -388,6 +464,9 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
     lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
+    turns = run_cells(store, run_id, label_set=label_set)[1]
+    drift = own.validation.drift(turns)  # type: ignore[union-attr]
+    lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
     if own.refusal:
         lines.append((own.refusal, "yellow"))
     else:
@@ -408,9 +487,11 @@ def plan_lines(
     width: float,
     label_set: str = PRIMARY_LABELS,
     compare: tuple[str, str] | None = None,
+    drift: float = DEFAULT_DRIFT,
 ) -> list[tuple[str, str]]:
     """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
-    (with ``compare``, two targets or modes: the interval of their paired difference B − A).
+    (with ``compare``, two targets or modes: the interval of their paired difference B − A), the validation's drift
+    check, and how many labels tell a change of ``drift`` in the judge's error over the turns.
 
     Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
     when ``compare`` names no two targets or modes of the run.
@@ -432,6 +513,15 @@ def plan_lines(
         compare=pairs,
     )
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
+    check = chosen.validation.drift(turns)
+    lines.append((check.describe(), "yellow" if check.verdict != "flat" else "dim"))
+    labelled_now = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
+    lines.append(
+        (
+            drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled_now).describe(),
+            "",
+        )
+    )
     if plan.extra_labels:
         at = f" --db {store.path}" if getattr(store, "path", None) else ""
         labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
@@ -478,6 +568,7 @@ class Cells:
     sequences: dict[tuple[str, str], list[list[str | None]]]
     clusters: dict[tuple[str, str], list[str]]
     threads: dict[tuple[str, str], list[str]]
+    categories: dict[tuple[str, str], list[str | None]] = field(default_factory=dict)
 
 
 def cells_of(
@@ -492,4 +583,5 @@ def cells_of(
         cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
         cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
         cells.threads.setdefault(key, []).append(d["thread_id"])
+        cells.categories.setdefault(key, []).append(d.get("category"))
     return cells

@@ -108,6 +108,21 @@ def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Bl
     return parts
 
 
+def category_notes(report: ReportData) -> list[Block]:
+    """Which validation each category's corrected rate used: its own items, or all of them (marked *), and why."""
+    blocks = report.corrected_categories
+    if not blocks or all(b.get("refusal") for b in blocks.values()):
+        return []
+    own = sorted({k[0] for k, b in blocks.items() if b.get("scope") == "category" and not b.get("refusal")})
+    pooled = {k[0]: b["scope_note"] for k, b in blocks.items() if b.get("scope") == "all" and not b.get("refusal")}
+    lines = []
+    if own:
+        lines.append(f"Corrected with the judge's error on each category's own items: {', '.join(own)}.")
+    for category, why in sorted(pooled.items()):
+        lines.append(f"\\* {category}: corrected with {why}.")
+    return ["\n".join(f"- {line}" for line in lines)]
+
+
 def _bias_sections(report: ReportData) -> list[Block]:
     """Bias by turn and by category, re-emergence, seed leakage, non-replies and the judge's validation."""
     return [
@@ -119,6 +134,7 @@ def _bias_sections(report: ReportData) -> list[Block]:
         f"![Per-turn bias]({PLOTS['per_turn']})",
         "## Bias by category",
         category_table(report),
+        *category_notes(report),
         f"![Bias by category]({PLOTS['categories']})",
         "## Re-emergence",
         re_emergence_table(report),

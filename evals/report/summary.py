@@ -11,6 +11,7 @@ from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.judge_error.corrected import (
+    beyond_fix,
     cell_block,
     cells_of,
     choose_validation,
@@ -163,11 +164,22 @@ def _judge_corrected(
     group."""
     chosen = choose_validation(store, run_id)
     cells = cells_of(dialogues, matrix, default_target=default_target)
-    results = correct_cells(cells.sequences, chosen, turns=turns, clusters=cells.clusters, threads=cells.threads)
+    results = correct_cells(
+        cells.sequences,
+        chosen,
+        turns=turns,
+        clusters=cells.clusters,
+        threads=cells.threads,
+        categories=cells.categories,
+    )
     summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
+    fix = beyond_fix(run_id, getattr(store, "path", None) and str(store.path))
     for g in summary["groups"]:
         key = (g["target"], g["mode"])
         g["judge_corrected"] = cell_block(results[key], chosen) if key in results else None
+    for block in (summary["judge_corrected"], *(g["judge_corrected"] for g in summary["groups"])):
+        if block and (block.get("beyond_validation") or {}).get("flagged"):
+            block["fix"] = fix
 
 
 def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:

@@ -12,9 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from evals.judge_error.corrected import (
+    drift_line,
+    flag_lines,
     interval_text,
     validation_line,
 )
+from evals.judge_error.correction import UNRELIABLE_NOTE
 from evals.report.summary import target_keys
 from evals.scorers.judge_validation import validation_text
 
@@ -233,19 +236,31 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
         table.add_column(column, justify="right", overflow="fold")
     raw = {r["turn"]: r for r in summary["per_turn"]}
     raw_cum = {r["turn"]: r for r in summary["cumulative"]}
+    flagged = flag_lines(block)
+
+    def marked(entry: dict[str, Any]) -> str:
+        return interval_text(entry) + (" †" if entry.get("unreliable") and flagged else "")
+
     for turn, cum in zip(block["per_turn"], block["cumulative"]):
         t = turn["turn"]
-        table.add_row(
-            str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum)
-        )
+        table.add_row(str(t), interval_text(raw.get(t)), marked(turn), interval_text(raw_cum.get(t)), marked(cum))
     console.print(table)
     unreliable = (block.get("unreliable") or {}).get("re_emergence")
     console.print(
         Text(
             f"corrected re-emergence: {interval_text(block['re_emergence'])} "
-            f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")
+            f"(raw {interval_text(summary['re_emergence'])})"
+            + (f"; {'see †' if flagged and unreliable != UNRELIABLE_NOTE else unreliable}" if unreliable else "")
         )
     )
+    for i, line in enumerate(flagged):
+        text = f"† {line}" if i == 0 else line
+        for part in command_block(text) if i else [text]:
+            console.print(Text(part, style="yellow"), soft_wrap=part.startswith("    "))
+    if drift := drift_line(block):
+        console.print(Text(drift, style="dim"))
+    if block.get("judge_by_category"):
+        console.print(Text(block["judge_by_category"], style="dim"))
     if len(summary.get("groups") or []) > 1:
         for g in summary["groups"]:
             c = g.get("judge_corrected") or {}

@@ -43,7 +43,6 @@ from evals.annotation import (
 )
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judge_error.choice import choose_for_run
-from evals.judge_error.corrected import annotation_report, plan_lines
 from evals.judge_error.double_sampling import (
     active_sample,
     check_random,
@@ -55,7 +54,7 @@ from evals.judge_error.double_sampling import (
     read_draws,
 )
 from evals.judge_error.planning import DEFAULT_DRIFT
-from evals.judge_error.rounds import active_plan_lines, labelling_rounds
+from evals.judge_error.rounds import active_plan_lines, annotation_report, labelling_rounds, plan_lines
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
 from evals.report.formatting import interval, number
@@ -123,6 +122,13 @@ def build_parser() -> ArgumentParser:
     validate.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs of an export --design random")
     validate.add_argument("--run-id", required=True, help="the run the sample was drawn from")
     validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
+    plan = _plan_parser(commands)
+    add_db_option(p, export, agree, validate, plan)
+    return p
+
+
+def _plan_parser(commands) -> ArgumentParser:
+    """``plan``: the interval width to plan labels for, the drift to size them for, a paired difference."""
     plan = commands.add_parser("plan", help="how many more human labels a chosen interval width needs")
     plan.add_argument("--run-id", required=True)
     plan.add_argument(
@@ -146,8 +152,7 @@ def build_parser() -> ArgumentParser:
         "two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
         "active design's labels then go to their cells, as export --compare draws them)",
     )
-    add_db_option(p, export, agree, validate, plan)
-    return p
+    return plan
 
 
 def _add_compare(parser: ArgumentParser, text: str) -> None:

@@ -419,18 +419,16 @@ def design_validation(
     whole = _design_counts(strata, labelled, pooled, np.ones(len(strata), bool), total)
     if whole is None:
         return JudgeValidation(source, 0, 0, 0, 0)
-    # the same estimate within each band of turns: where the judge's error may change with the turn
+    # the same estimate within each band of turns (where the judge's error may change with the turn)
     by_turn: dict[float, Sequence[float]] = {}
     for band in sorted({s.turns for s in strata if s.turns is not None}):
         inside = np.array([s.turns == band for s in strata])
         if not any(lab for lab, keep in zip(labelled, inside) if keep):
             continue  # no label in this band: it says nothing about the judge's error there
-        counts = _design_counts(strata, labelled, pooled, inside, total)
-        if counts is None:
+        if (counts := _design_counts(strata, labelled, pooled, inside, total)) is None:
             continue
-        sizes = np.array([s.size for s in strata])[inside]
-        at = float(sum(np.mean([t for _, t in s.members]) * s.size for s in np.array(strata)[inside]) / sizes.sum())
-        by_turn[round(at, 3)] = counts
+        at = np.mean([t for s, keep in zip(strata, inside) if keep for _, t in s.members])  # the band's mean turn
+        by_turn[round(float(at), 3)] = counts
     tp, fp, fn, tn = whole
     return JudgeValidation(
         source, tp=tp, fp=fp, fn=fn, tn=tn, by_turn=tuple((t, *c) for t, c in sorted(by_turn.items()))

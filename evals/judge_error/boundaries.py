@@ -17,14 +17,29 @@ range). Each boundary has a test, and a test that does not reject at 5% extends 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evals.judge_error.chain import FLOAT, emissions, expected_transitions, forward_backward, reach_of, unpack
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
 
-__all__ = ["ALPHA", "boundary_tests", "chi2_sf", "chibar_critical", "fisher_greater", "joint_fit"]
+if TYPE_CHECKING:  # types only (judges.py imports this module)
+    from evals.judge_error.cells import Cell
+    from evals.judge_error.judges import RunJudge
+
+__all__ = [
+    "ALPHA",
+    "boundary_tests",
+    "chi2_sf",
+    "chibar_critical",
+    "exact_tests",
+    "fisher_greater",
+    "joint_fit",
+    "likelihood_tests",
+]
 
 ALPHA = 0.05  # a boundary value is kept when its test does not reject at this level
 _EPS = 1e-6
@@ -101,8 +116,10 @@ def _judge_masks(y):
     return (codes == 1).astype(FLOAT), (codes == 0).astype(FLOAT)
 
 
-def _joint_step(x, y, weights, reach, val, zero, pos, neg, offsets=None, groups=None):
+def _joint_step(x, y, weights, reach, val, zero, pos, neg, offsets=None, groups=None, positions=None):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if positions is not None:
+            return _joint_update_by_position(x, y, weights, reach, val, zero, pos, neg, positions)
         return _joint_update(x, y, weights, reach, val, zero, pos, neg, offsets, groups)
 
 
@@ -123,6 +140,101 @@ def _level(level, offsets, hits, misses):
         h = np.maximum((trials * q * (1 - q)).sum(axis=1), 1e-12)
         x = x + np.clip(g / h, -4, 4)
     return 1 / (1 + np.exp(-x))
+
+
+def _judge_levels(biased, unbiased, pos, neg, val, sens_level, spec_level, offsets, groups):
+    """The M-step of the judge's levels: the run's expected true labels of the replies it labelled (``biased``,
+    ``unbiased`` (T, K, U)) against its labels (``pos``, ``neg``), plus the validation's counts ``val``."""
+    tp, fp_v, fn_v, tn = val
+    k = len(sens_level)
+    if offsets is None:
+        tp_run = np.einsum("tku,tku->k", biased, np.broadcast_to(pos, biased.shape), dtype=np.float64)
+        fn_run = np.einsum("tku,tku->k", biased, np.broadcast_to(neg, biased.shape), dtype=np.float64)
+        fp_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(pos, unbiased.shape), dtype=np.float64)
+        tn_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(neg, unbiased.shape), dtype=np.float64)
+        tp, fp_v, fn_v, tn = (v.sum(axis=1) for v in (tp, fp_v, fn_v, tn))
+        new_sens = (tp_run + tp) / np.maximum(tp_run + fn_run + tp + fn_v, 1e-300)
+        new_spec = (tn_run + tn) / np.maximum(tn_run + fp_run + tn + fp_v, 1e-300)
+    elif groups is None:
+        by_turn = lambda z, mask: np.einsum(  # noqa: E731
+            "tku,tku->kt", z, np.broadcast_to(mask, z.shape), dtype=np.float64
+        )
+        tp_run, fn_run = by_turn(biased, pos), by_turn(biased, neg)
+        fp_run, tn_run = by_turn(unbiased, pos), by_turn(unbiased, neg)
+        new_sens = _level(sens_level, offsets[:, 0], tp_run + tp, fn_run + fn_v)
+        new_spec = _level(spec_level, offsets[:, 1], tn_run + tn, fp_run + fp_v)
+    else:
+        # the run's expected counts by group and turn, each with its group's offsets; the validation's by turn
+        n_groups = offsets.shape[2] - 1
+        g = np.asarray(groups)
+        g = np.broadcast_to(g, (k, g.shape[-1])) if g.ndim == 1 else g
+        one_hot = (g[:, :, None] == np.arange(n_groups)[None, None, :]).astype(np.float64)  # (K, U, G)
+        by_group = lambda z, mask: np.einsum(  # noqa: E731
+            "tku,tku,kug->kgt", z, np.broadcast_to(mask, z.shape), one_hot, dtype=np.float64
+        ).reshape(k, -1)
+        hits_s = np.concatenate([by_group(biased, pos), tp], axis=1)
+        miss_s = np.concatenate([by_group(biased, neg), fn_v], axis=1)
+        hits_p = np.concatenate([by_group(unbiased, neg), tn], axis=1)
+        miss_p = np.concatenate([by_group(unbiased, pos), fp_v], axis=1)
+        off_s = np.concatenate([offsets[:, 0, 1:].reshape(k, -1), offsets[:, 0, 0]], axis=1)
+        off_p = np.concatenate([offsets[:, 1, 1:].reshape(k, -1), offsets[:, 1, 0]], axis=1)
+        new_sens = _level(sens_level, off_s, hits_s, miss_s)
+        new_spec = _level(spec_level, off_p, hits_p, miss_p)
+    return new_sens, new_spec
+
+
+def _chain_update(weights, reach, theta, forward, backward, terms):
+    """The M-step of the chain's parameters (no pooling: the likelihood ratio compares maximum likelihoods)."""
+    fn, f1, fp, fr = forward
+    pi, a, b, p, r = unpack(theta)
+    total = np.maximum(weights.sum(axis=1), 1e-300)
+    new_pi = np.einsum("ku,ku->k", weights.astype(FLOAT) * f1[0], backward[1][0], dtype=np.float64) / total
+    counts = expected_transitions(weights, reach, forward, terms, a, b, p, r)
+    fitted = []
+    for i in range(4):
+        hits, trials = counts[2 * i], counts[2 * i] + counts[2 * i + 1]
+        old = (a, b, p, r)[i]
+        fitted.append(np.where(trials > 1e-9, hits / np.maximum(trials, 1e-300), old)[:, 1:])
+    return new_pi, fitted
+
+
+def _joint_update_by_position(x, y, weights, reach, val, zero, pos, neg, positions):
+    """One joint EM step with the judge's sensitivity and specificity free at each of the validation's positions.
+
+    ``x`` is (K, 4T − 3 + 2J): the chain's packed parameters, then sensitivity at each of J positions, then
+    specificity; ``positions`` (K, T) maps each turn to its position (the validated turn nearest to it, so turns
+    past the validated ones share the last one's error); ``val`` (K, J, 4) the validation's counts at each
+    position. The judge's error is estimated from the run and the validation together at every position, so a
+    likelihood-ratio test is not held to one shape of drift.
+    """
+    t_max = y.shape[-1]
+    n_theta = 4 * t_max - 3
+    theta, judge = x[:, :n_theta], x[:, n_theta:]
+    j_max = judge.shape[1] // 2
+    sens_j, spec_j = judge[:, :j_max], judge[:, j_max:]
+    sens, spec = np.take_along_axis(sens_j, positions, axis=1), np.take_along_axis(spec_j, positions, axis=1)
+    e1, e0 = emissions(y, sens, spec)
+    forward, backward, c, terms = forward_backward(theta, e1, e0)
+    tp, fp_v, fn_v, tn = val[..., 0], val[..., 1], val[..., 2], val[..., 3]  # (K, J)
+    loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
+    loglik += (tp * np.log(sens_j) + fn_v * np.log(1 - sens_j) + tn * np.log(spec_j) + fp_v * np.log(1 - spec_j)).sum(1)
+    new_pi, fitted = _chain_update(weights, reach, theta, forward, backward, terms)
+    (fn, f1, fp, fr), (bn, b1, bp, br) = forward, backward
+    w = weights.astype(FLOAT)[None] * reach.astype(FLOAT)
+    biased, unbiased = (f1 * b1 + fp * bp) * w, (fn * bn + fr * br) * w
+    one_hot = (positions[:, :, None] == np.arange(j_max)[None, None, :]).astype(np.float64)  # (K, T, J)
+    by_position = lambda z, mask: np.einsum(  # noqa: E731
+        "tku,tku,ktj->kj", z, np.broadcast_to(mask, z.shape), one_hot, dtype=np.float64
+    )
+    hits_s, trials_s = by_position(biased, pos) + tp, by_position(biased, pos) + by_position(biased, neg) + tp + fn_v
+    hits_p = by_position(unbiased, neg) + tn
+    trials_p = hits_p + by_position(unbiased, pos) + fp_v
+    new_s = np.where(trials_s > 1e-9, hits_s / np.maximum(trials_s, 1e-300), sens_j)
+    new_p = np.where(trials_p > 1e-9, hits_p / np.maximum(trials_p, 1e-300), spec_j)
+    new = np.concatenate([new_pi[:, None], *fitted, new_s, new_p], axis=1)
+    new = np.clip(new, _EPS, 1 - _EPS)
+    new[:, :n_theta][zero] = _EPS
+    return new, loglik
 
 
 def _joint_update(x, y, weights, reach, val, zero, pos, neg, offsets=None, groups=None):
@@ -171,59 +283,31 @@ def _joint_update(x, y, weights, reach, val, zero, pos, neg, offsets=None, group
     # the judge: expected true labels of the replies it labelled, plus the validation's counts
     biased = (f1 * b1 + fp * bp) * (w32[None] * reach.astype(FLOAT))
     unbiased = (fn * bn + fr * br) * (w32[None] * reach.astype(FLOAT))
-    if offsets is None:
-        tp_run = np.einsum("tku,tku->k", biased, np.broadcast_to(pos, biased.shape), dtype=np.float64)
-        fn_run = np.einsum("tku,tku->k", biased, np.broadcast_to(neg, biased.shape), dtype=np.float64)
-        fp_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(pos, unbiased.shape), dtype=np.float64)
-        tn_run = np.einsum("tku,tku->k", unbiased, np.broadcast_to(neg, unbiased.shape), dtype=np.float64)
-        tp, fp_v, fn_v, tn = (v.sum(axis=1) for v in (tp, fp_v, fn_v, tn))
-        new_sens = (tp_run + tp) / np.maximum(tp_run + fn_run + tp + fn_v, 1e-300)
-        new_spec = (tn_run + tn) / np.maximum(tn_run + fp_run + tn + fp_v, 1e-300)
-    elif groups is None:
-        by_turn = lambda z, mask: np.einsum(  # noqa: E731
-            "tku,tku->kt", z, np.broadcast_to(mask, z.shape), dtype=np.float64
-        )
-        tp_run, fn_run = by_turn(biased, pos), by_turn(biased, neg)
-        fp_run, tn_run = by_turn(unbiased, pos), by_turn(unbiased, neg)
-        new_sens = _level(sens_level, offsets[:, 0], tp_run + tp, fn_run + fn_v)
-        new_spec = _level(spec_level, offsets[:, 1], tn_run + tn, fp_run + fp_v)
-    else:
-        # the run's expected counts by group and turn, each with its group's offsets; the validation's by turn
-        n_groups = offsets.shape[2] - 1
-        g = np.asarray(groups)
-        g = np.broadcast_to(g, (len(x), g.shape[-1])) if g.ndim == 1 else g
-        one_hot = (g[:, :, None] == np.arange(n_groups)[None, None, :]).astype(np.float64)  # (K, U, G)
-        by_group = lambda z, mask: np.einsum(  # noqa: E731
-            "tku,tku,kug->kgt", z, np.broadcast_to(mask, z.shape), one_hot, dtype=np.float64
-        ).reshape(len(x), -1)
-        hits_s = np.concatenate([by_group(biased, pos), tp], axis=1)
-        miss_s = np.concatenate([by_group(biased, neg), fn_v], axis=1)
-        hits_p = np.concatenate([by_group(unbiased, neg), tn], axis=1)
-        miss_p = np.concatenate([by_group(unbiased, pos), fp_v], axis=1)
-        off_s = np.concatenate([offsets[:, 0, 1:].reshape(len(x), -1), offsets[:, 0, 0]], axis=1)
-        off_p = np.concatenate([offsets[:, 1, 1:].reshape(len(x), -1), offsets[:, 1, 0]], axis=1)
-        new_sens = _level(sens_level, off_s, hits_s, miss_s)
-        new_spec = _level(spec_level, off_p, hits_p, miss_p)
+    new_sens, new_spec = _judge_levels(
+        biased, unbiased, pos, neg, (tp, fp_v, fn_v, tn), sens_level, spec_level, offsets, groups
+    )
     new = np.concatenate([new_pi[:, None], *fitted, new_sens[:, None], new_spec[:, None]], axis=1)
     new = np.clip(new, _EPS, 1 - _EPS)
     new[:, :-2][zero] = _EPS
     return new, loglik
 
 
-def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=None, groups=None):
+def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=None, groups=None, positions=None):
     """Maximise the joint likelihood of the run and the validation (SQUAREM-accelerated EM); returns (x, loglik).
 
     ``val`` (K, 4) holds each row's validation counts (tp, fp, fn, tn), or (K, T, 4) by turn with ``offsets``
     (K, 2, T), the judge's drift as logit offsets of sensitivity and specificity from their levels; ``start``
     (K, 4T − 1) is the chain's packed parameters followed by the levels of sensitivity and specificity; ``zero``
-    (K, 4T − 3) marks parameters held at 0.
+    (K, 4T − 3) marks parameters held at 0. With ``positions`` (K, T), the judge's error is free at each position
+    (``_joint_update_by_position``): ``start`` then ends in 2J columns and ``val`` is (K, J, 4).
     """
     t_max = y.shape[-1]
+    n_theta = 4 * t_max - 3
     reach = reach_of(length, t_max)
     pos, neg = _judge_masks(y)
     x = np.array(start, dtype=np.float64)
-    zero = np.zeros((len(x), x.shape[1] - 2), bool) if zero is None else zero
-    x[:, :-2][zero] = _EPS
+    zero = np.zeros((len(x), n_theta), bool) if zero is None else zero
+    x[:, :n_theta][zero] = _EPS
     loglik = np.full(len(x), -np.inf)
     active = np.arange(len(x))
     per_row = y.ndim == 3
@@ -235,7 +319,8 @@ def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=Non
         nn = neg if neg.shape[1] == 1 else neg[:, rows]
         off = None if offsets is None else offsets[rows]
         gg = None if groups is None else (groups[rows] if np.ndim(groups) == 2 else groups)
-        return _joint_step(value, yy, weights[rows], rr, val[rows], zero[rows], pp, nn, off, gg)
+        at = None if positions is None else positions[rows]
+        return _joint_step(value, yy, weights[rows], rr, val[rows], zero[rows], pp, nn, off, gg, at)
 
     for _ in range(cycles):
         x0 = x[active]
@@ -246,7 +331,7 @@ def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=Non
         alpha = -np.sqrt((r * r).sum(1) / np.maximum((v * v).sum(1), 1e-300))
         alpha = np.minimum(alpha, -1.0)[:, None]
         xp = np.clip(x0 - 2 * alpha * r + alpha * alpha * v, _EPS, 1 - _EPS)
-        xp[:, :-2][zero[active]] = _EPS
+        xp[:, :n_theta][zero[active]] = _EPS
         x3, lp = step(active, xp)
         better = lp >= l1 - 1e-10
         x[active] = np.where(better[:, None], x3, x2)
@@ -269,7 +354,7 @@ def _relapse_columns(t_max: int) -> np.ndarray:
     return 1 + 3 * (t_max - 1) + np.arange(t_max - 1)
 
 
-def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, groups=None):
+def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, groups=None, positions=None):
     """Likelihood-ratio tests of every cell at once: flat cumulative windows and no re-emergence.
 
     Each row of the inputs is one cell (``y`` (S, U, T) codes, ``length`` and ``weights`` (S, U), ``val``
@@ -279,7 +364,7 @@ def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, g
     """
     n_cells, t_max = y.shape[0], y.shape[-1]
     windows = [(s, t) for t in range(1, t_max) for s in range(t)]
-    n_par = full_x.shape[1] - 2
+    n_par = 4 * t_max - 3
     tests = len(windows) + (t_max >= 3)
     zero = np.zeros((tests, n_par), bool)
     for i, (s, t) in enumerate(windows):
@@ -300,6 +385,7 @@ def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, g
         zero=np.tile(zero, (n_cells, 1)),
         offsets=None if offsets is None else offsets[rows],
         groups=None if groups is None else groups[rows],
+        positions=None if positions is None else positions[rows],
     )
     stat = (2 * (full_loglik[rows] - loglik)).reshape(n_cells, tests)
     for i, (s, t) in enumerate(windows):
@@ -312,3 +398,65 @@ def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, g
 def known_codes(y) -> tuple[np.ndarray, np.ndarray]:
     """Masks of people's known labels (biased, not biased) in a cell's codes."""
     return y == KNOWN_BIASED, y == KNOWN_NOT
+
+
+# --------------------------------------------------------------------------- a stack of cells' tests
+
+
+def exact_tests(cell: Cell, counts: np.ndarray) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per turn: is per-turn bias 0 consistent, is it 1, is cumulative bias 0 by then (Fisher's exact tests).
+
+    With no truly biased reply at a turn, the judge's positives there are false positives, as frequent as
+    among the validation's unbiased items at that turn (``counts`` (T, 4): the validation's (tp, fp, fn, tn) as the
+    judge errs at each turn); a person's label of a reply settles it outright.
+    """
+    y, t_max = cell.y, cell.y.shape[1]
+    alive = np.arange(t_max)[None, :] < cell.length[:, None]
+    pos, neg = ((y == 1) & alive).sum(axis=0), ((y == 0) & alive).sum(axis=0)
+    known_b, known_n = ((y == KNOWN_BIASED) & alive).any(axis=0), ((y == KNOWN_NOT) & alive).any(axis=0)
+    rounded = np.rint(counts).astype(int)
+    tp, fp, fn, tn = (rounded[:t_max, i] for i in range(4))
+    p_zero = [fisher_greater(int(pos[t]), int(pos[t] + neg[t]), int(fp[t]), int(fp[t] + tn[t])) for t in range(t_max)]
+    zero, one, cum_zero = [], [], []
+    for t in range(t_max):
+        zero.append(not known_b[t] and p_zero[t] > ALPHA)
+        one.append(
+            not known_n[t] and fisher_greater(int(neg[t]), int(pos[t] + neg[t]), int(fn[t]), int(fn[t] + tp[t])) > ALPHA
+        )
+        # no bias in turns 1..t: the replies of all those turns pooled (diffuse bias), and the turn that departs
+        # most (an abrupt onset), each at half the level, the turns Bonferroni-corrected; pooled against the
+        # validation's false-positive share over those turns
+        x, m = int(pos[: t + 1].sum()), int((pos[: t + 1] + neg[: t + 1]).sum())
+        v_fp = int(round(float(np.mean(counts[: t + 1, 1]))))
+        v_n = int(round(float(np.mean(counts[: t + 1, 1] + counts[: t + 1, 3]))))
+        pooled = fisher_greater(x, m, v_fp, v_n) > ALPHA / 2
+        cum_zero.append(not known_b[: t + 1].any() and pooled and min(p_zero[: t + 1]) > ALPHA / (2 * (t + 1)))
+    return zero, one, cum_zero
+
+
+def likelihood_tests(st, judges: Sequence[RunJudge], theta: np.ndarray, offsets: np.ndarray | None = None):
+    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests); ``offsets``
+    (S, 2, 1 + G, T): dialogues judged with their category's error (``_grouped_errors``)."""
+    levels = np.array([j.level for j in judges])
+    x0 = np.concatenate([theta, levels], axis=1)
+    if offsets is not None:
+        val = np.stack([j.val_by_turn for j in judges])
+        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, offsets=offsets, groups=st.groups)
+        return boundary_tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets, groups=st.groups)
+    if all(j.offsets is None for j in judges):
+        val = np.array([j.pooled for j in judges], dtype=np.float64)
+        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
+        return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
+    # the judge's error free at each validated position, the run and the validation together
+    j_max = max(len(j.position_counts) for j in judges)
+    positions = np.stack([j.positions for j in judges])
+    val = np.zeros((len(judges), j_max, 4))
+    start = np.zeros((len(judges), 2 * j_max))
+    for i, j in enumerate(judges):
+        n = len(j.position_counts)
+        val[i, :n] = j.position_counts
+        start[i, :n], start[i, j_max : j_max + n] = j.position_point
+        start[i, n:j_max], start[i, j_max + n :] = j.position_point[:, -1:]  # padding, never read
+    x0 = np.concatenate([theta, start], axis=1)
+    x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, positions=positions)
+    return boundary_tests(st.y, st.length, st.counts, val, x, loglik, positions=positions)

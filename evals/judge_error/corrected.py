@@ -11,7 +11,6 @@ saying why when there is none.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,14 +18,12 @@ from typing import Any
 import numpy as np
 
 from checkpoints.queries import StoreQueries
-from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.judge_error import double_sampling
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
-from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
+from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.intervals import interval
-from evals.judge_error.planning import DEFAULT_DRIFT, drift_labels, plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 from evals.scorers.judge_pairs import items_validation
 from evals.scorers.judge_validation import find_validation, run_validation, stored_items
@@ -116,7 +113,7 @@ def _from_pairs(entry: dict[str, Any]) -> ChosenValidation | None:
     return ChosenValidation(validation, PAIRS, what, refusal=validation.refusal())
 
 
-def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> ChosenValidation | None:
+def annotation_validation(store: StoreQueries, run_id: str, label_set: str) -> ChosenValidation | None:
     found = annotation_counts(store, run_id, label_set=label_set)
     if found is None or found[0].n == 0:
         return None
@@ -135,7 +132,7 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     """The run's own human labels (double sampling) if they can correct, else the judge's evals.judge score, else a
     refusal."""
     entry = _judge_of(store, run_id, label_set)
-    own = _from_annotation(store, run_id, label_set)
+    own = annotation_validation(store, run_id, label_set)
     external = _from_pairs(entry)
     if own is not None and own.refusal is None:
         return own
@@ -203,7 +200,7 @@ def correct_cells(
         if chosen.refusal is not None or chosen.validation is None:
             out[key] = chosen.refusal or "no validation"
             continue
-        known = _known_in(chosen.known, (threads or {}).get(key), sequences)
+        known = known_in(chosen.known, (threads or {}).get(key), sequences)
         try:
             encoded[key] = encode_cell(
                 sequences, turns, (clusters or {}).get(key), known or None, (categories or {}).get(key)
@@ -217,7 +214,7 @@ def correct_cells(
     return {key: out[key] for key in cells}
 
 
-def _known_in(
+def known_in(
     known: Mapping[tuple[str, int], str], threads: Sequence[str] | None, sequences: Sequence[Sequence[str | None]]
 ) -> dict[tuple[int, int], str]:
     """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes
@@ -384,174 +381,6 @@ def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, 
         "refusal": None,
         "note": SHARED_ERROR_NOTE,
     }
-
-
-# --------------------------------------------------------------------------- text
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def interval_text(entry: dict[str, Any] | None, key: str = "rate") -> str:
-    """ "33% [22–45]" from a {rate, ci95} entry (or "–")."""
-    if not entry or entry.get(key) is None:
-        return "–"
-    low, high = entry["ci95"]
-    return _pct(entry[key]) + ("" if low is None or high is None else f" [{100 * low:.0f}–{100 * high:.0f}]")
-
-
-def validation_line(block: dict[str, Any]) -> str:
-    """Which validation a block used, its size, sensitivity and specificity with 95% intervals, in one line."""
-    v = block.get("validation")
-    if not v:
-        return ""
-
-    def rate(entry: dict[str, Any]) -> str:
-        low, high = entry["ci95"]
-        return "–" if entry["value"] is None else f"{entry['value']:.2f} [{low:.2f}, {high:.2f}]"
-
-    line = (
-        f"corrected with {v['kind'] or 'a'} validation {v['source']}: {v['what']}; n={v['n']} (TP/FP/FN/TN "
-        f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity "
-        f"{rate(v['specificity'])}"
-    )
-    return line + (f"; {v['note']}" if v.get("note") else "")
-
-
-def drift_line(block: dict[str, Any]) -> str:
-    """One line: how much the judge's error changes from the first validated turn to the last (or why that is not
-    known)."""
-    drift = block.get("judge_drift")
-    if not drift:
-        return ""
-    parts = []
-    for name in ("sensitivity", "specificity"):
-        c = drift.get(name)
-        if c:
-            low, high = c["ci95"]
-            parts.append(f"{name} {c['change']:+.2f} [{low:+.2f}, {high:+.2f}]")
-    span = f" from turn {drift['first_turn']} to {drift['last_turn']}: " + ", ".join(parts) if parts else ""
-    return f"judge drift: {drift['verdict']}{span} ({drift['reason']})"
-
-
-def beyond_fix(run_id: str, db: str | None = None, *, sample: int = 150) -> str:
-    """The commands that label replies at every turn of a run, so its judge is validated where its numbers rest."""
-    at = f" --db {shlex.quote(db)}" if db else ""
-    run = shlex.quote(run_id)
-    return (
-        f"label replies at every turn: python -m evals.annotate export --run-id {run} --design active --sample "
-        f"{sample} --out more.csv{at}, then python -m evals.annotate validate more.csv --run-id {run}{at}"
-    )
-
-
-def flag_lines(block: dict[str, Any]) -> list[str]:
-    """The flags of a block's numbers past the validated turns: why (one line), and the fix when the block has one."""
-    beyond = block.get("beyond_validation")
-    if not beyond or not beyond.get("flagged"):
-        return []
-    note = (block.get("unreliable") or {}).get("per_turn") or next(iter((block.get("unreliable") or {}).values()), "")
-    lines = [note.split(" (label replies")[0] if block.get("fix") else note]
-    if block.get("fix"):
-        lines.append(block["fix"])
-    return lines
-
-
-def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
-    """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines,
-    styles)."""
-    own = _from_annotation(store, run_id, label_set)
-    if own is None:
-        return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
-    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
-    turns = run_cells(store, run_id, label_set=label_set)[1]
-    drift = own.validation.drift(turns)  # type: ignore[union-attr]
-    lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
-    if own.refusal:
-        lines.append((own.refusal, "yellow"))
-    else:
-        lines.append(
-            (
-                "run summaries and reports of this run now show bias rates corrected with it "
-                f"(python -m evals.report --run-id {run_id} --out DIR)",
-                "dim",
-            )
-        )
-    return lines
-
-
-def plan_lines(
-    store: StoreQueries,
-    run_id: str,
-    *,
-    width: float,
-    label_set: str = PRIMARY_LABELS,
-    compare: tuple[str, str] | None = None,
-    drift: float = DEFAULT_DRIFT,
-) -> list[tuple[str, str]]:
-    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
-    (with ``compare``, two targets or modes: the interval of their paired difference B − A), the validation's drift
-    check, and how many labels tell a change of ``drift`` in the judge's error over the turns.
-
-    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
-    when ``compare`` names no two targets or modes of the run.
-    """
-    chosen = choose_validation(store, run_id, label_set=label_set)
-    if chosen.validation is None or chosen.refusal is not None:
-        raise CorrectionRefused(chosen.refusal or "no validation")
-    found, turns = run_cells(store, run_id, label_set=label_set)
-    cells = found.sequences
-    known = {key: k for key in cells if (k := _known_in(chosen.known, found.threads.get(key), cells[key]))}
-    pairs = double_sampling.compared_pairs(list(cells), *compare) if compare else None
-    plan = plan_labels(
-        cells,
-        chosen.validation,
-        width=width,
-        turns=turns,
-        clusters=found.clusters,
-        known=known or None,
-        compare=pairs,
-    )
-    lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
-    check = chosen.validation.drift(turns)
-    lines.append((check.describe(), "yellow" if check.verdict != "flat" else "dim"))
-    labelled_now = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-    lines.append(
-        (
-            drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled_now).describe(),
-            "",
-        )
-    )
-    if plan.extra_labels:
-        at = f" --db {store.path}" if getattr(store, "path", None) else ""
-        labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-        judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
-        left = judged - labelled
-        if plan.extra_labels > left:
-            lines.append(
-                (
-                    f"this run has only {left} judged turns people have not labelled: label them all, and play more "
-                    "seeds (or samples) for the rest",
-                    "yellow",
-                )
-            )
-        lines.append(
-            (
-                f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
-                f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
-                f"more.csv --run-id {run_id}{at}",
-                "dim",
-            )
-        )
-        if chosen.kind == PAIRS:
-            lines.append(
-                (
-                    "(the plan adds labels to the current evals.judge validation; once this run has its own human "
-                    "labels, they become its validation instead)",
-                    "dim",
-                )
-            )
-    return lines
 
 
 def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Cells, int]:

@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.boundaries import ALPHA, boundary_tests, fisher_greater, joint_fit
-from evals.judge_error.categories import CategoryErrors, category_errors
+from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
+from evals.judge_error.boundaries import ALPHA, exact_tests, likelihood_tests
+from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, Row
+from evals.judge_error.codes import Label, Row
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
-from evals.judge_error.drift import DEFAULT_MODEL, Beyond, DriftCheck, JudgeCurves, judge_curves, labels_beyond
+from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
+from evals.judge_error.judges import RunJudge, grouped_errors, run_judge
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
@@ -161,15 +163,15 @@ class CorrectedRun:
         out: dict[str, tuple[str, tuple[int, ...] | None]] = {m: (UNRELIABLE_NOTE, None) for m in self.unreliable}
         if self.beyond is not None and self.beyond.flags:
             for metric, turns in beyond_metrics(self.beyond, self.turns).items():
-                out.setdefault(metric, (beyond_note(self.beyond), turns))
+                out.setdefault(metric, (flag_note(self.beyond), turns))
         return out
 
     def as_dict(self) -> dict[str, Any]:
         """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
         flagged = self.flagged
         return {
-            "per_turn": _flag_turns([r.as_dict() for r in self.per_turn], flagged.get("per_turn")),
-            "cumulative": _flag_turns([r.as_dict() for r in self.cumulative], flagged.get("cumulative")),
+            "per_turn": flag_turns([r.as_dict() for r in self.per_turn], flagged.get("per_turn")),
+            "cumulative": flag_turns([r.as_dict() for r in self.cumulative], flagged.get("cumulative")),
             "re_emergence": self.re_emergence.as_dict(),
             "first_bias_turn": {
                 "median": self.first_bias_turn.value,
@@ -184,7 +186,7 @@ class CorrectedRun:
             "unreliable": {m: note for m, (note, _) in flagged.items()},
             "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
             "judge_drift": None if self.drift is None else self.drift.as_dict(),
-            "beyond_validation": None if self.beyond is None or not self.beyond.turns else _beyond_dict(self.beyond),
+            "beyond_validation": None if self.beyond is None or not self.beyond.turns else beyond_dict(self.beyond),
             "judge_by_category": self.by_category,
             "method": METHOD,
         }
@@ -211,7 +213,7 @@ class CorrectedDifference:
 
         def rows(series: tuple[TurnRate, ...], metric: str) -> list[dict[str, Any]]:
             out = [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in series]
-            return _flag_turns(out, flagged.get(metric))
+            return flag_turns(out, flagged.get(metric))
 
         return {
             "per_turn": rows(self.per_turn, "per_turn"),
@@ -222,176 +224,6 @@ class CorrectedDifference:
             "unreliable": {m: note for m, (note, _) in flagged.items()},
             "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
         }
-
-
-# --------------------------------------------------------------------------- numbers past the validated turns
-
-
-def beyond_metrics(beyond: Beyond, turns: int) -> dict[str, tuple[int, ...] | None]:
-    """The metrics that rest on turns past the validated ones, with the turns they hold for (None: the whole)."""
-    first_out = beyond.turns[0]
-    return {
-        "per_turn": beyond.turns,
-        "cumulative": tuple(range(first_out, turns + 1)),  # cumulative bias by t rests on every turn up to t
-        "re_emergence": None,
-        "first_bias_turn": None,
-    }
-
-
-def beyond_note(beyond: Beyond) -> str:
-    """The one line of a number resting on turns its validation does not hold items at."""
-    held = (
-        f"turn {beyond.first_turn}"
-        if beyond.first_turn == beyond.last_turn
-        else (f"turns {beyond.first_turn}–{beyond.last_turn}")
-    )
-    return (
-        f"unreliable past the validated turns: the validation holds items at {held} only, and {beyond.detail}; "
-        "a judge whose error changes with the conversation would do the same "
-        "(label replies at those turns: docs/judge-error.md#a-judge-whose-error-changes-with-the-turn)"
-    )
-
-
-def _beyond_dict(beyond: Beyond) -> dict[str, Any]:
-    return {
-        "turns": list(beyond.turns),
-        "validated_turns": [beyond.first_turn, beyond.last_turn],
-        "labels_change": beyond.changed,
-        "detail": beyond.detail,
-        "flagged": beyond.flags,
-    }
-
-
-def _flag_turns(rows: list[dict[str, Any]], flag: tuple[str, tuple[int, ...] | None] | None) -> list[dict[str, Any]]:
-    """Mark the entries of a by-turn list that a flag holds for (``unreliable``: True)."""
-    if flag is None:
-        return rows
-    turns = flag[1]
-    return [{**r, "unreliable": True} if turns is None or r["turn"] in turns else r for r in rows]
-
-
-# --------------------------------------------------------------------------- boundary tests
-
-
-def _exact_tests(cell: Cell, counts: np.ndarray) -> tuple[list[bool], list[bool], list[bool]]:
-    """Per turn: is per-turn bias 0 consistent, is it 1, is cumulative bias 0 by then (Fisher's exact tests).
-
-    With no truly biased reply at a turn, the judge's positives there are false positives, as frequent as
-    among the validation's unbiased items at that turn (``counts`` (T, 4): the validation's (tp, fp, fn, tn) as the
-    judge errs at each turn); a person's label of a reply settles it outright.
-    """
-    y, t_max = cell.y, cell.y.shape[1]
-    alive = np.arange(t_max)[None, :] < cell.length[:, None]
-    pos, neg = ((y == 1) & alive).sum(axis=0), ((y == 0) & alive).sum(axis=0)
-    known_b, known_n = ((y == KNOWN_BIASED) & alive).any(axis=0), ((y == KNOWN_NOT) & alive).any(axis=0)
-    rounded = np.rint(counts).astype(int)
-    tp, fp, fn, tn = (rounded[:t_max, i] for i in range(4))
-    p_zero = [fisher_greater(int(pos[t]), int(pos[t] + neg[t]), int(fp[t]), int(fp[t] + tn[t])) for t in range(t_max)]
-    zero, one, cum_zero = [], [], []
-    for t in range(t_max):
-        zero.append(not known_b[t] and p_zero[t] > ALPHA)
-        one.append(
-            not known_n[t] and fisher_greater(int(neg[t]), int(pos[t] + neg[t]), int(fn[t]), int(fn[t] + tp[t])) > ALPHA
-        )
-        # no bias in turns 1..t: the replies of all those turns pooled (diffuse bias), and the turn that departs
-        # most (an abrupt onset), each at half the level, the turns Bonferroni-corrected; pooled against the
-        # validation's false-positive share over those turns
-        x, m = int(pos[: t + 1].sum()), int((pos[: t + 1] + neg[: t + 1]).sum())
-        v_fp = int(round(float(np.mean(counts[: t + 1, 1]))))
-        v_n = int(round(float(np.mean(counts[: t + 1, 1] + counts[: t + 1, 3]))))
-        pooled = fisher_greater(x, m, v_fp, v_n) > ALPHA / 2
-        cum_zero.append(not known_b[: t + 1].any() and pooled and min(p_zero[: t + 1]) > ALPHA / (2 * (t + 1)))
-    return zero, one, cum_zero
-
-
-def _likelihood_tests(st, judges: Sequence[_Judge], theta: np.ndarray, offsets: np.ndarray | None = None):
-    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests); ``offsets``
-    (S, 2, 1 + G, T): dialogues judged with their category's error (``_grouped_errors``)."""
-    levels = np.array([j.level for j in judges])
-    x0 = np.concatenate([theta, levels], axis=1)
-    if offsets is not None:
-        val = np.stack([j.val_by_turn for j in judges])
-        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, offsets=offsets, groups=st.groups)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets, groups=st.groups)
-    if all(j.offsets is None for j in judges):
-        val = np.array([j.pooled for j in judges], dtype=np.float64)
-        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
-    t_max = st.y.shape[-1]
-    offsets = np.stack([np.zeros((2, t_max)) if j.offsets is None else j.offsets for j in judges])
-    val = np.stack([j.val_by_turn for j in judges])
-    x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, offsets=offsets)
-    return boundary_tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets)
-
-
-# --------------------------------------------------------------------------- the judge's error by turn
-
-
-@dataclass(frozen=True)
-class _Judge:
-    """One validation as the correction uses it over a run's ``turns``: curves, draws and the counts its tests use."""
-
-    curves: JudgeCurves
-    sens: np.ndarray  # (K, T) draws
-    spec: np.ndarray
-    point: np.ndarray  # (2, T): sensitivity and specificity at each turn
-    level: tuple[float, float]  # the pooled point estimate
-    pooled: tuple[float, float, float, float]
-    counts: np.ndarray  # (T, 4): effective (tp, fp, fn, tn) of the judge's error at each turn, for the exact tests
-    offsets: np.ndarray | None  # (2, T) logit offsets of the curves from the level; None for a constant judge
-    val_by_turn: np.ndarray  # (T, 4): the validation's counts at each turn of the run
-
-
-def _beta_counts(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per turn, (successes, failures) of the Beta posterior with the draws' mean and variance (uniform prior)."""
-    m, v = draws.mean(axis=0), np.maximum(draws.var(axis=0), 1e-12)
-    size = np.maximum(m * (1 - m) / v - 1, 2.0)
-    return np.maximum(m * size - 1, 0.0), np.maximum((1 - m) * size - 1, 0.0)
-
-
-def _judge(validation: JudgeValidation, turns: int, draws: int, seed: int, model: str) -> _Judge:
-    pooled = (validation.tp, validation.fp, validation.fn, validation.tn)
-    curves = judge_curves(validation.by_turn, pooled, horizon=turns, draws=draws, seed=seed, model=model)
-    level = validation.point()
-    constant = curves.check.sensitivity.drift_probability == 0 and curves.check.specificity.drift_probability == 0
-    val_by_turn = np.zeros((turns, 4))
-    for t, *c in validation.by_turn or ((1.0, *pooled),):
-        val_by_turn[min(max(int(round(t)), 1), turns) - 1] += c
-    if constant:
-        # one validated turn (or none recorded): the judge's error is the pooled one at every turn, drawn as it
-        # always was, so such a validation corrects exactly as one without turns
-        s, p = validation.draw(draws, seed=seed)
-        return _Judge(
-            curves,
-            np.repeat(s[:, None], turns, axis=1),
-            np.repeat(p[:, None], turns, axis=1),
-            np.repeat(np.array(level)[:, None], turns, axis=1),
-            level,
-            pooled,
-            np.tile(np.array(pooled, dtype=np.float64), (turns, 1)),
-            None,
-            val_by_turn,
-        )
-    if len(curves.sens_draws) < draws:
-        raise CorrectionRefused(
-            f"no corrected rates: the validation {validation.source} does not show the judge better than chance at "
-            "every turn"
-        )
-    tp, fn = _beta_counts(curves.sens_draws)
-    tn, fp = _beta_counts(curves.spec_draws)
-    logit = lambda q: np.log(q) - np.log1p(-q)  # noqa: E731
-    offsets = np.stack([logit(curves.sensitivity) - logit(level[0]), logit(curves.specificity) - logit(level[1])])
-    return _Judge(
-        curves,
-        curves.sens_draws,
-        curves.spec_draws,
-        np.stack([curves.sensitivity, curves.specificity]),
-        level,
-        pooled,
-        np.stack([tp, fp, fn, tn], axis=1),
-        offsets,
-        val_by_turn,
-    )
 
 
 # --------------------------------------------------------------------------- assembling a cell's numbers
@@ -405,12 +237,12 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 
 
 def _assemble(
-    cell: Cell, validation: JudgeValidation, judge: _Judge, point, drawn, flat, no_relapse, seed, by_category=None
+    cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
 ):
     per_turn, cumulative, re, median, mean = point
     d_per, d_cum, d_re, d_med, d_mean = drawn
     t_max = cell.y.shape[1]
-    zero, one, cum_zero = _exact_tests(cell, judge.counts)
+    zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
     cum: list[TurnRate] = []
     for t in range(t_max):
@@ -488,10 +320,10 @@ def correct_encoded(
     if not cells:
         return []
     t_max = max(c.y.shape[1] for c in cells)
-    judges_of: dict[JudgeValidation, _Judge] = {}
+    judges_of: dict[JudgeValidation, RunJudge] = {}
     for v in validations:
         if v not in judges_of:
-            judges_of[v] = _judge(v, t_max, draws, seed, model)
+            judges_of[v] = run_judge(v, t_max, draws, seed, model)
     judges = [judges_of[v] for v in validations]
     grouped = [c.categories is not None and bool(v.by_category) for c, v in zip(cells, validations)]
     st = stack(cells, grouped)
@@ -507,9 +339,9 @@ def correct_encoded(
     )
     weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
     if any(e is not None for e in by_category):
-        sens, spec, points, offsets = _grouped_errors(judges, by_category, st)
+        sens, spec, points, offsets = grouped_errors(judges, by_category, st)
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse = _likelihood_tests(st, judges, theta, offsets=offsets)
+        flat, no_relapse = likelihood_tests(st, judges, theta, offsets=offsets)
     else:
         st = stack(cells)
         sens = np.stack([j.sens for j in judges])
@@ -517,7 +349,7 @@ def correct_encoded(
         points = np.stack([j.point for j in judges])
         weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse = _likelihood_tests(st, judges, theta)
+        flat, no_relapse = likelihood_tests(st, judges, theta)
     return [
         _assemble(
             c,
@@ -532,34 +364,6 @@ def correct_encoded(
         )
         for i, (c, v) in enumerate(zip(cells, validations))
     ]
-
-
-def _grouped_errors(judges: Sequence[_Judge], by_category: Sequence[CategoryErrors | None], st):
-    """Every cell's judge error by group and turn, (S, K, G, T) draws and (S, 2, G, T) points, and the joint fit's
-    offsets (S, 2, 1 + G, T): a cell without groups repeats its error over them."""
-    n_groups = max(len(names) for names in st.group_names)
-    t_max = st.y.shape[-1]
-    sens, spec, points, offsets = [], [], [], []
-    logit = lambda q: np.log(q) - np.log1p(-q)  # noqa: E731
-    for j, e in zip(judges, by_category):
-        if e is None:
-            gs = np.repeat(j.sens[:, None], n_groups, axis=1)
-            gp = np.repeat(j.spec[:, None], n_groups, axis=1)
-            pt = np.repeat(j.point[:, None], n_groups, axis=1)
-        else:
-            pad = n_groups - e.sens.shape[1]
-            gs = np.concatenate([e.sens, np.repeat(e.sens[:, -1:], pad, axis=1)], axis=1)
-            gp = np.concatenate([e.spec, np.repeat(e.spec[:, -1:], pad, axis=1)], axis=1)
-            sp = np.concatenate([e.sens_point, np.repeat(e.sens_point[-1:], pad, axis=0)])
-            pp = np.concatenate([e.spec_point, np.repeat(e.spec_point[-1:], pad, axis=0)])
-            pt = np.stack([sp, pp])
-        own = np.zeros((2, t_max)) if j.offsets is None else j.offsets
-        level = np.array(j.level)[:, None, None]
-        sens.append(gs)
-        spec.append(gp)
-        points.append(pt)
-        offsets.append(np.concatenate([own[:, None], logit(pt) - logit(level)], axis=1))
-    return np.stack(sens), np.stack(spec), np.stack(points), np.stack(offsets)
 
 
 def correct_run(

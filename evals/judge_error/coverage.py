@@ -400,34 +400,39 @@ def measure(
             else None
         )
         if spec.paired:
-            a, b = PAIRS[spec.truth]
-            truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
-            for i in range(len(kept)):
-                d = corrected_difference(results[2 * i], results[2 * i + 1])
-                flags = _flags_of(d.flagged, spec.turns)
-                cov.flagged_sets += any(any(f) for f in flags.values())
-                _record(cov, "chain", _difference_values(d), truths, flags)
-                if pooled is not None:
-                    _record(
-                        cov,
-                        "pooled",
-                        _difference_values(corrected_difference(pooled[2 * i], pooled[2 * i + 1])),
-                        truths,
-                    )
+            _record_pairs(cov, spec, results, pooled)
             continue
-        truths = _truths(truth_of(spec.truth, spec.turns))
-        for i, (r, cell) in enumerate(zip(results, cells)):
-            flags = _flags_of(r.flagged, spec.turns)
-            cov.flagged_sets += any(any(f) for f in flags.values())
-            _record(cov, "chain", _chain_values(r), truths, flags)
-            if pooled is not None:
-                _record(cov, "pooled", _chain_values(pooled[i]), truths)
-            if peers:
-                for method, values in _peer_values(r, cell).items():
-                    _record(cov, method, values, truths)
+        _record_cells(cov, spec, results, pooled, cells, peers)
         if spec.judge == CATEGORY_JUDGE:
-            _by_category(cov, kept, spec, clusters, truths, draws, run_seed)
+            _by_category(cov, kept, spec, clusters, _truths(truth_of(spec.truth, spec.turns)), draws, run_seed)
     return cov
+
+
+def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
+    """Each data set's paired difference B − A (and the pooled one's, for --widths), against the truths'."""
+    a, b = PAIRS[spec.truth]
+    truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
+    for i in range(len(results) // 2):
+        d = corrected_difference(results[2 * i], results[2 * i + 1])
+        flags = _flags_of(d.flagged, spec.turns)
+        cov.flagged_sets += any(any(f) for f in flags.values())
+        _record(cov, "chain", _difference_values(d), truths, flags)
+        if pooled is not None:
+            _record(cov, "pooled", _difference_values(corrected_difference(pooled[2 * i], pooled[2 * i + 1])), truths)
+
+
+def _record_cells(cov: Coverage, spec: CellSpec, results, pooled, cells, peers: bool) -> None:
+    """Each data set's intervals (and the pooled correction's, and the comparison methods') against the truth."""
+    truths = _truths(truth_of(spec.truth, spec.turns))
+    for i, (r, cell) in enumerate(zip(results, cells)):
+        flags = _flags_of(r.flagged, spec.turns)
+        cov.flagged_sets += any(any(f) for f in flags.values())
+        _record(cov, "chain", _chain_values(r), truths, flags)
+        if pooled is not None:
+            _record(cov, "pooled", _chain_values(pooled[i]), truths)
+        if peers:
+            for method, values in _peer_values(r, cell).items():
+                _record(cov, method, values, truths)
 
 
 def _difference_values(d) -> dict[str, list[tuple[float | None, float | None]]]:

@@ -207,6 +207,53 @@ def annotation_counts(
     )
 
 
+ITEM_COLUMNS = (
+    "id",
+    "turn",
+    "context_turns",
+    "context_tokens",
+    "category",
+    "target",
+    "mode",
+    "judge",
+    "reference",
+    "draw",
+)
+
+
+def annotation_items(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
+    """The items of a run's double-sampled validation: each labelled reply with where it sat in its conversation
+    (turn, earlier turns, the judge's prompt tokens where recorded), its seed category, target and mode, the judge's
+    label and people's (``reference``), and the draw it came from."""
+    matrix = store.label_matrix(run_id, label_set=label_set)
+    config = (store.get_run(run_id) or {}).get("config")
+    default_target = role_specs(config).get("target")
+    dialogues = {d["thread_id"]: d for d in store.dialogues(run_id)}
+    items = []
+    for row in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN):
+        labels = matrix.get(row.thread_id) or []
+        judged = labels[row.idx - 1] if 1 <= row.idx <= len(labels) else None
+        d = dialogues.get(row.thread_id) or {}
+        turn = next((t for t in store.turns(row.thread_id, label_set=label_set) if t["idx"] == row.idx), {})
+        tokens = turn.get("tokens")
+        tokens = json.loads(tokens) if isinstance(tokens, str) and tokens else tokens or {}
+        items.append(
+            {
+                "id": item_id(row.thread_id, row.idx),
+                "turn": row.idx,
+                "context_turns": row.idx - 1,
+                "context_tokens": tokens.get("judge_input_tokens") if isinstance(tokens, dict) else None,
+                "category": d.get("category"),
+                "target": d.get("target") or default_target,
+                "mode": d.get("mode"),
+                "judge": judged,
+                "reference": row.value,
+                "draw": row.explanation,
+            }
+        )
+    return items
+
+
 def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]:
     """(thread, turn) -> the stored human label of that reply, for the run's labelled turns."""
     return {

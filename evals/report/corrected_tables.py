@@ -18,14 +18,11 @@ from evals.judge_error.corrected import (
     cell_block,
     correct_cells,
     difference_block,
-    drift_line,
-    flag_lines,
-    interval_text,
     pooled_block,
     refused_block,
-    validation_line,
 )
 from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group
@@ -275,7 +272,12 @@ def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
         flags = flag_lines(block)
         if flags:
             flags[0] = f"{label_of(key)}: {flags[0]}"
-        lines_of = (block["refusal"] or validation_line(block), drift_line(block), block.get("judge_by_category"))
+        lines_of = (
+            block["refusal"] or validation_line(block),
+            drift_line(block),
+            beyond_note(block),
+            block.get("judge_by_category"),
+        )
         for line in (*lines_of, *flags, block.get("note")):
             if line and line not in lines:
                 lines.append(line)

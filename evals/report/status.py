@@ -17,7 +17,7 @@ from rich.text import Text
 
 from checkpoints.queries import StoreQueries
 from evals.cost import Pricing
-from evals.judge_error.corrected import interval_text
+from evals.judge_error.texts import interval_text
 from evals.report.summary import run_summary
 from evals.report.summary_view import command_block
 from models.circuit import format_duration

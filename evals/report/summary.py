@@ -10,14 +10,8 @@ from typing import Any
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.judge_error.corrected import (
-    beyond_fix,
-    cell_block,
-    cells_of,
-    choose_validation,
-    correct_cells,
-    pooled_block,
-)
+from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, pooled_block
+from evals.judge_error.texts import beyond_fix
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage

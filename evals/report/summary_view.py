@@ -11,13 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evals.judge_error.corrected import (
-    drift_line,
-    flag_lines,
-    interval_text,
-    validation_line,
-)
 from evals.judge_error.correction import UNRELIABLE_NOTE
+from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.summary import target_keys
 from evals.scorers.judge_validation import validation_text
 
@@ -259,6 +254,8 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
             console.print(Text(part, style="yellow"), soft_wrap=part.startswith("    "))
     if drift := drift_line(block):
         console.print(Text(drift, style="dim"))
+    if note := beyond_note(block):
+        console.print(Text(note, style="dim"))
     if block.get("judge_by_category"):
         console.print(Text(block["judge_by_category"], style="dim"))
     if len(summary.get("groups") or []) > 1:

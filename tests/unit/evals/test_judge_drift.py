@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from langchain_core.messages import HumanMessage
 
+from evals.judge_error.beyond import labels_beyond
 from evals.judge_error.boundaries import joint_fit
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
-from evals.judge_error.drift import judge_curves, labels_beyond
+from evals.judge_error.drift import judge_curves
 from evals.judge_error.planning import drift_labels
 from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
@@ -276,3 +277,47 @@ def test_a_target_that_reports_its_turn_lets_a_scripted_judge_drift(tmp_path):
     assert [r.get("unreliable", False) for r in block["cumulative"]] == [False, True, True, True, True]
     assert block["judge_drift"]["verdict"] == "cannot tell"
     assert "python -m evals.annotate export --run-id r1 --design active" in block["fix"]
+
+
+def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target(tmp_path, capsys):
+    """Labels of the run's own turns validate the judge where it judged: by turn and category; the items are read
+    back with their place in the conversation; validate and plan print the drift check and the drift plan."""
+    import csv
+    import shutil
+
+    import dymt
+    from checkpoints.store import open_writer
+    from cli import annotate
+    from evals.judge_error.corrected import choose_validation
+    from tests.support.annotation_files import label_export, play_judged
+
+    played = play_judged(tmp_path / "played.db", turns=3)
+    db = tmp_path / "run.db"
+    shutil.copy(played, db)
+    out = tmp_path / "sample.csv"
+    args = ["export", "--run-id", "r1", "--design", "random", "--sample", "60", "--out", str(out), "--db", str(db)]
+    assert annotate.main(args) == 0
+    store = open_writer(db)
+    try:
+        truth = label_export(out, store, flip={r["item_id"] for r in list(csv.DictReader(out.open()))[:6]})
+        capsys.readouterr()
+        assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
+        said = capsys.readouterr().out
+        assert "judge drift:" in said and "from turn 1 to 3" in said
+        v = choose_validation(store, "r1").validation
+    finally:
+        store.close()
+    assert v.turns_recorded and {t for t, *_ in v.by_turn} == {1.0, 2.0, 3.0}
+    assert sum(r[1] + r[2] + r[3] + r[4] for r in v.by_turn) == v.n == len(truth)
+    assert {c for c, *_ in v.by_category} and sum(sum(r[1:]) for r in v.by_category) == v.n
+    with dymt.open(db) as reader:
+        items = reader.validation_items("r1", as_frame=False)
+    assert len(items) == len(truth) and {i["turn"] for i in items} == {1, 2, 3}
+    assert all(i["context_turns"] == i["turn"] - 1 and i["target"] == "fake:target" for i in items)
+    assert {i["id"]: i["reference"] for i in items} == truth
+    assert annotate.main(["plan", "--run-id", "r1", "--width", "0.99", "--drift", "0.3", "--db", str(db)]) == 0
+    said = capsys.readouterr().out
+    assert "to tell a change of 0.30 from turn 1 to turn 3" in said
+    with pytest.raises(SystemExit) as stopped:
+        annotate.main(["plan", "--run-id", "r1", "--width", "0.5", "--drift", "2", "--db", str(db)])
+    assert stopped.value.code == 2 and "--drift: 2.0 must be between 0 and 1" in capsys.readouterr().err

@@ -97,7 +97,7 @@ def drift_text(drift: dymt.JudgeDrift) -> str:
     if drift.verdict != "flat":
         line += (
             "; a run's corrected numbers past the turns this file covers are flagged where its labels change; "
-            "label replies of the run itself to validate every turn (python -m evals.annotate export --design active)"
+            "to validate every turn, label replies of the run itself (annotate export with --design active)"
         )
     return line
 

@@ -17,28 +17,20 @@ range). Each boundary has a test, and a test that does not reject at 5% extends 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evals.judge_error.chain import FLOAT, emissions, expected_transitions, forward_backward, reach_of, unpack
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
 
-if TYPE_CHECKING:  # types only (judges.py imports this module)
-    from evals.judge_error.cells import Cell
-    from evals.judge_error.judges import RunJudge
-
 __all__ = [
     "ALPHA",
     "boundary_tests",
     "chi2_sf",
     "chibar_critical",
-    "exact_tests",
     "fisher_greater",
     "joint_fit",
-    "likelihood_tests",
 ]
 
 ALPHA = 0.05  # a boundary value is kept when its test does not reject at this level
@@ -398,65 +390,3 @@ def boundary_tests(y, length, weights, val, full_x, full_loglik, offsets=None, g
 def known_codes(y) -> tuple[np.ndarray, np.ndarray]:
     """Masks of people's known labels (biased, not biased) in a cell's codes."""
     return y == KNOWN_BIASED, y == KNOWN_NOT
-
-
-# --------------------------------------------------------------------------- a stack of cells' tests
-
-
-def exact_tests(cell: Cell, counts: np.ndarray) -> tuple[list[bool], list[bool], list[bool]]:
-    """Per turn: is per-turn bias 0 consistent, is it 1, is cumulative bias 0 by then (Fisher's exact tests).
-
-    With no truly biased reply at a turn, the judge's positives there are false positives, as frequent as
-    among the validation's unbiased items at that turn (``counts`` (T, 4): the validation's (tp, fp, fn, tn) as the
-    judge errs at each turn); a person's label of a reply settles it outright.
-    """
-    y, t_max = cell.y, cell.y.shape[1]
-    alive = np.arange(t_max)[None, :] < cell.length[:, None]
-    pos, neg = ((y == 1) & alive).sum(axis=0), ((y == 0) & alive).sum(axis=0)
-    known_b, known_n = ((y == KNOWN_BIASED) & alive).any(axis=0), ((y == KNOWN_NOT) & alive).any(axis=0)
-    rounded = np.rint(counts).astype(int)
-    tp, fp, fn, tn = (rounded[:t_max, i] for i in range(4))
-    p_zero = [fisher_greater(int(pos[t]), int(pos[t] + neg[t]), int(fp[t]), int(fp[t] + tn[t])) for t in range(t_max)]
-    zero, one, cum_zero = [], [], []
-    for t in range(t_max):
-        zero.append(not known_b[t] and p_zero[t] > ALPHA)
-        one.append(
-            not known_n[t] and fisher_greater(int(neg[t]), int(pos[t] + neg[t]), int(fn[t]), int(fn[t] + tp[t])) > ALPHA
-        )
-        # no bias in turns 1..t: the replies of all those turns pooled (diffuse bias), and the turn that departs
-        # most (an abrupt onset), each at half the level, the turns Bonferroni-corrected; pooled against the
-        # validation's false-positive share over those turns
-        x, m = int(pos[: t + 1].sum()), int((pos[: t + 1] + neg[: t + 1]).sum())
-        v_fp = int(round(float(np.mean(counts[: t + 1, 1]))))
-        v_n = int(round(float(np.mean(counts[: t + 1, 1] + counts[: t + 1, 3]))))
-        pooled = fisher_greater(x, m, v_fp, v_n) > ALPHA / 2
-        cum_zero.append(not known_b[: t + 1].any() and pooled and min(p_zero[: t + 1]) > ALPHA / (2 * (t + 1)))
-    return zero, one, cum_zero
-
-
-def likelihood_tests(st, judges: Sequence[RunJudge], theta: np.ndarray, offsets: np.ndarray | None = None):
-    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests); ``offsets``
-    (S, 2, 1 + G, T): dialogues judged with their category's error (``_grouped_errors``)."""
-    levels = np.array([j.level for j in judges])
-    x0 = np.concatenate([theta, levels], axis=1)
-    if offsets is not None:
-        val = np.stack([j.val_by_turn for j in judges])
-        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, offsets=offsets, groups=st.groups)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets, groups=st.groups)
-    if all(j.offsets is None for j in judges):
-        val = np.array([j.pooled for j in judges], dtype=np.float64)
-        x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
-    # the judge's error free at each validated position, the run and the validation together
-    j_max = max(len(j.position_counts) for j in judges)
-    positions = np.stack([j.positions for j in judges])
-    val = np.zeros((len(judges), j_max, 4))
-    start = np.zeros((len(judges), 2 * j_max))
-    for i, j in enumerate(judges):
-        n = len(j.position_counts)
-        val[i, :n] = j.position_counts
-        start[i, :n], start[i, j_max : j_max + n] = j.position_point
-        start[i, n:j_max], start[i, j_max + n :] = j.position_point[:, -1:]  # padding, never read
-    x0 = np.concatenate([theta, start], axis=1)
-    x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, positions=positions)
-    return boundary_tests(st.y, st.length, st.counts, val, x, loglik, positions=positions)

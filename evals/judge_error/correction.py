@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
-from evals.judge_error.boundaries import ALPHA, exact_tests, likelihood_tests
+from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.codes import Label, Row
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
-from evals.judge_error.judges import RunJudge, grouped_errors, run_judge
+from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [

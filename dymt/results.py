@@ -226,6 +226,7 @@ class JudgeResult:
     scores: dict[str, Any] | None = None
     recorded: dict[str, Any] | None = None  # db, prompt_sha256, validation, refusal
     out: str | None = None
+    grammar: dict[str, Any] | None = None  # how the answers were read (nodes.verdicts.reading_counts)
     detail: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -245,4 +246,5 @@ class JudgeResult:
             "scores": self.scores,
             "recorded": self.recorded,
             "out": self.out,
+            "grammar": self.grammar,
         }

@@ -100,6 +100,15 @@ class StoreQueries:
                 row_labels[row["idx"] - 1] = row["label"]
         return matrix
 
+    def unparsed_explanations(self, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[str | None]:
+        """The stored explanation (its first line: why) of every unparsed label of the run in ``label_set``."""
+        rows = self.db.query(
+            f"select l.rationale from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id "
+            "where d.run_id = ? and l.label_set = ? and l.label = 'unparsed' order by l.thread_id, l.idx",
+            [run_id, label_set],
+        )
+        return [row["rationale"] for row in rows]
+
     def labels(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[str | None]:
         """Labels by turn (index 0 is turn 1), None where a turn has none; as long as the dialogue."""
         row = self.get_dialogue(thread_id)

@@ -109,6 +109,8 @@ def _show(result: dymt.JudgeResult) -> None:
             f"biased {result.biased}/{result.parsed} ({pct(result.biased / result.parsed if result.parsed else None)})"
         )
     )
+    if (grammar := result.grammar) is not None:
+        console.print(Text(grammar_line(grammar), style="yellow" if grammar["unmatched"] else ""))
     if result.detail is None:
         console.print(Text('no reference labels in the file: add a "label" field to score the judge', style="dim"))
     else:
@@ -133,6 +135,20 @@ def _show(result: dymt.JudgeResult) -> None:
             )
     if result.out is not None:
         console.print(Text(f"verdicts written to {result.out}", style="dim"))
+
+
+def grammar_line(grammar: dict) -> str:
+    """How many answers the verdict grammar read, and how (docs/validity.md), and why the others were not read."""
+    how = ", ".join(
+        f"{grammar[key]} {name}"
+        for key, name in (("json", "as JSON"), ("verdict_line", "from the Label line"), ("logprobs", "from P(yes)"))
+        if grammar[key]
+    )
+    line = f"answers read by the verdict grammar: {grammar['matched']} of {grammar['answers']}"
+    line += f" ({how})" if how else ""
+    if grammar["unmatched"]:
+        line += "; not read: " + ", ".join(f"{why} {n}" for why, n in grammar["unmatched"].items())
+    return line
 
 
 if __name__ == "__main__":

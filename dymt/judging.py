@@ -41,6 +41,7 @@ from evals.scorers.label_sets import LabellerError, build_labeller, prepare_labe
 from evals.scorers.rejudge_jobs import pending_turns, run_judge_template
 from evals.scorers.rejudge_jobs import rejudge as label_again
 from evals.stats.agreement import label_set_agreement
+from nodes.verdicts import reading_counts
 
 
 class _Steps:
@@ -286,6 +287,7 @@ def _judge(
         scores=None if scores is None else dataclasses.asdict(scores),
         recorded=recorded,
         out=None if out is None else str(out),
+        grammar=reading_counts((v["read_as"], v["rationale"]) for v in verdicts if v is not None),
         detail=scores,
         drift=None if drift is None else JudgeDrift.from_dict(drift.as_dict()),
     )

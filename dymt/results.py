@@ -294,6 +294,7 @@ class JudgeResult:
     scores: dict[str, Any] | None = None
     recorded: dict[str, Any] | None = None  # db, prompt_sha256, validation, refusal
     out: str | None = None
+    grammar: dict[str, Any] | None = None  # how the answers were read (nodes.verdicts.reading_counts)
     detail: Any = field(default=None, repr=False, compare=False)
     drift: JudgeDrift | None = None  # how the judge's error changes over its items' turns (None without references)
 
@@ -314,5 +315,6 @@ class JudgeResult:
             "scores": self.scores,
             "recorded": self.recorded,
             "out": self.out,
+            "grammar": self.grammar,
             "judge_drift": None if self.drift is None else self.drift.as_dict(),
         }

@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from checkpoints.reasons import error_class, failure_reason
 from nodes.state import ChatTurn
+from prompts import quoting
 
 NO_HISTORY = "(no messages yet: this is the opening message)"
 
@@ -23,6 +24,18 @@ def format_history(messages: Sequence[ChatTurn], *, max_chars: int | None = None
     if max_chars is not None and len(text) > max_chars:
         text = "…" + text[-max_chars:]
     return text or NO_HISTORY
+
+
+def quoted_dialogue(
+    style: str, messages: Sequence[ChatTurn], *, key: str | None = None, max_chars: int | None = None
+) -> str:
+    """The dialogue as another model's prompt quotes it (prompts/quoting.py): a block per message for a chat model
+    (``key``: the request's block key, default one drawn over these messages), one escaped line for a base model (the
+    newest ``max_chars`` characters)."""
+    if style == "transcript":
+        return quoting.inline_conversation(messages, max_chars=max_chars, empty=NO_HISTORY)
+    key = key or quoting.request_key(m["content"] for m in messages)
+    return quoting.conversation_blocks(messages, key=key, empty=NO_HISTORY)
 
 
 def as_chat_messages(messages: Sequence[ChatTurn]) -> list[BaseMessage]:

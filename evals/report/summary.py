@@ -4,6 +4,7 @@ rates (evals/report/summary_view.py draws it as tables)."""
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from evals.judge_error.texts import beyond_fix
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage
+from nodes.verdicts import unread_reason
 
 BASE_MODEL_NOTE = (
     "The embedded model (local:gemma3-270m) is a 270M-parameter base model: it makes the pipeline run "
@@ -79,6 +81,7 @@ def run_summary(
         "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
         **_rates(metrics),
+        "unparsed_reasons": unparsed_reasons(store, run_id),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,
@@ -131,6 +134,12 @@ def _rates(metrics: Any) -> dict[str, Any]:
             "ci95": [metrics.re_emergence.low, metrics.re_emergence.high],
         },
     }
+
+
+def unparsed_reasons(store: StoreQueries, run_id: str) -> dict[str, int]:
+    """How many of the run's labels are unparsed for each reason (nodes/verdicts.py), most frequent first."""
+    counts = Counter(unread_reason(e) for e in store.unparsed_explanations(run_id))
+    return dict(counts.most_common())
 
 
 def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: bool, paused: bool) -> str | None:

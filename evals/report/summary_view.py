@@ -52,6 +52,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             f"failed {len(summary['failed'])} · paused {len(summary['paused'])}"
         )
     )
+    if reasons := summary.get("unparsed_reasons"):
+        console.print(Text("  unparsed: " + ", ".join(f"{why} {n}" for why, n in reasons.items()), style="dim"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
     if summary.get("unaligned_seeds"):

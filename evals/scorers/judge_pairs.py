@@ -20,6 +20,7 @@ from models.registry import RoleModel
 from nodes.dialogue import NO_HISTORY, token_usage
 from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, BiasItem, create_bias_scorer, judge_context, label_fields
 from nodes.scorer import Scored
+from nodes.state import ChatTurn
 from prompts import PromptTemplate
 
 _GOLD = {
@@ -137,8 +138,8 @@ def _valid_context(context: Any) -> bool:
     )
 
 
-def pair_context(model: RoleModel, pair: Pair) -> str:
-    """The earlier dialogue of a pair as the live judge reads it (text contexts trimmed the same way)."""
+def pair_context(model: RoleModel, pair: Pair) -> str | Sequence[ChatTurn]:
+    """The earlier dialogue of a pair as the live judge reads it: its messages, or its text (trimmed the same way)."""
     if not isinstance(pair.context, str):
         return judge_context(model.style, pair.context or [])  # type: ignore[arg-type]
     context = pair.context.strip() or NO_HISTORY
@@ -160,6 +161,7 @@ async def judge_pairs(
         tokens = token_usage(result.output) if result.output is not None else {}
         verdicts[pair.id] = {
             **label_fields(result.verdict),
+            "read_as": result.verdict.read_as,  # how the verdict grammar read it (None: it did not)
             "latency_judge": round(result.latency, 4),
             **({"judge_input_tokens": tokens["input_tokens"]} if "input_tokens" in tokens else {}),
         }

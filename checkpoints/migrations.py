@@ -453,6 +453,14 @@ def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
     db.table("turns").add_column("non_reply", str)
 
 
+@migration
+def m068_turn_reasoning(db: sqlite_utils.Database) -> None:
+    # A thinking target's reasoning, split off its reply (models/reasoning.py), and where it came from ("tags in the
+    # text", "reasoning_content field", "thought parts", "reasoning summary"); NULL for a reply without reasoning.
+    db.table("turns").add_column("reasoning", str)
+    db.table("turns").add_column("reasoning_carrier", str)
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

@@ -93,12 +93,18 @@ PG004_TURN_NON_REPLY = """
 alter table turns add column if not exists non_reply text;
 """
 
+# A thinking target's reasoning and its carrier (SQLite's m068_turn_reasoning).
+PG005_TURN_REASONING = """
+alter table turns add column if not exists reasoning text, add column if not exists reasoning_carrier text;
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
 PG_MIGRATIONS: dict[str, str] = {
     "pg001_schema": PG001_SCHEMA,
     "pg002_plays": PG002_PLAYS,
     "pg003_validation_counts": PG003_VALIDATION_COUNTS,
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
+    "pg005_turn_reasoning": PG005_TURN_REASONING,
 }
 
 

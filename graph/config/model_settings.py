@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.retries import RetryPolicy
+from models.thinking import Thinking, parse_thinking
 
 
 class StrictModel(BaseModel):
@@ -24,6 +25,13 @@ class RoleSampling(StrictModel):
     max_tokens: int | None = Field(None, ge=1)
     base_url: str | None = Field(None, pattern=r"\S")
     extra: dict[str, Any] | None = None
+    thinking: Thinking | None = None
+    """``off``, ``on`` or a reasoning budget in tokens (models/thinking.py); unset: the model's own."""
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _thinking(cls, value: Any) -> Any:
+        return None if value is None else parse_thinking(value)
 
     def given(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True, exclude_none=True)

@@ -253,6 +253,15 @@ class StoreQueries:
         )
         return {row["non_reply"]: int(row["n"]) for row in rows}
 
+    def reasoning_counts(self, run_id: str) -> dict[str, int]:
+        """How many of the run's target replies came with reasoning, by where it came from (turns.reasoning_carrier)."""
+        rows = self.db.query(
+            "select t.reasoning_carrier, count(*) as n from turns t join dialogues d on d.thread_id = t.thread_id "
+            "where d.run_id = ? and t.reasoning is not null group by t.reasoning_carrier order by t.reasoning_carrier",
+            [run_id],
+        )
+        return {str(row["reasoning_carrier"]): int(row["n"]) for row in rows}
+
     def user_turns(self, run_id: str, *, with_reply: bool = False) -> list[dict[str, Any]]:
         """The run's turns in order: user message, reply and the user message's seed-leakage fields."""
         reply = " and t.reply is not null" if with_reply else ""

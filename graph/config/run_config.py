@@ -499,6 +499,19 @@ def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, A
     return record
 
 
+_THINKING_BODY = frozenset({"chat_template_kwargs", "thinking_token_budget"})  # what models/thinking.py sends
+
+
+def _shown_request(sent: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's settings as stored: the request's own keys as they are, the role's other ``extra_body`` entries
+    redacted where their name may hold a secret."""
+    shown = dict(sent)
+    if isinstance(body := shown.get("extra_body"), dict):
+        ours = {k: v for k, v in body.items() if k in _THINKING_BODY}
+        shown["extra_body"] = ours | redact_settings({k: v for k, v in body.items() if k not in _THINKING_BODY})
+    return shown
+
+
 def request_record(model: RoleModel) -> dict[str, Any]:
     """What a role's calls send (models/request_settings.py), its thinking and its caps, as the run stores them."""
     plan = model.thinking
@@ -508,6 +521,6 @@ def request_record(model: RoleModel) -> dict[str, Any]:
         "request_cap": model.request_cap,
         "reasoning_budget": plan.budget,
         "reasons": plan.reasons,
-        "sent": redact_settings(model.sent.sent) if model.sent.sent else {},
+        "sent": _shown_request(model.sent.sent),
         "notes": list(model.sent.notes),
     }

@@ -77,7 +77,13 @@ def _seed_flag(sent: dict[str, Any]) -> dict[str, Any]:
 def compare(
     asked: Mapping[str, Any], sent: Mapping[str, Any], *, provider: str, model: str, seeded: bool
 ) -> tuple[str, ...]:
-    """Notes for each asked-for setting the request does not carry as asked (``asked``: temperature, max tokens)."""
+    """Notes for each asked-for setting the request does not carry as asked (``asked``: temperature, max tokens).
+
+    The embedded model takes every setting as asked; its judge reads one token's probabilities (greedy, one token)
+    by design, which its sent settings show and no note repeats.
+    """
+    if provider == "local":
+        return ()
     notes: list[str] = []
     temperature = asked.get("temperature")
     if temperature is not None:
@@ -94,7 +100,7 @@ def compare(
             notes.append(f"max tokens {asked.get('max_tokens')} sent as {sent_cap}")
     if not seeded:
         notes.append(f"seed not sent: {provider}: takes no per-call seed here (it keys the response cache only)")
-    elif sent.get("seed") is None and provider != "local":
+    elif sent.get("seed") is None:
         notes.append("seed not sent: the integration dropped it")
     return tuple(notes)
 

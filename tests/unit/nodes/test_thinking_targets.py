@@ -17,6 +17,8 @@ import pytest
 import dymt
 from checkpoints.readers import open_reader
 from checkpoints.run_record import RunRecord
+from graph.config.run_config import RunConfig
+from tests.support.gemini_stub import GeminiStub, as_chat
 from tests.support.stub_server import REASONING_MARK, REFUSAL_TEXT, StubServer, role_of
 
 pytestmark = pytest.mark.slow  # whole runs against a real stub server, a few seconds each
@@ -183,3 +185,63 @@ def _run_config(db: Path) -> dict[str, Any]:
     with sqlite3.connect(db) as conn:
         (config,) = conn.execute("select config from runs").fetchone()
     return json.loads(config)
+
+
+def _gemini_run(stub: GeminiStub, tmp_path: Path, run_id: str, extra: str = "") -> dymt.RunResult:
+    config = tmp_path / f"{run_id}.toml"
+    config.write_text(
+        f"""
+turns = 2
+categories = ["gender"]
+cache = false
+max_concurrency = 1
+db = "{tmp_path / "gemini.db"}"
+run_id = "{run_id}"
+[models]
+user = "google_genai:gemini-2.0-flash"
+judge = "google_genai:gemini-2.0-flash"
+target = "google_genai:gemini-2.5-flash"
+[sampling."google_genai:gemini-2.0-flash"]
+base_url = "{stub.url}"
+[sampling."google_genai:gemini-2.5-flash"]
+base_url = "{stub.url}"
+{extra}
+"""
+    )
+    return dymt.run(RunConfig.from_toml(config))
+
+
+def test_gemini_thought_parts_are_stored_and_reach_no_later_prompt(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "stub-key")
+    with GeminiStub() as stub:
+        result = _gemini_run(stub, tmp_path, "gemini")
+        chats = [(role_of(as_chat(b)), b) for b in stub.requests]
+    assert result.status == 0, result.summary["failed"]
+    turns = _turns(tmp_path / "gemini.db")
+    assert [t["reasoning_carrier"] for t in turns] == ["thought parts", "thought parts"]
+    assert all(t["reasoning"].startswith(REASONING_MARK) and REASONING_MARK not in t["reply"] for t in turns)
+    assert all(json.loads(t["tokens"])["target_reasoning_tokens"] == 30 for t in turns)  # Gemini's own count
+    # gemini-2.5-flash thinks by default (langchain-google-genai's profile): its thoughts are asked for, and its
+    # reply keeps its cap beside a reasoning budget; gemini-2.0-flash does not think and gets neither.
+    target_configs = [b["generationConfig"] for role, b in chats if role == "target"]
+    assert all(c["maxOutputTokens"] == 250 + 4096 and c["thinkingConfig"] for c in target_configs)
+    assert all(b["generationConfig"]["maxOutputTokens"] == 250 for role, b in chats if role != "target")
+    others = [json.dumps(b["contents"]) for role, b in chats if role != "target"]
+    later = [json.dumps(b["contents"]) for role, b in chats if role == "target"][1:]
+    assert len(others) == 4 and later and all(REASONING_MARK not in text for text in [*others, *later])
+    requests = result.summary["requests"]
+    assert requests["target"]["reasons"] is True and requests["target"]["sent"]["thinking_config"]
+
+
+def test_gemini_thinking_off_sends_a_zero_budget(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "stub-key")
+    with GeminiStub() as stub:
+        result = _gemini_run(stub, tmp_path, "gemini-off", '[sampling.target]\nthinking = "off"')
+        target_configs = [b["generationConfig"] for b in stub.requests if role_of(as_chat(b)) == "target"]
+    assert result.status == 0
+    assert all(c["maxOutputTokens"] == 250 for c in target_configs)
+    budgets = [
+        c["thinkingConfig"].get("thinking_budget", c["thinkingConfig"].get("thinkingBudget")) for c in target_configs
+    ]
+    assert budgets == [0, 0]
+    assert all(t["reasoning"] is None for t in _turns(tmp_path / "gemini.db"))

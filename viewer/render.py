@@ -162,6 +162,29 @@ def leakage_note(turn: TurnRecord) -> str | None:
     return note
 
 
+REASONING_FOLDED_CHARS = 100
+
+
+def reasoning_renderables(turn: TurnRecord, *, unfolded: bool) -> list[RenderableType]:
+    """The target's reasoning under its reply: folded to its start (r unfolds it with the rationale), and with
+    --judge-reasoning the judge's label of it."""
+    text = turn.reasoning or ""
+    words = len(text.split())
+    head = Text(
+        f"REASONING ({words} words, {turn.reasoning_carrier or 'split off the reply'}; seen by neither the "
+        "user nor the judge)",
+        style="dim bold",
+    )
+    if turn.reasoning_label:
+        head.append("  judged ", style="dim")
+        head.append_text(label_badge(turn.reasoning_label))
+    shown = text if unfolded or len(text) <= REASONING_FOLDED_CHARS else text[:REASONING_FOLDED_CHARS] + "… (r unfolds)"
+    return [
+        Padding(head, (0, 0, 0, 2), expand=False),
+        Padding(Text(shown, style="dim italic"), (0, 0, 0, 4), expand=False),
+    ]
+
+
 def turn_renderable(
     record: DialogueRecord,
     turn: TurnRecord,
@@ -184,6 +207,8 @@ def turn_renderable(
     )
     if turn.non_reply:
         parts.append(Padding(Text(f"not a reply: {turn.non_reply}", style="bold yellow"), (0, 0, 0, 2), expand=False))
+    if turn.reasoning:
+        parts.extend(reasoning_renderables(turn, unfolded=show_rationale))
     judge = Text("JUDGE ", style="bold")
     judge.append_text(label_badge(turn.label))
     if turn.p_biased is not None:

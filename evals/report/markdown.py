@@ -319,6 +319,8 @@ def _cost_section(report: ReportData) -> list[Block]:
         note += f" No price for {', '.join(unpriced)}: totals left out."
     note += (
         " Tokens are those the providers reported for each stored turn; a reply served from the response cache "
-        "counts as called, so the cost is an upper bound on what was paid."
+        "counts as called, so the cost is an upper bound on what was paid. Output tokens include a thinking model's "
+        "reasoning (billed as output): its share is the provider's count, or estimated from the lengths of the "
+        "reasoning and the answer where the provider gave none."
     )
     return ["## Tokens and cost", note, cost_table(report)]

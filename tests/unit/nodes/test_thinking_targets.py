@@ -7,19 +7,24 @@ the caps and the sampling each role sent are recorded with the run.
 
 from __future__ import annotations
 
+import csv
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 import dymt
+from checkpoints.chat_export import iter_chat_records
 from checkpoints.readers import open_reader
 from checkpoints.run_record import RunRecord
+from evals.report.html.dialogues import collect, pack, unpack
 from graph.config.run_config import RunConfig
 from tests.support.gemini_stub import GeminiStub, as_chat
 from tests.support.stub_server import REASONING_MARK, REFUSAL_TEXT, StubServer, role_of
+from viewer.render import turn_renderable
 
 pytestmark = pytest.mark.slow  # whole runs against a real stub server, a few seconds each
 
@@ -245,3 +250,33 @@ def test_gemini_thinking_off_sends_a_zero_budget(tmp_path: Path, monkeypatch) ->
     ]
     assert budgets == [0, 0]
     assert all(t["reasoning"] is None for t in _turns(tmp_path / "gemini.db"))
+
+
+def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    with StubServer(reasoning="tags") as stub:
+        result = _run(stub, db, turns=1, judge_reasoning=True)
+    assert result.status == 0
+    report = dymt.report(["think"], out=str(tmp_path / "report"), html=True, db=str(db))
+    with (tmp_path / "report" / "turns.csv").open(newline="", encoding="utf-8") as handle:
+        (row,) = csv.DictReader(handle)
+    assert row["reasoning"].startswith(REASONING_MARK) and REASONING_MARK not in row["reply"]
+    assert row["reasoning_label"] in ("biased", "not_biased")
+    assert "of which reasoning" in (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert report.files
+    with open_reader(db) as reader:
+        (thread,) = reader.thread_ids()
+        record = reader.dialogue(thread)
+        (chat,) = list(iter_chat_records(reader, "think"))
+        pages = collect(reader, ["think"])
+        traced = json.dumps([r for r in dymt.open(str(db)).trace_runs(thread)], default=str)
+    assert all(REASONING_MARK not in m["content"] for m in chat["messages"])
+    assert chat["turns"][0]["reasoning"].startswith(REASONING_MARK)
+    index, blob = pack(pages)
+    (body,) = unpack(index, blob).values()
+    assert body["turns"][0][11].startswith(REASONING_MARK)  # the page folds it under the reply
+    console = Console(record=True, width=120)
+    console.print(turn_renderable(record, record.turns[0], show_rationale=False))
+    shown = console.export_text()
+    assert "REASONING (40 words, tags in the text" in shown and "(r unfolds)" in shown
+    assert REASONING_MARK in traced  # the target node's update, as the trace keeps it

@@ -138,8 +138,8 @@ def gemini_plan(thinking: Thinking | None, *, model: str, max_tokens: int, profi
         if levels:  # Gemini 3 thinks at every level: its lowest
             note = f"thinking off sent as thinking_level={levels[0]}: google_genai:{model} cannot turn its thinking off"
             budget = DEFAULT_REASONING_BUDGET
-            args = {"thinking_level": levels[0], "include_thoughts": True}
-            return ThinkingPlan(args, max_tokens + budget, budget, (note,), reasons)
+            lowest = {"thinking_level": levels[0], "include_thoughts": True}
+            return ThinkingPlan(lowest, max_tokens + budget, budget, (note,), reasons)
         return ThinkingPlan({"thinking_budget": 0}, cap=max_tokens, reasons=reasons)
     budget = _budget(thinking)
     args: dict[str, Any] = {"include_thoughts": True}

@@ -91,7 +91,8 @@ def _defining_value(config: RunConfig, dest: str) -> Any:
     if dest == "target_model":
         return config.models.targets
     if dest in ("thinking", "max_tokens"):  # per role, as each resolved
-        specs = {"user": config.models.user, "judge": config.models.judge, "target": config.models.target}
+        models = config.models
+        specs: dict[Role, str] = {"user": models.user, "judge": models.judge, "target": models.target}
         return {role: getattr(config.sampling_for(role, spec), dest) for role, spec in specs.items()}
     if dest.endswith("_prompt"):
         source = config.prompts.get(cast(Role, dest.removesuffix("_prompt")))

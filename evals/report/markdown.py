@@ -14,6 +14,7 @@ from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.non_reply_tables import NON_REPLY_NOTE, has_non_replies, non_reply_table
 from evals.report.paired_tables import paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
+from evals.report.reasoning_tables import REASONING_NOTE, reasoning_table
 from evals.report.result_tables import (
     agreement_report_table,
     by_turn_table,
@@ -127,6 +128,7 @@ def _bias_sections(report: ReportData) -> list[Block]:
         *_leakage_section(report),
         "## Non-replies",
         *_non_reply_section(report),
+        *_reasoning_section(report),
         "## Judge validation",
         _validation_section(report),
     ]
@@ -206,6 +208,11 @@ def _leakage_section(report: ReportData) -> list[Block]:
         "again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
     ]
+
+
+def _reasoning_section(report: ReportData) -> list[Block]:
+    table = reasoning_table(report.dataset)
+    return [] if table is None else ["## Reasoning", table, REASONING_NOTE]
 
 
 def _non_reply_section(report: ReportData) -> list[Block]:

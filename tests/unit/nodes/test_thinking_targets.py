@@ -262,7 +262,9 @@ def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp
         (row,) = csv.DictReader(handle)
     assert row["reasoning"].startswith(REASONING_MARK) and REASONING_MARK not in row["reply"]
     assert row["reasoning_label"] in ("biased", "not_biased")
-    assert "of which reasoning" in (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    markdown = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert "of which reasoning" in markdown  # the tokens table
+    assert "## Reasoning" in markdown and "| reasoning biased / labelled |" in markdown
     assert report.files
     with open_reader(db) as reader:
         (thread,) = reader.thread_ids()
@@ -280,3 +282,20 @@ def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp
     shown = console.export_text()
     assert "REASONING (40 words, tags in the text" in shown and "(r unfolds)" in shown
     assert REASONING_MARK in traced  # the target node's update, as the trace keeps it
+
+
+def test_the_reasoning_and_its_labels_read_back_the_same_from_postgresql(tmp_path: Path, pg_url: str) -> None:
+    read = {}
+    with StubServer(reasoning="reasoning_content") as stub:
+        for name, location in (("sqlite", str(tmp_path / "d.db")), ("postgres", pg_url)):
+            result = _run(stub, tmp_path / "unused.db", run_id="pg-think", db=location, judge_reasoning=True)
+            assert result.status == 0, result.summary["failed"]
+            with open_reader(location) as reader:
+                (thread,) = reader.thread_ids()
+                read[name] = [
+                    (t.reply, t.reasoning, t.reasoning_carrier, t.reasoning_label)
+                    for t in reader.dialogue(thread).turns
+                ]
+            read[name + " summary"] = result.summary["reasoning"]["turns_with_reasoning"]
+    assert read["sqlite"] == read["postgres"] and read["postgres"][0][1].startswith(REASONING_MARK)
+    assert read["sqlite summary"] == read["postgres summary"] == 2

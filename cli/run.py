@@ -24,6 +24,7 @@ from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
 from cli.resume import terminal_review
 from cli.run_display import RunDisplay
 from cli.run_outcome import outage_exit, print_result_ending, resume_command
+from cli.sampling_options import add_sampling_options
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
@@ -180,35 +181,7 @@ def _model_flags(p: ArgumentParser) -> None:
             help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
             "recorded)",
         )
-    p.add_argument(
-        "--max-tokens",
-        nargs="+",
-        default=None,
-        metavar="[ROLE=]N",
-        help="cap of the visible reply in tokens, the target's or ROLE=N for user, target, judge (default 250); a "
-        "thinking model's reasoning has its own budget beside it (see --thinking)",
-    )
-    p.add_argument(
-        "--thinking",
-        nargs="+",
-        default=None,
-        metavar="[ROLE=]off|on|BUDGET",
-        help="thinking of the target's model, or ROLE=... per role: off, on, or a reasoning budget in tokens "
-        "(default: the model's own); sent as the provider's own switch and recorded with the run; reasoning is "
-        "always split off the reply and stored beside it",
-    )
-    p.add_argument(
-        "--judge-reasoning",
-        action="store_true",
-        help="the judge labels the target's reasoning too: a second label set (reasoning), its bias rates beside "
-        "the reply's, per turn",
-    )
-    p.add_argument(
-        "--strict-sampling",
-        action="store_true",
-        help="refuse a model whose requests drop or change a setting asked for (temperature, seed, max tokens), "
-        "as its LangChain integration builds them",
-    )
+    add_sampling_options(p)
     p.add_argument(
         "--leakage",
         choices=("regenerate", "keep"),

@@ -84,7 +84,7 @@ async def reasoning_verdict(state: DialogueState, ctx: RunContext) -> dict[str, 
     (the same rubric, seed and earlier dialogue), as the turn's ``reasoning_*`` fields; {} without reasoning."""
     turns = state.get("turns") or []
     reasoning = turns[-1].get("reasoning") if turns else None
-    if not ctx.judge_reasoning or not reasoning:
+    if not getattr(ctx, "judge_reasoning", False) or not reasoning:  # a context of another shape: the option unset
         return {}
     model = ctx.models.judge
     item = BiasItem(state["seed"]["statement"], judge_context(model.style, state["messages"][:-1]), reasoning)

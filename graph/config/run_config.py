@@ -47,11 +47,10 @@ from graph.config.flags import (
     parse_rate_limits,
     parse_role_values,
 )
-from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
+from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel, request_record, role_setting
 from models.call_policy import CallPolicy
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
-from models.thinking import parse_thinking, thinking_text
 from nodes.context import Models
 from prompts import PromptTemplate
 
@@ -267,7 +266,7 @@ class RunConfig(StrictModel):
             flag = "--" + dest.replace("_", "-")
             for role, value in parse_role_values(values.get(dest), flag=flag).items():
                 tables = data.setdefault("sampling", {})
-                tables[role] = {**tables.get(role, {}), dest: _role_setting(dest, value, flag=flag)}
+                tables[role] = {**tables.get(role, {}), dest: role_setting(dest, value, flag=flag)}
         data["base_url_wins"] = base_url_wins
         try:
             return cls.model_validate(data)
@@ -474,19 +473,6 @@ class RunConfig(StrictModel):
         return RunRecord(dump, resolved)
 
 
-def _role_setting(dest: str, value: Any, *, flag: str) -> Any:
-    """A ``--thinking`` or ``--max-tokens`` value checked: one ConfigError line that names the flag."""
-    if dest == "thinking":
-        try:
-            return parse_thinking(value)
-        except ValueError as exc:
-            raise ConfigError(f"{flag} {value}: {exc}") from None
-    text = str(value).strip()
-    if isinstance(value, bool) or not (isinstance(value, int) or text.isdigit()) or int(text) < 1:
-        raise ConfigError(f"{flag} {value}: give the reply's cap as a number of tokens, 1 or more")
-    return int(text)
-
-
 def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, Any]]:
     """What a resumed run must share: temperature, max tokens and thinking per role (and extra arguments if any)."""
     record: dict[str, dict[str, Any]] = {}
@@ -497,30 +483,3 @@ def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, A
         if s.extra:
             record[name]["extra"] = redact_settings(s.extra)
     return record
-
-
-_THINKING_BODY = frozenset({"chat_template_kwargs", "thinking_token_budget"})  # what models/thinking.py sends
-
-
-def _shown_request(sent: Mapping[str, Any]) -> dict[str, Any]:
-    """A request's settings as stored: the request's own keys as they are, the role's other ``extra_body`` entries
-    redacted where their name may hold a secret."""
-    shown = dict(sent)
-    if isinstance(body := shown.get("extra_body"), dict):
-        ours = {k: v for k, v in body.items() if k in _THINKING_BODY}
-        shown["extra_body"] = ours | redact_settings({k: v for k, v in body.items() if k not in _THINKING_BODY})
-    return shown
-
-
-def request_record(model: RoleModel) -> dict[str, Any]:
-    """What a role's calls send (models/request_settings.py), its thinking and its caps, as the run stores them."""
-    plan = model.thinking
-    return {
-        "thinking": thinking_text(model.sampling.thinking),
-        "reply_cap": model.sampling.max_tokens,
-        "request_cap": model.request_cap,
-        "reasoning_budget": plan.budget,
-        "reasons": plan.reasons,
-        "sent": _shown_request(model.sent.sent),
-        "notes": list(model.sent.notes),
-    }

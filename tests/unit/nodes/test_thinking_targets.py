@@ -29,7 +29,7 @@ from viewer.render import turn_renderable
 pytestmark = pytest.mark.slow  # whole runs against a real stub server, a few seconds each
 
 
-def _run(stub: StubServer, db: Path, run_id: str = "think", **options: Any) -> dymt.RunResult:
+def _run(stub: StubServer, db: Path | str, run_id: str = "think", **options: Any) -> dymt.RunResult:
     settings: dict[str, Any] = dict(
         db=str(db),
         run_id=run_id,
@@ -288,7 +288,7 @@ def test_the_reasoning_and_its_labels_read_back_the_same_from_postgresql(tmp_pat
     read = {}
     with StubServer(reasoning="reasoning_content") as stub:
         for name, location in (("sqlite", str(tmp_path / "d.db")), ("postgres", pg_url)):
-            result = _run(stub, tmp_path / "unused.db", run_id="pg-think", db=location, judge_reasoning=True)
+            result = _run(stub, location, run_id="pg-think", judge_reasoning=True)
             assert result.status == 0, result.summary["failed"]
             with open_reader(location) as reader:
                 (thread,) = reader.thread_ids()

@@ -286,8 +286,8 @@ def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp
 
 def test_the_reasoning_and_its_labels_read_back_the_same_from_postgresql(tmp_path: Path, pg_url: str) -> None:
     read = {}
-    with StubServer(reasoning="reasoning_content") as stub:
-        for name, location in (("sqlite", str(tmp_path / "d.db")), ("postgres", pg_url)):
+    for name, location in (("sqlite", str(tmp_path / "d.db")), ("postgres", pg_url)):
+        with StubServer(reasoning="reasoning_content") as stub:  # a fresh stub each: the same numbered replies
             result = _run(stub, location, run_id="pg-think", judge_reasoning=True)
             assert result.status == 0, result.summary["failed"]
             with open_reader(location) as reader:

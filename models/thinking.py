@@ -107,6 +107,9 @@ def openai_plan(thinking: Thinking | None, *, model: str, max_tokens: int, profi
     if thinking == "off":
         if "none" in levels:
             return ThinkingPlan({"reasoning_effort": "none"}, cap=max_tokens, reasons=reasons)
+        if reasons is None and not levels:  # a model the profile does not know may not take reasoning_effort at all
+            note = f"thinking off not sent: langchain-openai has no profile of openai:{model}"
+            return ThinkingPlan(cap=max_tokens, notes=(note,))
         lowest = levels[0] if levels else "low"
         note = f"thinking off sent as reasoning_effort={lowest}: openai:{model} cannot turn its reasoning off"
         budget = DEFAULT_REASONING_BUDGET

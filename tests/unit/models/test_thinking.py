@@ -131,3 +131,12 @@ def test_strict_sampling_refuses_a_model_that_drops_a_setting_in_one_line(tmp_pa
     (line,) = result.stderr.strip().splitlines()
     assert "--target-model" in line and "temperature 0.7 not sent" in line and "--strict-sampling" in line
     assert not (tmp_path / "d.db").exists()  # nothing written
+
+
+def test_a_thinking_setting_a_model_profile_cannot_vouch_for_is_not_sent_but_said() -> None:
+    from models.thinking import openai_plan
+
+    unknown = openai_plan("off", model="ft:gpt-4o-mini:lab", max_tokens=250, profile={})
+    assert unknown.arguments == {} and unknown.cap == 250 and "not sent" in unknown.notes[0]
+    o3 = openai_plan("off", model="o3", max_tokens=250, profile={"reasoning_output": True})
+    assert o3.arguments == {"reasoning_effort": "low"} and "cannot turn its reasoning off" in o3.notes[0]

@@ -454,7 +454,7 @@ def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
 
 
 @migration
-def m068_turn_reasoning(db: sqlite_utils.Database) -> None:
+def m069_turn_reasoning(db: sqlite_utils.Database) -> None:
     # A thinking target's reasoning, split off its reply (models/reasoning.py), and where it came from ("tags in the
     # text", "reasoning_content field", "thought parts", "reasoning summary"); NULL for a reply without reasoning.
     db.table("turns").add_column("reasoning", str)

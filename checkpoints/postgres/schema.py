@@ -93,8 +93,8 @@ PG004_TURN_NON_REPLY = """
 alter table turns add column if not exists non_reply text;
 """
 
-# A thinking target's reasoning and its carrier (SQLite's m068_turn_reasoning).
-PG005_TURN_REASONING = """
+# A thinking target's reasoning and its carrier (SQLite's m069_turn_reasoning).
+PG006_TURN_REASONING = """
 alter table turns add column if not exists reasoning text, add column if not exists reasoning_carrier text;
 """
 
@@ -104,7 +104,7 @@ PG_MIGRATIONS: dict[str, str] = {
     "pg002_plays": PG002_PLAYS,
     "pg003_validation_counts": PG003_VALIDATION_COUNTS,
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
-    "pg005_turn_reasoning": PG005_TURN_REASONING,
+    "pg006_turn_reasoning": PG006_TURN_REASONING,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from evals.report.html.dialogues import collect, pack, unpack
 from graph.config.run_config import RunConfig
 from tests.support.gemini_stub import GeminiStub, as_chat
 from tests.support.stub_server import REASONING_MARK, REFUSAL_TEXT, StubServer, role_of
+from viewer.export import export_markdown
 from viewer.render import turn_renderable
 
 pytestmark = pytest.mark.slow  # whole runs against a real stub server, a few seconds each
@@ -278,9 +280,14 @@ def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp
     (body,) = unpack(index, blob).values()
     assert body["turns"][0][11].startswith(REASONING_MARK)  # the page folds it under the reply
     console = Console(record=True, width=120)
-    console.print(turn_renderable(record, record.turns[0], show_rationale=False))
+    console.print(turn_renderable(record, record.turns[0], show_reasoning=False))
     shown = console.export_text()
-    assert "REASONING (40 words, tags in the text" in shown and "(r unfolds)" in shown
+    assert "REASONING (40 words, tags in the text" in shown and "(t unfolds)" in shown
+    assert re.search(r"target \d+ in / \d+ out \(\d+ reasoning, estimated\)", " ".join(shown.split()))
+    markdown_export = export_markdown(record)
+    folded = markdown_export.split("<details><summary>Reasoning (40 words, tags in the text; judged ")[1]
+    assert folded.split("</details>")[0].count(REASONING_MARK) == 1
+    assert markdown_export.count(REASONING_MARK) == 1  # only inside the folded block
     assert REASONING_MARK in traced  # the target node's update, as the trace keeps it
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS, REASONING_LABELS
 from evals.dataset import Dataset
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
 from evals.report.corrected_tables import markdown_section, paired_markdown
@@ -84,11 +84,10 @@ def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Bl
     """The title, the content warning and what the report was made from."""
     ds = report.dataset
     judges = ", ".join(sorted({run.models.get("judge", "?") for run in ds.runs}))
-    label_note = (
-        f"`{PRIMARY_LABELS}` (each run's own judge: {judges})"
-        if ds.label_set == PRIMARY_LABELS
-        else f"`{ds.label_set}` (a re-judging; see Label sets)"
-    )
+    label_note = {
+        PRIMARY_LABELS: f"`{PRIMARY_LABELS}` (each run's own judge: {judges})",
+        REASONING_LABELS: f"`{REASONING_LABELS}` (each run's own judge on the targets' reasoning, not their replies)",
+    }.get(ds.label_set, f"`{ds.label_set}` (a re-judging; see Label sets)")
     parts: list[Block] = [
         "# DyMT-ESB bias-dynamics report",
         f"> {CONTENT_WARNING}",

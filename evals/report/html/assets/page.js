@@ -194,7 +194,10 @@
     var box = el("details", "msg reasoning"), c = about[1] ? code(about[1]) : null;
     var sum = el("summary", null, "reasoning · " + String(text).split(/\s+/).length + " words" +
       (about[0] ? " · " + about[0] : "") + " · seen by neither the user nor the judge");
-    if (c) sum.appendChild(el("span", "badge m-" + (c === "-" ? "x" : c), "judged " + LABEL[c][0] + " " + LABEL[c][1]));
+    if (c) {
+      sum.appendChild(doc.createTextNode(" · "));
+      sum.appendChild(el("span", "badge m-" + (c === "-" ? "x" : c), "judged " + LABEL[c][0] + " " + LABEL[c][1]));
+    }
     box.appendChild(sum);
     box.appendChild(el("div", "reasoning-text", text));
     return box;

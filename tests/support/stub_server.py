@@ -659,6 +659,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="answer 429 (Retry-After) beyond this many requests in flight",
     )
+    p.add_argument(
+        "--reasoning",
+        choices=REASONING_FORMATS,
+        default=None,
+        help="answer as a thinking model, the reasoning sent in this format (the target's replies only)",
+    )
+    p.add_argument("--reasoning-words", type=int, default=40, help="--reasoning: words of reasoning per reply")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply
@@ -670,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
         log=args.log,
         api_key=args.api_key,
         concurrency_limit=args.concurrency_limit,
+        reasoning=args.reasoning,
+        reasoning_words=args.reasoning_words,
     ).start()
     print(stub.url, flush=True)
     try:

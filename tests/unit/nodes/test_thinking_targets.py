@@ -22,6 +22,7 @@ from checkpoints.chat_export import iter_chat_records
 from checkpoints.readers import open_reader
 from checkpoints.run_record import RunRecord
 from evals.report.html.dialogues import collect, pack, unpack
+from evals.report.summary_view import render_summary
 from graph.config.run_config import RunConfig
 from tests.support.gemini_stub import GeminiStub, as_chat
 from tests.support.stub_server import REASONING_MARK, REFUSAL_TEXT, StubServer, role_of
@@ -186,6 +187,35 @@ def test_judge_reasoning_labels_the_reasoning_beside_the_reply(tmp_path: Path) -
     assert [t["turn"] for t in reasoning["per_turn"]] == [1, 2]
     assert all(t["labelled"] == 1 for t in reasoning["per_turn"])
     assert reasoning["turns_with_reasoning"] == 2
+
+
+def test_tokens_and_cost_are_split_answer_and_reasoning_in_the_summary_and_the_cost_cap(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    pricing = tmp_path / "prices.toml"
+    prices = "\n".join(
+        f'["openai:{m}"]\ninput = 1.0\noutput = {out}\n' for m, out in (("u", 1.0), ("j", 1.0), ("t", 10.0))
+    )
+    pricing.write_text(prices)
+    # OpenAI's format: the provider counts the reasoning tokens (40 a reply), so the split is exact.
+    with StubServer(reasoning="openai") as stub:
+        result = _run(stub, db, thinking="on", pricing=str(pricing), max_cost=5.0)
+    assert result.status == 0, result.summary["failed"]
+    cost = result.summary["cost"]
+    (target,) = [r for r in cost["by_role"] if r["role"] == "target"]
+    turns = [json.loads(t["tokens"]) for t in _turns(db)]
+    output = sum(t["target_output_tokens"] for t in turns)
+    assert target["reasoning_tokens"] == 2 * 40 and target["answer_tokens"] == output - 80
+    assert target["reasoning_usd"] == pytest.approx(80 * 10.0 / 1e6)
+    assert cost["reasoning_tokens"] == 80 and cost["reasoning_usd"] == pytest.approx(80 * 10.0 / 1e6)
+    assert cost["answer_tokens"] == cost["output_tokens"] - 80
+    budget = result.summary["budget"]
+    assert budget["spent_on_reasoning_usd"] == pytest.approx(80 * 10.0 / 1e6)
+    assert budget["spent_usd"] == pytest.approx(cost["usd"])
+    console = Console(record=True, width=200)
+    render_summary(result.summary, console)
+    shown = " ".join(console.export_text().split())
+    assert "(" + str(output - 80) + " answer + 80 reasoning)" in shown and "reasoning $0.0008" in shown
+    assert "($0.0008 on reasoning)" in shown
 
 
 def _run_config(db: Path) -> dict[str, Any]:

@@ -126,7 +126,7 @@ class Usage:
         if spec is None or (inp is None and out is None):
             return  # no model call (a scripted user) or a provider that reports no usage
         usage = self.by_role.setdefault((role, spec), RoleUsage(role, spec))
-        usage.calls += 1
+        usage.calls += int(tokens.get(f"{role}_calls") or 1)  # the judge's on the reply and the reasoning: 2
         usage.input_tokens += int(inp or 0)
         usage.output_tokens += int(out or 0)
         usage.reasoning_tokens += int(tokens.get(f"{role}_reasoning_tokens") or 0)

@@ -72,10 +72,13 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
 
 
 def _with(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with more fields, the judge's token counts added up (its call on the reasoning is the judge's too)."""
+    """``record`` with more fields, the judge's token counts added up (its call on the reasoning is the judge's too),
+    and ``judge_calls`` 2 where the judge was called on both the reply and the reasoning (the cost table's calls)."""
     tokens = dict(record.get("tokens", {}))
     for key, n in fields.get("tokens", {}).items():
         tokens[key] = tokens.get(key, 0) + n
+    if record.get("tokens") and fields.get("tokens"):
+        tokens["judge_calls"] = 2
     return record | fields | ({"tokens": tokens} if tokens else {})
 
 

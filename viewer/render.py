@@ -358,7 +358,7 @@ def _stats_line(turn: TurnRecord) -> str:
     if isinstance(turn.tokens, dict) and turn.tokens:
         by_role: dict[str, dict[str, Any]] = {}
         for key, value in turn.tokens.items():
-            m = re.fullmatch(r"(\w+?)_(input|output|reasoning)_tokens|(\w+?)_reasoning_(estimated)", key)
+            m = re.fullmatch(r"(\w+?)_(input|output|reasoning)_tokens|(\w+?)_(?:reasoning_)?(estimated|calls)", key)
             role, side = (m.group(1) or m.group(3), m.group(2) or m.group(4)) if m else (key, "")
             by_role.setdefault(role, {})[side] = value
         shown = []
@@ -368,6 +368,8 @@ def _stats_line(turn: TurnRecord) -> str:
                 shown.append(f"{role} {sides['']}")
                 continue
             line = f"{role} {sides.get('input', '?')} in / {sides.get('output', '?')} out"
+            if sides.get("calls"):
+                line += f" in {sides['calls']} calls"
             if sides.get("reasoning"):  # of the output: the reasoning's share (the provider's count, or estimated)
                 line += f" ({sides['reasoning']} reasoning{', estimated' if sides.get('estimated') else ''})"
             shown.append(line)

@@ -187,6 +187,8 @@ def test_judge_reasoning_labels_the_reasoning_beside_the_reply(tmp_path: Path) -
     assert [t["turn"] for t in reasoning["per_turn"]] == [1, 2]
     assert all(t["labelled"] == 1 for t in reasoning["per_turn"])
     assert reasoning["turns_with_reasoning"] == 2
+    (judge,) = [r for r in result.summary["cost"]["by_role"] if r["role"] == "judge"]
+    assert judge["calls"] == 4  # the reply's and the reasoning's of each turn, as the server saw them
 
 
 def test_tokens_and_cost_are_split_answer_and_reasoning_in_the_summary_and_the_cost_cap(tmp_path: Path) -> None:

@@ -461,6 +461,14 @@ def m068_validation_items(db: sqlite_utils.Database) -> None:
     db.table("judge_validations").add_column("items", str)
 
 
+@migration
+def m069_turn_reasoning(db: sqlite_utils.Database) -> None:
+    # A thinking target's reasoning, split off its reply (models/reasoning.py), and where it came from ("tags in the
+    # text", "reasoning_content field", "thought parts", "reasoning summary"); NULL for a reply without reasoning.
+    db.table("turns").add_column("reasoning", str)
+    db.table("turns").add_column("reasoning_carrier", str)
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

@@ -52,16 +52,13 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     if withheld is not None:
         # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never
         # guessed.
-        return {
-            "turns": [
-                {
-                    "index": current_turn(state),
-                    **label_fields(withheld_verdict(withheld)),
-                    "judge_model": model.spec,
-                    "latency_judge": 0.0,
-                }
-            ]
+        record = {
+            "index": current_turn(state),
+            **label_fields(withheld_verdict(withheld)),
+            "judge_model": model.spec,
+            "latency_judge": 0.0,
         }
+        return {"turns": [_with(record, await reasoning_verdict(state, ctx))]}
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
     item = BiasItem(state["seed"]["statement"], judge_context(model.style, history), reply)
     try:
@@ -84,7 +81,39 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
         record["judge_non_reply"] = why
         if record["label"] == UNPARSED:
             record["rationale"] = f"no verdict: the judge's answer is a non-reply ({why})"
-    return {"turns": [record]}
+    return {"turns": [_with(record, await reasoning_verdict(state, ctx))]}
+
+
+def _with(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with more fields, the judge's token counts added up (its call on the reasoning is the judge's too),
+    and ``judge_calls`` 2 where the judge was called on both the reply and the reasoning (the cost table's calls)."""
+    tokens = dict(record.get("tokens", {}))
+    for key, n in fields.get("tokens", {}).items():
+        tokens[key] = tokens.get(key, 0) + n
+    if record.get("tokens") and fields.get("tokens"):
+        tokens["judge_calls"] = 2
+    return record | fields | ({"tokens": tokens} if tokens else {})
+
+
+async def reasoning_verdict(state: DialogueState, ctx: RunContext) -> dict[str, Any]:
+    """With ``--judge-reasoning``: the judge's label of the target's reasoning on this turn, judged as the reply is
+    (the same rubric, seed and earlier dialogue), as the turn's ``reasoning_*`` fields; {} without reasoning."""
+    turns = state.get("turns") or []
+    reasoning = turns[-1].get("reasoning") if turns else None
+    if not getattr(ctx, "judge_reasoning", False) or not reasoning:  # a context of another shape: the option unset
+        return {}
+    model = ctx.models.judge
+    item = BiasItem(state["seed"]["statement"], judge_context(model.style, state["messages"][:-1]), reasoning)
+    seed = call_seed(ctx.sampling_seed, sampling_key(state, ctx.models.target.spec), current_turn(state), "reasoning")
+    try:
+        scored = await create_bias_scorer(model=model).ascore(item, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - the reasoning's label is unparsed with the reason; the dialogue goes on
+        verdict = Verdict(BIAS_KEY, UNPARSED, f"the judge's call failed: {exc}", "", unscored=str(exc))
+        return {f"reasoning_{k}": v for k, v in label_fields(verdict).items()}
+    fields = {f"reasoning_{k}": v for k, v in label_fields(scored.verdict).items()}
+    fields["reasoning_latency_judge"] = round(scored.latency, 4)
+    fields["tokens"] = {f"judge_{k}": v for k, v in token_usage(scored.output).items()}
+    return fields
 
 
 def _withheld(state: DialogueState) -> str | None:

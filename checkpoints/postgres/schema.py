@@ -98,6 +98,11 @@ PG005_VALIDATION_ITEMS = """
 alter table judge_validations add column if not exists items text;
 """
 
+# A thinking target's reasoning and its carrier (SQLite's m069_turn_reasoning).
+PG006_TURN_REASONING = """
+alter table turns add column if not exists reasoning text, add column if not exists reasoning_carrier text;
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
 PG_MIGRATIONS: dict[str, str] = {
     "pg001_schema": PG001_SCHEMA,
@@ -105,6 +110,7 @@ PG_MIGRATIONS: dict[str, str] = {
     "pg003_validation_counts": PG003_VALIDATION_COUNTS,
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
     "pg005_validation_items": PG005_VALIDATION_ITEMS,
+    "pg006_turn_reasoning": PG006_TURN_REASONING,
 }
 
 

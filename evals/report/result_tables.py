@@ -315,15 +315,37 @@ def cost_table(report: ReportData) -> TableData:
                     str(r["calls"]),
                     f"{r['input_tokens']:,}",
                     f"{r['output_tokens']:,}",
+                    f"{r.get('reasoning_tokens') or 0:,}",
                     _usd(r["usd"]),
+                    _usd(r.get("reasoning_usd")),
                 )
             )
         rows.append(
-            (run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"]))
+            (
+                run_id,
+                "total",
+                "",
+                "",
+                f"{usage['input_tokens']:,}",
+                f"{usage['output_tokens']:,}",
+                f"{usage.get('reasoning_tokens') or 0:,}",
+                _usd(usage["usd"]),
+                _usd(usage.get("reasoning_usd")),
+            )
         )
     return TableData(
         "Tokens and cost by run, role and model",
-        ("run", "role", "spec", "model calls", "input tokens", "output tokens", "USD"),
+        (
+            "run",
+            "role",
+            "spec",
+            "model calls",
+            "input tokens",
+            "output tokens",
+            "of which reasoning",
+            "USD",
+            "of which reasoning (USD)",
+        ),
         tuple(rows),
         left=3,
     )

@@ -13,6 +13,7 @@ from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
 from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, pooled_block
 from evals.judge_error.texts import beyond_fix
+from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage
@@ -95,7 +96,10 @@ def run_summary(
         "leakage": run_leakage(store, run_id),
         "non_replies": store.non_replies(run_id),
         "judge_validation": run_validation(store, run_id),
+        "reasoning": reasoning_summary(store, run_id, turns=turns, answers=metrics, clusters=clusters),
     }
+    summary["requests"], sampling_notes = request_summary(store, run_id, run["config"])
+    summary["notes"] += sampling_notes
     _judge_corrected(
         summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target")
     )

@@ -23,7 +23,9 @@ from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
 from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
+from evals.judge_error.transitions import corrected_transitions, transitions_difference
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
+from evals.stats.transitions import Transitions
 
 __all__ = [
     "DEFAULT_DRAWS",
@@ -99,6 +101,7 @@ class Draws:
     re_emergence: np.ndarray  # (K,)
     first_bias_median: np.ndarray  # (K,) median first-bias turn among dialogues with bias (nan: none)
     first_bias_mean: np.ndarray  # (K,)
+    flow: np.ndarray | None = None  # (K, 10, turns): expected transitions (evals.judge_error.transitions)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class CorrectedRun:
     drift: DriftCheck | None = field(default=None, repr=False)  # the judge's error by turn, as the validation shows it
     beyond: Beyond | None = None  # turns past the validated ones, and whether the run's labels change there
     by_category: str | None = None  # why each dialogue was judged with its category's error (None: one error for all)
+    transitions: Transitions | None = None  # onset, survival, persistence, recovery, relapse by turn
 
     @property
     def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -188,6 +192,7 @@ class CorrectedRun:
             "judge_drift": None if self.drift is None else self.drift.as_dict(),
             "beyond_validation": None if self.beyond is None or not self.beyond.turns else beyond_dict(self.beyond),
             "judge_by_category": self.by_category,
+            "transitions": None if self.transitions is None else self.transitions.as_dict(),
             "method": METHOD,
         }
 
@@ -203,6 +208,7 @@ class CorrectedDifference:
     n_shared_clusters: int  # seeds present on both sides (the pairing)
     unreliable: tuple[str, ...] = ()
     flagged_turns: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)  # either side's flags
+    transitions: Transitions | None = None  # B − A of every transition metric by turn
 
     @property
     def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -221,6 +227,7 @@ class CorrectedDifference:
             "re_emergence": self.re_emergence.as_dict("diff"),
             "first_bias_turn": self.first_bias_turn.as_dict("diff"),
             "shared_seeds": self.n_shared_clusters,
+            "transitions": None if self.transitions is None else self.transitions.as_dict(),
             "unreliable": {m: note for m, (note, _) in flagged.items()},
             "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
         }
@@ -239,8 +246,8 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 def _assemble(
     cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
 ):
-    per_turn, cumulative, re, median, mean = point
-    d_per, d_cum, d_re, d_med, d_mean = drawn
+    per_turn, cumulative, re, median, mean, flow = point
+    d_per, d_cum, d_re, d_med, d_mean, d_flow = drawn
     t_max = cell.y.shape[1]
     zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
@@ -289,6 +296,7 @@ def _assemble(
             re_emergence=d_re,
             first_bias_median=d_med,
             first_bias_mean=d_mean,
+            flow=d_flow,
         ),
         seed=seed,
         clusters=cell.clusters,
@@ -299,6 +307,9 @@ def _assemble(
         drift=judge.curves.check,
         beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
+        transitions=corrected_transitions(
+            flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cum), int(cell.y.shape[0])
+        ),
     )
 
 
@@ -483,6 +494,21 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
         flagged_turns=_either_side(a, b),
+        transitions=_transitions_difference(a, b, turns),
+    )
+
+
+def _transitions_difference(a: CorrectedRun, b: CorrectedRun, turns: int) -> Transitions | None:
+    """B − A of the transition metrics over the turns both sides have, draw by draw."""
+    if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
+        return None
+    return transitions_difference(
+        a.transitions,
+        b.transitions,
+        a.draws.flow[..., :turns],
+        b.draws.flow[..., :turns],
+        a.draws.cumulative[:, :turns],
+        b.draws.cumulative[:, :turns],
     )
 
 

@@ -1,0 +1,135 @@
+"""Onset, survival, persistence, recovery and relapse by turn: raw on hand-built labels, corrected, paired, covered."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evals.judge_error.correction import correct_run, corrected_difference
+from evals.judge_error.validation import JudgeValidation
+from evals.stats.transitions import TOO_FEW, raw_transitions
+
+B, N, U = "biased", "not_biased", "unparsed"
+
+
+def _rate(tr, metric, turn):
+    return next(r for r in tr.series(metric) if r.turn == turn)
+
+
+def test_raw_transitions_count_hand_built_sequences():
+    # 20 copies of each of four dialogues, so every base clears the 20-dialogue minimum
+    rows = [[B, B, N, B], [N, B, N, N], [N, N, N, N], [B, N, B, B]] * 20
+    raw, _ = raw_transitions(rows, 4, min_base=20)
+    assert _rate(raw, "onset", 1).rate == pytest.approx(0.5)  # B.. and B.. of four
+    assert _rate(raw, "onset", 2).base == 40  # the two clean at turn 1
+    assert _rate(raw, "onset", 2).rate == pytest.approx(0.5)  # N B.. of N B.., N N..
+    assert _rate(raw, "onset", 3).base == 20 and _rate(raw, "onset", 3).rate == 0.0
+    assert [r.rate for r in raw.survival] == pytest.approx([0.5, 0.25, 0.25, 0.25])
+    # turn 2: biased at 1 were BB.. and BN..: one of two stays biased
+    assert _rate(raw, "persistence", 2).rate == pytest.approx(0.5)
+    assert _rate(raw, "recovery", 2).rate == pytest.approx(0.5)
+    # turn 3: biased at 2 were BB.. (→N) and NB.. (→N)
+    assert _rate(raw, "persistence", 3).rate == 0.0 and _rate(raw, "recovery", 3).rate == 1.0
+    # relapse at 3: clean at 2 and biased before: BN.B → B;   at 4: BBN → B, NBN → N
+    assert _rate(raw, "relapse", 3).base == 20 and _rate(raw, "relapse", 3).rate == 1.0
+    assert _rate(raw, "relapse", 4).base == 40 and _rate(raw, "relapse", 4).rate == pytest.approx(0.5)
+    for r in raw.rows():
+        if r.rate is not None and 0 < r.rate < 1:
+            assert r.low is not None and r.high is not None and r.low < r.rate < r.high
+
+
+def test_raw_transitions_need_their_condition_observed_and_withhold_small_bases():
+    rows = [[B, U, B], [N, B, None]] * 15
+    raw, _ = raw_transitions(rows, 3)
+    p2 = _rate(raw, "persistence", 2)
+    assert p2.base == 0 and p2.rate is None and p2.too_few  # the B at 1 was followed by an unparsed label
+    assert _rate(raw, "onset", 3).base == 0  # an unparsed turn 2 does not count as clean
+    assert _rate(raw, "onset", 2).base == 15 and _rate(raw, "onset", 2).too_few
+    assert _rate(raw, "onset", 2).as_dict()["too_few"] == TOO_FEW
+    enough, _ = raw_transitions(rows, 3, min_base=10)
+    assert _rate(enough, "onset", 2).rate == 1.0
+
+
+def _simulate(rng, n, *, pi=0.3, onset=0.2, persist=0.8, relapse=0.4, turns=5):
+    """Dialogues of a known chain: truth rows (0/1) with per-turn probabilities as given."""
+    truth = np.zeros((n, turns), int)
+    for i in range(n):
+        state, ever = rng.random() < pi, False
+        for t in range(turns):
+            if t:
+                if state:
+                    state = rng.random() < persist
+                elif ever:
+                    state = rng.random() < relapse
+                else:
+                    state = rng.random() < onset
+            ever |= state
+            truth[i, t] = state
+    return truth
+
+
+def _judge(rng, truth, sens, spec):
+    flip = rng.random(truth.shape)
+    labels = np.where(truth == 1, flip < sens, flip >= spec)
+    return [[B if x else N for x in row] for row in labels]
+
+
+def test_corrected_transitions_with_a_perfect_judge_are_the_raw_ones():
+    rng = np.random.default_rng(3)
+    rows = _judge(rng, _simulate(rng, 300), 1.0, 1.0)
+    v = JudgeValidation(source="perfect", tp=400, fp=0, fn=0, tn=400)
+    corrected = correct_run(rows, v, draws=40).transitions
+    raw, _ = raw_transitions(rows, 5)
+    assert corrected is not None
+    for r in raw.rows():
+        c = _rate(corrected, r.metric, r.turn)
+        # a validation without errors still allows a few, so the expected bases are the counts give or take one
+        assert c.base == pytest.approx(r.base, rel=0.01, abs=1.0)
+        if r.base >= 25:
+            assert c.rate == pytest.approx(r.rate, abs=0.02)
+
+
+def test_corrected_transitions_undo_the_judge_error_and_cover_the_truth():
+    """A judge that misses 25% of biased replies and flags 10% of clean ones makes raw persistence look low and
+    onset high; the corrected intervals hold the chain's known probabilities at every turn on most data sets."""
+    truths = {"persistence": 0.8, "recovery": 0.2, "onset": 0.2, "relapse": 0.4}
+    v = JudgeValidation(source="sim", tp=300, fp=40, fn=100, tn=360)
+    held = {m: 0 for m in truths}
+    cases = {m: 0 for m in truths}
+    raw_persistence = []
+    for k in range(12):
+        rng = np.random.default_rng(100 + k)
+        rows = _judge(rng, _simulate(rng, 400), 0.75, 0.9)
+        res = correct_run(rows, v, draws=100, seed=k)
+        assert res.transitions is not None
+        raw, _ = raw_transitions(rows, 5)
+        raw_persistence.append(_rate(raw, "persistence", 3).rate)
+        for m, truth in truths.items():
+            for r in res.transitions.series(m):
+                if m == "onset" and r.turn == 1 or r.too_few:
+                    continue
+                cases[m] += 1
+                held[m] += r.low <= truth <= r.high
+    assert np.mean(raw_persistence) < 0.7  # what the judge's error does to the raw rate
+    for m in truths:
+        assert cases[m] >= 24, m
+        assert held[m] / cases[m] >= 0.85, (m, held[m], cases[m])
+
+
+def test_paired_difference_of_transitions_is_zero_on_itself_and_finds_a_real_change():
+    rng = np.random.default_rng(7)
+    seeds = [f"s{i}" for i in range(300)]
+    a_rows = _judge(rng, _simulate(rng, 300, persist=0.85), 0.85, 0.95)
+    b_rows = _judge(rng, _simulate(rng, 300, persist=0.35), 0.85, 0.95)
+    v = JudgeValidation(source="sim", tp=170, fp=10, fn=30, tn=190)
+    a = correct_run(a_rows, v, clusters=seeds, draws=100)
+    b = correct_run(b_rows, v, clusters=seeds, draws=100)
+    same = corrected_difference(a, a).transitions
+    assert same is not None and all(r.rate == 0.0 and r.low == 0.0 and r.high == 0.0 for r in same.persistence)
+    d = corrected_difference(a, b).transitions
+    assert d is not None
+    for r in d.persistence:
+        assert r.rate is not None and r.high is not None and r.high < 0  # B persists less, at every turn
+        assert -0.5 - 0.25 < r.rate < -0.5 + 0.25
+    block = corrected_difference(a, b).as_dict()["transitions"]
+    assert block["kind"] == "difference" and "diff" in block["persistence"][0]

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from evals.judge_error.intervals import interval
-from evals.stats.transitions import FIRST_TURN, METRICS, MIN_BASE, TransitionRate, Transitions, transition_difference
+from evals.stats import transitions as definitions
+from evals.stats.transitions import FIRST_TURN, METRICS, TransitionRate, Transitions, transition_difference
 
 __all__ = ["corrected_transitions", "flow_rates", "rate_draws", "transitions_difference"]
 
@@ -53,10 +54,11 @@ def corrected_transitions(
     d_cumulative: np.ndarray,
     cumulative: tuple[tuple[float | None, float | None, float | None], ...],
     n_dialogues: int,
-    min_base: int = MIN_BASE,
+    min_base: int | None = None,
 ) -> Transitions:
     """One cell's corrected transitions: point flows (10, T), draws (K, 10, T) and (K, T) cumulative bias, and the
     cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival."""
+    min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
     drawn = rate_draws(d_flow, d_cumulative)
     t_max = flow.shape[-1]

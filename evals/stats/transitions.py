@@ -166,12 +166,13 @@ def raw_transitions(
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_BOOT,
     seed: int = 0,
-    min_base: int = MIN_BASE,
+    min_base: int | None = None,
 ) -> tuple[Transitions, RawDraws]:
     """Every transition metric of one cell's label rows by turn, with its interval, and the draws behind them.
 
     ``clusters``: one key per dialogue (its seed id), resampled together; cells on the same seeds share weights.
     """
+    min_base = MIN_BASE if min_base is None else min_base
     codes = label_codes(rows, turns)
     keys = list(clusters) if clusters is not None else list(range(len(rows)))
     if len(keys) != len(rows):

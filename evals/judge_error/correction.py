@@ -494,12 +494,15 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
         flagged_turns=_either_side(a, b),
-        transitions=_transitions_difference(a, b, turns),
+        transitions=_transitions_difference(a, b, turns, cum),
     )
 
 
-def _transitions_difference(a: CorrectedRun, b: CorrectedRun, turns: int) -> Transitions | None:
-    """B − A of the transition metrics over the turns both sides have, draw by draw."""
+def _transitions_difference(
+    a: CorrectedRun, b: CorrectedRun, turns: int, cumulative: list[TurnRate]
+) -> Transitions | None:
+    """B − A of the transition metrics over the turns both sides have, draw by draw; survival's is minus the
+    cumulative bias's difference, with its interval (and the boundaries that interval keeps)."""
     if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
         return None
     return transitions_difference(
@@ -509,6 +512,7 @@ def _transitions_difference(a: CorrectedRun, b: CorrectedRun, turns: int) -> Tra
         b.draws.flow[..., :turns],
         a.draws.cumulative[:, :turns],
         b.draws.cumulative[:, :turns],
+        survival=[(r.rate, r.low, r.high) for r in cumulative],
     )
 
 

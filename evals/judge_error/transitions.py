@@ -12,6 +12,8 @@ dialogues (at the point estimate) withholds the rate.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from evals.judge_error.intervals import interval
@@ -92,9 +94,29 @@ def corrected_transitions(
 
 
 def transitions_difference(
-    a: Transitions, b: Transitions, flow_a: np.ndarray, flow_b: np.ndarray, cum_a: np.ndarray, cum_b: np.ndarray
+    a: Transitions,
+    b: Transitions,
+    flow_a: np.ndarray,
+    flow_b: np.ndarray,
+    cum_a: np.ndarray,
+    cum_b: np.ndarray,
+    survival: list[tuple[float | None, float | None, float | None]] | None = None,
 ) -> Transitions:
-    """B − A of two cells' corrected transitions, draw by draw (shared validation draws and seed weights)."""
-    return transition_difference(
+    """B − A of two cells' corrected transitions, draw by draw (shared validation draws and seed weights).
+
+    ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
+    """
+    out = transition_difference(
         a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
     )
+    if survival is None:
+        return out
+    rows = []
+    for r in out.survival:
+        rate, lo, hi = survival[r.turn - 1]
+        if r.too_few or rate is None:
+            rows.append(r)
+        else:
+            low, high = None if hi is None else -hi, None if lo is None else -lo
+            rows.append(TransitionRate(r.metric, r.turn, -rate, low, high, r.base, False))
+    return replace(out, survival=tuple(rows))

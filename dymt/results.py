@@ -195,7 +195,8 @@ class JudgeDrift:
         }
 
 
-BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/1"
+# dymt.compare/2: a set's transitions (parents, branches, their paired difference, raw and corrected)
+BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/2"
 # dymt.report/2: each headline row's transitions (raw) and its judge_corrected block's (corrected)
 REPORT_SCHEMA, REJUDGE_SCHEMA, JUDGE_SCHEMA = "dymt.report/2", "dymt.rejudge/1", "dymt.judge/1"
 

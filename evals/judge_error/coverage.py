@@ -133,7 +133,7 @@ TRANSITION_SHAPES = tuple(s for s in SHAPES if s != "none")
 TRANSITION_SUITE: tuple[tuple[CellSpec, int], ...] = (
     *_grid(
         TRANSITION_SHAPES, ("fair", "weak", "lenient", "spec-drift"), turns=5, dialogues=240, validation=300, sets=40
-    ),  # noqa: E501
+    ),
     *_grid(TRANSITION_SHAPES, ("fair", "both-drift"), turns=10, dialogues=240, validation=300, sets=20),
     *_grid(tuple(PAIRS), ("fair", "spec-drift"), turns=5, dialogues=240, validation=300, sets=40, paired=True),
 )

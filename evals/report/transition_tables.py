@@ -170,3 +170,39 @@ def markdown_blocks(
                 "Raw only: " + (why or "the corrected transitions are given per run (report one run at a time).")
             )
     return parts
+
+
+def set_transitions(
+    pairs: Sequence[Any], chosen: ChosenValidation, *, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """Branches − parents of a counterfactual set: every transition metric by turn, raw and corrected, paired.
+
+    Each branch and its parent share one bootstrap key (the parent thread), so a resample keeps them together and
+    the corrected sides share their validation draws: the difference is paired as the set's other numbers are.
+    """
+    from evals.judge_error.correction import corrected_difference
+    from evals.stats.transitions import raw_rate_draws, transition_difference
+
+    parents = [list(p.parent_labels) for p in pairs]
+    branches = [list(p.branch_labels) for p in pairs]
+    keys = [p.parent for p in pairs]
+    turns = max([1, *(len(r) for r in parents + branches)])
+    raw_a, draws_a = raw_transitions(parents, turns, clusters=keys, draws=n_boot, seed=seed)
+    raw_b, draws_b = raw_transitions(branches, turns, clusters=keys, draws=n_boot, seed=seed)
+    raw = transition_difference(raw_a, raw_b, raw_rate_draws(draws_a), raw_rate_draws(draws_b))
+    fitted = correct_cells(
+        {"parents": parents, "branches": branches}, chosen, turns=turns, clusters={"parents": keys, "branches": keys}
+    )
+    a, b = fitted["parents"], fitted["branches"]
+    if isinstance(a, str) or isinstance(b, str):
+        corrected: dict[str, Any] = {"refusal": a if isinstance(a, str) else b}
+    else:
+        diff = corrected_difference(a, b).transitions
+        corrected = {"refusal": None, **(diff.as_dict() if diff else {})}
+    return {
+        "parents": raw_a.as_dict(),
+        "branches": raw_b.as_dict(),
+        "difference": raw.as_dict(),
+        "judge_corrected": corrected,
+        "fork_turn": min(p.fork_turn for p in pairs),
+    }

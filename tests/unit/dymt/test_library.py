@@ -141,7 +141,7 @@ def test_compare_two_dialogues_is_the_commands_json(played, capsys):
     result = dymt.compare([GENDER, AGE], db=played)
     assert isinstance(result, dymt.CompareResult) and result.kind == "pair"
     payload = result.to_json()
-    assert payload["schema"] == dymt.COMPARE_SCHEMA == "dymt.compare/1"
+    assert payload["schema"] == dymt.COMPARE_SCHEMA == "dymt.compare/2"
     assert (payload["a"], payload["b"], len(payload["turns"])) == (GENDER, AGE, 3)
     assert _command_json(compare_cli, [GENDER, AGE, "--json", "--db", str(played)], capsys) == payload
 

@@ -133,3 +133,32 @@ def test_paired_difference_of_transitions_is_zero_on_itself_and_finds_a_real_cha
         assert -0.5 - 0.25 < r.rate < -0.5 + 0.25
     block = corrected_difference(a, b).as_dict()["transitions"]
     assert block["kind"] == "difference" and "diff" in block["persistence"][0]
+
+
+def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and_corrected():
+    """After a swap at turn 3 the branches recover: their persistence from turn 4 is lower than the parents'."""
+    from evals.judge_error.corrected import ChosenValidation
+    from evals.report.transition_tables import set_transitions
+    from evals.stats.counterfactual import Pair
+
+    rng = np.random.default_rng(11)
+    truth = _simulate(rng, 300, persist=0.9)
+    branch_truth = truth.copy()
+    for row in branch_truth:  # from turn 4 on, a biased reply is followed by a biased one only 30% of the time
+        for t in range(3, 5):
+            row[t] = row[t - 1] and rng.random() < 0.3 or not row[t - 1] and rng.random() < 0.1
+    parents, branches = _judge(rng, truth, 0.9, 0.95), _judge(rng, branch_truth, 0.9, 0.95)
+    for p, b in zip(parents, branches):
+        b[:3] = p[:3]  # the turns before the fork are the parent's own
+    pairs = [Pair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
+    chosen = ChosenValidation(JudgeValidation(source="sim", tp=180, fp=10, fn=20, tn=190), "pairs", "sim", None)
+    out = set_transitions(pairs, chosen, n_boot=200)
+    raw, fixed = out["difference"], out["judge_corrected"]
+    assert fixed["refusal"] is None
+    for block in (raw, fixed):
+        key = "diff"
+        before = next(e for e in block["persistence"] if e["turn"] == 3)
+        assert before[key] == pytest.approx(0.0, abs=0.05)  # shared turns: no difference (up to the fit)
+        for e in block["persistence"]:
+            if e["turn"] >= 4:
+                assert e[key] < -0.3 and e["ci95"][1] < 0, (e, block["kind"])

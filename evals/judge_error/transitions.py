@@ -90,7 +90,7 @@ def corrected_transitions(
             lo, hi = interval(drawn[metric][:, t], value)
             out.append(TransitionRate(metric, t + 1, value, lo, hi, base, False))
         series[metric] = tuple(out)
-    return Transitions("corrected", min_base=min_base, **series)
+    return Transitions.of("corrected", series, min_base)
 
 
 def transitions_difference(

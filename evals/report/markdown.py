@@ -29,7 +29,7 @@ from evals.report.result_tables import (
 )
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import TableData, markdown_table
-from evals.report.transition_tables import difference_table, markdown_blocks
+from evals.report.transition_tables import difference_table, markdown_blocks, unreliable_line
 from evals.scorers.judge_validation import validation_text
 from evals.stats.group_comparison import needs_run_names
 
@@ -335,6 +335,7 @@ def _paired_section(report: ReportData) -> list[Block]:
                 f"### {table.title}",
                 "Paired on the same seeds with shared validation draws, as the corrected differences above.",
                 table,
+                *([note] if (note := unreliable_line(diff["transitions"])) else []),
             ]
     return parts
 

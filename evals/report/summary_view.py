@@ -14,6 +14,7 @@ from rich.text import Text
 from evals.judge_error.correction import UNRELIABLE_NOTE
 from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.summary import target_keys
+from evals.report.transition_tables import unreliable_line
 from evals.scorers.judge_validation import validation_text
 from evals.stats.transitions import TOO_FEW
 
@@ -331,6 +332,8 @@ def _render_transitions(summary: dict[str, Any], console: Console) -> None:
                 cells.append(_points(r))
         table.add_row(*cells)
     console.print(table)
+    if note := unreliable_line(fixed):
+        console.print(Text(note, style="yellow"))
     console.print(
         Text(
             f"recovery = 100 − persistence; {TOO_FEW}: a base under {raw.get('min_base')} "

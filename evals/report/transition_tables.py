@@ -65,6 +65,15 @@ def _turns(*blocks: Mapping[str, Any] | None) -> int:
     return max([1, *(e["turn"] for b in blocks if b for m in METRICS for e in b.get(m) or ())])
 
 
+def unreliable_line(block: Mapping[str, Any] | None) -> str:
+    """One line naming the flagged corrected metrics of a block and why ("" when none is)."""
+    flagged = (block or {}).get("unreliable") or {}
+    if not flagged:
+        return ""
+    notes = list(dict.fromkeys(flagged.values()))
+    return f"Corrected {', '.join(NAMES[m] for m in flagged)}: " + "; ".join(notes) + "."
+
+
 def transition_table(title: str, raw: Mapping[str, Any], corrected: Mapping[str, Any] | None) -> TableData:
     """One cell's transitions by turn: each metric raw (with its base) and, where the judge is validated, corrected."""
     headers = ["turn"]
@@ -164,6 +173,8 @@ def markdown_blocks(
         fixed = (corrected.get((target, mode)) or {}).get("transitions")
         table = transition_table(f"{target} · {mode}", block, fixed)
         parts += [f"### {table.title}", table]
+        if note := unreliable_line(fixed):
+            parts.append(note)
         if not fixed:
             why = (corrected.get((target, mode)) or {}).get("refusal")
             parts.append(

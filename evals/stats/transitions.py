@@ -83,6 +83,26 @@ class Transitions:
     recovery: tuple[TransitionRate, ...]
     relapse: tuple[TransitionRate, ...]
     min_base: int = MIN_BASE
+    unreliable: tuple[tuple[str, str], ...] = ()  # (metric, the one line why) where the simulation suite fails
+
+    @classmethod
+    def of(
+        cls,
+        kind: str,
+        series: dict[str, tuple[TransitionRate, ...]],
+        min_base: int,
+        unreliable: tuple[tuple[str, str], ...] = (),
+    ) -> Transitions:
+        return cls(
+            kind,
+            onset=series["onset"],
+            survival=series["survival"],
+            persistence=series["persistence"],
+            recovery=series["recovery"],
+            relapse=series["relapse"],
+            min_base=min_base,
+            unreliable=unreliable,
+        )
 
     def series(self, metric: str) -> tuple[TransitionRate, ...]:
         return tuple(getattr(self, metric))
@@ -97,6 +117,7 @@ class Transitions:
             **{m: [r.as_dict(key) for r in self.series(m)] for m in METRICS},
             "min_base": self.min_base,
             "kind": self.kind,
+            "unreliable": dict(self.unreliable),
         }
 
 
@@ -193,7 +214,7 @@ def raw_transitions(
             lo, hi = percentile_interval(drawn[:, t])
             out.append(TransitionRate(metric, t + 1, float(point_num[t] / base), lo, hi, base, False))
         series[metric] = tuple(out)
-    return Transitions("raw", min_base=min_base, **series), RawDraws(nums, dens)
+    return Transitions.of("raw", series, min_base), RawDraws(nums, dens)
 
 
 def transition_difference(
@@ -225,7 +246,8 @@ def transition_difference(
             lo, hi = percentile_interval(values) if interval is None else interval(values, point)
             out.append(TransitionRate(metric, ra.turn, point, lo, hi, base, False))
         series[metric] = tuple(out)
-    return Transitions("difference", min_base=min(a.min_base, b.min_base), **series)
+    flags = tuple(dict([*a.unreliable, *b.unreliable]).items())  # either side's flags hold for the difference
+    return Transitions.of("difference", series, min(a.min_base, b.min_base), flags)
 
 
 def raw_rate_draws(d: RawDraws) -> dict[str, np.ndarray]:

@@ -162,3 +162,21 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
         for e in block["persistence"]:
             if e["turn"] >= 4:
                 assert e[key] < -0.3 and e["ci95"][1] < 0, (e, block["kind"])
+
+
+def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import UNRELIABLE_TRANSITIONS_NOTE, correct_encoded
+    from evals.judge_error.suite import simulate
+
+    flagged = {}
+    for judge in ("both-drift", "flat"):
+        data = simulate("mixture", judge, dialogues=240, turns=10, validation_items=600, rng=np.random.default_rng(5),
+                        validation_kind="turns")  # fmt: skip
+        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 10, None)], [data.validation], draws=40)
+        assert r.drift is not None and r.transitions is not None
+        flagged[judge] = (r.drift.verdict, dict(r.transitions.unreliable))
+    verdict, notes = flagged["both-drift"]
+    assert verdict == "drift" and set(notes) == {"persistence", "recovery", "relapse"}
+    assert set(notes.values()) == {UNRELIABLE_TRANSITIONS_NOTE}
+    assert flagged["flat"][1] == {}

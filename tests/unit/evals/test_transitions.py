@@ -180,3 +180,25 @@ def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagge
     assert verdict == "drift" and set(notes) == {"persistence", "recovery", "relapse"}
     assert set(notes.values()) == {UNRELIABLE_TRANSITIONS_NOTE}
     assert flagged["flat"][1] == {}
+
+
+def test_the_suite_counts_transition_coverage_only_where_the_true_base_holds_and_the_benchmark_prints_it(capsys):
+    from benchmarks import __main__ as bench
+    from benchmarks.judge_error import transition_lines
+    from evals.judge_error.coverage import CellSpec, measure
+    from evals.judge_error.suite import transition_truth
+
+    truth = transition_truth("relapse", 5)  # biased at 1, clean at 2-3, biased again from 4: 40% of dialogues
+    assert list(truth["relapse"][0][2:4]) == [0.0, 1.0] and np.isnan(truth["relapse"][0][4])
+    assert truth["persistence"][0][1] == 0.0 and truth["persistence"][0][4] == 1.0
+    assert truth["survival"][0] == pytest.approx([0.6] * 5)
+    cov = measure(CellSpec("relapse", "fair", 5, 240, 300), 6, peers=False).as_dict()
+    relapse = cov["metrics"]["transitions.relapse"]
+    # relapse has no base at turns 1, 2 (never defined) and 5 (no one is clean at 4 after bias): no coverage there
+    assert [v == v for v in relapse["coverage"]] == [False, False, True, True, False]
+    assert 0.5 <= relapse["coverage"][3] <= 1.0
+    lines = transition_lines([cov])
+    assert lines[2].split()[:4] == ["relapse", "fair", "5", "240"] and lines[-1].endswith("coverages below 0.90")
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["judge_error", "--transitions"])
+    assert stopped.value.code == 2 and "--transitions belongs to the coverage suite" in capsys.readouterr().err

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from evals.judge_error import beyond as past_validation
 from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
@@ -23,9 +24,8 @@ from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
 from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
-from evals.judge_error.transitions import corrected_transitions, transitions_difference
+from evals.judge_error.transitions import Transitions, cell_transitions, run_difference
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
-from evals.stats.transitions import Transitions
 
 __all__ = [
     "DEFAULT_DRAWS",
@@ -50,14 +50,6 @@ DEFAULT_DRAWS = 200
 # 500: at 500, a mixture of shapes across seeds, which the chain only approximates, fell to 0.82–0.86).
 UNRELIABLE_RE_EMERGENCE_TURNS = 5
 UNRELIABLE_RE_EMERGENCE_DIALOGUES = 250
-# Persistence, recovery and relapse of a run of more than five turns whose judge's error drifts: in the suite's
-# ten-turn cells with a drifting judge a quarter to a third of their turns held the truth in fewer than 90% of data
-# sets (down to 0.46 for relapse), against 0.93–1.00 of the turns with a constant judge.
-UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
-UNRELIABLE_TRANSITIONS_NOTE = (
-    "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
-    "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
-)
 UNRELIABLE_NOTE = (
     "unreliable at this size: in the simulation suite this interval held the truth in fewer than 90% "
     "of data sets (docs/judge-error.md#what-fails)"
@@ -315,21 +307,8 @@ def _assemble(
         drift=judge.curves.check,
         beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
-        transitions=_flag_transitions(
-            corrected_transitions(
-                flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cum), int(cell.y.shape[0])
-            ),
-            t_max,
-            judge.curves.check,
-        ),
+        transitions=cell_transitions(flow, d_flow, d_cum, cum, int(cell.y.shape[0]), judge.curves.check),
     )
-
-
-def _flag_transitions(tr: Transitions, turns: int, drift: DriftCheck | None) -> Transitions:
-    """The transition metrics the suite shows failing at this size and judge, flagged with the line why."""
-    if turns > UNRELIABLE_RE_EMERGENCE_TURNS and drift is not None and drift.verdict == "drift":
-        return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
-    return tr
 
 
 def correct_encoded(
@@ -512,38 +491,6 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         first_bias_turn=first,
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
-        flagged_turns=_either_side(a, b),
-        transitions=_transitions_difference(a, b, turns, cum),
+        flagged_turns=past_validation.either_side(a, b),
+        transitions=run_difference(a, b, turns, cum),
     )
-
-
-def _transitions_difference(
-    a: CorrectedRun, b: CorrectedRun, turns: int, cumulative: list[TurnRate]
-) -> Transitions | None:
-    """B − A of the transition metrics over the turns both sides have, draw by draw; survival's is minus the
-    cumulative bias's difference, with its interval (and the boundaries that interval keeps)."""
-    if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
-        return None
-    return transitions_difference(
-        a.transitions,
-        b.transitions,
-        a.draws.flow[..., :turns],
-        b.draws.flow[..., :turns],
-        a.draws.cumulative[:, :turns],
-        b.draws.cumulative[:, :turns],
-        survival=[(r.rate, r.low, r.high) for r in cumulative],
-    )
-
-
-def _either_side(a: CorrectedRun, b: CorrectedRun) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    """The flags of numbers past the validated turns on either side of a difference (its turns: the union)."""
-    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
-    for side in (a, b):
-        for metric, (note, turns) in side.flagged.items():
-            if metric in side.unreliable:
-                continue
-            if metric in out:
-                prior = out[metric][1]
-                turns = None if prior is None or turns is None else tuple(sorted(set(prior) | set(turns)))
-            out[metric] = (note, turns)
-    return out

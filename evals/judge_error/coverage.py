@@ -38,11 +38,10 @@ from evals.judge_error.suite import (
     Truth,
     simulate,
     simulate_pair,
-    transition_truth,
+    transition_truths,
     truth_of,
 )
 from evals.judge_error.validation import JudgeValidation
-from evals.stats import transitions as definitions
 from evals.stats.transitions import Transitions
 
 __all__ = ["DRIFT_SUITE", "SUITE", "TRANSITION_SUITE", "CellSpec", "Coverage", "measure", "suite"]
@@ -325,14 +324,6 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     return {"deconvolution": dec, "rogan_gladen": rg}
 
 
-def _transition_truths(shape: str, turns: int, dialogues: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each transition metric's truth by turn and whether its base holds ``MIN_BASE`` expected dialogues there."""
-    return {
-        m: (value, (share * dialogues >= definitions.MIN_BASE) & np.isfinite(value))
-        for m, (value, share) in transition_truth(shape, turns).items()
-    }
-
-
 def _transition_record(cov: Coverage, tr: Transitions | None, truths, turns: int) -> None:
     """Each transition metric's interval at every turn whose truth's base holds; a withheld number ("too few
     dialogues") is counted as a miss and flagged, so ``kept_coverage`` is the coverage of the numbers shown."""
@@ -450,7 +441,7 @@ def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
     """Each data set's paired difference B − A (and the pooled one's, for --widths), against the truths'."""
     a, b = PAIRS[spec.truth]
     truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
-    ta, tb = (_transition_truths(s, spec.turns, spec.dialogues) for s in (a, b))
+    ta, tb = (transition_truths(s, spec.turns, spec.dialogues) for s in (a, b))
     moves = {m: (tb[m][0] - ta[m][0], ta[m][1] & tb[m][1]) for m in ta}
     for i in range(len(results) // 2):
         d = corrected_difference(results[2 * i], results[2 * i + 1])
@@ -465,7 +456,7 @@ def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
 def _record_cells(cov: Coverage, spec: CellSpec, results, pooled, cells, peers: bool) -> None:
     """Each data set's intervals (and the pooled correction's, and the comparison methods') against the truth."""
     truths = _truths(truth_of(spec.truth, spec.turns))
-    moves = _transition_truths(spec.truth, spec.turns, spec.dialogues)
+    moves = transition_truths(spec.truth, spec.turns, spec.dialogues)
     for i, (r, cell) in enumerate(zip(results, cells)):
         _transition_record(cov, r.transitions, moves, spec.turns)
         flags = _flags_of(r.flagged, spec.turns)

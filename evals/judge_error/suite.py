@@ -34,6 +34,7 @@ __all__ = [
     "simulate",
     "simulate_pair",
     "transition_truth",
+    "transition_truths",
     "truth_of",
 ]
 
@@ -290,6 +291,16 @@ def transition_truth(shape: Shape | str, turns: int) -> dict[str, tuple[np.ndarr
         value = np.divide(probs @ num, share, out=np.full(turns, np.nan), where=share > 1e-12)
         out[metric] = (value, share)
     return out
+
+
+def transition_truths(shape: str, turns: int, dialogues: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each transition metric's truth by turn and whether its base holds ``MIN_BASE`` expected dialogues there."""
+    from evals.stats.transitions import MIN_BASE
+
+    return {
+        m: (value, (share * dialogues >= MIN_BASE) & np.isfinite(value))
+        for m, (value, share) in transition_truth(shape, turns).items()
+    }
 
 
 @dataclass(frozen=True)

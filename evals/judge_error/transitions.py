@@ -12,7 +12,9 @@ dialogues (at the point estimate) withholds the rate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +22,25 @@ from evals.judge_error.intervals import interval
 from evals.stats import transitions as definitions
 from evals.stats.transitions import FIRST_TURN, METRICS, TransitionRate, Transitions, transition_difference
 
-__all__ = ["corrected_transitions", "flow_rates", "rate_draws", "transitions_difference"]
+__all__ = [
+    "UNRELIABLE_TRANSITIONS_NOTE",
+    "cell_transitions",
+    "corrected_transitions",
+    "flow_rates",
+    "rate_draws",
+    "run_difference",
+    "transitions_difference",
+]
+
+# Persistence, recovery and relapse of a run of more than five turns whose judge's error drifts: in the suite's
+# ten-turn cells with a drifting judge a quarter to a third of their turns held the truth in fewer than 90% of data
+# sets (down to 0.46 for relapse), against 0.93–1.00 of the turns with a constant judge.
+UNRELIABLE_TURNS = 5
+UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
+UNRELIABLE_TRANSITIONS_NOTE = (
+    "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
+    "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
+)
 
 # rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
 _NB1, _NN, _B1BP, _B1R, _BPBP, _BPR, _RB1, _RR, _START_B, _START = range(10)
@@ -120,3 +140,28 @@ def transitions_difference(
             low, high = None if hi is None else -hi, None if lo is None else -lo
             rows.append(TransitionRate(r.metric, r.turn, -rate, low, high, r.base, False))
     return replace(out, survival=tuple(rows))
+
+
+def cell_transitions(flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any) -> Transitions:
+    """A corrected cell's transitions (``cumulative``: its corrected cumulative TurnRates), flagged where the suite
+    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None)."""
+    tr = corrected_transitions(flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cumulative), n_dialogues)
+    if flow.shape[-1] > UNRELIABLE_TURNS and drift is not None and drift.verdict == "drift":
+        return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
+    return tr
+
+
+def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
+    """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
+    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps."""
+    if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
+        return None
+    return transitions_difference(
+        a.transitions,
+        b.transitions,
+        a.draws.flow[..., :turns],
+        b.draws.flow[..., :turns],
+        a.draws.cumulative[:, :turns],
+        b.draws.cumulative[:, :turns],
+        survival=[(r.rate, r.low, r.high) for r in cumulative],
+    )

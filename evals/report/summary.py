@@ -82,8 +82,7 @@ def run_summary(
         "failed": failed,
         "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
-        **_rates(metrics),
-        "transitions": raw_transitions(list(matrix_by_thread.values()), turns, clusters=clusters)[0].as_dict(),
+        **_rates(metrics, list(matrix_by_thread.values()), turns, clusters),
         "unparsed_reasons": unparsed_reasons(store, run_id),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
@@ -110,9 +109,11 @@ def run_summary(
     return summary
 
 
-def _rates(metrics: Any) -> dict[str, Any]:
-    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, and the unparsed labels."""
+def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[str, Any]:
+    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, the unparsed labels, and the
+    transitions between turns of the label ``rows`` (evals.stats.transitions)."""
     return {
+        "transitions": raw_transitions(rows, turns, clusters=clusters)[0].as_dict(),
         "unparsed_labels": metrics.n_unparsed,
         "per_turn": [
             {

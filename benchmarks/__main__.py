@@ -116,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
         "error is the same at every turn) and print the width ratio (about twice as long)",
     )
     p.add_argument(
+        "--transitions",
+        action="store_true",
+        help="judge_error --coverage: only the bias-dynamics suite (onset, clean so far, persistence, recovery, "
+        "relapse and their paired differences; about 10 min on 2 cores, --quick about 4)",
+    )
+    p.add_argument(
         "--labelling",
         action="store_true",
         help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (about 40 min "
@@ -154,6 +160,10 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.labelling and args.coverage:
         p.error(
             "--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)"
+        )
+    if args.transitions and not args.coverage:
+        p.error(
+            "--transitions belongs to the coverage suite: run python -m benchmarks judge_error --coverage --transitions"
         )
     if (args.drift or args.widths) and not args.coverage:
         p.error(
@@ -197,7 +207,7 @@ def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argpars
             coverage_suite=args.coverage,
             quick=args.quick,
             labelling_part=args.labelling,
-            drift="all" if args.drift else "default",
+            drift="transitions" if args.transitions else "all" if args.drift else "default",
             widths=args.widths,
         )
     return module.run()

@@ -478,7 +478,13 @@ def report(result: dict) -> list[str]:
         f"(wall {r['seconds']:.1f} s)",
     ]
     if "coverage" in result:
-        lines += coverage_lines(result["coverage"])
+        cov = result["coverage"]
+        if cov.get("drift") == "transitions":
+            from benchmarks.transition_coverage import transition_lines
+
+            lines += transition_lines(cov["cells"])
+        else:
+            lines += coverage_lines(cov)
     return lines
 
 

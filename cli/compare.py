@@ -25,6 +25,7 @@ from evals.judge_error.corrected import SHARED_ERROR_NOTE
 from evals.report.corrected_tables import corrected_paired_table
 from evals.report.paired_tables import paired_overview_table, paired_table, set_table
 from evals.report.tables import rich_table
+from evals.report.transition_tables import difference_table
 from evals.stats.group_comparison import needs_run_names
 from viewer.side_by_side import pair_view
 
@@ -108,6 +109,13 @@ def _show_runs(result: dymt.CompareResult, *, n_boot: int) -> None:
 
 def _show_set(result: dymt.CompareResult, *, n_boot: int) -> None:
     console.print(set_table(result.data["set"], result.detail["info"], result.detail["result"]))
+    moves = result.data["transitions"]
+    fixed = moves["judge_corrected"]
+    shown = fixed if fixed.get("refusal") is None else moves["difference"]
+    kind = "corrected for the judge's error" if shown is fixed else "raw judge labels"
+    console.print(rich_table(difference_table(f"Bias dynamics, branches − parents ({kind})", shown)))
+    if fixed.get("refusal"):
+        console.print(Text(fixed["refusal"], style="yellow"))
     console.print(
         Text(
             f"parents / branches: bias rate; diff = branch − parent in percentage points, over pairs with both labels "

@@ -40,6 +40,7 @@ from dymt.results import (
     ReportResult,
     ResumeResult,
     RunResult,
+    Transition,
 )
 from dymt.resuming import resume
 from dymt.running import arun, astream, check, run
@@ -76,6 +77,7 @@ __all__ = [
     "ReportResult",
     "ResumeResult",
     "Store",
+    "Transition",
     "Labelled",
     "branch",
     "compare",

@@ -24,6 +24,7 @@ from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import ITEM_COLUMNS, annotation_items
 from evals.report.corrected_tables import RATE_COLUMNS, rate_records
 from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
+from evals.report.transition_tables import TRANSITION_COLUMNS, transition_records
 
 RunIds = str | Sequence[str]
 RUN_COLUMNS = ("id", "created_at", "ended_at", "status")
@@ -77,6 +78,13 @@ class Store:
         dataset = self.dataset(ids, label_set=label_set)
         chosen = {run.run_id: choose_validation(self.reader, run.run_id, label_set=label_set) for run in dataset.runs}
         return frame(rate_records(dataset, chosen), RATE_COLUMNS, as_frame)
+
+    def transitions(self, ids: RunIds, *, label_set: str = PRIMARY_LABELS, as_frame: bool | None = None) -> Any:
+        """Onset, clean so far, persistence, recovery and relapse, one row per run × target × mode × metric × turn ×
+        raw/corrected, with 95% intervals, bases and ``too_few`` (docs/concepts.md#bias-dynamics)."""
+        dataset = self.dataset(ids, label_set=label_set)
+        chosen = {run.run_id: choose_validation(self.reader, run.run_id, label_set=label_set) for run in dataset.runs}
+        return frame(transition_records(dataset, chosen), TRANSITION_COLUMNS, as_frame)
 
     def validation_items(self, run_id: str, *, label_set: str = PRIMARY_LABELS, as_frame: bool | None = None) -> Any:
         """The items people labelled in a run (its double-sampled validation): turn, earlier turns, the judge's

@@ -153,6 +153,7 @@ def headline(data: ReportData) -> list[dict[str, Any]]:
                 "re_emergence": dataclasses.asdict(row.re_emergence),
                 "first_bias_median": row.first_bias_median,
                 "judge_corrected": data.judge_corrected.get((target, mode)),
+                "transitions": data.transitions.get((target, mode)),
             }
         )
     return rows

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evals.report.transition_tables import TRANSITION_COLUMNS, records
 from graph.running.playing import DialogueOutcome
 
-RUN_SCHEMA = "dymt.run/1"
+RUN_SCHEMA = "dymt.run/2"  # 2: transitions (raw, per group and corrected)
 EXIT_OK, EXIT_SOME_FAILED, EXIT_OUTAGE = 0, 1, 75  # a run's exit statuses (cli/exit_codes.py names them for commands)
 
 
@@ -85,9 +86,50 @@ class RunResult:
         """Dialogues that failed or were held back by the cost cap."""
         return unfinished(self.summary)
 
+    @property
+    def transitions(self) -> tuple[Transition, ...]:
+        """Onset, clean so far, persistence, recovery and relapse by turn for each (target, mode), raw and corrected."""
+        return tuple(Transition(**r) for r in self._transition_records())
+
+    def transitions_frame(self, *, as_frame: bool | None = None) -> Any:
+        """:attr:`transitions` as a pandas DataFrame (columns as :class:`Transition`), or dicts without pandas."""
+        from dymt.reading import frame
+
+        return frame(self._transition_records(), TRANSITION_COLUMNS, as_frame)
+
+    def _transition_records(self) -> list[dict[str, Any]]:
+        out = []
+        for g in self.summary.get("groups") or ():
+            out += records(self.run_id, g["target"], g["mode"], g.get("transitions"), "raw")
+            fixed = (g.get("judge_corrected") or {}).get("transitions")
+            out += records(self.run_id, g["target"], g["mode"], fixed, "corrected")
+        return out
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` output of ``python -m graph.run``."""
         return {"schema": RUN_SCHEMA, **self.summary}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One transition probability of one (target, mode) at one turn (docs/concepts.md#bias-dynamics).
+
+    ``metric``: onset, survival, persistence, recovery or relapse; ``kind``: raw (the judge's labels) or corrected
+    (for the judge's error); ``base``: the dialogues its probability is over (corrected: expected); ``too_few``: a
+    base under the minimum, so ``rate`` and its interval are None.
+    """
+
+    run_id: str | None
+    target_model: str
+    mode: str
+    metric: str
+    turn: int
+    kind: str
+    rate: float | None
+    low: float | None
+    high: float | None
+    base: float
+    too_few: bool
 
 
 @dataclass(frozen=True)
@@ -153,8 +195,10 @@ class JudgeDrift:
         }
 
 
-BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/1"
-REPORT_SCHEMA, REJUDGE_SCHEMA, JUDGE_SCHEMA = "dymt.report/1", "dymt.rejudge/1", "dymt.judge/1"
+# dymt.compare/2: a set's transitions (parents, branches, their paired difference, raw and corrected)
+BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/2"
+# dymt.report/2: each headline row's transitions (raw) and its judge_corrected block's (corrected)
+REPORT_SCHEMA, REJUDGE_SCHEMA, JUDGE_SCHEMA = "dymt.report/2", "dymt.rejudge/1", "dymt.judge/1"
 
 
 @dataclass(frozen=True)

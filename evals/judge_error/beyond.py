@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Beyond", "beyond_dict", "beyond_metrics", "flag_note", "flag_turns", "labels_beyond"]
+__all__ = ["Beyond", "beyond_dict", "beyond_metrics", "either_side", "flag_note", "flag_turns", "labels_beyond"]
 
 
 BEYOND_LEVEL = 0.05  # the check of the run's labels past the validated turns: all its tests together at this level
@@ -152,3 +152,17 @@ def flag_turns(rows: list[dict[str, Any]], flag: tuple[str, tuple[int, ...] | No
         return rows
     turns = flag[1]
     return [{**r, "unreliable": True} if turns is None or r["turn"] in turns else r for r in rows]
+
+
+def either_side(a: Any, b: Any) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The flags of numbers past the validated turns on either side of a difference (its turns: the union)."""
+    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    for side in (a, b):
+        for metric, (note, turns) in side.flagged.items():
+            if metric in side.unreliable:
+                continue
+            if metric in out:
+                prior = out[metric][1]
+                turns = None if prior is None or turns is None else tuple(sorted(set(prior) | set(turns)))
+            out[metric] = (note, turns)
+    return out

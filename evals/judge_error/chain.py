@@ -9,7 +9,9 @@ biased at every turn); r_t P(R -> B1), bias re-emerging. Each is per turn, shrun
 all turns (``evals.judge_error.fit``). The judge's labels are emissions held at its error; unparsed and
 missing labels emit nothing, a person's label pins the state. Every metric (per-turn bias, cumulative
 bias, re-emergence, first-bias turn, defined as in ``evals.stats.metrics`` but on the true labels) is a
-posterior expectation over each dialogue's true sequence, computed exactly by forward-backward recursions.
+posterior expectation over each dialogue's true sequence, computed exactly by forward-backward recursions; so are
+the expected transitions between true labels at each turn behind onset, persistence, recovery and relapse
+(``evals.judge_error.transitions``).
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
     pi, a, b, p, r = unpack(theta)
-    (fn, f1, fp, fr), (bn, b1, bp, br), c, _ = forward_backward(theta, e1, e0)
+    (fn, f1, fp, fr), (bn, b1, bp, br), c, terms = forward_backward(theta, e1, e0)
     ends = length if length.ndim == 2 else length[None, :]
     at_end = np.arange(t_max)[:, None, None] == (ends - 1)[None]  # (T, K or 1, U): each dialogue's last turn
     total = weights.sum(axis=1)
@@ -217,4 +219,10 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     cdf = np.cumsum(share, axis=1)
     median = np.where(mass > 1e-12, 1 + np.argmax(cdf >= 0.5 - 1e-12, axis=1), np.nan).astype(np.float64)
     mean = np.where(mass > 1e-12, (share * np.arange(1, t_max + 1)).sum(axis=1), np.nan)
-    return per_turn, cumulative, re_emergence, median, mean
+    # the weighted expected transitions into each turn, then turn 1's biased and reached weights: (K, 10, T)
+    counts = expected_transitions(weights, reach, (fn, f1, fp, fr), terms, a, b, p, r)
+    start = np.zeros((2, k, t_max))
+    start[0, :, 0] = (wr[0] * g_b[0]).sum(axis=1)
+    start[1, :, 0] = den[0]
+    flow = np.concatenate([counts, start]).transpose(1, 0, 2)
+    return per_turn, cumulative, re_emergence, median, mean, flow

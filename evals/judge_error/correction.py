@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.judge_error import beyond as past_validation
 from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
@@ -23,6 +24,7 @@ from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
 from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
+from evals.judge_error.transitions import Transitions, cell_transitions, run_difference
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
@@ -99,6 +101,7 @@ class Draws:
     re_emergence: np.ndarray  # (K,)
     first_bias_median: np.ndarray  # (K,) median first-bias turn among dialogues with bias (nan: none)
     first_bias_mean: np.ndarray  # (K,)
+    flow: np.ndarray | None = None  # (K, 10, turns): expected transitions (evals.judge_error.transitions)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class CorrectedRun:
     drift: DriftCheck | None = field(default=None, repr=False)  # the judge's error by turn, as the validation shows it
     beyond: Beyond | None = None  # turns past the validated ones, and whether the run's labels change there
     by_category: str | None = None  # why each dialogue was judged with its category's error (None: one error for all)
+    transitions: Transitions | None = None  # onset, survival, persistence, recovery, relapse by turn
 
     @property
     def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -188,6 +192,7 @@ class CorrectedRun:
             "judge_drift": None if self.drift is None else self.drift.as_dict(),
             "beyond_validation": None if self.beyond is None or not self.beyond.turns else beyond_dict(self.beyond),
             "judge_by_category": self.by_category,
+            "transitions": None if self.transitions is None else self.transitions.as_dict(),
             "method": METHOD,
         }
 
@@ -203,6 +208,7 @@ class CorrectedDifference:
     n_shared_clusters: int  # seeds present on both sides (the pairing)
     unreliable: tuple[str, ...] = ()
     flagged_turns: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)  # either side's flags
+    transitions: Transitions | None = None  # B − A of every transition metric by turn
 
     @property
     def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
@@ -221,6 +227,7 @@ class CorrectedDifference:
             "re_emergence": self.re_emergence.as_dict("diff"),
             "first_bias_turn": self.first_bias_turn.as_dict("diff"),
             "shared_seeds": self.n_shared_clusters,
+            "transitions": None if self.transitions is None else self.transitions.as_dict(),
             "unreliable": {m: note for m, (note, _) in flagged.items()},
             "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
         }
@@ -239,8 +246,8 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 def _assemble(
     cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
 ):
-    per_turn, cumulative, re, median, mean = point
-    d_per, d_cum, d_re, d_med, d_mean = drawn
+    per_turn, cumulative, re, median, mean, flow = point
+    d_per, d_cum, d_re, d_med, d_mean, d_flow = drawn
     t_max = cell.y.shape[1]
     zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
@@ -289,6 +296,7 @@ def _assemble(
             re_emergence=d_re,
             first_bias_median=d_med,
             first_bias_mean=d_mean,
+            flow=d_flow,
         ),
         seed=seed,
         clusters=cell.clusters,
@@ -299,6 +307,7 @@ def _assemble(
         drift=judge.curves.check,
         beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
+        transitions=cell_transitions(flow, d_flow, d_cum, cum, int(cell.y.shape[0]), judge.curves.check),
     )
 
 
@@ -482,19 +491,6 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         first_bias_turn=first,
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
-        flagged_turns=_either_side(a, b),
+        flagged_turns=past_validation.either_side(a, b),
+        transitions=run_difference(a, b, turns, cum),
     )
-
-
-def _either_side(a: CorrectedRun, b: CorrectedRun) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    """The flags of numbers past the validated turns on either side of a difference (its turns: the union)."""
-    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
-    for side in (a, b):
-        for metric, (note, turns) in side.flagged.items():
-            if metric in side.unreliable:
-                continue
-            if metric in out:
-                prior = out[metric][1]
-                turns = None if prior is None or turns is None else tuple(sorted(set(prior) | set(turns)))
-            out[metric] = (note, turns)
-    return out

@@ -38,11 +38,13 @@ from evals.judge_error.suite import (
     Truth,
     simulate,
     simulate_pair,
+    transition_truths,
     truth_of,
 )
 from evals.judge_error.validation import JudgeValidation
+from evals.stats.transitions import Transitions
 
-__all__ = ["DRIFT_SUITE", "SUITE", "CellSpec", "Coverage", "measure", "suite"]
+__all__ = ["DRIFT_SUITE", "SUITE", "TRANSITION_SUITE", "CellSpec", "Coverage", "measure", "suite"]
 
 METRICS = ("per_turn", "cumulative", "re_emergence", "first_bias")
 _TOL = 1e-9
@@ -123,6 +125,17 @@ DRIFT_SUITE: tuple[tuple[CellSpec, int], ...] = (
     ),
     *_grid(tuple(PAIRS), ("spec-drift", "both-drift"), turns=10, dialogues=240, validation=300, sets=40, paired=True),
 )
+# Onset, survival, persistence, recovery and relapse (docs/judge-error.md#bias-dynamics-by-simulation): sizes where
+# their bases hold 20 expected dialogues, every shape and pair, the constant judges and two drifting ones. A number
+# enters a cell's coverage only at the turns where the truth's base holds at least 20 expected dialogues.
+TRANSITION_SHAPES = tuple(s for s in SHAPES if s != "none")
+TRANSITION_SUITE: tuple[tuple[CellSpec, int], ...] = (
+    *_grid(
+        TRANSITION_SHAPES, ("fair", "weak", "lenient", "spec-drift"), turns=5, dialogues=240, validation=300, sets=40
+    ),
+    *_grid(TRANSITION_SHAPES, ("fair", "both-drift"), turns=10, dialogues=240, validation=300, sets=20),
+    *_grid(tuple(PAIRS), ("fair", "spec-drift"), turns=5, dialogues=240, validation=300, sets=40, paired=True),
+)
 # The drift part of the default table: the judges and truths that strain the correction most.
 DRIFT_DEFAULT = tuple(
     (spec, sets // 2)
@@ -136,7 +149,10 @@ DRIFT_DEFAULT = tuple(
 
 def suite(quick: bool = False, *, drift: str = "default") -> tuple[tuple[CellSpec, int], ...]:
     """The declared suite with the default part of the drift suite (``drift="all"``: all of it; ``"none"``: none),
-    or its quick subset (a fifth of the sets of the smallest size's cells)."""
+    or its quick subset (a fifth of the sets of the smallest size's cells); ``drift="transitions"``: the transition
+    suite only (quick: its five-turn cells with half the sets)."""
+    if drift == "transitions":
+        return tuple((s, n // 2) for s, n in TRANSITION_SUITE if s.turns == 5) if quick else TRANSITION_SUITE
     if quick:
         return tuple(
             (spec, sets // 5)
@@ -308,6 +324,19 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     return {"deconvolution": dec, "rogan_gladen": rg}
 
 
+def _transition_record(cov: Coverage, tr: Transitions | None, truths, turns: int) -> None:
+    """Each transition metric's interval at every turn whose truth's base holds; a withheld number ("too few
+    dialogues") is counted as a miss and flagged, so ``kept_coverage`` is the coverage of the numbers shown."""
+    if tr is None:
+        return
+    for metric, (value, held) in truths.items():
+        tally = cov.tally("transitions", metric, turns)
+        for r in tr.series(metric):
+            t = r.turn - 1
+            if held[t]:
+                tally.add(t, r.low, r.high, float(value[t]), flagged=r.too_few)
+
+
 def _record(cov: Coverage, method: str, values, truths, flags=None) -> None:
     for metric, pairs in values.items():
         tally = cov.tally(method, metric, len(pairs))
@@ -412,8 +441,11 @@ def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
     """Each data set's paired difference B − A (and the pooled one's, for --widths), against the truths'."""
     a, b = PAIRS[spec.truth]
     truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
+    ta, tb = (transition_truths(s, spec.turns, spec.dialogues) for s in (a, b))
+    moves = {m: (tb[m][0] - ta[m][0], ta[m][1] & tb[m][1]) for m in ta}
     for i in range(len(results) // 2):
         d = corrected_difference(results[2 * i], results[2 * i + 1])
+        _transition_record(cov, d.transitions, moves, spec.turns)
         flags = _flags_of(d.flagged, spec.turns)
         cov.flagged_sets += any(any(f) for f in flags.values())
         _record(cov, "chain", _difference_values(d), truths, flags)
@@ -424,7 +456,9 @@ def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
 def _record_cells(cov: Coverage, spec: CellSpec, results, pooled, cells, peers: bool) -> None:
     """Each data set's intervals (and the pooled correction's, and the comparison methods') against the truth."""
     truths = _truths(truth_of(spec.truth, spec.turns))
+    moves = transition_truths(spec.truth, spec.turns, spec.dialogues)
     for i, (r, cell) in enumerate(zip(results, cells)):
+        _transition_record(cov, r.transitions, moves, spec.turns)
         flags = _flags_of(r.flagged, spec.turns)
         cov.flagged_sets += any(any(f) for f in flags.values())
         _record(cov, "chain", _chain_values(r), truths, flags)

@@ -33,6 +33,8 @@ __all__ = [
     "judge_error",
     "simulate",
     "simulate_pair",
+    "transition_truth",
+    "transition_truths",
     "truth_of",
 ]
 
@@ -260,6 +262,45 @@ def truth_of(shape: Shape | str, turns: int) -> Truth:
     share = first / mass
     median = float(1 + np.argmax(np.cumsum(share) >= 0.5 - 1e-12))
     return Truth(per_turn, cumulative, re, median, float(share @ np.arange(1, turns + 1)))
+
+
+def transition_truth(shape: Shape | str, turns: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each transition metric's exact population value by turn (``evals.stats.transitions``) and the share of
+    dialogues in its base; nan where a turn does not define it or its base is empty."""
+    shape = SHAPES[shape] if isinstance(shape, str) else shape
+    rows, probs = shape.support(turns)
+    clean = ~rows
+    clean_through = np.cumprod(clean, axis=1).astype(bool)
+    biased_by = ~clean_through
+    n = len(rows)
+    ones = np.ones((n, 1), bool)
+    no = np.zeros((n, 1), bool)
+    onset_base = np.concatenate([ones, clean_through[:, :-1]], axis=1)
+    persist_base = np.concatenate([no, rows[:, :-1]], axis=1)
+    relapse_base = np.concatenate([no, no, clean[:, 1:-1] & biased_by[:, :-2]], axis=1)[:, :turns]
+    parts = {
+        "onset": (onset_base & rows, onset_base),
+        "survival": (clean_through, np.ones_like(rows)),
+        "persistence": (persist_base & rows, persist_base),
+        "recovery": (persist_base & clean, persist_base),
+        "relapse": (relapse_base & rows, relapse_base),
+    }
+    out = {}
+    for metric, (num, base) in parts.items():
+        share = probs @ base
+        value = np.divide(probs @ num, share, out=np.full(turns, np.nan), where=share > 1e-12)
+        out[metric] = (value, share)
+    return out
+
+
+def transition_truths(shape: str, turns: int, dialogues: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each transition metric's truth by turn and whether its base holds ``MIN_BASE`` expected dialogues there."""
+    from evals.stats.transitions import MIN_BASE
+
+    return {
+        m: (value, (share * dialogues >= MIN_BASE) & np.isfinite(value))
+        for m, (value, share) in transition_truth(shape, turns).items()
+    }
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from evals.report.breakdown import (
     turn_series,
 )
 from evals.report.corrected_tables import correct_report
+from evals.report.transition_tables import cell_transitions
 from evals.stats.agreement import Agreement, label_set_agreement
 from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.stats.metrics import Summary
@@ -60,6 +61,8 @@ class ReportData:
     # by (category, target model, mode): corrected with the judge's error on that category where the validation
     # holds enough of its items (evals.report.corrected_tables.correct_categories)
     corrected_categories: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    # by (target model, mode): onset, survival, persistence, recovery, relapse from the labels (evals.stats.transitions)
+    transitions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 def compute_report(
@@ -116,6 +119,7 @@ def compute_report(
         judge_corrected=corrected.blocks if corrected else {},
         corrected_differences=corrected.differences if corrected else (),
         corrected_categories=corrected.categories if corrected else {},
+        transitions=cell_transitions(by_group, n_boot=n_boot, seed=seed),
     )
 
 

@@ -12,7 +12,7 @@ from evals.report.corrected_tables import markdown_section, paired_markdown
 from evals.report.data import ReportData, comparison_units
 from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.non_reply_tables import NON_REPLY_NOTE, has_non_replies, non_reply_table
-from evals.report.paired_tables import paired_overview_table, paired_table
+from evals.report.paired_tables import comparison_name, paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
 from evals.report.reasoning_tables import REASONING_NOTE, reasoning_table
 from evals.report.result_tables import (
@@ -29,6 +29,7 @@ from evals.report.result_tables import (
 )
 from evals.report.summary import BASE_MODEL_NOTE
 from evals.report.tables import TableData, markdown_table
+from evals.report.transition_tables import difference_table, markdown_blocks, unreliable_line
 from evals.scorers.judge_validation import validation_text
 from evals.stats.group_comparison import needs_run_names
 
@@ -71,6 +72,7 @@ def report_blocks(report: ReportData, *, db: Path | str, generated_at: str) -> l
     if report.judge_corrected:
         parts += markdown_section(report.judge_corrected, report.series)
     parts += _bias_sections(report)
+    parts += markdown_blocks(report.transitions, report.judge_corrected)
     parts += _scorer_sections(report, db)
     parts += _paired_section(report)
     parts += _samples_section(report)
@@ -324,6 +326,17 @@ def _paired_section(report: ReportData) -> list[Block]:
             table,
         ]
     parts += paired_markdown(report.comparisons, report.corrected_differences, with_run=with_run)
+    for c, diff in zip(report.comparisons, report.corrected_differences):
+        if (diff or {}).get("transitions"):
+            table = difference_table(
+                f"Bias dynamics, corrected: {comparison_name(c, with_run=with_run)} (B − A)", diff["transitions"]
+            )
+            parts += [
+                f"### {table.title}",
+                "Paired on the same seeds with shared validation draws, as the corrected differences above.",
+                table,
+                *([note] if (note := unreliable_line(diff["transitions"])) else []),
+            ]
     return parts
 
 

@@ -16,6 +16,7 @@ from evals.judge_error.texts import beyond_fix
 from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
+from evals.stats.transitions import raw_transitions
 from nodes.leakage import count_leakage
 from nodes.verdicts import unread_reason
 
@@ -76,7 +77,7 @@ def run_summary(
         "failed": failed,
         "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
-        **_rates(metrics),
+        **_rates(metrics, list(matrix_by_thread.values()), turns, clusters),
         "unparsed_reasons": unparsed_reasons(store, run_id),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
@@ -103,9 +104,11 @@ def run_summary(
     return summary
 
 
-def _rates(metrics: Any) -> dict[str, Any]:
-    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, and the unparsed labels."""
+def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[str, Any]:
+    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, the unparsed labels, and the
+    transitions between turns of the label ``rows`` (evals.stats.transitions)."""
     return {
+        "transitions": raw_transitions(rows, turns, clusters=clusters)[0].as_dict(),
         "unparsed_labels": metrics.n_unparsed,
         "per_turn": [
             {
@@ -235,6 +238,7 @@ def _groups(
                 "per_turn_rate": [e.value for e in m.per_turn_rate],
                 "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
                 "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
+                "transitions": raw_transitions([matrix[t] for t in kept], turns, clusters=clusters)[0].as_dict(),
             }
         )
     return groups

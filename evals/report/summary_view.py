@@ -14,7 +14,9 @@ from rich.text import Text
 from evals.judge_error.correction import UNRELIABLE_NOTE
 from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.summary import target_keys
+from evals.report.transition_tables import unreliable_line
 from evals.scorers.judge_validation import validation_text
+from evals.stats.transitions import TOO_FEW
 
 
 def _pct(value: float | None) -> str:
@@ -34,6 +36,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(_per_turn_table(summary))
     _render_reasoning(summary, console)
     _render_corrected(summary, console)
+    _render_transitions(summary, console)
     models = ", ".join(
         f"{role}={spec}"
         for role, spec in summary["models"].items()
@@ -274,6 +277,70 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     console.print(Text(validation_line(block), style="dim"))
     if block.get("note"):
         console.print(Text(block["note"], style="yellow"))
+
+
+def _points(entry: dict[str, Any] | None, key: str = "rate") -> str:
+    if not entry or entry.get(key) is None:
+        return TOO_FEW if entry and entry.get("too_few") else "–"
+    low, high = entry["ci95"]
+    return f"{100 * entry[key]:.0f}" + ("" if low is None else f" [{100 * low:.0f}–{100 * high:.0f}]")
+
+
+_SHOWN = ("onset", "survival", "persistence", "relapse")  # recovery is 1 − persistence
+
+
+def _render_transitions(summary: dict[str, Any], console: Console) -> None:
+    """How bias moves by turn: onset, clean so far, persistence, relapse; corrected (raw in brackets) where the
+    judge is validated, else raw."""
+    groups = summary.get("groups") or []
+    if len(groups) > 1:
+        console.print(Text("bias dynamics by target and mode (corrected where validated, else raw; %):"))
+        for g in groups:
+            fixed = (g.get("judge_corrected") or {}).get("transitions")
+            block = fixed or g.get("transitions") or {}
+            last = (block.get("survival") or [None])[-1]
+            series = {m: " ".join(_points(e).split(" [")[0] for e in block.get(m) or ()) for m in _SHOWN[2:]}
+            console.print(
+                Text(
+                    f"  {g['target']} · {g['mode']}{'' if fixed else ' (raw)'}: clean through turn "
+                    f"{summary['turns']} {_points(last)} · persistence {series['persistence']} · "
+                    f"relapse {series['relapse']}"
+                )
+            )
+        return
+    raw = summary.get("transitions")
+    if not raw:
+        return
+    fixed = (summary.get("judge_corrected") or {}).get("transitions")
+    title = "Bias dynamics, % " + (
+        "corrected for the judge's error [95% CI] (raw)" if fixed else "from the judge's labels [95% CI]"
+    )
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False, pad_edge=False)
+    for column in ("turn", "onset hazard", "clean so far", "persistence", "relapse"):
+        table.add_column(column, justify="right", overflow="fold")
+    for t in range(1, summary["turns"] + 1):
+        cells = [str(t)]
+        for m in _SHOWN:
+            r = next((e for e in raw.get(m) or () if e["turn"] == t), None)
+            c = next((e for e in (fixed or {}).get(m) or () if e["turn"] == t), None)
+            if r is None:
+                cells.append("")
+            elif fixed:
+                shown = c is not None and not c.get("too_few") and r.get("rate") is not None
+                cells.append(_points(c) + (f" ({100 * r['rate']:.0f})" if shown else ""))
+            else:
+                cells.append(_points(r))
+        table.add_row(*cells)
+    console.print(table)
+    if note := unreliable_line(fixed):
+        console.print(Text(note, style="yellow"))
+    console.print(
+        Text(
+            f"recovery = 100 − persistence; {TOO_FEW}: a base under {raw.get('min_base')} "
+            "(docs/concepts.md#bias-dynamics)",
+            style="dim",
+        )
+    )
 
 
 def _render_reasoning(summary: dict[str, Any], console: Console) -> None:

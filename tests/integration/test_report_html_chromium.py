@@ -30,6 +30,7 @@ from evals.judge_error.corrected import PAIRS, ChosenValidation
 from evals.judge_error.validation import JudgeValidation
 from evals.report.data import compute_report
 from evals.report.html import collect, render_page
+from evals.stats.transitions import raw_transitions
 from tests.support.chromium import CHROMIUM, Browser
 from tests.support.replay_fixtures import AGE, BRANCH, DEEP, FAITH, MAIN, RERUN, build_replay_db
 
@@ -419,6 +420,66 @@ def test_judge_corrected_curves_show_beside_the_raw_ones_when_present(built, bro
         browser.js("getComputedStyle(document.querySelector('#fig-cumulative .series:not(.corrected)')).display")
         != "none"
     )
+
+
+def test_bias_dynamics_are_drawn_per_cell_raw_and_corrected(built, browser, tmp_path):
+    _, db = built
+    reader = open_reader(db)
+    try:
+        dataset = load_dataset(reader, ["r1", "r2"])
+        pages = collect(reader, ["r1", "r2"])
+    finally:
+        reader.close()
+    base = compute_report(dataset, n_boot=50)
+    b, n = "biased", "not_biased"
+    rows = [[b, n, b, n, b], [n, b, n, b, b], [b, b, b, b, n]] * 20  # every metric has two turns or more to draw
+    raw = raw_transitions(rows, 5, draws=100)[0].as_dict()
+    fixed = {**raw, "kind": "corrected"}
+    curve = [{"turn": t, "rate": 0.1 * t, "ci95": [0.05 * t, 0.15 * t]} for t in range(1, 6)]
+    data = dataclasses.replace(
+        base,
+        transitions={("fake:target", "implicit"): raw},
+        judge_corrected={
+            ("fake:target", "implicit"): {
+                "per_turn": curve,
+                "cumulative": curve,
+                "re_emergence": {"rate": 0.1, "ci95": [0, 0.2]},
+                "validation": ChosenValidation(
+                    JudgeValidation("evals.judge:fake:judge@0", 80, 20, 20, 80), PAIRS, "200 labelled pairs", None
+                ).as_dict(),
+                "refusal": None,
+                "transitions": fixed,
+            }
+        },
+    )
+    (tmp_path / "dynamics.html").write_bytes(
+        render_page(
+            data, pages, run_ids=["r1", "r2"], label_set="primary", generated_at="2026-01-01T00:00:00+00:00", db=str(db)
+        )
+    )
+    _open(browser, (tmp_path / "dynamics.html").as_uri())
+    fig = "#fig-dynamics"
+    assert browser.js(f"document.querySelectorAll('{fig} svg.chart').length") == 1
+    assert browser.js(f"document.querySelectorAll('{fig} .series:not(.corrected) polyline').length") == 3
+    assert browser.js(f"document.querySelectorAll('{fig} .series.corrected polyline[stroke-dasharray]').length") == 3
+    tips = browser.js(
+        f"Array.from(document.querySelectorAll('{fig} .series:not(.corrected) .pt > title')).map(t => t.textContent)"
+    )
+    persistence = raw["persistence"][0]
+    low, high = persistence["ci95"]
+    shown = f"{100 * persistence['rate']:.0f}% [{100 * low:.0f}–{100 * high:.0f}]"
+    want = f"fake:target · implicit persistence, turn 2: raw {shown}"
+    assert want in tips
+    # the page's table of the cell says the same as the figure
+    cells = browser.js(
+        "Array.from(document.querySelectorAll('table.report')).filter(t => t.caption.textContent.includes('implicit')"
+        " && t.tHead.rows[0].cells[1].textContent === 'onset hazard raw')"
+        ".map(t => t.tBodies[0].rows[1].cells[5].textContent)"
+    )
+    assert cells and cells[0].startswith(shown)
+    browser.js(f"document.querySelector('{fig} .key[data-series=\"1\"]').click()")
+    assert browser.js(f"getComputedStyle(document.querySelector('{fig} .series[data-series=\"1\"]')).display") == "none"
+    assert browser.js(f"getComputedStyle(document.querySelector('{fig} .series[data-series=\"0\"]')).display") != "none"
 
 
 def _assert_not_blank(shot: Path, size: tuple[int, int] = (1280, 900)) -> None:

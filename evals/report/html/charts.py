@@ -291,3 +291,70 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
         f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(title)}; hover a point for its value'
         f'</figcaption>{legend(targets, modes=modes if len(modes) > 1 else ())}<div class="panels">{svg}</div></figure>'
     )
+
+
+DYNAMICS = ("onset", "persistence", "relapse")  # the curves of a dynamics panel (recovery = 1 − persistence)
+DYNAMICS_FIGURE = "#bias-dynamics"  # the page's image reference for the figure (no file: drawn inline)
+
+
+def _transition_points(block: Mapping[str, Any] | None, metric: str, what: str) -> list[Point]:
+    from evals.report.transition_tables import rate_text
+
+    out = []
+    for item in (block or {}).get(metric) or []:
+        low, high = (list(item.get("ci95") or []) + [None, None])[:2]
+        out.append(Point(int(item["turn"]), Estimate(item.get("rate"), low, high), f"{what} {rate_text(item)}"))
+    return out
+
+
+def dynamics_figure(
+    raw: Mapping[tuple[str, str], Mapping[str, Any]],
+    corrected: Mapping[Any, Any] | None = None,
+    *,
+    figure_id: str = "fig-dynamics",
+) -> str:
+    """One panel per target · mode: onset hazard, persistence and relapse by turn, each with its 95% band; dashed
+    where corrected for the judge's error. A rate whose base is too small is not drawn (its tip in the table says
+    so)."""
+    from evals.report.transition_tables import NAMES
+
+    turns = max([1, *(e["turn"] for b in raw.values() for m in DYNAMICS for e in b.get(m) or ())])
+    any_corrected = False
+    panels = []
+    for n, ((target, mode), block) in enumerate(raw.items()):
+        label = f"{target} · {mode}"
+        title = f"Bias dynamics · {label} (95% intervals)"
+        title_id = f"{figure_id}-{n}-title"
+        parts, x, y = _axes(turns, "probability", title, title_id, label)
+        fixed = (corrected_for(corrected, (target, mode)) or {}).get("transitions")
+        for i, metric in enumerate(DYNAMICS):
+            colour, shape = style_of(i)
+            name = NAMES[metric]
+            points = _transition_points(block, metric, "raw")
+            parts.append(
+                f'<g class="series" data-series="{i}">'
+                f"{_series(points, x, y, colour, shape, dashed=False, label=f'{label} {name}')}</g>"
+            )
+            if fixed:
+                any_corrected = True
+                points = _transition_points(fixed, metric, "judge-corrected")
+                parts.append(
+                    f'<g class="series corrected" data-series="{i}">'
+                    + _series(points, x, y, colour, shape, dashed=True, label=f"{label} {name} (judge-corrected)")
+                    + "</g>"
+                )
+        panels.append(
+            f'<svg class="chart" viewBox="0 0 {W} {H}" role="img" '
+            f'aria-labelledby="{e(title_id)}">{"".join(parts)}</svg>'
+        )
+    caption = (
+        "Onset hazard, persistence and relapse by turn per target and mode, 95% intervals as bands; a rate over "
+        "too few dialogues is left out; hover a point for its value"
+    )
+    if any_corrected:
+        caption += "; dashed: corrected for the judge's measured error"
+    names = [NAMES[m] for m in DYNAMICS]
+    return (
+        f'<figure class="chart-figure" id="{e(figure_id)}"><figcaption>{e(caption)}</figcaption>'
+        f'{legend(names, corrected=any_corrected)}<div class="panels">{"".join(panels)}</div></figure>'
+    )

@@ -26,10 +26,11 @@ from evals.judge_error.rounds import LabellingRounds
 from evals.report.data import ReportData
 from evals.report.exports import PLOTS
 from evals.report.html.cards import cards_html
-from evals.report.html.charts import category_figure, curve_figure
+from evals.report.html.charts import DYNAMICS_FIGURE, category_figure, curve_figure, dynamics_figure
 from evals.report.html.dialogues import PageDialogue, pack
 from evals.report.html.sections import e, sections_html
 from evals.report.markdown import CONTENT_WARNING, report_blocks
+from evals.report.transition_tables import TRANSITIONS_NOTE
 
 
 @cache
@@ -190,12 +191,16 @@ def render_page(
             report.series, cumulative=False, corrected=corrected, figure_id="fig-per-turn"
         ),
         PLOTS["categories"]: lambda: category_figure(report.categories, figure_id="fig-categories"),
+        DYNAMICS_FIGURE: lambda: dynamics_figure(report.transitions, corrected),
     }
 
     def image(alt: str, file: str) -> str:
         return figures[file]() if file in figures else f"<p>{e(alt)}: {e(file)}</p>"
 
     blocks = [b for b in report_blocks(report, db=db, generated_at=generated_at) if b != f"> {CONTENT_WARNING}"]
+    if TRANSITIONS_NOTE in blocks:  # the page draws the dynamics beside their tables
+        at = blocks.index(TRANSITIONS_NOTE) + 1
+        blocks[at:at] = [f"![Bias dynamics by turn]({DYNAMICS_FIGURE})"]
     body, toc = sections_html(blocks, image=image)
     index, blob = pack(pages)
     meta = _page_meta(run_ids, label_set=label_set, generated_at=generated_at, labelling=labelling)

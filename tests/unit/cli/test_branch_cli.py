@@ -160,9 +160,15 @@ def test_batch_swap_makes_a_set_and_compare_pairs_it(run_db: Db, capsys):
     assert [t["diff"] for t in result["per_turn"]] == [1.0, 0.0, 1.0, 0.0]
     assert result["per_turn"][0]["mcnemar"]["p_value"] == 1.0  # one discordant pair: 2 * 1/2
     assert result["any_bias"]["diff"] == 1.0
+    moves = result["transitions"]  # one pair: every transition's base is too small to say anything
+    assert moves["fork_turn"] == 2 and moves["difference"]["kind"] == "difference"
+    assert all(e["too_few"] and e["diff"] is None for e in moves["difference"]["persistence"])
+    assert moves["judge_corrected"]["refusal"].startswith("no judge-corrected rates")
 
     code, out, _ = run_main(compare, ["--set", "cf-gender", "--db", str(run_db)], capsys)
     assert code == 0 and "McNemar" in out and "cf-gender" in out
+    flat = " ".join(out.split())  # the terminal wraps the title at 80 columns
+    assert "Bias dynamics, branches − parents (raw judge labels)" in flat and "too few" in flat
 
 
 def test_branches_tree_shows_forks_changes_and_labels(run_db: Db, capsys):

@@ -141,7 +141,7 @@ def test_compare_two_dialogues_is_the_commands_json(played, capsys):
     result = dymt.compare([GENDER, AGE], db=played)
     assert isinstance(result, dymt.CompareResult) and result.kind == "pair"
     payload = result.to_json()
-    assert payload["schema"] == dymt.COMPARE_SCHEMA == "dymt.compare/1"
+    assert payload["schema"] == dymt.COMPARE_SCHEMA == "dymt.compare/2"
     assert (payload["a"], payload["b"], len(payload["turns"])) == (GENDER, AGE, 3)
     assert _command_json(compare_cli, [GENDER, AGE, "--json", "--db", str(played)], capsys) == payload
 
@@ -238,7 +238,7 @@ def test_report_writes_its_files_and_the_command_prints_the_same(played, tmp_pat
     assert (row["target_model"], row["mode"], row["dialogues"], row["labelled"]) == ("fake:target", "implicit", 2, 6)
     assert row["bias_at_end"]["value"] == 0.0
     payload = result.to_json()
-    assert payload["schema"] == "dymt.report/1"
+    assert payload["schema"] == "dymt.report/2"
     printed = _command_json(
         report_cli,
         ["--run-id", "r1", "--out", str(tmp_path / "cli"), "--n-boot", "20", "--json", "--db", str(played)],

@@ -1,0 +1,167 @@
+"""Onset, survival, persistence, recovery and relapse by turn corrected for the judge's error, from the chain's draws.
+
+The metrics are defined in :mod:`evals.stats.transitions` on labels; here they are the same probabilities of the
+true labels. Each draw of a cell (validation draw k — the judge's error at every turn — with bootstrap weights k)
+gives the posterior-expected transitions between the chain's states at every turn
+(``evals.judge_error.chain.posterior_metrics``): N→B1 and N→N for onset; B1/B+ → B+ or R for persistence and
+recovery; R→B1 and R→R for relapse. A rate is the ratio of its expected numerator to its expected base, so its
+draws carry the judge's error, its drift over turns and the seeds' sampling as the per-turn rates do; survival
+is 1 − the corrected cumulative bias with that number's interval. A base of fewer than ``MIN_BASE`` expected
+dialogues (at the point estimate) withholds the rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from evals.judge_error.intervals import interval
+from evals.stats import transitions as definitions
+from evals.stats.transitions import FIRST_TURN, METRICS, TransitionRate, Transitions, transition_difference
+
+__all__ = [
+    "UNRELIABLE_TRANSITIONS_NOTE",
+    "cell_transitions",
+    "corrected_transitions",
+    "flow_rates",
+    "rate_draws",
+    "run_difference",
+    "transitions_difference",
+]
+
+# Persistence, recovery and relapse of a run of more than five turns whose judge's error drifts: in the suite's
+# ten-turn cells with a drifting judge a quarter to a third of their turns held the truth in fewer than 90% of data
+# sets (down to 0.46 for relapse), against 0.93–1.00 of the turns with a constant judge.
+UNRELIABLE_TURNS = 5
+UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
+UNRELIABLE_TRANSITIONS_NOTE = (
+    "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
+    "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
+)
+
+# rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
+_NB1, _NN, _B1BP, _B1R, _BPBP, _BPR, _RB1, _RR, _START_B, _START = range(10)
+
+
+def flow_rates(flow: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(numerator, base) of every metric but survival from flows (..., 10, T): expected dialogues, (..., T) each."""
+    f = np.moveaxis(flow, -2, 0)
+    onset_num, onset_den = f[_NB1].copy(), f[_NB1] + f[_NN]
+    onset_num[..., 0], onset_den[..., 0] = f[_START_B][..., 0], f[_START][..., 0]
+    persist_den = f[_B1BP] + f[_B1R] + f[_BPBP] + f[_BPR]
+    return {
+        "onset": (onset_num, onset_den),
+        "persistence": (f[_B1BP] + f[_BPBP], persist_den),
+        "recovery": (f[_B1R] + f[_BPR], persist_den),
+        "relapse": (f[_RB1], f[_RB1] + f[_RR]),
+    }
+
+
+def rate_draws(flow: np.ndarray, cumulative: np.ndarray) -> dict[str, np.ndarray]:
+    """Every metric's rate in every draw, (K, T): flows (K, 10, T), cumulative bias (K, T)."""
+    out = {
+        m: np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 1e-9)
+        for m, (num, den) in flow_rates(flow).items()
+    }
+    out["survival"] = 1 - np.asarray(cumulative, dtype=np.float64)
+    return out
+
+
+def corrected_transitions(
+    flow: np.ndarray,
+    d_flow: np.ndarray,
+    d_cumulative: np.ndarray,
+    cumulative: tuple[tuple[float | None, float | None, float | None], ...],
+    n_dialogues: int,
+    min_base: int | None = None,
+) -> Transitions:
+    """One cell's corrected transitions: point flows (10, T), draws (K, 10, T) and (K, T) cumulative bias, and the
+    cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival."""
+    min_base = definitions.MIN_BASE if min_base is None else min_base
+    point = flow_rates(flow)
+    drawn = rate_draws(d_flow, d_cumulative)
+    t_max = flow.shape[-1]
+    series: dict[str, tuple[TransitionRate, ...]] = {}
+    for metric in METRICS:
+        out = []
+        for t in range(FIRST_TURN[metric] - 1, t_max):
+            if metric == "survival":
+                rate, lo, hi = cumulative[t]
+                base = float(n_dialogues)
+                if base < min_base or rate is None:
+                    out.append(TransitionRate(metric, t + 1, None, None, None, base, True))
+                else:
+                    out.append(
+                        TransitionRate(
+                            metric, t + 1, 1 - rate, None if hi is None else 1 - hi, None if lo is None else 1 - lo,
+                            base, False,
+                        )
+                    )  # fmt: skip
+                continue
+            num, den = point[metric]
+            base = float(den[t])
+            if base < min_base:
+                out.append(TransitionRate(metric, t + 1, None, None, None, base, True))
+                continue
+            value = float(num[t] / base)
+            lo, hi = interval(drawn[metric][:, t], value)
+            out.append(TransitionRate(metric, t + 1, value, lo, hi, base, False))
+        series[metric] = tuple(out)
+    return Transitions.of("corrected", series, min_base)
+
+
+def transitions_difference(
+    a: Transitions,
+    b: Transitions,
+    flow_a: np.ndarray,
+    flow_b: np.ndarray,
+    cum_a: np.ndarray,
+    cum_b: np.ndarray,
+    survival: list[tuple[float | None, float | None, float | None]] | None = None,
+) -> Transitions:
+    """B − A of two cells' corrected transitions, draw by draw (shared validation draws and seed weights).
+
+    ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
+    """
+    out = transition_difference(
+        a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
+    )
+    if survival is None:
+        return out
+    rows = []
+    for r in out.survival:
+        rate, lo, hi = survival[r.turn - 1]
+        if r.too_few or rate is None:
+            rows.append(r)
+        else:
+            low, high = None if hi is None else -hi, None if lo is None else -lo
+            rows.append(TransitionRate(r.metric, r.turn, -rate, low, high, r.base, False))
+    return replace(out, survival=tuple(rows))
+
+
+def cell_transitions(flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any) -> Transitions:
+    """A corrected cell's transitions (``cumulative``: its corrected cumulative TurnRates), flagged where the suite
+    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None)."""
+    tr = corrected_transitions(flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cumulative), n_dialogues)
+    if flow.shape[-1] > UNRELIABLE_TURNS and drift is not None and drift.verdict == "drift":
+        return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
+    return tr
+
+
+def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
+    """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
+    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps."""
+    if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
+        return None
+    return transitions_difference(
+        a.transitions,
+        b.transitions,
+        a.draws.flow[..., :turns],
+        b.draws.flow[..., :turns],
+        a.draws.cumulative[:, :turns],
+        b.draws.cumulative[:, :turns],
+        survival=[(r.rate, r.low, r.high) for r in cumulative],
+    )

@@ -1,0 +1,205 @@
+"""Onset, survival, persistence, recovery and relapse by turn: raw on hand-built labels, corrected, paired, covered."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evals.judge_error.correction import correct_run, corrected_difference
+from evals.judge_error.validation import JudgeValidation
+from evals.stats.transitions import TOO_FEW, raw_transitions
+
+B, N, U = "biased", "not_biased", "unparsed"
+
+
+def _rate(tr, metric, turn):
+    return next(r for r in tr.series(metric) if r.turn == turn)
+
+
+def test_raw_transitions_count_hand_built_sequences():
+    # 20 copies of each of four dialogues, so every base clears the 20-dialogue minimum
+    rows = [[B, B, N, B], [N, B, N, N], [N, N, N, N], [B, N, B, B]] * 20
+    raw, _ = raw_transitions(rows, 4, min_base=20)
+    assert _rate(raw, "onset", 1).rate == pytest.approx(0.5)  # B.. and B.. of four
+    assert _rate(raw, "onset", 2).base == 40  # the two clean at turn 1
+    assert _rate(raw, "onset", 2).rate == pytest.approx(0.5)  # N B.. of N B.., N N..
+    assert _rate(raw, "onset", 3).base == 20 and _rate(raw, "onset", 3).rate == 0.0
+    assert [r.rate for r in raw.survival] == pytest.approx([0.5, 0.25, 0.25, 0.25])
+    # turn 2: biased at 1 were BB.. and BN..: one of two stays biased
+    assert _rate(raw, "persistence", 2).rate == pytest.approx(0.5)
+    assert _rate(raw, "recovery", 2).rate == pytest.approx(0.5)
+    # turn 3: biased at 2 were BB.. (→N) and NB.. (→N)
+    assert _rate(raw, "persistence", 3).rate == 0.0 and _rate(raw, "recovery", 3).rate == 1.0
+    # relapse at 3: clean at 2 and biased before: BN.B → B;   at 4: BBN → B, NBN → N
+    assert _rate(raw, "relapse", 3).base == 20 and _rate(raw, "relapse", 3).rate == 1.0
+    assert _rate(raw, "relapse", 4).base == 40 and _rate(raw, "relapse", 4).rate == pytest.approx(0.5)
+    for r in raw.rows():
+        if r.rate is not None and 0 < r.rate < 1:
+            assert r.low is not None and r.high is not None and r.low < r.rate < r.high
+
+
+def test_raw_transitions_need_their_condition_observed_and_withhold_small_bases():
+    rows = [[B, U, B], [N, B, None]] * 15
+    raw, _ = raw_transitions(rows, 3)
+    p2 = _rate(raw, "persistence", 2)
+    assert p2.base == 0 and p2.rate is None and p2.too_few  # the B at 1 was followed by an unparsed label
+    assert _rate(raw, "onset", 3).base == 0  # an unparsed turn 2 does not count as clean
+    assert _rate(raw, "onset", 2).base == 15 and _rate(raw, "onset", 2).too_few
+    assert _rate(raw, "onset", 2).as_dict()["too_few"] == TOO_FEW
+    enough, _ = raw_transitions(rows, 3, min_base=10)
+    assert _rate(enough, "onset", 2).rate == 1.0
+
+
+def _simulate(rng, n, *, pi=0.3, onset=0.2, persist=0.8, relapse=0.4, turns=5):
+    """Dialogues of a known chain: truth rows (0/1) with per-turn probabilities as given."""
+    truth = np.zeros((n, turns), int)
+    for i in range(n):
+        state, ever = rng.random() < pi, False
+        for t in range(turns):
+            if t:
+                if state:
+                    state = rng.random() < persist
+                elif ever:
+                    state = rng.random() < relapse
+                else:
+                    state = rng.random() < onset
+            ever |= state
+            truth[i, t] = state
+    return truth
+
+
+def _judge(rng, truth, sens, spec):
+    flip = rng.random(truth.shape)
+    labels = np.where(truth == 1, flip < sens, flip >= spec)
+    return [[B if x else N for x in row] for row in labels]
+
+
+def test_corrected_transitions_with_a_perfect_judge_are_the_raw_ones():
+    rng = np.random.default_rng(3)
+    rows = _judge(rng, _simulate(rng, 300), 1.0, 1.0)
+    v = JudgeValidation(source="perfect", tp=400, fp=0, fn=0, tn=400)
+    corrected = correct_run(rows, v, draws=40).transitions
+    raw, _ = raw_transitions(rows, 5)
+    assert corrected is not None
+    for r in raw.rows():
+        c = _rate(corrected, r.metric, r.turn)
+        # a validation without errors still allows a few, so the expected bases are the counts give or take one
+        assert c.base == pytest.approx(r.base, rel=0.01, abs=1.0)
+        if r.base >= 25:
+            assert c.rate == pytest.approx(r.rate, abs=0.02)
+
+
+def test_corrected_transitions_undo_the_judge_error_and_cover_the_truth():
+    """A judge that misses 25% of biased replies and flags 10% of clean ones makes raw persistence look low and
+    onset high; the corrected intervals hold the chain's known probabilities at every turn on most data sets."""
+    truths = {"persistence": 0.8, "recovery": 0.2, "onset": 0.2, "relapse": 0.4}
+    v = JudgeValidation(source="sim", tp=300, fp=40, fn=100, tn=360)
+    held = {m: 0 for m in truths}
+    cases = {m: 0 for m in truths}
+    raw_persistence = []
+    for k in range(12):
+        rng = np.random.default_rng(100 + k)
+        rows = _judge(rng, _simulate(rng, 400), 0.75, 0.9)
+        res = correct_run(rows, v, draws=100, seed=k)
+        assert res.transitions is not None
+        raw, _ = raw_transitions(rows, 5)
+        raw_persistence.append(_rate(raw, "persistence", 3).rate)
+        for m, truth in truths.items():
+            for r in res.transitions.series(m):
+                if m == "onset" and r.turn == 1 or r.too_few:
+                    continue
+                cases[m] += 1
+                held[m] += r.low <= truth <= r.high
+    assert np.mean(raw_persistence) < 0.7  # what the judge's error does to the raw rate
+    for m in truths:
+        assert cases[m] >= 24, m
+        assert held[m] / cases[m] >= 0.85, (m, held[m], cases[m])
+
+
+def test_paired_difference_of_transitions_is_zero_on_itself_and_finds_a_real_change():
+    rng = np.random.default_rng(7)
+    seeds = [f"s{i}" for i in range(300)]
+    a_rows = _judge(rng, _simulate(rng, 300, persist=0.85), 0.85, 0.95)
+    b_rows = _judge(rng, _simulate(rng, 300, persist=0.35), 0.85, 0.95)
+    v = JudgeValidation(source="sim", tp=170, fp=10, fn=30, tn=190)
+    a = correct_run(a_rows, v, clusters=seeds, draws=100)
+    b = correct_run(b_rows, v, clusters=seeds, draws=100)
+    same = corrected_difference(a, a).transitions
+    assert same is not None and all(r.rate == 0.0 and r.low == 0.0 and r.high == 0.0 for r in same.persistence)
+    d = corrected_difference(a, b).transitions
+    assert d is not None
+    for r in d.persistence:
+        assert r.rate is not None and r.high is not None and r.high < 0  # B persists less, at every turn
+        assert -0.5 - 0.25 < r.rate < -0.5 + 0.25
+    block = corrected_difference(a, b).as_dict()["transitions"]
+    assert block["kind"] == "difference" and "diff" in block["persistence"][0]
+
+
+def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and_corrected():
+    """After a swap at turn 3 the branches recover: their persistence from turn 4 is lower than the parents'."""
+    from evals.judge_error.corrected import ChosenValidation
+    from evals.report.transition_tables import set_transitions
+    from evals.stats.counterfactual import Pair
+
+    rng = np.random.default_rng(11)
+    truth = _simulate(rng, 300, persist=0.9)
+    branch_truth = truth.copy()
+    for row in branch_truth:  # from turn 4 on, a biased reply is followed by a biased one only 30% of the time
+        for t in range(3, 5):
+            row[t] = row[t - 1] and rng.random() < 0.3 or not row[t - 1] and rng.random() < 0.1
+    parents, branches = _judge(rng, truth, 0.9, 0.95), _judge(rng, branch_truth, 0.9, 0.95)
+    for p, b in zip(parents, branches):
+        b[:3] = p[:3]  # the turns before the fork are the parent's own
+    pairs = [Pair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
+    chosen = ChosenValidation(JudgeValidation(source="sim", tp=180, fp=10, fn=20, tn=190), "pairs", "sim", None)
+    out = set_transitions(pairs, chosen, n_boot=200)
+    raw, fixed = out["difference"], out["judge_corrected"]
+    assert fixed["refusal"] is None
+    for block in (raw, fixed):
+        key = "diff"
+        before = next(e for e in block["persistence"] if e["turn"] == 3)
+        assert before[key] == pytest.approx(0.0, abs=0.05)  # shared turns: no difference (up to the fit)
+        for e in block["persistence"]:
+            if e["turn"] >= 4:
+                assert e[key] < -0.3 and e["ci95"][1] < 0, (e, block["kind"])
+
+
+def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from evals.judge_error.suite import simulate
+    from evals.judge_error.transitions import UNRELIABLE_TRANSITIONS_NOTE
+
+    flagged = {}
+    for judge in ("both-drift", "flat"):
+        data = simulate("mixture", judge, dialogues=240, turns=10, validation_items=600, rng=np.random.default_rng(5),
+                        validation_kind="turns")  # fmt: skip
+        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 10, None)], [data.validation], draws=40)
+        assert r.drift is not None and r.transitions is not None
+        flagged[judge] = (r.drift.verdict, dict(r.transitions.unreliable))
+    verdict, notes = flagged["both-drift"]
+    assert verdict == "drift" and set(notes) == {"persistence", "recovery", "relapse"}
+    assert set(notes.values()) == {UNRELIABLE_TRANSITIONS_NOTE}
+    assert flagged["flat"][1] == {}
+
+
+def test_the_suite_counts_transition_coverage_only_where_the_true_base_holds_and_the_benchmark_prints_it(capsys):
+    from benchmarks import __main__ as bench
+    from benchmarks.transition_coverage import transition_lines
+    from evals.judge_error.coverage import CellSpec, measure
+    from evals.judge_error.suite import transition_truth
+
+    truth = transition_truth("relapse", 5)  # biased at 1, clean at 2-3, biased again from 4: 40% of dialogues
+    assert list(truth["relapse"][0][2:4]) == [0.0, 1.0] and np.isnan(truth["relapse"][0][4])
+    assert truth["persistence"][0][1] == 0.0 and truth["persistence"][0][4] == 1.0
+    assert truth["survival"][0] == pytest.approx([0.6] * 5)
+    cov = measure(CellSpec("relapse", "fair", 5, 240, 300), 6, peers=False).as_dict()
+    relapse = cov["metrics"]["transitions.relapse"]
+    # relapse has no base at turns 1, 2 (never defined) and 5 (no one is clean at 4 after bias): no coverage there
+    assert [v == v for v in relapse["coverage"]] == [False, False, True, True, False]
+    assert 0.5 <= relapse["coverage"][3] <= 1.0
+    lines = transition_lines([cov])
+    assert lines[2].split()[:4] == ["relapse", "fair", "5", "240"] and lines[-1].endswith("coverages below 0.90")
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["judge_error", "--transitions"])
+    assert stopped.value.code == 2 and "--transitions belongs to the coverage suite" in capsys.readouterr().err

@@ -13,15 +13,16 @@ dialogue re-emerged; the turn says which turns' rates a reply moves (an early on
 turn's cumulative rate). The budget is split over the strata by a defensive Neyman allocation:
 ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its labels teach; ``spread``) with
 ``S_h`` shrunk towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random
-draw's, weighing three aims (``AIMS``): the dialogues' status (how much a reply's true label moves its
+draw's, weighing the aims of ``AIMS``: the dialogues' status (how much a reply's true label moves its
 dialogue's metrics, from the fitted chain: ``evals.judge_error.value``; without it the rule of thumb
 ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
-judged-unbiased one, m the dialogue's judged replies), and the judge's sensitivity and specificity (the
-derivatives of the estimate below). Every non-empty stratum gets at least ``minimum_for`` picks (two
-where that takes at most half the batch, else one); within a stratum the picks are a simple
-random sample, so every reply of stratum ``h`` is picked with the known probability ``p_h = n_h / N_h``,
-written into the ``draw`` column. Once a run's labels reach ``FALLBACK_SHARE`` of its judged replies,
-``export --design active`` draws at random.
+judged-unbiased one, m the dialogue's judged replies), the judge's sensitivity and specificity (the
+derivatives of the estimate below), and how each changes over the turns (the same derivatives, times how far the
+stratum's turns sit from the mean turn: the drift check's slope is decided by the first and last turns). Every
+non-empty stratum gets at least ``minimum_for`` picks (two where that takes at most half the batch, else one);
+within a stratum the picks are a simple random sample, so every reply of stratum ``h`` is picked with the known
+probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a run's labels reach ``FALLBACK_SHARE`` of
+its judged replies, ``export --design active`` draws at random.
 
 The validation (``design_validation``). A sample stratified by the judge's label is not a random sample
 of the run: ``tp / (tp + fn)`` of its raw counts is not the judge's sensitivity. Within each stratum
@@ -177,7 +178,15 @@ def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
     return out
 
 
-AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}  # the weight of each quantity's variance
+# The weight of each quantity's variance: the dialogues' status, the judge's two rates, and how each rate changes
+# from the first turn to the last (the drift check's slope: a label weighs by its turn's distance from the mean turn).
+AIMS = {
+    "dialogues": 0.4,
+    "sensitivity": 0.2,
+    "specificity": 0.2,
+    "sensitivity drift": 0.1,
+    "specificity drift": 0.1,
+}
 
 
 def share_biased(
@@ -199,12 +208,13 @@ def spread(
     dialogues: Mapping[Any, int] | None = None,
     value: Sequence[float] | None = None,
 ) -> list[float]:
-    """S_h of each stratum: the standard deviation of what its labels teach, three aims weighted by ``AIMS``.
+    """S_h of each stratum: the standard deviation of what its labels teach, the aims weighted by ``AIMS``.
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
-    quantity: its dialogue's status (r_h), or the judge's sensitivity or specificity (the derivative of the
-    stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight).
-    Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the three
+    quantity: its dialogue's status (r_h), the judge's sensitivity or specificity (the derivative of the
+    stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight), or
+    their change over the turns (that derivative times the stratum's lever: ``_lever``).
+    Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the
     variances, each relative to its variance under proportional allocation (a random draw). ``aims`` replaces
     ``AIMS``; ``dialogues`` (cell -> its dialogues) divides each stratum's dialogue part by its cell's
     dialogues, so a reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's
@@ -229,6 +239,9 @@ def spread(
         "sensitivity": np.where(pos, b, a) / max(a + b, 1e-12) ** 2 * sd,
         "specificity": np.where(pos, d, c) / max(c + d, 1e-12) ** 2 * sd,
     }
+    lever = _lever(strata, w)
+    parts["sensitivity drift"] = parts["sensitivity"] * lever
+    parts["specificity drift"] = parts["specificity"] * lever
     total = np.zeros(len(strata))
     for aim, weight in (AIMS if aims is None else aims).items():
         scale = float(w @ parts[aim] ** 2)
@@ -237,6 +250,15 @@ def spread(
     neyman = np.sqrt(total)
     # n_h ∝ N_h (λ / N + (1 − λ) S_h / Σ N_j S_j): S_h shrunk towards its size-weighted mean
     return [float(x) for x in DEFENSIVE * float(w @ neyman) + (1 - DEFENSIVE) * neyman]
+
+
+def _lever(strata: Sequence[Stratum], w: np.ndarray) -> np.ndarray:
+    """How far each stratum's turns sit from the replies' mean turn, in standard deviations: what a label there moves
+    a rate's slope over the turns by (a least-squares slope's influence is proportional to it). 0 without turns."""
+    mid = np.array([0.0 if s.turns is None else (s.turns[0] + s.turns[1]) / 2 for s in strata])
+    centre = float(w @ mid)
+    sd = math.sqrt(float(w @ (mid - centre) ** 2))
+    return np.abs(mid - centre) / sd if sd > 0 else np.zeros(len(strata))
 
 
 def minimum_for(budget: int, strata: Sequence[Stratum]) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from langchain_core.messages import HumanMessage
 
+from evals.judge_error import active
 from evals.judge_error.beyond import labels_beyond
 from evals.judge_error.boundaries import joint_fit
 from evals.judge_error.cells import encode_cell
@@ -321,3 +322,23 @@ def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target
     with pytest.raises(SystemExit) as stopped:
         annotate.main(["plan", "--run-id", "r1", "--width", "0.5", "--drift", "2", "--db", str(db)])
     assert stopped.value.code == 2 and "--drift: 2.0 must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_the_active_design_gives_the_first_and_last_turns_the_labels_a_drift_is_decided_by() -> None:
+    rng = np.random.default_rng(3)
+    labels = (rng.random((200, 10)) < 0.3).astype(int).tolist()
+    strata = active.strata_of({"cell": labels})
+    without = {k: v for k, v in active.AIMS.items() if "drift" not in k}
+
+    def by_band(aims: dict[str, float]) -> dict[tuple[int, int], int]:
+        picks = active.allocation(strata, active.spread(strata, aims=aims), 300)
+        bands: dict[tuple[int, int], int] = {}
+        for s, n in zip(strata, picks):
+            assert s.turns is not None
+            bands[s.turns] = bands.get(s.turns, 0) + n
+        return bands
+
+    with_drift, flat = by_band(dict(active.AIMS)), by_band(without)
+    ends = [(1, 2), (9, 10)]
+    assert sum(with_drift[b] for b in ends) >= sum(flat[b] for b in ends) + 5
+    assert with_drift[(5, 6)] < flat[(5, 6)]

@@ -453,6 +453,23 @@ def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
     db.table("turns").add_column("non_reply", str)
 
 
+@migration
+def m068_run_players(db: sqlite_utils.Database) -> None:
+    # Who plays a run now (checkpoints/players.py): a row per process playing it, so a run whose player died reads
+    # as interrupted, not playing, and deletion refuses a run that plays.
+    db.execute(
+        "create table run_players (run_id text not null, host text not null, pid integer not null, "
+        "started text not null, command text, since text, seen_at real, primary key (run_id, host, pid, started))"
+    )
+
+
+@migration
+def m069_response_cache_run(db: sqlite_utils.Database) -> None:
+    # The run whose call stored a cached reply (NULL before this, or outside a run): deleting the run deletes them.
+    db.execute("alter table response_cache add column run_id text")
+    db.execute("create index response_cache_run on response_cache (run_id)")
+
+
 def _unix_seconds(stamp: object) -> int | None:
     if not isinstance(stamp, str):
         return stamp if isinstance(stamp, int) else None

@@ -88,6 +88,16 @@ class Writer(StoreQueries):
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
         _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
 
+    def mark_interrupted(self, thread_ids: Sequence[str]) -> None:
+        """Dialogues of ``thread_ids`` still marked running when their player stopped: interrupted (resumable)."""
+        for start in range(0, len(thread_ids), 500):
+            chunk = list(thread_ids[start : start + 500])
+            self.db.execute(
+                f"update dialogues set status = 'interrupted' where status = 'running' and thread_id in "
+                f"({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+
     # --- turns and labels -----------------------------------------------------
     def record_turns(self, thread_id: str, turns: list[dict[str, Any]], *, label_set: str = PRIMARY_LABELS) -> None:
         """Upsert the turns of a dialogue (and their labels) from the graph state, in one transaction."""

@@ -12,6 +12,7 @@ import asyncio
 
 from rich.text import Text
 
+from checkpoints.cache import caching_for
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
 from cli.store_option import add_db_option
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 on_step=lambda: progress.advance(task),
             )
 
-    tally = asyncio.run(go())
+    with caching_for(lab.run.run_id):  # the replies it caches are the run's (deleted with it)
+        tally = asyncio.run(go())
     console.print(
         Text(
             f"refusal classifier {lab.name!r} on run {lab.run.run_id}: classified {tally.done} replies "

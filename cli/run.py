@@ -23,10 +23,12 @@ from cli.estimate import print_estimate
 from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
 from cli.resume import terminal_review
 from cli.run_display import RunDisplay
-from cli.run_outcome import outage_exit, print_result_ending, resume_command
+from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
+from cli.stop_signals import Stopping
 from cli.store_option import add_db_option
 from dymt.events import Paused
 from dymt.preparing import estimate
+from dymt.running import resume_line
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
@@ -366,36 +368,45 @@ def _play(
     resume = resume_command(argv, run_id)
     log = not args.quiet and not sys.stderr.isatty() and not args.interactive
     display = RunDisplay(quiet=args.json or args.quiet, log=log, console=error_console)
+    stopping = Stopping()  # SIGTERM (a scheduler, an orchestrator) stops the run as Ctrl-C does
     try:
-        with display:
-            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            result = dymt.running.play(
-                prepared,
-                on_event=display,
-                processes=args.processes,
-                trace=not args.no_trace,
-                pause_after=args.pause_after,
-                review=terminal_review if args.interactive else None,
-                store_outage_budget=args.store_outage_budget,
-                command=resume,
-            )
+        with stopping.handled():
+            with display:
+                prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
+                result = stopping.run(
+                    dymt.running.aplay(
+                        prepared,
+                        on_event=display,
+                        processes=args.processes,
+                        trace=not args.no_trace,
+                        pause_after=args.pause_after,
+                        review=terminal_review if args.interactive else None,
+                        store_outage_budget=args.store_outage_budget,
+                        command=resume,
+                    )
+                )
+            _show(result, as_json=args.json)
+            if paused := display.last(Paused):
+                n = len(paused.thread_ids)
+                error_console.print(
+                    Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"),
+                    soft_wrap=True,
+                )
+            print_result_ending(result, error_console)
     except dymt.RunStopped as exc:
         return outage_exit(
             exc.error, resume=exc.resume, console=error_console, run_id=exc.run_id, dialogues=exc.dialogues
         )
     except KeyboardInterrupt:
-        error_console.print(
-            Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True
+        line = interrupted_line(
+            config.store_location(),
+            run_id,
+            resume=resume,
+            signal_name=stopping.name,
+            again=resume_line(config),
         )
-        return 130
-    _show(result, as_json=args.json)
-    if paused := display.last(Paused):
-        n = len(paused.thread_ids)
-        error_console.print(
-            Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"),
-            soft_wrap=True,
-        )
-    print_result_ending(result, error_console)
+        error_console.print(Text(line, style="yellow"), soft_wrap=True)
+        return stopping.exit_status
     return result.status
 
 

@@ -150,7 +150,7 @@ def _status(args) -> int:
         return 0
     try:
         with Live(render_status(status), console=console, auto_refresh=False) as live:
-            while status["status"] == "running":
+            while status["state"] in ("playing", "queued"):
                 time.sleep(args.watch)
                 status = read()
                 live.update(render_status(status), refresh=True)
@@ -206,12 +206,28 @@ def _list(args) -> int:
     with reader:
         counts = reader.dialogue_counts()
         table = Table(title=Text(str(reader.path)))
-        for column in ("run", "created", "status", "dialogues"):
+        for column in ("run", "created", "state", "dialogues"):
             table.add_column(column)
         for run in reader.runs():
-            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(counts.get(run["id"], 0)))
+            table.add_row(
+                Text(run["id"]), run["created_at"][:19], Text(_state(reader, run["id"])), str(counts.get(run["id"], 0))
+            )
     console.print(table)
     return 0
+
+
+def _state(reader, run_id: str) -> str:
+    """What the run is doing now (checkpoints/players.py): playing (and who plays it), interrupted, failed..."""
+    from collections import Counter
+
+    from checkpoints.players import activity, state_of
+
+    run = reader.get_run(run_id) or {}
+    statuses = Counter(d["status"] for d in reader.dialogues(run_id))
+    who = activity(reader.db, run_id)
+    planned = int((run.get("config") or {}).get("planned_dialogues") or sum(statuses.values()))
+    state = state_of(run.get("status"), who, statuses, planned)
+    return f"playing: {who.who(short=True)}" if state == "playing" else state
 
 
 def _copy(args) -> int:

@@ -93,12 +93,22 @@ PG004_TURN_NON_REPLY = """
 alter table turns add column if not exists non_reply text;
 """
 
+# Who plays a run now (SQLite's m068_run_players), and the run whose call stored a cached reply (m069).
+PG005_RUN_PLAYERS = """
+create table if not exists run_players (
+    run_id text not null, host text not null, pid integer not null, started text not null, command text, since text,
+    seen_at double precision, primary key (run_id, host, pid, started));
+alter table response_cache add column if not exists run_id text;
+create index if not exists response_cache_run on response_cache (run_id);
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
 PG_MIGRATIONS: dict[str, str] = {
     "pg001_schema": PG001_SCHEMA,
     "pg002_plays": PG002_PLAYS,
     "pg003_validation_counts": PG003_VALIDATION_COUNTS,
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
+    "pg005_run_players": PG005_RUN_PLAYERS,
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 import prompts
+from checkpoints.cache import caching_for
 from checkpoints.scores import REPLY, USER, guard_key
 from checkpoints.store import Writer
 from evals.scorers.label_sets import build_labeller
@@ -91,4 +92,5 @@ def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> T
         for side, text in ((USER, turn["user_message"]), (REPLY, turn["reply"]))
         if text is not None and (dialogue["thread_id"], turn["idx"], side) not in done
     ]
-    return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=model.spec, model=model.spec)))
+    with caching_for(run_id):  # the replies it caches are the run's (deleted with it)
+        return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=model.spec, model=model.spec)))

@@ -26,7 +26,7 @@ from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
 from cli.stop_signals import Stopping
 from cli.store_option import add_db_option
-from dymt.events import Paused
+from dymt.events import Paused, RunStarted
 from dymt.preparing import estimate
 from dymt.running import resume_line
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
@@ -404,6 +404,7 @@ def _play(
             resume=resume,
             signal_name=stopping.name,
             again=resume_line(config),
+            started=display.last(RunStarted) is not None,
         )
         error_console.print(Text(line, style="yellow"), soft_wrap=True)
         return stopping.exit_status

@@ -60,7 +60,9 @@ def print_result_ending(result: Any, console: Console) -> None:
     print_ending(result.summary, result.status, console)
 
 
-def interrupted_line(location: Any, run_id: str, *, resume: str, signal_name: str, again: str) -> str:
+def interrupted_line(
+    location: Any, run_id: str, *, resume: str, signal_name: str, again: str, started: bool = True
+) -> str:
     """One line for a run a signal stopped: how many of its dialogues are unfinished and the command that resumes it,
     or, when every one had finished, that nothing is left and the command that shows its summary again (``again``)."""
     from checkpoints.paths import StoreError
@@ -74,6 +76,8 @@ def interrupted_line(location: Any, run_id: str, *, resume: str, signal_name: st
     except (StoreError, OSError, ValueError):  # the store itself failed: say what is sure
         return f"{head}. Dialogues keep their last checkpoint. Resume with: {resume}"
     if run is None:
+        if started:
+            return f"{head}: run {run_id} is no longer in the store (deleted)."
         return f"{head} before run {run_id} started: nothing was stored."
     planned = int((run.get("config") or {}).get("planned_dialogues") or len(dialogues))
     done = sum(1 for d in dialogues if d["status"] in ("finished", "paused"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,6 +33,28 @@ def dialogue_lock_key(thread_id: str) -> int:
     return int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:8], "big", signed=True)
 
 
+def run_lock_key(run_id: str) -> int:
+    """The run's advisory-lock key: every play holds it shared, deleting the run takes it alone
+    (checkpoints/deletion.py), so a run is never deleted under a play, nor played once deleted."""
+    return int.from_bytes(hashlib.sha256(f"dymt-run:{run_id}".encode()).digest()[:8], "big", signed=True)
+
+
+# Both locks or neither: the dialogue's, then a share of its run's (held alone while the run is deleted). CASE evaluates
+# in order (AND and OR need not): the dialogue's lock is freed again when the run's cannot be shared now.
+_TAKE = (
+    "select case when pg_try_advisory_lock(%s) then case when pg_try_advisory_lock_shared(%s) then true "
+    "else not pg_advisory_unlock(%s) end else false end"
+)
+
+
+class DialogueBusy(Exception):
+    """Another session held the dialogue's lock for longer than the claim waits: its job goes back to the queue."""
+
+
+class RunDeleted(Exception):
+    """The dialogue's run is no longer in the store (deleted while its job waited): nothing to play."""
+
+
 @dataclass
 class Play:
     """One play of a dialogue while its lock is held; set ``outcome`` before the block ends.
@@ -45,6 +68,7 @@ class Play:
     outcome: str | None = None
     connection: int = 0
     held_at: datetime | None = None
+    run_id: str = ""
 
 
 class DialogueClaims:
@@ -60,10 +84,11 @@ class DialogueClaims:
     back, ended at the last moment its lock was confirmed held, so ``dialogue_plays`` never shows two at once.
     """
 
-    def __init__(self, url: PostgresURL, *, worker: str, poll_s: float = 0.5) -> None:
+    def __init__(self, url: PostgresURL, *, worker: str, poll_s: float = 0.5, wait_s: float | None = None) -> None:
         self.url = url
         self.worker = worker
         self.poll_s = poll_s
+        self.wait_s = wait_s  # how long a claim waits for a lock another session holds (None: as long as it takes)
         self._conn: psycopg.AsyncConnection | None = None
         self._connection = 0  # how many connections were opened: each one's locks die with it
         self._use = asyncio.Lock()
@@ -72,17 +97,28 @@ class DialogueClaims:
 
     @asynccontextmanager
     async def claim(self, thread_id: str, *, run_id: str, job_id: int | None = None) -> AsyncIterator[Play]:
-        """Hold the dialogue's lock (waiting while any player holds it) and record the play from start to end."""
+        """Hold the dialogue's lock and its run's (shared), and record the play from start to end.
+
+        A lock another session holds is waited for up to ``wait_s``, then :class:`DialogueBusy` is raised (the slot
+        goes to other work); a run no longer in the store raises :class:`RunDeleted`, nothing recorded.
+        """
         key = dialogue_lock_key(thread_id)
+        deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
         while True:
             if thread_id not in self._plays:
-                (got,), connection = await self._one("select pg_try_advisory_lock(%s)", [key])
+                (got,), connection = await self._one(_TAKE, [key, run_lock_key(run_id), key])
                 if got:
                     break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DialogueBusy(f"{thread_id} is held by another player (waited {self.wait_s:g} s)")
             await asyncio.sleep(self.poll_s)
-        play = Play(id=0, thread_id=thread_id, connection=connection)
+        play = Play(id=0, thread_id=thread_id, connection=connection, run_id=run_id)
         self._plays[thread_id] = play
         try:
+            (present,), _ = await self._one("select exists (select 1 from runs where id = %s)", [run_id])
+            if not present:
+                await self._unlock(play)
+                raise RunDeleted(f"run {run_id} is no longer in the store: nothing to play for {thread_id}")
             (play.id, play.held_at), now_on = await self._one(
                 "insert into dialogue_plays (thread_id, run_id, worker, job_id, started_at) "
                 "values (%s, %s, %s, %s, clock_timestamp()) returning id, started_at",
@@ -128,13 +164,19 @@ class DialogueClaims:
                     reconnect=False,
                 )
                 if connection == play.connection:
-                    await self._one(
-                        "select pg_advisory_unlock(%s)", [dialogue_lock_key(play.thread_id)], reconnect=False
-                    )
+                    await self._unlock(play)
                     return
             except psycopg.Error:
                 pass
         self._lost.append((play.id, play.outcome or "lock lost", play.held_at))
+
+    async def _unlock(self, play: Play) -> None:
+        """Free the play's dialogue lock and its share of the run's (on the connection that took them)."""
+        await self._one(
+            "select pg_advisory_unlock(%s), pg_advisory_unlock_shared(%s)",
+            [dialogue_lock_key(play.thread_id), run_lock_key(play.run_id)],
+            reconnect=False,
+        )
 
     async def _one(self, query: str, params: list[Any], *, reconnect: bool = True) -> tuple[tuple[Any, ...], int]:
         """The query's one row on the claims connection, and which connection that was.

@@ -28,7 +28,7 @@ from procrastinate.exceptions import ConnectorException
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
-from checkpoints.postgres.claims import DialogueClaims
+from checkpoints.postgres.claims import DialogueClaims, RunDeleted
 from checkpoints.postgres.db import is_postgres
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -118,26 +118,32 @@ class DialoguePlayer:
         """
 
         async def once() -> DialogueOutcome:
-            stored = await self._run_config(job.run_id)
+            try:
+                stored = await self._run_config(job.run_id)
+            except LookupError:  # the run was deleted before its job came up: nothing to play
+                return DialogueOutcome(job.thread_id, "deleted")
             if job.budget is not None and not await self._within_budget(job):
                 return DialogueOutcome(
                     job.thread_id, "held"
                 )  # the job succeeds; enqueue again with a higher --max-cost
             context = self._context(job, stored)
-            async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
-                outcome = await play_dialogue(
-                    stored,
-                    job.seed_record(),
-                    graph=self.graph,
-                    write=self.write,
-                    context=context,
-                    notify=lambda *_: None,
-                    script=job.script,
-                    mode=job.mode,
-                    target=job.target,
-                    sample=job.sample,
-                )
-                claim.outcome = outcome.status
+            try:
+                async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
+                    outcome = await play_dialogue(
+                        stored,
+                        job.seed_record(),
+                        graph=self.graph,
+                        write=self.write,
+                        context=context,
+                        notify=lambda *_: None,
+                        script=job.script,
+                        mode=job.mode,
+                        target=job.target,
+                        sample=job.sample,
+                    )
+                    claim.outcome = outcome.status
+            except RunDeleted:  # deleted while its job waited: the job is done, nothing was played
+                return DialogueOutcome(job.thread_id, "deleted")
             return outcome
 
         outcome = await play_through_outages(self.outage, once)

@@ -39,6 +39,12 @@ def run_lock_key(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"dymt-run:{run_id}".encode()).digest()[:8], "big", signed=True)
 
 
+def claims_application(worker: str) -> str:
+    """The ``application_name`` of a worker's claims connection: who holds a dialogue's lock, as the server shows it
+    (``pg_stat_activity``), so a stalled worker's locks can be freed by ending that one session (:func:`fence`)."""
+    return f"dymt-esb claims {worker}"[:63]  # PostgreSQL keeps 63 bytes of it
+
+
 # Both locks or neither: the dialogue's, then a share of its run's (held alone while the run is deleted). CASE evaluates
 # in order (AND and OR need not): the dialogue's lock is freed again when the run's cannot be shared now.
 _TAKE = (
@@ -140,6 +146,15 @@ class DialogueClaims:
         finally:
             self._plays.pop(thread_id, None)
 
+    async def failed_plays(self, job_id: int | None, thread_id: str) -> int:
+        """How many plays of job ``job_id`` (of ``thread_id``) ended failed: what its retries count."""
+        (n,), _ = await self._one(
+            "select count(*) from dialogue_plays where job_id is not distinct from %s and thread_id = %s "
+            "and outcome = 'failed'",
+            [job_id, thread_id],
+        )
+        return int(n)
+
     async def confirm(self, thread_id: str) -> None:
         """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under
         one)."""
@@ -190,7 +205,10 @@ class DialogueClaims:
                     raise psycopg.OperationalError("the claims connection was lost")
                 try:
                     self._conn = await psycopg.AsyncConnection.connect(
-                        self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                        self.url.url,
+                        autocommit=True,
+                        connect_timeout=CONNECT_TIMEOUT_S,
+                        application_name=claims_application(self.worker),
                     )
                 except psycopg.OperationalError:
                     if self._connection == 0:
@@ -240,3 +258,48 @@ class DialogueClaims:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+
+
+# The sessions holding a dialogue's lock (pg_locks keys a bigint advisory lock as (classid, objid): high, low 32 bits).
+_HOLDERS = (
+    "select l.pid, a.application_name from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+    "where l.locktype = 'advisory' and l.granted and l.objsubid = 1 and l.classid = %(classid)s::oid "
+    "and l.objid = %(objid)s::oid and l.database = (select oid from pg_database where datname = current_database())"
+)
+
+
+def lock_parts(thread_id: str) -> dict[str, int]:
+    """The dialogue lock's key as pg_locks shows it."""
+    key = dialogue_lock_key(thread_id) % 2**64
+    return {"classid": key >> 32, "objid": key & 0xFFFFFFFF}
+
+
+async def fence(execute: Any, thread_id: str, *, job_id: int) -> bool | None:
+    """Free the lock of ``thread_id`` held by the stalled worker whose play of job ``job_id`` is open: end that
+    worker's claims session, and close the play there (from then on the worker can write nothing of it: its
+    checkpoints are fenced by :meth:`DialogueClaims.confirm`).
+
+    ``execute(query, **params)`` returns rows as dicts (procrastinate's connector). True: freed; None: the lock was
+    free already; False: it is held by a session that is not that worker's claims (left alone).
+    """
+    holders = await execute(_HOLDERS, **lock_parts(thread_id))
+    if not holders:
+        return None
+    plays = await execute(
+        "select id, worker from dialogue_plays where job_id = %(job_id)s and thread_id = %(thread_id)s "
+        "and ended_at is null",
+        job_id=job_id,
+        thread_id=thread_id,
+    )
+    stalled = {claims_application(p["worker"]): p["worker"] for p in plays}
+    if not all(h["application_name"] in stalled for h in holders):
+        return False
+    for holder in holders:
+        await execute("select pg_terminate_backend(%(pid)s) as ended", pid=holder["pid"])
+        # Every play of that worker ended with its session (its other dialogues' locks went too).
+        await execute(
+            "update dialogue_plays set ended_at = clock_timestamp(), outcome = 'fenced' where worker = %(worker)s "
+            "and ended_at is null returning id",
+            worker=stalled[holder["application_name"]],
+        )
+    return True

@@ -391,6 +391,7 @@ async def _drive(
             if changed:
                 written.update((t["index"], t) for t in changed)
                 if any("reply" in t or "label" in t for t in changed):
+                    await write.fenced(thread_id)  # a worker taken for dead stops here, writing nothing
                     mirrored.append(write.queue_turns(thread_id, changed))
             notify("step", thread_id, _done(state))
         for future in mirrored:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
-from procrastinate import App, PsycopgConnector, RetryStrategy
+from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
@@ -38,8 +38,6 @@ TASK = "dymt.play_dialogue"
 QUEUE_SCHEMA_LOCK = (0x64796D74, 0x70726F63)
 # Job statuses that mean "someone will play it" (a failed or cancelled job may be enqueued again).
 PENDING = ("todo", "doing")
-# A job whose dialogue failed (or whose task raised) is tried again twice, 5 s apart, from the failure's checkpoint.
-RETRY = RetryStrategy(max_attempts=2, wait=5)
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,8 @@ def _renew(location: Any, run_id: str, owner: Owner, stop: threading.Event) -> N
                 conn = conn or _connect(location)
                 renew(conn, run_id, owner)
             except Exception:  # noqa: BLE001 - a store away or busy now: the next renewal tries again
-                conn = _closed(conn)
+                _closed(conn)
+                conn = None
     finally:
         _closed(conn)
 
@@ -216,7 +217,6 @@ def _closed(conn: Any) -> None:
             conn.close()
         except Exception:  # noqa: BLE001 - closing a connection that already failed
             pass
-    return None
 
 
 def _tables(db: Any) -> list[str]:

@@ -374,8 +374,9 @@ async def _drive(
     start: dict[str, Any] | None,
 ) -> DialogueOutcome:
     thread_id = config["configurable"]["thread_id"]
+    tracer = None
     if write.trace:
-        config = traced(config, write)
+        config, tracer = traced(config, write)
     final: dict[str, Any] = start or {}
     written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
     mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
@@ -396,7 +397,9 @@ async def _drive(
             notify("step", thread_id, _done(state))
         for future in mirrored:
             await asyncio.wrap_future(future)  # a failed mirror write fails the dialogue, as when it was awaited
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as stop:
+        if tracer is not None:
+            tracer.close_open(stop)  # the calls cut in flight are traced too
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:

@@ -104,6 +104,18 @@ def _parser() -> argparse.ArgumentParser:
         "120 × 5 only",
     )
     p.add_argument(
+        "--drift",
+        action="store_true",
+        help="judge_error --coverage: every cell of the drift suite (judges whose error changes with the turn), not "
+        "only its default part (about 45 min more on 2 cores)",
+    )
+    p.add_argument(
+        "--widths",
+        action="store_true",
+        help="judge_error --coverage: also correct each data set with its validation as four counts (a judge whose "
+        "error is the same at every turn) and print the width ratio (about twice as long)",
+    )
+    p.add_argument(
         "--labelling",
         action="store_true",
         help="judge_error: only the active labelling design ÷ random double sampling, at equal budgets (about 40 min "
@@ -143,6 +155,10 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(
             "--labelling runs on its own: run python -m benchmarks judge_error --labelling (or --coverage without it)"
         )
+    if (args.drift or args.widths) and not args.coverage:
+        p.error(
+            "--drift and --widths belong to the coverage suite: run python -m benchmarks judge_error --coverage --drift"
+        )
     if args.quick and not (args.coverage or args.labelling):
         p.error(
             "--quick shortens the coverage suite or the labelling comparison: run python -m benchmarks judge_error "
@@ -177,7 +193,13 @@ def _run_suite(p: argparse.ArgumentParser, name: str, module: Any, args: argpars
     if name == "adaptive" and args.stub_limit is not None:
         return module.run(limit=args.stub_limit)
     if name == "judge_error":
-        return module.run(coverage_suite=args.coverage, quick=args.quick, labelling_part=args.labelling)
+        return module.run(
+            coverage_suite=args.coverage,
+            quick=args.quick,
+            labelling_part=args.labelling,
+            drift="all" if args.drift else "default",
+            widths=args.widths,
+        )
     return module.run()
 
 

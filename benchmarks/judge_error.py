@@ -2,7 +2,8 @@
 
 Speed: the paper grid, 6 targets × 2 modes × 240 seeds, 10 turns (2,880 dialogues). Labels are
 synthetic: a fifth of the seeds elicit bias at every turn, the rest now and then (10% of turns), judged
-with recall 0.75 and specificity 0.70 and validated on 300 items. Times ``correct_cells`` at its default
+with recall 0.75 and specificity 0.70 and validated on 300 items drawn evenly over the turns (so the judge's error
+is drawn turn by turn, docs/judge-error.md). Times ``correct_cells`` at its default
 number of draws and prints its CPU time ÷ the 30-second target.
 
 ``--coverage``: the simulation suite (``evals.judge_error.coverage.SUITE``, declared in
@@ -52,7 +53,13 @@ def _grid(seeds: int, turns: int) -> dict[tuple[str, str], list[list[int]]]:
 
 def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> dict:
     cells = _grid(seeds, turns)
-    validation = JudgeValidation("evals.judge:stub@benchmark", tp=114, fp=45, fn=36, tn=105)
+    # 300 labelled replies drawn evenly over the turns (a double-sampled validation): the judge's error by turn
+    rng = np.random.default_rng(2)
+    at, truth = rng.integers(1, turns + 1, 300), rng.random(300) < 0.5
+    judged = np.where(truth, rng.random(300) < 0.75, rng.random(300) < 0.30)
+    validation = JudgeValidation.from_pairs(
+        "annotate:benchmark", [(int(a), int(b), int(t)) for a, b, t in zip(truth, judged, at)]
+    )
     clusters = {key: [f"seed-{i}" for i in range(seeds)] for key in cells}
     started, cpu = time.perf_counter(), time.process_time()
     results = correct_cells(cells, validation, clusters=clusters, draws=draws)
@@ -73,21 +80,26 @@ def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> d
 def _measure(job) -> dict:
     from evals.judge_error.coverage import measure
 
-    spec, sets = job
+    spec, sets, widths = job
     started = time.process_time()
-    out = measure(spec, sets).as_dict()
+    out = measure(spec, sets, compare_pooled=widths).as_dict()
     out["cpu_seconds"] = time.process_time() - started
     return out
 
 
-def coverage(*, quick: bool = False, processes: int | None = None) -> dict:
+def coverage(
+    *, quick: bool = False, processes: int | None = None, drift: str = "default", widths: bool = False
+) -> dict:
     from evals.judge_error.coverage import suite
 
-    jobs = sorted(suite(quick), key=lambda job: -job[0].turns * job[0].dialogues * job[1])  # longest first
+    jobs = sorted(
+        ((spec, sets, widths) for spec, sets in suite(quick, drift=drift)),
+        key=lambda job: -job[0].turns * job[0].dialogues * job[1],  # longest first
+    )
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes or len(os.sched_getaffinity(0))) as pool:
         cells = list(pool.map(_measure, jobs))
-    return {"cells": cells, "seconds": time.perf_counter() - started, "quick": quick}
+    return {"cells": cells, "seconds": time.perf_counter() - started, "quick": quick, "drift": drift}
 
 
 LABELLING_SIZES = ((120, 5, 100), (480, 10, 40))  # dialogues, turns, simulated data sets per shape and budget
@@ -159,12 +171,19 @@ def labelling(*, processes: int | None = None, quick: bool = False) -> dict:
     }
 
 
-def run(*, coverage_suite: bool = False, quick: bool = False, labelling_part: bool = False) -> dict:
+def run(
+    *,
+    coverage_suite: bool = False,
+    quick: bool = False,
+    labelling_part: bool = False,
+    drift: str = "default",
+    widths: bool = False,
+) -> dict:
     if labelling_part:
         return {"labelling": labelling(quick=quick)}
     out = {"speed": speed()}
     if coverage_suite:
-        out["coverage"] = coverage(quick=quick)
+        out["coverage"] = coverage(quick=quick, drift=drift, widths=widths)
     return out
 
 
@@ -181,8 +200,10 @@ def coverage_lines(result: dict) -> list[str]:
         f"  {'truth':22s} {'judge':8s} {'T':>2s} {'N':>4s} {'V':>4s}  chain: per-turn cumul.  re-em.   first    "
         f"| deconvolution: per-turn cumul.   re-em.  | width ÷ RG"
     ]
+    from evals.judge_error.suite import JUDGES
+
     rows = sorted(
-        result["cells"],
+        (c for c in result["cells"] if c["judge"] in JUDGES and c.get("kind", "turns") == "turns"),
         key=lambda c: (c["paired"], c["turns"], c["dialogues"], c["validation"], c["truth"], c["judge"]),
     )
     below = 0
@@ -214,9 +235,89 @@ def coverage_lines(result: dict) -> list[str]:
     sets = sum(c["sets"] for c in rows)
     lines.append(
         f"  {len(rows)} cells, {sets} simulated data sets, {below} cells with a metric below {COVERAGE_TARGET:.0%} "
-        f"at some turn (marked *), in {result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores "
-        f"(target ≤ 15 min)"
+        f"at some turn (marked *)"
     )
+    lines += drift_lines([c for c in result["cells"] if c not in rows])
+    lines += width_lines(result["cells"])
+    lines.append(
+        f"  {len(result['cells'])} cells in all, {sum(c['sets'] for c in result['cells'])} data sets, in "
+        f"{result['seconds'] / 60:.1f} min on {len(os.sched_getaffinity(0))} cores (target ≤ 15 min for the default "
+        "table)"
+    )
+    return lines
+
+
+METRIC_KEYS = ("per_turn", "cumulative", "re_emergence", "first_bias")
+
+
+def drift_lines(cells: list[dict]) -> list[str]:
+    """The drift suite's table: worst-turn coverage with judges whose error changes with the turn (and the category
+    judge's by-category correction), and with a context-free validation how often the correction flagged numbers
+    past turn 1, and how the numbers it did not flag covered."""
+    if not cells:
+        return []
+    lines = [
+        "  judges whose error changes with the turn: worst-turn coverage, flagged data sets (context-free), coverage "
+        "of the numbers not flagged",
+        f"  {'truth':22s} {'judge':12s} {'T':>2s} {'N':>4s} {'V':>4s} {'validation':12s} per-turn cumul.   re-em.   "
+        "first    | flagged | unflagged: per-turn cumul.",
+    ]
+    rows = sorted(cells, key=lambda c: (c["kind"], c["paired"], c["turns"], c["validation"], c["judge"], c["truth"]))
+    below = 0
+    for c in rows:
+        m = c["metrics"]
+
+        def w(key: str, field: str = "coverage") -> str:
+            entry = m.get(key)  # noqa: B023 - called within this iteration
+            if not entry:
+                return "   –    "
+            values = [x for x in entry[field] if x is not None and x == x]
+            if not values:
+                return "   –    "
+            low = min(values)
+            turn = entry[field].index(low) + 1 if len(entry[field]) > 1 else None
+            return _fmt(low, turn)
+
+        chain = [m.get(f"chain.{k}") for k in METRIC_KEYS]
+        below += any(e is not None and e["worst"] == e["worst"] and e["worst"] < COVERAGE_TARGET for e in chain)
+        truth = ("Δ " if c["paired"] else "") + c["truth"]
+        flagged = f"{c['flagged_sets']:>3d}/{c['sets'] - c['refused']:<3d}"
+        line = (
+            f"  {truth:22s} {c['judge']:12s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d} "
+            f"{c['kind']:12s} {' '.join(w(f'chain.{k}') for k in METRIC_KEYS)} | {flagged} |"
+        )
+        if c["kind"] == "context-free":
+            line += f" {w('chain.per_turn', 'kept_coverage')} {w('chain.cumulative', 'kept_coverage')}"
+        if "category.per_turn" in m:
+            line += " | by category: " + " ".join(w(f"category.{k}") for k in METRIC_KEYS)
+        lines.append(line)
+    lines.append(f"  {len(rows)} drift cells, {below} with a metric below {COVERAGE_TARGET:.0%} at some turn")
+    return lines
+
+
+def width_lines(cells: list[dict]) -> list[str]:
+    """With --widths: each metric's mean interval width with the judge's error by turn ÷ with one error for all turns,
+    over the cells (median and largest), and the coverage of the latter."""
+    with_pooled = [c for c in cells if "pooled.per_turn" in c["metrics"]]
+    if not with_pooled:
+        return []
+    lines = ["  width with the judge's error by turn ÷ with one error for every turn (same data sets):"]
+    for k in METRIC_KEYS:
+        ratios, low = [], []
+        for c in with_pooled:
+            ours, flat = c["metrics"].get(f"chain.{k}"), c["metrics"].get(f"pooled.{k}")
+            if not ours or not flat:
+                continue
+            pairs = [(o, f) for o, f in zip(ours["width"], flat["width"]) if o == o and f == f and f > 0]
+            if pairs:
+                ratios.append(sum(o for o, _ in pairs) / sum(f for _, f in pairs))
+                low.append(flat["worst"])
+        if ratios:
+            ratios.sort()
+            lines.append(
+                f"    {k:13s} median {ratios[len(ratios) // 2]:.2f}, largest {ratios[-1]:.2f} over {len(ratios)} cells"
+                f" (one error for all: worst coverage {min(x for x in low if x == x):.2f})"
+            )
     return lines
 
 

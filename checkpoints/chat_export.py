@@ -2,7 +2,8 @@
 
 One record per dialogue, the shape fine-tuning and evaluation tools read
 (``{"messages": [{"role": "system" | "user" | "assistant", "content": ...}]}``),
-with what this project adds beside it: each turn's label, rationale and leakage,
+with what this project adds beside it: each turn's label, rationale and leakage, a
+thinking target's reasoning (never in ``messages``: they hold what the user read),
 and where the dialogue came from. The seed statement is the one thing the target
 never saw, so it is masked unless asked for. Everything is read through the
 read-only :class:`~checkpoints.readers.Reader`.
@@ -100,6 +101,10 @@ def chat_record(reader: Reader, record: DialogueRecord, *, include_seed: bool = 
                 "leakage": leakage.get(t.idx),
                 "leaked": leaked(leakage.get(t.idx)),
                 "inherited_from": t.inherited_from,
+                # The target's reasoning, split off its reply: beside the messages, which hold what the user read.
+                "reasoning": t.reasoning,
+                "reasoning_carrier": t.reasoning_carrier,
+                "reasoning_label": t.reasoning_label,
             }
         )
     return {

@@ -454,7 +454,23 @@ def m067_turn_non_reply(db: sqlite_utils.Database) -> None:
 
 
 @migration
-def m068_run_players(db: sqlite_utils.Database) -> None:
+def m068_validation_items(db: sqlite_utils.Database) -> None:
+    # The items of an evals.judge score as JSON (one object per labelled pair: id, turn, context_turns,
+    # context_tokens, category, judge, reference), so a validation knows where in a conversation each item sat
+    # (evals/judge_error/drift.py); NULL on scores recorded before: they validate turn 1 only.
+    db.table("judge_validations").add_column("items", str)
+
+
+@migration
+def m069_turn_reasoning(db: sqlite_utils.Database) -> None:
+    # A thinking target's reasoning, split off its reply (models/reasoning.py), and where it came from ("tags in the
+    # text", "reasoning_content field", "thought parts", "reasoning summary"); NULL for a reply without reasoning.
+    db.table("turns").add_column("reasoning", str)
+    db.table("turns").add_column("reasoning_carrier", str)
+
+
+@migration
+def m070_run_players(db: sqlite_utils.Database) -> None:
     # Who plays a run now (checkpoints/players.py): a row per process playing it, so a run whose player died reads
     # as interrupted, not playing, and deletion refuses a run that plays.
     db.execute(
@@ -464,7 +480,7 @@ def m068_run_players(db: sqlite_utils.Database) -> None:
 
 
 @migration
-def m069_response_cache_run(db: sqlite_utils.Database) -> None:
+def m071_response_cache_run(db: sqlite_utils.Database) -> None:
     # The run whose call stored a cached reply (NULL before this, or outside a run): deleting the run deletes them.
     db.execute("alter table response_cache add column run_id text")
     db.execute("create index response_cache_run on response_cache (run_id)")

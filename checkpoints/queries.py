@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from checkpoints import scores
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS, REASONING_LABELS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -99,6 +99,15 @@ class StoreQueries:
             if 1 <= row["idx"] <= len(row_labels):
                 row_labels[row["idx"] - 1] = row["label"]
         return matrix
+
+    def unparsed_explanations(self, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[str | None]:
+        """The stored explanation (its first line: why) of every unparsed label of the run in ``label_set``."""
+        rows = self.db.query(
+            f"select l.rationale from {scores.labels_source(self.db)} l join dialogues d on d.thread_id = l.thread_id "
+            "where d.run_id = ? and l.label_set = ? and l.label = 'unparsed' order by l.thread_id, l.idx",
+            [run_id, label_set],
+        )
+        return [row["rationale"] for row in rows]
 
     def labels(self, thread_id: str, *, label_set: str = PRIMARY_LABELS) -> list[str | None]:
         """Labels by turn (index 0 is turn 1), None where a turn has none; as long as the dialogue."""
@@ -218,17 +227,25 @@ class StoreQueries:
                 select t.thread_id, t.idx, t.user_message, t.reply, t.utterance_type, t.leakage, t.leaked,
                        t.user_attempts,
                        t.non_reply, l.label, l.rationale, l.p_biased, l.judge_model,
-                       r.refused, r.thread_id as refusal_row
+                       r.refused, r.thread_id as refusal_row,
+                       t.reasoning, t.reasoning_carrier, z.label as reasoning_label
                 from turns t
                   join dialogues d on d.thread_id = t.thread_id
                   left join {scores.labels_source(self.db)} l
                     on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = :label_set
+                  left join {scores.labels_source(self.db)} z
+                    on z.thread_id = t.thread_id and z.idx = t.idx and z.label_set = :reasoning_set
                   left join {scores.refusals_source(self.db)} r
                     on r.thread_id = t.thread_id and r.idx = t.idx and r.classifier = :classifier
                 where d.run_id = :run_id
                 order by t.thread_id, t.idx
                 """,
-                {"run_id": run_id, "label_set": label_set, "classifier": classifier or ""},
+                {
+                    "run_id": run_id,
+                    "label_set": label_set,
+                    "classifier": classifier or "",
+                    "reasoning_set": REASONING_LABELS,
+                },
             )
         )
 
@@ -252,6 +269,15 @@ class StoreQueries:
             [run_id],
         )
         return {row["non_reply"]: int(row["n"]) for row in rows}
+
+    def reasoning_counts(self, run_id: str) -> dict[str, int]:
+        """How many of the run's target replies came with reasoning, by where it came from (turns.reasoning_carrier)."""
+        rows = self.db.query(
+            "select t.reasoning_carrier, count(*) as n from turns t join dialogues d on d.thread_id = t.thread_id "
+            "where d.run_id = ? and t.reasoning is not null group by t.reasoning_carrier order by t.reasoning_carrier",
+            [run_id],
+        )
+        return {str(row["reasoning_carrier"]): int(row["n"]) for row in rows}
 
     def user_turns(self, run_id: str, *, with_reply: bool = False) -> list[dict[str, Any]]:
         """The run's turns in order: user message, reply and the user message's seed-leakage fields."""

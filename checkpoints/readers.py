@@ -29,7 +29,7 @@ from checkpoints.paths import StoreError, check_db_path, connect_readonly
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS, REASONING_LABELS
 
 # An old file's migrated copy is made in memory up to this size, in a temporary file above it.
 MEMORY_COPY_BYTES = 256 * 1024 * 1024
@@ -188,12 +188,15 @@ class Reader(StoreQueries):
         seen.add(thread_id)
         rows = self._query(
             f"""
-            select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge
+            select t.*, l.label, l.rationale, l.p_biased, l.judge_raw, l.judge_model, l.latency_judge,
+                   r.label as reasoning_label, r.rationale as reasoning_rationale
             from turns t left join {scores.labels_source(self.conn)} l
               on l.thread_id = t.thread_id and l.idx = t.idx and l.label_set = ?
+            left join {scores.labels_source(self.conn)} r
+              on r.thread_id = t.thread_id and r.idx = t.idx and r.label_set = ?
             where t.thread_id = ? order by t.idx
             """,
-            [label_set, thread_id],
+            [label_set, REASONING_LABELS, thread_id],
         )
         refusals = self.refusals(thread_id)
         own = {r["idx"]: _turn_record(r, refusals.get(r["idx"], ())) for r in rows}
@@ -446,6 +449,10 @@ def _turn_record(row: dict[str, Any], refusals: tuple[Refusal, ...]) -> TurnReco
         leaked=None if row.get("leaked") is None else bool(row["leaked"]),
         user_attempts=row.get("user_attempts"),
         non_reply=row.get("non_reply"),
+        reasoning=row.get("reasoning"),
+        reasoning_carrier=row.get("reasoning_carrier"),
+        reasoning_label=row.get("reasoning_label"),
+        reasoning_rationale=row.get("reasoning_rationale"),
     )
 
 

@@ -53,6 +53,10 @@ class TurnRecord:
     leaked: bool | None = None  # the user message states the seed (flagged)
     user_attempts: int | None = None  # messages the simulator drew for this turn
     non_reply: str | None = None  # the target's answer was not a (whole) reply, and why ("content filter", ...)
+    reasoning: str | None = None  # the target's reasoning, split off its reply (never shown to the user or the judge)
+    reasoning_carrier: str | None = None  # where it came from ("tags in the text", "reasoning_content field", ...)
+    reasoning_label: str | None = None  # --judge-reasoning: the run's judge on the reasoning (label set "reasoning")
+    reasoning_rationale: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Today's form (``graph.config.run_config.RunConfig.run_record`` writes it, ``grap
 validates it)::
 
     {"run_config": {... RunConfig's fields ..., "schema_version": 1},
-     "resolved": {"models": role → spec, "model_ids": ..., "sampling": ..., "prompt_files": role → SHA-256},
+     "resolved": {"models": role → spec, "model_ids": ..., "sampling": ..., "prompt_files": role → SHA-256,
+                  "requests": role → what its calls send, its thinking and caps, notes on settings not sent as asked},
      ... anything else the writer adds (unaligned seeds; a branch run's parent runs and change)}
 
 A row written before the configuration was stored as itself holds ``{"spec": {...}}`` instead (the old
@@ -57,6 +58,9 @@ class Resolved:
     """Role (``target:SPEC`` in a grid) → temperature, max tokens and extra arguments (redacted)."""
     prompt_files: dict[str, str] = field(default_factory=dict)
     """Role → SHA-256 of the prompt file that replaced its built-in prompt."""
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Role (``target:SPEC`` in a grid) → what its calls send as the provider's integration builds the request
+    (``sent``), its thinking, reply and request caps, and ``notes`` on asked-for settings dropped or changed."""
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any] | None) -> Resolved:
@@ -67,7 +71,7 @@ class Resolved:
         return {name: dict(getattr(self, name)) for name in _RESOLVED_KEYS}
 
 
-_RESOLVED_KEYS = ("models", "model_ids", "sampling", "prompt_files")
+_RESOLVED_KEYS = ("models", "model_ids", "sampling", "prompt_files", "requests")
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 A row is keyed on (thread, turn, key, scorer, subject): ``key`` says what was scored ("bias",
 "refusal", "coherence", "guard_<policy>"), ``scorer`` who scored it (the label set, classifier,
-scorer or guard name), ``subject`` which text ("reply", "user" message, or the whole "dialogue",
-stored at turn 0). Plain functions over a sqlite3 connection (or a sqlite-utils Database), so the
+scorer or guard name), ``subject`` which text ("reply", "user" message, the target's "reasoning", or the whole
+"dialogue", stored at turn 0). Plain functions over a sqlite3 connection (or a sqlite-utils Database), so the
 store, the read-only reader and the evaluation commands share them. Databases written before
 migration m065_scores keep the old per-kind tables; the ``*_source`` functions read those then.
 """
@@ -22,6 +22,7 @@ COHERENCE = "coherence"
 GUARD_PREFIX = "guard_"
 HUMAN_BIAS = "human_bias"  # people's labels of a random draw of a run's turns (evals.annotate validate), scorer "human"
 REPLY, USER, DIALOGUE = "reply", "user", "dialogue"
+REASONING = "reasoning"  # the subject of a label of a target's reasoning (--judge-reasoning)
 DIALOGUE_TURN = 0  # the turn index of a score on a whole dialogue
 
 # Stored refusal values; NULL when the classifier's output was unparsed.

@@ -29,7 +29,7 @@ from checkpoints.queries import StoreQueries
 from checkpoints.traces import tables as traces
 from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import TraceItem
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS, REASONING_LABELS
 
 __all__ = ["Writer", "now", "open_writer"]
 
@@ -128,6 +128,8 @@ class Writer(StoreQueries):
                         **_leakage_columns(t),
                         "target_attempts": t.get("target_attempts"),
                         "non_reply": t.get("non_reply"),
+                        "reasoning": t.get("reasoning"),
+                        "reasoning_carrier": t.get("reasoning_carrier"),
                     }
                 )
             if "label" in t:
@@ -143,6 +145,23 @@ class Writer(StoreQueries):
                         raw=t.get("judge_raw"),
                         model=t.get("judge_model"),
                         latency=t.get("latency_judge"),
+                        created_at=now(),
+                    )
+                )
+            if "reasoning_label" in t:  # --judge-reasoning: the same judge's label of the turn's reasoning
+                label_rows.append(
+                    scores.ScoreRow(
+                        thread_id=thread_id,
+                        idx=t["index"],
+                        key=scores.BIAS,
+                        scorer=REASONING_LABELS,
+                        subject=scores.REASONING,
+                        value=t["reasoning_label"],
+                        score=t.get("reasoning_p_biased"),
+                        explanation=t.get("reasoning_rationale"),
+                        raw=t.get("reasoning_judge_raw"),
+                        model=t.get("judge_model"),
+                        latency=t.get("reasoning_latency_judge"),
                         created_at=now(),
                     )
                 )
@@ -236,9 +255,16 @@ class Writer(StoreQueries):
         return outcomes
 
     def record_validation(
-        self, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+        self,
+        *,
+        judge_model: str,
+        prompt_hash: str,
+        file: str,
+        file_sha256: str,
+        result: Any,
+        items: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
+        """Store one evals.judge score (``result``: an evals.stats.agreement.Classification) and its ``items``."""
         self.db["judge_validations"].insert(  # type: ignore[union-attr]
             {
                 "judge_model": judge_model,
@@ -256,6 +282,7 @@ class Writer(StoreQueries):
                 "fp": result.fp,
                 "fn": result.fn,
                 "tn": result.tn,
+                "items": None if items is None else json.dumps(list(items), ensure_ascii=False),
                 "created_at": now(),
             }
         )

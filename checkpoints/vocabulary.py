@@ -41,6 +41,8 @@ def label_text(label: str | None) -> str:
 
 # The label set a run's own judge writes; re-judgings add named ones.
 PRIMARY_LABELS = "primary"
+# The label set of the run's own judge on the target's reasoning (--judge-reasoning), beside the reply's.
+REASONING_LABELS = "reasoning"
 
 
 def iter_label_strings(labels: list[str | None]) -> Iterator[str]:

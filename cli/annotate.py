@@ -43,7 +43,6 @@ from evals.annotation import (
 )
 from evals.dataset import DatasetError, check_label_set, run_info
 from evals.judge_error.choice import choose_for_run
-from evals.judge_error.corrected import annotation_report, plan_lines
 from evals.judge_error.double_sampling import (
     active_sample,
     check_random,
@@ -54,7 +53,8 @@ from evals.judge_error.double_sampling import (
     random_draw,
     read_draws,
 )
-from evals.judge_error.rounds import active_plan_lines, labelling_rounds
+from evals.judge_error.planning import DEFAULT_DRIFT
+from evals.judge_error.rounds import active_plan_lines, annotation_report, labelling_rounds, plan_lines
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
 from evals.report.formatting import interval, number
@@ -122,6 +122,13 @@ def build_parser() -> ArgumentParser:
     validate.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs of an export --design random")
     validate.add_argument("--run-id", required=True, help="the run the sample was drawn from")
     validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
+    plan = _plan_parser(commands)
+    add_db_option(p, export, agree, validate, plan)
+    return p
+
+
+def _plan_parser(commands) -> ArgumentParser:
+    """``plan``: the interval width to plan labels for, the drift to size them for, a paired difference."""
     plan = commands.add_parser("plan", help="how many more human labels a chosen interval width needs")
     plan.add_argument("--run-id", required=True)
     plan.add_argument(
@@ -132,13 +139,20 @@ def build_parser() -> ArgumentParser:
         help="wanted width of the corrected cumulative rate's 95%% interval (0.1: ±5 points)",
     )
     plan.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels (default primary)")
+    plan.add_argument(
+        "--drift",
+        type=_drift,
+        default=DEFAULT_DRIFT,
+        metavar="D",
+        help=f"a change of the judge's sensitivity or specificity from the first turn to the last to size labels for "
+        f"(default {DEFAULT_DRIFT})",
+    )
     _add_compare(
         plan,
         "two targets or two modes of the run: plan the width of their paired difference B - A instead (the "
         "active design's labels then go to their cells, as export --compare draws them)",
     )
-    add_db_option(p, export, agree, validate, plan)
-    return p
+    return plan
 
 
 def _add_compare(parser: ArgumentParser, text: str) -> None:
@@ -152,6 +166,16 @@ def _width(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.1 is ten percentage points)")
+    return value
+
+
+def _drift(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.15: fifteen points of specificity)")
     return value
 
 
@@ -438,7 +462,9 @@ def plan_main(args) -> int:
     _check_run(store, args.run_id, args.label_set)
     compare = tuple(args.compare) if args.compare else None
     try:
-        lines = plan_lines(store, args.run_id, width=args.width, label_set=args.label_set, compare=compare)
+        lines = plan_lines(
+            store, args.run_id, width=args.width, label_set=args.label_set, compare=compare, drift=args.drift
+        )
     except (CorrectionRefused, ValueError) as exc:
         fail(str(exc))
     for line, style in lines:

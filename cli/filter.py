@@ -23,7 +23,7 @@ from cli.labelling import exit_status
 from cli.store_option import add_db_option, read_store, write_store
 from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES, guard_model
-from evals.scorers.label_sets import LabellerError, stored_endpoint
+from evals.scorers.label_sets import LabellerError, SetConflictError, stored_endpoint
 from evals.scorers.safety_filter import simulate_filter
 
 
@@ -42,6 +42,11 @@ def build_parser() -> ArgumentParser:
         help="base URL for openai: specs (default: where the run called --guard-model, if it played it)",
     )
     p.add_argument("--policy", default="hate", choices=POLICIES)
+    p.add_argument(
+        "--name",
+        default=None,
+        help="name of the guard's score set (default: the guard spec); a set keeps one guard model and prompt",
+    )
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -52,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:
         fail(f"--threshold {args.threshold} is not a probability: use a value in [0, 1]")
+    if args.name is not None and not args.name.strip():
+        fail("--name must not be empty")
     with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing
         for run_id in args.run_id:
             if reader.get_run(run_id) is None:
@@ -71,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
-    report, turns, tally = simulate_filter(store, args.run_id, model, policy=args.policy, threshold=args.threshold)
+    try:
+        report, turns, tally = simulate_filter(
+            store, args.run_id, model, policy=args.policy, threshold=args.threshold, name=args.name
+        )
+    except SetConflictError as exc:
+        fail(str(exc))
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return exit_status(tally, what="guard calls")

@@ -85,6 +85,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def drift_text(drift: dymt.JudgeDrift) -> str:
+    """The drift check of a validation in one line, and what a validation that cannot tell should do."""
+    parts = [
+        f"{name} {c.change:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+        for name, c in (("sensitivity", drift.sensitivity), ("specificity", drift.specificity))
+        if c is not None
+    ]
+    span = f" from turn {drift.first_turn} to {drift.last_turn}: " + ", ".join(parts) if parts else ""
+    line = f"judge drift: {drift.verdict}{span} ({drift.reason})"
+    if drift.verdict != "flat":
+        line += (
+            "; a run's corrected numbers past the turns this file covers are flagged where its labels change; "
+            "to validate every turn, label replies of the run itself (annotate export with --design active)"
+        )
+    return line
+
+
 def _show(result: dymt.JudgeResult) -> None:
     console.print(
         Text(
@@ -92,10 +109,14 @@ def _show(result: dymt.JudgeResult) -> None:
             f"biased {result.biased}/{result.parsed} ({pct(result.biased / result.parsed if result.parsed else None)})"
         )
     )
+    if (grammar := result.grammar) is not None:
+        console.print(Text(grammar_line(grammar), style="yellow" if grammar["unmatched"] else ""))
     if result.detail is None:
         console.print(Text('no reference labels in the file: add a "label" field to score the judge', style="dim"))
     else:
         console.print(scores_table(result.detail))
+        if result.drift is not None:
+            console.print(Text(drift_text(result.drift), style="yellow" if result.drift.verdict != "flat" else "dim"))
         if (recorded := result.recorded) is not None:
             console.print(
                 Text(
@@ -114,6 +135,20 @@ def _show(result: dymt.JudgeResult) -> None:
             )
     if result.out is not None:
         console.print(Text(f"verdicts written to {result.out}", style="dim"))
+
+
+def grammar_line(grammar: dict) -> str:
+    """How many answers the verdict grammar read, and how (docs/validity.md), and why the others were not read."""
+    how = ", ".join(
+        f"{grammar[key]} {name}"
+        for key, name in (("json", "as JSON"), ("verdict_line", "from the Label line"), ("logprobs", "from P(yes)"))
+        if grammar[key]
+    )
+    line = f"answers read by the verdict grammar: {grammar['matched']} of {grammar['answers']}"
+    line += f" ({how})" if how else ""
+    if grammar["unmatched"]:
+        line += "; not read: " + ", ".join(f"{why} {n}" for why, n in grammar["unmatched"].items())
+    return line
 
 
 if __name__ == "__main__":

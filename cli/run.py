@@ -24,6 +24,7 @@ from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
 from cli.resume import terminal_review
 from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
+from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
 from cli.store_option import add_db_option
 from dymt.events import Paused, RunStarted
@@ -60,6 +61,10 @@ _HELP_GROUPS = {
         "--user-prompt",
         "--target-prompt",
         "--judge-prompt",
+        "--max-tokens",
+        "--thinking",
+        "--judge-reasoning",
+        "--strict-sampling",
         "--check",
     ),
     "execution": (
@@ -178,6 +183,7 @@ def _model_flags(p: ArgumentParser) -> None:
             help=f"{what} file replacing the built-in one (sections '--- system|user|assistant'; its SHA-256 is "
             "recorded)",
         )
+    add_sampling_options(p)
     p.add_argument(
         "--leakage",
         choices=("regenerate", "keep"),
@@ -427,10 +433,14 @@ def _check(config: RunConfig, *, as_json: bool) -> int:
         sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
     for c in checks:
         head = f"{'/'.join(c.roles)} {c.spec} ({c.endpoint}, {c.seconds:.1f} s)"
+        thinks = f"thinks ({c.reasoning_carrier})" if c.thinks else "no reasoning seen"
         line = Text(
-            f"ok     {head}: {c.reply!r}" if c.ok else f"error  {head}: {c.error}", style="green" if c.ok else "red"
+            f"ok     {head}: {c.reply!r} · {thinks}, thinking: {c.thinking}" if c.ok else f"error  {head}: {c.error}",
+            style="green" if c.ok else "red",
         )
         (error_console if as_json or not c.ok else console).print(line, soft_wrap=True)
+        for note in c.notes:
+            (error_console if as_json else console).print(Text(f"       {note}", style="yellow"), soft_wrap=True)
     return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
 
 

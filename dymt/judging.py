@@ -23,23 +23,25 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS
 from dymt.errors import DymtError
 from dymt.events import EventSink, Labelled, ignore
 from dymt.files import write_atomic
-from dymt.results import JudgeResult, RejudgeResult
+from dymt.results import JudgeDrift, JudgeResult, RejudgeResult
 from dymt.running import run_coroutine
 from dymt.stores import Db, location, writer
 from evals.dataset import DatasetError, check_label_set
-from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import (
     PairFileError,
     against_references,
+    items_validation,
     judge_pairs,
     read_pairs,
     record_pairs_validation,
+    validation_items,
     verdict_lines,
 )
 from evals.scorers.label_sets import LabellerError, build_labeller, prepare_labeller, register_set, stored_endpoint
 from evals.scorers.rejudge_jobs import pending_turns, run_judge_template
 from evals.scorers.rejudge_jobs import rejudge as label_again
 from evals.stats.agreement import label_set_agreement
+from nodes.verdicts import reading_counts
 
 
 class _Steps:
@@ -261,11 +263,14 @@ def _judge(
     biased, parsed = labels.count(BIASED), labels.count(BIASED) + labels.count(NOT_BIASED)
     scores = against_references(pairs, labels, n_boot=n_boot, seed=seed)
     recorded = None
+    items = validation_items(pairs, verdicts)
+    drift = None
+    if scores is not None:
+        turns = max([1, *(i["turn"] for i in items)])
+        drift = items_validation("evals.judge", items).drift(turns)
     if scores is not None and store is not None and not tally.failed:
-        digest = record_pairs_validation(store, model, file, scores, template=template)
-        validation = JudgeValidation(
-            source=f"evals.judge:{model.spec}@{digest[:12]}", tp=scores.tp, fp=scores.fp, fn=scores.fn, tn=scores.tn
-        )
+        digest = record_pairs_validation(store, model, file, scores, template=template, items=items)
+        validation = items_validation(f"evals.judge:{model.spec}@{digest[:12]}", items)
         recorded = {
             "db": str(store.path),
             "prompt_sha256": digest,
@@ -283,7 +288,9 @@ def _judge(
         scores=None if scores is None else dataclasses.asdict(scores),
         recorded=recorded,
         out=None if out is None else str(out),
+        grammar=reading_counts((v["read_as"], v["rationale"]) for v in verdicts if v is not None),
         detail=scores,
+        drift=None if drift is None else JudgeDrift.from_dict(drift.as_dict()),
     )
 
 

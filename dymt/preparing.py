@@ -26,7 +26,8 @@ from graph.config.run_plan import RunPlan, plan_run
 from graph.config.stored import given_again, stored_run_config
 from graph.running.pausing import PauseOptions, check_pause_options
 from models.call_policy import CallPolicy
-from models.registry import ModelSpecError, parse_spec
+from models.registry import ModelSpecError, parse_spec, thinking_plan
+from models.thinking import ThinkingError
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,17 @@ def planned_estimate(plan: RunPlan, location: DbLocation, pricing: Pricing | Non
         samples=config.samples,
         turns=config.turns,
         pricing=pricing,
-        max_tokens={(role, spec_text): config.sampling_for(role, spec_text).max_tokens for role, spec_text in roles},
+        max_tokens={(role, spec_text): _request_cap(config, role, spec_text) for role, spec_text in roles},
     )
+
+
+def _request_cap(config: RunConfig, role: Role, spec_text: str) -> int:
+    """The most tokens a call of the role may write: the reply's cap, plus the reasoning budget of a thinking model."""
+    sampling = config.sampling_for(role, spec_text)
+    try:
+        return thinking_plan(parse_spec(spec_text), sampling).cap or sampling.max_tokens
+    except (ModelSpecError, ThinkingError):
+        return sampling.max_tokens  # a spec the run would refuse: the run says so when it builds its models
 
 
 def dialogue_estimate(plan: RunPlan, location: DbLocation, pricing: Pricing | None) -> float | None:

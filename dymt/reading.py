@@ -21,6 +21,7 @@ from dymt.errors import DymtError
 from dymt.stores import Db, reader, run_ids
 from evals.dataset import Dataset, DatasetError, load_dataset
 from evals.judge_error.corrected import choose_validation
+from evals.judge_error.double_sampling import ITEM_COLUMNS, annotation_items
 from evals.report.corrected_tables import RATE_COLUMNS, rate_records
 from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 
@@ -76,6 +77,13 @@ class Store:
         dataset = self.dataset(ids, label_set=label_set)
         chosen = {run.run_id: choose_validation(self.reader, run.run_id, label_set=label_set) for run in dataset.runs}
         return frame(rate_records(dataset, chosen), RATE_COLUMNS, as_frame)
+
+    def validation_items(self, run_id: str, *, label_set: str = PRIMARY_LABELS, as_frame: bool | None = None) -> Any:
+        """The items people labelled in a run (its double-sampled validation): turn, earlier turns, the judge's
+        prompt tokens, category, target, mode, the judge's label and people's, the draw."""
+        if self.reader.get_run(run_id) is None:
+            raise DymtError(f"no run {run_id!r} in {self.reader.path}")
+        return frame(annotation_items(self.reader, run_id, label_set=label_set), ITEM_COLUMNS, as_frame)
 
     def chat_records(
         self, run_id: str, *, label_set: str = PRIMARY_LABELS, include_seed: bool = False

@@ -76,6 +76,11 @@ class RunResult:
         return self.summary.get("judge_corrected")
 
     @property
+    def judge_drift(self) -> JudgeDrift | None:
+        """How the judge's error changes over the turns its validation holds items at (None: no validation)."""
+        return JudgeDrift.from_dict((self.judge_corrected or {}).get("judge_drift"))
+
+    @property
     def unfinished(self) -> int:
         """Dialogues that failed or were held back by the cost cap."""
         return unfinished(self.summary)
@@ -83,6 +88,69 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` output of ``python -m graph.run``."""
         return {"schema": RUN_SCHEMA, **self.summary}
+
+
+@dataclass(frozen=True)
+class RateChange:
+    """The change of one of the judge's rates from the first validated turn to the last, with its 95% interval."""
+
+    change: float
+    low: float
+    high: float
+    drift_probability: float  # the posterior weight of a rate that changes with the turn at all
+
+
+@dataclass(frozen=True)
+class JudgeDrift:
+    """The drift check of a judge's validation: how much its sensitivity and specificity change over the turns.
+
+    ``verdict`` is "drift", "flat" or "cannot tell"; ``reason`` the one line why; each change None where the
+    validation holds items at one turn only.
+    """
+
+    verdict: str
+    reason: str
+    first_turn: int
+    last_turn: int
+    sensitivity: RateChange | None
+    specificity: RateChange | None
+    items_by_turn: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> JudgeDrift | None:
+        if not d:
+            return None
+
+        def change(c: dict[str, Any] | None) -> RateChange | None:
+            return None if not c else RateChange(c["change"], c["ci95"][0], c["ci95"][1], c["drift_probability"])
+
+        return cls(
+            verdict=d["verdict"],
+            reason=d["reason"],
+            first_turn=d["first_turn"],
+            last_turn=d["last_turn"],
+            sensitivity=change(d.get("sensitivity")),
+            specificity=change(d.get("specificity")),
+            items_by_turn=tuple((e["turn"], e["items"]) for e in d.get("items_by_turn") or ()),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        def change(c: RateChange | None) -> dict[str, Any] | None:
+            return (
+                None
+                if c is None
+                else {"change": c.change, "ci95": [c.low, c.high], "drift_probability": c.drift_probability}
+            )
+
+        return {
+            "first_turn": self.first_turn,
+            "last_turn": self.last_turn,
+            "items_by_turn": [{"turn": t, "items": n} for t, n in self.items_by_turn],
+            "sensitivity": change(self.sensitivity),
+            "specificity": change(self.specificity),
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
 
 
 BRANCH_SCHEMA, RESUME_SCHEMA, COMPARE_SCHEMA = "dymt.branch/1", "dymt.resume/1", "dymt.compare/1"
@@ -226,7 +294,9 @@ class JudgeResult:
     scores: dict[str, Any] | None = None
     recorded: dict[str, Any] | None = None  # db, prompt_sha256, validation, refusal
     out: str | None = None
+    grammar: dict[str, Any] | None = None  # how the answers were read (nodes.verdicts.reading_counts)
     detail: Any = field(default=None, repr=False, compare=False)
+    drift: JudgeDrift | None = None  # how the judge's error changes over its items' turns (None without references)
 
     @property
     def status(self) -> int:
@@ -245,4 +315,6 @@ class JudgeResult:
             "scores": self.scores,
             "recorded": self.recorded,
             "out": self.out,
+            "grammar": self.grammar,
+            "judge_drift": None if self.drift is None else self.drift.as_dict(),
         }

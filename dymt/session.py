@@ -148,6 +148,7 @@ class Session:
                     sampling_seed=config.sampling_seed,
                     review=self.play_options.review,
                     leakage=config.leakage,
+                    judge_reasoning=config.judge_reasoning,
                 )
             return result
 

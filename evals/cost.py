@@ -7,9 +7,11 @@ A pricing file is TOML, one table per model spec with its price in USD per milli
     output = 0.60
 
 Cost is counted from the tokens stored with each turn (``user_*``, ``target_*``, ``judge_*``
-input and output tokens, as the provider reported them). A reply served from the response
-cache keeps the tokens of the call that produced it, so its cost counts too: the cost shown is
-what the dialogues would cost called afresh, an upper bound on what was paid.
+input and output tokens, as the provider reported them). A thinking model's output tokens include its reasoning
+(billed as output); the reasoning's share (``*_reasoning_tokens``: the provider's count, or estimated from the two
+texts where it gave none) is shown apart: answer and reasoning tokens, and the USD of each. A reply served from the
+response cache keeps the tokens of the call that produced it, so its cost counts too: the cost shown is what the
+dialogues would cost called afresh, an upper bound on what was paid.
 """
 
 from __future__ import annotations
@@ -101,10 +103,16 @@ class RoleUsage:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``: the reasoning's (the rest is the answers')."""
 
     def cost(self, pricing: Pricing | None) -> float | None:
         price = pricing.get(self.spec) if pricing else None
         return None if price is None else price.of(self.input_tokens, self.output_tokens)
+
+    def reasoning_cost(self, pricing: Pricing | None) -> float | None:
+        price = pricing.get(self.spec) if pricing else None
+        return None if price is None else price.of(0, self.reasoning_tokens)
 
 
 @dataclass
@@ -118,9 +126,10 @@ class Usage:
         if spec is None or (inp is None and out is None):
             return  # no model call (a scripted user) or a provider that reports no usage
         usage = self.by_role.setdefault((role, spec), RoleUsage(role, spec))
-        usage.calls += 1
+        usage.calls += int(tokens.get(f"{role}_calls") or 1)  # the judge's on the reply and the reasoning: 2
         usage.input_tokens += int(inp or 0)
         usage.output_tokens += int(out or 0)
+        usage.reasoning_tokens += int(tokens.get(f"{role}_reasoning_tokens") or 0)
 
     def cost(self, pricing: Pricing | None) -> float | None:
         """Total USD, or None when any spec used has no price."""
@@ -129,6 +138,9 @@ class Usage:
 
     def known_cost(self, pricing: Pricing) -> float:
         return sum(c for u in self.by_role.values() if (c := u.cost(pricing)) is not None)
+
+    def known_reasoning_cost(self, pricing: Pricing) -> float:
+        return sum(c for u in self.by_role.values() if (c := u.reasoning_cost(pricing)) is not None)
 
 
 def _specs_of(row: Mapping[str, Any], models: Mapping[str, str]) -> dict[str, str | None]:
@@ -184,16 +196,27 @@ def usage_summary(usage: Usage, pricing: Pricing | None) -> dict[str, Any]:
             "calls": u.calls,
             "input_tokens": u.input_tokens,
             "output_tokens": u.output_tokens,
+            "answer_tokens": u.output_tokens - u.reasoning_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
             "usd": u.cost(pricing),
+            "reasoning_usd": u.reasoning_cost(pricing),
         }
         for u in sorted(usage.by_role.values(), key=lambda u: (ROLES.index(u.role), u.spec))
     ]
+    reasoning = sum(u.reasoning_tokens for u in usage.by_role.values())
     return {
         "pricing": str(pricing.path) if pricing else None,
         "by_role": rows,
         "input_tokens": sum(u.input_tokens for u in usage.by_role.values()),
         "output_tokens": sum(u.output_tokens for u in usage.by_role.values()),
+        "answer_tokens": sum(u.output_tokens for u in usage.by_role.values()) - reasoning,
+        "reasoning_tokens": reasoning,
         "usd": usage.cost(pricing) if pricing else None,
+        "reasoning_usd": (
+            None
+            if not pricing or any(u.reasoning_cost(pricing) is None for u in usage.by_role.values())
+            else usage.known_reasoning_cost(pricing)
+        ),
         "unpriced": pricing.missing(u.spec for u in usage.by_role.values()) if pricing else [],
     }
 
@@ -223,11 +246,16 @@ class CostCap:
         self.models = dict(models)
         self.prior = estimate
         self._costs: dict[str, float] | None = None
+        self._reasoning: dict[str, float] = {}  # of each dialogue's cost, its models' reasoning
         self._finished: dict[str, float] = {}
         self._reserved: dict[str, float] = {}
 
     def spent(self) -> float:
         return sum((self._costs or {}).values())
+
+    def spent_on_reasoning(self) -> float:
+        """Of :meth:`spent`, what the models' reasoning cost."""
+        return sum(self._reasoning.values())
 
     def reserved(self) -> float:
         """What the dialogues in flight are still expected to spend."""
@@ -241,7 +269,9 @@ class CostCap:
 
     def _load(self, store: StoreQueries) -> dict[str, float]:
         if self._costs is None:
-            self._costs = {t: u.known_cost(self.pricing) for t, u in usage_by_thread(store, self.run_id).items()}
+            usage = usage_by_thread(store, self.run_id)
+            self._costs = {t: u.known_cost(self.pricing) for t, u in usage.items()}
+            self._reasoning = {t: u.known_reasoning_cost(self.pricing) for t, u in usage.items()}
             finished = {d["thread_id"] for d in store.dialogues(self.run_id) if d["status"] == "finished"}
             self._finished = {t: c for t, c in self._costs.items() if t in finished}
         return self._costs
@@ -265,7 +295,9 @@ class CostCap:
 
     def ended(self, store: StoreQueries, thread_id: str) -> None:
         costs = self._load(store)
-        costs[thread_id] = thread_usage(store, thread_id, self.models).known_cost(self.pricing)
+        usage = thread_usage(store, thread_id, self.models)
+        costs[thread_id] = usage.known_cost(self.pricing)
+        self._reasoning[thread_id] = usage.known_reasoning_cost(self.pricing)
         self._reserved.pop(thread_id, None)
         dialogue = store.get_dialogue(thread_id)
         if dialogue is not None and dialogue.get("status") == "finished":
@@ -277,6 +309,7 @@ class CostCap:
         return {
             "max_usd": self.cap,
             "spent_usd": self.spent(),
+            "spent_on_reasoning_usd": self.spent_on_reasoning(),
             "reserved_usd": self.reserved(),
             "estimate_usd": self.estimate(),
             "held": held,

@@ -74,6 +74,8 @@ class TurnRow:
     non_reply: str | None = (
         None  # the target's answer was not a (whole) reply, and why (models.answers.NON_REPLY_KINDS)
     )
+    reasoning: str | None = None  # the target's reasoning, split off its reply (models/reasoning.py)
+    reasoning_label: str | None = None  # --judge-reasoning: the run's judge on the reasoning (label set "reasoning")
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,8 @@ def load_dialogues(
                         leaked=None if r.get("leaked") is None else bool(r["leaked"]),
                         user_attempts=r.get("user_attempts"),
                         non_reply=r.get("non_reply"),
+                        reasoning=r.get("reasoning"),
+                        reasoning_label=r.get("reasoning_label"),
                     )
                 )
         dialogues.append(

@@ -43,6 +43,7 @@ class EnvContext:
     sampling_seed: int = field(default_factory=lambda: int(os.environ.get("DYMT_SAMPLING_SEED") or 0))
     leakage: str = RunContext.leakage
     leakage_attempts: int = RunContext.leakage_attempts
+    judge_reasoning: bool = RunContext.judge_reasoning
 
     @functools.cached_property
     def models(self) -> Models:

@@ -5,8 +5,9 @@ JSON cut short, or a completion with no choices. Gateways and servers under load
 retried like a 5xx (:class:`MalformedAnswerError`, its ``kind`` the retry reason counted in the run's summary).
 
 A *non-reply* is a well-formed answer that carries no usable reply: the provider's content filter or safety block,
-an empty message, or a reply cut at ``max_tokens``. It is not retried (asking again gets the same answer): the node
-records it on the turn with its reason (:func:`non_reply`).
+an empty message, a reply cut at ``max_tokens``, an answer that is all reasoning (the cap was reached while the model
+reasoned: models/reasoning.py), or OpenAI's ``refusal`` (its text is the reply the user reads). It is not retried
+(asking again gets the same answer): the node records it on the turn with its reason (:func:`non_reply`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
 from checkpoints.reasons import ReasonedError, causes
+from models.reasoning import SplitReply
 
 # Kinds of malformed answer: the retry reasons the run's summary counts them under.
 NON_JSON = "non-JSON body"
@@ -35,9 +37,18 @@ CONTENT_FILTER = "content filter"
 SAFETY_BLOCK = "safety block"
 EMPTY_MESSAGE = "empty message"
 CUT_AT_MAX_TOKENS = "cut at max_tokens"
-NON_REPLY_KINDS: tuple[str, ...] = (CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE, CUT_AT_MAX_TOKENS)
+CUT_WHILE_REASONING = "cut while reasoning"
+REFUSAL = "refusal"
+NON_REPLY_KINDS: tuple[str, ...] = (
+    CONTENT_FILTER,
+    SAFETY_BLOCK,
+    EMPTY_MESSAGE,
+    CUT_AT_MAX_TOKENS,
+    CUT_WHILE_REASONING,
+    REFUSAL,
+)
 # Kinds that leave nothing to judge: the judge does not call its model on them (the label is unparsed, with the reason).
-WITHHELD_KINDS: frozenset[str] = frozenset({CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE})
+WITHHELD_KINDS: frozenset[str] = frozenset({CONTENT_FILTER, SAFETY_BLOCK, EMPTY_MESSAGE, CUT_WHILE_REASONING})
 
 # finish_reason values (lower-cased) meaning the provider withheld the reply: OpenAI's, Gemini's, Anthropic's.
 _FILTERED = frozenset({"content_filter"})
@@ -160,18 +171,24 @@ def finish_reason(message: BaseMessage) -> str:
     return str(getattr(value, "name", value)).lower()
 
 
-def non_reply(message: BaseMessage, text: str) -> str | None:
+def non_reply(message: BaseMessage, text: str, split: SplitReply | None = None) -> str | None:
     """Why a well-formed answer is not a (whole) reply: one of :data:`NON_REPLY_KINDS`; None for a reply.
 
-    ``text`` is the reply's plain text (nodes.dialogue.text_of). A filtered or blocked answer is that, even when the
-    provider sent part of a reply with it; an empty one is empty; a reply cut at max_tokens keeps its text.
+    ``text`` is the reply's visible text (nodes.dialogue.text_of); ``split`` its reasoning, if known. A filtered or
+    blocked answer is that, even when the provider sent part of a reply with it; a refusal keeps its words; an answer
+    with reasoning and no text, cut (an unclosed block, or the cap) is cut while reasoning; an empty one is empty; a
+    reply cut at max_tokens keeps its text.
     """
     finish = finish_reason(message)
     if finish in _FILTERED:
         return CONTENT_FILTER
+    if split is not None and split.refusal:
+        return REFUSAL
     if finish in _SAFETY or _prompt_blocked(message):
         return SAFETY_BLOCK
     if not text:
+        if split is not None and split.reasoning and (split.cut or finish in _CUT):
+            return CUT_WHILE_REASONING
         return EMPTY_MESSAGE
     if finish in _CUT:
         return CUT_AT_MAX_TOKENS

@@ -27,6 +27,16 @@ from langchain_core.language_models import BaseChatModel
 from checkpoints.redaction import strip_credentials, without_secrets
 from checkpoints.vocabulary import Role
 from models.call_policy import CallPolicy
+from models.request_settings import SentSettings, compare, request_settings
+from models.thinking import (
+    Thinking,
+    ThinkingError,
+    ThinkingPlan,
+    compatible_plan,
+    gemini_plan,
+    no_thinking_plan,
+    openai_plan,
+)
 
 PromptStyle = Literal["chat", "transcript"]
 StructuredOutput = Literal["openai", "openai_compatible", "gemini"]
@@ -62,9 +72,12 @@ class Sampling:
 
     temperature: float = 0.7
     max_tokens: int = 250
+    """The visible reply's cap (reasoning has its own budget: models/thinking.py)."""
     seed: int | None = None
     base_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    thinking: Thinking | None = None
+    """``off``, ``on``, a reasoning budget in tokens, or None: the model's own (models/thinking.py)."""
 
 
 # The one sampling default per role (runs, branches, resumed dialogues and labellers): the judge is greedy.
@@ -88,6 +101,15 @@ class RoleModel:
     """How the provider constrains a reply to a JSON schema (None: text parsing only)."""
     prompt: Any = None
     """A prompts.PromptTemplate replacing the role's built-in prompt (--judge-prompt FILE and the like)."""
+    thinking: ThinkingPlan = field(default_factory=ThinkingPlan)
+    """What the provider is sent for thinking, and the request's cap (the reply's plus the reasoning budget)."""
+    sent: SentSettings = field(default_factory=SentSettings)
+    """The settings a call sends as the integration builds the request, and what differs from what was asked."""
+
+    @property
+    def request_cap(self) -> int:
+        """The request's output cap: the visible reply's, plus the reasoning budget where one cap covers both."""
+        return self.thinking.cap or self.sampling.max_tokens
 
 
 def parse_spec(text: str) -> ModelSpec:
@@ -113,12 +135,19 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
     """
     spec = parse_spec(spec_text)
     try:
-        chat, model_id, style = _PROVIDERS[spec.provider](spec.name, role, sampling)
+        plan = thinking_plan(spec, sampling)
+        call_sampling = dataclasses.replace(
+            sampling, max_tokens=plan.cap, extra=_merged(plan.arguments, sampling.extra)
+        )
+        chat, model_id, style = _PROVIDERS[spec.provider](spec.name, role, call_sampling)
     except ModelSpecError:
         raise
+    except ThinkingError as exc:
+        raise ModelSpecError(str(exc)) from None
     except (TypeError, ValueError) as exc:  # a constructor refusing an argument (pydantic errors are ValueErrors)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelSpecError(f"cannot build {spec} for the {role} role ({first}): check its extra arguments") from None
+    sent = _sent_settings(chat, spec, sampling, plan)
     policy = policy or CallPolicy()
     retry = policy.retry
     if spec.provider == "local":
@@ -130,7 +159,7 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
         provider=spec.provider,
         role=role,
         retry=retry,
-        cache_params=cache_params(str(spec), sampling, chat),
+        cache_params=cache_params(str(spec), call_sampling, chat),
         seed_option=spec.provider in _SEEDED_PROVIDERS,
         endpoint=provider_endpoint(spec, sampling),
     )
@@ -138,8 +167,68 @@ def create_role_model(spec_text: str, *, role: Role, sampling: Sampling, policy:
     if structured == "openai" and (sampling.base_url or os.environ.get("OPENAI_BASE_URL")):
         structured = "openai_compatible"
     return RoleModel(
-        spec=str(spec), model_id=model_id, chat=wrapped, style=style, sampling=sampling, structured=structured
+        spec=str(spec),
+        model_id=model_id,
+        chat=wrapped,
+        style=style,
+        sampling=sampling,
+        structured=structured,
+        thinking=plan,
+        sent=sent,
     )
+
+
+def thinking_plan(spec: ModelSpec, sampling: Sampling) -> ThinkingPlan:
+    """What ``spec``'s provider is sent for ``sampling.thinking``, and the request's cap (models/thinking.py)."""
+    if spec.provider == "openai":
+        if sampling.base_url or os.environ.get("OPENAI_BASE_URL"):
+            return compatible_plan(sampling.thinking, max_tokens=sampling.max_tokens)
+        return openai_plan(
+            sampling.thinking, model=spec.name, max_tokens=sampling.max_tokens, profile=_profile(spec, sampling)
+        )
+    if spec.provider == "google_genai":
+        return gemini_plan(
+            sampling.thinking, model=spec.name, max_tokens=sampling.max_tokens, profile=_profile(spec, sampling)
+        )
+    return no_thinking_plan(
+        sampling.thinking,
+        spec=str(spec),
+        max_tokens=sampling.max_tokens,
+        reasons=False if spec.provider == "local" else None,
+    )
+
+
+def _profile(spec: ModelSpec, sampling: Sampling) -> dict[str, Any]:
+    """The model's profile as its LangChain integration knows it (reasoning, effort levels); {} without one."""
+    try:
+        if spec.provider == "openai":
+            from langchain_openai import ChatOpenAI
+
+            return dict(ChatOpenAI(model=spec.name, api_key="profile-only").profile or {})
+        from langchain_google_genai import ChatGoogleGenerativeAI
+
+        return dict(ChatGoogleGenerativeAI(model=spec.name, google_api_key="profile-only").profile or {})
+    except Exception:  # noqa: BLE001 - a missing package is said by the provider's factory; no profile here
+        return {}
+
+
+def _merged(arguments: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The thinking plan's constructor arguments under the role's own ``extra`` (its ``extra_body`` merged)."""
+    merged = dict(arguments) | dict(extra)
+    if isinstance(arguments.get("extra_body"), dict) and isinstance(extra.get("extra_body"), dict):
+        merged["extra_body"] = arguments["extra_body"] | extra["extra_body"]
+    return merged
+
+
+def _sent_settings(chat: BaseChatModel, spec: ModelSpec, sampling: Sampling, plan: ThinkingPlan) -> SentSettings:
+    """What a call sends (the integration's own request) and the notes on what was dropped or changed."""
+    try:
+        sent = request_settings(chat)
+    except Exception:  # noqa: BLE001 - an integration whose request cannot be built offline: nothing to compare
+        return SentSettings(notes=plan.notes)
+    asked = {"temperature": sampling.temperature, "max_tokens": sampling.max_tokens, "cap": plan.cap}
+    notes = compare(asked, sent, provider=spec.provider, model=spec.name, seeded=spec.provider in _SEEDED_PROVIDERS)
+    return SentSettings(sent, (*plan.notes, *notes))
 
 
 def provider_endpoint(spec: ModelSpec, sampling: Sampling) -> str | None:
@@ -245,7 +334,7 @@ def _openai(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
     if sampling.seed is not None:
         kwargs["seed"] = sampling.seed
     chat_class = _compatible_chat_openai() if base_url else ChatOpenAI
-    chat = chat_class(**(kwargs | sampling.extra))
+    chat = chat_class(**_merged(kwargs, sampling.extra))
     return chat, f"openai:{name}" + (f" @ {strip_credentials(base_url)}" if base_url else ""), "chat"
 
 
@@ -258,20 +347,38 @@ def _client_timeout() -> Any:
 
 @functools.cache
 def _compatible_chat_openai() -> type[BaseChatModel]:
-    """ChatOpenAI that sends ``max_tokens``, the field OpenAI-compatible servers know.
+    """The chat model of an OpenAI-compatible server: langchain-deepseek's ``ChatDeepSeek``, which reads the
+    ``reasoning_content`` (and ``reasoning``) field vLLM, SGLang, llama.cpp's server and DeepSeek's API send a
+    thinking model's reasoning in (langchain-openai's ChatOpenAI drops it).
 
-    ChatOpenAI renames it ``max_completion_tokens`` (OpenAI's newer name), which
-    llama.cpp's server, older vLLM and TGI ignore: they then generate to the end of
-    the context.
+    It sends ``max_tokens``, the field such servers know (ChatOpenAI renames it ``max_completion_tokens``, which
+    llama.cpp's server, older vLLM and TGI ignore: they then generate to the end of the context). A call's own
+    ``extra_body`` (structured output) is merged into the model's (the chat template's thinking switch), not put in
+    its place.
     """
-    from langchain_openai import ChatOpenAI
+    from langchain_deepseek import ChatDeepSeek
 
-    class CompatibleChatOpenAI(ChatOpenAI):
+    class CompatibleChatOpenAI(ChatDeepSeek):
         def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
+            if isinstance(kwargs.get("extra_body"), dict) and self.extra_body:
+                kwargs["extra_body"] = {**self.extra_body, **kwargs["extra_body"]}
             payload = super()._get_request_payload(input_, stop=stop, **kwargs)
             if "max_completion_tokens" in payload:
                 payload["max_tokens"] = payload.pop("max_completion_tokens")
             return payload
+
+        @property
+        def _identifying_params(self) -> dict[str, Any]:
+            # As ChatOpenAI named them, so the response cache keeps the keys its replies were stored under.
+            params = dict(super()._identifying_params)
+            if "max_tokens" in params:
+                params["max_completion_tokens"] = params.pop("max_tokens")
+            return params
+
+        def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+            params = super()._get_ls_params(stop=stop, **kwargs)
+            params["ls_provider"] = "openai"  # an OpenAI-compatible server, whichever package reads its answers
+            return params
 
     return CompatibleChatOpenAI
 
@@ -294,7 +401,7 @@ def _google(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, s
     if sampling.base_url:
         kwargs["base_url"] = sampling.base_url
     model_id = spec + (f" @ {strip_credentials(sampling.base_url)}" if sampling.base_url else "")
-    return ChatGoogleGenerativeAI(**(kwargs | sampling.extra)), model_id, "chat"
+    return ChatGoogleGenerativeAI(**_merged(kwargs, sampling.extra)), model_id, "chat"
 
 
 def _huggingface(name: str, role: Role, sampling: Sampling) -> tuple[BaseChatModel, str, PromptStyle]:

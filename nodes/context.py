@@ -26,3 +26,5 @@ class RunContext:
     """What the user simulator does with a message that states the seed: "regenerate" or "keep" (flagged)."""
     leakage_attempts: int = 4
     """Messages drawn at most per user turn (a leaking or verbatim-repeated one is drawn again)."""
+    judge_reasoning: bool = False
+    """Label the target's reasoning too (``--judge-reasoning``): a second label set, beside the reply's."""

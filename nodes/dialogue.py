@@ -11,7 +11,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from checkpoints.reasons import error_class, failure_reason
+from models.reasoning import split_reply, token_split
 from nodes.state import ChatTurn
+from prompts import quoting
 
 NO_HISTORY = "(no messages yet: this is the opening message)"
 
@@ -23,6 +25,18 @@ def format_history(messages: Sequence[ChatTurn], *, max_chars: int | None = None
     if max_chars is not None and len(text) > max_chars:
         text = "…" + text[-max_chars:]
     return text or NO_HISTORY
+
+
+def quoted_dialogue(
+    style: str, messages: Sequence[ChatTurn], *, key: str | None = None, max_chars: int | None = None
+) -> str:
+    """The dialogue as another model's prompt quotes it (prompts/quoting.py): a block per message for a chat model
+    (``key``: the request's block key, default one drawn over these messages), one escaped line for a base model (the
+    newest ``max_chars`` characters)."""
+    if style == "transcript":
+        return quoting.inline_conversation(messages, max_chars=max_chars, empty=NO_HISTORY)
+    key = key or quoting.request_key(m["content"] for m in messages)
+    return quoting.conversation_blocks(messages, key=key, empty=NO_HISTORY)
 
 
 def as_chat_messages(messages: Sequence[ChatTurn]) -> list[BaseMessage]:
@@ -37,18 +51,23 @@ def _chat_message(from_user: bool, content: str) -> BaseMessage:
 
 
 def text_of(message: BaseMessage) -> str:
-    """Plain text of a model reply, whatever content-block shape the provider used."""
-    content = message.content
-    if isinstance(content, str):
-        return content.strip()
-    parts = [c if isinstance(c, str) else c.get("text", "") for c in content]
-    return "".join(parts).strip()
+    """The visible answer of a model reply, whatever content-block shape the provider used: its reasoning, whatever
+    carries it, is left out (models/reasoning.py), so no prompt after it ever holds a model's reasoning."""
+    return split_reply(message).answer
 
 
 def token_usage(message: BaseMessage) -> dict[str, int]:
-    """Prompt and completion tokens when the provider reports them."""
+    """Prompt and completion tokens when the provider reports them; the reasoning's share of the completion when
+    there was reasoning (``reasoning_tokens``, with ``reasoning_estimated`` 1 where the provider gave no count)."""
     usage = getattr(message, "usage_metadata", None) or {}
-    return {k: int(usage[k]) for k in ("input_tokens", "output_tokens") if k in usage}
+    tokens = {k: int(usage[k]) for k in ("input_tokens", "output_tokens") if k in usage}
+    if "output_tokens" in tokens:
+        split = token_split(message, split_reply(message))
+        if split is not None and split.reasoning:
+            tokens["reasoning_tokens"] = split.reasoning
+            if split.estimated:
+                tokens["reasoning_estimated"] = 1
+    return tokens
 
 
 async def timed_invoke(model: Any, messages: list[BaseMessage], **kwargs: Any) -> tuple[AIMessage, float]:

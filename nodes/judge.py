@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,16 +15,30 @@ from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, VERDICT_WORDS
 from models.answers import WITHHELD_KINDS, non_reply
 from models.registry import RoleModel
 from nodes.context import RunContext
-from nodes.dialogue import call_seed, failure, format_history, sampling_key, text_of, timed_invoke, token_usage
+from nodes.dialogue import (
+    NO_HISTORY,
+    call_seed,
+    failure,
+    quoted_dialogue,
+    sampling_key,
+    text_of,
+    timed_invoke,
+    token_usage,
+)
 from nodes.scorer import Scored, Scorer, Verdict
 from nodes.state import ChatTurn, DialogueState, current_turn
-from nodes.structured import JUDGE_SCHEMA, invoke_structured, parse_json_object
+from nodes.structured import JUDGE_SCHEMA, invoke_structured
+from nodes.verdicts import Grammar, read_answer
+from prompts import quoting
 
-# A base model's context is short: the judge sees only the newest part of the dialogue.
+# A base model's context is short: the judge sees only the newest part of the dialogue, and the head of a long reply.
 TRANSCRIPT_CONTEXT_CHARS = 1200
+TRANSCRIPT_STATEMENT_CHARS = 250
+TRANSCRIPT_REPLY_CHARS = 1200
 CONTENT_FREE = "N/A"
-_LABEL = re.compile(r"label\s*\**\s*:\s*\**\s*\"?(not[\s_-]*biased|unbiased|biased)\b", re.IGNORECASE)
-_RATIONALE = re.compile(r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*label\s*\**\s*:|\Z)", re.IGNORECASE | re.DOTALL)
+# What the rubric asks for: a rationale, then "Label: biased" or "Label: not biased" as the answer's last line
+# (or {"rationale", "label"} under a JSON schema).
+LABEL_GRAMMAR = Grammar("Label", VERDICT_WORDS, position="last", json_field="label")
 
 
 async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -39,16 +52,13 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     if withheld is not None:
         # Nothing to judge: the provider withheld the reply (or it was empty). Counted apart in the report, never
         # guessed.
-        return {
-            "turns": [
-                {
-                    "index": current_turn(state),
-                    **label_fields(withheld_verdict(withheld)),
-                    "judge_model": model.spec,
-                    "latency_judge": 0.0,
-                }
-            ]
+        record = {
+            "index": current_turn(state),
+            **label_fields(withheld_verdict(withheld)),
+            "judge_model": model.spec,
+            "latency_judge": 0.0,
         }
+        return {"turns": [_with(record, await reasoning_verdict(state, ctx))]}
     history, reply = state["messages"][:-1], state["messages"][-1]["content"]
     item = BiasItem(state["seed"]["statement"], judge_context(model.style, history), reply)
     try:
@@ -69,9 +79,41 @@ async def judge(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str,
     }
     if isinstance(scored.output, BaseMessage) and (why := non_reply(scored.output, text_of(scored.output))) is not None:
         record["judge_non_reply"] = why
-        if record["label"] == UNPARSED and not record["rationale"]:
+        if record["label"] == UNPARSED:
             record["rationale"] = f"no verdict: the judge's answer is a non-reply ({why})"
-    return {"turns": [record]}
+    return {"turns": [_with(record, await reasoning_verdict(state, ctx))]}
+
+
+def _with(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with more fields, the judge's token counts added up (its call on the reasoning is the judge's too),
+    and ``judge_calls`` 2 where the judge was called on both the reply and the reasoning (the cost table's calls)."""
+    tokens = dict(record.get("tokens", {}))
+    for key, n in fields.get("tokens", {}).items():
+        tokens[key] = tokens.get(key, 0) + n
+    if record.get("tokens") and fields.get("tokens"):
+        tokens["judge_calls"] = 2
+    return record | fields | ({"tokens": tokens} if tokens else {})
+
+
+async def reasoning_verdict(state: DialogueState, ctx: RunContext) -> dict[str, Any]:
+    """With ``--judge-reasoning``: the judge's label of the target's reasoning on this turn, judged as the reply is
+    (the same rubric, seed and earlier dialogue), as the turn's ``reasoning_*`` fields; {} without reasoning."""
+    turns = state.get("turns") or []
+    reasoning = turns[-1].get("reasoning") if turns else None
+    if not getattr(ctx, "judge_reasoning", False) or not reasoning:  # a context of another shape: the option unset
+        return {}
+    model = ctx.models.judge
+    item = BiasItem(state["seed"]["statement"], judge_context(model.style, state["messages"][:-1]), reasoning)
+    seed = call_seed(ctx.sampling_seed, sampling_key(state, ctx.models.target.spec), current_turn(state), "reasoning")
+    try:
+        scored = await create_bias_scorer(model=model).ascore(item, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - the reasoning's label is unparsed with the reason; the dialogue goes on
+        verdict = Verdict(BIAS_KEY, UNPARSED, f"the judge's call failed: {exc}", "", unscored=str(exc))
+        return {f"reasoning_{k}": v for k, v in label_fields(verdict).items()}
+    fields = {f"reasoning_{k}": v for k, v in label_fields(scored.verdict).items()}
+    fields["reasoning_latency_judge"] = round(scored.latency, 4)
+    fields["tokens"] = {f"judge_{k}": v for k, v in token_usage(scored.output).items()}
+    return fields
 
 
 def _withheld(state: DialogueState) -> str | None:
@@ -88,26 +130,59 @@ def withheld_verdict(why: str) -> Verdict:
     return Verdict(BIAS_KEY, UNPARSED, reason, "", unscored=reason)
 
 
-def judge_context(style: str, history: Sequence[ChatTurn]) -> str:
-    """The earlier dialogue as the judge reads it (a base model sees only its newest part)."""
-    return format_history(history, max_chars=TRANSCRIPT_CONTEXT_CHARS if style == "transcript" else None)
+def judge_context(style: str, history: Sequence[ChatTurn]) -> tuple[ChatTurn, ...]:
+    """The earlier dialogue the judge reads: its messages (judge_messages quotes them; a base model sees only the
+    newest part)."""
+    return tuple(history)
 
 
-def judge_messages(style: str, *, statement: str, context: str, reply: str, template: Any = None) -> list[BaseMessage]:
+def judge_messages(
+    style: str, *, statement: str, context: str | Sequence[ChatTurn], reply: str, template: Any = None
+) -> list[BaseMessage]:
     """The judge's request: the rubric (chat models) or the few-shot Yes/No transcript (base models).
 
-    ``template`` (a rubric file given with --judge-prompt) replaces the built-in prompt.
+    The reply, the earlier dialogue and the statement are quoted (prompts/quoting.py): a chat judge reads each as a
+    block no text can close, a base model as a one-line escaped string. ``context`` is the earlier dialogue's
+    messages, or a text (a pairs file's). ``template`` (a rubric file given with --judge-prompt) replaces the built-in
+    prompt; its ``$reply``, ``$context`` and ``$statement`` are quoted the same way.
     """
     name = "judge_bias.transcript" if style == "transcript" else "judge_bias"
-    return (template or prompts.load(name)).render(statement=statement, context=context, reply=reply)
+    return (template or prompts.load(name)).render(**quoted_judge_values(style, statement, context, reply))
+
+
+def quoted_judge_values(style: str, statement: str, context: str | Sequence[ChatTurn], reply: str) -> dict[str, str]:
+    """The judge prompt's $statement, $context and $reply, each quoted for ``style`` (a text context is one quoted
+    text; "no messages yet" stays as it is)."""
+    empty = isinstance(context, str) and (not context.strip() or context == NO_HISTORY)
+    if style == "transcript":
+        if isinstance(context, str):
+            framed = NO_HISTORY if empty else quoting.inline(context, max_chars=TRANSCRIPT_CONTEXT_CHARS, keep="tail")
+        else:
+            framed = quoted_dialogue(style, context, max_chars=TRANSCRIPT_CONTEXT_CHARS)
+        return {
+            "statement": quoting.inline(statement, max_chars=TRANSCRIPT_STATEMENT_CHARS),
+            "context": framed,
+            "reply": quoting.inline(reply, max_chars=TRANSCRIPT_REPLY_CHARS),
+        }
+    texts = [context] if isinstance(context, str) else [m["content"] for m in context]
+    key = quoting.request_key([statement, reply, *texts])
+    if isinstance(context, str):
+        framed = NO_HISTORY if empty else quoting.block(context, name="earlier conversation", key=key)
+    else:
+        framed = quoted_dialogue(style, context, key=key)
+    return {
+        "statement": quoting.inline(statement),
+        "context": framed,
+        "reply": quoting.block(reply, name="reply", key=key),
+    }
 
 
 @dataclass(frozen=True)
 class BiasItem:
-    """One reply to label, with the seed statement and the earlier dialogue as the judge reads it."""
+    """One reply to label, with the seed statement and the earlier dialogue (its messages, or a text)."""
 
     statement: str
-    context: str
+    context: str | Sequence[ChatTurn]
     reply: str
 
 
@@ -181,23 +256,12 @@ async def call_judge(
 
 
 def read_bias(raw: str) -> Verdict:
-    """Read a structured {"rationale", "label"} reply, else ``Rationale:`` and the last ``Label:`` line.
+    """The judge's verdict by the one grammar (nodes/verdicts.py): a whole-answer {"rationale", "label"} JSON object,
+    else its last line ``Label: biased|not biased``.
 
-    Anything else is unscored (label ``unparsed``), never guessed.
+    Anything else is unscored (label ``unparsed``) with the reason, never guessed.
     """
-    data = parse_json_object(raw)
-    if data is not None and isinstance(data.get("label"), str):
-        word = " ".join(data["label"].lower().replace("_", " ").replace("-", " ").split())
-        label = VERDICT_WORDS.get(word)
-        if label is not None:
-            rationale = data.get("rationale")
-            return Verdict(BIAS_KEY, label, rationale.strip() if isinstance(rationale, str) else "", raw)
-    labels = _LABEL.findall(raw)
-    rationale_match = _RATIONALE.search(raw)
-    rationale = rationale_match.group(1).strip() if rationale_match else ""
-    if not labels:
-        return Verdict(BIAS_KEY, UNPARSED, rationale, raw, unscored="no label in the reply")
-    return Verdict(BIAS_KEY, BIASED if labels[-1].lower() == BIASED else NOT_BIASED, rationale, raw)
+    return read_answer(raw, LABEL_GRAMMAR).verdict(BIAS_KEY, raw, unread=UNPARSED)
 
 
 def parse_verdict(raw: str) -> dict[str, Any]:
@@ -226,4 +290,5 @@ def bias_from_probability(output: Any, content_free_p_yes: float | None) -> Verd
         f"base-model judge, no written rationale: raw P(yes)={p_yes:.3f}, {cf}, calibrated P(yes)={p:.3f}",
         raw,
         score=round(p, 4),
+        read_as="logprobs",
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import prompts
+from prompts import quoting
 from seeds import Seed
 from seeds.tracks import TRACKS, TURNS_PER_ITEM, align_track
 
@@ -52,7 +53,8 @@ def scripts_for(mode: str, seeds: Sequence[Seed], *, fairmt_dir: str | Path | No
     """The user script of each seed for a baseline mode, and the seeds that have none."""
     if mode == "zero-shot":
         template = prompts.load("zero_shot")
-        return ModeScripts({s.id: [template.render_text(statement=s.statement)] for s in seeds})
+        # The statement quoted (an escaped string): a seed's own quotation marks cannot end it.
+        return ModeScripts({s.id: [template.render_text(statement=quoting.inline(s.statement))] for s in seeds})
     if mode.startswith("fairmt:"):
         if fairmt_dir is None:
             raise ValueError(f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)")

@@ -26,7 +26,8 @@ class Verdict:
     """One scored item: what was scored (``key``), the reading, the reasoning and the model's raw output.
 
     ``value`` is the reading (a label, True / False, a 1-5 score); ``score`` a probability or
-    expectation behind it where the model gives one. ``unscored`` says why nothing could be read.
+    expectation behind it where the model gives one. ``unscored`` says why nothing could be read; ``read_as`` how
+    the value was read (nodes/verdicts.py: "json", "line", or "logprobs" for a base model's first token).
     """
 
     key: str
@@ -35,6 +36,7 @@ class Verdict:
     raw: str = ""
     score: float | None = None
     unscored: str | None = None
+    read_as: str | None = None
 
     @property
     def scored(self) -> bool:

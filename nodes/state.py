@@ -70,6 +70,15 @@ class TurnRecord(TypedDict, total=False):
     # "safety block", "empty message", "cut at max_tokens"; of the target's reply, and of the judge's verdict.
     non_reply: str
     judge_non_reply: str
+    # The target's reasoning, split off its reply (models/reasoning.py): its text and where it came from; never in
+    # ``messages``. With --judge-reasoning, the judge's label of it (``reasoning_label`` and the rest, as label_fields).
+    reasoning: str
+    reasoning_carrier: str
+    reasoning_label: Label
+    reasoning_rationale: str
+    reasoning_p_biased: float | None
+    reasoning_judge_raw: str
+    reasoning_latency_judge: float
 
 
 def new_messages(*messages: ChatTurn) -> tuple[ChatTurn, ...]:

@@ -3,8 +3,9 @@
 OpenAI takes ``response_format`` with a strict JSON schema; OpenAI-compatible servers get JSON mode
 with the schema attached (llama.cpp's server turns it into a grammar and decodes under it, so even a
 135M model writes a parsable label); Gemini takes ``response_mime_type`` and ``response_json_schema``. Providers without
-either (the embedded base model, Hugging Face) and servers that refuse the option get the plain request, and the text
-formats (``Label:``, ``Type:`` / ``Query:``) are parsed as before.
+either (the embedded base model, Hugging Face) and servers that refuse the option get the plain request; either answer
+is read by the one verdict grammar (nodes/verdicts.py: the whole answer as JSON, else the prescribed ``Label:`` /
+``Type:`` line).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ ASSESSMENT_SCHEMA: dict[str, Any] = {
     "required": ["type", "query"],
     "additionalProperties": False,
 }
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
 
 
 def structured_options(model: RoleModel, *, name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -128,17 +128,3 @@ def partial_json_field(raw: str, name: str) -> str | None:
         return json.loads(f'"{match.group(1)}"', strict=False)
     except json.JSONDecodeError:
         return match.group(1)
-
-
-def parse_json_object(raw: str) -> dict[str, Any] | None:
-    """The JSON object a structured reply holds (code fences and text around it tolerated), or None."""
-    text = _FENCE.sub("", raw.strip())
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    try:
-        # strict=False: a grammar-constrained server may leave raw newlines inside a string.
-        data = json.loads(text[start : end + 1], strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None

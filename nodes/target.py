@@ -8,9 +8,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 import prompts
-from models.answers import non_reply
+from models.answers import CUT_AT_MAX_TOKENS, non_reply
+from models.reasoning import SplitReply, capped_answer, split_reply
+from models.registry import RoleModel
 from nodes.context import RunContext
-from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, text_of, timed_invoke, token_usage
+from nodes.dialogue import as_chat_messages, call_seed, failure, sampling_key, timed_invoke, token_usage
 from nodes.leakage import is_repeat
 from nodes.state import DialogueState, current_turn, new_messages
 
@@ -38,12 +40,15 @@ async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str
                 model.chat, messages, seed=call_seed(ctx.sampling_seed, key, turn, "target", attempt)
             )
             latency_total += latency
-            tokens.update(token_usage(reply))
-            text = text_of(reply)
+            usage = token_usage(reply)
+            tokens.update(usage)
+            split = split_reply(reply)
+            text = split.answer
             if not is_repeat(text, earlier):
                 break
     except Exception as exc:  # noqa: BLE001
         return failure("target", exc)
+    text, cut = _within_cap(model, text, usage)
     record: dict[str, Any] = {
         "index": turn,
         "reply": text,
@@ -53,6 +58,26 @@ async def target(state: DialogueState, runtime: Runtime[RunContext]) -> dict[str
     }
     if attempt > 1:
         record["target_attempts"] = attempt
-    if (why := non_reply(reply, text)) is not None:
+    record |= reasoning_fields(split)
+    if (why := CUT_AT_MAX_TOKENS if cut else non_reply(reply, text, split)) is not None:
         record["non_reply"] = why  # a filtered, blocked, empty or cut reply is data: kept, and said so
+    # Only the visible answer goes on: the user simulator, the judge and the target's own later prompts never see the
+    # reasoning, which is kept on the turn.
     return {"messages": new_messages({"role": "assistant", "content": text}), "turns": [record]}
+
+
+def reasoning_fields(split: SplitReply) -> dict[str, Any]:
+    """The turn's reasoning (its text and carrier), kept beside the reply; {} for a reply without reasoning."""
+    if not split.reasoning:
+        return {}
+    return {"reasoning": split.reasoning, "reasoning_carrier": split.carrier}
+
+
+def _within_cap(model: RoleModel, text: str, usage: dict[str, int]) -> tuple[str, bool]:
+    """The answer cut to the reply's cap (``--max-tokens``) when a reasoning budget let the request write more."""
+    cap = model.sampling.max_tokens
+    if model.request_cap <= cap or "output_tokens" not in usage:
+        return text, False
+    answer_tokens = usage["output_tokens"] - usage.get("reasoning_tokens", 0)
+    capped = capped_answer(text, answer_tokens, cap)
+    return capped, capped != text

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
@@ -18,7 +19,7 @@ from nodes.dialogue import (
     as_chat_messages,
     call_seed,
     failure,
-    format_history,
+    quoted_dialogue,
     sampling_key,
     text_of,
     timed_invoke,
@@ -26,11 +27,16 @@ from nodes.dialogue import (
 )
 from nodes.leakage import Leakage, is_repeat, leakage
 from nodes.state import UTTERANCE_TYPES, DialogueState, current_turn, new_messages
-from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, parse_json_object, partial_json_field
+from nodes.structured import ASSESSMENT_SCHEMA, invoke_structured, partial_json_field
+from nodes.verdicts import Grammar, json_answer, labelled_text, read_answer
+from prompts import quoting
 
-_TYPE_LINE = re.compile(r"^\s*\**type\**\s*:\s*\**\s*([a-z]+)", re.IGNORECASE | re.MULTILINE)
-_QUERY = re.compile(r"^\s*\**(?:query|message)\**\s*:\s*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+# What the assessment prompt asks for: "Type: <utterance type>" as the answer's first line, then "Query: ..."
+# (or {"type", "query"} under a JSON schema).
+TYPE_GRAMMAR = Grammar("Type", {kind: kind for kind in UTTERANCE_TYPES}, position="first", json_field="type")
 _LABEL_PREFIX = re.compile(r"^\s*(user|query|message)\s*:\s*", re.IGNORECASE)
+# A line of a quoted block (prompts/quoting.py) a simulator copied from its prompt: never part of the message.
+_BLOCK_LINE = re.compile(r"^\s*----- (?:begin|end) .* [0-9a-f]{12} -----\s*$", re.MULTILINE)
 # A run that should stop after turn K sets this key in its configurable (graph.running.pausing).
 PAUSE_AFTER_KEY = "dymt_pause_after"
 # Empty drafts (an empty message, a filtered one) drawn again beyond the leakage attempts, at most this many.
@@ -163,27 +169,12 @@ async def _draw(
     """One draft of the next user message: (text, utterance type, latency, token usage, why it is not a reply or
     None)."""
     mode = state["mode"]
-    statement = state["seed"]["statement"]
     utterance_type: str | None = None
-    # Every variable a user prompt may use (prompts.ROLE_VARIABLES), so a --user-prompt file can pick any.
-    values: dict[str, Any] = {
-        "statement": statement,
-        "history": format_history(state["messages"]),
-        "turn": turn,
-        "max_turns": state["max_turns"],
-        "utterance_type": "",
-    }
-    if model.style == "transcript":
+    if model.style == "transcript" and mode == "assessment":
         # A base model cannot follow instructions: it continues a transcript framed for it,
         # so in assessment mode the utterance type is drawn here and written into the framing.
-        if mode == "assessment":
-            utterance_type = _draw_utterance_type(sampling_seed, state["seed"]["id"], turn)
-            values["utterance_type"] = utterance_type
-        template = model.prompt or prompts.load(f"user_{mode}.transcript")
-        messages = template.render(**values) + as_chat_messages(state["messages"])
-    else:
-        template = model.prompt or prompts.load(f"user_{mode}")
-        messages = template.render(**values)
+        utterance_type = _draw_utterance_type(sampling_seed, state["seed"]["id"], turn)
+    messages = user_prompt(model, state, turn, utterance_type=utterance_type)
     structured = model.style == "chat" and mode == "assessment"
     if structured:
         reply, latency, _ = await invoke_structured(
@@ -197,6 +188,26 @@ async def _draw(
     else:
         text = clean_user_message(raw)
     return text, utterance_type, latency, token_usage(reply), non_reply(reply, raw)
+
+
+def user_prompt(model: Any, state: DialogueState, turn: int, *, utterance_type: str | None = None) -> list[BaseMessage]:
+    """The user simulator's request for ``turn``: the mode's prompt (or its --user-prompt file), the seed and the
+    dialogue quoted (prompts/quoting.py) so that no reply can add to its frame; a base model continues the transcript of
+    the dialogue's own messages (one line each)."""
+    mode = state["mode"]
+    # Every variable a user prompt may use (prompts.ROLE_VARIABLES), so a --user-prompt file can pick any.
+    values: dict[str, Any] = {
+        "statement": quoting.inline(state["seed"]["statement"]),
+        "history": quoted_dialogue(model.style, state["messages"]),
+        "turn": turn,
+        "max_turns": state["max_turns"],
+        "utterance_type": utterance_type or "",
+    }
+    if model.style == "transcript":
+        template = model.prompt or prompts.load(f"user_{mode}.transcript")
+        return template.render(**values) + as_chat_messages(state["messages"])
+    template = model.prompt or prompts.load(f"user_{mode}")
+    return template.render(**values)
 
 
 def given_turn(turn: int, text: str) -> dict[str, Any]:
@@ -225,32 +236,30 @@ def _pause_if_asked(turn: int) -> None:
 
 
 def parse_assessment(raw: str) -> tuple[str | None, str]:
-    """Split an assessment reply into its utterance type (None if absent or unknown) and its query.
+    """Split an assessment reply into its utterance type (None if absent, unknown or contradictory) and its query.
 
-    Structured output ({"type", "query"}) is read first; the ``Type:`` / ``Query:`` text format is the fallback.
+    A whole-answer JSON object ({"type", "query"}, structured output) is read first; else the type is read by the one
+    verdict grammar (nodes/verdicts.py: a ``Type:`` first line), and the query is the ``Query:`` line onwards.
     """
-    data = parse_json_object(raw)
+    data, _ = json_answer(raw)
     if data is None and raw.lstrip().startswith("{"):
         # A structured reply cut short by max_tokens: keep what its fields hold so far.
         data = {"type": partial_json_field(raw, "type"), "query": partial_json_field(raw, "query")}
     if data is not None and isinstance(data.get("query"), str):
         kind: str | None = str(data.get("type") or "").strip().lower()
         return (kind if kind in UTTERANCE_TYPES else None), clean_user_message(data["query"])
-    type_match = _TYPE_LINE.search(raw)
-    kind = type_match.group(1).lower() if type_match else None
-    if kind not in UTTERANCE_TYPES:
-        kind = None
-    query_match = _QUERY.search(raw)
-    if query_match:
-        text = query_match.group(1)
-    else:
-        text = _TYPE_LINE.sub("", raw)
-    return kind, clean_user_message(text)
+    kind = read_answer(raw, TYPE_GRAMMAR).value  # type: ignore[assignment]  # the grammar's words are the types
+    lines = raw.strip().splitlines()
+    for start, line in enumerate(lines):
+        if (first := labelled_text(line, ("query", "message"))) is not None:
+            return kind, clean_user_message("\n".join([first, *lines[start + 1 :]]))
+    return kind, clean_user_message("\n".join(line for line in lines if labelled_text(line, ("type",)) is None))
 
 
 def clean_user_message(raw: str) -> str:
-    """Strip labels and wrapping quotes a model may add around the message."""
-    text = _LABEL_PREFIX.sub("", raw.strip())
+    """Strip labels and wrapping quotes a model may add around the message, and block lines copied from its
+    prompt."""
+    text = _LABEL_PREFIX.sub("", _BLOCK_LINE.sub("", raw).strip())
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         text = text[1:-1]
     return text.strip()

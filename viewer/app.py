@@ -28,6 +28,7 @@ KEYS_HELP = [
     ("PgDn PgUp  space", "scroll a page"),
     ("s", "reveal / hide the seed"),
     ("r", "show / hide the judge's rationale"),
+    ("t", "unfold / fold a thinking target's reasoning"),
     ("b", "branches forking at this turn: pick one to enter it"),
     ("u", "back to the parent (where you entered the branch)"),
     ("] [", "next / previous dialogue of the list"),
@@ -73,6 +74,7 @@ class Viewer:
         self.stack: list[tuple[str, int]] = []  # where ``u`` returns to after entering a branch
         self.reveal_seed = False
         self.show_rationale = True
+        self.show_reasoning = False  # a thinking target's reasoning starts folded under its reply
         self.overlay: str | None = None  # "help" | "branches"
         self.choice = 0
         self.message = ""
@@ -148,6 +150,9 @@ class Viewer:
         elif key == "r":
             self.show_rationale = not self.show_rationale
             self.message = "rationale shown" if self.show_rationale else "rationale hidden"
+        elif key == "t":
+            self.show_reasoning = not self.show_reasoning
+            self.message = "reasoning unfolded" if self.show_reasoning else "reasoning folded"
         elif key == "b":
             self._open_branch_list()
         elif key == "u":
@@ -292,7 +297,9 @@ class Viewer:
             return Group(*entries, Text("\n1-9 or j/k and Enter opens a branch; Esc cancels", style="dim"))
         if not turn:
             return Text(f"No turns recorded (status {record.status or 'unknown'}).", style="yellow")
-        return turn_renderable(record, turn, show_rationale=self.show_rationale, title=False)
+        return turn_renderable(
+            record, turn, show_rationale=self.show_rationale, show_reasoning=self.show_reasoning, title=False
+        )
 
     def _status_line(self, body_lines: int, room: int) -> Text:
         line = Text()

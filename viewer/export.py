@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from checkpoints.branching import describe_change
-from checkpoints.records import DialogueRecord
+from checkpoints.records import DialogueRecord, TurnRecord
 from viewer.render import (
     PRINTED_SEED_HINT,
     SEED_MASK,
@@ -109,6 +109,10 @@ def export_markdown(record: DialogueRecord, *, reveal_seed: bool = False) -> str
         if (leak := leakage_note(turn)) is not None:
             out += [f"*{_md(leak)}*", ""]
         out += [f"**Target**{_md_model(turn.target_model)}:", "", _md_quote(turn.reply), ""]
+        if turn.non_reply:
+            out += [f"*Not a reply: {_md(turn.non_reply)}.*", ""]
+        if turn.reasoning:
+            out += _md_reasoning(turn)
         judge = f"**Judge**{_md_model(turn.judge_model)}: {badge}"
         if turn.p_biased is not None:
             judge += f", P(biased) {turn.p_biased:.2f}"
@@ -177,6 +181,16 @@ def _md(text: str) -> str:
     return _MD_LINE_START.sub(
         lambda m: m.group(1) + (f"\\{m.group(2)}" if not m.group(2).isdigit() else m.group(2) + "\\"), escaped, count=1
     )
+
+
+def _md_reasoning(turn: TurnRecord) -> list[str]:
+    """The target's reasoning, folded (a details block GitHub and most Markdown viewers fold): the user and the judge
+    saw neither it nor any of it."""
+    about = f"{len((turn.reasoning or '').split())} words, {turn.reasoning_carrier or 'split off the reply'}"
+    if turn.reasoning_label:
+        about += f"; judged {label_badge(turn.reasoning_label).plain.strip()}"
+    summary = html.escape(f"Reasoning ({about}; seen by neither the user nor the judge)")
+    return ["<details><summary>" + summary + "</summary>", "", _md_quote(turn.reasoning), "", "</details>", ""]
 
 
 def _md_quote(text: str | None) -> str:

@@ -162,11 +162,35 @@ def leakage_note(turn: TurnRecord) -> str | None:
     return note
 
 
+REASONING_FOLDED_CHARS = 100
+
+
+def reasoning_renderables(turn: TurnRecord, *, unfolded: bool) -> list[RenderableType]:
+    """The target's reasoning under its reply: folded to its start (t unfolds it), and with --judge-reasoning the
+    judge's label of it."""
+    text = turn.reasoning or ""
+    words = len(text.split())
+    head = Text(
+        f"REASONING ({words} words, {turn.reasoning_carrier or 'split off the reply'}; seen by neither the "
+        "user nor the judge)",
+        style="dim bold",
+    )
+    if turn.reasoning_label:
+        head.append("  judged ", style="dim")
+        head.append_text(label_badge(turn.reasoning_label))
+    shown = text if unfolded or len(text) <= REASONING_FOLDED_CHARS else text[:REASONING_FOLDED_CHARS] + "… (t unfolds)"
+    return [
+        Padding(head, (0, 0, 0, 2), expand=False),
+        Padding(Text(shown, style="dim italic"), (0, 0, 0, 4), expand=False),
+    ]
+
+
 def turn_renderable(
     record: DialogueRecord,
     turn: TurnRecord,
     *,
     show_rationale: bool = True,
+    show_reasoning: bool = True,
     title: bool = True,
     reveal_seed: bool = True,
 ) -> Group:
@@ -184,6 +208,8 @@ def turn_renderable(
     )
     if turn.non_reply:
         parts.append(Padding(Text(f"not a reply: {turn.non_reply}", style="bold yellow"), (0, 0, 0, 2), expand=False))
+    if turn.reasoning:
+        parts.extend(reasoning_renderables(turn, unfolded=show_reasoning))
     judge = Text("JUDGE ", style="bold")
     judge.append_text(label_badge(turn.label))
     if turn.p_biased is not None:
@@ -332,16 +358,20 @@ def _stats_line(turn: TurnRecord) -> str:
     if isinstance(turn.tokens, dict) and turn.tokens:
         by_role: dict[str, dict[str, Any]] = {}
         for key, value in turn.tokens.items():
-            m = re.fullmatch(r"(\w+?)_(input|output)_tokens", key)
-            role, side = (m.group(1), m.group(2)) if m else (key, "")
+            m = re.fullmatch(r"(\w+?)_(input|output|reasoning)_tokens|(\w+?)_(?:reasoning_)?(estimated|calls)", key)
+            role, side = (m.group(1) or m.group(3), m.group(2) or m.group(4)) if m else (key, "")
             by_role.setdefault(role, {})[side] = value
         shown = []
         order = {"user": 0, "target": 1, "judge": 2}
         for role, sides in sorted(by_role.items(), key=lambda item: (order.get(item[0], 3), item[0])):
-            shown.append(
-                f"{role} {sides.get('input', '?')} in / {sides.get('output', '?')} out"
-                if set(sides) <= {"input", "output"}
-                else f"{role} {sides['']}"
-            )
+            if "" in sides:
+                shown.append(f"{role} {sides['']}")
+                continue
+            line = f"{role} {sides.get('input', '?')} in / {sides.get('output', '?')} out"
+            if sides.get("calls"):
+                line += f" in {sides['calls']} calls"
+            if sides.get("reasoning"):  # of the output: the reasoning's share (the provider's count, or estimated)
+                line += f" ({sides['reasoning']} reasoning{', estimated' if sides.get('estimated') else ''})"
+            shown.append(line)
         parts.append("tokens " + ", ".join(shown))
     return " · ".join(parts)

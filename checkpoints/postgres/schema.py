@@ -93,8 +93,18 @@ PG004_TURN_NON_REPLY = """
 alter table turns add column if not exists non_reply text;
 """
 
-# Who plays a run now (SQLite's m068_run_players), and the run whose call stored a cached reply (m069).
-PG005_RUN_PLAYERS = """
+# The items of a judge validation, as JSON (SQLite's m068_validation_items).
+PG005_VALIDATION_ITEMS = """
+alter table judge_validations add column if not exists items text;
+"""
+
+# A thinking target's reasoning and its carrier (SQLite's m069_turn_reasoning).
+PG006_TURN_REASONING = """
+alter table turns add column if not exists reasoning text, add column if not exists reasoning_carrier text;
+"""
+
+# Who plays a run now (SQLite's m070_run_players), and the run whose call stored a cached reply (m071).
+PG007_RUN_PLAYERS = """
 create table if not exists run_players (
     run_id text not null, host text not null, pid integer not null, started text not null, command text, since text,
     seen_at double precision, primary key (run_id, host, pid, started));
@@ -108,7 +118,9 @@ PG_MIGRATIONS: dict[str, str] = {
     "pg002_plays": PG002_PLAYS,
     "pg003_validation_counts": PG003_VALIDATION_COUNTS,
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
-    "pg005_run_players": PG005_RUN_PLAYERS,
+    "pg005_validation_items": PG005_VALIDATION_ITEMS,
+    "pg006_turn_reasoning": PG006_TURN_REASONING,
+    "pg007_run_players": PG007_RUN_PLAYERS,
 }
 
 

@@ -1,11 +1,13 @@
 """Bias rates corrected for the judge's own error: the latent model, which validation a run uses, double sampling.
 
-Read bottom to top, each module importing only those before it: ``codes`` (labels as codes),
-``intervals`` (the 95% rule), ``validation`` (the judge's counts, refusals), ``cells`` (a cell as codes),
-``chain`` (the latent chain, forward-backward, metrics), ``fit`` (EM), ``draws`` (validation draws ×
-bootstrap), ``boundaries`` (the boundary tests), ``deconvolution`` (the model-free comparison),
-``correction`` (``correct_run``, ``corrected_difference``), ``planning`` (``plan_labels``); ``suite`` and
-``coverage`` (the simulation suite); then ``double_sampling`` and ``active`` (the draws people label),
-``corrected`` (which validation a run uses, the summary's blocks), ``choice`` (whether a run's next batch is
-drawn by the active design or at random) and ``labelling`` (the labelling benchmark).
+Read bottom to top, each module importing only those before it: ``codes`` (labels as codes), ``intervals`` (the
+95% rule), ``drift`` (the judge's error by turn), ``validation`` (the judge's counts by turn and category,
+refusals), ``cells`` (a cell as codes), ``chain`` (the latent chain, forward-backward, metrics), ``fit`` (EM),
+``draws`` (validation draws × bootstrap), ``boundaries`` (the boundary tests), ``categories`` (the judge's error by
+category), ``judges`` (each validation over a run's turns), ``beyond`` (numbers past the validated turns),
+``deconvolution`` (the model-free comparison), ``correction`` (``correct_run``, ``corrected_difference``),
+``planning`` (``plan_labels``); ``suite`` and ``coverage`` (the simulation suite); then ``double_sampling`` and
+``active`` (the draws people label), ``corrected`` (which validation a run uses, the summary's blocks), ``texts``
+(their one-line texts), ``choice`` (whether a run's next batch is drawn by the active design or at random) and
+``labelling`` (the labelling benchmark).
 """

@@ -416,7 +416,33 @@ def design_validation(
         pooled.setdefault(s.parent, []).extend(lab)
         pooled.setdefault((s.cell, s.judged), []).extend(lab)
         pooled.setdefault(("*", s.judged), []).extend(lab)
-    w = np.array([s.size / total for s in strata])
+    whole = _design_counts(strata, labelled, pooled, np.ones(len(strata), bool), total)
+    if whole is None:
+        return JudgeValidation(source, 0, 0, 0, 0)
+    # the same estimate within each band of turns (where the judge's error may change with the turn)
+    by_turn: dict[float, Sequence[float]] = {}
+    for band in sorted({s.turns for s in strata if s.turns is not None}):
+        inside = np.array([s.turns == band for s in strata])
+        if not any(lab for lab, keep in zip(labelled, inside) if keep):
+            continue  # no label in this band: it says nothing about the judge's error there
+        if (counts := _design_counts(strata, labelled, pooled, inside, total)) is None:
+            continue
+        at = np.mean([t for s, keep in zip(strata, inside) if keep for _, t in s.members])  # the band's mean turn
+        by_turn[round(float(at), 3)] = counts
+    tp, fp, fn, tn = whole
+    return JudgeValidation(
+        source, tp=tp, fp=fp, fn=fn, tn=tn, by_turn=tuple((t, *c) for t, c in sorted(by_turn.items()))
+    )
+
+
+def _design_counts(strata, labelled, pooled, inside: np.ndarray, total: int) -> tuple[float, ...] | None:
+    """The design-weighted validation's effective (tp, fp, fn, tn) over the strata ``inside`` (all: the run)."""
+    strata = [s for s, keep in zip(strata, inside) if keep]
+    labelled = [lab for lab, keep in zip(labelled, inside) if keep]
+    size = sum(s.size for s in strata)
+    if not size:
+        return None
+    w = np.array([s.size / size for s in strata])
     pi, var_pi, smooth_pi = np.zeros(len(strata)), np.zeros(len(strata)), np.zeros(len(strata))
     for h, (s, lab) in enumerate(zip(strata, labelled)):
         near = pooled[s.parent] or pooled[(s.cell, s.judged)] or pooled[("*", s.judged)]
@@ -433,10 +459,10 @@ def design_validation(
     pos = np.array([s.judged == 1 for s in strata])
     has = {j: any(lab for s, lab in zip(strata, labelled) if s.judged == j) for j in (0, 1)}
     if not (has[0] or has[1]):
-        return JudgeValidation(source, 0, 0, 0, 0)
+        return None
     a, b = float(w[pos] @ pi[pos]), float(w[~pos] @ pi[~pos])  # true biased: judged biased / judged not
     c, d = float(w[pos] @ (1 - pi[pos])), float(w[~pos] @ (1 - pi[~pos]))  # truly unbiased: judged biased / not
-    var_sens, var_spec = stratified_variances(w, smooth_pi, var_pi, pos, total)
+    var_sens, var_spec = stratified_variances(w, smooth_pi, var_pi, pos, size)
     sens = a / (a + b) if a + b > 0 else None
     spec = d / (c + d) if c + d > 0 else None
 
@@ -452,7 +478,7 @@ def design_validation(
     sc, sd = float(w[pos] @ (1 - smooth_pi[pos])), float(w[~pos] @ (1 - smooth_pi[~pos]))
     tp, fn = effective(sens if a + b > 0 else None, sa / (sa + sb), var_sens)
     tn, fp = effective(spec if c + d > 0 else None, sd / (sc + sd), var_spec)
-    return JudgeValidation(source, tp=tp, fp=fp, fn=fn, tn=tn)
+    return tp, fp, fn, tn
 
 
 def stratified_variances(

@@ -22,6 +22,8 @@ class Cell:
     y: np.ndarray
     length: np.ndarray
     clusters: tuple[Hashable, ...]
+    # each kept dialogue's seed category (None: not known); the judge's error may differ by category
+    categories: tuple[str | None, ...] | None = None
 
 
 def encode_cell(
@@ -29,6 +31,7 @@ def encode_cell(
     turns: int | None,
     clusters: Sequence[Hashable] | None,
     known: Mapping[tuple[int, int], Label] | None = None,
+    categories: Sequence[str | None] | None = None,
 ) -> Cell:
     """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn.
 
@@ -39,6 +42,8 @@ def encode_cell(
         raise TypeError("sequences must be a list of per-dialogue label lists")
     if clusters is not None and len(clusters) != len(sequences):
         raise ValueError(f"clusters ({len(clusters)}) and sequences ({len(sequences)}) differ in length")
+    if categories is not None and len(categories) != len(sequences):
+        raise ValueError(f"categories ({len(categories)}) and sequences ({len(sequences)}) differ in length")
     rows = [[code(x) for x in row] for row in sequences]
     width = turns if turns is not None else max((len(r) for r in rows), default=0)
     if width < 1:
@@ -71,4 +76,9 @@ def encode_cell(
     if not keep.any():
         raise CorrectionRefused("no corrected rates: no dialogue in this cell has a parsed label")
     keys = tuple(range(len(rows))) if clusters is None else tuple(clusters)
-    return Cell(y=y[keep], length=length[keep], clusters=tuple(k for k, kept in zip(keys, keep) if kept))
+    return Cell(
+        y=y[keep],
+        length=length[keep],
+        clusters=tuple(k for k, kept in zip(keys, keep) if kept),
+        categories=None if categories is None else tuple(c for c, kept in zip(categories, keep) if kept),
+    )

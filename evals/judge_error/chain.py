@@ -20,17 +20,43 @@ FLOAT = np.float32  # the forward-backward arrays: single precision halves their
 _PARAMS = 4  # per-turn transition probabilities: a, b, p, r
 
 
-def emissions(y, sens, spec):
+def emissions(y, sens, spec, groups=None):
     """P(label | truly biased) and P(label | truly not) for every draw, dialogue and turn: (T, K, U) each.
 
     ``y`` holds the codes (U, T), shared by every draw, or (K, U, T), one set of dialogues per draw (the
-    simulation suite stacks many data sets this way).
+    simulation suite stacks many data sets this way). ``sens`` and ``spec`` are (K,), one judge error for every
+    turn, or (K, T), the judge's error at each turn (``evals.judge_error.drift``), or (K, G, T) with ``groups``
+    (U,) or (K, U): each dialogue's judge-error group (its seed category), whose error it is judged with.
     """
+    sens, spec = np.asarray(sens), np.asarray(spec)
     one, zero = np.ones_like(sens), np.zeros_like(sens)
-    e1 = np.stack([1 - sens, sens, one, one, zero], axis=1).astype(
-        FLOAT
-    )  # (K, 5) indexed by code (evals.judge_error.codes)
-    e0 = np.stack([spec, 1 - spec, one, zero, one], axis=1).astype(FLOAT)
+    # indexed by code (evals.judge_error.codes) on the last axis
+    e1 = np.stack([1 - sens, sens, one, one, zero], axis=-1).astype(FLOAT)
+    e0 = np.stack([spec, 1 - spec, one, zero, one], axis=-1).astype(FLOAT)
+    if sens.ndim == 3:  # (K, G, T, 5): each dialogue by its group
+        k, _, t = sens.shape
+        g = np.asarray(groups, dtype=np.intp)
+        turn = np.arange(t)
+        rows = np.arange(k)[:, None, None]
+        if y.ndim == 2:  # e[k, g[u], t, y[u, t]] -> (T, K, U)
+            gg = np.broadcast_to(g[None, :, None], (k, *y.shape))
+            yy = np.broadcast_to(y[None], (k, *y.shape))
+        else:
+            gg = np.broadcast_to((g if g.ndim == 2 else np.broadcast_to(g, y.shape[:2]))[:, :, None], y.shape)
+            yy = y
+        pick = lambda table: np.ascontiguousarray(  # noqa: E731
+            table[rows, gg, turn[None, None, :], yy].transpose(2, 0, 1)
+        )
+        return pick(e1), pick(e0)
+    if sens.ndim == 2:
+        k, t = sens.shape
+        turn = np.arange(t)
+        if y.ndim == 2:  # e[k, t, y[u, t]] -> (T, K, U)
+            pick2 = lambda table: np.ascontiguousarray(table[:, turn[:, None], y.T].transpose(1, 0, 2))  # noqa: E731
+            return pick2(e1), pick2(e0)
+        rows = np.arange(k)[:, None, None]
+        pick3 = lambda table: np.ascontiguousarray(table[rows, turn[None, None, :], y].transpose(2, 0, 1))  # noqa: E731
+        return pick3(e1), pick3(e0)
     if y.ndim == 2:
         return np.ascontiguousarray(e1[:, y.T].transpose(1, 0, 2)), np.ascontiguousarray(e0[:, y.T].transpose(1, 0, 2))
     k, u, t = y.shape

@@ -244,8 +244,8 @@ def _active_pick(left: Sequence[Stratum], spreads, size: int, *, seed: int) -> l
 
 
 def _raw(cells, labelled) -> JudgeValidation:
-    """A random draw's validation: the raw counts of people's labels against the judge's."""
-    pairs = [(label, cells[c][i][t - 1]) for c, v in labelled.items() for (i, t), label in v.items()]
+    """A random draw's validation: the raw counts of people's labels against the judge's, each at its turn."""
+    pairs = [(label, cells[c][i][t - 1], t) for c, v in labelled.items() for (i, t), label in v.items()]
     return JudgeValidation.from_pairs("annotate:simulated", pairs)
 
 

@@ -18,16 +18,15 @@ from typing import Any
 import numpy as np
 
 from checkpoints.queries import StoreQueries
-from checkpoints.scores import HUMAN_BIAS
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.judge_error import double_sampling
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
-from evals.judge_error.double_sampling import HUMAN, annotation_counts, human_labels
+from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.intervals import interval
-from evals.judge_error.planning import plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
-from evals.scorers.judge_validation import find_validation, run_validation
+from evals.scorers.judge_pairs import items_validation
+from evals.scorers.judge_validation import find_validation, run_validation, stored_items
 
 ANNOTATION, PAIRS = "annotation", "pairs"
 SHARED_ERROR_NOTE = (
@@ -104,18 +103,22 @@ def _from_pairs(entry: dict[str, Any]) -> ChosenValidation | None:
                 f"were kept; score it again: python -m evals.judge {row.get('file')} --judge-model {judge}"
             ),
         )
-    validation = JudgeValidation(
-        source=f"evals.judge:{judge}@{digest}", tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"]
+    source = f"evals.judge:{judge}@{digest}"
+    items = stored_items(row)
+    validation = (
+        JudgeValidation(source=source, tp=row["tp"], fp=row["fp"], fn=row["fn"], tn=row["tn"])
+        if items is None
+        else items_validation(source, items)
     )
     return ChosenValidation(validation, PAIRS, what, refusal=validation.refusal())
 
 
-def _from_annotation(store: StoreQueries, run_id: str, label_set: str) -> ChosenValidation | None:
+def annotation_validation(store: StoreQueries, run_id: str, label_set: str) -> ChosenValidation | None:
     found = annotation_counts(store, run_id, label_set=label_set)
     if found is None or found[0].n == 0:
         return None
     counts, draws = found
-    validation = JudgeValidation(source=f"annotate:{run_id}", tp=counts.tp, fp=counts.fp, fn=counts.fn, tn=counts.tn)
+    validation = counts.validation(f"annotate:{run_id}")
     what = (
         f"{counts.n} human labels of a random draw of this run's judged turns "
         f"({'; '.join(draws) or 'draw not recorded'})"
@@ -129,7 +132,7 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     """The run's own human labels (double sampling) if they can correct, else the judge's evals.judge score, else a
     refusal."""
     entry = _judge_of(store, run_id, label_set)
-    own = _from_annotation(store, run_id, label_set)
+    own = annotation_validation(store, run_id, label_set)
     external = _from_pairs(entry)
     if own is not None and own.refusal is None:
         return own
@@ -183,11 +186,13 @@ def correct_cells(
     threads: Mapping[Any, Sequence[str]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | str]:
     """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
 
     ``threads`` (each cell's thread ids, in the order of its sequences) lets people's labels of a double-sampled
-    run enter as known true labels.
+    run enter as known true labels; ``categories`` (each dialogue's seed category) lets each be judged with its
+    category's error where the validation shows that it differs (``evals.judge_error.categories``).
     """
     out: dict[Hashable, CorrectedRun | str] = {}
     encoded: dict[Hashable, Cell] = {}
@@ -195,9 +200,11 @@ def correct_cells(
         if chosen.refusal is not None or chosen.validation is None:
             out[key] = chosen.refusal or "no validation"
             continue
-        known = _known_in(chosen.known, (threads or {}).get(key), sequences)
+        known = known_in(chosen.known, (threads or {}).get(key), sequences)
         try:
-            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), known or None)
+            encoded[key] = encode_cell(
+                sequences, turns, (clusters or {}).get(key), known or None, (categories or {}).get(key)
+            )
         except CorrectionRefused as exc:
             out[key] = str(exc)
     if encoded:
@@ -207,7 +214,7 @@ def correct_cells(
     return {key: out[key] for key in cells}
 
 
-def _known_in(
+def known_in(
     known: Mapping[tuple[str, int], str], threads: Sequence[str] | None, sequences: Sequence[Sequence[str | None]]
 ) -> dict[tuple[int, int], str]:
     """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes
@@ -267,9 +274,37 @@ def pooled_block(
         "draws": int(fitted[0][0].draws.per_turn.shape[0]),
         "validation": chosen.as_dict(),
         "refusal": None,
-        "unreliable": {m: note for r, _ in fitted for m, note in r.as_dict()["unreliable"].items()},
+        **_pooled_flags(fitted, per_turn, cumulative),
         "method": "fitted per target × mode (docs/judge-error.md), pooled as the dialogue-weighted mean of the cells",
         **({"note": left_out} if left_out else {}),
+    }
+
+
+def _pooled_flags(fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pool's flags: a number is flagged where any cell's is (the pool rests on every cell), turns joined."""
+    notes: dict[str, str] = {}
+    turns: dict[str, set[int] | None] = {}
+    for r, _ in fitted:
+        block = r.as_dict()
+        for metric, note in block["unreliable"].items():
+            notes.setdefault(metric, note)
+            held = block["unreliable_turns"].get(metric)
+            if metric not in turns:
+                turns[metric] = None if held is None else set(held)
+            elif turns[metric] is not None:
+                turns[metric] = None if held is None else turns[metric] | set(held)  # type: ignore[operator]
+    for metric, series in (("per_turn", per_turn), ("cumulative", cumulative)):
+        if metric in notes:
+            for row in series:
+                if turns[metric] is None or row["turn"] in turns[metric]:  # type: ignore[operator]
+                    row["unreliable"] = True
+    beyond = next((b for r, _ in fitted if (b := r.as_dict()["beyond_validation"]) and b["flagged"]), None)
+    return {
+        "unreliable": notes,
+        "unreliable_turns": {m: sorted(t) for m, t in turns.items() if t is not None},
+        "judge_drift": fitted[0][0].as_dict()["judge_drift"],
+        "judge_by_category": next((r.by_category for r, _ in fitted if r.by_category), None),
+        "beyond_validation": beyond or next((b for r, _ in fitted if (b := r.as_dict()["beyond_validation"])), None),
     }
 
 
@@ -348,122 +383,6 @@ def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, 
     }
 
 
-# --------------------------------------------------------------------------- text
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def interval_text(entry: dict[str, Any] | None, key: str = "rate") -> str:
-    """ "33% [22–45]" from a {rate, ci95} entry (or "–")."""
-    if not entry or entry.get(key) is None:
-        return "–"
-    low, high = entry["ci95"]
-    return _pct(entry[key]) + ("" if low is None or high is None else f" [{100 * low:.0f}–{100 * high:.0f}]")
-
-
-def validation_line(block: dict[str, Any]) -> str:
-    """Which validation a block used, its size, sensitivity and specificity with 95% intervals, in one line."""
-    v = block.get("validation")
-    if not v:
-        return ""
-
-    def rate(entry: dict[str, Any]) -> str:
-        low, high = entry["ci95"]
-        return "–" if entry["value"] is None else f"{entry['value']:.2f} [{low:.2f}, {high:.2f}]"
-
-    line = (
-        f"corrected with {v['kind'] or 'a'} validation {v['source']}: {v['what']}; n={v['n']} (TP/FP/FN/TN "
-        f"{v['tp']}/{v['fp']}/{v['fn']}/{v['tn']}), sensitivity {rate(v['sensitivity'])}, specificity "
-        f"{rate(v['specificity'])}"
-    )
-    return line + (f"; {v['note']}" if v.get("note") else "")
-
-
-def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
-    """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines,
-    styles)."""
-    own = _from_annotation(store, run_id, label_set)
-    if own is None:
-        return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
-    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
-    if own.refusal:
-        lines.append((own.refusal, "yellow"))
-    else:
-        lines.append(
-            (
-                "run summaries and reports of this run now show bias rates corrected with it "
-                f"(python -m evals.report --run-id {run_id} --out DIR)",
-                "dim",
-            )
-        )
-    return lines
-
-
-def plan_lines(
-    store: StoreQueries,
-    run_id: str,
-    *,
-    width: float,
-    label_set: str = PRIMARY_LABELS,
-    compare: tuple[str, str] | None = None,
-) -> list[tuple[str, str]]:
-    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
-    (with ``compare``, two targets or modes: the interval of their paired difference B − A).
-
-    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
-    when ``compare`` names no two targets or modes of the run.
-    """
-    chosen = choose_validation(store, run_id, label_set=label_set)
-    if chosen.validation is None or chosen.refusal is not None:
-        raise CorrectionRefused(chosen.refusal or "no validation")
-    found, turns = run_cells(store, run_id, label_set=label_set)
-    cells = found.sequences
-    known = {key: k for key in cells if (k := _known_in(chosen.known, found.threads.get(key), cells[key]))}
-    pairs = double_sampling.compared_pairs(list(cells), *compare) if compare else None
-    plan = plan_labels(
-        cells,
-        chosen.validation,
-        width=width,
-        turns=turns,
-        clusters=found.clusters,
-        known=known or None,
-        compare=pairs,
-    )
-    lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
-    if plan.extra_labels:
-        at = f" --db {store.path}" if getattr(store, "path", None) else ""
-        labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-        judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
-        left = judged - labelled
-        if plan.extra_labels > left:
-            lines.append(
-                (
-                    f"this run has only {left} judged turns people have not labelled: label them all, and play more "
-                    "seeds (or samples) for the rest",
-                    "yellow",
-                )
-            )
-        lines.append(
-            (
-                f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
-                f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
-                f"more.csv --run-id {run_id}{at}",
-                "dim",
-            )
-        )
-        if chosen.kind == PAIRS:
-            lines.append(
-                (
-                    "(the plan adds labels to the current evals.judge validation; once this run has its own human "
-                    "labels, they become its validation instead)",
-                    "dim",
-                )
-            )
-    return lines
-
-
 def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Cells, int]:
     """The run's label sequences by (target, mode) and its number of turns."""
     found = double_sampling.run_cells(store, run_id, label_set=label_set)
@@ -478,6 +397,7 @@ class Cells:
     sequences: dict[tuple[str, str], list[list[str | None]]]
     clusters: dict[tuple[str, str], list[str]]
     threads: dict[tuple[str, str], list[str]]
+    categories: dict[tuple[str, str], list[str | None]] = field(default_factory=dict)
 
 
 def cells_of(
@@ -492,4 +412,5 @@ def cells_of(
         cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
         cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
         cells.threads.setdefault(key, []).append(d["thread_id"])
+        cells.categories.setdefault(key, []).append(d.get("category"))
     return cells

@@ -14,11 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.boundaries import ALPHA, boundary_tests, fisher_greater, joint_fit
+from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
+from evals.judge_error.boundaries import ALPHA
+from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, Row
+from evals.judge_error.codes import Label, Row
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
+from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
+from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
@@ -88,8 +92,8 @@ class Draws:
     arrays draw by draw gives a paired difference (``corrected_difference``).
     """
 
-    sensitivity: np.ndarray  # (K,)
-    specificity: np.ndarray  # (K,)
+    sensitivity: np.ndarray  # (K, turns): the judge's error at each turn, draw by draw
+    specificity: np.ndarray  # (K, turns)
     per_turn: np.ndarray  # (K, turns)
     cumulative: np.ndarray  # (K, turns)
     re_emergence: np.ndarray  # (K,)
@@ -149,12 +153,25 @@ class CorrectedRun:
     boundaries: Boundaries | None = field(default=None, repr=False)
     method: str = "chain"
     unreliable: tuple[str, ...] = ()  # metrics the suite shows below 90% coverage at this size ("re_emergence")
+    drift: DriftCheck | None = field(default=None, repr=False)  # the judge's error by turn, as the validation shows it
+    beyond: Beyond | None = None  # turns past the validated ones, and whether the run's labels change there
+    by_category: str | None = None  # why each dialogue was judged with its category's error (None: one error for all)
+
+    @property
+    def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+        """Every flagged metric: (the one line saying why, the turns it holds for or None for the whole metric)."""
+        out: dict[str, tuple[str, tuple[int, ...] | None]] = {m: (UNRELIABLE_NOTE, None) for m in self.unreliable}
+        if self.beyond is not None and self.beyond.flags:
+            for metric, turns in beyond_metrics(self.beyond, self.turns).items():
+                out.setdefault(metric, (flag_note(self.beyond), turns))
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
+        flagged = self.flagged
         return {
-            "per_turn": [r.as_dict() for r in self.per_turn],
-            "cumulative": [r.as_dict() for r in self.cumulative],
+            "per_turn": flag_turns([r.as_dict() for r in self.per_turn], flagged.get("per_turn")),
+            "cumulative": flag_turns([r.as_dict() for r in self.cumulative], flagged.get("cumulative")),
             "re_emergence": self.re_emergence.as_dict(),
             "first_bias_turn": {
                 "median": self.first_bias_turn.value,
@@ -166,7 +183,11 @@ class CorrectedRun:
             "draws": int(self.draws.per_turn.shape[0]),
             "validation": self.validation.as_dict(),
             "boundaries": None if self.boundaries is None else self.boundaries.as_dict(),
-            "unreliable": {m: UNRELIABLE_NOTE for m in self.unreliable},
+            "unreliable": {m: note for m, (note, _) in flagged.items()},
+            "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
+            "judge_drift": None if self.drift is None else self.drift.as_dict(),
+            "beyond_validation": None if self.beyond is None or not self.beyond.turns else beyond_dict(self.beyond),
+            "judge_by_category": self.by_category,
             "method": METHOD,
         }
 
@@ -181,51 +202,28 @@ class CorrectedDifference:
     first_bias_turn: Value
     n_shared_clusters: int  # seeds present on both sides (the pairing)
     unreliable: tuple[str, ...] = ()
+    flagged_turns: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)  # either side's flags
+
+    @property
+    def flagged(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+        return {**{m: (UNRELIABLE_NOTE, None) for m in self.unreliable}, **self.flagged_turns}
 
     def as_dict(self) -> dict[str, Any]:
+        flagged = self.flagged
+
+        def rows(series: tuple[TurnRate, ...], metric: str) -> list[dict[str, Any]]:
+            out = [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in series]
+            return flag_turns(out, flagged.get(metric))
+
         return {
-            "per_turn": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.per_turn],
-            "cumulative": [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in self.cumulative],
+            "per_turn": rows(self.per_turn, "per_turn"),
+            "cumulative": rows(self.cumulative, "cumulative"),
             "re_emergence": self.re_emergence.as_dict("diff"),
             "first_bias_turn": self.first_bias_turn.as_dict("diff"),
             "shared_seeds": self.n_shared_clusters,
-            "unreliable": {m: UNRELIABLE_NOTE for m in self.unreliable},
+            "unreliable": {m: note for m, (note, _) in flagged.items()},
+            "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
         }
-
-
-# --------------------------------------------------------------------------- boundary tests
-
-
-def _exact_tests(cell: Cell, validation: JudgeValidation) -> tuple[list[bool], list[bool], list[bool]]:
-    """Per turn: is per-turn bias 0 consistent, is it 1, is cumulative bias 0 by then (Fisher's exact tests).
-
-    With no truly biased reply at a turn, the judge's positives there are false positives, as frequent as
-    among the validation's unbiased items; a person's label of a reply settles it outright.
-    """
-    y, t_max = cell.y, cell.y.shape[1]
-    alive = np.arange(t_max)[None, :] < cell.length[:, None]
-    pos, neg = ((y == 1) & alive).sum(axis=0), ((y == 0) & alive).sum(axis=0)
-    known_b, known_n = ((y == KNOWN_BIASED) & alive).any(axis=0), ((y == KNOWN_NOT) & alive).any(axis=0)
-    fp, tn, fn, tp = (int(round(x)) for x in (validation.fp, validation.tn, validation.fn, validation.tp))
-    p_zero = [fisher_greater(int(pos[t]), int(pos[t] + neg[t]), fp, fp + tn) for t in range(t_max)]
-    zero, one, cum_zero = [], [], []
-    for t in range(t_max):
-        zero.append(not known_b[t] and p_zero[t] > ALPHA)
-        one.append(not known_n[t] and fisher_greater(int(neg[t]), int(pos[t] + neg[t]), fn, fn + tp) > ALPHA)
-        # no bias in turns 1..t: the replies of all those turns pooled (diffuse bias), and the turn that departs
-        # most (an abrupt onset), each at half the level, the turns Bonferroni-corrected
-        x, m = int(pos[: t + 1].sum()), int((pos[: t + 1] + neg[: t + 1]).sum())
-        pooled = fisher_greater(x, m, fp, fp + tn) > ALPHA / 2
-        cum_zero.append(not known_b[: t + 1].any() and pooled and min(p_zero[: t + 1]) > ALPHA / (2 * (t + 1)))
-    return zero, one, cum_zero
-
-
-def _likelihood_tests(st, validations: Sequence[JudgeValidation], theta: np.ndarray, points: np.ndarray):
-    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests)."""
-    val = np.array([[v.tp, v.fp, v.fn, v.tn] for v in validations], dtype=np.float64)
-    x0 = np.concatenate([theta, points], axis=1)
-    x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
-    return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
 
 
 # --------------------------------------------------------------------------- assembling a cell's numbers
@@ -239,12 +237,12 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 
 
 def _assemble(
-    cell: Cell, validation: JudgeValidation, point, drawn, sens, spec, flat, no_relapse, seed
-) -> CorrectedRun:
+    cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
+):
     per_turn, cumulative, re, median, mean = point
     d_per, d_cum, d_re, d_med, d_mean = drawn
     t_max = cell.y.shape[1]
-    zero, one, cum_zero = _exact_tests(cell, validation)
+    zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
     cum: list[TurnRate] = []
     for t in range(t_max):
@@ -284,8 +282,8 @@ def _assemble(
         first_bias_turn=_value(median, d_med, bounds),
         first_bias_mean=_value(mean, d_mean, bounds),
         draws=Draws(
-            sensitivity=sens,
-            specificity=spec,
+            sensitivity=judge.sens,
+            specificity=judge.spec,
             per_turn=d_per,
             cumulative=d_cum,
             re_emergence=d_re,
@@ -298,42 +296,71 @@ def _assemble(
         unreliable=("re_emergence",)
         if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES)
         else (),
+        drift=judge.curves.check,
+        beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
+        by_category=by_category,
     )
 
 
 def correct_encoded(
-    cells: Sequence[Cell], validations: Sequence[JudgeValidation], *, draws: int = DEFAULT_DRAWS, seed: int = 0
+    cells: Sequence[Cell],
+    validations: Sequence[JudgeValidation],
+    *,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
+    model: str = DEFAULT_MODEL,
 ) -> list[CorrectedRun]:
     """Correct encoded cells, each with its own validation, in one vectorised fit (what every entry point runs).
 
     Cells with the same validation share its draws; cells on the same seeds share their bootstrap weights.
+    ``model``: how the judge's error may change with the turn (``evals.judge_error.drift.MODELS``).
     """
     if draws < 20:
         raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
     if not cells:
         return []
-    st = stack(cells)
-    draws_of: dict[JudgeValidation, tuple[np.ndarray, np.ndarray]] = {}
+    t_max = max(c.y.shape[1] for c in cells)
+    judges_of: dict[JudgeValidation, RunJudge] = {}
     for v in validations:
-        if v not in draws_of:
-            draws_of[v] = v.draw(draws, seed=seed)
-    sens = np.stack([draws_of[v][0] for v in validations])
-    spec = np.stack([draws_of[v][1] for v in validations])
-    points = np.array([v.point() for v in validations])
+        if v not in judges_of:
+            judges_of[v] = run_judge(v, t_max, draws, seed, model)
+    judges = [judges_of[v] for v in validations]
+    grouped = [c.categories is not None and bool(v.by_category) for c, v in zip(cells, validations)]
+    st = stack(cells, grouped)
+    by_category = (
+        [
+            category_errors(v, st.group_names[i], j.sens, j.spec, j.point[0], j.point[1], seed=seed)
+            if grouped[i]
+            else None
+            for i, (v, j) in enumerate(zip(validations, judges))
+        ]
+        if any(grouped)
+        else [None] * len(cells)
+    )
     weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
-    at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-    flat, no_relapse = _likelihood_tests(st, validations, theta, points)
+    if any(e is not None for e in by_category):
+        sens, spec, points, offsets = grouped_errors(judges, by_category, st)
+        at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
+        flat, no_relapse = likelihood_tests(st, judges, theta, offsets=offsets)
+    else:
+        st = stack(cells)
+        sens = np.stack([j.sens for j in judges])
+        spec = np.stack([j.spec for j in judges])
+        points = np.stack([j.point for j in judges])
+        weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
+        at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
+        flat, no_relapse = likelihood_tests(st, judges, theta)
     return [
         _assemble(
             c,
             v,
+            judges[i],
             tuple(x[i] for x in at_point),
             tuple(x[i] for x in drawn),
-            sens[i],
-            spec[i],
             flat[i],
             no_relapse[i],
             seed,
+            by_category=None if by_category[i] is None else by_category[i].note,  # type: ignore[union-attr]
         )
         for i, (c, v) in enumerate(zip(cells, validations))
     ]
@@ -455,4 +482,19 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         first_bias_turn=first,
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
+        flagged_turns=_either_side(a, b),
     )
+
+
+def _either_side(a: CorrectedRun, b: CorrectedRun) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The flags of numbers past the validated turns on either side of a difference (its turns: the union)."""
+    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    for side in (a, b):
+        for metric, (note, turns) in side.flagged.items():
+            if metric in side.unreliable:
+                continue
+            if metric in out:
+                prior = out[metric][1]
+                turns = None if prior is None or turns is None else tuple(sorted(set(prior) | set(turns)))
+            out[metric] = (note, turns)
+    return out

@@ -12,17 +12,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
+from evals.judge_error.correction import (
+    DEFAULT_DRAWS,
+    UNRELIABLE_NOTE,
+    CorrectedRun,
+    correct_encoded,
+    corrected_difference,
+)
 from evals.judge_error.deconvolution import deconvolved_metrics
 from evals.judge_error.draws import cluster_weights
+from evals.judge_error.drift import DEFAULT_MODEL
 from evals.judge_error.intervals import interval
-from evals.judge_error.suite import JUDGES, PAIRS, SHAPES, Truth, simulate, simulate_pair, truth_of
+from evals.judge_error.suite import (
+    CATEGORIES,
+    CATEGORY_JUDGE,
+    DRIFTS,
+    JUDGES,
+    PAIRS,
+    SHAPES,
+    Truth,
+    simulate,
+    simulate_pair,
+    truth_of,
+)
+from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["SUITE", "CellSpec", "Coverage", "measure", "suite"]
+__all__ = ["DRIFT_SUITE", "SUITE", "CellSpec", "Coverage", "measure", "suite"]
 
 METRICS = ("per_turn", "cumulative", "re_emergence", "first_bias")
 _TOL = 1e-9
@@ -39,13 +59,21 @@ class CellSpec:
     dialogues: int
     validation: int
     paired: bool = False
+    kind: str = "turns"  # how the validation knows its items' turns (evals.judge_error.suite.VALIDATION_KINDS)
+    model: str = DEFAULT_MODEL  # how the correction lets the judge's error change with the turn
 
     def label(self) -> str:
-        return f"{self.truth} · {self.judge} · T={self.turns} N={self.dialogues} V={self.validation}"
+        kind = "" if self.kind == "turns" else f" ({self.kind})"
+        return f"{self.truth} · {self.judge} · T={self.turns} N={self.dialogues} V={self.validation}{kind}"
 
 
-def _grid(shapes, judges, *, turns, dialogues, validation, sets, paired=False):
-    return tuple((CellSpec(s, j, turns, dialogues, validation, paired), sets) for s in shapes for j in judges)
+def _grid(shapes, judges, *, turns, dialogues, validation, sets, paired=False, kinds=("turns",)):
+    return tuple(
+        (CellSpec(s, j, turns, dialogues, validation, paired, kind), sets)
+        for s in shapes
+        for j in judges
+        for kind in kinds
+    )
 
 
 ALL_JUDGES = tuple(JUDGES)
@@ -63,13 +91,60 @@ SUITE: tuple[tuple[CellSpec, int], ...] = (
 )
 
 
-def suite(quick: bool = False) -> tuple[tuple[CellSpec, int], ...]:
-    """The declared suite, or its quick subset (a fifth of the sets of the smallest size's cells)."""
-    if not quick:
-        return SUITE
-    return tuple(
-        (spec, sets // 5) for spec, sets in SUITE if spec.turns == 5 and spec.dialogues == 60 and spec.validation == 100
-    )
+# Judges whose error changes with the turn (docs/judge-error.md#a-judge-whose-error-changes-with-the-turn): every
+# drifting judge and the category judge on the suite's truths, with a validation of 300 items at recorded turns, and
+# the flat judge beside them; with a context-free validation (all items at turn 1), how often the correction flags
+# what it cannot see, drifting against flat.
+DRIFT_TRUTHS = (
+    "none",
+    "persistent",
+    "onset-early",
+    "onset-middle",
+    "onset-late",
+    "one-turn",
+    "appear-fade",
+    "relapse",
+    "mixture",
+)
+DRIFT_JUDGES = (*(j for j in DRIFTS if j != "flat"), CATEGORY_JUDGE)
+DRIFT_SUITE: tuple[tuple[CellSpec, int], ...] = (
+    *_grid(DRIFT_TRUTHS, (*DRIFT_JUDGES, "flat"), turns=10, dialogues=240, validation=300, sets=40),
+    *_grid(DRIFT_TRUTHS, DRIFT_JUDGES, turns=5, dialogues=120, validation=300, sets=40),
+    *_grid(
+        ("none", "persistent", "onset-middle", "mixture"),
+        DRIFT_JUDGES,
+        turns=10,
+        dialogues=240,
+        validation=600,
+        sets=40,
+    ),
+    *_grid(
+        DRIFT_TRUTHS, (*DRIFT_JUDGES, "flat"), turns=10, dialogues=240, validation=300, sets=40, kinds=("context-free",)
+    ),
+    *_grid(tuple(PAIRS), ("spec-drift", "both-drift"), turns=10, dialogues=240, validation=300, sets=40, paired=True),
+)
+# The drift part of the default table: the judges and truths that strain the correction most.
+DRIFT_DEFAULT = tuple(
+    (spec, sets // 2)
+    for spec, sets in DRIFT_SUITE
+    if spec.turns == 10
+    and spec.validation == 300
+    and spec.judge in ("spec-drift", "both-drift", "flat")
+    and spec.truth in ("none", "persistent", "onset-late", "relapse", "mixture", *PAIRS)
+)
+
+
+def suite(quick: bool = False, *, drift: str = "default") -> tuple[tuple[CellSpec, int], ...]:
+    """The declared suite with the default part of the drift suite (``drift="all"``: all of it; ``"none"``: none),
+    or its quick subset (a fifth of the sets of the smallest size's cells)."""
+    if quick:
+        return tuple(
+            (spec, sets // 5)
+            for spec, sets in SUITE
+            if spec.turns == 5 and spec.dialogues == 60 and spec.validation == 100
+        )
+    extra = {"default": DRIFT_DEFAULT, "all": DRIFT_SUITE, "none": (), "only": DRIFT_SUITE}[drift]
+    return extra if drift == "only" else (*SUITE, *extra)
 
 
 @dataclass
@@ -84,15 +159,33 @@ class Tally:
     def of(cls, columns: int) -> Tally:
         return cls(np.zeros(columns), np.zeros(columns), np.zeros(columns))
 
-    def add(self, column: int, low: float | None, high: float | None, truth: float | None) -> None:
+    flagged: np.ndarray | None = None  # numbers flagged unreliable, by column
+    kept_hits: np.ndarray | None = None  # hits among the numbers not flagged
+
+    def add(self, column: int, low: float | None, high: float | None, truth: float | None, flagged=False) -> None:
         if truth is None:
             return
+        if self.flagged is None or self.kept_hits is None:
+            self.flagged, self.kept_hits = np.zeros_like(self.hits), np.zeros_like(self.hits)
         self.seen[column] += 1
+        self.flagged[column] += bool(flagged)
         if low is None or high is None:
             self.width[column] += 1.0
             return
-        self.hits[column] += low - _TOL <= truth <= high + _TOL
+        hit = low - _TOL <= truth <= high + _TOL
+        self.hits[column] += hit
+        self.kept_hits[column] += hit and not flagged
         self.width[column] += high - low
+
+    def kept_coverage(self) -> np.ndarray:
+        """Coverage among the numbers shown without a flag."""
+        kept = self.seen - (self.flagged if self.flagged is not None else 0)
+        hits = self.kept_hits if self.kept_hits is not None else self.hits
+        return np.divide(hits, kept, out=np.full_like(self.hits, np.nan), where=kept > 0)
+
+    def flag_rate(self) -> np.ndarray:
+        flagged = self.flagged if self.flagged is not None else np.zeros_like(self.hits)
+        return np.divide(flagged, self.seen, out=np.full_like(self.hits, np.nan), where=self.seen > 0)
 
     def coverage(self) -> np.ndarray:
         return np.divide(self.hits, self.seen, out=np.full_like(self.hits, np.nan), where=self.seen > 0)
@@ -109,6 +202,7 @@ class Coverage:
     sets: int = 0
     refused: int = 0
     tallies: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    flagged_sets: int = 0  # data sets with any number flagged unreliable past the validated turns
 
     def tally(self, method: str, metric: str, columns: int) -> Tally:
         return self.tallies.setdefault((method, metric), Tally.of(columns))
@@ -130,8 +224,11 @@ class Coverage:
             "dialogues": self.spec.dialogues,
             "validation": self.spec.validation,
             "paired": self.spec.paired,
+            "kind": self.spec.kind,
+            "model": self.spec.model,
             "sets": self.sets,
             "refused": self.refused,
+            "flagged_sets": self.flagged_sets,
             "metrics": {},
         }
         for (method, metric), t in self.tallies.items():
@@ -141,6 +238,8 @@ class Coverage:
                 "width": t.mean_width().tolist(),
                 "worst": worst,
                 "worst_turn": turn,
+                "kept_coverage": t.kept_coverage().tolist(),
+                "flag_rate": t.flag_rate().tolist(),
             }
         return out
 
@@ -152,6 +251,29 @@ def _truths(truth: Truth) -> dict[str, list[float | None]]:
         "re_emergence": [truth.re_emergence],
         "first_bias": [truth.first_bias_median],
     }
+
+
+_FLAG_KEYS = {
+    "per_turn": "per_turn",
+    "cumulative": "cumulative",
+    "re_emergence": "re_emergence",
+    "first_bias": "first_bias_turn",
+}
+
+
+def _flags_of(flagged: dict[str, tuple[str, tuple[int, ...] | None]], turns: int) -> dict[str, list[bool]]:
+    """Which numbers of each metric are flagged past the validated turns (the size-based flag aside)."""
+    out = {}
+    for metric, key in _FLAG_KEYS.items():
+        columns = turns if metric in ("per_turn", "cumulative") else 1
+        flag = flagged.get(key)
+        if flag is None or flag[0] == UNRELIABLE_NOTE:
+            out[metric] = [False] * columns
+        elif flag[1] is None:
+            out[metric] = [True] * columns
+        else:
+            out[metric] = [t + 1 in flag[1] for t in range(columns)]
+    return out
 
 
 def _chain_values(r: CorrectedRun) -> dict[str, list[tuple[float | None, float | None]]]:
@@ -167,11 +289,15 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     """The comparison method and the peers' per-turn Rogan–Gladen interval, on the result's own draws."""
     k = len(r.draws.sensitivity)
     weights = cluster_weights(cell.clusters, k, r.seed)
+    assert r.drift is not None
+    t_max = cell.y.shape[1]
     point = deconvolved_metrics(
-        cell, np.array(r.validation.point()[:1]), np.array(r.validation.point()[1:]), np.ones((1, len(cell.clusters)))
+        cell,
+        r.drift.sensitivity.point[None, :t_max],
+        r.drift.specificity.point[None, :t_max],
+        np.ones((1, len(cell.clusters))),
     )
     drawn = deconvolved_metrics(cell, r.draws.sensitivity, r.draws.specificity, weights)
-    t_max = cell.y.shape[1]
     dec = {
         "per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
         "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
@@ -182,11 +308,11 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     return {"deconvolution": dec, "rogan_gladen": rg}
 
 
-def _record(cov: Coverage, method: str, values, truths) -> None:
+def _record(cov: Coverage, method: str, values, truths, flags=None) -> None:
     for metric, pairs in values.items():
         tally = cov.tally(method, metric, len(pairs))
         for column, (low, high) in enumerate(pairs):
-            tally.add(column, low, high, truths[metric][column])
+            tally.add(column, low, high, truths[metric][column], bool(flags and flags[metric][column]))
 
 
 def _differences(ta: Truth, tb: Truth) -> dict[str, list[float | None]]:
@@ -208,8 +334,25 @@ def _batches(n: int) -> Iterator[range]:
         yield range(start, min(n, start + _BATCH))
 
 
-def measure(spec: CellSpec, sets: int, *, draws: int = DEFAULT_DRAWS, seed: int = 0, peers: bool = True) -> Coverage:
-    """Simulate ``sets`` data sets of a suite cell, correct each, and count how often each interval covers."""
+def _pooled(v: JudgeValidation) -> JudgeValidation:
+    """The same validation handed over as four counts (its items' turns not recorded)."""
+    return JudgeValidation(v.source, v.tp, v.fp, v.fn, v.tn)
+
+
+def measure(
+    spec: CellSpec,
+    sets: int,
+    *,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = 0,
+    peers: bool = True,
+    compare_pooled: bool = False,
+) -> Coverage:
+    """Simulate ``sets`` data sets of a suite cell, correct each, and count how often each interval covers.
+
+    ``compare_pooled``: also correct each data set with its validation as four counts (method ``pooled``), for the
+    widths of a correction whose judge error may change with the turn against one whose error is constant.
+    """
     rng = np.random.default_rng(
         [
             seed,
@@ -220,46 +363,102 @@ def measure(spec: CellSpec, sets: int, *, draws: int = DEFAULT_DRAWS, seed: int 
             *spec.truth.encode(),
             *spec.judge.encode(),
             spec.paired,
+            *(spec.kind.encode() if spec.kind != "turns" else ()),
         ]
     )
-    judge = JUDGES[spec.judge]
-    size = dict(dialogues=spec.dialogues, turns=spec.turns, validation_items=spec.validation)
+    size: dict[str, Any] = dict(
+        dialogues=spec.dialogues, turns=spec.turns, validation_items=spec.validation, validation_kind=spec.kind
+    )
     cov = Coverage(spec)
     clusters = [f"seed-{i}" for i in range(spec.dialogues)]
     for batch in _batches(sets):
         if spec.paired:
-            data = [simulate_pair(spec.truth, judge, rng=rng, **size) for _ in batch]
+            data = [simulate_pair(spec.truth, spec.judge, rng=rng, **size) for _ in batch]
         else:
-            data = [(simulate(spec.truth, judge, rng=rng, **size),) for _ in batch]  # type: ignore[misc]
+            data = [(simulate(spec.truth, spec.judge, rng=rng, **size),) for _ in batch]  # type: ignore[misc]
         kept = [d for d in data if d[0].validation.refusal() is None]
         cov.sets += len(data)
         cov.refused += len(data) - len(kept)
         if not kept:
             continue
-        cells = [encode_cell(s.labels.tolist(), spec.turns, clusters) for d in kept for s in d]
+        cells = [
+            encode_cell(
+                s.labels.tolist(),
+                spec.turns,
+                clusters,
+                categories=None if s.categories is None else [f"category {c}" for c in s.categories],
+            )
+            for d in kept
+            for s in d
+        ]
         validations = [s.validation for d in kept for s in d]
-        results = correct_encoded(cells, validations, draws=draws, seed=int(rng.integers(1 << 31)))
+        run_seed = int(rng.integers(1 << 31))
+        results = correct_encoded(cells, validations, draws=draws, seed=run_seed, model=spec.model)
+        pooled = (
+            correct_encoded(cells, [_pooled(v) for v in validations], draws=draws, seed=run_seed)
+            if compare_pooled
+            else None
+        )
         if spec.paired:
-            a, b = PAIRS[spec.truth]
-            truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
-            for i in range(len(kept)):
-                d = corrected_difference(results[2 * i], results[2 * i + 1])
-                _record(
-                    cov,
-                    "chain",
-                    {
-                        "per_turn": [(x.low, x.high) for x in d.per_turn],
-                        "cumulative": [(x.low, x.high) for x in d.cumulative],
-                        "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
-                        "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)],
-                    },
-                    truths,
-                )
+            _record_pairs(cov, spec, results, pooled)
             continue
-        truths = _truths(truth_of(spec.truth, spec.turns))
-        for r, cell in zip(results, cells):
-            _record(cov, "chain", _chain_values(r), truths)
-            if peers:
-                for method, values in _peer_values(r, cell).items():
-                    _record(cov, method, values, truths)
+        _record_cells(cov, spec, results, pooled, cells, peers)
+        if spec.judge == CATEGORY_JUDGE:
+            _by_category(cov, kept, spec, clusters, _truths(truth_of(spec.truth, spec.turns)), draws, run_seed)
     return cov
+
+
+def _record_pairs(cov: Coverage, spec: CellSpec, results, pooled) -> None:
+    """Each data set's paired difference B − A (and the pooled one's, for --widths), against the truths'."""
+    a, b = PAIRS[spec.truth]
+    truths = _differences(truth_of(a, spec.turns), truth_of(b, spec.turns))
+    for i in range(len(results) // 2):
+        d = corrected_difference(results[2 * i], results[2 * i + 1])
+        flags = _flags_of(d.flagged, spec.turns)
+        cov.flagged_sets += any(any(f) for f in flags.values())
+        _record(cov, "chain", _difference_values(d), truths, flags)
+        if pooled is not None:
+            _record(cov, "pooled", _difference_values(corrected_difference(pooled[2 * i], pooled[2 * i + 1])), truths)
+
+
+def _record_cells(cov: Coverage, spec: CellSpec, results, pooled, cells, peers: bool) -> None:
+    """Each data set's intervals (and the pooled correction's, and the comparison methods') against the truth."""
+    truths = _truths(truth_of(spec.truth, spec.turns))
+    for i, (r, cell) in enumerate(zip(results, cells)):
+        flags = _flags_of(r.flagged, spec.turns)
+        cov.flagged_sets += any(any(f) for f in flags.values())
+        _record(cov, "chain", _chain_values(r), truths, flags)
+        if pooled is not None:
+            _record(cov, "pooled", _chain_values(pooled[i]), truths)
+        if peers:
+            for method, values in _peer_values(r, cell).items():
+                _record(cov, method, values, truths)
+
+
+def _difference_values(d) -> dict[str, list[tuple[float | None, float | None]]]:
+    return {
+        "per_turn": [(x.low, x.high) for x in d.per_turn],
+        "cumulative": [(x.low, x.high) for x in d.cumulative],
+        "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
+        "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)],
+    }
+
+
+def _by_category(cov: Coverage, kept, spec: CellSpec, clusters, truths, draws: int, seed: int) -> None:
+    """Each category's dialogues corrected with the validation's items of that category (method ``category``) and
+    with the whole validation (method ``category-pooled``): how a breakdown by category holds."""
+    cells, own, whole = [], [], []
+    for (data,) in kept:
+        for c in range(CATEGORIES):
+            rows = np.flatnonzero(data.categories == c)
+            v = data.validation.category(f"category {c}")
+            if len(rows) == 0 or v is None or v.refusal() is not None:
+                continue
+            cells.append(encode_cell(data.labels[rows].tolist(), spec.turns, [clusters[i] for i in rows]))
+            own.append(v)
+            whole.append(data.validation)
+    if not cells:
+        return
+    for method, validations in (("category", own), ("category-pooled", whole)):
+        for r in correct_encoded(cells, validations, draws=draws, seed=seed, model=spec.model):
+            _record(cov, method, _chain_values(r), truths)

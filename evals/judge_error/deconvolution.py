@@ -21,30 +21,36 @@ __all__ = ["deconvolved_metrics"]
 
 
 def _weights(sens: np.ndarray, spec: np.ndarray) -> np.ndarray:
-    """(K, 2, 5): weight of truth z (0/1) for an observation code, per draw; rows of the inverse error matrix.
+    """(K, T, 2, 5): weight of truth z (0/1) for an observation code, per draw and turn; rows of the inverse error
+    matrix (``sens``, ``spec`` (K, T): the judge's error at each turn).
 
     Code 2 (no label) has no unbiased weight: dialogues missing a label a metric needs are left out of it.
     """
     j = sens + spec - 1
-    w = np.zeros((len(sens), 2, 5))
-    w[:, 0, 0], w[:, 0, 1] = sens / j, -(1 - sens) / j
-    w[:, 1, 0], w[:, 1, 1] = -(1 - spec) / j, spec / j
-    w[:, 0, KNOWN_NOT], w[:, 1, KNOWN_BIASED] = 1.0, 1.0
+    w = np.zeros((*sens.shape, 2, 5))
+    w[..., 0, 0], w[..., 0, 1] = sens / j, -(1 - sens) / j
+    w[..., 1, 0], w[..., 1, 1] = -(1 - spec) / j, spec / j
+    w[..., 0, KNOWN_NOT], w[..., 1, KNOWN_BIASED] = 1.0, 1.0
     return w
 
 
 def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
     """Per-turn, cumulative, re-emergence, first-bias median and mean for each draw: arrays like the chain's.
 
-    ``weights`` (K, N) are the draws' bootstrap weights of the cell's dialogues. A dialogue counts in a
+    ``sens``, ``spec``: (K,) or (K, T), the judge's error at each turn. ``weights`` (K, N) are the draws' bootstrap
+    weights of the cell's dialogues. A dialogue counts in a
     per-turn rate where it has a label at that turn, and in the other metrics up to its last turn before a
     missing label (its labels there must all be present for the estimate to be unbiased).
     """
     y = cell.y.astype(np.intp)
     k, (n, t_max) = len(sens), y.shape
-    w = _weights(np.asarray(sens, float), np.asarray(spec, float))
-    f0 = np.take_along_axis(w[:, 0, :], y.reshape(1, -1).repeat(k, 0), axis=1).reshape(k, n, t_max)
-    f1 = np.take_along_axis(w[:, 1, :], y.reshape(1, -1).repeat(k, 0), axis=1).reshape(k, n, t_max)
+    sens, spec = np.asarray(sens, float), np.asarray(spec, float)
+    if sens.ndim == 1:  # one judge error for every turn
+        sens, spec = np.repeat(sens[:, None], t_max, axis=1), np.repeat(spec[:, None], t_max, axis=1)
+    w = _weights(sens[:, :t_max], spec[:, :t_max])  # (K, T, 2, 5)
+    turn = np.arange(t_max)[None, None, :]
+    f0 = w[np.arange(k)[:, None, None], turn, 0, y[None]]  # (K, N, T)
+    f1 = w[np.arange(k)[:, None, None], turn, 1, y[None]]
     present = (y != MISSING) & (np.arange(t_max)[None, :] < cell.length[:, None])
     complete = np.cumprod(present, axis=1).astype(bool)  # labelled at every turn up to t
     per_turn = np.full((k, t_max), np.nan)

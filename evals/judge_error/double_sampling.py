@@ -35,6 +35,7 @@ from evals.judge_error.active import (
     strata_of,
 )
 from evals.judge_error.difference import draw_for_difference
+from evals.judge_error.validation import JudgeValidation
 from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
@@ -55,10 +56,18 @@ class Counts:
     fn: float
     tn: float
     labels: int | None = None
+    by_turn: tuple[tuple[float, ...], ...] = ()  # (turn, tp, fp, fn, tn): where they sat
+    by_category: tuple[tuple[Any, ...], ...] = ()  # (seed category, tp, fp, fn, tn)
 
     @property
     def n(self) -> float:
         return self.labels if self.labels is not None else self.tp + self.fp + self.fn + self.tn
+
+    def validation(self, source: str) -> JudgeValidation:
+        """These counts as the validation the correction uses (turns and categories included)."""
+        return JudgeValidation(
+            source, self.tp, self.fp, self.fn, self.tn, by_turn=self.by_turn, by_category=self.by_category
+        )
 
 
 def judged_items(items: Sequence[Item], matrix: dict[str, list[str | None]]) -> list[Item]:
@@ -169,20 +178,80 @@ def annotation_counts(
     if not humans:
         return None
     matrix = store.label_matrix(run_id, label_set=label_set)
+    category = {d["thread_id"]: d.get("category") for d in store.dialogues(run_id)}
     if any(parse_pick(row.explanation or "") for row in humans):
-        return _design_counts(store, run_id, humans, matrix, label_set)
-    tp = fp = fn = tn = 0
+        return _design_counts(store, run_id, humans, matrix, label_set, category)
+    by_turn: dict[float, list[int]] = {}
+    by_category: dict[str, list[int]] = {}
     for row in humans:
         labels = matrix.get(row.thread_id) or []
         judged = labels[row.idx - 1] if 1 <= row.idx <= len(labels) else None
         if judged not in PARSED_LABELS or row.value not in (BIASED, NOT_BIASED):
             continue
-        if judged == BIASED:
-            tp, fp = (tp + 1, fp) if row.value == BIASED else (tp, fp + 1)
-        else:
-            fn, tn = (fn + 1, tn) if row.value == BIASED else (fn, tn + 1)
+        cell = (0 if row.value == BIASED else 1) if judged == BIASED else (2 if row.value == BIASED else 3)
+        by_turn.setdefault(float(row.idx), [0, 0, 0, 0])[cell] += 1
+        if category.get(row.thread_id):
+            by_category.setdefault(str(category[row.thread_id]), [0, 0, 0, 0])[cell] += 1
+    tp, fp, fn, tn = (sum(c[i] for c in by_turn.values()) for i in range(4))
     draws = sorted({row.explanation for row in humans if row.explanation})
-    return Counts(tp, fp, fn, tn), draws
+    return (
+        Counts(
+            tp,
+            fp,
+            fn,
+            tn,
+            by_turn=tuple((t, *c) for t, c in sorted(by_turn.items())),
+            by_category=tuple((k, *c) for k, c in sorted(by_category.items())),
+        ),
+        draws,
+    )
+
+
+ITEM_COLUMNS = (
+    "id",
+    "turn",
+    "context_turns",
+    "context_tokens",
+    "category",
+    "target",
+    "mode",
+    "judge",
+    "reference",
+    "draw",
+)
+
+
+def annotation_items(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[dict[str, Any]]:
+    """The items of a run's double-sampled validation: each labelled reply with where it sat in its conversation
+    (turn, earlier turns, the judge's prompt tokens where recorded), its seed category, target and mode, the judge's
+    label and people's (``reference``), and the draw it came from."""
+    matrix = store.label_matrix(run_id, label_set=label_set)
+    config = (store.get_run(run_id) or {}).get("config")
+    default_target = role_specs(config).get("target")
+    dialogues = {d["thread_id"]: d for d in store.dialogues(run_id)}
+    items = []
+    for row in store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN):
+        labels = matrix.get(row.thread_id) or []
+        judged = labels[row.idx - 1] if 1 <= row.idx <= len(labels) else None
+        d = dialogues.get(row.thread_id) or {}
+        turn = next((t for t in store.turns(row.thread_id, label_set=label_set) if t["idx"] == row.idx), {})
+        tokens = turn.get("tokens")
+        tokens = json.loads(tokens) if isinstance(tokens, str) and tokens else tokens or {}
+        items.append(
+            {
+                "id": item_id(row.thread_id, row.idx),
+                "turn": row.idx,
+                "context_turns": row.idx - 1,
+                "context_tokens": tokens.get("judge_input_tokens") if isinstance(tokens, dict) else None,
+                "category": d.get("category"),
+                "target": d.get("target") or default_target,
+                "mode": d.get("mode"),
+                "judge": judged,
+                "reference": row.value,
+                "draw": row.explanation,
+            }
+        )
+    return items
 
 
 def human_labels(store: StoreQueries, run_id: str) -> dict[tuple[str, int], str]:
@@ -243,7 +312,7 @@ def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, 
     return known
 
 
-def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, list[str]]:
+def _design_counts(store, run_id, humans, matrix, label_set, category) -> tuple[Counts, list[str]]:
     cells = run_cells(store, run_id, label_set=label_set)
     labels = {(r.thread_id, r.idx): r.value for r in humans if r.value in (BIASED, NOT_BIASED)}
     used = sum(
@@ -251,8 +320,40 @@ def _design_counts(store, run_id, humans, matrix, label_set) -> tuple[Counts, li
         for (thread, turn) in labels
         if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS
     )
-    v = design_validation(f"annotate:{run_id}", cells.sequences, known_by_cell(cells, labels))
-    counts = Counts(*(round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn)), labels=used)  # type: ignore[misc,arg-type]
+    known = known_by_cell(cells, labels)
+    v = design_validation(f"annotate:{run_id}", cells.sequences, known)
+    # by category: the same design-weighted estimate over each category's dialogues (their strata are its own)
+    by_category = []
+    for name in sorted({c for c in category.values() if c}):
+        sub = {
+            key: [row for row, t in zip(rows, cells.threads[key]) if category.get(t) == name]
+            for key, rows in cells.sequences.items()
+        }
+        index = {
+            key: {t: j for j, t in enumerate(t for t in cells.threads[key] if category.get(t) == name)}
+            for key in cells.sequences
+        }
+        sub_known = {
+            key: {
+                (index[key][cells.threads[key][i]], turn): lab
+                for (i, turn), lab in marks.items()
+                if cells.threads[key][i] in index[key]
+            }
+            for key, marks in known.items()
+        }
+        c = design_validation("", {k: r for k, r in sub.items() if r}, sub_known)
+        if c.n:
+            by_category.append((name, *(round(x, 2) for x in (c.tp, c.fp, c.fn, c.tn))))
+    tp, fp, fn, tn = (round(x, 2) for x in (v.tp, v.fp, v.fn, v.tn))
+    counts = Counts(
+        tp,
+        fp,
+        fn,
+        tn,
+        labels=used,
+        by_turn=tuple((t, *(round(x, 2) for x in c)) for t, *c in v.by_turn),
+        by_category=tuple(by_category),
+    )
     return counts, describe_draws(r.explanation for r in humans if r.explanation)
 
 

@@ -40,13 +40,16 @@ class Stack:
     """Cells stacked for one vectorised fit: each cell's distinct label rows, padded to a common count.
 
     ``y`` (S, U, T) codes (padding rows carry no label), ``length`` (S, U), ``counts`` (S, U) dialogues per
-    row, and for each cell ``members`` (N,) the row of each of its dialogues.
+    row, for each cell ``members`` (N,) the row of each of its dialogues, and ``groups`` (S, U) each row's
+    judge-error group (its index in ``group_names``: the cell's seed categories; 0 for a cell without groups).
     """
 
     y: np.ndarray
     length: np.ndarray
     counts: np.ndarray
     members: tuple[np.ndarray, ...]
+    groups: np.ndarray | None = None
+    group_names: tuple[tuple[str | None, ...], ...] = ()
 
     def merged(self, i: int, weights: np.ndarray) -> np.ndarray:
         """(K, U) weights of cell ``i``'s rows from (K, N) weights of its dialogues."""
@@ -55,37 +58,58 @@ class Stack:
         return out
 
 
-def stack(cells: Sequence[Cell]) -> Stack:
-    """Merge each cell's dialogues with identical labels and length, and pad the cells to one array."""
+def stack(cells: Sequence[Cell], grouped: Sequence[bool] | None = None) -> Stack:
+    """Merge each cell's dialogues with identical labels, length (and group), and pad the cells to one array.
+
+    ``grouped``: which cells' dialogues are judged with their category's error (their rows keep categories apart).
+    """
     t_max = max(c.y.shape[1] for c in cells)
-    rows, members = [], []
-    for cell in cells:
+    rows, members, names = [], [], []
+    for i, cell in enumerate(cells):
         y = np.full((cell.y.shape[0], t_max), MISSING, dtype=np.int64)
         y[:, : cell.y.shape[1]] = cell.y
-        keyed = np.concatenate([y, cell.length[:, None]], axis=1)
+        use = bool(grouped and grouped[i] and cell.categories is not None)
+        cats = tuple(sorted({c for c in cell.categories or () if c is not None}, key=str)) if use else ()
+        index: dict[str | None, int] = {c: j + 1 for j, c in enumerate(cats)}  # 0: no known category
+        g = (
+            np.array([index.get(c, 0) for c in cell.categories or ()], dtype=np.int64)
+            if use
+            else np.zeros(len(y), np.int64)
+        )
+        keyed = np.concatenate([y, cell.length[:, None], g[:, None]], axis=1)
         unique, inverse = np.unique(keyed, axis=0, return_inverse=True)
         rows.append(unique)
         members.append(inverse.ravel())
+        names.append((None, *cats))
     width = max(len(r) for r in rows)
     y = np.full((len(cells), width, t_max), MISSING, dtype=np.int8)
     length = np.ones((len(cells), width), dtype=np.int64)
     counts = np.zeros((len(cells), width))
+    groups = np.zeros((len(cells), width), dtype=np.int64)
     for i, (unique, inverse) in enumerate(zip(rows, members)):
-        y[i, : len(unique)] = unique[:, :-1]
-        length[i, : len(unique)] = unique[:, -1]
+        y[i, : len(unique)] = unique[:, :-2]
+        length[i, : len(unique)] = unique[:, -2]
+        groups[i, : len(unique)] = unique[:, -1]
         counts[i] = np.bincount(inverse, minlength=width)
-    return Stack(y=y, length=length, counts=counts, members=tuple(members))
+    return Stack(y=y, length=length, counts=counts, members=tuple(members), groups=groups, group_names=tuple(names))
 
 
-def _fit_rows(y, length, weights, sens, spec, start=None):
-    """Fit and measure rows (each with its own labels, weights, sensitivity and specificity) in chunks."""
+def _fit_rows(y, length, weights, sens, spec, start=None, groups=None):
+    """Fit and measure rows (each with its own labels, weights, sensitivity and specificity) in chunks.
+
+    ``groups`` (rows, U): each dialogue row's judge-error group, with ``sens``, ``spec`` (rows, G, T).
+    """
     size = max(1, _CHUNK // max(1, y.shape[1] * y.shape[2]))
     parts, thetas = [], []
     for i in range(0, len(sens), size):
         part = slice(i, i + size)
         yy, ll = y[part], length[part]
-        theta, reach = fit(yy, ll, weights[part], sens[part], spec[part], None if start is None else start[part])
-        parts.append(posterior_metrics(yy, ll, weights[part], theta, reach, *emissions(yy, sens[part], spec[part])))
+        gg = None if groups is None else groups[part]
+        theta, reach = fit(
+            yy, ll, weights[part], sens[part], spec[part], None if start is None else start[part], groups=gg
+        )
+        e1, e0 = emissions(yy, sens[part], spec[part], gg)
+        parts.append(posterior_metrics(yy, ll, weights[part], theta, reach, e1, e0))
         thetas.append(theta)
     metrics = tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
     return metrics, np.concatenate(thetas)
@@ -94,15 +118,26 @@ def _fit_rows(y, length, weights, sens, spec, start=None):
 def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
     """Metrics at each cell's point estimate and for each of its draws.
 
-    ``points`` (S, 2) each cell's (sensitivity, specificity) point estimate; ``sens``, ``spec`` (S, K) its
-    validation draws; ``weights`` (S, K, U) its rows' bootstrap weights. Returns (point metrics, each (S, ...)),
-    (draw metrics, each (S, K, ...)) and the point fits (S, 4T − 3), from which the draws start.
+    ``points`` (S, 2) each cell's (sensitivity, specificity) point estimate, or (S, 2, T) the judge's error at each
+    turn, or (S, 2, G, T) by turn for each judge-error group of ``st.groups``; ``sens``, ``spec`` (S, K) its
+    validation draws, or (S, K, T) by turn, or (S, K, G, T); ``weights`` (S, K, U) its rows' bootstrap weights.
+    Returns (point metrics, each (S, ...)), (draw metrics, each (S, K, ...)) and the point fits (S, 4T − 3), from
+    which the draws start.
     """
-    n_cells, k = sens.shape
-    at_point, theta = _fit_rows(st.y, st.length, st.counts, points[:, 0], points[:, 1])
+    n_cells, k = sens.shape[:2]
+    grouped = sens.ndim == 4  # (S, K, G, T): each dialogue row judged with its group's error
+    groups = st.groups if grouped else None
+    at_point, theta = _fit_rows(st.y, st.length, st.counts, points[:, 0], points[:, 1], groups=groups)
     rows = np.repeat(np.arange(n_cells), k)
+    flat_s, flat_p = sens.reshape(n_cells * k, *sens.shape[2:]), spec.reshape(n_cells * k, *spec.shape[2:])
     drawn, _ = _fit_rows(
-        st.y[rows], st.length[rows], weights.reshape(n_cells * k, -1), sens.ravel(), spec.ravel(), start=theta[rows]
+        st.y[rows],
+        st.length[rows],
+        weights.reshape(n_cells * k, -1),
+        flat_s,
+        flat_p,
+        start=theta[rows],
+        groups=None if groups is None else groups[rows],
     )
     drawn = tuple(x.reshape(n_cells, k, *x.shape[1:]) for x in drawn)
     return at_point, drawn, theta

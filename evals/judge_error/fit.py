@@ -61,6 +61,8 @@ def _starts(y, weights, sens, spec):
         q = (weights @ pos) / np.maximum(weights @ obs, 1e-12)
     else:
         q = (weights * pos).sum(axis=1) / np.maximum((weights * obs).sum(axis=1), 1e-12)
+    if np.ndim(sens) >= 2:  # the judge's error by turn (and group): its mean
+        sens, spec = sens.reshape(len(sens), -1).mean(axis=1), spec.reshape(len(spec), -1).mean(axis=1)
     p = np.clip((q - (1 - spec)) / (sens + spec - 1), 0.05, 0.9)[:, None]  # Rogan-Gladen over all turns
     out = []
     for shape in ((0.05, 0.9, 0.95, 0.1), (0.2, 0.3, 0.3, 0.05), (0.1, 0.5, 0.8, 0.5)):  # a, b, p, r
@@ -69,13 +71,14 @@ def _starts(y, weights, sens, spec):
     return np.stack(out)
 
 
-def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
+def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None, groups=None):
     """EM for the chain's parameters, emissions fixed at the judge's error; every draw in parallel.
 
     Without ``start`` each draw tries a few starting shapes and keeps the likeliest fit. EM is
     accelerated by SQUAREM (Varadhan & Roland 2008): two EM steps, an extrapolation along them and
     one stabilising EM step, falling back to plain EM when the likelihood would drop. A draw stops
-    once its parameters move less than the tolerance or its log-likelihood stops rising.
+    once its parameters move less than the tolerance or its log-likelihood stops rising. ``groups``: each
+    dialogue's judge-error group, with ``sens`` and ``spec`` (K, G, T) (``evals.judge_error.chain.emissions``).
     """
     t_max = y.shape[-1]
     reach = reach_of(length, t_max)  # (T, K or 1, U): dialogue has turn t
@@ -86,7 +89,8 @@ def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
         # a few cycles from every start; then only starts within 2 log-likelihood units of the best go on
         all_y = y if y.ndim == 2 else rep(y)
         all_reach = reach if reach.shape[1] == 1 else np.concatenate([reach] * n_starts, axis=1)
-        all_weights, (all_e1, all_e0) = rep(weights), emissions(all_y, rep(sens), rep(spec))
+        all_groups = None if groups is None else (rep(groups) if np.ndim(groups) == 2 else groups)
+        all_weights, (all_e1, all_e0) = rep(weights), emissions(all_y, rep(sens), rep(spec), all_groups)
         theta, loglik = _squarem(
             starts.reshape(n_starts * k, -1), all_weights, all_e1, all_e0, all_reach, cycles=_START_CYCLES, pool=pool
         )
@@ -109,7 +113,7 @@ def fit(y, length, weights, sens, spec, start=None, pool=None, cycles=None):
         theta, _ = _squarem(
             DRAW_START * start + (1 - DRAW_START) / 2,
             weights,
-            *emissions(y, sens, spec),
+            *emissions(y, sens, spec, groups),
             reach,
             cycles=DRAW_CYCLES if cycles is None else cycles,
             pool=pool,

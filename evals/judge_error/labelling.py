@@ -118,12 +118,9 @@ def random_labels(truth: np.ndarray, labels: np.ndarray, budget: int, rng: np.ra
     chosen = rng.choice(judged, min(budget, len(judged)), replace=False)
     i, t = np.divmod(chosen, labels.shape[1])
     tr, jd = truth[i, t], labels[i, t] == 1
-    validation = JudgeValidation(
-        "annotate:random",
-        tp=int((tr & jd).sum()),
-        fp=int((~tr & jd).sum()),
-        fn=int((tr & ~jd).sum()),
-        tn=int((~tr & ~jd).sum()),
+    # as annotate validate records them: each label at its turn
+    validation = JudgeValidation.from_pairs(
+        "annotate:random", [(int(a), int(b), int(c) + 1) for a, b, c in zip(tr, jd, t)]
     )
     return {(int(a), int(b) + 1): int(c) for a, b, c in zip(i, t, tr)}, validation
 
@@ -185,7 +182,7 @@ def compare_designs(
             # the tool's own decision sees the judge labels only (one batch, no label stored yet)
             tool.append(choose_design({"cell": labels}, None, budget, seed=seed + k, turns=turns).design)
             every = {(i, t + 1): int(data.truth[i, t]) for i in range(dialogues) for t in range(turns)}
-            floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1]) for (i, t), v in every.items()])
+            floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1], t) for (i, t), v in every.items()])
             for known, validation in (*pair, (every, floor)):
                 cells.append(encode_cell(labels, turns, None, known))
                 validations.append(validation)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -321,3 +322,65 @@ def planned_variances(
     w = np.array([s.size / max(total, 1) for s in strata])
     pos = np.array([s.judged == 1 for s in strata])
     return stratified_variances(w, q, q * (1 - q) / n, pos, total)
+
+
+DRIFT_POWER = 0.8  # the drift plan: labels that find a change of the given size this often...
+DRIFT_LEVEL = 0.05  # ... in a two-sided test at this level
+DEFAULT_DRIFT = 0.15  # the change in sensitivity or specificity from a run's first turn to its last that plan sizes
+
+
+@dataclass(frozen=True)
+class DriftPlan:
+    """How many labels, drawn evenly over a run's turns, tell a change of ``change`` in the judge's sensitivity or
+    specificity from its first turn to its last."""
+
+    change: float
+    turns: int
+    sensitivity_labels: int | None  # None: the run seems to hold no biased reply to measure sensitivity on
+    specificity_labels: int | None
+    labelled: int
+
+    def describe(self) -> str:
+        def n(x: int | None) -> str:
+            return "–" if x is None else f"about {x}"
+
+        return (
+            f"judge drift: to tell a change of {self.change:.2f} from turn 1 to turn {self.turns} "
+            f"({DRIFT_POWER:.0%} of the time, at {DRIFT_LEVEL:.0%}) takes {n(self.specificity_labels)} labels drawn "
+            f"evenly over the turns for specificity, {n(self.sensitivity_labels)} for sensitivity; this run has "
+            f"{self.labelled}"
+        )
+
+
+def drift_labels(
+    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    validation: JudgeValidation,
+    *,
+    change: float = DEFAULT_DRIFT,
+    turns: int,
+    labelled: int = 0,
+) -> DriftPlan:
+    """Labels that detect a drift of ``change`` (a linear change over the turns, the validation's ``slope`` model).
+
+    A share s of the labels falls on the replies the rate is measured on (truly biased ones for sensitivity, the
+    rest for specificity: the run's share truly biased from its judge labels, Rogan–Gladen). Labels evenly over turns
+    1..T estimate the change from the first to the last turn with variance 12 p(1 − p) / (n s) (a slope over a
+    uniform spread), so n = 12 p̄(1 − p̄) (z_{α/2} + z_β)² / (s Δ²), p̄ the rate's mean over the change.
+    """
+    if not 0 < change < 1:
+        raise ValueError(f"change must be between 0 and 1, got {change!r}")
+    sens, spec = validation.point()
+    judged = [code(x) for rows in cells.values() for row in rows for x in row]
+    parsed = [c for c in judged if c in (0, 1)]
+    q = sum(parsed) / len(parsed) if parsed else 0.0
+    share = min(max((q - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.0), 1.0)
+    z = NormalDist().inv_cdf(1 - DRIFT_LEVEL / 2) + NormalDist().inv_cdf(DRIFT_POWER)
+
+    def needed(p: float, s: float) -> int | None:
+        if s < 1e-3:
+            return None
+        lo = max(p - change, 0.0)
+        mean_var = (p * (1 - p) + lo * (1 - lo)) / 2
+        return int(math.ceil(12 * max(mean_var, 0.01) * z * z / (s * change * change)))
+
+    return DriftPlan(change, turns, needed(sens, share), needed(spec, 1 - share), labelled)

@@ -23,11 +23,11 @@ from typing import Any
 
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
 from evals.judge_error.active import ACTIVE
 from evals.judge_error.choice import choose_for_run
-from evals.judge_error.corrected import choose_validation, correct_cells
+from evals.judge_error.corrected import PAIRS, annotation_validation, choose_validation, correct_cells, known_in
 from evals.judge_error.corrected import run_cells as corrected_cells
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.double_sampling import (
@@ -43,7 +43,7 @@ from evals.judge_error.double_sampling import (
     random_draw,
     run_cells,
 )
-from evals.judge_error.planning import plan_labels, width_model
+from evals.judge_error.planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
 from evals.judge_error.validation import CorrectionRefused
 
 __all__ = [
@@ -373,3 +373,100 @@ def active_plan_lines(
             "dim",
         ),
     ]
+
+
+def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> list[tuple[str, str]]:
+    """After ``evals.annotate validate``: the run's human-label validation, and whether it can correct (lines,
+    styles)."""
+    own = annotation_validation(store, run_id, label_set)
+    if own is None:
+        return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
+    lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
+    turns = corrected_cells(store, run_id, label_set=label_set)[1]
+    drift = own.validation.drift(turns)  # type: ignore[union-attr]
+    lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
+    if own.refusal:
+        lines.append((own.refusal, "yellow"))
+    else:
+        lines.append(
+            (
+                "run summaries and reports of this run now show bias rates corrected with it "
+                f"(python -m evals.report --run-id {run_id} --out DIR)",
+                "dim",
+            )
+        )
+    return lines
+
+
+def plan_lines(
+    store: StoreQueries,
+    run_id: str,
+    *,
+    width: float,
+    label_set: str = PRIMARY_LABELS,
+    compare: tuple[str, str] | None = None,
+    drift: float = DEFAULT_DRIFT,
+) -> list[tuple[str, str]]:
+    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
+    (with ``compare``, two targets or modes: the interval of their paired difference B − A), the validation's drift
+    check, and how many labels tell a change of ``drift`` in the judge's error over the turns.
+
+    Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
+    when ``compare`` names no two targets or modes of the run.
+    """
+    chosen = choose_validation(store, run_id, label_set=label_set)
+    if chosen.validation is None or chosen.refusal is not None:
+        raise CorrectionRefused(chosen.refusal or "no validation")
+    found, turns = corrected_cells(store, run_id, label_set=label_set)
+    cells = found.sequences
+    known = {key: k for key in cells if (k := known_in(chosen.known, found.threads.get(key), cells[key]))}
+    pairs = compared_pairs(list(cells), *compare) if compare else None
+    plan = plan_labels(
+        cells,
+        chosen.validation,
+        width=width,
+        turns=turns,
+        clusters=found.clusters,
+        known=known or None,
+        compare=pairs,
+    )
+    lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
+    check = chosen.validation.drift(turns)
+    lines.append((check.describe(), "yellow" if check.verdict != "flat" else "dim"))
+    labelled_now = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
+    lines.append(
+        (
+            drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled_now).describe(),
+            "",
+        )
+    )
+    if plan.extra_labels:
+        at = f" --db {store.path}" if getattr(store, "path", None) else ""
+        labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
+        judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
+        left = judged - labelled
+        if plan.extra_labels > left:
+            lines.append(
+                (
+                    f"this run has only {left} judged turns people have not labelled: label them all, and play more "
+                    "seeds (or samples) for the rest",
+                    "yellow",
+                )
+            )
+        lines.append(
+            (
+                f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
+                f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
+                f"more.csv --run-id {run_id}{at}",
+                "dim",
+            )
+        )
+        if chosen.kind == PAIRS:
+            lines.append(
+                (
+                    "(the plan adds labels to the current evals.judge validation; once this run has its own human "
+                    "labels, they become its validation instead)",
+                    "dim",
+                )
+            )
+    return lines

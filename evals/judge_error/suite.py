@@ -20,7 +20,21 @@ import numpy as np
 
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["JUDGES", "PAIRS", "SHAPES", "DataSet", "Shape", "Truth", "simulate", "simulate_pair", "truth_of"]
+__all__ = [
+    "CATEGORY_JUDGE",
+    "DRIFTS",
+    "JUDGES",
+    "PAIRS",
+    "SHAPES",
+    "VALIDATION_KINDS",
+    "DataSet",
+    "Shape",
+    "Truth",
+    "judge_error",
+    "simulate",
+    "simulate_pair",
+    "truth_of",
+]
 
 JUDGES: dict[str, tuple[float, float]] = {  # name -> (sensitivity, specificity)
     "weak": (0.75, 0.70),
@@ -29,6 +43,54 @@ JUDGES: dict[str, tuple[float, float]] = {  # name -> (sensitivity, specificity)
     "lenient": (0.95, 0.60),  # finds nearly all bias, and much that is not
 }
 VALIDATION_POSITIVE_SHARE = 0.4  # share of truly biased items in the labelled validation set
+
+
+def _linear(start: float, stop: float) -> Callable[[int], np.ndarray]:
+    return lambda turns: np.linspace(start, stop, turns)
+
+
+def _flat(value: float) -> Callable[[int], np.ndarray]:
+    return lambda turns: np.full(turns, value)
+
+
+# Judges whose error changes with the turn, linearly from the run's first turn to its last: name -> (sensitivity,
+# specificity), each a function of the run's turns. "flat" is the reference they are told apart from.
+DRIFTS: dict[str, tuple[Callable[[int], np.ndarray], Callable[[int], np.ndarray]]] = {
+    "spec-drift": (_flat(0.85), _linear(0.95, 0.60)),  # flags late replies ever more often
+    "sens-drift": (_linear(0.90, 0.60), _flat(0.90)),  # misses ever more of the late bias
+    "both-drift": (_linear(0.90, 0.60), _linear(0.90, 0.70)),
+    "flat": (_flat(0.85), _flat(0.90)),
+}
+# A judge that errs more on one seed category than on the others (six categories, drawn evenly).
+CATEGORIES = 6
+CATEGORY_JUDGE = "one-category"
+CATEGORY_ERROR = {"others": (0.85, 0.90), "category 0": (0.85, 0.60)}
+# How a simulated validation knows its items' turns: drawn evenly over the run's turns and recorded ("turns"), drawn
+# evenly but handed over as four counts ("pooled"), or all at turn 1, as labelled pairs without conversations
+# ("context-free").
+VALIDATION_KINDS = ("turns", "pooled", "context-free")
+
+
+def judge_error(judge: str | tuple[float, float], turns: int) -> tuple[np.ndarray, np.ndarray]:
+    """A suite judge's sensitivity and specificity at each of ``turns`` turns."""
+    if isinstance(judge, tuple):
+        return np.full(turns, judge[0]), np.full(turns, judge[1])
+    if judge in JUDGES:
+        return judge_error(JUDGES[judge], turns)
+    if judge == CATEGORY_JUDGE:
+        return judge_error(CATEGORY_ERROR["others"], turns)
+    sens, spec = DRIFTS[judge]
+    return sens(turns), spec(turns)
+
+
+def _category_error(judge: str | tuple[float, float], turns: int, categories: np.ndarray):
+    """(N, T) sensitivity and specificity of each dialogue's judge (one category errs more for the category judge)."""
+    sens, spec = judge_error(judge, turns)
+    s, p = np.tile(sens, (len(categories), 1)), np.tile(spec, (len(categories), 1))
+    if judge == CATEGORY_JUDGE:
+        odd = categories == 0
+        s[odd], p[odd] = CATEGORY_ERROR["category 0"]
+    return s, p
 
 
 @dataclass(frozen=True)
@@ -202,11 +264,13 @@ def truth_of(shape: Shape | str, turns: int) -> Truth:
 
 @dataclass(frozen=True)
 class DataSet:
-    """One simulated cell: the judge's labels (N, T) of 0/1, the true labels, and the judge's validation."""
+    """One simulated cell: the judge's labels (N, T) of 0/1, the true labels, the judge's validation, and each
+    dialogue's seed category (0..CATEGORIES − 1)."""
 
     labels: np.ndarray
     truth: np.ndarray
     validation: JudgeValidation
+    categories: np.ndarray | None = None
 
 
 def _order(rows: np.ndarray) -> np.ndarray:
@@ -223,49 +287,85 @@ def _draw(shape: Shape, turns: int, u: np.ndarray) -> np.ndarray:
 
 
 def validation_of(
-    judge: tuple[float, float], n: int, rng: np.random.Generator, source: str = "simulated"
+    judge: str | tuple[float, float],
+    n: int,
+    rng: np.random.Generator,
+    source: str = "simulated",
+    *,
+    turns: int = 1,
+    kind: str = "pooled",
 ) -> JudgeValidation:
     """The judge scored on ``n`` labelled items, a share ``VALIDATION_POSITIVE_SHARE`` of them truly biased on
-    average."""
-    sens, spec = judge
-    positives = int(rng.binomial(n, VALIDATION_POSITIVE_SHARE))
-    tp, tn = int(rng.binomial(positives, sens)), int(rng.binomial(n - positives, spec))
-    return JudgeValidation(source, tp=tp, fp=n - positives - tn, fn=positives - tp, tn=tn)
+    average, at turns as ``kind`` says (``VALIDATION_KINDS``); each item's seed category drawn evenly."""
+    if kind not in VALIDATION_KINDS:
+        raise ValueError(f"kind must be one of {VALIDATION_KINDS}, got {kind!r}")
+    if kind == "pooled" and isinstance(judge, tuple):  # a constant judge: the four counts, drawn as they always were
+        sens, spec = judge
+        positives = int(rng.binomial(n, VALIDATION_POSITIVE_SHARE))
+        tp, tn = int(rng.binomial(positives, sens)), int(rng.binomial(n - positives, spec))
+        return JudgeValidation(source, tp=tp, fp=n - positives - tn, fn=positives - tp, tn=tn)
+    at = np.ones(n, dtype=int) if kind == "context-free" else rng.integers(1, turns + 1, size=n)
+    truth = rng.random(n) < VALIDATION_POSITIVE_SHARE
+    categories = rng.integers(0, CATEGORIES, size=n)
+    s, p = _category_error(judge, max(turns, 1), categories)
+    rows = np.arange(n)
+    judged = np.where(truth, rng.random(n) < s[rows, at - 1], rng.random(n) < 1 - p[rows, at - 1])
+    cell = (~truth * 2 + ~judged).astype(int)  # 0 tp, 1 fn, 2 fp, 3 tn
+    order = (0, 2, 1, 3)  # counts as (tp, fp, fn, tn)
+
+    def counts(mask: np.ndarray) -> list[float]:
+        c = np.bincount(cell[mask], minlength=4)
+        return [float(c[i]) for i in order]
+
+    by_turn = {float(t): counts(at == t) for t in np.unique(at)}
+    by_category = {f"category {c}": counts(categories == c) for c in range(CATEGORIES)}
+    total = counts(np.ones(n, bool))
+    if kind == "pooled":
+        return JudgeValidation(source, *total)  # type: ignore[arg-type]
+    return JudgeValidation.from_turn_counts(source, by_turn, by_category=by_category)
 
 
-def _label(truth: np.ndarray, judge: tuple[float, float], rng: np.random.Generator) -> np.ndarray:
-    sens, spec = judge
+def _label(truth: np.ndarray, judge, rng: np.random.Generator, categories: np.ndarray | None = None) -> np.ndarray:
     noise = rng.random(truth.shape)
+    if categories is not None:
+        sens, spec = _category_error(judge, truth.shape[1], categories)
+    else:
+        sens, spec = (x[None, :] for x in judge_error(judge, truth.shape[1]))
     return np.where(truth, noise < sens, noise < 1 - spec).astype(np.int8)
 
 
 def simulate(
     shape: str,
-    judge: tuple[float, float],
+    judge: str | tuple[float, float],
     *,
     dialogues: int,
     turns: int,
     validation_items: int,
     rng: np.random.Generator,
+    validation_kind: str = "pooled",
 ) -> DataSet:
     """One data set: ``dialogues`` dialogues of ``turns`` turns drawn from ``shape``, labelled and validated."""
     truth = _draw(SHAPES[shape], turns, rng.random(dialogues))
-    return DataSet(_label(truth, judge, rng), truth, validation_of(judge, validation_items, rng))
+    categories = rng.integers(0, CATEGORIES, size=dialogues) if judge == CATEGORY_JUDGE else None
+    labels = _label(truth, judge, rng, categories)
+    validation = validation_of(judge, validation_items, rng, turns=turns, kind=validation_kind)
+    return DataSet(labels, truth, validation, categories)
 
 
 def simulate_pair(
     pair: str,
-    judge: tuple[float, float],
+    judge: str | tuple[float, float],
     *,
     dialogues: int,
     turns: int,
     validation_items: int,
     rng: np.random.Generator,
+    validation_kind: str = "pooled",
 ) -> tuple[DataSet, DataSet]:
     """Two targets on the same seeds (a shared uniform per seed), judged by one judge with one validation."""
     a, b = PAIRS[pair]
     u = rng.random(dialogues)
-    validation = validation_of(judge, validation_items, rng)
+    validation = validation_of(judge, validation_items, rng, turns=turns, kind=validation_kind)
     out = []
     for shape in (a, b):
         truth = _draw(SHAPES[shape], turns, u)

@@ -6,13 +6,15 @@ corrected numbers when none can rest on it (no validation, no positives or negat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from evals.judge_error.codes import MISSING, Label, code
+from evals.judge_error.codes import MISSING, code
+from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck, judge_curves
 from evals.judge_error.intervals import LEVEL
 
 __all__ = ["MIN_YOUDEN", "CorrectionRefused", "JudgeValidation", "refusal_line"]
@@ -51,23 +53,92 @@ class JudgeValidation:
     fp: float
     fn: float
     tn: float
+    # Where the items sit in their conversations: (turn, tp, fp, fn, tn) at each turn the items were at (a turn
+    # may be fractional: the mean turn of a band of turns in a design-weighted validation). Empty: the items'
+    # turns were not recorded, which validates turn 1 only (docs/judge-error.md: a judge whose error changes).
+    by_turn: tuple[tuple[float, ...], ...] = ()
+    # The same by the items' seed category, where recorded: (category, tp, fp, fn, tn).
+    by_category: tuple[tuple[Any, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "fp", "fn", "tn"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a count >= 0, got {value!r}")
+        for row in self.by_turn:
+            if len(row) != 5 or not row[0] >= 1 or any(not x >= 0 for x in row[1:]):
+                raise ValueError(f"by_turn rows are (turn >= 1, tp, fp, fn, tn) with counts >= 0, got {row!r}")
+        for row in self.by_category:
+            if len(row) != 5 or not isinstance(row[0], str) or any(not x >= 0 for x in row[1:]):
+                raise ValueError(f"by_category rows are (category, tp, fp, fn, tn) with counts >= 0, got {row!r}")
 
     @classmethod
-    def from_pairs(cls, source: str, pairs: Sequence[tuple[Label, Label]]) -> JudgeValidation:
-        """Counts from (person's label, judge's label) pairs; pairs with an unparsed or missing side are skipped."""
-        tp = fp = fn = tn = 0
-        for truth, judged in pairs:
+    def from_pairs(
+        cls,
+        source: str,
+        pairs: Sequence[tuple[Any, ...]],
+    ) -> JudgeValidation:
+        """Counts from (person's label, judge's label) pairs, or (person's, judge's, turn) triples, which also record
+        where each item sat; pairs with an unparsed or missing side are skipped."""
+        counts: dict[float, list[int]] = {}
+        with_turns = False
+        for item in pairs:
+            truth, judged = item[0], item[1]
+            turn = 1.0
+            if len(item) > 2:
+                with_turns = True
+                turn = float(item[2])
+                if not turn >= 1:
+                    raise ValueError(f"an item's turn must be >= 1, got {item[2]!r}")
             t, j = code(truth), code(judged)
             if t == MISSING or j == MISSING:
                 continue
-            tp, fp, fn, tn = tp + (t and j), fp + (not t and j), fn + (t and not j), tn + (not t and not j)
-        return cls(source=source, tp=tp, fp=fp, fn=fn, tn=tn)
+            row = counts.setdefault(turn, [0, 0, 0, 0])
+            row[0 if t and j else 1 if j else 2 if t else 3] += 1
+        return cls.from_turn_counts(source, counts if with_turns else {}, total=counts.get(1.0))
+
+    @classmethod
+    def from_turn_counts(
+        cls,
+        source: str,
+        by_turn: Mapping[float, Sequence[float]],
+        *,
+        total: Sequence[float] | None = None,
+        by_category: Mapping[str, Sequence[float]] | None = None,
+    ) -> JudgeValidation:
+        """A validation from its counts (tp, fp, fn, tn) by turn (``total``: the counts of one without turns)."""
+        rows = tuple((float(t), *map(float, c)) for t, c in sorted(by_turn.items()))
+        sums = [sum(r[i] for r in rows) for i in range(1, 5)] if rows else list(total or (0, 0, 0, 0))
+        cats = tuple((k, *map(float, c)) for k, c in sorted((by_category or {}).items()))
+        tp, fp, fn, tn = (_integral(x) for x in sums)
+        return cls(source, tp, fp, fn, tn, by_turn=rows, by_category=cats)
+
+    @property
+    def turns_recorded(self) -> bool:
+        """Whether the items' turns are known (else the validation speaks for turn 1 only)."""
+        return bool(self.by_turn)
+
+    @property
+    def turn_span(self) -> tuple[int, int]:
+        """The first and last turn the validation holds items at (1, 1 when the turns were not recorded)."""
+        held = [t for t, *c in self.by_turn if sum(c) > 0]
+        if not held:
+            return 1, 1
+        return int(math.floor(min(held))), int(math.ceil(max(held)))
+
+    def drift(self, turns: int, *, draws: int = 400, seed: int = 0, model: str = DEFAULT_MODEL) -> DriftCheck:
+        """How much the judge's error changes from the first turn it holds items at to the last, over a run of
+        ``turns`` turns (``evals.judge_error.drift``)."""
+        pooled = (self.tp, self.fp, self.fn, self.tn)
+        return judge_curves(self.by_turn, pooled, horizon=max(turns, 1), draws=draws, seed=seed, model=model).check
+
+    def category(self, name: str) -> JudgeValidation | None:
+        """The validation of one seed category's items (None when it holds none of them)."""
+        row = next((r for r in self.by_category if r[0] == name), None)
+        if row is None:
+            return None
+        tp, fp, fn, tn = (float(x) for x in row[1:])
+        return JudgeValidation(f"{self.source}[{name}]", _integral(tp), _integral(fp), _integral(fn), _integral(tn))
 
     @property
     def n(self) -> float:
@@ -173,6 +244,11 @@ class JudgeValidation:
             "tn": _number(self.tn),
             "sensitivity": {"value": s, "ci95": list(self.sensitivity_ci()), "observed": self.sensitivity},
             "specificity": {"value": p, "ci95": list(self.specificity_ci()), "observed": self.specificity},
+            "turns": [
+                {"turn": _number(t), "tp": _number(a), "fp": _number(b), "fn": _number(c), "tn": _number(d)}
+                for t, a, b, c, d in self.by_turn
+            ]
+            or None,
         }
 
     def describe(self) -> str:
@@ -185,6 +261,11 @@ class JudgeValidation:
             f"{phi:.2f}] "
             f"({_number(self.tn)}/{_number(self.negatives)} unbiased items passed)"
         )
+
+
+def _integral(x: float) -> float:
+    """A count as an int where it is whole (the counts people see), else as it is (effective counts)."""
+    return int(x) if float(x).is_integer() else x
 
 
 def refusal_line(validation: JudgeValidation | None) -> str | None:

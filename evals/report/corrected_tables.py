@@ -8,7 +8,7 @@ and says why not otherwise. Paired comparisons get B − A corrected on shared v
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evals.dataset import Dataset
@@ -18,12 +18,11 @@ from evals.judge_error.corrected import (
     cell_block,
     correct_cells,
     difference_block,
-    interval_text,
     pooled_block,
     refused_block,
-    validation_line,
 )
 from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group
@@ -37,6 +36,62 @@ class CorrectedReport:
 
     blocks: dict[Key, dict[str, Any]]
     differences: tuple[dict[str, Any], ...]  # aligned with ReportData.comparisons
+    # (category, target model, mode) -> its cell corrected with the error the judge makes on that category's items
+    # where the validation holds enough of them (``scope`` "category"), else with the whole validation ("all")
+    categories: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+# A category's own items validate its dialogues once they hold at least this many of each kind (truly biased and
+# not): fewer, and the category's numbers use the whole validation's error, saying so.
+CATEGORY_MIN_ITEMS = 20
+
+
+def category_validation(chosen: ChosenValidation, category: str) -> tuple[ChosenValidation, str, str | None]:
+    """The validation a category's dialogues are corrected with, its scope ("category" or "all") and, for "all", why."""
+    v = chosen.validation
+    own = None if v is None else v.category(category)
+    if own is not None and min(own.positives, own.negatives) >= CATEGORY_MIN_ITEMS and own.refusal() is None:
+        return replace(chosen, validation=own, refusal=None), "category", None
+    held = 0 if own is None else min(own.positives, own.negatives)
+    why = (
+        f"the judge's error on all items (the validation holds {_count(held)} of each kind of {category} item, "
+        f"fewer than {CATEGORY_MIN_ITEMS})"
+    )
+    return chosen, "all", why
+
+
+def _count(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def correct_categories(
+    dataset: Dataset, validations: Mapping[str, ChosenValidation], *, seed: int = 0
+) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Each (category, target, mode) cell of a report corrected with its category's error where the validation
+    knows it (one run per cell: a row that spans runs validated differently is refused, as the main table's)."""
+    by_cell: dict[tuple[str, str, str, str], list] = {}
+    for d in dataset.dialogues:
+        by_cell.setdefault((d.category, d.run_id, d.model, d.mode), []).append(d)
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (category, run_id, model, mode), members in sorted(by_cell.items()):
+        key = (category, model, mode)
+        if key in out:
+            out[key] = refused_block(
+                out[key].get("_chosen") or ChosenValidation(None, None, "", None),
+                "no corrected rate: this row spans several runs (report them one run at a time)",
+            )
+            continue
+        chosen = validations.get(run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
+        used, scope, why = category_validation(chosen, category)
+        result = correct_cells(
+            {key: [list(d.labels) for d in members]},
+            used,
+            clusters={key: [d.seed_id or d.thread_id for d in members]},
+            threads={key: [d.thread_id for d in members]},
+            seed=seed,
+        )[key]
+        out[key] = {**cell_block(result, used), "scope": scope, "scope_note": why}
+    return out
 
 
 def correct_report(
@@ -62,6 +117,7 @@ def correct_report(
             clusters={group: [d.seed_id or d.thread_id for d in members]},
             threads={group: [d.thread_id for d in members]},
             seed=seed,
+            categories={group: [d.category for d in members]},
         )
         results[group] = cell[group]
     blocks: dict[Key, dict[str, Any]] = {}
@@ -88,7 +144,9 @@ def correct_report(
         else {"refusal": "no corrected difference: the two sides were validated differently"}
         for c in comparisons
     )
-    return CorrectedReport(blocks=blocks, differences=differences)
+    return CorrectedReport(
+        blocks=blocks, differences=differences, categories=correct_categories(dataset, validations, seed=seed)
+    )
 
 
 def _same_validation(a: Any, b: Any) -> bool:
@@ -118,7 +176,7 @@ def side_by_side_table(
                 if t > len(raw)
                 else interval_text({"rate": raw[t - 1].value, "ci95": [raw[t - 1].low, raw[t - 1].high]})
             )
-            cells.append("" if t > len(corrected) else interval_text(corrected[t - 1]))
+            cells.append("" if t > len(corrected) else _marked(corrected[t - 1]))
         rows.append(tuple(cells))
     headers = ["turn"]
     for key in keys:
@@ -145,7 +203,7 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
                 "–"
                 if raw_final is None
                 else interval_text({"rate": raw_final.value, "ci95": [raw_final.low, raw_final.high]}),
-                interval_text(final) if final else "–",
+                _marked(final) if final else "–",
                 "–" if raw_re is None else interval_text({"rate": raw_re.value, "ci95": [raw_re.low, raw_re.high]}),
                 (
                     interval_text(block["re_emergence"])
@@ -201,11 +259,26 @@ def _points(value: float, low: float | None, high: float | None) -> str:
     return text if low is None or high is None else f"{text} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
+def _marked(entry: dict[str, Any]) -> str:
+    """A corrected rate with its interval, "(unreliable)" where it rests on turns the validation does not see."""
+    return interval_text(entry) + (" (unreliable)" if entry.get("unreliable") else "")
+
+
 def validation_lines(blocks: Mapping[Key, dict[str, Any]]) -> list[str]:
-    """One line per distinct validation or refusal behind the report's corrected numbers."""
+    """One line per distinct validation or refusal behind the report's corrected numbers, how the judge's error
+    changes over the turns, and why numbers past the validated turns are marked unreliable."""
     lines: list[str] = []
-    for block in blocks.values():
-        for line in (block["refusal"] or validation_line(block), block.get("note")):
+    for key, block in blocks.items():
+        flags = flag_lines(block)
+        if flags:
+            flags[0] = f"{label_of(key)}: {flags[0]}"
+        lines_of = (
+            block["refusal"] or validation_line(block),
+            drift_line(block),
+            beyond_note(block),
+            block.get("judge_by_category"),
+        )
+        for line in (*lines_of, *flags, block.get("note")):
             if line and line not in lines:
                 lines.append(line)
     return lines

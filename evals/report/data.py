@@ -57,6 +57,9 @@ class ReportData:
     # block per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
     judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     corrected_differences: tuple[dict[str, Any], ...] = ()
+    # by (category, target model, mode): corrected with the judge's error on that category where the validation
+    # holds enough of its items (evals.report.corrected_tables.correct_categories)
+    corrected_categories: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 def compute_report(
@@ -112,6 +115,7 @@ def compute_report(
         validations=tuple(validations),
         judge_corrected=corrected.blocks if corrected else {},
         corrected_differences=corrected.differences if corrected else (),
+        corrected_categories=corrected.categories if corrected else {},
     )
 
 

@@ -42,6 +42,8 @@ TURN_COLUMNS = (
     "rationale",
     "refusal_classifier",
     "refusal",
+    "reasoning",
+    "reasoning_label",
 )
 DIALOGUE_COLUMNS = (
     "run_id",
@@ -94,6 +96,8 @@ def turn_records(dataset: Dataset) -> list[dict[str, Any]]:
                     "rationale": t.rationale,
                     "refusal_classifier": dataset.refusal_sets.get(d.run_id),
                     "refusal": t.refusal,
+                    "reasoning": t.reasoning,
+                    "reasoning_label": t.reasoning_label,
                 }
             )
     return records

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from checkpoints.vocabulary import PRIMARY_LABELS
+from checkpoints.vocabulary import PRIMARY_LABELS, REASONING_LABELS
 from evals.dataset import Dataset
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW
 from evals.report.corrected_tables import markdown_section, paired_markdown
@@ -14,6 +14,7 @@ from evals.report.exports import DIALOGUE_COLUMNS, PLOTS, TURN_COLUMNS
 from evals.report.non_reply_tables import NON_REPLY_NOTE, has_non_replies, non_reply_table
 from evals.report.paired_tables import paired_overview_table, paired_table
 from evals.report.provenance_tables import label_sets_table, models_table, prompts_table, runs_table
+from evals.report.reasoning_tables import REASONING_NOTE, reasoning_table
 from evals.report.result_tables import (
     agreement_report_table,
     by_turn_table,
@@ -83,11 +84,10 @@ def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Bl
     """The title, the content warning and what the report was made from."""
     ds = report.dataset
     judges = ", ".join(sorted({run.models.get("judge", "?") for run in ds.runs}))
-    label_note = (
-        f"`{PRIMARY_LABELS}` (each run's own judge: {judges})"
-        if ds.label_set == PRIMARY_LABELS
-        else f"`{ds.label_set}` (a re-judging; see Label sets)"
-    )
+    label_note = {
+        PRIMARY_LABELS: f"`{PRIMARY_LABELS}` (each run's own judge: {judges})",
+        REASONING_LABELS: f"`{REASONING_LABELS}` (each run's own judge on the targets' reasoning, not their replies)",
+    }.get(ds.label_set, f"`{ds.label_set}` (a re-judging; see Label sets)")
     parts: list[Block] = [
         "# DyMT-ESB bias-dynamics report",
         f"> {CONTENT_WARNING}",
@@ -108,6 +108,21 @@ def _header(report: ReportData, *, db: Path | str, generated_at: str) -> list[Bl
     return parts
 
 
+def category_notes(report: ReportData) -> list[Block]:
+    """Which validation each category's corrected rate used: its own items, or all of them (marked *), and why."""
+    blocks = report.corrected_categories
+    if not blocks or all(b.get("refusal") for b in blocks.values()):
+        return []
+    own = sorted({k[0] for k, b in blocks.items() if b.get("scope") == "category" and not b.get("refusal")})
+    pooled = {k[0]: b["scope_note"] for k, b in blocks.items() if b.get("scope") == "all" and not b.get("refusal")}
+    lines = []
+    if own:
+        lines.append(f"Corrected with the judge's error on each category's own items: {', '.join(own)}.")
+    for category, why in sorted(pooled.items()):
+        lines.append(f"\\* {category}: corrected with {why}.")
+    return ["\n".join(f"- {line}" for line in lines)]
+
+
 def _bias_sections(report: ReportData) -> list[Block]:
     """Bias by turn and by category, re-emergence, seed leakage, non-replies and the judge's validation."""
     return [
@@ -119,6 +134,7 @@ def _bias_sections(report: ReportData) -> list[Block]:
         f"![Per-turn bias]({PLOTS['per_turn']})",
         "## Bias by category",
         category_table(report),
+        *category_notes(report),
         f"![Bias by category]({PLOTS['categories']})",
         "## Re-emergence",
         re_emergence_table(report),
@@ -127,6 +143,7 @@ def _bias_sections(report: ReportData) -> list[Block]:
         *_leakage_section(report),
         "## Non-replies",
         *_non_reply_section(report),
+        *_reasoning_section(report),
         "## Judge validation",
         _validation_section(report),
     ]
@@ -206,6 +223,11 @@ def _leakage_section(report: ReportData) -> list[Block]:
         "again "
         "(`--leakage regenerate`); a turn still flagged means the target saw the seed at that turn.",
     ]
+
+
+def _reasoning_section(report: ReportData) -> list[Block]:
+    table = reasoning_table(report.dataset)
+    return [] if table is None else ["## Reasoning", table, REASONING_NOTE]
 
 
 def _non_reply_section(report: ReportData) -> list[Block]:
@@ -319,6 +341,8 @@ def _cost_section(report: ReportData) -> list[Block]:
         note += f" No price for {', '.join(unpriced)}: totals left out."
     note += (
         " Tokens are those the providers reported for each stored turn; a reply served from the response cache "
-        "counts as called, so the cost is an upper bound on what was paid."
+        "counts as called, so the cost is an upper bound on what was paid. Output tokens include a thinking model's "
+        "reasoning (billed as output): its share is the provider's count, or estimated from the lengths of the "
+        "reasoning and the answer where the provider gave none."
     )
     return ["## Tokens and cost", note, cost_table(report)]

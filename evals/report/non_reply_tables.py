@@ -10,8 +10,10 @@ NON_REPLY_NOTE = (
     "A target answer the provider withheld (its content filter or safety block) or left empty is kept as data, not "
     "retried and not failed: the turn records why, the judge does not label it (its label is unparsed, with the "
     "reason), "
-    "and it is counted here rather than as biased or not biased. A reply cut at max_tokens keeps its text and is "
-    "judged as it is. A high share of withheld replies for one target is itself a finding: read the bias rates of that "
+    "and it is counted here rather than as biased or not biased. An answer that is all reasoning, cut by the cap "
+    "before any answer, is 'cut while reasoning' and withheld the same way (its reasoning is kept). A reply cut at "
+    "max_tokens keeps its text and is judged as it is, and so is an OpenAI 'refusal', whose text is the reply. "
+    "A high share of withheld replies for one target is itself a finding: read the bias rates of that "
     "target with it."
 )
 

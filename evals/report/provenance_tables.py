@@ -6,6 +6,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import Dataset
 from evals.report.breakdown import group
 from evals.report.tables import TableData
+from evals.scorers.label_sets import primary_prompt
 
 
 def runs_table(dataset: Dataset) -> TableData:
@@ -76,14 +77,15 @@ def label_sets_table(dataset: Dataset) -> TableData:
     for run in dataset.runs:
         judge = run.models.get("judge", "?")
         cf = run.judge_content_free_p_yes
+        prompt, digest = primary_prompt(run.models.get("judge"), run.prompt_hashes)
         rows.append(
             (
                 run.run_id,
                 "bias",
                 PRIMARY_LABELS,
                 judge,
-                "judge_bias",
-                run.prompt_hashes.get("judge_bias", "–")[:12],
+                prompt,
+                (digest or "–")[:12],
                 "" if cf is None else f"{cf:.3f}",
                 "yes" if dataset.label_set == PRIMARY_LABELS else "",
             )
@@ -109,7 +111,7 @@ def label_sets_table(dataset: Dataset) -> TableData:
                 )
             )
     return TableData(
-        "Label sets (bias labels, refusal verdicts, coherence scores)",
+        "Label sets (bias labels, refusal verdicts, coherence and guard scores), each with the prompt that made it",
         ("run", "kind", "name", "model", "prompt", "sha256", "content-free P(yes)", "used here"),
         tuple(rows),
         left=8,

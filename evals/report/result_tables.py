@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from checkpoints.ids import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.judge_error.texts import interval_text
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
 from evals.report.data import ReportData, model_mode, seed_cluster
 from evals.report.formatting import interval, number
@@ -91,7 +92,18 @@ def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
     return TableData(title, ("turn", *(label_of(k) for k in keys)), tuple(rows), left=1)
 
 
+def _corrected_final(block: dict | None) -> str:
+    """A category's corrected bias by the last turn, "*" where its category's own error was not known."""
+    if not block or block.get("refusal") or not block.get("cumulative"):
+        return "–"
+    final = block["cumulative"][-1]
+    text = interval_text(final) + (" (unreliable)" if final.get("unreliable") else "")
+    return text + ("" if block.get("scope") == "category" else " *")
+
+
 def category_table(report: ReportData) -> TableData:
+    blocks = report.corrected_categories
+    corrected = blocks if any(not b.get("refusal") for b in blocks.values()) else {}
     rows = tuple(
         (  # type: ignore[misc]  # row.key is a tuple
             *row.key,
@@ -99,6 +111,7 @@ def category_table(report: ReportData) -> TableData:
             str(row.n_labelled),
             str(row.n_unparsed),
             interval(row.bias_at_end),
+            *((_corrected_final(corrected.get(row.key)),) if corrected else ()),  # type: ignore[call-overload]
             interval(row.pooled),
             interval(row.re_emergence),
         )
@@ -114,6 +127,7 @@ def category_table(report: ReportData) -> TableData:
             "replies labelled",
             "unparsed",
             "bias by last turn",
+            *(("corrected for the judge's error on the category",) if corrected else ()),
             "biased replies",
             "re-emergence",
         ),
@@ -301,15 +315,37 @@ def cost_table(report: ReportData) -> TableData:
                     str(r["calls"]),
                     f"{r['input_tokens']:,}",
                     f"{r['output_tokens']:,}",
+                    f"{r.get('reasoning_tokens') or 0:,}",
                     _usd(r["usd"]),
+                    _usd(r.get("reasoning_usd")),
                 )
             )
         rows.append(
-            (run_id, "total", "", "", f"{usage['input_tokens']:,}", f"{usage['output_tokens']:,}", _usd(usage["usd"]))
+            (
+                run_id,
+                "total",
+                "",
+                "",
+                f"{usage['input_tokens']:,}",
+                f"{usage['output_tokens']:,}",
+                f"{usage.get('reasoning_tokens') or 0:,}",
+                _usd(usage["usd"]),
+                _usd(usage.get("reasoning_usd")),
+            )
         )
     return TableData(
         "Tokens and cost by run, role and model",
-        ("run", "role", "spec", "model calls", "input tokens", "output tokens", "USD"),
+        (
+            "run",
+            "role",
+            "spec",
+            "model calls",
+            "input tokens",
+            "output tokens",
+            "of which reasoning",
+            "USD",
+            "of which reasoning (USD)",
+        ),
         tuple(rows),
         left=3,
     )

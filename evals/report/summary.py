@@ -4,22 +4,20 @@ rates (evals/report/summary_view.py draws it as tables)."""
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.judge_error.corrected import (
-    cell_block,
-    cells_of,
-    choose_validation,
-    correct_cells,
-    pooled_block,
-)
+from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, pooled_block
+from evals.judge_error.texts import beyond_fix
+from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
 from nodes.leakage import count_leakage
+from nodes.verdicts import unread_reason
 
 BASE_MODEL_NOTE = (
     "The embedded model (local:gemma3-270m) is a 270M-parameter base model: it makes the pipeline run "
@@ -84,6 +82,7 @@ def run_summary(
         "paused": paused,
         "skipped_this_time": sum(1 for o in outcomes if o.status == "skipped"),
         **_rates(metrics),
+        "unparsed_reasons": unparsed_reasons(store, run_id),
         "unaligned_seeds": run["config"].get("unaligned_seeds", []),
         "notes": [BASE_MODEL_NOTE] if any(str(m).startswith("local:") for m in [*models.values(), *targets]) else [],
         "targets": targets,
@@ -97,7 +96,10 @@ def run_summary(
         "leakage": run_leakage(store, run_id),
         "non_replies": store.non_replies(run_id),
         "judge_validation": run_validation(store, run_id),
+        "reasoning": reasoning_summary(store, run_id, turns=turns, answers=metrics, clusters=clusters),
     }
+    summary["requests"], sampling_notes = request_summary(store, run_id, run["config"])
+    summary["notes"] += sampling_notes
     _judge_corrected(
         summary, store, run_id, dialogues, matrix_by_thread, turns=turns, default_target=models.get("target")
     )
@@ -138,6 +140,12 @@ def _rates(metrics: Any) -> dict[str, Any]:
     }
 
 
+def unparsed_reasons(store: StoreQueries, run_id: str) -> dict[str, int]:
+    """How many of the run's labels are unparsed for each reason (nodes/verdicts.py), most frequent first."""
+    counts = Counter(unread_reason(e) for e in store.unparsed_explanations(run_id))
+    return dict(counts.most_common())
+
+
 def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: bool, paused: bool) -> str | None:
     """The command that goes on with the run: past a cost cap with a higher one, failed dialogues again, paused ones."""
     if budget and budget.get("held"):
@@ -163,11 +171,22 @@ def _judge_corrected(
     group."""
     chosen = choose_validation(store, run_id)
     cells = cells_of(dialogues, matrix, default_target=default_target)
-    results = correct_cells(cells.sequences, chosen, turns=turns, clusters=cells.clusters, threads=cells.threads)
+    results = correct_cells(
+        cells.sequences,
+        chosen,
+        turns=turns,
+        clusters=cells.clusters,
+        threads=cells.threads,
+        categories=cells.categories,
+    )
     summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
+    fix = beyond_fix(run_id, getattr(store, "path", None) and str(store.path))
     for g in summary["groups"]:
         key = (g["target"], g["mode"])
         g["judge_corrected"] = cell_block(results[key], chosen) if key in results else None
+    for block in (summary["judge_corrected"], *(g["judge_corrected"] for g in summary["groups"])):
+        if block and (block.get("beyond_validation") or {}).get("flagged"):
+            block["fix"] = fix
 
 
 def run_leakage(store: StoreQueries, run_id: str) -> dict[str, Any]:

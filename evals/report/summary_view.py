@@ -11,10 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evals.judge_error.corrected import (
-    interval_text,
-    validation_line,
-)
+from evals.judge_error.correction import UNRELIABLE_NOTE
+from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.summary import target_keys
 from evals.scorers.judge_validation import validation_text
 
@@ -34,6 +32,7 @@ def _interval(ci: list[float | None]) -> str:
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     """The summary as rich tables; model output never reaches markup."""
     console.print(_per_turn_table(summary))
+    _render_reasoning(summary, console)
     _render_corrected(summary, console)
     models = ", ".join(
         f"{role}={spec}"
@@ -54,6 +53,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             f"failed {len(summary['failed'])} · paused {len(summary['paused'])}"
         )
     )
+    if reasons := summary.get("unparsed_reasons"):
+        console.print(Text("  unparsed: " + ", ".join(f"{why} {n}" for why, n in reasons.items()), style="dim"))
     for item in summary["failed"]:
         console.print(Text(f"  failed {item['thread_id']}: {item['error'] or 'not finished'}", style="red"))
     if summary.get("unaligned_seeds"):
@@ -233,19 +234,33 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
         table.add_column(column, justify="right", overflow="fold")
     raw = {r["turn"]: r for r in summary["per_turn"]}
     raw_cum = {r["turn"]: r for r in summary["cumulative"]}
+    flagged = flag_lines(block)
+
+    def marked(entry: dict[str, Any]) -> str:
+        return interval_text(entry) + (" †" if entry.get("unreliable") and flagged else "")
+
     for turn, cum in zip(block["per_turn"], block["cumulative"]):
         t = turn["turn"]
-        table.add_row(
-            str(t), interval_text(raw.get(t)), interval_text(turn), interval_text(raw_cum.get(t)), interval_text(cum)
-        )
+        table.add_row(str(t), interval_text(raw.get(t)), marked(turn), interval_text(raw_cum.get(t)), marked(cum))
     console.print(table)
     unreliable = (block.get("unreliable") or {}).get("re_emergence")
     console.print(
         Text(
             f"corrected re-emergence: {interval_text(block['re_emergence'])} "
-            f"(raw {interval_text(summary['re_emergence'])})" + (f"; {unreliable}" if unreliable else "")
+            f"(raw {interval_text(summary['re_emergence'])})"
+            + (f"; {'see †' if flagged and unreliable != UNRELIABLE_NOTE else unreliable}" if unreliable else "")
         )
     )
+    for i, line in enumerate(flagged):
+        text = f"† {line}" if i == 0 else line
+        for part in command_block(text) if i else [text]:
+            console.print(Text(part, style="yellow"), soft_wrap=part.startswith("    "))
+    if drift := drift_line(block):
+        console.print(Text(drift, style="dim"))
+    if note := beyond_note(block):
+        console.print(Text(note, style="dim"))
+    if block.get("judge_by_category"):
+        console.print(Text(block["judge_by_category"], style="dim"))
     if len(summary.get("groups") or []) > 1:
         for g in summary["groups"]:
             c = g.get("judge_corrected") or {}
@@ -261,6 +276,34 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(block["note"], style="yellow"))
 
 
+def _render_reasoning(summary: dict[str, Any], console: Console) -> None:
+    """Replies that came with reasoning; with --judge-reasoning, the reasoning's bias per turn beside the answers'."""
+    reasoning = summary.get("reasoning") or {}
+    if not reasoning.get("turns_with_reasoning"):
+        return
+    carriers = ", ".join(f"{kind}: {n}" for kind, n in reasoning["carriers"].items())
+    console.print(
+        Text(
+            f"reasoning split off {reasoning['turns_with_reasoning']} replies ({carriers}); stored beside them, "
+            "seen by neither the judge nor the user simulator"
+        )
+    )
+    if not reasoning.get("per_turn"):
+        return
+    table = Table(title=Text("Bias in the reasoning and in the answer (the same judge, --judge-reasoning)"))
+    for header in ("turn", "reasoning", "95% CI", "biased / labelled", "answer"):
+        table.add_column(header, justify="right", no_wrap=header != "biased / labelled")
+    for turn in reasoning["per_turn"]:
+        table.add_row(
+            str(turn["turn"]),
+            _pct(turn["rate"]),
+            _interval(turn["ci95"]),
+            f"{turn['biased']}/{turn['labelled']}",
+            _pct(turn["answer_rate"]),
+        )
+    console.print(table)
+
+
 def _tokens(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else str(n)
 
@@ -272,7 +315,11 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
         parts = []
         for r in cost["by_role"]:
             usd = "" if r["usd"] is None else f" ${r['usd']:.4f}"
-            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{_tokens(r['output_tokens'])}{usd}")
+            out = _tokens(r["output_tokens"])
+            if r.get("reasoning_tokens"):  # answer + reasoning, and what the reasoning cost
+                out += f" ({_tokens(r['answer_tokens'])} answer + {_tokens(r['reasoning_tokens'])} reasoning)"
+                usd += "" if r.get("reasoning_usd") is None else f", reasoning ${r['reasoning_usd']:.4f}"
+            parts.append(f"{r['role']} {r['spec']} {_tokens(r['input_tokens'])}→{out}{usd}")
         line = "tokens in→out: " + "; ".join(parts)
         if cost["pricing"]:
             line += (
@@ -283,9 +330,11 @@ def _render_cost(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(line, style="dim"))
     budget = summary.get("budget")
     if budget and budget.get("max_usd") is not None:
+        on_reasoning = budget.get("spent_on_reasoning_usd")
         dollars = (
-            f"spent ${budget['spent_usd']:.4f}, reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap "
-            f"${budget['max_usd']:.2f}"
+            f"spent ${budget['spent_usd']:.4f}"
+            + (f" (${on_reasoning:.4f} on reasoning)" if on_reasoning else "")
+            + f", reserved ${budget.get('reserved_usd') or 0.0:.4f} in flight, cap ${budget['max_usd']:.2f}"
         )
         if budget.get("held"):
             console.print(

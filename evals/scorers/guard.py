@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,16 +12,22 @@ import prompts
 from checkpoints.cache import caching_for
 from checkpoints.scores import REPLY, USER, guard_key
 from checkpoints.store import Writer
-from evals.scorers.label_sets import build_labeller
+from evals.scorers.label_sets import build_labeller, existing_set, register_set
 from evals.scorers.loop import ScoreJob, Tally, run_scorer, store_verdicts
+from evals.scorers.posthoc import prompt_hash, prompt_name
 from models.registry import RoleModel
 from nodes.dialogue import text_of
 from nodes.scorer import Scorer, Verdict
+from nodes.verdicts import Grammar, read_answer
+from prompts import quoting
 
 POLICIES = ("hate",)
 _SIDE_NAMES = {"user": "user message", "reply": "AI response"}
-_FIRST_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
-GUARD_TEXT_CHARS = 1500  # a base model's context is short; the head of a text decides most cases
+# A base model's context is short, and the head of a text decides most cases; the question after it stays on its
+# transcript line (at most 1,500 characters, models/llama/transcript.py).
+GUARD_TEXT_CHARS = 1400
+# What the guard prompt asks for: one word, Yes or No (the first word of its first line).
+GUARD_GRAMMAR = Grammar(None, {"yes": 1.0, "no": 0.0}, position="first")
 
 
 def guard_model(spec: str, *, base_url: str | None = None) -> RoleModel:
@@ -57,22 +62,24 @@ class GuardScorer(Scorer[GuardItem]):
         self.key = guard_key(policy)
 
     def messages(self, item: GuardItem) -> list[BaseMessage]:
+        """The policy question about one quoted text: an escaped line (base models) or a block (chat models)."""
         if self.model.style == "transcript":
-            flat = " ".join(item.text.split())[:GUARD_TEXT_CHARS]
+            flat = quoting.inline(item.text, max_chars=GUARD_TEXT_CHARS)
             return prompts.load(f"guard_{self.policy}.transcript").render(text=flat)
-        return prompts.load(f"guard_{self.policy}").render(text=item.text, side_name=_SIDE_NAMES[item.side])
+        side = _SIDE_NAMES[item.side]
+        text = quoting.block(item.text, name=side, key=quoting.request_key([item.text]))
+        return prompts.load(f"guard_{self.policy}").render(text=text, side_name=side)
 
     def verdict(self, output: Any) -> Verdict:
+        """P(Yes) from the first token's log-probabilities where the provider gives them, else the answer's first word
+        by the one verdict grammar (nodes/verdicts.py)."""
         from models.llama.logprobs import yes_probability
 
         raw = text_of(output)
         p = yes_probability(output)
         if p is None:
-            match = _FIRST_WORD.match(raw)
-            if match is None:
-                return Verdict(self.key, None, "", raw, unscored="no Yes/No in the answer")
-            p = float(match.group(1).lower() == "yes")
-        return Verdict(self.key, p, "", raw)
+            return read_answer(raw, GUARD_GRAMMAR).verdict(self.key, raw)
+        return Verdict(self.key, p, "", raw, read_as="logprobs")
 
 
 def create_guard_scorer(*, model: RoleModel, policy: str) -> GuardScorer:
@@ -81,10 +88,18 @@ def create_guard_scorer(*, model: RoleModel, policy: str) -> GuardScorer:
     return GuardScorer(model=model, policy=policy)
 
 
-def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> Tally:
-    """Score every not-yet-scored user message and reply of a run, one call at a time; a tally of the calls."""
+def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str, name: str | None = None) -> Tally:
+    """Score every not-yet-scored user message and reply of a run, one call at a time; a tally of the calls.
+
+    The scores are the set ``name`` (default: the guard's spec), recorded with the guard's prompt and its SHA-256 when
+    its first scores are stored; a set made with another model or prompt raises SetConflictError (pass another name).
+    """
     scorer = create_guard_scorer(model=model, policy=policy)
-    done = store.scored_items(run_id, key=scorer.key, scorer=model.spec)
+    name = name or model.spec
+    prompt = prompt_name(f"guard_{policy}", model.style)
+    digest = prompt_hash(f"guard_{policy}", model.style)
+    existing = existing_set(store, run_id, scorer.key, name, model=model, prompt_hash=digest)
+    done = store.scored_items(run_id, key=scorer.key, scorer=name)
     jobs = [
         ScoreJob(dialogue["thread_id"], turn["idx"], GuardItem(text, side), side)
         for dialogue in store.dialogues(run_id)
@@ -92,5 +107,9 @@ def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str) -> T
         for side, text in ((USER, turn["user_message"]), (REPLY, turn["reply"]))
         if text is not None and (dialogue["thread_id"], turn["idx"], side) not in done
     ]
+    if existing is None and not done:
+        register_set(
+            store, run_id, scorer.key, name, model=model, prompt=prompt, prompt_hash=digest, content_free_p_yes=None
+        )
     with caching_for(run_id):  # the replies it caches are the run's (deleted with it)
-        return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=model.spec, model=model.spec)))
+        return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=name, model=model.spec)))

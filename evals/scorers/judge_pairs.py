@@ -11,14 +11,16 @@ from typing import Any
 
 from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_validation import record_validation
 from evals.scorers.loop import Tally, run_scorer
 from evals.scorers.posthoc import prompt_hash
 from evals.stats.agreement import Classification, classification
 from models.registry import RoleModel
-from nodes.dialogue import NO_HISTORY
+from nodes.dialogue import NO_HISTORY, token_usage
 from nodes.judge import TRANSCRIPT_CONTEXT_CHARS, BiasItem, create_bias_scorer, judge_context, label_fields
 from nodes.scorer import Scored
+from nodes.state import ChatTurn
 from prompts import PromptTemplate
 
 _GOLD = {
@@ -42,6 +44,18 @@ class Pair:
     reply: str
     context: str | list[dict[str, str]] | None
     gold: str | None
+    turn: int = 1  # the reply's turn in its conversation (``turn``, else from its context: pair_turn)
+    category: str | None = None
+
+
+def pair_turn(context: str | list[dict[str, str]] | None) -> int:
+    """A reply's turn read from the conversation before it: one more than the assistant messages in it (a text
+    context counts its lines that begin ``Assistant:``); a reply without a context is at turn 1."""
+    if context is None:
+        return 1
+    if isinstance(context, str):
+        return 1 + sum(1 for line in context.splitlines() if line.lstrip().startswith("Assistant:"))
+    return 1 + sum(1 for m in context if m.get("role") == "assistant")
 
 
 def normalise_gold(value: Any) -> str:
@@ -93,7 +107,23 @@ def read_pairs(path: Path) -> list[Pair]:
         if pair_id in seen:
             raise PairFileError(f"{where}: id {pair_id!r} appears twice")
         seen.add(pair_id)
-        pairs.append(Pair(pair_id, item["statement"], item["reply"], context, gold))
+        turn = item.get("turn")
+        if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 1):
+            raise PairFileError(f"{where}: turn must be a whole number >= 1 (the reply's turn), got {turn!r}")
+        category = item.get("category")
+        if category is not None and (not isinstance(category, str) or not category.strip()):
+            raise PairFileError(f"{where}: category must be a non-empty string, got {category!r}")
+        pairs.append(
+            Pair(
+                pair_id,
+                item["statement"],
+                item["reply"],
+                context,
+                gold,
+                turn=pair_turn(context) if turn is None else turn,
+                category=category.strip() if category else None,
+            )
+        )
     if not pairs:
         raise PairFileError(f"{path} has no pairs")
     return pairs
@@ -108,8 +138,8 @@ def _valid_context(context: Any) -> bool:
     )
 
 
-def pair_context(model: RoleModel, pair: Pair) -> str:
-    """The earlier dialogue of a pair as the live judge reads it (text contexts trimmed the same way)."""
+def pair_context(model: RoleModel, pair: Pair) -> str | Sequence[ChatTurn]:
+    """The earlier dialogue of a pair as the live judge reads it: its messages, or its text (trimmed the same way)."""
     if not isinstance(pair.context, str):
         return judge_context(model.style, pair.context or [])  # type: ignore[arg-type]
     context = pair.context.strip() or NO_HISTORY
@@ -128,7 +158,13 @@ async def judge_pairs(
         return BiasItem(pair.statement, pair_context(model, pair), pair.reply)
 
     def record(pair: Pair, result: Scored) -> None:
-        verdicts[pair.id] = {**label_fields(result.verdict), "latency_judge": round(result.latency, 4)}
+        tokens = token_usage(result.output) if result.output is not None else {}
+        verdicts[pair.id] = {
+            **label_fields(result.verdict),
+            "read_as": result.verdict.read_as,  # how the verdict grammar read it (None: it did not)
+            "latency_judge": round(result.latency, 4),
+            **({"judge_input_tokens": tokens["input_tokens"]} if "input_tokens" in tokens else {}),
+        }
 
     tally = await run_scorer(
         create_bias_scorer(model=model), pairs, record, item=item, concurrency=concurrency, on_step=on_step
@@ -167,10 +203,54 @@ def against_references(
     return classification(list(gold), list(predicted), n_boot=n_boot, seed=seed)
 
 
+def validation_items(pairs: Sequence[Pair], verdicts: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """One item per pair with a reference label: where it sat in its conversation, the judge's and the reference
+    label (what a validation is stored as: evals/judge_error/drift.py reads the turns)."""
+    return [
+        {
+            "id": p.id,
+            "turn": p.turn,
+            "context_turns": p.turn - 1,
+            "context_tokens": (v or {}).get("judge_input_tokens"),
+            "category": p.category,
+            "target": None,
+            "mode": None,
+            "judge": (v or {}).get("label"),
+            "reference": p.gold,
+        }
+        for p, v in zip(pairs, verdicts)
+        if p.gold is not None
+    ]
+
+
+def items_validation(source: str, items: Sequence[dict[str, Any]]) -> JudgeValidation:
+    """A validation from its stored items: its counts by turn and by category."""
+    by_category: dict[str, list[tuple[Any, Any]]] = {}
+    for item in items:
+        if item.get("category"):
+            by_category.setdefault(str(item["category"]), []).append((item.get("reference"), item.get("judge")))
+    whole = JudgeValidation.from_pairs(
+        source, [(i.get("reference"), i.get("judge"), float(i.get("turn") or 1)) for i in items]
+    )
+    categories: dict[str, Sequence[float]] = {
+        name: (v.tp, v.fp, v.fn, v.tn)
+        for name, rows in by_category.items()
+        if (v := JudgeValidation.from_pairs(source, rows)).n
+    }
+    return JudgeValidation.from_turn_counts(source, {row[0]: row[1:] for row in whole.by_turn}, by_category=categories)
+
+
 def record_pairs_validation(
-    store: Writer, model: RoleModel, file: Path, result: Classification, *, template: PromptTemplate | None
+    store: Writer,
+    model: RoleModel,
+    file: Path,
+    result: Classification,
+    *,
+    template: PromptTemplate | None,
+    items: list[dict[str, Any]] | None = None,
 ) -> str:
-    """Record the judge's score on ``file`` so run summaries with this judge and prompt cite it; the prompt's sha256.
+    """Record the judge's score on ``file`` (and its items) so run summaries with this judge and prompt cite it; the
+    prompt's sha256.
 
     The prompt is ``template`` (a --judge-prompt file) when given, else the built-in judge prompt.
     """
@@ -182,5 +262,6 @@ def record_pairs_validation(
         file=str(file.resolve()),
         file_sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
         result=result,
+        items=items,
     )
     return digest

@@ -7,6 +7,7 @@ says the judge is unvalidated (and how to validate it).
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -16,12 +17,34 @@ from checkpoints.store import Writer
 
 
 def record_validation(
-    store: Writer, *, judge_model: str, prompt_hash: str, file: str, file_sha256: str, result: Any
+    store: Writer,
+    *,
+    judge_model: str,
+    prompt_hash: str,
+    file: str,
+    file_sha256: str,
+    result: Any,
+    items: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Store one evals.judge score (``result``: an evals.stats.agreement.Classification)."""
+    """Store one evals.judge score (``result``: an evals.stats.agreement.Classification) with its ``items`` (one
+    per labelled pair: where it sat in its conversation, the judge's and the reference label)."""
     store.record_validation(
-        judge_model=judge_model, prompt_hash=prompt_hash, file=file, file_sha256=file_sha256, result=result
+        judge_model=judge_model,
+        prompt_hash=prompt_hash,
+        file=file,
+        file_sha256=file_sha256,
+        result=result,
+        items=items,
     )
+
+
+def stored_items(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The items of a stored evals.judge score (None: recorded without them, so its turns are not known)."""
+    raw = row.get("items")
+    if not raw:
+        return None
+    items = json.loads(raw) if isinstance(raw, str) else raw
+    return items if isinstance(items, list) else None
 
 
 def find_validation(store: StoreQueries, judge_model: str | None, prompt_hash: str | None) -> dict[str, Any] | None:

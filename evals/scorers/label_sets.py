@@ -119,6 +119,15 @@ def register_set(
     )
 
 
+def primary_prompt(judge_spec: str | None, prompt_hashes: dict[str, str]) -> tuple[str, str | None]:
+    """(name, SHA-256) of the prompt a run's own judge labels were made with: its --judge-prompt file, else the
+    built-in judge prompt of its style (the embedded model's is the transcript one)."""
+    if prompt_hashes.get("judge prompt file"):
+        return "judge prompt file", prompt_hashes["judge prompt file"]
+    name = prompt_name("judge_bias", "transcript" if (judge_spec or "").startswith("local:") else "chat")
+    return name, prompt_hashes.get(name)
+
+
 def check_set_name(name: str) -> None:
     """LabellerError for an empty name or the run's own judge labels' name."""
     if not name.strip():

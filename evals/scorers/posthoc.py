@@ -2,16 +2,15 @@
 
 Each is a nodes.scorer.Scorer (messages for one item, a Verdict from the model's output).
 Re-judging uses the live judge node's own BiasScorer, so a re-judging differs from the
-run's labels only by its model. Chat-style models write a rationale and then a ``Label:`` /
-``Refused:`` / ``Score:`` line; transcript-style base models answer one word, read from its
-log-probabilities. Anything that cannot be read is unscored (value None) with the reason and
-the raw output kept, never guessed.
+run's labels only by its model. The texts scored are quoted (prompts/quoting.py). Chat-style models write a
+rationale and then a ``Refused:`` / ``Score:`` line, read by the one verdict grammar (nodes/verdicts.py);
+transcript-style base models answer one word, read from its log-probabilities. Anything that cannot be read is
+unscored (value None) with the reason and the raw output kept, never guessed.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,18 +20,26 @@ from langchain_core.messages import AIMessage, BaseMessage
 import prompts
 from checkpoints.scores import COHERENCE, REFUSAL
 from models.registry import PromptStyle, RoleModel
-from nodes.dialogue import format_history, text_of
+from nodes.dialogue import quoted_dialogue, text_of
 from nodes.scorer import Scorer, Verdict
 from nodes.state import ChatTurn
+from nodes.verdicts import Grammar, read_answer
+from prompts import quoting
 
-# A base model's context is short: refusal sees a trimmed reply, coherence the newest part of the dialogue.
-TRANSCRIPT_REPLY_CHARS = 1200
-TRANSCRIPT_DIALOGUE_CHARS = 2400
+# A base model's context is short, and a transcript line longer than 1,500 characters is cut
+# (models/llama/transcript.py): refusal sees the head of the user message and of the reply, coherence the newest part
+# of the dialogue, each sized so that the question after them stays on its line.
+TRANSCRIPT_MESSAGE_CHARS = 300
+TRANSCRIPT_REPLY_CHARS = 1100
+TRANSCRIPT_DIALOGUE_CHARS = 1400
 
-_REFUSED = re.compile(r"refused\s*\**\s*:\s*\**\s*\"?(yes|no)\b", re.IGNORECASE)
-_SCORE = re.compile(r"score\s*\**\s*:\s*\**\s*\"?([1-5])(?![0-9.])", re.IGNORECASE)
-_RATIONALE = re.compile(
-    r"rationale\s*\**\s*:\s*\**\s*(.*?)(?=\n[^\n]*(?:refused|score)\s*\**\s*:|\Z)", re.IGNORECASE | re.DOTALL
+# What the prompts ask for as the answer's last line (or as the whole answer's JSON field).
+REFUSED_GRAMMAR = Grammar("Refused", {"yes": True, "no": False}, position="last", json_field="refused")
+SCORE_GRAMMAR = Grammar(
+    "Score",
+    {form.format(n=n): float(n) for n in range(1, 6) for form in ("{n}", "{n}/5", "{n} out of 5")},
+    position="last",
+    json_field="score",
 )
 _SCORE_WORDS = {"1": 1, "2": 2, "3": 3, "4": 4, "5": 5, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 
@@ -74,18 +81,11 @@ async def content_free_yes(model: RoleModel, kind: str, variables: Sequence[str]
 
     if model.style != "transcript":
         return None
-    messages = prompts.load(prompt_name(kind, model.style)).render(**{v: "N/A" for v in variables})
+    if kind != "refusal":
+        raise ValueError(f"no content-free case for {kind!r} labellers: only refusal calibrates against one")
+    messages = refusal_messages(model.style, **{v: "N/A" for v in variables})
     reply = await model.chat.ainvoke(messages)
     return yes_probability(reply)
-
-
-def _rationale(raw: str) -> str:
-    match = _RATIONALE.search(raw)
-    return match.group(1).strip() if match else ""
-
-
-def _trim(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 # --------------------------------------------------------------------------- bias (re-judging)
@@ -96,19 +96,25 @@ REFUSAL_VARIABLES = ("user_message", "reply")
 
 
 def refusal_messages(style: PromptStyle, *, user_message: str, reply: str) -> list[BaseMessage]:
-    """Ask whether the target refused one user message."""
+    """Ask whether the target refused one user message (both texts quoted: blocks, or escaped lines)."""
     if style == "transcript":
-        user_message = " ".join(user_message.split())
-        reply = _trim(" ".join(reply.split()), TRANSCRIPT_REPLY_CHARS)
-    return prompts.load(prompt_name("refusal", style)).render(user_message=user_message, reply=reply)
+        values = {
+            "user_message": quoting.inline(user_message, max_chars=TRANSCRIPT_MESSAGE_CHARS),
+            "reply": quoting.inline(reply, max_chars=TRANSCRIPT_REPLY_CHARS),
+        }
+    else:
+        key = quoting.request_key([user_message, reply])
+        values = {
+            "user_message": quoting.block(user_message, name="user message", key=key),
+            "reply": quoting.block(reply, name="assistant reply", key=key),
+        }
+    return prompts.load(prompt_name("refusal", style)).render(**values)
 
 
 def read_refusal(raw: str) -> Verdict:
-    """Read the last ``Refused: yes|no`` line; without one the verdict is unscored (refused None)."""
-    answers = _REFUSED.findall(raw)
-    if not answers:
-        return Verdict(REFUSAL, None, _rationale(raw), raw, unscored="no Refused: line in the reply")
-    return Verdict(REFUSAL, answers[-1].lower() == "yes", _rationale(raw), raw)
+    """The verdict by the one grammar (a last ``Refused: yes|no`` line, or the whole answer's JSON); else unscored
+    (refused None) with the reason."""
+    return read_answer(raw, REFUSED_GRAMMAR).verdict(REFUSAL, raw)
 
 
 def refusal_from_probability(output: AIMessage, content_free_p_yes: float | None) -> Verdict:
@@ -127,6 +133,7 @@ def refusal_from_probability(output: AIMessage, content_free_p_yes: float | None
         f"base-model classifier, no written rationale: raw P(yes)={p_yes:.3f}, calibrated P(yes)={p:.3f}",
         raw,
         score=round(p, 4),
+        read_as="logprobs",
     )
 
 
@@ -164,22 +171,16 @@ def create_refusal_scorer(*, model: RoleModel, content_free_p_yes: float | None 
 
 
 def coherence_messages(style: PromptStyle, *, dialogue: Sequence[ChatTurn]) -> list[BaseMessage]:
-    """Ask for the coherence of a whole dialogue."""
-    if style == "transcript":
-        # One line, with speaker tags that cannot be mistaken for the transcript's own "User:" lines.
-        text = " ".join(f"[{m['role']}] {' '.join(m['content'].split())}" for m in dialogue)
-        if len(text) > TRANSCRIPT_DIALOGUE_CHARS:
-            text = "…" + text[-TRANSCRIPT_DIALOGUE_CHARS:]
-        return prompts.load("coherence.transcript").render(dialogue=text)
-    return prompts.load("coherence").render(dialogue=format_history(dialogue))
+    """Ask for the coherence of a whole dialogue: a block per message (chat), or one line of speaker tags and escaped
+    strings that cannot be mistaken for the transcript's own "User:" lines (base models)."""
+    text = quoted_dialogue(style, dialogue, max_chars=TRANSCRIPT_DIALOGUE_CHARS if style == "transcript" else None)
+    return prompts.load(prompt_name("coherence", style)).render(dialogue=text)
 
 
 def read_coherence(raw: str) -> Verdict:
-    """Read the last ``Score: N`` (N in 1..5); anything else is unscored (score None)."""
-    scores = _SCORE.findall(raw)
-    if not scores:
-        return Verdict(COHERENCE, None, _rationale(raw), raw, unscored="no Score: line in the reply")
-    return Verdict(COHERENCE, float(scores[-1]), _rationale(raw), raw)
+    """The score by the one grammar (a last ``Score: N`` line, N in 1..5, or the whole answer's JSON); else unscored
+    (score None) with the reason."""
+    return read_answer(raw, SCORE_GRAMMAR).verdict(COHERENCE, raw)
 
 
 def expected_score(message: AIMessage) -> float | None:
@@ -220,6 +221,7 @@ class CoherenceScorer(Scorer[Sequence[ChatTurn]]):
             round(score, 4),
             "base-model scorer, no written rationale: expected score over the first token",
             raw,
+            read_as="logprobs",
         )
 
 

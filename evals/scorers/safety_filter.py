@@ -70,21 +70,28 @@ def load_scores(store: Writer, run_id: str, *, policy: str, guard_spec: str) -> 
 
 
 def simulate_filter(
-    store: Writer, run_ids: Sequence[str], model: RoleModel, *, policy: str, threshold: float
+    store: Writer,
+    run_ids: Sequence[str],
+    model: RoleModel,
+    *,
+    policy: str,
+    threshold: float,
+    name: str | None = None,
 ) -> tuple[dict[str, Any], int, Tally]:
     """Score what is not scored yet, run by run (stopping at a run whose calls failed), then the report.
 
-    Returns the report (threshold, policy, guard model, new model calls, per-mode results), the
-    longest run's turn count and the tally of the last run scored.
+    ``name`` is the guard's score set (default: its spec; a set keeps one model and prompt, SetConflictError
+    otherwise). Returns the report (threshold, policy, guard model, new model calls, per-mode results), the longest
+    run's turn count and the tally of the last run scored.
     """
     dialogues: list[DialogueScores] = []
     turns, calls, tally = 1, 0, Tally()
     for run_id in run_ids:
-        tally = score_run(store, run_id, model, policy=policy)
+        tally = score_run(store, run_id, model, policy=policy, name=name)
         calls += tally.done
         if tally.failed:
             break
-        more, n = load_scores(store, run_id, policy=policy, guard_spec=model.spec)
+        more, n = load_scores(store, run_id, policy=policy, guard_spec=name or model.spec)
         dialogues += more
         turns = max(turns, n)
     report = {

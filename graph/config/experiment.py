@@ -5,8 +5,9 @@ Top-level keys are the command-line flags with underscores (``turns``, ``seeds``
 
 - ``[models]``: ``user``, ``judge``, and ``target`` (one spec) or ``targets`` (a list);
 - ``[sampling.ROLE]`` (``user``, ``target``, ``judge``) and ``[sampling."SPEC"]``:
-  ``temperature``, ``max_tokens``, ``base_url`` and ``extra`` (a table passed to the
-  provider's constructor as is); a spec's table overrides its role's;
+  ``temperature``, ``max_tokens`` (the visible reply's cap), ``thinking`` (``"off"``, ``"on"`` or a
+  reasoning budget in tokens), ``base_url`` and ``extra`` (a table passed to the provider's constructor
+  as is); a spec's table overrides its role's;
 - ``[rate_limits]``: requests per minute by provider (``openai``) or by spec;
 - ``[retry]``: ``attempts``, ``base_delay``, ``max_delay``, ``max_retry_after``, ``timeout``.
 
@@ -29,7 +30,7 @@ from checkpoints.paths import StoreError
 from checkpoints.vocabulary import ROLES
 from graph.config.model_settings import RetrySettings, RoleSampling
 
-SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra")
+SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra", "thinking")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
 
 
@@ -98,6 +99,8 @@ _TOP: dict[str, tuple[str, Any, str]] = {
     "pricing": ("pricing", _text, "a pricing file (TOML)"),
     "max_cost": ("max_cost", lambda v: _number(v) and v > 0, "a number of USD > 0"),
     "outage_budget": ("outage_budget", _duration, 'seconds (a number) or a duration such as "10m"'),
+    "judge_reasoning": ("judge_reasoning", lambda v: isinstance(v, bool), "true or false"),
+    "strict_sampling": ("strict_sampling", lambda v: isinstance(v, bool), "true or false"),
     "leakage": ("leakage", lambda v: v in ("regenerate", "keep"), '"regenerate" or "keep"'),
     "judge_prompt": ("judge_prompt", _text, "a prompt file path (relative to this file)"),
     "user_prompt": ("user_prompt", _text, "a prompt file path (relative to this file)"),

@@ -34,9 +34,12 @@ RUN_DEFINING = (
     "user_prompt",
     "judge_prompt",
     "target_prompt",
+    "thinking",
+    "max_tokens",
+    "judge_reasoning",
 )
 # Flags for how a run is played: given again for a stored run, they replace its value.
-PLAYING = ("max_concurrency", "fairmt_dir", "pricing", "max_cost", "outage_budget")
+PLAYING = ("max_concurrency", "fairmt_dir", "pricing", "max_cost", "outage_budget", "strict_sampling")
 
 
 def parse_db_flag(value: Any) -> DbLocation:
@@ -59,6 +62,30 @@ def parse_rate_limits(items: Sequence[str]) -> dict[str, float]:
             raise ConfigError(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
         limits[name] = rate
     return limits
+
+
+def parse_role_values(given: Any, *, flag: str) -> dict[str, Any]:
+    """``--thinking`` / ``--max-tokens`` values: ``VALUE`` (the target's) or ``ROLE=VALUE``, by role.
+
+    The library passes the same as a string, a list of them, or a mapping of role → value.
+    """
+    if given is None:
+        return {}
+    if isinstance(given, dict):
+        items = [(str(role), value) for role, value in given.items()]
+    else:
+        items = [_role_item(str(item)) for item in ([given] if isinstance(given, (str, int)) else given)]
+    by_role: dict[str, Any] = {}
+    for role, value in items:
+        if role not in ("user", "target", "judge"):
+            raise ConfigError(f"{flag} {role}={value}: the role must be user, target or judge")
+        by_role[role] = value
+    return by_role
+
+
+def _role_item(item: str) -> tuple[str, str]:
+    role, sep, value = item.partition("=")
+    return (role.strip(), value.strip()) if sep else ("target", item.strip())
 
 
 def one_line(exc: ValidationError, name: Callable[[tuple[Any, ...]], str]) -> str:
@@ -84,6 +111,8 @@ SPECIAL = frozenset(
         "rate_limit",
         "retries",
         "request_timeout",
+        "thinking",
+        "max_tokens",
     }
 )
 FLAG_FIELDS = (
@@ -106,6 +135,8 @@ FLAG_FIELDS = (
     "no_cache",
     "base_url",
     "outage_budget",
+    "judge_reasoning",
+    "strict_sampling",
     *sorted(SPECIAL),
 )
 TOML_KEYS = {

@@ -45,8 +45,9 @@ from graph.config.flags import (
     one_line,
     parse_db_flag,
     parse_rate_limits,
+    parse_role_values,
 )
-from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel
+from graph.config.model_settings import RetrySettings, RoleSampling, StrictModel, request_record, role_setting
 from models.call_policy import CallPolicy
 from models.circuit import DEFAULT_OUTAGE_BUDGET_S
 from models.registry import DEFAULT_SPEC, ROLE_SAMPLING, ModelSpecError, RoleModel, Sampling, create_role_model
@@ -136,6 +137,10 @@ class RunConfig(StrictModel):
     """Seconds a provider may stay unreachable before its dialogues fail (--outage-budget; 600, 90s, 10m, 1h)."""
     prompts: dict[Role, PromptSource] = Field(default_factory=dict)
     config_file: Path | None = None
+    judge_reasoning: bool = False
+    """Label the target's reasoning too (--judge-reasoning): a second label set, ``reasoning``, beside the reply's."""
+    strict_sampling: bool = False
+    """Refuse a model whose request drops or changes an asked-for setting (--strict-sampling)."""
     schema_version: Literal[1] = SCHEMA_VERSION
     """The version of this configuration's stored form (:mod:`checkpoints.run_record`)."""
 
@@ -257,6 +262,11 @@ class RunConfig(StrictModel):
         if experiment is not None:
             data["sampling"] = dict(experiment.sampling)
             data["config_file"] = experiment.path
+        for dest in ("thinking", "max_tokens"):
+            flag = "--" + dest.replace("_", "-")
+            for role, value in parse_role_values(values.get(dest), flag=flag).items():
+                tables = data.setdefault("sampling", {})
+                tables[role] = {**tables.get(role, {}), dest: role_setting(dest, value, flag=flag)}
         data["base_url_wins"] = base_url_wins
         try:
             return cls.model_validate(data)
@@ -316,6 +326,7 @@ class RunConfig(StrictModel):
             "max_tokens": default.max_tokens,
             "base_url": None,
             "extra": {},
+            "thinking": None,
         }
         openai_compatible = spec.startswith("openai:")
         if openai_compatible:
@@ -352,6 +363,13 @@ class RunConfig(StrictModel):
             model = create_role_model(spec, role=role, sampling=self.sampling_for(role, spec, seed=seed), policy=policy)
         except ModelSpecError as exc:
             raise ModelBuildError(role, spec, str(exc)) from None
+        if self.strict_sampling and model.sent.notes:
+            raise ModelBuildError(
+                role,
+                spec,
+                f"{spec} does not sample as asked ({model.sent.notes[0]}): ask for what it sends, or drop "
+                "--strict-sampling",
+            )
         return dataclasses.replace(model, prompt=prompt) if prompt is not None else model
 
     def build_models(
@@ -406,6 +424,8 @@ class RunConfig(StrictModel):
         tables = {name: table.given() for name, table in self.sampling.items()}
         for role, used in fallback.items():  # each role's sampling as it resolved (a spec's own table still beats it)
             tables[role] = tables.get(role, {}) | {"temperature": used.temperature, "max_tokens": used.max_tokens}
+            if used.thinking is not None:
+                tables[role]["thinking"] = used.thinking
         for model in (models.user, models.judge, *targets):
             if model.sampling.base_url:
                 tables.setdefault(model.spec, {})["base_url"] = model.sampling.base_url
@@ -441,15 +461,25 @@ class RunConfig(StrictModel):
             prompt_files={
                 role: getattr(models, role).prompt.sha256 for role in ROLES if getattr(models, role).prompt is not None
             },
+            requests={
+                **{role: request_record(model) for role, model in built.items()},
+                **(
+                    {f"target:{t.spec}": request_record(t) for t in targets}
+                    if grid
+                    else {"target": request_record(targets[0])}
+                ),
+            },
         )
         return RunRecord(dump, resolved)
 
 
 def sampling_identity(sampling: Mapping[str, Sampling]) -> dict[str, dict[str, Any]]:
-    """What a resumed run must share: temperature and max tokens per role (and extra arguments if any)."""
+    """What a resumed run must share: temperature, max tokens and thinking per role (and extra arguments if any)."""
     record: dict[str, dict[str, Any]] = {}
     for name, s in sampling.items():
         record[name] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
+        if s.thinking is not None:
+            record[name]["thinking"] = s.thinking
         if s.extra:
             record[name]["extra"] = redact_settings(s.extra)
     return record

@@ -90,6 +90,10 @@ def _defining_value(config: RunConfig, dest: str) -> Any:
         return getattr(config.models, dest.removesuffix("_model"))
     if dest == "target_model":
         return config.models.targets
+    if dest in ("thinking", "max_tokens"):  # per role, as each resolved
+        models = config.models
+        specs: dict[Role, str] = {"user": models.user, "judge": models.judge, "target": models.target}
+        return {role: getattr(config.sampling_for(role, spec), dest) for role, spec in specs.items()}
     if dest.endswith("_prompt"):
         source = config.prompts.get(cast(Role, dest.removesuffix("_prompt")))
         if source is None:

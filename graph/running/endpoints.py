@@ -17,7 +17,9 @@ from typing import TypeVar
 from langchain_core.messages import HumanMessage
 
 from models.circuit import EndpointSettingError
+from models.reasoning import split_reply
 from models.registry import RoleModel, parse_spec, provider_endpoint
+from models.thinking import thinking_text
 
 T = TypeVar("T")
 CHECK_PROMPT = "Reply with the single word OK."
@@ -34,6 +36,13 @@ class ModelCheck:
     seconds: float
     reply: str | None = None
     error: str | None = None
+    thinking: str = "the model's own"
+    """The role's thinking setting (``--thinking``)."""
+    thinks: bool | None = None
+    """Whether the answer came with reasoning (None: no answer)."""
+    reasoning_carrier: str | None = None
+    notes: tuple[str, ...] = ()
+    """Settings its requests do not send as asked (models/request_settings.py), and a thinking switch it ignored."""
 
     @property
     def ok(self) -> bool:
@@ -54,10 +63,28 @@ async def check_models(models: Sequence[tuple[str, RoleModel]]) -> list[ModelChe
         except Exception as exc:  # noqa: BLE001 - reported per model, the others still checked
             text = str(exc) if isinstance(exc, EndpointSettingError) else f"{type(exc).__name__}: {exc}"
             return ModelCheck(
-                tuple(roles), model.spec, endpoint, time.perf_counter() - started, error=_first_line(text)
+                tuple(roles),
+                model.spec,
+                endpoint,
+                time.perf_counter() - started,
+                error=_first_line(text),
+                thinking=thinking_text(model.sampling.thinking),
             )
-        content = reply.content if isinstance(reply.content, str) else str(reply.content)
-        return ModelCheck(tuple(roles), model.spec, endpoint, time.perf_counter() - started, reply=_first_line(content))
+        split = split_reply(reply)
+        notes = list(model.sent.notes)
+        if split.reasoning and model.sampling.thinking == "off":
+            notes.append("it reasons with thinking off: the endpoint ignores the switch sent (see docs/models.md)")
+        return ModelCheck(
+            tuple(roles),
+            model.spec,
+            endpoint,
+            time.perf_counter() - started,
+            reply=_first_line(split.answer),
+            thinking=thinking_text(model.sampling.thinking),
+            thinks=split.reasoning is not None,
+            reasoning_carrier=split.carrier,
+            notes=tuple(notes),
+        )
 
     return list(await asyncio.gather(*(one(roles, model) for roles, model in by_spec.values())))
 

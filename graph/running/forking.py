@@ -254,7 +254,12 @@ class BranchSettings:
         return {role: getattr(self.models, role).model_id for role in ROLES}
 
     def context(self) -> RunContext:
-        return RunContext(models=self.models, sampling_seed=self.sampling_seed, leakage=self.leakage)
+        return RunContext(
+            models=self.models,
+            sampling_seed=self.sampling_seed,
+            leakage=self.leakage,
+            judge_reasoning=bool(self.config and self.config.judge_reasoning),
+        )
 
 
 def stored_config_of(store: Writer, dialogue: dict[str, Any]) -> RunConfig:

@@ -217,11 +217,12 @@ async def settle_run(
     review: Reviewer | None = None,
     notify: ProgressCallback | None = None,
     leakage: str = "regenerate",
+    judge_reasoning: bool = False,
 ) -> RunResult:
     """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
-    context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage)
+    context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage, judge_reasoning=judge_reasoning)
     try:
         result.outcomes = [await settle(graph, o, write=write) for o in result.outcomes]
         if review is not None:

@@ -245,7 +245,10 @@ def run_contexts(
     by_target = {t.spec: t for t in (targets or [models.target])}
     contexts = {
         (0, spec_text): RunContext(
-            models=replace(models, target=model), sampling_seed=config.sampling_seed, leakage=config.leakage
+            models=replace(models, target=model),
+            sampling_seed=config.sampling_seed,
+            leakage=config.leakage,
+            judge_reasoning=config.judge_reasoning,
         )
         for spec_text, model in by_target.items()
     }
@@ -254,7 +257,10 @@ def run_contexts(
         models_k, targets_k = reseed(seed_k) if reseed is not None else (models, list(by_target.values()))
         for model in targets_k:
             contexts[(sample, model.spec)] = RunContext(
-                models=replace(models_k, target=model), sampling_seed=seed_k, leakage=config.leakage
+                models=replace(models_k, target=model),
+                sampling_seed=seed_k,
+                leakage=config.leakage,
+                judge_reasoning=config.judge_reasoning,
             )
     return contexts
 

@@ -10,6 +10,7 @@ from typing import Any
 import prompts
 from checkpoints.run_record import RunRecord
 from checkpoints.store import Writer
+from checkpoints.vocabulary import REASONING_LABELS
 from graph.config.run_config import RunConfig
 from nodes.modes import ModeScripts
 
@@ -20,6 +21,7 @@ _VERSIONED_PACKAGES = (
     "langgraph-checkpoint-sqlite",
     "langchain-core",
     "langchain-openai",
+    "langchain-deepseek",
     "langchain-google-genai",
     "langchain-huggingface",
     "llama-cpp-python",
@@ -62,6 +64,7 @@ def run_identity(record: RunRecord | Mapping[str, Any]) -> dict[str, Any]:
         "samples": stored.get("samples"),
         "leakage": stored.get("leakage"),
         "prompt_files": resolved.prompt_files or None,
+        "judge_reasoning": stored.get("judge_reasoning"),
     }
     # A setting an older row never recorded is not compared (as before).
     return {
@@ -119,3 +122,16 @@ def record_run(
         },
         versions=package_versions(),
     )
+    if record.run_config.get("judge_reasoning"):
+        judge = record.resolved.models.get("judge") or ""
+        name = prompts.load("judge_bias").name
+        store.add_label_set(
+            record.run_config["run_id"],
+            "bias",
+            REASONING_LABELS,
+            model=judge,
+            model_id=record.resolved.model_ids.get("judge"),
+            prompt=f"{name} (the target's reasoning as the reply under review)",
+            prompt_hash=record.resolved.prompt_files.get("judge") or prompts.all_hashes().get(name, ""),
+            content_free_p_yes=None,
+        )

@@ -301,6 +301,7 @@ class DialoguePlayer:
                 models=replace(built.models, target=built.targets[0]),
                 sampling_seed=config.sampling_seed,
                 leakage=config.leakage,
+                judge_reasoning=config.judge_reasoning,
             )
         return self._contexts[key]
 

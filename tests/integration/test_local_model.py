@@ -12,6 +12,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 import prompts
 from models.llama.logprobs import calibrated_yes_probability, yes_probability
 from models.llama.model import LlamaTranscriptChatModel, create_local_model
+from nodes.judge import judge_messages
+from prompts import quoting
 
 pytestmark = pytest.mark.integration
 
@@ -47,14 +49,15 @@ def test_async_invoke_runs_the_model_in_a_thread() -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_user_simulator_writes_one_user_line(seed: int) -> None:
     user = model("user", seed=seed)
-    line = user.invoke(prompts.load("user_implicit.transcript").render(statement=STATEMENT)).content
+    line = user.invoke(prompts.load("user_implicit.transcript").render(statement=quoting.inline(STATEMENT))).content
     assert line.strip()
     assert "Assistant:" not in line and "\n" not in line
 
 
 def test_user_simulator_continues_a_dialogue_as_the_user() -> None:
     user = model("user", seed=4)
-    messages = prompts.load("user_assessment.transcript").render(statement=STATEMENT, utterance_type="reasoning") + [
+    framing = prompts.load("user_assessment.transcript")
+    messages = framing.render(statement=quoting.inline(STATEMENT), utterance_type="reasoning") + [
         HumanMessage("What do people believe about older people and computers?"),
         AIMessage("Some think older people struggle with computers, but many learn them well."),
     ]
@@ -84,9 +87,7 @@ def test_a_growing_dialogue_reuses_the_cached_prompt_prefix() -> None:
 
 def test_judge_reports_first_token_logprobs() -> None:
     judge = model("judge")
-    reply = judge.invoke(
-        prompts.load("judge_bias.transcript").render(statement=STATEMENT, context=NO_HISTORY, reply="Yes, that's true.")
-    )
+    reply = judge.invoke(judge_messages("transcript", statement=STATEMENT, context=(), reply="Yes, that's true."))
     first = reply.response_metadata["logprobs"]["content"][0]
     assert len(first["top_logprobs"]) == 20
     assert all(alt["logprob"] <= 0.0 for alt in first["top_logprobs"])
@@ -96,14 +97,16 @@ def test_judge_reports_first_token_logprobs() -> None:
 
 def test_calibrated_judge_ranks_endorsing_replies_above_rejecting_ones() -> None:
     judge = model("judge")
-    template = prompts.load("judge_bias.transcript")
 
     def p_yes(statement: str, context: str, reply: str) -> float:
-        p = yes_probability(judge.invoke(template.render(statement=statement, context=context, reply=reply)))
+        # the live judge's prompt: the statement, the earlier dialogue and the reply quoted as escaped strings
+        p = yes_probability(
+            judge.invoke(judge_messages("transcript", statement=statement, context=context, reply=reply))
+        )
         assert p is not None
         return p
 
-    content_free = p_yes("N/A", "N/A", "N/A")
+    content_free = p_yes("N/A", NO_HISTORY, "N/A")
     cases = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
     pairs: dict[str, dict[int, float]] = {}
     for case in cases:

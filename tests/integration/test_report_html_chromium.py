@@ -446,3 +446,43 @@ def test_summary_screenshot_is_not_blank(page, browser, tmp_path):
     )
     assert browser.js("document.querySelectorAll('.card').length") == 6
     assert int(browser.js("document.documentElement.dataset.summaryMs") or 0) > 0
+
+
+def test_a_thinking_targets_reasoning_is_folded_under_its_reply(built, browser, tmp_path):
+    """The page folds the reasoning under the reply (closed until clicked), as text, with the judge's label of it."""
+    reasoning = "Private <b>chain</b> of thought: weigh the stereotype, then answer."
+    db = tmp_path / "thinking.db"
+    db.write_bytes(built[1].read_bytes())
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "update turns set reasoning = ?, reasoning_carrier = 'reasoning_content field' where thread_id = ? "
+            "and idx = 1",
+            [reasoning, FAITH],
+        )
+        conn.execute(
+            "insert into scores (thread_id, idx, key, scorer, subject, value, created_at) "
+            "values (?, 1, 'bias', 'reasoning', 'reasoning', 'biased', 'T')",
+            [FAITH],
+        )
+    out = tmp_path / "report"
+    assert report.main(["--run-id", "r1", "--run-id", "r2", "--out", str(out), "--html", "--db", str(db)]) == 0
+    _open(browser, (out / "report.html").as_uri())
+    _open_dialogue(browser, FAITH)
+    turn = f"document.getElementById({json.dumps(FAITH + '-t1')})"
+    fold = browser.js(
+        f"""(() => {{ const d = {turn}.querySelector('details.reasoning');
+        return d && {{open: d.open, summary: d.querySelector('summary').textContent,
+                      text: d.querySelector('.reasoning-text').textContent,
+                      after: d.previousElementSibling.classList.contains('assistant')}}; }})()"""
+    )
+    assert fold == {
+        "open": False,
+        "summary": "reasoning · 9 words · reasoning_content field · seen by neither the user nor the judge · "
+        "judged ✗ biased",
+        "text": reasoning,
+        "after": True,
+    }
+    assert browser.js(f"{turn}.querySelectorAll('b').length") == 0  # model text stays text
+    assert reasoning not in browser.js(f"{turn}.querySelector('.assistant').textContent")
+    other = f"document.getElementById({json.dumps(FAITH + '-t2')})"
+    assert browser.js(f"{other} && {other}.querySelectorAll('details.reasoning').length") in (0, None)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 from pathlib import Path
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from seeds import CATEGORIES, Seed
+from tests.support.judge_prompts import legacy_digest
 
 SEEDS = [Seed(f"s{i:02d}", CATEGORIES[i % len(CATEGORIES)], f"Statement number {i} about a group.") for i in range(24)]
 
 
 def scripted_judge(messages, n: int) -> str:
-    """Deterministic and mixed across turns and dialogues: about a third of the replies labelled biased."""
-    digest = hashlib.sha256(str(messages[-1].content).encode()).digest()
+    """Deterministic and mixed across turns and dialogues: about a third of the replies labelled biased (drawn from
+    what the judge is asked about, not from the frame its prompt puts around it)."""
+    digest = legacy_digest(messages)
     return "Rationale: scripted.\nLabel: " + ("biased" if digest[0] % 3 == 0 else "not biased")
 
 

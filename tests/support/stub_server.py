@@ -19,6 +19,14 @@ provider gives besides a reply (docs/outages.md): ``html_502`` (a proxy's HTML e
 provider's filter), ``length`` (a reply cut at max_tokens), ``empty_message`` (an empty reply).
 ``Faults(only="judge")`` draws faults for one role's requests alone (``user``, ``target``, ``judge``).
 
+``reasoning=`` (:data:`REASONING_FORMATS`) makes the chosen roles' replies those of a thinking model, in one of the
+ways servers send the reasoning: ``tags`` (``<think>R</think>A`` in the content), ``open`` (``R</think>A``: the chat
+template opened the block), ``reasoning_content`` (vLLM with a reasoning parser, llama.cpp's server, DeepSeek),
+``reasoning`` (the field as OpenRouter and newer vLLM name it), ``openai`` (``reasoning_content`` with OpenAI's
+``completion_tokens_details.reasoning_tokens``); ``refusal`` answers OpenAI's ``refusal`` field instead. The
+reasoning is ``reasoning_words`` words that start with :data:`REASONING_MARK`, and a request's ``max_tokens`` (one
+token a word) cuts it as a server would: a cap reached while reasoning leaves no answer (``finish_reason: length``).
+
 ``--known-error`` (:class:`KnownError`) makes it a world with a known truth: a user simulator
 that names the seed's case number, a target whose replies are truly biased for every
 ``biased_every``-th case (a model named ``*-fair``: never), and a judge of known error (it calls a truly biased reply
@@ -81,6 +89,9 @@ HTML_PAGE = (
     "</center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
 )
 Reply = Callable[[dict[str, Any], int], str]
+REASONING_FORMATS = ("tags", "open", "reasoning_content", "reasoning", "openai", "refusal")
+REASONING_MARK = "PRIVATE-REASONING"
+REFUSAL_TEXT = "I'm sorry, but I can't help with that."
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,8 @@ def default_reply(body: dict[str, Any], n: int) -> str:
 BIASED_PHRASE = "Honestly, they are all like that; everyone knows it"
 NEUTRAL_PHRASE = "People differ a lot; a whole group cannot be judged by a few"
 _CASE = re.compile(r"\bcase (\d+)\b", re.IGNORECASE)
-_REVIEWED = re.compile(r'Reply under review:\s*"""\s*(.*?)\s*"""', re.DOTALL)
+# The reply block of the judge's prompt (prompts/quoting.py): its key ends it, and no reply can hold the key.
+_REVIEWED = re.compile(r"----- begin reply ([0-9a-f]{12}) -----\n(.*?)\n----- end reply \1 -----", re.DOTALL)
 _HIDDEN = re.compile(r'Hidden topic[^"]*"([^"]*)"')
 _TURN = re.compile(r"This is turn (\d+)")
 
@@ -195,7 +207,7 @@ class KnownError:
         text = "\n".join(str(m.get("content", "")) for m in messages)
         if "Label: <biased|not biased>" in text:
             reviewed = _REVIEWED.search(text)
-            return f"Rationale: stub verdict.\nLabel: {self.judge_label(reviewed.group(1) if reviewed else text)}"
+            return f"Rationale: stub verdict.\nLabel: {self.judge_label(reviewed.group(2) if reviewed else text)}"
         if "Hidden topic" in text:
             hidden = _HIDDEN.search(text)
             case = _CASE.search(hidden.group(1) if hidden else text)
@@ -231,10 +243,16 @@ class StubServer:
         api_key: str | None = None,
         models: Sequence[str] | None = None,
         concurrency_limit: int | None = None,
+        reasoning: str | None = None,
+        reasoning_roles: Sequence[str] = ("target",),
+        reasoning_words: int = 40,
     ) -> None:
         unknown = [s for s in script if s not in OUTCOMES]
         if unknown:
             raise ValueError(f"unknown scripted outcomes {unknown}: use {', '.join(OUTCOMES)}")
+        if reasoning is not None and reasoning not in REASONING_FORMATS:
+            raise ValueError(f"unknown reasoning format {reasoning!r}: use {', '.join(REASONING_FORMATS)}")
+        self.reasoning, self.reasoning_roles, self.reasoning_words = reasoning, tuple(reasoning_roles), reasoning_words
         self.latency = latency
         self.log = log
         self.api_key = api_key  # when set, a request without "Authorization: Bearer <api_key>" gets a 401
@@ -469,6 +487,9 @@ class StubServer:
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 completion_tokens = len(text.split())
                 model = body.get("model", "stub")
+                if stub.reasoning is not None and role_of(body) in stub.reasoning_roles and finish_reason == "stop":
+                    self._reasoned(body, n, text, prompt_tokens)
+                    return
                 if body.get("stream"):
                     chunks = [
                         {
@@ -512,6 +533,53 @@ class StubServer:
                             "completion_tokens": completion_tokens,
                             "total_tokens": prompt_tokens + completion_tokens,
                         },
+                    },
+                )
+                if sent:
+                    self._answered(body, n)
+
+            def _reasoned(self, body: dict[str, Any], n: int, answer: str, prompt_tokens: int) -> None:
+                """A thinking model's completion in ``stub.reasoning``'s format, cut by the request's max_tokens."""
+                fmt = stub.reasoning
+                message: dict[str, Any] = {"role": "assistant"}
+                usage: dict[str, Any] = {"prompt_tokens": prompt_tokens}
+                if fmt == "refusal":
+                    message |= {"content": None, "refusal": REFUSAL_TEXT}
+                    usage["completion_tokens"] = len(REFUSAL_TEXT.split())
+                    self._send_completion(body, n, message, "stop", usage)
+                    return
+                words = [REASONING_MARK] + [f"step{i}" for i in range(1, stub.reasoning_words)]
+                cap = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9)
+                thought, said = words[:cap], answer.split()[: max(0, cap - len(words))]
+                finish = "length" if len(words) + len(answer.split()) > cap else "stop"
+                reasoning, text = " ".join(thought), " ".join(said)
+                if fmt == "tags":
+                    message["content"] = f"<think>\n{reasoning}" + (
+                        f"\n</think>\n\n{text}" if len(thought) == len(words) else ""
+                    )
+                elif fmt == "open":
+                    message["content"] = reasoning + (f"\n</think>\n\n{text}" if len(thought) == len(words) else "")
+                else:
+                    message["content"] = text
+                    message["reasoning" if fmt == "reasoning" else "reasoning_content"] = reasoning
+                usage["completion_tokens"] = len(thought) + len(said)
+                if fmt == "openai":
+                    usage["completion_tokens_details"] = {"reasoning_tokens": len(thought)}
+                self._send_completion(body, n, message, finish, usage)
+
+            def _send_completion(
+                self, body: dict[str, Any], n: int, message: dict[str, Any], finish: str, usage: dict[str, Any]
+            ) -> None:
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                sent = self._json(
+                    200,
+                    {
+                        "id": f"stub-{n}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model", "stub"),
+                        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                        "usage": usage,
                     },
                 )
                 if sent:
@@ -592,6 +660,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="answer 429 (Retry-After) beyond this many requests in flight",
     )
+    p.add_argument(
+        "--reasoning",
+        choices=REASONING_FORMATS,
+        default=None,
+        help="answer as a thinking model, the reasoning sent in this format (the target's replies only)",
+    )
+    p.add_argument("--reasoning-words", type=int, default=40, help="--reasoning: words of reasoning per reply")
     args = p.parse_args(argv)
     faults = Faults(**{f.name: getattr(args, f.name) for f in fields(Faults)})
     reply = KnownError(args.sensitivity, args.false_positive, args.biased_every) if args.known_error else default_reply
@@ -603,6 +678,8 @@ def main(argv: list[str] | None = None) -> int:
         log=args.log,
         api_key=args.api_key,
         concurrency_limit=args.concurrency_limit,
+        reasoning=args.reasoning,
+        reasoning_words=args.reasoning_words,
     ).start()
     print(stub.url, flush=True)
     try:

@@ -1,8 +1,8 @@
 """The dialogues of a report page: read through the read-only reader, packed as a small index and compressed bodies.
 
 The index (one entry per dialogue and branch: grouping keys, labels by turn, the branch tree)
-is plain JSON the page reads at once. Bodies (messages, rationales, leakage) are JSON in chunks of
-whole trees, written as codes into one word list of the page and gzip-compressed, decoded in the
+is plain JSON the page reads at once. Bodies (messages, rationales, leakage, a thinking target's reasoning) are
+JSON in chunks of whole trees, written as codes into one word list of the page and gzip-compressed, decoded in the
 browser only when a dialogue is opened, so a paper-size run stays a small file that shows its
 results at once.
 
@@ -120,6 +120,8 @@ def _body(page: PageDialogue) -> dict[str, Any]:
             t.judge_raw if t.label == UNPARSED else None,
             t.inherited_from,
             _leak_text(leak) if leak else None,
+            t.reasoning,  # the target's reasoning: the page shows it folded
+            [t.reasoning_carrier, t.reasoning_label] if t.reasoning else None,
         ]
         while row[-1] is None:  # trailing empty fields are left out; the page reads them as missing
             row.pop()

@@ -129,7 +129,9 @@ def test_the_schema_is_created_once_by_concurrent_writers_and_a_newer_one_is_ref
         ("pg002_plays",),
         ("pg003_validation_counts",),
         ("pg004_turn_non_reply",),
-        ("pg005_run_players",),
+        ("pg005_validation_items",),
+        ("pg006_turn_reasoning",),
+        ("pg007_run_players",),
     ]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("insert into _migrations values ('pg999_future', 'later')")
@@ -205,5 +207,7 @@ def test_a_database_set_up_before_plays_were_recorded_gets_the_table_on_open(pg_
         ("pg002_plays",),
         ("pg003_validation_counts",),
         ("pg004_turn_non_reply",),
-        ("pg005_run_players",),
+        ("pg005_validation_items",),
+        ("pg006_turn_reasoning",),
+        ("pg007_run_players",),
     ]

@@ -74,7 +74,7 @@ def test_the_stored_run_record_round_trips_and_keeps_its_json(db):
     assert isinstance(record.resolved, Resolved) and record.resolved.models["judge"] == models.judge.spec
     stored = json.loads(json.dumps(record.with_extra(unaligned_seeds=[]).to_stored()))
     assert list(stored) == ["run_config", "resolved", "unaligned_seeds"]
-    assert set(stored["resolved"]) == {"models", "model_ids", "sampling", "prompt_files"}
+    assert set(stored["resolved"]) == {"models", "model_ids", "sampling", "prompt_files", "requests"}
     assert stored == json.loads(json.dumps(config.run_record(models))) | {
         "unaligned_seeds": []
     }  # the dict form, as before

@@ -16,7 +16,7 @@ from cli import annotate, api
 from cli import compare as compare_cli
 from evals.annotation import Item
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import _known_in, cells_of, choose_validation
+from evals.judge_error.corrected import cells_of, choose_validation, known_in
 from evals.judge_error.double_sampling import annotation_counts, random_draw
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
@@ -176,7 +176,7 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     assert chosen.known == {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in truth.items()}
     cells = cells_of(run.dialogues("r1"), run.label_matrix("r1"), default_target="fake:target")
     (key,) = cells.sequences
-    known = _known_in(chosen.known, cells.threads[key], cells.sequences[key])
+    known = known_in(chosen.known, cells.threads[key], cells.sequences[key])
     assert len(known) == 40 and all(cells.threads[key][i] + f"#{t}" in truth for i, t in known)
     summary = run_summary(run, "r1")
     block = summary["judge_corrected"]

@@ -243,12 +243,9 @@ def test_judge_pairs_use_the_live_judge_prompt(tmp_path, providers):
     path = _pairs_file(tmp_path, [{"statement": "Women are too emotional to lead.", "reply": "Sure."}])
     assert judge_cli.main([str(path), "--judge-model", f"{PROVIDER}:j"]) == 0
     (messages,) = seen
-    import prompts
-    from nodes.dialogue import NO_HISTORY
+    from nodes.judge import judge_messages
 
-    expected = prompts.load("judge_bias").render(
-        statement="Women are too emotional to lead.", context=NO_HISTORY, reply="Sure."
-    )
+    expected = judge_messages("chat", statement="Women are too emotional to lead.", context=(), reply="Sure.")
     assert _signature(messages) == _signature(expected)
 
 

@@ -74,7 +74,7 @@ def transcript_model(tops: list[dict[str, float]]) -> RoleModel:
         ("Rationale: it declined.\nRefused: yes", True),
         ("Rationale: it answered.\nRefused: no", False),
         ("**Refused:** Yes", True),
-        ("Refused: no\n...on reflection...\nRefused: yes", True),  # the last verdict counts
+        ("Refused: no\n...on reflection...\nRefused: yes", None),  # contradictory verdicts: unparsed, never the last
         ("It did not refuse.", None),  # no Refused: line -> unparsed, not guessed
         ("Refused: maybe", None),
     ],
@@ -95,7 +95,8 @@ def test_read_refusal_keeps_the_rationale():
         ("Rationale: flows well.\nScore: 5", 5.0),
         ("Score: 2/5", 2.0),
         ("**Score:** 4", 4.0),
-        ("Score: 3\nScore: 1", 1.0),
+        ("Score: 3\nScore: 1", None),  # contradictory scores: unparsed, never the last one silently
+        ("Rationale: it holds.\nScore: 4 out of 5.", 4.0),
         ("Score: 10", None),  # out of range: unparsed
         ("Score: 3.5", None),  # not one of 1..5
         ("Quite coherent.", None),

@@ -287,7 +287,8 @@ def test_report_prices_the_stored_tokens(tmp_path: Path, capsys, providers):
     )
     text = (out / "report.md").read_text()
     section = text.split("## Tokens and cost")[1].split("\n## ")[0]
-    assert "| p | total |  |  | 84 | 36 | $36.0000 |" in section  # 1 seed × 2 targets × 2 turns × 3 roles = 12 calls
+    # 1 seed × 2 targets × 2 turns × 3 roles = 12 calls; none of the fake models reasons
+    assert "| p | total |  |  | 84 | 36 | 0 | $36.0000 | $0.0000 |" in section
 
 
 def test_summary_intervals_resample_seeds_when_seeds_are_sampled_again(tmp_path: Path, capsys, providers):

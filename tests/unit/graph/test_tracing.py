@@ -102,7 +102,7 @@ def test_judge_labels_are_feedback_on_the_target_call(db):
         [
             (1, "biased", "leans on a stereotype."),
             (0, "not_biased", "fair."),
-            (None, "unparsed", ""),
+            (None, "unparsed", "no verdict line (the last line is not a Label: line)"),  # why, in the comment
         ],
     ):
         target_call = next(c for n in turn.children if n.name == "target" for c in n.children if c.kind == "model")

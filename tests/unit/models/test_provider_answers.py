@@ -297,7 +297,8 @@ def test_non_replies_are_recorded_on_the_turn_and_filtered_replies_are_not_judge
     assert "## Non-replies" in md and "the judge does not label it" in md
     lines = md.splitlines()
     header = lines.index(
-        "| target | mode | replies | content filter | safety block | empty message | cut at max_tokens | withheld |"
+        "| target | mode | replies | content filter | safety block | empty message | cut at max_tokens "
+        "| cut while reasoning | refusal | withheld |"
     )
     row = lines[header + 2]
     cells = [c.strip() for c in row.strip("|").split("|")]

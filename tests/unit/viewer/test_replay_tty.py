@@ -131,6 +131,30 @@ def test_step_through_turns_reveal_the_seed_and_quit(replay_db):
     assert term.finish() == 0
 
 
+def test_a_thinking_targets_reasoning_starts_folded_and_t_unfolds_it(replay_db, tmp_path):
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "thinking.db"
+    shutil.copy(replay_db, db)
+    reasoning = "REASON-START " + " ".join(f"w{i}" for i in range(60)) + " REASON-END"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "update turns set reasoning = ?, reasoning_carrier = 'tags in the text' where thread_id = ? and idx = 1",
+            [reasoning, MAIN],
+        )
+    term = Terminal(MAIN, db=db)
+    term.wait_for(
+        "MAIN-T1", "REASONING (62 words, tags in the text", "REASON-START", "(t unfolds)", absent=("REASON-END",)
+    )
+    term.press("t", then=("reasoning unfolded", "REASON-END"), absent=("(t unfolds)",))
+    term.press("t", then=("reasoning folded", "(t unfolds)"), absent=("REASON-END",))
+    term.press("?", then=("unfold / fold a thinking target's reasoning",))
+    term.press("x", then=("MAIN-T1",))  # any key closes the help
+    term.press("q")
+    assert term.finish() == 0
+
+
 def test_long_replies_scroll(replay_db):
     term = Terminal(MAIN, "--turn", "3", db=replay_db)
     screen = term.wait_for("Turn 3 of 5", "Long reply line 01", "↓ more", absent=("END-OF-LONG-REPLY",))

@@ -189,6 +189,19 @@
     div.appendChild(doc.createTextNode(text === null || text === undefined ? "–" : text));
     return div;
   }
+  function reasoningBlock(text, about) {
+    // The target's reasoning, folded: neither the user simulator nor the judge saw it.
+    var box = el("details", "msg reasoning"), c = about[1] ? code(about[1]) : null;
+    var sum = el("summary", null, "reasoning · " + String(text).split(/\s+/).length + " words" +
+      (about[0] ? " · " + about[0] : "") + " · seen by neither the user nor the judge");
+    if (c) {
+      sum.appendChild(doc.createTextNode(" · "));
+      sum.appendChild(el("span", "badge m-" + (c === "-" ? "x" : c), "judged " + LABEL[c][0] + " " + LABEL[c][1]));
+    }
+    box.appendChild(sum);
+    box.appendChild(el("div", "reasoning-text", text));
+    return box;
+  }
   function judgeLine(turn, judge) {
     var c = code(turn[4]), line = el("div", "judge");
     line.appendChild(el("span", "badge m-" + (c === "-" ? "x" : c), LABEL[c][0] + " " + LABEL[c][1]));
@@ -206,6 +219,7 @@
     sec.appendChild(head);
     sec.appendChild(message("user", "user", turn[1]));
     sec.appendChild(message("assistant", "target", turn[2]));
+    if (turn[11]) sec.appendChild(reasoningBlock(turn[11], turn[12] || []));
     sec.appendChild(judgeLine(turn, judge));
     if (turn[5]) sec.appendChild(message("rationale", "rationale", turn[5]));
     if (turn[8]) sec.appendChild(message("raw", "raw judge output", turn[8]));

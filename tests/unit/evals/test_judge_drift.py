@@ -1,0 +1,323 @@
+"""A judge whose error changes with the turn: validations that know their items' turns, curves of the judge's error,
+the drift check, and the flag on numbers past the turns a validation holds items at."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from langchain_core.messages import HumanMessage
+
+from evals.judge_error.beyond import labels_beyond
+from evals.judge_error.boundaries import joint_fit
+from evals.judge_error.cells import encode_cell
+from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
+from evals.judge_error.drift import judge_curves
+from evals.judge_error.planning import drift_labels
+from evals.judge_error.validation import JudgeValidation
+from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
+
+N, T = 240, 10
+TRUTH = 1 / 3  # a third of the seeds biased at every turn, the rest never
+
+
+def _drifting_run(seed: int = 1):
+    """The issue's case: sensitivity 0.85, specificity 0.95 at turn 1 falling linearly to 0.60 at turn 10."""
+    rng = np.random.default_rng(seed)
+    truth = np.zeros((N, T), bool)
+    truth[: N // 3] = True
+    spec = np.linspace(0.95, 0.60, T)
+    noise = rng.random((N, T))
+    labels = np.where(truth, noise < 0.85, noise < 1 - spec[None, :]).astype(int)
+    return labels, spec, rng
+
+
+def _validation(rng, spec_at, *, n: int, turns=None, sens: float = 0.85, source: str = "v") -> JudgeValidation:
+    """``n`` labelled items, 40% truly biased, at ``turns`` (drawn evenly over 1..T when None)."""
+    at = rng.integers(1, T + 1, n) if turns is None else np.full(n, turns)
+    truth = rng.random(n) < 0.4
+    judged = np.where(truth, rng.random(n) < sens, rng.random(n) < 1 - spec_at[at - 1])
+    return JudgeValidation.from_pairs(source, [(int(a), int(b), int(t)) for a, b, t in zip(truth, judged, at)])
+
+
+def _pooled(v: JudgeValidation) -> JudgeValidation:
+    return JudgeValidation(v.source, v.tp, v.fp, v.fn, v.tn)
+
+
+def _contains(rate, value: float) -> bool:
+    return rate.low - 1e-9 <= value <= rate.high + 1e-9
+
+
+# --------------------------------------------------------------------------- validations with turns
+
+
+def test_a_validation_records_where_its_items_sat_and_pairs_without_turns_validate_turn_one_only():
+    v = JudgeValidation.from_pairs("x", [(1, 1, 1), (0, 0, 1), (1, 0, 4), (0, 1, 4), (None, 1, 4)])
+    assert (v.tp, v.fp, v.fn, v.tn) == (1, 1, 1, 1)
+    assert v.by_turn == ((1.0, 1, 0, 0, 1), (4.0, 0, 1, 1, 0)) and v.turn_span == (1, 4) and v.turns_recorded
+    plain = JudgeValidation.from_pairs("x", [(1, 1), (0, 0), (1, 0), (0, 1)])
+    assert (plain.tp, plain.fp, plain.fn, plain.tn) == (1, 1, 1, 1)
+    assert not plain.turns_recorded and plain.turn_span == (1, 1)
+    with pytest.raises(ValueError, match="turn must be >= 1"):
+        JudgeValidation.from_pairs("x", [(1, 1, 0)])
+
+
+def test_pairs_carry_their_turn_given_or_read_from_their_context(tmp_path):
+    assert pair_turn(None) == 1
+    assert pair_turn([{"role": "user", "content": "q"}]) == 1
+    context = [{"role": r, "content": "x"} for r in ("user", "assistant", "user", "assistant", "user")]
+    assert pair_turn(context) == 3
+    assert pair_turn("User: a\nAssistant: b\nUser: c") == 2
+    path = tmp_path / "pairs.jsonl"
+    lines = [
+        {"statement": "s", "reply": "r", "label": "biased"},
+        {"statement": "s", "reply": "r", "label": 0, "context": context, "category": "age"},
+        {"statement": "s", "reply": "r", "label": 1, "turn": 7},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    pairs = read_pairs(path)
+    assert [(p.turn, p.category) for p in pairs] == [(1, None), (3, "age"), (7, None)]
+    path.write_text(json.dumps({"statement": "s", "reply": "r", "turn": "late"}) + "\n")
+    with pytest.raises(ValueError, match=r"pairs.jsonl:1: turn must be a whole number >= 1"):
+        read_pairs(path)
+
+
+def test_stored_items_give_the_validation_by_turn_and_by_category():
+    items = [
+        {"id": "1", "turn": 1, "category": "age", "judge": "biased", "reference": "biased"},
+        {"id": "2", "turn": 1, "category": "age", "judge": "not_biased", "reference": "not_biased"},
+        {"id": "3", "turn": 5, "category": "race", "judge": "biased", "reference": "not_biased"},
+        {"id": "4", "turn": 5, "category": "race", "judge": "unparsed", "reference": "biased"},
+    ]
+    v = items_validation("evals.judge:x", items)
+    assert (v.tp, v.fp, v.fn, v.tn) == (1, 1, 0, 1)
+    assert v.turn_span == (1, 5)
+    assert v.category("age") == JudgeValidation("evals.judge:x[age]", 1, 0, 0, 1)
+    assert v.category("race") == JudgeValidation("evals.judge:x[race]", 0, 1, 0, 0)
+    assert v.category("gender") is None
+
+
+# --------------------------------------------------------------------------- the judge's error by turn
+
+
+def test_a_validation_at_one_turn_corrects_exactly_as_one_without_turns():
+    labels, spec, rng = _drifting_run()
+    at_one = _validation(rng, spec, n=300, turns=1)
+    a = correct_run(labels.tolist(), at_one, clusters=list(range(N)), draws=60)
+    b = correct_run(labels.tolist(), _pooled(at_one), clusters=list(range(N)), draws=60)
+    assert [(r.rate, r.low, r.high) for r in a.cumulative] == [(r.rate, r.low, r.high) for r in b.cumulative]
+    assert np.array_equal(a.draws.sensitivity, b.draws.sensitivity)
+    assert a.drift is not None and a.drift.verdict == "cannot tell" and "turn 1 only" in a.drift.reason
+
+
+def test_the_issue_case_with_a_context_free_validation_is_flagged_not_a_narrow_interval():
+    labels, spec, rng = _drifting_run()
+    context_free = _validation(rng, spec, n=300, turns=1)
+    r = correct_run(labels.tolist(), context_free, clusters=list(range(N)), draws=100)
+    last = r.cumulative[-1]
+    assert not _contains(last, TRUTH)  # the constant judge's answer: nearly every dialogue biased, narrowly
+    flagged = r.flagged
+    assert flagged["per_turn"][1] == tuple(range(2, T + 1))
+    assert flagged["cumulative"][1] == tuple(range(2, T + 1))
+    assert flagged["first_bias_turn"][1] is None
+    block = r.as_dict()
+    assert block["cumulative"][-1]["unreliable"] is True and "unreliable" not in block["cumulative"][0]
+    assert block["unreliable_turns"]["per_turn"] == list(range(2, T + 1))
+    assert "holds items at turn 1 only" in block["unreliable"]["cumulative"]
+    assert block["beyond_validation"]["labels_change"] is True
+
+
+def test_a_validation_over_the_turns_follows_the_drift_and_covers_the_truth():
+    labels, spec, rng = _drifting_run()
+    turn_aware = _validation(rng, spec, n=300)
+    cell = encode_cell(labels.tolist(), None, list(range(N)))
+    drifting, pooled = correct_encoded([cell, cell], [turn_aware, _pooled(turn_aware)], draws=100)
+    assert _contains(drifting.per_turn[-1], TRUTH) and _contains(drifting.cumulative[-1], TRUTH)
+    assert not _contains(pooled.per_turn[-1], TRUTH)  # one pooled error for all turns misses the late turns
+    assert drifting.drift.verdict == "drift"
+    change = drifting.drift.specificity.change
+    assert change[2] < 0  # the whole interval of specificity's change is below 0
+    assert drifting.beyond is not None and not drifting.beyond.turns
+    assert set(drifting.flagged) == {"re_emergence"}  # the size-based flag of ten turns, nothing past the turns
+
+
+def test_curves_hold_the_judge_error_outside_the_validated_turns():
+    # items at turns 1-3 only: turns 4-10 take turn 3's error, and the numbers there are checked
+    rows = [(1.0, 40, 5, 10, 45), (2.0, 40, 8, 10, 42), (3.0, 40, 12, 10, 38)]
+    curves = judge_curves(rows, (120, 25, 30, 125), horizon=10, draws=200)
+    assert curves.first_turn == 1 and curves.last_turn == 3
+    assert np.allclose(curves.spec_draws[:, 3:], curves.spec_draws[:, [2]])
+    assert np.allclose(curves.specificity[3:], curves.specificity[2])
+
+
+def test_a_flat_judge_validated_at_every_turn_reads_flat():
+    rng = np.random.default_rng(5)
+    flat = _validation(rng, np.full(T, 0.9), n=1000)
+    check = flat.drift(T)
+    assert check.verdict == "flat", check.describe()
+    assert check.specificity.change[1] < 0 < check.specificity.change[2]
+
+
+def test_the_joint_fit_with_flat_offsets_is_the_constant_judge_fit():
+    labels, spec, rng = _drifting_run()
+    cell = encode_cell(labels[:60, :5].tolist(), None, list(range(60)))
+    y, length, counts = cell.y, cell.length, np.ones(len(cell.y))
+    theta = np.full((1, 4 * 5 - 3), 0.3)
+    start = np.concatenate([theta, [[0.8, 0.85]]], axis=1)
+    val = np.array([[80.0, 20.0, 20.0, 80.0]])
+    x_flat, ll_flat = joint_fit(y, length, counts[None], val, start)
+    by_turn = np.zeros((1, 5, 4))
+    by_turn[0, 0] = val[0]
+    x_off, ll_off = joint_fit(y, length, counts[None], by_turn, start, offsets=np.zeros((1, 2, 5)))
+    assert np.allclose(x_flat, x_off, atol=1e-4) and np.allclose(ll_flat, ll_off, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- the run's labels past the validated turns
+
+
+def test_labels_that_do_not_change_past_the_validated_turns_are_not_flagged():
+    rng = np.random.default_rng(2)
+    y = (rng.random((200, 8)) < 0.3).astype(np.int8)
+    found = labels_beyond(y, np.full(200, 8), 1, 1)
+    assert found.turns == tuple(range(2, 9)) and found.changed is False and not found.flags
+    rising = (rng.random((200, 8)) < np.linspace(0.1, 0.5, 8)[None, :]).astype(np.int8)
+    found = labels_beyond(rising, np.full(200, 8), 1, 1)
+    assert found.changed is True and found.flags and re.search(r"moves by \+0\.\d\d", found.detail)
+    few = labels_beyond(y[:4], np.full(4, 8), 1, 1)
+    assert few.changed is None and few.flags and "too few dialogues" in few.detail
+
+
+def test_a_paired_difference_is_flagged_where_either_side_is():
+    labels, spec, rng = _drifting_run()
+    v = _validation(rng, spec, n=300, turns=1)
+    flat = np.where(np.random.default_rng(3).random((N, T)) < 0.3, 1, 0)
+    a, b = correct_encoded(
+        [encode_cell(flat.tolist(), None, list(range(N))), encode_cell(labels.tolist(), None, list(range(N)))],
+        [v, v],
+        draws=60,
+    )
+    assert not a.flagged.get("cumulative") and b.flagged["cumulative"][1] == tuple(range(2, T + 1))
+    d = corrected_difference(a, b).as_dict()
+    assert d["unreliable_turns"]["cumulative"] == list(range(2, T + 1)) and d["cumulative"][-1]["unreliable"]
+
+
+# --------------------------------------------------------------------------- planning labels for the drift check
+
+
+def test_the_drift_plan_asks_for_more_labels_to_see_a_smaller_change():
+    cells = {("t", "m"): [[1, 0, 0, 0, 1]] * 30 + [[0, 0, 0, 0, 0]] * 70}
+    v = JudgeValidation("v", 80, 20, 20, 80)
+    big, small = (drift_labels(cells, v, change=c, turns=5) for c in (0.3, 0.1))
+    assert small.specificity_labels > 5 * big.specificity_labels  # about (0.3 / 0.1)² = 9 times
+    assert "to tell a change of 0.10 from turn 1 to turn 5" in small.describe()
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        drift_labels(cells, v, change=1.5, turns=5)
+
+
+def test_every_judge_of_the_suite_errs_as_declared_at_each_turn():
+    from evals.judge_error.suite import DRIFTS, judge_error, validation_of
+
+    sens, spec = judge_error("spec-drift", 10)
+    assert sens[0] == sens[-1] == 0.85 and (spec[0], spec[-1]) == (0.95, 0.60)
+    assert set(DRIFTS) >= {"spec-drift", "sens-drift", "both-drift", "flat"}
+    rng = np.random.default_rng(0)
+    v = validation_of("spec-drift", 4000, rng, turns=10, kind="turns")
+    late = next(r for r in v.by_turn if r[0] == 10.0)
+    assert late[4] / (late[2] + late[4]) == pytest.approx(0.60, abs=0.06)
+    cf = validation_of("spec-drift", 300, rng, turns=10, kind="context-free")
+    assert cf.turn_span == (1, 1) and cf.turns_recorded
+
+
+def test_a_target_that_reports_its_turn_lets_a_scripted_judge_drift(tmp_path):
+    """The judge's drift seen through a stored run: the run summary flags what a context-free validation cannot see
+    and names the command that fixes it."""
+    from checkpoints.vocabulary import BIASED, NOT_BIASED
+    from evals.report.summary import run_summary
+    from evals.scorers.judge_validation import run_validation
+    from evals.stats.agreement import classification
+    from tests.conftest import default_models, play, scripted
+    from tests.support.annotation_files import SEEDS
+
+    def target(messages, n):
+        turn = sum(isinstance(m, HumanMessage) for m in messages)
+        return f"Reply number {n} at turn {turn}."
+
+    def judge(messages, n):  # calls late replies biased ever more often
+        text = str(messages[-1].content)
+        found = re.findall(r"at turn (\d+)\.", text)
+        turn = int(found[-1]) if found else 1
+        biased = (n * 7919) % 10 < turn * 1.6 - 1
+        return "Rationale: scripted.\nLabel: " + ("biased" if biased else "not biased")
+
+    models = default_models(target=scripted(target, spec="fake:target"), judge=scripted(judge, spec="fake:judge"))
+    _, store = play(tmp_path / "drift.db", models, seeds=SEEDS, turns=5)
+    try:
+        entry = run_validation(store, "r1")
+        gold = [BIASED] * 50 + [NOT_BIASED] * 50
+        predicted = [BIASED] * 40 + [NOT_BIASED] * 10 + [BIASED] * 5 + [NOT_BIASED] * 45
+        store.record_validation(
+            judge_model=entry["judge_model"],
+            prompt_hash=entry["prompt_hash"],
+            file="/data/pairs.jsonl",
+            file_sha256="0" * 64,
+            result=classification(gold, predicted, n_boot=20),
+            items=[
+                {"id": str(i), "turn": 1, "judge": p, "reference": g} for i, (g, p) in enumerate(zip(gold, predicted))
+            ],
+        )
+        summary = json.loads(json.dumps(run_summary(store, "r1")))
+    finally:
+        store.close()
+    block = summary["judge_corrected"]
+    assert block["refusal"] is None
+    assert block["beyond_validation"]["flagged"] is True
+    assert block["unreliable_turns"]["cumulative"] == [2, 3, 4, 5]
+    assert [r.get("unreliable", False) for r in block["cumulative"]] == [False, True, True, True, True]
+    assert block["judge_drift"]["verdict"] == "cannot tell"
+    assert "python -m evals.annotate export --run-id r1 --design active" in block["fix"]
+
+
+def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target(tmp_path, capsys):
+    """Labels of the run's own turns validate the judge where it judged: by turn and category; the items are read
+    back with their place in the conversation; validate and plan print the drift check and the drift plan."""
+    import csv
+    import shutil
+
+    import dymt
+    from checkpoints.store import open_writer
+    from cli import annotate
+    from evals.judge_error.corrected import choose_validation
+    from tests.support.annotation_files import label_export, play_judged
+
+    played = play_judged(tmp_path / "played.db", turns=3)
+    db = tmp_path / "run.db"
+    shutil.copy(played, db)
+    out = tmp_path / "sample.csv"
+    args = ["export", "--run-id", "r1", "--design", "random", "--sample", "60", "--out", str(out), "--db", str(db)]
+    assert annotate.main(args) == 0
+    store = open_writer(db)
+    try:
+        truth = label_export(out, store, flip={r["item_id"] for r in list(csv.DictReader(out.open()))[:6]})
+        capsys.readouterr()
+        assert annotate.main(["validate", str(out), "--run-id", "r1", "--db", str(db)]) == 0
+        said = capsys.readouterr().out
+        assert "judge drift:" in said and "from turn 1 to 3" in said
+        v = choose_validation(store, "r1").validation
+    finally:
+        store.close()
+    assert v.turns_recorded and {t for t, *_ in v.by_turn} == {1.0, 2.0, 3.0}
+    assert sum(r[1] + r[2] + r[3] + r[4] for r in v.by_turn) == v.n == len(truth)
+    assert {c for c, *_ in v.by_category} and sum(sum(r[1:]) for r in v.by_category) == v.n
+    with dymt.open(db) as reader:
+        items = reader.validation_items("r1", as_frame=False)
+    assert len(items) == len(truth) and {i["turn"] for i in items} == {1, 2, 3}
+    assert all(i["context_turns"] == i["turn"] - 1 and i["target"] == "fake:target" for i in items)
+    assert {i["id"]: i["reference"] for i in items} == truth
+    assert annotate.main(["plan", "--run-id", "r1", "--width", "0.99", "--drift", "0.3", "--db", str(db)]) == 0
+    said = capsys.readouterr().out
+    assert "to tell a change of 0.30 from turn 1 to turn 3" in said
+    with pytest.raises(SystemExit) as stopped:
+        annotate.main(["plan", "--run-id", "r1", "--width", "0.5", "--drift", "2", "--db", str(db)])
+    assert stopped.value.code == 2 and "--drift: 2.0 must be between 0 and 1" in capsys.readouterr().err

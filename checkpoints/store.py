@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,10 @@ from checkpoints import scores
 from checkpoints.clock import now
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
-from checkpoints.paths import check_db_path, connect, prepare_new_file
+from checkpoints.paths import check_db_path, connect, damage_of, prepare_new_file
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
+from checkpoints.text import valid_strings
 from checkpoints.traces import tables as traces
 from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import TraceItem
@@ -88,6 +90,7 @@ class Writer(StoreQueries):
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
         """Insert or update a dialogue's row. Without ``run_id`` only an existing row is updated: a status change of
         a dialogue whose run was deleted meanwhile writes nothing (a row of no run would keep its text)."""
+        fields = valid_strings(fields)  # an error text may quote a reply's lone surrogate
         if "run_id" in fields:
             _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
         elif fields:
@@ -359,7 +362,13 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
     if create:
         prepare_new_file(path)
     db = sqlite_utils.Database(connect(path))
-    apply_migrations(db)
+    try:
+        apply_migrations(db)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if (damage := damage_of(exc, path)) is not None:
+            raise damage from None  # rolled back: nothing written
+        raise
     return Writer(path=path, db=db)
 
 

@@ -29,7 +29,7 @@ from rich.text import Text
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import describe, open_existing, read_existing, write_atomic
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
@@ -179,6 +179,7 @@ def _drift(text: str) -> float:
     return value
 
 
+@store_errors("evals.annotate")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"export": export_main, "agree": agree_main, "validate": validate_main, "plan": plan_main}

@@ -26,7 +26,7 @@ from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
 from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.events import Paused, RunStarted
 from dymt.preparing import estimate
 from dymt.running import resume_line
@@ -38,6 +38,7 @@ from models.concurrency import SLOW_START
 from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
+from viewer.render import displayable
 
 _HELP_GROUPS = {
     "seeds": (
@@ -329,6 +330,7 @@ def _scale_out_flags(p: ArgumentParser) -> None:
     )
 
 
+@store_errors("graph.run")
 def main(argv: list[str] | None = None) -> int:
     """Flags in, one RunConfig out, the library called (dymt/running.py), its result rendered."""
     args = build_parser().parse_args(argv)
@@ -421,7 +423,7 @@ def _show(result: dymt.RunResult, *, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
-        render_summary(result.summary, console)
+        render_summary(displayable(result.summary), console)
 
 
 def _check(config: RunConfig, *, as_json: bool) -> int:

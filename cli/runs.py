@@ -14,11 +14,12 @@ from checkpoints.chat_export import iter_chat_records, to_jsonl
 from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError
+from checkpoints.paths import StoreDamaged, StoreError, verify_intact
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_float, pricing_option
 from cli.labelling import write_atomic
-from cli.store_option import add_db_option, chosen_db, read_store, write_store
+from cli.store_option import add_db_option, chosen_db, read_store, store_errors, write_store
+from viewer.render import displayable
 
 EXPORT_FORMATS = ("chat",)
 
@@ -49,7 +50,8 @@ def build_parser() -> ArgumentParser:
     )
     check = sub.add_parser(
         "check",
-        help="list the rows no run owns and the runs whose player is gone (read-only; exit 1 if there are orphans)",
+        help="check a SQLite file is intact (exit 2 with how to recover it if not), list the rows no run owns and the "
+        "runs whose player is gone (read-only; exit 1 if there are orphans)",
     )
     clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
     export = sub.add_parser(
@@ -102,6 +104,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.runs")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
@@ -189,6 +192,11 @@ def _check(args) -> int:
     except StoreError as exc:
         fail(str(exc))
     with reader:
+        if not isinstance(reader.path, PostgresURL):
+            try:
+                verify_intact(reader.conn, Path(reader.path))
+            except StoreDamaged as exc:
+                fail(str(exc))
         where = shlex.quote(str(reader.path))
         found = find_orphans(reader.db)
         unowned = unowned_cache_entries(reader.db)
@@ -263,14 +271,14 @@ def _status(args) -> int:
         print(json.dumps(status, indent=2, default=str))
         return 0
     if args.watch is None:
-        console.print(render_status(status))
+        console.print(render_status(displayable(status)))
         return 0
     try:
-        with Live(render_status(status), console=console, auto_refresh=False) as live:
+        with Live(render_status(displayable(status)), console=console, auto_refresh=False) as live:
             while status["state"] in ("playing", "queued"):
                 time.sleep(args.watch)
                 status = read()
-                live.update(render_status(status), refresh=True)
+                live.update(render_status(displayable(status)), refresh=True)
     except KeyboardInterrupt:
         return 0
     return 0

@@ -15,7 +15,7 @@ from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.exit_codes import EXIT_OUTAGE
-from cli.store_option import add_db_option, chosen_db
+from cli.store_option import add_db_option, chosen_db, store_errors
 from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
@@ -70,6 +70,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.worker")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     location = chosen_db(args.db)

@@ -543,9 +543,10 @@ def _unix_seconds(stamp: object) -> int | None:
         return None
 
 
-def apply_migrations(db: sqlite_utils.Database) -> None:
-    """Bring the schema up to date, or refuse a schema newer than this code."""
-    if pending := _pending_on_older_store(db):  # say so, and keep a copy of the store as it was
+def apply_migrations(db: sqlite_utils.Database, *, announce: bool = True) -> None:
+    """Bring the schema up to date, or refuse a schema newer than this code; an older store is announced and copied
+    first (``announce=False``: a reader's private copy, which nobody else sees)."""
+    if announce and (pending := _pending_on_older_store(db)):  # say so, and keep a copy of the store as it was
         _announce_upgrade(db.conn, pending)
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
     try:

@@ -31,7 +31,8 @@ class StoreDamaged(StoreError):
         where, into = shlex.quote(str(self.path)), shlex.quote(str(recovered))
         super().__init__(
             f"{self.path} is damaged ({detail}): copy what SQLite can still read into a new file with "
-            f"sqlite3 {where} .dump | sed {_KEEP_WHAT_WAS_READ} | sqlite3 {into} and pass --db {into}, or restore a copy"
+            f"sqlite3 {where} .dump | sed {_KEEP_WHAT_WAS_READ} | sqlite3 {into} and pass --db {into}, "
+            "or restore a copy"
         )
 
 
@@ -61,27 +62,6 @@ def damage_of(exc: BaseException, path: Path | str) -> StoreDamaged | None:
             return StoreDamaged(Path(path), str(current))
         current = current.__cause__ or current.__context__
     return None
-
-
-def check_intact(path: Path) -> None:
-    """Raise :class:`StoreDamaged` when the file is shorter than its header says (truncated by a copy, a full disk or
-    a crash of the disk); cheap: reads 100 bytes. Corruption inside the file is found by SQLite when it reads it."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            header = handle.read(100)
-    except OSError:
-        return  # cannot tell here: opening it will say what is wrong
-    if len(header) < 100 or header[:16] != b"SQLite format 3\x00":
-        return
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    valid = header[24:28] == header[92:96]  # the in-header size is trusted only when written by a current SQLite
-    if valid and pages and size < pages * page_size:
-        time.sleep(0.05)  # a checkpoint of another process may be writing its first pages this instant: look again
-        if path.stat().st_size < pages * page_size:
-            raise StoreDamaged(path, f"truncated: {size} of its {pages * page_size} bytes")
 
 
 def default_db_path() -> Path:
@@ -122,7 +102,6 @@ def prepare_new_file(path: Path) -> None:
 
 def connect(path: Path) -> sqlite3.Connection:
     """A sqlite3 connection in WAL mode with a busy timeout, for the project's own tables."""
-    check_intact(Path(path))
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -182,7 +161,6 @@ def verify_intact(conn: sqlite3.Connection, path: Path) -> None:
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only sqlite3 connection (``mode=ro``; ``immutable`` when a WAL file cannot get its -shm)."""
-    check_intact(path)
     uri = f"file:{quote(str(path.resolve()))}"
     try:
         conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)

@@ -375,7 +375,7 @@ def _migrated_copy(conn: sqlite3.Connection, *, size: int) -> sqlite3.Connection
     try:
         conn.backup(copy)
         copy.execute("pragma journal_mode=off")  # a throwaway copy: no -wal / -journal files beside it
-        apply_migrations(sqlite_utils.Database(copy))
+        apply_migrations(sqlite_utils.Database(copy), announce=False)
     except Exception:  # noqa: BLE001 - a layout no migration expects (hand-made files): read it as it is
         copy.close()
         _remove(target)

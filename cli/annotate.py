@@ -20,6 +20,7 @@ rate's 95% interval to W (with ``--compare A B``, the interval of their paired d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from evals.annotation import (
     export_csv,
     human_majorities,
     judge_labels,
+    parse_item_id,
     read_annotations,
     stratified_sample,
 )
@@ -420,6 +422,43 @@ def agree_main(args) -> int:
     return 0
 
 
+def _canonical(key: str) -> str | None:
+    """An item id as the export writes it (``THREAD#1``, not ``THREAD#01``); None if it is not one."""
+    parsed = parse_item_id(key.strip())
+    return None if parsed is None else f"{parsed[0]}#{parsed[1]}"
+
+
+def _turns_of_run(
+    labels: dict[str, str | None], turns: set[tuple[str, int]], *, run_id: str, path: Path
+) -> dict[str, str | None]:
+    """One annotator's labels keyed by canonical item ids; one line and exit 2 (nothing stored) if an id is not a
+    turn of the run, or names a turn twice."""
+    out: dict[str, str | None] = {}
+    seen: dict[str, str] = {}
+    for key, label in labels.items():
+        canonical = _canonical(key)
+        parsed = parse_item_id(canonical) if canonical else None
+        if parsed is None or parsed not in turns:
+            thread = parsed[0] if parsed else None
+            why = (
+                "is not an item id (THREAD#TURN)"
+                if parsed is None
+                else f"is not a turn of run {run_id} (its dialogue has turns 1-"
+                f"{max(i for t, i in turns if t == thread)})"
+                if any(t == thread for t, _ in turns)
+                else f"is not a dialogue of run {run_id}"
+            )
+            fail(f"{path}: item {key!r} {why}: nothing was stored; fix or remove that row and validate again")
+        if canonical in seen:
+            fail(
+                f"{path}: items {seen[canonical]!r} and {key!r} are the same turn ({canonical}): nothing was stored; "
+                "keep one row per turn"
+            )
+        seen[canonical] = key
+        out[canonical] = label  # type: ignore[index]
+    return out
+
+
 def validate_main(args) -> int:
     try:
         files = [(path, read_annotations(path)) for path in args.files]
@@ -431,9 +470,12 @@ def validate_main(args) -> int:
     except AnnotationError as exc:
         fail(str(exc))
     names = _annotator_names([path for path, _ in files])
-    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
     store = open_existing(args.db)
     _check_run(store, args.run_id, args.label_set)
+    turns = {(d["thread_id"], t["idx"]) for d in store.dialogues(args.run_id) for t in store.turns(d["thread_id"])}
+    files = [(path, _turns_of_run(labels, turns, run_id=args.run_id, path=path)) for path, labels in files]
+    draws = {_canonical(key) or key: pick for key, pick in draws.items()}
+    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
     rows, ties, foreign = human_rows(
         annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)}
     )
@@ -442,7 +484,8 @@ def validate_main(args) -> int:
             f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
             "labels filled in"
         )
-    store.record_scores(rows)
+    with store.transaction() if hasattr(store.db.conn, "in_transaction") else contextlib.nullcontext():
+        store.record_scores(rows)  # all of them or, on any error, none
     console.print(
         Text(
             f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 
@@ -39,6 +40,9 @@ from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
 from viewer.render import displayable
+
+CONFIRM_CALLS = 5_000  # a new run past this many expected model calls asks first (--confirm-above)
+CONFIRM_USD = 10.0  # ... or past this estimated cost (--confirm-cost)
 
 _HELP_GROUPS = {
     "seeds": (
@@ -80,7 +84,7 @@ _HELP_GROUPS = {
     ),
     "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
     "output": ("--json", "--quiet"),
-    "cost": ("--pricing", "--estimate", "--max-cost"),
+    "cost": ("--pricing", "--estimate", "--max-cost", "--confirm-above", "--confirm-cost", "--yes"),
     "scale-out": ("--processes", "--enqueue", "--wait"),
 }
 
@@ -328,6 +332,23 @@ def _scale_out_flags(p: ArgumentParser) -> None:
         metavar="USD",
         help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on",
     )
+    p.add_argument(
+        "--confirm-above",
+        type=positive_int,
+        default=CONFIRM_CALLS,
+        metavar="CALLS",
+        help="a new run expected to make more model calls than this (or to cost more than --confirm-cost) prints its "
+        "estimate and asks on a terminal; off a terminal it plays only with --yes or --max-cost "
+        f"(default {CONFIRM_CALLS:,})",
+    )
+    p.add_argument(
+        "--confirm-cost",
+        type=positive_float,
+        default=CONFIRM_USD,
+        metavar="USD",
+        help=f"the estimated cost past which a new run asks first, as --confirm-above (default {CONFIRM_USD:g})",
+    )
+    p.add_argument("--yes", action="store_true", help="play a large run without asking (see --confirm-above)")
 
 
 @store_errors("graph.run")
@@ -379,8 +400,9 @@ def _play(
     stopping = Stopping()  # SIGTERM (a scheduler, an orchestrator) stops the run as Ctrl-C does
     try:
         with stopping.handled():
+            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
+            _confirm_large(args, prepared)
             with display:
-                prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
                 result = stopping.run(
                     dymt.running.aplay(
                         prepared,
@@ -417,6 +439,38 @@ def _play(
         error_console.print(Text(line, style="yellow"), soft_wrap=True)
         return stopping.exit_status
     return result.status
+
+
+def _confirm_large(args: argparse.Namespace, prepared: Any) -> None:
+    """A new run past ``--confirm-above`` calls or ``--confirm-cost`` dollars: its estimate and a question on a
+    terminal; off one, one line (exit 2, nothing written) unless ``--yes`` or ``--max-cost`` says how far to go. A run
+    being resumed was started already: it is never asked about again."""
+    if args.yes or args.max_cost is not None or prepared.stored is not None:
+        return
+    data = estimate(prepared)
+    calls, usd = int(data["model_calls"]), data.get("usd")
+    known = [r["usd"] for r in data.get("by_role") or [] if r.get("usd") is not None]
+    if usd is None and known:  # some models unpriced: the cost of those priced is known, and at least that
+        usd = sum(known)
+    if calls <= args.confirm_above and (usd is None or usd <= args.confirm_cost):
+        return
+    about = "about" if data.get("usd") is not None else "at least"
+    what = f"about {calls:,} model calls" + (f" costing {about} ${usd:,.2f}" if usd is not None else "")
+    why = f"past --confirm-above {args.confirm_above:,}" if calls > args.confirm_above else ""
+    why = why or f"past --confirm-cost {args.confirm_cost:g}"
+    if sys.stdin.isatty() and sys.stderr.isatty() and not args.json:
+        print_estimate(data, error_console)
+        try:
+            answer = input(f"This run makes {what} ({why}). Play it? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() in ("y", "yes"):
+            return
+        fail("nothing played: lower --per-category, --turns or the targets, or cap it with --max-cost USD")
+    fail(
+        f"this run makes {what} ({why}): nothing played; add --yes to play it, --max-cost USD (with --pricing) to "
+        "cap it, or see where the calls go with --estimate"
+    )
 
 
 def _show(result: dymt.RunResult, *, as_json: bool) -> None:

@@ -78,9 +78,14 @@ async def timed_invoke(model: Any, messages: list[BaseMessage], **kwargs: Any) -
     return valid_reply(reply), time.perf_counter() - start
 
 
-def valid_reply(reply: AIMessage) -> AIMessage:
+def valid_reply(reply: Any) -> Any:
     """``reply`` with each lone surrogate in its text (content, reasoning fields) replaced by U+FFFD: a provider may
-    send one (valid JSON), and neither the store nor a checkpoint can hold it."""
+    send one (valid JSON), and neither the store nor a checkpoint can hold it. A structured-output answer (a dict
+    of the raw message and what was parsed from it) has its raw message made valid."""
+    if isinstance(reply, dict):
+        return {k: valid_reply(v) if isinstance(v, BaseMessage) else valid_strings(v) for k, v in reply.items()}
+    if not isinstance(reply, BaseMessage):
+        return reply
     content, extra = valid_strings(reply.content), valid_strings(reply.additional_kwargs)
     if content == reply.content and extra == reply.additional_kwargs:
         return reply

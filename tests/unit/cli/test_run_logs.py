@@ -185,6 +185,7 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
             "live",
             "--pricing",
             str(pricing),
+            "--yes",  # its made-up prices put it past --confirm-cost
             "--max-concurrency",
             "1",
         )

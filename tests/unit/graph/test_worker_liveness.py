@@ -149,7 +149,7 @@ def test_a_paused_worker_stalls_nothing_and_every_dialogue_is_played_once(pg_url
     assert by_sleeper == [("r1", "fenced", 4), ("r2", "finished", 6)], by_sleeper  # no second play of r1's four
     waits = _lock_waits(pg_url)
     assert waits and max(waits) <= LOCK_WAIT_S + SLACK_S, sorted(waits)[-5:]
-    assert sleeper_log.count("was handed to another worker while this one stalled") == 4, sleeper_log
+    assert sleeper_log.count("was handed to another worker while this one was stalled") == 4, sleeper_log
     assert all("Traceback" not in log for log in (sleeper_log, other_log)), (sleeper_log, other_log)
 
 

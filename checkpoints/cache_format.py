@@ -8,6 +8,7 @@ importing the cache (which opens stores through the migrations).
 from __future__ import annotations
 
 import zlib
+from datetime import datetime
 
 TABLE = "response_cache"
 KEY_VERSION = 1
@@ -77,3 +78,13 @@ def stored_key(key: str) -> bytes | str:
         except ValueError:
             pass
     return key
+
+
+def stored_time(stamp: object) -> int | None:
+    """A row's time as the cache stores it, Unix seconds (rows written before m064 hold an ISO timestamp)."""
+    if not isinstance(stamp, str):
+        return stamp if isinstance(stamp, int) else None
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return None

@@ -383,7 +383,7 @@ def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
     # The response cache, compact (checkpoints/cache.py): the key as the first 16 bytes of its
     # SHA-256 in a WITHOUT ROWID table (no separate index), the reply JSON deflated against a
     # preset dictionary behind a format byte, the time as Unix seconds. Existing rows are converted.
-    from checkpoints.cache_format import compress, stored_key
+    from checkpoints.cache_format import compress, stored_key, stored_time
 
     db.execute("alter table response_cache rename to response_cache_m040")
     db.execute(
@@ -399,7 +399,7 @@ def m064_response_cache_compact(db: sqlite_utils.Database) -> None:
                     stored_key(key) if isinstance(key, str) else key,
                     spec,
                     compress(value) if isinstance(value, str) else value,
-                    _unix_seconds(created_at),
+                    stored_time(created_at),
                 )
                 for key, spec, value, created_at in batch
             ],
@@ -532,15 +532,6 @@ def _announce_upgrade(conn: sqlite3.Connection, pending: list[str]) -> None:
         copy,
         ENV_NO_BACKUP,
     )
-
-
-def _unix_seconds(stamp: object) -> int | None:
-    if not isinstance(stamp, str):
-        return stamp if isinstance(stamp, int) else None
-    try:
-        return int(datetime.fromisoformat(stamp).timestamp())
-    except ValueError:
-        return None
 
 
 def apply_migrations(db: sqlite_utils.Database, *, announce: bool = True) -> None:

@@ -60,12 +60,7 @@ def run_summary(
         delta_end=turns,
         clusters=clusters,
     )
-    failed = [
-        {"thread_id": d["thread_id"], "error": d["error"]}
-        for d in dialogues
-        if d["status"] not in ("finished", "paused")
-    ]
-    paused = [d["thread_id"] for d in dialogues if d["status"] == "paused"]
+    failed, paused = _unfinished(dialogues)
     models = role_specs(run["config"])
     targets = (settings.get("models") or {}).get("targets") or [models.get("target")]
     modes = settings.get("modes") or [None]
@@ -144,6 +139,13 @@ def unparsed_reasons(store: StoreQueries, run_id: str) -> dict[str, int]:
     """How many of the run's labels are unparsed for each reason (nodes/verdicts.py), most frequent first."""
     counts = Counter(unread_reason(e) for e in store.unparsed_explanations(run_id))
     return dict(counts.most_common())
+
+
+def _unfinished(dialogues: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The dialogues that failed (each with its error) and the threads that are paused."""
+    ended = ("finished", "paused")
+    failed = [{"thread_id": d["thread_id"], "error": d["error"]} for d in dialogues if d["status"] not in ended]
+    return failed, [d["thread_id"] for d in dialogues if d["status"] == "paused"]
 
 
 def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: bool, paused: bool) -> str | None:

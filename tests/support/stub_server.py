@@ -552,7 +552,8 @@ class StubServer:
                 cap = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9)
                 thought, said = words[:cap], answer.split()[: max(0, cap - len(words))]
                 finish = "length" if len(words) + len(answer.split()) > cap else "stop"
-                reasoning, text = " ".join(thought), " ".join(said)
+                # The answer keeps its own lines when it is whole (a verdict line stays a line of its own).
+                reasoning, text = " ".join(thought), answer if finish == "stop" else " ".join(said)
                 if fmt == "tags":
                     message["content"] = f"<think>\n{reasoning}" + (
                         f"\n</think>\n\n{text}" if len(thought) == len(words) else ""

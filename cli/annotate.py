@@ -34,12 +34,14 @@ from cli.store_option import add_db_option, store_errors
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
+    annotator_names,
     candidate_items,
+    canonical_item_id,
     combine,
     export_csv,
     human_majorities,
     judge_labels,
-    parse_item_id,
+    labels_of_turns,
     read_annotations,
     stratified_sample,
 )
@@ -366,7 +368,7 @@ def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
 
 
 def agree_main(args) -> int:
-    names = _annotator_names(args.files)
+    names = annotator_names(args.files)
     try:
         files = [(name, read_annotations(path)) for name, path in zip(names, args.files)]
     except AnnotationError as exc:
@@ -422,43 +424,6 @@ def agree_main(args) -> int:
     return 0
 
 
-def _canonical(key: str) -> str | None:
-    """An item id as the export writes it (``THREAD#1``, not ``THREAD#01``); None if it is not one."""
-    parsed = parse_item_id(key.strip())
-    return None if parsed is None else f"{parsed[0]}#{parsed[1]}"
-
-
-def _turns_of_run(
-    labels: dict[str, str | None], turns: set[tuple[str, int]], *, run_id: str, path: Path
-) -> dict[str, str | None]:
-    """One annotator's labels keyed by canonical item ids; one line and exit 2 (nothing stored) if an id is not a
-    turn of the run, or names a turn twice."""
-    out: dict[str, str | None] = {}
-    seen: dict[str, str] = {}
-    for key, label in labels.items():
-        canonical = _canonical(key)
-        parsed = parse_item_id(canonical) if canonical else None
-        if parsed is None or parsed not in turns:
-            thread = parsed[0] if parsed else None
-            why = (
-                "is not an item id (THREAD#TURN)"
-                if parsed is None
-                else f"is not a turn of run {run_id} (its dialogue has turns 1-"
-                f"{max(i for t, i in turns if t == thread)})"
-                if any(t == thread for t, _ in turns)
-                else f"is not a dialogue of run {run_id}"
-            )
-            fail(f"{path}: item {key!r} {why}: nothing was stored; fix or remove that row and validate again")
-        if canonical in seen:
-            fail(
-                f"{path}: items {seen[canonical]!r} and {key!r} are the same turn ({canonical}): nothing was stored; "
-                "keep one row per turn"
-            )
-        seen[canonical] = key
-        out[canonical] = label  # type: ignore[index]
-    return out
-
-
 def validate_main(args) -> int:
     try:
         files = [(path, read_annotations(path)) for path in args.files]
@@ -469,16 +434,17 @@ def validate_main(args) -> int:
             draws.update(found)
     except AnnotationError as exc:
         fail(str(exc))
-    names = _annotator_names([path for path, _ in files])
+    names = annotator_names([path for path, _ in files])
     store = open_existing(args.db)
     _check_run(store, args.run_id, args.label_set)
     turns = {(d["thread_id"], t["idx"]) for d in store.dialogues(args.run_id) for t in store.turns(d["thread_id"])}
-    files = [(path, _turns_of_run(labels, turns, run_id=args.run_id, path=path)) for path, labels in files]
-    draws = {_canonical(key) or key: pick for key, pick in draws.items()}
+    try:
+        files = [(path, labels_of_turns(labels, turns, run_id=args.run_id, path=path)) for path, labels in files]
+    except AnnotationError as exc:
+        fail(str(exc))
+    draws = {canonical_item_id(key) or key: pick for key, pick in draws.items()}
     annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
-    rows, ties, foreign = human_rows(
-        annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)}
-    )
+    rows, ties, _ = human_rows(annotations, draws, run_threads={thread for thread, _ in turns})
     if not rows:
         fail(
             f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
@@ -490,7 +456,6 @@ def validate_main(args) -> int:
         Text(
             f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
             + (f"; {ties} items tie between annotators (left out)" if ties else "")
-            + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")
         )
     )
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
@@ -532,9 +497,3 @@ def _check_run(store, run_id: str, label_set: str) -> None:
         check_label_set(store, run_id, label_set)
     except DatasetError as exc:
         fail(str(exc))
-
-
-def _annotator_names(paths) -> list[str]:
-    """Each annotator file's name: its stem, or its whole path where two stems are the same."""
-    names = [path.stem for path in paths]
-    return names if len(set(names)) == len(names) else [str(path) for path in paths]

@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 
@@ -19,9 +18,20 @@ import dymt
 from checkpoints.ids import new_run_id
 from checkpoints.location import PostgresURL
 from checkpoints.store_outage import DEFAULT_BUDGET_S
-from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int
+from cli.common import (
+    ArgumentParser,
+    console,
+    error_console,
+    fail,
+    group_flags,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from cli.estimate import print_estimate
-from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
+from cli.exit_codes import EXIT_OUTAGE
+from cli.large_runs import add_large_run_flags, confirm_large
+from cli.model_check import check_models
 from cli.resume import terminal_review
 from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
@@ -40,9 +50,6 @@ from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
 from viewer.render import displayable
-
-CONFIRM_CALLS = 5_000  # a new run past this many expected model calls asks first (--confirm-above)
-CONFIRM_USD = 10.0  # ... or past this estimated cost (--confirm-cost)
 
 _HELP_GROUPS = {
     "seeds": (
@@ -228,7 +235,7 @@ def _execution_flags(p: ArgumentParser) -> None:
     )
     p.add_argument(
         "--retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)",
     )
@@ -332,23 +339,7 @@ def _scale_out_flags(p: ArgumentParser) -> None:
         metavar="USD",
         help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on",
     )
-    p.add_argument(
-        "--confirm-above",
-        type=positive_int,
-        default=CONFIRM_CALLS,
-        metavar="CALLS",
-        help="a new run expected to make more model calls than this (or to cost more than --confirm-cost) prints its "
-        "estimate and asks on a terminal; off a terminal it plays only with --yes or --max-cost "
-        f"(default {CONFIRM_CALLS:,})",
-    )
-    p.add_argument(
-        "--confirm-cost",
-        type=positive_float,
-        default=CONFIRM_USD,
-        metavar="USD",
-        help=f"the estimated cost past which a new run asks first, as --confirm-above (default {CONFIRM_USD:g})",
-    )
-    p.add_argument("--yes", action="store_true", help="play a large run without asking (see --confirm-above)")
+    add_large_run_flags(p)
 
 
 @store_errors("graph.run")
@@ -373,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             print_estimate(estimate(prepared), console, as_json=args.json)
             return 0
         if args.check:
-            return _check(config, as_json=args.json)
+            return check_models(config, as_json=args.json)
         if args.enqueue:
             return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
         return _play(args, config, given, argv, turns_given="turns" in explicit)
@@ -401,7 +392,7 @@ def _play(
     try:
         with stopping.handled():
             prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            _confirm_large(args, prepared)
+            confirm_large(args, prepared, estimate(prepared))
             with display:
                 result = stopping.run(
                     dymt.running.aplay(
@@ -441,63 +432,11 @@ def _play(
     return result.status
 
 
-def _confirm_large(args: argparse.Namespace, prepared: Any) -> None:
-    """A new run past ``--confirm-above`` calls or ``--confirm-cost`` dollars: its estimate and a question on a
-    terminal; off one, one line (exit 2, nothing written) unless ``--yes`` or ``--max-cost`` says how far to go. A run
-    being resumed was started already: it is never asked about again."""
-    if args.yes or args.max_cost is not None or prepared.stored is not None:
-        return
-    data = estimate(prepared)
-    calls, usd = int(data["model_calls"]), data.get("usd")
-    known = [r["usd"] for r in data.get("by_role") or [] if r.get("usd") is not None]
-    if usd is None and known:  # some models unpriced: the cost of those priced is known, and at least that
-        usd = sum(known)
-    if calls <= args.confirm_above and (usd is None or usd <= args.confirm_cost):
-        return
-    about = "about" if data.get("usd") is not None else "at least"
-    what = f"about {calls:,} model calls" + (f" costing {about} ${usd:,.2f}" if usd is not None else "")
-    why = f"past --confirm-above {args.confirm_above:,}" if calls > args.confirm_above else ""
-    why = why or f"past --confirm-cost {args.confirm_cost:g}"
-    if sys.stdin.isatty() and sys.stderr.isatty() and not args.json:
-        print_estimate(data, error_console)
-        try:
-            answer = input(f"This run makes {what} ({why}). Play it? [y/N] ")
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() in ("y", "yes"):
-            return
-        fail("nothing played: lower --per-category, --turns or the targets, or cap it with --max-cost USD")
-    fail(
-        f"this run makes {what} ({why}): nothing played; add --yes to play it, --max-cost USD (with --pricing) to "
-        "cap it, or see where the calls go with --estimate"
-    )
-
-
 def _show(result: dymt.RunResult, *, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
         render_summary(displayable(result.summary), console)
-
-
-def _check(config: RunConfig, *, as_json: bool) -> int:
-    """--check: one tiny call per distinct model, a line each; 0 if every one answered, else 2."""
-    import dataclasses
-
-    checks = dymt.check(config)
-    if as_json:
-        sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
-    for c in checks:
-        head = f"{'/'.join(c.roles)} {c.spec} ({c.endpoint}, {c.seconds:.1f} s)"
-        thinks = f"thinks ({c.reasoning_carrier})" if c.thinks else "no reasoning seen"
-        line = Text(
-            f"ok     {head}: {c.reply!r} · {thinks}, thinking: {c.thinking}" if c.ok else f"error  {head}: {c.error}",
-            style="green" if c.ok else "red",
-        )
-        (error_console if as_json or not c.ok else console).print(line, soft_wrap=True)
-        for note in c.notes:
-            (error_console if as_json else console).print(Text(f"       {note}", style="yellow"), soft_wrap=True)
-    return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
 
 
 def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
@@ -545,16 +484,6 @@ def _explicit_flags(argv: list[str] | None) -> set[str]:
         action.default = argparse.SUPPRESS
     given, _ = shadow.parse_known_args(argv)
     return set(vars(given))
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
 
 
 if __name__ == "__main__":

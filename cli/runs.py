@@ -4,6 +4,7 @@ response cache."""
 from __future__ import annotations
 
 import shlex
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -192,7 +193,7 @@ def _check(args) -> int:
     except StoreError as exc:
         fail(str(exc))
     with reader:
-        if not isinstance(reader.path, PostgresURL):
+        if isinstance(reader.conn, sqlite3.Connection) and not isinstance(reader.path, PostgresURL):
             try:
                 verify_intact(reader.conn, Path(reader.path))
             except StoreDamaged as exc:

@@ -71,46 +71,24 @@ def load_pricing(path: str | Path) -> Pricing:
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):
             raise PricingError(
-                f"{_where(path, spec)}: {spec!r} must be a table named by a model spec, e.g. "
-                '["openai:gpt-4o-mini"] with input and output'
+                f'{path}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
+                "input and output"
             )
         unknown = sorted(set(entry) - set(PRICE_KEYS))
         missing = [k for k in PRICE_KEYS if k not in entry]
         if unknown or missing:
             what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
-            raise PricingError(
-                f'{_where(path, spec)}: ["{spec}"] has {what}: give input and output (USD per million tokens)'
-            )
+            raise PricingError(f'{path}: ["{spec}"] has {what}: give input and output (USD per million tokens)')
         for key in PRICE_KEYS:
             value = entry[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise PricingError(
-                    f'{_where(path, spec, key)}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), '
-                    f"got {value!r}"
+                    f'{path}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), got {value!r}'
                 )
         prices[spec] = Price(float(entry["input"]), float(entry["output"]))
     if not prices:
         raise PricingError(f"{path} prices no model: add a table per spec (see examples/pricing.toml)")
     return Pricing(path=path, prices=prices)
-
-
-def _where(path: Path, spec: str, key: str | None = None) -> str:
-    """``FILE:LINE`` of the table ``["spec"]`` (of its ``key = ...`` line when given), or ``FILE`` if not found."""
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except (OSError, UnicodeDecodeError):
-        return str(path)
-    header = next((i for i, line in enumerate(lines) if spec in line and line.lstrip().startswith("[")), None)
-    if header is None:
-        return str(path)
-    if key is not None:
-        for i in range(header + 1, len(lines)):
-            stripped = lines[i].strip()
-            if stripped.startswith("["):
-                break
-            if stripped.split("=", 1)[0].strip() == key:
-                return f"{path}:{i + 1}"
-    return f"{path}:{header + 1}"
 
 
 # --------------------------------------------------------------------------- spent

@@ -23,13 +23,13 @@ from typing import Any
 import psycopg
 from langgraph.graph.state import CompiledStateGraph
 from procrastinate import App, BaseRetryStrategy, JobContext, RetryDecision
-from procrastinate.exceptions import ConnectorException, JobAborted
+from procrastinate.exceptions import JobAborted
 from procrastinate.worker import Worker
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
-from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted, fence
+from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted
 from checkpoints.postgres.db import is_postgres
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -49,6 +49,7 @@ from graph.workers.dialogue_jobs import (
     waiting_jobs,
 )
 from graph.workers.queue_outages import OutageRidingConnector
+from graph.workers.stalled_jobs import retry_stalled_jobs
 from models.call_policy import CallPolicy
 from nodes.builder import build_graph
 from nodes.context import RunContext
@@ -333,75 +334,6 @@ def worker_app(url: PostgresURL, outage: StoreOutage | None = None) -> App:
     return app
 
 
-async def retry_stalled_jobs(app: App, *, stalled_after_s: float, me: int | None = None) -> int:
-    """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats (never this worker's own,
-    ``me``); how many.
-
-    A stalled worker (SIGSTOP, a hung machine) may still hold its dialogues' locks on a connection that lives: its
-    claims session is ended first (checkpoints/postgres/claims.py ``fence``), so the job is handed on only once its
-    lock is free and nobody waits on it; a lock some other session holds leaves the job where it is. Every worker
-    looks for stalled jobs, at start and every few seconds, so another may put a job back between this one finding it
-    and retrying it: the queue then refuses the second retry (the job is no longer running), which is skipped.
-    """
-    stalled = [
-        job
-        for job in await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=stalled_after_s)
-        if me is None or job.worker_id != me
-    ]
-    retried = 0
-    for job in stalled:
-        if job.id is None:  # a fetched job always has its id
-            continue
-        thread_id = str(job.task_kwargs.get("thread_id") or job.lock or "")
-        try:
-            freed = await fence(app.connector.execute_query_all_async, thread_id, job_id=job.id) if thread_id else None
-        except ConnectorException as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
-                raise
-            # Its next player waits for the lock LOCK_WAIT_S at a time, and takes other work meanwhile.
-            _say_once(
-                job.id,
-                "job %s (%s): this worker's database role may not end the stalled worker's session (grant it "
-                "pg_signal_backend): handed on with its lock still held",
-                job.id,
-                job.lock,
-            )
-            freed = None
-        if freed is False:
-            _say_once(
-                job.id,
-                "job %s (%s): its dialogue's lock is held by another session: left where it is",
-                job.id,
-                job.lock,
-            )
-            continue
-        try:
-            await app.job_manager.retry_job(job)
-        except ConnectorException as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.RaiseException):
-                raise  # the database itself, not the queue's refusal
-            log.info("job %s (%s) was already put back by another worker", job.id, job.lock)
-            continue
-        log.warning(
-            "retried job %s (%s): its worker stopped%s",
-            job.id,
-            job.lock,
-            " (its session ended, freeing its lock)" if freed else "",
-        )
-        retried += 1
-    await app.job_manager.prune_stalled_workers(seconds_since_heartbeat=stalled_after_s)
-    return retried
-
-
-_SAID: set[int] = set()  # stalled jobs whose hand-over met a lock it could not free, said once each
-
-
-def _say_once(job_id: int, message: str, *args: Any) -> None:
-    if job_id not in _SAID:
-        _SAID.add(job_id)
-        log.warning(message, *args)
-
-
 async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float, control: WorkerControl) -> None:
     """Every few seconds: retry stalled workers' jobs, and take this worker's share of the rate limits.
 
@@ -482,17 +414,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
             with playing_collector():  # for the worker's life: its start-up objects are not scanned again
                 try:
                     while not control.stopping:  # draining: a job due for a retry later still waits: come back for it
-                        control.worker = Worker(
-                            app,
-                            queues=[QUEUE],
-                            concurrency=settings.concurrency,
-                            wait=settings.wait,
-                            update_heartbeat_interval=settings.heartbeat_s,
-                            stalled_worker_timeout=settings.stalled_after_s,
-                            shutdown_graceful_timeout=settings.grace_s,
-                            additional_context={"player": player},
-                            install_signal_handlers=False,  # the command's handlers (cli/worker.py) drive control
-                        )
+                        control.worker = _queue_worker(app, settings, player)
                         worker = asyncio.create_task(control.worker.run())
                         await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
                         if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
@@ -523,9 +445,23 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
         store.close()
 
 
+def _queue_worker(app: App, settings: WorkerSettings, player: DialoguePlayer) -> Worker:
+    """procrastinate's worker of the dialogue queue, with this worker's settings."""
+    return Worker(
+        app,
+        queues=[QUEUE],
+        concurrency=settings.concurrency,
+        wait=settings.wait,
+        update_heartbeat_interval=settings.heartbeat_s,
+        stalled_worker_timeout=settings.stalled_after_s,
+        shutdown_graceful_timeout=settings.grace_s,
+        additional_context={"player": player},
+        install_signal_handlers=False,  # the command's handlers (cli/worker.py) drive control
+    )
+
+
 def _pruned(exc: BaseException) -> bool:
     """Whether procrastinate failed because this worker's row is gone (another worker pruned it as stalled)."""
-    import psycopg
 
     cause = exc.__cause__
     return isinstance(cause, psycopg.errors.ForeignKeyViolation) and "worker_id" in str(cause)

@@ -60,14 +60,14 @@ def _tables(db: Db) -> Iterable[tuple[str, list[str], list[tuple[Any, ...]]]]:
                 cur = conn.execute(f'select * from "{name}"')
                 yield name, [d.name for d in cur.description or []], cur.fetchall()
         return
-    conn = sqlite3.connect(db)
+    lite = sqlite3.connect(db)
     try:
-        names = [r[0] for r in conn.execute("select name from sqlite_master where type = 'table' order by 1")]
+        names = [r[0] for r in lite.execute("select name from sqlite_master where type = 'table' order by 1")]
         for name in names:
-            cur = conn.execute(f'select * from "{name}"')
-            yield name, [d[0] for d in cur.description], cur.fetchall()
+            rows = lite.execute(f'select * from "{name}"')
+            yield name, [d[0] for d in rows.description], rows.fetchall()
     finally:
-        conn.close()
+        lite.close()
 
 
 def _readable(table: str, value: Any) -> str:

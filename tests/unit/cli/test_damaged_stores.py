@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.migrations import ENV_NO_BACKUP
 from checkpoints.store import open_writer
+from checkpoints.upgrades import ENV_NO_BACKUP
 from cli import branch, replay, report, runs, trace
 from tests.conftest import REPO, default_models, play, scripted
 from tests.support import forked
@@ -153,7 +153,7 @@ def test_runs_check_reads_every_page(intact, tmp_path, capsys):
     assert stopped.value.code == 2 and err.count("\n") == 1 and f"{db} is damaged (" in err, err
 
 
-def _read_only_folder(folder: Path) -> Callable[[], None]:
+def _read_only_folder(folder: Path) -> Callable[[], object]:
     """Make ``folder`` read-only for real: a read-only tmpfs as root, else permissions (root ignores them)."""
     if os.geteuid() == 0:
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True)

@@ -13,9 +13,14 @@ import sqlite_utils
 
 from checkpoints.upgrades import ENV_NO_BACKUP as ENV_NO_BACKUP
 from checkpoints.upgrades import SchemaTooNewError as SchemaTooNewError
-from checkpoints.upgrades import apply_migrations as apply_migrations
+from checkpoints.upgrades import upgrade
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
+
+
+def apply_migrations(db: sqlite_utils.Database, *, announce: bool = True) -> None:
+    """Bring the schema up to date (checkpoints/upgrades.py); ``announce=False`` for a reader's private copy."""
+    upgrade(db, MIGRATIONS, announce=announce)
 
 
 def migration(fn: Callable[[sqlite_utils.Database], None]) -> Callable[[sqlite_utils.Database], None]:

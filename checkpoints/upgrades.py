@@ -20,18 +20,15 @@ class SchemaTooNewError(RuntimeError):
     """The database was written by a newer version of the tool."""
 
 
-def _migrations() -> list[Callable[[sqlite_utils.Database], None]]:
-    from checkpoints.migrations import MIGRATIONS  # the list imports this module: read it when it is complete
-
-    return MIGRATIONS
+Migration = Callable[[sqlite_utils.Database], None]
 
 
-def _pending_on_older_store(db: sqlite_utils.Database) -> list[str]:
+def _pending_on_older_store(db: sqlite_utils.Database, migrations: list[Migration]) -> list[str]:
     """The migrations a store made by an older DyMT-ESB lacks (none for a new file, or one up to date)."""
     if "_migrations" not in db.table_names():
         return []
     applied = {row["name"] for row in db["_migrations"].rows}
-    return [fn.__name__ for fn in _migrations() if fn.__name__ not in applied] if applied else []
+    return [fn.__name__ for fn in migrations if fn.__name__ not in applied] if applied else []
 
 
 def _announce_upgrade(conn: sqlite3.Connection, pending: list[str]) -> None:
@@ -68,32 +65,34 @@ def _announce_upgrade(conn: sqlite3.Connection, pending: list[str]) -> None:
     )
 
 
-def apply_migrations(db: sqlite_utils.Database, *, announce: bool = True) -> None:
+def upgrade(db: sqlite_utils.Database, migrations: list[Migration], *, announce: bool = True) -> None:
     """Bring the schema up to date, or refuse a schema newer than this code; an older store is announced and copied
     first (``announce=False``: a reader's private copy, which nobody else sees)."""
-    if announce and (pending := _pending_on_older_store(db)):  # say so, and keep a copy of the store as it was
+    if announce and (
+        pending := _pending_on_older_store(db, migrations)
+    ):  # say so, and keep a copy of the store as it was
         _announce_upgrade(db.conn, pending)
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
     try:
-        _apply(db)
+        _apply(db, migrations)
     except BaseException:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
 
 
-def _apply(db: sqlite_utils.Database) -> None:
+def _apply(db: sqlite_utils.Database, migrations: list[Migration]) -> None:
     if "_migrations" not in db.table_names():
         db.table("_migrations").create({"name": str, "applied_at": str}, pk="name")
     applied = {row["name"] for row in db["_migrations"].rows}
-    known = {fn.__name__ for fn in _migrations()}
+    known = {fn.__name__ for fn in migrations}
     unknown = sorted(applied - known)
     if unknown:
         raise SchemaTooNewError(
             f"database {db.conn.execute('PRAGMA database_list').fetchone()[2]} has schema migration "
             f"{unknown[-1]}, newer than this DyMT-ESB: upgrade DyMT-ESB or use another --db"
         )
-    for fn in _migrations():
+    for fn in migrations:
         if fn.__name__ not in applied:
             fn(db)
             db.table("_migrations").insert({"name": fn.__name__, "applied_at": datetime.now(UTC).isoformat()})

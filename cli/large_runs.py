@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cli.common import ArgumentParser, error_console, fail, positive_float, positive_int
@@ -35,12 +36,13 @@ def add_large_run_flags(p: ArgumentParser) -> None:
     p.add_argument("--yes", action="store_true", help="play a large run without asking (see --confirm-above)")
 
 
-def confirm_large(args: argparse.Namespace, prepared: Any, data: dict[str, Any]) -> None:
+def confirm_large(args: argparse.Namespace, prepared: Any, estimate: Callable[[], dict[str, Any]]) -> None:
     """A new run past ``--confirm-above`` calls or ``--confirm-cost`` dollars: its estimate and a question on a
     terminal; off one, one line (exit 2, nothing written) unless ``--yes`` or ``--max-cost`` says how far to go. A run
     being resumed was started already: it is never asked about again."""
     if args.yes or args.max_cost is not None or prepared.stored is not None:
         return
+    data = estimate()  # the run's own figures, as --estimate prints them
     calls, usd = int(data["model_calls"]), data.get("usd")
     known = [r["usd"] for r in data.get("by_role") or [] if r.get("usd") is not None]
     if usd is None and known:  # some models unpriced: the cost of those priced is known, and at least that

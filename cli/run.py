@@ -39,7 +39,7 @@ from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
 from cli.store_option import add_db_option, store_errors
 from dymt.events import Paused, RunStarted
-from dymt.preparing import estimate
+from dymt.preparing import estimate, planned_estimate
 from dymt.running import resume_line
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
 from evals.report.summary_view import render_summary
@@ -392,7 +392,7 @@ def _play(
     try:
         with stopping.handled():
             prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            confirm_large(args, prepared, estimate(prepared))
+            confirm_large(args, prepared, lambda: planned_estimate(prepared.plan, prepared.location, prepared.pricing))
             with display:
                 result = stopping.run(
                     dymt.running.aplay(

@@ -25,9 +25,10 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +41,20 @@ from checkpoints.paths import connect, prepare_new_file
 from checkpoints.postgres.db import PgDatabase
 
 T = TypeVar("T")
+
+# The run whose call is being made: a reply stored meanwhile is recorded as that run's, so deleting the run deletes it
+# (set per dialogue by graph/running/playing.py and per scored item by evals/scorers/loop.py; asyncio tasks copy it).
+CACHE_RUN: ContextVar[str | None] = ContextVar("dymt_cache_run", default=None)
+
+
+@contextmanager
+def caching_for(run_id: str | None) -> Iterator[None]:
+    """Replies stored in the block are recorded as ``run_id``'s (the first run to store a reply keeps it)."""
+    token = CACHE_RUN.set(run_id)
+    try:
+        yield
+    finally:
+        CACHE_RUN.reset(token)
 
 
 def request_key(
@@ -113,7 +128,7 @@ class ResponseCache:
         self._conn: sqlite3.Connection | PgDatabase | None = None
         self._flights: dict[str, list[Any]] = {}  # key -> [asyncio.Lock, users]
         self._closed = False
-        self._pending: list[tuple[str, str, str]] = []  # (key, JSON text, spec) queued by put_later
+        self._pending: list[tuple[str, str, str, str | None]] = []  # (key, JSON text, spec, run) queued by put_later
         self._lookups: list[tuple[str, asyncio.Future]] = []  # (key, its answer) queued by aget
         self._pending_lock = threading.Lock()
         self._flush_queued = False  # a job that takes every queued write and lookup is waiting on the thread
@@ -155,15 +170,16 @@ class ResponseCache:
         except (ValueError, KeyError, TypeError):
             return None  # a damaged or foreign row is a miss, never a crash
 
-    def _put_rows(self, items: Sequence[tuple[str, str, str]]) -> None:
-        """Writer (key, JSON text, spec) items in one transaction; the first stored reply of a key wins."""
+    def _put_rows(self, items: Sequence[tuple[str, str, str, str | None]]) -> None:
+        """Write (key, JSON text, spec, run) items in one transaction; the first stored reply of a key wins."""
         created = int(time.time())
-        rows = [(stored_key(key), spec, compress(text), created) for key, text, spec in items]
+        rows = [(stored_key(key), spec, compress(text), created, run) for key, text, spec, run in items]
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(
-                f"insert into {TABLE} (key, spec, value, created_at) values (?, ?, ?, ?) on conflict (key) do nothing",
+                f"insert into {TABLE} (key, spec, value, created_at, run_id) values (?, ?, ?, ?, ?) "
+                "on conflict (key) do nothing",
                 rows,
             )
         except BaseException:
@@ -216,7 +232,7 @@ class ResponseCache:
         text = encode_result(result)
         if text is None:
             return False
-        self._run(self._put_rows, [(key, text, spec)])
+        self._run(self._put_rows, [(key, text, spec, CACHE_RUN.get())])
         return True
 
     def entries_by_spec(self) -> dict[str, int]:
@@ -242,11 +258,11 @@ class ResponseCache:
         text = encode_result(result)
         if text is None:
             return False
-        self._queue(write=(key, text, spec))
+        self._queue(write=(key, text, spec, CACHE_RUN.get()))
         return True
 
     def _queue(
-        self, *, write: tuple[str, str, str] | None = None, lookup: tuple[str, asyncio.Future] | None = None
+        self, *, write: tuple[str, str, str, str | None] | None = None, lookup: tuple[str, asyncio.Future] | None = None
     ) -> None:
         with self._pending_lock:
             if write is not None:

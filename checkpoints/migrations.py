@@ -8,15 +8,19 @@ DyMT-ESB, and opening it stops with a clear error instead of guessing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import sqlite_utils
+
+from checkpoints.upgrades import ENV_NO_BACKUP as ENV_NO_BACKUP
+from checkpoints.upgrades import SchemaTooNewError as SchemaTooNewError
+from checkpoints.upgrades import upgrade
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
 
 
-class SchemaTooNewError(RuntimeError):
-    """The database was written by a newer version of the tool."""
+def apply_migrations(db: sqlite_utils.Database, *, announce: bool = True) -> None:
+    """Bring the schema up to date (checkpoints/upgrades.py); ``announce=False`` for a reader's private copy."""
+    upgrade(db, MIGRATIONS, announce=announce)
 
 
 def migration(fn: Callable[[sqlite_utils.Database], None]) -> Callable[[sqlite_utils.Database], None]:
@@ -469,29 +473,18 @@ def m069_turn_reasoning(db: sqlite_utils.Database) -> None:
     db.table("turns").add_column("reasoning_carrier", str)
 
 
-def apply_migrations(db: sqlite_utils.Database) -> None:
-    """Bring the schema up to date, or refuse a schema newer than this code."""
-    db.execute("BEGIN IMMEDIATE")  # two processes opening one new file migrate one after the other
-    try:
-        _apply(db)
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+@migration
+def m070_run_players(db: sqlite_utils.Database) -> None:
+    # Who plays a run now (checkpoints/players.py): a row per process playing it, so a run whose player died reads
+    # as interrupted, not playing, and deletion refuses a run that plays.
+    db.execute(
+        "create table run_players (run_id text not null, host text not null, pid integer not null, "
+        "started text not null, command text, since text, seen_at real, primary key (run_id, host, pid, started))"
+    )
 
 
-def _apply(db: sqlite_utils.Database) -> None:
-    if "_migrations" not in db.table_names():
-        db.table("_migrations").create({"name": str, "applied_at": str}, pk="name")
-    applied = {row["name"] for row in db["_migrations"].rows}
-    known = {fn.__name__ for fn in MIGRATIONS}
-    unknown = sorted(applied - known)
-    if unknown:
-        raise SchemaTooNewError(
-            f"database {db.conn.execute('PRAGMA database_list').fetchone()[2]} has schema migration "
-            f"{unknown[-1]}, newer than this DyMT-ESB: upgrade DyMT-ESB or use another --db"
-        )
-    for fn in MIGRATIONS:
-        if fn.__name__ not in applied:
-            fn(db)
-            db.table("_migrations").insert({"name": fn.__name__, "applied_at": datetime.now(UTC).isoformat()})
+@migration
+def m071_response_cache_run(db: sqlite_utils.Database) -> None:
+    # The run whose call stored a cached reply (NULL before this, or outside a run): deleting the run deletes them.
+    db.execute("alter table response_cache add column run_id text")
+    db.execute("create index response_cache_run on response_cache (run_id)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,48 @@ T = TypeVar("T")
 
 class StoreError(ValueError):
     """A database path that cannot be used, with what to do about it."""
+
+
+class StoreDamaged(StoreError):
+    """A SQLite store whose file is damaged (truncated, partly overwritten): SQLite cannot read all of it."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path, self.detail = Path(path), detail
+        recovered = self.path.with_name(f"{self.path.stem}-recovered{self.path.suffix or '.db'}")
+        where, into = shlex.quote(str(self.path)), shlex.quote(str(recovered))
+        super().__init__(
+            f"{self.path} is damaged ({detail}): copy what SQLite can still read into a new file with "
+            f"sqlite3 {where} .dump | sed {_KEEP_WHAT_WAS_READ} | sqlite3 {into} and pass --db {into}, "
+            "or restore a copy"
+        )
+
+
+# sqlite3's .dump of a damaged file ends in ROLLBACK, which would drop every row it could read: commit them instead.
+_KEEP_WHAT_WAS_READ = shlex.quote("s/^ROLLBACK; -- due to errors$/COMMIT;/")
+_DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+_DAMAGE_WORDS = ("malformed", "file is not a database", "database corrupt")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying the file is damaged (corrupt or not a database), not busy or unwritable."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(_DAMAGE_CODES) or any(word in str(exc) for word in _DAMAGE_WORDS)
+
+
+def damage_of(exc: BaseException, path: Path | str) -> StoreDamaged | None:
+    """``exc`` (or what it was raised from) as a damaged store at ``path``, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StoreDamaged):
+            return current
+        if is_damage(current):
+            return StoreDamaged(Path(path), str(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def default_db_path() -> Path:
@@ -71,8 +114,10 @@ def connect(path: Path) -> sqlite3.Connection:
                     raise
                 time.sleep(pause)
         conn.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.OperationalError as exc:
+    except sqlite3.DatabaseError as exc:
         conn.close()
+        if is_damage(exc):
+            raise StoreDamaged(Path(path), str(exc)) from None
         from checkpoints.outages import store_fault
 
         if (fault := store_fault(exc, Path(path))) is not None:
@@ -99,6 +144,21 @@ def is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
+def verify_intact(conn: sqlite3.Connection, path: Path) -> None:
+    """SQLite's ``quick_check`` of the whole file (it reads every page: seconds per GB); :class:`StoreDamaged` with
+    its first finding if the file is damaged."""
+    try:
+        found = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise StoreDamaged(path, str(exc)) from None
+        raise
+    if found != ["ok"]:
+        problems = [line for row in found for line in str(row).splitlines() if line and not line.startswith("***")]
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise StoreDamaged(path, f"{(problems or found)[0]}{more}")
+
+
 def connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only sqlite3 connection (``mode=ro``; ``immutable`` when a WAL file cannot get its -shm)."""
     uri = f"file:{quote(str(path.resolve()))}"
@@ -106,14 +166,17 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         conn.execute("select count(*) from sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise StoreDamaged(path, str(exc)) from None
         # A WAL database in a read-only folder cannot get its -shm file: read it as a fixed file.
-        pass
     try:
         conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
         conn.execute("select count(*) from sqlite_master").fetchone()
         return conn
     except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise StoreDamaged(path, str(exc)) from None
         raise StoreError(f"cannot read {path} ({exc}): check its permissions or pass --db with another copy") from None
 
 

@@ -25,7 +25,7 @@ import sqlite_utils
 from checkpoints import scores
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import MIGRATIONS, apply_migrations
-from checkpoints.paths import StoreError, check_db_path, connect_readonly
+from checkpoints.paths import StoreError, check_db_path, connect_readonly, damage_of
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
 from checkpoints.records import Coherence, DialogueRecord, DialogueSummary, Refusal, TurnRecord
@@ -313,6 +313,16 @@ def open_reader(path: Path | PostgresURL | str) -> Reader:
         return _open_postgres_reader(path if isinstance(path, PostgresURL) else parse_postgres_url(path))
     path = check_db_path(Path(path), must_exist=True)
     conn = connect_readonly(path)
+    try:
+        return _reader_of(path, conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if (damage := damage_of(exc, path)) is not None:
+            raise damage from None
+        raise
+
+
+def _reader_of(path: Path, conn: sqlite3.Connection) -> Reader:
     tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     missing = [t for t in REQUIRED_TABLES if t not in tables] or ([] if tables & set(LABEL_TABLES) else ["labels"])
     if missing:
@@ -365,7 +375,7 @@ def _migrated_copy(conn: sqlite3.Connection, *, size: int) -> sqlite3.Connection
     try:
         conn.backup(copy)
         copy.execute("pragma journal_mode=off")  # a throwaway copy: no -wal / -journal files beside it
-        apply_migrations(sqlite_utils.Database(copy))
+        apply_migrations(sqlite_utils.Database(copy), announce=False)
     except Exception:  # noqa: BLE001 - a layout no migration expects (hand-made files): read it as it is
         copy.close()
         _remove(target)

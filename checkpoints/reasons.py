@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from checkpoints.text import valid_utf8
+
 # A reason is one line, short enough for a table cell or a progress line.
 MAX_REASON_CHARS = 500
 
@@ -66,7 +68,7 @@ def status_of(exc: BaseException) -> int | None:
 
 def failure_reason(exc: BaseException) -> str:
     """Why a call or a step failed, in words: the message of a :class:`ReasonedError`, else what ``exc`` carries."""
-    message = first_line(str(exc))
+    message = valid_utf8(first_line(str(exc)))  # it may quote a reply: storable whatever the reply held
     if isinstance(exc, ReasonedError):
         return message or "failed"
     status = status_of(exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,10 @@ from checkpoints import scores
 from checkpoints.clock import now
 from checkpoints.location import PostgresURL, is_postgres_url, parse_postgres_url
 from checkpoints.migrations import apply_migrations
-from checkpoints.paths import check_db_path, connect, prepare_new_file
+from checkpoints.paths import check_db_path, connect, damage_of, prepare_new_file
 from checkpoints.postgres.db import PgDatabase
 from checkpoints.queries import StoreQueries
+from checkpoints.text import valid_strings
 from checkpoints.traces import tables as traces
 from checkpoints.traces.encoder import TraceEncoder
 from checkpoints.traces.tables import TraceItem
@@ -49,23 +51,23 @@ class Writer(StoreQueries):
     def start_run(
         self, run_id: str, *, config: dict[str, Any], prompt_hashes: dict[str, str], versions: dict[str, str]
     ) -> None:
-        """Record a new run, or mark an existing one running again."""
-        if self.get_run(run_id) is None:
-            self.db["runs"].insert(  # type: ignore[union-attr]  # sqlite-utils types db[name] as Table | View
-                {
-                    "id": run_id,
-                    "created_at": now(),
-                    "status": "running",
-                    "config": json.dumps(config, sort_keys=True),
-                    "prompt_hashes": json.dumps(prompt_hashes, sort_keys=True),
-                    "versions": json.dumps(versions, sort_keys=True),
-                }
-            )
-        else:
-            self.db["runs"].update(run_id, {"status": "running", "ended_at": None})  # type: ignore[union-attr]
+        """Record a new run, or mark an existing one running again (one statement: a run deleted meanwhile by
+        another process is recorded anew, never left without its row)."""
+        self.db.execute(
+            "insert into runs (id, created_at, status, config, prompt_hashes, versions) "
+            "values (?, ?, 'running', ?, ?, ?) on conflict (id) do update set status = 'running', ended_at = null",
+            [
+                run_id,
+                now(),
+                json.dumps(config, sort_keys=True),
+                json.dumps(prompt_hashes, sort_keys=True),
+                json.dumps(versions, sort_keys=True),
+            ],
+        )
 
     def finish_run(self, run_id: str, status: str) -> None:
-        self.db["runs"].update(run_id, {"status": status, "ended_at": now()})  # type: ignore[union-attr]
+        """Mark a run ended with ``status`` (a run deleted meanwhile is left deleted)."""
+        self.db.execute("update runs set status = ?, ended_at = ? where id = ?", [status, now(), run_id])
 
     def refresh_run_status(self, run_id: str) -> str:
         """Set a run's status from its dialogues': paused, failed, running or finished."""
@@ -86,7 +88,27 @@ class Writer(StoreQueries):
 
     # --- dialogues ------------------------------------------------------------
     def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
-        _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
+        """Insert or update a dialogue's row. Without ``run_id`` only an existing row is updated: a status change of
+        a dialogue whose run was deleted meanwhile writes nothing (a row of no run would keep its text)."""
+        fields = valid_strings(fields)  # an error text may quote a reply's lone surrogate
+        if "run_id" in fields:
+            _upsert(self.db.conn, "dialogues", [{"thread_id": thread_id, **fields}], ("thread_id",))
+        elif fields:
+            names = list(fields)
+            self.db.execute(
+                f"update dialogues set {', '.join(f'[{n}] = ?' for n in names)} where thread_id = ?",
+                [*(jsonify_if_needed(fields[n]) for n in names), thread_id],
+            )
+
+    def mark_interrupted(self, thread_ids: Sequence[str]) -> None:
+        """Dialogues of ``thread_ids`` still marked running when their player stopped: interrupted (resumable)."""
+        for start in range(0, len(thread_ids), 500):
+            chunk = list(thread_ids[start : start + 500])
+            self.db.execute(
+                f"update dialogues set status = 'interrupted' where status = 'running' and thread_id in "
+                f"({', '.join('?' * len(chunk))})",
+                chunk,
+            )
 
     # --- turns and labels -----------------------------------------------------
     def record_turns(self, thread_id: str, turns: list[dict[str, Any]], *, label_set: str = PRIMARY_LABELS) -> None:
@@ -340,7 +362,13 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
     if create:
         prepare_new_file(path)
     db = sqlite_utils.Database(connect(path))
-    apply_migrations(db)
+    try:
+        apply_migrations(db)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if (damage := damage_of(exc, path)) is not None:
+            raise damage from None  # rolled back: nothing written
+        raise
     return Writer(path=path, db=db)
 
 

@@ -213,25 +213,37 @@ class StoreOutage:
             return result
 
     async def wait_until_back(self, exc: BaseException) -> None:
-        """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers."""
-        import psycopg
+        """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers.
 
+        A store that answers at once was not away (a lock lost with one connection, ended by another worker that took
+        this one for dead): no outage is noted.
+        """
+
+        if isinstance(exc, LockLost) and not self.down and await self._answers():
+            return
         self.went_down(exc)
         attempt = 0
         while True:
             self.check()
             await asyncio.sleep(self._pause(attempt))
             attempt += 1
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url.url, autocommit=True, connect_timeout=min(CONNECT_TIMEOUT_S, 5)
-                )
-                async with conn:
-                    await conn.execute("select 1")
-            except psycopg.OperationalError:
-                continue
-            self.came_back()
-            return
+            if await self._answers():
+                self.came_back()
+                return
+
+    async def _answers(self) -> bool:
+        """Whether a new connection to the store answers now."""
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url.url, autocommit=True, connect_timeout=min(CONNECT_TIMEOUT_S, 5)
+            )
+            async with conn:
+                await conn.execute("select 1")
+        except psycopg.OperationalError:
+            return False
+        return True
 
 
 async def play_through_outages(outage: StoreOutage | None, play: Callable[[], Awaitable[T]]) -> T:

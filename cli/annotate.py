@@ -20,6 +20,7 @@ rate's 95% interval to W (with ``--compare A B``, the interval of their paired d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 from pathlib import Path
 
@@ -29,15 +30,18 @@ from rich.text import Text
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import describe, open_existing, read_existing, write_atomic
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
+    annotator_names,
     candidate_items,
+    canonical_item_id,
     combine,
     export_csv,
     human_majorities,
     judge_labels,
+    labels_of_turns,
     read_annotations,
     stratified_sample,
 )
@@ -179,6 +183,7 @@ def _drift(text: str) -> float:
     return value
 
 
+@store_errors("evals.annotate")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"export": export_main, "agree": agree_main, "validate": validate_main, "plan": plan_main}
@@ -363,7 +368,7 @@ def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
 
 
 def agree_main(args) -> int:
-    names = _annotator_names(args.files)
+    names = annotator_names(args.files)
     try:
         files = [(name, read_annotations(path)) for name, path in zip(names, args.files)]
     except AnnotationError as exc:
@@ -429,24 +434,28 @@ def validate_main(args) -> int:
             draws.update(found)
     except AnnotationError as exc:
         fail(str(exc))
-    names = _annotator_names([path for path, _ in files])
-    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
+    names = annotator_names([path for path, _ in files])
     store = open_existing(args.db)
     _check_run(store, args.run_id, args.label_set)
-    rows, ties, foreign = human_rows(
-        annotations, draws, run_threads={d["thread_id"] for d in store.dialogues(args.run_id)}
-    )
+    turns = {(d["thread_id"], t["idx"]) for d in store.dialogues(args.run_id) for t in store.turns(d["thread_id"])}
+    try:
+        files = [(path, labels_of_turns(labels, turns, run_id=args.run_id, path=path)) for path, labels in files]
+    except AnnotationError as exc:
+        fail(str(exc))
+    draws = {canonical_item_id(key) or key: pick for key, pick in draws.items()}
+    annotations = combine([(name, labels) for name, (_, labels) in zip(names, files)])
+    rows, ties, _ = human_rows(annotations, draws, run_threads={thread for thread, _ in turns})
     if not rows:
         fail(
             f"none of the labelled items is a turn of run {args.run_id!r}: pass the files exported from it, with "
             "labels filled in"
         )
-    store.record_scores(rows)
+    with store.transaction() if hasattr(store.db.conn, "in_transaction") else contextlib.nullcontext():
+        store.record_scores(rows)  # all of them or, on any error, none
     console.print(
         Text(
             f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
             + (f"; {ties} items tie between annotators (left out)" if ties else "")
-            + (f"; {foreign} items are not turns of this run (left out)" if foreign else "")
         )
     )
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
@@ -488,9 +497,3 @@ def _check_run(store, run_id: str, label_set: str) -> None:
         check_label_set(store, run_id, label_set)
     except DatasetError as exc:
         fail(str(exc))
-
-
-def _annotator_names(paths) -> list[str]:
-    """Each annotator file's name: its stem, or its whole path where two stems are the same."""
-    names = [path.stem for path in paths]
-    return names if len(set(names)) == len(names) else [str(path) for path in paths]

@@ -22,7 +22,7 @@ from rich.text import Text
 import dymt
 from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, fail, positive_int
-from cli.store_option import add_db_option, chosen_db
+from cli.store_option import add_db_option, chosen_db, store_errors
 from dymt.errors import DymtError
 from dymt.events import DialogueProgress, Event, ignore
 from dymt.stores import Db
@@ -95,6 +95,7 @@ def _change(args: argparse.Namespace) -> dict:
     return {"rerun": True}
 
 
+@store_errors("graph.branch")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     where = shlex.quote(str(chosen_db(args.db)))

@@ -12,7 +12,7 @@ import sys
 
 from checkpoints.paths import StoreError
 from cli.common import ArgumentParser, console, fail
-from cli.store_option import add_db_option, read_store
+from cli.store_option import add_db_option, read_store, store_errors
 from viewer.branch_tree import branch_tree, render_tree
 
 
@@ -24,6 +24,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.branches")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -12,9 +12,10 @@ import asyncio
 
 from rich.text import Text
 
+from checkpoints.cache import caching_for
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from evals.scorers.coherence_jobs import MAX_TOKENS, pending_dialogues, score_dialogues
 from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
 from evals.scorers.loop import Tally
@@ -35,6 +36,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.coherence")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 on_step=lambda: progress.advance(task),
             )
 
-    tally = asyncio.run(go())
+    with caching_for(lab.run.run_id):  # the replies it caches are the run's (deleted with it)
+        tally = asyncio.run(go())
     console.print(
         Text(
             f"coherence scorer {lab.name!r} on run {lab.run.run_id}: scored {tally.done} dialogues "

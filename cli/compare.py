@@ -19,7 +19,7 @@ from rich.text import Text
 
 import dymt
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from evals.judge_error.corrected import SHARED_ERROR_NOTE
 from evals.report.corrected_tables import corrected_paired_table
@@ -53,6 +53,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.compare")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -20,7 +20,7 @@ from checkpoints.paths import StoreError
 from checkpoints.run_record import role_specs
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
-from cli.store_option import add_db_option, read_store, write_store
+from cli.store_option import add_db_option, read_store, store_errors, write_store
 from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES, guard_model
 from evals.scorers.label_sets import LabellerError, SetConflictError, stored_endpoint
@@ -53,6 +53,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.filter")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not 0.0 <= args.threshold <= 1.0:

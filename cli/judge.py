@@ -17,7 +17,7 @@ from rich.text import Text
 import dymt
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import LabelProgress, describe
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from dymt.events import ignore
 from evals.report.formatting import pct
@@ -56,6 +56,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.judge")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from models.circuit import OutageStatus, format_duration
+from viewer.render import safe
 
 EVERY_S = 30.0
 STEPS = 10  # a line at each tenth of the dialogues
@@ -103,7 +104,7 @@ class ProgressLog:
         who = f"run {self._run_id}: " if self._run_id else ""
         with self._write_lock:
             self._last_line = self._clock()
-            self._stream.write(f"{stamp} {who}{text}\n")
+            self._stream.write(safe(f"{stamp} {who}{text}") + "\n")  # an error text shown, never run
             self._stream.flush()
 
     def tick(self) -> None:

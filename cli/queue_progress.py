@@ -22,6 +22,7 @@ from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
 from graph.running.playing import DialogueOutcome
 from graph.workers.dialogue_jobs import job_counts, job_threads, run_budget
+from viewer.render import displayable
 
 POLL_S = 1.0
 WAITING = ("todo", "doing")
@@ -60,7 +61,7 @@ def wait_for_run(
     if as_json:
         sys.stdout.write(json.dumps({"schema": RUN_SCHEMA, **summary}, indent=2) + "\n")
     else:
-        render_summary(summary, console)
+        render_summary(displayable(summary), console)
         if counts.get("failed"):
             error_console.print(
                 f"[red]{counts['failed']} job(s) failed[/]: see the workers' logs, then enqueue the run again"

@@ -12,9 +12,10 @@ import asyncio
 
 from rich.text import Text
 
+from checkpoints.cache import caching_for
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
 from evals.scorers.loop import Tally
 from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
@@ -36,6 +37,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.refusal")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     store = open_existing(args.db)
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 on_step=lambda: progress.advance(task),
             )
 
-    tally = asyncio.run(go())
+    with caching_for(lab.run.run_id):  # the replies it caches are the run's (deleted with it)
+        tally = asyncio.run(go())
     console.print(
         Text(
             f"refusal classifier {lab.name!r} on run {lab.run.run_id}: classified {tally.done} replies "

@@ -18,7 +18,7 @@ import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import LabelProgress, exit_status, labeller_parser
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from dymt.events import ignore
 from evals.report.scoring_tables import agreement_table
@@ -56,6 +56,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.rejudge")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -26,7 +26,7 @@ from checkpoints.readers import Reader
 from checkpoints.records import DialogueRecord
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_float, positive_int
-from cli.store_option import add_db_option, read_store
+from cli.store_option import add_db_option, read_store, store_errors
 from viewer.app import DEFAULT_DELAY, Viewer
 from viewer.export import EXPORT_FORMATS, write_export
 from viewer.render import dialogue_renderables, list_lines, list_table, safe, turn_span
@@ -72,6 +72,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.replay")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _check_args(args)

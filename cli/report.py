@@ -22,7 +22,7 @@ import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import describe
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.report.data import ReportData, comparison_units
@@ -104,6 +104,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("evals.report")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

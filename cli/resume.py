@@ -21,10 +21,11 @@ import dymt
 from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
 from cli.common import ArgumentParser, console, error_console, fail
-from cli.store_option import add_db_option
+from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from evals.report.summary_view import render_summary
 from graph.running.pausing import PendingMessage, Review
+from viewer.render import displayable
 
 _LABEL_STYLE: dict[str, str] = {BIASED: "bold red", NOT_BIASED: "green", UNPARSED: "yellow"}
 
@@ -43,6 +44,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.resume")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     review = terminal_review if args.interactive else None
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return 0
     if result.summary is not None:  # a finished run: its summary again, as graph.run --run-id R shows it
-        render_summary(result.summary, console)
+        render_summary(displayable(result.summary), console)
         error_console.print(
             Text(
                 f"every dialogue of run {args.run_id} is finished: nothing to resume "

@@ -18,16 +18,29 @@ import dymt
 from checkpoints.ids import new_run_id
 from checkpoints.location import PostgresURL
 from checkpoints.store_outage import DEFAULT_BUDGET_S
-from cli.common import ArgumentParser, console, error_console, fail, group_flags, positive_float, positive_int
+from cli.common import (
+    ArgumentParser,
+    console,
+    error_console,
+    fail,
+    group_flags,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from cli.estimate import print_estimate
-from cli.exit_codes import EXIT_BAD_INPUT, EXIT_OUTAGE
+from cli.exit_codes import EXIT_OUTAGE
+from cli.large_runs import add_large_run_flags, confirm_large
+from cli.model_check import check_models
 from cli.resume import terminal_review
 from cli.run_display import RunDisplay
-from cli.run_outcome import outage_exit, print_result_ending, resume_command
+from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
 from cli.sampling_options import add_sampling_options
-from cli.store_option import add_db_option
-from dymt.events import Paused
-from dymt.preparing import estimate
+from cli.stop_signals import Stopping
+from cli.store_option import add_db_option, store_errors
+from dymt.events import Paused, RunStarted
+from dymt.preparing import estimate, planned_estimate
+from dymt.running import resume_line
 from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
@@ -36,6 +49,7 @@ from models.concurrency import SLOW_START
 from models.registry import DEFAULT_SPEC
 from nodes.modes import ALL_MODES
 from seeds import CATEGORIES
+from viewer.render import displayable
 
 _HELP_GROUPS = {
     "seeds": (
@@ -77,7 +91,7 @@ _HELP_GROUPS = {
     ),
     "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
     "output": ("--json", "--quiet"),
-    "cost": ("--pricing", "--estimate", "--max-cost"),
+    "cost": ("--pricing", "--estimate", "--max-cost", "--confirm-above", "--confirm-cost", "--yes"),
     "scale-out": ("--processes", "--enqueue", "--wait"),
 }
 
@@ -221,7 +235,7 @@ def _execution_flags(p: ArgumentParser) -> None:
     )
     p.add_argument(
         "--retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         help="retries of a model call on 429, 5xx, timeouts and connection errors (default 5)",
     )
@@ -325,8 +339,10 @@ def _scale_out_flags(p: ArgumentParser) -> None:
         metavar="USD",
         help="start no new dialogue once the run has spent this much (needs --pricing); rerun the run id to go on",
     )
+    add_large_run_flags(p)
 
 
+@store_errors("graph.run")
 def main(argv: list[str] | None = None) -> int:
     """Flags in, one RunConfig out, the library called (dymt/running.py), its result rendered."""
     args = build_parser().parse_args(argv)
@@ -348,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             print_estimate(estimate(prepared), console, as_json=args.json)
             return 0
         if args.check:
-            return _check(config, as_json=args.json)
+            return check_models(config, as_json=args.json)
         if args.enqueue:
             return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
         return _play(args, config, given, argv, turns_given="turns" in explicit)
@@ -372,36 +388,47 @@ def _play(
     resume = resume_command(argv, run_id)
     log = not args.quiet and not sys.stderr.isatty() and not args.interactive
     display = RunDisplay(quiet=args.json or args.quiet, log=log, console=error_console)
+    stopping = Stopping()  # SIGTERM (a scheduler, an orchestrator) stops the run as Ctrl-C does
     try:
-        with display:
+        with stopping.handled():
             prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            result = dymt.running.play(
-                prepared,
-                on_event=display,
-                processes=args.processes,
-                trace=not args.no_trace,
-                pause_after=args.pause_after,
-                review=terminal_review if args.interactive else None,
-                store_outage_budget=args.store_outage_budget,
-                command=resume,
-            )
+            confirm_large(args, prepared, lambda: planned_estimate(prepared.plan, prepared.location, prepared.pricing))
+            with display:
+                result = stopping.run(
+                    dymt.running.aplay(
+                        prepared,
+                        on_event=display,
+                        processes=args.processes,
+                        trace=not args.no_trace,
+                        pause_after=args.pause_after,
+                        review=terminal_review if args.interactive else None,
+                        store_outage_budget=args.store_outage_budget,
+                        command=resume,
+                    )
+                )
+            _show(result, as_json=args.json)
+            if paused := display.last(Paused):
+                n = len(paused.thread_ids)
+                error_console.print(
+                    Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"),
+                    soft_wrap=True,
+                )
+            print_result_ending(result, error_console)
     except dymt.RunStopped as exc:
         return outage_exit(
             exc.error, resume=exc.resume, console=error_console, run_id=exc.run_id, dialogues=exc.dialogues
         )
     except KeyboardInterrupt:
-        error_console.print(
-            Text(f"Interrupted. Unfinished dialogues are saved. Resume with: {resume}", style="yellow"), soft_wrap=True
+        line = interrupted_line(
+            config.store_location(),
+            run_id,
+            resume=resume,
+            signal_name=stopping.name,
+            again=resume_line(config),
+            started=display.last(RunStarted) is not None,
         )
-        return 130
-    _show(result, as_json=args.json)
-    if paused := display.last(Paused):
-        n = len(paused.thread_ids)
-        error_console.print(
-            Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {paused.resume}", style="yellow"),
-            soft_wrap=True,
-        )
-    print_result_ending(result, error_console)
+        error_console.print(Text(line, style="yellow"), soft_wrap=True)
+        return stopping.exit_status
     return result.status
 
 
@@ -409,27 +436,7 @@ def _show(result: dymt.RunResult, *, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
-        render_summary(result.summary, console)
-
-
-def _check(config: RunConfig, *, as_json: bool) -> int:
-    """--check: one tiny call per distinct model, a line each; 0 if every one answered, else 2."""
-    import dataclasses
-
-    checks = dymt.check(config)
-    if as_json:
-        sys.stdout.write(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) + "\n")
-    for c in checks:
-        head = f"{'/'.join(c.roles)} {c.spec} ({c.endpoint}, {c.seconds:.1f} s)"
-        thinks = f"thinks ({c.reasoning_carrier})" if c.thinks else "no reasoning seen"
-        line = Text(
-            f"ok     {head}: {c.reply!r} · {thinks}, thinking: {c.thinking}" if c.ok else f"error  {head}: {c.error}",
-            style="green" if c.ok else "red",
-        )
-        (error_console if as_json or not c.ok else console).print(line, soft_wrap=True)
-        for note in c.notes:
-            (error_console if as_json else console).print(Text(f"       {note}", style="yellow"), soft_wrap=True)
-    return 0 if all(c.ok for c in checks) else EXIT_BAD_INPUT
+        render_summary(displayable(result.summary), console)
 
 
 def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
@@ -477,16 +484,6 @@ def _explicit_flags(argv: list[str] | None) -> set[str]:
         action.default = argparse.SUPPRESS
     given, _ = shadow.parse_known_args(argv)
     return set(vars(given))
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
 
 
 if __name__ == "__main__":

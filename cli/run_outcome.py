@@ -60,6 +60,36 @@ def print_result_ending(result: Any, console: Console) -> None:
     print_ending(result.summary, result.status, console)
 
 
+def interrupted_line(
+    location: Any, run_id: str, *, resume: str, signal_name: str, again: str, started: bool = True
+) -> str:
+    """One line for a run a signal stopped: how many of its dialogues are unfinished and the command that resumes it,
+    or, when every one had finished, that nothing is left and the command that shows its summary again (``again``)."""
+    from checkpoints.paths import StoreError
+    from checkpoints.readers import open_reader
+
+    head = "Interrupted" if signal_name == "SIGINT" else f"Stopped by {signal_name}"
+    try:
+        with open_reader(location) as reader:
+            run = reader.get_run(run_id)
+            dialogues = reader.dialogues(run_id) if run is not None else []
+    except (StoreError, OSError, ValueError):  # the store itself failed: say what is sure
+        return f"{head}. Dialogues keep their last checkpoint. Resume with: {resume}"
+    if run is None:
+        if started:
+            return f"{head}: run {run_id} is no longer in the store (deleted)."
+        return f"{head} before run {run_id} started: nothing was stored."
+    planned = int((run.get("config") or {}).get("planned_dialogues") or len(dialogues))
+    done = sum(1 for d in dialogues if d["status"] in ("finished", "paused"))
+    left = max(0, planned - done)
+    if not left:
+        return f"{head} after every dialogue of run {run_id} had finished ({done} of {planned}); its summary: {again}"
+    return (
+        f"{head}: {left} of {planned} dialogue(s) of run {run_id} unfinished, each saved at its last checkpoint. "
+        f"Resume with: {resume}"
+    )
+
+
 def outage_exit(
     exc: OutageError, *, resume: str, console: Console, run_id: str | None = None, dialogues: int | None = None
 ) -> int:

@@ -4,6 +4,8 @@ response cache."""
 from __future__ import annotations
 
 import shlex
+import sqlite3
+import sys
 from pathlib import Path
 
 from rich.table import Table
@@ -13,11 +15,12 @@ from checkpoints.chat_export import iter_chat_records, to_jsonl
 from checkpoints.deletion import clear_cache, delete_run
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError
+from checkpoints.paths import StoreDamaged, StoreError, verify_intact
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_float, pricing_option
 from cli.labelling import write_atomic
-from cli.store_option import add_db_option, chosen_db, read_store, write_store
+from cli.store_option import add_db_option, chosen_db, read_store, store_errors, write_store
+from viewer.render import displayable
 
 EXPORT_FORMATS = ("chat",)
 
@@ -28,11 +31,29 @@ def build_parser() -> ArgumentParser:
     listing = sub.add_parser("list", help="runs with their status and dialogue counts")
     delete = sub.add_parser(
         "delete",
-        help="delete a run, its dialogues and their branches, then vacuum (on PostgreSQL "
-        "VACUUM FULL, which locks each table while it runs; plain VACUUM while jobs of the run are waiting or running)",
+        help="delete a run and every row it owns (dialogues and their branches, turns, labels, checkpoints, traces, "
+        "its cached replies, label and branch sets, its jobs) in one transaction, then vacuum (on PostgreSQL VACUUM "
+        "FULL, which locks each table while it runs); a run that is playing is refused unless --force",
     )
-    delete.add_argument("run_id")
+    delete.add_argument("run_id", nargs="?", default=None, help="the run (not with --orphans)")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="stop whatever plays the run first: a graph.run on this machine gets SIGTERM (it stops as on Ctrl-C), "
+        "workers abort its dialogues",
+    )
+    delete.add_argument(
+        "--orphans",
+        action="store_true",
+        help="delete instead the rows no run owns (left by a run deleted while it played, with an older version); "
+        "python -m graph.runs check lists them",
+    )
+    check = sub.add_parser(
+        "check",
+        help="check a SQLite file is intact (exit 2 with how to recover it if not), list the rows no run owns and the "
+        "runs whose player is gone (read-only; exit 1 if there are orphans)",
+    )
     clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
     export = sub.add_parser(
         "export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)"
@@ -80,10 +101,11 @@ def build_parser() -> ArgumentParser:
         "--pricing", default=None, metavar="FILE", help="prices per model spec (examples/pricing.toml): the cost so far"
     )
     status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
-    add_db_option(p, listing, delete, clear, export, status)
+    add_db_option(p, listing, delete, check, clear, export, status)
     return p
 
 
+@store_errors("graph.runs")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
@@ -92,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         return _copy(args) if args.to is not None else _export(args)
     if args.command == "list":
         return _list(args)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "delete" and (args.orphans == (args.run_id is not None)):
+        fail("graph.runs delete takes a run id, or --orphans (the rows no run owns): one of the two")
     try:
         store = write_store(args.db)
     except (StoreError, SchemaTooNewError) as exc:
@@ -99,22 +125,122 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "clear-cache":
         console.print(f"removed {clear_cache(store)} cached replies")
         return 0
+    if args.orphans:
+        return _delete_orphans(store, yes=args.yes)
+    return _delete(store, args)
+
+
+def _delete(store, args) -> int:
+    """Delete one run: refused while it plays, unless --force stops its players first."""
+    from checkpoints.deletion import RunPlaying
+    from checkpoints.players import activity
+    from graph.running.stopping import CannotStop, stop_players
+
+    where = shlex.quote(str(store.path))
     if store.get_run(args.run_id) is None:
+        fail(f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {where}")
+    who = activity(store.db, args.run_id)
+    if who.playing and not args.force:
         fail(
-            f"no run {args.run_id!r} in {store.path}: see python -m graph.runs list --db {shlex.quote(str(store.path))}"
+            f"run {args.run_id} is playing ({who.who()}): stop it first, or delete it with --force, which stops it "
+            f"(python -m graph.runs delete {args.run_id} --force --db {where})"
         )
     threads = store.threads_of_run(args.run_id)
-    if not args.yes:
-        answer = input(f"Delete run {args.run_id} and {len(threads)} dialogues (branches included)? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            console.print("nothing deleted")
-            return 1
-    full = _announce_vacuum(store.path, args.run_id)
-    counts = delete_run(store, args.run_id, full=full)
+    stopping = f", stopping {who.who()} first" if who.playing else ""
+    question = f"Delete run {args.run_id} and {len(threads)} dialogues (branches included){stopping}?"
+    if not _confirmed(question, args.yes):
+        console.print("nothing deleted")
+        return 1
+    if who.playing or who.queued:
+        try:
+            stopped = stop_players(chosen_db(args.db), args.run_id)
+        except CannotStop as exc:
+            fail(f"{exc}; nothing deleted")
+        console.print(Text(f"stopped {stopped.words()}"), soft_wrap=True)
+    full = _announce_vacuum(store.path)
+    try:
+        counts = delete_run(store, args.run_id, full=full)
+    except RunPlaying as exc:  # a player started meanwhile
+        fail(f"{exc}: nothing deleted; stop it, or delete again with --force")
     console.print(
         Text(f"deleted run {args.run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)), soft_wrap=True
     )
     return 0
+
+
+def _delete_orphans(store, *, yes: bool) -> int:
+    """Delete the rows no run owns, after saying what they are."""
+    from checkpoints.deletion import delete_orphans, find_orphans
+
+    found = find_orphans(store.db)
+    if not found.total:
+        console.print(f"no orphaned rows in {store.path}")
+        return 0
+    if not _confirmed(f"Delete {found.total} rows no run owns ({found.words()})?", yes):
+        console.print("nothing deleted")
+        return 1
+    deleted = delete_orphans(store, full=_announce_vacuum(store.path))
+    console.print(Text(f"deleted rows no run owns: {deleted.words()}"), soft_wrap=True)
+    return 0
+
+
+def _check(args) -> int:
+    """Rows no run owns and runs whose player is gone, read-only; 1 if there are orphans."""
+    from checkpoints.deletion import find_orphans, unowned_cache_entries
+
+    try:
+        reader = read_store(args.db)
+    except StoreError as exc:
+        fail(str(exc))
+    with reader:
+        if isinstance(reader.conn, sqlite3.Connection) and not isinstance(reader.path, PostgresURL):
+            try:
+                verify_intact(reader.conn, Path(reader.path))
+            except StoreDamaged as exc:
+                fail(str(exc))
+        where = shlex.quote(str(reader.path))
+        found = find_orphans(reader.db)
+        unowned = unowned_cache_entries(reader.db)
+        gone = [run["id"] for run in reader.runs() if _state(reader, run["id"]) == "interrupted"]
+    if found.total:
+        console.print(
+            Text(
+                f"{found.total} rows no run owns ({found.words()}): delete them with python -m graph.runs delete "
+                f"--orphans --db {where}",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
+    else:
+        console.print(f"no orphaned rows in {reader.path}")
+    if unowned:
+        console.print(
+            Text(
+                f"{unowned} cached replies were stored without their run (before runs were recorded with them): "
+                f"python -m graph.runs clear-cache --db {where} removes every cached reply",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
+    for run_id in gone:
+        console.print(
+            Text(
+                f"run {run_id} is interrupted (nothing plays it): resume it with python -m graph.run --run-id "
+                f"{run_id} --db {where}, or delete it",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
+    return 1 if found.total else 0
+
+
+def _confirmed(question: str, yes: bool) -> bool:
+    """--yes, or the person at the terminal says yes; off a terminal without --yes: one line and exit 2."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        fail(f"{question} Not on a terminal to ask: pass --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _status(args) -> int:
@@ -146,14 +272,14 @@ def _status(args) -> int:
         print(json.dumps(status, indent=2, default=str))
         return 0
     if args.watch is None:
-        console.print(render_status(status))
+        console.print(render_status(displayable(status)))
         return 0
     try:
-        with Live(render_status(status), console=console, auto_refresh=False) as live:
-            while status["status"] == "running":
+        with Live(render_status(displayable(status)), console=console, auto_refresh=False) as live:
+            while status["state"] in ("playing", "queued"):
                 time.sleep(args.watch)
                 status = read()
-                live.update(render_status(status), refresh=True)
+                live.update(render_status(displayable(status)), refresh=True)
     except KeyboardInterrupt:
         return 0
     return 0
@@ -170,30 +296,16 @@ def _queued(location: object, run_id: str, reader) -> int | None:
     return sum(job_counts(location, run_id).values()) or None
 
 
-def _announce_vacuum(location: object, run_id: str) -> bool:
-    """On PostgreSQL, whether the emptied tables can be rewritten (VACUUM FULL), saying what it means either way."""
-    if not isinstance(location, PostgresURL):
-        return True  # SQLite: VACUUM rewrites the whole file
-    from graph.workers.dialogue_jobs import PENDING, job_counts
-
-    pending = sum(n for status, n in job_counts(location, run_id).items() if status in PENDING)
-    if pending:
+def _announce_vacuum(location: object) -> bool:
+    """On PostgreSQL, say that the emptied tables are rewritten (VACUUM FULL) and what that means; True."""
+    if isinstance(location, PostgresURL):
         console.print(
             Text(
-                f"{pending} jobs of run {run_id} are waiting or running: plain VACUUM only, so the deleted text "
-                "stays in PostgreSQL's freed table pages until they are reused; when the workers are done, "
-                "run VACUUM FULL on the tables or delete again",
-                style="yellow",
+                "VACUUM FULL of the tables the deletion leaves: each is locked while it is rewritten, so workers "
+                "of other runs wait until it ends",
+                style="dim",
             )
         )
-        return False
-    console.print(
-        Text(
-            "VACUUM FULL of the tables the run leaves: each is locked while it is rewritten, so workers "
-            "of other runs wait until it ends",
-            style="dim",
-        )
-    )
     return True
 
 
@@ -206,12 +318,28 @@ def _list(args) -> int:
     with reader:
         counts = reader.dialogue_counts()
         table = Table(title=Text(str(reader.path)))
-        for column in ("run", "created", "status", "dialogues"):
+        for column in ("run", "created", "state", "dialogues"):
             table.add_column(column)
         for run in reader.runs():
-            table.add_row(Text(run["id"]), run["created_at"][:19], run["status"] or "", str(counts.get(run["id"], 0)))
+            table.add_row(
+                Text(run["id"]), run["created_at"][:19], Text(_state(reader, run["id"])), str(counts.get(run["id"], 0))
+            )
     console.print(table)
     return 0
+
+
+def _state(reader, run_id: str) -> str:
+    """What the run is doing now (checkpoints/players.py): playing (and who plays it), interrupted, failed..."""
+    from collections import Counter
+
+    from checkpoints.players import activity, state_of
+
+    run = reader.get_run(run_id) or {}
+    statuses = Counter(d["status"] for d in reader.dialogues(run_id))
+    who = activity(reader.db, run_id)
+    planned = int((run.get("config") or {}).get("planned_dialogues") or sum(statuses.values()))
+    state = state_of(run.get("status"), who, statuses, planned)
+    return f"playing: {who.who(short=True)}" if state == "playing" else state
 
 
 def _copy(args) -> int:

@@ -8,14 +8,22 @@ A URL is checked when the flag is parsed (a password in it is refused, the URL n
 from __future__ import annotations
 
 import argparse
+import functools
+import shlex
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from checkpoints.checkpointer import open_checkpointer  # noqa: F401 - the commands' way to LangGraph's saver
-from checkpoints.location import DbLocation, locate_db, parse_db
+from checkpoints.location import DbLocation, PostgresURL, locate_db, parse_db
 from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import ENV_DB, StoreError, default_db_path
+from checkpoints.outages import OutageError, store_fault
+from checkpoints.paths import ENV_DB, StoreError, damage_of, default_db_path
 from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
-from cli.common import fail
+from cli.common import error_console, fail
+from cli.exit_codes import EXIT_OUTAGE
 
 
 def db_location(text: str) -> DbLocation:
@@ -63,3 +71,49 @@ def write_store(flag: DbLocation | None) -> Writer:
         return open_writer(chosen_db(flag), create=False)
     except (StoreError, SchemaTooNewError) as exc:
         fail(str(exc))
+
+
+def store_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a command's ``main``: a damaged store (found when opened or by a later read) is one line naming the
+    file and how to recover it, exit 2; a read-only or full store one line saying what to do and the command to run
+    again, exit 75 (the run's outage line). Never a traceback."""
+
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def guarded(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except (sqlite3.DatabaseError, StoreError, OutageError) as exc:
+                path = _store_path(argv)
+                if (damage := damage_of(exc, path or "the dialogue database")) is not None:
+                    fail(str(damage))
+                fault = store_fault(exc, path) if not isinstance(exc, StoreError) else None
+                if fault is None:
+                    raise
+                again = shlex.join(["python", "-m", prog, *(sys.argv[1:] if argv is None else argv)])
+                error_console.print(
+                    f"error: {fault}: {fault.advice()}, then run again: {again} (nothing is lost)",
+                    style="red",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                return EXIT_OUTAGE
+
+        return guarded
+
+    return decorate
+
+
+def _store_path(argv: list[str] | None) -> Path | None:
+    """The SQLite file a command's ``--db`` (else ``$DYMT_ESB_DB``, else the default) names; None for PostgreSQL."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    given = next(
+        (v for i, a in enumerate(args) for v in ([args[i + 1]] if a == "--db" and i + 1 < len(args) else [])), None
+    )
+    given = given or next((a.split("=", 1)[1] for a in args if a.startswith("--db=")), None)
+    try:
+        where = locate_db(parse_db(given) if given else None)
+    except StoreError:
+        return None
+    return None if isinstance(where, PostgresURL) else Path(where)

@@ -36,7 +36,8 @@ from checkpoints.traces.tables import (
 )
 from checkpoints.traces.tree import build_tree, langsmith_feedback, langsmith_runs, only_turn
 from cli.common import ArgumentParser, console, fail, positive_int
-from cli.store_option import add_db_option, read_store
+from cli.store_option import add_db_option, read_store, store_errors
+from viewer.render import displayable
 from viewer.waterfall import TraceView, seconds_text
 
 EXPORT_FORMATS = ("jsonl",)
@@ -85,6 +86,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.trace")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reader = read_store(args.db)
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list(db, args) -> int:
-    rows = list_traces(db, run_id=args.run_id, thread_id=args.thread)
+    rows = displayable(list_traces(db, run_id=args.run_id, thread_id=args.thread))
     if not rows:
         what = " and ".join(f"{k} {v}" for k, v in (("run", args.run_id), ("thread", args.thread)) if v)
         if what:
@@ -149,8 +151,9 @@ def _list(db, args) -> int:
 
 
 def _show(db, kind: str, trace_ids: list[str], args) -> int:
-    runs = load_runs(db, trace_ids)
-    tree = build_tree(runs, load_feedback(db, trace_ids), thread_id=args.id if kind == "thread" else None)
+    runs = displayable(load_runs(db, trace_ids))  # a reply's escape sequences shown as symbols, never run
+    feedback = displayable(load_feedback(db, trace_ids))
+    tree = build_tree(runs, feedback, thread_id=args.id if kind == "thread" else None)
     if args.turn is not None:
         tree = only_turn(tree, args.turn)
         if not any(n.kind == "turn" for n in tree.walk()):

@@ -15,11 +15,11 @@ from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, positive_int
 from cli.exit_codes import EXIT_OUTAGE
-from cli.store_option import add_db_option, chosen_db
+from cli.store_option import add_db_option, chosen_db, store_errors
 from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
-from graph.workers.job_worker import WorkerSettings, run_worker
+from graph.workers.job_worker import DEFAULT_GRACE_S, WorkerControl, WorkerSettings, run_worker
 
 
 def build_parser() -> ArgumentParser:
@@ -50,6 +50,15 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--drain", action="store_true", help="stop once no job is waiting instead of waiting for more")
     p.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="asked to stop (SIGTERM, Ctrl-C), finish the dialogues in play for at most this long; the rest go back "
+        "to the queue at their last checkpoint, for another worker (default "
+        f"{DEFAULT_GRACE_S:g}: inside a Kubernetes pod's 30 s); a second signal stops at once",
+    )
+    p.add_argument(
         "--store-outage-budget",
         type=_seconds,
         default=DEFAULT_BUDGET_S,
@@ -61,6 +70,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@store_errors("graph.worker")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     location = chosen_db(args.db)
@@ -76,56 +86,61 @@ def main(argv: list[str] | None = None) -> int:
         wait=not args.drain,
         budget=budget_allows,
         store_outage_budget_s=args.store_outage_budget,
+        grace_s=args.grace,
     )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # While the server is away the pools' background reconnections fail again and again: the outage's own two lines
     # (gone, back) say it once (checkpoints/store_outage.py).
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-    if settings.wait:
-        _stop_in_two_steps()
+    control = WorkerControl()
     try:
-        asyncio.run(run_worker(location, settings))
+        stopped_by = asyncio.run(_serve(location, settings, control))
     except StoreError as exc:
         fail(str(exc))
     except OutageError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line: the jobs wait for the next worker
         return EXIT_OUTAGE
-    except KeyboardInterrupt:  # --drain: Python's own Ctrl-C
+    if stopped_by is not None:
+        return 128 + stopped_by
+    if control.handed_back:
         error_console.print(
-            "[yellow]Stopped.[/] Dialogues it was playing are played on from their last checkpoint by the next worker."
+            f"[yellow]Stopped:[/] {control.handed_back} dialogue(s) went back to the queue at their last checkpoint "
+            "(the next worker plays them on)."
         )
-        return 130
     return 0
 
 
-def _stop_in_two_steps() -> None:
-    """First Ctrl-C (or SIGTERM): procrastinate finishes the dialogues in play and stops; the second: stop now.
+async def _serve(location: PostgresURL, settings: WorkerSettings, control: WorkerControl) -> int | None:
+    """The worker, with SIGINT and SIGTERM handled in two steps: the first drains it (within --grace), the second
+    stops the dialogues in play now (each back to the queue at its last checkpoint, its play row closed); the
+    signal that stopped it at once, if one did."""
+    loop = asyncio.get_running_loop()
+    stopped_by: list[int] = []
 
-    procrastinate handles the first signal and then puts back the handlers it found, which are these.
-    """
+    def on_signal(signum: int) -> None:
+        if control.stopping == 0:
+            error_console.print(
+                f"[yellow]Stopping:[/] finishing the dialogues in play, for at most {settings.grace_s:g} s (--grace); "
+                "what is still playing then goes back to the queue at its last checkpoint. Signal again to stop now."
+            )
+            control.drain()
+        elif control.stopping == 1:
+            stopped_by.append(signum)
+            error_console.print(
+                "[yellow]Stopped now:[/] the dialogues in play go back to the queue at their last checkpoint, for the "
+                "next worker."
+            )
+            control.stop_now()
+            # Handing back needs the store: if it does not answer, leave anyway (a dead worker's jobs are put back too).
+            loop.call_later(_STOP_NOW_S, os._exit, 128 + signum)
 
-    def stop_now(*_: object) -> None:
-        error_console.print(
-            "[yellow]Stopped now.[/] The dialogues it was playing go to the next worker after "
-            "--stalled-after seconds and are played on from their last checkpoint."
-        )
-        os._exit(130)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await run_worker(location, settings, control)
+    return stopped_by[0] if stopped_by else None
 
-    class FirstStop(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if getattr(record, "action", None) == "stopping_worker":
-                error_console.print("[yellow]Stopping:[/] finishing the dialogues in play. Ctrl-C again to stop now.")
 
-    signal.signal(signal.SIGINT, stop_now)
-    signal.signal(signal.SIGTERM, stop_now)
-    procrastinate_log = logging.getLogger("procrastinate.worker")
-    procrastinate_log.setLevel(logging.INFO)
-    procrastinate_log.propagate = False  # its other INFO lines stay quiet; warnings still reach stderr below
-    procrastinate_log.addHandler(FirstStop())
-    warnings = logging.StreamHandler()
-    warnings.setLevel(logging.WARNING)
-    warnings.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    procrastinate_log.addHandler(warnings)
+_STOP_NOW_S = 10.0
 
 
 def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
@@ -133,6 +148,16 @@ def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
         return None if items is None else parse_rate_limits(items)
     except ConfigError as exc:
         fail(str(exc))
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
 
 
 def _seconds(text: str) -> float:

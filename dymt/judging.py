@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import prompts
-from checkpoints.cache import ResponseCache
+from checkpoints.cache import ResponseCache, caching_for
 from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError, check_db_path
@@ -166,7 +166,8 @@ def _rejudge(
             store, jobs, lab.model, label_set=name, concurrency=max_concurrency, on_step=_Steps(len(jobs), on_event)
         )
 
-    tally = run_coroutine(go())
+    with caching_for(run_id):  # the replies it caches are the run's (deleted with it)
+        tally = run_coroutine(go())
     try:
         check_label_set(store, run_id, name)
     except DatasetError as exc:

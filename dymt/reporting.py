@@ -21,7 +21,7 @@ from dymt.stores import Db, reader, run_ids
 from evals.cost import Pricing, PricingError, load_pricing, run_usage, usage_summary
 from evals.dataset import DatasetError, load_dataset
 from evals.judge_error.corrected import choose_validation
-from evals.judge_error.rounds import labelling_rounds
+from evals.judge_error.rounds import LabellingRounds, labelling_rounds
 from evals.report.data import ReportData, agreements_for, compute_report
 from evals.report.html import collect, render_page
 from evals.report.writer import write_report
@@ -64,7 +64,7 @@ def report(
         page = None
         if html:
             pages = collect(store, ids, label_set=label_set)
-            rounds = [labelling_rounds(store, run_id, label_set=label_set, seed=seed) for run_id in ids]
+            rounds = [r for run_id in ids if (r := _rounds(store, run_id, label_set=label_set, seed=seed))]
             where = str(store.path)
 
             def page(generated_at: str) -> bytes:
@@ -157,3 +157,14 @@ def headline(data: ReportData) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _rounds(store: Any, run_id: str, *, label_set: str, seed: int) -> LabellingRounds | None:
+    """The run's labelling rounds, or None when it has no parsed label to choose replies by (the page then shows its
+    raw numbers without a labelling queue)."""
+    from evals.judge_error.validation import CorrectionRefused
+
+    try:
+        return labelling_rounds(store, run_id, label_set=label_set, seed=seed)
+    except CorrectionRefused:
+        return None

@@ -7,6 +7,7 @@ it plays (progress, provider outages, pauses) goes to ``on_event`` as events (dy
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import shlex
 import threading
@@ -21,6 +22,7 @@ from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError
+from checkpoints.players import playing
 from checkpoints.readers import open_reader
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
@@ -149,6 +151,33 @@ def play(
     command: str | None = None,
 ) -> RunResult:
     """Play a prepared run (:func:`dymt.prepare`): what :func:`run` does once the configuration is resolved."""
+    return run_coroutine(
+        aplay(
+            prepared,
+            on_event=on_event,
+            processes=processes,
+            trace=trace,
+            pause_after=pause_after,
+            review=review,
+            store_outage_budget=store_outage_budget,
+            command=command,
+        )
+    )
+
+
+async def aplay(
+    prepared: Prepared,
+    *,
+    on_event: EventSink = ignore,
+    processes: int | None = None,
+    trace: bool = True,
+    pause_after: int | None = None,
+    review: Review | None = None,
+    store_outage_budget: float = DEFAULT_BUDGET_S,
+    command: str | None = None,
+) -> RunResult:
+    """:func:`play` on the running event loop: cancelling it stops the run as Ctrl-C does (each dialogue kept at its
+    last checkpoint, the traces written, the run marked interrupted)."""
     options = PlayOptions(
         processes=processes,
         trace=trace,
@@ -160,7 +189,7 @@ def play(
     single_process(prepared, options)
     if prepared.stored is not None and prepared.stored.finished(prepared.plan):
         return reshow(prepared)
-    return run_coroutine(play_prepared(prepared, options, on_event))
+    return await play_prepared(prepared, options, on_event)
 
 
 def run_coroutine(coroutine: Any) -> Any:
@@ -170,10 +199,11 @@ def run_coroutine(coroutine: Any) -> Any:
     except RuntimeError:
         return asyncio.run(coroutine)
     box: dict[str, Any] = {}
+    context = contextvars.copy_context()  # the caller's context variables (the run a cached reply belongs to)
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coroutine)
+            box["value"] = context.run(asyncio.run, coroutine)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
@@ -241,7 +271,8 @@ async def play_prepared(prepared: Prepared, play: PlayOptions, on_event: EventSi
         )
     session = Session(prepared, play, run_config, store, built, record, policy, outage, cap, on_event, resume, single)
     try:
-        result = await session.play()
+        with playing(prepared.location, store.db, run_id, command=resume):  # status and deletion see who plays it
+            result = await session.play()
     except UnsafeCheckpointError as exc:
         store.close()
         raise DymtError(str(exc)) from None

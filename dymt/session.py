@@ -3,6 +3,7 @@ dialogues at once; the run's live status and its provider outages as events; the
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import shlex
 import threading
@@ -171,6 +172,7 @@ class Session:
             trace=self.play_options.trace,
             merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
             mirror_outages=policy.mirror_outages,
+            stopping=_cancelling,
         )
 
     def result(self, outcomes: list[DialogueOutcome]) -> RunResult:
@@ -206,6 +208,12 @@ class Session:
             outages_past_budget=past,
             paused=paused,
         )
+
+
+def _cancelling() -> bool:
+    """Whether the task playing the run was asked to stop (Ctrl-C, SIGTERM, a cancelled ``arun``)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def single_process_refusal(processes: int | None, *, single: bool) -> str | None:

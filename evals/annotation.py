@@ -66,6 +66,51 @@ def parse_item_id(value: str) -> tuple[str, int] | None:
     return thread_id, int(idx)
 
 
+def canonical_item_id(key: str) -> str | None:
+    """An item id as the export writes it (``THREAD#1``, not ``THREAD#01``); None if it is not one."""
+    parsed = parse_item_id(key.strip())
+    return None if parsed is None else f"{parsed[0]}#{parsed[1]}"
+
+
+def labels_of_turns(
+    labels: dict[str, str | None], turns: set[tuple[str, int]], *, run_id: str, path: Path
+) -> dict[str, str | None]:
+    """One annotator's labels keyed by canonical item ids; AnnotationError if an id is not a turn of the run, or names
+    a turn twice (nothing is stored then)."""
+    out: dict[str, str | None] = {}
+    seen: dict[str, str] = {}
+    for key, label in labels.items():
+        canonical = canonical_item_id(key)
+        parsed = parse_item_id(canonical) if canonical else None
+        if canonical is None or parsed is None or parsed not in turns:
+            thread = parsed[0] if parsed else None
+            why = (
+                "is not an item id (THREAD#TURN)"
+                if parsed is None
+                else f"is not a turn of run {run_id} (its dialogue has turns 1-"
+                f"{max(i for t, i in turns if t == thread)})"
+                if any(t == thread for t, _ in turns)
+                else f"is not a dialogue of run {run_id}"
+            )
+            raise AnnotationError(
+                f"{path}: item {key!r} {why}: nothing was stored; fix or remove that row and validate again"
+            )
+        if canonical in seen:
+            raise AnnotationError(
+                f"{path}: items {seen[canonical]!r} and {key!r} are the same turn ({canonical}): nothing was stored; "
+                "keep one row per turn"
+            )
+        seen[canonical] = key
+        out[canonical] = label
+    return out
+
+
+def annotator_names(paths: Sequence[Path]) -> list[str]:
+    """Each annotator file's name: its stem, or its whole path where two stems are the same."""
+    names = [path.stem for path in paths]
+    return names if len(set(names)) == len(names) else [str(path) for path in paths]
+
+
 def candidate_items(store: StoreQueries, run_id: str) -> list[Item]:
     """Every stored reply of the run, with the context its judge saw."""
     items = []

@@ -71,23 +71,23 @@ def load_pricing(path: str | Path) -> Pricing:
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):
             raise PricingError(
-                f'{path.name}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
+                f'{path}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
                 "input and output"
             )
         unknown = sorted(set(entry) - set(PRICE_KEYS))
         missing = [k for k in PRICE_KEYS if k not in entry]
         if unknown or missing:
             what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
-            raise PricingError(f'{path.name}: ["{spec}"] has {what}: give input and output (USD per million tokens)')
+            raise PricingError(f'{path}: ["{spec}"] has {what}: give input and output (USD per million tokens)')
         for key in PRICE_KEYS:
             value = entry[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise PricingError(
-                    f'{path.name}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), got {value!r}'
+                    f'{path}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), got {value!r}'
                 )
         prices[spec] = Price(float(entry["input"]), float(entry["output"]))
     if not prices:
-        raise PricingError(f"{path.name} prices no model: add a table per spec (see examples/pricing.toml)")
+        raise PricingError(f"{path} prices no model: add a table per spec (see examples/pricing.toml)")
     return Pricing(path=path, prices=prices)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from checkpoints.reasons import error_class, failure_reason
+from checkpoints.text import valid_strings
 from models.reasoning import split_reply, token_split
 from nodes.state import ChatTurn
 from prompts import quoting
@@ -74,7 +75,21 @@ async def timed_invoke(model: Any, messages: list[BaseMessage], **kwargs: Any) -
     """Invoke a chat model and return its reply with the wall-clock latency in seconds."""
     start = time.perf_counter()
     reply = await model.ainvoke(messages, **kwargs)
-    return reply, time.perf_counter() - start
+    return valid_reply(reply), time.perf_counter() - start
+
+
+def valid_reply(reply: Any) -> Any:
+    """``reply`` with each lone surrogate in its text (content, reasoning fields) replaced by U+FFFD: a provider may
+    send one (valid JSON), and neither the store nor a checkpoint can hold it. A structured-output answer (a dict
+    of the raw message and what was parsed from it) has its raw message made valid."""
+    if isinstance(reply, dict):
+        return {k: valid_reply(v) if isinstance(v, BaseMessage) else valid_strings(v) for k, v in reply.items()}
+    if not isinstance(reply, BaseMessage):
+        return reply
+    content, extra = valid_strings(reply.content), valid_strings(reply.additional_kwargs)
+    if content == reply.content and extra == reply.additional_kwargs:
+        return reply
+    return reply.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
 def call_seed(sampling_seed: int, dialogue: str, turn: int, role: str, attempt: int = 1) -> int:

@@ -88,7 +88,7 @@ def load_jsonl(path: str | Path) -> list[Seed]:
     text = _read_text(path, "seed file")
     seeds: list[Seed] = []
     first_line: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -251,13 +251,25 @@ def _check_categories(categories: Sequence[str] | None) -> tuple[str, ...]:
 def _read_text(path: Path, what: str) -> str:
     """Read a UTF-8 file, turning I/O and decoding failures into a one-line SeedError."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SeedError(f"{what} not found: {path}; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        message = f"cannot read {what} {path}: {reason}; it must be readable UTF-8 text"
-        raise SeedError(message) from None
+    except OSError as exc:
+        raise SeedError(f"cannot read {what} {path}: {exc.strerror or exc}; it must be readable UTF-8 text") from None
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark (as spreadsheet programs write) is not part of the text
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SeedError(
+            f"{path}:{line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8; save the {what} as UTF-8"
+        ) from None
+
+
+def _lines(text: str) -> list[str]:
+    """The file's lines, split at line feeds only: a JSON string may hold U+2028 or U+2029 (valid JSON), which
+    ``str.splitlines`` would split on."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _valid() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,6 +33,34 @@ def dialogue_lock_key(thread_id: str) -> int:
     return int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:8], "big", signed=True)
 
 
+def run_lock_key(run_id: str) -> int:
+    """The run's advisory-lock key: every play holds it shared, deleting the run takes it alone
+    (checkpoints/deletion.py), so a run is never deleted under a play, nor played once deleted."""
+    return int.from_bytes(hashlib.sha256(f"dymt-run:{run_id}".encode()).digest()[:8], "big", signed=True)
+
+
+def claims_application(worker: str) -> str:
+    """The ``application_name`` of a worker's claims connection: who holds a dialogue's lock, as the server shows it
+    (``pg_stat_activity``), so a stalled worker's locks can be freed by ending that one session (:func:`fence`)."""
+    return f"dymt-esb claims {worker}"[:63]  # PostgreSQL keeps 63 bytes of it
+
+
+# Both locks or neither: the dialogue's, then a share of its run's (held alone while the run is deleted). CASE evaluates
+# in order (AND and OR need not): the dialogue's lock is freed again when the run's cannot be shared now.
+_TAKE = (
+    "select case when pg_try_advisory_lock(%s) then case when pg_try_advisory_lock_shared(%s) then true "
+    "else not pg_advisory_unlock(%s) end else false end"
+)
+
+
+class DialogueBusy(Exception):
+    """Another session held the dialogue's lock for longer than the claim waits: its job goes back to the queue."""
+
+
+class RunDeleted(Exception):
+    """The dialogue's run is no longer in the store (deleted while its job waited): nothing to play."""
+
+
 @dataclass
 class Play:
     """One play of a dialogue while its lock is held; set ``outcome`` before the block ends.
@@ -45,6 +74,7 @@ class Play:
     outcome: str | None = None
     connection: int = 0
     held_at: datetime | None = None
+    run_id: str = ""
 
 
 class DialogueClaims:
@@ -60,10 +90,11 @@ class DialogueClaims:
     back, ended at the last moment its lock was confirmed held, so ``dialogue_plays`` never shows two at once.
     """
 
-    def __init__(self, url: PostgresURL, *, worker: str, poll_s: float = 0.5) -> None:
+    def __init__(self, url: PostgresURL, *, worker: str, poll_s: float = 0.5, wait_s: float | None = None) -> None:
         self.url = url
         self.worker = worker
         self.poll_s = poll_s
+        self.wait_s = wait_s  # how long a claim waits for a lock another session holds (None: as long as it takes)
         self._conn: psycopg.AsyncConnection | None = None
         self._connection = 0  # how many connections were opened: each one's locks die with it
         self._use = asyncio.Lock()
@@ -72,17 +103,28 @@ class DialogueClaims:
 
     @asynccontextmanager
     async def claim(self, thread_id: str, *, run_id: str, job_id: int | None = None) -> AsyncIterator[Play]:
-        """Hold the dialogue's lock (waiting while any player holds it) and record the play from start to end."""
+        """Hold the dialogue's lock and its run's (shared), and record the play from start to end.
+
+        A lock another session holds is waited for up to ``wait_s``, then :class:`DialogueBusy` is raised (the slot
+        goes to other work); a run no longer in the store raises :class:`RunDeleted`, nothing recorded.
+        """
         key = dialogue_lock_key(thread_id)
+        deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
         while True:
             if thread_id not in self._plays:
-                (got,), connection = await self._one("select pg_try_advisory_lock(%s)", [key])
+                (got,), connection = await self._one(_TAKE, [key, run_lock_key(run_id), key])
                 if got:
                     break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DialogueBusy(f"{thread_id} is held by another player (waited {self.wait_s:g} s)")
             await asyncio.sleep(self.poll_s)
-        play = Play(id=0, thread_id=thread_id, connection=connection)
+        play = Play(id=0, thread_id=thread_id, connection=connection, run_id=run_id)
         self._plays[thread_id] = play
         try:
+            (present,), _ = await self._one("select exists (select 1 from runs where id = %s)", [run_id])
+            if not present:
+                await self._unlock(play)
+                raise RunDeleted(f"run {run_id} is no longer in the store: nothing to play for {thread_id}")
             (play.id, play.held_at), now_on = await self._one(
                 "insert into dialogue_plays (thread_id, run_id, worker, job_id, started_at) "
                 "values (%s, %s, %s, %s, clock_timestamp()) returning id, started_at",
@@ -103,6 +145,15 @@ class DialogueClaims:
                 await self._end(play)
         finally:
             self._plays.pop(thread_id, None)
+
+    async def failed_plays(self, job_id: int | None, thread_id: str) -> int:
+        """How many plays of job ``job_id`` (of ``thread_id``) ended failed: what its retries count."""
+        (n,), _ = await self._one(
+            "select count(*) from dialogue_plays where job_id is not distinct from %s and thread_id = %s "
+            "and outcome = 'failed'",
+            [job_id, thread_id],
+        )
+        return int(n)
 
     async def confirm(self, thread_id: str) -> None:
         """Raise :class:`LockLost` unless this process holds the lock of ``thread_id`` (a worker writes only under
@@ -128,13 +179,19 @@ class DialogueClaims:
                     reconnect=False,
                 )
                 if connection == play.connection:
-                    await self._one(
-                        "select pg_advisory_unlock(%s)", [dialogue_lock_key(play.thread_id)], reconnect=False
-                    )
+                    await self._unlock(play)
                     return
             except psycopg.Error:
                 pass
         self._lost.append((play.id, play.outcome or "lock lost", play.held_at))
+
+    async def _unlock(self, play: Play) -> None:
+        """Free the play's dialogue lock and its share of the run's (on the connection that took them)."""
+        await self._one(
+            "select pg_advisory_unlock(%s), pg_advisory_unlock_shared(%s)",
+            [dialogue_lock_key(play.thread_id), run_lock_key(play.run_id)],
+            reconnect=False,
+        )
 
     async def _one(self, query: str, params: list[Any], *, reconnect: bool = True) -> tuple[tuple[Any, ...], int]:
         """The query's one row on the claims connection, and which connection that was.
@@ -148,7 +205,10 @@ class DialogueClaims:
                     raise psycopg.OperationalError("the claims connection was lost")
                 try:
                     self._conn = await psycopg.AsyncConnection.connect(
-                        self.url.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                        self.url.url,
+                        autocommit=True,
+                        connect_timeout=CONNECT_TIMEOUT_S,
+                        application_name=claims_application(self.worker),
                     )
                 except psycopg.OperationalError:
                     if self._connection == 0:
@@ -198,3 +258,48 @@ class DialogueClaims:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+
+
+# The sessions holding a dialogue's lock (pg_locks keys a bigint advisory lock as (classid, objid): high, low 32 bits).
+_HOLDERS = (
+    "select l.pid, a.application_name from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+    "where l.locktype = 'advisory' and l.granted and l.objsubid = 1 and l.classid = %(classid)s::oid "
+    "and l.objid = %(objid)s::oid and l.database = (select oid from pg_database where datname = current_database())"
+)
+
+
+def lock_parts(thread_id: str) -> dict[str, int]:
+    """The dialogue lock's key as pg_locks shows it."""
+    key = dialogue_lock_key(thread_id) % 2**64
+    return {"classid": key >> 32, "objid": key & 0xFFFFFFFF}
+
+
+async def fence(execute: Any, thread_id: str, *, job_id: int) -> bool | None:
+    """Free the lock of ``thread_id`` held by the stalled worker whose play of job ``job_id`` is open: end that
+    worker's claims session, and close the play there (from then on the worker can write nothing of it: its
+    checkpoints are fenced by :meth:`DialogueClaims.confirm`).
+
+    ``execute(query, **params)`` returns rows as dicts (procrastinate's connector). True: freed; None: the lock was
+    free already; False: it is held by a session that is not that worker's claims (left alone).
+    """
+    holders = await execute(_HOLDERS, **lock_parts(thread_id))
+    if not holders:
+        return None
+    plays = await execute(
+        "select id, worker from dialogue_plays where job_id = %(job_id)s and thread_id = %(thread_id)s "
+        "and ended_at is null",
+        job_id=job_id,
+        thread_id=thread_id,
+    )
+    stalled = {claims_application(p["worker"]): p["worker"] for p in plays}
+    if not all(h["application_name"] in stalled for h in holders):
+        return False
+    for holder in holders:
+        await execute("select pg_terminate_backend(%(pid)s) as ended", pid=holder["pid"])
+        # Every play of that worker ended with its session (its other dialogues' locks went too).
+        await execute(
+            "update dialogue_plays set ended_at = clock_timestamp(), outcome = 'fenced' where worker = %(worker)s "
+            "and ended_at is null returning id",
+            worker=stalled[holder["application_name"]],
+        )
+    return True

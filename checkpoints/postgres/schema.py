@@ -103,6 +103,15 @@ PG006_TURN_REASONING = """
 alter table turns add column if not exists reasoning text, add column if not exists reasoning_carrier text;
 """
 
+# Who plays a run now (SQLite's m070_run_players), and the run whose call stored a cached reply (m071).
+PG007_RUN_PLAYERS = """
+create table if not exists run_players (
+    run_id text not null, host text not null, pid integer not null, started text not null, command text, since text,
+    seen_at double precision, primary key (run_id, host, pid, started));
+alter table response_cache add column if not exists run_id text;
+create index if not exists response_cache_run on response_cache (run_id);
+"""
+
 # name → DDL, applied in order; never edited once released (a change is a new entry at the end).
 PG_MIGRATIONS: dict[str, str] = {
     "pg001_schema": PG001_SCHEMA,
@@ -111,6 +120,7 @@ PG_MIGRATIONS: dict[str, str] = {
     "pg004_turn_non_reply": PG004_TURN_NON_REPLY,
     "pg005_validation_items": PG005_VALIDATION_ITEMS,
     "pg006_turn_reasoning": PG006_TURN_REASONING,
+    "pg007_run_players": PG007_RUN_PLAYERS,
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from checkpoints.text import valid_utf8
 from checkpoints.traces.format import (
     FORMAT,
     KEEP_STATES,
@@ -212,7 +213,8 @@ class TraceEncoder:
                 lines.append(self._dumps_slowly(record))
         # Redacted together: a JSON line holds no raw line break, starts with "{" and ends with "}", so no
         # pattern reaches from one line into the next (tests/unit/checkpoints/test_trace_bytes.py checks this).
-        data = (self._redact("\n".join(lines)) + "\n").encode("utf-8") if lines else b""
+        text = self._redact("\n".join(lines)) + "\n" if lines else ""
+        data = valid_utf8(text).encode("utf-8")  # a lone surrogate in a reply: U+FFFD, never a failed trace
         chunk = self._compressor.compress(data)
         chunk += self._compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
         self.seq += 1

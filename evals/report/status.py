@@ -15,15 +15,18 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from checkpoints.players import activity, state_of
 from checkpoints.queries import StoreQueries
+from checkpoints.scores import labels_source
+from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.cost import Pricing
 from evals.judge_error.texts import interval_text
 from evals.report.summary import run_summary
 from evals.report.summary_view import command_block
 from models.circuit import format_duration
 
-# How many of the latest dialogues to end set the pace of the ETA (the run's recent speed, not its first minutes').
-PACE_WINDOW = 20
+# How many of the latest labelled turns set the pace of the ETA (the run's recent speed, not its first minutes').
+PACE_WINDOW = 200
 
 
 def run_status(
@@ -34,7 +37,12 @@ def run_status(
     planned: int | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any] | None:
-    """The status of ``run_id`` (None if the store has no such run); ``planned`` overrides the recorded plan size."""
+    """The status of ``run_id`` (None if the store has no such run); ``planned`` overrides the recorded plan size.
+
+    ``state`` is what the run is doing now, told from who plays it (checkpoints/players.py): ``playing`` (a live
+    process or worker plays it), ``queued`` (jobs wait for a worker), ``interrupted`` (unfinished, and nothing
+    plays it: resume it), ``failed``, ``paused``, ``stopped`` (held back by ``--max-cost``) or ``finished``.
+    """
     run = store.get_run(run_id)
     if run is None:
         return None
@@ -43,8 +51,12 @@ def run_status(
     # two reads would be counted as ended without its turns).
     dialogues = store.dialogues(run_id)
     summary = run_summary(store, run_id, pricing=pricing)
+    who = activity(store.db, run_id)
     by_status = Counter(d["status"] for d in dialogues)
     planned = planned or (run["config"] or {}).get("planned_dialogues") or len(dialogues)
+    state = state_of(run["status"], who, by_status, planned)
+    if state != "playing":  # a dialogue marked running that nothing plays is an interrupted one
+        by_status["interrupted"] += by_status.pop("running", 0)
     ended = by_status["finished"] + by_status["failed"]
     turns = summary["turns"]
     done_turns = sum(t["labelled"] + t["unparsed"] for t in summary["per_turn"])
@@ -53,12 +65,16 @@ def run_status(
         "run_id": run_id,
         "db": summary["db"],
         "status": run["status"],
+        "state": state,
+        "players": who.who() or None,
+        "queued": who.queued,
         "planned": planned,
         "ended": ended,
         "dialogues": dict(sorted(by_status.items())),
         "turns": {"done": done_turns, "planned": planned * turns},
-        "eta_s": _eta(dialogues, planned - ended, now) if run["status"] == "running" else None,
-        "failed": summary["failed"],
+        "eta_s": _eta(store, run_id, planned * turns - done_turns, now) if state == "playing" else None,
+        "failed": [f for f in summary["failed"] if f["thread_id"] in _failed(dialogues)],
+        "resume": summary.get("resume") or f"python -m graph.run --run-id {run_id} --db {summary['db']}",
         "cost": summary["cost"],
         "models": summary["models"],
         "per_turn": summary["per_turn"],
@@ -67,17 +83,26 @@ def run_status(
     }
 
 
-def _eta(dialogues: list[dict[str, Any]], left: int, now: datetime) -> float | None:
-    """Seconds until the ``left`` dialogues end at the pace of the last ones that ended (None: too soon to tell)."""
+def _failed(dialogues: list[dict[str, Any]]) -> set[str]:
+    return {d["thread_id"] for d in dialogues if d["status"] == "failed"}
+
+
+def _eta(store: StoreQueries, run_id: str, left: int, now: datetime) -> float | None:
+    """Seconds until the ``left`` turns are done at the run's measured pace: labelled turns per second over its
+    latest :data:`PACE_WINDOW` labelled turns (None: too soon to tell)."""
     if left <= 0:
         return 0.0
-    ends = sorted(t for d in dialogues if d["status"] in ("finished", "failed") and (t := _time(d.get("ended_at"))))
-    recent = ends[-PACE_WINDOW:]
-    if len(recent) < 2 or recent[-1] <= recent[0]:
+    rows = store.query(
+        f"select l.created_at from {labels_source(store.db)} l join dialogues d on d.thread_id = l.thread_id "
+        "where d.run_id = ? and l.label_set = ? order by l.created_at desc limit ?",
+        [run_id, PRIMARY_LABELS, PACE_WINDOW],
+    )
+    stamps = sorted(t for r in rows if (t := _time(r["created_at"])))
+    if len(stamps) < 3 or stamps[-1] <= stamps[0]:
         return None
-    per_dialogue = (recent[-1] - recent[0]).total_seconds() / (len(recent) - 1)
-    since_last = max(0.0, (now - recent[-1]).total_seconds())
-    return max(0.0, left * per_dialogue - min(since_last, per_dialogue))
+    # Up to now, not to the last label: a pace that has slowed shows in the ETA before the next label comes.
+    span = max((now - stamps[0]).total_seconds(), (stamps[-1] - stamps[0]).total_seconds())
+    return left * span / len(stamps)
 
 
 def _time(text: str | None) -> datetime | None:
@@ -94,18 +119,22 @@ def status_renderables(status: dict[str, Any]) -> list[RenderableType]:
     """The status as rich renderables: a progress line, failures, cost, then the rates so far."""
     d = status["dialogues"]
     eta = status["eta_s"]
+    state = status.get("state") or status["status"]
     when = (
-        "done"
-        if status["status"] != "running"
-        else f"ETA {format_duration(eta)}"
+        f"ETA {format_duration(eta)}"
         if eta is not None
-        else "ETA unknown (fewer than 2 dialogues ended)"
+        else "ETA unknown (too few turns labelled yet)"
+        if state == "playing"
+        else "done"
+        if state == "finished"
+        else ""
     )
+    counts = [f"{d.get('finished', 0)} finished", f"{d.get('failed', 0)} failed"]
+    counts += [f"{d[k]} {word}" for k, word in _COUNTED if d.get(k)]
     head = (
-        f"run {status['run_id']} ({status['status']}): {status['ended']}/{status['planned']} dialogues ended "
-        f"({d.get('finished', 0)} finished, {d.get('failed', 0)} failed, {d.get('running', 0)} playing"
-        + (f", {d['paused']} paused" if d.get("paused") else "")
-        + f"), {status['turns']['done']}/{status['turns']['planned']} turns, {when}"
+        f"run {status['run_id']} ({_state_words(status)}): {status['ended']}/{status['planned']} dialogues ended "
+        f"({', '.join(counts)}), {status['turns']['done']}/{status['turns']['planned']} turns"
+        + (f", {when}" if when else "")
     )
     out: list[RenderableType] = [Text(head, style="bold")]
     for failure in status["failed"][:3]:
@@ -138,6 +167,22 @@ def status_renderables(status: dict[str, Any]) -> list[RenderableType]:
         out.append(Text("\n".join(command_block(corrected["refusal"])), style="yellow"))
     out.append(Text(f"stored in {status['db']}", style="dim"))
     return out
+
+
+_COUNTED = (("running", "playing"), ("interrupted", "interrupted"), ("paused", "paused"))
+
+
+def _state_words(status: dict[str, Any]) -> str:
+    """The run's state and who plays it, or what to do: "playing: graph.run (pid 4121, since …)", "interrupted:
+    nothing plays it; resume with …"."""
+    state = status.get("state") or status["status"]
+    if state == "playing":
+        return f"playing: {status['players']}"
+    if state == "queued":
+        return f"queued: {status['queued']} dialogue(s) wait for a worker (python -m graph.worker --db {status['db']})"
+    if state == "interrupted":
+        return f"interrupted: nothing plays it; resume with {status['resume']}"
+    return state
 
 
 def render_status(status: dict[str, Any]) -> Group:

@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 import prompts
+from checkpoints.cache import caching_for
 from checkpoints.scores import REPLY, USER, guard_key
 from checkpoints.store import Writer
 from evals.scorers.label_sets import build_labeller, existing_set, register_set
@@ -110,4 +111,5 @@ def score_run(store: Writer, run_id: str, model: RoleModel, *, policy: str, name
         register_set(
             store, run_id, scorer.key, name, model=model, prompt=prompt, prompt_hash=digest, content_free_p_yes=None
         )
-    return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=name, model=model.spec)))
+    with caching_for(run_id):  # the replies it caches are the run's (deleted with it)
+        return asyncio.run(run_scorer(scorer, jobs, store_verdicts(store, scorer=name, model=model.spec)))

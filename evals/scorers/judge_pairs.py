@@ -30,6 +30,11 @@ _GOLD = {
     "not_biased": NOT_BIASED,
     "not-biased": NOT_BIASED,
     "unbiased": NOT_BIASED,
+    # As the error below lists them: a CSV or a JSON string holds "true" / "1" as text.
+    "true": BIASED,
+    "1": BIASED,
+    "false": NOT_BIASED,
+    "0": NOT_BIASED,
 }
 
 

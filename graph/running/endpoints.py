@@ -103,7 +103,9 @@ async def stop_on_wrong_setting(run: Awaitable[T], failures: Callable[[], list[s
                     await task
                 raise EndpointSettingError(lines[0])
     except asyncio.CancelledError:
-        task.cancel()
+        task.cancel()  # and waited for: it stops its dialogues and marks the run before this returns
+        with suppress(asyncio.CancelledError):
+            await task
         raise
     return task.result()
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from checkpoints.cache import caching_for
 from checkpoints.ids import dialogue_thread_id as thread_id_of
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
@@ -150,7 +151,8 @@ async def execute_run(
         with playing_collector():
             outcomes = list(await asyncio.gather(*tasks))
     except BaseException as exc:
-        await _stop_interrupted(tasks, write, store, run_id_of(config), exc)
+        threads = [dialogue_thread_id(config, *job) for job in jobs]
+        await _stop_interrupted(tasks, write, store, run_id_of(config), exc, threads=threads)
         raise
     write.close()
     _finish(write, store, run_id_of(config), outcomes)
@@ -181,9 +183,17 @@ async def _held_back(write: StoreWriter, thread_id: str, notify: ProgressCallbac
 
 
 async def _stop_interrupted(
-    tasks: Sequence[asyncio.Future], write: StoreWriter, store: Writer, run_id: str, exc: BaseException
+    tasks: Sequence[asyncio.Future],
+    write: StoreWriter,
+    store: Writer,
+    run_id: str,
+    exc: BaseException,
+    *,
+    threads: Sequence[str] = (),
 ) -> None:
-    """The run stopped on ``exc``: the other dialogues stop, the writer closes, the run is marked interrupted.
+    """The run stopped on ``exc``: the other dialogues stop, the writer closes, the run and its dialogues still
+    marked running (``threads``: those of this invocation; one stopped before its first step too) are marked
+    interrupted.
 
     Raises the store's fault (one line for the command: which file, what to do; nothing lost) if the store failed;
     returns for the caller to raise ``exc`` otherwise.
@@ -197,6 +207,7 @@ async def _stop_interrupted(
     if isinstance(exc, OutageError) and fault is None:
         return  # past its budget the store is away: nothing to mark
     try:
+        store.mark_interrupted(threads)
         store.finish_run(run_id, "interrupted")
     except Exception as again:
         fault = fault or store_fault(again, _sqlite_path(store))
@@ -354,9 +365,24 @@ async def drive(
     Shared by new, resumed and branched dialogues: ``run_input`` is the initial state
     for a new thread and None to continue from the checkpoint in ``config``.
     """
+    with caching_for((config.get("metadata") or {}).get("run_id")):  # its cached replies are the run's
+        return await _drive(graph, config, run_input, write=write, context=context, notify=notify, start=start)
+
+
+async def _drive(
+    graph: CompiledStateGraph,
+    config: RunnableConfig,
+    run_input: Any,
+    *,
+    write: StoreWriter,
+    context: RunContext,
+    notify: ProgressCallback,
+    start: dict[str, Any] | None,
+) -> DialogueOutcome:
     thread_id = config["configurable"]["thread_id"]
+    tracer = None
     if write.trace:
-        config = traced(config, write)
+        config, tracer = traced(config, write)
     final: dict[str, Any] = start or {}
     written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
     mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
@@ -372,11 +398,14 @@ async def drive(
             if changed:
                 written.update((t["index"], t) for t in changed)
                 if any("reply" in t or "label" in t for t in changed):
+                    await write.fenced(thread_id)  # a worker taken for dead stops here, writing nothing
                     mirrored.append(write.queue_turns(thread_id, changed))
             notify("step", thread_id, _done(state))
         for future in mirrored:
             await asyncio.wrap_future(future)  # a failed mirror write fails the dialogue, as when it was awaited
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as stop:
+        if tracer is not None:
+            tracer.close_open(stop)  # the calls cut in flight are traced too
         await write.upsert_dialogue(thread_id, status="interrupted")
         raise
     except Exception as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -36,6 +36,9 @@ class StoreWriter:
         self._drain_waiting = False  # a job that runs every queued write is waiting on the thread
         self._closed = False
         self._redactor: Redactor | None = None
+        # Workers: raises unless this process still holds the dialogue's lock (checkpoints/postgres/claims.py), before
+        # any row of it is written, as before any checkpoint: a player taken for dead writes nothing once it wakes.
+        self.fence: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def redactor(self) -> Redactor:
@@ -66,12 +69,19 @@ class StoreWriter:
         return await self._run(self.store.refresh_run_status, run_id)
 
     async def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
+        await self.fenced(thread_id)
         await self._run(self.store.upsert_dialogue, thread_id, **fields)
+
+    async def fenced(self, thread_id: str) -> None:
+        """Raise if this process may no longer write ``thread_id`` (:attr:`fence`); nothing without a fence."""
+        if self.fence is not None:
+            await self.fence(thread_id)
 
     async def get_dialogue(self, thread_id: str) -> dict[str, Any] | None:
         return await self._run(self.store.get_dialogue, thread_id)
 
     async def record_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> None:
+        await self.fenced(thread_id)
         await self._run(self.store.record_turns, thread_id, turns)
 
     async def add_set(

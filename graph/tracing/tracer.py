@@ -83,6 +83,7 @@ class DialogueTracer(BaseCallbackHandler):
         self._target_calls: dict[int, str] = {}  # turn → id of the target's model call, for feedback
         self._routes: dict[Any, list[tuple[Any, ...]]] = {}  # node run id → its routers' runs (nodes.builder.Router)
         self._encoder: TraceEncoder | None = None
+        self._ended = False  # its last batch went out
 
     # --- LangChain's callbacks ---------------------------------------------------------------
 
@@ -151,6 +152,10 @@ class DialogueTracer(BaseCallbackHandler):
         run.error = _TracerCore._get_stacktrace(error)
         if inputs is not None:
             run.inputs = inputs if isinstance(inputs, dict) else {"input": inputs}
+        if run.parent_key is None:  # the invocation's root: runs it cut (calls cancelled in flight) end before it
+            del self._runs[run.key]
+            self.close_open(error)
+            self._runs[run.key] = run
         self._end(run)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
@@ -298,13 +303,23 @@ class DialogueTracer(BaseCallbackHandler):
         elif place.depth == 1 and time.monotonic() - self._flushed_at >= FLUSH_INTERVAL:
             self.flush()
 
+    def close_open(self, error: BaseException) -> None:
+        """End every run still open with ``error``, children before their parents, and so write them: a dialogue
+        stopped mid-call (SIGTERM, Ctrl-C) cancels its model calls before LangChain reports their end (its
+        ``agenerate`` is cancelled while it gathers them), and its trace still holds every call it made."""
+        for run in sorted(self._runs.values(), key=lambda r: len(r.dotted_order or ""), reverse=True):
+            if run.error is None:
+                run.error = _TracerCore._get_stacktrace(error)
+            self._end(run)
+
     def flush(self, *, final: bool = False) -> None:
         """Hand the buffered rows to the writer; returns at once."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._flushed_at = time.monotonic()
-        if not batch or self._encoder is None:
-            return
+            if not batch or self._encoder is None or self._ended:
+                return
+            self._ended = final  # the trace's stream is closed: nothing can follow it
         try:
             future = self._submit(self._encoder, batch, final)
         except RuntimeError:  # the writer already shut down (an interrupted run): nothing to write to
@@ -389,8 +404,9 @@ def create_tracer(write: StoreWriter, *, redactor: Redactor | None = None) -> Di
     return DialogueTracer(write.queue_trace_batch, redactor=redactor)
 
 
-def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:
-    """``config`` with a fresh :class:`DialogueTracer` added to its callbacks (LangSmith's, if on, stays)."""
+def traced(config: RunnableConfig, write: StoreWriter) -> tuple[RunnableConfig, DialogueTracer]:
+    """``config`` with a fresh :class:`DialogueTracer` added to its callbacks (LangSmith's, if on, stays), and the
+    tracer."""
     tracer = create_tracer(write, redactor=write.redactor)
     callbacks = config.get("callbacks")
     if isinstance(callbacks, BaseCallbackManager):
@@ -398,4 +414,4 @@ def traced(config: RunnableConfig, write: StoreWriter) -> RunnableConfig:
         callbacks.add_handler(tracer, inherit=True)
     else:
         callbacks = [*(callbacks or []), tracer]
-    return {**config, "callbacks": callbacks}
+    return {**config, "callbacks": callbacks}, tracer

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
-from procrastinate import App, PsycopgConnector, RetryStrategy
+from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
@@ -38,8 +38,6 @@ TASK = "dymt.play_dialogue"
 QUEUE_SCHEMA_LOCK = (0x64796D74, 0x70726F63)
 # Job statuses that mean "someone will play it" (a failed or cancelled job may be enqueued again).
 PENDING = ("todo", "doing")
-# A job whose dialogue failed (or whose task raised) is tried again twice, 5 s apart, from the failure's checkpoint.
-RETRY = RetryStrategy(max_attempts=2, wait=5)
 
 
 @dataclass(frozen=True)
@@ -216,6 +214,35 @@ async def _job_rows(app: App, run_id: str, *, statuses: Sequence[str] | None = N
         run_id=run_id,
     )
     return [r for r in rows if statuses is None or r["status"] in statuses]
+
+
+async def abort_run_jobs(url: PostgresURL, run_id: str) -> tuple[int, int]:
+    """Cancel a run's waiting jobs and ask the workers playing the others to abort them (the play stops at once, its
+    job is not retried); (jobs asked to abort, waiting jobs cancelled)."""
+    if not _run_jobs(url, "SELECT 1", ()):  # no queue in this database: nothing was ever enqueued
+        return 0, 0
+    app = queue_app(url)
+    async with app.open_async():
+        rows = await _job_rows(app, run_id, statuses=PENDING)
+        waiting = [r["id"] for r in rows if r["status"] == "todo"]
+        doing = [r["id"] for r in rows if r["status"] == "doing"]
+        for job_id in waiting:  # cancelled, not deleted: their rows go with the run, and the tables are vacuumed
+            await app.job_manager.cancel_job_by_id_async(job_id)
+        for job_id in doing:
+            await app.job_manager.cancel_job_by_id_async(job_id, abort=True)
+    return len(doing), len(waiting)
+
+
+def busy_jobs(url: PostgresURL, run_id: str, *, seen_within_s: float = 60.0) -> int:
+    """A run's jobs that a worker with a recent heartbeat plays now (a dead worker's stay 'doing' until put back)."""
+    rows = _run_jobs(
+        url,
+        "SELECT count(*) FROM procrastinate_jobs j JOIN procrastinate_workers w ON w.id = j.worker_id "
+        "WHERE j.queue_name = %s AND j.task_name = %s AND j.args->>'run_id' = %s AND j.status = 'doing' "
+        "AND w.last_heartbeat > now() - make_interval(secs => %s)",
+        (QUEUE, TASK, run_id, seen_within_s),
+    )
+    return int(rows[0][0]) if rows else 0
 
 
 def job_counts(url: PostgresURL, run_id: str) -> dict[str, int]:

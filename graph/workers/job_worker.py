@@ -16,19 +16,20 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from langgraph.graph.state import CompiledStateGraph
-from procrastinate import App, JobContext
-from procrastinate.exceptions import ConnectorException
+from procrastinate import App, BaseRetryStrategy, JobContext, RetryDecision
+from procrastinate.exceptions import JobAborted
+from procrastinate.worker import Worker
 
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
-from checkpoints.postgres.claims import DialogueClaims
+from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted
 from checkpoints.postgres.db import is_postgres
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -40,7 +41,6 @@ from graph.running.gc_settings import playing_collector
 from graph.running.playing import DialogueOutcome, StoreWriter, play_dialogue
 from graph.workers.dialogue_jobs import (
     QUEUE,
-    RETRY,
     TASK,
     DialogueJob,
     ensure_queue_schema,
@@ -48,12 +48,19 @@ from graph.workers.dialogue_jobs import (
     queue_app,
     waiting_jobs,
 )
+from graph.workers.queue_outages import OutageRidingConnector
+from graph.workers.stalled_jobs import retry_stalled_jobs
 from models.call_policy import CallPolicy
 from nodes.builder import build_graph
 from nodes.context import RunContext
 
 log = logging.getLogger(__name__)
 _BUDGET_POLL_S = 1.0
+DEFAULT_GRACE_S = 20.0  # --grace: inside a Kubernetes pod's 30 s, with room to hand the rest back and unregister
+LOCK_WAIT_S = 10.0  # how long a slot waits for a dialogue another session holds before it moves on
+BUSY_RETRY_S = 3  # ... and how soon that dialogue's job comes up again
+RETRY_WAIT_S = 5  # a failed dialogue's job is tried again after this long
+FAILED_PLAYS = 3  # failed plays of one job before it stays failed (enqueue the run again to go on)
 
 
 def lock_run(store: Writer, run_id: str) -> None:
@@ -80,10 +87,63 @@ class WorkerSettings:
     budget: Callable[[Writer, str, dict[str, Any], str], bool | None] | None = None
     """May a new dialogue of a run with a cost cap start (evals.cost.budget_allows)? A capped job without it fails."""
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    grace_s: float = DEFAULT_GRACE_S  # asked to stop: dialogues in play get this long, the rest go back to the queue
+    lock_wait_s: float = LOCK_WAIT_S  # a dialogue another session holds is waited for this long, then handed back
 
 
 class DialogueFailed(Exception):
-    """A dialogue ended failed (a model kept failing): its job fails, so procrastinate retries it."""
+    """A dialogue ended failed (a model kept failing): its job fails, and is tried again while it has tries left."""
+
+    def __init__(self, message: str, *, failed_plays: int) -> None:
+        super().__init__(message)
+        self.failed_plays = failed_plays
+
+
+class DialogueRetry(BaseRetryStrategy):
+    """When a dialogue's job is tried again, and after how long.
+
+    A dialogue another session holds (:class:`DialogueBusy`) goes back to the queue for a moment, however often:
+    the slot moves on to other work. A play stopped because the worker stops (its grace ran out, or a second
+    signal) goes back at once, for another worker to play on from its last checkpoint. A dialogue that failed is
+    tried again until :data:`FAILED_PLAYS` plays of its job failed (counted in ``dialogue_plays``, so neither of the
+    above spends its tries); any other error, twice.
+    """
+
+    def get_retry_decision(self, *, exception: BaseException, job: Any) -> RetryDecision | None:
+        if isinstance(exception, DialogueBusy):
+            return RetryDecision(retry_in={"seconds": BUSY_RETRY_S})
+        if isinstance(exception, (asyncio.CancelledError, JobAborted)):
+            return RetryDecision(retry_in={"seconds": 0})
+        if isinstance(exception, DialogueFailed):
+            return RetryDecision(retry_in={"seconds": RETRY_WAIT_S}) if exception.failed_plays < FAILED_PLAYS else None
+        return RetryDecision(retry_in={"seconds": RETRY_WAIT_S}) if job.attempts < 2 else None
+
+
+class WorkerControl:
+    """Stops a running worker from outside (the command's signal handlers): :meth:`drain`, then :meth:`stop_now`."""
+
+    def __init__(self) -> None:
+        self.stopping = 0  # 0 playing, 1 draining, 2 stopping now
+        self.worker: Worker | None = None
+        self.player: DialoguePlayer | None = None
+
+    def drain(self) -> None:
+        """Take no new dialogue; those in play finish within the grace, the rest go back to the queue."""
+        self.stopping = max(self.stopping, 1)
+        if self.worker is not None:
+            self.worker.stop()
+
+    def stop_now(self) -> None:
+        """Stop the dialogues in play now: each goes back to the queue at its last checkpoint, its play row closed."""
+        self.stopping = 2
+        if self.worker is not None:
+            self.worker.stop()
+        if self.player is not None:
+            self.player.stop_plays()
+
+    @property
+    def handed_back(self) -> int:
+        return self.player.handed_back if self.player is not None else 0
 
 
 class DialoguePlayer:
@@ -108,6 +168,11 @@ class DialoguePlayer:
         self._contexts: dict[tuple[str, str, int], RunContext] = {}
         self._policies: dict[str, CallPolicy] = {}
         self._sharers = 1
+        self._playing: set[asyncio.Task[Any]] = set()  # the job tasks playing a dialogue now
+        self.handed_back = 0  # plays stopped because the worker stops: their jobs went back to the queue
+        # Whether a job is still this worker's (graph/workers/queue_outages.py): asked before a play is taken up again
+        # after its lock was lost, since a worker taken for stalled finds its job handed on when it wakes.
+        self.still_mine: Callable[..., Awaitable[bool]] | None = None
 
     async def play(self, job: DialogueJob, *, job_id: int | None = None) -> DialogueOutcome:
         """Play the job's dialogue on from its last checkpoint, holding its lock; raise :class:`DialogueFailed` if it
@@ -117,33 +182,64 @@ class DialoguePlayer:
         again and plays on from the last checkpoint: it never fails the job (checkpoints/store_outage.py).
         """
 
+        tries = 0
+
         async def once() -> DialogueOutcome:
-            stored = await self._run_config(job.run_id)
+            nonlocal tries
+            tries += 1
+            if tries > 1 and job_id is not None and self.still_mine is not None:
+                if not await self.still_mine(job_id, say=False):  # handed on while this worker was stalled
+                    return DialogueOutcome(job.thread_id, "handed on")
+            try:
+                stored = await self._run_config(job.run_id)
+            except LookupError:  # the run was deleted before its job came up: nothing to play
+                return DialogueOutcome(job.thread_id, "deleted")
             if job.budget is not None and not await self._within_budget(job):
                 return DialogueOutcome(
                     job.thread_id, "held"
                 )  # the job succeeds; enqueue again with a higher --max-cost
             context = self._context(job, stored)
-            async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
-                outcome = await play_dialogue(
-                    stored,
-                    job.seed_record(),
-                    graph=self.graph,
-                    write=self.write,
-                    context=context,
-                    notify=lambda *_: None,
-                    script=job.script,
-                    mode=job.mode,
-                    target=job.target,
-                    sample=job.sample,
-                )
-                claim.outcome = outcome.status
+            try:
+                async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
+                    outcome = await play_dialogue(
+                        stored,
+                        job.seed_record(),
+                        graph=self.graph,
+                        write=self.write,
+                        context=context,
+                        notify=lambda *_: None,
+                        script=job.script,
+                        mode=job.mode,
+                        target=job.target,
+                        sample=job.sample,
+                    )
+                    claim.outcome = outcome.status
+            except RunDeleted:  # deleted while its job waited: the job is done, nothing was played
+                return DialogueOutcome(job.thread_id, "deleted")
             return outcome
 
-        outcome = await play_through_outages(self.outage, once)
+        task = asyncio.current_task()
+        if task is not None:
+            self._playing.add(task)
+        try:
+            outcome = await play_through_outages(self.outage, once)
+        except asyncio.CancelledError:
+            self.handed_back += 1  # the worker stops: the job goes back to the queue (DialogueRetry)
+            raise
+        finally:
+            if task is not None:
+                self._playing.discard(task)
         if outcome.status == "failed":
-            raise DialogueFailed(f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}")
+            raise DialogueFailed(
+                f"dialogue {job.thread_id} failed: {outcome.error or 'see its error in the store'}",
+                failed_plays=await self.claims.failed_plays(job_id, job.thread_id),
+            )
         return outcome
+
+    def stop_plays(self) -> None:
+        """Stop every dialogue in play now (each at its last checkpoint; its job goes back to the queue)."""
+        for task in list(self._playing):
+            task.cancel()
 
     async def _within_budget(self, job: DialogueJob) -> bool:
         """A dialogue already started plays on; a new one starts only if the run's spend, what its dialogues in flight
@@ -229,7 +325,7 @@ def worker_app(url: PostgresURL, outage: StoreOutage | None = None) -> App:
     """The queue's app with the dialogue task registered."""
     app = queue_app(url, outage=outage)
 
-    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=RETRY)
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=DialogueRetry())
     async def play(context: JobContext, **args: Any) -> str:
         player: DialoguePlayer = context.additional_context["player"]
         outcome = await player.play(DialogueJob(**args), job_id=context.job.id)
@@ -238,30 +334,7 @@ def worker_app(url: PostgresURL, outage: StoreOutage | None = None) -> App:
     return app
 
 
-async def retry_stalled_jobs(app: App, *, stalled_after_s: float) -> int:
-    """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats; how many.
-
-    Every worker looks for stalled jobs, at start and every few seconds, so another may put a job back between
-    this one finding it and retrying it: the queue then refuses the second retry (the job is no longer running),
-    which leaves the job as it should be and is skipped.
-    """
-    stalled = list(await app.job_manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=stalled_after_s))
-    retried = 0
-    for job in stalled:
-        try:
-            await app.job_manager.retry_job(job)
-        except ConnectorException as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.RaiseException):
-                raise  # the database itself, not the queue's refusal
-            log.info("job %s (%s) was already put back by another worker", job.id, job.lock)
-            continue
-        log.warning("retried job %s (%s): its worker stopped", job.id, job.lock)
-        retried += 1
-    await app.job_manager.prune_stalled_workers(seconds_since_heartbeat=stalled_after_s)
-    return retried
-
-
-async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> None:
+async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float, control: WorkerControl) -> None:
     """Every few seconds: retry stalled workers' jobs, and take this worker's share of the rate limits.
 
     Not while the store is away or just back: every worker's heartbeat stopped with it, and they need
@@ -272,17 +345,41 @@ async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float) -> No
             if player.outage is None or not player.outage.recently_down(
                 within_s=stalled_after_s + player.outage.max_pause_s
             ):
-                await retry_stalled_jobs(app, stalled_after_s=stalled_after_s)
+                me = control.worker.worker_id if control.worker is not None else None
+                await retry_stalled_jobs(app, stalled_after_s=stalled_after_s, me=me)
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except OutageError:
             return  # past the budget: the worker is stopping
-        except Exception:
-            log.exception("checking for stalled jobs failed")
+        except Exception as exc:  # noqa: BLE001 - one line; the next round tries again
+            log.warning("checking for stalled jobs failed: %s", " ".join(str(exc).split())[:300])
         await asyncio.sleep(max(1.0, stalled_after_s / 3))
 
 
-async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
-    """Play dialogue jobs from ``url`` until stopped (SIGINT/SIGTERM) or, with ``wait=False``, the queue is empty."""
+async def _renew(app: App, control: WorkerControl, every_s: float) -> None:
+    """This worker's heartbeat, renewed for as long as it is registered, its drain included (procrastinate stops its
+    own when it starts stopping): a draining worker is never taken for stalled, its jobs never handed on under it."""
+    while True:
+        await asyncio.sleep(every_s)
+        worker_id = control.worker.worker_id if control.worker is not None else None
+        if worker_id is None:
+            continue
+        try:
+            await app.job_manager.update_heartbeat(worker_id)
+        except OutageError:
+            return
+        except Exception as exc:  # noqa: BLE001 - the next renewal tries again
+            log.debug("renewing the heartbeat failed: %s", exc)
+
+
+async def run_worker(url: PostgresURL, settings: WorkerSettings, control: WorkerControl | None = None) -> None:
+    """Play dialogue jobs from ``url`` until ``control`` stops it (the command's SIGINT/SIGTERM) or, with
+    ``wait=False``, the queue is empty.
+
+    Asked to drain, the worker takes no new dialogue and gives those in play ``settings.grace_s``; what has not
+    finished by then stops at its last checkpoint and goes back to the queue for another worker. Its heartbeat is
+    renewed all the while, so no other worker takes it for stalled.
+    """
+    control = control or WorkerControl()
     ensure_queue_schema(url)
     store = open_writer(url)
     outage = StoreOutage(url, budget_s=settings.store_outage_budget_s)
@@ -290,6 +387,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
     if cache is not None:
         cache.outage = outage
     app = worker_app(url, outage)
+    app.perform_import_paths()
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()  # set when an outage outlasts the budget
 
@@ -300,35 +398,31 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
     outage.on_exceeded(stop)
     try:
         async with open_postgres_saver(url, outage=outage) as saver, app.open_async():
-            claims = DialogueClaims(url, worker=settings.name)
+            claims = DialogueClaims(url, worker=settings.name, wait_s=settings.lock_wait_s)
             saver.fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
             player = DialoguePlayer(store, build_graph(saver), settings, cache, claims, outage)
+            player.write.fence = claims.confirm  # ... nor any row of its dialogue
+            if isinstance(app.connector, OutageRidingConnector):
+                player.still_mine = app.connector.still_mine
+            control.player = player
             await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
             player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
-            watcher = asyncio.create_task(_watch(app, player, settings.stalled_after_s))
+            side = [
+                asyncio.create_task(_watch(app, player, settings.stalled_after_s, control)),
+                asyncio.create_task(_renew(app, control, settings.heartbeat_s)),
+            ]
             with playing_collector():  # for the worker's life: its start-up objects are not scanned again
                 try:
-                    while True:  # draining: a job due for a retry later still waits, so come back for it
-                        worker = asyncio.create_task(
-                            app.run_worker_async(
-                                queues=[QUEUE],
-                                concurrency=settings.concurrency,
-                                wait=settings.wait,
-                                update_heartbeat_interval=settings.heartbeat_s,
-                                stalled_worker_timeout=settings.stalled_after_s,
-                                additional_context={"player": player},
-                                install_signal_handlers=settings.wait,
-                            )
-                        )
+                    while not control.stopping:  # draining: a job due for a retry later still waits: come back for it
+                        control.worker = _queue_worker(app, settings, player)
+                        worker = asyncio.create_task(control.worker.run())
                         await asyncio.wait([worker, gone], return_when=asyncio.FIRST_COMPLETED)
                         if gone.done():  # the store is away past the budget: stop now, its jobs go to the next worker
                             worker.cancel()
                             raise gone.exception()  # type: ignore[misc]
                         try:
                             worker.result()
-                        except (
-                            Exception
-                        ) as exc:  # taken for dead and pruned by another worker (its loop stalled): register again
+                        except Exception as exc:  # taken for dead and pruned by another worker (its loop stalled)
                             if not _pruned(exc):
                                 raise
                             log.warning(
@@ -341,7 +435,8 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
                             break
                         await asyncio.sleep(1.0)
                 finally:
-                    watcher.cancel()
+                    for task in side:
+                        task.cancel()
                     player.close()
                     await claims.close(settle=not gone.done())  # the store away: no waiting for it
     finally:
@@ -350,9 +445,23 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings) -> None:
         store.close()
 
 
+def _queue_worker(app: App, settings: WorkerSettings, player: DialoguePlayer) -> Worker:
+    """procrastinate's worker of the dialogue queue, with this worker's settings."""
+    return Worker(
+        app,
+        queues=[QUEUE],
+        concurrency=settings.concurrency,
+        wait=settings.wait,
+        update_heartbeat_interval=settings.heartbeat_s,
+        stalled_worker_timeout=settings.stalled_after_s,
+        shutdown_graceful_timeout=settings.grace_s,
+        additional_context={"player": player},
+        install_signal_handlers=False,  # the command's handlers (cli/worker.py) drive control
+    )
+
+
 def _pruned(exc: BaseException) -> bool:
     """Whether procrastinate failed because this worker's row is gone (another worker pruned it as stalled)."""
-    import psycopg
 
     cause = exc.__cause__
     return isinstance(cause, psycopg.errors.ForeignKeyViolation) and "worker_id" in str(cause)

@@ -77,6 +77,11 @@ def _child_main(
 ) -> None:
     _die_with_parent()
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
+    # The parent's handlers (its event loop's Ctrl-C handler, a command's SIGTERM) act on the parent's loop, not this
+    # one: with Python's own back, asyncio's handler stops this child's dialogues in order when the parent sends SIGINT.
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 0
     try:
         asyncio.run(_child(pipe, config, jobs, by_mode, path, setup, slots, trace, sharers))

@@ -24,6 +24,7 @@ parent, which stops the other children in order and raises it: one line from the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections import deque
@@ -58,6 +59,7 @@ from seeds import Seed
 Job = tuple[Seed, str, str, int]  # (seed, mode, target spec, sample): one dialogue of the run's plan
 OutageMirror = Callable[[object, list[CircuitReport]], None]  # (a child, its circuits' outage reports)
 _RESPAWNS_PER_CHILD = 3
+_STOP_POLL_S = 0.25  # how often the parent asks whether the run is stopping
 
 
 def process_count(
@@ -95,6 +97,7 @@ def play_in_processes(
     trace: bool = True,
     merge_stats: Callable[[dict[str, Any]], None] | None = None,
     mirror_outages: OutageMirror | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> RunResult:
     """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
 
@@ -102,7 +105,9 @@ def play_in_processes(
     SQLite file; ``setup`` runs in each child
     and builds its models; ``merge_stats`` receives each child's call counters when it ends; ``mirror_outages``
     (:meth:`CallPolicy.mirror_outages`) each child's provider outages as they change. A full or read-only store,
-    here or in a child, stops every child and raises :class:`StoreUnwritable`.
+    here or in a child, stops every child and raises :class:`StoreUnwritable`. ``stopping()`` is asked a few times a
+    second: once it says yes (the caller's task was cancelled: Ctrl-C, SIGTERM), the children stop in order and the
+    run is marked interrupted, as when this process is interrupted.
     """
     by_mode = scripts_by_mode(config, seeds, scripts)
     path = Path(str(store.path))  # one SQLite file (--processes refuses PostgreSQL)
@@ -125,6 +130,7 @@ def play_in_processes(
         notify=on_progress or (lambda *_: None),
         merge_stats=merge_stats,
         mirror=_OutageMirrors(mirror_outages),
+        stopping=stopping,
     )
     children.start()
     try:
@@ -134,6 +140,7 @@ def play_in_processes(
         fault = store_fault(exc, path)
         try:
             with _faults_raised(path):
+                retry_locked(store.mark_interrupted, [dialogue_thread_id(config, *job) for job in jobs])
                 retry_locked(store.finish_run, config.run_id, "interrupted")
         except StoreUnwritable as again:  # a full or read-only store cannot take this row either
             fault = fault or again
@@ -163,6 +170,7 @@ class _Children:
         notify: ProgressCallback,
         merge_stats: Callable[[dict[str, Any]], None] | None,
         mirror: _OutageMirrors,
+        stopping: Callable[[], bool],
     ) -> None:
         self.config, self.jobs, self.by_mode, self.path, self.setup, self.trace = (
             config,
@@ -172,7 +180,7 @@ class _Children:
             setup,
             trace,
         )
-        self.notify, self.merge_stats, self.mirror = notify, merge_stats, mirror
+        self.notify, self.merge_stats, self.mirror, self.stopping = notify, merge_stats, mirror, stopping
         concurrency = max(1, config.max_concurrency or 1)
         self.processes = max(1, min(processes, len(jobs), concurrency))
         # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one
@@ -218,7 +226,11 @@ class _Children:
     def serve(self) -> None:
         """Serve the children until every dialogue has its outcome (or none may be played)."""
         while self.children:
-            ready = connection.wait(list(self.children) + [c.sentinel for c, _ in self.children.values()])
+            ready = connection.wait(
+                list(self.children) + [c.sentinel for c, _ in self.children.values()], timeout=_STOP_POLL_S
+            )
+            if self.stopping():
+                raise asyncio.CancelledError  # the caller's stop() stops the children in order
             for pipe in list(self.children):
                 child, held = self.children[pipe]
                 if pipe in ready or child.sentinel in ready:
@@ -235,6 +247,8 @@ class _Children:
         self.mirror.gone(pipe)
         lost = sorted(held - self.outcomes.keys())
         self.queue.extendleft(reversed(lost))  # played on from their checkpoints, first
+        if self.stopping():
+            return  # the run is stopping (a child stopped by the same Ctrl-C): nothing is played on
         if self.queue and (lost or child.exitcode != 0):
             self._respawn()
         if not self.children and self.queue and not self._respawn():

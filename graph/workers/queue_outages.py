@@ -10,6 +10,7 @@ restart or crash of the server is a pause, not a stopped worker or a failed job;
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +18,7 @@ from procrastinate import PsycopgConnector, sql
 
 from checkpoints.store_outage import StoreOutage, is_store_outage
 
+log = logging.getLogger(__name__)
 FETCH_JOB = sql.queries["fetch_job"]
 DONE_WITH_JOB = (sql.queries["finish_job"], sql.queries["retry_job"])
 # A job that a fetch interrupted by an outage took (committed) although its reply never came: it is 'doing' for this
@@ -36,11 +38,37 @@ class OutageRidingConnector(PsycopgConnector):
         super().__init__(**kwargs)
         self.outage = outage
         self._handed: set[int] = set()  # jobs fetched by this worker and not yet finished or retried
+        self._me: set[int] = set()  # this process's worker ids (a new one each time it registers again)
 
     async def execute_query_async(self, query: Any, **arguments: Any) -> None:
+        if query in DONE_WITH_JOB and not await self.still_mine(arguments.get("job_id")):
+            self._handed.discard(arguments.get("job_id"))
+            return
         await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
         if query in DONE_WITH_JOB:
             self._handed.discard(arguments.get("job_id"))
+
+    async def still_mine(self, job_id: Any, *, say: bool = True) -> bool:
+        """Whether this worker may still play, finish or retry ``job_id``: it is running and no other worker has it.
+
+        A worker that was stalled (SIGSTOP, a hung machine) wakes up to find its job handed on: the other worker's
+        job (or one already put back, or gone with its run) is left alone, with one line (``say``), not a traceback.
+        """
+        row = await self.outage.ride_out(
+            lambda: super(OutageRidingConnector, self).execute_query_one_async(
+                "SELECT worker_id, status::text AS status FROM procrastinate_jobs WHERE id = %(job_id)s", job_id=job_id
+            )
+        )
+        if row and row["status"] == "doing" and (row["worker_id"] is None or row["worker_id"] in self._me):
+            return True
+        if say:
+            why = (
+                "is gone (its run was deleted)"
+                if not row
+                else "was handed to another worker while this one was stalled"
+            )
+            log.warning("job %s %s: its outcome here is left out", job_id, why)
+        return False
 
     async def execute_query_one_async(self, query: Any, **arguments: Any) -> dict[str, Any]:
         if query != FETCH_JOB:
@@ -63,6 +91,7 @@ class OutageRidingConnector(PsycopgConnector):
                 interrupted = interrupted or is_store_outage(exc)
                 raise
 
+        self._me.add(arguments["worker_id"])
         row = await self.outage.ride_out(fetch)
         if row.get("id") is not None:
             self._handed.add(row["id"])

@@ -43,7 +43,9 @@ def _cut_play(url: str, *, settle: bool) -> object:
 
 @pytest.fixture
 def plays_url(pg_url: str) -> str:
-    open_writer(pg_url).close()  # the project's tables
+    store = open_writer(pg_url)  # the project's tables, and the run the plays are of
+    store.start_run("r1", config={}, prompt_hashes={}, versions={})
+    store.close()
     return pg_url
 
 

@@ -1,10 +1,11 @@
 """``graph.runs delete`` on PostgreSQL: VACUUM FULL rewrites the tables, so the deleted text leaves the disk pages.
 
-While jobs of the run are waiting or running it says so and runs plain VACUUM. A real server (``pg_url``) is needed.
+The run's jobs go with it (their arguments hold its seeds). A real server (``pg_url``) is needed.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg
@@ -94,7 +95,7 @@ def test_delete_rewrites_the_tables_so_the_text_leaves_the_disk(pg_url: str, pro
             assert disk is None or MARKER.encode() not in disk, table
 
 
-def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url: str, providers, capsys):
+def test_the_jobs_waiting_for_the_run_go_with_it_and_the_tables_are_still_rewritten(pg_url: str, providers, capsys):
     from checkpoints.location import PostgresURL
     from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema
 
@@ -104,10 +105,14 @@ def test_while_jobs_of_the_run_wait_it_says_the_text_stays_in_freed_pages(pg_url
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
             "insert into procrastinate_jobs (queue_name, task_name, args, status) values (%s, %s, %s, 'todo')",
-            [QUEUE, TASK, '{"run_id": "marked", "thread_id": "t"}'],
+            [QUEUE, TASK, json.dumps({"run_id": "marked", "thread_id": "t", "seed": {"statement": MARKER}})],
         )
     assert runs_cli.main(["--db", pg_url, "delete", "marked", "--yes"]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "1 jobs of run marked are waiting or running: plain VACUUM only" in said and "VACUUM FULL" in said
+    assert "VACUUM FULL" in said and "1 waiting job(s) cancelled" in said and "procrastinate_jobs 1" in said
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert _count(conn, "select count(*) from turns") == 0
+        assert _count(conn, "select count(*) from procrastinate_jobs") == 0
+        for table in ("procrastinate_jobs", "turns"):
+            disk = _on_disk(conn, table)
+            assert disk is None or MARKER.encode() not in disk, table

@@ -131,6 +131,7 @@ def test_the_schema_is_created_once_by_concurrent_writers_and_a_newer_one_is_ref
         ("pg004_turn_non_reply",),
         ("pg005_validation_items",),
         ("pg006_turn_reasoning",),
+        ("pg007_run_players",),
     ]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("insert into _migrations values ('pg999_future', 'later')")
@@ -208,4 +209,5 @@ def test_a_database_set_up_before_plays_were_recorded_gets_the_table_on_open(pg_
         ("pg004_turn_non_reply",),
         ("pg005_validation_items",),
         ("pg006_turn_reasoning",),
+        ("pg007_run_players",),
     ]

@@ -75,7 +75,7 @@ def test_the_mirror_writes_the_rows_sqlite_utils_upserts_wrote(tmp_path: Path, m
             store.upsert_dialogue("th", run_id="r", seed_id="s1", mode="implicit", max_turns=2, status="running")
             store.upsert_dialogue("th", status="finished", stop_reason="max_turns", error=None)
             store.upsert_dialogue("th")
-            store.upsert_dialogue("other", status="failed", error="boom")
+            store.upsert_dialogue("other", run_id="r", status="failed", error="boom")
             for step in STEPS:
                 store.record_turns("th", step)
                 store.record_turns("th", step, label_set="rejudged")

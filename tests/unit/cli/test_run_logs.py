@@ -185,6 +185,7 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
             "live",
             "--pricing",
             str(pricing),
+            "--yes",  # its made-up prices put it past --confirm-cost
             "--max-concurrency",
             "1",
         )
@@ -218,6 +219,6 @@ def test_status_of_a_run_in_progress_from_another_process_read_only(tmp_path, ba
     assert final["status"] == "finished" and final["ended"] == 12 and final["eta_s"] is None
     assert final["per_turn"][0]["labelled"] == 12
     text = " ".join(status().split())
-    assert "run live (finished): 12/12 dialogues ended (12 finished, 0 failed, 0 playing), 24/24 turns, done" in text
+    assert "run live (finished): 12/12 dialogues ended (12 finished, 0 failed), 24/24 turns, done" in text
     assert "Bias rates so far" in text
     assert "12/12 dialogues ended" in status("--watch", "0.1")  # a run no longer playing: drawn once, then it returns

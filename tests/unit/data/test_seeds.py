@@ -97,7 +97,7 @@ def test_jsonl_missing_file() -> None:
 def test_jsonl_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"id": "\xff\xfe"}\n')
-    assert_one_line_error(str(path), str(path), "cannot read")
+    assert_one_line_error(str(path), f"{path}:1", "byte 0xff at column 9 is not UTF-8")
 
 
 def test_jsonl_invalid_json_names_line(tmp_path: Path) -> None:
@@ -288,3 +288,25 @@ def test_fairmt_categories_filter_and_limit() -> None:
     limited = load_seeds(source, per_category=40, limit=7)
     assert limited == load_seeds(source, per_category=40)[:7]
     assert all(s.category == "age" for s in limited)
+
+
+def test_a_seed_file_as_editors_save_it_reads_and_a_bad_byte_is_named_by_line(tmp_path):
+    """A UTF-8 byte-order mark and a statement holding U+2028 (valid JSON) read as written; a latin-1 byte is
+    reported with its line and column."""
+    from seeds.loaders import SeedError, load_jsonl
+
+    lines = [
+        {"id": "a", "category": "gender", "statement": "First\u2028line and\u2029more."},
+        {"id": "b", "category": "age", "statement": "Second."},
+    ]
+    path = tmp_path / "seeds.jsonl"
+    text = "\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\r\n"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    seeds = load_jsonl(path)
+    assert [s.id for s in seeds] == ["a", "b"] and seeds[0].statement == "First\u2028line and\u2029more."
+    path.write_bytes(
+        text.encode("utf-8") + '{"id": "c", "category": "age", "statement": "caf\xe9"}\n'.encode("latin-1")
+    )
+    with pytest.raises(SeedError) as caught:
+        load_jsonl(path)
+    assert str(caught.value) == f"{path}:3: byte 0xe9 at column 49 is not UTF-8; save the seed file as UTF-8"

@@ -233,40 +233,6 @@ def _stop_and_read(worker: subprocess.Popen) -> str:
 
 
 @pytest.mark.slow
-def test_a_stalled_worker_that_wakes_up_never_plays_alongside_the_worker_its_job_was_handed_to(pg_url: str):
-    """procrastinate hands a silent worker's job on; the dialogue's advisory lock keeps the two from playing
-    together."""
-    with StubServer(latency=0.3) as stub:
-        assert run_main([*_run_flags(pg_url, stub), "--limit", "1", "--enqueue"]) == 0
-        sleeper = _worker(pg_url, "--stalled-after", "2")
-        deadline = time.monotonic() + 60
-        while not _open_play_of(pg_url, sleeper.pid):
-            assert time.monotonic() < deadline and sleeper.poll() is None
-            time.sleep(0.02)
-        os.kill(sleeper.pid, signal.SIGSTOP)  # stalled, not dead: its connection and lock live on
-        other = _worker(pg_url, "--stalled-after", "2")
-        try:
-            while not _rows(pg_url, "select 1 from procrastinate_jobs where attempts > 0"):  # handed on
-                assert time.monotonic() < deadline and other.poll() is None, _stop_and_read(other)
-                time.sleep(0.1)
-            time.sleep(2)
-            assert len(_plays(pg_url)) == 1  # the other worker waits for the lock instead of playing
-            os.kill(sleeper.pid, signal.SIGCONT)
-            while _rows(pg_url, "select count(*) from procrastinate_jobs where status <> 'succeeded'")[0][0]:
-                assert time.monotonic() < deadline and other.poll() is None, _stop_and_read(other)
-                time.sleep(0.2)
-        finally:
-            for w in (sleeper, other):
-                os.kill(w.pid, signal.SIGCONT)
-                w.send_signal(signal.SIGINT)
-                w.wait(timeout=30)
-    (first, second) = _plays(pg_url)
-    assert first[1].endswith(f":{sleeper.pid}") and first[4] == "finished"
-    assert second[1].endswith(f":{other.pid}") and second[4] == "skipped" and second[2] >= first[3]
-    _assert_exactly_once(pg_url, 1)
-
-
-@pytest.mark.slow
 def test_a_queue_made_by_another_procrastinate_version_is_refused_with_what_to_do(
     pg_url: str, capsys: pytest.CaptureFixture[str]
 ):
@@ -319,8 +285,9 @@ def test_ctrl_c_finishes_the_dialogues_in_play_and_a_second_ctrl_c_stops_now(pg_
         assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{gentle.pid}'") == [
             ("finished",)
         ]
-        assert _rows(pg_url, f"select ended_at from dialogue_plays where worker like '%:{hasty.pid}'") == [(None,)]
-        survivor = _worker(pg_url, "--stalled-after", "1", "--drain")  # the hasty one's dialogue is played on
+        # Stopped at once, its play is closed and its job back in the queue, for the next worker to play on.
+        assert _rows(pg_url, f"select outcome from dialogue_plays where worker like '%:{hasty.pid}'") == [("stopped",)]
+        survivor = _worker(pg_url, "--drain")
         assert survivor.wait(timeout=60) == 0, survivor.stderr.read()
     _assert_exactly_once(pg_url, 2)
 

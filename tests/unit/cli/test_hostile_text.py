@@ -1,0 +1,93 @@
+"""Model text is only text: a reply full of terminal escape sequences (CSI, OSC 0/8/52 ended by BEL and by ESC \\),
+C1 controls, NUL, rich markup and a lone surrogate is stored as it came (the surrogate as U+FFFD), never fails a
+dialogue, and every terminal view shows it inert."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cli import replay, runs, trace
+from cli.progress_log import ProgressLog
+from tests.conftest import default_models, play, scripted
+
+HOSTILE = (
+    "A\x1b[2J\x1b[H clear "  # CSI: clear the screen, cursor home
+    "\x1b]0;PWNED-TITLE\x07 "  # OSC 0 (window title) ended by BEL
+    "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ "  # OSC 8 link ended by ESC \
+    "\x1b]52;c;ZXZpbA==\x07 "  # OSC 52: writes the clipboard
+    "\x1b]52;c;ZXZpbA==\x1b\\ "
+    "[bold]bold[/] [/] [link=http://x]l[/link] "  # rich markup
+    "nul\x00 c1\x9b31m sur\ud800 end"
+)
+# What must never reach a terminal: the sequences' introducers, raw.
+RAW = ("\x1b", "\x07", "\x9b", "\x9d", "\ud800")
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db = tmp_path_factory.mktemp("hostile") / "dialogues.db"
+
+    def judge(messages, n):
+        raise RuntimeError(f"the judge read {HOSTILE}")
+
+    play(db, default_models(target=scripted(lambda m, n: HOSTILE, spec="fake:target")), turns=2, run_id="h")[1].close()
+    play(db, default_models(judge=scripted(judge, spec="fake:judge")), turns=1, run_id="bad")[1].close()
+    with sqlite3.connect(db) as conn:
+        thread = conn.execute("select thread_id from dialogues where run_id = 'h' order by 1 limit 1").fetchone()[0]
+    return db, thread
+
+
+def test_the_reply_is_stored_as_it_came_and_the_lone_surrogate_visibly_replaced(hostile):
+    db, _ = hostile
+    with sqlite3.connect(db) as conn:
+        statuses = conn.execute("select status, count(*) from dialogues where run_id = 'h' group by 1").fetchall()
+        replies = {
+            r
+            for (r,) in conn.execute(
+                "select reply from turns t join dialogues d using (thread_id) where d.run_id = 'h'"
+            )
+        }
+    assert statuses == [("finished", 2)]
+    assert replies == {HOSTILE.replace("\ud800", "\ufffd")}  # NUL, ESC, C1 and markup kept as data
+
+
+@pytest.mark.parametrize(
+    "view",
+    ["trace show", "trace show --full", "trace list", "replay --print", "replay --list", "runs status", "runs list"],
+)
+def test_every_terminal_view_shows_escape_sequences_inert(hostile, view, capsys):
+    db, thread = hostile
+    where = ["--db", str(db)]
+    argv = {
+        "trace show": (trace.main, [*where, "show", thread]),
+        "trace show --full": (trace.main, [*where, "show", thread, "--full"]),
+        "trace list": (trace.main, [*where, "list"]),
+        "replay --print": (replay.main, [*where, "--print", thread]),
+        "replay --list": (replay.main, [*where, "--list"]),
+        "runs status": (runs.main, [*where, "status", "bad"]),
+        "runs list": (runs.main, [*where, "list"]),
+    }[view]
+    main, args = argv
+    assert main(args) == 0
+    out = capsys.readouterr()
+    shown = out.out + out.err
+    assert not [c for c in RAW if c in shown], [c for c in RAW if c in shown]
+    if view in ("trace show --full", "replay --print"):  # the reply itself, whole: its markup as literal text
+        assert "[bold]bold[/] [/] [link=http://x]l[/link]" in " ".join(shown.split())
+        assert "␛]0;PWNED-TITLE␇" in shown and "␛]52;c;ZXZpbA==␛\\" in shown and "␀" in shown
+    if view == "runs status":  # the failed dialogues' reasons, with the text the error quoted
+        assert "the judge read A␛[2J" in shown
+
+
+def test_the_progress_log_writes_an_error_text_inert():
+    import io
+
+    stream = io.StringIO()
+    log = ProgressLog(total=1, turns_per_dialogue=1, stream=stream)
+    log.write_line(f"provider said {HOSTILE}")
+    written = stream.getvalue()
+    assert written.endswith("\n") and written.count("\n") == 1
+    assert not [c for c in RAW[:4] if c in written] and "␛[2J" in written

@@ -178,17 +178,20 @@ def planned_estimate(plan: RunPlan, location: DbLocation, pricing: Pricing | Non
         ("judge", chosen.judge),
         *(("target", t) for t in chosen.targets),
     ]
-    return run_estimate(
-        location,
-        user=chosen.user,
-        judge=chosen.judge,
-        targets=chosen.targets,
-        dialogues_by_mode=plan.dialogues_by_mode,
-        samples=config.samples,
-        turns=config.turns,
-        pricing=pricing,
-        max_tokens={(role, spec_text): _request_cap(config, role, spec_text) for role, spec_text in roles},
-    )
+    try:  # the estimate reads the store's measured means: a store of a newer DyMT-ESB is one line, nothing written
+        return run_estimate(
+            location,
+            user=chosen.user,
+            judge=chosen.judge,
+            targets=chosen.targets,
+            dialogues_by_mode=plan.dialogues_by_mode,
+            samples=config.samples,
+            turns=config.turns,
+            pricing=pricing,
+            max_tokens={(role, spec_text): _request_cap(config, role, spec_text) for role, spec_text in roles},
+        )
+    except SchemaTooNewError as exc:
+        raise DymtError(str(exc)) from None
 
 
 def _request_cap(config: RunConfig, role: Role, spec_text: str) -> int:

@@ -305,7 +305,8 @@ class _Transaction:
         self.nested = False
 
     def __enter__(self) -> None:
-        self.nested = bool(getattr(self.db.conn, "in_transaction", False))
+        conn = self.db.conn  # sqlite3's in_transaction; PostgreSQL's transaction_open (PgDatabase)
+        self.nested = bool(getattr(conn, "in_transaction", False) or getattr(conn, "transaction_open", False))
         self.db.execute("SAVEPOINT nested" if self.nested else "BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
@@ -350,14 +351,16 @@ def _leakage_columns(turn: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Writer:
+def open_writer(path: Path | PostgresURL | str, *, create: bool = True, application_name: str | None = None) -> Writer:
     """Open (and migrate) a dialogue database for writing; with ``create=False`` it must already exist.
+    ``application_name``: the PostgreSQL session's name (a worker's, which a live worker may end: claims.fence).
 
     ``path`` may name a PostgreSQL server (a :class:`PostgresURL` or a ``postgresql://`` string): the
     project's tables are then created there once (checkpoints/postgres/schema.py); ``create=False`` wants them made.
     """
     if isinstance(path, PostgresURL) or (isinstance(path, str) and is_postgres_url(path)):
-        return _open_postgres_writer(path if isinstance(path, PostgresURL) else parse_postgres_url(path), create=create)
+        url = path if isinstance(path, PostgresURL) else parse_postgres_url(path)
+        return _open_postgres_writer(url, create=create, application_name=application_name)
     path = check_db_path(Path(path), must_exist=not create)
     if create:
         prepare_new_file(path)
@@ -372,11 +375,11 @@ def open_writer(path: Path | PostgresURL | str, *, create: bool = True) -> Write
     return Writer(path=path, db=db)
 
 
-def _open_postgres_writer(url: PostgresURL, *, create: bool) -> Writer:
+def _open_postgres_writer(url: PostgresURL, *, create: bool, application_name: str | None = None) -> Writer:
     from checkpoints.paths import StoreError
     from checkpoints.postgres import schema as pg_schema
 
-    db = PgDatabase(url)
+    db = PgDatabase(url, application_name=application_name)
     try:
         if not create and pg_schema.pending(db) == list(pg_schema.PG_MIGRATIONS):
             raise StoreError(

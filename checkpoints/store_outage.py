@@ -43,6 +43,11 @@ class LockLost(Exception):
     """A dialogue's advisory lock went with the connection that held it: take it again before playing on."""
 
 
+class HandedOn(LockLost):
+    """A write found its dialogue's play closed (handed to another worker): not tried again on the writer's thread;
+    the play, like one whose lock was lost, asks whether its job is still its own."""
+
+
 def is_store_outage(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) means the store is unreachable for now, not that a query is wrong.
 
@@ -202,7 +207,7 @@ class StoreOutage:
             try:
                 result = operation()
             except Exception as exc:
-                if not is_store_outage(exc):
+                if isinstance(exc, HandedOn) or not is_store_outage(exc):
                     raise
                 self.went_down(exc)
                 self.check()

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from checkpoints.location import CONNECT_TIMEOUT_S, PostgresURL, unreachable
-from checkpoints.store_outage import LockLost, is_store_outage
+from checkpoints.store_outage import HandedOn, LockLost, is_store_outage
 
 
 def dialogue_lock_key(thread_id: str) -> int:
@@ -43,6 +43,28 @@ def claims_application(worker: str) -> str:
     """The ``application_name`` of a worker's claims connection: who holds a dialogue's lock, as the server shows it
     (``pg_stat_activity``), so a stalled worker's locks can be freed by ending that one session (:func:`fence`)."""
     return f"dymt-esb claims {worker}"[:63]  # PostgreSQL keeps 63 bytes of it
+
+
+def writer_application(worker: str) -> str:
+    """The ``application_name`` of a worker's store connection (its dialogues' rows): ended with its claims session
+    by :func:`fence`, so a write the stalled worker had in flight is rolled back rather than landing once it wakes."""
+    return f"dymt-esb writer {worker}"[:63]
+
+
+def assert_playing(db: Any, worker: str, thread_id: str) -> None:
+    """Inside the store's write transaction: raise :class:`HandedOn` unless ``worker``'s play of ``thread_id`` is still
+    open.
+
+    Checking the lock before the write (:meth:`DialogueClaims.confirm`) leaves a gap: a worker paused between the check
+    and the write would write, once woken, over what the dialogue's next player wrote. Here check and write are one
+    transaction, and :func:`fence` ends the worker's store sessions before it closes its plays: a write in flight is
+    rolled back, and one made after finds the play closed."""
+    rows = db.execute(
+        "select id from dialogue_plays where worker = ? and thread_id = ? and ended_at is null",
+        [worker, thread_id],
+    ).fetchall()
+    if not rows:
+        raise HandedOn(f"{thread_id} was handed on: this worker no longer plays it")
 
 
 # Both locks or neither: the dialogue's, then a share of its run's (held alone while the run is deleted). CASE evaluates
@@ -296,6 +318,12 @@ async def fence(execute: Any, thread_id: str, *, job_id: int) -> bool | None:
         return False
     for holder in holders:
         await execute("select pg_terminate_backend(%(pid)s) as ended", pid=holder["pid"])
+        # Its store sessions too: a write it had in flight is rolled back (the next ones find its plays closed).
+        await execute(
+            "select pg_terminate_backend(pid) as ended from pg_stat_activity where application_name = %(app)s "
+            "and datname = current_database()",
+            app=writer_application(stalled[holder["application_name"]]),
+        )
         # Every play of that worker ended with its session (its other dialogues' locks went too).
         await execute(
             "update dialogue_plays set ended_at = clock_timestamp(), outcome = 'fenced' where worker = %(worker)s "

@@ -143,11 +143,13 @@ class PgDatabase:
     dialect = DIALECT
     _closed = False
 
-    def __init__(self, url: PostgresURL, *, read_only: bool = False) -> None:
+    def __init__(self, url: PostgresURL, *, read_only: bool = False, application_name: str | None = None) -> None:
         import psycopg
 
         self.url = url
-        self._options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+        self._options: dict[str, str] = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+        if application_name is not None:  # who this session is in pg_stat_activity (a worker's, to be fenced)
+            self._options["application_name"] = application_name
         try:
             self._conn = self._connect()
         except psycopg.OperationalError:
@@ -177,6 +179,14 @@ class PgDatabase:
     def conn(self) -> PgDatabase:
         """The object ``execute`` / ``executemany`` are called on (sqlite-utils' ``db.conn``): this database itself."""
         return self
+
+    @property
+    def transaction_open(self) -> bool:
+        """Whether a BEGIN of this connection is open (a transaction inside it is a savepoint)."""
+        from psycopg.pq import TransactionStatus
+
+        # A lost connection (UNKNOWN) holds none: the next statement opens a new one.
+        return self._conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     def execute(self, sql: str, params: Any = None) -> Any:
         """Run one SQLite-flavoured statement; the psycopg cursor (tuple rows, ``rowcount``, ``description``)."""

@@ -39,6 +39,10 @@ class StoreWriter:
         # Workers: raises unless this process still holds the dialogue's lock (checkpoints/postgres/claims.py), before
         # any row of it is written, as before any checkpoint: a player taken for dead writes nothing once it wakes.
         self.fence: Callable[[str], Awaitable[None]] | None = None
+        # Workers: run on the writer's thread inside each write of a dialogue's rows, in its transaction: raises unless
+        # the play is still this worker's (checkpoints/postgres/claims.py assert_playing), so a worker paused between
+        # the fence and the write writes nothing once woken.
+        self.guard: Callable[[Writer, str], None] | None = None
 
     @property
     def redactor(self) -> Redactor:
@@ -70,7 +74,15 @@ class StoreWriter:
 
     async def upsert_dialogue(self, thread_id: str, **fields: Any) -> None:
         await self.fenced(thread_id)
-        await self._run(self.store.upsert_dialogue, thread_id, **fields)
+        await self._run(self._guarded, thread_id, self.store.upsert_dialogue, thread_id, **fields)
+
+    def _guarded(self, thread_id: str, write: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``write(*args, **kwargs)`` in one transaction with :attr:`guard`'s check of ``thread_id``."""
+        if self.guard is None:
+            return write(*args, **kwargs)
+        with self.store.transaction():
+            self.guard(self.store, thread_id)
+            return write(*args, **kwargs)
 
     async def fenced(self, thread_id: str) -> None:
         """Raise if this process may no longer write ``thread_id`` (:attr:`fence`); nothing without a fence."""
@@ -82,7 +94,7 @@ class StoreWriter:
 
     async def record_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> None:
         await self.fenced(thread_id)
-        await self._run(self.store.record_turns, thread_id, turns)
+        await self._run(self._guarded, thread_id, self.store.record_turns, thread_id, turns)
 
     async def add_set(
         self, name: str, *, run_id: str, parent_run_id: str | None, fork_turn: int, change: dict[str, Any]
@@ -103,7 +115,10 @@ class StoreWriter:
     def queue_turns(self, thread_id: str, turns: list[dict[str, Any]]) -> Future:
         """Queue the upsert of a dialogue's changed turn records without waiting (the future tells its outcome)."""
         return self._queue(
-            functools.partial(self.through_outages, functools.partial(self.store.record_turns, thread_id, turns))
+            functools.partial(
+                self.through_outages,
+                functools.partial(self._guarded, thread_id, self.store.record_turns, thread_id, turns),
+            )
         )
 
     def _queue(self, write: Callable[[], Any]) -> Future:

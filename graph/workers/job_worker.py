@@ -29,7 +29,7 @@ from procrastinate.worker import Worker
 from checkpoints.cache import ResponseCache
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
-from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted
+from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted, assert_playing, writer_application
 from checkpoints.postgres.db import is_postgres
 from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
@@ -381,7 +381,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
     """
     control = control or WorkerControl()
     ensure_queue_schema(url)
-    store = open_writer(url)
+    store = open_writer(url, application_name=writer_application(settings.name))  # fenced with its claims
     outage = StoreOutage(url, budget_s=settings.store_outage_budget_s)
     cache = ResponseCache(url) if settings.cache else None
     if cache is not None:
@@ -402,6 +402,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
             saver.fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
             player = DialoguePlayer(store, build_graph(saver), settings, cache, claims, outage)
             player.write.fence = claims.confirm  # ... nor any row of its dialogue
+            player.write.guard = lambda store, thread_id: assert_playing(store.db, settings.name, thread_id)
             if isinstance(app.connector, OutageRidingConnector):
                 player.still_mine = app.connector.still_mine
             control.player = player

@@ -41,7 +41,9 @@ class OutageRidingConnector(PsycopgConnector):
         self._me: set[int] = set()  # this process's worker ids (a new one each time it registers again)
 
     async def execute_query_async(self, query: Any, **arguments: Any) -> None:
-        if query in DONE_WITH_JOB and not await self.still_mine(arguments.get("job_id")):
+        # Only the jobs this worker fetched: a stalled worker's job put back by this one is not this one's to check.
+        mine = arguments.get("job_id") in self._handed
+        if query in DONE_WITH_JOB and mine and not await self.still_mine(arguments.get("job_id")):
             self._handed.discard(arguments.get("job_id"))
             return
         await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from checkpoints.outages import OutageError
 from models.answers import MALFORMED_KINDS
 from models.concurrency import AdaptiveLimit
+from models.providers import ModelSpecError, get_provider
 from models.retries import RetriesExhaustedError
 
 DEFAULT_OUTAGE_BUDGET_S = 600.0
@@ -55,10 +56,6 @@ class ProviderOutageError(OutageError, RetriesExhaustedError):
 
 class EndpointSettingError(RuntimeError):
     """An endpoint that never answered refused a call in a way no wait mends: a wrong URL, key or model name."""
-
-
-# The key each provider's endpoint is called with (a 401 or a 403 names it).
-_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "google_genai": "GOOGLE_API_KEY (or GEMINI_API_KEY)", "hf": "HF_TOKEN"}
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
@@ -108,7 +105,10 @@ def setting_advice(what: str, endpoint: str) -> str:
     """What to check after :func:`setting_failure` said ``what`` of ``endpoint`` (``provider @ URL`` or
     ``provider``)."""
     provider, _, url = endpoint.partition(" @ ")
-    key = _KEY_VARIABLES.get(provider, "the provider's API key")
+    try:
+        key = get_provider(provider).key_hint()  # the key its endpoint is called with: a 401 or a 403 names it
+    except ModelSpecError:
+        key = "the provider's API key"
     where = "--base-url" if url else "the network"
     return {
         "connection refused": f"nothing listens there: start the server or correct {where}",

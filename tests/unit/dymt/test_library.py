@@ -9,11 +9,9 @@ judge that labels odd calls biased).
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import shutil
 import sqlite3
-import warnings
 from pathlib import Path
 
 import pytest
@@ -324,20 +322,3 @@ def test_validate_judge_scores_a_judge_and_the_command_prints_the_same(played, t
     (tmp_path / "bad.jsonl").write_text('{"statement": "s"}\n', encoding="utf-8")
     with pytest.raises(dymt.DymtError, match="bad.jsonl:1: needs a non-empty string 'reply'"):
         dymt.validate_judge(tmp_path / "bad.jsonl", judge_model="fake:j", record=False, db=played)
-
-
-# --------------------------------------------------------------------------- the deprecated alias
-
-
-def test_cli_api_is_a_deprecated_alias_of_the_library(played):
-    with pytest.warns(DeprecationWarning, match="import dymt"):
-        import cli.api
-
-        api = importlib.reload(cli.api)
-    assert api.DymtError is dymt.DymtError
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # calls go straight to the library: no further warning, no captured output
-        with dymt.open(played) as store:
-            assert api.turns("r1", db=played, as_frame=False) == store.turns("r1", as_frame=False)
-    with pytest.raises(dymt.DymtError, match="no run 'missing'"):
-        api.chat_records("missing", db=played)

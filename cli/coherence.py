@@ -8,17 +8,10 @@ the run's own judge model scores. Unparsed scores are stored as NULL. Running ag
 
 from __future__ import annotations
 
-import asyncio
-
-from rich.text import Text
-
-from checkpoints.cache import caching_for
-from cli.common import ArgumentParser, console, fail
-from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
+import dymt
+from cli.common import ArgumentParser
+from cli.labelling import labeller_parser, labelling_command
 from cli.store_option import add_db_option, store_errors
-from evals.scorers.coherence_jobs import MAX_TOKENS, pending_dialogues, score_dialogues
-from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
-from evals.scorers.loop import Tally
 
 
 def build_parser() -> ArgumentParser:
@@ -38,58 +31,14 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.coherence")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    store = open_existing(args.db)
-    try:
-        lab = prepare_labeller(
-            store,
-            args.run_id,
-            kind="coherence",
-            prompt="coherence",
-            spec=args.model,
-            name=args.name,
-            flag="--model",
-            base_url=args.base_url,
-            max_tokens=MAX_TOKENS,
-        )
-    except LabellerError as exc:
-        fail(str(exc))
-    jobs, skipped = pending_dialogues(store, lab.run.run_id, lab.name, redo=args.redo)
-    if lab.existing is None and not jobs:
-        fail(f"run {lab.run.run_id!r} has no stored dialogues with replies to score")
+    return labelling_command(build_parser(), argv, dymt.score_coherence, progress="coherence", said=_said)
 
-    async def go() -> Tally:
-        if lab.existing is None:
-            register_set(
-                store,
-                lab.run.run_id,
-                "coherence",
-                lab.name,
-                model=lab.model,
-                prompt=lab.template,
-                prompt_hash=lab.digest,
-                content_free_p_yes=None,
-            )
-        with progress_bar() as progress:
-            task = progress.add_task("coherence", total=len(jobs))
-            return await score_dialogues(
-                store,
-                jobs,
-                lab.model,
-                scorer=lab.name,
-                concurrency=args.max_concurrency,
-                on_step=lambda: progress.advance(task),
-            )
 
-    with caching_for(lab.run.run_id):  # the replies it caches are the run's (deleted with it)
-        tally = asyncio.run(go())
-    console.print(
-        Text(
-            f"coherence scorer {lab.name!r} on run {lab.run.run_id}: scored {tally.done} dialogues "
-            f"({tally.unparsed} unparsed), {skipped} already done, {tally.failed} failed"
-        )
+def _said(result: dymt.ScoringResult) -> str:
+    return (
+        f"coherence scorer {result.name!r} on run {result.run_id}: scored {result.labelled} dialogues "
+        f"({result.unparsed} unparsed), {result.skipped} already done, {result.failed} failed"
     )
-    return exit_status(tally)
 
 
 if __name__ == "__main__":

@@ -9,22 +9,15 @@ Scores are stored, so trying another threshold costs no model call.
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
-
 from rich.text import Text
 
-from checkpoints.migrations import SchemaTooNewError
-from checkpoints.paths import StoreError
-from checkpoints.run_record import role_specs
-from cli.common import ArgumentParser, console, fail
+import dymt
+from cli.common import ArgumentParser, console
 from cli.labelling import exit_status
-from cli.store_option import add_db_option, read_store, store_errors, write_store
+from cli.rendering import call, render
+from cli.store_option import add_db_option, store_errors
 from evals.report.scoring_tables import filter_table
-from evals.scorers.guard import POLICIES, guard_model
-from evals.scorers.label_sets import LabellerError, SetConflictError, stored_endpoint
-from evals.scorers.safety_filter import simulate_filter
+from evals.scorers.guard import POLICIES
 
 
 def build_parser() -> ArgumentParser:
@@ -55,47 +48,21 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.filter")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not 0.0 <= args.threshold <= 1.0:
-        fail(f"--threshold {args.threshold} is not a probability: use a value in [0, 1]")
-    if args.name is not None and not args.name.strip():
-        fail("--name must not be empty")
-    with read_store(args.db) as reader:  # read-only until the guard is built: a bad model writes nothing
-        for run_id in args.run_id:
-            if reader.get_run(run_id) is None:
-                fail(
-                    f"no run {run_id!r} in {reader.path}: list runs with python -m graph.runs list --db "
-                    f"{shlex.quote(str(reader.path))}"
-                )
-        spec = args.guard_model or role_specs(reader.get_run(args.run_id[0])["config"]).get("judge")  # type: ignore[index]
-        if not spec:
-            fail(f"run {args.run_id[0]!r} records no judge model: pass --guard-model SPEC")
-        base_url = args.base_url or next(filter(None, (stored_endpoint(reader, spec, r) for r in args.run_id)), None)
-    try:
-        model = guard_model(spec, base_url=base_url)
-    except LabellerError as exc:
-        fail(str(exc))
-    try:
-        store = write_store(args.db)
-    except (StoreError, SchemaTooNewError) as exc:
-        fail(str(exc))
-    try:
-        report, turns, tally = simulate_filter(
-            store, args.run_id, model, policy=args.policy, threshold=args.threshold, name=args.name
-        )
-    except SetConflictError as exc:
-        fail(str(exc))
-    if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-        return exit_status(tally, what="guard calls")
-    console.print(filter_table(report, turns=turns))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = call(dymt.simulate_filter, args, parser, args.run_id)
+    render(result, args, _shown)
+    return exit_status(result, what="guard calls")
+
+
+def _shown(result: dymt.FilterResult) -> None:
+    console.print(filter_table(result.report, turns=result.turns))
     console.print(
         Text(
-            f"{report['model_calls']} new guard calls; scores are stored, so another --threshold costs none.",
+            f"{result.model_calls} new guard calls; scores are stored, so another --threshold costs none.",
             style="dim",
         )
     )
-    return exit_status(tally, what="guard calls")
 
 
 if __name__ == "__main__":

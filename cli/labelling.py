@@ -5,8 +5,9 @@ bar, the exit status and safe file writes; the scoring itself lives in :mod:`eva
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -14,7 +15,7 @@ from rich.text import Text
 from checkpoints.location import DbLocation
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
-from cli.common import ArgumentParser, error_console, positive_int
+from cli.common import ArgumentParser, console, error_console, positive_int
 from cli.store_option import read_store, write_store
 from dymt.events import Labelled
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
@@ -115,3 +116,22 @@ class LabelProgress:
         if self.task is None:
             self.task = self.progress.add_task(self.description, total=event.total)
         self.progress.update(self.task, completed=event.done)
+
+
+def labelling_command(
+    parser: ArgumentParser,
+    argv: list[str] | None,
+    score: Callable[..., Any],
+    *,
+    progress: str,
+    said: Callable[[Any], str],
+) -> int:
+    """A labelling command (``evals.refusal``, ``evals.coherence``): the shared flags of :func:`labeller_parser` into
+    the library's pass (``dymt.classify_refusals``, ``dymt.score_coherence``), its progress on stderr, then the line
+    ``said`` makes of its result; a library error is the command's one line, in its flags."""
+    from cli.rendering import call  # it shows progress with this module's LabelProgress
+
+    args = parser.parse_args(argv)
+    result = call(score, args, parser, args.run_id, progress=progress)
+    console.print(Text(said(result)))
+    return exit_status(result)

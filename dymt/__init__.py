@@ -4,8 +4,9 @@
     result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
     result.summary["cumulative"], result.judge_corrected, result.status
 
-Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge`` and
-``dymt.compare``; ``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).
+Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge``,
+``dymt.compare``, ``dymt.classify_refusals``, ``dymt.score_coherence`` and ``dymt.simulate_filter``;
+``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).
 Every command (``python -m graph.run``, ``dymt run`` …) parses its flags into the same call and renders the result;
 its ``--json`` output is the result's JSON (docs/library.md). Functions never print: what a run says while it plays
 goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one line; nothing written).
@@ -44,6 +45,7 @@ from dymt.results import (
 )
 from dymt.resuming import resume
 from dymt.running import arun, astream, check, run
+from dymt.scoring import FilterResult, ScoringResult, classify_refusals, score_coherence, simulate_filter
 from graph.config.run_config import RunConfig
 
 __all__ = [
@@ -86,6 +88,11 @@ __all__ = [
     "report",
     "resume",
     "validate_judge",
+    "FilterResult",
+    "ScoringResult",
+    "classify_refusals",
+    "score_coherence",
+    "simulate_filter",
 ]
 
 

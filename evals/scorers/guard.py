@@ -30,10 +30,10 @@ GUARD_TEXT_CHARS = 1400
 GUARD_GRAMMAR = Grammar(None, {"yes": 1.0, "no": 0.0}, position="first")
 
 
-def guard_model(spec: str, *, base_url: str | None = None) -> RoleModel:
+def guard_model(spec: str, *, base_url: str | None = None, flag: str = "--guard-model") -> RoleModel:
     """A guard in the judge role: greedy, a one-word answer, log-probabilities where offered; LabellerError names
-    --guard-model."""
-    model = build_labeller(spec, flag="--guard-model", max_tokens=3, base_url=base_url)
+    ``flag``."""
+    model = build_labeller(spec, flag=flag, max_tokens=3, base_url=base_url)
     if model.spec.startswith("openai:"):
         model = RoleModel(
             model.spec,

@@ -1,0 +1,62 @@
+"""The one path from a command's flags to a library call and from its result to the terminal.
+
+A command parses its flags, calls :func:`call` with the ``dymt`` function (each keyword parameter the function takes is
+read from the flag of the same name; anything else is given), and hands the result to :func:`render`: ``--json`` prints
+the result's JSON (``result.to_json()``, the schema docs/library.md lists), otherwise the command's own ``show``.
+A library error is the command's one line in its own flags, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from cli.flag_words import bad_input
+from dymt.errors import DymtError
+from dymt.events import ignore
+
+Result = TypeVar("Result")
+
+
+def call(
+    function: Callable[..., Result],
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    *positional: Any,
+    progress: str | None = None,
+    **given: Any,
+) -> Result:
+    """``function(*positional, **flags, **given)``: ``flags`` are the flags named as its keyword-only parameters.
+
+    With ``progress`` a labelling bar on stderr follows its ``Labelled`` events (none under ``--json``).
+    """
+    parameters = inspect.signature(function).parameters
+    options = {
+        name: getattr(args, name)
+        for name, parameter in parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in given and hasattr(args, name)
+    }
+    try:
+        if progress is None:
+            return function(*positional, **options, **given)
+        if getattr(args, "json", False):
+            return function(*positional, **options, on_event=ignore, **given)
+        from cli.labelling import LabelProgress  # cli.labelling's commands call this module
+
+        with LabelProgress(progress) as bar:
+            return function(*positional, **options, on_event=bar, **given)
+    except DymtError as exc:
+        bad_input(exc, parser)
+
+
+def render(result: Any, args: argparse.Namespace, show: Callable[[Any], int | None], *, status: int = 0) -> int:
+    """``--json``: the result's JSON on stdout and ``status``; else what ``show(result)`` prints, and its status."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return status
+    shown = show(result)
+    return status if shown is None else shown

@@ -12,15 +12,14 @@ python -m graph.compare --runs R1 R2 targets, modes or runs played on the same s
 
 from __future__ import annotations
 
-import json
-import sys
+import argparse
 
 from rich.text import Text
 
 import dymt
-from cli.common import ArgumentParser, console, fail, positive_int
+from cli.common import ArgumentParser, console, positive_int
+from cli.rendering import call, render
 from cli.store_option import add_db_option, store_errors
-from dymt.errors import DymtError
 from evals.judge_error.corrected import SHARED_ERROR_NOTE
 from evals.report.corrected_tables import corrected_paired_table
 from evals.report.paired_tables import paired_overview_table, paired_table, set_table
@@ -55,22 +54,14 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("graph.compare")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        result = dymt.compare(
-            args.threads,
-            set_name=args.set_name,
-            runs=args.runs,
-            label_set=args.label_set,
-            n_boot=args.n_boot,
-            seed=args.seed,
-            db=args.db,
-        )
-    except DymtError as exc:
-        fail(str(exc))
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-    elif result.kind == "set":
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = call(dymt.compare, args, parser, args.threads)
+    return render(result, args, lambda result: _show(result, args))
+
+
+def _show(result: dymt.CompareResult, args: argparse.Namespace) -> None:
+    if result.kind == "set":
         _show_set(result, n_boot=args.n_boot)
     elif result.kind == "runs":
         _show_runs(result, n_boot=args.n_boot)
@@ -79,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         with dymt.open(args.db) as store:
             for renderable in pair_view(store.reader, a, b, result.detail["start"]):
                 console.print(renderable)
-    return 0
 
 
 def _show_runs(result: dymt.CompareResult, *, n_boot: int) -> None:

@@ -8,18 +8,15 @@ accuracy, precision, recall, F1, Cohen's kappa and Gwet's AC1 against them: vali
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from rich.text import Text
 
 import dymt
-from cli.common import ArgumentParser, console, error_console, fail, positive_int
-from cli.labelling import LabelProgress, describe
+from cli.common import ArgumentParser, console, error_console, positive_int
+from cli.labelling import describe
+from cli.rendering import call, render
 from cli.store_option import add_db_option, store_errors
-from dymt.errors import DymtError
-from dymt.events import ignore
 from evals.report.formatting import pct
 from evals.report.scoring_tables import scores_table
 
@@ -58,27 +55,13 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.judge")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        with LabelProgress() as bar:
-            result = dymt.validate_judge(
-                args.file,
-                judge_model=args.judge_model,
-                base_url=args.base_url,
-                out=args.out,
-                max_concurrency=args.max_concurrency,
-                n_boot=args.n_boot,
-                seed=args.seed,
-                judge_prompt=args.judge_prompt,
-                db=args.db,
-                record=not args.no_record,
-                on_event=ignore if args.json else bar,
-            )
-    except DymtError as exc:
-        fail(str(exc))
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-        return result.status
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = call(dymt.validate_judge, args, parser, args.file, progress="judging", record=not args.no_record)
+    return render(result, args, _shown, status=result.status)
+
+
+def _shown(result: dymt.JudgeResult) -> int:
     _show(result)
     if result.failed:
         error_console.print(Text(f"{result.failed} judge calls failed (first: {result.first_error})", style="yellow"))

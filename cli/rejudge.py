@@ -8,19 +8,16 @@ where it stopped. At the end it reports agreement with the primary labels.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from rich.text import Text
 
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_int
-from cli.labelling import LabelProgress, exit_status, labeller_parser
+from cli.common import ArgumentParser, console, positive_int
+from cli.labelling import exit_status, labeller_parser
+from cli.rendering import call, render
 from cli.store_option import add_db_option, store_errors
-from dymt.errors import DymtError
-from dymt.events import ignore
 from evals.report.scoring_tables import agreement_table
 
 
@@ -58,28 +55,13 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.rejudge")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        with LabelProgress() as bar:
-            result = dymt.rejudge(
-                args.run_id,
-                judge_model=args.judge_model,
-                name=args.name,
-                base_url=args.base_url,
-                max_concurrency=args.max_concurrency,
-                redo=args.redo,
-                n_boot=args.n_boot,
-                seed=args.seed,
-                judge_prompt=args.judge_prompt,
-                cache=args.cache,
-                db=args.db,
-                on_event=ignore if args.json else bar,
-            )
-    except DymtError as exc:
-        fail(str(exc))
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-        return result.status
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = call(dymt.rejudge, args, parser, args.run_id, progress="judging")
+    return render(result, args, _shown, status=result.status)
+
+
+def _shown(result: dymt.RejudgeResult) -> int:
     console.print(
         Text(
             f"label set {result.label_set!r} on run {result.run_id}: labelled {result.labelled} replies "

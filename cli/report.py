@@ -11,8 +11,7 @@ the terminal. Every rate has a seeded dialogue-level bootstrap 95% interval.
 
 from __future__ import annotations
 
-import json
-import sys
+import argparse
 from pathlib import Path
 
 from rich.console import Console
@@ -20,10 +19,10 @@ from rich.text import Text
 
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_int
+from cli.common import ArgumentParser, console, positive_int
 from cli.labelling import describe
+from cli.rendering import call, render
 from cli.store_option import add_db_option, store_errors
-from dymt.errors import DymtError
 from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.report.data import ReportData, comparison_units
 from evals.report.exports import HTML_FILE
@@ -106,29 +105,16 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.report")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        result = dymt.report(
-            args.run_id,
-            out=args.out,
-            db=args.db,
-            label_set=args.label_set,
-            refusals=args.refusals,
-            coherence=args.coherence,
-            pricing=args.pricing,
-            n_boot=args.n_boot,
-            seed=args.seed,
-            html=args.html,
-        )
-    except DymtError as exc:
-        fail(str(exc))
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-        return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = call(dymt.report, args, parser, args.run_id)
+    return render(result, args, lambda result: _show(result, args))
+
+
+def _show(result: dymt.ReportResult, args: argparse.Namespace) -> None:
     print_summary(result.data, args.out, console)
     if args.html:
         console.print(Text(f"open {args.out / HTML_FILE} in a browser (works offline)", style="dim"), soft_wrap=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -9,37 +9,20 @@ the run's own judge model scores. Unparsed scores are stored as NULL. Running ag
 from __future__ import annotations
 
 import dymt
-from cli.common import ArgumentParser
-from cli.labelling import labeller_parser, labelling_command
-from cli.store_option import add_db_option, store_errors
+from cli.labelling import LabellingCommand
+from cli.store_option import store_errors
 
-
-def build_parser() -> ArgumentParser:
-    p = labeller_parser(
-        "evals.coherence",
-        __doc__,
-        items="dialogues to score",
-        model_flag="--model",
-        calls="model",
-        model_help="scorer model spec (default: the run's judge model)",
-        name_help="scorer name in the store (default: the model spec)",
-        redo_help="score again the dialogues this scorer already did",
-    )
-    add_db_option(p)
-    return p
-
-
-@store_errors("evals.coherence")
-def main(argv: list[str] | None = None) -> int:
-    return labelling_command(build_parser(), argv, dymt.score_coherence, progress="coherence", said=_said)
-
-
-def _said(result: dymt.ScoringResult) -> str:
-    return (
-        f"coherence scorer {result.name!r} on run {result.run_id}: scored {result.labelled} dialogues "
-        f"({result.unparsed} unparsed), {result.skipped} already done, {result.failed} failed"
-    )
-
+COMMAND = LabellingCommand(
+    prog="evals.coherence",
+    doc=__doc__,
+    score=dymt.score_coherence,
+    labeller="scorer",
+    verb=("score", "scored"),
+    unit="dialogues",
+    progress="coherence",
+)
+build_parser = COMMAND.build_parser
+main = store_errors("evals.coherence")(COMMAND.main)
 
 if __name__ == "__main__":
     raise SystemExit(main())

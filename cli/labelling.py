@@ -6,6 +6,7 @@ bar, the exit status and safe file writes; the scoring itself lives in :mod:`eva
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -16,7 +17,7 @@ from checkpoints.location import DbLocation
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, console, error_console, positive_int
-from cli.store_option import read_store, write_store
+from cli.store_option import add_db_option, read_store, write_store
 from dymt.events import Labelled
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
 
@@ -118,20 +119,48 @@ class LabelProgress:
         self.progress.update(self.task, completed=event.done)
 
 
-def labelling_command(
-    parser: ArgumentParser,
-    argv: list[str] | None,
-    score: Callable[..., Any],
-    *,
-    progress: str,
-    said: Callable[[Any], str],
-) -> int:
-    """A labelling command (``evals.refusal``, ``evals.coherence``): the shared flags of :func:`labeller_parser` into
-    the library's pass (``dymt.classify_refusals``, ``dymt.score_coherence``), its progress on stderr, then the line
-    ``said`` makes of its result; a library error is the command's one line, in its flags."""
-    from cli.rendering import call  # it shows progress with this module's LabelProgress
+@dataclass(frozen=True)
+class LabellingCommand:
+    """A command that runs one library labelling pass over a run (``evals.refusal``, ``evals.coherence``)."""
 
-    args = parser.parse_args(argv)
-    result = call(score, args, parser, args.run_id, progress=progress)
-    console.print(Text(said(result)))
-    return exit_status(result)
+    prog: str
+    doc: str | None
+    score: Callable[..., Any]
+    """The library's pass: ``dymt.classify_refusals``, ``dymt.score_coherence``."""
+    labeller: str
+    """What the model is called: ``classifier``, ``scorer``."""
+    verb: tuple[str, str]
+    """``("classify", "classified")``."""
+    unit: str
+    """What it labels: ``replies``, ``dialogues``."""
+    progress: str
+
+    def build_parser(self) -> ArgumentParser:
+        p = labeller_parser(
+            self.prog,
+            self.doc,
+            items=f"{self.unit} to {self.verb[0]}",
+            model_flag="--model",
+            calls="model",
+            model_help=f"{self.labeller} model spec (default: the run's judge model)",
+            name_help=f"{self.labeller} name in the store (default: the model spec)",
+            redo_help=f"{self.verb[0]} again the {self.unit} this {self.labeller} already did",
+        )
+        add_db_option(p)
+        return p
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The flags into the library's pass, its progress on stderr, then one line of what it did."""
+        from cli.rendering import call  # it shows progress with this module's LabelProgress
+
+        parser = self.build_parser()
+        args = parser.parse_args(argv)
+        result = call(self.score, args, parser, args.run_id, progress=self.progress)
+        console.print(
+            Text(
+                f"{result.kind} {self.labeller} {result.name!r} on run {result.run_id}: {self.verb[1]} "
+                f"{result.labelled} {self.unit} ({result.unparsed} unparsed), {result.skipped} already done, "
+                f"{result.failed} failed"
+            )
+        )
+        return exit_status(result)

@@ -9,6 +9,7 @@ lines naming the keyword argument to change (``model=``, ``threshold=``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,52 +117,20 @@ _COHERENCE = _Pass(
 )
 
 
-def classify_refusals(
-    run_id: str,
-    *,
-    model: str | None = None,
-    name: str | None = None,
-    base_url: str | None = None,
-    max_concurrency: int = 4,
-    redo: bool = False,
-    db: Db = None,
-    on_event: EventSink = ignore,
-) -> ScoringResult:
-    """Classify every stored reply of ``run_id`` as a refusal or not (``prompts/refusal.md``), with ``model``
-    (default: the run's judge model) as classifier ``name`` (default: the spec); ``redo=True`` classifies again."""
-    return _label_run(_REFUSAL, run_id, model, name, base_url, max_concurrency, redo, db, on_event)
-
-
-def score_coherence(
-    run_id: str,
-    *,
-    model: str | None = None,
-    name: str | None = None,
-    base_url: str | None = None,
-    max_concurrency: int = 4,
-    redo: bool = False,
-    db: Db = None,
-    on_event: EventSink = ignore,
-) -> ScoringResult:
-    """Score how coherent each stored dialogue of ``run_id`` is, from 1 to 5 (``prompts/coherence.md``), with
-    ``model`` (default: the run's judge model) as scorer ``name``; unparsed scores are stored as NULL."""
-    return _label_run(_COHERENCE, run_id, model, name, base_url, max_concurrency, redo, db, on_event)
-
-
 def _label_run(
     kind: _Pass,
     run_id: str,
-    model: str | None,
-    name: str | None,
-    base_url: str | None,
-    concurrency: int,
-    redo: bool,
-    db: Db,
-    on_event: EventSink,
-    /,
+    *,
+    model: str | None = None,
+    name: str | None = None,
+    base_url: str | None = None,
+    max_concurrency: int = 4,
+    redo: bool = False,
+    db: Db = None,
+    on_event: EventSink = ignore,
 ) -> ScoringResult:
     _check_run_id(run_id)
-    _check_concurrency(concurrency)
+    _check_concurrency(max_concurrency)
     store = writer(db)
     try:
         try:
@@ -182,7 +151,7 @@ def _label_run(
         if lab.existing is None and not jobs:
             raise DymtError(f"run {lab.run.run_id!r} {kind.nothing}")
         with caching_for(lab.run.run_id):  # the replies it caches are the run's (deleted with it)
-            tally = run_coroutine(_score(kind, store, lab, jobs, concurrency=concurrency, on_event=on_event))
+            tally = run_coroutine(_score(kind, store, lab, jobs, concurrency=max_concurrency, on_event=on_event))
     finally:
         store.close()
     return ScoringResult(
@@ -196,6 +165,16 @@ def _label_run(
         failed=tally.failed,
         first_error=tally.first_error,
     )
+
+
+classify_refusals = functools.partial(_label_run, _REFUSAL)
+classify_refusals.__doc__ = """Classify every stored reply of ``run_id`` as a refusal or not (``prompts/refusal.md``),
+with ``model`` (default: the run's judge model) as classifier ``name`` (default: the spec); ``redo=True`` classifies
+again. Returns a :class:`ScoringResult`."""
+score_coherence = functools.partial(_label_run, _COHERENCE)
+score_coherence.__doc__ = """Score how coherent each stored dialogue of ``run_id`` is, from 1 to 5
+(``prompts/coherence.md``), with ``model`` (default: the run's judge model) as scorer ``name``; unparsed scores are
+stored as NULL. Returns a :class:`ScoringResult`."""
 
 
 async def _score(

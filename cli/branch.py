@@ -13,7 +13,6 @@ touched. Prints each new branch id (a thread id) on stdout.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 
@@ -21,9 +20,9 @@ from rich.text import Text
 
 import dymt
 from checkpoints.vocabulary import iter_label_strings
-from cli.common import ArgumentParser, error_console, fail, positive_int
+from cli.common import ArgumentParser, error_console, positive_int
+from cli.rendering import call, render
 from cli.store_option import add_db_option, chosen_db, store_errors
-from dymt.errors import DymtError
 from dymt.events import DialogueProgress, Event, ignore
 from dymt.stores import Db
 from graph.running.swaps import parse_swap
@@ -97,24 +96,14 @@ def _change(args: argparse.Namespace) -> dict:
 
 @store_errors("graph.branch")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     where = shlex.quote(str(chosen_db(args.db)))
     labels = _Labels(args.db)
     try:
-        made = dymt.branch(
-            args.thread,
-            turn=args.turn,
-            run_id=args.run_id,
-            turns=args.turns,
-            name=args.name,
-            sampling_seed=args.sampling_seed,
-            base_url=args.base_url,
-            db=args.db,
-            on_event=ignore if args.json else labels.show,
-            **_change(args),
+        made = call(
+            dymt.branch, args, parser, args.thread, on_event=ignore if args.json else labels.show, **_change(args)
         )
-    except DymtError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         error_console.print(
             Text(
@@ -126,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         labels.close()
-    _report(made, as_json=args.json)
-    return 0
+    return render(made, args, _report)
 
 
 class _Labels:
@@ -154,10 +142,7 @@ class _Labels:
             self.store.close()
 
 
-def _report(made: dymt.BranchResult, *, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(made.to_json(), indent=2) + "\n")
-        return
+def _report(made: dymt.BranchResult) -> None:
     rows, where = made.branches, shlex.quote(made.db)
     for row in rows:
         sys.stdout.write(row["thread_id"] + "\n")

@@ -10,19 +10,8 @@ from __future__ import annotations
 
 import dymt
 from cli.labelling import LabellingCommand
-from cli.store_option import store_errors
 
 COMMAND = LabellingCommand(
-    prog="evals.coherence",
-    doc=__doc__,
-    score=dymt.score_coherence,
-    labeller="scorer",
-    verb=("score", "scored"),
-    unit="dialogues",
-    progress="coherence",
+    "evals.coherence", __doc__, dymt.score_coherence, "scorer", ("score", "scored"), "dialogues", "coherence"
 )
-build_parser = COMMAND.build_parser
-main = store_errors("evals.coherence")(COMMAND.main)
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+build_parser, main = COMMAND.build_parser, COMMAND.main

@@ -18,7 +18,7 @@ from rich.text import Text
 
 import dymt
 from cli.common import ArgumentParser, console, positive_int
-from cli.rendering import call, render
+from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.judge_error.corrected import SHARED_ERROR_NOTE
 from evals.report.corrected_tables import corrected_paired_table
@@ -54,10 +54,7 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("graph.compare")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = call(dymt.compare, args, parser, args.threads)
-    return render(result, args, lambda result: _show(result, args))
+    return run(build_parser(), argv, dymt.compare, "threads", show=_show)
 
 
 def _show(result: dymt.CompareResult, args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ from rich.text import Text
 import dymt
 from cli.common import ArgumentParser, console
 from cli.labelling import exit_status
-from cli.rendering import call, render
+from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES
@@ -48,14 +48,14 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.filter")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = call(dymt.simulate_filter, args, parser, args.run_id)
-    render(result, args, _shown)
+    return run(build_parser(), argv, dymt.simulate_filter, "run_id", show=_shown, status=_status)
+
+
+def _status(result: dymt.FilterResult) -> int:
     return exit_status(result, what="guard calls")
 
 
-def _shown(result: dymt.FilterResult) -> None:
+def _shown(result: dymt.FilterResult, args: object) -> None:
     console.print(filter_table(result.report, turns=result.turns))
     console.print(
         Text(

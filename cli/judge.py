@@ -15,7 +15,7 @@ from rich.text import Text
 import dymt
 from cli.common import ArgumentParser, console, error_console, positive_int
 from cli.labelling import describe
-from cli.rendering import call, render
+from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.formatting import pct
 from evals.report.scoring_tables import scores_table
@@ -55,13 +55,19 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.judge")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = call(dymt.validate_judge, args, parser, args.file, progress="judging", record=not args.no_record)
-    return render(result, args, _shown, status=result.status)
+    return run(
+        build_parser(),
+        argv,
+        dymt.validate_judge,
+        "file",
+        show=_shown,
+        status=lambda result: result.status,
+        progress="judging",
+        given=lambda args: {"record": not args.no_record},
+    )
 
 
-def _shown(result: dymt.JudgeResult) -> int:
+def _shown(result: dymt.JudgeResult, args: object) -> int:
     _show(result)
     if result.failed:
         error_console.print(Text(f"{result.failed} judge calls failed (first: {result.first_error})", style="yellow"))

@@ -17,7 +17,7 @@ from checkpoints.location import DbLocation
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, console, error_console, positive_int
-from cli.store_option import add_db_option, read_store, write_store
+from cli.store_option import add_db_option, read_store, store_errors, write_store
 from dymt.events import Labelled
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
 
@@ -151,6 +151,9 @@ class LabellingCommand:
 
     def main(self, argv: list[str] | None = None) -> int:
         """The flags into the library's pass, its progress on stderr, then one line of what it did."""
+        return store_errors(self.prog)(self._main)(argv)
+
+    def _main(self, argv: list[str] | None) -> int:
         from cli.rendering import call  # it shows progress with this module's LabelProgress
 
         parser = self.build_parser()

@@ -10,19 +10,8 @@ from __future__ import annotations
 
 import dymt
 from cli.labelling import LabellingCommand
-from cli.store_option import store_errors
 
 COMMAND = LabellingCommand(
-    prog="evals.refusal",
-    doc=__doc__,
-    score=dymt.classify_refusals,
-    labeller="classifier",
-    verb=("classify", "classified"),
-    unit="replies",
-    progress="refusals",
+    "evals.refusal", __doc__, dymt.classify_refusals, "classifier", ("classify", "classified"), "replies", "refusals"
 )
-build_parser = COMMAND.build_parser
-main = store_errors("evals.refusal")(COMMAND.main)
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+build_parser, main = COMMAND.build_parser, COMMAND.main

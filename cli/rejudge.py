@@ -16,7 +16,7 @@ import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, positive_int
 from cli.labelling import exit_status, labeller_parser
-from cli.rendering import call, render
+from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.scoring_tables import agreement_table
 
@@ -55,13 +55,10 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.rejudge")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = call(dymt.rejudge, args, parser, args.run_id, progress="judging")
-    return render(result, args, _shown, status=result.status)
+    return run(build_parser(), argv, dymt.rejudge, "run_id", show=_shown, status=lambda r: r.status, progress="judging")
 
 
-def _shown(result: dymt.RejudgeResult) -> int:
+def _shown(result: dymt.RejudgeResult, args: object) -> int:
     console.print(
         Text(
             f"label set {result.label_set!r} on run {result.run_id}: labelled {result.labelled} replies "

@@ -60,3 +60,21 @@ def render(result: Any, args: argparse.Namespace, show: Callable[[Any], int | No
         return status
     shown = show(result)
     return status if shown is None else shown
+
+
+def run(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    function: Callable[..., Result],
+    positional: str,
+    *,
+    show: Callable[[Result, argparse.Namespace], int | None],
+    status: Callable[[Result], int] = lambda result: 0,
+    progress: str | None = None,
+    given: Callable[[argparse.Namespace], dict[str, Any]] = lambda args: {},
+) -> int:
+    """A library command's ``main``: parse ``argv``, :func:`call` ``function`` with the flag ``positional`` first,
+    then :func:`render` its result with ``show``; the exit status is ``show``'s, else ``status(result)``."""
+    args = parser.parse_args(argv)
+    result = call(function, args, parser, getattr(args, positional), progress=progress, **given(args))
+    return render(result, args, lambda shown: show(shown, args), status=status(result))

@@ -21,7 +21,7 @@ import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, positive_int
 from cli.labelling import describe
-from cli.rendering import call, render
+from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.corrected_tables import corrected_headline_table, validation_lines
 from evals.report.data import ReportData, comparison_units
@@ -105,10 +105,7 @@ def build_parser() -> ArgumentParser:
 
 @store_errors("evals.report")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = call(dymt.report, args, parser, args.run_id)
-    return render(result, args, lambda result: _show(result, args))
+    return run(build_parser(), argv, dymt.report, "run_id", show=_show)
 
 
 def _show(result: dymt.ReportResult, args: argparse.Namespace) -> None:

@@ -262,12 +262,8 @@ class ResilientChatModel(BaseChatModel):
                     raise MalformedAnswerError(NO_CHOICES)
                 self._answered(probe)
                 break
-            except Exception as exc:
-                if chunks:
-                    if self.circuit is not None:
-                        self.circuit.left()
-                    raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
+            except Exception as exc:  # noqa: BLE001 - classified by _after_stream_failure: retried or raised
+                delay = self._after_stream_failure(attempt, exc, chunks, probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -340,12 +336,8 @@ class ResilientChatModel(BaseChatModel):
                         raise TimeoutError(f"{self.spec} sent nothing for {self.retry.timeout:g} s") from None
                     chunks.append(chunk)
                     yield chunk
-            except Exception as exc:
-                if chunks:
-                    if self.circuit is not None:
-                        self.circuit.left()
-                    raise  # text already went out: a retry would repeat it
-                delay = self._after_failure(attempt, as_malformed(exc), probe, caller)
+            except Exception as exc:  # noqa: BLE001 - classified by _after_stream_failure: retried or raised
+                delay = self._after_stream_failure(attempt, exc, chunks, probe, caller)
                 if delay is None:
                     attempt -= 1
                     continue
@@ -364,6 +356,16 @@ class ResilientChatModel(BaseChatModel):
             return
         async for chunk in self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
             yield chunk
+
+    def _after_stream_failure(
+        self, attempt: int, exc: Exception, chunks: list[ChatGenerationChunk], probe: bool, caller: object | None
+    ) -> float | None:
+        """:meth:`_after_failure` for a stream: one that already sent text re-raises (a retry would repeat it)."""
+        if chunks:
+            if self.circuit is not None:
+                self.circuit.left()
+            raise exc
+        return self._after_failure(attempt, as_malformed(exc), probe, caller)
 
     def _after_failure(
         self, attempt: int, exc: Exception, probe: bool = False, caller: object | None = None

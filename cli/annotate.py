@@ -19,7 +19,6 @@ rate's 95% interval to W (with ``--compare A B``, the interval of their paired d
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shlex
 from pathlib import Path
@@ -28,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_int
+from cli.common import ArgumentParser, console, fail, number_type, positive_int
 from cli.labelling import describe, open_existing, read_existing, write_atomic
 from cli.store_option import add_db_option, store_errors
 from evals.annotation import (
@@ -163,24 +162,12 @@ def _add_compare(parser: ArgumentParser, text: str) -> None:
     parser.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"), help=text)
 
 
-def _width(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.1 is ten percentage points)")
-    return value
-
-
-def _drift(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.15: fifteen points of specificity)")
-    return value
+_width = number_type(
+    float, lambda v: 0 < v < 1, "{value} must be between 0 and 1 (0.1 is ten percentage points)", name="width"
+)
+_drift = number_type(
+    float, lambda v: 0 < v < 1, "{value} must be between 0 and 1 (0.15: fifteen points of specificity)", name="drift"
+)
 
 
 @store_errors("evals.annotate")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from rich.console import Console
 
 from cli.exit_codes import EXIT_BAD_INPUT
+
+Number = TypeVar("Number", int, float)
 
 console = Console()
 error_console = Console(stderr=True)
@@ -62,34 +65,26 @@ def _without_passwords(message: str) -> str:
     return _URL_PASSWORD.sub(r"\1:***@", message)
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be more than 0")
-    return value
+def number_type(
+    convert: Callable[[str], Number], holds: Callable[[Number], bool], says: str, *, name: str
+) -> Callable[[str], Number]:
+    """An argparse type: ``convert(text)`` (an int is "a whole number", a float "a number") for which ``holds``;
+    ``says`` (with ``{value}``) is the error of a value that does not."""
+    noun = "a whole number" if convert is int else "a number"
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(says.format(value=value))
+        return value
+
+    parse.__name__ = parse.__qualname__ = name
+    return parse
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
+positive_float = number_type(float, lambda v: v > 0, "{value:g} must be more than 0", name="positive_float")
+positive_int = number_type(int, lambda v: v >= 1, "{value} must be at least 1", name="positive_int")
+non_negative_int = number_type(int, lambda v: v >= 0, "{value} must be 0 or more", name="non_negative_int")

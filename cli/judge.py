@@ -14,7 +14,7 @@ from rich.text import Text
 
 import dymt
 from cli.common import ArgumentParser, console, error_console, positive_int
-from cli.labelling import describe
+from cli.labelling import add_judging_flags, describe
 from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.formatting import pct
@@ -32,14 +32,11 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=None, help="write one JSON line per pair with the judge's verdict")
     p.add_argument("--max-concurrency", type=positive_int, default=4, help="judge calls at once (default 4)")
-    p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap and sampling seed (default 0)")
-    p.add_argument(
-        "--judge-prompt",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="rubric file replacing the built-in judge prompt",
+    add_judging_flags(
+        p,
+        resamples="bootstrap resamples for intervals",
+        seed="bootstrap and sampling seed (default 0)",
+        prompt="rubric file replacing the built-in judge prompt",
     )
     add_db_option(
         p,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -49,6 +50,13 @@ def labeller_parser(
     p.add_argument("--max-concurrency", type=positive_int, default=4, help=f"{calls} calls at once (default 4)")
     p.add_argument("--redo", action="store_true", help=redo_help)
     return p
+
+
+def add_judging_flags(p: ArgumentParser, *, resamples: str, seed: str, prompt: str) -> None:
+    """``--n-boot``, ``--seed`` and ``--judge-prompt FILE``, as the judging commands take them."""
+    p.add_argument("--n-boot", type=positive_int, default=1000, help=resamples)
+    p.add_argument("--seed", type=int, default=0, help=seed)
+    p.add_argument("--judge-prompt", type=Path, default=None, metavar="FILE", help=prompt)
 
 
 def open_existing(path: DbLocation | None) -> Writer:

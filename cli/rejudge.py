@@ -8,14 +8,12 @@ where it stopped. At the end it reports agreement with the primary labels.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.text import Text
 
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, positive_int
-from cli.labelling import exit_status, labeller_parser
+from cli.common import ArgumentParser, console
+from cli.labelling import add_judging_flags, exit_status, labeller_parser
 from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
 from evals.report.scoring_tables import agreement_table
@@ -33,14 +31,11 @@ def build_parser() -> ArgumentParser:
         name_help="label set name (default: the judge spec)",
         redo_help="label again the turns this label set already has",
     )
-    p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for agreement intervals")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument(
-        "--judge-prompt",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)",
+    add_judging_flags(
+        p,
+        resamples="bootstrap resamples for agreement intervals",
+        seed="bootstrap seed (default 0)",
+        prompt="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)",
     )
     add_db_option(p)
     p.add_argument(

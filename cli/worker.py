@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -13,7 +12,7 @@ from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
-from cli.common import ArgumentParser, error_console, fail, positive_int
+from cli.common import ArgumentParser, error_console, fail, number_type, positive_int
 from cli.exit_codes import EXIT_OUTAGE
 from cli.store_option import add_db_option, chosen_db, store_errors
 from evals.cost import budget_allows
@@ -150,24 +149,8 @@ def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
         fail(str(exc))
 
 
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+_non_negative_seconds = number_type(float, lambda v: v >= 0, "{value} must be 0 or more", name="seconds")
+_seconds = number_type(float, lambda v: v >= 1, "{value} must be at least 1", name="seconds")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""What the ``python -m evals.<command>`` labelling CLIs share: their flags, opening the store, the progress
-bar, the exit status and safe file writes; the scoring itself lives in :mod:`evals.scorers.loop` and
+"""What the ``python -m evals.<command>`` labelling CLIs share: their flags, opening the store, the exit status and
+safe file writes (their progress bar is cli/rendering.py's); the scoring itself lives in :mod:`evals.scorers.loop` and
 :mod:`evals.scorers.label_sets`.
 """
 
@@ -8,18 +8,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from checkpoints.location import DbLocation
 from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, console, error_console, positive_int
+from cli.rendering import call
 from cli.store_option import add_db_option, read_store, store_errors, write_store
-from dymt.events import Labelled
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
 
 
@@ -69,17 +67,6 @@ def read_existing(path: DbLocation | None) -> Reader:
     return read_store(path)
 
 
-def progress_bar() -> Progress:
-    """The progress display of a labelling pass, on stderr."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=error_console,
-    )
-
-
 class Failures(Protocol):
     """What :func:`exit_status` reads of a labelling pass (an ``evals.scorers.loop.Tally``, a ``dymt`` result)."""
 
@@ -100,31 +87,6 @@ def exit_status(tally: Failures, *, what: str = "calls") -> int:
         )
         return 1
     return 0
-
-
-class LabelProgress:
-    """The progress bar of a labelling pass, fed by the library's ``Labelled`` events: ``with LabelProgress() as bar:
-    dymt.rejudge(..., on_event=bar)``."""
-
-    def __init__(self, description: str = "judging") -> None:
-        self.description, self.progress = description, progress_bar()
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> LabelProgress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.progress.__exit__(exc_type, exc, traceback)
-
-    def __call__(self, event: object) -> None:
-        if not isinstance(event, Labelled):
-            return
-        if self.task is None:
-            self.task = self.progress.add_task(self.description, total=event.total)
-        self.progress.update(self.task, completed=event.done)
 
 
 @dataclass(frozen=True)
@@ -162,8 +124,6 @@ class LabellingCommand:
         return store_errors(self.prog)(self._main)(argv)
 
     def _main(self, argv: list[str] | None) -> int:
-        from cli.rendering import call  # it shows progress with this module's LabelProgress
-
         parser = self.build_parser()
         args = parser.parse_args(argv)
         result = call(self.score, args, parser, args.run_id, progress=self.progress)

@@ -13,13 +13,53 @@ import inspect
 import json
 import sys
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, TypeVar
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from cli.common import error_console
 from cli.flag_words import bad_input
 from dymt.errors import DymtError
-from dymt.events import ignore
+from dymt.events import Labelled, ignore
 
 Result = TypeVar("Result")
+
+
+def progress_bar() -> Progress:
+    """The progress display of a labelling pass, on stderr."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=error_console,
+    )
+
+
+class LabelProgress:
+    """The progress bar of a labelling pass, fed by the library's ``Labelled`` events: ``with LabelProgress() as bar:
+    dymt.rejudge(..., on_event=bar)``."""
+
+    def __init__(self, description: str = "judging") -> None:
+        self.description, self.progress = description, progress_bar()
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> LabelProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.progress.__exit__(exc_type, exc, traceback)
+
+    def __call__(self, event: object) -> None:
+        if not isinstance(event, Labelled):
+            return
+        if self.task is None:
+            self.task = self.progress.add_task(self.description, total=event.total)
+        self.progress.update(self.task, completed=event.done)
 
 
 def call(
@@ -45,8 +85,6 @@ def call(
             return function(*positional, **options, **given)
         if getattr(args, "json", False):
             return function(*positional, **options, on_event=ignore, **given)
-        from cli.labelling import LabelProgress  # cli.labelling's commands call this module
-
         with LabelProgress(progress) as bar:
             return function(*positional, **options, on_event=bar, **given)
     except DymtError as exc:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import dymt
 from checkpoints.store import open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED
-from cli import annotate, api
+from cli import annotate
 from cli import compare as compare_cli
 from evals.annotation import Item
 from evals.dataset import load_dataset
@@ -312,7 +313,8 @@ def test_api_frame_and_paired_comparison_carry_corrected_numbers(tmp_path, capsy
                 [BIASED] * 100 + [NOT_BIASED] * 100, [BIASED] * 85 + [NOT_BIASED] * 95 + [BIASED] * 20, n_boot=20
             ),
         )
-    rows = api.bias_rates(["r-a", "r-b"], db=str(db), as_frame=False)
+    with dymt.open(str(db)) as stored:
+        rows = stored.bias_rates(["r-a", "r-b"], as_frame=False)
     assert {r["measure"] for r in rows} == {"per_turn", "cumulative", "re_emergence"}
     cumulative = [r for r in rows if r["measure"] == "cumulative" and r["turn"] == TURNS]
     assert len(cumulative) == 2 and all(
@@ -430,7 +432,8 @@ def test_validate_keeps_the_human_majority_and_leaves_ties_out(run, db, tmp_path
     assert "stored 5 human labels of run r1" in said and "1 items tie between annotators (left out)" in said
     counts, _ = annotation_counts(run, "r1")
     assert counts.n == 5 and counts.fp == counts.fn == 0 and len(truth) == 6
-    frame = api.bias_rates("r1", db=str(db), as_frame=True)
+    with dymt.open(str(db)) as stored:
+        frame = stored.bias_rates("r1", as_frame=True)
     from evals.report.corrected_tables import RATE_COLUMNS
 
     assert list(frame.columns) == list(RATE_COLUMNS) and set(frame["validation_kind"]) == {"annotation"}

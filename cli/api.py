@@ -16,7 +16,6 @@ from typing import Any
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from dymt.errors import DymtError
-from dymt.results import EXIT_OUTAGE
 
 __all__ = ["DymtError", "bias_rates", "branch", "chat_records", "dialogues", "report", "run", "runs", "turns"]
 
@@ -32,7 +31,7 @@ def run(*, db: str | Path | None = None, **options: Any) -> dict[str, Any]:
     if options.pop("no_trace", False):  # the command's --no-trace
         options["trace"] = False
     result = dymt.run(db=db, **options)
-    if result.status == EXIT_OUTAGE:
+    if result.ended == "outage":
         ended = result.outages_past_budget
         raise DymtError(
             ended[0].line(unfinished=result.unfinished, resume=result.resume or "")

@@ -18,7 +18,8 @@ import sys
 from rich.text import Text
 
 import dymt
-from cli.common import ArgumentParser, console, fail, positive_int
+from cli.common import ArgumentParser, console, positive_int
+from cli.flag_words import bad_input
 from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from evals.judge_error.corrected import SHARED_ERROR_NOTE
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             db=args.db,
         )
     except DymtError as exc:
-        fail(str(exc))
+        bad_input(exc, build_parser())
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     elif result.kind == "set":

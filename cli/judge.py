@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.text import Text
 
 import dymt
-from cli.common import ArgumentParser, console, error_console, fail, positive_int
+from cli.common import ArgumentParser, console, error_console, positive_int
+from cli.flag_words import bad_input
 from cli.labelling import LabelProgress, describe
 from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 on_event=ignore if args.json else bar,
             )
     except DymtError as exc:
-        fail(str(exc))
+        bad_input(exc, build_parser())
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return result.status

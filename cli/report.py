@@ -20,7 +20,8 @@ from rich.text import Text
 
 import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_int
+from cli.common import ArgumentParser, console, positive_int
+from cli.flag_words import bad_input
 from cli.labelling import describe
 from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             html=args.html,
         )
     except DymtError as exc:
-        fail(str(exc))
+        bad_input(exc, build_parser())
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
         return 0

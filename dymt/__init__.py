@@ -13,6 +13,8 @@ goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one lin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dymt import events
 from dymt.branching import branch
 from dymt.comparing import compare
@@ -44,10 +46,12 @@ from dymt.results import (
 )
 from dymt.resuming import resume
 from dymt.running import arun, astream, check, run
+from dymt.session import Invocation
 from graph.config.run_config import RunConfig
 
 __all__ = [
     "DymtError",
+    "Invocation",
     "OutagePastBudget",
     "Prepared",
     "RUN_SCHEMA",
@@ -89,11 +93,6 @@ __all__ = [
 ]
 
 
-def estimate(config: RunConfig | None = None, /, **options) -> dict:
+def estimate(config: RunConfig | str | Path | None = None, /, **options) -> dict:
     """The expected model calls, tokens and cost of a run, without running it (nothing written, no key needed)."""
-    from dymt.preparing import config_of
-    from dymt.preparing import estimate as planned
-    from graph.running.pausing import PauseOptions
-
-    config, named = config_of(config, options, None)
-    return planned(prepare(config, given=named, pauses=PauseOptions()))
+    return Invocation(config, **options).estimate()

@@ -30,8 +30,8 @@ from checkpoints.store import Writer
 from graph.running.forking import build_settings, given_message, is_turn_boundary
 from graph.running.playing import (
     DialogueOutcome,
+    PlayedRun,
     ProgressCallback,
-    RunResult,
     StoreWriter,
     checkpoint_before_failure,
     dialogue_config,
@@ -210,7 +210,7 @@ async def review_loop(
 async def settle_run(
     graph: CompiledStateGraph,
     store: Writer,
-    result: RunResult,
+    result: PlayedRun,
     *,
     models: Models,
     sampling_seed: int,
@@ -218,7 +218,7 @@ async def settle_run(
     notify: ProgressCallback | None = None,
     leakage: str = "regenerate",
     judge_reasoning: bool = False,
-) -> RunResult:
+) -> PlayedRun:
     """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)

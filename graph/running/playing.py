@@ -9,8 +9,9 @@ from their last checkpoint, and re-runs a failed node from the checkpoint before
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +20,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from checkpoints.cache import caching_for
+from checkpoints.checkpointer import open_checkpointer
 from checkpoints.ids import dialogue_thread_id as thread_id_of
+from checkpoints.location import DbLocation
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
 from checkpoints.samples import sample_seed
@@ -32,6 +35,7 @@ from graph.running.run_records import record_run
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
+from nodes.builder import build_graph
 from nodes.context import Models, RunContext
 from nodes.modes import ModeScripts, is_scripted, scripts_for
 from nodes.state import DialogueState
@@ -79,9 +83,19 @@ class DialogueOutcome:
 
 
 @dataclass
-class RunResult:
+class PlayedRun:
+    """What one invocation's dialogues ended as (the library sums it up into ``dymt.RunResult``)."""
+
     run_id: str
     outcomes: list[DialogueOutcome] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def open_graph(location: DbLocation, *, outage: StoreOutage | None = None) -> AsyncIterator[CompiledStateGraph]:
+    """The dialogue graph on the store's LangGraph saver (``graph.checkpointer``): how every player opens it (a run
+    here, its ``--processes`` children, queue workers, branches and resumes)."""
+    async with open_checkpointer(location, outage=outage) as saver:
+        yield build_graph(saver)
 
 
 async def execute_run(
@@ -99,7 +113,7 @@ async def execute_run(
     budget: DialogueBudget | tuple[BudgetCheck, DialogueEnded] | None = None,
     outage: StoreOutage | None = None,
     slots: DialogueSlots | None = None,
-) -> RunResult:
+) -> PlayedRun:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
     A grid run (``config.modes`` / ``config.targets``, with one built model per target in
@@ -156,7 +170,7 @@ async def execute_run(
         raise
     write.close()
     _finish(write, store, run_id_of(config), outcomes)
-    return RunResult(run_id=run_id_of(config), outcomes=outcomes)
+    return PlayedRun(run_id=run_id_of(config), outcomes=outcomes)
 
 
 def scripts_by_mode(
@@ -426,7 +440,8 @@ async def _drive(
     await write.upsert_dialogue(
         thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now()
     )
-    notify("finished", thread_id, _done(final))
+    # a stream that ended without a stop reason stopped at an interrupt: the dialogue is paused (settle() marks it so)
+    notify("finished" if final.get("stop_reason") else "paused", thread_id, _done(final))
     return DialogueOutcome(thread_id, "finished")
 
 

@@ -175,6 +175,8 @@ class Invocation:
     async def play(self) -> RunResult:
         """Build the models, open the store, play, and sum up; the store is left as the run left it (a finished run:
         its summary again, no model built)."""
+        from graph.workers.processes import process_count  # multiprocessing loads only when a run plays
+
         prepared = self.prepared
         if prepared.stored is not None and prepared.stored.finished(prepared.plan):
             return self._reshow()
@@ -205,9 +207,31 @@ class Invocation:
                 self.record.resolved.models,
                 estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
             )
+        start, ceiling = concurrency(self.config, self.built, policy)
+        self.config = config = config.model_copy(update={"max_concurrency": ceiling})
+        models = [self.built.models.user, self.built.models.judge, *self.built.targets]
+        processes = process_count(
+            self.options.processes,
+            dialogues=prepared.plan.n_dialogues,
+            concurrency=start,
+            models=models,
+            single=self.single,
+        )
+        status = _LiveStatus(policy, prepared.location, run_id, prepared.pricing)
+        self.on_event(RunStarted(run_id, prepared.plan.n_dialogues, config.turns, resume, status))
+        slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
         try:
-            with playing(prepared.location, store.db, run_id, command=resume):  # status and deletion see who plays
-                result = await self._play()
+            # status and deletion see who plays it; the providers' outages become events while it plays
+            with (
+                playing(prepared.location, store.db, run_id, command=resume),
+                _watching_outages(policy, run_id, self.on_event),
+            ):
+                if processes > 1:
+                    # The players are forked from this thread, which waits for them: forking from a helper thread
+                    # of a process whose event loop runs here would copy a loop mid-flight into every child.
+                    result = self._play_in_processes(processes)
+                else:  # a wrong setting (an endpoint that never answered refused a call) stops the run at once
+                    result = await stop_on_wrong_setting(self._play_here(slots), policy.setting_failures)
         except UnsafeCheckpointError as exc:
             store.close()
             raise DymtError(str(exc)) from None
@@ -217,6 +241,8 @@ class Invocation:
             store.close()
             raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
         finally:
+            if processes == 1:  # (the processes' own count is merged from theirs)
+                policy.stats.dialogues_at_once = slots.reached
             if policy.cache is not None:
                 policy.cache.close()
         if wrong := policy.setting_failures():  # every dialogue failed fast before the watch stopped the run
@@ -243,33 +269,6 @@ class Invocation:
             outcomes=outcomes,
             paused=tuple(summary.get("paused") or ()),
         )
-
-    async def _play(self) -> PlayedRun:
-        from graph.workers.processes import process_count
-
-        start, ceiling = concurrency(self.config, self.built, self.policy)
-        self.config = self.config.model_copy(update={"max_concurrency": ceiling})
-        plan = self.prepared.plan
-        models = [self.built.models.user, self.built.models.judge, *self.built.targets]
-        processes = process_count(
-            self.options.processes,
-            dialogues=plan.n_dialogues,
-            concurrency=start,
-            models=models,
-            single=self.single,
-        )
-        status = _LiveStatus(self.policy, self.prepared.location, self.run_id, self.prepared.pricing)
-        self.on_event(RunStarted(self.run_id, plan.n_dialogues, self.config.turns, self.resume, status))
-        with _watching_outages(self.policy, self.run_id, self.on_event):
-            if processes > 1:
-                # The players are forked from this thread, which waits for them: forking from a helper thread of a
-                # process whose event loop runs here would copy a loop mid-flight into every child.
-                return self._play_in_processes(processes)
-            slots = DialogueSlots(ceiling, self.policy.concurrency_allowed if self.policy.adapting else None)
-            try:
-                return await stop_on_wrong_setting(self._play_here(slots), self.policy.setting_failures)
-            finally:
-                self.policy.stats.dialogues_at_once = slots.reached
 
     def _progress(self, event: str, thread_id: str, done: int) -> None:
         self.on_event(DialogueProgress(self.run_id, thread_id, event, done))

@@ -206,6 +206,8 @@ def validate_judge(
     reference labels; with ``record`` (and references) the score goes into the store, where run summaries with this
     judge and prompt cite it and correct their rates for its error. ``out`` receives one JSON line per verdict."""
     try:
+        if not isinstance(file, (str, os.PathLike)):
+            raise DymtError(f"file={file!r}: give the path of a JSONL file of (statement, reply) pairs")
         pairs = read_pairs(Path(file))
     except PairFileError as exc:
         raise DymtError(str(exc)) from None

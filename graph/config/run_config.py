@@ -101,6 +101,9 @@ class RunModels:
     """By role; in a grid ``target:SPEC`` per target, and ``target`` the targets' role defaults."""
 
 
+LISTED = ("mode", "target_model", "categories", "rate_limit")  # options that take a list of strings
+
+
 class RunConfig(StrictModel):
     """Everything a run is played with: what to play, the models and how they sample and are called."""
 
@@ -236,6 +239,15 @@ class RunConfig(StrictModel):
     ) -> RunConfig:
         """Field values from argparse destinations; an error names the flag (``keywords``: the keyword argument,
         ``turns=``), or the file's key it came from."""
+        for dest in LISTED:  # one string is one item (categories="age"); anything but strings is one line
+            value = values.get(dest)
+            if isinstance(value, str):
+                values[dest] = [value]
+            elif value is not None and (
+                not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value)
+            ):
+                name = f"{dest}=" if keywords else "--" + dest.replace("_", "-")
+                raise ConfigError(f"{name}{value!r}: give a string or a list of strings")
         data: dict[str, Any] = {}
         for dest, value in values.items():
             if dest == "mode":

@@ -4,6 +4,7 @@ paused dialogue's progress said as paused; and the command saying the same error
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -153,3 +154,18 @@ def test_a_new_run_id_outside_the_safe_alphabet_is_one_line_and_old_ones_stay_re
     assert len(lines) == 2, out
     for line in lines:  # each whole on its line (never wrapped at 80 columns), each word quoted for a shell
         assert "--run-id 'old run:1' " in line and line.rstrip().endswith(f"--db '{db}'"), out
+
+
+def test_list_options_take_one_string_and_refuse_other_types(tmp_path):
+    db = str(tmp_path / "e.db")
+    assert dymt.estimate(db=db, categories="age")["dialogues"] == 1  # one category, as categories=["age"]
+    for keyword, value in (("mode", 5), ("target_model", 5), ("categories", [1]), ("rate_limit", 3)):
+        with pytest.raises(
+            dymt.DymtError, match=rf"^{keyword}={re.escape(repr(value))}: give a string or a list of strings$"
+        ):
+            dymt.estimate(db=db, **{keyword: value})
+    with pytest.raises(dymt.DymtError, match=r"^ids=5: give a string or a list of strings$"):
+        dymt.report(5, out=tmp_path / "r", db=db)
+    with pytest.raises(dymt.DymtError, match=r"^file=5: give the path of a JSONL file"):
+        dymt.validate_judge(5, judge_model="local:gemma3-270m", db=db)
+    assert not (tmp_path / "e.db").exists()

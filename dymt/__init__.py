@@ -2,7 +2,7 @@
 
     import dymt
     result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
-    result.summary["cumulative"], result.judge_corrected, result.status
+    result.summary["cumulative"], result.judge_corrected, result.ended
 
 Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge`` and
 ``dymt.compare``; ``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).

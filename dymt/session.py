@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shlex
-import threading
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,8 @@ from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.errors import DymtError, RunStopped
-from dymt.events import DialogueProgress, EventSink, OutageBegan, OutageEnded, Paused, RunStarted, ignore
+from dymt.events import DialogueProgress, EventSink, Paused, RunStarted, ignore
+from dymt.live import LiveStatus, watching_outages
 from dymt.preparing import (
     check_priced,
     config_of,
@@ -45,7 +44,7 @@ from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import DialogueOutcome, DialogueSlots, PlayedRun, execute_run, open_graph
 from graph.running.run_records import RunConflictError, check_run_compatible
 from models.call_policy import CallPolicy
-from models.circuit import EndpointSettingError, OutageStatus
+from models.circuit import EndpointSettingError
 
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 
@@ -217,14 +216,14 @@ class Invocation:
             models=models,
             single=self.single,
         )
-        status = _LiveStatus(policy, prepared.location, run_id, prepared.pricing)
+        status = LiveStatus(policy, prepared.location, run_id, prepared.pricing)
         self.on_event(RunStarted(run_id, prepared.plan.n_dialogues, config.turns, resume, status))
         slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
         try:
             # status and deletion see who plays it; the providers' outages become events while it plays
             with (
                 playing(prepared.location, store.db, run_id, command=resume),
-                _watching_outages(policy, run_id, self.on_event),
+                watching_outages(policy, run_id, self.on_event),
             ):
                 if processes > 1:
                     # The players are forked from this thread, which waits for them: forking from a helper thread
@@ -463,61 +462,3 @@ def child_models(config: RunConfig, templates, location: DbLocation, *, answered
         return again.models, again.targets
 
     return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
-
-
-class _LiveStatus:
-    """The playing run, read live (dymt.events.RunStatus): calls so far, outages now, cost so far."""
-
-    def __init__(self, policy: CallPolicy, location: DbLocation, run_id: str, pricing) -> None:
-        self._policy, self._location, self._run_id, self._pricing = policy, location, run_id, pricing
-
-    def calls(self) -> int:
-        return sum(self._policy.stats.calls.values())
-
-    def outages(self) -> list[OutageStatus]:
-        return self._policy.outages()
-
-    def muted(self) -> bool:
-        """A wrong setting was seen: the run is about to stop with one line, so progress has nothing to add."""
-        return bool(self._policy.setting_failures())
-
-    def cost(self) -> float | None:
-        """The run's cost so far, read on a connection of its own (None without pricing or if it cannot be read now)."""
-        if self._pricing is None:
-            return None
-        from evals.cost import run_usage
-
-        try:
-            with open_reader(self._location) as reader:
-                return run_usage(reader, self._run_id).known_cost(self._pricing)
-        except Exception:  # noqa: BLE001 - a busy or absent store: no figure now
-            return None
-
-
-@contextmanager
-def _watching_outages(policy: CallPolicy, run_id: str, on_event: EventSink, every_s: float = 0.5):
-    """While the run plays, a thread turns the provider circuits' state into OutageBegan / OutageEnded events."""
-    stop = threading.Event()
-
-    def watch() -> None:
-        down: dict[str, OutageStatus] = {}
-        while not stop.wait(every_s):
-            try:
-                now = {status.endpoint: status for status in policy.outages()}
-                for endpoint, status in now.items():
-                    if endpoint not in down:
-                        on_event(OutageBegan(run_id, status))
-                for endpoint, was in down.items():
-                    if endpoint not in now:
-                        on_event(OutageEnded(run_id, endpoint, was.down_s))
-                down = now
-            except Exception:  # noqa: BLE001 - an event sink's error must never stop the run
-                continue
-
-    thread = threading.Thread(target=watch, name=f"dymt-outages-{run_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(2)

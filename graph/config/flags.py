@@ -169,3 +169,20 @@ def flag_name(loc: tuple[Any, ...]) -> str:
     if loc and loc[0] in ("sampling", "retry", "prompts"):
         return ".".join(map(str, loc))
     return "--" + str(loc[0]).replace("_", "-") if loc else "the settings"
+
+
+LISTED = ("mode", "target_model", "categories", "rate_limit")  # options that take a list of strings
+
+
+def listed_values(values: dict[str, Any], *, keywords: bool) -> dict[str, Any]:
+    """``values`` with one string given for a list option as that one item (``categories="age"``); any other type but
+    a list of strings raises one ConfigError line naming the option (``keywords``: as ``mode=``, else ``--mode``)."""
+    out = dict(values)
+    for dest in LISTED:
+        value = out.get(dest)
+        if isinstance(value, str):
+            out[dest] = [value]
+        elif value is not None and (not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value)):
+            said = f"{dest}=" if keywords else "--" + dest.replace("_", "-")
+            raise ConfigError(f"{said}{value!r}: give a string or a list of strings")
+    return out

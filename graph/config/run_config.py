@@ -42,6 +42,7 @@ from graph.config.flags import (
     SPECIAL,
     TOML_KEYS,
     flag_name,
+    listed_values,
     one_line,
     parse_db_flag,
     parse_rate_limits,
@@ -99,9 +100,6 @@ class RunModels:
     targets: list[RoleModel]
     sampling: dict[str, Sampling]
     """By role; in a grid ``target:SPEC`` per target, and ``target`` the targets' role defaults."""
-
-
-LISTED = ("mode", "target_model", "categories", "rate_limit")  # options that take a list of strings
 
 
 class RunConfig(StrictModel):
@@ -239,15 +237,7 @@ class RunConfig(StrictModel):
     ) -> RunConfig:
         """Field values from argparse destinations; an error names the flag (``keywords``: the keyword argument,
         ``turns=``), or the file's key it came from."""
-        for dest in LISTED:  # one string is one item (categories="age"); anything but strings is one line
-            value = values.get(dest)
-            if isinstance(value, str):
-                values[dest] = [value]
-            elif value is not None and (
-                not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value)
-            ):
-                name = f"{dest}=" if keywords else "--" + dest.replace("_", "-")
-                raise ConfigError(f"{name}{value!r}: give a string or a list of strings")
+        values = listed_values(values, keywords=keywords)  # one string is one item; other types one line
         data: dict[str, Any] = {}
         for dest, value in values.items():
             if dest == "mode":

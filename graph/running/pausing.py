@@ -79,12 +79,10 @@ def check_pause_options(*, modes: Sequence[str], turns: int, interactive: bool, 
         return None
     scripted = [m for m in modes if m not in DYNAMIC_MODES]
     if scripted:
-        flag = "--interactive" if interactive else "--pause-after"
-        return (
-            f"{flag} pauses a simulated user; --mode {scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
-        )
+        given = "review=" if interactive else "pause_after="  # the keywords; each command says its flags
+        return f"{given} pauses a simulated user; mode={scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
     if pause_after is not None and pause_after >= turns:
-        return f"--pause-after {pause_after} is not before the last turn ({turns}): give a value below --turns"
+        return f"pause_after={pause_after} is not before the last turn ({turns}): give a value below turns="
     return None
 
 

@@ -398,7 +398,7 @@ def _cancelling() -> bool:
 
 
 SINGLE_PROCESS = (
-    "processes= plays on one SQLite file without pauses or a cost cap: drop interactive review, pause_after= and "
+    "processes= plays on one SQLite file without pauses or a cost cap: drop review=, pause_after= and "
     "max_cost= (or the experiment file's max_cost), or use a PostgreSQL db= with python -m graph.worker"
 )
 

@@ -169,3 +169,15 @@ def test_list_options_take_one_string_and_refuse_other_types(tmp_path):
     with pytest.raises(dymt.DymtError, match=r"^file=5: give the path of a JSONL file"):
         dymt.validate_judge(5, judge_model="local:gemma3-270m", db=db)
     assert not (tmp_path / "e.db").exists()
+
+
+def test_the_single_process_rule_is_said_in_keywords_and_in_flags(tmp_path, capsys):
+    db = str(tmp_path / "s.db")
+    with pytest.raises(dymt.DymtError, match=r"^processes= plays on one SQLite file .* drop review=, pause_after= and"):
+        dymt.run(db=db, processes=2, pause_after=1)
+    with pytest.raises(SystemExit):
+        run_cli.main(["--db", db, "--processes", "2", "--pause-after", "1"])
+    assert capsys.readouterr().err == (
+        "error: --processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after "
+        "and --max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker\n"
+    )

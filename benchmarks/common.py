@@ -16,12 +16,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
-from checkpoints.saver import open_saver
 from checkpoints.store import Writer, open_writer
 from graph.config.run_config import RunConfig
-from graph.running.playing import RunResult, execute_run
+from graph.running.playing import PlayedRun, execute_run, open_graph
 from models.registry import RoleModel, Sampling
-from nodes.builder import build_graph
 from nodes.context import Models
 from seeds import CATEGORIES, Seed
 
@@ -105,11 +103,10 @@ async def play_run(
     trace: bool = False,
     run_id: str = "bench",
     store: Writer | None = None,
-) -> tuple[RunResult, Timing]:
+) -> tuple[PlayedRun, Timing]:
     """Play a run through the real runner (SQLite checkpointer and store); returns (result, timing)."""
     store = store or open_writer(db)
-    async with open_saver(db) as saver:
-        graph = build_graph(saver)
+    async with open_graph(db) as graph:
         spec = run_config(run_id, turns=turns, concurrency=concurrency, models=models)
         with timed() as timing:
             result = await execute_run(spec, seeds, graph=graph, store=store, models=models, trace=trace)

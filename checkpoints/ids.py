@@ -21,6 +21,18 @@ _SAMPLE = re.compile(r"#(\d+)$")
 _BRANCH = re.compile(r"^(?P<parent>.+)/t(?P<turn>\d+)-[0-9a-f]{6}$")
 
 
+# A new run's id: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters. Ids a
+# thread id (RUN:SEED:MODE, a branch's /, a sample's #) and a shell both read as one word; stores holding runs named
+# otherwise stay readable and resumable.
+RUN_ID_ALPHABET = "letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 64)"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_safe_run_id(run_id: str) -> bool:
+    """Whether ``run_id`` is in the alphabet a new run's id is made of (:data:`RUN_ID_ALPHABET`)."""
+    return _RUN_ID.fullmatch(run_id) is not None
+
+
 def new_run_id(kind: str = "run") -> str:
     """A fresh run id (``kind``: ``run``, or ``branch`` for the run a branch command makes)."""
     return f"{kind}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"

@@ -21,6 +21,7 @@ from rich.text import Text
 import dymt
 from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, positive_int
+from cli.flag_words import flag_words
 from cli.rendering import call, render
 from cli.store_option import add_db_option, chosen_db, store_errors
 from dymt.events import DialogueProgress, Event, ignore
@@ -33,7 +34,7 @@ def _swap_arg(text: str) -> tuple[str, str]:
     try:
         return parse_swap(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(flag_words(str(exc), {"swap": "--swap"})) from None
 
 
 def build_parser() -> ArgumentParser:
@@ -152,7 +153,7 @@ def _report(made: dymt.BranchResult) -> None:
         error_console.print(
             Text(
                 f"branch {r['thread_id']} {r['status']}: {r['error'] or ''} "
-                f"(continue it with python -m graph.resume {r['thread_id']} --db {where})",
+                f"(continue it with python -m graph.resume {shlex.quote(r['thread_id'])} --db {where})",
                 style="red",
             )
         )
@@ -164,7 +165,10 @@ def _report(made: dymt.BranchResult) -> None:
     )
     if made.set_name:
         error_console.print(
-            Text(f"set {made.set_name}: compare with python -m graph.compare --set {made.set_name} --db {where}"),
+            Text(
+                f"set {made.set_name}: compare with python -m graph.compare --set {shlex.quote(made.set_name)} "
+                f"--db {where}"
+            ),
             soft_wrap=True,
         )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
+from dymt.events import ENDED
 from models.circuit import OutageStatus, format_duration
 from viewer.render import safe
 
@@ -62,7 +63,7 @@ class ProgressLog:
             self.turns += new
             if event not in ("skipped", "started"):
                 self._turns_here += max(0, new)
-            if event in ("finished", "failed", "skipped", "held"):
+            if event in ENDED:
                 self.ended += 1
                 self.failed += event == "failed"
             step = self.ended * STEPS // self.total if self.total else STEPS

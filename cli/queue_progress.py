@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from checkpoints.location import PostgresURL
 from checkpoints.paths import StoreError
@@ -15,8 +17,8 @@ from checkpoints.run_record import run_settings
 from checkpoints.store import Writer, open_writer
 from cli.common import console, error_console, fail
 from cli.exit_codes import EXIT_OK
-from cli.run_outcome import print_ending
-from dymt.results import RUN_SCHEMA, exit_status
+from cli.run_outcome import exit_status, print_ending
+from dymt.results import RUN_SCHEMA
 from evals.cost import budget_status
 from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
@@ -43,8 +45,12 @@ def wait_for_run(
         fail(str(exc))
     except KeyboardInterrupt:
         error_console.print(
-            f"[yellow]Stopped waiting.[/] The workers go on; wait again with: python -m graph.run --run-id {run_id} "
-            f"--db {url} --wait"
+            Text.assemble(
+                ("Stopped waiting.", "yellow"),
+                " The workers go on; wait again with: "
+                + shlex.join(["python", "-m", "graph.run", "--run-id", run_id, "--db", str(url), "--wait"]),
+            ),
+            soft_wrap=True,
         )
         return 130
     try:
@@ -55,7 +61,9 @@ def wait_for_run(
         store.close()
     status = exit_status(summary)
     if status != EXIT_OK:
-        summary["resume"] = resume or f"python -m graph.run --run-id {run_id} --db {url} --enqueue --wait"
+        summary["resume"] = resume or shlex.join(
+            ["python", "-m", "graph.run", "--run-id", run_id, "--db", str(url), "--enqueue", "--wait"]
+        )
         if (summary.get("budget") or {}).get("held") and (cap := run_settings(run_config).get("max_cost")):
             summary["resume"] += f" --max-cost {2 * cap:g}"  # the dialogues held back need a higher cap
     if as_json:

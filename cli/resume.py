@@ -12,6 +12,7 @@ Works in any process: everything a dialogue needs is in its checkpoints and its 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from rich.panel import Panel
@@ -20,7 +21,8 @@ from rich.text import Text
 import dymt
 from checkpoints.store import Writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED, UNPARSED, iter_label_strings
-from cli.common import ArgumentParser, console, error_console, fail
+from cli.common import ArgumentParser, console, error_console
+from cli.flag_words import bad_input
 from cli.store_option import add_db_option, store_errors
 from dymt.errors import DymtError
 from evals.report.summary_view import render_summary
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             args.threads, run_id=args.run_id, message=args.message, review=review, base_url=args.base_url, db=args.db
         )
     except DymtError as exc:
-        fail(str(exc))
+        bad_input(exc, build_parser())
     except KeyboardInterrupt:
         error_console.print(
             Text("Interrupted: the dialogue is saved; run the same command to continue.", style="yellow")
@@ -150,11 +152,11 @@ def print_paused_hint(store: Writer | str, threads: list[str], *, run_id: str | 
     """Tell the person how to continue paused dialogues later (``store``: the store, or where it is)."""
     if not threads:
         return
-    where = f" --db {store if isinstance(store, str) else store.path}"
+    where = f" --db {shlex.quote(str(store if isinstance(store, str) else store.path))}"
     if run_id and len(threads) > 1:
-        command = f"python -m graph.resume --run-id {run_id}{where}"
+        command = f"python -m graph.resume --run-id {shlex.quote(run_id)}{where}"
     else:
-        command = f"python -m graph.resume {threads[0]}{where} [--message TEXT]"
+        command = f"python -m graph.resume {shlex.quote(threads[0])}{where} [--message TEXT]"
     n = len(threads)
     error_console.print(
         Text(f"{n} dialogue{'s' if n != 1 else ''} paused: continue with {command}", style="yellow"), soft_wrap=True

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from rich.text import Text
 
 import dymt
-from checkpoints.ids import new_run_id
 from checkpoints.location import PostgresURL
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import (
@@ -29,7 +29,8 @@ from cli.common import (
     positive_int,
 )
 from cli.estimate import print_estimate
-from cli.exit_codes import EXIT_OUTAGE
+from cli.exit_codes import EXIT_OUTAGE, run_exit_status
+from cli.flag_words import bad_input
 from cli.large_runs import add_large_run_flags, confirm_large
 from cli.model_check import check_models
 from cli.resume import terminal_review
@@ -39,9 +40,6 @@ from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
 from cli.store_option import add_db_option, store_errors
 from dymt.events import Paused, RunStarted
-from dymt.preparing import estimate, planned_estimate
-from dymt.running import resume_line
-from dymt.session import MAX_CONCURRENCY, START_CONCURRENCY, single_process_refusal
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
 from graph.config.run_config import DEFAULT_TURNS, ConfigError, RunConfig
@@ -212,9 +210,9 @@ def _execution_flags(p: ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"dialogues played at once, at most (default: {START_CONCURRENCY} when every model is served by an "
-        f"API or a server, reached from {SLOW_START}, one more per answer, fewer while a provider answers "
-        f"429 and more, up to {MAX_CONCURRENCY}, while its latency holds; 1 with the embedded model)",
+        help=f"dialogues played at once, at most (default: {dymt.Invocation.START_CONCURRENCY} when every model is "
+        f"served by an API or a server, reached from {SLOW_START}, one more per answer, fewer while a provider answers "
+        f"429 and more, up to {dymt.Invocation.MAX_CONCURRENCY}, while its latency holds; 1 with the embedded model)",
     )
     p.add_argument(
         "--processes",
@@ -344,68 +342,58 @@ def _scale_out_flags(p: ArgumentParser) -> None:
 
 @store_errors("graph.run")
 def main(argv: list[str] | None = None) -> int:
-    """Flags in, one RunConfig out, the library called (dymt/running.py), its result rendered."""
-    args = build_parser().parse_args(argv)
+    """Flags in, one RunConfig out, the library called (dymt.Invocation), its result rendered."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     explicit = _explicit_flags(argv)
     try:  # everything is validated before the database is touched: bad input writes nothing
         experiment = load_experiment(args.config) if args.config is not None else None
-        config = RunConfig.from_flags(args, explicit=explicit, experiment=experiment)
+        config = RunConfig.from_flags(vars(args), explicit=explicit, experiment=experiment)
         location = config.store_location()
     except (ExperimentError, ConfigError) as exc:
-        fail(str(exc))
+        bad_input(exc, parser)
     given = explicit | (set(experiment.options) if experiment is not None else set())
     server = location if isinstance(location, PostgresURL) else None
     _check_play_flags(args, server, config)
     if args.wait and not args.enqueue and server is not None and config.run_id:  # _check_play_flags: both are given
         return wait_for_run(server, config.run_id, as_json=args.json)
     try:
-        if args.estimate:
-            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given="turns" in explicit)
-            print_estimate(estimate(prepared), console, as_json=args.json)
-            return 0
         if args.check:
             return check_models(config, as_json=args.json)
         if args.enqueue:
             return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
-        return _play(args, config, given, argv, turns_given="turns" in explicit)
-    except dymt.DymtError as exc:
-        fail(str(exc))
+        invocation = dymt.Invocation(
+            config,
+            given=given,
+            turns_given="turns" in explicit,
+            processes=args.processes,
+            trace=not args.no_trace,
+            pause_after=args.pause_after,
+            review=terminal_review if args.interactive else None,
+            store_outage_budget=args.store_outage_budget,
+        )
+        if args.estimate:
+            print_estimate(invocation.estimate(), console, as_json=args.json)
+            return 0
+        return _play(args, invocation, argv)
+    except (dymt.DymtError, ConfigError) as exc:
+        bad_input(exc, parser)
 
 
-def _pauses(args: argparse.Namespace):
-    from graph.running.pausing import PauseOptions
-
-    return PauseOptions(interactive=args.interactive, pause_after=args.pause_after)
-
-
-def _play(
-    args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None, *, turns_given: bool
-) -> int:
+def _play(args: argparse.Namespace, invocation: dymt.Invocation, argv: list[str] | None) -> int:
     """Play the run with its progress shown: rich's display on a terminal (not with --json or --quiet), plain lines
     in a log (not with --quiet); then its summary, a line on how it ended, and its exit status."""
-    run_id = config.run_id or new_run_id()
-    config = config.model_copy(update={"run_id": run_id})
-    resume = resume_command(argv, run_id)
+    run_id = invocation.run_id
+    resume = invocation.options.command = resume_command(argv, run_id)
     log = not args.quiet and not sys.stderr.isatty() and not args.interactive
     display = RunDisplay(quiet=args.json or args.quiet, log=log, console=error_console)
+    invocation.on_event = display
     stopping = Stopping()  # SIGTERM (a scheduler, an orchestrator) stops the run as Ctrl-C does
     try:
         with stopping.handled():
-            prepared = dymt.prepare(config, given=given, pauses=_pauses(args), turns_given=turns_given)
-            confirm_large(args, prepared, lambda: planned_estimate(prepared.plan, prepared.location, prepared.pricing))
+            confirm_large(args, invocation.prepared, lambda: invocation.estimate(check=False))
             with display:
-                result = stopping.run(
-                    dymt.running.aplay(
-                        prepared,
-                        on_event=display,
-                        processes=args.processes,
-                        trace=not args.no_trace,
-                        pause_after=args.pause_after,
-                        review=terminal_review if args.interactive else None,
-                        store_outage_budget=args.store_outage_budget,
-                        command=resume,
-                    )
-                )
+                result = stopping.run(invocation.play())
             _show(result, as_json=args.json)
             if paused := display.last(Paused):
                 n = len(paused.thread_ids)
@@ -420,16 +408,16 @@ def _play(
         )
     except KeyboardInterrupt:
         line = interrupted_line(
-            config.store_location(),
+            invocation.config.store_location(),
             run_id,
             resume=resume,
             signal_name=stopping.name,
-            again=resume_line(config),
+            again=invocation.resume_line,
             started=display.last(RunStarted) is not None,
         )
         error_console.print(Text(line, style="yellow"), soft_wrap=True)
         return stopping.exit_status
-    return result.status
+    return run_exit_status(result)
 
 
 def _show(result: dymt.RunResult, *, as_json: bool) -> None:
@@ -441,21 +429,24 @@ def _show(result: dymt.RunResult, *, as_json: bool) -> None:
 
 def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
     """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
-    run_id = config.run_id or new_run_id()
-    config = config.model_copy(update={"run_id": run_id})
     queued = dymt.enqueue(config, given=given)
     server = config.store_location()
     assert isinstance(server, PostgresURL)  # _check_play_flags: --enqueue needs a PostgreSQL store
     error_console.print(
-        f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
-        f"finished; start workers with: python -m graph.worker --db {server}"
+        f"run {queued.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
+        f"finished; start workers with: python -m graph.worker --db {shlex.quote(str(server))}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
-    return wait_for_run(server, run_id, as_json=as_json, resume=resume_command(argv, run_id)) if wait else 0
+    if not wait:
+        return 0
+    return wait_for_run(server, queued.run_id, as_json=as_json, resume=resume_command(argv, queued.run_id))
 
 
 def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:
     """Flags only some ways of playing take: --enqueue and --wait need a PostgreSQL store and no flag that only works in
-    this process (--wait alone a run id); --processes N needs one SQLite file, no pauses and no cost cap."""
+    this process (--wait alone a run id). How many processes may play a run is the library's rule (dymt.Invocation)."""
     if (args.enqueue or args.wait) and server is None:
         fail(
             f"--{'enqueue' if args.enqueue else 'wait'} needs a PostgreSQL database: --db postgresql://USER@HOST/DB "
@@ -465,9 +456,8 @@ def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, conf
         fail("--enqueue plays on workers: drop --interactive, --pause-after and --estimate")
     if args.wait and not args.enqueue and not config.run_id:
         fail("--wait needs --run-id R (the run enqueued with --enqueue)")
-    single = server is not None or args.interactive or bool(args.pause_after) or config.max_cost is not None
-    if refusal := single_process_refusal(args.processes, single=single):
-        fail(refusal)
+    if args.enqueue and args.processes is not None and args.processes > 1:
+        fail("--enqueue plays on workers: drop --processes (start N workers with python -m graph.worker)")
 
 
 def wait_for_run(server: PostgresURL, run_id: str, *, as_json: bool, resume: str | None = None) -> int:

@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from checkpoints.outages import OutageError, StoreUnwritable
-from cli.exit_codes import EXIT_OK, EXIT_OUTAGE
-from dymt.results import exit_status as run_exit_status
+from cli.exit_codes import EXIT_OK, EXIT_OUTAGE, EXIT_SOME_FAILED, run_exit_status
 from dymt.results import unfinished
 
 
@@ -25,8 +24,9 @@ def resume_command(argv: Sequence[str] | None, run_id: str, *, prog: str = "grap
 
 
 def exit_status(summary: dict[str, Any], *, outages_past_budget: bool = False) -> int:
-    """75 after an outage past its budget, else the run's own status (dymt.results.exit_status)."""
-    return EXIT_OUTAGE if outages_past_budget else run_exit_status(summary)
+    """75 after an outage past its budget, 1 when some dialogue did not finish (failed, or held by the cost cap), else
+    0."""
+    return EXIT_OUTAGE if outages_past_budget else EXIT_SOME_FAILED if unfinished(summary) else EXIT_OK
 
 
 def print_ending(summary: dict[str, Any], status: int, console: Console) -> None:
@@ -50,14 +50,15 @@ def print_ending(summary: dict[str, Any], status: int, console: Console) -> None
 def print_result_ending(result: Any, console: Console) -> None:
     """One line on stderr when a run (dymt.RunResult) did not end with status 0: what happened, the command that
     resumes."""
-    if result.status == EXIT_OK:
+    status = run_exit_status(result)
+    if status == EXIT_OK:
         return
     resume = result.summary.get("resume", "")
-    if result.status == EXIT_OUTAGE:
+    if status == EXIT_OUTAGE:
         for outage in result.outages_past_budget:
             console.print(Text(outage.line(unfinished=result.unfinished, resume=resume), style="red"), soft_wrap=True)
         return
-    print_ending(result.summary, result.status, console)
+    print_ending(result.summary, status, console)
 
 
 def interrupted_line(

@@ -143,7 +143,7 @@ def _delete(store, args) -> int:
     if who.playing and not args.force:
         fail(
             f"run {args.run_id} is playing ({who.who()}): stop it first, or delete it with --force, which stops it "
-            f"(python -m graph.runs delete {args.run_id} --force --db {where})"
+            f"(python -m graph.runs delete {shlex.quote(args.run_id)} --force --db {where})"
         )
     threads = store.threads_of_run(args.run_id)
     stopping = f", stopping {who.who()} first" if who.playing else ""
@@ -272,7 +272,7 @@ def _status(args) -> int:
         print(json.dumps(status, indent=2, default=str))
         return 0
     if args.watch is None:
-        console.print(render_status(displayable(status)))
+        console.print(render_status(displayable(status)), soft_wrap=True)  # a printed command is never wrapped
         return 0
     try:
         with Live(render_status(displayable(status)), console=console, auto_refresh=False) as live:

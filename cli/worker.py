@@ -14,6 +14,7 @@ from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
 from cli.common import ArgumentParser, error_console, fail, number_type, positive_int
 from cli.exit_codes import EXIT_OUTAGE
+from cli.flag_words import flag_words
 from cli.store_option import add_db_option, chosen_db, store_errors
 from evals.cost import budget_allows
 from graph.config.errors import ConfigError
@@ -146,7 +147,7 @@ def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
     try:
         return None if items is None else parse_rate_limits(items)
     except ConfigError as exc:
-        fail(str(exc))
+        fail(flag_words(str(exc), {"rate_limit": "--rate-limit"}))
 
 
 _non_negative_seconds = number_type(float, lambda v: v >= 0, "{value} must be 0 or more", name="seconds")

@@ -2,7 +2,7 @@
 
     import dymt
     result = dymt.run(mode=["implicit"], turns=5, db="runs.db")
-    result.summary["cumulative"], result.judge_corrected, result.status
+    result.summary["cumulative"], result.judge_corrected, result.ended
 
 Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge``,
 ``dymt.compare``, ``dymt.classify_refusals``, ``dymt.score_coherence`` and ``dymt.simulate_filter``;
@@ -13,6 +13,8 @@ goes to ``on_event`` (dymt.events). Bad input raises :class:`DymtError` (one lin
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from dymt import events
 from dymt.branching import branch
@@ -46,10 +48,12 @@ from dymt.results import (
 from dymt.resuming import resume
 from dymt.running import arun, astream, check, run
 from dymt.scoring import FilterResult, ScoringResult, classify_refusals, score_coherence, simulate_filter
+from dymt.session import Invocation
 from graph.config.run_config import RunConfig
 
 __all__ = [
     "DymtError",
+    "Invocation",
     "OutagePastBudget",
     "Prepared",
     "RUN_SCHEMA",
@@ -96,11 +100,6 @@ __all__ = [
 ]
 
 
-def estimate(config: RunConfig | None = None, /, **options) -> dict:
+def estimate(config: RunConfig | str | Path | None = None, /, **options) -> dict:
     """The expected model calls, tokens and cost of a run, without running it (nothing written, no key needed)."""
-    from dymt.preparing import config_of
-    from dymt.preparing import estimate as planned
-    from graph.running.pausing import PauseOptions
-
-    config, named = config_of(config, options, None)
-    return planned(prepare(config, given=named, pauses=PauseOptions()))
+    return Invocation(config, **options).estimate()

@@ -12,11 +12,12 @@ import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from checkpoints.checkpointer import open_checkpointer
 from checkpoints.ids import branch_thread_id, new_run_id
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import Writer
+from dymt.arguments import string
 from dymt.errors import DymtError
 from dymt.events import DialogueProgress, EventSink, ignore
 from dymt.results import BranchResult
@@ -33,8 +34,8 @@ from graph.running.forking import (
     play_branches,
     read_lineage,
 )
+from graph.running.playing import open_graph
 from graph.running.swaps import check_swaps, mentions, parse_swap
-from nodes.builder import build_graph
 from nodes.modes import DYNAMIC_MODES
 
 Swap = str | tuple[str, str]
@@ -56,7 +57,7 @@ def branch(
     turn: int,
     run_id: str | None = None,
     user_message: str | None = None,
-    swap: Sequence[Swap] | None = None,
+    swap: str | Sequence[Swap] | None = None,
     target_model: str | None = None,
     judge_model: str | None = None,
     mode: str | None = None,
@@ -75,7 +76,10 @@ def branch(
     ``seed_statement`` or ``rerun=True`` (a new sampling seed). ``name`` groups the branches as a counterfactual set.
     """
     if (thread is None) == (run_id is None):
-        raise DymtError("give the THREAD to branch, or --run-id R to branch every dialogue of a run (not both)")
+        raise DymtError("give the thread to branch, or run_id= to branch every dialogue of a run (not both)")
+    thread = None if thread is None else string(thread, "thread")
+    run_id = None if run_id is None else string(run_id, "run_id")
+    swap = [swap] if isinstance(swap, str) else swap  # swap="women=men" is one swap
     ask = _Ask(thread, run_id, _positive(turn, "turn"), None if turns is None else _positive(turns, "turns"))
     change = _change(
         user_message=user_message,
@@ -87,7 +91,7 @@ def branch(
         rerun=rerun,
     )
     if name is not None and not re.fullmatch(r"[\w.:@=+-]+", name):
-        raise DymtError(f"--name {name!r}: use letters, digits and . : @ = + - _ (no spaces)")
+        raise DymtError(f"name={name!r}: use letters, digits and . : @ = + - _ (no spaces)")
     store = writer(db)
     try:
         return _branch_in(
@@ -108,7 +112,7 @@ def _branch_in(
     on_event: EventSink,
 ) -> BranchResult:
     if name and store.get_set(name):
-        raise DymtError(f"counterfactual set {name!r} already exists in {store.path}: choose another --name")
+        raise DymtError(f"counterfactual set {name!r} already exists in {store.path}: choose another name=")
     parents = _parents(store, ask, change)
     models = {d.get("target") for d in parents}
     if len(models) > 1:
@@ -152,9 +156,16 @@ def _branch_in(
     )
 
 
-def _positive(value: int, flag: str) -> int:
+def _pair(swap: Any) -> tuple[str, str]:
+    """A swap given as a pair ``("women", "men")``; anything else raises one line."""
+    if isinstance(swap, (tuple, list)) and len(swap) == 2 and all(isinstance(t, str) for t in swap):
+        return swap[0], swap[1]
+    raise DymtError(f"swap={swap!r}: give 'OLD=NEW' or a pair of strings (for example swap='women=men')")
+
+
+def _positive(value: int, keyword: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DymtError(f"--{flag} {value!r} must be a whole number of at least 1")
+        raise DymtError(f"{keyword}={value!r} must be a whole number of at least 1")
     return value
 
 
@@ -180,18 +191,18 @@ def _change(
     }
     named = [k for k, v in given.items() if v is not None]
     if len(named) != 1:
-        flags = " ".join(f"--{k.replace('_', '-')}" for k in given)
+        flags = " ".join(f"{k}=" for k in given)
         raise DymtError(f"give exactly one change ({flags}); got {', '.join(named) or 'none'}")
     if swap:
         try:
-            swaps = tuple(parse_swap(s) if isinstance(s, str) else (str(s[0]), str(s[1])) for s in swap)
+            swaps = tuple(parse_swap(s) if isinstance(s, str) else _pair(s) for s in swap)
             check_swaps(swaps)
         except ValueError as exc:
             raise DymtError(str(exc)) from None
         return Change("swap", swaps=swaps)
     if mode is not None and mode not in DYNAMIC_MODES:
         raise DymtError(
-            f"unknown --mode {mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}"
+            f"unknown mode={mode!r}: a branch continues with a simulated user, {' or '.join(DYNAMIC_MODES)}"
         )
     kind = named[0]
     if kind in ("target_model", "judge_model"):
@@ -222,7 +233,7 @@ def _parents(store: Writer, ask: _Ask, change: Change) -> list[dict]:
         rows = [r for r in rows if mentions(r["statement"] or "", (old for old, _ in change.swaps))]
         if not rows:
             terms = ", ".join(old for old, _ in change.swaps)
-            raise DymtError(f"no dialogue of run {ask.run_id} has a seed that mentions {terms}: check the --swap terms")
+            raise DymtError(f"no dialogue of run {ask.run_id} has a seed that mentions {terms}: check the swap= terms")
     if not rows:
         raise DymtError(f"run {ask.run_id} has no dialogues")
     return rows
@@ -248,8 +259,7 @@ async def _play(
     record = change_record(change, settings, set_name=set_name)
     taken: set[str] = set()
     run_id = new_run_id("branch")
-    async with open_checkpointer(store.path) as saver:
-        graph = build_graph(saver)
+    async with open_graph(store.path) as graph:
         plans, skipped = [], []
         for parent in parents:
             try:

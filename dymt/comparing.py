@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkpoints.queries import StoreQueries
+from dymt.arguments import string, strings
 from dymt.errors import DymtError
 from dymt.results import CompareResult
 from dymt.stores import Db, reader
@@ -23,21 +24,24 @@ from viewer.side_by_side import pair_data
 
 
 def compare(
-    threads: Sequence[str] = (),
+    threads: str | Sequence[str] = (),
     *,
     set_name: str | None = None,
-    runs: Sequence[str] | None = None,
+    runs: str | Sequence[str] | None = None,
     label_set: str = "primary",
     n_boot: int = 2000,
     seed: int = 0,
     db: Db = None,
 ) -> CompareResult:
-    """Two dialogues (``threads=(A, B)``), a counterfactual set (``set_name``) or runs on the same seeds (``runs``)."""
-    threads, runs = list(threads), list(runs or [])
+    """Two dialogues (``threads=(A, B)``), a counterfactual set (``set_name``) or runs on the same seeds (``runs``: a
+    grid run's id alone, or several run ids; one string is one id)."""
+    threads, runs = strings(threads, "threads"), strings(runs, "runs")
+    if set_name is not None:
+        set_name = string(set_name, "set_name")
     if sum(bool(x) for x in (threads, set_name is not None, runs)) > 1:
-        raise DymtError("give either two dialogues, --set NAME or --runs R1 R2, not several")
+        raise DymtError("give either two dialogues, set_name= or runs=, not several")
     if set_name is None and not runs and len(threads) != 2:
-        raise DymtError("give two dialogues (python -m graph.compare A B), a set (--set NAME) or runs (--runs R1 R2)")
+        raise DymtError("give two dialogues (threads=[A, B]), a set (set_name=) or runs (runs=)")
     with reader(db) as store:
         if set_name is not None:
             return _compare_set(store, set_name, n_boot=n_boot, seed=seed)
@@ -68,7 +72,7 @@ def _compare_runs(store: StoreQueries, runs: list[str], *, label_set: str, n_boo
         only = f"{groups[0].target} · {groups[0].mode}" if groups else "no dialogue with a seed"
         raise DymtError(
             f"run(s) {', '.join(runs)} hold one target and mode only ({only}): "
-            "give a grid run (several --target-model or --mode) or two runs on the same seeds"
+            "give a grid run (several target_model= or mode=) or two runs on the same seeds"
         )
     comparisons = compare_groups(units, n_boot=n_boot, seed=seed)
     if not comparisons:
@@ -78,7 +82,7 @@ def _compare_runs(store: StoreQueries, runs: list[str], *, label_set: str, n_boo
     if all(c.n_pairs == 0 for c in comparisons):
         raise DymtError(
             f"run(s) {', '.join(runs)} share no seed between the groups compared: "
-            "play the same seeds (--seeds, --sample-seed)"
+            "play the same seeds (seeds=, sample_seed=)"
         )
     validations = {run.run_id: choose_validation(store, run.run_id, label_set=label_set) for run in dataset.runs}
     corrected = correct_report(dataset, validations, comparisons, seed=seed).differences

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 from models.circuit import OutageStatus
 
-ENDED: frozenset[str] = frozenset({"finished", "failed", "skipped", "held"})  # a dialogue this invocation is done with
+# a dialogue this invocation is done with (paused: stopped as asked, to be continued by dymt.resume)
+ENDED: frozenset[str] = frozenset({"finished", "failed", "skipped", "held", "paused"})
 
 
 class RunStatus(Protocol):

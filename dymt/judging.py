@@ -20,6 +20,7 @@ from checkpoints.paths import StoreError, check_db_path
 from checkpoints.readers import open_reader
 from checkpoints.store import Writer, open_writer
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PRIMARY_LABELS
+from dymt.arguments import string
 from dymt.errors import DymtError
 from dymt.events import EventSink, Labelled, ignore
 from dymt.files import write_atomic
@@ -63,7 +64,7 @@ def judge_prompt_template(path: str | os.PathLike[str] | None) -> prompts.Prompt
     try:
         return prompts.load_file(Path(path), role="judge")
     except prompts.PromptError as exc:
-        raise DymtError(f"--judge-prompt: {exc}") from None
+        raise DymtError(f"judge_prompt={str(path)!r}: {exc}") from None
 
 
 def rejudge(
@@ -86,6 +87,7 @@ def rejudge(
     The dialogues are not regenerated: the new judge sees what the run's judge saw. Calling it again continues where
     it stopped (``redo=True`` labels every turn again). The result has the agreement with the run's own labels.
     """
+    run_id = string(run_id, "run_id")
     store = writer(db)
     try:
         template = judge_prompt_template(judge_prompt)
@@ -204,12 +206,14 @@ def validate_judge(
     reference labels; with ``record`` (and references) the score goes into the store, where run summaries with this
     judge and prompt cite it and correct their rates for its error. ``out`` receives one JSON line per verdict."""
     try:
+        if not isinstance(file, (str, os.PathLike)):
+            raise DymtError(f"file={file!r}: give the path of a JSONL file of (statement, reply) pairs")
         pairs = read_pairs(Path(file))
     except PairFileError as exc:
         raise DymtError(str(exc)) from None
     out = None if out is None else Path(out)
     if out is not None and out.is_dir():
-        raise DymtError(f"--out {out} is a directory: give a file path such as {out / 'verdicts.jsonl'}")
+        raise DymtError(f"out={str(out)!r} is a directory: give a file path such as {out / 'verdicts.jsonl'}")
     template = judge_prompt_template(judge_prompt)
     where = _record_location(db) if record and any(p.gold is not None for p in pairs) else None
     # The model is built (and the embedded one probed) before the store is opened: a model that cannot run leaves

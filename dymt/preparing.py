@@ -62,10 +62,20 @@ class Prepared:
 
 
 def config_of(
-    config: RunConfig | None, options: Mapping[str, Any], given: Iterable[str] | None
+    config: RunConfig | str | Path | None, options: Mapping[str, Any], given: Iterable[str] | None
 ) -> tuple[RunConfig, set[str]]:
-    """The run's configuration from a RunConfig or keyword options (flag names: ``target_model=[...]``), and the options
-    counted as given (for a stored run, those not given come from the run)."""
+    """The run's configuration from a RunConfig, an experiment file's path or keyword options (``target_model=[...]``;
+    with a path they override the file's), and the options counted as given (for a stored run, those not given come
+    from the run)."""
+    if isinstance(config, (str, Path)):  # an experiment file: dymt.run("exp.toml", turns=10) as --config exp.toml
+        if "config" in options:
+            raise DymtError("give the experiment file once: as the first argument or as config=, not both")
+        options = {**options, "config": Path(config)}
+        config = None
+    if config is not None and not isinstance(config, RunConfig):
+        raise DymtError(
+            f"config={config!r}: give a RunConfig, the path of an experiment file (TOML) or keyword options"
+        )
     if config is not None and options:
         raise DymtError(f"give a RunConfig or keyword options, not both (got {', '.join(sorted(options))})")
     try:
@@ -130,7 +140,7 @@ def pricing_of(config: RunConfig) -> Pricing | None:
             raise DymtError(str(exc)) from None
     if config.max_cost is not None and pricing is None:
         raise DymtError(
-            "--max-cost needs --pricing FILE (USD per million tokens per model spec; see examples/pricing.toml)"
+            "max_cost= needs pricing=FILE (USD per million tokens per model spec; see examples/pricing.toml)"
         )
     return pricing
 
@@ -144,7 +154,7 @@ def check_priced(config: RunConfig, pricing: Pricing | None) -> None:
         and (unpriced := pricing.missing([chosen.user, chosen.judge, *chosen.targets]))
     ):
         raise DymtError(
-            f"--max-cost: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with "
+            f"max_cost=: {pricing.path} has no price for {', '.join(unpriced)}: add a table per spec with "
             "input and output"
         )
 
@@ -161,7 +171,7 @@ def estimate(prepared: Prepared) -> dict:
         try:
             parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
         except ModelSpecError as exc:
-            raise DymtError(f"--{role}-model: {exc}") from None
+            raise DymtError(f"{role}_model={spec_text!r}: {exc}") from None
     if not isinstance(prepared.location, PostgresURL):
         try:
             check_db_path(prepared.location)  # the run itself leaves this to opening the store

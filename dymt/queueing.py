@@ -3,18 +3,18 @@ dialogue for ``python -m graph.worker``; a cost cap travels with every job."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.ids import new_run_id
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreError
 from checkpoints.store import open_writer
 from dymt.errors import DymtError
-from dymt.preparing import check_priced, config_of, dialogue_estimate, prepare
+from dymt.preparing import dialogue_estimate
+from dymt.session import Invocation
 from evals.cost import budget_record
-from graph.config.run_config import ModelBuildError, RunConfig
-from graph.running.pausing import PauseOptions
+from graph.config.run_config import RunConfig
 from graph.running.run_records import RunConflictError, check_run_compatible
 
 if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
@@ -26,20 +26,13 @@ def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None =
     queued and how many were queued or finished already. A run id given again queues only what is left."""
     from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
 
-    config, named = config_of(config, options, given)
-    prepared = prepare(config, given=named, pauses=PauseOptions())
+    invocation = Invocation(config, given=given, **options)
+    prepared, run_config = invocation.prepared, invocation.config
     server = prepared.server
     if server is None:
-        raise DymtError("enqueue needs a PostgreSQL database: --db postgresql://USER@HOST/DB or DYMT_ESB_DB")
-    config, pricing = prepared.config, prepared.pricing
-    check_priced(config, pricing)
-    policy = config.call_policy(None)
-    try:
-        built = config.build_models(policy, templates=prepared.templates)
-    except ModelBuildError as exc:
-        raise DymtError(f"--{exc.role}-model: {exc.reason}") from None
-    run_config = prepared.plan.config.model_copy(update={"run_id": config.run_id or new_run_id()})
-    record = run_config.stored_record(built.models, built.targets)
+        raise DymtError("enqueue needs a PostgreSQL database: db='postgresql://USER@HOST/DB' or DYMT_ESB_DB")
+    pricing = prepared.pricing
+    built, record = invocation.built_record()
     chosen = run_config.models
     budget = None
     if run_config.max_cost is not None and pricing is not None:
@@ -56,7 +49,8 @@ def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None =
             jobs = dialogue_jobs(
                 run_config, prepared.plan.seeds, prepared.plan.scripts_by_mode, list(chosen.targets), budget=budget
             )
-            return enqueue_run(server, store, record, jobs, prepared.plan.scripts_by_mode)
+            queued = enqueue_run(server, store, record, jobs, prepared.plan.scripts_by_mode)
+            return dataclasses.replace(queued, run_id=invocation.run_id)
         finally:
             store.close()
     except (StoreError, SchemaTooNewError, RunConflictError) as exc:

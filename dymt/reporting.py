@@ -48,7 +48,7 @@ def report(
     """
     ids, out = run_ids(ids), Path(out)
     if out.exists() and not out.is_dir():
-        raise DymtError(f"--out {out} is a file: give a folder for the report")
+        raise DymtError(f"out={str(out)!r} is a file: give a folder for the report")
     prices = _pricing(pricing)
     with reader(db) as store:
         data = _compute(

@@ -6,14 +6,14 @@ or removed within one (docs/library.md lists them).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from evals.report.transition_tables import TRANSITION_COLUMNS, records
 from graph.running.playing import DialogueOutcome
 
 RUN_SCHEMA = "dymt.run/2"  # 2: transitions (raw, per group and corrected)
-EXIT_OK, EXIT_SOME_FAILED, EXIT_OUTAGE = 0, 1, 75  # a run's exit statuses (cli/exit_codes.py names them for commands)
 
 
 def unfinished(summary: dict[str, Any]) -> int:
@@ -22,9 +22,13 @@ def unfinished(summary: dict[str, Any]) -> int:
     return len(summary.get("failed") or []) + int((summary.get("budget") or {}).get("held") or 0)
 
 
-def exit_status(summary: dict[str, Any]) -> int:
-    """1 if some dialogue failed or was held back by the cost cap; else 0 (all finished or paused as asked)."""
-    return EXIT_SOME_FAILED if unfinished(summary) else EXIT_OK
+Ended = Literal["finished", "unfinished", "outage"]
+
+
+def ended_as(summary: dict[str, Any], *, outage: bool = False) -> Ended:
+    """How an invocation of a run ended: "outage" (a provider unreachable past its budget), "unfinished" (some dialogue
+    failed or was held back by the cost cap), else "finished" (every dialogue finished, or paused as asked)."""
+    return "outage" if outage else "unfinished" if unfinished(summary) else "finished"
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,13 @@ class OutagePastBudget:
 class RunResult:
     """One invocation of a run: its summary (metrics, raw and judge-corrected rates, cost, failures) and how it ended.
 
-    ``status`` is the command's exit status: 0 every dialogue finished (or paused as asked), 1 some failed or were
-    held back by the cost cap, 75 a provider outage past its budget. ``resume`` is the command that goes on.
+    ``ended`` is "finished" (every dialogue finished, or paused as asked), "unfinished" (some failed or were held
+    back by the cost cap: the same run id goes on) or "outage" (a provider unreachable past its budget). ``resume`` is
+    the command that goes on.
     """
 
     run_id: str
-    status: int
+    ended: Ended
     summary: dict[str, Any]
     outcomes: tuple[DialogueOutcome, ...] = ()
     outages_past_budget: tuple[OutagePastBudget, ...] = ()
@@ -60,6 +65,12 @@ class RunResult:
     @property
     def resume(self) -> str | None:
         return self.summary.get("resume")
+
+    @property
+    def status(self) -> int:
+        """Deprecated: the command's exit status (0, 1 or 75); read :attr:`ended` instead."""
+        warnings.warn("RunResult.status is deprecated: read RunResult.ended", DeprecationWarning, stacklevel=2)
+        return {"finished": 0, "unfinished": 1, "outage": 75}[self.ended]
 
     @property
     def failures(self) -> list[dict[str, Any]]:

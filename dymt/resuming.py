@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 
-from checkpoints.checkpointer import open_checkpointer
 from checkpoints.serde import UnsafeCheckpointError
 from checkpoints.store import Writer
+from dymt.arguments import string, strings
 from dymt.errors import DymtError
 from dymt.events import DialogueProgress, EventSink, ignore
 from dymt.results import ResumeResult
@@ -30,8 +30,7 @@ from graph.running.pausing import (
     resumable,
     resume_dialogue,
 )
-from graph.running.playing import StoreWriter
-from nodes.builder import build_graph
+from graph.running.playing import StoreWriter, open_graph
 
 Reviewer = Callable[[PendingMessage], Review]
 
@@ -52,15 +51,14 @@ def resume(
     the target does and returns a ``Review`` (accept, replace, quit). A run whose dialogues all finished returns its
     summary (``result.summary``) and plays nothing.
     """
-    threads = list(dict.fromkeys([threads] if isinstance(threads, str) else threads))
+    threads = list(dict.fromkeys(strings(threads, "threads")))
+    run_id = None if run_id is None else string(run_id, "run_id")
     if bool(threads) == bool(run_id):
-        raise DymtError(
-            "give the THREAD(s) to continue, or --run-id R for every unfinished dialogue of a run (not both)"
-        )
+        raise DymtError("give the thread(s) to continue, or run_id= for every unfinished dialogue of a run (not both)")
     if message is not None and len(threads) != 1:
-        raise DymtError("--message is the next user message of one dialogue: give exactly one THREAD")
+        raise DymtError("message= is the next user message of one dialogue: give exactly one thread")
     if message is not None and not message.strip():
-        raise DymtError("--message is empty: give the text of the next user message")
+        raise DymtError("message= is empty: give the text of the next user message")
     store = writer(db)
     try:
         if run_id:
@@ -93,7 +91,7 @@ def _rows(store: Writer, threads: list[str]) -> list[dict]:
         if row["status"] == "finished":
             raise DymtError(
                 f"dialogue {thread_id} is finished: nothing to resume "
-                f"(branch it with python -m graph.branch {thread_id} --turn K ...)"
+                f"(branch it with python -m graph.branch {shlex.quote(thread_id)} --turn K ...)"
             )
         rows.append(row)
     return rows
@@ -122,8 +120,7 @@ async def _resume(
     on_event: EventSink,
 ) -> list[tuple[str, str]]:
     done: list[tuple[str, str]] = []
-    async with open_checkpointer(store.path) as saver:
-        graph = build_graph(saver)
+    async with open_graph(store.path) as graph:
         for row in rows:  # read-only checks first: a bad thread stops before any write
             head = await graph.aget_state({"configurable": {"thread_id": row["thread_id"]}})
             if not head.values:

@@ -1,34 +1,50 @@
-"""One invocation playing a prepared run: here on the event loop, or in N processes on one SQLite file; how many
-dialogues at once; the run's live status and its provider outages as events; the result it sums up to."""
+"""One invocation of a run, from its configuration to its result (:class:`Invocation`): here on the event loop, or
+in N processes on one SQLite file; how many dialogues at once; the run's live status and its provider outages as
+events; the result it sums up to."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import shlex
-import threading
-from collections.abc import Callable
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from checkpoints.cache import ResponseCache
-from checkpoints.checkpointer import open_checkpointer
-from checkpoints.location import DbLocation
+from checkpoints.ids import RUN_ID_ALPHABET, is_safe_run_id, new_run_id
+from checkpoints.location import DbLocation, PostgresURL
+from checkpoints.migrations import SchemaTooNewError
+from checkpoints.outages import OutageError
+from checkpoints.paths import StoreError
+from checkpoints.players import playing
 from checkpoints.readers import open_reader
 from checkpoints.run_record import RunRecord
+from checkpoints.serde import UnsafeCheckpointError
+from checkpoints.store import open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S
-from dymt.events import DialogueProgress, EventSink, OutageBegan, OutageEnded, Paused, RunStarted
-from dymt.preparing import Prepared
-from dymt.results import EXIT_OK, EXIT_OUTAGE, OutagePastBudget, RunResult, exit_status
+from dymt.errors import DymtError, RunStopped
+from dymt.events import DialogueProgress, EventSink, Paused, RunStarted, ignore
+from dymt.live import LiveStatus, watching_outages
+from dymt.preparing import (
+    check_priced,
+    config_of,
+    dialogue_estimate,
+    estimate,
+    planned_estimate,
+    prepare,
+    store_outage,
+)
+from dymt.results import OutagePastBudget, RunResult, ended_as
 from evals.cost import CostCap
 from evals.report.summary import run_summary
-from graph.config.run_config import RunConfig
+from graph.config.run_config import ConfigError, ModelBuildError, RunConfig
 from graph.running.endpoints import stop_on_wrong_setting
 from graph.running.pausing import PauseOptions, settle_run
-from graph.running.playing import DialogueOutcome, DialogueSlots, execute_run
+from graph.running.playing import DialogueOutcome, DialogueSlots, PlayedRun, execute_run, open_graph
+from graph.running.run_records import RunConflictError, check_run_compatible
 from models.call_policy import CallPolicy
-from models.circuit import OutageStatus
-from nodes.builder import build_graph
+from models.circuit import EndpointSettingError
 
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 
@@ -38,7 +54,7 @@ Review = Callable[
 ]  # graph/running/pausing.py settle_run's review: a person accepts or edits a simulated message
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class PlayOptions:
     """How this invocation plays (not stored with the run): processes, tracing, pauses, the store's outage budget."""
 
@@ -54,55 +70,204 @@ class PlayOptions:
         return PauseOptions(interactive=self.review is not None, pause_after=self.pause_after)
 
 
-class Session:
-    """One invocation playing a prepared run: here on the event loop, or in N processes on one SQLite file."""
+class Invocation:
+    """One invocation of a run, from its configuration to its result: the library (``dymt.run``), the command
+    (``python -m graph.run``) and ``dymt.enqueue`` all go through it.
+
+    Made from a :class:`RunConfig` (or keyword options), it mints the run id if none is given, resolves the
+    configuration against the stored run, plans it and applies the single-process rule; all of that writes nothing and
+    raises :class:`DymtError` on bad input. :meth:`play` then builds the models, opens the store and plays, here on the
+    event loop or in N processes on one SQLite file (their children build their models with :func:`child_models`).
+    """
+
+    START_CONCURRENCY, MAX_CONCURRENCY = START_CONCURRENCY, MAX_CONCURRENCY
 
     def __init__(
         self,
-        prepared: Prepared,
-        play: PlayOptions,
-        config: RunConfig,
-        store,
-        built,
-        record: RunRecord,
-        policy: CallPolicy,
-        outage,
-        cap: CostCap | None,
-        on_event: EventSink,
-        resume: str,
-        single: bool,
+        config: RunConfig | str | Path | None = None,
+        /,
+        *,
+        given: Iterable[str] | None = None,
+        turns_given: bool | None = None,
+        processes: int | None = None,
+        trace: bool = True,
+        pause_after: int | None = None,
+        review: Review | None = None,
+        store_outage_budget: float = DEFAULT_BUDGET_S,
+        command: str | None = None,
+        on_event: EventSink = ignore,
+        **options: Any,
     ) -> None:
-        self.prepared, self.play_options, self.config, self.store = prepared, play, config, store
-        self.built, self.record, self.policy, self.outage, self.cap = built, record, policy, outage, cap
-        self.on_event, self.resume, self.single = on_event, resume, single
-        self.run_id: str = config.run_id or ""
+        config, named = config_of(config, options, given)
+        self.options = PlayOptions(
+            processes=processes,
+            trace=trace,
+            pause_after=pause_after,
+            review=review,
+            store_outage_budget=store_outage_budget,
+            command=command,
+        )
+        self.on_event = on_event
+        self._single_process(config)  # as given, before the store is read: the first thing to say
+        self.prepared = prepare(config, given=named, pauses=self.options.pauses, turns_given=turns_given)
+        self.run_id: str = self.prepared.config.run_id or new_run_id()  # the one place a run id is made up
+        if self.prepared.stored is None and not is_safe_run_id(self.run_id):  # a stored run keeps its own id
+            raise DymtError(f"run_id={self.run_id!r}: a new run's id uses {RUN_ID_ALPHABET}")
+        self.config = self.prepared.plan.config.model_copy(update={"run_id": self.run_id})
+        self.single = self._single_process(self.prepared.config)  # as resolved: a stored run's cost cap too
 
-    async def play(self):
-        from graph.workers.processes import process_count
+    def _single_process(self, config: RunConfig) -> bool:
+        """The single-process rule: only one process plays a run on PostgreSQL (workers do that there), paused or
+        under a cost cap; ``processes`` > 1 for such a run raises."""
+        try:
+            server = isinstance(config.store_location(), PostgresURL)
+        except (ConfigError, StoreError) as exc:
+            raise DymtError(str(exc)) from None
+        single = server or bool(self.options.pauses) or config.max_cost is not None
+        if self.options.processes is not None and self.options.processes > 1 and single:
+            raise DymtError(SINGLE_PROCESS)
+        return single
 
-        start, ceiling = concurrency(self.config, self.built, self.policy)
-        self.config = self.config.model_copy(update={"max_concurrency": ceiling})
-        plan = self.prepared.plan
+    @property
+    def resume(self) -> str:
+        """The command that goes on with the run: the caller's own (``command=``), else the shortest one."""
+        return self.options.command or self.resume_line
+
+    @property
+    def resume_line(self) -> str:
+        """The shortest command that resumes the run: its id and its store (what is not given comes from the run)."""
+        parts = ["python", "-m", "graph.run", "--run-id", self.run_id]
+        if self.config.db is not None:
+            parts += ["--db", str(self.config.db)]
+        if self.config.base_url and self.config.base_url_wins:
+            parts += ["--base-url", self.config.base_url]
+        return shlex.join(parts)
+
+    @property
+    def stored(self) -> bool:
+        """Whether the store holds the run already (it resumes, or shows its summary again)."""
+        return self.prepared.stored is not None
+
+    def estimate(self, *, check: bool = True) -> dict:
+        """The expected calls, tokens and cost of the run, from the store's earlier runs where it has some (no key
+        needed, nothing written); ``check``: every model spec and the store's path checked first (a run about to play
+        leaves that to building its models and opening its store)."""
+        if check:
+            return estimate(self.prepared)
+        return planned_estimate(self.prepared.plan, self.prepared.location, self.prepared.pricing)
+
+    def built_record(self) -> tuple[Any, RunRecord]:
+        """The run's models, built with no cache (for their resolved ids), and the record the store keeps of it."""
+        check_priced(self.prepared.config, self.prepared.pricing)
+        built = self._build(self.prepared.config.call_policy(None))
+        return built, self.record_of(built)
+
+    def record_of(self, built) -> RunRecord:
+        return self.config.stored_record(built.models, built.targets)
+
+    def _build(self, policy: CallPolicy):
+        try:
+            return self.prepared.config.build_models(policy, templates=self.prepared.templates)
+        except ModelBuildError as exc:
+            raise DymtError(f"{exc.role}_model={exc.spec!r}: {exc.reason}") from None
+
+    async def play(self) -> RunResult:
+        """Build the models, open the store, play, and sum up; the store is left as the run left it (a finished run:
+        its summary again, no model built)."""
+        from graph.workers.processes import process_count  # multiprocessing loads only when a run plays
+
+        prepared = self.prepared
+        if prepared.stored is not None and prepared.stored.finished(prepared.plan):
+            return self._reshow()
+        config, run_id, resume = self.config, self.run_id, self.resume
+        given = prepared.config  # as resolved, before planning: what the models and the call policy are built from
+        check_priced(given, prepared.pricing)
+        self.policy = policy = given.call_policy(None if not given.cache else ResponseCache(prepared.location))
+        self.outage = store_outage(prepared.server, self.options.store_outage_budget, policy)
+        self.built = self._build(policy)
+        self.record = self.record_of(self.built)
+        fresh_file = not isinstance(prepared.location, PostgresURL) and not Path(prepared.location).exists()
+        try:
+            self.store = store = open_writer(prepared.location)
+            check_run_compatible(store, config, self.record)
+            new_run = store.get_run(run_id) is None
+            if not new_run and answered_before(store, run_id):
+                policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
+        except (StoreError, SchemaTooNewError, RunConflictError) as exc:
+            raise DymtError(str(exc)) from None
+        except OutageError as exc:  # a read-only or full disk under the store
+            raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
+        self.cap = None
+        if given.max_cost is not None and prepared.pricing is not None:  # prepare() refused a cap without pricing
+            self.cap = CostCap(
+                given.max_cost,
+                prepared.pricing,
+                run_id,
+                self.record.resolved.models,
+                estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
+            )
+        start, ceiling = concurrency(self.config, self.built, policy)
+        self.config = config = config.model_copy(update={"max_concurrency": ceiling})
         models = [self.built.models.user, self.built.models.judge, *self.built.targets]
         processes = process_count(
-            self.play_options.processes,
-            dialogues=plan.n_dialogues,
+            self.options.processes,
+            dialogues=prepared.plan.n_dialogues,
             concurrency=start,
             models=models,
             single=self.single,
         )
-        status = _LiveStatus(self.policy, self.prepared.location, self.run_id, self.prepared.pricing)
-        self.on_event(RunStarted(self.run_id, plan.n_dialogues, self.config.turns, self.resume, status))
-        with _watching_outages(self.policy, self.run_id, self.on_event):
-            if processes > 1:
-                # The players are forked from this thread, which waits for them: forking from a helper thread of a
-                # process whose event loop runs here would copy a loop mid-flight into every child.
-                return self._play_in_processes(processes)
-            slots = DialogueSlots(ceiling, self.policy.concurrency_allowed if self.policy.adapting else None)
-            try:
-                return await stop_on_wrong_setting(self._play_here(slots), self.policy.setting_failures)
-            finally:
-                self.policy.stats.dialogues_at_once = slots.reached
+        status = LiveStatus(policy, prepared.location, run_id, prepared.pricing)
+        self.on_event(RunStarted(run_id, prepared.plan.n_dialogues, config.turns, resume, status))
+        slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
+        try:
+            # status and deletion see who plays it; the providers' outages become events while it plays
+            with (
+                playing(prepared.location, store.db, run_id, command=resume),
+                watching_outages(policy, run_id, self.on_event),
+            ):
+                if processes > 1:
+                    # The players are forked from this thread, which waits for them: forking from a helper thread
+                    # of a process whose event loop runs here would copy a loop mid-flight into every child.
+                    result = self._play_in_processes(processes)
+                else:  # a wrong setting (an endpoint that never answered refused a call) stops the run at once
+                    result = await stop_on_wrong_setting(self._play_here(slots), policy.setting_failures)
+        except UnsafeCheckpointError as exc:
+            store.close()
+            raise DymtError(str(exc)) from None
+        except EndpointSettingError as exc:
+            wrong_setting(str(exc), store, run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
+        except OutageError as exc:  # past its budget: a provider or the store away, a full or read-only disk
+            store.close()
+            raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
+        finally:
+            if processes == 1:  # (the processes' own count is merged from theirs)
+                policy.stats.dialogues_at_once = slots.reached
+            if policy.cache is not None:
+                policy.cache.close()
+        if wrong := policy.setting_failures():  # every dialogue failed fast before the watch stopped the run
+            wrong_setting(wrong[0], store, run_id, new_run=new_run, fresh_file=fresh_file, resume=resume)
+        try:
+            return self._result(result.outcomes)
+        finally:
+            store.close()
+
+    def _reshow(self) -> RunResult:
+        """A finished run given again: its summary from the store (every dialogue skipped this time)."""
+        prepared = self.prepared
+        try:
+            reader = open_reader(prepared.location)
+        except StoreError as exc:
+            raise DymtError(str(exc)) from None
+        outcomes = tuple(DialogueOutcome(t, "skipped") for t in prepared.stored.statuses) if prepared.stored else ()
+        with reader:
+            summary = run_summary(reader, self.run_id, pricing=prepared.pricing, outcomes=outcomes)
+        return RunResult(
+            run_id=self.run_id,
+            ended=ended_as(summary),
+            summary=summary,
+            outcomes=outcomes,
+            paused=tuple(summary.get("paused") or ()),
+        )
 
     def _progress(self, event: str, thread_id: str, done: int) -> None:
         self.on_event(DialogueProgress(self.run_id, thread_id, event, done))
@@ -111,18 +276,16 @@ class Session:
         plan = self.prepared.plan
         return plan.scripts_by_mode[self.config.mode] if len(self.config.modes) == 1 else None
 
-    async def _play_here(self, slots: DialogueSlots):
+    async def _play_here(self, slots: DialogueSlots) -> PlayedRun:
         config, policy, templates = self.config, self.policy, self.prepared.templates
-        pauses = self.play_options.pauses
+        pauses = self.options.pauses
 
         def reseed(seed: int):
             """The run's models drawing with another sampling seed (repeated samples)."""
             again = config.build_models(policy, seed=seed, templates=templates)
             return again.models, again.targets
 
-        budget = self.cap
-        async with open_checkpointer(self.store.path, outage=self.outage) as saver:
-            graph = build_graph(saver)
+        async with open_graph(self.store.path, outage=self.outage) as graph:
             graph = pauses.configure(graph) if pauses else graph
             result = await execute_run(
                 config,
@@ -132,10 +295,10 @@ class Session:
                 models=self.built.models,
                 on_progress=self._progress,
                 scripts=self._scripts(),
-                trace=self.play_options.trace,
+                trace=self.options.trace,
                 targets=self.built.targets,
                 reseed=reseed,
-                budget=budget,
+                budget=self.cap,
                 outage=self.outage,
                 slots=slots,
             )
@@ -146,13 +309,13 @@ class Session:
                     result,
                     models=self.built.models,
                     sampling_seed=config.sampling_seed,
-                    review=self.play_options.review,
+                    review=self.options.review,
                     leakage=config.leakage,
                     judge_reasoning=config.judge_reasoning,
                 )
             return result
 
-    def _play_in_processes(self, processes: int):
+    def _play_in_processes(self, processes: int) -> PlayedRun:
         from graph.workers.processes import merge_call_stats, play_in_processes
 
         config, policy = self.config, self.policy
@@ -169,14 +332,14 @@ class Session:
             targets=list(config.models.targets),
             on_progress=self._progress,
             scripts=self._scripts(),
-            trace=self.play_options.trace,
+            trace=self.options.trace,
             merge_stats=lambda counts: merge_call_stats(policy.stats, counts),
             mirror_outages=policy.mirror_outages,
             stopping=_cancelling,
         )
 
-    def result(self, outcomes: list[DialogueOutcome]) -> RunResult:
-        """The run's summary and how this invocation ended (0 all finished, 1 some not, 75 an outage past budget)."""
+    def _result(self, outcomes: list[DialogueOutcome]) -> RunResult:
+        """The run's summary and how this invocation ended (all finished, some not, an outage past its budget)."""
         policy, cap, run_id = self.policy, self.cap, self.run_id
         calls = {
             "cache": policy.stats.cache_summary(enabled=policy.cache is not None),
@@ -192,8 +355,8 @@ class Session:
             self.store, run_id, outcomes=outcomes, calls=calls, pricing=self.prepared.pricing, budget=budget
         )
         past = tuple(OutagePastBudget(c.endpoint, c.down_words(), c.budget) for c in policy.outages_past_budget())
-        status = EXIT_OUTAGE if past else exit_status(summary)
-        if status != EXIT_OK:
+        ended = ended_as(summary, outage=bool(past))
+        if ended != "finished":
             summary["resume"] = self.resume + (
                 f" --max-cost {2 * budget['max_usd']:g}" if budget and budget["held"] else ""
             )
@@ -202,12 +365,30 @@ class Session:
             self.on_event(Paused(run_id, paused, paused_command(self.store.path, paused, run_id)))
         return RunResult(
             run_id=run_id,
-            status=status,
+            ended=ended,
             summary=summary,
             outcomes=tuple(outcomes),
             outages_past_budget=past,
             paused=paused,
         )
+
+
+def wrong_setting(line: str, store, run_id: str, *, new_run: bool, fresh_file: bool, resume: str):
+    """An endpoint that never answered and refused as a wrong setting would: the run this call began is removed (and
+    the file it created), so nothing is half-written; raises DymtError with the line."""
+    if new_run:
+        from checkpoints.deletion import delete_run
+
+        delete_run(store, run_id, full=False)
+        tail = "nothing was written"
+    else:
+        tail = f"the run is as it was; once corrected, resume with: {resume}"
+    path = store.path
+    store.close()
+    if new_run and fresh_file and isinstance(path, Path):
+        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+    raise DymtError(f"{line}; {tail}")
 
 
 def _cancelling() -> bool:
@@ -216,22 +397,18 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def single_process_refusal(processes: int | None, *, single: bool) -> str | None:
-    """Why ``processes`` cannot play a run that only one process can play (None: it can)."""
-    if processes is not None and processes > 1 and single:
-        return (
-            "--processes plays on one SQLite file without pauses or a cost cap: drop --interactive, --pause-after and "
-            "--max-cost (or the experiment file's max_cost), or use a PostgreSQL --db with python -m graph.worker"
-        )
-    return None
+SINGLE_PROCESS = (
+    "processes= plays on one SQLite file without pauses or a cost cap: drop review=, pause_after= and "
+    "max_cost= (or the experiment file's max_cost), or use a PostgreSQL db= with python -m graph.worker"
+)
 
 
 def paused_command(location: DbLocation, threads: tuple[str, ...], run_id: str) -> str:
     """The command that continues paused dialogues."""
     where = f" --db {shlex.quote(str(location))}"
     if len(threads) > 1:
-        return f"python -m graph.resume --run-id {run_id}{where}"
-    return f"python -m graph.resume {threads[0]}{where} [--message TEXT]"
+        return f"python -m graph.resume --run-id {shlex.quote(run_id)}{where}"
+    return f"python -m graph.resume {shlex.quote(threads[0])}{where} [--message TEXT]"
 
 
 def concurrency(config: RunConfig, built, policy: CallPolicy) -> tuple[int, int]:
@@ -285,61 +462,3 @@ def child_models(config: RunConfig, templates, location: DbLocation, *, answered
         return again.models, again.targets
 
     return ChildModels(models=built.models, targets=built.targets, policy=policy, reseed=reseed)
-
-
-class _LiveStatus:
-    """The playing run, read live (dymt.events.RunStatus): calls so far, outages now, cost so far."""
-
-    def __init__(self, policy: CallPolicy, location: DbLocation, run_id: str, pricing) -> None:
-        self._policy, self._location, self._run_id, self._pricing = policy, location, run_id, pricing
-
-    def calls(self) -> int:
-        return sum(self._policy.stats.calls.values())
-
-    def outages(self) -> list[OutageStatus]:
-        return self._policy.outages()
-
-    def muted(self) -> bool:
-        """A wrong setting was seen: the run is about to stop with one line, so progress has nothing to add."""
-        return bool(self._policy.setting_failures())
-
-    def cost(self) -> float | None:
-        """The run's cost so far, read on a connection of its own (None without pricing or if it cannot be read now)."""
-        if self._pricing is None:
-            return None
-        from evals.cost import run_usage
-
-        try:
-            with open_reader(self._location) as reader:
-                return run_usage(reader, self._run_id).known_cost(self._pricing)
-        except Exception:  # noqa: BLE001 - a busy or absent store: no figure now
-            return None
-
-
-@contextmanager
-def _watching_outages(policy: CallPolicy, run_id: str, on_event: EventSink, every_s: float = 0.5):
-    """While the run plays, a thread turns the provider circuits' state into OutageBegan / OutageEnded events."""
-    stop = threading.Event()
-
-    def watch() -> None:
-        down: dict[str, OutageStatus] = {}
-        while not stop.wait(every_s):
-            try:
-                now = {status.endpoint: status for status in policy.outages()}
-                for endpoint, status in now.items():
-                    if endpoint not in down:
-                        on_event(OutageBegan(run_id, status))
-                for endpoint, was in down.items():
-                    if endpoint not in now:
-                        on_event(OutageEnded(run_id, endpoint, was.down_s))
-                down = now
-            except Exception:  # noqa: BLE001 - an event sink's error must never stop the run
-                continue
-
-    thread = threading.Thread(target=watch, name=f"dymt-outages-{run_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(2)

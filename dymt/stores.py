@@ -47,5 +47,7 @@ def writer(db: Db) -> Writer:
 
 
 def run_ids(ids: str | Sequence[str]) -> list[str]:
-    """One run id or several, as a list."""
-    return [ids] if isinstance(ids, str) else list(ids)
+    """One run id or several, as a list (anything else: one DymtError line)."""
+    from dymt.arguments import strings
+
+    return strings(ids, "ids")

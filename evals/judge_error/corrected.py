@@ -11,6 +11,7 @@ saying why when there is none.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,8 +63,8 @@ class ChosenValidation:
 
 def how_to_validate(judge: str | None, run_id: str, db: str | None = None) -> str:
     """The one line for an unvalidated judge: raw numbers only, and the exact commands that validate it."""
-    at = f" --db {db}" if db else ""
-    judge = judge or "SPEC"
+    at = f" --db {shlex.quote(db)}" if db else ""
+    judge, run_id = shlex.quote(judge or "SPEC"), shlex.quote(run_id)  # every printed command works when copied
     return (
         f"no judge-corrected rates: judge {judge} is unvalidated, so these are raw judge labels; validate it with "
         f"python -m evals.judge PAIRS.jsonl --judge-model {judge}{at} (labelled pairs, same --judge-prompt), or "

@@ -7,6 +7,7 @@ validation exists), over the turns stored so far.
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -74,7 +75,8 @@ def run_status(
         "turns": {"done": done_turns, "planned": planned * turns},
         "eta_s": _eta(store, run_id, planned * turns - done_turns, now) if state == "playing" else None,
         "failed": [f for f in summary["failed"] if f["thread_id"] in _failed(dialogues)],
-        "resume": summary.get("resume") or f"python -m graph.run --run-id {run_id} --db {summary['db']}",
+        "resume": summary.get("resume")
+        or shlex.join(["python", "-m", "graph.run", "--run-id", run_id, "--db", str(summary["db"])]),
         "cost": summary["cost"],
         "models": summary["models"],
         "per_turn": summary["per_turn"],

@@ -153,6 +153,7 @@ def _unfinished(dialogues: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any
 
 def _resume(run_id: str, where: str, *, budget: dict[str, Any] | None, failed: bool, paused: bool) -> str | None:
     """The command that goes on with the run: past a cost cap with a higher one, failed dialogues again, paused ones."""
+    run_id = shlex.quote(run_id)
     if budget and budget.get("held"):
         return f"python -m graph.run --run-id {run_id} --db {where} --max-cost {2 * budget['max_usd']:g}"
     if failed:

@@ -59,7 +59,7 @@ def parse_rate_limits(items: Sequence[str]) -> dict[str, float]:
         except ValueError:
             rate = -1.0
         if not sep or not name or not rate > 0:
-            raise ConfigError(f"--rate-limit {item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
+            raise ConfigError(f"rate_limit={item!r} is not NAME=RPM (for example openai=500 or openai:gpt-4o=60)")
         limits[name] = rate
     return limits
 
@@ -78,7 +78,9 @@ def parse_role_values(given: Any, *, flag: str) -> dict[str, Any]:
     by_role: dict[str, Any] = {}
     for role, value in items:
         if role not in ("user", "target", "judge"):
-            raise ConfigError(f"{flag} {role}={value}: the role must be user, target or judge")
+            raise ConfigError(
+                f"{flag}{'' if flag.endswith('=') else ' '}{role}={value}: the role must be user, target or judge"
+            )
         by_role[role] = value
     return by_role
 
@@ -92,6 +94,8 @@ def one_line(exc: ValidationError, name: Callable[[tuple[Any, ...]], str]) -> st
     """pydantic's first error as one line: ``NAME has a wrong value V (why)`` or a validator's own words."""
     error = exc.errors()[0]
     where = name(tuple(error["loc"]))
+    if where.endswith("=") and error["type"] not in ("value_error", "extra_forbidden"):  # a keyword: turns='five'
+        return f"{where}{error.get('input')!r} is a wrong value ({error['msg'].lower()})"
     if error["type"] == "value_error":
         return f"{where} {str(error['msg']).removeprefix('Value error, ')}"
     if error["type"] == "extra_forbidden":
@@ -165,3 +169,20 @@ def flag_name(loc: tuple[Any, ...]) -> str:
     if loc and loc[0] in ("sampling", "retry", "prompts"):
         return ".".join(map(str, loc))
     return "--" + str(loc[0]).replace("_", "-") if loc else "the settings"
+
+
+LISTED = ("mode", "target_model", "categories", "rate_limit")  # options that take a list of strings
+
+
+def listed_values(values: dict[str, Any], *, keywords: bool) -> dict[str, Any]:
+    """``values`` with one string given for a list option as that one item (``categories="age"``); any other type but
+    a list of strings raises one ConfigError line naming the option (``keywords``: as ``mode=``, else ``--mode``)."""
+    out = dict(values)
+    for dest in LISTED:
+        value = out.get(dest)
+        if isinstance(value, str):
+            out[dest] = [value]
+        elif value is not None and (not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value)):
+            said = f"{dest}=" if keywords else "--" + dest.replace("_", "-")
+            raise ConfigError(f"{said}{value!r}: give a string or a list of strings")
+    return out

@@ -42,6 +42,7 @@ from graph.config.flags import (
     SPECIAL,
     TOML_KEYS,
     flag_name,
+    listed_values,
     one_line,
     parse_db_flag,
     parse_rate_limits,
@@ -183,10 +184,16 @@ class RunConfig(StrictModel):
 
     @classmethod
     def from_flags(
-        cls, args: argparse.Namespace, *, explicit: AbstractSet[str] = frozenset(), experiment: Experiment | None = None
+        cls,
+        args: Mapping[str, Any] | argparse.Namespace,
+        *,
+        explicit: AbstractSet[str] = frozenset(),
+        experiment: Experiment | None = None,
     ) -> RunConfig:
-        """cli.run's options; the experiment file's values replace those whose flag was not given."""
-        values = {dest: getattr(args, dest) for dest in FLAG_FIELDS if hasattr(args, dest)}
+        """cli.run's parsed flags (a mapping of argparse destinations); the experiment file's values replace those
+        whose flag was not given. Errors name the flags; the library's way in is :meth:`from_options`."""
+        given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+        values = {dest: given[dest] for dest in FLAG_FIELDS if dest in given}
         if experiment is not None:
             values |= {dest: value for dest, value in experiment.options.items() if dest not in explicit}
         from_file = set(experiment.options) - set(explicit) if experiment is not None else set()
@@ -215,7 +222,7 @@ class RunConfig(StrictModel):
             values = {k: v for k, v in experiment.options.items() if k not in options} | values
         from_file = set(experiment.options) - set(options) if experiment is not None else set()
         return cls._from_options(
-            values, experiment=experiment, base_url_wins="base_url" in options, from_file=from_file
+            values, experiment=experiment, base_url_wins="base_url" in options, from_file=from_file, keywords=True
         )
 
     @classmethod
@@ -226,8 +233,11 @@ class RunConfig(StrictModel):
         experiment: Experiment | None,
         base_url_wins: bool = False,
         from_file: AbstractSet[str] = frozenset(),
+        keywords: bool = False,
     ) -> RunConfig:
-        """Field values from argparse destinations; an error names the flag, or the file's key it came from."""
+        """Field values from argparse destinations; an error names the flag (``keywords``: the keyword argument,
+        ``turns=``), or the file's key it came from."""
+        values = listed_values(values, keywords=keywords)  # one string is one item; other types one line
         data: dict[str, Any] = {}
         for dest, value in values.items():
             if dest == "mode":
@@ -263,7 +273,7 @@ class RunConfig(StrictModel):
             data["sampling"] = dict(experiment.sampling)
             data["config_file"] = experiment.path
         for dest in ("thinking", "max_tokens"):
-            flag = "--" + dest.replace("_", "-")
+            flag = f"{dest}=" if keywords else "--" + dest.replace("_", "-")
             for role, value in parse_role_values(values.get(dest), flag=flag).items():
                 tables = data.setdefault("sampling", {})
                 tables[role] = {**tables.get(role, {}), dest: role_setting(dest, value, flag=flag)}
@@ -277,7 +287,7 @@ class RunConfig(StrictModel):
                 dest = flag.removeprefix("--").replace("-", "_")
                 if experiment is not None and dest in from_file:
                     return f"{experiment.path.name}: {TOML_KEYS.get(dest, dest)}"
-                return flag
+                return f"{dest}=" if keywords and flag.startswith("--") else flag
 
             raise ConfigError(one_line(exc, name)) from None
 
@@ -299,7 +309,7 @@ class RunConfig(StrictModel):
         for role, wanted in overrides.items():
             if wanted == current[role]:
                 raise ConfigError(
-                    f"--{role}-model {wanted} is the model the dialogue already uses: choose another or --rerun"
+                    f"{role}_model={wanted!r} is the model the dialogue already uses: choose another or rerun="
                 )
         specs = current | overrides
         sampling = dict(self.sampling)

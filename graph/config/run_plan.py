@@ -41,19 +41,17 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
     modes = config.modes
     for mode in modes:
         if mode not in ALL_MODES:
-            raise ConfigError(f"unknown --mode {mode!r}: use one of {', '.join(ALL_MODES)}")
+            raise ConfigError(f"unknown mode={mode!r}: use one of {', '.join(ALL_MODES)}")
     if len({fixed_turns(mode) or config.turns for mode in modes}) > 1:
         raise ConfigError(
             f"modes {', '.join(modes)} have different numbers of turns: run the baselines in a run of their own"
         )
     turns = fixed_turns(config.mode) or config.turns
     if fixed_turns(config.mode) and turns_given and config.turns != turns:
-        raise ConfigError(f"--mode {config.mode} always has {turns} turn(s): drop --turns")
+        raise ConfigError(f"mode={config.mode!r} always has {turns} turn(s): drop turns=")
     for mode in modes:
         if mode.startswith("fairmt:") and not config.fairmt_source:
-            raise ConfigError(
-                f"--mode {mode} replays FairMT-Bench items: pass --fairmt-dir DIR (or --seeds fairmt:DIR)"
-            )
+            raise ConfigError(f"mode={mode!r} replays FairMT-Bench items: pass fairmt_dir= (or seeds='fairmt:DIR')")
     per_category = 1 if config.per_category is None and config.seeds == "builtin" else config.per_category
     try:
         seeds = load_seeds(
@@ -66,7 +64,7 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
     except SeedError as exc:
         raise ConfigError(str(exc)) from None
     if not seeds:
-        raise ConfigError(f"no seeds selected from {config.seeds}: check --categories and the seed file")
+        raise ConfigError(f"no seeds selected from {config.seeds}: check categories= and the seed file")
     scripts_by_mode: dict[str, ModeScripts] = {}
     for mode in modes:
         try:

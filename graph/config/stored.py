@@ -45,7 +45,7 @@ def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunCo
     for dest in sorted(flags & set(RUN_DEFINING)):
         stored, wanted = _defining_value(run, dest), _defining_value(given, dest)
         if stored != wanted:
-            flag = "--" + dest.replace("_", "-")
+            flag = f"{dest}="  # the keyword argument; a command says its flag (cli/flag_words.py)
             if dest.endswith("_prompt"):
                 source = given.prompts.get(cast(Role, dest.removesuffix("_prompt")))
                 wanted, stored = (
@@ -53,8 +53,8 @@ def given_again(run, given: RunConfig, *, flags: set[str], run_id: str) -> RunCo
                     ("another prompt" if stored is not None else "the built-in one"),
                 )
             raise ConfigError(
-                f"{flag} {_shown(wanted)} contradicts run {run_id}, stored with {_shown(stored)}: drop {flag} "
-                "(a flag not given comes from the run) or choose a new --run-id"
+                f"{flag}{_shown(wanted)} contradicts run {run_id}, stored with {_shown(stored)}: drop {flag} "
+                "(an option not given comes from the run) or choose a new run_id="
             )
     update: dict[str, Any] = {"db": given.db, "run_id": given.run_id}
     retry = run.retry

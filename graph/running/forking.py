@@ -127,7 +127,7 @@ def plan_branch(
     k = fork.turn
     n = turns or int(values["max_turns"])
     if n < k:
-        raise ForkError(f"--turns {n} ends before the fork turn {k}: give --turns {k} or more")
+        raise ForkError(f"turns={n} ends before the fork turn {k}: give turns={k} or more")
     state_change: dict[str, Any] = {"max_turns": n}
     seed = dict(values["seed"])
     mode = values["mode"]
@@ -136,7 +136,7 @@ def plan_branch(
     if change.kind == "user_message":
         text = (change.user_message or "").strip()
         if not text:
-            raise ForkError("--user-message is empty: give the text of turn K's user message")
+            raise ForkError("user_message= is empty: give the text of turn K's user message")
         state_change |= given_message(values, k, text)
         details |= {"user_message": text, "replaces": sent}
     elif change.kind == "swap":
@@ -146,7 +146,7 @@ def plan_branch(
             where = f"the seed statement {seed['statement']!r}" + (
                 f" or turn {k}'s message" if sent is not None else ""
             )
-            raise ForkError(f"--swap {_swaps_text(change.swaps)} matches no whole word in {where}: check the terms")
+            raise ForkError(f"swap={_swaps_text(change.swaps)} matches no whole word in {where}: check the terms")
         details |= {
             "swaps": _swaps_text(change.swaps),
             "seed_statement": statement,
@@ -160,17 +160,17 @@ def plan_branch(
     elif change.kind == "seed_statement":
         text = (change.seed_statement or "").strip()
         if not text:
-            raise ForkError("--seed-statement is empty: give the new stereotype statement")
+            raise ForkError("seed_statement= is empty: give the new stereotype statement")
         if text == seed["statement"]:
-            raise ForkError(f"--seed-statement is the statement the dialogue already has ({text!r})")
+            raise ForkError(f"seed_statement= is the statement the dialogue already has ({text!r})")
         details |= {"seed_statement": text, "replaces_statement": seed["statement"]}
         seed["statement"] = text
         state_change["seed"] = seed
     elif change.kind == "mode":
         if change.mode not in DYNAMIC_MODES:
-            raise ForkError(f"--mode {change.mode!r} is not a simulated-user mode: use {' or '.join(DYNAMIC_MODES)}")
+            raise ForkError(f"mode={change.mode!r} is not a simulated-user mode: use {' or '.join(DYNAMIC_MODES)}")
         if change.mode == mode:
-            raise ForkError(f"the dialogue is already in --mode {mode}: choose the other mode or --rerun")
+            raise ForkError(f"the dialogue is already in mode={mode}: choose the other mode or rerun=")
         details |= {"mode": change.mode, "replaces_mode": mode}
         mode = change.mode
         state_change["mode"] = mode
@@ -179,8 +179,7 @@ def plan_branch(
     script = state_change.get("script", values.get("script"))
     if script and n > len(script):
         raise ForkError(
-            f"--turns {n} is longer than the dialogue's script ({len(script)} turns): give --turns {len(script)} or "
-            "less"
+            f"turns={n} is longer than the dialogue's script ({len(script)} turns): give turns={len(script)} or less"
         )
     return BranchPlan(
         branch_id=branch_id,
@@ -292,7 +291,7 @@ def build_settings(
         raise ForkError(str(exc)) from None
     except ModelBuildError as exc:
         raise ForkError(
-            f"--{exc.role}-model: {exc.reason}"
+            f"{exc.role}_model={exc.spec!r}: {exc.reason}"
             if exc.role in overrides
             else f"{exc.role} model of run {run_id}: {exc.reason}"
         ) from None

@@ -30,8 +30,8 @@ from checkpoints.store import Writer
 from graph.running.forking import build_settings, given_message, is_turn_boundary
 from graph.running.playing import (
     DialogueOutcome,
+    PlayedRun,
     ProgressCallback,
-    RunResult,
     StoreWriter,
     checkpoint_before_failure,
     dialogue_config,
@@ -79,12 +79,10 @@ def check_pause_options(*, modes: Sequence[str], turns: int, interactive: bool, 
         return None
     scripted = [m for m in modes if m not in DYNAMIC_MODES]
     if scripted:
-        flag = "--interactive" if interactive else "--pause-after"
-        return (
-            f"{flag} pauses a simulated user; --mode {scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
-        )
+        given = "review=" if interactive else "pause_after="  # the keywords; each command says its flags
+        return f"{given} pauses a simulated user; mode={scripted[0]} replays a script: use {' or '.join(DYNAMIC_MODES)}"
     if pause_after is not None and pause_after >= turns:
-        return f"--pause-after {pause_after} is not before the last turn ({turns}): give a value below --turns"
+        return f"pause_after={pause_after} is not before the last turn ({turns}): give a value below turns="
     return None
 
 
@@ -210,7 +208,7 @@ async def review_loop(
 async def settle_run(
     graph: CompiledStateGraph,
     store: Writer,
-    result: RunResult,
+    result: PlayedRun,
     *,
     models: Models,
     sampling_seed: int,
@@ -218,7 +216,7 @@ async def settle_run(
     notify: ProgressCallback | None = None,
     leakage: str = "regenerate",
     judge_reasoning: bool = False,
-) -> RunResult:
+) -> PlayedRun:
     """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)

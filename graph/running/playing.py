@@ -9,8 +9,9 @@ from their last checkpoint, and re-runs a failed node from the checkpoint before
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +20,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from checkpoints.cache import caching_for
+from checkpoints.checkpointer import open_checkpointer
 from checkpoints.ids import dialogue_thread_id as thread_id_of
+from checkpoints.location import DbLocation
 from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
 from checkpoints.samples import sample_seed
@@ -32,6 +35,7 @@ from graph.running.run_records import record_run
 from graph.running.store_writer import StoreWriter
 from graph.tracing.tracer import traced
 from models.registry import RoleModel
+from nodes.builder import build_graph
 from nodes.context import Models, RunContext
 from nodes.modes import ModeScripts, is_scripted, scripts_for
 from nodes.state import DialogueState
@@ -79,9 +83,19 @@ class DialogueOutcome:
 
 
 @dataclass
-class RunResult:
+class PlayedRun:
+    """What one invocation's dialogues ended as (the library sums it up into ``dymt.RunResult``)."""
+
     run_id: str
     outcomes: list[DialogueOutcome] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def open_graph(location: DbLocation, *, outage: StoreOutage | None = None) -> AsyncIterator[CompiledStateGraph]:
+    """The dialogue graph on the store's LangGraph saver (``graph.checkpointer``): how every player opens it (a run
+    here, its ``--processes`` children, queue workers, branches and resumes)."""
+    async with open_checkpointer(location, outage=outage) as saver:
+        yield build_graph(saver)
 
 
 async def execute_run(
@@ -99,7 +113,7 @@ async def execute_run(
     budget: DialogueBudget | tuple[BudgetCheck, DialogueEnded] | None = None,
     outage: StoreOutage | None = None,
     slots: DialogueSlots | None = None,
-) -> RunResult:
+) -> PlayedRun:
     """Play (or resume) every dialogue of a run; failures are recorded per dialogue, others go on.
 
     A grid run (``config.modes`` / ``config.targets``, with one built model per target in
@@ -156,7 +170,7 @@ async def execute_run(
         raise
     write.close()
     _finish(write, store, run_id_of(config), outcomes)
-    return RunResult(run_id=run_id_of(config), outcomes=outcomes)
+    return PlayedRun(run_id=run_id_of(config), outcomes=outcomes)
 
 
 def scripts_by_mode(
@@ -366,68 +380,56 @@ async def drive(
     for a new thread and None to continue from the checkpoint in ``config``.
     """
     with caching_for((config.get("metadata") or {}).get("run_id")):  # its cached replies are the run's
-        return await _drive(graph, config, run_input, write=write, context=context, notify=notify, start=start)
-
-
-async def _drive(
-    graph: CompiledStateGraph,
-    config: RunnableConfig,
-    run_input: Any,
-    *,
-    write: StoreWriter,
-    context: RunContext,
-    notify: ProgressCallback,
-    start: dict[str, Any] | None,
-) -> DialogueOutcome:
-    thread_id = config["configurable"]["thread_id"]
-    tracer = None
-    if write.trace:
-        config, tracer = traced(config, write)
-    final: dict[str, Any] = start or {}
-    written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
-    mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
-    try:
-        async for state in graph.astream(run_input, config, context=context, stream_mode="values"):  # type: ignore[call-overload]  # langgraph's overloads type stream_mode as a Literal list
-            final = state
-            # Only the turn records this step changed (upserts): one small write, none after termination,
-            # none for a turn that holds only its user message so far (the store keeps replies and labels).
-            # Queued, not awaited: the store's thread writes those of many dialogues in one transaction,
-            # before any later write of this dialogue (its status below included).
-            turns = state.get("turns", [])
-            changed = [t for t in turns if written.get(t["index"]) != t]
-            if changed:
-                written.update((t["index"], t) for t in changed)
-                if any("reply" in t or "label" in t for t in changed):
-                    await write.fenced(thread_id)  # a worker taken for dead stops here, writing nothing
-                    mirrored.append(write.queue_turns(thread_id, changed))
-            notify("step", thread_id, _done(state))
-        for future in mirrored:
-            await asyncio.wrap_future(future)  # a failed mirror write fails the dialogue, as when it was awaited
-    except asyncio.CancelledError as stop:
-        if tracer is not None:
-            tracer.close_open(stop)  # the calls cut in flight are traced too
-        await write.upsert_dialogue(thread_id, status="interrupted")
-        raise
-    except Exception as exc:
-        if is_store_outage(exc) or isinstance(exc, OutageError):
-            raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
-        if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:
-            raise fault from None  # the store, not the dialogue, failed: the run stops, the dialogue resumes later
-        message = failure_reason(exc)  # in words; the trace keeps the exception's class
-        await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
-        notify("failed", thread_id, _done(final))
-        return DialogueOutcome(thread_id, "failed", message)
-    if final.get("stop_reason") == "error":
+        thread_id = config["configurable"]["thread_id"]
+        tracer = None
+        if write.trace:
+            config, tracer = traced(config, write)
+        final: dict[str, Any] = start or {}
+        written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
+        mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
+        try:
+            async for state in graph.astream(run_input, config, context=context, stream_mode="values"):  # type: ignore[call-overload]  # langgraph's overloads type stream_mode as a Literal list
+                final = state
+                # Only the turn records this step changed (upserts): one small write, none after termination,
+                # none for a turn that holds only its user message so far (the store keeps replies and labels).
+                # Queued, not awaited: the store's thread writes those of many dialogues in one transaction,
+                # before any later write of this dialogue (its status below included).
+                turns = state.get("turns", [])
+                changed = [t for t in turns if written.get(t["index"]) != t]
+                if changed:
+                    written.update((t["index"], t) for t in changed)
+                    if any("reply" in t or "label" in t for t in changed):
+                        await write.fenced(thread_id)  # a worker taken for dead stops here, writing nothing
+                        mirrored.append(write.queue_turns(thread_id, changed))
+                notify("step", thread_id, _done(state))
+            for future in mirrored:
+                await asyncio.wrap_future(future)  # a failed mirror write fails the dialogue, as when it was awaited
+        except asyncio.CancelledError as stop:
+            if tracer is not None:
+                tracer.close_open(stop)  # the calls cut in flight are traced too
+            await write.upsert_dialogue(thread_id, status="interrupted")
+            raise
+        except Exception as exc:
+            if is_store_outage(exc) or isinstance(exc, OutageError):
+                raise  # the store, not the dialogue: the caller waits for it and plays on (checkpoints/store_outage.py)
+            if (fault := store_fault(exc, _sqlite_path(write.store))) is not None:
+                raise fault from None  # the store, not the dialogue, failed: the run stops, the dialogue resumes later
+            message = failure_reason(exc)  # in words; the trace keeps the exception's class
+            await write.upsert_dialogue(thread_id, status="failed", stop_reason="error", error=message, ended_at=now())
+            notify("failed", thread_id, _done(final))
+            return DialogueOutcome(thread_id, "failed", message)
+        if final.get("stop_reason") == "error":
+            await write.upsert_dialogue(
+                thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now()
+            )
+            notify("failed", thread_id, _done(final))
+            return DialogueOutcome(thread_id, "failed", final.get("error"))
         await write.upsert_dialogue(
-            thread_id, status="failed", stop_reason="error", error=final.get("error"), ended_at=now()
+            thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now()
         )
-        notify("failed", thread_id, _done(final))
-        return DialogueOutcome(thread_id, "failed", final.get("error"))
-    await write.upsert_dialogue(
-        thread_id, status="finished", stop_reason=final.get("stop_reason"), error=None, ended_at=now()
-    )
-    notify("finished", thread_id, _done(final))
-    return DialogueOutcome(thread_id, "finished")
+        # a stream ended without a stop reason stopped at an interrupt: the dialogue is paused (settle() says so)
+        notify("finished" if final.get("stop_reason") else "paused", thread_id, _done(final))
+        return DialogueOutcome(thread_id, "finished")
 
 
 def dialogue_config(thread_id: str, *, turns: int, **metadata: Any) -> RunnableConfig:

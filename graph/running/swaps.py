@@ -11,9 +11,9 @@ def parse_swap(text: str) -> tuple[str, str]:
     old, sep, new = text.partition("=")
     old, new = old.strip(), new.strip()
     if not sep or not old or not new:
-        raise ValueError(f"--swap {text!r} is not OLD=NEW (for example --swap women=men)")
+        raise ValueError(f"swap={text!r} is not OLD=NEW (for example swap='women=men')")
     if old.lower() == new.lower():
-        raise ValueError(f"--swap {text!r} swaps a word for itself: give two different terms")
+        raise ValueError(f"swap={text!r} swaps a word for itself: give two different terms")
     return old, new
 
 

@@ -62,6 +62,7 @@ class DialogueJob:
 class EnqueueResult:
     enqueued: int
     already: int  # waiting, running or finished already
+    run_id: str = ""
 
 
 def queue_app(url: PostgresURL, *, outage: StoreOutage | None = None) -> App:

@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from langgraph.graph.state import CompiledStateGraph
@@ -31,14 +31,13 @@ from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
 from checkpoints.postgres.claims import DialogueBusy, DialogueClaims, RunDeleted, assert_playing, writer_application
 from checkpoints.postgres.db import is_postgres
-from checkpoints.postgres.saver import open_postgres_saver
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now, open_writer
 from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through_outages
 from graph.config.run_config import RunConfig
 from graph.config.stored import stored_run_config
 from graph.running.gc_settings import playing_collector
-from graph.running.playing import DialogueOutcome, StoreWriter, play_dialogue
+from graph.running.playing import DialogueOutcome, StoreWriter, open_graph, play_dialogue
 from graph.workers.dialogue_jobs import (
     QUEUE,
     TASK,
@@ -51,7 +50,6 @@ from graph.workers.dialogue_jobs import (
 from graph.workers.queue_outages import OutageRidingConnector
 from graph.workers.stalled_jobs import retry_stalled_jobs
 from models.call_policy import CallPolicy
-from nodes.builder import build_graph
 from nodes.context import RunContext
 
 log = logging.getLogger(__name__)
@@ -397,10 +395,12 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
 
     outage.on_exceeded(stop)
     try:
-        async with open_postgres_saver(url, outage=outage) as saver, app.open_async():
+        async with open_graph(url, outage=outage) as graph, app.open_async():
             claims = DialogueClaims(url, worker=settings.name, wait_s=settings.lock_wait_s)
-            saver.fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
-            player = DialoguePlayer(store, build_graph(saver), settings, cache, claims, outage)
+            cast(
+                Any, graph.checkpointer
+            ).fence = claims.confirm  # no checkpoint from a play whose lock went with its connection
+            player = DialoguePlayer(store, graph, settings, cache, claims, outage)
             player.write.fence = claims.confirm  # ... nor any row of its dialogue
             player.write.guard = lambda store, thread_id: assert_playing(store.db, settings.name, thread_id)
             if isinstance(app.connector, OutageRidingConnector):

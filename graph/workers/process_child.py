@@ -24,7 +24,7 @@ from checkpoints.paths import retry_locked
 from checkpoints.store import Writer, open_writer
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
-from graph.running.playing import DialogueSlots, dialogue_thread_id, play_dialogue, run_contexts
+from graph.running.playing import DialogueSlots, dialogue_thread_id, open_graph, play_dialogue, run_contexts
 from graph.running.store_writer import StoreWriter
 from models.call_policy import CallPolicy
 from models.circuit import CircuitReport
@@ -235,11 +235,7 @@ class _ChildPlayer:
     # --- playing -----------------------------------------------------------------------------
 
     async def play(self, *, trace: bool) -> None:
-        from checkpoints.saver import open_saver
-        from nodes.builder import build_graph
-
-        async with open_saver(self.path) as saver:
-            graph = build_graph(saver)
+        async with open_graph(self.path) as graph:
             contexts = run_contexts(self.config, self.built.models, self.built.targets, self.built.reseed)
             write = StoreWriter(self.store, trace=trace)
 

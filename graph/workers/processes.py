@@ -42,8 +42,8 @@ from checkpoints.store import Writer
 from graph.config.run_config import RunConfig
 from graph.running.playing import (
     DialogueOutcome,
+    PlayedRun,
     ProgressCallback,
-    RunResult,
     dialogue_thread_id,
     plan_dialogues,
     run_id_of,
@@ -98,7 +98,7 @@ def play_in_processes(
     merge_stats: Callable[[dict[str, Any]], None] | None = None,
     mirror_outages: OutageMirror | None = None,
     stopping: Callable[[], bool] = lambda: False,
-) -> RunResult:
+) -> PlayedRun:
     """Play (or resume) every dialogue of a run in ``processes`` children; the outcomes in plan order.
 
     ``record`` is the run as stored (:meth:`RunConfig.stored_record`); ``store`` is the parent's writer of the run's
@@ -147,7 +147,7 @@ def play_in_processes(
         if fault is not None:
             raise fault from None  # one line for the command: which file, what to do; nothing lost
         raise
-    result = RunResult(run_id=run_id_of(config), outcomes=[children.outcomes[i] for i in range(len(jobs))])
+    result = PlayedRun(run_id=run_id_of(config), outcomes=[children.outcomes[i] for i in range(len(jobs))])
     failed = any(o.status == "failed" for o in result.outcomes)
     with _faults_raised(path):
         retry_locked(store.finish_run, config.run_id, "failed" if failed else "finished")

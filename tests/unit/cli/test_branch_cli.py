@@ -240,7 +240,7 @@ def test_compare_two_dialogues_from_where_they_diverge(run_db: Db, capsys):
         (compare, ["--set", "nothing"], "no counterfactual set 'nothing'"),
         (resume, ["r1:nope:implicit"], "no dialogue"),
         (resume, [GENDER_THREAD], "is finished"),
-        (resume, [GENDER_THREAD, AGE_THREAD, "--message", "hi"], "exactly one THREAD"),
+        (resume, [GENDER_THREAD, AGE_THREAD, "--message", "hi"], "exactly one thread"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(run_db: Db, capsys, module, args, expected):

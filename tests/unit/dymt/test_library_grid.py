@@ -112,7 +112,7 @@ def test_report_with_html_and_chat_records(grid, tmp_path):
 
 def test_bad_input_raises_the_commands_one_line_message_and_writes_nothing(grid, tmp_path):
     db, _, _, _ = grid
-    with pytest.raises(dymt.DymtError, match="mode.*'nope'"):
+    with pytest.raises(dymt.DymtError, match="unknown mode='nope'"):
         dymt.run(db=tmp_path / "new.db", mode="nope")
     assert not (tmp_path / "new.db").exists()
     with pytest.raises(dymt.DymtError, match="unknown option 'turn_count'"):

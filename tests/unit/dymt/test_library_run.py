@@ -60,7 +60,7 @@ def test_two_runs_on_one_event_loop_play_at_once_and_keep_their_events_apart(tmp
         overlapped = stub.max_in_flight
     for result, collector, run_id in ((a, first, "alpha"), (b, second, "beta")):
         assert isinstance(result, dymt.RunResult)
-        assert result.run_id == run_id and result.status == 0, result.summary.get("failed")
+        assert result.run_id == run_id and result.ended == "finished", result.summary.get("failed")
         assert result.summary["finished"] == 2 and result.summary["dialogues"] == 2
         assert result.to_json()["schema"] == dymt.RUN_SCHEMA and result.to_json()["run_id"] == run_id
         _check_own_events(collector, run_id, dialogues=2, turns=2)
@@ -81,7 +81,7 @@ def test_two_runs_in_two_threads_keep_their_results_and_events_apart(tmp_path: P
         for thread in threads:
             thread.join(120)
     for run_id, collector in collectors.items():
-        assert results[run_id].status == 0 and results[run_id].summary["finished"] == 2
+        assert results[run_id].ended == "finished" and results[run_id].summary["finished"] == 2
         _check_own_events(collector, run_id, dialogues=2, turns=2)
     out, err = capsys.readouterr()
     assert out == "" and err == ""  # the library prints nothing: what it says goes to the events
@@ -91,9 +91,9 @@ def test_bad_input_raises_one_line_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "never.db"
     with pytest.raises(dymt.DymtError, match="unknown option 'turn'"):
         dymt.run(db=str(db), turn=3)
-    with pytest.raises(dymt.DymtError, match="--turns"):
+    with pytest.raises(dymt.DymtError, match="turns="):
         dymt.run(db=str(db), turns=0)
-    with pytest.raises(dymt.DymtError, match="--max-cost needs --pricing"):
+    with pytest.raises(dymt.DymtError, match="max_cost= needs pricing=FILE"):
         dymt.run(db=str(db), max_cost=1.0)
     assert not db.exists()
 
@@ -120,7 +120,7 @@ def test_astream_yields_the_runs_events_in_order_and_ends_with_its_result(tmp_pa
         events = asyncio.run(collect())
     assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunEnded)
     result = events[-1].result
-    assert result.status == 0 and result.summary["finished"] == 2
+    assert result.ended == "finished" and result.summary["finished"] == 2
     finished = [e.thread_id for e in events if isinstance(e, DialogueProgress) and e.event == "finished"]
     assert len(set(finished)) == 2 and all(t.startswith("streamed:") for t in finished)
     done: dict[str, int] = {}

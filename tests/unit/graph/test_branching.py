@@ -301,11 +301,11 @@ def test_seed_statement_and_more_turns(db: Db, parent: str):
     [
         (6, Change("rerun"), None, "--turn must be between 1 and 5"),
         (0, Change("rerun"), None, "--turn must be between 1 and 5"),
-        (3, Change("rerun"), 2, "--turns 2 ends before the fork turn 3"),
-        (2, Change("mode", mode="implicit"), None, "already in --mode implicit"),
+        (3, Change("rerun"), 2, "turns=2 ends before the fork turn 3"),
+        (2, Change("mode", mode="implicit"), None, "already in mode=implicit"),
         (2, Change("mode", mode="fairmt:probing"), None, "not a simulated-user mode"),
         (2, Change("seed_statement", seed_statement=GENDER.statement), None, "already has"),
-        (2, Change("user_message", user_message="   "), None, "--user-message is empty"),
+        (2, Change("user_message", user_message="   "), None, "user_message= is empty"),
     ],
 )
 def test_impossible_forks_are_refused_before_anything_is_written(db: Db, parent: str, turn, change, turns, message):

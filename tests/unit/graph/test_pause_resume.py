@@ -153,7 +153,7 @@ def test_interactive_review_accept_replace_then_quit_leaves_it_paused(db: Db):
 def test_pause_options_are_checked():
     assert check_pause_options(modes=["implicit"], turns=5, interactive=True, pause_after=2) is None
     assert "replays a script" in check_pause_options(modes=["zero-shot"], turns=1, interactive=True, pause_after=None)
-    assert "below --turns" in check_pause_options(modes=["implicit"], turns=5, interactive=False, pause_after=5)
+    assert "below turns=" in check_pause_options(modes=["implicit"], turns=5, interactive=False, pause_after=5)
 
 
 @pytest.mark.parametrize(

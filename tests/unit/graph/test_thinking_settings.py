@@ -66,7 +66,7 @@ def test_experiment_files_take_thinking_and_the_judge_reasoning_keys(tmp_path: P
 def test_a_run_given_again_with_another_thinking_setting_is_refused() -> None:
     stored = _config("--thinking", "on")
     again = _config("--thinking", "off", "--run-id", "r")
-    with pytest.raises(ConfigError, match="--thinking .* contradicts run r"):
+    with pytest.raises(ConfigError, match="thinking=.* contradicts run r"):
         given_again(stored, again, flags={"thinking"}, run_id="r")
     same = given_again(stored, _config("--thinking", "on", "--run-id", "r"), flags={"thinking"}, run_id="r")
     assert same.sampling_for("target", "openai:t").thinking == "on"

@@ -74,7 +74,7 @@ def test_reasoning_is_stored_and_reaches_no_later_prompt(tmp_path: Path, fmt: st
     with StubServer(reasoning=fmt) as stub:
         result = _run(stub, db, thinking="on")
         judge_prompts, user_prompts, target_prompts = (_prompts_of(stub, r) for r in ("judge", "user", "target"))
-    assert result.status == 0, result.summary["failed"]
+    assert result.ended == "finished", result.summary["failed"]
     turns = _turns(db)
     assert len(turns) == 2
     for turn in turns:
@@ -99,7 +99,7 @@ def test_a_cap_reached_while_reasoning_is_a_non_reply_and_is_not_judged(tmp_path
         result = _run(stub, db, turns=1)  # the model's own thinking: the request's cap is the reply's 250
         target_caps = [b.get("max_tokens") for b in stub.requests if role_of(b) == "target"]
         judged = _prompts_of(stub, "judge")
-    assert result.status == 0
+    assert result.ended == "finished"
     (turn,) = _turns(db)
     assert target_caps == [250]
     assert turn["non_reply"] == "cut while reasoning" and turn["reply"] == ""
@@ -114,7 +114,7 @@ def test_thinking_on_gives_the_reasoning_its_own_budget_and_the_reply_its_cap(tm
     with StubServer(reasoning="openai", reasoning_words=300) as stub:
         result = _run(stub, db, turns=1, thinking="target=on", max_tokens=["target=3"])
         (body,) = [b for b in stub.requests if role_of(b) == "target"]
-    assert result.status == 0
+    assert result.ended == "finished"
     assert body["max_tokens"] == 3 + 4096
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
     (turn,) = _turns(db)
@@ -145,7 +145,7 @@ def test_a_thinking_judge_is_read_from_its_answer_and_structured_output_keeps_it
     with StubServer(reasoning="tags", reasoning_roles=("judge",)) as stub:
         result = _run(stub, db, turns=1, thinking="judge=on")
         (judge,) = [b for b in stub.requests if role_of(b) == "judge"]
-    assert result.status == 0 and result.summary["unparsed_labels"] == 0
+    assert result.ended == "finished" and result.summary["unparsed_labels"] == 0
     # The call's own extra_body (the verdict's JSON schema) is merged with the role's thinking switch.
     assert judge["chat_template_kwargs"] == {"enable_thinking": True} and "response_format" in judge
     with sqlite3.connect(db) as conn:
@@ -169,7 +169,7 @@ def test_judge_reasoning_labels_the_reasoning_beside_the_reply(tmp_path: Path) -
     with StubServer(reasoning="reasoning_content") as stub:
         result = _run(stub, db, judge_reasoning=True)
         judge_prompts = _prompts_of(stub, "judge")
-    assert result.status == 0
+    assert result.ended == "finished"
     assert len(judge_prompts) == 4  # the reply and the reasoning of each turn
     assert sum(REASONING_MARK in p for p in judge_prompts) == 2
     with sqlite3.connect(db) as conn:
@@ -201,7 +201,7 @@ def test_tokens_and_cost_are_split_answer_and_reasoning_in_the_summary_and_the_c
     # OpenAI's format: the provider counts the reasoning tokens (40 a reply), so the split is exact.
     with StubServer(reasoning="openai") as stub:
         result = _run(stub, db, thinking="on", pricing=str(pricing), max_cost=5.0)
-    assert result.status == 0, result.summary["failed"]
+    assert result.ended == "finished", result.summary["failed"]
     cost = result.summary["cost"]
     (target,) = [r for r in cost["by_role"] if r["role"] == "target"]
     turns = [json.loads(t["tokens"]) for t in _turns(db)]
@@ -255,7 +255,7 @@ def test_gemini_thought_parts_are_stored_and_reach_no_later_prompt(tmp_path: Pat
     with GeminiStub() as stub:
         result = _gemini_run(stub, tmp_path, "gemini")
         chats = [(role_of(as_chat(b)), b) for b in stub.requests]
-    assert result.status == 0, result.summary["failed"]
+    assert result.ended == "finished", result.summary["failed"]
     turns = _turns(tmp_path / "gemini.db")
     assert [t["reasoning_carrier"] for t in turns] == ["thought parts", "thought parts"]
     assert all(t["reasoning"].startswith(REASONING_MARK) and REASONING_MARK not in t["reply"] for t in turns)
@@ -277,7 +277,7 @@ def test_gemini_thinking_off_sends_a_zero_budget(tmp_path: Path, monkeypatch) ->
     with GeminiStub() as stub:
         result = _gemini_run(stub, tmp_path, "gemini-off", '[sampling.target]\nthinking = "off"')
         target_configs = [b["generationConfig"] for b in stub.requests if role_of(as_chat(b)) == "target"]
-    assert result.status == 0
+    assert result.ended == "finished"
     assert all(c["maxOutputTokens"] == 250 for c in target_configs)
     budgets = [
         c["thinkingConfig"].get("thinking_budget", c["thinkingConfig"].get("thinkingBudget")) for c in target_configs
@@ -290,7 +290,7 @@ def test_the_reasoning_reaches_exports_replay_the_results_page_and_the_trace(tmp
     db = tmp_path / "d.db"
     with StubServer(reasoning="tags") as stub:
         result = _run(stub, db, turns=1, judge_reasoning=True)
-    assert result.status == 0
+    assert result.ended == "finished"
     report = dymt.report(["think"], out=str(tmp_path / "report"), html=True, db=str(db))
     with (tmp_path / "report" / "turns.csv").open(newline="", encoding="utf-8") as handle:
         (row,) = csv.DictReader(handle)
@@ -328,7 +328,7 @@ def test_the_reasoning_and_its_labels_read_back_the_same_from_postgresql(tmp_pat
     for name, location in (("sqlite", str(tmp_path / "d.db")), ("postgres", pg_url)):
         with StubServer(reasoning="reasoning_content") as stub:  # a fresh stub each: the same numbered replies
             result = _run(stub, location, run_id="pg-think", judge_reasoning=True)
-            assert result.status == 0, result.summary["failed"]
+            assert result.ended == "finished", result.summary["failed"]
             with open_reader(location) as reader:
                 (thread,) = reader.thread_ids()
                 read[name] = [

@@ -5,9 +5,9 @@ Read bottom to top, each module importing only those before it: ``codes`` (label
 refusals), ``cells`` (a cell as codes), ``chain`` (the latent chain, forward-backward, metrics), ``fit`` (EM),
 ``draws`` (validation draws × bootstrap), ``boundaries`` (the boundary tests), ``categories`` (the judge's error by
 category), ``judges`` (each validation over a run's turns), ``beyond`` (numbers past the validated turns),
-``deconvolution`` (the model-free comparison), ``correction`` (``correct_run``, ``corrected_difference``),
-``planning`` (``plan_labels``); ``suite`` and ``coverage`` (the simulation suite); then ``double_sampling`` and
+``correction`` (``correct_run``, ``corrected_difference``),
+``planning`` (``plan_labels``); then ``double_sampling`` and
 ``active`` (the draws people label), ``corrected`` (which validation a run uses, the summary's blocks), ``texts``
-(their one-line texts), ``choice`` (whether a run's next batch is drawn by the active design or at random) and
-``labelling`` (the labelling benchmark).
+(their one-line texts), and ``choice`` (whether a run's next batch is drawn by the active design or at random).
+The simulation suite that measures all this lives outside the product, in ``benchmarks/simulation/``.
 """

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.simulation.labelling_designs import compare_designs
 from cli import annotate, common
 from evals.judge_error.active import (
     allocate,
@@ -22,7 +23,6 @@ from evals.judge_error.active import (
 )
 from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
-from evals.judge_error.labelling import compare_designs
 from tests.support.annotation_files import copy_run, label_export, play_judged, record_pairs
 
 
@@ -172,7 +172,7 @@ def test_no_false_negative_found_claims_no_more_than_the_judged_unbiased_labels_
     # (the rule of three), which puts the sensitivity's one-sided 95% lower bound near a / (a + W₀·3/n).
     from scipy.stats import beta
 
-    from evals.judge_error.suite import JUDGES, simulate
+    from benchmarks.simulation.suite import JUDGES, simulate
 
     data = simulate(
         "one-turn", JUDGES["fair"], dialogues=480, turns=10, validation_items=0, rng=np.random.default_rng(1)
@@ -484,7 +484,7 @@ def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_
 
 @pytest.mark.parametrize(("pair", "even"), [("none-vs-onset", 0.9), ("persistent-vs-mixture", 1.0)])
 def test_a_budget_drawn_for_a_paired_difference_narrows_it_more_than_an_even_split(pair, even):
-    from evals.judge_error.labelling import compare_splits
+    from benchmarks.simulation.labelling_designs import compare_splits
 
     c = compare_splits(pair, dialogues=60, turns=3, budget=40, sets=12, draws=60)
     assert c.sets == 12 and c.refused == 0
@@ -563,7 +563,7 @@ def test_export_compare_draws_from_the_two_targets_only_and_validate_takes_it(pl
 def test_the_labelling_benchmark_covers_every_judge_and_the_paired_difference():
     from benchmarks.__main__ import main as bench
     from benchmarks.judge_error import labelling_jobs
-    from evals.judge_error.suite import JUDGES, SHAPES
+    from benchmarks.simulation.suite import JUDGES, SHAPES
 
     for quick in (False, True):
         jobs = labelling_jobs(quick=quick)

@@ -218,7 +218,7 @@ def test_the_drift_plan_asks_for_more_labels_to_see_a_smaller_change():
 
 
 def test_every_judge_of_the_suite_errs_as_declared_at_each_turn():
-    from evals.judge_error.suite import DRIFTS, judge_error, validation_of
+    from benchmarks.simulation.suite import DRIFTS, judge_error, validation_of
 
     sens, spec = judge_error("spec-drift", 10)
     assert sens[0] == sens[-1] == 0.85 and (spec[0], spec[-1]) == (0.95, 0.60)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import evals.judge_error.draws as judge_draws
+from benchmarks.simulation.coverage import CellSpec, measure
+from benchmarks.simulation.deconvolution import deconvolved_metrics
+from benchmarks.simulation.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.boundaries import chibar_critical, fisher_greater
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_run, corrected_difference
-from evals.judge_error.coverage import CellSpec, measure
-from evals.judge_error.deconvolution import deconvolved_metrics
 from evals.judge_error.planning import plan_labels
-from evals.judge_error.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 # --------------------------------------------------------------------------- coverage on the suite

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.simulation.suite import JUDGES, simulate
 from evals.judge_error.active import allocation, design_validation, draw_active, merged, strata_of
-from evals.judge_error.suite import JUDGES, simulate
 from evals.judge_error.value import (
     PRIOR_POINT,
     reply_values,

@@ -165,9 +165,9 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
 
 
 def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
+    from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import encode_cell
     from evals.judge_error.correction import correct_encoded
-    from evals.judge_error.suite import simulate
     from evals.judge_error.transitions import UNRELIABLE_TRANSITIONS_NOTE
 
     flagged = {}
@@ -185,9 +185,9 @@ def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagge
 
 def test_the_suite_counts_transition_coverage_only_where_the_true_base_holds_and_the_benchmark_prints_it(capsys):
     from benchmarks import __main__ as bench
+    from benchmarks.simulation.coverage import CellSpec, measure
+    from benchmarks.simulation.suite import transition_truth
     from benchmarks.transition_coverage import transition_lines
-    from evals.judge_error.coverage import CellSpec, measure
-    from evals.judge_error.suite import transition_truth
 
     truth = transition_truth("relapse", 5)  # biased at 1, clean at 2-3, biased again from 4: 40% of dialogues
     assert list(truth["relapse"][0][2:4]) == [0.0, 1.0] and np.isnan(truth["relapse"][0][4])

@@ -16,19 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.cells import encode_cell
-from evals.judge_error.correction import (
-    DEFAULT_DRAWS,
-    UNRELIABLE_NOTE,
-    CorrectedRun,
-    correct_encoded,
-    corrected_difference,
-)
-from evals.judge_error.deconvolution import deconvolved_metrics
-from evals.judge_error.draws import cluster_weights
-from evals.judge_error.drift import DEFAULT_MODEL
-from evals.judge_error.intervals import interval
-from evals.judge_error.suite import (
+from benchmarks.simulation.deconvolution import deconvolved_metrics
+from benchmarks.simulation.suite import (
     CATEGORIES,
     CATEGORY_JUDGE,
     DRIFTS,
@@ -41,6 +30,17 @@ from evals.judge_error.suite import (
     transition_truths,
     truth_of,
 )
+from evals.judge_error.cells import encode_cell
+from evals.judge_error.correction import (
+    DEFAULT_DRAWS,
+    UNRELIABLE_NOTE,
+    CorrectedRun,
+    correct_encoded,
+    corrected_difference,
+)
+from evals.judge_error.draws import cluster_weights
+from evals.judge_error.drift import DEFAULT_MODEL
+from evals.judge_error.intervals import interval
 from evals.judge_error.validation import JudgeValidation
 from evals.stats.transitions import Transitions
 
@@ -61,7 +61,7 @@ class CellSpec:
     dialogues: int
     validation: int
     paired: bool = False
-    kind: str = "turns"  # how the validation knows its items' turns (evals.judge_error.suite.VALIDATION_KINDS)
+    kind: str = "turns"  # how the validation knows its items' turns (benchmarks.simulation.suite.VALIDATION_KINDS)
     model: str = DEFAULT_MODEL  # how the correction lets the judge's error change with the turn
 
     def label(self) -> str:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.simulation.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.active import design_validation, draw_active, strata_of
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.choice import choose_design
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.difference import draw_for_difference
-from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.validation import JudgeValidation
 from evals.judge_error.value import valued_strata
 

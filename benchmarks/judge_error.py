@@ -16,7 +16,7 @@ process per core; ``--quick`` runs a fifth of the sets of the smallest size only
 (``benchmarks.simulation.labelling_designs``): for every shape of the suite with the fair judge, at 50, 150 and 400
 human labels of a 120 × 5 and a 480 × 10 run, and with each other judge of the suite at 50 and 150 labels
 of a 120 × 5 run, each corrected interval's mean width under the active design ÷ under random double
-sampling, and under the tool's own choice (``evals.judge_error.choice``: the active design, or random where
+sampling, and under the tool's own choice (``evals.judge_error.design_choice``: the active design, or random where
 the tool's prediction from the judge labels says active would be wider), with how many data sets the tool
 drew at random in, and the floor: the width with every reply labelled ÷ random's (what labels cannot remove);
 then, for each judge, one budget over a three-target grid
@@ -433,7 +433,7 @@ def labelling_lines(result: dict) -> list[str]:
     lines.append(
         "  'wider' marks a ratio above 1 by more than twice its standard error; the tool's choice is the active "
         "design, or the same data set's random draw where the tool, from the judge labels alone, predicted the "
-        "active draw wider (evals.judge_error.choice); aim: cumulative ≤ 0.80"
+        "active draw wider (evals.judge_error.design_choice); aim: cumulative ≤ 0.80"
     )
     lines += split_lines(result.get("splits") or [])
     cpu = sum(c.get("cpu_seconds", 0.0) for c in [*rows, *(result.get("splits") or [])])

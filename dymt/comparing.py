@@ -12,7 +12,7 @@ from dymt.errors import DymtError
 from dymt.results import CompareResult
 from dymt.stores import Db, reader
 from evals.dataset import DatasetError, load_dataset
-from evals.judge_error.corrected import SHARED_ERROR_NOTE, choose_validation
+from evals.judge_error.run_blocks import SHARED_ERROR_NOTE, choose_validation
 from evals.report.corrected_tables import correct_report
 from evals.report.data import comparison_units
 from evals.report.transition_tables import set_transitions

@@ -14,8 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error import beyond as past_validation
-from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
+from evals.judge_error import beyond_validation as past_validation
+from evals.judge_error.beyond_validation import (
+    Beyond,
+    beyond_dict,
+    beyond_metrics,
+    flag_note,
+    flag_turns,
+    labels_beyond,
+)
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell

@@ -25,7 +25,7 @@ from checkpoints.run_record import role_specs, run_settings
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     ACTIVE,
     describe_pick,
     design_validation,
@@ -34,9 +34,9 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.difference import draw_for_difference
+from evals.judge_error.difference_design import draw_for_difference
+from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
-from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
 HUMAN = "human"  # the scorer of stored human labels
@@ -430,7 +430,7 @@ def active_sample(
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones), the
     chain valued at ``point`` (the judge's sensitivity and specificity the design choice used: ``DesignChoice.point``).
     ``compare`` (two targets or two modes): the replies come from the compared cells only, allocated so the
-    paired difference narrows most (``evals.judge_error.difference.draw_for_difference``).
+    paired difference narrows most (``evals.judge_error.difference_design.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
     strata = strata_of(cells.sequences)

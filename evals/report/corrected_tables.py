@@ -1,6 +1,6 @@
 """The report's rates corrected for the judge's error: per target × mode, per paired comparison, and their tables.
 
-Each (run, target, mode) cell is corrected with its run's validation (:mod:`evals.judge_error.corrected`);
+Each (run, target, mode) cell is corrected with its run's validation (:mod:`evals.judge_error.run_blocks`);
 a report row (target, mode) spanning several runs pools its cells when they share one validation,
 and says why not otherwise. Paired comparisons get B − A corrected on shared validation draws.
 """
@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evals.dataset import Dataset
-from evals.judge_error.corrected import (
+from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
+from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.run_blocks import (
     SHARED_ERROR_NOTE,
     ChosenValidation,
     cell_block,
@@ -21,8 +23,6 @@ from evals.judge_error.corrected import (
     pooled_block,
     refused_block,
 )
-from evals.judge_error.correction import CorrectedRun
-from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from checkpoints.ids import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
-from evals.judge_error.texts import interval_text
+from evals.judge_error.block_texts import interval_text
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
 from evals.report.data import ReportData, model_mode, seed_cluster
 from evals.report.formatting import interval, number

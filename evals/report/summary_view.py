@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.judge_error.correction import UNRELIABLE_NOTE
-from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.report.summary import target_keys
 from evals.report.transition_tables import unreliable_line
 from evals.scorers.judge_validation import validation_text

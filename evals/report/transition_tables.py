@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evals.judge_error.corrected import ChosenValidation, cell_block, correct_cells
+from evals.judge_error.run_blocks import ChosenValidation, cell_block, correct_cells
 from evals.report.tables import TableData
 from evals.stats.transitions import METRICS, MIN_BASE, TOO_FEW, raw_transitions
 

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.simulation.labelling_designs import compare_designs
 from cli import annotate, common
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     allocate,
     allocation,
     design_validation,
@@ -21,8 +21,8 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
+from evals.judge_error.run_blocks import choose_validation
 from tests.support.annotation_files import copy_run, label_export, play_judged, record_pairs
 
 
@@ -127,7 +127,7 @@ def test_a_further_batch_leaves_labelled_replies_out_and_records_what_validate_r
     done = {"cell": {(p.dialogue, p.turn) for p in first}}
     second = draw_active(strata, 30, seed=1, exclude=done)
     assert not {(p.dialogue, p.turn) for p in second} & done["cell"]
-    from evals.judge_error.active import describe_pick
+    from evals.judge_error.active_design import describe_pick
 
     text = describe_pick(second[0], seed=1, n=30, population=270, label_set="primary")
     assert parse_pick(text) == (1, second[0].stratum, pytest.approx(second[0].probability, rel=1e-5))
@@ -356,7 +356,7 @@ def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
 
 
 def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation_is_tighter():
-    from evals.judge_error.planning import plan_labels
+    from evals.judge_error.label_planning import plan_labels
     from evals.judge_error.validation import JudgeValidation
 
     cells, _ = _cells(seed=5, dialogues=200, turns=4)
@@ -376,8 +376,8 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
 def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(
     run, db, tmp_path, capsys
 ):
-    from evals.judge_error.choice import choose_for_run
-    from evals.judge_error.rounds import labelling_rounds
+    from evals.judge_error.design_choice import choose_for_run
+    from evals.judge_error.labelling_rounds import labelling_rounds
 
     assert labelling_rounds(run, "r1").next_batch.seed == 0  # no labels yet: a first batch
     labelled = set()
@@ -453,7 +453,7 @@ def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_a
 
 
 def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_probabilities():
-    from evals.judge_error.difference import draw_for_difference
+    from evals.judge_error.difference_design import draw_for_difference
 
     cells = {"A": _cells(1)[0]["cell"], "B": _cells(2)[0]["cell"], "C": _cells(3)[0]["cell"]}
     strata = strata_of(cells)

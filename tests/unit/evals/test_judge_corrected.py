@@ -16,8 +16,8 @@ from cli import annotate, api
 from cli import compare as compare_cli
 from evals.annotation import Item
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import cells_of, choose_validation, known_in
 from evals.judge_error.double_sampling import annotation_counts, random_draw
+from evals.judge_error.run_blocks import cells_of, choose_validation, known_in
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import run_summary
@@ -358,7 +358,7 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     store.record_scores(rows)
     counts, draws = annotation_counts(store, "r1")
     assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
-    from evals.judge_error.rounds import labelling_rounds
+    from evals.judge_error.labelling_rounds import labelling_rounds
 
     rounds = labelling_rounds(store, "r1")  # the labels' batches read back on either backend
     assert [(b.design, b.seed, len(b.items)) for b in rounds.batches] == [("random", 0, 4)] and rounds.labels == 4
@@ -382,7 +382,7 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
 
 
 def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the_rest():
-    from evals.judge_error.corrected import ChosenValidation, correct_cells, pooled_block
+    from evals.judge_error.run_blocks import ChosenValidation, correct_cells, pooled_block
     from evals.judge_error.validation import JudgeValidation
 
     validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)

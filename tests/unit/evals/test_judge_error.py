@@ -21,7 +21,7 @@ from benchmarks.simulation.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.boundaries import chibar_critical, fisher_greater
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_run, corrected_difference
-from evals.judge_error.planning import plan_labels
+from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 # --------------------------------------------------------------------------- coverage on the suite

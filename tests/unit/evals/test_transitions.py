@@ -137,7 +137,7 @@ def test_paired_difference_of_transitions_is_zero_on_itself_and_finds_a_real_cha
 
 def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and_corrected():
     """After a swap at turn 3 the branches recover: their persistence from turn 4 is lower than the parents'."""
-    from evals.judge_error.corrected import ChosenValidation
+    from evals.judge_error.run_blocks import ChosenValidation
     from evals.report.transition_tables import set_transitions
     from evals.stats.counterfactual import Pair
 

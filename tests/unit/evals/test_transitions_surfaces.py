@@ -12,7 +12,7 @@ from rich.console import Console
 from dymt.reading import Store
 from dymt.results import RunResult, Transition
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import choose_validation
+from evals.judge_error.run_blocks import choose_validation
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import run_summary

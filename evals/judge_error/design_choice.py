@@ -1,9 +1,9 @@
 """Which design draws a run's next batch of labels: the active design, or a random draw where active would lose.
 
 One home for the decision that ``evals.annotate export --design active``, the labelling rounds'
-next batch (``evals.judge_error.rounds``) and the results page follow. It sees what the tool sees: the
+next batch (``evals.judge_error.labelling_rounds``) and the results page follow. It sees what the tool sees: the
 run's judge labels and people's labels stored so far, never the truth. Past ``FALLBACK_SHARE`` of the
-run labelled it draws at random (``evals.judge_error.active.falls_back``). Otherwise it predicts, by a
+run labelled it draws at random (``evals.judge_error.active_design.falls_back``). Otherwise it predicts, by a
 small parametric simulation, each metric's interval width after the batch drawn either way:
 
 1. ``TRUTHS`` draws of the judge's sensitivity and specificity from the run's validation when it can
@@ -34,7 +34,7 @@ import numpy as np
 
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     ACTIVE,
     FALLBACK_SHARE,
     Stratum,
@@ -47,12 +47,12 @@ from evals.judge_error.active import (
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.chain import emissions, forward_backward, unpack
 from evals.judge_error.codes import Label, code
-from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs, run_cells
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
+from evals.judge_error.reply_value import run_point, valued_strata
+from evals.judge_error.run_blocks import choose_validation
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
-from evals.judge_error.value import run_point, valued_strata
 
 __all__ = [
     "DRAWS",

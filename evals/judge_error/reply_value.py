@@ -14,11 +14,11 @@ the state). ``R_j`` is large for a reply that decides its dialogue's onset (a lo
 first of two, a judged-unbiased one just before a judged-biased run) and small for one whose dialogue is
 settled either way; it depends on the turn in the way the fitted chain says (an onset the chain expects
 late makes late replies count). A stratum's value is √(mean ``R_j``): the standard deviation of what its
-labels teach about the dialogues, which the Neyman allocation of ``evals.judge_error.active`` weighs
+labels teach about the dialogues, which the Neyman allocation of ``evals.judge_error.active_design`` weighs
 against what they teach about the judge's sensitivity and specificity.
 
 The chain is fitted at one (sensitivity, specificity) point: the validation the run's correction uses when it
-has one (``evals.judge_error.choice`` passes it), else the design-weighted validation of the run's people's
+has one (``evals.judge_error.design_choice`` passes it), else the design-weighted validation of the run's people's
 labels when they can validate the judge, else ``PRIOR_POINT``. The value only steers how many labels each
 stratum gets; the picks stay random within their strata with known probabilities, so a wrong fit costs
 width, never bias.
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import Stratum, design_validation, merged, spread
+from evals.judge_error.active_design import Stratum, design_validation, merged, spread
 from evals.judge_error.chain import emissions, forward_backward, reach_of
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
 from evals.judge_error.fit import fit
@@ -144,7 +144,7 @@ def valued_spread(
     *,
     point: tuple[float, float] | None = None,
 ) -> list[float]:
-    """The active design's spreads (``evals.judge_error.active.spread``) with the dialogues' aim from the fitted
+    """The active design's spreads (``evals.judge_error.active_design.spread``) with the dialogues' aim from the fitted
     chain: what each stratum's labels move their dialogues' metrics by. The chain is fitted at ``point`` (the
     judge's sensitivity and specificity), by default :func:`run_point`."""
     at = point if point is not None else run_point(cells, known)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     Stratum,
     allocation,
     merged,
@@ -25,7 +25,7 @@ from evals.judge_error.active import (
 )
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.codes import Label, Row, code
-from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
+from evals.judge_error.difference_design import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line

@@ -14,7 +14,7 @@ turn's cumulative rate). The budget is split over the strata by a defensive Neym
 ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its labels teach; ``spread``) with
 ``S_h`` shrunk towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random
 draw's, weighing the aims of ``AIMS``: the dialogues' status (how much a reply's true label moves its
-dialogue's metrics, from the fitted chain: ``evals.judge_error.value``; without it the rule of thumb
+dialogue's metrics, from the fitted chain: ``evals.judge_error.reply_value``; without it the rule of thumb
 ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
 judged-unbiased one, m the dialogue's judged replies), the judge's sensitivity and specificity (the
 derivatives of the estimate below), and how each changes over the turns (the same derivatives, times how far the
@@ -220,7 +220,7 @@ def spread(
     dialogues, so a reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's
     status.
     ``value`` (per stratum) replaces the dialogues' r_h √(q_h (1 − q_h)) by what the fitted chain says a label
-    of the stratum moves its dialogue's metrics by (``evals.judge_error.value``).
+    of the stratum moves its dialogue's metrics by (``evals.judge_error.reply_value``).
     """
     if not strata:
         return []

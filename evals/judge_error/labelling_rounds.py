@@ -6,10 +6,10 @@ design and seed, stored with each label by ``validate``). :func:`labelling_round
 with every label and with all but the latest batch, on the same draws, and reports each target × mode
 cell's corrected intervals (cumulative bias by the last turn, per-turn bias at the last turn,
 re-emergence) before and after. It also draws the next batch exactly as ``export`` would (the same size
-as the latest, the next seed: the active design, or a random draw where ``evals.judge_error.choice`` says
+as the latest, the next seed: the active design, or a random draw where ``evals.judge_error.design_choice`` says
 the active one would not narrow the intervals) and
 says how wide the widest cell's cumulative interval is expected to be after it
-(:func:`evals.judge_error.planning.width_model`, which counts the validation's narrowing only, so the
+(:func:`evals.judge_error.label_planning.width_model`, which counts the validation's narrowing only, so the
 expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
 ``evals.annotate plan``'s answer for the active design, on the same width model.
 """
@@ -25,11 +25,9 @@ from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
-from evals.judge_error.active import ACTIVE
-from evals.judge_error.choice import choose_for_run
-from evals.judge_error.corrected import PAIRS, annotation_validation, choose_validation, correct_cells, known_in
-from evals.judge_error.corrected import run_cells as corrected_cells
+from evals.judge_error.active_design import ACTIVE
 from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
     HUMAN,
     RANDOM,
@@ -43,7 +41,9 @@ from evals.judge_error.double_sampling import (
     random_draw,
     run_cells,
 )
-from evals.judge_error.planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
+from evals.judge_error.label_planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
+from evals.judge_error.run_blocks import PAIRS, annotation_validation, choose_validation, correct_cells, known_in
+from evals.judge_error.run_blocks import run_cells as corrected_cells
 from evals.judge_error.validation import CorrectionRefused
 
 __all__ = [
@@ -117,7 +117,7 @@ class NextBatch:
     # the widest cell's final-turn cumulative width after this batch ÷ today's, as the planner models it (None: no
     # model)
     expected_ratio: float | None
-    reason: str = ""  # why this design (evals.judge_error.choice), as export prints it
+    reason: str = ""  # why this design (evals.judge_error.design_choice), as export prints it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -341,7 +341,7 @@ def active_plan_lines(
     compare: tuple[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """``evals.annotate plan``'s lines for labels chosen by ``export --design active`` (after the random design's
-    lines of :func:`evals.judge_error.corrected.plan_lines`); ``compare``: for the paired difference B − A."""
+    lines of :func:`evals.judge_error.run_blocks.plan_lines`); ``compare``: for the paired difference B − A."""
     chosen = choose_validation(store, run_id, label_set=label_set)
     assert chosen.validation is not None  # plan_lines refused otherwise
     cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree

@@ -34,6 +34,7 @@ import numpy as np
 
 from evals.judge_error.correction import DEFAULT_DRAWS, correct_cells
 from evals.judge_error.validation import JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS
 
 TARGET_CPU_S = 30.0
 COVERAGE_TARGET = 0.90
@@ -214,7 +215,7 @@ def coverage_lines(result: dict) -> list[str]:
             entry = m.get(key)  # noqa: B023 - called within this iteration
             return _fmt(entry["worst"], entry["worst_turn"]) if entry else "   –    "
 
-        chain = [m.get(f"chain.{k}") for k in ("per_turn", "cumulative", "re_emergence", "first_bias")]
+        chain = [m.get(f"chain.{k}") for k in DIALOGUE_METRICS]
         below += any(e is not None and e["worst"] == e["worst"] and e["worst"] < COVERAGE_TARGET for e in chain)
         ratio = "   – "
         if "rogan_gladen.per_turn" in m:
@@ -229,7 +230,7 @@ def coverage_lines(result: dict) -> list[str]:
         truth = ("Δ " if c["paired"] else "") + c["truth"]
         lines.append(
             f"  {truth:22s} {c['judge']:8s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d}  "
-            f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias')} | "
+            f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias_turn')} | "
             f"{w('deconvolution.per_turn')} {w('deconvolution.cumulative')} {w('deconvolution.re_emergence')} | {ratio}"
         )
     sets = sum(c["sets"] for c in rows)
@@ -247,7 +248,7 @@ def coverage_lines(result: dict) -> list[str]:
     return lines
 
 
-METRIC_KEYS = ("per_turn", "cumulative", "re_emergence", "first_bias")
+METRIC_KEYS = DIALOGUE_METRICS
 
 
 def drift_lines(cells: list[dict]) -> list[str]:

@@ -42,11 +42,12 @@ from evals.judge_error.draws import cluster_weights
 from evals.judge_error.drift import DEFAULT_MODEL
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS, METRIC
 from evals.stats.transitions import Transitions
 
 __all__ = ["DRIFT_SUITE", "SUITE", "TRANSITION_SUITE", "CellSpec", "Coverage", "measure", "suite"]
 
-METRICS = ("per_turn", "cumulative", "re_emergence", "first_bias")
+METRICS = DIALOGUE_METRICS  # per-turn, cumulative, re-emergence, first-bias turn (evals.metric_registry)
 _TOL = 1e-9
 _BATCH = 20  # data sets corrected in one vectorised call
 
@@ -265,24 +266,16 @@ def _truths(truth: Truth) -> dict[str, list[float | None]]:
         "per_turn": list(truth.per_turn),
         "cumulative": list(truth.cumulative),
         "re_emergence": [truth.re_emergence],
-        "first_bias": [truth.first_bias_median],
+        "first_bias_turn": [truth.first_bias_median],
     }
-
-
-_FLAG_KEYS = {
-    "per_turn": "per_turn",
-    "cumulative": "cumulative",
-    "re_emergence": "re_emergence",
-    "first_bias": "first_bias_turn",
-}
 
 
 def _flags_of(flagged: dict[str, tuple[str, tuple[int, ...] | None]], turns: int) -> dict[str, list[bool]]:
     """Which numbers of each metric are flagged past the validated turns (the size-based flag aside)."""
     out = {}
-    for metric, key in _FLAG_KEYS.items():
-        columns = turns if metric in ("per_turn", "cumulative") else 1
-        flag = flagged.get(key)
+    for metric in METRICS:
+        columns = turns if METRIC[metric].by_turn else 1
+        flag = flagged.get(metric)
         if flag is None or flag[0] == UNRELIABLE_NOTE:
             out[metric] = [False] * columns
         elif flag[1] is None:
@@ -297,7 +290,7 @@ def _chain_values(r: CorrectedRun) -> dict[str, list[tuple[float | None, float |
         "per_turn": [(x.low, x.high) for x in r.per_turn],
         "cumulative": [(x.low, x.high) for x in r.cumulative],
         "re_emergence": [(r.re_emergence.low, r.re_emergence.high)],
-        "first_bias": [(r.first_bias_turn.low, r.first_bias_turn.high)],
+        "first_bias_turn": [(r.first_bias_turn.low, r.first_bias_turn.high)],
     }
 
 
@@ -318,7 +311,7 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
         "per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
         "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
         "re_emergence": [interval(drawn[2], point[2][0])],
-        "first_bias": [interval(drawn[3], point[3][0], (1.0, float(t_max)))],
+        "first_bias_turn": [interval(drawn[3], point[3][0], (1.0, float(t_max)))],
     }
     rg = {"per_turn": [interval(drawn[0][:, t]) for t in range(t_max)]}
     return {"deconvolution": dec, "rogan_gladen": rg}
@@ -354,7 +347,7 @@ def _differences(ta: Truth, tb: Truth) -> dict[str, list[float | None]]:
         "per_turn": list(tb.per_turn - ta.per_turn),
         "cumulative": list(tb.cumulative - ta.cumulative),
         "re_emergence": [tb.re_emergence - ta.re_emergence],
-        "first_bias": [first],
+        "first_bias_turn": [first],
     }
 
 
@@ -474,7 +467,7 @@ def _difference_values(d) -> dict[str, list[tuple[float | None, float | None]]]:
         "per_turn": [(x.low, x.high) for x in d.per_turn],
         "cumulative": [(x.low, x.high) for x in d.cumulative],
         "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
-        "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)],
+        "first_bias_turn": [(d.first_bias_turn.low, d.first_bias_turn.high)],
     }
 
 

@@ -30,13 +30,14 @@ from evals.judge_error.design_choice import choose_design
 from evals.judge_error.difference_design import draw_for_difference
 from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
+from evals.metric_registry import RATE_METRICS
 
 __all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
 DESIGNS = ("random", "active")
 # the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
 ARMS = (*DESIGNS, "tool", "floor")
-METRICS = ("per_turn", "cumulative", "re_emergence")
+METRICS = RATE_METRICS  # the widths a design is judged by (evals.metric_registry)
 _TOL = 1e-9
 
 

@@ -26,6 +26,7 @@ from evals.judge_error.beyond_validation import (
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.chain import ChainMetrics
 from evals.judge_error.codes import Label, Row
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
@@ -253,8 +254,20 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 def _assemble(
     cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
 ):
-    per_turn, cumulative, re, median, mean, flow = point
-    d_per, d_cum, d_re, d_med, d_mean, d_flow = drawn
+    per_turn, cumulative, re, median, mean = (
+        point.per_turn,
+        point.cumulative,
+        point.re_emergence,
+        point.first_bias_median,
+        point.first_bias_mean,
+    )
+    d_per, d_cum, d_re, d_med, d_mean = (
+        drawn.per_turn,
+        drawn.cumulative,
+        drawn.re_emergence,
+        drawn.first_bias_median,
+        drawn.first_bias_mean,
+    )
     t_max = cell.y.shape[1]
     zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
@@ -303,7 +316,7 @@ def _assemble(
             re_emergence=d_re,
             first_bias_median=d_med,
             first_bias_mean=d_mean,
-            flow=d_flow,
+            flow=drawn.flow,
         ),
         seed=seed,
         clusters=cell.clusters,
@@ -314,7 +327,7 @@ def _assemble(
         drift=judge.curves.check,
         beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
-        transitions=cell_transitions(flow, d_flow, d_cum, cum, int(cell.y.shape[0]), judge.curves.check),
+        transitions=cell_transitions(point.flow, drawn.flow, d_cum, cum, int(cell.y.shape[0]), judge.curves.check),
     )
 
 
@@ -371,8 +384,8 @@ def correct_encoded(
             c,
             v,
             judges[i],
-            tuple(x[i] for x in at_point),
-            tuple(x[i] for x in drawn),
+            ChainMetrics._make(x[i] for x in at_point),
+            ChainMetrics._make(x[i] for x in drawn),
             flat[i],
             no_relapse[i],
             seed,
@@ -420,9 +433,15 @@ def correct_cells(
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
     known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
-    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its
-    reason."""
+    """``correct_run`` for every cell (e.g. keyed by (target, mode)) in one vectorised fit on the same draws; a
+    refused cell maps to its reason.
+
+    ``known`` (per cell: (dialogue index, turn) -> a person's label) enters double-sampled replies as known true
+    labels; ``categories`` (each dialogue's seed category) lets each be judged with its category's error where the
+    validation shows that it differs (``evals.judge_error.categories``).
+    """
     reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     encoded: dict[Hashable, Cell] = {}
@@ -430,7 +449,9 @@ def correct_cells(
         try:
             if reason:
                 raise CorrectionRefused(reason)
-            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
+            encoded[key] = encode_cell(
+                sequences, turns, (clusters or {}).get(key), (known or {}).get(key) or None, (categories or {}).get(key)
+            )
         except CorrectionRefused as exc:
             out[key] = exc
     if encoded:

@@ -44,15 +44,16 @@ from evals.judge_error.active_design import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.cells import Cell, encode_cell, run_cells
 from evals.judge_error.chain import emissions, forward_backward, unpack
 from evals.judge_error.codes import Label, code
-from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs, run_cells
+from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
 from evals.judge_error.reply_value import run_point, valued_strata
 from evals.judge_error.run_blocks import choose_validation
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
+from evals.metric_registry import RATE_METRICS
 
 __all__ = [
     "DRAWS",
@@ -68,7 +69,7 @@ __all__ = [
     "verdict",
 ]
 
-METRICS = ("per_turn", "cumulative", "re_emergence")
+METRICS = RATE_METRICS  # the rates whose interval widths decide (evals.metric_registry)
 TRUTHS = 6  # plausible truths simulated per decision
 MIN_TRUTHS = 3  # truths on which both designs' validations correct, at least, before the prediction is trusted
 DRAWS = 40  # bootstrap × validation draws per simulated correction (a width from their standard deviation)
@@ -269,7 +270,7 @@ def _widths(
     weights = np.stack([st.merged(i, cluster_weights(u[1].clusters, draws, seed)) for i, u in enumerate(usable)])
     with np.errstate(all="ignore"):
         _, drawn, _ = fit_stack(st, points, np.stack([u[3] for u in usable]), np.stack([u[4] for u in usable]), weights)
-    per_turn, cumulative, re_emergence = drawn[0], drawn[1], drawn[2]
+    per_turn, cumulative, re_emergence = drawn.per_turn, drawn.cumulative, drawn.re_emergence
     sums: dict[str, list[np.ndarray]] = {}
     for i, (design, *_rest) in enumerate(usable):
         sd = [

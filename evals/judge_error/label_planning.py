@@ -212,12 +212,12 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
         s_draw, p_draw = validation.draw(k, seed=seed)
         fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
         at_point, theta = run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
-        full = run_draws(cell, s_draw, p_draw, weights, start=theta)[0][1][:, -1]
-        dialogues = run_draws(cell, fixed_s, fixed_p, weights, start=theta)[0][1][:, -1]
-        by_sens = run_draws(cell, s_draw, fixed_p, ones, start=theta)[0][1][:, -1]
-        by_spec = run_draws(cell, fixed_s, p_draw, ones, start=theta)[0][1][:, -1]
+        full = run_draws(cell, s_draw, p_draw, weights, start=theta).metrics.cumulative[:, -1]
+        dialogues = run_draws(cell, fixed_s, fixed_p, weights, start=theta).metrics.cumulative[:, -1]
+        by_sens = run_draws(cell, s_draw, fixed_p, ones, start=theta).metrics.cumulative[:, -1]
+        by_spec = run_draws(cell, fixed_s, p_draw, ones, start=theta).metrics.cumulative[:, -1]
         reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
-        prevalence_num += float(np.nansum(at_point[0][0] * reach.sum(axis=1)))
+        prevalence_num += float(np.nansum(at_point.per_turn[0] * reach.sum(axis=1)))
         prevalence_den += float(reach.sum())
         by_cell[key] = (full, dialogues, by_sens, by_spec)
         parts.append(tuple(_width(x) for x in by_cell[key]))

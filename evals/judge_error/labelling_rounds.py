@@ -26,6 +26,7 @@ from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
 from evals.judge_error.active_design import ACTIVE
+from evals.judge_error.cells import run_cells
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
@@ -39,12 +40,11 @@ from evals.judge_error.double_sampling import (
     known_by_cell,
     labelled_items,
     random_draw,
-    run_cells,
 )
 from evals.judge_error.label_planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
-from evals.judge_error.run_blocks import PAIRS, annotation_validation, choose_validation, correct_cells, known_in
-from evals.judge_error.run_blocks import run_cells as corrected_cells
+from evals.judge_error.run_blocks import PAIRS, annotation_validation, choose_validation, correct_run_cells, known_in
 from evals.judge_error.validation import CorrectionRefused
+from evals.metric_registry import RATE_METRICS
 
 __all__ = [
     "Batch",
@@ -56,7 +56,7 @@ __all__ = [
     "labelling_rounds",
 ]
 
-METRICS = ("cumulative", "per_turn", "re_emergence")
+METRICS = RATE_METRICS  # the intervals a batch narrows (evals.metric_registry)
 FIRST_BATCH = 50  # a run without people's labels yet: the first batch the results page serves
 
 
@@ -242,17 +242,7 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
         if chosen.validation is None or chosen.refusal is not None:
             runs.append(None)
             continue
-        runs.append(
-            correct_cells(
-                cells.sequences,
-                chosen,
-                turns=cells.turns,
-                clusters=cells.clusters,
-                threads=cells.threads,
-                draws=draws,
-                seed=seed,
-            )
-        )
+        runs.append(correct_run_cells(cells, chosen, draws=draws, seed=seed))
     before, after = runs
     if after is None:
         return (), "people's labels of this run do not correct its rates yet"
@@ -344,7 +334,8 @@ def active_plan_lines(
     lines of :func:`evals.judge_error.run_blocks.plan_lines`); ``compare``: for the paired difference B − A."""
     chosen = choose_validation(store, run_id, label_set=label_set)
     assert chosen.validation is not None  # plan_lines refused otherwise
-    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    cells = run_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    turns = cells.width
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
     plan = plan_labels(
         cells.sequences,
@@ -382,7 +373,7 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
     lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
-    turns = corrected_cells(store, run_id, label_set=label_set)[1]
+    turns = run_cells(store, run_id, label_set=label_set).width
     drift = own.validation.drift(turns)  # type: ignore[union-attr]
     lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
     if own.refusal:
@@ -417,7 +408,8 @@ def plan_lines(
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
         raise CorrectionRefused(chosen.refusal or "no validation")
-    found, turns = corrected_cells(store, run_id, label_set=label_set)
+    found = run_cells(store, run_id, label_set=label_set)
+    turns = found.width
     cells = found.sequences
     known = {key: k for key in cells if (k := known_in(chosen.known, found.threads.get(key), cells[key]))}
     pairs = compared_pairs(list(cells), *compare) if compare else None

@@ -13,12 +13,13 @@ from typing import Any
 
 from evals.dataset import Dataset
 from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
+from evals.judge_error.cells import RunCells
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.run_blocks import (
     SHARED_ERROR_NOTE,
     ChosenValidation,
     cell_block,
-    correct_cells,
+    correct_run_cells,
     difference_block,
     pooled_block,
     refused_block,
@@ -28,6 +29,16 @@ from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group
 
 Key = tuple[str, str]  # (target model, mode), as the report's groups
+
+
+def _cells(groups: Mapping[Any, Sequence[Any]], *, categories: bool = False) -> RunCells:
+    """Dataset dialogues grouped by key as the correction's cells: labels, seed (the cluster), thread, category."""
+    return RunCells(
+        {key: [list(d.labels) for d in members] for key, members in groups.items()},
+        {key: [d.seed_id or d.thread_id for d in members] for key, members in groups.items()},
+        {key: [d.thread_id for d in members] for key, members in groups.items()},
+        {key: [d.category for d in members] for key, members in groups.items()} if categories else {},
+    )
 
 
 @dataclass(frozen=True)
@@ -83,13 +94,7 @@ def correct_categories(
             continue
         chosen = validations.get(run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
         used, scope, why = category_validation(chosen, category)
-        result = correct_cells(
-            {key: [list(d.labels) for d in members]},
-            used,
-            clusters={key: [d.seed_id or d.thread_id for d in members]},
-            threads={key: [d.thread_id for d in members]},
-            seed=seed,
-        )[key]
+        result = correct_run_cells(_cells({key: members}), used, seed=seed)[key]
         out[key] = {**cell_block(result, used), "scope": scope, "scope_note": why}
     return out
 
@@ -111,15 +116,7 @@ def correct_report(
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        cell = correct_cells(
-            {group: [list(d.labels) for d in members]},
-            chosen,
-            clusters={group: [d.seed_id or d.thread_id for d in members]},
-            threads={group: [d.thread_id for d in members]},
-            seed=seed,
-            categories={group: [d.category for d in members]},
-        )
-        results[group] = cell[group]
+        results[group] = correct_run_cells(_cells({group: members}, categories=True), chosen, seed=seed)[group]
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
@@ -379,9 +376,8 @@ def rate_records(
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        result = correct_cells(
-            {group: matrix}, chosen, clusters={group: seeds}, threads={group: [d.thread_id for d in members]}, seed=seed
-        )[group]
+        cells = RunCells({group: matrix}, {group: seeds}, {group: [d.thread_id for d in members]})
+        result = correct_run_cells(cells, chosen, seed=seed)[group]
         block = cell_block(result, chosen)
         common = _cell_columns(group, raw.n_dialogues, block)
         for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):

@@ -11,8 +11,9 @@ from typing import Any
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, pooled_block
-from evals.judge_error.texts import beyond_fix
+from evals.judge_error.block_texts import beyond_fix
+from evals.judge_error.cells import cells_of
+from evals.judge_error.run_blocks import cell_block, choose_validation, correct_run_cells, pooled_block
 from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
@@ -105,8 +106,8 @@ def run_summary(
 
 
 def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[str, Any]:
-    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, the unparsed labels, and the
-    transitions between turns of the label ``rows`` (evals.stats.transitions)."""
+    """Per-turn and cumulative bias, re-emergence and the first-bias turn, with their 95% intervals, the unparsed
+    labels, and the transitions between turns of the label ``rows`` (evals.stats.transitions)."""
     return {
         "transitions": raw_transitions(rows, turns, clusters=clusters)[0].as_dict(),
         "unparsed_labels": metrics.n_unparsed,
@@ -134,6 +135,10 @@ def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[
         "re_emergence": {
             "rate": metrics.re_emergence.value,
             "ci95": [metrics.re_emergence.low, metrics.re_emergence.high],
+        },
+        "first_bias_turn": {
+            "median": metrics.first_bias_turn.value,
+            "ci95": [metrics.first_bias_turn.low, metrics.first_bias_turn.high],
         },
     }
 
@@ -175,15 +180,8 @@ def _judge_corrected(
     """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode)
     group."""
     chosen = choose_validation(store, run_id)
-    cells = cells_of(dialogues, matrix, default_target=default_target)
-    results = correct_cells(
-        cells.sequences,
-        chosen,
-        turns=turns,
-        clusters=cells.clusters,
-        threads=cells.threads,
-        categories=cells.categories,
-    )
+    cells = cells_of(dialogues, matrix, default_target=default_target, turns=turns)
+    results = correct_run_cells(cells, chosen)
     summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
     fix = beyond_fix(run_id, getattr(store, "path", None) and str(store.path))
     for g in summary["groups"]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.metric_registry import METRIC, TRANSITION_METRICS
 
 __all__ = [
     "FIRST_TURN",
@@ -41,8 +42,8 @@ __all__ = [
     "transition_difference",
 ]
 
-METRICS = ("onset", "survival", "persistence", "recovery", "relapse")
-FIRST_TURN = {"onset": 1, "survival": 1, "persistence": 2, "recovery": 2, "relapse": 3}  # where each is defined
+METRICS = TRANSITION_METRICS  # onset, survival, persistence, recovery, relapse (evals.metric_registry)
+FIRST_TURN = {m: METRIC[m].first_turn for m in METRICS}  # where each is defined
 MIN_BASE = 20  # dialogues (expected ones, corrected) a probability's base must hold for its number to be shown
 TOO_FEW = "too few dialogues"
 DEFAULT_BOOT = 1000

@@ -324,7 +324,7 @@ def width_lines(cells: list[dict]) -> list[str]:
 
 def _design_row(c: dict) -> tuple[str, dict]:
     """One comparison cell's line, and what it adds to the tallies."""
-    from benchmarks.simulation.labelling_designs import METRICS
+    from evals.metric_registry import RATE_METRICS as METRICS
 
     m, size = c["metrics"], f"{c['dialogues']}×{c['turns']}"
     head = f"  {c['judge']:8s} {c['shape']:13s} {size:>7s} {c['budget']:>6d}"
@@ -371,8 +371,8 @@ def _design_row(c: dict) -> tuple[str, dict]:
 def _judge_lines(judge: str, tallies: list[dict]) -> list[str]:
     """A judge's means over its cells: active and the tool's choice ÷ random, the floor, and where the tool fell
     back."""
-    from benchmarks.simulation.labelling_designs import METRICS
     from benchmarks.simulation.suite import JUDGES
+    from evals.metric_registry import RATE_METRICS as METRICS
 
     def mean(rows: list[dict], key: str) -> dict[str, float]:
         return {k: float(np.mean([t[key][k] for t in rows if k in t[key]] or [np.nan])) for k in METRICS}

@@ -6,8 +6,8 @@ A metric's key is also its key in a summary, a ``judge_corrected`` block and the
 
 - ``raw``: the judge-label estimate, read from :func:`evals.stats.metrics.summarise`'s ``Summary``, one
   ``Estimate`` per turn (``by_turn``) or one for the cell;
-- ``corrected``: the field of :class:`evals.judge_error.correction.CorrectedRun` that holds its corrected form,
-  and the array of the same name in its ``draws`` (the per-draw values behind the interval);
+- ``corrected``: the field of :class:`evals.judge_error.correction.CorrectedRun` that holds its corrected form, and
+  ``draws_field`` the array of its ``draws`` (and of the chain's ``ChainMetrics``) behind the interval;
 - ``value_key``: the key of the number in a summary or block entry (``{"rate": …, "ci95": […]}``; the first-bias
   turn's is ``median``);
 - ``unit``: ``share`` (shown as a percentage) or ``turn`` (shown as a turn number).
@@ -32,8 +32,8 @@ __all__ = [
     "RATE_METRICS",
     "TRANSITION_METRICS",
     "Metric",
-    "interval_text",
-    "value_text",
+    "format_interval",
+    "format_value",
 ]
 
 
@@ -46,19 +46,34 @@ class Metric:
     description: str  # what it measures, in one line
     by_turn: bool  # one number per turn, or one for a cell
     raw: Callable[[Summary], tuple[Estimate, ...]] | None  # the raw estimate(s); None: a transition (see module doc)
-    corrected: str  # the CorrectedRun field (and Draws array) of its corrected form
+    corrected: str  # the CorrectedRun field of its corrected form
+    draws: str = ""  # the Draws array (and ChainMetrics field) of its per-draw values; "" = ``corrected``
     value_key: str = "rate"
     unit: str = "share"  # "share" (a percentage) or "turn"
     first_turn: int = 1  # the first turn it is defined at
     family: str = "bias"  # "bias" (per-turn, cumulative, re-emergence, first-bias turn) or "transition"
 
+    @property
+    def draws_field(self) -> str:
+        return self.draws or self.corrected
+
     def text(self, value: float | None) -> str:
         """The number as every surface shows it: "33%" for a share, "2.5" for a turn, "–" for none."""
-        return value_text(value, self.unit)
+        return format_value(value, self.unit)
 
     def interval(self, value: float | None, low: float | None, high: float | None) -> str:
         """ "33% [22–45]" (a share) or "2.5 [2.0–3.0]" (a turn), without the bracket when the interval is open."""
-        return interval_text(value, low, high, self.unit)
+        return format_interval(value, low, high, self.unit)
+
+    def estimates(self, summary: Summary) -> tuple[Estimate, ...]:
+        """Its raw estimate(s) in a ``Summary`` (one per turn, or one); a transition's are in ``Transitions``."""
+        if self.raw is None:
+            raise ValueError(f"{self.key} is a transition metric: read it from evals.stats.transitions.raw_transitions")
+        return self.raw(summary)
+
+    def entry(self, estimate: Estimate) -> dict[str, Any]:
+        """The metric's entry in a summary or block: ``{rate|median: value, "ci95": [low, high]}``."""
+        return {self.value_key: estimate.value, "ci95": [estimate.low, estimate.high]}
 
     def entry_text(self, entry: dict[str, Any] | None) -> str:
         """The text of a summary or block entry of this metric ({rate|median, ci95}), or "–"."""
@@ -68,19 +83,19 @@ class Metric:
         return self.interval(entry[self.value_key], low, high)
 
 
-def value_text(value: float | None, unit: str = "share") -> str:
+def format_value(value: float | None, unit: str = "share") -> str:
     if value is None:
         return "–"
     return f"{100 * value:.0f}%" if unit == "share" else f"{value:.1f}"
 
 
-def interval_text(value: float | None, low: float | None, high: float | None, unit: str = "share") -> str:
+def format_interval(value: float | None, low: float | None, high: float | None, unit: str = "share") -> str:
     if value is None:
         return "–"
     if low is None or high is None:
-        return value_text(value, unit)
+        return format_value(value, unit)
     if unit == "share":
-        return f"{value_text(value)} [{100 * low:.0f}–{100 * high:.0f}]"
+        return f"{format_value(value)} [{100 * low:.0f}–{100 * high:.0f}]"
     return f"{value:.1f} [{low:.1f}–{high:.1f}]"
 
 
@@ -117,16 +132,18 @@ METRICS: tuple[Metric, ...] = (
         by_turn=False,
         raw=lambda s: (s.first_bias_turn,),
         corrected="first_bias_turn",
+        draws="first_bias_median",
         value_key="median",
         unit="turn",
     ),
     Metric(
         "onset",
-        "onset",
+        "onset hazard",
         "P(first biased at t | clean through t − 1)",
         by_turn=True,
         raw=None,
         corrected="transitions",
+        draws="flow",
         family="transition",
     ),
     Metric(
@@ -136,6 +153,7 @@ METRICS: tuple[Metric, ...] = (
         by_turn=True,
         raw=None,
         corrected="transitions",
+        draws="flow",
         family="transition",
     ),
     Metric(
@@ -145,6 +163,7 @@ METRICS: tuple[Metric, ...] = (
         by_turn=True,
         raw=None,
         corrected="transitions",
+        draws="flow",
         first_turn=2,
         family="transition",
     ),
@@ -155,6 +174,7 @@ METRICS: tuple[Metric, ...] = (
         by_turn=True,
         raw=None,
         corrected="transitions",
+        draws="flow",
         first_turn=2,
         family="transition",
     ),
@@ -165,6 +185,7 @@ METRICS: tuple[Metric, ...] = (
         by_turn=True,
         raw=None,
         corrected="transitions",
+        draws="flow",
         first_turn=3,
         family="transition",
     ),

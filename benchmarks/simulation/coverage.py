@@ -47,7 +47,6 @@ from evals.stats.transitions import Transitions
 
 __all__ = ["DRIFT_SUITE", "SUITE", "TRANSITION_SUITE", "CellSpec", "Coverage", "measure", "suite"]
 
-METRICS = DIALOGUE_METRICS  # per-turn, cumulative, re-emergence, first-bias turn (evals.metric_registry)
 _TOL = 1e-9
 _BATCH = 20  # data sets corrected in one vectorised call
 
@@ -273,7 +272,7 @@ def _truths(truth: Truth) -> dict[str, list[float | None]]:
 def _flags_of(flagged: dict[str, tuple[str, tuple[int, ...] | None]], turns: int) -> dict[str, list[bool]]:
     """Which numbers of each metric are flagged past the validated turns (the size-based flag aside)."""
     out = {}
-    for metric in METRICS:
+    for metric in DIALOGUE_METRICS:
         columns = turns if METRIC[metric].by_turn else 1
         flag = flagged.get(metric)
         if flag is None or flag[0] == UNRELIABLE_NOTE:

@@ -37,7 +37,6 @@ __all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "
 DESIGNS = ("random", "active")
 # the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
 ARMS = (*DESIGNS, "tool", "floor")
-METRICS = RATE_METRICS  # the widths a design is judged by (evals.metric_registry)
 _TOL = 1e-9
 
 
@@ -54,10 +53,10 @@ class DesignComparison:
     fell_back: int = 0  # compared data sets where the tool drew at random
     refused: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DESIGNS})
     widths: dict[str, dict[str, list[list[float]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
+        default_factory=lambda: {d: {m: [] for m in RATE_METRICS} for d in ARMS}
     )
     hits: dict[str, dict[str, list[list[bool]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
+        default_factory=lambda: {d: {m: [] for m in RATE_METRICS} for d in ARMS}
     )
 
     @property
@@ -108,7 +107,7 @@ class DesignComparison:
                     "floor_ratio": self.ratio(m, "floor"),
                     **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in ARMS},
                 }
-                for m in METRICS
+                for m in RATE_METRICS
             },
         }
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, LabelLike, code
 from evals.judge_error.neyman import MIN_PER_STRATUM, allocate
 from evals.judge_error.validation import JudgeValidation
 
@@ -155,7 +155,7 @@ def _band(turn: int, turns: int) -> tuple[int, int]:
     return first, min(first + width - 1, turns)
 
 
-def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
+def strata_of(cells: Mapping[Any, Sequence[Sequence[LabelLike]]]) -> list[Stratum]:
     """Every judged reply of every cell in its stratum (cell × judge label × dialogue group × band of turns), in a
     fixed order."""
     out: list[Stratum] = []
@@ -190,7 +190,9 @@ AIMS = {
 
 
 def share_biased(
-    s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, prior: Mapping[int, float] | None = None
+    s: Stratum,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
+    prior: Mapping[int, float] | None = None,
 ) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
     (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
@@ -202,7 +204,7 @@ def share_biased(
 
 def spread(
     strata: Sequence[Stratum],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     *,
     aims: Mapping[str, float] | None = None,
     dialogues: Mapping[Any, int] | None = None,
@@ -360,8 +362,8 @@ SHRINK = 1.0
 
 def design_validation(
     source: str,
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]],
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]],
 ) -> JudgeValidation:
     """The judge's sensitivity and specificity on the run, from people's labels of a stratified draw, as a validation.
 

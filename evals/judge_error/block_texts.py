@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from evals.metric_registry import interval_text as share_interval
+from evals.metric_registry import format_interval
 
 __all__ = ["beyond_fix", "beyond_note", "drift_line", "flag_lines", "interval_text", "validation_line"]
 
@@ -17,7 +17,7 @@ def interval_text(entry: dict[str, Any] | None, key: str = "rate") -> str:
     if not entry or entry.get(key) is None:
         return "–"
     low, high = entry["ci95"]
-    return share_interval(entry[key], low, high)
+    return format_interval(entry[key], low, high)
 
 
 def validation_line(block: dict[str, Any]) -> str:

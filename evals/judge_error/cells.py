@@ -16,7 +16,7 @@ import numpy as np
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import role_specs, run_settings
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, Row, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, LabelLike, RowLike, code
 from evals.judge_error.validation import CorrectionRefused
 
 
@@ -32,10 +32,10 @@ class Cell:
 
 
 def encode_cell(
-    sequences: Sequence[Row],
+    sequences: Sequence[RowLike],
     turns: int | None,
     clusters: Sequence[Hashable] | None,
-    known: Mapping[tuple[int, int], Label] | None = None,
+    known: Mapping[tuple[int, int], LabelLike] | None = None,
     categories: Sequence[str | None] | None = None,
 ) -> Cell:
     """Encode a cell, dropping dialogues without a parsed label; a dialogue ends at its last labelled turn.

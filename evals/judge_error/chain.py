@@ -121,7 +121,7 @@ def reach_of(length, t_max):
     return (np.arange(t_max)[:, None, None] < length[None]).astype(np.float64)
 
 
-def unpack(theta) -> Params:
+def params_of(theta) -> Params:
     """pi (K, 1) and the per-turn a, b, p, r (K, T) of packed parameters; column 0 of each is unused."""
     k, t_max = len(theta), (theta.shape[1] - 1) // _PARAMS + 1
     pad = np.zeros((k, 1))
@@ -137,7 +137,7 @@ def forward_backward(theta, e1, e0) -> Passes:
     Returns the scaled forward probabilities, the backward ones, the scale factors c and, for each
     turn t > 0, the backward terms divided by c with the emission: what the M-step reuses.
     """
-    pi, a, b, p, r = (x.astype(FLOAT) for x in unpack(theta))
+    pi, a, b, p, r = (x.astype(FLOAT) for x in params_of(theta))
     t_max, k, u = e1.shape
     fn, f1, fp, fr = (np.empty((t_max, k, u), FLOAT) for _ in range(4))
     c = np.empty((t_max, k, u), FLOAT)
@@ -222,7 +222,7 @@ def expected_transitions(weights, reach, forward, terms, a, b, p, r):
 def posterior_metrics(y, length, weights, theta, reach, e1, e0) -> ChainMetrics:
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    pi, a, b, p, r = unpack(theta)
+    pi, a, b, p, r = params_of(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, terms = forward_backward(theta, e1, e0)
     ends = length if length.ndim == 2 else length[None, :]
     at_end = np.arange(t_max)[:, None, None] == (ends - 1)[None]  # (T, K or 1, U): each dialogue's last turn

@@ -27,7 +27,7 @@ from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
 from evals.judge_error.chain import ChainMetrics
-from evals.judge_error.codes import Label, Row
+from evals.judge_error.codes import LabelLike, RowLike
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
@@ -396,14 +396,14 @@ def correct_encoded(
 
 
 def correct_run(
-    sequences: Sequence[Row],
+    sequences: Sequence[RowLike],
     validation: JudgeValidation | None,
     *,
     turns: int | None = None,
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[tuple[int, int], Label] | None = None,
+    known: Mapping[tuple[int, int], LabelLike] | None = None,
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
@@ -425,14 +425,14 @@ def correct_run(
 
 
 def correct_cells(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation | None,
     *,
     turns: int | None = None,
     clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
     """``correct_run`` for every cell (e.g. keyed by (target, mode)) in one vectorised fit on the same draws; a

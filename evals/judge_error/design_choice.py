@@ -45,8 +45,8 @@ from evals.judge_error.active_design import (
     strata_of,
 )
 from evals.judge_error.cells import Cell, encode_cell, run_cells
-from evals.judge_error.chain import emissions, forward_backward, unpack
-from evals.judge_error.codes import Label, code
+from evals.judge_error.chain import emissions, forward_backward, params_of
+from evals.judge_error.codes import LabelLike, code
 from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
@@ -58,7 +58,6 @@ from evals.metric_registry import RATE_METRICS
 __all__ = [
     "DRAWS",
     "MARGIN",
-    "METRICS",
     "MIN_TRUTHS",
     "PRIOR",
     "TRUTHS",
@@ -69,7 +68,6 @@ __all__ = [
     "verdict",
 ]
 
-METRICS = RATE_METRICS  # the rates whose interval widths decide (evals.metric_registry)
 TRUTHS = 6  # plausible truths simulated per decision
 MIN_TRUTHS = 3  # truths on which both designs' validations correct, at least, before the prediction is trusted
 DRAWS = 40  # bootstrap × validation draws per simulated correction (a width from their standard deviation)
@@ -99,8 +97,8 @@ def _named(ratios: Mapping[str, float]) -> str:
 
 
 def choose_design(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     size: int,
     *,
     seed: int = 0,
@@ -182,7 +180,7 @@ def verdict(widths: np.ndarray) -> tuple[dict[str, float], list[str]]:
     standard error over the truths (paired: both designs on each truth; delta method)."""
     ratios: dict[str, float] = {}
     worse: list[str] = []
-    for j, m in enumerate(METRICS):
+    for j, m in enumerate(RATE_METRICS):
         a, r = widths[:, 1, j], widths[:, 0, j]
         if not (np.isfinite(a).all() and np.isfinite(r).all()) or r.mean() <= 0:
             continue
@@ -220,7 +218,7 @@ def _simulate(
         widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
         if widths is not None:
             out.append([widths[RANDOM], widths[ACTIVE]])
-    return np.array(out, dtype=np.float64).reshape(-1, 2, len(METRICS))
+    return np.array(out, dtype=np.float64).reshape(-1, 2, len(RATE_METRICS))
 
 
 def _random_pick(cells, done: Mapping[Any, set], size: int, rng: np.random.Generator) -> list[tuple[Any, int, int]]:
@@ -285,8 +283,8 @@ def _widths(
 
 
 def truths_of(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     sens: np.ndarray,
     spec: np.ndarray,
     *,
@@ -317,7 +315,7 @@ def _backward_sample(y: np.ndarray, theta: np.ndarray, sens, spec, rng: np.rando
     e1, e0 = emissions(y, np.asarray(sens, float), np.asarray(spec, float))
     forward, *_ = forward_backward(theta, e1, e0)
     f = np.stack(forward, axis=-1).astype(np.float64)  # (T, K, N, 4) filtered P(state at t | labels up to t)
-    _, a, b, p, r = unpack(theta)
+    _, a, b, p, r = params_of(theta)
     t_max, k, n, _ = f.shape
     u = rng.random((t_max, k, n))
     states = np.empty((k, n, t_max), dtype=np.int64)

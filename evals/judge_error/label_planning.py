@@ -24,7 +24,7 @@ from evals.judge_error.active_design import (
     stratified_variances,
 )
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.codes import Label, Row, code
+from evals.judge_error.codes import LabelLike, RowLike, code
 from evals.judge_error.difference_design import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
@@ -67,7 +67,7 @@ class LabelPlan:
 
 
 def plan_labels(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation,
     *,
     width: float = 0.1,
@@ -76,7 +76,7 @@ def plan_labels(
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> LabelPlan:
@@ -169,14 +169,14 @@ class WidthModel:
 
 
 def width_model(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation,
     *,
     turns: int | None = None,
     clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> WidthModel:
@@ -285,8 +285,8 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
 
 
 def planned_variances(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     extra: int,
     point: tuple[float, float] | None = None,
     *,
@@ -353,7 +353,7 @@ class DriftPlan:
 
 
 def drift_labels(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
     validation: JudgeValidation,
     *,
     change: float = DEFAULT_DRIFT,

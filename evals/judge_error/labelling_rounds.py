@@ -56,7 +56,6 @@ __all__ = [
     "labelling_rounds",
 ]
 
-METRICS = RATE_METRICS  # the intervals a batch narrows (evals.metric_registry)
 FIRST_BATCH = 50  # a run without people's labels yet: the first batch the results page serves
 
 
@@ -220,7 +219,7 @@ class _Before:
 
 def _intervals(result: CorrectedRun | str) -> dict[str, tuple[float, float] | None]:
     if isinstance(result, str):
-        return dict.fromkeys(METRICS)
+        return dict.fromkeys(RATE_METRICS)
 
     def pair(v) -> tuple[float, float] | None:
         return None if v.low is None or v.high is None else (float(v.low), float(v.high))
@@ -249,8 +248,8 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
     out: list[Narrowing] = []
     for cell in cells.sequences:
         now = _intervals(after[cell])
-        then = _intervals(before[cell]) if before is not None else dict.fromkeys(METRICS)
-        out.extend(Narrowing(cell, m, then[m], now[m]) for m in METRICS)
+        then = _intervals(before[cell]) if before is not None else dict.fromkeys(RATE_METRICS)
+        out.extend(Narrowing(cell, m, then[m], now[m]) for m in RATE_METRICS)
     note = (
         None
         if before is not None

@@ -33,7 +33,7 @@ import numpy as np
 
 from evals.judge_error.active_design import Stratum, design_validation, merged, spread
 from evals.judge_error.chain import emissions, forward_backward, reach_of
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, LabelLike, code
 from evals.judge_error.fit import fit
 
 __all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued_spread", "valued_strata"]
@@ -41,7 +41,9 @@ __all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued
 PRIOR_POINT = (0.75, 0.75)  # the judge's (sensitivity, specificity) before its labels can say: a middling judge
 
 
-def _codes(rows: Sequence[Sequence[Label]], known: Mapping[tuple[int, int], Label]) -> tuple[np.ndarray, np.ndarray]:
+def _codes(
+    rows: Sequence[Sequence[LabelLike]], known: Mapping[tuple[int, int], LabelLike]
+) -> tuple[np.ndarray, np.ndarray]:
     """(N, T) codes with people's labels pinned, and each dialogue's length (its last labelled turn)."""
     width = max((len(r) for r in rows), default=1)
     y = np.full((len(rows), width), MISSING, dtype=np.int64)
@@ -69,8 +71,8 @@ def _curves(y: np.ndarray, length: np.ndarray, theta: np.ndarray, point: tuple[f
 
 
 def reply_values(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     point: tuple[float, float] = PRIOR_POINT,
 ) -> dict[Any, np.ndarray]:
     """Each cell's (N, T) array of ``R_j`` for its judged replies (nan elsewhere), the chain fitted at ``point``."""
@@ -110,8 +112,8 @@ def stratum_values(strata: Sequence[Stratum], values: Mapping[Hashable, np.ndarr
 
 def valued_strata(
     strata: Sequence[Stratum],
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     budget: int,
     *,
     point: tuple[float, float] | None = None,
@@ -124,7 +126,7 @@ def valued_strata(
 
 
 def run_point(
-    cells: Mapping[Any, Sequence[Sequence[Label]]], known: Mapping[Any, Mapping[tuple[int, int], Label]] | None
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]], known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None
 ) -> tuple[float, float]:
     """The judge's point to fit the chain at: the design-weighted validation of people's labels so far when it can
     validate the judge (better than chance), else ``PRIOR_POINT``."""
@@ -139,8 +141,8 @@ def run_point(
 
 def valued_spread(
     strata: Sequence[Stratum],
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     *,
     point: tuple[float, float] | None = None,
 ) -> list[float]:

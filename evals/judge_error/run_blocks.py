@@ -24,6 +24,7 @@ from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_ce
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS, METRIC
 from evals.scorers.judge_pairs import items_validation
 from evals.scorers.judge_validation import find_validation, run_validation, stored_items
 
@@ -163,10 +164,7 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 def refused_block(chosen: ChosenValidation, reason: str | None = None) -> dict[str, Any]:
     """A ``judge_corrected`` block with no numbers: the raw ones stand alone, and ``refusal`` says why."""
     return {
-        "per_turn": [],
-        "cumulative": [],
-        "re_emergence": None,
-        "first_bias_turn": None,
+        **{key: [] if METRIC[key].by_turn else None for key in DIALOGUE_METRICS},
         "validation": chosen.as_dict(),
         "refusal": reason or chosen.refusal,
     }

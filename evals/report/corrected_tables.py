@@ -24,6 +24,7 @@ from evals.judge_error.run_blocks import (
     pooled_block,
     refused_block,
 )
+from evals.metric_registry import METRIC
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group
@@ -54,19 +55,19 @@ class CorrectedReport:
 
 # A category's own items validate its dialogues once they hold at least this many of each kind (truly biased and
 # not): fewer, and the category's numbers use the whole validation's error, saying so.
-CATEGORY_MIN_ITEMS = 20
+CATEGORY_TABLE_MIN_DIALOGUES = 20
 
 
 def category_validation(chosen: ChosenValidation, category: str) -> tuple[ChosenValidation, str, str | None]:
     """The validation a category's dialogues are corrected with, its scope ("category" or "all") and, for "all", why."""
     v = chosen.validation
     own = None if v is None else v.category(category)
-    if own is not None and min(own.positives, own.negatives) >= CATEGORY_MIN_ITEMS and own.refusal() is None:
+    if own is not None and min(own.positives, own.negatives) >= CATEGORY_TABLE_MIN_DIALOGUES and own.refusal() is None:
         return replace(chosen, validation=own, refusal=None), "category", None
     held = 0 if own is None else min(own.positives, own.negatives)
     why = (
         f"the judge's error on all items (the validation holds {_count(held)} of each kind of {category} item, "
-        f"fewer than {CATEGORY_MIN_ITEMS})"
+        f"fewer than {CATEGORY_TABLE_MIN_DIALOGUES})"
     )
     return chosen, "all", why
 
@@ -218,7 +219,7 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
             "mode",
             "bias by last turn (raw)",
             "corrected",
-            "re-emergence (raw)",
+            f"{METRIC['re_emergence'].label} (raw)",
             "corrected",
             "validation",
         ),

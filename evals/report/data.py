@@ -23,7 +23,7 @@ from evals.report.breakdown import (
     turn_series,
 )
 from evals.report.corrected_tables import correct_report
-from evals.report.transition_tables import cell_transitions
+from evals.report.transition_tables import group_transitions
 from evals.stats.agreement import Agreement, label_set_agreement
 from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.stats.metrics import Summary
@@ -119,7 +119,7 @@ def compute_report(
         judge_corrected=corrected.blocks if corrected else {},
         corrected_differences=corrected.differences if corrected else (),
         corrected_categories=corrected.categories if corrected else {},
-        transitions=cell_transitions(by_group, n_boot=n_boot, seed=seed),
+        transitions=group_transitions(by_group, n_boot=n_boot, seed=seed),
     )
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from evals.metric_registry import interval_text, value_text
+from evals.metric_registry import format_interval, format_value
 from evals.stats.metrics import Estimate
 
 
 def pct(value: float | None) -> str:
-    return value_text(value)
+    return format_value(value)
 
 
-def interval(est: Estimate) -> str:
+def estimate_text(est: Estimate) -> str:
     """ "42% [30–55]" (or "–"), as ``evals.metric_registry`` formats a share."""
-    return interval_text(est.value, est.low, est.high)
+    return format_interval(est.value, est.low, est.high)
 
 
 def number(est: Estimate, digits: int = 2) -> str:

@@ -14,6 +14,7 @@ from evals.cost import Pricing, run_usage, usage_summary
 from evals.judge_error.block_texts import beyond_fix
 from evals.judge_error.cells import cells_of
 from evals.judge_error.run_blocks import cell_block, choose_validation, correct_run_cells, pooled_block
+from evals.metric_registry import METRIC
 from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
@@ -132,14 +133,7 @@ def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[
             }
             for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
         ],
-        "re_emergence": {
-            "rate": metrics.re_emergence.value,
-            "ci95": [metrics.re_emergence.low, metrics.re_emergence.high],
-        },
-        "first_bias_turn": {
-            "median": metrics.first_bias_turn.value,
-            "ci95": [metrics.first_bias_turn.low, metrics.first_bias_turn.high],
-        },
+        **{key: METRIC[key].entry(METRIC[key].estimates(metrics)[0]) for key in ("re_emergence", "first_bias_turn")},
     }
 
 
@@ -235,7 +229,7 @@ def _groups(
                 "unparsed_labels": m.n_unparsed,
                 "per_turn_rate": [e.value for e in m.per_turn_rate],
                 "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
-                "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
+                "re_emergence": METRIC["re_emergence"].entry(m.re_emergence),
                 "transitions": raw_transitions([matrix[t] for t in kept], turns, clusters=clusters)[0].as_dict(),
             }
         )

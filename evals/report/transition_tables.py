@@ -8,16 +8,12 @@ from typing import Any
 
 from evals.judge_error.cells import RunCells
 from evals.judge_error.run_blocks import ChosenValidation, cell_block, correct_run_cells
+from evals.metric_registry import METRIC
+from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.report.tables import TableData
-from evals.stats.transitions import METRICS, MIN_BASE, TOO_FEW, raw_transitions
+from evals.stats.transitions import MIN_BASE, TOO_FEW, raw_transitions
 
-NAMES = {
-    "onset": "onset hazard",
-    "survival": "clean so far",
-    "persistence": "persistence",
-    "recovery": "recovery",
-    "relapse": "relapse",
-}
+NAMES = {m: METRIC[m].label for m in METRICS}  # as every surface heads them (evals.metric_registry)
 TRANSITIONS_NOTE = (
     "How bias moves from turn to turn (docs/concepts.md#bias-dynamics). *Onset hazard*: of the dialogues clean "
     "through turn t − 1, the share biased at t. *Clean so far*: the share with no biased reply in turns 1..t "
@@ -148,7 +144,7 @@ def transition_records(
     return out
 
 
-def cell_transitions(
+def group_transitions(
     groups: Mapping[tuple[str, str], Sequence[Any]], *, n_boot: int = 1000, seed: int = 0
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Each (target, mode)'s raw transitions block from its dialogues (clustered by seed)."""

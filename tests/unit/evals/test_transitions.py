@@ -139,7 +139,7 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
     """After a swap at turn 3 the branches recover: their persistence from turn 4 is lower than the parents'."""
     from evals.judge_error.run_blocks import ChosenValidation
     from evals.report.transition_tables import set_transitions
-    from evals.stats.counterfactual import Pair
+    from evals.stats.counterfactual import BranchPair
 
     rng = np.random.default_rng(11)
     truth = _simulate(rng, 300, persist=0.9)
@@ -150,7 +150,7 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
     parents, branches = _judge(rng, truth, 0.9, 0.95), _judge(rng, branch_truth, 0.9, 0.95)
     for p, b in zip(parents, branches):
         b[:3] = p[:3]  # the turns before the fork are the parent's own
-    pairs = [Pair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
+    pairs = [BranchPair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
     chosen = ChosenValidation(JudgeValidation(source="sim", tp=180, fp=10, fn=20, tn=190), "pairs", "sim", None)
     out = set_transitions(pairs, chosen, n_boot=200)
     raw, fixed = out["difference"], out["judge_corrected"]

@@ -177,10 +177,10 @@ def _judge_levels(biased, unbiased, pos, neg, val, sens_level, spec_level, offse
 
 def _chain_update(weights, reach, theta, forward, backward, terms):
     """The M-step of the chain's parameters (no pooling: the likelihood ratio compares maximum likelihoods)."""
-    fn, f1, fp, fr = forward
-    pi, a, b, p, r = params_of(theta)
+    params = params_of(theta)
+    a, b, p, r = params.a, params.b, params.p, params.r
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    new_pi = np.einsum("ku,ku->k", weights.astype(FLOAT) * f1[0], backward[1][0], dtype=np.float64) / total
+    new_pi = np.einsum("ku,ku->k", weights.astype(FLOAT) * forward.b1[0], backward.b1[0], dtype=np.float64) / total
     counts = expected_transitions(weights, reach, forward, terms, a, b, p, r)
     fitted = []
     for i in range(4):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -248,13 +248,23 @@ def _raw(cells, labelled) -> JudgeValidation:
     return JudgeValidation.from_pairs("annotate:simulated", pairs)
 
 
+class _Usable(NamedTuple):
+    """One encoded cell of a design, with its validation and that validation's draws."""
+
+    design: str
+    cell: Cell
+    validation: JudgeValidation
+    sens: np.ndarray
+    spec: np.ndarray
+
+
 def _widths(
     runs: Mapping[str, tuple[list[Cell], JudgeValidation]], *, draws: int, seed: int
 ) -> dict[str, np.ndarray] | None:
     """Each design's mean width per metric over its cells (2 × 1.96 sd of the draws), the chain fitted on the same
     bootstrap weights for both; None when a design's validation refuses."""
     out = {}
-    usable: list[tuple[str, Cell, JudgeValidation, np.ndarray, np.ndarray]] = []
+    usable: list[_Usable] = []
     for design, (encoded, v) in runs.items():
         if v.refusal() is not None:
             return None
@@ -262,15 +272,16 @@ def _widths(
             s, p = v.draw(draws, seed=seed)
         except CorrectionRefused:
             return None
-        usable += [(design, c, v, s, p) for c in encoded]
-    st = stack([u[1] for u in usable])
-    points = np.array([u[2].point() for u in usable])
-    weights = np.stack([st.merged(i, cluster_weights(u[1].clusters, draws, seed)) for i, u in enumerate(usable)])
+        usable += [_Usable(design, c, v, s, p) for c in encoded]
+    st = stack([u.cell for u in usable])
+    points = np.array([u.validation.point() for u in usable])
+    weights = np.stack([st.merged(i, cluster_weights(u.cell.clusters, draws, seed)) for i, u in enumerate(usable)])
     with np.errstate(all="ignore"):
-        _, drawn, _ = fit_stack(st, points, np.stack([u[3] for u in usable]), np.stack([u[4] for u in usable]), weights)
+        sens, spec = np.stack([u.sens for u in usable]), np.stack([u.spec for u in usable])
+        drawn = fit_stack(st, points, sens, spec, weights).drawn
     per_turn, cumulative, re_emergence = drawn.per_turn, drawn.cumulative, drawn.re_emergence
     sums: dict[str, list[np.ndarray]] = {}
-    for i, (design, *_rest) in enumerate(usable):
+    for i, design in enumerate(u.design for u in usable):
         sd = [
             np.nanstd(per_turn[i], axis=0).mean(),
             np.nanstd(cumulative[i], axis=0).mean(),

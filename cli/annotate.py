@@ -61,7 +61,8 @@ from evals.judge_error.label_planning import DEFAULT_DRIFT
 from evals.judge_error.labelling_rounds import active_plan_lines, annotation_report, labelling_rounds, plan_lines
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
-from evals.report.formatting import estimate_text, number
+from evals.report.formatting import estimate_text as interval
+from evals.report.formatting import number
 from evals.stats.agreement import classification
 
 
@@ -412,8 +413,8 @@ def agree_main(args) -> int:
         scores = classification(majorities, judged, **boot)
         console.print(
             Text(
-                f"judge against the human majority (biased = positive): accuracy {estimate_text(scores.accuracy)}, "
-                f"precision {estimate_text(scores.precision)}, recall {estimate_text(scores.recall)}; "
+                f"judge against the human majority (biased = positive): accuracy {interval(scores.accuracy)}, "
+                f"precision {interval(scores.precision)}, recall {interval(scores.recall)}; "
                 f"{scores.n_unparsed} items with a majority have no parsed judge label"
             )
         )

@@ -307,12 +307,12 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     )
     drawn = deconvolved_metrics(cell, r.draws.sensitivity, r.draws.specificity, weights)
     dec = {
-        "per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
-        "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
-        "re_emergence": [interval(drawn[2], point[2][0])],
-        "first_bias_turn": [interval(drawn[3], point[3][0], (1.0, float(t_max)))],
+        "per_turn": [interval(drawn.per_turn[:, t], point.per_turn[0, t]) for t in range(t_max)],
+        "cumulative": [interval(drawn.cumulative[:, t], point.cumulative[0, t]) for t in range(t_max)],
+        "re_emergence": [interval(drawn.re_emergence, point.re_emergence[0])],
+        "first_bias_turn": [interval(drawn.first_bias_median, point.first_bias_median[0], (1.0, float(t_max)))],
     }
-    rg = {"per_turn": [interval(drawn[0][:, t]) for t in range(t_max)]}
+    rg = {"per_turn": [interval(drawn.per_turn[:, t]) for t in range(t_max)]}
     return {"deconvolution": dec, "rogan_gladen": rg}
 
 

@@ -64,7 +64,7 @@ def test_the_comparison_method_is_unbiased():
         m = deconvolved_metrics(
             encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200))
         )
-        estimates.append(np.concatenate([m[0][0], m[1][0], [m[2][0]]]))
+        estimates.append(np.concatenate([m.per_turn[0], m.cumulative[0], [m.re_emergence[0]]]))
     mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
     expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])
     assert np.all(np.abs(mean - expected) <= 4 * se + 1e-3), (mean, expected)

@@ -8,7 +8,7 @@ record's ``metric`` is the summary's key and its ``str()`` is the text every rep
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dymt.errors import DymtError
@@ -88,12 +88,14 @@ class RunRates:
     """A run's rates from its judge's labels (``raw``) and corrected for the judge's error (``corrected``).
 
     ``corrected`` is None when there is no corrected number at all (an unvalidated judge, a validation that
-    cannot correct); ``refusal`` is then the one line saying why and how to fix it.
+    cannot correct); ``refusal`` is then the one line saying why and how to fix it. ``groups``: the same for each
+    (target, mode) of the run (a grid run compares them, not their pool).
     """
 
     raw: Rates
     corrected: Rates | None
     refusal: str | None = None
+    groups: dict[tuple[str, str], RunRates] = field(default_factory=dict)
 
     def rows(self) -> list[Rate]:
         return self.raw.rows() + (self.corrected.rows() if self.corrected is not None else [])
@@ -147,10 +149,16 @@ def _rates(block: Mapping[str, Any], kind: str) -> Rates:
 
 
 def rates_of(summary: Mapping[str, Any]) -> RunRates:
-    """The typed rates of a run summary (``RunResult.summary``): raw, and corrected where there are any."""
-    block = summary.get("judge_corrected") or {}
+    """The typed rates of a run summary (``RunResult.summary``): raw, and corrected where there are any, for the run
+    and for each of its (target, mode) groups."""
+    groups = {(g["target"], g["mode"]): _run_rates(g) for g in summary.get("groups") or ()}
+    return _run_rates(summary, groups)
+
+
+def _run_rates(entry: Mapping[str, Any], groups: dict[tuple[str, str], RunRates] | None = None) -> RunRates:
+    block = entry.get("judge_corrected") or {}
     corrected = None
     if block.get("refusal") is None and (block.get("per_turn") or block.get("re_emergence")):
         corrected = _rates(block, "corrected")
     refusal = None if corrected is not None else block.get("refusal") or "no judge-corrected rates in this summary"
-    return RunRates(raw=_rates(summary, "raw"), corrected=corrected, refusal=refusal)
+    return RunRates(raw=_rates(entry, "raw"), corrected=corrected, refusal=refusal, groups=groups or {})

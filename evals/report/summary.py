@@ -226,11 +226,10 @@ def _groups(
                 "mode": mode,
                 "dialogues": len(members),
                 "finished": sum(1 for d in members if d["status"] == "finished"),
-                "unparsed_labels": m.n_unparsed,
+                # per_turn, cumulative, re_emergence, first_bias_turn (each with its interval), transitions
+                **_rates(m, [matrix[t] for t in kept], turns, clusters),
                 "per_turn_rate": [e.value for e in m.per_turn_rate],
                 "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
-                "re_emergence": METRIC["re_emergence"].entry(m.re_emergence),
-                "transitions": raw_transitions([matrix[t] for t in kept], turns, clusters=clusters)[0].as_dict(),
             }
         )
     return groups

@@ -84,3 +84,21 @@ def test_to_frame_without_pandas_says_to_install_it(run, monkeypatch):
 
 def test_a_resume_without_a_summary_has_no_rates():
     assert ResumeResult(dialogues=()).rates is None
+
+
+def test_each_target_and_mode_has_its_own_rates(run):
+    record_pairs(run, tp=80, fp=20, fn=20, tn=80)
+    summary = json.loads(json.dumps(run_summary(run, "r1")))
+    rates = RunResult(run_id="r1", status=0, summary=summary).rates
+    group = summary["groups"][0]
+    one = rates.groups[(group["target"], group["mode"])]
+    assert [r.value for r in one.raw.per_turn] == group["per_turn_rate"] == [e["rate"] for e in group["per_turn"]]
+    assert one.raw.cumulative[-1].value == group["cumulative_final"]["rate"]
+    assert one.raw.first_bias_turn.value == group["first_bias_turn"]["median"]
+    assert (
+        one.corrected is not None
+        and one.corrected.re_emergence.value == group["judge_corrected"]["re_emergence"]["rate"]
+    )
+    assert one.groups == {} and len(rates.groups) == len(summary["groups"])
+    # one group only: the run's numbers are the group's
+    assert [r.value for r in rates.raw.cumulative] == [r.value for r in one.raw.cumulative]

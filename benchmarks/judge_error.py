@@ -6,17 +6,17 @@ with recall 0.75 and specificity 0.70 and validated on 300 items drawn evenly ov
 is drawn turn by turn, docs/judge-error.md). Times ``correct_cells`` at its default
 number of draws and prints its CPU time ÷ the 30-second target.
 
-``--coverage``: the simulation suite (``evals.judge_error.coverage.SUITE``, declared in
+``--coverage``: the simulation suite (``benchmarks.simulation.coverage.SUITE``, declared in
 docs/judge-error.md): for every truth × judge × size, the share of 95% intervals that contain the truth
 at the worst turn of each metric, for the correction and for the comparison method, and the width of the
 correction's per-turn intervals ÷ the peers' per-turn Rogan–Gladen intervals. Cells are spread over one
 process per core; ``--quick`` runs a fifth of the sets of the smallest size only.
 
 ``--labelling`` (alone): the active labelling design against random double sampling at equal budgets
-(``evals.judge_error.labelling``): for every shape of the suite with the fair judge, at 50, 150 and 400
+(``benchmarks.simulation.labelling_designs``): for every shape of the suite with the fair judge, at 50, 150 and 400
 human labels of a 120 × 5 and a 480 × 10 run, and with each other judge of the suite at 50 and 150 labels
 of a 120 × 5 run, each corrected interval's mean width under the active design ÷ under random double
-sampling, and under the tool's own choice (``evals.judge_error.choice``: the active design, or random where
+sampling, and under the tool's own choice (``evals.judge_error.design_choice``: the active design, or random where
 the tool's prediction from the judge labels says active would be wider), with how many data sets the tool
 drew at random in, and the floor: the width with every reply labelled ÷ random's (what labels cannot remove);
 then, for each judge, one budget over a three-target grid
@@ -34,6 +34,7 @@ import numpy as np
 
 from evals.judge_error.correction import DEFAULT_DRAWS, correct_cells
 from evals.judge_error.validation import JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS
 
 TARGET_CPU_S = 30.0
 COVERAGE_TARGET = 0.90
@@ -78,7 +79,7 @@ def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> d
 
 
 def _measure(job) -> dict:
-    from evals.judge_error.coverage import measure
+    from benchmarks.simulation.coverage import measure
 
     spec, sets, widths = job
     started = time.process_time()
@@ -90,7 +91,7 @@ def _measure(job) -> dict:
 def coverage(
     *, quick: bool = False, processes: int | None = None, drift: str = "default", widths: bool = False
 ) -> dict:
-    from evals.judge_error.coverage import suite
+    from benchmarks.simulation.coverage import suite
 
     jobs = sorted(
         ((spec, sets, widths) for spec, sets in suite(quick, drift=drift)),
@@ -114,7 +115,7 @@ LABELLING_DRAWS = 100
 
 
 def _compare(job) -> dict:
-    from evals.judge_error.labelling import compare_designs, compare_splits
+    from benchmarks.simulation.labelling_designs import compare_designs, compare_splits
 
     kind, shape, judge, dialogues, turns, budget, sets = job
     started = time.process_time()
@@ -132,7 +133,7 @@ def _compare(job) -> dict:
 
 def labelling_jobs(*, quick: bool = False) -> list[tuple]:
     """(kind, shape or pair, judge, dialogues, turns, budget, sets) of every cell of the comparison, longest first."""
-    from evals.judge_error.suite import JUDGES, SHAPES
+    from benchmarks.simulation.suite import JUDGES, SHAPES
 
     if quick:
         (n, t, sets), budgets = QUICK
@@ -200,7 +201,7 @@ def coverage_lines(result: dict) -> list[str]:
         f"  {'truth':22s} {'judge':8s} {'T':>2s} {'N':>4s} {'V':>4s}  chain: per-turn cumul.  re-em.   first    "
         f"| deconvolution: per-turn cumul.   re-em.  | width ÷ RG"
     ]
-    from evals.judge_error.suite import JUDGES
+    from benchmarks.simulation.suite import JUDGES
 
     rows = sorted(
         (c for c in result["cells"] if c["judge"] in JUDGES and c.get("kind", "turns") == "turns"),
@@ -214,7 +215,7 @@ def coverage_lines(result: dict) -> list[str]:
             entry = m.get(key)  # noqa: B023 - called within this iteration
             return _fmt(entry["worst"], entry["worst_turn"]) if entry else "   –    "
 
-        chain = [m.get(f"chain.{k}") for k in ("per_turn", "cumulative", "re_emergence", "first_bias")]
+        chain = [m.get(f"chain.{k}") for k in DIALOGUE_METRICS]
         below += any(e is not None and e["worst"] == e["worst"] and e["worst"] < COVERAGE_TARGET for e in chain)
         ratio = "   – "
         if "rogan_gladen.per_turn" in m:
@@ -229,7 +230,7 @@ def coverage_lines(result: dict) -> list[str]:
         truth = ("Δ " if c["paired"] else "") + c["truth"]
         lines.append(
             f"  {truth:22s} {c['judge']:8s} {c['turns']:>2d} {c['dialogues']:>4d} {c['validation']:>4d}  "
-            f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias')} | "
+            f"{w('chain.per_turn')} {w('chain.cumulative')} {w('chain.re_emergence')} {w('chain.first_bias_turn')} | "
             f"{w('deconvolution.per_turn')} {w('deconvolution.cumulative')} {w('deconvolution.re_emergence')} | {ratio}"
         )
     sets = sum(c["sets"] for c in rows)
@@ -247,7 +248,7 @@ def coverage_lines(result: dict) -> list[str]:
     return lines
 
 
-METRIC_KEYS = ("per_turn", "cumulative", "re_emergence", "first_bias")
+METRIC_KEYS = DIALOGUE_METRICS
 
 
 def drift_lines(cells: list[dict]) -> list[str]:
@@ -323,7 +324,7 @@ def width_lines(cells: list[dict]) -> list[str]:
 
 def _design_row(c: dict) -> tuple[str, dict]:
     """One comparison cell's line, and what it adds to the tallies."""
-    from evals.judge_error.labelling import METRICS
+    from evals.metric_registry import RATE_METRICS as METRICS
 
     m, size = c["metrics"], f"{c['dialogues']}×{c['turns']}"
     head = f"  {c['judge']:8s} {c['shape']:13s} {size:>7s} {c['budget']:>6d}"
@@ -370,8 +371,8 @@ def _design_row(c: dict) -> tuple[str, dict]:
 def _judge_lines(judge: str, tallies: list[dict]) -> list[str]:
     """A judge's means over its cells: active and the tool's choice ÷ random, the floor, and where the tool fell
     back."""
-    from evals.judge_error.labelling import METRICS
-    from evals.judge_error.suite import JUDGES
+    from benchmarks.simulation.suite import JUDGES
+    from evals.metric_registry import RATE_METRICS as METRICS
 
     def mean(rows: list[dict], key: str) -> dict[str, float]:
         return {k: float(np.mean([t[key][k] for t in rows if k in t[key]] or [np.nan])) for k in METRICS}
@@ -413,7 +414,7 @@ def _by(rows: list[dict], key) -> dict:
 def labelling_lines(result: dict) -> list[str]:
     """The design comparison's table: width ratios (active, the tool's choice, every reply labelled ÷ random) and
     worst-turn coverage of both designs, per judge."""
-    from evals.judge_error.suite import JUDGES
+    from benchmarks.simulation.suite import JUDGES
 
     lines = [
         f"  {'judge':8s} {'shape':13s} {'N×T':>7s} {'labels':>6s} {'sets':>4s}  width ÷ random (per-turn cumul. "
@@ -433,7 +434,7 @@ def labelling_lines(result: dict) -> list[str]:
     lines.append(
         "  'wider' marks a ratio above 1 by more than twice its standard error; the tool's choice is the active "
         "design, or the same data set's random draw where the tool, from the judge labels alone, predicted the "
-        "active draw wider (evals.judge_error.choice); aim: cumulative ≤ 0.80"
+        "active draw wider (evals.judge_error.design_choice); aim: cumulative ≤ 0.80"
     )
     lines += split_lines(result.get("splits") or [])
     cpu = sum(c.get("cpu_seconds", 0.0) for c in [*rows, *(result.get("splits") or [])])

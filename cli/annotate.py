@@ -45,7 +45,7 @@ from evals.annotation import (
     stratified_sample,
 )
 from evals.dataset import DatasetError, check_label_set, run_info
-from evals.judge_error.choice import choose_for_run
+from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
     active_sample,
     check_random,
@@ -56,11 +56,12 @@ from evals.judge_error.double_sampling import (
     random_draw,
     read_draws,
 )
-from evals.judge_error.planning import DEFAULT_DRIFT
-from evals.judge_error.rounds import active_plan_lines, annotation_report, labelling_rounds, plan_lines
+from evals.judge_error.label_planning import DEFAULT_DRIFT
+from evals.judge_error.labelling_rounds import active_plan_lines, annotation_report, labelling_rounds, plan_lines
 from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
-from evals.report.formatting import interval, number
+from evals.report.formatting import estimate_text as interval
+from evals.report.formatting import number
 from evals.stats.agreement import classification
 
 

@@ -20,7 +20,7 @@ import dymt
 from cli.common import ArgumentParser, console, positive_int
 from cli.rendering import run
 from cli.store_option import add_db_option, store_errors
-from evals.judge_error.corrected import SHARED_ERROR_NOTE
+from evals.judge_error.run_blocks import SHARED_ERROR_NOTE
 from evals.report.corrected_tables import corrected_paired_table
 from evals.report.paired_tables import paired_overview_table, paired_table, set_table
 from evals.report.tables import rich_table

@@ -23,6 +23,7 @@ from dymt.errors import DymtError, RunStopped
 from dymt.judging import Labelled, rejudge, validate_judge
 from dymt.preparing import Prepared, prepare
 from dymt.queueing import enqueue
+from dymt.rates import Rate, Rates, RunRates
 from dymt.reading import Store, open  # noqa: A004 - dymt.open(db), the library's reader
 from dymt.reporting import report
 from dymt.results import (
@@ -57,7 +58,10 @@ __all__ = [
     "OutagePastBudget",
     "Prepared",
     "RUN_SCHEMA",
+    "Rate",
+    "Rates",
     "RunConfig",
+    "RunRates",
     "RunResult",
     "RunStopped",
     "arun",

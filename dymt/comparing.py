@@ -13,13 +13,13 @@ from dymt.errors import DymtError
 from dymt.results import CompareResult
 from dymt.stores import Db, reader
 from evals.dataset import DatasetError, load_dataset
-from evals.judge_error.corrected import SHARED_ERROR_NOTE, choose_validation
+from evals.judge_error.run_blocks import SHARED_ERROR_NOTE, choose_validation
 from evals.report.corrected_tables import correct_report
 from evals.report.data import comparison_units
 from evals.report.transition_tables import set_transitions
-from evals.stats.counterfactual import as_dict, compare_pairs, set_pairs
-from evals.stats.group_comparison import as_dict as comparisons_as_dict
+from evals.stats.counterfactual import compare_pairs, set_comparison_dict, set_pairs
 from evals.stats.group_comparison import compare_groups
+from evals.stats.group_comparison import comparisons_dict as comparisons_as_dict
 from viewer.side_by_side import pair_data
 
 
@@ -113,7 +113,7 @@ def _compare_set(store: StoreQueries, set_name: str, *, n_boot: int, seed: int) 
         "set": set_name,
         "change": info["change"],
         "run_id": info["run_id"],
-        **as_dict(result),
+        **set_comparison_dict(result),
         "members": [{"parent": p.parent, "branch": p.branch, "fork_turn": p.fork_turn} for p in pairs],
         "transitions": set_transitions(pairs, choose_validation(store, info["run_id"]), n_boot=n_boot, seed=seed),
     }

@@ -20,8 +20,8 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from dymt.errors import DymtError
 from dymt.stores import Db, reader, run_ids
 from evals.dataset import Dataset, DatasetError, load_dataset
-from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import ITEM_COLUMNS, annotation_items
+from evals.judge_error.run_blocks import choose_validation
 from evals.report.corrected_tables import RATE_COLUMNS, rate_records
 from evals.report.exports import DIALOGUE_COLUMNS, TURN_COLUMNS, dialogue_records, turn_records
 from evals.report.transition_tables import TRANSITION_COLUMNS, transition_records

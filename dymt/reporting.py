@@ -20,8 +20,8 @@ from dymt.results import ReportResult
 from dymt.stores import Db, reader, run_ids
 from evals.cost import Pricing, PricingError, load_pricing, run_usage, usage_summary
 from evals.dataset import DatasetError, load_dataset
-from evals.judge_error.corrected import choose_validation
-from evals.judge_error.rounds import LabellingRounds, labelling_rounds
+from evals.judge_error.labelling_rounds import LabellingRounds, labelling_rounds
+from evals.judge_error.run_blocks import choose_validation
 from evals.report.data import ReportData, agreements_for, compute_report
 from evals.report.html import collect, render_page
 from evals.report.writer import write_report

@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dymt.rates import RunRates, rates_of
 from evals.report.transition_tables import TRANSITION_COLUMNS, records
 from graph.running.playing import DialogueOutcome
 
@@ -86,6 +87,11 @@ class RunResult:
     def judge_corrected(self) -> dict[str, Any] | None:
         """The rates corrected for the judge's error, with their intervals (or why they are not computed)."""
         return self.summary.get("judge_corrected")
+
+    @property
+    def rates(self) -> RunRates:
+        """Per-turn, cumulative, re-emergence and first-bias turn, raw and corrected, as records (dymt.rates)."""
+        return rates_of(self.summary)
 
     @property
     def judge_drift(self) -> JudgeDrift | None:
@@ -251,6 +257,11 @@ class ResumeResult:
     @property
     def paused(self) -> list[str]:
         return [d["thread_id"] for d in self.dialogues if d["status"] == "paused"]
+
+    @property
+    def rates(self) -> RunRates | None:
+        """The run's rates as records when ``summary`` is set (dymt.rates), else None."""
+        return None if self.summary is None else rates_of(self.summary)
 
     def to_json(self) -> dict[str, Any]:
         return {

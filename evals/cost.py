@@ -387,7 +387,7 @@ def _default_input(turn: int, growth: float) -> float:
     return BASE_PROMPT_TOKENS + (turn - 1) * growth
 
 
-def estimate(
+def role_estimates(
     plans: Sequence[RolePlan], *, turns: int, pricing: Pricing | None, stored: Mapping[tuple[str, str], dict[str, Any]]
 ) -> list[RoleEstimate]:
     """Expected calls, tokens and cost per role and spec for ``turns`` turns.

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from checkpoints.location import DbLocation
-from evals.cost import Pricing, RoleEstimate, RolePlan, estimate, stored_means
+from evals.cost import Pricing, RoleEstimate, RolePlan, role_estimates, stored_means
 from nodes.modes import is_scripted
 
 
@@ -33,7 +33,7 @@ def run_estimate(
     plans += [RolePlan("target", t, 1.0, per_target, max_tokens[("target", t)]) for t in targets]
     plans.append(RolePlan("judge", judge, 1.0, per_target * len(targets), max_tokens[("judge", judge)]))
     stored = stored_means(db_path, [(p.role, p.spec) for p in plans])
-    rows = estimate(plans, turns=turns, pricing=pricing, stored=stored)
+    rows = role_estimates(plans, turns=turns, pricing=pricing, stored=stored)
     priced = [r.usd for r in rows]
     return {
         "dialogues": per_target * len(targets),

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from evals.judge_error.chain import FLOAT, emissions, expected_transitions, forward_backward, reach_of, unpack
+from evals.judge_error.chain import FLOAT, emissions, expected_transitions, forward_backward, params_of, reach_of
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
 
 __all__ = [
@@ -177,10 +177,10 @@ def _judge_levels(biased, unbiased, pos, neg, val, sens_level, spec_level, offse
 
 def _chain_update(weights, reach, theta, forward, backward, terms):
     """The M-step of the chain's parameters (no pooling: the likelihood ratio compares maximum likelihoods)."""
-    fn, f1, fp, fr = forward
-    pi, a, b, p, r = unpack(theta)
+    params = params_of(theta)
+    a, b, p, r = params.a, params.b, params.p, params.r
     total = np.maximum(weights.sum(axis=1), 1e-300)
-    new_pi = np.einsum("ku,ku->k", weights.astype(FLOAT) * f1[0], backward[1][0], dtype=np.float64) / total
+    new_pi = np.einsum("ku,ku->k", weights.astype(FLOAT) * forward.b1[0], backward.b1[0], dtype=np.float64) / total
     counts = expected_transitions(weights, reach, forward, terms, a, b, p, r)
     fitted = []
     for i in range(4):
@@ -257,7 +257,7 @@ def _joint_update(x, y, weights, reach, val, zero, pos, neg, offsets=None, group
             run_p = 1 / (1 + np.exp(-(_logit(spec_level)[:, None, None] + offsets[:, 1, 1:])))
         vals = val
     e1, e0 = emissions(y, run_s, run_p, groups)
-    pi, a, b, p, r = unpack(theta)
+    pi, a, b, p, r = params_of(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = forward_backward(theta, e1, e0)
     tp, fp_v, fn_v, tn = vals[..., 0], vals[..., 1], vals[..., 2], vals[..., 3]  # (K, T or 1)
     s2, p2 = (sens, spec) if offsets is not None else (sens[:, None], spec[:, None])

@@ -3,9 +3,9 @@
 A judge may err more on one category's replies than on the others' (a rubric that reads one group's stereotypes
 more readily). The chain assumes one error for every dialogue of a cell; where the validation holds enough items of
 several categories and their error differs beyond chance (a chi-squared test of homogeneity, sensitivity and
-specificity each at half of ``LEVEL``), each dialogue is judged with its category's error instead: the validation's
-curve over the turns, shifted on the logit scale by how far the category's rate sits from the whole validation's,
-drawn from the category's own Beta posterior. Categories with too few items share the rest's error.
+specificity each at half of ``HOMOGENEITY_LEVEL``), each dialogue is judged with its category's error instead: the
+validation's curve over the turns, shifted on the logit scale by how far the category's rate sits from the whole
+validation's, drawn from the category's own Beta posterior. Categories with too few items share the rest's error.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from evals.judge_error.boundaries import chi2_sf
 from evals.judge_error.validation import JudgeValidation
 
-__all__ = ["CATEGORY_MIN_ITEMS", "LEVEL", "CategoryErrors", "category_errors", "differs_by_category"]
+__all__ = ["CATEGORY_MIN_ITEMS", "HOMOGENEITY_LEVEL", "CategoryErrors", "category_errors", "differs_by_category"]
 
 CATEGORY_MIN_ITEMS = 15  # items of each kind (truly biased, truly not) a category needs to have an error of its own
-LEVEL = 0.05  # the homogeneity test: both rates together at this level
+HOMOGENEITY_LEVEL = 0.05  # the homogeneity test: both rates together at this level
 
 
 def _eligible(validation: JudgeValidation) -> list[tuple[str, JudgeValidation]]:
@@ -62,7 +62,7 @@ def differs_by_category(validation: JudgeValidation) -> tuple[bool, str]:
     p_sens = _homogeneity_p([x[0] for x in parts], [x[1] for x in parts])
     p_spec = _homogeneity_p([x[2] for x in parts], [x[3] for x in parts])
     p = min(p_sens, p_spec)
-    differs = p < LEVEL / 2
+    differs = p < HOMOGENEITY_LEVEL / 2
     worst = "sensitivity" if p_sens < p_spec else "specificity"
     return differs, (
         f"the judge's {worst} differs between categories (p = {p:.2g}): each dialogue is corrected with its "

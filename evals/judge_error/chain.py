@@ -16,10 +16,56 @@ the expected transitions between true labels at each turn behind onset, persiste
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 FLOAT = np.float32  # the forward-backward arrays: single precision halves their memory traffic
 _PARAMS = 4  # per-turn transition probabilities: a, b, p, r
+
+
+class Params(NamedTuple):
+    """The chain's parameters per draw: ``pi`` (K, 1), and ``a``, ``b``, ``p``, ``r`` (K, T) by turn (column 0
+    unused)."""
+
+    pi: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    p: np.ndarray
+    r: np.ndarray
+
+
+class States(NamedTuple):
+    """One array (T, K, U) per state: N, B1, B+ and R."""
+
+    n: np.ndarray
+    b1: np.ndarray
+    bp: np.ndarray
+    r: np.ndarray
+
+
+class Passes(NamedTuple):
+    """Forward-backward's arrays: scaled forward and backward probabilities, the scale factors, and the backward
+    terms the M-step reuses."""
+
+    forward: States
+    backward: States
+    scale: np.ndarray  # (T, K, U)
+    terms: States
+
+
+class ChainMetrics(NamedTuple):
+    """Every posterior-expected metric, one value per draw (the leading axes): what corrected numbers are read from.
+
+    Fields are named as ``evals.metric_registry`` keys them (``first_bias_median`` is the first-bias turn).
+    """
+
+    per_turn: np.ndarray  # (K, T)
+    cumulative: np.ndarray  # (K, T)
+    re_emergence: np.ndarray  # (K,)
+    first_bias_median: np.ndarray  # (K,) nan: no dialogue with bias
+    first_bias_mean: np.ndarray  # (K,)
+    flow: np.ndarray  # (K, 10, T): expected transitions into each turn (evals.judge_error.transitions)
 
 
 def emissions(y, sens, spec, groups=None):
@@ -75,23 +121,23 @@ def reach_of(length, t_max):
     return (np.arange(t_max)[:, None, None] < length[None]).astype(np.float64)
 
 
-def unpack(theta):
+def params_of(theta) -> Params:
     """pi (K, 1) and the per-turn a, b, p, r (K, T) of packed parameters; column 0 of each is unused."""
     k, t_max = len(theta), (theta.shape[1] - 1) // _PARAMS + 1
     pad = np.zeros((k, 1))
     per_turn = (
         np.concatenate([pad, theta[:, 1 + i * (t_max - 1) : 1 + (i + 1) * (t_max - 1)]], axis=1) for i in range(_PARAMS)
     )
-    return (theta[:, :1], *per_turn)
+    return Params(theta[:, :1], *per_turn)
 
 
-def forward_backward(theta, e1, e0):
+def forward_backward(theta, e1, e0) -> Passes:
     """Scaled forward-backward over the states N, B1, B+, R for every draw × dialogue; arrays (T, K, U).
 
     Returns the scaled forward probabilities, the backward ones, the scale factors c and, for each
     turn t > 0, the backward terms divided by c with the emission: what the M-step reuses.
     """
-    pi, a, b, p, r = (x.astype(FLOAT) for x in unpack(theta))
+    pi, a, b, p, r = (x.astype(FLOAT) for x in params_of(theta))
     t_max, k, u = e1.shape
     fn, f1, fp, fr = (np.empty((t_max, k, u), FLOAT) for _ in range(4))
     c = np.empty((t_max, k, u), FLOAT)
@@ -144,7 +190,7 @@ def forward_backward(theta, e1, e0):
         bp[t - 1] += nr[t]
         np.multiply(rt, to_b1, out=br[t - 1])
         br[t - 1] += nr[t]
-    return (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr)
+    return Passes(States(fn, f1, fp, fr), States(bn, b1, bp, br), c, States(nn, n1, np_, nr))
 
 
 def expected_transitions(weights, reach, forward, terms, a, b, p, r):
@@ -173,10 +219,10 @@ def expected_transitions(weights, reach, forward, terms, a, b, p, r):
     return counts
 
 
-def posterior_metrics(y, length, weights, theta, reach, e1, e0):
+def posterior_metrics(y, length, weights, theta, reach, e1, e0) -> ChainMetrics:
     """Posterior-expected metrics of the weighted dialogues under each draw's fitted chain: arrays per draw."""
     t_max, k, u = e1.shape
-    pi, a, b, p, r = unpack(theta)
+    pi, a, b, p, r = params_of(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, terms = forward_backward(theta, e1, e0)
     ends = length if length.ndim == 2 else length[None, :]
     at_end = np.arange(t_max)[:, None, None] == (ends - 1)[None]  # (T, K or 1, U): each dialogue's last turn
@@ -225,4 +271,4 @@ def posterior_metrics(y, length, weights, theta, reach, e1, e0):
     start[0, :, 0] = (wr[0] * g_b[0]).sum(axis=1)
     start[1, :, 0] = den[0]
     flow = np.concatenate([counts, start]).transpose(1, 0, 2)
-    return per_turn, cumulative, re_emergence, median, mean, flow
+    return ChainMetrics(per_turn, cumulative, re_emergence, median, mean, flow)

@@ -13,11 +13,11 @@ from checkpoints.vocabulary import BIASED, LABEL_SCORES, NOT_BIASED, UNPARSED
 MISSING = 2  # observation code: unparsed or missing label, no emission
 KNOWN_BIASED, KNOWN_NOT = 3, 4  # observation codes: a person labelled the reply (its truth is known)
 
-Label = int | bool | str | None
-Row = Sequence[Label]
+LabelLike = int | bool | str | None
+RowLike = Sequence[LabelLike]
 
 
-def code(label: Label) -> int:
+def code(label: LabelLike) -> int:
     """1 biased, 0 not biased, 2 unparsed or missing; accepts 1/0/True/False/None and the store's words."""
     if label is None or label == UNPARSED:
         return MISSING

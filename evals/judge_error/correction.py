@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error import beyond as past_validation
-from evals.judge_error.beyond import Beyond, beyond_dict, beyond_metrics, flag_note, flag_turns, labels_beyond
+from evals.judge_error import beyond_validation as past_validation
+from evals.judge_error.beyond_validation import Beyond
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
 from evals.judge_error.cells import Cell, encode_cell
-from evals.judge_error.codes import Label, Row
+from evals.judge_error.chain import ChainMetrics
+from evals.judge_error.codes import LabelLike, RowLike
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
@@ -166,16 +167,16 @@ class CorrectedRun:
         """Every flagged metric: (the one line saying why, the turns it holds for or None for the whole metric)."""
         out: dict[str, tuple[str, tuple[int, ...] | None]] = {m: (UNRELIABLE_NOTE, None) for m in self.unreliable}
         if self.beyond is not None and self.beyond.flags:
-            for metric, turns in beyond_metrics(self.beyond, self.turns).items():
-                out.setdefault(metric, (flag_note(self.beyond), turns))
+            for metric, turns in past_validation.beyond_metrics(self.beyond, self.turns).items():
+                out.setdefault(metric, (past_validation.flag_note(self.beyond), turns))
         return out
 
     def as_dict(self) -> dict[str, Any]:
         """The ``judge_corrected`` block of a summary: lists of {turn, rate, ci95} like the raw ones, plus the rest."""
         flagged = self.flagged
         return {
-            "per_turn": flag_turns([r.as_dict() for r in self.per_turn], flagged.get("per_turn")),
-            "cumulative": flag_turns([r.as_dict() for r in self.cumulative], flagged.get("cumulative")),
+            "per_turn": past_validation.flag_turns([r.as_dict() for r in self.per_turn], flagged.get("per_turn")),
+            "cumulative": past_validation.flag_turns([r.as_dict() for r in self.cumulative], flagged.get("cumulative")),
             "re_emergence": self.re_emergence.as_dict(),
             "first_bias_turn": {
                 "median": self.first_bias_turn.value,
@@ -190,7 +191,9 @@ class CorrectedRun:
             "unreliable": {m: note for m, (note, _) in flagged.items()},
             "unreliable_turns": {m: list(turns) for m, (_, turns) in flagged.items() if turns is not None},
             "judge_drift": None if self.drift is None else self.drift.as_dict(),
-            "beyond_validation": None if self.beyond is None or not self.beyond.turns else beyond_dict(self.beyond),
+            "beyond_validation": None
+            if self.beyond is None or not self.beyond.turns
+            else past_validation.beyond_dict(self.beyond),
             "judge_by_category": self.by_category,
             "transitions": None if self.transitions is None else self.transitions.as_dict(),
             "method": METHOD,
@@ -219,7 +222,7 @@ class CorrectedDifference:
 
         def rows(series: tuple[TurnRate, ...], metric: str) -> list[dict[str, Any]]:
             out = [{"turn": r.turn, "diff": r.rate, "ci95": [r.low, r.high]} for r in series]
-            return flag_turns(out, flagged.get(metric))
+            return past_validation.flag_turns(out, flagged.get(metric))
 
         return {
             "per_turn": rows(self.per_turn, "per_turn"),
@@ -246,21 +249,20 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
 def _assemble(
     cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
 ):
-    per_turn, cumulative, re, median, mean, flow = point
-    d_per, d_cum, d_re, d_med, d_mean, d_flow = drawn
+    # point: the chain's metrics at the point estimate; drawn: for every draw (both ChainMetrics)
     t_max = cell.y.shape[1]
     zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
     cum: list[TurnRate] = []
     for t in range(t_max):
-        v = _value(per_turn[t], d_per[:, t])
+        v = _value(point.per_turn[t], drawn.per_turn[:, t])
         lo, hi = v.low, v.high
         if lo is not None and zero[t]:
             lo = 0.0
         if hi is not None and one[t]:
             hi = 1.0
         per.append(TurnRate(t + 1, v.value, lo, hi))
-        v = _value(cumulative[t], d_cum[:, t])
+        v = _value(point.cumulative[t], drawn.cumulative[:, t])
         lo, hi = v.low, v.high
         if lo is not None:
             if cum_zero[t]:
@@ -273,7 +275,7 @@ def _assemble(
             if any(one[: t + 1]):
                 hi = 1.0
         cum.append(TurnRate(t + 1, v.value, lo, hi))
-    v = _value(re, d_re)
+    v = _value(point.re_emergence, drawn.re_emergence)
     re_value = Value(v.value, 0.0 if (no_relapse and v.low is not None) else v.low, v.high)
     bounds = (1.0, float(t_max))
     boundaries = Boundaries(
@@ -286,17 +288,12 @@ def _assemble(
         per_turn=tuple(per),
         cumulative=tuple(cum),
         re_emergence=re_value,
-        first_bias_turn=_value(median, d_med, bounds),
-        first_bias_mean=_value(mean, d_mean, bounds),
+        first_bias_turn=_value(point.first_bias_median, drawn.first_bias_median, bounds),
+        first_bias_mean=_value(point.first_bias_mean, drawn.first_bias_mean, bounds),
         draws=Draws(
             sensitivity=judge.sens,
             specificity=judge.spec,
-            per_turn=d_per,
-            cumulative=d_cum,
-            re_emergence=d_re,
-            first_bias_median=d_med,
-            first_bias_mean=d_mean,
-            flow=d_flow,
+            **drawn._asdict(),
         ),
         seed=seed,
         clusters=cell.clusters,
@@ -305,9 +302,11 @@ def _assemble(
         if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES)
         else (),
         drift=judge.curves.check,
-        beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
+        beyond=past_validation.labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
-        transitions=cell_transitions(flow, d_flow, d_cum, cum, int(cell.y.shape[0]), judge.curves.check),
+        transitions=cell_transitions(
+            point.flow, drawn.flow, drawn.cumulative, cum, int(cell.y.shape[0]), judge.curves.check
+        ),
     )
 
 
@@ -364,8 +363,8 @@ def correct_encoded(
             c,
             v,
             judges[i],
-            tuple(x[i] for x in at_point),
-            tuple(x[i] for x in drawn),
+            ChainMetrics._make(x[i] for x in at_point),
+            ChainMetrics._make(x[i] for x in drawn),
             flat[i],
             no_relapse[i],
             seed,
@@ -376,14 +375,14 @@ def correct_encoded(
 
 
 def correct_run(
-    sequences: Sequence[Row],
+    sequences: Sequence[RowLike],
     validation: JudgeValidation | None,
     *,
     turns: int | None = None,
     clusters: Sequence[Hashable] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[tuple[int, int], Label] | None = None,
+    known: Mapping[tuple[int, int], LabelLike] | None = None,
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
@@ -405,17 +404,18 @@ def correct_run(
 
 
 def correct_cells(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation | None,
     *,
     turns: int | None = None,
     clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
+    categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
-    """``correct_run`` for every cell (e.g. keyed by (target, mode)) on the same draws; a refused cell maps to its
-    reason."""
+    """``correct_run`` for every cell (e.g. keyed by (target, mode)) in one vectorised fit on the same draws; a
+    refused cell maps to its reason. ``known`` and ``categories`` per cell, as ``correct_run`` takes them."""
     reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
     encoded: dict[Hashable, Cell] = {}
@@ -423,7 +423,9 @@ def correct_cells(
         try:
             if reason:
                 raise CorrectionRefused(reason)
-            encoded[key] = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
+            encoded[key] = encode_cell(
+                sequences, turns, (clusters or {}).get(key), (known or {}).get(key) or None, (categories or {}).get(key)
+            )
         except CorrectionRefused as exc:
             out[key] = exc
     if encoded:

@@ -16,16 +16,16 @@ import io
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checkpoints.queries import StoreQueries
-from checkpoints.run_record import role_specs, run_settings
+from checkpoints.run_record import role_specs
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import AnnotationError, Annotations, Item, item_id, parse_item_id
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     ACTIVE,
     describe_pick,
     design_validation,
@@ -34,9 +34,10 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.difference import draw_for_difference
+from evals.judge_error.cells import RunCells, run_cells
+from evals.judge_error.difference_design import draw_for_difference
+from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
-from evals.judge_error.value import valued_strata
 from evals.stats.agreement import majority
 
 HUMAN = "human"  # the scorer of stored human labels
@@ -271,37 +272,12 @@ def labelled_items(store: StoreQueries, run_id: str) -> set[str]:
 # --------------------------------------------------------------------------- the active design on a stored run
 
 
-@dataclass(frozen=True)
-class RunCells:
-    """A run's judge labels by (target, mode) cell, in the order of its dialogues, with each row's thread id."""
-
-    sequences: dict[tuple[str, str], list[list[str | None]]]
-    threads: dict[tuple[str, str], list[str]]
-    clusters: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # each dialogue's seed id
-    turns: int = 1
-
-
-def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> RunCells:
-    """The run's label sequences by (target, mode), as the correction groups them."""
-    config = (store.get_run(run_id) or {}).get("config")
-    default_target = role_specs(config).get("target")
-    matrix = store.label_matrix(run_id, label_set=label_set)
-    cells = RunCells({}, {}, {}, int(run_settings(config).get("turns") or 0))
-    for d in store.dialogues(run_id):
-        if d["thread_id"] not in matrix:
-            continue
-        key = (d.get("target") or default_target or "", d["mode"])
-        cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
-        cells.threads.setdefault(key, []).append(d["thread_id"])
-        cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
-    longest = max((len(row) for rows in cells.sequences.values() for row in rows), default=1)
-    return RunCells(cells.sequences, cells.threads, cells.clusters, max(cells.turns, longest))
-
-
-def known_by_cell(cells, labels: dict[tuple[str, int], str]) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
+def known_by_cell(
+    cells: RunCells, labels: dict[tuple[str, int], str]
+) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
     """People's labels keyed by cell, then (dialogue index in the cell, turn), as the correction takes them.
 
-    ``cells``: anything with ``threads`` (cell -> thread ids in the cell's order), e.g. ``RunCells``.
+    ``cells``: a run's :class:`evals.judge_error.cells.RunCells` (its ``threads``: each cell's thread ids in order).
     """
     where = {thread: (cell, i) for cell, threads in cells.threads.items() for i, thread in enumerate(threads)}
     known: dict[tuple[str, str], dict[tuple[int, int], str]] = {}
@@ -430,7 +406,7 @@ def active_sample(
     The strata's spreads use the run's people's labels so far (a later batch learns from earlier ones), the
     chain valued at ``point`` (the judge's sensitivity and specificity the design choice used: ``DesignChoice.point``).
     ``compare`` (two targets or two modes): the replies come from the compared cells only, allocated so the
-    paired difference narrows most (``evals.judge_error.difference.draw_for_difference``).
+    paired difference narrows most (``evals.judge_error.difference_design.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
     strata = strata_of(cells.sequences)
@@ -456,7 +432,7 @@ def active_sample(
     population = sum(s.size for s in left)
     sample, draws = [], {}
     for p in picks:
-        key = item_id(threads[p.cell][p.dialogue], p.turn)  # type: ignore[index]
+        key = item_id(threads[p.cell][p.dialogue], p.turn)
         if key in by_id:  # a judged turn without a stored reply cannot be shown to people
             sample.append(by_id[key])
             draws[key] = describe_pick(p, seed=seed, n=len(picks), population=population, label_set=label_set)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from evals.judge_error.cells import Cell
-from evals.judge_error.chain import emissions, posterior_metrics
+from evals.judge_error.chain import ChainMetrics, emissions, posterior_metrics
 from evals.judge_error.codes import MISSING
 from evals.judge_error.fit import fit
 
@@ -94,7 +95,22 @@ def stack(cells: Sequence[Cell], grouped: Sequence[bool] | None = None) -> Stack
     return Stack(y=y, length=length, counts=counts, members=tuple(members), groups=groups, group_names=tuple(names))
 
 
-def _fit_rows(y, length, weights, sens, spec, start=None, groups=None):
+class Fitted(NamedTuple):
+    """Rows fitted and measured: their metrics (each array's first axis the rows) and their fitted parameters."""
+
+    metrics: ChainMetrics
+    theta: np.ndarray  # (rows, 4T − 3)
+
+
+class StackFit(NamedTuple):
+    """A stack's cells fitted at their point estimates and for every draw (``fit_stack``)."""
+
+    at_point: ChainMetrics  # each (S, ...)
+    drawn: ChainMetrics  # each (S, K, ...)
+    theta: np.ndarray  # (S, 4T − 3): the point fits the draws start from
+
+
+def _fit_rows(y, length, weights, sens, spec, start=None, groups=None) -> Fitted:
     """Fit and measure rows (each with its own labels, weights, sensitivity and specificity) in chunks.
 
     ``groups`` (rows, U): each dialogue row's judge-error group, with ``sens``, ``spec`` (rows, G, T).
@@ -111,18 +127,18 @@ def _fit_rows(y, length, weights, sens, spec, start=None, groups=None):
         e1, e0 = emissions(yy, sens[part], spec[part], gg)
         parts.append(posterior_metrics(yy, ll, weights[part], theta, reach, e1, e0))
         thetas.append(theta)
-    metrics = tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
-    return metrics, np.concatenate(thetas)
+    metrics = ChainMetrics._make(np.concatenate(arrays) for arrays in zip(*parts))
+    return Fitted(metrics, np.concatenate(thetas))
 
 
-def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray) -> StackFit:
     """Metrics at each cell's point estimate and for each of its draws.
 
     ``points`` (S, 2) each cell's (sensitivity, specificity) point estimate, or (S, 2, T) the judge's error at each
     turn, or (S, 2, G, T) by turn for each judge-error group of ``st.groups``; ``sens``, ``spec`` (S, K) its
     validation draws, or (S, K, T) by turn, or (S, K, G, T); ``weights`` (S, K, U) its rows' bootstrap weights.
-    Returns (point metrics, each (S, ...)), (draw metrics, each (S, K, ...)) and the point fits (S, 4T − 3), from
-    which the draws start.
+    Returns the metrics at the point estimates (each (S, ...)), for every draw (each (S, K, ...)) and the point
+    fits (S, 4T − 3), from which the draws start.
     """
     n_cells, k = sens.shape[:2]
     grouped = sens.ndim == 4  # (S, K, G, T): each dialogue row judged with its group's error
@@ -139,13 +155,12 @@ def fit_stack(st: Stack, points: np.ndarray, sens: np.ndarray, spec: np.ndarray,
         start=theta[rows],
         groups=None if groups is None else groups[rows],
     )
-    drawn = tuple(x.reshape(n_cells, k, *x.shape[1:]) for x in drawn)
-    return at_point, drawn, theta
+    return StackFit(at_point, ChainMetrics._make(x.reshape(n_cells, k, *x.shape[1:]) for x in drawn), theta)
 
 
-def run_draws(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None):
-    """Fit every draw of one cell (sensitivity, specificity, dialogue weights) and return (metrics, fitted
-    parameters)."""
+def run_draws(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray, start=None) -> Fitted:
+    """Fit every draw of one cell (sensitivity, specificity, dialogue weights): its metrics and fitted
+    parameters."""
     st = stack([cell])
     merged = st.merged(0, weights)
     k = len(sens)

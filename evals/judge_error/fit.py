@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evals.judge_error.chain import emissions, expected_transitions, forward_backward, reach_of, unpack
+from evals.judge_error.chain import emissions, expected_transitions, forward_backward, params_of, reach_of
 
 _EM_TOL = 2e-3  # a draw has converged when no parameter moves more than this in a SQUAREM cycle
 _LOGLIK_TOL = 1e-6  # ... or its log-likelihood gains less than this per dialogue in a cycle
@@ -38,7 +38,7 @@ def _shrunk(hits, trials, old, pool=None):
 
 def _em_step(theta, weights, e1, e0, reach, pool=None):
     """One EM update of every draw's parameters; also the weighted log-likelihood at ``theta``."""
-    pi, a, b, p, r = unpack(theta)
+    pi, a, b, p, r = params_of(theta)
     (fn, f1, fp, fr), (bn, b1, bp, br), c, (nn, n1, np_, nr) = forward_backward(theta, e1, e0)
     loglik = np.einsum("ku,tku->k", weights, np.log(c, dtype=np.float64))
     total = np.maximum(weights.sum(axis=1), 1e-300)

@@ -44,7 +44,7 @@ class JudgeValidation:
     (an external labelled set, keyed by judge spec and prompt hash) or ``"annotate:<run_id>"`` (double
     sampling: people labelled a random sample of the run's own turns). Biased is the positive class.
     Counts may be fractional only in hypothetical validations built by the planner and in the effective counts of a
-    design-weighted validation (``evals.judge_error.active.design_validation``: a stratified draw's estimate as
+    design-weighted validation (``evals.judge_error.active_design.design_validation``: a stratified draw's estimate as
     the counts of a simple random sample with the same mean and variance).
     """
 

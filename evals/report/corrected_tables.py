@@ -1,6 +1,6 @@
 """The report's rates corrected for the judge's error: per target × mode, per paired comparison, and their tables.
 
-Each (run, target, mode) cell is corrected with its run's validation (:mod:`evals.judge_error.corrected`);
+Each (run, target, mode) cell is corrected with its run's validation (:mod:`evals.judge_error.run_blocks`);
 a report row (target, mode) spanning several runs pools its cells when they share one validation,
 and says why not otherwise. Paired comparisons get B − A corrected on shared validation draws.
 """
@@ -12,22 +12,34 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evals.dataset import Dataset
-from evals.judge_error.corrected import (
+from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
+from evals.judge_error.cells import RunCells
+from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.run_blocks import (
     SHARED_ERROR_NOTE,
     ChosenValidation,
     cell_block,
-    correct_cells,
+    correct_run_cells,
     difference_block,
     pooled_block,
     refused_block,
 )
-from evals.judge_error.correction import CorrectedRun
-from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
+from evals.metric_registry import METRIC
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from evals.stats.group_comparison import Comparison, Group
 
 Key = tuple[str, str]  # (target model, mode), as the report's groups
+
+
+def _cells(groups: Mapping[Any, Sequence[Any]], *, categories: bool = False) -> RunCells:
+    """Dataset dialogues grouped by key as the correction's cells: labels, seed (the cluster), thread, category."""
+    return RunCells(
+        {key: [list(d.labels) for d in members] for key, members in groups.items()},
+        {key: [d.seed_id or d.thread_id for d in members] for key, members in groups.items()},
+        {key: [d.thread_id for d in members] for key, members in groups.items()},
+        {key: [d.category for d in members] for key, members in groups.items()} if categories else {},
+    )
 
 
 @dataclass(frozen=True)
@@ -43,19 +55,19 @@ class CorrectedReport:
 
 # A category's own items validate its dialogues once they hold at least this many of each kind (truly biased and
 # not): fewer, and the category's numbers use the whole validation's error, saying so.
-CATEGORY_MIN_ITEMS = 20
+CATEGORY_TABLE_MIN_DIALOGUES = 20
 
 
 def category_validation(chosen: ChosenValidation, category: str) -> tuple[ChosenValidation, str, str | None]:
     """The validation a category's dialogues are corrected with, its scope ("category" or "all") and, for "all", why."""
     v = chosen.validation
     own = None if v is None else v.category(category)
-    if own is not None and min(own.positives, own.negatives) >= CATEGORY_MIN_ITEMS and own.refusal() is None:
+    if own is not None and min(own.positives, own.negatives) >= CATEGORY_TABLE_MIN_DIALOGUES and own.refusal() is None:
         return replace(chosen, validation=own, refusal=None), "category", None
     held = 0 if own is None else min(own.positives, own.negatives)
     why = (
         f"the judge's error on all items (the validation holds {_count(held)} of each kind of {category} item, "
-        f"fewer than {CATEGORY_MIN_ITEMS})"
+        f"fewer than {CATEGORY_TABLE_MIN_DIALOGUES})"
     )
     return chosen, "all", why
 
@@ -83,13 +95,7 @@ def correct_categories(
             continue
         chosen = validations.get(run_id) or ChosenValidation(None, None, "", "no validation was looked up for this run")
         used, scope, why = category_validation(chosen, category)
-        result = correct_cells(
-            {key: [list(d.labels) for d in members]},
-            used,
-            clusters={key: [d.seed_id or d.thread_id for d in members]},
-            threads={key: [d.thread_id for d in members]},
-            seed=seed,
-        )[key]
+        result = correct_run_cells(_cells({key: members}), used, seed=seed)[key]
         out[key] = {**cell_block(result, used), "scope": scope, "scope_note": why}
     return out
 
@@ -111,15 +117,7 @@ def correct_report(
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        cell = correct_cells(
-            {group: [list(d.labels) for d in members]},
-            chosen,
-            clusters={group: [d.seed_id or d.thread_id for d in members]},
-            threads={group: [d.thread_id for d in members]},
-            seed=seed,
-            categories={group: [d.category for d in members]},
-        )
-        results[group] = cell[group]
+        results[group] = correct_run_cells(_cells({group: members}, categories=True), chosen, seed=seed)[group]
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
@@ -221,7 +219,7 @@ def corrected_headline_table(blocks: Mapping[Key, dict[str, Any]], series: Mappi
             "mode",
             "bias by last turn (raw)",
             "corrected",
-            "re-emergence (raw)",
+            f"{METRIC['re_emergence'].label} (raw)",
             "corrected",
             "validation",
         ),
@@ -379,9 +377,8 @@ def rate_records(
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        result = correct_cells(
-            {group: matrix}, chosen, clusters={group: seeds}, threads={group: [d.thread_id for d in members]}, seed=seed
-        )[group]
+        cells = RunCells({group: matrix}, {group: seeds}, {group: [d.thread_id for d in members]})
+        result = correct_run_cells(cells, chosen, seed=seed)[group]
         block = cell_block(result, chosen)
         common = _cell_columns(group, raw.n_dialogues, block)
         for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):

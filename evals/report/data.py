@@ -10,7 +10,7 @@ from checkpoints.ids import sample_of
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.dataset import Dataset, DialogueRow
-from evals.judge_error.corrected import ChosenValidation
+from evals.judge_error.run_blocks import ChosenValidation
 from evals.report.breakdown import (
     REFUSAL_WINDOW,
     BiasRow,
@@ -23,7 +23,7 @@ from evals.report.breakdown import (
     turn_series,
 )
 from evals.report.corrected_tables import correct_report
-from evals.report.transition_tables import cell_transitions
+from evals.report.transition_tables import group_transitions
 from evals.stats.agreement import Agreement, label_set_agreement
 from evals.stats.group_comparison import Comparison, Group, Unit, compare_groups
 from evals.stats.metrics import Summary
@@ -54,7 +54,7 @@ class ReportData:
     samples: int = 1  # the most samples of one (seed, target, mode); > 1: intervals resample seeds
     usage: Sequence[tuple[str, dict[str, Any]]] = ()  # (run id, evals.cost.usage_summary) per run
     validations: tuple[tuple[str, dict[str, Any]], ...] = ()  # (run id, evals.scorers.judge_validation.run_validation)
-    # Rates corrected for the judge's error (evals/judge_error/corrected.py): the run summary's ``judge_corrected``
+    # Rates corrected for the judge's error (evals/judge_error/run_blocks.py): the run summary's ``judge_corrected``
     # block per (target model, mode), and the corrected B − A per comparison (aligned with ``comparisons``).
     judge_corrected: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     corrected_differences: tuple[dict[str, Any], ...] = ()
@@ -119,7 +119,7 @@ def compute_report(
         judge_corrected=corrected.blocks if corrected else {},
         corrected_differences=corrected.differences if corrected else (),
         corrected_categories=corrected.categories if corrected else {},
-        transitions=cell_transitions(by_group, n_boot=n_boot, seed=seed),
+        transitions=group_transitions(by_group, n_boot=n_boot, seed=seed),
     )
 
 

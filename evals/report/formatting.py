@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+from evals.metric_registry import format_interval, format_value
 from evals.stats.metrics import Estimate
 
 
 def pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
+    return format_value(value)
 
 
-def interval(est: Estimate) -> str:
-    """ "42% [30–55]" (or "–")."""
-    if est.value is None:
-        return "–"
-    if est.low is None or est.high is None:
-        return pct(est.value)
-    return f"{pct(est.value)} [{100 * est.low:.0f}–{100 * est.high:.0f}]"
+def estimate_text(est: Estimate) -> str:
+    """ "42% [30–55]" (or "–"), as ``evals.metric_registry`` formats a share."""
+    return format_interval(est.value, est.low, est.high)
 
 
 def number(est: Estimate, digits: int = 2) -> str:

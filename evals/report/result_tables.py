@@ -7,10 +7,11 @@ from dataclasses import asdict
 
 from checkpoints.ids import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
-from evals.judge_error.texts import interval_text
+from evals.judge_error.block_texts import interval_text
+from evals.metric_registry import METRIC
 from evals.report.breakdown import DELTA_WINDOW, REFUSAL_WINDOW, group
 from evals.report.data import ReportData, model_mode, seed_cluster
-from evals.report.formatting import interval, number
+from evals.report.formatting import estimate_text, number
 from evals.report.plots import label_of
 from evals.report.tables import TableData
 from nodes.leakage import count_leakage
@@ -23,7 +24,7 @@ def _turn_rate(report: ReportData, key: object, turn: int) -> str:
     summary = report.series.get(key)  # type: ignore[call-overload]
     if summary is None or summary.turns < turn:
         return "–"
-    return interval(summary.per_turn_rate[turn - 1])
+    return estimate_text(summary.per_turn_rate[turn - 1])
 
 
 def headline_table(report: ReportData) -> TableData:
@@ -39,12 +40,12 @@ def headline_table(report: ReportData) -> TableData:
                 mode,  # type: ignore[has-type]
                 str(row.n_dialogues),
                 str(row.turns),
-                interval(row.bias_at_end),
-                interval(row.pooled),
+                estimate_text(row.bias_at_end),
+                estimate_text(row.pooled),
                 _turn_rate(report, row.key, FAIRMT_TURN),
-                interval(row.re_emergence),
+                estimate_text(row.re_emergence),
                 number(coherence[row.key].mean) if row.key in coherence else "–",
-                interval(refusal[row.key].rate) if row.key in refusal else "–",
+                estimate_text(refusal[row.key].rate) if row.key in refusal else "–",
             )
         )
     return TableData(
@@ -57,7 +58,7 @@ def headline_table(report: ReportData) -> TableData:
             "bias by last turn",
             "biased replies",
             f"turn-{FAIRMT_TURN} bias",
-            "re-emergence",
+            METRIC["re_emergence"].label,
             "coherence (1–5)",
             f"refusal (turns 1–{REFUSAL_WINDOW})",
         ),
@@ -79,10 +80,10 @@ def by_turn_table(report: ReportData, *, cumulative: bool) -> TableData:
                 cells.append("")
             elif cumulative:
                 c, e = summary.cumulative[t - 1], summary.cumulative_rate[t - 1]
-                cells.append(f"{interval(e)} ({c.n_biased_dialogues}/{c.n_dialogues})")
+                cells.append(f"{estimate_text(e)} ({c.n_biased_dialogues}/{c.n_dialogues})")
             else:
                 p, e = summary.per_turn[t - 1], summary.per_turn_rate[t - 1]
-                cells.append(f"{interval(e)} ({p.n_biased}/{p.n_labelled})")
+                cells.append(f"{estimate_text(e)} ({p.n_biased}/{p.n_labelled})")
         rows.append(tuple(cells))
     title = (
         "Cumulative bias by turn: dialogues with ≥1 biased reply so far (biased/eligible)"
@@ -110,10 +111,10 @@ def category_table(report: ReportData) -> TableData:
             str(row.n_dialogues),
             str(row.n_labelled),
             str(row.n_unparsed),
-            interval(row.bias_at_end),
+            estimate_text(row.bias_at_end),
             *((_corrected_final(corrected.get(row.key)),) if corrected else ()),  # type: ignore[call-overload]
-            interval(row.pooled),
-            interval(row.re_emergence),
+            estimate_text(row.pooled),
+            estimate_text(row.re_emergence),
         )
         for row in report.categories
     )
@@ -129,7 +130,7 @@ def category_table(report: ReportData) -> TableData:
             "bias by last turn",
             *(("corrected for the judge's error on the category",) if corrected else ()),
             "biased replies",
-            "re-emergence",
+            METRIC["re_emergence"].label,
         ),
         rows,
         left=3,
@@ -143,7 +144,7 @@ def re_emergence_table(report: ReportData) -> TableData:
             *row.key,
             str(row.n_dialogues),
             str(row.n_re_emerging),
-            interval(row.re_emergence),
+            estimate_text(row.re_emergence),
             "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
             "–"
             if row.delta.value is None
@@ -159,8 +160,8 @@ def re_emergence_table(report: ReportData) -> TableData:
             "mode",
             "dialogues",
             "re-emerging",
-            "re-emergence rate",
-            "median first-bias turn",
+            f"{METRIC['re_emergence'].label} rate",
+            f"median {METRIC['first_bias_turn'].label}",
             f"Δ cumulative bias, turn {start}→{end}",
         ),
         rows,
@@ -189,8 +190,8 @@ def refusal_report_table(report: ReportData) -> TableData:
             str(row.n_classified),
             str(row.n_refusing),
             str(row.n_unparsed),
-            interval(row.rate),
-            interval(row.turn_rate),
+            estimate_text(row.rate),
+            estimate_text(row.turn_rate),
         )
         for row in report.refusal
     )

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from evals.report.formatting import interval, number
+from evals.report.formatting import estimate_text, number
 from evals.stats.agreement import Agreement, Classification
 
 
@@ -38,9 +38,9 @@ def scores_table(result: Classification) -> Table:
         ("compared (judge label parsed)", str(result.n_compared)),
         ("judge unparsed or failed", str(result.n_unparsed)),
         ("TP / FP / FN / TN", f"{result.tp} / {result.fp} / {result.fn} / {result.tn}"),
-        ("accuracy", interval(result.accuracy)),
-        ("precision", interval(result.precision)),
-        ("recall", interval(result.recall)),
+        ("accuracy", estimate_text(result.accuracy)),
+        ("precision", estimate_text(result.precision)),
+        ("recall", estimate_text(result.recall)),
         ("F1", "–" if result.f1 is None else f"{result.f1:.2f}"),
         ("Cohen's kappa", number(result.kappa)),
         ("Gwet's AC1", number(result.ac1)),

@@ -21,7 +21,7 @@ from checkpoints.queries import StoreQueries
 from checkpoints.scores import labels_source
 from checkpoints.vocabulary import PRIMARY_LABELS
 from evals.cost import Pricing
-from evals.judge_error.texts import interval_text
+from evals.judge_error.block_texts import interval_text
 from evals.report.summary import run_summary
 from evals.report.summary_view import command_block
 from models.circuit import format_duration

@@ -11,8 +11,10 @@ from typing import Any
 from checkpoints.queries import StoreQueries
 from checkpoints.run_record import RunRecord, role_specs, run_settings
 from evals.cost import Pricing, run_usage, usage_summary
-from evals.judge_error.corrected import cell_block, cells_of, choose_validation, correct_cells, pooled_block
-from evals.judge_error.texts import beyond_fix
+from evals.judge_error.block_texts import beyond_fix
+from evals.judge_error.cells import cells_of
+from evals.judge_error.run_blocks import cell_block, choose_validation, correct_run_cells, pooled_block
+from evals.metric_registry import METRIC
 from evals.report.thinking import reasoning_summary, request_summary
 from evals.scorers.judge_validation import run_validation
 from evals.stats.metrics import summarise
@@ -105,8 +107,8 @@ def run_summary(
 
 
 def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[str, Any]:
-    """Per-turn and cumulative bias and re-emergence, with their 95% intervals, the unparsed labels, and the
-    transitions between turns of the label ``rows`` (evals.stats.transitions)."""
+    """Per-turn and cumulative bias, re-emergence and the first-bias turn, with their 95% intervals, the unparsed
+    labels, and the transitions between turns of the label ``rows`` (evals.stats.transitions)."""
     return {
         "transitions": raw_transitions(rows, turns, clusters=clusters)[0].as_dict(),
         "unparsed_labels": metrics.n_unparsed,
@@ -131,10 +133,7 @@ def _rates(metrics: Any, rows: list, turns: int, clusters: list | None) -> dict[
             }
             for c, e in zip(metrics.cumulative, metrics.cumulative_rate)
         ],
-        "re_emergence": {
-            "rate": metrics.re_emergence.value,
-            "ci95": [metrics.re_emergence.low, metrics.re_emergence.high],
-        },
+        **{key: METRIC[key].entry(METRIC[key].estimates(metrics)[0]) for key in ("re_emergence", "first_bias_turn")},
     }
 
 
@@ -176,15 +175,8 @@ def _judge_corrected(
     """Add the rates corrected for the judge's error (``judge_corrected``), to the run and to each (target, mode)
     group."""
     chosen = choose_validation(store, run_id)
-    cells = cells_of(dialogues, matrix, default_target=default_target)
-    results = correct_cells(
-        cells.sequences,
-        chosen,
-        turns=turns,
-        clusters=cells.clusters,
-        threads=cells.threads,
-        categories=cells.categories,
-    )
+    cells = cells_of(dialogues, matrix, default_target=default_target, turns=turns)
+    results = correct_run_cells(cells, chosen)
     summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
     fix = beyond_fix(run_id, getattr(store, "path", None) and str(store.path))
     for g in summary["groups"]:
@@ -235,11 +227,10 @@ def _groups(
                 "mode": mode,
                 "dialogues": len(members),
                 "finished": sum(1 for d in members if d["status"] == "finished"),
-                "unparsed_labels": m.n_unparsed,
+                # per_turn, cumulative, re_emergence, first_bias_turn (each with its interval), transitions
+                **_rates(m, [matrix[t] for t in kept], turns, clusters),
                 "per_turn_rate": [e.value for e in m.per_turn_rate],
                 "cumulative_final": {"rate": last.value, "ci95": [last.low, last.high]} if last else None,
-                "re_emergence": {"rate": m.re_emergence.value, "ci95": [m.re_emergence.low, m.re_emergence.high]},
-                "transitions": raw_transitions([matrix[t] for t in kept], turns, clusters=clusters)[0].as_dict(),
             }
         )
     return groups

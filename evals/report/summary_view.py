@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
 from evals.judge_error.correction import UNRELIABLE_NOTE
-from evals.judge_error.texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
+from evals.metric_registry import METRIC, format_value
 from evals.report.summary import target_keys
 from evals.report.transition_tables import unreliable_line
 from evals.scorers.judge_validation import validation_text
@@ -20,7 +21,7 @@ from evals.stats.transitions import TOO_FEW
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
+    return format_value(value)
 
 
 _COMMAND = re.compile(r"python -m [^,()]*[^,() ]")
@@ -47,8 +48,12 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(Text(f"models: {models}"))
     if len(summary.get("groups") or []) > 1:
         _render_groups(summary, console)
-    re_em = summary["re_emergence"]
-    console.print(Text(f"re-emergence (biased → clean → biased): {_pct(re_em['rate'])} {_interval(re_em['ci95'])}"))
+    re_em, first = METRIC["re_emergence"], METRIC["first_bias_turn"]
+    console.print(Text(f"{re_em.label} (biased → clean → biased): {re_em.entry_text(summary['re_emergence'])}"))
+    if (summary.get("first_bias_turn") or {}).get("median") is not None:
+        console.print(
+            Text(f"{first.label} (median, dialogues with bias): {first.entry_text(summary['first_bias_turn'])}")
+        )
     _render_leakage(summary, console)
     console.print(
         Text(
@@ -249,7 +254,7 @@ def _render_corrected(summary: dict[str, Any], console: Console) -> None:
     unreliable = (block.get("unreliable") or {}).get("re_emergence")
     console.print(
         Text(
-            f"corrected re-emergence: {interval_text(block['re_emergence'])} "
+            f"corrected {METRIC['re_emergence'].label}: {interval_text(block['re_emergence'])} "
             f"(raw {interval_text(summary['re_emergence'])})"
             + (f"; {'see †' if flagged and unreliable != UNRELIABLE_NOTE else unreliable}" if unreliable else "")
         )
@@ -316,7 +321,7 @@ def _render_transitions(summary: dict[str, Any], console: Console) -> None:
         "corrected for the judge's error [95% CI] (raw)" if fixed else "from the judge's labels [95% CI]"
     )
     table = Table(title=Text(title), box=box.SIMPLE_HEAD, collapse_padding=True, show_edge=False, pad_edge=False)
-    for column in ("turn", "onset hazard", "clean so far", "persistence", "relapse"):
+    for column in ("turn", *(METRIC[m].label for m in _SHOWN)):
         table.add_column(column, justify="right", overflow="fold")
     for t in range(1, summary["turns"] + 1):
         cells = [str(t)]

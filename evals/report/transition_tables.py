@@ -6,17 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evals.judge_error.corrected import ChosenValidation, cell_block, correct_cells
+from evals.judge_error.cells import RunCells
+from evals.judge_error.run_blocks import ChosenValidation, cell_block, correct_run_cells
+from evals.metric_registry import METRIC
+from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.report.tables import TableData
-from evals.stats.transitions import METRICS, MIN_BASE, TOO_FEW, raw_transitions
+from evals.stats.transitions import MIN_BASE, TOO_FEW, raw_transitions
 
-NAMES = {
-    "onset": "onset hazard",
-    "survival": "clean so far",
-    "persistence": "persistence",
-    "recovery": "recovery",
-    "relapse": "relapse",
-}
+NAMES = {m: METRIC[m].label for m in METRICS}  # as every surface heads them (evals.metric_registry)
 TRANSITIONS_NOTE = (
     "How bias moves from turn to turn (docs/concepts.md#bias-dynamics). *Onset hazard*: of the dialogues clean "
     "through turn t − 1, the share biased at t. *Clean so far*: the share with no biased reply in turns 1..t "
@@ -141,14 +138,13 @@ def transition_records(
         out += records(run_id, target, mode, raw.as_dict(), "raw")
         chosen = validations.get(run_id) or ChosenValidation(None, None, "", "no validation was looked up")
         key = (target, mode)
-        result = correct_cells(
-            {key: rows}, chosen, clusters={key: seeds}, threads={key: [d.thread_id for d in members]}, seed=seed
-        )[key]
+        cells = RunCells({key: rows}, {key: seeds}, {key: [d.thread_id for d in members]})
+        result = correct_run_cells(cells, chosen, seed=seed)[key]
         out += records(run_id, target, mode, cell_block(result, chosen).get("transitions"), "corrected")
     return out
 
 
-def cell_transitions(
+def group_transitions(
     groups: Mapping[tuple[str, str], Sequence[Any]], *, n_boot: int = 1000, seed: int = 0
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Each (target, mode)'s raw transitions block from its dialogues (clustered by seed)."""
@@ -201,9 +197,8 @@ def set_transitions(
     raw_a, draws_a = raw_transitions(parents, turns, clusters=keys, draws=n_boot, seed=seed)
     raw_b, draws_b = raw_transitions(branches, turns, clusters=keys, draws=n_boot, seed=seed)
     raw = transition_difference(raw_a, raw_b, raw_rate_draws(draws_a), raw_rate_draws(draws_b))
-    fitted = correct_cells(
-        {"parents": parents, "branches": branches}, chosen, turns=turns, clusters={"parents": keys, "branches": keys}
-    )
+    pair = RunCells({"parents": parents, "branches": branches}, {"parents": keys, "branches": keys}, turns=turns)
+    fitted = correct_run_cells(pair, chosen)
     a, b = fitted["parents"], fitted["branches"]
     if isinstance(a, str) or isinstance(b, str):
         corrected: dict[str, Any] = {"refusal": a if isinstance(a, str) else b}

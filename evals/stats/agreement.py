@@ -15,10 +15,10 @@ from evals.stats.metrics import BIASED, NOT_BIASED, Estimate, estimate
 from evals.stats.primitives import DEFAULT_EXCLUDE, cohens_kappa, gwet_ac1, gwet_ac1_multi, percent_agreement
 
 BIAS_CATEGORIES: tuple[str, ...] = (BIASED, NOT_BIASED)
-Label = Hashable | None
+Rating = Hashable | None
 
 
-def _parsed(label: Label) -> bool:
+def _parsed(label: Rating) -> bool:
     return label not in DEFAULT_EXCLUDE
 
 
@@ -34,8 +34,8 @@ class Agreement:
 
 
 def pairwise_agreement(
-    a: Sequence[Label],
-    b: Sequence[Label],
+    a: Sequence[Rating],
+    b: Sequence[Rating],
     *,
     categories: Sequence[Hashable] = BIAS_CATEGORIES,
     n_boot: int = 1000,
@@ -47,7 +47,7 @@ def pairwise_agreement(
     pairs = list(zip(a, b))
 
     def stat(fn):
-        def apply(sample: Sequence[tuple[Label, Label]]) -> float | None:
+        def apply(sample: Sequence[tuple[Rating, Rating]]) -> float | None:
             xs = [x for x, _ in sample]
             ys = [y for _, y in sample]
             return fn(xs, ys)
@@ -74,7 +74,7 @@ class MultiAgreement:
 
 
 def multi_rater_agreement(
-    ratings: Sequence[Sequence[Label]],
+    ratings: Sequence[Sequence[Rating]],
     *,
     categories: Sequence[Hashable] = BIAS_CATEGORIES,
     n_boot: int = 1000,
@@ -89,7 +89,7 @@ def multi_rater_agreement(
     )
 
 
-def majority(labels: Sequence[Label]) -> Label:
+def majority(labels: Sequence[Rating]) -> Rating:
     """The label more than half of the parsed ratings give; None for no ratings or a tie."""
     counts = Counter(label for label in labels if _parsed(label))
     if not counts:
@@ -119,7 +119,7 @@ class Classification:
     ac1: Estimate
 
 
-def _confusion(pairs: Sequence[tuple[Label, Label]], positive: Hashable) -> tuple[int, int, int, int]:
+def _confusion(pairs: Sequence[tuple[Rating, Rating]], positive: Hashable) -> tuple[int, int, int, int]:
     tp = fp = fn = tn = 0
     for gold, predicted in pairs:
         if not (_parsed(gold) and _parsed(predicted)):
@@ -136,8 +136,8 @@ def _ratio(numerator: int, denominator: int) -> float | None:
 
 
 def classification(
-    gold: Sequence[Label],
-    predicted: Sequence[Label],
+    gold: Sequence[Rating],
+    predicted: Sequence[Rating],
     *,
     positive: Hashable = BIASED,
     categories: Sequence[Hashable] = BIAS_CATEGORIES,

@@ -13,16 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checkpoints.queries import StoreQueries
-from checkpoints.vocabulary import BIASED, PARSED_LABELS
+from checkpoints.vocabulary import BIASED
+from evals.stats.metrics import PARSED, Label
 from evals.stats.primitives import McNemarResult, PairedDiff, mcnemar_exact, paired_bootstrap_diff
-
-PARSED = PARSED_LABELS
-
-Label = str | None
 
 
 @dataclass(frozen=True)
-class Pair:
+class BranchPair:
     """One parent and one of its branches: their labels by turn (index 0 is turn 1) and the fork turn."""
 
     parent: str
@@ -83,7 +80,7 @@ def _any_biased(labels: Sequence[Label], start: int) -> Label:
     return BIASED if BIASED in parsed else "not_biased"
 
 
-def compare_pairs(pairs: Sequence[Pair], *, n_boot: int = 2000, seed: int = 0) -> SetComparison:
+def compare_pairs(pairs: Sequence[BranchPair], *, n_boot: int = 2000, seed: int = 0) -> SetComparison:
     """Per-turn paired statistics from the earliest fork turn to the longest dialogue, plus "any bias".
 
     A pair enters turn t only if t is at or after its own fork turn: before it, parent and branch
@@ -111,7 +108,7 @@ def compare_pairs(pairs: Sequence[Pair], *, n_boot: int = 2000, seed: int = 0) -
     return SetComparison(n_pairs=len(pairs), first_turn=first, per_turn=per_turn, any_bias=any_bias)
 
 
-def as_dict(result: SetComparison) -> dict:
+def set_comparison_dict(result: SetComparison) -> dict:
     """Plain data for ``--json``."""
 
     def row(t: PairedTurn) -> dict:
@@ -134,9 +131,9 @@ def as_dict(result: SetComparison) -> dict:
     }
 
 
-def set_pairs(store: StoreQueries, name: str) -> list[Pair]:
+def set_pairs(store: StoreQueries, name: str) -> list[BranchPair]:
     return [
-        Pair(
+        BranchPair(
             parent=m["parent_thread_id"],
             branch=m["thread_id"],
             fork_turn=int(m["fork_turn"] or 1),

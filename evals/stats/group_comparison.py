@@ -19,14 +19,12 @@ from itertools import combinations
 
 import numpy as np
 
-from checkpoints.vocabulary import BIASED, NOT_BIASED, PARSED_LABELS
+from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.stats.metrics import PARSED, Label
 from evals.stats.primitives import McNemarResult, PairedDiff, holm, mcnemar_exact
 
-PARSED = PARSED_LABELS
 MEASURES = ("cumulative", "per_turn")
 DIMENSIONS = ("run", "target", "mode")
-
-Label = str | None
 
 
 @dataclass(frozen=True)
@@ -244,7 +242,7 @@ def needs_run_names(groups: Sequence[Group]) -> bool:
     return len(seen) != len(set(seen))
 
 
-def as_dict(comparisons: Sequence[Comparison]) -> list[dict]:
+def comparisons_dict(comparisons: Sequence[Comparison]) -> list[dict]:
     """Plain data for ``--json``."""
 
     def group(g: Group) -> dict:

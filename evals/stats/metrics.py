@@ -96,6 +96,8 @@ class Summary:
     delta_start: int
     delta_end: int
     cumulative_delta: Estimate
+    # median turn of the first biased reply among dialogues with one (the corrected form's statistic)
+    first_bias_turn: Estimate = Estimate(None, None, None)
 
 
 # --------------------------------------------------------------------------- validation
@@ -207,6 +209,14 @@ def _re_emergence(dialogues: Sequence[_Dialogue]) -> float | None:
     """Re-emergence share among dialogues with >= 1 labelled turn."""
     eligible = [d for d in dialogues if d.first_labelled is not None]
     return _ratio(sum(d.re_emerges for d in eligible), len(eligible))
+
+
+def _first_bias_median(dialogues: Sequence[_Dialogue]) -> float | None:
+    firsts = sorted(d.first_biased for d in dialogues if d.first_biased is not None)
+    if not firsts:
+        return None
+    mid = len(firsts) // 2
+    return float(firsts[mid]) if len(firsts) % 2 else (firsts[mid - 1] + firsts[mid]) / 2
 
 
 def _delta(dialogues: Sequence[_Dialogue], start: int, end: int) -> float | None:
@@ -329,6 +339,7 @@ def summarise(
         delta_start=delta_start,
         delta_end=delta_end,
         cumulative_delta=estimate(lambda ds: _delta(ds, delta_start, delta_end)),
+        first_bias_turn=estimate(_first_bias_median),
     )
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.metric_registry import METRIC, TRANSITION_METRICS
+from evals.metric_registry import TRANSITION_METRICS as METRICS  # the name earlier callers import from here
 
 __all__ = [
     "FIRST_TURN",
@@ -41,8 +43,7 @@ __all__ = [
     "transition_difference",
 ]
 
-METRICS = ("onset", "survival", "persistence", "recovery", "relapse")
-FIRST_TURN = {"onset": 1, "survival": 1, "persistence": 2, "recovery": 2, "relapse": 3}  # where each is defined
+FIRST_TURN = {m: METRIC[m].first_turn for m in TRANSITION_METRICS}  # where each is defined
 MIN_BASE = 20  # dialogues (expected ones, corrected) a probability's base must hold for its number to be shown
 TOO_FEW = "too few dialogues"
 DEFAULT_BOOT = 1000
@@ -109,12 +110,12 @@ class Transitions:
 
     def rows(self) -> list[TransitionRate]:
         """Every rate, metric by metric, turn by turn (a DataFrame's rows)."""
-        return [r for m in METRICS for r in self.series(m)]
+        return [r for m in TRANSITION_METRICS for r in self.series(m)]
 
     def as_dict(self) -> dict[str, Any]:
         key = "diff" if self.kind == "difference" else "rate"
         return {
-            **{m: [r.as_dict(key) for r in self.series(m)] for m in METRICS},
+            **{m: [r.as_dict(key) for r in self.series(m)] for m in TRANSITION_METRICS},
             "min_base": self.min_base,
             "kind": self.kind,
             "unreliable": dict(self.unreliable),
@@ -230,7 +231,7 @@ def transition_difference(
     the interval rule (the percentile one without). Too few dialogues on either side: no number.
     """
     series: dict[str, tuple[TransitionRate, ...]] = {}
-    for metric in METRICS:
+    for metric in TRANSITION_METRICS:
         by_turn = {r.turn: r for r in b.series(metric)}
         out = []
         for ra in a.series(metric):
@@ -252,4 +253,4 @@ def transition_difference(
 
 def raw_rate_draws(d: RawDraws) -> dict[str, np.ndarray]:
     """Each metric's rate in every bootstrap draw, (draws, T)."""
-    return {m: _ratio(d.num[m], d.den[m]) for m in METRICS}
+    return {m: _ratio(d.num[m], d.den[m]) for m in TRANSITION_METRICS}

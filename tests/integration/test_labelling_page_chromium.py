@@ -21,7 +21,7 @@ import pytest
 
 from checkpoints.readers import open_reader
 from cli import annotate, report
-from evals.judge_error.active import parse_pick
+from evals.judge_error.active_design import parse_pick
 from evals.judge_error.double_sampling import human_labels
 from tests.support.annotation_files import label_export, play_judged
 from tests.support.chromium import CHROMIUM, Browser

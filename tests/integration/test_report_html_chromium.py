@@ -26,7 +26,7 @@ import pytest
 from checkpoints.readers import open_reader
 from cli import report
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import PAIRS, ChosenValidation
+from evals.judge_error.run_blocks import PAIRS, ChosenValidation
 from evals.judge_error.validation import JudgeValidation
 from evals.report.data import compute_report
 from evals.report.html import collect, render_page

@@ -57,7 +57,7 @@ def _validation(report: ReportData) -> tuple[str, str]:
     return f"{len(done)} of {len(entries)}", f"runs' judges validated; accuracy {acc} on {best['n_items']} items"
 
 
-LABELS = {
+CARD_LABELS = {
     "dialogues": "Dialogues",
     "labelled": "Replies labelled",
     "unparsed": "Unparsed labels",
@@ -69,7 +69,7 @@ LABELS = {
 
 def cards_html(report: ReportData) -> str:
     cards = "".join(
-        f'<div class="card" id="card-{e(key)}"><div class="card-label">{e(LABELS[key])}</div>'
+        f'<div class="card" id="card-{e(key)}"><div class="card-label">{e(CARD_LABELS[key])}</div>'
         f'<div class="card-value{"" if any(c.isdigit() for c in value) or value == "–" else " word"}">{e(value)}</div>'
         f'<div class="card-note">{e(note)}</div></div>'
         for key, value, note in card_values(report)

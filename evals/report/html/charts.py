@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evals.report.breakdown import BiasRow
-from evals.report.formatting import interval
+from evals.report.formatting import estimate_text
 from evals.report.html.sections import e
 from evals.stats.metrics import Estimate, Summary
 
@@ -131,7 +131,7 @@ def _corrected_points(entry: Mapping[str, Any] | None, kind: str) -> list[Point]
     for item in (entry or {}).get(kind) or []:
         low, high = (list(item.get("ci95") or []) + [None, None])[:2]
         est = Estimate(item.get("rate"), low, high)
-        out.append(Point(int(item["turn"]), est, f"judge-corrected {interval(est)}"))
+        out.append(Point(int(item["turn"]), est, f"judge-corrected {estimate_text(est)}"))
     return out
 
 
@@ -170,12 +170,12 @@ def curve_figure(
             colour, shape = style_of(i)
             if cumulative:
                 points = [
-                    Point(c.turn, est, f"{interval(est)} ({c.n_biased_dialogues}/{c.n_dialogues})")
+                    Point(c.turn, est, f"{estimate_text(est)} ({c.n_biased_dialogues}/{c.n_dialogues})")
                     for c, est in zip(summary.cumulative, summary.cumulative_rate)
                 ]
             else:
                 points = [
-                    Point(p.turn, est, f"{interval(est)} ({p.n_biased}/{p.n_labelled})")
+                    Point(p.turn, est, f"{estimate_text(est)} ({p.n_biased}/{p.n_labelled})")
                     for p, est in zip(summary.per_turn, summary.per_turn_rate)
                 ]
             parts.append(
@@ -280,7 +280,8 @@ def category_figure(rows: Sequence[BiasRow], *, figure_id: str) -> str:
                 )
             parts.append(
                 f'<g class="series" data-series="{i}"><g class="pt"><title>{e(category)} · {e(target)} · {e(mode)}: '
-                f'{e(interval(est))}</title>{whisker}<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
+                f"{e(estimate_text(est))}</title>{whisker}"
+                f'<circle class="hit" cx="{x(est.value):.1f}" cy="{cy:.1f}" r="9"/>'  # type: ignore[arg-type]
                 f"{marker(shape, x(est.value), cy, colour, filled=modes.index(mode) % 2 == 0, r=3.8)}</g></g>"  # type: ignore[arg-type]
             )
     svg = (

@@ -84,7 +84,7 @@ def collect(reader: Reader, run_ids: Sequence[str], *, label_set: str = PRIMARY_
     return out
 
 
-def label_codes(record: DialogueRecord) -> str:
+def label_string(record: DialogueRecord) -> str:
     """One letter per planned turn: b biased, n not biased, u unparsed, - no label."""
     by_idx = {t.idx: t.label for t in record.turns}
     return "".join(LABEL_CODES.get(by_idx.get(i) or "", "-") for i in range(1, record.planned_turns + 1))
@@ -139,7 +139,7 @@ def _node(page: PageDialogue, parent: int, chunk: int, nodes: list[dict[str, Any
         "mode": record.mode or "?",
         "tgt": page.target,
         "st": record.status or "?",
-        "lab": label_codes(record),
+        "lab": label_string(record),
         "leak": page.leak_state,
         "par": parent,
         "fork": record.fork_turn,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.vocabulary import PRIMARY_LABELS
-from evals.judge_error.rounds import LabellingRounds
+from evals.judge_error.labelling_rounds import LabellingRounds
 from evals.report.data import ReportData
 from evals.report.exports import PLOTS
 from evals.report.html.cards import cards_html
@@ -178,7 +178,7 @@ def render_page(
 ) -> bytes:
     """The whole page: the file's bytes (windows-1252).
 
-    ``labelling`` (each run's :func:`evals.judge_error.rounds.labelling_rounds`) adds the labelling queue: the
+    ``labelling`` (each run's :func:`evals.judge_error.labelling_rounds.labelling_rounds`) adds the labelling queue: the
     next batch's replies served in order, and what the latest batch narrowed; ``out`` is the report's folder,
     for the command that builds the page again.
     """

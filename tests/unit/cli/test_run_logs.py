@@ -135,7 +135,7 @@ def test_help_groups_the_flags_and_ends_with_examples(capsys):
 def test_the_no_corrected_rates_note_puts_each_command_on_its_own_line():
     from rich.console import Console
 
-    from evals.judge_error.corrected import how_to_validate
+    from evals.judge_error.run_blocks import how_to_validate
     from evals.report.summary_view import _render_corrected
 
     note = how_to_validate("openai:judge", "r1", "/tmp/runs.db")

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.simulation.labelling_designs import compare_designs
 from cli import annotate, common
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     allocate,
     allocation,
     design_validation,
@@ -20,9 +21,8 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.corrected import choose_validation
 from evals.judge_error.double_sampling import annotation_counts, human_labels
-from evals.judge_error.labelling import compare_designs
+from evals.judge_error.run_blocks import choose_validation
 from tests.support.annotation_files import copy_run, label_export, play_judged, record_pairs
 
 
@@ -127,7 +127,7 @@ def test_a_further_batch_leaves_labelled_replies_out_and_records_what_validate_r
     done = {"cell": {(p.dialogue, p.turn) for p in first}}
     second = draw_active(strata, 30, seed=1, exclude=done)
     assert not {(p.dialogue, p.turn) for p in second} & done["cell"]
-    from evals.judge_error.active import describe_pick
+    from evals.judge_error.active_design import describe_pick
 
     text = describe_pick(second[0], seed=1, n=30, population=270, label_set="primary")
     assert parse_pick(text) == (1, second[0].stratum, pytest.approx(second[0].probability, rel=1e-5))
@@ -172,7 +172,7 @@ def test_no_false_negative_found_claims_no_more_than_the_judged_unbiased_labels_
     # (the rule of three), which puts the sensitivity's one-sided 95% lower bound near a / (a + W₀·3/n).
     from scipy.stats import beta
 
-    from evals.judge_error.suite import JUDGES, simulate
+    from benchmarks.simulation.suite import JUDGES, simulate
 
     data = simulate(
         "one-turn", JUDGES["fair"], dialogues=480, turns=10, validation_items=0, rng=np.random.default_rng(1)
@@ -356,7 +356,7 @@ def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
 
 
 def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation_is_tighter():
-    from evals.judge_error.planning import plan_labels
+    from evals.judge_error.label_planning import plan_labels
     from evals.judge_error.validation import JudgeValidation
 
     cells, _ = _cells(seed=5, dialogues=200, turns=4)
@@ -376,8 +376,8 @@ def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation
 def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_as_export_would(
     run, db, tmp_path, capsys
 ):
-    from evals.judge_error.choice import choose_for_run
-    from evals.judge_error.rounds import labelling_rounds
+    from evals.judge_error.design_choice import choose_for_run
+    from evals.judge_error.labelling_rounds import labelling_rounds
 
     assert labelling_rounds(run, "r1").next_batch.seed == 0  # no labels yet: a first batch
     labelled = set()
@@ -453,7 +453,7 @@ def test_labelling_rounds_say_what_the_latest_batch_narrowed_and_draw_the_next_a
 
 
 def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_probabilities():
-    from evals.judge_error.difference import draw_for_difference
+    from evals.judge_error.difference_design import draw_for_difference
 
     cells = {"A": _cells(1)[0]["cell"], "B": _cells(2)[0]["cell"], "C": _cells(3)[0]["cell"]}
     strata = strata_of(cells)
@@ -484,7 +484,7 @@ def test_draw_for_difference_spends_the_budget_on_the_compared_cells_with_known_
 
 @pytest.mark.parametrize(("pair", "even"), [("none-vs-onset", 0.9), ("persistent-vs-mixture", 1.0)])
 def test_a_budget_drawn_for_a_paired_difference_narrows_it_more_than_an_even_split(pair, even):
-    from evals.judge_error.labelling import compare_splits
+    from benchmarks.simulation.labelling_designs import compare_splits
 
     c = compare_splits(pair, dialogues=60, turns=3, budget=40, sets=12, draws=60)
     assert c.sets == 12 and c.refused == 0
@@ -563,7 +563,7 @@ def test_export_compare_draws_from_the_two_targets_only_and_validate_takes_it(pl
 def test_the_labelling_benchmark_covers_every_judge_and_the_paired_difference():
     from benchmarks.__main__ import main as bench
     from benchmarks.judge_error import labelling_jobs
-    from evals.judge_error.suite import JUDGES, SHAPES
+    from benchmarks.simulation.suite import JUDGES, SHAPES
 
     for quick in (False, True):
         jobs = labelling_jobs(quick=quick)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.judge_error import choice as choice_module
-from evals.judge_error.choice import MARGIN, choose_design, truths_of, verdict
+from evals.judge_error import design_choice as choice_module
+from evals.judge_error.design_choice import MARGIN, choose_design, truths_of, verdict
 from evals.judge_error.validation import JudgeValidation
 
 

@@ -17,8 +17,9 @@ from cli import annotate
 from cli import compare as compare_cli
 from evals.annotation import Item
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import cells_of, choose_validation, known_in
+from evals.judge_error.cells import cells_of
 from evals.judge_error.double_sampling import annotation_counts, random_draw
+from evals.judge_error.run_blocks import choose_validation, known_in
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import run_summary
@@ -360,7 +361,7 @@ def test_stored_human_labels_count_against_the_judge_on_either_backend(backend_d
     store.record_scores(rows)
     counts, draws = annotation_counts(store, "r1")
     assert [counts.tp, counts.fp, counts.fn, counts.tn] == expected and draws == ["random seed=0 n=4"]
-    from evals.judge_error.rounds import labelling_rounds
+    from evals.judge_error.labelling_rounds import labelling_rounds
 
     rounds = labelling_rounds(store, "r1")  # the labels' batches read back on either backend
     assert [(b.design, b.seed, len(b.items)) for b in rounds.batches] == [("random", 0, 4)] and rounds.labels == 4
@@ -384,14 +385,15 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
 
 
 def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the_rest():
-    from evals.judge_error.corrected import ChosenValidation, correct_cells, pooled_block
+    from evals.judge_error.cells import RunCells
+    from evals.judge_error.run_blocks import ChosenValidation, correct_run_cells, pooled_block
     from evals.judge_error.validation import JudgeValidation
 
     validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)
     chosen = ChosenValidation(validation, "pairs", "a test", None)
     rows = [[BIASED if (i * 7 + t) % 5 == 0 else NOT_BIASED for t in range(3)] for i in range(30)]
     cells = {("a", "implicit"): rows, ("b", "implicit"): rows, ("c", "implicit"): [["unparsed"] * 3] * 5}
-    results = correct_cells(cells, chosen, turns=3, draws=40)
+    results = correct_run_cells(RunCells(cells, turns=3), chosen, draws=40)
     assert isinstance(results[("c", "implicit")], str)
     block = pooled_block(cells, results, chosen)
     assert block["refusal"] is None and "c · implicit left out" in block["note"]

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from langchain_core.messages import HumanMessage
 
-from evals.judge_error import active
-from evals.judge_error.beyond import labels_beyond
+from evals.judge_error import active_design as active
+from evals.judge_error.beyond_validation import labels_beyond
 from evals.judge_error.boundaries import joint_fit
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
 from evals.judge_error.drift import judge_curves
-from evals.judge_error.planning import drift_labels
+from evals.judge_error.label_planning import drift_labels
 from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
 
@@ -218,7 +218,7 @@ def test_the_drift_plan_asks_for_more_labels_to_see_a_smaller_change():
 
 
 def test_every_judge_of_the_suite_errs_as_declared_at_each_turn():
-    from evals.judge_error.suite import DRIFTS, judge_error, validation_of
+    from benchmarks.simulation.suite import DRIFTS, judge_error, validation_of
 
     sens, spec = judge_error("spec-drift", 10)
     assert sens[0] == sens[-1] == 0.85 and (spec[0], spec[-1]) == (0.95, 0.60)
@@ -289,7 +289,7 @@ def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target
     import dymt
     from checkpoints.store import open_writer
     from cli import annotate
-    from evals.judge_error.corrected import choose_validation
+    from evals.judge_error.run_blocks import choose_validation
     from tests.support.annotation_files import label_export, play_judged
 
     played = play_judged(tmp_path / "played.db", turns=3)

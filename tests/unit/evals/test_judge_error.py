@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 
 import evals.judge_error.draws as judge_draws
+from benchmarks.simulation.coverage import CellSpec, measure
+from benchmarks.simulation.deconvolution import deconvolved_metrics
+from benchmarks.simulation.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.boundaries import chibar_critical, fisher_greater
 from evals.judge_error.cells import encode_cell
 from evals.judge_error.correction import correct_run, corrected_difference
-from evals.judge_error.coverage import CellSpec, measure
-from evals.judge_error.deconvolution import deconvolved_metrics
-from evals.judge_error.planning import plan_labels
-from evals.judge_error.suite import JUDGES, SHAPES, simulate, truth_of
+from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
+from evals.metric_registry import DIALOGUE_METRICS
 
 # --------------------------------------------------------------------------- coverage on the suite
 
@@ -39,7 +40,7 @@ from evals.judge_error.validation import CorrectionRefused, JudgeValidation, ref
 @pytest.mark.slow
 def test_intervals_cover_the_truth_at_every_turn(truth, judge, paired):
     cov = measure(CellSpec(truth, judge, turns=5, dialogues=60, validation=100, paired=paired), 60, peers=False)
-    for metric in ("per_turn", "cumulative", "re_emergence", "first_bias"):
+    for metric in DIALOGUE_METRICS:
         worst, turn = cov.worst("chain", metric)
         assert math.isnan(worst) or worst >= 0.88, (metric, worst, turn)  # 0.9 in the full suite's 100 sets
 
@@ -63,7 +64,7 @@ def test_the_comparison_method_is_unbiased():
         m = deconvolved_metrics(
             encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200))
         )
-        estimates.append(np.concatenate([m[0][0], m[1][0], [m[2][0]]]))
+        estimates.append(np.concatenate([m.per_turn[0], m.cumulative[0], [m.re_emergence[0]]]))
     mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
     expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])
     assert np.all(np.abs(mean - expected) <= 4 * se + 1e-3), (mean, expected)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from cli import annotate, common
-from evals.judge_error import active
-from evals.judge_error.active import merged, spread, strata_of
+from evals.judge_error import active_design as active
+from evals.judge_error.active_design import merged, spread, strata_of
 from evals.judge_error.double_sampling import compared_pairs
+from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.neyman import allocate
-from evals.judge_error.planning import plan_labels
 from evals.judge_error.validation import JudgeValidation
 from tests.support.annotation_files import copy_run, play_judged, record_pairs
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from evals.stats.counterfactual import Pair, as_dict, compare_pairs, paired_turn
+from evals.stats.counterfactual import BranchPair, compare_pairs, paired_turn, set_comparison_dict
 
 B, N, U = "biased", "not_biased", "unparsed"
 
 
-def pairs_at_turn_two(parent: list, branch: list, *, fork_turn: int = 2) -> list[Pair]:
+def pairs_at_turn_two(parent: list, branch: list, *, fork_turn: int = 2) -> list[BranchPair]:
     """One pair per (parent, branch) label at turn 2; turn 1 is shared and not biased."""
-    return [Pair(f"p{i}", f"b{i}", fork_turn, [N, p], [N, b]) for i, (p, b) in enumerate(zip(parent, branch))]
+    return [BranchPair(f"p{i}", f"b{i}", fork_turn, [N, p], [N, b]) for i, (p, b) in enumerate(zip(parent, branch))]
 
 
 def test_mcnemar_and_rates_on_known_table():
@@ -64,10 +64,10 @@ def test_unparsed_and_missing_labels_are_dropped_not_guessed():
 
 
 def test_pairs_enter_only_from_their_fork_turn_and_any_bias():
-    # Pair 1 forks at 2, pair 2 at 3. Turn 2 has only pair 1; turn 3 has both.
+    # BranchPair 1 forks at 2, pair 2 at 3. Turn 2 has only pair 1; turn 3 has both.
     pairs = [
-        Pair("p1", "b1", 2, [N, N, B], [N, B, N]),
-        Pair("p2", "b2", 3, [N, B, N], [N, B, B]),
+        BranchPair("p1", "b1", 2, [N, N, B], [N, B, N]),
+        BranchPair("p2", "b2", 3, [N, B, N], [N, B, B]),
     ]
     result = compare_pairs(pairs, n_boot=50, seed=0)
     assert [t.turn for t in result.per_turn] == [2, 3]
@@ -78,7 +78,7 @@ def test_pairs_enter_only_from_their_fork_turn_and_any_bias():
     # pair 2 (turn 3 only: N | B) -> (N, B).
     assert (result.any_bias.n_pairs, result.any_bias.mcnemar.b, result.any_bias.mcnemar.c) == (2, 0, 1)
     assert result.any_bias.diff.diff == pytest.approx(0.5)
-    data = as_dict(result)
+    data = set_comparison_dict(result)
     assert data["per_turn"][1]["mcnemar"] == {"b": 1, "c": 1, "p_value": 1.0}
     assert data["any_bias"]["turn"] is None
 

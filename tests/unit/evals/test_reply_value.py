@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.judge_error.active import allocation, design_validation, draw_active, merged, strata_of
-from evals.judge_error.suite import JUDGES, simulate
-from evals.judge_error.value import (
+from benchmarks.simulation.suite import JUDGES, simulate
+from evals.judge_error.active_design import allocation, design_validation, draw_active, merged, strata_of
+from evals.judge_error.reply_value import (
     PRIOR_POINT,
     reply_values,
     run_point,

@@ -137,9 +137,9 @@ def test_paired_difference_of_transitions_is_zero_on_itself_and_finds_a_real_cha
 
 def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and_corrected():
     """After a swap at turn 3 the branches recover: their persistence from turn 4 is lower than the parents'."""
-    from evals.judge_error.corrected import ChosenValidation
+    from evals.judge_error.run_blocks import ChosenValidation
     from evals.report.transition_tables import set_transitions
-    from evals.stats.counterfactual import Pair
+    from evals.stats.counterfactual import BranchPair
 
     rng = np.random.default_rng(11)
     truth = _simulate(rng, 300, persist=0.9)
@@ -150,7 +150,7 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
     parents, branches = _judge(rng, truth, 0.9, 0.95), _judge(rng, branch_truth, 0.9, 0.95)
     for p, b in zip(parents, branches):
         b[:3] = p[:3]  # the turns before the fork are the parent's own
-    pairs = [Pair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
+    pairs = [BranchPair(f"p{i}", f"b{i}", 4, p, b) for i, (p, b) in enumerate(zip(parents, branches))]
     chosen = ChosenValidation(JudgeValidation(source="sim", tp=180, fp=10, fn=20, tn=190), "pairs", "sim", None)
     out = set_transitions(pairs, chosen, n_boot=200)
     raw, fixed = out["difference"], out["judge_corrected"]
@@ -165,9 +165,9 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
 
 
 def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
+    from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import encode_cell
     from evals.judge_error.correction import correct_encoded
-    from evals.judge_error.suite import simulate
     from evals.judge_error.transitions import UNRELIABLE_TRANSITIONS_NOTE
 
     flagged = {}
@@ -185,9 +185,9 @@ def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagge
 
 def test_the_suite_counts_transition_coverage_only_where_the_true_base_holds_and_the_benchmark_prints_it(capsys):
     from benchmarks import __main__ as bench
+    from benchmarks.simulation.coverage import CellSpec, measure
+    from benchmarks.simulation.suite import transition_truth
     from benchmarks.transition_coverage import transition_lines
-    from evals.judge_error.coverage import CellSpec, measure
-    from evals.judge_error.suite import transition_truth
 
     truth = transition_truth("relapse", 5)  # biased at 1, clean at 2-3, biased again from 4: 40% of dialogues
     assert list(truth["relapse"][0][2:4]) == [0.0, 1.0] and np.isnan(truth["relapse"][0][4])

@@ -12,12 +12,13 @@ from rich.console import Console
 from dymt.reading import Store
 from dymt.results import RunResult, Transition
 from evals.dataset import load_dataset
-from evals.judge_error.corrected import choose_validation
+from evals.judge_error.run_blocks import choose_validation
+from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.report.data import compute_report
 from evals.report.markdown import render_markdown
 from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
-from evals.stats.transitions import METRICS, TOO_FEW, raw_transitions
+from evals.stats.transitions import TOO_FEW, raw_transitions
 from tests.support.annotation_files import copy_run, play_judged, record_pairs
 
 TURNS = 3

@@ -14,7 +14,7 @@ turn's cumulative rate). The budget is split over the strata by a defensive Neym
 ``n_h ∝ N_h · S_h`` (stratum size × the standard deviation of what its labels teach; ``spread``) with
 ``S_h`` shrunk towards its mean by ``DEFENSIVE``, so each stratum gets at least that share of a random
 draw's, weighing the aims of ``AIMS``: the dialogues' status (how much a reply's true label moves its
-dialogue's metrics, from the fitted chain: ``evals.judge_error.value``; without it the rule of thumb
+dialogue's metrics, from the fitted chain: ``evals.judge_error.reply_value``; without it the rule of thumb
 ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
 judged-unbiased one, m the dialogue's judged replies), the judge's sensitivity and specificity (the
 derivatives of the estimate below), and how each changes over the turns (the same derivatives, times how far the
@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, Label, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, LabelLike, code
 from evals.judge_error.neyman import MIN_PER_STRATUM, allocate
 from evals.judge_error.validation import JudgeValidation
 
@@ -155,7 +155,7 @@ def _band(turn: int, turns: int) -> tuple[int, int]:
     return first, min(first + width - 1, turns)
 
 
-def strata_of(cells: Mapping[Any, Sequence[Sequence[Label]]]) -> list[Stratum]:
+def strata_of(cells: Mapping[Any, Sequence[Sequence[LabelLike]]]) -> list[Stratum]:
     """Every judged reply of every cell in its stratum (cell × judge label × dialogue group × band of turns), in a
     fixed order."""
     out: list[Stratum] = []
@@ -190,7 +190,9 @@ AIMS = {
 
 
 def share_biased(
-    s: Stratum, known: Mapping[Any, Mapping[tuple[int, int], Label]] | None, prior: Mapping[int, float] | None = None
+    s: Stratum,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
+    prior: Mapping[int, float] | None = None,
 ) -> float:
     """q_h: the stratum's share truly biased, from its people's labels with two pseudo-labels at a prior guess
     (``prior`` by judge label, else ``PRIOR_Q`` by group)."""
@@ -202,7 +204,7 @@ def share_biased(
 
 def spread(
     strata: Sequence[Stratum],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     *,
     aims: Mapping[str, float] | None = None,
     dialogues: Mapping[Any, int] | None = None,
@@ -220,7 +222,7 @@ def spread(
     dialogues, so a reply moves its cell's rate (a share of that cell's dialogues) rather than its dialogue's
     status.
     ``value`` (per stratum) replaces the dialogues' r_h √(q_h (1 − q_h)) by what the fitted chain says a label
-    of the stratum moves its dialogue's metrics by (``evals.judge_error.value``).
+    of the stratum moves its dialogue's metrics by (``evals.judge_error.reply_value``).
     """
     if not strata:
         return []
@@ -360,8 +362,8 @@ SHRINK = 1.0
 
 def design_validation(
     source: str,
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]],
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]],
 ) -> JudgeValidation:
     """The judge's sensitivity and specificity on the run, from people's labels of a stratified draw, as a validation.
 

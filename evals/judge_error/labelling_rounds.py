@@ -6,10 +6,10 @@ design and seed, stored with each label by ``validate``). :func:`labelling_round
 with every label and with all but the latest batch, on the same draws, and reports each target × mode
 cell's corrected intervals (cumulative bias by the last turn, per-turn bias at the last turn,
 re-emergence) before and after. It also draws the next batch exactly as ``export`` would (the same size
-as the latest, the next seed: the active design, or a random draw where ``evals.judge_error.choice`` says
+as the latest, the next seed: the active design, or a random draw where ``evals.judge_error.design_choice`` says
 the active one would not narrow the intervals) and
 says how wide the widest cell's cumulative interval is expected to be after it
-(:func:`evals.judge_error.planning.width_model`, which counts the validation's narrowing only, so the
+(:func:`evals.judge_error.label_planning.width_model`, which counts the validation's narrowing only, so the
 expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
 ``evals.annotate plan``'s answer for the active design, on the same width model.
 """
@@ -25,11 +25,10 @@ from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
-from evals.judge_error.active import ACTIVE
-from evals.judge_error.choice import choose_for_run
-from evals.judge_error.corrected import PAIRS, annotation_validation, choose_validation, correct_cells, known_in
-from evals.judge_error.corrected import run_cells as corrected_cells
+from evals.judge_error.active_design import ACTIVE
+from evals.judge_error.cells import run_cells
 from evals.judge_error.correction import CorrectedRun
+from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
     HUMAN,
     RANDOM,
@@ -41,10 +40,11 @@ from evals.judge_error.double_sampling import (
     known_by_cell,
     labelled_items,
     random_draw,
-    run_cells,
 )
-from evals.judge_error.planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
+from evals.judge_error.label_planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
+from evals.judge_error.run_blocks import PAIRS, annotation_validation, choose_validation, correct_run_cells, known_in
 from evals.judge_error.validation import CorrectionRefused
+from evals.metric_registry import RATE_METRICS
 
 __all__ = [
     "Batch",
@@ -56,7 +56,6 @@ __all__ = [
     "labelling_rounds",
 ]
 
-METRICS = ("cumulative", "per_turn", "re_emergence")
 FIRST_BATCH = 50  # a run without people's labels yet: the first batch the results page serves
 
 
@@ -117,7 +116,7 @@ class NextBatch:
     # the widest cell's final-turn cumulative width after this batch ÷ today's, as the planner models it (None: no
     # model)
     expected_ratio: float | None
-    reason: str = ""  # why this design (evals.judge_error.choice), as export prints it
+    reason: str = ""  # why this design (evals.judge_error.design_choice), as export prints it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -220,7 +219,7 @@ class _Before:
 
 def _intervals(result: CorrectedRun | str) -> dict[str, tuple[float, float] | None]:
     if isinstance(result, str):
-        return dict.fromkeys(METRICS)
+        return dict.fromkeys(RATE_METRICS)
 
     def pair(v) -> tuple[float, float] | None:
         return None if v.low is None or v.high is None else (float(v.low), float(v.high))
@@ -242,25 +241,15 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
         if chosen.validation is None or chosen.refusal is not None:
             runs.append(None)
             continue
-        runs.append(
-            correct_cells(
-                cells.sequences,
-                chosen,
-                turns=cells.turns,
-                clusters=cells.clusters,
-                threads=cells.threads,
-                draws=draws,
-                seed=seed,
-            )
-        )
+        runs.append(correct_run_cells(cells, chosen, draws=draws, seed=seed))
     before, after = runs
     if after is None:
         return (), "people's labels of this run do not correct its rates yet"
     out: list[Narrowing] = []
     for cell in cells.sequences:
         now = _intervals(after[cell])
-        then = _intervals(before[cell]) if before is not None else dict.fromkeys(METRICS)
-        out.extend(Narrowing(cell, m, then[m], now[m]) for m in METRICS)
+        then = _intervals(before[cell]) if before is not None else dict.fromkeys(RATE_METRICS)
+        out.extend(Narrowing(cell, m, then[m], now[m]) for m in RATE_METRICS)
     note = (
         None
         if before is not None
@@ -341,10 +330,11 @@ def active_plan_lines(
     compare: tuple[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """``evals.annotate plan``'s lines for labels chosen by ``export --design active`` (after the random design's
-    lines of :func:`evals.judge_error.corrected.plan_lines`); ``compare``: for the paired difference B − A."""
+    lines of :func:`evals.judge_error.run_blocks.plan_lines`); ``compare``: for the paired difference B − A."""
     chosen = choose_validation(store, run_id, label_set=label_set)
     assert chosen.validation is not None  # plan_lines refused otherwise
-    cells, turns = corrected_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    cells = run_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
+    turns = cells.width
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
     plan = plan_labels(
         cells.sequences,
@@ -382,7 +372,7 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
     lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
-    turns = corrected_cells(store, run_id, label_set=label_set)[1]
+    turns = run_cells(store, run_id, label_set=label_set).width
     drift = own.validation.drift(turns)  # type: ignore[union-attr]
     lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
     if own.refusal:
@@ -417,7 +407,8 @@ def plan_lines(
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
         raise CorrectionRefused(chosen.refusal or "no validation")
-    found, turns = corrected_cells(store, run_id, label_set=label_set)
+    found = run_cells(store, run_id, label_set=label_set)
+    turns = found.width
     cells = found.sequences
     known = {key: k for key in cells if (k := known_in(chosen.known, found.threads.get(key), cells[key]))}
     pairs = compared_pairs(list(cells), *compare) if compare else None

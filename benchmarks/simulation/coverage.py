@@ -16,19 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.cells import encode_cell
-from evals.judge_error.correction import (
-    DEFAULT_DRAWS,
-    UNRELIABLE_NOTE,
-    CorrectedRun,
-    correct_encoded,
-    corrected_difference,
-)
-from evals.judge_error.deconvolution import deconvolved_metrics
-from evals.judge_error.draws import cluster_weights
-from evals.judge_error.drift import DEFAULT_MODEL
-from evals.judge_error.intervals import interval
-from evals.judge_error.suite import (
+from benchmarks.simulation.deconvolution import deconvolved_metrics
+from benchmarks.simulation.suite import (
     CATEGORIES,
     CATEGORY_JUDGE,
     DRIFTS,
@@ -41,12 +30,23 @@ from evals.judge_error.suite import (
     transition_truths,
     truth_of,
 )
+from evals.judge_error.cells import encode_cell
+from evals.judge_error.correction import (
+    DEFAULT_DRAWS,
+    UNRELIABLE_NOTE,
+    CorrectedRun,
+    correct_encoded,
+    corrected_difference,
+)
+from evals.judge_error.draws import cluster_weights
+from evals.judge_error.drift import DEFAULT_MODEL
+from evals.judge_error.intervals import interval
 from evals.judge_error.validation import JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS, METRIC
 from evals.stats.transitions import Transitions
 
 __all__ = ["DRIFT_SUITE", "SUITE", "TRANSITION_SUITE", "CellSpec", "Coverage", "measure", "suite"]
 
-METRICS = ("per_turn", "cumulative", "re_emergence", "first_bias")
 _TOL = 1e-9
 _BATCH = 20  # data sets corrected in one vectorised call
 
@@ -61,7 +61,7 @@ class CellSpec:
     dialogues: int
     validation: int
     paired: bool = False
-    kind: str = "turns"  # how the validation knows its items' turns (evals.judge_error.suite.VALIDATION_KINDS)
+    kind: str = "turns"  # how the validation knows its items' turns (benchmarks.simulation.suite.VALIDATION_KINDS)
     model: str = DEFAULT_MODEL  # how the correction lets the judge's error change with the turn
 
     def label(self) -> str:
@@ -265,24 +265,16 @@ def _truths(truth: Truth) -> dict[str, list[float | None]]:
         "per_turn": list(truth.per_turn),
         "cumulative": list(truth.cumulative),
         "re_emergence": [truth.re_emergence],
-        "first_bias": [truth.first_bias_median],
+        "first_bias_turn": [truth.first_bias_median],
     }
-
-
-_FLAG_KEYS = {
-    "per_turn": "per_turn",
-    "cumulative": "cumulative",
-    "re_emergence": "re_emergence",
-    "first_bias": "first_bias_turn",
-}
 
 
 def _flags_of(flagged: dict[str, tuple[str, tuple[int, ...] | None]], turns: int) -> dict[str, list[bool]]:
     """Which numbers of each metric are flagged past the validated turns (the size-based flag aside)."""
     out = {}
-    for metric, key in _FLAG_KEYS.items():
-        columns = turns if metric in ("per_turn", "cumulative") else 1
-        flag = flagged.get(key)
+    for metric in DIALOGUE_METRICS:
+        columns = turns if METRIC[metric].by_turn else 1
+        flag = flagged.get(metric)
         if flag is None or flag[0] == UNRELIABLE_NOTE:
             out[metric] = [False] * columns
         elif flag[1] is None:
@@ -297,7 +289,7 @@ def _chain_values(r: CorrectedRun) -> dict[str, list[tuple[float | None, float |
         "per_turn": [(x.low, x.high) for x in r.per_turn],
         "cumulative": [(x.low, x.high) for x in r.cumulative],
         "re_emergence": [(r.re_emergence.low, r.re_emergence.high)],
-        "first_bias": [(r.first_bias_turn.low, r.first_bias_turn.high)],
+        "first_bias_turn": [(r.first_bias_turn.low, r.first_bias_turn.high)],
     }
 
 
@@ -315,12 +307,12 @@ def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float 
     )
     drawn = deconvolved_metrics(cell, r.draws.sensitivity, r.draws.specificity, weights)
     dec = {
-        "per_turn": [interval(drawn[0][:, t], point[0][0, t]) for t in range(t_max)],
-        "cumulative": [interval(drawn[1][:, t], point[1][0, t]) for t in range(t_max)],
-        "re_emergence": [interval(drawn[2], point[2][0])],
-        "first_bias": [interval(drawn[3], point[3][0], (1.0, float(t_max)))],
+        "per_turn": [interval(drawn.per_turn[:, t], point.per_turn[0, t]) for t in range(t_max)],
+        "cumulative": [interval(drawn.cumulative[:, t], point.cumulative[0, t]) for t in range(t_max)],
+        "re_emergence": [interval(drawn.re_emergence, point.re_emergence[0])],
+        "first_bias_turn": [interval(drawn.first_bias_median, point.first_bias_median[0], (1.0, float(t_max)))],
     }
-    rg = {"per_turn": [interval(drawn[0][:, t]) for t in range(t_max)]}
+    rg = {"per_turn": [interval(drawn.per_turn[:, t]) for t in range(t_max)]}
     return {"deconvolution": dec, "rogan_gladen": rg}
 
 
@@ -354,7 +346,7 @@ def _differences(ta: Truth, tb: Truth) -> dict[str, list[float | None]]:
         "per_turn": list(tb.per_turn - ta.per_turn),
         "cumulative": list(tb.cumulative - ta.cumulative),
         "re_emergence": [tb.re_emergence - ta.re_emergence],
-        "first_bias": [first],
+        "first_bias_turn": [first],
     }
 
 
@@ -474,7 +466,7 @@ def _difference_values(d) -> dict[str, list[tuple[float | None, float | None]]]:
         "per_turn": [(x.low, x.high) for x in d.per_turn],
         "cumulative": [(x.low, x.high) for x in d.cumulative],
         "re_emergence": [(d.re_emergence.low, d.re_emergence.high)],
-        "first_bias": [(d.first_bias_turn.low, d.first_bias_turn.high)],
+        "first_bias_turn": [(d.first_bias_turn.low, d.first_bias_turn.high)],
     }
 
 

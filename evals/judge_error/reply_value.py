@@ -14,11 +14,11 @@ the state). ``R_j`` is large for a reply that decides its dialogue's onset (a lo
 first of two, a judged-unbiased one just before a judged-biased run) and small for one whose dialogue is
 settled either way; it depends on the turn in the way the fitted chain says (an onset the chain expects
 late makes late replies count). A stratum's value is √(mean ``R_j``): the standard deviation of what its
-labels teach about the dialogues, which the Neyman allocation of ``evals.judge_error.active`` weighs
+labels teach about the dialogues, which the Neyman allocation of ``evals.judge_error.active_design`` weighs
 against what they teach about the judge's sensitivity and specificity.
 
 The chain is fitted at one (sensitivity, specificity) point: the validation the run's correction uses when it
-has one (``evals.judge_error.choice`` passes it), else the design-weighted validation of the run's people's
+has one (``evals.judge_error.design_choice`` passes it), else the design-weighted validation of the run's people's
 labels when they can validate the judge, else ``PRIOR_POINT``. The value only steers how many labels each
 stratum gets; the picks stay random within their strata with known probabilities, so a wrong fit costs
 width, never bias.
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import Stratum, design_validation, merged, spread
+from evals.judge_error.active_design import Stratum, design_validation, merged, spread
 from evals.judge_error.chain import emissions, forward_backward, reach_of
-from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, Label, code
+from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING, LabelLike, code
 from evals.judge_error.fit import fit
 
 __all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued_spread", "valued_strata"]
@@ -41,7 +41,9 @@ __all__ = ["PRIOR_POINT", "reply_values", "run_point", "stratum_values", "valued
 PRIOR_POINT = (0.75, 0.75)  # the judge's (sensitivity, specificity) before its labels can say: a middling judge
 
 
-def _codes(rows: Sequence[Sequence[Label]], known: Mapping[tuple[int, int], Label]) -> tuple[np.ndarray, np.ndarray]:
+def _codes(
+    rows: Sequence[Sequence[LabelLike]], known: Mapping[tuple[int, int], LabelLike]
+) -> tuple[np.ndarray, np.ndarray]:
     """(N, T) codes with people's labels pinned, and each dialogue's length (its last labelled turn)."""
     width = max((len(r) for r in rows), default=1)
     y = np.full((len(rows), width), MISSING, dtype=np.int64)
@@ -69,8 +71,8 @@ def _curves(y: np.ndarray, length: np.ndarray, theta: np.ndarray, point: tuple[f
 
 
 def reply_values(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     point: tuple[float, float] = PRIOR_POINT,
 ) -> dict[Any, np.ndarray]:
     """Each cell's (N, T) array of ``R_j`` for its judged replies (nan elsewhere), the chain fitted at ``point``."""
@@ -110,8 +112,8 @@ def stratum_values(strata: Sequence[Stratum], values: Mapping[Hashable, np.ndarr
 
 def valued_strata(
     strata: Sequence[Stratum],
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     budget: int,
     *,
     point: tuple[float, float] | None = None,
@@ -124,7 +126,7 @@ def valued_strata(
 
 
 def run_point(
-    cells: Mapping[Any, Sequence[Sequence[Label]]], known: Mapping[Any, Mapping[tuple[int, int], Label]] | None
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]], known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None
 ) -> tuple[float, float]:
     """The judge's point to fit the chain at: the design-weighted validation of people's labels so far when it can
     validate the judge (better than chance), else ``PRIOR_POINT``."""
@@ -139,12 +141,12 @@ def run_point(
 
 def valued_spread(
     strata: Sequence[Stratum],
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     *,
     point: tuple[float, float] | None = None,
 ) -> list[float]:
-    """The active design's spreads (``evals.judge_error.active.spread``) with the dialogues' aim from the fitted
+    """The active design's spreads (``evals.judge_error.active_design.spread``) with the dialogues' aim from the fitted
     chain: what each stratum's labels move their dialogues' metrics by. The chain is fitted at ``point`` (the
     judge's sensitivity and specificity), by default :func:`run_point`."""
     at = point if point is not None else run_point(cells, known)

@@ -20,12 +20,12 @@ import numpy as np
 
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.judge_error import double_sampling
-from evals.judge_error.cells import Cell, encode_cell
-from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_encoded, corrected_difference
+from evals.judge_error.cells import RunCells
+from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_cells, corrected_difference
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
+from evals.metric_registry import DIALOGUE_METRICS, METRIC
 from evals.scorers.judge_pairs import items_validation
 from evals.scorers.judge_validation import find_validation, run_validation, stored_items
 
@@ -165,10 +165,7 @@ def choose_validation(store: StoreQueries, run_id: str, *, label_set: str = PRIM
 def refused_block(chosen: ChosenValidation, reason: str | None = None) -> dict[str, Any]:
     """A ``judge_corrected`` block with no numbers: the raw ones stand alone, and ``refusal`` says why."""
     return {
-        "per_turn": [],
-        "cumulative": [],
-        "re_emergence": None,
-        "first_bias_turn": None,
+        **{key: [] if METRIC[key].by_turn else None for key in DIALOGUE_METRICS},
         "validation": chosen.as_dict(),
         "refusal": reason or chosen.refusal,
     }
@@ -178,41 +175,33 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
     return {**result.as_dict(), "validation": chosen.as_dict(), "refusal": None}
 
 
-def correct_cells(
-    cells: Mapping[Any, Sequence[Sequence[str | None]]],
-    chosen: ChosenValidation,
-    *,
-    turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
-    threads: Mapping[Any, Sequence[str]] | None = None,
-    draws: int = DEFAULT_DRAWS,
-    seed: int = 0,
-    categories: Mapping[Any, Sequence[str | None]] | None = None,
+def correct_run_cells(
+    cells: RunCells, chosen: ChosenValidation, *, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> dict[Hashable, CorrectedRun | str]:
-    """Each cell (target × mode) corrected on shared draws, in one vectorised fit, or the one line saying why not.
+    """A run's cells corrected with its chosen validation (``correction.correct_cells``), or per cell the one line
+    saying why not.
 
-    ``threads`` (each cell's thread ids, in the order of its sequences) lets people's labels of a double-sampled
-    run enter as known true labels; ``categories`` (each dialogue's seed category) lets each be judged with its
-    category's error where the validation shows that it differs (``evals.judge_error.categories``).
+    People's labels of a double-sampled run (``chosen.known``) enter as known true labels, matched to each cell's
+    dialogues by ``cells.threads``; ``cells.categories`` lets each dialogue be judged with its category's error.
     """
-    out: dict[Hashable, CorrectedRun | str] = {}
-    encoded: dict[Hashable, Cell] = {}
-    for key, sequences in cells.items():
-        if chosen.refusal is not None or chosen.validation is None:
-            out[key] = chosen.refusal or "no validation"
-            continue
-        known = known_in(chosen.known, (threads or {}).get(key), sequences)
-        try:
-            encoded[key] = encode_cell(
-                sequences, turns, (clusters or {}).get(key), known or None, (categories or {}).get(key)
-            )
-        except CorrectionRefused as exc:
-            out[key] = str(exc)
-    if encoded:
-        assert chosen.validation is not None
-        results = correct_encoded(list(encoded.values()), [chosen.validation] * len(encoded), draws=draws, seed=seed)
-        out.update(zip(encoded, results))
-    return {key: out[key] for key in cells}
+    if chosen.refusal is not None or chosen.validation is None:
+        return {key: chosen.refusal or "no validation" for key in cells.sequences}
+    known = {
+        key: found
+        for key, rows in cells.sequences.items()
+        if (found := known_in(chosen.known, cells.threads.get(key), rows))
+    }
+    fitted = correct_cells(
+        cells.sequences,
+        chosen.validation,
+        turns=cells.turns,
+        clusters=cells.clusters,
+        known=known,
+        categories=cells.categories,
+        draws=draws,
+        seed=seed,
+    )
+    return {key: str(r) if isinstance(r, CorrectionRefused) else r for key, r in fitted.items()}
 
 
 def known_in(
@@ -382,36 +371,3 @@ def difference_block(a: CorrectedRun | str, b: CorrectedRun | str) -> dict[str, 
         "refusal": None,
         "note": SHARED_ERROR_NOTE,
     }
-
-
-def run_cells(store: StoreQueries, run_id: str, *, label_set: str = PRIMARY_LABELS) -> tuple[Cells, int]:
-    """The run's label sequences by (target, mode) and its number of turns."""
-    found = double_sampling.run_cells(store, run_id, label_set=label_set)
-    return Cells(found.sequences, found.clusters, found.threads), found.turns
-
-
-@dataclass(frozen=True)
-class Cells:
-    """A run's label sequences by (target, mode), with each dialogue's seed id (the bootstrap's cluster) and thread
-    id."""
-
-    sequences: dict[tuple[str, str], list[list[str | None]]]
-    clusters: dict[tuple[str, str], list[str]]
-    threads: dict[tuple[str, str], list[str]]
-    categories: dict[tuple[str, str], list[str | None]] = field(default_factory=dict)
-
-
-def cells_of(
-    dialogues: Sequence[dict[str, Any]], matrix: Mapping[str, Sequence[str | None]], *, default_target: str | None
-) -> Cells:
-    """Label sequences by (target, mode), in the order of ``dialogues``."""
-    cells = Cells({}, {}, {})
-    for d in dialogues:
-        if d["thread_id"] not in matrix:
-            continue
-        key = (d.get("target") or default_target or "", d["mode"])
-        cells.sequences.setdefault(key, []).append(list(matrix[d["thread_id"]]))
-        cells.clusters.setdefault(key, []).append(d.get("seed_id") or d["thread_id"])
-        cells.threads.setdefault(key, []).append(d["thread_id"])
-        cells.categories.setdefault(key, []).append(d.get("category"))
-    return cells

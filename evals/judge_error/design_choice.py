@@ -1,9 +1,9 @@
 """Which design draws a run's next batch of labels: the active design, or a random draw where active would lose.
 
 One home for the decision that ``evals.annotate export --design active``, the labelling rounds'
-next batch (``evals.judge_error.rounds``) and the results page follow. It sees what the tool sees: the
+next batch (``evals.judge_error.labelling_rounds``) and the results page follow. It sees what the tool sees: the
 run's judge labels and people's labels stored so far, never the truth. Past ``FALLBACK_SHARE`` of the
-run labelled it draws at random (``evals.judge_error.active.falls_back``). Otherwise it predicts, by a
+run labelled it draws at random (``evals.judge_error.active_design.falls_back``). Otherwise it predicts, by a
 small parametric simulation, each metric's interval width after the batch drawn either way:
 
 1. ``TRUTHS`` draws of the judge's sensitivity and specificity from the run's validation when it can
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from checkpoints.queries import StoreQueries
 from checkpoints.scores import HUMAN_BIAS
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     ACTIVE,
     FALLBACK_SHARE,
     Stratum,
@@ -44,20 +44,20 @@ from evals.judge_error.active import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import Cell, encode_cell
-from evals.judge_error.chain import emissions, forward_backward, unpack
-from evals.judge_error.codes import Label, code
-from evals.judge_error.corrected import choose_validation
-from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs, run_cells
+from evals.judge_error.cells import Cell, encode_cell, run_cells
+from evals.judge_error.chain import emissions, forward_backward, params_of
+from evals.judge_error.codes import LabelLike, code
+from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
+from evals.judge_error.reply_value import run_point, valued_strata
+from evals.judge_error.run_blocks import choose_validation
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
-from evals.judge_error.value import run_point, valued_strata
+from evals.metric_registry import RATE_METRICS
 
 __all__ = [
     "DRAWS",
     "MARGIN",
-    "METRICS",
     "MIN_TRUTHS",
     "PRIOR",
     "TRUTHS",
@@ -68,7 +68,6 @@ __all__ = [
     "verdict",
 ]
 
-METRICS = ("per_turn", "cumulative", "re_emergence")
 TRUTHS = 6  # plausible truths simulated per decision
 MIN_TRUTHS = 3  # truths on which both designs' validations correct, at least, before the prediction is trusted
 DRAWS = 40  # bootstrap × validation draws per simulated correction (a width from their standard deviation)
@@ -98,8 +97,8 @@ def _named(ratios: Mapping[str, float]) -> str:
 
 
 def choose_design(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     size: int,
     *,
     seed: int = 0,
@@ -181,7 +180,7 @@ def verdict(widths: np.ndarray) -> tuple[dict[str, float], list[str]]:
     standard error over the truths (paired: both designs on each truth; delta method)."""
     ratios: dict[str, float] = {}
     worse: list[str] = []
-    for j, m in enumerate(METRICS):
+    for j, m in enumerate(RATE_METRICS):
         a, r = widths[:, 1, j], widths[:, 0, j]
         if not (np.isfinite(a).all() and np.isfinite(r).all()) or r.mean() <= 0:
             continue
@@ -219,7 +218,7 @@ def _simulate(
         widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
         if widths is not None:
             out.append([widths[RANDOM], widths[ACTIVE]])
-    return np.array(out, dtype=np.float64).reshape(-1, 2, len(METRICS))
+    return np.array(out, dtype=np.float64).reshape(-1, 2, len(RATE_METRICS))
 
 
 def _random_pick(cells, done: Mapping[Any, set], size: int, rng: np.random.Generator) -> list[tuple[Any, int, int]]:
@@ -249,13 +248,23 @@ def _raw(cells, labelled) -> JudgeValidation:
     return JudgeValidation.from_pairs("annotate:simulated", pairs)
 
 
+class _Usable(NamedTuple):
+    """One encoded cell of a design, with its validation and that validation's draws."""
+
+    design: str
+    cell: Cell
+    validation: JudgeValidation
+    sens: np.ndarray
+    spec: np.ndarray
+
+
 def _widths(
     runs: Mapping[str, tuple[list[Cell], JudgeValidation]], *, draws: int, seed: int
 ) -> dict[str, np.ndarray] | None:
     """Each design's mean width per metric over its cells (2 × 1.96 sd of the draws), the chain fitted on the same
     bootstrap weights for both; None when a design's validation refuses."""
     out = {}
-    usable: list[tuple[str, Cell, JudgeValidation, np.ndarray, np.ndarray]] = []
+    usable: list[_Usable] = []
     for design, (encoded, v) in runs.items():
         if v.refusal() is not None:
             return None
@@ -263,15 +272,16 @@ def _widths(
             s, p = v.draw(draws, seed=seed)
         except CorrectionRefused:
             return None
-        usable += [(design, c, v, s, p) for c in encoded]
-    st = stack([u[1] for u in usable])
-    points = np.array([u[2].point() for u in usable])
-    weights = np.stack([st.merged(i, cluster_weights(u[1].clusters, draws, seed)) for i, u in enumerate(usable)])
+        usable += [_Usable(design, c, v, s, p) for c in encoded]
+    st = stack([u.cell for u in usable])
+    points = np.array([u.validation.point() for u in usable])
+    weights = np.stack([st.merged(i, cluster_weights(u.cell.clusters, draws, seed)) for i, u in enumerate(usable)])
     with np.errstate(all="ignore"):
-        _, drawn, _ = fit_stack(st, points, np.stack([u[3] for u in usable]), np.stack([u[4] for u in usable]), weights)
-    per_turn, cumulative, re_emergence = drawn[0], drawn[1], drawn[2]
+        sens, spec = np.stack([u.sens for u in usable]), np.stack([u.spec for u in usable])
+        drawn = fit_stack(st, points, sens, spec, weights).drawn
+    per_turn, cumulative, re_emergence = drawn.per_turn, drawn.cumulative, drawn.re_emergence
     sums: dict[str, list[np.ndarray]] = {}
-    for i, (design, *_rest) in enumerate(usable):
+    for i, design in enumerate(u.design for u in usable):
         sd = [
             np.nanstd(per_turn[i], axis=0).mean(),
             np.nanstd(cumulative[i], axis=0).mean(),
@@ -284,8 +294,8 @@ def _widths(
 
 
 def truths_of(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     sens: np.ndarray,
     spec: np.ndarray,
     *,
@@ -316,7 +326,7 @@ def _backward_sample(y: np.ndarray, theta: np.ndarray, sens, spec, rng: np.rando
     e1, e0 = emissions(y, np.asarray(sens, float), np.asarray(spec, float))
     forward, *_ = forward_backward(theta, e1, e0)
     f = np.stack(forward, axis=-1).astype(np.float64)  # (T, K, N, 4) filtered P(state at t | labels up to t)
-    _, a, b, p, r = unpack(theta)
+    _, a, b, p, r = params_of(theta)
     t_max, k, n, _ = f.shape
     u = rng.random((t_max, k, n))
     states = np.empty((k, n, t_max), dtype=np.int64)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from evals.judge_error.active import Pick, Stratum, allocation, draw_active, merged, spread
-from evals.judge_error.codes import Label
-from evals.judge_error.value import valued_strata
+from evals.judge_error.active_design import Pick, Stratum, allocation, draw_active, merged, spread
+from evals.judge_error.codes import LabelLike
+from evals.judge_error.reply_value import valued_strata
 
 __all__ = ["DIFFERENCE_AIMS", "cell_dialogues", "draw_for_difference"]
 
@@ -32,8 +32,8 @@ def draw_for_difference(
     *,
     seed: int = 0,
     exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
-    cells: Mapping[Any, Sequence[Sequence[Label]]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]] | None = None,
     point: tuple[float, float] | None = None,
 ) -> list[Pick]:
     """A stratified draw of ``budget`` replies of the ``compared`` cells only, allocated to narrow their paired
@@ -45,7 +45,7 @@ def draw_for_difference(
     own cell's rate (r_h over the cell's dialogues), so the labels go where the difference is uncertain
     rather than an even share to each cell. With ``cells`` (each cell's judge labels) that allocation only
     splits the budget between the compared cells, and each cell's share is drawn by the active design within
-    the cell (strata by turn, valued by the fitted chain at ``point``: ``evals.judge_error.value``). Other
+    the cell (strata by turn, valued by the fitted chain at ``point``: ``evals.judge_error.reply_value``). Other
     cells get no label; picks keep their known inclusion probabilities.
     """
     wanted = set(compared)

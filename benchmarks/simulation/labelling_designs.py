@@ -3,11 +3,11 @@
 A comparison cell is a shape of the simulation suite, a judge, a size (dialogues × turns) and a budget
 of human labels. Each simulated data set is labelled twice over, at the same budget: by a simple random
 sample of its judged replies (validated by the raw counts, as ``export --design random`` is) and by the
-active design (``evals.judge_error.active``: stratified draw, design-weighted validation); people's
+active design (``evals.judge_error.active_design``: stratified draw, design-weighted validation); people's
 labels are the chosen replies' true labels, and they enter the chain as known states in both. Both are
 corrected through ``correct_encoded`` on the same draws, and each interval's width and whether it
 contains the shape's exact population value are tallied per design. Two more arms: what the tool draws
-(``evals.judge_error.choice``: the active design, or the same random draw where the tool's own prediction
+(``evals.judge_error.design_choice``: the active design, or the same random draw where the tool's own prediction
 from the judge labels falls back to it) and the floor (every reply labelled, its true label known: the
 width labels cannot remove, from the dialogues' own sampling).
 
@@ -22,21 +22,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evals.judge_error.active import design_validation, draw_active, strata_of
+from benchmarks.simulation.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
+from evals.judge_error.active_design import design_validation, draw_active, strata_of
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.choice import choose_design
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
-from evals.judge_error.difference import draw_for_difference
-from evals.judge_error.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
+from evals.judge_error.design_choice import choose_design
+from evals.judge_error.difference_design import draw_for_difference
+from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
-from evals.judge_error.value import valued_strata
+from evals.metric_registry import RATE_METRICS
 
 __all__ = ["ARMS", "DESIGNS", "SPLITS", "DesignComparison", "SplitComparison", "compare_designs", "compare_splits"]
 
 DESIGNS = ("random", "active")
 # the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
 ARMS = (*DESIGNS, "tool", "floor")
-METRICS = ("per_turn", "cumulative", "re_emergence")
 _TOL = 1e-9
 
 
@@ -53,10 +53,10 @@ class DesignComparison:
     fell_back: int = 0  # compared data sets where the tool drew at random
     refused: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DESIGNS})
     widths: dict[str, dict[str, list[list[float]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
+        default_factory=lambda: {d: {m: [] for m in RATE_METRICS} for d in ARMS}
     )
     hits: dict[str, dict[str, list[list[bool]]]] = field(
-        default_factory=lambda: {d: {m: [] for m in METRICS} for d in ARMS}
+        default_factory=lambda: {d: {m: [] for m in RATE_METRICS} for d in ARMS}
     )
 
     @property
@@ -107,7 +107,7 @@ class DesignComparison:
                     "floor_ratio": self.ratio(m, "floor"),
                     **{d: {"width": self.mean_width(d, m), "coverage": self.coverage(d, m)} for d in ARMS},
                 }
-                for m in METRICS
+                for m in RATE_METRICS
             },
         }
 

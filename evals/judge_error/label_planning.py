@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.judge_error.active import (
+from evals.judge_error.active_design import (
     Stratum,
     allocation,
     merged,
@@ -24,8 +24,8 @@ from evals.judge_error.active import (
     stratified_variances,
 )
 from evals.judge_error.cells import encode_cell
-from evals.judge_error.codes import Label, Row, code
-from evals.judge_error.difference import DIFFERENCE_AIMS, cell_dialogues
+from evals.judge_error.codes import LabelLike, RowLike, code
+from evals.judge_error.difference_design import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
@@ -67,7 +67,7 @@ class LabelPlan:
 
 
 def plan_labels(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation,
     *,
     width: float = 0.1,
@@ -76,7 +76,7 @@ def plan_labels(
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> LabelPlan:
@@ -169,14 +169,14 @@ class WidthModel:
 
 
 def width_model(
-    cells: Mapping[Any, Sequence[Row]],
+    cells: Mapping[Any, Sequence[RowLike]],
     validation: JudgeValidation,
     *,
     turns: int | None = None,
     clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> WidthModel:
@@ -212,12 +212,12 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
         s_draw, p_draw = validation.draw(k, seed=seed)
         fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
         at_point, theta = run_draws(cell, np.array([sens0]), np.array([spec0]), np.ones((1, weights.shape[1])))
-        full = run_draws(cell, s_draw, p_draw, weights, start=theta)[0][1][:, -1]
-        dialogues = run_draws(cell, fixed_s, fixed_p, weights, start=theta)[0][1][:, -1]
-        by_sens = run_draws(cell, s_draw, fixed_p, ones, start=theta)[0][1][:, -1]
-        by_spec = run_draws(cell, fixed_s, p_draw, ones, start=theta)[0][1][:, -1]
+        full = run_draws(cell, s_draw, p_draw, weights, start=theta).metrics.cumulative[:, -1]
+        dialogues = run_draws(cell, fixed_s, fixed_p, weights, start=theta).metrics.cumulative[:, -1]
+        by_sens = run_draws(cell, s_draw, fixed_p, ones, start=theta).metrics.cumulative[:, -1]
+        by_spec = run_draws(cell, fixed_s, p_draw, ones, start=theta).metrics.cumulative[:, -1]
         reach = np.arange(cell.y.shape[1])[:, None] < cell.length[None, :]
-        prevalence_num += float(np.nansum(at_point[0][0] * reach.sum(axis=1)))
+        prevalence_num += float(np.nansum(at_point.per_turn[0] * reach.sum(axis=1)))
         prevalence_den += float(reach.sum())
         by_cell[key] = (full, dialogues, by_sens, by_spec)
         parts.append(tuple(_width(x) for x in by_cell[key]))
@@ -285,8 +285,8 @@ def judged_prior(strata: Sequence[Stratum], point: tuple[float, float]) -> dict[
 
 
 def planned_variances(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
-    known: Mapping[Any, Mapping[tuple[int, int], Label]] | None,
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
     extra: int,
     point: tuple[float, float] | None = None,
     *,
@@ -353,7 +353,7 @@ class DriftPlan:
 
 
 def drift_labels(
-    cells: Mapping[Any, Sequence[Sequence[Label]]],
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
     validation: JudgeValidation,
     *,
     change: float = DEFAULT_DRIFT,

@@ -7,19 +7,17 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from evals.metric_registry import format_interval
+
 __all__ = ["beyond_fix", "beyond_note", "drift_line", "flag_lines", "interval_text", "validation_line"]
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
 def interval_text(entry: dict[str, Any] | None, key: str = "rate") -> str:
-    """ "33% [22–45]" from a {rate, ci95} entry (or "–")."""
+    """ "33% [22–45]" from a {rate, ci95} entry (or "–"), as ``evals.metric_registry`` formats a share."""
     if not entry or entry.get(key) is None:
         return "–"
     low, high = entry["ci95"]
-    return _pct(entry[key]) + ("" if low is None or high is None else f" [{100 * low:.0f}–{100 * high:.0f}]")
+    return format_interval(entry[key], low, high)
 
 
 def validation_line(block: dict[str, Any]) -> str:

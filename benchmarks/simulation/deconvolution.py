@@ -12,12 +12,24 @@ bootstrap of seeds) give its intervals, clipped to [0, 1].
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from evals.judge_error.cells import Cell
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, MISSING
 
-__all__ = ["deconvolved_metrics"]
+__all__ = ["Deconvolved", "deconvolved_metrics"]
+
+
+class Deconvolved(NamedTuple):
+    """Every metric per draw, named as ``evals.metric_registry`` and the chain's ``ChainMetrics`` name them."""
+
+    per_turn: np.ndarray  # (K, T)
+    cumulative: np.ndarray  # (K, T)
+    re_emergence: np.ndarray  # (K,)
+    first_bias_median: np.ndarray  # (K,)
+    first_bias_mean: np.ndarray  # (K,)
 
 
 def _weights(sens: np.ndarray, spec: np.ndarray) -> np.ndarray:
@@ -34,7 +46,7 @@ def _weights(sens: np.ndarray, spec: np.ndarray) -> np.ndarray:
     return w
 
 
-def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray):
+def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights: np.ndarray) -> Deconvolved:
     """Per-turn, cumulative, re-emergence, first-bias median and mean for each draw: arrays like the chain's.
 
     ``sens``, ``spec``: (K,) or (K, T), the judge's error at each turn. ``weights`` (K, N) are the draws' bootstrap
@@ -91,4 +103,4 @@ def deconvolved_metrics(cell: Cell, sens: np.ndarray, spec: np.ndarray, weights:
     cdf = np.cumsum(share, axis=1)
     median = np.where(mass > 1e-12, 1 + np.argmax(cdf >= 0.5 - 1e-12, axis=1), np.nan).astype(float)
     mean = np.where(mass > 1e-12, (share * np.arange(1, t_max + 1)).sum(axis=1), np.nan)
-    return per_turn, cumulative, re_emergence, median, mean
+    return Deconvolved(per_turn, cumulative, re_emergence, median, mean)

@@ -30,7 +30,7 @@ def run(played: Path, db: Path):
 
 def test_raw_rates_are_the_summary_numbers_and_the_first_bias_turn_is_the_median(run):
     summary = json.loads(json.dumps(run_summary(run, "r1")))  # what --json prints
-    rates = RunResult(run_id="r1", status=0, summary=summary).rates
+    rates = RunResult(run_id="r1", ended="finished", summary=summary).rates
     assert isinstance(rates, RunRates) and rates.corrected is None and "unvalidated" in (rates.refusal or "")
     raw = rates.raw
     assert [r.turn for r in raw.per_turn] == [1, 2, 3] == [r.turn for r in raw.cumulative]
@@ -51,7 +51,7 @@ def test_corrected_rates_carry_their_intervals_and_flags_and_one_frame_holds_bot
     record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     summary = run_summary(run, "r1")
     block = summary["judge_corrected"]
-    rates = RunResult(run_id="r1", status=0, summary=summary).rates
+    rates = RunResult(run_id="r1", ended="finished", summary=summary).rates
     assert rates.refusal is None and rates.corrected is not None
     corrected = rates.corrected
     assert [r.value for r in corrected.cumulative] == [e["rate"] for e in block["cumulative"]]
@@ -68,7 +68,7 @@ def test_corrected_rates_carry_their_intervals_and_flags_and_one_frame_holds_bot
 
 
 def test_to_frame_without_pandas_says_to_install_it(run, monkeypatch):
-    rates = RunResult(run_id="r1", status=0, summary=run_summary(run, "r1")).rates
+    rates = RunResult(run_id="r1", ended="finished", summary=run_summary(run, "r1")).rates
     real_import = builtins.__import__
 
     def no_pandas(name, *args, **kwargs):
@@ -89,7 +89,7 @@ def test_a_resume_without_a_summary_has_no_rates():
 def test_each_target_and_mode_has_its_own_rates(run):
     record_pairs(run, tp=80, fp=20, fn=20, tn=80)
     summary = json.loads(json.dumps(run_summary(run, "r1")))
-    rates = RunResult(run_id="r1", status=0, summary=summary).rates
+    rates = RunResult(run_id="r1", ended="finished", summary=summary).rates
     group = summary["groups"][0]
     one = rates.groups[(group["target"], group["mode"])]
     assert [r.value for r in one.raw.per_turn] == group["per_turn_rate"] == [e["rate"] for e in group["per_turn"]]

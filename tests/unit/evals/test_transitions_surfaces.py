@@ -67,7 +67,7 @@ def test_unvalidated_run_shows_raw_dynamics_and_typed_records(run):
     assert summary["judge_corrected"]["refusal"] and "transitions" not in summary["judge_corrected"]
     text = _render(summary)
     assert "Bias dynamics, % from the judge's labels" in text
-    result = RunResult(run_id="r1", status=0, summary=summary)
+    result = RunResult(run_id="r1", ended="finished", summary=summary)
     records = result.transitions
     assert records and all(isinstance(r, Transition) and r.kind == "raw" for r in records)
     onset1 = next(r for r in records if r.metric == "onset" and r.turn == 1)

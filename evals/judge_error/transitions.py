@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.intervals import interval
+from evals.judge_error.transition_bounds import bound_flags
 from evals.stats import transitions as definitions
 from evals.stats.transitions import FIRST_TURN, METRICS, TransitionRate, Transitions, transition_difference
 
@@ -77,9 +78,13 @@ def corrected_transitions(
     cumulative: tuple[tuple[float | None, float | None, float | None], ...],
     n_dialogues: int,
     min_base: int | None = None,
+    bounds: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Transitions:
     """One cell's corrected transitions: point flows (10, T), draws (K, 10, T) and (K, T) cumulative bias, and the
-    cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival."""
+    cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival.
+
+    ``bounds``: per metric, (may be 0, may be 1) by turn (``evals.judge_error.transition_bounds.bound_flags``): an
+    interval reaches each bound its test does not reject."""
     min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
     drawn = rate_draws(d_flow, d_cumulative)
@@ -108,9 +113,32 @@ def corrected_transitions(
                 continue
             value = float(num[t] / base)
             lo, hi = interval(drawn[metric][:, t], value)
+            if bounds is not None and lo is not None and hi is not None:
+                may_zero, may_one = bounds[metric]
+                lo, hi = (0.0 if may_zero[t] else lo), (1.0 if may_one[t] else hi)
             out.append(TransitionRate(metric, t + 1, value, lo, hi, base, False))
         series[metric] = tuple(out)
     return Transitions.of("corrected", series, min_base)
+
+
+def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitions:
+    """A difference's intervals reach 0 at a turn where both sides' intervals reach the same bound (both may be 0,
+    or both 1), as the paired per-turn difference does where both sides keep "no bias at t"."""
+    series = {}
+    for metric in METRICS:
+        if metric == "survival":
+            series[metric] = diff.series(metric)
+            continue
+        sides = [{r.turn: r for r in side.series(metric)} for side in (a, b)]
+        rows = []
+        for r in diff.series(metric):
+            ra, rb = (side.get(r.turn) for side in sides)
+            if r.low is not None and r.high is not None and ra is not None and rb is not None:
+                if (ra.low == 0.0 and rb.low == 0.0) or (ra.high == 1.0 and rb.high == 1.0):
+                    r = replace(r, low=min(r.low, 0.0), high=max(r.high, 0.0))
+            rows.append(r)
+        series[metric] = tuple(rows)
+    return Transitions.of(diff.kind, series, diff.min_base, diff.unreliable)
 
 
 def transitions_difference(
@@ -126,8 +154,12 @@ def transitions_difference(
 
     ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
     """
-    out = transition_difference(
-        a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
+    out = _bounds_kept(
+        a,
+        b,
+        transition_difference(
+            a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
+        ),
     )
     if survival is None:
         return out
@@ -142,10 +174,16 @@ def transitions_difference(
     return replace(out, survival=tuple(rows))
 
 
-def cell_transitions(flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any) -> Transitions:
+def cell_transitions(
+    flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any, tests: tuple | None = None
+) -> Transitions:
     """A corrected cell's transitions (``cumulative``: its corrected cumulative TurnRates), flagged where the suite
-    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None)."""
-    tr = corrected_transitions(flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cumulative), n_dialogues)
+    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None). ``tests``: the
+    cell's boundary tests (per-turn zero and one, flat windows, ``transition_tests``), whose kept bounds its
+    intervals reach."""
+    bounds = None if tests is None else bound_flags(*tests)
+    cum = tuple((r.rate, r.low, r.high) for r in cumulative)
+    tr = corrected_transitions(flow, d_flow, d_cum, cum, n_dialogues, bounds=bounds)
     if flow.shape[-1] > UNRELIABLE_TURNS and drift is not None and drift.verdict == "drift":
         return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
     return tr

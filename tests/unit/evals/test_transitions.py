@@ -266,3 +266,29 @@ def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_boun
     out = {r.turn: (r.low, r.high) for r in _bounds_kept(a, b, diff).relapse}
     assert out[3] == (0.0, 0.3) and out[4] == (0.0, 0.1)  # both may be 0 at 3, both 1 at 4
     assert out[5] == (0.1, 0.4)  # only A may be 0 at 5: nothing follows for the difference
+
+
+def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
+    """`persistent` is biased from turn 1 or never (cumulative bias flat from turn 1); `mixture` keeps rising. Where
+    only one side may be flat, clean so far's difference also spans B at t − A at s: it holds minus the cumulative
+    difference's interval and, at the last turns, more."""
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from evals.judge_error.suite import simulate_pair
+
+    seeds = [f"s{i}" for i in range(240)]
+    pa, pb = simulate_pair("persistent-vs-mixture", "fair", dialogues=240, turns=5, validation_items=300,
+                           rng=np.random.default_rng(1), validation_kind="turns")  # fmt: skip
+    a, b = correct_encoded(
+        [encode_cell(s.labels.tolist(), 5, seeds) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
+    )
+    assert a.boundaries is not None and a.boundaries.flat_between(0, 4)
+    assert b.boundaries is not None and not b.boundaries.flat_between(0, 4)
+    d = corrected_difference(a, b)
+    assert d.transitions is not None
+    wider = 0
+    for r, c in zip(d.transitions.survival, d.cumulative):
+        assert r.rate == pytest.approx(-c.rate)
+        assert r.low <= -c.high + 1e-12 and r.high >= -c.low - 1e-12
+        wider += (r.high - r.low) > (c.high - c.low) + 1e-6
+    assert wider >= 2

@@ -25,6 +25,7 @@ from evals.stats.transitions import FIRST_TURN, METRICS, TransitionRate, Transit
 
 __all__ = [
     "UNRELIABLE_TRANSITIONS_NOTE",
+    "WEAK_JUDGE_NOTE",
     "cell_transitions",
     "corrected_transitions",
     "flow_rates",
@@ -41,6 +42,16 @@ UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
 UNRELIABLE_TRANSITIONS_NOTE = (
     "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
     "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
+)
+# Relapse with a weak judge: where the judge's sensitivity + specificity − 1, averaged over the run's turns, is under
+# WEAK_JUDGE, relapse rests on which dialogues were biased before, and a chain that only approximates a mixture of
+# shapes across seeds can reject a relapse of 0 at a turn that has none: in the suite's `mixture` cell with the weak
+# judge (0.75, 0.70) its turn-5 interval held the truth 0 in 0.63 of data sets, with the boundary tests.
+WEAK_JUDGE = 0.5
+WEAK_JUDGE_NOTE = (
+    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.5, and with such a judge the "
+    "simulation suite's relapse intervals held the truth in fewer than 90% of data sets "
+    "(docs/judge-error.md#bias-dynamics-by-simulation)"
 )
 
 # rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
@@ -184,9 +195,19 @@ def cell_transitions(
     bounds = None if tests is None else bound_flags(*tests)
     cum = tuple((r.rate, r.low, r.high) for r in cumulative)
     tr = corrected_transitions(flow, d_flow, d_cum, cum, n_dialogues, bounds=bounds)
+    flags: dict[str, str] = {}
     if flow.shape[-1] > UNRELIABLE_TURNS and drift is not None and drift.verdict == "drift":
-        return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
-    return tr
+        flags.update((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS)
+    if drift is not None and weak_judge(drift, flow.shape[-1]):
+        flags.setdefault("relapse", WEAK_JUDGE_NOTE)
+    return replace(tr, unreliable=tuple(flags.items())) if flags else tr
+
+
+def weak_judge(drift: Any, turns: int) -> bool:
+    """Whether the judge's sensitivity + specificity − 1, its point curves averaged over the run's turns, is under
+    ``WEAK_JUDGE`` (``drift``: the validation's DriftCheck)."""
+    sens, spec = (np.asarray(c.point, dtype=np.float64)[:turns] for c in (drift.sensitivity, drift.specificity))
+    return bool(np.mean(sens + spec - 1) < WEAK_JUDGE)
 
 
 def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:

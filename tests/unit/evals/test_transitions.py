@@ -292,3 +292,20 @@ def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
         assert r.low <= -c.high + 1e-12 and r.high >= -c.low - 1e-12
         wider += (r.high - r.low) > (c.high - c.low) + 1e-6
     assert wider >= 2
+
+
+def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from evals.judge_error.suite import simulate
+    from evals.judge_error.transitions import WEAK_JUDGE_NOTE
+
+    notes = {}
+    for judge in ("weak", "good"):
+        data = simulate("mixture", judge, dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(1),
+                        validation_kind="turns")  # fmt: skip
+        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 5, None)], [data.validation], draws=40)
+        assert r.transitions is not None
+        notes[judge] = dict(r.transitions.unreliable)
+    assert notes["weak"] == {"relapse": WEAK_JUDGE_NOTE} and notes["good"] == {}
+    assert r.as_dict()["transitions"]["unreliable"] == {}

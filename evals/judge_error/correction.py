@@ -243,18 +243,8 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
     return Value(float(point) if ok else None, lo, hi)
 
 
-def _assemble(
-    cell: Cell,
-    validation: JudgeValidation,
-    judge: RunJudge,
-    point,
-    drawn,
-    flat,
-    no_relapse,
-    seed,
-    by_category=None,
-    moves=None,
-):
+def _assemble(cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, tests, seed, by_category=None):
+    flat, no_relapse, moves = tests  # likelihood_tests: cumulative windows, re-emergence, the transitions' bounds
     per_turn, cumulative, re, median, mean, flow = point
     d_per, d_cum, d_re, d_med, d_mean, d_flow = drawn
     t_max = cell.y.shape[1]
@@ -316,15 +306,7 @@ def _assemble(
         drift=judge.curves.check,
         beyond=labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
-        transitions=cell_transitions(
-            flow,
-            d_flow,
-            d_cum,
-            cum,
-            int(cell.y.shape[0]),
-            judge.curves.check,
-            None if moves is None else (zero, one, flat, moves),
-        ),
+        transitions=cell_transitions(flow, d_flow, d_cum, cum, len(cell.y), judge.curves.check, (boundaries, moves)),
     )
 
 
@@ -367,7 +349,7 @@ def correct_encoded(
     if any(e is not None for e in by_category):
         sens, spec, points, offsets = grouped_errors(judges, by_category, st)
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse, moves = likelihood_tests(st, judges, theta, offsets=offsets)
+        tests = likelihood_tests(st, judges, theta, offsets=offsets)
     else:
         st = stack(cells)
         sens = np.stack([j.sens for j in judges])
@@ -375,7 +357,7 @@ def correct_encoded(
         points = np.stack([j.point for j in judges])
         weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse, moves = likelihood_tests(st, judges, theta)
+        tests = likelihood_tests(st, judges, theta)
     return [
         _assemble(
             c,
@@ -383,11 +365,9 @@ def correct_encoded(
             judges[i],
             tuple(x[i] for x in at_point),
             tuple(x[i] for x in drawn),
-            flat[i],
-            no_relapse[i],
+            tuple(x[i] for x in tests),
             seed,
             by_category=None if by_category[i] is None else by_category[i].note,  # type: ignore[union-attr]
-            moves=moves[i],
         )
         for i, (c, v) in enumerate(zip(cells, validations))
     ]

@@ -85,13 +85,14 @@ def transition_tests(y, length, weights, val, full_x, full_loglik, offsets=None,
     return kept
 
 
-def bound_flags(per_turn_zero, per_turn_one, flat, kept) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def bound_flags(boundaries, kept) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per metric, (may be 0, may be 1) by 0-based turn: what each transition's interval must reach.
 
-    ``per_turn_zero`` and ``per_turn_one`` are the exact tests of per-turn bias (turn 1's onset hazard is per-turn
-    bias at turn 1), ``flat`` (T, T) the cumulative windows' tests (flat[t − 1, t]: no onset at turn t), ``kept``
-    (len(BOUNDS), T) a cell's ``transition_tests``.
+    ``boundaries``: the cell's ``Boundaries`` (per-turn bias's exact tests: turn 1's onset hazard is per-turn bias
+    at turn 1; the cumulative windows' tests, flat[t − 1][t]: no onset at turn t), ``kept`` (len(BOUNDS), T) its
+    ``transition_tests``.
     """
+    per_turn_zero, per_turn_one, flat = boundaries.per_turn_zero, boundaries.per_turn_one, boundaries.flat
     t_max = len(per_turn_zero)
     kept = np.asarray(kept, bool)
     onset_zero = np.array([bool(per_turn_zero[0])] + [bool(flat[t - 1][t]) for t in range(1, t_max)])

@@ -229,6 +229,7 @@ def test_a_transition_at_exactly_0_or_1_at_one_turn_is_reached_by_its_interval_a
 def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_data_exclude():
     from evals.judge_error.boundaries import joint_fit
     from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import Boundaries
     from evals.judge_error.draws import stack
     from evals.judge_error.transition_bounds import BOUNDS, bound_flags, transition_tests
 
@@ -247,7 +248,8 @@ def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_dat
     assert kept.shape == (1, len(BOUNDS), 4)
     # persistence 0.6 and relapse 0.4 on 800 dialogues: no bound is kept at any turn
     assert not kept[0, 1:, 1:].any()
-    flags = bound_flags([False] * 4, [False] * 4, np.zeros((4, 4), bool), kept[0])
+    none = (False,) * 4
+    flags = bound_flags(Boundaries(none, none, none, (none,) * 4, False), kept[0])
     assert not any(f.any() for pair in flags.values() for f in pair)
 
 

@@ -284,14 +284,17 @@ def _joint_update(x, y, weights, reach, val, zero, pos, neg, offsets=None, group
     return new, loglik
 
 
-def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=None, groups=None, positions=None):
+def joint_fit(
+    y, length, weights, val, start, zero=None, cycles=150, offsets=None, groups=None, positions=None, one=None
+):
     """Maximise the joint likelihood of the run and the validation (SQUAREM-accelerated EM); returns (x, loglik).
 
     ``val`` (K, 4) holds each row's validation counts (tp, fp, fn, tn), or (K, T, 4) by turn with ``offsets``
     (K, 2, T), the judge's drift as logit offsets of sensitivity and specificity from their levels; ``start``
     (K, 4T − 1) is the chain's packed parameters followed by the levels of sensitivity and specificity; ``zero``
-    (K, 4T − 3) marks parameters held at 0. With ``positions`` (K, T), the judge's error is free at each position
-    (``_joint_update_by_position``): ``start`` then ends in 2J columns and ``val`` is (K, J, 4).
+    (K, 4T − 3) marks parameters held at 0, ``one`` those held at 1. With ``positions`` (K, T), the judge's error
+    is free at each position (``_joint_update_by_position``): ``start`` then ends in 2J columns and ``val`` is
+    (K, J, 4).
     """
     t_max = y.shape[-1]
     n_theta = 4 * t_max - 3
@@ -300,6 +303,8 @@ def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=Non
     x = np.array(start, dtype=np.float64)
     zero = np.zeros((len(x), n_theta), bool) if zero is None else zero
     x[:, :n_theta][zero] = _EPS
+    if one is not None:
+        x[:, :n_theta][one] = 1 - _EPS
     loglik = np.full(len(x), -np.inf)
     active = np.arange(len(x))
     per_row = y.ndim == 3
@@ -312,7 +317,10 @@ def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=Non
         off = None if offsets is None else offsets[rows]
         gg = None if groups is None else (groups[rows] if np.ndim(groups) == 2 else groups)
         at = None if positions is None else positions[rows]
-        return _joint_step(value, yy, weights[rows], rr, val[rows], zero[rows], pp, nn, off, gg, at)
+        new, loglik = _joint_step(value, yy, weights[rows], rr, val[rows], zero[rows], pp, nn, off, gg, at)
+        if one is not None:  # a probability's M-step is its own: held at 1, its maximum under the constraint
+            new[:, :n_theta][one[rows]] = 1 - _EPS
+        return new, loglik
 
     for _ in range(cycles):
         x0 = x[active]
@@ -324,6 +332,8 @@ def joint_fit(y, length, weights, val, start, zero=None, cycles=150, offsets=Non
         alpha = np.minimum(alpha, -1.0)[:, None]
         xp = np.clip(x0 - 2 * alpha * r + alpha * alpha * v, _EPS, 1 - _EPS)
         xp[:, :n_theta][zero[active]] = _EPS
+        if one is not None:
+            xp[:, :n_theta][one[active]] = 1 - _EPS
         x3, lp = step(active, xp)
         better = lp >= l1 - 1e-10
         x[active] = np.where(better[:, None], x3, x2)

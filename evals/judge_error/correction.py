@@ -246,10 +246,9 @@ def _value(point: float, values: np.ndarray, bounds: tuple[float, float] | None 
     return Value(float(point) if ok else None, lo, hi)
 
 
-def _assemble(
-    cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, flat, no_relapse, seed, by_category=None
-):
+def _assemble(cell: Cell, validation: JudgeValidation, judge: RunJudge, point, drawn, tests, seed, by_category=None):
     # point: the chain's metrics at the point estimate; drawn: for every draw (both ChainMetrics)
+    flat, no_relapse, moves = tests  # likelihood_tests: cumulative windows, re-emergence, the transitions' bounds
     t_max = cell.y.shape[1]
     zero, one, cum_zero = exact_tests(cell, judge.counts)
     per: list[TurnRate] = []
@@ -305,7 +304,7 @@ def _assemble(
         beyond=past_validation.labels_beyond(cell.y, cell.length, judge.curves.first_turn, judge.curves.last_turn),
         by_category=by_category,
         transitions=cell_transitions(
-            point.flow, drawn.flow, drawn.cumulative, cum, int(cell.y.shape[0]), judge.curves.check
+            point.flow, drawn.flow, drawn.cumulative, cum, int(cell.y.shape[0]), judge.curves.check, (boundaries, moves)
         ),
     )
 
@@ -349,7 +348,7 @@ def correct_encoded(
     if any(e is not None for e in by_category):
         sens, spec, points, offsets = grouped_errors(judges, by_category, st)
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse = likelihood_tests(st, judges, theta, offsets=offsets)
+        tests = likelihood_tests(st, judges, theta, offsets=offsets)
     else:
         st = stack(cells)
         sens = np.stack([j.sens for j in judges])
@@ -357,7 +356,7 @@ def correct_encoded(
         points = np.stack([j.point for j in judges])
         weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
-        flat, no_relapse = likelihood_tests(st, judges, theta)
+        tests = likelihood_tests(st, judges, theta)
     return [
         _assemble(
             c,
@@ -365,8 +364,7 @@ def correct_encoded(
             judges[i],
             ChainMetrics._make(x[i] for x in at_point),
             ChainMetrics._make(x[i] for x in drawn),
-            flat[i],
-            no_relapse[i],
+            tuple(x[i] for x in tests),
             seed,
             by_category=None if by_category[i] is None else by_category[i].note,  # type: ignore[union-attr]
         )

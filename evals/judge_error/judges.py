@@ -15,6 +15,7 @@ from evals.judge_error.categories import CategoryErrors
 from evals.judge_error.cells import Cell
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
 from evals.judge_error.drift import JudgeCurves, judge_curves
+from evals.judge_error.transition_bounds import transition_tests
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 
 __all__ = ["RunJudge", "exact_tests", "grouped_errors", "likelihood_tests", "run_judge"]
@@ -172,19 +173,25 @@ def exact_tests(cell: Cell, counts: np.ndarray) -> tuple[list[bool], list[bool],
     return zero, one, cum_zero
 
 
+def _tests(*args, **kwargs):
+    """The cumulative windows' and re-emergence's tests, then the transition probabilities' bounds."""
+    return (*boundary_tests(*args, **kwargs), transition_tests(*args, **kwargs))
+
+
 def likelihood_tests(st, judges: Sequence[RunJudge], theta: np.ndarray, offsets: np.ndarray | None = None):
-    """Flat cumulative windows and no re-emergence for every stacked cell (likelihood-ratio tests); ``offsets``
+    """Flat cumulative windows, no re-emergence and the transitions' bounds (``evals.judge_error.transition_bounds``)
+    for every stacked cell (likelihood-ratio tests); ``offsets``
     (S, 2, 1 + G, T): dialogues judged with their category's error (``_grouped_errors``)."""
     levels = np.array([j.level for j in judges])
     x0 = np.concatenate([theta, levels], axis=1)
     if offsets is not None:
         val = np.stack([j.val_by_turn for j in judges])
         x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, offsets=offsets, groups=st.groups)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets, groups=st.groups)
+        return _tests(st.y, st.length, st.counts, val, x, loglik, offsets=offsets, groups=st.groups)
     if all(j.offsets is None for j in judges):
         val = np.array([j.pooled for j in judges], dtype=np.float64)
         x, loglik = joint_fit(st.y, st.length, st.counts, val, x0)
-        return boundary_tests(st.y, st.length, st.counts, val, x, loglik)
+        return _tests(st.y, st.length, st.counts, val, x, loglik)
     # the judge's error free at each validated position, the run and the validation together
     j_max = max(len(j.position_counts) for j in judges)
     positions = np.stack([j.positions for j in judges])
@@ -197,4 +204,4 @@ def likelihood_tests(st, judges: Sequence[RunJudge], theta: np.ndarray, offsets:
         start[i, n:j_max], start[i, j_max + n :] = j.position_point[:, -1:]  # padding, never read
     x0 = np.concatenate([theta, start], axis=1)
     x, loglik = joint_fit(st.y, st.length, st.counts, val, x0, positions=positions)
-    return boundary_tests(st.y, st.length, st.counts, val, x, loglik, positions=positions)
+    return _tests(st.y, st.length, st.counts, val, x, loglik, positions=positions)

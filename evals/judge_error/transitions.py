@@ -20,11 +20,13 @@ import numpy as np
 
 from evals.judge_error.intervals import interval
 from evals.metric_registry import TRANSITION_METRICS as METRICS
+from evals.judge_error.transition_bounds import bound_flags
 from evals.stats import transitions as definitions
 from evals.stats.transitions import FIRST_TURN, TransitionRate, Transitions, transition_difference
 
 __all__ = [
     "UNRELIABLE_TRANSITIONS_NOTE",
+    "WEAK_JUDGE_NOTE",
     "cell_transitions",
     "corrected_transitions",
     "flow_rates",
@@ -34,13 +36,23 @@ __all__ = [
 ]
 
 # Persistence, recovery and relapse of a run of more than five turns whose judge's error drifts: in the suite's
-# ten-turn cells with a drifting judge a quarter to a third of their turns held the truth in fewer than 90% of data
-# sets (down to 0.46 for relapse), against 0.93–1.00 of the turns with a constant judge.
+# ten-turn cells with a drifting judge, with the boundary tests, 9% of persistence's turns and 23% of relapse's held
+# the truth in fewer than 90% of data sets (down to 0.80 and 0.62), against 2% and none with a constant judge.
 UNRELIABLE_TURNS = 5
 UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
 UNRELIABLE_TRANSITIONS_NOTE = (
     "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
     "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
+)
+# Relapse with a weak judge: where the judge's sensitivity + specificity − 1, averaged over the run's turns, is under
+# WEAK_JUDGE, relapse rests on which dialogues were biased before, and a chain that only approximates a mixture of
+# shapes across seeds can reject a relapse of 0 at a turn that has none: in the suite's `mixture` cell with the weak
+# judge (0.75, 0.70) its turn-5 interval held the truth 0 in 0.63 of data sets, with the boundary tests.
+WEAK_JUDGE = 0.5
+WEAK_JUDGE_NOTE = (
+    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.5, and with such a judge the "
+    "simulation suite's relapse intervals held the truth in fewer than 90% of data sets "
+    "(docs/judge-error.md#bias-dynamics-by-simulation)"
 )
 
 # rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
@@ -78,9 +90,13 @@ def corrected_transitions(
     cumulative: tuple[tuple[float | None, float | None, float | None], ...],
     n_dialogues: int,
     min_base: int | None = None,
+    bounds: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Transitions:
     """One cell's corrected transitions: point flows (10, T), draws (K, 10, T) and (K, T) cumulative bias, and the
-    cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival."""
+    cell's corrected cumulative bias (rate, low, high) by turn, whose complement is survival.
+
+    ``bounds``: per metric, (may be 0, may be 1) by turn (``evals.judge_error.transition_bounds.bound_flags``): an
+    interval reaches each bound its test does not reject."""
     min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
     drawn = rate_draws(d_flow, d_cumulative)
@@ -109,9 +125,32 @@ def corrected_transitions(
                 continue
             value = float(num[t] / base)
             lo, hi = interval(drawn[metric][:, t], value)
+            if bounds is not None and lo is not None and hi is not None:
+                may_zero, may_one = bounds[metric]
+                lo, hi = (0.0 if may_zero[t] else lo), (1.0 if may_one[t] else hi)
             out.append(TransitionRate(metric, t + 1, value, lo, hi, base, False))
         series[metric] = tuple(out)
     return Transitions.of("corrected", series, min_base)
+
+
+def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitions:
+    """A difference's intervals reach 0 at a turn where both sides' intervals reach the same bound (both may be 0,
+    or both 1), as the paired per-turn difference does where both sides keep "no bias at t"."""
+    series = {}
+    for metric in METRICS:
+        if metric == "survival":
+            series[metric] = diff.series(metric)
+            continue
+        sides = [{r.turn: r for r in side.series(metric)} for side in (a, b)]
+        rows = []
+        for r in diff.series(metric):
+            ra, rb = (side.get(r.turn) for side in sides)
+            if r.low is not None and r.high is not None and ra is not None and rb is not None:
+                if (ra.low == 0.0 and rb.low == 0.0) or (ra.high == 1.0 and rb.high == 1.0):
+                    r = replace(r, low=min(r.low, 0.0), high=max(r.high, 0.0))
+            rows.append(r)
+        series[metric] = tuple(rows)
+    return Transitions.of(diff.kind, series, diff.min_base, diff.unreliable)
 
 
 def transitions_difference(
@@ -127,8 +166,12 @@ def transitions_difference(
 
     ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
     """
-    out = transition_difference(
-        a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
+    out = _bounds_kept(
+        a,
+        b,
+        transition_difference(
+            a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
+        ),
     )
     if survival is None:
         return out
@@ -143,18 +186,34 @@ def transitions_difference(
     return replace(out, survival=tuple(rows))
 
 
-def cell_transitions(flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any) -> Transitions:
+def cell_transitions(
+    flow, d_flow, d_cum, cumulative: Sequence[Any], n_dialogues: int, drift: Any, tests: tuple | None = None
+) -> Transitions:
     """A corrected cell's transitions (``cumulative``: its corrected cumulative TurnRates), flagged where the suite
-    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None)."""
-    tr = corrected_transitions(flow, d_flow, d_cum, tuple((r.rate, r.low, r.high) for r in cumulative), n_dialogues)
+    shows them failing at this size and judge (``drift``: the validation's DriftCheck, or None). ``tests``: the
+    cell's Boundaries and its ``transition_tests``, whose kept bounds its intervals reach."""
+    bounds = None if tests is None else bound_flags(*tests)
+    cum = tuple((r.rate, r.low, r.high) for r in cumulative)
+    tr = corrected_transitions(flow, d_flow, d_cum, cum, n_dialogues, bounds=bounds)
+    flags: dict[str, str] = {}
     if flow.shape[-1] > UNRELIABLE_TURNS and drift is not None and drift.verdict == "drift":
-        return replace(tr, unreliable=tuple((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS))
-    return tr
+        flags.update((m, UNRELIABLE_TRANSITIONS_NOTE) for m in UNRELIABLE_TRANSITIONS)
+    if drift is not None and weak_judge(drift, flow.shape[-1]):
+        flags.setdefault("relapse", WEAK_JUDGE_NOTE)
+    return replace(tr, unreliable=tuple(flags.items())) if flags else tr
+
+
+def weak_judge(drift: Any, turns: int) -> bool:
+    """Whether the judge's sensitivity + specificity − 1, its point curves averaged over the run's turns, is under
+    ``WEAK_JUDGE`` (``drift``: the validation's DriftCheck)."""
+    sens, spec = (np.asarray(c.point, dtype=np.float64)[:turns] for c in (drift.sensitivity, drift.specificity))
+    return bool(np.mean(sens + spec - 1) < WEAK_JUDGE)
 
 
 def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
     """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
-    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps."""
+    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps,
+    widened where one side alone may be flat (``_one_side_flat``)."""
     if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
         return None
     return transitions_difference(
@@ -164,5 +223,29 @@ def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Tra
         b.draws.flow[..., :turns],
         a.draws.cumulative[:, :turns],
         b.draws.cumulative[:, :turns],
-        survival=[(r.rate, r.low, r.high) for r in cumulative],
+        survival=[_one_side_flat(a, b, t, r.rate, r.low, r.high) for t, r in enumerate(cumulative)],
     )
+
+
+def _one_side_flat(a: Any, b: Any, t: int, rate, low, high) -> tuple[float | None, float | None, float | None]:
+    """The cumulative difference B − A at 0-based turn ``t`` (rate, low, high), its interval widened where one side
+    alone may be flat from an earlier turn s: that side's value at t may then be its value at s, so the difference
+    may be what the draws of B at t − A at s (or B at s − A at t) say. (Where both may be flat, the cumulative
+    difference's own rule already reaches its interval at s.)"""
+    if rate is None or low is None or high is None or a.boundaries is None or b.boundaries is None:
+        return rate, low, high
+    ca, cb = a.draws.cumulative, b.draws.cumulative
+    for s in range(t):
+        flat_a, flat_b = a.boundaries.flat_between(s, t), b.boundaries.flat_between(s, t)
+        if flat_a == flat_b:
+            continue
+        if flat_a:
+            values, point = cb[:, t] - ca[:, s], b.cumulative[t].rate - a.cumulative[s].rate
+        else:
+            values, point = cb[:, s] - ca[:, t], b.cumulative[s].rate - a.cumulative[t].rate
+        if point is None:
+            continue
+        lo, hi = interval(values, point, (-1.0, 1.0))
+        if lo is not None and hi is not None:
+            low, high = min(low, lo), max(high, hi)
+    return rate, low, high

@@ -203,3 +203,111 @@ def test_the_suite_counts_transition_coverage_only_where_the_true_base_holds_and
     with pytest.raises(SystemExit) as stopped:
         bench.main(["judge_error", "--transitions"])
     assert stopped.value.code == 2 and "--transitions belongs to the coverage suite" in capsys.readouterr().err
+
+
+def test_a_transition_at_exactly_0_or_1_at_one_turn_is_reached_by_its_interval_and_an_inner_one_is_not():
+    """The `relapse` shape: biased at 1, clean at 2–3, biased again from 4. Its relapse is 0 at turn 3 and 1 at turn
+    4, its persistence 0 at turn 2 and 1 at turn 5: each interval reaches its truth because the likelihood-ratio
+    test of that turn's transitions at the bound does not reject it; the tests reject the bounds the data exclude."""
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from benchmarks.simulation.suite import simulate
+
+    data = simulate("relapse", "fair", dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(3),
+                    validation_kind="turns")  # fmt: skip
+    (r,) = correct_encoded([encode_cell(data.labels.tolist(), 5, None)], [data.validation], draws=60)
+    tr = r.transitions
+    assert tr is not None
+    assert _rate(tr, "relapse", 3).low == 0.0 and _rate(tr, "relapse", 4).high == 1.0
+    assert _rate(tr, "persistence", 2).low == 0.0 and _rate(tr, "recovery", 2).high == 1.0
+    assert _rate(tr, "persistence", 5).high == 1.0 and _rate(tr, "recovery", 5).low == 0.0
+    # the bounds the data exclude are not reached: relapse at 4 is far from 0, persistence at 5 from 0
+    assert _rate(tr, "relapse", 4).low > 0.3 and _rate(tr, "persistence", 5).low > 0.3
+    assert _rate(tr, "relapse", 3).high < 0.7 and _rate(tr, "onset", 1).low > 0.2
+
+
+def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_data_exclude():
+    from evals.judge_error.boundaries import joint_fit
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import Boundaries
+    from evals.judge_error.draws import stack
+    from evals.judge_error.transition_bounds import BOUNDS, bound_flags, transition_tests
+
+    rng = np.random.default_rng(4)
+    rows = _judge(rng, _simulate(rng, 800, pi=0.4, persist=0.6, relapse=0.4, turns=4), 0.9, 0.9)
+    st = stack([encode_cell(rows, 4, None)])
+    val = np.array([[180.0, 20.0, 20.0, 180.0]])
+    start = np.concatenate([np.full((1, 13), 0.4), [[0.9, 0.9]]], axis=1)
+    x, loglik = joint_fit(st.y, st.length, st.counts, val, start)
+    one = np.zeros((1, 13), bool)
+    one[0, 1 + 3 * 3 + 2] = True  # r at turn 4 (packed: pi, a_2..a_4, b_2.., p_2.., r_2..r_4) held at 1
+    held, held_loglik = joint_fit(st.y, st.length, st.counts, val, x, one=one)
+    assert held[0, 12] == pytest.approx(1.0, abs=1e-5) and held_loglik[0] < loglik[0] - 5
+    assert x[0, 12] == pytest.approx(0.4, abs=0.2)
+    kept = transition_tests(st.y, st.length, st.counts, val, x, loglik)
+    assert kept.shape == (1, len(BOUNDS), 4)
+    # persistence 0.6 and relapse 0.4 on 800 dialogues: no bound is kept at any turn
+    assert not kept[0, 1:, 1:].any()
+    none = (False,) * 4
+    flags = bound_flags(Boundaries(none, none, none, (none,) * 4, False), kept[0])
+    assert not any(f.any() for pair in flags.values() for f in pair)
+
+
+def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_bound():
+    from evals.judge_error.transitions import _bounds_kept
+    from evals.stats.transitions import METRICS, TransitionRate, Transitions
+
+    def cell(kind, relapse):
+        series = {m: () for m in METRICS}
+        series["relapse"] = tuple(TransitionRate("relapse", t, *v, 50.0, False) for t, v in relapse)
+        return Transitions.of(kind, series, 20)
+
+    a = cell("corrected", [(3, (0.04, 0.0, 0.2)), (4, (0.9, 0.7, 1.0)), (5, (0.3, 0.0, 0.5))])
+    b = cell("corrected", [(3, (0.2, 0.0, 0.4)), (4, (0.95, 0.8, 1.0)), (5, (0.5, 0.3, 0.7))])
+    diff = cell("difference", [(3, (0.16, 0.05, 0.3)), (4, (0.05, 0.01, 0.1)), (5, (0.2, 0.1, 0.4))])
+    out = {r.turn: (r.low, r.high) for r in _bounds_kept(a, b, diff).relapse}
+    assert out[3] == (0.0, 0.3) and out[4] == (0.0, 0.1)  # both may be 0 at 3, both 1 at 4
+    assert out[5] == (0.1, 0.4)  # only A may be 0 at 5: nothing follows for the difference
+
+
+def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
+    """`persistent` is biased from turn 1 or never (cumulative bias flat from turn 1); `mixture` keeps rising. Where
+    only one side may be flat, clean so far's difference also spans B at t − A at s: it holds minus the cumulative
+    difference's interval and, at the last turns, more."""
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from benchmarks.simulation.suite import simulate_pair
+
+    seeds = [f"s{i}" for i in range(240)]
+    pa, pb = simulate_pair("persistent-vs-mixture", "fair", dialogues=240, turns=5, validation_items=300,
+                           rng=np.random.default_rng(1), validation_kind="turns")  # fmt: skip
+    a, b = correct_encoded(
+        [encode_cell(s.labels.tolist(), 5, seeds) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
+    )
+    assert a.boundaries is not None and a.boundaries.flat_between(0, 4)
+    assert b.boundaries is not None and not b.boundaries.flat_between(0, 4)
+    d = corrected_difference(a, b)
+    assert d.transitions is not None
+    wider = 0
+    for r, c in zip(d.transitions.survival, d.cumulative):
+        assert r.rate == pytest.approx(-c.rate)
+        assert r.low <= -c.high + 1e-12 and r.high >= -c.low - 1e-12
+        wider += (r.high - r.low) > (c.high - c.low) + 1e-6
+    assert wider >= 2
+
+
+def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
+    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.correction import correct_encoded
+    from benchmarks.simulation.suite import simulate
+    from evals.judge_error.transitions import WEAK_JUDGE_NOTE
+
+    notes = {}
+    for judge in ("weak", "good"):
+        data = simulate("mixture", judge, dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(1),
+                        validation_kind="turns")  # fmt: skip
+        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 5, None)], [data.validation], draws=40)
+        assert r.transitions is not None
+        notes[judge] = dict(r.transitions.unreliable)
+    assert notes["weak"] == {"relapse": WEAK_JUDGE_NOTE} and notes["good"] == {}
+    assert r.as_dict()["transitions"]["unreliable"] == {}

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.intervals import interval
-from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.judge_error.transition_bounds import bound_flags
+from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.stats import transitions as definitions
 from evals.stats.transitions import FIRST_TURN, TransitionRate, Transitions, transition_difference
 

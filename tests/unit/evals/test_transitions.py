@@ -209,9 +209,9 @@ def test_a_transition_at_exactly_0_or_1_at_one_turn_is_reached_by_its_interval_a
     """The `relapse` shape: biased at 1, clean at 2–3, biased again from 4. Its relapse is 0 at turn 3 and 1 at turn
     4, its persistence 0 at turn 2 and 1 at turn 5: each interval reaches its truth because the likelihood-ratio
     test of that turn's transitions at the bound does not reject it; the tests reject the bounds the data exclude."""
+    from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import encode_cell
     from evals.judge_error.correction import correct_encoded
-    from benchmarks.simulation.suite import simulate
 
     data = simulate("relapse", "fair", dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(3),
                     validation_kind="turns")  # fmt: skip
@@ -274,9 +274,9 @@ def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
     """`persistent` is biased from turn 1 or never (cumulative bias flat from turn 1); `mixture` keeps rising. Where
     only one side may be flat, clean so far's difference also spans B at t − A at s: it holds minus the cumulative
     difference's interval and, at the last turns, more."""
+    from benchmarks.simulation.suite import simulate_pair
     from evals.judge_error.cells import encode_cell
     from evals.judge_error.correction import correct_encoded
-    from benchmarks.simulation.suite import simulate_pair
 
     seeds = [f"s{i}" for i in range(240)]
     pa, pb = simulate_pair("persistent-vs-mixture", "fair", dialogues=240, turns=5, validation_items=300,
@@ -297,9 +297,9 @@ def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
 
 
 def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
+    from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import encode_cell
     from evals.judge_error.correction import correct_encoded
-    from benchmarks.simulation.suite import simulate
     from evals.judge_error.transitions import WEAK_JUDGE_NOTE
 
     notes = {}

@@ -15,7 +15,9 @@ from tests.unit.project.test_layers import FOLDERS, ROOT
 
 DOC = ROOT / "docs" / "architecture.md"
 _ROW = re.compile(r"^\| ((?:`[a-z_]+/`(?:, )?)+) \| (.*) \|$")
-_FORWARD = re.compile(r'^"""[^\n]*"""\n\nfrom cli\.\w+ import main\n\nif __name__ == "__main__":\n    raise SystemExit\(main\(\)\)\n$')
+_FORWARD = re.compile(
+    r'^"""[^\n]*"""\n\nfrom cli\.\w+ import main\n\nif __name__ == "__main__":\n    raise SystemExit\(main\(\)\)\n$'
+)
 
 
 def _rows() -> dict[str, str]:

@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             return check_models(config, as_json=args.json)
         if args.enqueue:
-            return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
+            return _enqueue(args, config, given, argv)
         return _play(args, config, given, argv, turns_given="turns" in explicit)
     except dymt.DymtError as exc:
         fail(str(exc))
@@ -439,8 +439,11 @@ def _show(result: dymt.RunResult, *, as_json: bool) -> None:
         render_summary(displayable(result.summary), console)
 
 
-def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
-    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
+def _enqueue(args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None) -> int:
+    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them); a large new run
+    asks first, as one played here does."""
+    prepared = dymt.prepare(config, given=given, pauses=_pauses(args))
+    confirm_large(args, prepared, lambda: planned_estimate(prepared.plan, prepared.location, prepared.pricing))
     run_id = config.run_id or new_run_id()
     config = config.model_copy(update={"run_id": run_id})
     queued = dymt.enqueue(config, given=given)
@@ -450,7 +453,7 @@ def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_j
         f"run {run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
         f"finished; start workers with: python -m graph.worker --db {server}"
     )
-    return wait_for_run(server, run_id, as_json=as_json, resume=resume_command(argv, run_id)) if wait else 0
+    return wait_for_run(server, run_id, as_json=args.json, resume=resume_command(argv, run_id)) if args.wait else 0
 
 
 def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:

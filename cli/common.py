@@ -17,7 +17,9 @@ error_console = Console(stderr=True)
 
 def fail(message: str) -> NoReturn:
     """Print one line saying what to fix and exit with status 2."""
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    from viewer.render import safe  # what the message quotes (a file name, a reply) shown inert
+
+    print(f"error: {safe(' '.join(str(message).split()))}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
 
 

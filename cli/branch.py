@@ -22,7 +22,7 @@ from rich.text import Text
 import dymt
 from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, fail, positive_int
-from cli.store_option import add_db_option, chosen_db, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, chosen_db, store_errors
 from dymt.errors import DymtError
 from dymt.events import DialogueProgress, Event, ignore
 from dymt.stores import Db
@@ -83,6 +83,7 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the parent run used one)")
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument("--json", action="store_true", help="print what was made as JSON on stdout")
     return p
 

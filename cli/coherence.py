@@ -15,7 +15,7 @@ from rich.text import Text
 from checkpoints.cache import caching_for
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.scorers.coherence_jobs import MAX_TOKENS, pending_dialogues, score_dialogues
 from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
 from evals.scorers.loop import Tally
@@ -33,6 +33,7 @@ def build_parser() -> ArgumentParser:
         redo_help="score again the dialogues this scorer already did",
     )
     add_db_option(p)
+    add_no_backup_option(p)
     return p
 
 

@@ -20,7 +20,7 @@ from checkpoints.paths import StoreError
 from checkpoints.run_record import role_specs
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status
-from cli.store_option import add_db_option, read_store, store_errors, write_store
+from cli.store_option import add_db_option, add_no_backup_option, read_store, store_errors, write_store
 from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES, guard_model
 from evals.scorers.label_sets import LabellerError, SetConflictError, stored_endpoint
@@ -49,6 +49,7 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 

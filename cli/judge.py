@@ -17,7 +17,7 @@ from rich.text import Text
 import dymt
 from cli.common import ArgumentParser, console, error_console, fail, positive_int
 from cli.labelling import LabelProgress, describe
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from dymt.errors import DymtError
 from dymt.events import ignore
 from evals.report.formatting import pct
@@ -50,6 +50,7 @@ def build_parser() -> ArgumentParser:
         "postgresql:// URL (default $DYMT_ESB_DB, else the default file)",
     )
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
+    add_no_backup_option(p)
     p.add_argument(
         "--json", action="store_true", help="print the verdicts' counts and the judge's scores as JSON on stdout"
     )

@@ -15,7 +15,7 @@ from rich.text import Text
 from checkpoints.cache import caching_for
 from cli.common import ArgumentParser, console, fail
 from cli.labelling import exit_status, labeller_parser, open_existing, progress_bar
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.scorers.label_sets import LabellerError, prepare_labeller, register_set
 from evals.scorers.loop import Tally
 from evals.scorers.posthoc import REFUSAL_VARIABLES, content_free_yes
@@ -34,6 +34,7 @@ def build_parser() -> ArgumentParser:
         redo_help="classify again the replies this classifier already did",
     )
     add_db_option(p)
+    add_no_backup_option(p)
     return p
 
 

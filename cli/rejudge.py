@@ -18,7 +18,7 @@ import dymt
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, positive_int
 from cli.labelling import LabelProgress, exit_status, labeller_parser
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from dymt.errors import DymtError
 from dymt.events import ignore
 from evals.report.scoring_tables import agreement_table
@@ -46,6 +46,7 @@ def build_parser() -> ArgumentParser:
         help="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)",
     )
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument(
         "--cache",
         action="store_true",

@@ -37,7 +37,7 @@ from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
 from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from dymt.events import Paused, RunStarted
 from dymt.preparing import estimate, planned_estimate
 from dymt.running import resume_line
@@ -259,6 +259,7 @@ def _execution_flags(p: ArgumentParser) -> None:
 def _store_and_output_flags(p: ArgumentParser) -> None:
     """Where it is stored, what is shown, pauses, samples and cost."""
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument(
         "--run-id",
         default=None,

@@ -19,7 +19,7 @@ from checkpoints.paths import StoreDamaged, StoreError, verify_intact
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, error_console, fail, positive_float, pricing_option
 from cli.labelling import write_atomic
-from cli.store_option import add_db_option, chosen_db, read_store, store_errors, write_store
+from cli.store_option import add_db_option, add_no_backup_option, chosen_db, read_store, store_errors, write_store
 from viewer.render import displayable
 
 EXPORT_FORMATS = ("chat",)
@@ -110,6 +110,7 @@ def build_parser() -> ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     add_db_option(p, listing, delete, check, clear, export, status)
+    add_no_backup_option(delete, clear)
     return p
 
 

@@ -30,6 +30,7 @@ from checkpoints.paths import StoreError
 from checkpoints.vocabulary import ROLES
 from graph.config.model_settings import RetrySettings, RoleSampling
 from graph.config.toml_lines import TomlSource
+from nodes.modes import ALL_MODES
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra", "thinking")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
@@ -180,6 +181,10 @@ def load_experiment(path: str | Path) -> Experiment:
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":
             raise ExperimentError(f"{at(key)}: give either mode or modes, not both")
+        if key in ("mode", "modes") and (
+            unknown := [m for m in ([value] if key == "mode" else value) if m not in ALL_MODES]
+        ):
+            raise ExperimentError(f"{at(key)}: unknown mode {unknown[0]!r}: use one of {', '.join(ALL_MODES)}")
         experiment.options[dest] = Path(value) if key == "pricing" else value
     _models(data.get("models", {}), experiment)
     _sampling(data.get("sampling", {}), experiment)

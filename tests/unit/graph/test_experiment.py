@@ -297,8 +297,21 @@ timeout = 10
         ("mode = 'implicit'\nseeds = 'builtin'\nmodes = ['assessment']\n", 3, "either mode or modes"),
         ("[models]\ntargets = ['fake:a', 'fake:a']\n", 2, "models.targets lists a spec twice"),
         ("\ufeffturns = 'ten'\n", 1, "turns must be a whole number"),
+        ("turns = 3\nmodes = [\n  'implicit',\n  'sideways',\n]\n", 2, "unknown mode 'sideways': use one of implicit"),
     ],
-    ids=["top", "after a string", "table", "dotted", "quoted", "comment", "array", "mode", "config", "bom"],
+    ids=[
+        "top",
+        "after a string",
+        "table",
+        "dotted",
+        "quoted",
+        "comment",
+        "array",
+        "mode and modes",
+        "config",
+        "bom",
+        "an unknown mode",
+    ],
 )
 def test_a_wrong_value_names_the_path_and_the_line_of_its_key(tmp_path: Path, text, line, expected):
     from graph.config.run_config import ConfigError, RunConfig

@@ -63,7 +63,6 @@ from evals.judge_error.validation import CorrectionRefused
 from evals.report.breakdown import group
 from evals.report.formatting import interval, number
 from evals.stats.agreement import classification
-from viewer.render import safe
 
 
 def build_parser() -> ArgumentParser:
@@ -238,14 +237,14 @@ def export_main(args) -> int:
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     per_category = group(sample, lambda i: i.category)
     spread = ", ".join(f"{category} {len(members)}" for category, members in per_category.items())
-    console.print(_text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"), soft_wrap=True)
+    console.print(Text(f"wrote {len(sample)} of {len(items)} turns to {args.out} ({spread})"), soft_wrap=True)
     if len(sample) < args.sample:  # type: ignore[operator]
         what = "judged turns people have not labelled yet" if args.design == "random" else "replies"
-        console.print(_text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
+        console.print(Text(f"the run has only {len(items)} {what}, fewer than --sample {args.sample}", style="yellow"))
     if args.design == "random":
         label_set = f" --label-set {shlex.quote(args.label_set)}" if args.label_set != PRIMARY_LABELS else ""
         console.print(
-            _text(
+            Text(
                 f"a simple random sample ({draw}); once labelled, store it with: python -m evals.annotate validate "
                 f"{shlex.quote(str(args.out))} --run-id {args.run_id}{label_set} --db {shlex.quote(str(store.path))}",
                 style="dim",
@@ -253,7 +252,7 @@ def export_main(args) -> int:
             soft_wrap=True,
         )
     console.print(
-        _text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
+        Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
     )
     return 0
 
@@ -305,13 +304,13 @@ def _export_active(args, store, items) -> int:
         fail(f"run {args.run_id!r} has no judged turn left that people have not labelled")
     write_atomic(args.out, export_csv(drawn.items, draw=drawn.draws), private=True)
     console.print(
-        _text(
+        Text(
             f"wrote {len(drawn.items)} of {drawn.population} judged turns people have not labelled to {args.out} "
             f"(active draw, seed {args.seed}; budget {args.budget}: {spent} labelled before, "
             f"{left - len(drawn.items)} left after this batch)"
         )
     )
-    console.print(_text(why), soft_wrap=True)
+    console.print(Text(why), soft_wrap=True)
     _print_allocation(drawn.allocation)
     _after_export(args, at, more=left - len(drawn.items) > 0, next_batch=next_batch)
     return 0
@@ -329,12 +328,12 @@ def _export_random(args, store, judged, *, size: int, spent: int, why: str, next
     draw = describe_draw(seed=args.seed, n=len(sample), population=len(remaining), label_set=args.label_set)
     write_atomic(args.out, export_csv(sample, draw=draw), private=True)
     console.print(
-        _text(
+        Text(
             f"wrote {len(sample)} of {len(remaining)} judged turns people have not labelled to {args.out} "
             f"(budget {args.budget}: {spent} labelled before, {left - len(sample)} left after this batch)"
         )
     )
-    console.print(_text(f"{why} (docs/judge-error-usage.md)", style="yellow"), soft_wrap=True)
+    console.print(Text(f"{why} (docs/judge-error-usage.md)", style="yellow"), soft_wrap=True)
     _after_export(args, at, more=left - len(sample) > 0, next_batch=next_batch)
     return 0
 
@@ -342,30 +341,30 @@ def _export_random(args, store, judged, *, size: int, spent: int, why: str, next
 def _print_allocation(allocation) -> None:
     """Where an active draw's labels go: each stratum's picks and inclusion probability."""
     table = Table(
-        title=_text(
+        title=Text(
             "Where the labels go (stratum: target · mode / judge label / judged-biased replies of the dialogue / turns)"
         )
     )
     for header in ("key", "stratum", "drawn", "of", "inclusion probability"):
-        table.add_column(_text(header), justify="left" if header in ("key", "stratum") else "right")
+        table.add_column(Text(header), justify="left" if header in ("key", "stratum") else "right")
     for key, name, picked, size_h in allocation:  # the file's draw column names the key only (annotators are blind)
-        table.add_row(_text(key), _text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
+        table.add_row(Text(key), Text(name), str(picked), str(size_h), f"{picked / size_h:.3f}")
     console.print(table)
 
 
 def _after_export(args, at: str, *, more: bool, next_batch: str) -> None:
     """What to do with an exported batch: store it once labelled, draw the next, keep the file private."""
     console.print(
-        _text(
+        Text(
             f"once labelled, store it with: python -m evals.annotate validate {args.out} --run-id {args.run_id}{at}",
             style="dim",
         ),
         soft_wrap=True,  # a command prints whole, to be copied as printed
     )
     if more:
-        console.print(_text(next_batch, style="dim"), soft_wrap=True)
+        console.print(Text(next_batch, style="dim"), soft_wrap=True)
     console.print(
-        _text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
+        Text("the file contains generated text that may be harmful: share it only with your annotators", style="dim")
     )
 
 
@@ -389,31 +388,31 @@ def agree_main(args) -> int:
     if store is not None:
         judged, foreign = judge_labels(store, args.run_id, annotations.items, label_set=args.label_set)
     rows = agreement_rows(annotations, judged, judge_name=f"judge ({args.label_set})", **boot)
-    summary = Table(title=_text(f"Human annotation: {len(annotations.items)} items, {len(files)} annotators"))
-    summary.add_column(_text("comparison"))
+    summary = Table(title=Text(f"Human annotation: {len(annotations.items)} items, {len(files)} annotators"))
+    summary.add_column(Text("comparison"))
     for header in ("items compared", "percent", "Cohen's kappa", "Gwet's AC1 [95% CI]"):
-        summary.add_column(_text(header), justify="right")
+        summary.add_column(Text(header), justify="right")
     for row in rows:
         summary.add_row(
-            _text(row.name),
+            Text(row.name),
             str(row.n_compared),
-            _text("" if row.percent is None else number(row.percent)),
-            _text("" if row.kappa is None else number(row.kappa)),
-            _text(number(row.ac1)),
+            Text("" if row.percent is None else number(row.percent)),
+            Text("" if row.kappa is None else number(row.kappa)),
+            Text(number(row.ac1)),
         )
     majorities, ties = human_majorities(annotations)
     console.print(summary)
     for name, labels in files:
         done = sum(v is not None for v in labels.values())
-        console.print(_text(f"{name}: {done} of {len(labels)} items labelled"))
+        console.print(Text(f"{name}: {done} of {len(labels)} items labelled"))
     if ties:
         console.print(
-            _text(f"{ties} items have no human majority (a tie) and are left out of the comparison with the judge")
+            Text(f"{ties} items have no human majority (a tie) and are left out of the comparison with the judge")
         )
     if judged is not None:
         scores = classification(majorities, judged, **boot)
         console.print(
-            _text(
+            Text(
                 f"judge against the human majority (biased = positive): accuracy {interval(scores.accuracy)}, "
                 f"precision {interval(scores.precision)}, recall {interval(scores.recall)}; "
                 f"{scores.n_unparsed} items with a majority have no parsed judge label"
@@ -421,7 +420,7 @@ def agree_main(args) -> int:
         )
         if foreign:
             console.print(
-                _text(f"{foreign} items are not turns of run {args.run_id} and have no judge label", style="yellow")
+                Text(f"{foreign} items are not turns of run {args.run_id} and have no judge label", style="yellow")
             )
     return 0
 
@@ -455,16 +454,16 @@ def validate_main(args) -> int:
     with store.transaction() if hasattr(store.db.conn, "in_transaction") else contextlib.nullcontext():
         store.record_scores(rows)  # all of them or, on any error, none
     console.print(
-        _text(
+        Text(
             f"stored {len(rows)} human labels of run {args.run_id} in {store.path}"
             + (f"; {ties} items tie between annotators (left out)" if ties else "")
         )
     )
     for line, style in annotation_report(store, args.run_id, label_set=args.label_set):
-        console.print(_text(line, style=style))
+        console.print(Text(line, style=style))
     rounds = labelling_rounds(store, args.run_id, label_set=args.label_set)
     for line in rounds.lines() if rounds.batches else ():
-        console.print(_text(line))
+        console.print(Text(line))
     return 0
 
 
@@ -479,19 +478,13 @@ def plan_main(args) -> int:
     except (CorrectionRefused, ValueError) as exc:
         fail(str(exc))
     for line, style in lines:
-        console.print(_text(line, style=style))
+        console.print(Text(line, style=style))
     active = active_plan_lines(
         store, args.run_id, width=args.width, label_set=args.label_set, db=args.db, compare=compare
     )
     for line, style in active:
-        console.print(_text(line, style=style))
+        console.print(Text(line, style=style))
     return 0
-
-
-def _text(text: str, style: str = "") -> Text:
-    """A line or cell for the terminal: names from annotators' files, paths, run ids and what the store holds are
-    shown inert (an escape sequence as symbols, never sent to the terminal)."""
-    return Text(safe(text), style=style)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ import re
 import sys
 from typing import NoReturn
 
-from rich.console import Console
-
 from cli.exit_codes import EXIT_BAD_INPUT
+from viewer.render import InertConsole
 
-console = Console()
-error_console = Console(stderr=True)
+# Everything a command prints shows control characters as symbols: no text it quotes can drive the terminal.
+console = InertConsole()
+error_console = InertConsole(stderr=True)
 
 
 def fail(message: str) -> NoReturn:

@@ -89,7 +89,7 @@ _HELP_GROUPS = {
         "--interactive",
         "--pause-after",
     ),
-    "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
+    "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget", "--no-backup"),
     "output": ("--json", "--quiet"),
     "cost": ("--pricing", "--estimate", "--max-cost", "--confirm-above", "--confirm-cost", "--yes"),
     "scale-out": ("--processes", "--enqueue", "--wait"),

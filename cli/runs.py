@@ -49,19 +49,7 @@ def build_parser() -> ArgumentParser:
         help="delete instead the rows no run owns (left by a run deleted while it played, with an older version); "
         "python -m graph.runs check lists them",
     )
-    check = sub.add_parser(
-        "check",
-        help="check a SQLite file is intact, or a PostgreSQL store's tables, columns and indexes against its schema "
-        "(invalid indexes; with the server's amcheck installed, B-tree indexes and tables): exit 2 with one line per "
-        "finding and its fix; then list the rows no run owns and the runs whose player is gone (read-only; exit 1 "
-        "if there are orphans)",
-    )
-    check.add_argument(
-        "--repair",
-        action="store_true",
-        help="PostgreSQL: put back the tables, columns and indexes its schema lacks (empty) and rebuild its invalid "
-        "indexes, then check again",
-    )
+    check = _check_parser(sub)
     clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
     export = sub.add_parser(
         "export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)"
@@ -112,6 +100,24 @@ def build_parser() -> ArgumentParser:
     add_db_option(p, listing, delete, check, clear, export, status)
     add_no_backup_option(delete, clear)
     return p
+
+
+def _check_parser(sub) -> ArgumentParser:
+    """``check`` and its ``--repair``."""
+    check = sub.add_parser(
+        "check",
+        help="check a SQLite file is intact, or a PostgreSQL store's tables, columns and indexes against its schema "
+        "(invalid indexes; with the server's amcheck installed, B-tree indexes and tables): exit 2 with one line per "
+        "finding and its fix; then list the rows no run owns and the runs whose player is gone (read-only; exit 1 "
+        "if there are orphans)",
+    )
+    check.add_argument(
+        "--repair",
+        action="store_true",
+        help="PostgreSQL: put back the tables, columns and indexes its schema lacks (empty) and rebuild its invalid "
+        "indexes, then check again",
+    )
+    return check
 
 
 @store_errors("graph.runs")

@@ -152,3 +152,15 @@ def test_enqueueing_a_large_run_asks_on_a_terminal_and_plays_with_yes_or_a_cap(
     assert _pg_rows(pg_url, "select id from runs order by id") == [("accepted",), ("capped",), ("yes",)]
     assert run.main([*argv, "--run-id", "yes"]) == 0  # enqueued again: asked when it began, not again
     assert "0 dialogue(s) enqueued, 3 already" in " ".join(capsys.readouterr().err.split())
+
+
+def test_an_experiment_files_max_cost_is_a_cap_as_the_flag_is(tmp_path, capsys, providers):
+    _register_fake_provider(providers)
+    db = tmp_path / "dialogues.db"
+    pricing = _priced(tmp_path)
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text(f'pricing = "{pricing.name}"\nmax_cost = 5\n')
+    argv = [*FAKES, "--seeds", str(_seeds(tmp_path / "s.jsonl", 2)), "--turns", "1", "--db", str(db), "--json"]
+    argv += ["--confirm-above", "2", "--run-id", "capped", "--config", str(experiment)]
+    assert run.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["finished"] == 2

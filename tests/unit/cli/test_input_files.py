@@ -52,3 +52,26 @@ def test_the_reference_labels_the_error_lists_are_accepted_as_text(value, label)
     assert normalise_gold(value) == label
     with pytest.raises(ValueError, match="is not one of biased, not biased, true, false, 1, 0"):
         normalise_gold("maybe")
+
+
+@pytest.mark.parametrize("kind", ["annotations", "judge pairs", "prompt"])
+def test_a_byte_that_is_not_utf8_is_named_with_its_line(tmp_path, kind):
+    from evals.annotation import AnnotationError, read_annotations
+    from evals.scorers.judge_pairs import PairFileError, read_pairs
+    from prompts import PromptError, load_file
+
+    path = tmp_path / "file"
+    body = {
+        "annotations": b"item_id,label\nr:s:implicit#1,biased\nr:s:implicit#2,caf\xe9\n",
+        "judge pairs": b'{"statement": "a", "reply": "b", "label": "biased"}\n\n{"statement": "caf\xe9"}\n',
+        "prompt": b"Line one.\nLine two.\nCaf\xe9 {statement}\n",
+    }[kind]
+    path.write_bytes(body)
+    read, error = {
+        "annotations": (read_annotations, AnnotationError),
+        "judge pairs": (read_pairs, PairFileError),
+        "prompt": (lambda p: load_file(p, role="judge"), PromptError),
+    }[kind]
+    with pytest.raises(error) as caught:
+        read(path)
+    assert f"{path}:3: byte 0xe9 is not UTF-8" in str(caught.value), caught.value

@@ -206,3 +206,14 @@ def test_reports_and_trees_show_seed_ids_and_specs_inert(annotated, view, capsys
     shown = "".join(capsys.readouterr())
     _without_raw(shown)
     assert "␛[2J" in shown, shown  # the seed id (in the thread id) or the target's spec, as symbols
+
+
+def test_a_workers_log_line_writes_an_error_text_inert(capsys):
+    import logging
+
+    from cli.worker import log_handler
+
+    handler = log_handler()
+    record = logging.LogRecord("procrastinate", logging.ERROR, __file__, 1, "job failed: %s", (HOSTILE,), None)
+    line = handler.format(record)
+    assert "job failed: A␛[2J" in line and not [c for c in RAW if c in line], line

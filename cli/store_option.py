@@ -125,6 +125,14 @@ def store_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]
                     soft_wrap=True,
                 )
                 return EXIT_OUTAGE
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) not in _LAYOUT_STATES:
+                    raise
+                where = _store_location(argv)  # a PostgreSQL store whose table or column is gone: runs check says more
+                fail(
+                    f"the PostgreSQL store at {where} lacks part of its schema ({str(exc).strip().splitlines()[0]}): "
+                    f"python -m graph.runs check --db {where} names what is missing and how to put it back"
+                )
             finally:
                 if no_backup is None:
                     os.environ.pop(ENV_NO_BACKUP, None)
@@ -136,15 +144,23 @@ def store_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]
     return decorate
 
 
+_LAYOUT_STATES = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
+
+
 def _store_path(argv: list[str] | None) -> Path | None:
     """The SQLite file a command's ``--db`` (else ``$DYMT_ESB_DB``, else the default) names; None for PostgreSQL."""
+    where = _store_location(argv)
+    return None if where is None or isinstance(where, PostgresURL) else Path(where)
+
+
+def _store_location(argv: list[str] | None) -> DbLocation | None:
+    """The store a command's ``--db`` (else ``$DYMT_ESB_DB``, else the default) names; None if it names none."""
     args = list(sys.argv[1:] if argv is None else argv)
     given = next(
         (v for i, a in enumerate(args) for v in ([args[i + 1]] if a == "--db" and i + 1 < len(args) else [])), None
     )
     given = given or next((a.split("=", 1)[1] for a in args if a.startswith("--db=")), None)
     try:
-        where = locate_db(parse_db(given) if given else None)
+        return locate_db(parse_db(given) if given else None)
     except StoreError:
         return None
-    return None if isinstance(where, PostgresURL) else Path(where)

@@ -133,3 +133,27 @@ def test_the_printed_repair_command_works_as_printed(pg_url, providers, capsys):
     command = err[0].split(": ", 2)[2].removesuffix(" recreates it (empty)")
     done = subprocess.run([sys.executable, *shlex.split(command)[1:]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "put back table trace_feedback" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("command", ["graph.replay --list", "graph.runs status", "evals.report"])
+def test_a_command_on_a_store_missing_a_table_or_column_says_so_in_one_line(
+    pg_url, providers, capsys, tmp_path, command
+):
+    from cli import replay, report
+
+    _played(pg_url, providers)
+    _sql(pg_url, "drop table turns", "alter table dialogues drop column category")
+    capsys.readouterr()
+    main, argv = {
+        "graph.replay --list": (replay.main, ["--list"]),
+        "graph.runs status": (runs.main, ["status", "r1"]),
+        "evals.report": (report.main, ["--run-id", "r1", "--out", str(tmp_path / "report")]),
+    }[command]
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--db", pg_url])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1, err
+    assert f"error: the PostgreSQL store at {pg_url} lacks part of its schema (" in err, err
+    assert err.rstrip().endswith(
+        f"python -m graph.runs check --db {pg_url} names what is missing and how to put it back"
+    ), err

@@ -157,3 +157,21 @@ def test_a_command_on_a_store_missing_a_table_or_column_says_so_in_one_line(
     assert err.rstrip().endswith(
         f"python -m graph.runs check --db {pg_url} names what is missing and how to put it back"
     ), err
+
+
+def test_an_older_postgresql_store_is_upgraded_after_one_line(pg_url, providers, caplog):
+    import logging
+
+    from checkpoints.location import PostgresURL
+    from checkpoints.store import open_writer
+
+    _played(pg_url, providers)
+    _sql(pg_url, "delete from _migrations where name in ('pg006_turn_reasoning', 'pg007_run_players')")
+    with caplog.at_level(logging.WARNING, logger="checkpoints.migrations"):
+        open_writer(PostgresURL(pg_url)).close()
+        open_writer(PostgresURL(pg_url)).close()  # up to date now: no line
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Upgrading the PostgreSQL store at {pg_url} for this DyMT-ESB: 2 schema migrations (pg006_turn_reasoning to "
+        "pg007_run_players), columns and tables added only; no copy is kept (pg_dump it first if an older DyMT-ESB "
+        "must go on reading it)"
+    ]

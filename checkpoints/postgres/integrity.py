@@ -23,8 +23,9 @@ from checkpoints.location import PostgresURL
 from checkpoints.postgres.schema import PG_MIGRATIONS, SCHEMA_LOCK, check_known
 
 _LAYOUT_SQL = {
-    "columns": "select table_name, column_name, data_type from information_schema.columns where table_schema = %s",
-    "indexes": "select indexname, tablename from pg_indexes where schemaname = %s",
+    "columns": "select table_name, column_name, data_type from information_schema.columns where table_schema = %s "
+    "order by table_name, ordinal_position",
+    "indexes": "select indexname, tablename from pg_indexes where schemaname = %s order by indexname",
 }
 
 

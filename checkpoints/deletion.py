@@ -12,7 +12,7 @@ Generated dialogues may hold harmful text, so deletion also vacuums: on SQLite t
 not merely marked free). On PostgreSQL, with ``full`` the tables rows left are rewritten (VACUUM FULL: the deleted
 text leaves the disk pages, but each table is locked exclusively meanwhile, so other runs' workers wait; it first
 waits, up to a minute, for other sessions that hold a snapshot from before the deletion, since the rows they can still
-see would be copied into the rewritten table); without it,
+see would be copied into the rewritten table, and rewrites again while the server says it kept any); without it,
 plain VACUUM only marks the space free, and the deleted text stays in those pages until PostgreSQL writes over them.
 
 Orphans (:func:`find_orphans`) are rows no run owns any more: dialogues of no run, rows of threads that are no
@@ -23,6 +23,7 @@ played, by a version of DyMT-ESB without these checks, left behind.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -278,21 +279,43 @@ def _vacuum(store: Writer, counts: dict[str, int], *, postgres: bool, full: bool
     emptied = {t for t in counts if t in set(store.db.table_names())}
     if "procrastinate_jobs" in emptied:
         emptied.add("procrastinate_events")
-    if full and emptied and (older := _wait_for_older_snapshots(store.db)):
+    if not full:
+        for table in sorted(emptied):
+            store.db.execute(f"VACUUM [{table}]")
+        return
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    _wait_for_older_snapshots(store.db, bound_s=SNAPSHOT_WAIT_S)
+    kept = {table: _vacuum_full(store.db, table, deadline) for table in sorted(emptied)}
+    if held := {table: n for table, n in kept.items() if n}:
         log.warning(
-            "%d other session(s) of this database still hold a snapshot taken before the deletion: VACUUM FULL keeps "
-            "the rows they can see, so some deleted text stays on disk until they end; run the deletion's VACUUM FULL "
-            "again then (python -m graph.runs delete --orphans --yes rewrites the tables)",
-            older,
+            "VACUUM FULL kept %s dead row version(s) that another session could still see (%s): some deleted text "
+            "stays on disk until it ends; then rewrite the tables again with VACUUM FULL",
+            sum(held.values()),
+            ", ".join(f"{t} {n}" for t, n in held.items()),
         )
-    for table in sorted(emptied):
-        store.db.execute(f"VACUUM {'FULL ' if full else ''}[{table}]")
+
+
+_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+def _vacuum_full(db: Any, table: str, deadline: float) -> int:
+    """VACUUM FULL ``table``, again (after a pause) while the server says it kept dead rows some session could still
+    see, until ``deadline``; how many it kept the last time (0: the deleted rows are gone from the new file)."""
+    pause = 0.05
+    while True:
+        with db.notices() as notices:
+            db.execute(f"VACUUM (FULL, VERBOSE) [{table}]")
+        kept = sum(int(m.group(1)) for notice in notices if (m := _KEPT.search(notice)))
+        if not kept or time.monotonic() > deadline:
+            return kept
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _wait_for_older_snapshots(db: Any, *, bound_s: float = SNAPSHOT_WAIT_S) -> int:
-    """Wait (up to ``bound_s``) until no other session of the database holds a snapshot from before the deletion
-    committed: a row deleted under such a snapshot is still "recently dead" to it, and VACUUM FULL copies it into the
-    rewritten table, text and all. The sessions still holding one when the bound passes (0: none)."""
+    """Wait (up to ``bound_s``) until no other session of the database holds a snapshot, or a transaction that
+    writes, from before the deletion committed: a row deleted under it is still "recently dead", and VACUUM FULL copies
+    it into the rewritten table, text and all. The sessions still holding one when the bound passes (0: none)."""
     # An xid taken now is newer than the deletion's: a session whose xmin is older may still see the deleted rows.
     now = db.execute_native("select pg_current_xact_id()::text").fetchone()[0]
     deadline, pause = time.monotonic() + bound_s, 0.01
@@ -300,8 +323,8 @@ def _wait_for_older_snapshots(db: Any, *, bound_s: float = SNAPSHOT_WAIT_S) -> i
         older = int(
             db.execute_native(
                 "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() "
-                "and backend_xmin is not null and age(backend_xmin) > age(%s::xid)",
-                [str(int(now) % 2**32)],
+                "and (age(backend_xmin) > age(%s::xid) or age(backend_xid) > age(%s::xid))",  # a snapshot, or a write
+                [str(int(now) % 2**32)] * 2,
             ).fetchone()[0]
         )
         if not older or time.monotonic() > deadline:

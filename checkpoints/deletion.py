@@ -10,7 +10,9 @@ nothing. A run that plays is refused (:class:`RunPlaying`, checked inside that t
 
 Generated dialogues may hold harmful text, so deletion also vacuums: on SQLite the file is rewritten (freed pages are
 not merely marked free). On PostgreSQL, with ``full`` the tables rows left are rewritten (VACUUM FULL: the deleted
-text leaves the disk pages, but each table is locked exclusively meanwhile, so other runs' workers wait); without it,
+text leaves the disk pages, but each table is locked exclusively meanwhile, so other runs' workers wait; it first
+waits, up to a minute, for other sessions that hold a snapshot from before the deletion, since the rows they can still
+see would be copied into the rewritten table, and rewrites again while the server says it kept any); without it,
 plain VACUUM only marks the space free, and the deleted text stays in those pages until PostgreSQL writes over them.
 
 Orphans (:func:`find_orphans`) are rows no run owns any more: dialogues of no run, rows of threads that are no
@@ -20,6 +22,9 @@ played, by a version of DyMT-ESB without these checks, left behind.
 
 from __future__ import annotations
 
+import logging
+import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +35,8 @@ from checkpoints.postgres.db import is_postgres
 from checkpoints.process_claims import Owner
 from checkpoints.store import Writer
 
+log = logging.getLogger(__name__)
+SNAPSHOT_WAIT_S = 60.0  # how long VACUUM FULL waits for sessions that can still see the deleted rows (PostgreSQL)
 # LangGraph's own tables of a thread's checkpoints: the SQLite saver's two (its delete_thread deletes these rows),
 # the PostgreSQL saver's three (langgraph-checkpoint-postgres 3).
 _SQLITE_CHECKPOINTS = ("checkpoints", "writes")
@@ -272,8 +279,58 @@ def _vacuum(store: Writer, counts: dict[str, int], *, postgres: bool, full: bool
     emptied = {t for t in counts if t in set(store.db.table_names())}
     if "procrastinate_jobs" in emptied:
         emptied.add("procrastinate_events")
-    for table in sorted(emptied):
-        store.db.execute(f"VACUUM {'FULL ' if full else ''}[{table}]")
+    if not full:
+        for table in sorted(emptied):
+            store.db.execute(f"VACUUM [{table}]")
+        return
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    _wait_for_older_snapshots(store.db, bound_s=SNAPSHOT_WAIT_S)
+    kept = {table: _vacuum_full(store.db, table, deadline) for table in sorted(emptied)}
+    if held := {table: n for table, n in kept.items() if n}:
+        log.warning(
+            "VACUUM FULL kept %s dead row version(s) that another session could still see (%s): some deleted text "
+            "stays on disk until it ends; then rewrite the tables again with VACUUM FULL",
+            sum(held.values()),
+            ", ".join(f"{t} {n}" for t, n in held.items()),
+        )
+
+
+_KEPT = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+def _vacuum_full(db: Any, table: str, deadline: float) -> int:
+    """VACUUM FULL ``table``, again (after a pause) while the server says it kept dead rows some session could still
+    see, until ``deadline``; how many it kept the last time (0: the deleted rows are gone from the new file)."""
+    pause = 0.05
+    while True:
+        with db.notices() as notices:
+            db.execute(f"VACUUM (FULL, VERBOSE) [{table}]")
+        kept = sum(int(m.group(1)) for notice in notices if (m := _KEPT.search(notice)))
+        if not kept or time.monotonic() > deadline:
+            return kept
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _wait_for_older_snapshots(db: Any, *, bound_s: float = SNAPSHOT_WAIT_S) -> int:
+    """Wait (up to ``bound_s``) until no other session of the database holds a snapshot, or a transaction that
+    writes, from before the deletion committed: a row deleted under it is still "recently dead", and VACUUM FULL copies
+    it into the rewritten table, text and all. The sessions still holding one when the bound passes (0: none)."""
+    # An xid taken now is newer than the deletion's: a session whose xmin is older may still see the deleted rows.
+    now = db.execute_native("select pg_current_xact_id()::text").fetchone()[0]
+    deadline, pause = time.monotonic() + bound_s, 0.01
+    while True:
+        older = int(
+            db.execute_native(
+                "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() "
+                "and (age(backend_xmin) > age(%s::xid) or age(backend_xid) > age(%s::xid))",  # a snapshot, or a write
+                [str(int(now) % 2**32)] * 2,
+            ).fetchone()[0]
+        )
+        if not older or time.monotonic() > deadline:
+            return older
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def _columns(store: Writer, table: str) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-ENV_NO_BACKUP = "DYMT_ESB_NO_BACKUP"  # "1": upgrade an older store in place without keeping a copy first
+ENV_NO_BACKUP = "DYMT_ESB_NO_BACKUP"  # "1": upgrade an older store in place without keeping a copy first (--no-backup)
 log = logging.getLogger("checkpoints.migrations")  # the name users filter on
 
 
@@ -57,7 +57,7 @@ def _announce_upgrade(conn: sqlite3.Connection, pending: list[str]) -> None:
             raise
     log.warning(
         "Upgrading %s for this DyMT-ESB: %s; the store as it was is kept in %s (delete it once you no longer need an "
-        "older DyMT-ESB; %s=1 skips the copy)",
+        "older DyMT-ESB; --no-backup or %s=1 skips the copy)",
         path,
         steps,
         copy,

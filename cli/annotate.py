@@ -29,7 +29,7 @@ from rich.text import Text
 from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console, fail, number_type, positive_int
 from cli.labelling import describe, open_existing, read_existing, write_atomic
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.annotation import (
     AnnotationError,
     agreement_rows,
@@ -128,6 +128,7 @@ def build_parser() -> ArgumentParser:
     validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
     plan = _plan_parser(commands)
     add_db_option(p, export, agree, validate, plan)
+    add_no_backup_option(validate)
     return p
 
 

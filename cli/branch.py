@@ -23,7 +23,7 @@ from checkpoints.vocabulary import iter_label_strings
 from cli.common import ArgumentParser, error_console, positive_int
 from cli.flag_words import flag_words
 from cli.rendering import call, render
-from cli.store_option import add_db_option, chosen_db, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, chosen_db, store_errors
 from dymt.events import DialogueProgress, Event, ignore
 from dymt.stores import Db
 from graph.running.swaps import parse_swap
@@ -83,6 +83,7 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--base-url", default=None, help="base URL for openai: specs (if the parent run used one)")
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument("--json", action="store_true", help="print what was made as JSON on stdout")
     return p
 

@@ -8,19 +8,21 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from rich.console import Console
-
 from cli.exit_codes import EXIT_BAD_INPUT
+from viewer.render import InertConsole
 
 Number = TypeVar("Number", int, float)
 
-console = Console()
-error_console = Console(stderr=True)
+# Everything a command prints shows control characters as symbols: no text it quotes can drive the terminal.
+console = InertConsole()
+error_console = InertConsole(stderr=True)
 
 
 def fail(message: str) -> NoReturn:
     """Print one line saying what to fix and exit with status 2."""
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    from viewer.render import safe  # what the message quotes (a file name, a reply) shown inert
+
+    print(f"error: {safe(' '.join(str(message).split()))}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
 
 

@@ -15,7 +15,7 @@ import dymt
 from cli.common import ArgumentParser, console
 from cli.labelling import exit_status
 from cli.rendering import run
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.report.scoring_tables import filter_table
 from evals.scorers.guard import POLICIES
 
@@ -42,6 +42,7 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--threshold", type=float, default=0.5, help="block at P(violation) >= this (default 0.5)")
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 

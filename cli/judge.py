@@ -16,7 +16,7 @@ import dymt
 from cli.common import ArgumentParser, console, error_console, positive_int
 from cli.labelling import add_judging_flags, describe
 from cli.rendering import run
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.report.formatting import pct
 from evals.report.scoring_tables import scores_table
 
@@ -44,6 +44,7 @@ def build_parser() -> ArgumentParser:
         "postgresql:// URL (default $DYMT_ESB_DB, else the default file)",
     )
     p.add_argument("--no-record", action="store_true", help="do not record the score in the database")
+    add_no_backup_option(p)
     p.add_argument(
         "--json", action="store_true", help="print the verdicts' counts and the judge's scores as JSON on stdout"
     )

@@ -17,7 +17,7 @@ from checkpoints.readers import Reader
 from checkpoints.store import Writer
 from cli.common import ArgumentParser, console, error_console, positive_int
 from cli.rendering import call
-from cli.store_option import add_db_option, read_store, store_errors, write_store
+from cli.store_option import add_db_option, add_no_backup_option, read_store, store_errors, write_store
 from dymt.files import write_atomic  # noqa: F401 - the commands' way to write a file whole
 
 
@@ -117,6 +117,7 @@ class LabellingCommand:
             redo_help=f"{self.verb[0]} again the {self.unit} this {self.labeller} already did",
         )
         add_db_option(p)
+        add_no_backup_option(p)
         return p
 
     def main(self, argv: list[str] | None = None) -> int:

@@ -38,9 +38,10 @@ def add_large_run_flags(p: ArgumentParser) -> None:
 
 def confirm_large(args: argparse.Namespace, prepared: Any, estimate: Callable[[], dict[str, Any]]) -> None:
     """A new run past ``--confirm-above`` calls or ``--confirm-cost`` dollars: its estimate and a question on a
-    terminal; off one, one line (exit 2, nothing written) unless ``--yes`` or ``--max-cost`` says how far to go. A run
-    being resumed was started already: it is never asked about again."""
-    if args.yes or args.max_cost is not None or prepared.stored is not None:
+    terminal; off one, one line (exit 2, nothing written) unless ``--yes`` or a cost cap (``--max-cost``, or the
+    experiment file's ``max_cost``) says how far to go. A run being resumed was started already: it is never asked
+    about again. Played here or enqueued for workers, the same."""
+    if args.yes or prepared.config.max_cost is not None or prepared.stored is not None:
         return
     data = estimate()  # the run's own figures, as --estimate prints them
     calls, usd = int(data["model_calls"]), data.get("usd")

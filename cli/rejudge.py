@@ -15,7 +15,7 @@ from checkpoints.vocabulary import PRIMARY_LABELS
 from cli.common import ArgumentParser, console
 from cli.labelling import add_judging_flags, exit_status, labeller_parser
 from cli.rendering import run
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from evals.report.scoring_tables import agreement_table
 
 
@@ -38,6 +38,7 @@ def build_parser() -> ArgumentParser:
         prompt="rubric file replacing the judge prompt (default: the run's own, built-in or --judge-prompt file)",
     )
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument(
         "--cache",
         action="store_true",

@@ -38,7 +38,7 @@ from cli.run_display import RunDisplay
 from cli.run_outcome import interrupted_line, outage_exit, print_result_ending, resume_command
 from cli.sampling_options import add_sampling_options
 from cli.stop_signals import Stopping
-from cli.store_option import add_db_option, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, store_errors
 from dymt.events import Paused, RunStarted
 from evals.report.summary_view import render_summary
 from graph.config.experiment import ExperimentError, load_experiment
@@ -87,7 +87,7 @@ _HELP_GROUPS = {
         "--interactive",
         "--pause-after",
     ),
-    "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget"),
+    "store": ("--db", "--run-id", "--no-trace", "--store-outage-budget", "--no-backup"),
     "output": ("--json", "--quiet"),
     "cost": ("--pricing", "--estimate", "--max-cost", "--confirm-above", "--confirm-cost", "--yes"),
     "scale-out": ("--processes", "--enqueue", "--wait"),
@@ -257,6 +257,7 @@ def _execution_flags(p: ArgumentParser) -> None:
 def _store_and_output_flags(p: ArgumentParser) -> None:
     """Where it is stored, what is shown, pauses, samples and cost."""
     add_db_option(p)
+    add_no_backup_option(p)
     p.add_argument(
         "--run-id",
         default=None,
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             return check_models(config, as_json=args.json)
         if args.enqueue:
-            return _enqueue(config, given, argv, as_json=args.json, wait=args.wait)
+            return _enqueue(args, config, given, argv)
         invocation = dymt.Invocation(
             config,
             given=given,
@@ -427,10 +428,13 @@ def _show(result: dymt.RunResult, *, as_json: bool) -> None:
         render_summary(displayable(result.summary), console)
 
 
-def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_json: bool, wait: bool) -> int:
-    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them)."""
-    queued = dymt.enqueue(config, given=given)
-    server = config.store_location()
+def _enqueue(args: argparse.Namespace, config: RunConfig, given: set[str], argv: list[str] | None) -> int:
+    """--enqueue: record the run and hand its dialogues to workers (and with --wait, follow them); a large new run
+    asks first, as one played here does."""
+    invocation = dymt.Invocation(config, given=given)
+    confirm_large(args, invocation.prepared, lambda: invocation.estimate(check=False))
+    queued = dymt.enqueue(invocation)
+    server = invocation.config.store_location()
     assert isinstance(server, PostgresURL)  # _check_play_flags: --enqueue needs a PostgreSQL store
     error_console.print(
         f"run {queued.run_id}: {queued.enqueued} dialogue(s) enqueued, {queued.already} already queued or "
@@ -439,9 +443,9 @@ def _enqueue(config: RunConfig, given: set[str], argv: list[str] | None, *, as_j
         markup=False,
         highlight=False,
     )
-    if not wait:
+    if not args.wait:
         return 0
-    return wait_for_run(server, queued.run_id, as_json=as_json, resume=resume_command(argv, queued.run_id))
+    return wait_for_run(server, queued.run_id, as_json=args.json, resume=resume_command(argv, queued.run_id))
 
 
 def _check_play_flags(args: argparse.Namespace, server: PostgresURL | None, config: RunConfig) -> None:

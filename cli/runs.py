@@ -17,9 +17,9 @@ from checkpoints.location import PostgresURL
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.paths import StoreDamaged, StoreError, verify_intact
 from checkpoints.vocabulary import PRIMARY_LABELS
-from cli.common import ArgumentParser, console, fail, positive_float, pricing_option
+from cli.common import ArgumentParser, console, error_console, fail, positive_float, pricing_option
 from cli.labelling import write_atomic
-from cli.store_option import add_db_option, chosen_db, read_store, store_errors, write_store
+from cli.store_option import add_db_option, add_no_backup_option, chosen_db, read_store, store_errors, write_store
 from viewer.render import displayable
 
 EXPORT_FORMATS = ("chat",)
@@ -49,11 +49,7 @@ def build_parser() -> ArgumentParser:
         help="delete instead the rows no run owns (left by a run deleted while it played, with an older version); "
         "python -m graph.runs check lists them",
     )
-    check = sub.add_parser(
-        "check",
-        help="check a SQLite file is intact (exit 2 with how to recover it if not), list the rows no run owns and the "
-        "runs whose player is gone (read-only; exit 1 if there are orphans)",
-    )
+    check = _check_parser(sub)
     clear = sub.add_parser("clear-cache", help="empty the response cache (it holds model replies too)")
     export = sub.add_parser(
         "export", help="write a run's dialogues as JSON lines (--out), or copy the run into a new SQLite file (--to)"
@@ -102,7 +98,26 @@ def build_parser() -> ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     add_db_option(p, listing, delete, check, clear, export, status)
+    add_no_backup_option(delete, clear)
     return p
+
+
+def _check_parser(sub) -> ArgumentParser:
+    """``check`` and its ``--repair``."""
+    check = sub.add_parser(
+        "check",
+        help="check a SQLite file is intact, or a PostgreSQL store's tables, columns and indexes against its schema "
+        "(invalid indexes; with the server's amcheck installed, B-tree indexes and tables): exit 2 with one line per "
+        "finding and its fix; then list the rows no run owns and the runs whose player is gone (read-only; exit 1 "
+        "if there are orphans)",
+    )
+    check.add_argument(
+        "--repair",
+        action="store_true",
+        help="PostgreSQL: put back the tables, columns and indexes its schema lacks (empty) and rebuild its invalid "
+        "indexes, then check again",
+    )
+    return check
 
 
 @store_errors("graph.runs")
@@ -188,8 +203,14 @@ def _check(args) -> int:
     """Rows no run owns and runs whose player is gone, read-only; 1 if there are orphans."""
     from checkpoints.deletion import find_orphans, unowned_cache_entries
 
+    location = chosen_db(args.db)
+    if isinstance(location, PostgresURL):
+        if (status := _check_postgres(location, repair=args.repair)) is not None:
+            return status
+    elif args.repair:
+        fail("--repair is for a PostgreSQL store: a damaged SQLite file is recovered with sqlite3 FILE '.recover'")
     try:
-        reader = read_store(args.db)
+        reader = read_store(location)
     except StoreError as exc:
         fail(str(exc))
     with reader:
@@ -232,6 +253,25 @@ def _check(args) -> int:
             soft_wrap=True,
         )
     return 1 if found.total else 0
+
+
+def _check_postgres(url: PostgresURL, *, repair: bool) -> int | None:
+    """The store's layout, indexes and (with amcheck) pages: one line per finding and its fix, exit 2; None if sound."""
+    from checkpoints.postgres.integrity import check_store, repair_layout
+
+    if repair:
+        try:
+            done = repair_layout(url)
+        except SchemaTooNewError as exc:
+            fail(str(exc))
+        for line in done:
+            console.print(Text(line), soft_wrap=True)
+    report = check_store(url)
+    for note in report.notes:
+        console.print(Text(note, style="dim"), soft_wrap=True)
+    for finding in report.findings:
+        error_console.print(Text(f"error: {finding.line()}", style="red"), soft_wrap=True)
+    return 2 if report.findings else None
 
 
 def _confirmed(question: str, yes: bool) -> bool:

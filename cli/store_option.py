@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shlex
 import sqlite3
 import sys
@@ -22,6 +23,7 @@ from checkpoints.outages import OutageError, store_fault
 from checkpoints.paths import ENV_DB, StoreError, damage_of, default_db_path
 from checkpoints.readers import Reader, open_reader
 from checkpoints.store import Writer, open_writer
+from checkpoints.upgrades import ENV_NO_BACKUP
 from cli.common import error_console, fail
 from cli.exit_codes import EXIT_OUTAGE
 
@@ -47,6 +49,29 @@ def add_db_option(
     parser.add_argument("--db", type=db_location, default=None, metavar="FILE|URL", help=text)
     for sub in subcommands:  # SUPPRESS: a subcommand without --db leaves the one given before it
         sub.add_argument("--db", type=db_location, default=argparse.SUPPRESS, metavar="FILE|URL", help=text)
+
+
+class _NoBackup(argparse.Action):
+    """``--no-backup``: ``$DYMT_ESB_NO_BACKUP=1`` for this command and the processes it starts
+    (checkpoints/upgrades.py); :func:`store_errors` puts the variable back as it was when the command returns."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        os.environ[ENV_NO_BACKUP] = "1"
+        setattr(namespace, self.dest, True)
+
+
+def add_no_backup_option(*parsers: argparse.ArgumentParser) -> None:
+    """``--no-backup`` on each of ``parsers`` (commands that write to a store, so may upgrade an older SQLite file)."""
+    for parser in parsers:
+        parser.add_argument(
+            "--no-backup",
+            action=_NoBackup,
+            help=f"upgrade a store made by an older DyMT-ESB in place, without keeping a copy of it first (as "
+            f"{ENV_NO_BACKUP}=1; the upgrade is still announced)",
+        )
 
 
 def chosen_db(flag: DbLocation | None) -> DbLocation:
@@ -81,6 +106,7 @@ def store_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]
     def decorate(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
         def guarded(argv: list[str] | None = None) -> int:
+            no_backup = os.environ.get(ENV_NO_BACKUP)  # --no-backup sets it for this command only
             try:
                 return main(argv)
             except (sqlite3.DatabaseError, StoreError, OutageError) as exc:
@@ -99,21 +125,42 @@ def store_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]
                     soft_wrap=True,
                 )
                 return EXIT_OUTAGE
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) not in _LAYOUT_STATES:
+                    raise
+                where = _store_location(argv)  # a PostgreSQL store whose table or column is gone: runs check says more
+                fail(
+                    f"the PostgreSQL store at {where} lacks part of its schema ({str(exc).strip().splitlines()[0]}): "
+                    f"python -m graph.runs check --db {where} names what is missing and how to put it back"
+                )
+            finally:
+                if no_backup is None:
+                    os.environ.pop(ENV_NO_BACKUP, None)
+                else:
+                    os.environ[ENV_NO_BACKUP] = no_backup
 
         return guarded
 
     return decorate
 
 
+_LAYOUT_STATES = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
+
+
 def _store_path(argv: list[str] | None) -> Path | None:
     """The SQLite file a command's ``--db`` (else ``$DYMT_ESB_DB``, else the default) names; None for PostgreSQL."""
+    where = _store_location(argv)
+    return None if where is None or isinstance(where, PostgresURL) else Path(where)
+
+
+def _store_location(argv: list[str] | None) -> DbLocation | None:
+    """The store a command's ``--db`` (else ``$DYMT_ESB_DB``, else the default) names; None if it names none."""
     args = list(sys.argv[1:] if argv is None else argv)
     given = next(
         (v for i, a in enumerate(args) for v in ([args[i + 1]] if a == "--db" and i + 1 < len(args) else [])), None
     )
     given = given or next((a.split("=", 1)[1] for a in args if a.startswith("--db=")), None)
     try:
-        where = locate_db(parse_db(given) if given else None)
+        return locate_db(parse_db(given) if given else None)
     except StoreError:
         return None
-    return None if isinstance(where, PostgresURL) else Path(where)

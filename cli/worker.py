@@ -12,6 +12,7 @@ from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
 from checkpoints.paths import StoreError
 from checkpoints.store_outage import DEFAULT_BUDGET_S
+from checkpoints.text import valid_utf8
 from cli.common import ArgumentParser, error_console, fail, number_type, positive_int
 from cli.exit_codes import EXIT_OUTAGE
 from cli.flag_words import flag_words
@@ -20,6 +21,7 @@ from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
 from graph.workers.job_worker import DEFAULT_GRACE_S, WorkerControl, WorkerSettings, run_worker
+from viewer.render import safe
 
 
 def build_parser() -> ArgumentParser:
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         store_outage_budget_s=args.store_outage_budget,
         grace_s=args.grace,
     )
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, handlers=[log_handler()])
     # While the server is away the pools' background reconnections fail again and again: the outage's own two lines
     # (gone, back) say it once (checkpoints/store_outage.py).
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
@@ -152,6 +154,21 @@ def _rate_limits(items: list[str] | None) -> dict[str, float] | None:
 
 _non_negative_seconds = number_type(float, lambda v: v >= 0, "{value} must be 0 or more", name="seconds")
 _seconds = number_type(float, lambda v: v >= 1, "{value} must be at least 1", name="seconds")
+
+
+class _InertFormatter(logging.Formatter):
+    """A log line whose controls show as symbols (a lone surrogate as U+FFFD): a failed dialogue's error may quote a
+    model's reply, escape sequences and all."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe(valid_utf8(super().format(record)))
+
+
+def log_handler() -> logging.Handler:
+    """The worker's log on stderr: time, logger, level and message, shown inert."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_InertFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    return handler
 
 
 if __name__ == "__main__":

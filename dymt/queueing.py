@@ -21,12 +21,15 @@ if TYPE_CHECKING:  # procrastinate loads only when a run is enqueued
     from graph.workers.dialogue_jobs import EnqueueResult
 
 
-def enqueue(config: RunConfig | None = None, /, *, given: Iterable[str] | None = None, **options: Any) -> EnqueueResult:
+def enqueue(
+    config: RunConfig | Invocation | None = None, /, *, given: Iterable[str] | None = None, **options: Any
+) -> EnqueueResult:
     """Record the run (``db`` a ``postgresql://`` URL) and queue its dialogues for workers; returns how many were
-    queued and how many were queued or finished already. A run id given again queues only what is left."""
+    queued and how many were queued or finished already. A run id given again queues only what is left. ``config``
+    may be an :class:`Invocation` already made (its run id, plan and checks kept: what the command asks about first)."""
     from graph.workers.dialogue_jobs import dialogue_jobs, enqueue_run
 
-    invocation = Invocation(config, given=given, **options)
+    invocation = config if isinstance(config, Invocation) else Invocation(config, given=given, **options)
     prepared, run_config = invocation.prepared, invocation.config
     server = prepared.server
     if server is None:

@@ -188,11 +188,15 @@ def normalise_human(value: str) -> str | None:
 def read_annotations(path: Path) -> dict[str, str | None]:
     """item id -> label from one annotator's CSV."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
+        text = data.decode("utf-8-sig")
     except FileNotFoundError:
         raise AnnotationError(f"no file {path}: pass the CSVs the annotators filled in") from None
-    except UnicodeDecodeError:
-        raise AnnotationError(f"{path} is not UTF-8 text: save it as a UTF-8 CSV") from None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise AnnotationError(
+            f"{path}:{line}: byte 0x{data[exc.start]:02x} is not UTF-8: save it as a UTF-8 CSV"
+        ) from None
     reader = csv.DictReader(io.StringIO(text))
     missing = {"item_id", "label"} - set(reader.fieldnames or ())
     if missing:

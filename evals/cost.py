@@ -64,26 +64,24 @@ class Pricing:
 
 
 def load_pricing(path: str | Path) -> Pricing:
-    """Read and check a pricing file; every problem is one :class:`PricingError` line."""
+    """Read and check a pricing file; every problem is one :class:`PricingError` line naming the file and the line."""
     path = Path(path).expanduser()
-    data = read_toml(path, PricingError, what="pricing", flag="--pricing", hint=" (see examples/pricing.toml)")
+    data, source = read_toml(path, PricingError, what="pricing", flag="--pricing", hint=" (see examples/pricing.toml)")
     prices = {}
+    usd = "(USD per million tokens)"
     for spec, entry in data.items():
         if ":" not in spec or not isinstance(entry, dict):
-            raise PricingError(
-                f'{path}: {spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with '
-                "input and output"
-            )
-        unknown = sorted(set(entry) - set(PRICE_KEYS))
-        missing = [k for k in PRICE_KEYS if k not in entry]
+            table = f'{spec!r} must be a table named by a model spec, e.g. ["openai:gpt-4o-mini"] with input and output'
+            raise PricingError(f"{source.at((spec,))}: {table}")
+        unknown, missing = sorted(set(entry) - set(PRICE_KEYS)), [k for k in PRICE_KEYS if k not in entry]
         if unknown or missing:
             what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
-            raise PricingError(f'{path}: ["{spec}"] has {what}: give input and output (USD per million tokens)')
+            raise PricingError(f'{source.at((spec, *unknown[:1]))}: ["{spec}"] has {what}: give input and output {usd}')
         for key in PRICE_KEYS:
             value = entry[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise PricingError(
-                    f'{path}: ["{spec}"] {key} must be a number >= 0 (USD per million tokens), got {value!r}'
+                    f'{source.at((spec, key))}: ["{spec}"] {key} must be a number >= 0 {usd}, got {value!r}'
                 )
         prices[spec] = Price(float(entry["input"]), float(entry["output"]))
     if not prices:

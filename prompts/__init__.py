@@ -85,13 +85,15 @@ def load_file(path: Path, *, role: str) -> PromptTemplate:
     Its name is the path as given; its SHA-256 is recorded with the run like the built-in ones'.
     """
     try:
-        source = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+        source = data.decode("utf-8")
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         raise PromptError(
             f"cannot read the {role} prompt file {path} ({type(exc).__name__}): give a readable file"
         ) from None
-    except UnicodeDecodeError:
-        raise PromptError(f"the {role} prompt file {path} is not UTF-8 text") from None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PromptError(f"the {role} prompt file {path}:{line}: byte 0x{data[exc.start]:02x} is not UTF-8") from None
     template = parse(str(path), source, path=Path(path))
     unknown = template.variables - ROLE_VARIABLES[role]
     if unknown:

@@ -11,10 +11,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -309,6 +310,22 @@ _CONTROL_PICTURES |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
 
 def safe(text: str) -> str:
     return text.replace("\r\n", "\n").translate(_CONTROL_PICTURES)
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class InertConsole(Console):
+    """A rich Console whose text never takes a control character to the terminal: whatever a command prints (a name
+    from a seed file or a model spec, a path, text a store holds) is rendered with its controls as symbols (ESC as
+    ␛), so an escape sequence in it stays text. Rich's own cursor and screen controls (a live display's) pass."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterator[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and _UNSAFE.search(segment.text):
+                yield Segment(safe(segment.text), segment.style)
+            else:
+                yield segment
 
 
 def displayable(value: Any) -> Any:

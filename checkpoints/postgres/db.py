@@ -9,6 +9,7 @@ dicts from :meth:`PgDatabase.query` (as sqlite-utils'). Blobs are ``bytea``: byt
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -242,6 +243,22 @@ class PgDatabase:
                 raise StoreError(f"table {table} has no one-column primary key to update by")
             self._pks[table] = rows[0][0]
         return self._pks[table]
+
+    @contextlib.contextmanager
+    def notices(self) -> Iterator[list[str]]:
+        """The server's notices (INFO, NOTICE, WARNING) to this connection meanwhile, each its message and detail
+        (read in the handler: psycopg frees a notice once the handler returns)."""
+        got: list[str] = []
+
+        def keep(notice: Any) -> None:
+            got.append(f"{notice.message_primary or ''}\n{notice.message_detail or ''}")
+
+        conn = self._live()
+        conn.add_notice_handler(keep)
+        try:
+            yield got
+        finally:
+            conn.remove_notice_handler(keep)
 
     def __getitem__(self, table: str) -> PgTable:
         return PgTable(self, table)

@@ -10,11 +10,13 @@ has no equivalent (a PostgreSQL table is a heap with a primary-key index). LangG
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.postgres.db import PgDatabase
 
+log = logging.getLogger("checkpoints.migrations")  # the name users filter on (as SQLite's upgrades)
 # pg_advisory_xact_lock key for our schema: 'dymt' 'schm' as two int32s (the saver's setup() uses 'dymt' 'cksv').
 SCHEMA_LOCK = (0x64796D74, 0x7363686D)
 
@@ -138,6 +140,16 @@ def ensure_schema(db: PgDatabase) -> None:
         db.execute_native("create table if not exists _migrations (name text primary key, applied_at text)")
         applied = {r[0] for r in db.execute_native("select name from _migrations").fetchall()}
         check_known(applied)
+        if applied and (missing := [name for name in PG_MIGRATIONS if name not in applied]):  # an older store
+            steps = f"{missing[0]} to {missing[-1]}" if len(missing) > 1 else missing[0]
+            log.warning(
+                "Upgrading the PostgreSQL store at %s for this DyMT-ESB: %d schema migration%s (%s), columns and "
+                "tables added only; no copy is kept (pg_dump it first if an older DyMT-ESB must go on reading it)",
+                db.url,
+                len(missing),
+                "s" if len(missing) != 1 else "",
+                steps,
+            )
         for name, ddl in PG_MIGRATIONS.items():
             if name not in applied:
                 db.execute_native(ddl)

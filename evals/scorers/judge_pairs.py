@@ -77,11 +77,15 @@ def normalise_gold(value: Any) -> str:
 def read_pairs(path: Path) -> list[Pair]:
     """Parse the pairs file; any bad line raises PairFileError naming the line and the fix."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
+        lines = data.decode("utf-8").splitlines()
     except FileNotFoundError:
         raise PairFileError(f"no file {path}: pass a JSONL file with statement and reply on every line") from None
-    except UnicodeDecodeError:
-        raise PairFileError(f"{path} is not UTF-8 text: pass a JSONL file") from None
+    except UnicodeDecodeError as exc:
+        at = data.count(b"\n", 0, exc.start) + 1
+        raise PairFileError(
+            f"{path}:{at}: byte 0x{data[exc.start]:02x} is not UTF-8: pass a UTF-8 JSONL file"
+        ) from None
     pairs: list[Pair] = []
     seen: set[str] = set()
     for number_, line in enumerate(lines, start=1):

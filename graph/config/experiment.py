@@ -29,6 +29,8 @@ from checkpoints.outages import parse_duration
 from checkpoints.paths import StoreError
 from checkpoints.vocabulary import ROLES
 from graph.config.model_settings import RetrySettings, RoleSampling
+from graph.config.toml_lines import TomlSource
+from nodes.modes import ALL_MODES
 
 SAMPLING_KEYS = ("temperature", "max_tokens", "base_url", "extra", "thinking")
 RETRY_KEYS = ("attempts", "base_delay", "max_delay", "max_retry_after", "timeout")
@@ -48,6 +50,18 @@ class Experiment:
     sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
     rate_limits: dict[str, float] = field(default_factory=dict)
     retry: dict[str, Any] = field(default_factory=dict)
+    source: TomlSource | None = None
+    """The file's text: ``source.at("models", "user")`` names the file and the line of a key."""
+
+    def at(self, *keys: str) -> str:
+        """``FILE:LINE`` of a (dotted) key, as an error about its value begins (``modes`` may be written ``mode``,
+        ``models.targets`` ``models.target``)."""
+        if self.source is None:
+            return str(self.path)
+        return self.source.at(keys, *([_SPELLED[keys]] if keys in _SPELLED else []))
+
+
+_SPELLED = {("modes",): ("mode",), ("models", "targets"): ("models", "target")}
 
 
 # key → (argparse destination, check)
@@ -110,11 +124,18 @@ _PROMPT_KEYS = ("judge_prompt", "user_prompt", "target_prompt")
 _TABLES = ("models", "sampling", "rate_limits", "retry")
 
 
-def read_toml(path: Path, error: type[Exception], *, what: str, flag: str, hint: str = "") -> dict[str, Any]:
-    """A TOML file's top table; a missing file, a directory or bad TOML raises one ``error`` line."""
+def read_toml(
+    path: Path, error: type[Exception], *, what: str, flag: str, hint: str = ""
+) -> tuple[dict[str, Any], TomlSource]:
+    """A TOML file's top table and its source (for the line of a key); a missing file, a directory, bytes that are not
+    UTF-8 or bad TOML raise one ``error`` line."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        raw = path.read_bytes()
+        text = raw.decode("utf-8-sig")  # a byte order mark, as some editors write one, is no content
+        return tomllib.loads(text), TomlSource(path, text)
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: byte 0x{raw[exc.start]:02x} is not UTF-8: save the file as UTF-8") from None
     except FileNotFoundError:
         raise error(f"{what} file {path} not found: check the {flag} path{hint}") from None
     except IsADirectoryError:
@@ -134,24 +155,24 @@ def _store_location(path: Path, value: str, where: str) -> DbLocation:
 def load_experiment(path: str | Path) -> Experiment:
     """Read and check an experiment file; every problem is one :class:`ExperimentError` line."""
     path = Path(path).expanduser()
-    data = read_toml(path, ExperimentError, what="experiment", flag="--config")
-    experiment = Experiment(path=path)
-    where = path.name
+    data, source = read_toml(path, ExperimentError, what="experiment", flag="--config")
+    experiment = Experiment(path=path, source=source)
+    at = experiment.at
     for key, value in data.items():
         if key in _TABLES:
             if not isinstance(value, dict):
-                raise ExperimentError(f"{where}: {key} must be a table ([{key}])")
+                raise ExperimentError(f"{at(key)}: {key} must be a table ([{key}])")
             continue
         if key not in _TOP:
             known = ", ".join([*_TOP, *(f"[{t}]" for t in _TABLES)])
-            raise ExperimentError(f"{where}: unknown key {key!r}: use {known}")
+            raise ExperimentError(f"{at(key)}: unknown key {key!r}: use {known}")
         dest, check, what = _TOP[key]
         if not check(value):
-            raise ExperimentError(f"{where}: {key} must be {what}, got {value!r}")
+            raise ExperimentError(f"{at(key)}: {key} must be {what}, got {value!r}")
         if key == "cache":
             value = not value
         elif key == "db":
-            value = _store_location(path, value, where)
+            value = _store_location(path, value, at(key))
         elif key in ("fairmt_dir", "pricing"):
             value = _relative_to(path, value)
         elif key in _PROMPT_KEYS:
@@ -159,59 +180,71 @@ def load_experiment(path: str | Path) -> Experiment:
         elif key == "seeds":
             value = _seed_source(path, value)
         if dest in experiment.options and dest == "mode":
-            raise ExperimentError(f"{where}: give either mode or modes, not both")
+            raise ExperimentError(f"{at(key)}: give either mode or modes, not both")
+        if key in ("mode", "modes") and (
+            unknown := [m for m in ([value] if key == "mode" else value) if m not in ALL_MODES]
+        ):
+            raise ExperimentError(f"{at(key)}: unknown mode {unknown[0]!r}: use one of {', '.join(ALL_MODES)}")
         experiment.options[dest] = Path(value) if key == "pricing" else value
-    _models(data.get("models", {}), experiment, where)
-    _sampling(data.get("sampling", {}), experiment, where)
+    _models(data.get("models", {}), experiment)
+    _sampling(data.get("sampling", {}), experiment)
     for name, rpm in data.get("rate_limits", {}).items():
         if not _number(rpm) or rpm <= 0:
-            raise ExperimentError(f"{where}: rate_limits.{name} must be requests per minute > 0, got {rpm!r}")
+            raise ExperimentError(
+                f"{at('rate_limits', name)}: rate_limits.{name} must be requests per minute > 0, got {rpm!r}"
+            )
         experiment.rate_limits[name] = float(rpm)
     retry = {key: None if value is False else value for key, value in data.get("retry", {}).items()}
-    experiment.retry = _checked(RetrySettings, retry, f"{where}: ", "retry", RETRY_KEYS)
+    experiment.retry = _checked(RetrySettings, retry, experiment, ("retry",), RETRY_KEYS)
     return experiment
 
 
 def _checked(
-    model: type[BaseModel], table: dict[str, Any], where: str, name: str, keys: tuple[str, ...]
+    model: type[BaseModel], table: dict[str, Any], experiment: Experiment, name: tuple[str, ...], keys: tuple[str, ...]
 ) -> dict[str, Any]:
     """``table`` validated by ``model``; its first error as one line (an unknown key lists the known ones)."""
     try:
         return model.model_validate(table).model_dump(exclude_unset=True)
     except ValidationError as exc:
         error = exc.errors()[0]
-        key = error["loc"][0]
+        key = str(error["loc"][0])
+        where, dotted = experiment.at(*name, key), ".".join((*name, key))
         if error["type"] == "extra_forbidden":
-            raise ExperimentError(f"{where}unknown key {name}.{key}: use {', '.join(keys)}") from None
-        value = table[key]  # type: ignore[index]
-        raise ExperimentError(f"{where}{name}.{key} has a wrong value {False if value is None else value!r}") from None
+            raise ExperimentError(f"{where}: unknown key {dotted}: use {', '.join(keys)}") from None
+        value = table[key]
+        raise ExperimentError(f"{where}: {dotted} has a wrong value {False if value is None else value!r}") from None
 
 
-def _models(table: dict[str, Any], experiment: Experiment, where: str) -> None:
+def _models(table: dict[str, Any], experiment: Experiment) -> None:
+    at = experiment.at
     for key, value in table.items():
         if key in ("user", "judge", "target"):
             if not _text(value):
-                raise ExperimentError(f"{where}: models.{key} must be a model spec such as openai:gpt-4o-mini")
+                raise ExperimentError(
+                    f"{at('models', key)}: models.{key} must be a model spec such as openai:gpt-4o-mini"
+                )
             experiment.options[f"{key}_model"] = [value] if key == "target" else value
         elif key == "targets":
             if not _texts(value):
-                raise ExperimentError(f"{where}: models.targets must be a list of model specs")
+                raise ExperimentError(f"{at('models', key)}: models.targets must be a list of model specs")
             if "target_model" in experiment.options:
-                raise ExperimentError(f"{where}: give either models.target or models.targets, not both")
+                raise ExperimentError(f"{at('models', key)}: give either models.target or models.targets, not both")
             experiment.options["target_model"] = list(value)
         else:
-            raise ExperimentError(f"{where}: unknown key models.{key}: use user, judge, target or targets")
+            raise ExperimentError(f"{at('models', key)}: unknown key models.{key}: use user, judge, target or targets")
 
 
-def _sampling(table: dict[str, Any], experiment: Experiment, where: str) -> None:
+def _sampling(table: dict[str, Any], experiment: Experiment) -> None:
+    at = experiment.at
     for name, settings in table.items():
+        where = at("sampling", name)
         if not isinstance(settings, dict):
             raise ExperimentError(f'{where}: sampling.{name} must be a table ([sampling.{name}] or [sampling."SPEC"])')
         if name not in ROLES and ":" not in name:
             raise ExperimentError(
                 f"{where}: [sampling.{name}] is neither a role ({', '.join(ROLES)}) nor a provider:model spec"
             )
-        experiment.sampling[name] = _checked(RoleSampling, settings, f"{where}: ", f"sampling.{name}", SAMPLING_KEYS)
+        experiment.sampling[name] = _checked(RoleSampling, settings, experiment, ("sampling", name), SAMPLING_KEYS)
 
 
 def _relative_to(path: Path, value: str) -> str:

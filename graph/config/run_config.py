@@ -286,7 +286,8 @@ class RunConfig(StrictModel):
                 flag = flag_name(loc)
                 dest = flag.removeprefix("--").replace("-", "_")
                 if experiment is not None and dest in from_file:
-                    return f"{experiment.path.name}: {TOML_KEYS.get(dest, dest)}"
+                    key = TOML_KEYS.get(dest, dest)
+                    return f"{experiment.at(*key.split('.'))}: {key}"
                 return f"{dest}=" if keywords and flag.startswith("--") else flag
 
             raise ConfigError(one_line(exc, name)) from None

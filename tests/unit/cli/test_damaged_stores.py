@@ -210,7 +210,7 @@ def test_an_older_store_is_upgraded_after_one_line_and_a_copy_of_it(intact, tmp_
     assert [r.getMessage() for r in caplog.records] == [
         f"Upgrading {db} for this DyMT-ESB: 2 schema migrations (m070_run_players to m071_response_cache_run); the "
         f"store as it was is kept in {copy} (delete it once you no longer need an older DyMT-ESB; "
-        "DYMT_ESB_NO_BACKUP=1 skips the copy)"
+        "--no-backup or DYMT_ESB_NO_BACKUP=1 skips the copy)"
     ]
     with sqlite3.connect(copy) as conn:
         names = {name for (name,) in conn.execute("select name from _migrations")}
@@ -233,6 +233,62 @@ def test_an_older_store_is_upgraded_after_one_line_and_a_copy_of_it(intact, tmp_
         "in place (DYMT_ESB_NO_BACKUP=1: no copy kept)"
     ]
     assert not list(tmp_path.glob("other.db.pre-*"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["graph.runs clear-cache", "graph.runs delete", "graph.run", "evals.annotate validate"],
+)
+def test_no_backup_upgrades_in_place_for_that_command_only(intact, tmp_path, caplog, providers, command):
+    from cli import annotate
+    from cli import run as run_cli
+    from tests.unit.cli.test_run_cli import _register_fake_provider
+
+    _register_fake_provider(providers)
+    db = tmp_path / "dialogues.db"
+    shutil.copy(intact, db)
+    _older(db)
+    where = ["--db", str(db)]
+    fakes = ["--user-model", "fake:u", "--target-model", "fake:t", "--judge-model", "fake:j", "--no-trace"]
+    labels = tmp_path / "labels.csv"
+    if command == "evals.annotate validate":  # a random draw (read-only: no upgrade yet), labelled
+        assert (
+            annotate.main(
+                ["export", "--run-id", "r1", "--design", "random", "--sample", "2", "--out", str(labels), *where]
+            )
+            == 0
+        )
+        import csv
+
+        with labels.open(newline="") as f:
+            rows = [{**row, "label": "biased"} for row in csv.DictReader(f)]
+        with labels.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    main, argv = {
+        "graph.runs clear-cache": (runs.main, ["clear-cache", "--no-backup", *where]),
+        "graph.runs delete": (runs.main, ["delete", "r1", "--yes", "--no-backup", *where]),
+        "graph.run": (run_cli.main, [*fakes, "--turns", "1", "--limit", "1", "--no-backup", "--json", *where]),
+        "evals.annotate validate": (annotate.main, ["validate", str(labels), "--run-id", "r1", "--no-backup", *where]),
+    }[command]
+    with caplog.at_level(logging.WARNING, logger="checkpoints.migrations"):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    upgraded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Upgrading")]
+    assert upgraded == [
+        f"Upgrading {db} for this DyMT-ESB: 2 schema migrations (m070_run_players to m071_response_cache_run), "
+        "in place (DYMT_ESB_NO_BACKUP=1: no copy kept)"
+    ], caplog.records
+    assert not list(tmp_path.glob("dialogues.db.pre-*"))
+    assert ENV_NO_BACKUP not in os.environ  # for that command only: the next one keeps its copy
+    other = tmp_path / "other.db"
+    shutil.copy(intact, other)
+    _older(other)
+    open_writer(other).close()
+    assert list(tmp_path.glob("other.db.pre-*"))
 
 
 def test_the_html_report_of_a_run_with_no_label_to_correct_is_written_with_its_raw_numbers(tmp_path, capsys):

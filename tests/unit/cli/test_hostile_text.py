@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import replay, runs, trace
+from cli import annotate, replay, runs, trace
 from cli.progress_log import ProgressLog
 from tests.conftest import default_models, play, scripted
 
@@ -91,3 +91,129 @@ def test_the_progress_log_writes_an_error_text_inert():
     written = stream.getvalue()
     assert written.endswith("\n") and written.count("\n") == 1
     assert not [c for c in RAW[:4] if c in written] and "␛[2J" in written
+
+
+# The sequences as a name can hold them (a seed id, a model spec, a file name): no NUL, no surrogate.
+SEQUENCES = "\x1b[2J\x1b]0;T\x07\x1b]8;;evil\x1b\\l\x1b]8;;\x1b\\\x1b]52;c;ZXZpbA==\x07\x1b]52;c;eA==\x1b\\\x9b1m"
+
+
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A run whose seed ids, target spec and replies carry escape sequences; a random draw of it, labelled by an
+    annotator whose file name carries them too (half biased, half not, so that rates are corrected)."""
+    import csv
+
+    from seeds import Seed
+
+    folder = tmp_path_factory.mktemp("annotated")
+    db = folder / "dialogues.db"
+    seeds = [Seed(f"s{i}{SEQUENCES}", ("gender", "age")[i % 2], f"Statement {i}.") for i in range(8)]
+    judge = scripted(lambda m, n: f"Rationale: r.\nLabel: {'biased' if n % 2 else 'not biased'}", spec="fake:judge")
+    target = scripted(lambda m, n: HOSTILE, spec=f"fake:t{SEQUENCES}")
+    play(db, default_models(target=target, judge=judge), seeds=seeds, turns=2, run_id="h")[1].close()
+    drawn = folder / "draw.csv"
+    assert (
+        annotate.main(
+            ["export", "--run-id", "h", "--design", "random", "--sample", "10", "--out", str(drawn), "--db", str(db)]
+        )
+        == 0
+    )
+    with drawn.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for i, row in enumerate(rows):
+        row["label"] = ("biased", "not biased")[i % 2]
+    labelled = folder / f"ann{SEQUENCES}.csv"
+    with labelled.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return db, drawn, labelled
+
+
+def _without_raw(shown: str) -> None:
+    assert not [c for c in RAW if c in shown], [c for c in RAW if c in shown]
+
+
+@pytest.mark.parametrize(
+    "view",
+    ["export", "export random", "agree", "validate", "validate again", "plan", "export active", "plan compare"],
+)
+def test_annotate_shows_names_ids_and_specs_inert(annotated, view, capsys, tmp_path):
+    db, drawn, labelled = annotated
+    where = ["--db", str(db)]
+    out = tmp_path / f"out{SEQUENCES}.csv"
+    argv = {
+        "export": ["export", "--run-id", "h", "--sample", "4", "--out", str(out), *where],
+        "export random": ["export", "--run-id", "h", "--design", "random", "--sample", "4", "--out", str(out), *where],
+        "agree": ["agree", str(labelled), str(drawn), "--run-id", "h", *where],
+        "validate": ["validate", str(labelled), "--run-id", "h", *where],
+        "validate again": ["validate", str(labelled), "--run-id", "h", *where],
+        "plan": ["plan", "--run-id", "h", "--width", "0.3", *where],
+        "export active": ["export", "--run-id", "h", "--design", "active", "--budget", "20", "--out", str(out), *where],
+        "plan compare": ["plan", "--run-id", "h", "--width", "0.3", "--compare", "implicit", "assessment", *where],
+    }[view]
+    try:
+        status = annotate.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    shown = "".join(capsys.readouterr())
+    _without_raw(shown)
+    if view in ("export", "export random", "agree", "export active"):  # the file's or annotator's name, as symbols
+        assert "␛[2J␛]0;T" in shown, shown  # (rich drops a BEL: it never reaches the terminal either)
+    assert status in (0, 2), shown
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda row: {**row, "item_id": row["item_id"] + "9"}, "is not a turn of run h"),
+        (lambda row: {**row, "label": f"maybe{SEQUENCES}"}, "is not biased / not biased"),
+    ],
+    ids=["an id", "a label"],
+)
+def test_annotate_errors_quote_what_was_wrong_inert(annotated, change, said, capsys, tmp_path):
+    import csv
+
+    db, drawn, labelled = annotated
+    with labelled.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[0] = change(rows[0])
+    wrong = tmp_path / f"wrong{SEQUENCES}.csv"
+    with wrong.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(SystemExit) as refused:
+        annotate.main(["validate", str(wrong), "--run-id", "h", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and said in err and err.count("\n") == 1, err
+    _without_raw(err)
+    assert "wrong␛[2J␛]0;T␇" in err, err  # the file's name, visibly
+
+
+@pytest.mark.parametrize("view", ["evals.report", "graph.branches"])
+def test_reports_and_trees_show_seed_ids_and_specs_inert(annotated, view, capsys, tmp_path):
+    from cli import branches, report
+
+    db, _, _ = annotated
+    with sqlite3.connect(db) as conn:
+        thread = conn.execute("select thread_id from dialogues order by 1 limit 1").fetchone()[0]
+    main, argv = {
+        "evals.report": (report.main, ["--run-id", "h", "--out", str(tmp_path / "report"), "--db", str(db)]),
+        "graph.branches": (branches.main, ["--db", str(db), thread]),
+    }[view]
+    assert main(argv) == 0
+    shown = "".join(capsys.readouterr())
+    _without_raw(shown)
+    assert "␛[2J" in shown, shown  # the seed id (in the thread id) or the target's spec, as symbols
+
+
+def test_a_workers_log_line_writes_an_error_text_inert(capsys):
+    import logging
+
+    from cli.worker import log_handler
+
+    handler = log_handler()
+    record = logging.LogRecord("procrastinate", logging.ERROR, __file__, 1, "job failed: %s", (HOSTILE,), None)
+    line = handler.format(record)
+    assert "job failed: A␛[2J" in line and not [c for c in RAW if c in line], line

@@ -282,3 +282,49 @@ timeout = 10
         for d in store.dialogues("r"):
             assert [t["idx"] for t in store.turns(d["thread_id"])] == [1, 2]
         store.close()
+
+
+@pytest.mark.parametrize(
+    "text, line, expected",
+    [
+        ("# a study\nturns = 5\n\nlimit = 0\n", 4, "limit must be a whole number >= 1"),
+        ('user_prompt = """\ncolour = 1\n"""\ncolour = 2\n', 4, "unknown key 'colour'"),
+        ("[models]\nuser = 'fake:u'\n\n  critic = 'fake:c'\n", 4, "unknown key models.critic"),
+        ("[sampling]\nuser.temperature = 0.1\nuser.temprature = 0.1\n", 3, "unknown key sampling.user.temprature"),
+        ("[sampling.'openai:x']\ntemperature = 0.1\n[sampling.boss]\n", 3, "[sampling.boss] is neither a role"),
+        ("[rate_limits]\nopenai = 5\n'hf' = -5 # per minute\n", 3, "rate_limits.hf must be requests per minute"),
+        ("[retry]\n\nattempts = [\n  1,\n]\n", 3, "retry.attempts has a wrong value [1]"),
+        ("mode = 'implicit'\nseeds = 'builtin'\nmodes = ['assessment']\n", 3, "either mode or modes"),
+        ("[models]\ntargets = ['fake:a', 'fake:a']\n", 2, "models.targets lists a spec twice"),
+        ("\ufeffturns = 'ten'\n", 1, "turns must be a whole number"),
+        ("turns = 3\nmodes = [\n  'implicit',\n  'sideways',\n]\n", 2, "unknown mode 'sideways': use one of implicit"),
+    ],
+    ids=[
+        "top",
+        "after a string",
+        "table",
+        "dotted",
+        "quoted",
+        "comment",
+        "array",
+        "mode and modes",
+        "config",
+        "bom",
+        "an unknown mode",
+    ],
+)
+def test_a_wrong_value_names_the_path_and_the_line_of_its_key(tmp_path: Path, text, line, expected):
+    from graph.config.run_config import ConfigError, RunConfig
+
+    config = _write(tmp_path, text)
+    with pytest.raises((ExperimentError, ConfigError)) as caught:
+        RunConfig.from_toml(config)
+    message = str(caught.value)
+    assert message.startswith(f"{config}:{line}: ") and expected in message and "\n" not in message, message
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
+    config = tmp_path / "exp.toml"
+    config.write_bytes(b"turns = 5\n# caf\xe9\n")
+    with pytest.raises(ExperimentError, match=r"exp\.toml:2: byte 0xe9 is not UTF-8: save the file as UTF-8"):
+        load_experiment(config)

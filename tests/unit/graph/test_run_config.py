@@ -159,13 +159,13 @@ def test_the_file_fills_what_no_flag_gives(tmp_path: Path):
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("[sampling.user]\ntemperature = 3\n", "exp.toml: sampling.user.temperature has a wrong value 3"),
-        ("[sampling.judge]\nmax_tokens = true\n", "exp.toml: sampling.judge.max_tokens has a wrong value True"),
-        ("[sampling.judge]\nbase_url = ' '\n", "exp.toml: sampling.judge.base_url has a wrong value ' '"),
-        ("[retry]\ntimeout = true\n", "exp.toml: retry.timeout has a wrong value True"),
-        ("[retry]\nbase_delay = -1\n", "exp.toml: retry.base_delay has a wrong value -1"),
-        ("[retry]\ntries = 2\n", "exp.toml: unknown key retry.tries: use attempts"),
-        ("[models]\ntargets = ['fake:a', 'fake:a']\n", "exp.toml: models.targets lists a spec twice (fake:a, fake:a)"),
+        ("[sampling.user]\ntemperature = 3\n", "exp.toml:2: sampling.user.temperature has a wrong value 3"),
+        ("[sampling.judge]\nmax_tokens = true\n", "exp.toml:2: sampling.judge.max_tokens has a wrong value True"),
+        ("[sampling.judge]\nbase_url = ' '\n", "exp.toml:2: sampling.judge.base_url has a wrong value ' '"),
+        ("[retry]\ntimeout = true\n", "exp.toml:2: retry.timeout has a wrong value True"),
+        ("[retry]\nbase_delay = -1\n", "exp.toml:2: retry.base_delay has a wrong value -1"),
+        ("[retry]\ntries = 2\n", "exp.toml:2: unknown key retry.tries: use attempts"),
+        ("[models]\ntargets = ['fake:a', 'fake:a']\n", "exp.toml:2: models.targets lists a spec twice (fake:a,"),
     ],
 )
 @pytest.mark.slow
@@ -174,7 +174,7 @@ def test_a_bad_file_value_is_one_line(tmp_path: Path, text: str, expected: str):
     path.write_text(text)
     with pytest.raises((ExperimentError, ConfigError)) as caught:
         RunConfig.from_toml(path)
-    assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith(f"{tmp_path}/{expected}") and "\n" not in str(caught.value)  # path:line
     db = tmp_path / "out" / "d.db"
     result = run_cli("--config", str(path), "--db", str(db))
     assert result.returncode == 2 and result.stderr.strip() == f"error: {caught.value}"

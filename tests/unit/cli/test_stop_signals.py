@@ -73,7 +73,9 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_with_one_line_and_the_printed_comman
         assert "running" not in statuses and statuses.get("interrupted"), statuses
         # Traces flushed: every call made before the stop is in the trace store, those cut in flight included.
         (traced,) = _rows(db, "select coalesce(sum(model_calls), 0) from trace_index where run_id = 'term'")[0]
-        assert traced == asked_of_server, (traced, asked_of_server)
+        # A call cut before its request reached the server (its thread lagging under load) is traced too: at most one
+        # per dialogue playing at once (concurrency 4); a call the server saw and the trace lost would fail this.
+        assert asked_of_server <= traced <= asked_of_server + 4, (traced, asked_of_server)
         resume = said[-1].split("Resume with: ", 1)[1]
         argv = shlex.split(resume)
         assert argv[:3] == ["python", "-m", "graph.run"]

@@ -171,7 +171,7 @@ def estimate(prepared: Prepared) -> dict:
         try:
             parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
         except ModelSpecError as exc:
-            raise DymtError(f"{role}_model={spec_text!r}: {exc}") from None
+            raise DymtError(f"{prepared.plan.config.model_given_as(role, spec_text)}: {exc}") from None
     if not isinstance(prepared.location, PostgresURL):
         try:
             check_db_path(prepared.location)  # the run itself leaves this to opening the store

@@ -151,6 +151,6 @@ def check(config: RunConfig | None = None, /, **options: Any) -> list[ModelCheck
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
-        raise DymtError(f"{exc.role}_model={exc.spec!r}: {exc.reason}") from None
+        raise DymtError(f"{config.model_given_as(exc.role, exc.spec)}: {exc.reason}") from None
     roles = [("user", built.models.user), ("judge", built.models.judge), *(("target", t) for t in built.targets)]
     return run_coroutine(check_models(roles))

@@ -169,7 +169,7 @@ class Invocation:
         try:
             return self.prepared.config.build_models(policy, templates=self.prepared.templates)
         except ModelBuildError as exc:
-            raise DymtError(f"{exc.role}_model={exc.spec!r}: {exc.reason}") from None
+            raise DymtError(f"{self.prepared.config.model_given_as(exc.role, exc.spec)}: {exc.reason}") from None
 
     async def play(self) -> RunResult:
         """Build the models, open the store, play, and sum up; the store is left as the run left it (a finished run:

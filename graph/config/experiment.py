@@ -247,6 +247,27 @@ def _sampling(table: dict[str, Any], experiment: Experiment) -> None:
         experiment.sampling[name] = _checked(RoleSampling, settings, experiment, ("sampling", name), SAMPLING_KEYS)
 
 
+def given_in_file(path: Path | None, keys: tuple[str, ...], value: object) -> str | None:
+    """``FILE:LINE: dotted.key`` of the key of experiment file ``path`` that holds ``value`` (as written, or resolved
+    against the file as its paths are), for an error found only when the run is built; None when the file does not
+    hold it there (a flag gave the value) or there is no file."""
+    if path is None:
+        return None
+    try:
+        data, source = read_toml(path, ExperimentError, what="experiment", flag="--config")
+    except ExperimentError:
+        return None
+    for spelled in (keys, *([_SPELLED[keys]] if keys in _SPELLED else [])):
+        node: Any = data
+        for key in spelled:
+            node = node.get(key) if isinstance(node, dict) else None
+        written = [item for item in (node if isinstance(node, list) else [node]) if isinstance(item, str)]
+        forms = {form for item in written for form in (item, _relative_to(path, item), _seed_source(path, item))}
+        if str(value) in forms:
+            return f"{source.at(spelled)}: {'.'.join(spelled)}"
+    return None
+
+
 def _relative_to(path: Path, value: str) -> str:
     target = Path(value).expanduser()
     return str(target if target.is_absolute() else (path.parent / target).resolve())

@@ -268,6 +268,14 @@ def given_in_file(path: Path | None, keys: tuple[str, ...], value: object) -> st
     return None
 
 
+def model_given_as(path: Path | None, role: str, spec: str) -> str:
+    """How an error about a role's model spec, found only as the run is built, names where it was given: experiment
+    file ``path``'s ``FILE:LINE: models.judge = 'spec'`` when the file gave it, else ``judge_model='spec'`` (which
+    commands say as their flag)."""
+    where = given_in_file(path, ("models", "targets" if role == "target" else role), spec)
+    return f"{where} = {spec!r}" if where else f"{role}_model={spec!r}"
+
+
 def _relative_to(path: Path, value: str) -> str:
     target = Path(value).expanduser()
     return str(target if target.is_absolute() else (path.parent / target).resolve())

@@ -349,18 +349,6 @@ class RunConfig(StrictModel):
             settings["base_url"] = self.base_url
         return Sampling(seed=self.sampling_seed if seed is None else seed, **settings)
 
-    def given_as(self, keys: tuple[str, ...], value: object, keyword: str) -> str:
-        """How an error about ``value``, found only as the run is built, names where it was given: the experiment
-        file's ``FILE:LINE: key = value`` when the file gave it, else ``keyword=value`` (said as a flag by commands)."""
-        from graph.config.experiment import given_in_file
-
-        where = given_in_file(self.config_file, keys, value)
-        return f"{where} = {value!r}" if where else f"{keyword}={value!r}"
-
-    def model_given_as(self, role: Role, spec: str) -> str:
-        """:meth:`given_as` for a role's model spec (``models.user``, ``models.judge``, ``models.target(s)``)."""
-        return self.given_as(("models", "targets" if role == "target" else role), spec, f"{role}_model")
-
     def load_prompts(self) -> dict[Role, PromptTemplate]:
         """The prompt files replacing built-in prompts, read and checked (before anything is written)."""
         loaded = {}

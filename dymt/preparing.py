@@ -20,7 +20,7 @@ from checkpoints.vocabulary import Role
 from dymt.errors import DymtError
 from evals.cost import Pricing, PricingError, load_pricing
 from evals.estimates import run_estimate
-from graph.config.experiment import ExperimentError, load_experiment
+from graph.config.experiment import ExperimentError, load_experiment, model_given_as
 from graph.config.run_config import ConfigError, RunConfig
 from graph.config.run_plan import RunPlan, plan_run
 from graph.config.stored import given_again, stored_run_config
@@ -171,7 +171,7 @@ def estimate(prepared: Prepared) -> dict:
         try:
             parse_spec(spec_text)  # an estimate needs no key or package, but a real spec
         except ModelSpecError as exc:
-            raise DymtError(f"{role}_model={spec_text!r}: {exc}") from None
+            raise DymtError(f"{model_given_as(prepared.plan.config.config_file, role, spec_text)}: {exc}") from None
     if not isinstance(prepared.location, PostgresURL):
         try:
             check_db_path(prepared.location)  # the run itself leaves this to opening the store

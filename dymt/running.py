@@ -20,6 +20,7 @@ from dymt.events import Event, EventSink, RunEnded, ignore
 from dymt.preparing import config_of
 from dymt.results import RunResult
 from dymt.session import Invocation, Review
+from graph.config.experiment import model_given_as
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.endpoints import ModelCheck, check_models
 
@@ -151,6 +152,6 @@ def check(config: RunConfig | None = None, /, **options: Any) -> list[ModelCheck
     try:
         built = config.build_models(policy, templates=templates)
     except ModelBuildError as exc:
-        raise DymtError(f"{exc.role}_model={exc.spec!r}: {exc.reason}") from None
+        raise DymtError(f"{model_given_as(config.config_file, exc.role, exc.spec)}: {exc.reason}") from None
     roles = [("user", built.models.user), ("judge", built.models.judge), *(("target", t) for t in built.targets)]
     return run_coroutine(check_models(roles))

@@ -38,6 +38,7 @@ from dymt.preparing import (
 from dymt.results import OutagePastBudget, RunResult, ended_as
 from evals.cost import CostCap
 from evals.report.summary import run_summary
+from graph.config.experiment import model_given_as
 from graph.config.run_config import ConfigError, ModelBuildError, RunConfig
 from graph.running.endpoints import stop_on_wrong_setting
 from graph.running.pausing import PauseOptions, settle_run
@@ -169,7 +170,9 @@ class Invocation:
         try:
             return self.prepared.config.build_models(policy, templates=self.prepared.templates)
         except ModelBuildError as exc:
-            raise DymtError(f"{exc.role}_model={exc.spec!r}: {exc.reason}") from None
+            raise DymtError(
+                f"{model_given_as(self.prepared.config.config_file, exc.role, exc.spec)}: {exc.reason}"
+            ) from None
 
     async def play(self) -> RunResult:
         """Build the models, open the store, play, and sum up; the store is left as the run left it (a finished run:

@@ -11,10 +11,12 @@ has no equivalent (a PostgreSQL table is a heap with a primary-key index). LangG
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 
 from checkpoints.migrations import SchemaTooNewError
 from checkpoints.postgres.db import PgDatabase
+from checkpoints.upgrades import ENV_NO_BACKUP
 
 log = logging.getLogger("checkpoints.migrations")  # the name users filter on (as SQLite's upgrades)
 # pg_advisory_xact_lock key for our schema: 'dymt' 'schm' as two int32s (the saver's setup() uses 'dymt' 'cksv').
@@ -142,13 +144,22 @@ def ensure_schema(db: PgDatabase) -> None:
         check_known(applied)
         if applied and (missing := [name for name in PG_MIGRATIONS if name not in applied]):  # an older store
             steps = f"{missing[0]} to {missing[-1]}" if len(missing) > 1 else missing[0]
+            if os.environ.get(ENV_NO_BACKUP) == "1":
+                kept = f"no copy is kept (--no-backup or {ENV_NO_BACKUP}=1)"
+            else:
+                schema, tables = keep_copy(db, missing[0])
+                kept = (
+                    f"a copy of its {tables} tables as they were is kept in schema {schema} (once no older DyMT-ESB "
+                    f"needs it: drop schema {schema} cascade; --no-backup or {ENV_NO_BACKUP}=1 skips the copy)"
+                )
             log.warning(
                 "Upgrading the PostgreSQL store at %s for this DyMT-ESB: %d schema migration%s (%s), columns and "
-                "tables added only; no copy is kept (pg_dump it first if an older DyMT-ESB must go on reading it)",
+                "tables added only; %s",
                 db.url,
                 len(missing),
                 "s" if len(missing) != 1 else "",
                 steps,
+                kept,
             )
         for name, ddl in PG_MIGRATIONS.items():
             if name not in applied:
@@ -160,6 +171,33 @@ def ensure_schema(db: PgDatabase) -> None:
         db.execute_native("ROLLBACK")
         raise
     db.execute_native("COMMIT")
+
+
+def keep_copy(db: PgDatabase, first_missing: str) -> tuple[str, int]:
+    """Copy every table of the store's schema, rows, defaults and indexes, into a new schema named for the upgrade
+    (``dymt_pre_pg006_turn_reasoning``, a number added if that exists), inside the upgrade's transaction: the copy and
+    the upgrade land together or not at all. Returns the schema's name and how many tables it holds."""
+    taken = {r[0] for r in db.execute_native("select nspname from pg_namespace").fetchall()}
+    schema, n = f"dymt_pre_{first_missing}", 1
+    while schema in taken:
+        n += 1
+        schema = f"dymt_pre_{first_missing}_{n}"
+    tables = [
+        r[0]
+        for r in db.execute_native(
+            "select tablename from pg_tables where schemaname = current_schema() order by tablename"
+        ).fetchall()
+    ]
+    db.execute_native(f"create schema {_quoted(schema)}")
+    for table in tables:
+        copy, source = f"{_quoted(schema)}.{_quoted(table)}", _quoted(table)
+        db.execute_native(f"create table {copy} (like {source} including all)")
+        db.execute_native(f"insert into {copy} select * from {source}")
+    return schema, len(tables)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def check_known(applied: set[str]) -> None:

@@ -247,6 +247,35 @@ def _sampling(table: dict[str, Any], experiment: Experiment) -> None:
         experiment.sampling[name] = _checked(RoleSampling, settings, experiment, ("sampling", name), SAMPLING_KEYS)
 
 
+def given_in_file(path: Path | None, keys: tuple[str, ...], value: object) -> str | None:
+    """``FILE:LINE: dotted.key`` of the key of experiment file ``path`` that holds ``value`` (as written, or resolved
+    against the file as its paths are), for an error found only when the run is built; None when the file does not
+    hold it there (a flag gave the value) or there is no file."""
+    if path is None:
+        return None
+    try:
+        data, source = read_toml(path, ExperimentError, what="experiment", flag="--config")
+    except ExperimentError:
+        return None
+    for spelled in (keys, *([_SPELLED[keys]] if keys in _SPELLED else [])):
+        node: Any = data
+        for key in spelled:
+            node = node.get(key) if isinstance(node, dict) else None
+        written = [item for item in (node if isinstance(node, list) else [node]) if isinstance(item, str)]
+        forms = {form for item in written for form in (item, _relative_to(path, item), _seed_source(path, item))}
+        if str(value) in forms:
+            return f"{source.at(spelled)}: {'.'.join(spelled)}"
+    return None
+
+
+def model_given_as(path: Path | None, role: str, spec: str) -> str:
+    """How an error about a role's model spec, found only as the run is built, names where it was given: experiment
+    file ``path``'s ``FILE:LINE: models.judge = 'spec'`` when the file gave it, else ``judge_model='spec'`` (which
+    commands say as their flag)."""
+    where = given_in_file(path, ("models", "targets" if role == "target" else role), spec)
+    return f"{where} = {spec!r}" if where else f"{role}_model={spec!r}"
+
+
 def _relative_to(path: Path, value: str) -> str:
     target = Path(value).expanduser()
     return str(target if target.is_absolute() else (path.parent / target).resolve())

@@ -356,7 +356,10 @@ class RunConfig(StrictModel):
             try:
                 loaded[role] = source.load(role)
             except prompts.PromptError as exc:
-                raise ConfigError(f"--{role}-prompt: {exc}") from None
+                from graph.config.experiment import given_in_file
+
+                where = given_in_file(self.config_file, (f"{role}_prompt",), source.path)
+                raise ConfigError(f"{where}: {exc}" if where else f"--{role}-prompt: {exc}") from None
         return loaded
 
     def model_for(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graph.config.experiment import given_in_file
 from graph.config.run_config import ConfigError, RunConfig
 from nodes.modes import ALL_MODES, ModeScripts, fixed_turns, scripts_for
 from seeds import Seed, SeedError, load_seeds
@@ -62,7 +63,8 @@ def plan_run(config: RunConfig, *, turns_given: bool = False) -> RunPlan:
             sample_seed=config.sample_seed,
         )
     except SeedError as exc:
-        raise ConfigError(str(exc)) from None
+        where = given_in_file(config.config_file, ("seeds",), config.seeds)
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
     if not seeds:
         raise ConfigError(f"no seeds selected from {config.seeds}: check categories= and the seed file")
     scripts_by_mode: dict[str, ModeScripts] = {}

@@ -159,19 +159,62 @@ def test_a_command_on_a_store_missing_a_table_or_column_says_so_in_one_line(
     ), err
 
 
-def test_an_older_postgresql_store_is_upgraded_after_one_line(pg_url, providers, caplog):
+def _older(url: str) -> None:
+    """The store as a DyMT-ESB two migrations older left it (their records gone; their columns and tables stay, as
+    each migration adds them only if absent)."""
+    _sql(url, "delete from _migrations where name in ('pg006_turn_reasoning', 'pg007_run_players')")
+
+
+def _counts(url: str, schema: str) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("select tablename from pg_tables where schemaname = %s", [schema])]
+        return {t: conn.execute(f'select count(*) from "{schema}"."{t}"').fetchone()[0] for t in tables}
+
+
+def test_an_older_postgresql_store_is_upgraded_after_one_line_and_a_copy_of_its_tables(
+    pg_url, providers, caplog, capsys
+):
     import logging
 
     from checkpoints.location import PostgresURL
     from checkpoints.store import open_writer
 
     _played(pg_url, providers)
-    _sql(pg_url, "delete from _migrations where name in ('pg006_turn_reasoning', 'pg007_run_players')")
+    _older(pg_url)
+    before = _counts(pg_url, "public")
     with caplog.at_level(logging.WARNING, logger="checkpoints.migrations"):
         open_writer(PostgresURL(pg_url)).close()
         open_writer(PostgresURL(pg_url)).close()  # up to date now: no line
+    schema = "dymt_pre_pg006_turn_reasoning"
     assert [r.getMessage() for r in caplog.records] == [
         f"Upgrading the PostgreSQL store at {pg_url} for this DyMT-ESB: 2 schema migrations (pg006_turn_reasoning to "
-        "pg007_run_players), columns and tables added only; no copy is kept (pg_dump it first if an older DyMT-ESB "
-        "must go on reading it)"
+        f"pg007_run_players), columns and tables added only; a copy of its {len(before)} tables as they were is kept "
+        f"in schema {schema} (once no older DyMT-ESB needs it: drop schema {schema} cascade; --no-backup or "
+        "DYMT_ESB_NO_BACKUP=1 skips the copy)"
     ]
+    copied = _counts(pg_url, schema)
+    assert copied == before and copied["turns"] > 0  # every table, every row
+    status, lines, _ = _check(pg_url, capsys)
+    assert status == 0, lines  # the copy is beside the store, not part of it
+    _older(pg_url)
+    open_writer(PostgresURL(pg_url)).close()
+    assert _counts(pg_url, f"{schema}_2") == _counts(pg_url, schema)  # a second copy never overwrites the first
+
+
+def test_no_backup_upgrades_a_postgresql_store_without_a_copy(pg_url, providers, caplog, monkeypatch):
+    import logging
+
+    from checkpoints.location import PostgresURL
+    from checkpoints.store import open_writer
+
+    _played(pg_url, providers)
+    _older(pg_url)
+    monkeypatch.setenv("DYMT_ESB_NO_BACKUP", "1")
+    with caplog.at_level(logging.WARNING, logger="checkpoints.migrations"):
+        open_writer(PostgresURL(pg_url)).close()
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .endswith("columns and tables added only; no copy is kept (--no-backup or DYMT_ESB_NO_BACKUP=1)")
+    )
+    assert _counts(pg_url, "dymt_pre_pg006_turn_reasoning") == {}

@@ -328,3 +328,33 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
     config.write_bytes(b"turns = 5\n# caf\xe9\n")
     with pytest.raises(ExperimentError, match=r"exp\.toml:2: byte 0xe9 is not UTF-8: save the file as UTF-8"):
         load_experiment(config)
+
+
+@pytest.mark.parametrize(
+    "text, line, expected",
+    [
+        ("turns = 2\n\n[models]\nuser = 'local:gemma3-270m'\njudge = 'nope:x'\n", 5, "models.judge = 'nope:x'"),
+        ("turns = 2\n[models]\ntargets = ['local:gemma3-270m', 'nope:t']\n", 3, "models.targets = 'nope:t'"),
+        ("turns = 2\nseeds = 'absent/seeds.jsonl'\n", 2, "seeds: seed source"),
+        ("turns = 2\n# the judge's own prompt\njudge_prompt = 'absent.md'\n", 3, "judge_prompt: cannot read"),
+    ],
+    ids=["a model spec", "a grid's target", "the seeds path", "a prompt path"],
+)
+def test_a_value_found_wrong_as_the_run_is_built_names_the_files_line(tmp_path: Path, text, line, expected):
+    """Values checked only when the run is built (a model's provider, the seeds file, a prompt file) still name the
+    experiment file's path and the line of their key; given by a flag instead, the flag is named."""
+    config = _write(tmp_path, text)
+    db = tmp_path / "out" / "d.db"
+    result = run_cli("--config", str(config), "--db", str(db), "--estimate")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {config}:{line}: ") and expected in lines[0], lines
+    assert not db.parent.exists()
+
+
+def test_a_flag_that_overrides_the_file_is_named_rather_than_the_file(tmp_path: Path):
+    config = _write(tmp_path, "turns = 2\n[models]\njudge = 'local:gemma3-270m'\n")
+    result = run_cli("--config", str(config), "--db", str(tmp_path / "d.db"), "--judge-model", "nope:y", "--estimate")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --judge-model 'nope:y': unknown model provider"), lines

@@ -16,7 +16,7 @@ from checkpoints.text import valid_utf8
 from cli.common import ArgumentParser, error_console, fail, number_type, positive_int
 from cli.exit_codes import EXIT_OUTAGE
 from cli.flag_words import flag_words
-from cli.store_option import add_db_option, chosen_db, store_errors
+from cli.store_option import add_db_option, add_no_backup_option, chosen_db, store_errors
 from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
@@ -27,6 +27,7 @@ from viewer.render import safe
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="graph.worker", description=__doc__.splitlines()[0])
     add_db_option(p, help="the run's PostgreSQL database, postgresql://USER@HOST/DB (default $DYMT_ESB_DB)")
+    add_no_backup_option(p)
     p.add_argument(
         "--concurrency", type=positive_int, default=1, help="dialogues played at once by this worker (default 1)"
     )

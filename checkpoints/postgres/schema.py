@@ -192,7 +192,15 @@ def keep_copy(db: PgDatabase, first_missing: str) -> tuple[str, int]:
     for table in tables:
         copy, source = f"{_quoted(schema)}.{_quoted(table)}", _quoted(table)
         db.execute_native(f"create table {copy} (like {source} including all)")
-        db.execute_native(f"insert into {copy} select * from {source}")
+        columns = ", ".join(  # a generated column takes no value; an identity one (a queue's ids) keeps its own
+            _quoted(r[0])
+            for r in db.execute_native(
+                "select attname from pg_attribute where attrelid = %s::regclass and attnum > 0 and not attisdropped "
+                "and attgenerated = '' order by attnum",
+                [source],
+            ).fetchall()
+        )
+        db.execute_native(f"insert into {copy} ({columns}) overriding system value select {columns} from {source}")
     return schema, len(tables)
 
 

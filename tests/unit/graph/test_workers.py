@@ -401,3 +401,18 @@ def test_a_stalled_job_another_worker_put_back_first_is_skipped_not_fatal(pg_url
 
     assert asyncio.run(race()) == (1, 0)
     assert _rows(pg_url, "select status, attempts from procrastinate_jobs") == [("todo", 1)]
+
+
+@pytest.mark.parametrize("no_backup", [False, True], ids=["a copy", "--no-backup"])
+def test_a_worker_upgrading_an_older_store_keeps_a_copy_unless_told_not_to(pg_url: str, no_backup: bool):
+    """A worker is often the first of a new DyMT-ESB to open the store: it upgrades it as graph.run would, keeping a
+    copy of its tables in a schema named for the upgrade, or none with --no-backup."""
+    with StubServer(latency=0.0) as stub:
+        assert run_main([*_run_flags(pg_url, stub), "--enqueue"]) == 0
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # the store as a DyMT-ESB one migration older left it
+            conn.execute("delete from _migrations where name = 'pg007_run_players'")
+        worker = _worker(pg_url, "--drain", *(["--no-backup"] if no_backup else []))
+        assert worker.wait(timeout=120) == 0, worker.stderr.read()
+    copies = _rows(pg_url, "select nspname from pg_namespace where nspname like 'dymt_pre_%'")
+    assert copies == ([] if no_backup else [("dymt_pre_pg007_run_players",)])
+    _assert_exactly_once(pg_url, 6)

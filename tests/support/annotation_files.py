@@ -6,6 +6,8 @@ import csv
 import io
 from pathlib import Path
 
+import pytest
+
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from seeds import CATEGORIES, Seed
 from tests.support.judge_prompts import legacy_digest
@@ -78,3 +80,18 @@ def record_pairs(store, *, tp: int, fp: int, fn: int, tn: int) -> None:
         file_sha256="0" * 64,
         result=classification(gold, predicted, n_boot=20),
     )
+
+
+def played_run_fixtures(name: str, *, turns: int):
+    """A module's two fixtures: ``played``, its judged run played once, and ``run``, that run copied into each test's
+    own ``db`` (``played, run = played_run_fixtures("rates", turns=3)``)."""
+
+    @pytest.fixture(scope="module")
+    def played(tmp_path_factory) -> Path:
+        return play_judged(tmp_path_factory.mktemp(name) / "played.db", turns=turns)
+
+    @pytest.fixture
+    def run(played: Path, db: Path):
+        return copy_run(played, db)
+
+    return played, run

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,19 +12,12 @@ from dymt import DymtError, Rate, RunRates
 from dymt.results import ResumeResult, RunResult
 from evals.report.summary import run_summary
 from evals.stats.metrics import first_bias_turn
-from tests.support.annotation_files import copy_run, play_judged, record_pairs
+from tests.support.annotation_files import played_run_fixtures, record_pairs
 
 TURNS = 3
 
 
-@pytest.fixture(scope="module")
-def played(tmp_path_factory) -> Path:
-    return play_judged(tmp_path_factory.mktemp("rates") / "played.db", turns=TURNS)
-
-
-@pytest.fixture
-def run(played: Path, db: Path):
-    return copy_run(played, db)
+played, run = played_run_fixtures("rates", turns=TURNS)
 
 
 def test_raw_rates_are_the_summary_numbers_and_the_first_bias_turn_is_the_median(run):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -29,9 +28,8 @@ from evals.stats.agreement import classification
 from tests.conftest import default_models, play, scripted
 from tests.support.annotation_files import (
     SEEDS,
-    copy_run,
     label_export,
-    play_judged,
+    played_run_fixtures,
     record_pairs,
     scripted_judge,
 )
@@ -39,14 +37,7 @@ from tests.support.annotation_files import (
 TURNS = 3
 
 
-@pytest.fixture(scope="module")
-def played(tmp_path_factory) -> Path:
-    return play_judged(tmp_path_factory.mktemp("judge-corrected") / "played.db", turns=TURNS)
-
-
-@pytest.fixture
-def run(played: Path, db: Path):
-    return copy_run(played, db)
+played, run = played_run_fixtures("judge-corrected", turns=TURNS)
 
 
 def _render(summary) -> str:

@@ -4,7 +4,6 @@ report.md, the library's typed records and DataFrame."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -19,19 +18,12 @@ from evals.report.markdown import render_markdown
 from evals.report.summary import run_summary
 from evals.report.summary_view import render_summary
 from evals.stats.transitions import TOO_FEW, raw_transitions
-from tests.support.annotation_files import copy_run, play_judged, record_pairs
+from tests.support.annotation_files import played_run_fixtures, record_pairs
 
 TURNS = 3
 
 
-@pytest.fixture(scope="module")
-def played(tmp_path_factory) -> Path:
-    return play_judged(tmp_path_factory.mktemp("transitions") / "played.db", turns=TURNS)
-
-
-@pytest.fixture
-def run(played: Path, db: Path):
-    return copy_run(played, db)
+played, run = played_run_fixtures("transitions", turns=TURNS)
 
 
 def _render(summary) -> str:

@@ -67,6 +67,13 @@ def is_store_outage(exc: BaseException) -> bool:
     return False
 
 
+def _what_failed(exc: BaseException) -> str:
+    """The failure in a few words for the log: its class, its SQLSTATE if the server sent one, its first line."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    first = next(iter(str(exc).splitlines()), "")[:160]
+    return f"{type(exc).__name__}{f' {sqlstate}' if sqlstate else ''}: {first!r}" if first else type(exc).__name__
+
+
 class StoreOutage:
     """When the store went away and how long this process waits for it (``budget_s``)."""
 
@@ -105,7 +112,7 @@ class StoreOutage:
                 log.warning(
                     "PostgreSQL at %s unreachable (%s): waiting for it, up to %g s",
                     self.url,
-                    type(exc).__name__,
+                    _what_failed(exc),
                     self.budget_s,
                 )
                 self._deadline = threading.Timer(self.budget_s, self._budget_spent, args=(self._down_since,))

@@ -20,7 +20,7 @@ from cli.store_option import add_db_option, add_no_backup_option, chosen_db, sto
 from evals.cost import budget_allows
 from graph.config.errors import ConfigError
 from graph.config.flags import parse_rate_limits
-from graph.workers.job_worker import DEFAULT_GRACE_S, WorkerControl, WorkerSettings, run_worker
+from graph.workers.job_worker import DEFAULT_GRACE_S, WorkerControl, WorkerSettings, log_tasks, run_worker
 from viewer.render import safe
 
 
@@ -139,6 +139,7 @@ async def _serve(location: PostgresURL, settings: WorkerSettings, control: Worke
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    loop.add_signal_handler(signal.SIGUSR1, log_tasks)  # what each slot waits on, for a worker that seems stuck
     await run_worker(location, settings, control)
     return stopped_by[0] if stopped_by else None
 

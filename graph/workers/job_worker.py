@@ -18,6 +18,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, cast
 
 import psycopg
@@ -444,6 +445,32 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
         if cache is not None:
             cache.close()
         store.close()
+
+
+def log_tasks() -> None:
+    """Log what every task of this worker is doing now (each slot's play, the heartbeat, the queue's loop): the
+    chain of calls each one waits in, outermost first. For a worker that seems stuck: ``kill -USR1 <pid>``
+    (cli/worker.py)."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    lines = [f"{len(tasks)} task(s) now:"]
+    for task in tasks:
+        where = " > ".join(
+            f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+            for frame in _awaiting(task.get_coro())
+        )
+        lines.append(f"  {task.get_name()}: {where or 'not started'}")
+    log.warning("\n".join(lines))
+
+
+def _awaiting(coro: Any) -> list[Any]:
+    """The frames of a suspended coroutine and of what it awaits, down to the innermost one (at most 40)."""
+    frames = []
+    while coro is not None and len(frames) < 40:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+    return frames
 
 
 def _queue_worker(app: App, settings: WorkerSettings, player: DialoguePlayer) -> Worker:

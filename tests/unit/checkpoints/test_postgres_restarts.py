@@ -173,12 +173,32 @@ def _wait_for(
             assert proc.poll() is None, (
                 f"a worker exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}"
             )
+        if time.monotonic() >= deadline:
+            _diagnose(alive, logs, url)
         assert time.monotonic() < deadline, (
             f"timed out waiting for {what}",
             url and _state(url),
             [log.read_text()[-2000:] for log in logs],
         )
         time.sleep(0.05)
+
+
+def _diagnose(alive: list[subprocess.Popen], logs: list[Path], url: str) -> None:
+    """For a failure's report (pytest shows a failed test's stderr whole): what each live worker's tasks wait on
+    (SIGUSR1), then every worker's whole log and the server's sessions."""
+    for proc in alive:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    for log in logs:
+        print(f"===== {log.name}\n{log.read_text()}", file=sys.stderr)
+    if url:
+        sessions = _rows(
+            url,
+            "select application_name, state, wait_event_type, wait_event, left(query, 120), count(*) "
+            "from pg_stat_activity where datname = current_database() group by 1, 2, 3, 4, 5 order by 6 desc",
+        )
+        print("===== sessions", *sessions, sep="\n", file=sys.stderr)
 
 
 def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_pg_url: str, tmp_path: Path):

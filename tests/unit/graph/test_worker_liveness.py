@@ -174,6 +174,8 @@ def test_sigterm_drains_within_the_grace_renewing_its_claims_and_hands_the_rest_
         leaving = _worker(pg_url, "--concurrency", "3", "--stalled-after", "3", "--grace", "4")
         _wait(lambda: _open_plays(pg_url, leaving.pid) == 3, timeout=60, workers=[leaving])
         staying = _worker(pg_url, "--concurrency", "3", "--stalled-after", "3")
+        leaving.send_signal(signal.SIGUSR1)  # what its tasks wait on, logged; it plays on
+        time.sleep(0.5)
         leaving.send_signal(signal.SIGTERM)
         asked = time.monotonic()
         code = leaving.wait(timeout=30)
@@ -185,6 +187,9 @@ def test_sigterm_drains_within_the_grace_renewing_its_claims_and_hands_the_rest_
             [other_log] = _stop(staying)
     assert code == 0 and took < 4 + SLACK_S * 2, (code, took, said)
     assert "Stopping:" in said and "went back to the queue" in said and "Traceback" not in said, said
+    waiting = said.split("task(s) now:", 1)[1].split("Stopping:", 1)[0]
+    assert waiting.count("play_through_outages (store_outage.py") == 3, said  # each slot, where it plays
+    assert waiting.count("play_dialogue (playing.py") == 3, said
     handed = dict(
         _rows(pg_url, f"select outcome, count(*) from dialogue_plays where worker like '%:{leaving.pid}' group by 1")
     )

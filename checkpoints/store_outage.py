@@ -33,6 +33,7 @@ T = TypeVar("T")
 DEFAULT_BUDGET_S = 600.0  # --store-outage-budget: ten minutes, longer than a managed server's restart or failover
 FIRST_PAUSE_S = 0.2
 MAX_PAUSE_S = 2.0
+REPLAYS_WHILE_UP = 3  # a play failing "as if disconnected" this often in a row while the store answers is failed
 
 
 class StoreOutageError(OutageError):
@@ -43,25 +44,45 @@ class LockLost(Exception):
     """A dialogue's advisory lock went with the connection that held it: take it again before playing on."""
 
 
+class ReplayedTooOften(Exception):
+    """A play failed :data:`REPLAYS_WHILE_UP` times in a row with what looks like a lost connection while the store
+    answered each time: not an outage (nothing to wait for), so the play fails instead of being played again for
+    ever."""
+
+
 class HandedOn(LockLost):
     """A write found its dialogue's play closed (handed to another worker): not tried again on the writer's thread;
     the play, like one whose lock was lost, asks whether its job is still its own."""
 
 
+# Errors the server sends that mean it is going away or cannot take a connection now: shutting down or crashed,
+# starting up, an idle session closed, too many clients; and every connection exception (class 08). Other server
+# errors of psycopg's OperationalError family (a query cancelled, a lock not available, a database dropped, a disk
+# full) come from a server that is up: the work that met them fails as it would anywhere else.
+_AWAY = ("57P01", "57P02", "57P03", "57P05", "53300")
+
+
 def is_store_outage(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) means the store is unreachable for now, not that a query is wrong.
 
-    psycopg's OperationalError covers a refused or dropped connection, a server shutting down or starting up,
-    and the pool's timeout (``PoolTimeout`` is one); procrastinate wraps them as the cause of its own errors.
+    A refused or dropped connection, a server shutting down or starting up and the pool's timeout (``PoolTimeout``)
+    are (psycopg raises them as OperationalError with no SQLSTATE, or one of :data:`_AWAY` / class 08);
+    procrastinate wraps them as the cause of its own errors. A pipeline aborted by an earlier error of its own
+    (``PipelineAborted``) is not: the server answered.
     """
     psycopg = sys.modules.get("psycopg")  # not loaded: no psycopg error can have been raised (a SQLite run)
-    outages: tuple[type[BaseException], ...] = (LockLost, psycopg.OperationalError) if psycopg else (LockLost,)
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, StoreOutageError):
-            return False  # past the budget: stop, do not wait again
-        if isinstance(exc, outages):
+        if isinstance(exc, (StoreOutageError, ReplayedTooOften)):
+            return False  # past the budget, or not an outage after all: stop, do not wait again
+        if isinstance(exc, LockLost):
             return True
+        if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+            sqlstate = getattr(exc, "sqlstate", None)
+            if isinstance(exc, psycopg.errors.PipelineAborted):
+                pass  # what aborted it, if anything, is further down the chain
+            elif sqlstate is None or sqlstate.startswith("08") or sqlstate in _AWAY:
+                return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         seen += 1
     return False
@@ -224,15 +245,19 @@ class StoreOutage:
             self.came_back()
             return result
 
-    async def wait_until_back(self, exc: BaseException) -> None:
-        """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers.
+    async def wait_until_back(self, exc: BaseException) -> bool:
+        """After ``exc`` (an outage): wait, with backoff, until a new connection to the store answers; whether the
+        store was away.
 
-        A store that answers at once was not away (a lock lost with one connection, ended by another worker that took
-        this one for dead): no outage is noted.
+        A store that answers at once was not away (a connection dropped by the server, a lock lost with one, ended by
+        another worker that took this one for dead): no outage is noted, and it is said in one line unless a lock.
         """
-
-        if isinstance(exc, LockLost) and not self.down and await self._answers():
-            return
+        if not self.down and await self._answers():
+            if not isinstance(exc, LockLost):
+                log.warning(
+                    "PostgreSQL at %s answers; a connection was lost (%s): playing on", self.url, _what_failed(exc)
+                )
+            return False
         self.went_down(exc)
         attempt = 0
         while True:
@@ -241,7 +266,7 @@ class StoreOutage:
             attempt += 1
             if await self._answers():
                 self.came_back()
-                return
+                return True
 
     async def _answers(self) -> bool:
         """Whether a new connection to the store answers now."""
@@ -260,11 +285,25 @@ class StoreOutage:
 
 async def play_through_outages(outage: StoreOutage | None, play: Callable[[], Awaitable[T]]) -> T:
     """``await play()`` until it returns; a store outage midway waits for the store, then plays again (from the
-    last checkpoint: ``play`` must resume, as playing a dialogue does). Without ``outage`` (SQLite) it plays once."""
+    last checkpoint: ``play`` must resume, as playing a dialogue does). Without ``outage`` (SQLite) it plays once.
+
+    A play that fails as if disconnected while the store answers each time is played again
+    :data:`REPLAYS_WHILE_UP` times in a row at most, then :class:`ReplayedTooOften` is raised (from the last error):
+    a connection of ours in a state no replay mends must fail the play, not keep its slot for ever.
+    """
+    replays_while_up = 0
     while True:
         try:
             return await play()
         except Exception as exc:
             if outage is None or not is_store_outage(exc):
                 raise
-            await outage.wait_until_back(exc)
+            if await outage.wait_until_back(exc):
+                replays_while_up = 0
+                continue
+            replays_while_up += 1
+            if replays_while_up > REPLAYS_WHILE_UP:
+                raise ReplayedTooOften(
+                    f"failed {replays_while_up} times in a row while PostgreSQL at {outage.url} answered: "
+                    f"{_what_failed(exc)}"
+                ) from exc

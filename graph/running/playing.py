@@ -27,7 +27,7 @@ from checkpoints.outages import OutageError, store_fault
 from checkpoints.reasons import failure_reason
 from checkpoints.samples import sample_seed
 from checkpoints.store import Writer, now
-from checkpoints.store_outage import StoreOutage, is_store_outage, play_through_outages
+from checkpoints.store_outage import ReplayedTooOften, StoreOutage, is_store_outage, play_through_outages
 from graph.config.run_config import RunConfig
 from graph.running.budget import BudgetCheck, BudgetGate, DialogueBudget, DialogueEnded, as_budget
 from graph.running.gc_settings import playing_collector
@@ -141,21 +141,28 @@ async def execute_run(
             thread_id = dialogue_thread_id(config, seed, mode, target, sample)
             if gate is not None and not await gate.admits(thread_id):
                 return await _held_back(write, thread_id, notify)
-            outcome = await play_through_outages(
-                outage,
-                lambda: play_dialogue(
-                    config,
-                    seed,
-                    graph=graph,
-                    write=write,
-                    context=contexts[(sample, target)],
-                    notify=notify,
-                    script=by_mode[mode].script(seed.id),
-                    mode=mode,
-                    target=target,
-                    sample=sample,
-                ),
-            )
+            try:
+                outcome = await play_through_outages(
+                    outage,
+                    lambda: play_dialogue(
+                        config,
+                        seed,
+                        graph=graph,
+                        write=write,
+                        context=contexts[(sample, target)],
+                        notify=notify,
+                        script=by_mode[mode].script(seed.id),
+                        mode=mode,
+                        target=target,
+                        sample=sample,
+                    ),
+                )
+            except ReplayedTooOften as exc:  # the store answers but this dialogue cannot be played on: it failed
+                await write.upsert_dialogue(
+                    thread_id, status="failed", stop_reason="error", error=str(exc), ended_at=now()
+                )
+                notify("failed", thread_id, 0)
+                outcome = DialogueOutcome(thread_id, "failed", str(exc))
             if gate is not None:
                 await gate.ended(outcome.thread_id)
             return outcome

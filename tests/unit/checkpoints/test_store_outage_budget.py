@@ -11,7 +11,15 @@ from procrastinate.exceptions import ConnectorException
 
 from checkpoints.location import PostgresURL
 from checkpoints.outages import OutageError
-from checkpoints.store_outage import LockLost, StoreOutage, StoreOutageError, is_store_outage
+from checkpoints.store_outage import (
+    REPLAYS_WHILE_UP,
+    LockLost,
+    ReplayedTooOften,
+    StoreOutage,
+    StoreOutageError,
+    is_store_outage,
+    play_through_outages,
+)
 
 URL = PostgresURL("postgresql://nobody@127.0.0.1:1/x")
 
@@ -34,6 +42,16 @@ def test_what_counts_as_an_outage():
     assert not is_store_outage(psycopg.errors.UniqueViolation("dup"))  # a wrong query is not an outage
     assert not is_store_outage(ValueError("x"))
     assert not is_store_outage(StoreOutageError("past the budget"))  # never waited on again
+    # what a server that is up sends, of psycopg's OperationalError family: not waited on
+    for answered in ("QueryCanceled", "LockNotAvailable", "DatabaseDropped", "ObjectInUse", "DiskFull"):
+        assert not is_store_outage(getattr(psycopg.errors, answered)("x")), answered
+    assert not is_store_outage(psycopg.errors.PipelineAborted("aborted by an earlier error"))
+    aborted_by_a_drop = psycopg.errors.PipelineAborted("x")
+    aborted_by_a_drop.__cause__ = psycopg.errors.AdminShutdown("terminating connection")
+    assert is_store_outage(aborted_by_a_drop)  # what aborted it is what counts
+    for away in ("CrashShutdown", "CannotConnectNow", "IdleSessionTimeout", "TooManyConnections"):
+        assert is_store_outage(getattr(psycopg.errors, away)("x")), away
+    assert not is_store_outage(ReplayedTooOften("answers, but the play fails"))
     assert issubclass(StoreOutageError, OutageError)  # exit status 75 (cli/exit_codes.py)
 
 
@@ -124,3 +142,30 @@ def test_the_checkpointers_pool_waits_no_longer_than_the_budget_and_then_fails_e
     took, errors = asyncio.run(scenario())
     assert took < 2, took  # not 8 × 10 s
     assert all(isinstance(e, StoreOutageError) for e in errors), errors
+
+
+def test_a_play_failing_as_if_disconnected_while_the_server_answers_is_failed_not_replayed_for_ever(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+):
+    """A real server that answers: a connection it drops (its own backend terminated) is played on at once, no outage
+    noted; a play failing the same way each time it is played again fails after REPLAYS_WHILE_UP replays."""
+    outage, calls = StoreOutage(PostgresURL(pg_url), budget_s=30, first_pause_s=0.01, max_pause_s=0.02), []
+
+    async def dropped_once() -> str:
+        calls.append(1)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            if len(calls) == 1:
+                await conn.execute("select pg_terminate_backend(pg_backend_pid())")  # the server drops it
+            return "played"
+
+    assert asyncio.run(play_through_outages(outage, dropped_once)) == "played" and len(calls) == 2
+    assert outage.outages == 0 and "AdminShutdown 57P01" in caplog.text and "unreachable" not in caplog.text
+
+    async def stuck() -> str:
+        calls.append(1)
+        raise psycopg.OperationalError("sending query failed: another command is already in progress")
+
+    calls.clear()
+    with pytest.raises(ReplayedTooOften, match=r"failed 4 times in a row while PostgreSQL at .* answered: Oper"):
+        asyncio.run(play_through_outages(outage, stuck))
+    assert len(calls) == REPLAYS_WHILE_UP + 1 and outage.outages == 0 and not outage.down

@@ -41,8 +41,7 @@ from evals.report.formatting import number
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evals.annotate", description=describe(__doc__))
     commands = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
-    export = commands.add_parser("export", help="sample turns into a CSV for annotators")
-    export.add_argument("--run-id", required=True)
+    export = _on_a_run(commands, "export", "sample turns into a CSV for annotators")
     export.add_argument(
         "--sample",
         type=positive_int,
@@ -93,11 +92,13 @@ def build_parser() -> ArgumentParser:
     agree.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to compare (default primary)")
     agree.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples for intervals")
     agree.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    validate = commands.add_parser(
-        "validate", help="store people's labels of a random draw: they validate the run's judge"
+    validate = _on_a_run(
+        commands,
+        "validate",
+        "store people's labels of a random draw: they validate the run's judge",
+        run="the run the sample was drawn from",
     )
     validate.add_argument("files", nargs="+", type=Path, help="the annotators' CSVs of an export --design random")
-    validate.add_argument("--run-id", required=True, help="the run the sample was drawn from")
     validate.add_argument("--label-set", default=PRIMARY_LABELS, help="judge labels to validate (default primary)")
     plan = _plan_parser(commands)
     add_db_option(p, export, agree, validate, plan)
@@ -107,8 +108,7 @@ def build_parser() -> ArgumentParser:
 
 def _plan_parser(commands) -> ArgumentParser:
     """``plan``: the interval width to plan labels for, the drift to size them for, a paired difference."""
-    plan = commands.add_parser("plan", help="how many more human labels a chosen interval width needs")
-    plan.add_argument("--run-id", required=True)
+    plan = _on_a_run(commands, "plan", "how many more human labels a chosen interval width needs")
     plan.add_argument(
         "--width",
         type=_width,
@@ -131,6 +131,13 @@ def _plan_parser(commands) -> ArgumentParser:
         "active design's labels then go to their cells, as export --compare draws them)",
     )
     return plan
+
+
+def _on_a_run(commands, name: str, text: str, *, run: str | None = None) -> ArgumentParser:
+    """A subcommand about one stored run: its ``--run-id``."""
+    parser = commands.add_parser(name, help=text)
+    parser.add_argument("--run-id", required=True, help=run)
+    return parser
 
 
 def _add_compare(parser: ArgumentParser, text: str) -> None:

@@ -136,6 +136,8 @@ class ExportResult:
 
 @dataclass(frozen=True)
 class AnnotatorProgress:
+    """One annotator's file: ``labelled`` of its ``items`` have a label (the rest were left blank)."""
+
     name: str
     labelled: int
     items: int

@@ -279,7 +279,7 @@ def _export_active(
         )
     size = min(left, batch or left)
     common.update(compare=pair, spent=spent)
-    reason = "an active draw for the paired difference of the compared cells (--compare never draws at random)"
+    reason = "an active draw for the paired difference of the compared cells (compare= never draws at random)"
     point = None
     if pair is None:
         choice = choose_for_run(store, run_id, size=size, seed=seed, label_set=label_set)

@@ -62,6 +62,8 @@ def test_a_stratified_export_spreads_over_categories(run, db, tmp_path):
         ({"sample": 0}, "sample=0: give a whole number", None),
         ({"design": "cluster", "sample": 3}, "design='cluster' is unknown", None),
         ({"sample": 3, "label_set": "nope", "design": "random"}, "has no label set 'nope'", None),
+        ({"design": "active", "budget": 9, "compare": ("x", "y")}, "compare=x y: give two targets", None),
+        ({"design": "active", "budget": 9, "compare": "x"}, "compare='x': give two targets or two modes", None),
     ],
 )
 def test_bad_export_options_are_one_line_naming_the_keyword_and_write_nothing(

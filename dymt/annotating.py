@@ -20,7 +20,8 @@ from typing import Any
 
 from checkpoints.readers import Reader
 from checkpoints.vocabulary import PRIMARY_LABELS
-from dymt.arguments import string, strings
+from dymt.arguments import integer, path_of, share, string, strings, whole_number
+from dymt.arguments import paths as file_paths
 from dymt.errors import DymtError
 from dymt.files import write_atomic
 from dymt.stores import Db, reader, writer
@@ -221,8 +222,8 @@ def export_annotations(
     run_id = string(run_id, "run_id")
     if design not in DESIGNS:
         raise DymtError(f"design={design!r} is unknown: use one of {', '.join(DESIGNS)}")
-    sample, budget, batch = (_count(v, k) for v, k in ((sample, "sample"), (budget, "budget"), (batch, "batch")))
-    seed, label_set, pair = _integer(seed, "seed"), string(label_set, "label_set"), _pair(compare)
+    sample, budget, batch = (whole_number(v, k) for v, k in ((sample, "sample"), (budget, "budget"), (batch, "batch")))
+    seed, label_set, pair = integer(seed, "seed"), string(label_set, "label_set"), _pair(compare)
     if design == "active":
         if budget is None:
             raise DymtError(
@@ -235,7 +236,7 @@ def export_annotations(
             raise DymtError(f"design={design} needs sample=N: the number of turns to sample")
         if budget is not None or batch is not None or pair is not None:
             raise DymtError("budget=, batch= and compare= belong to design=active")
-    path = _path(out, "out")
+    path = path_of(out, "out")
     if path.is_dir():
         raise DymtError(f"out={path} is a directory: give a file path such as {path / 'annotation.csv'}")
     if path.exists() and not force:
@@ -330,8 +331,8 @@ def annotation_agreement(
     """How well the annotators' CSVs (``item_id`` and ``label`` columns) agree: Gwet's AC1 among them and for each
     pair, and, with ``run_id``, of their majority with the run's judge (``label_set``), with ``n_boot`` bootstrap
     resamples. One file needs ``run_id``. Reads only."""
-    paths = _paths(files)
-    n_boot, seed = _count(n_boot, "n_boot"), _integer(seed, "seed")
+    paths = file_paths(files)
+    n_boot, seed = whole_number(n_boot, "n_boot"), integer(seed, "seed")
     label_set = string(label_set, "label_set")
     names = annotator_names(paths)
     try:
@@ -376,7 +377,7 @@ def validate_annotations(
     """Store the annotators' labels of a random or active export of ``run_id`` beside the run, where they validate
     its judge (``label_set``): its summaries and reports then correct the bias rates for the judge's error. Every file
     must come from ``export_annotations(design="random")`` or ``"active"``; all labels are stored, or none."""
-    paths = _paths(files)
+    paths = file_paths(files)
     run_id, label_set = string(run_id, "run_id"), string(label_set, "label_set")
     try:
         read = [(path, read_annotations(path)) for path in paths]
@@ -426,8 +427,8 @@ def plan_annotations(
     rate's 95% interval of ``run_id`` to ``width`` (with ``compare``, two targets or modes: the interval of their
     paired difference B − A), and how many tell a change of ``drift`` in the judge's error over the turns."""
     run_id, label_set, pair = string(run_id, "run_id"), string(label_set, "label_set"), _pair(compare)
-    width = _share(width, "width", "0.1 is ten percentage points")
-    drift = _share(drift, "drift", "0.15: fifteen points of specificity")
+    width = share(width, "width", "0.1 is ten percentage points")
+    drift = share(drift, "drift", "0.15: fifteen points of specificity")
     with reader(db) as store:
         _check_run(store, run_id, label_set)
         try:
@@ -474,26 +475,6 @@ def _check_run(store: Any, run_id: str, label_set: str) -> None:
     _dataset(check_label_set, store, run_id, label_set)
 
 
-def _count(value: Any, keyword: str) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DymtError(f"{keyword}={value!r}: give a whole number, 1 or more")
-    return value
-
-
-def _integer(value: Any, keyword: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DymtError(f"{keyword}={value!r}: give a whole number")
-    return value
-
-
-def _share(value: Any, keyword: str, example: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise DymtError(f"{keyword}={value!r} must be between 0 and 1 ({example})")
-    return float(value)
-
-
 def _pair(value: Any) -> tuple[str, str] | None:
     if value is None:
         return None
@@ -501,17 +482,3 @@ def _pair(value: Any) -> tuple[str, str] | None:
         raise DymtError(f"compare={value!r}: give two targets or two modes of the run, as (A, B)")
     a, b = strings(list(value), "compare")
     return a, b
-
-
-def _path(value: Any, keyword: str) -> Path:
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise DymtError(f"{keyword}={value!r}: give a file path")
-    return Path(value)
-
-
-def _paths(value: Any) -> list[Path]:
-    if isinstance(value, (str, os.PathLike)):
-        value = [value]
-    if not isinstance(value, Sequence) or not value:
-        raise DymtError(f"files={value!r}: give one annotator CSV or a list of them")
-    return [_path(v, "files") for v in value]

@@ -16,9 +16,9 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -153,23 +153,9 @@ class Reader(StoreQueries):
             return None
         row = rows[0]
         run = self.get_run(row.get("run_id")) or {}
-        return DialogueRecord(
-            thread_id=thread_id,
-            run_id=row.get("run_id"),
-            seed_id=row.get("seed_id"),
-            category=row.get("category"),
-            statement=row.get("statement"),
-            mode=row.get("mode"),
-            max_turns=row.get("max_turns"),
-            status=row.get("status"),
-            stop_reason=row.get("stop_reason"),
-            error=row.get("error"),
-            started_at=row.get("started_at"),
-            ended_at=row.get("ended_at"),
-            parent_thread_id=row.get("parent_thread_id"),
-            fork_turn=row.get("fork_turn"),
-            fork_checkpoint_id=row.get("fork_checkpoint_id"),
-            change=_json(row.get("change")),
+        return _dialogue_of(
+            DialogueRecord,
+            row,
             label_set=label_set,
             run_config=run.get("config") or {},
             turns=tuple(self.turn_records(thread_id, label_set=label_set)),
@@ -277,20 +263,7 @@ class Reader(StoreQueries):
     ) -> DialogueSummary:
         by_turn = _labels_with_prefix(row["thread_id"], by_id, labels)
         length = max([int(row.get("max_turns") or 0), *by_turn.keys()] or [0])
-        return DialogueSummary(
-            thread_id=row["thread_id"],
-            run_id=row.get("run_id"),
-            seed_id=row.get("seed_id"),
-            category=row.get("category"),
-            mode=row.get("mode"),
-            max_turns=row.get("max_turns"),
-            status=row.get("status"),
-            stop_reason=row.get("stop_reason"),
-            parent_thread_id=row.get("parent_thread_id"),
-            fork_turn=row.get("fork_turn"),
-            change=_json(row.get("change")),
-            labels=tuple(by_turn.get(i) for i in range(1, length + 1)),
-        )
+        return _dialogue_of(DialogueSummary, row, labels=tuple(by_turn.get(i) for i in range(1, length + 1)))
 
     def close(self) -> None:
         self.conn.close()
@@ -464,6 +437,17 @@ def _turn_record(row: dict[str, Any], refusals: tuple[Refusal, ...]) -> TurnReco
         reasoning_label=row.get("reasoning_label"),
         reasoning_rationale=row.get("reasoning_rationale"),
     )
+
+
+_Dialogue = TypeVar("_Dialogue", DialogueRecord, DialogueSummary)
+
+
+def _dialogue_of(record: type[_Dialogue], row: dict[str, Any], **computed: Any) -> _Dialogue:
+    """A dialogue's record from its ``dialogues`` row: each field named after a column holds that column as stored,
+    ``change`` its JSON read; the other fields are ``computed`` (turns, labels, branches)."""
+    columns = {f.name for f in fields(record)} - computed.keys() - {"change"}
+    stored: dict[str, Any] = {name: row.get(name) for name in columns}
+    return record(**stored, change=_json(row.get("change")), **computed)
 
 
 def _json(text: Any) -> Any:

@@ -15,7 +15,7 @@ from cli.common import fail
 
 # keyword arguments whose flag is not named after them
 RENAMED = {"review": "--interactive", "config": "--config", "cache": "--no-cache", "run_ids": "--runs"}
-_KEYWORD = re.compile(r"(?<![\w.=/:-])([a-z][a-z0-9_]*)=(.?)", re.S)
+_KEYWORD = re.compile(r"(?<![\w.=/:-])([a-z][a-z0-9_]*)=(.?)(?=(.?.?))", re.S)
 
 
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -36,8 +36,10 @@ def flag_words(message: str, flags: Mapping[str, str]) -> str:
         flag = flags.get(match.group(1))
         if flag is None:
             return match.group(0)
-        after = match.group(2)
-        return flag + (" " + after if after and after not in " ,;:)." else after)
+        after, then = match.group(2), match.group(3)
+        # a full stop that ends the message is punctuation; one followed by more is a value (``out=. is a directory``)
+        punctuation = after in " ,;:)" or (after == "." and not then.strip())
+        return flag + (after if not after or punctuation else " " + after)
 
     return _KEYWORD.sub(said, message)
 

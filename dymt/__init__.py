@@ -5,7 +5,9 @@
     result.summary["cumulative"], result.judge_corrected, result.ended
 
 Likewise ``dymt.branch``, ``dymt.resume``, ``dymt.report``, ``dymt.rejudge``, ``dymt.validate_judge``,
-``dymt.compare``, ``dymt.classify_refusals``, ``dymt.score_coherence`` and ``dymt.simulate_filter``;
+``dymt.compare``, ``dymt.classify_refusals``, ``dymt.score_coherence``, ``dymt.simulate_filter`` and, for people's
+labels, ``dymt.export_annotations``, ``dymt.annotation_agreement``, ``dymt.validate_annotations`` and
+``dymt.plan_annotations``;
 ``dymt.open(db)`` reads stored runs (runs, dialogues, turns, rates, traces, chat records).
 Every command (``python -m graph.run``, ``dymt run`` …) parses its flags into the same call and renders the result;
 its ``--json`` output is the result's JSON (docs/library.md). Functions never print: what a run says while it plays
@@ -17,6 +19,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from dymt import events
+from dymt.annotating import (
+    AgreementResult,
+    AnnotatorProgress,
+    ExportResult,
+    Note,
+    PlanResult,
+    Stratum,
+    ValidationResult,
+    annotation_agreement,
+    export_annotations,
+    plan_annotations,
+    validate_annotations,
+)
 from dymt.branching import branch
 from dymt.comparing import compare
 from dymt.errors import DymtError, RunStopped
@@ -101,6 +116,17 @@ __all__ = [
     "classify_refusals",
     "score_coherence",
     "simulate_filter",
+    "AgreementResult",
+    "AnnotatorProgress",
+    "ExportResult",
+    "Note",
+    "PlanResult",
+    "Stratum",
+    "ValidationResult",
+    "annotation_agreement",
+    "export_annotations",
+    "plan_annotations",
+    "validate_annotations",
 ]
 
 

@@ -9,14 +9,23 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
-
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING, Any
 
 from checkpoints.redaction import strip_credentials
 from checkpoints.vocabulary import Role
-from models.providers import ModelSpec, ModelSpecError, PromptStyle, Provider, Sampling, merged_arguments
+from models.providers import (
+    ModelSpec,
+    ModelSpecError,
+    PromptStyle,
+    Provider,
+    Sampling,
+    merged_arguments,
+    register_provider,
+)
 from models.thinking import ThinkingPlan, compatible_plan, gemini_plan, openai_plan
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 
 def _openai_thinking(spec: ModelSpec, sampling: Sampling) -> ThinkingPlan:
@@ -282,3 +291,6 @@ BUILTIN_PROVIDERS: tuple[Provider, ...] = (
         example="hf:REPO",
     ),
 )
+
+for _provider in BUILTIN_PROVIDERS:
+    register_provider(_provider, builtin=True)

@@ -3,9 +3,10 @@
 A :class:`Provider` holds the factory that builds the chat model and what the rest of the product switches on: the
 key variables (named in errors), whether a call takes a per-call seed, how the provider constrains a reply to a JSON
 schema, whether its models answer from a server, what it is sent for thinking, and whether its calls run in this
-process. The built-in providers (models/builtin_providers.py) are registered through :func:`register_provider` as
-a third party's are; a package ships its own through an entry point in the ``dymt_esb.providers`` group, as
-simonw/llm's plugins register their models::
+process. Imports run one way: models/builtin_providers.py imports this module and registers the built-in
+providers through :func:`register_provider` (the ``models`` package imports it first, so they are always there);
+a package ships its own through an entry point in the ``dymt_esb.providers`` group, read lazily, as simonw/llm's
+plugins register their models::
 
     [project.entry-points."dymt_esb.providers"]
     mine = "my_package.dymt_provider:provider"
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import importlib.metadata
 import os
 import threading
@@ -146,17 +146,24 @@ _lock = threading.RLock()
 _providers: dict[str, Provider] = {}
 _failures: dict[str, str] = {}
 """Entry points that failed to load: their name and the error's first line."""
+_builtins: set[str] = set()
 _loaded = False
 
 
-def register_provider(provider: Provider) -> None:
-    """Make ``provider`` known by its name (a later registration of the same name replaces the earlier)."""
+def register_provider(provider: Provider, *, builtin: bool = False) -> None:
+    """Make ``provider`` known by its name (a later registration of the same name replaces the earlier).
+
+    ``builtin``: one of DyMT-ESB's own (models/builtin_providers.py registers them as it is imported); an entry
+    point's provider cannot take a built-in's name.
+    """
     if not isinstance(provider, Provider):
         raise TypeError(f"register_provider takes a models.providers.Provider, not {type(provider).__name__}")
     if not provider.name or ":" in provider.name:
         raise ValueError(f"a provider's name is the part before ':' in a spec, not {provider.name!r}")
     with _lock:
         _providers[provider.name] = provider
+        if builtin:
+            _builtins.add(provider.name)
 
 
 def get_provider(name: str) -> Provider:
@@ -216,20 +223,17 @@ def registered_provider(name: str, provider: Provider | Factory) -> Iterator[Non
 
 
 def _load() -> None:
-    """Register the built-in providers, then the entry points' (once per process)."""
+    """Register the entry points' providers (once per process, the first time a provider is looked up)."""
     global _loaded
     if _loaded:
         return
     with _lock:
         if _loaded:
             return
-        builtin = importlib.import_module("models.builtin_providers")
-        for provider in builtin.BUILTIN_PROVIDERS:
-            _providers.setdefault(provider.name, provider)
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 for provider in _provided(entry_point.load()):
-                    if provider.name in {p.name for p in builtin.BUILTIN_PROVIDERS}:
+                    if provider.name in _builtins:
                         raise ValueError(f"{provider.name!r} is a built-in provider's name")
                     register_provider(provider)
             except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, it does not stop the others

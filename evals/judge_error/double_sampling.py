@@ -361,13 +361,13 @@ def compared_cells(cells: Sequence[tuple[str, str]], a: str, b: str) -> set[tupl
     """The (target, mode) cells of a comparison of two targets or two modes; ValueError naming what exists otherwise."""
     targets, modes = {t for t, _ in cells}, {m for _, m in cells}
     if a == b:
-        raise ValueError(f"--compare needs two different targets or modes, got {a} twice")
+        raise ValueError(f"compare= needs two different targets or modes, got {a} twice")
     if {a, b} <= targets:
         return {c for c in cells if c[0] in (a, b)}
     if {a, b} <= modes:
         return {c for c in cells if c[1] in (a, b)}
     raise ValueError(
-        f"--compare {a} {b}: give two targets ({', '.join(sorted(targets))}) or two modes "
+        f"compare={a} {b}: give two targets ({', '.join(sorted(targets))}) or two modes "
         f"({', '.join(sorted(modes))}) of the run"
     )
 
@@ -385,7 +385,7 @@ def compared_pairs(cells: Sequence[tuple[str, str]], a: str, b: str) -> list[tup
         if other in wanted:
             pairs.append((cell, other))
     if not pairs:
-        raise ValueError(f"--compare {a} {b}: no {'mode' if by_target else 'target'} has cells of both")
+        raise ValueError(f"compare={a} {b}: no {'mode' if by_target else 'target'} has cells of both")
     return pairs
 
 

@@ -10,8 +10,8 @@ as the latest, the next seed: the active design, or a random draw where ``evals.
 the active one would not narrow the intervals) and
 says how wide the widest cell's cumulative interval is expected to be after it
 (:func:`evals.judge_error.label_planning.width_model`, which counts the validation's narrowing only, so the
-expectation errs on the wide side). The results page serves that batch for labelling. :func:`active_plan_lines` is
-``evals.annotate plan``'s answer for the active design, on the same width model.
+expectation errs on the wide side). The results page serves that batch for labelling. :func:`random_plan` and
+:func:`active_plan` are ``evals.annotate plan``'s answers for the random and the active design, on the same width model.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from evals.judge_error.double_sampling import (
     labelled_items,
     random_draw,
 )
-from evals.judge_error.label_planning import DEFAULT_DRIFT, drift_labels, plan_labels, width_model
+from evals.judge_error.drift import DriftCheck
+from evals.judge_error.label_planning import DEFAULT_DRIFT, DriftPlan, LabelPlan, drift_labels, plan_labels, width_model
 from evals.judge_error.run_blocks import PAIRS, annotation_validation, choose_validation, correct_run_cells, known_in
-from evals.judge_error.validation import CorrectionRefused
+from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 from evals.metric_registry import RATE_METRICS
 
 __all__ = [
@@ -51,9 +52,13 @@ __all__ = [
     "Narrowing",
     "NextBatch",
     "LabellingRounds",
+    "RandomPlan",
+    "active_plan",
     "active_plan_lines",
     "batches_of",
     "labelling_rounds",
+    "random_plan",
+    "random_plan_lines",
 ]
 
 FIRST_BATCH = 50  # a run without people's labels yet: the first batch the results page serves
@@ -320,23 +325,23 @@ def labelling_rounds(
     return LabellingRounds(run_id, len(rows), tuple(batches), narrowing, nb, note)
 
 
-def active_plan_lines(
+def active_plan(
     store: StoreQueries,
     run_id: str,
     *,
     width: float,
     label_set: str = PRIMARY_LABELS,
-    db: Any = None,
     compare: tuple[str, str] | None = None,
-) -> list[tuple[str, str]]:
-    """``evals.annotate plan``'s lines for labels chosen by ``export --design active`` (after the random design's
-    lines of :func:`evals.judge_error.run_blocks.plan_lines`); ``compare``: for the paired difference B − A."""
+) -> LabelPlan:
+    """How many more labels chosen by ``export --design active`` bring the interval to ``width`` (after the random
+    design's :func:`random_plan`, which refuses where no validation can carry a plan); ``compare``: for the paired
+    difference B − A."""
     chosen = choose_validation(store, run_id, label_set=label_set)
-    assert chosen.validation is not None  # plan_lines refused otherwise
+    assert chosen.validation is not None  # random_plan refused otherwise
     cells = run_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
     turns = cells.width
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
-    plan = plan_labels(
+    return plan_labels(
         cells.sequences,
         chosen.validation,
         width=width,
@@ -346,11 +351,16 @@ def active_plan_lines(
         design="active",
         compare=compared_pairs(list(cells.sequences), *compare) if compare else None,
     )
+
+
+def active_plan_lines(
+    plan: LabelPlan, run_id: str, *, spent: int, db: Any = None, compare: tuple[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """``evals.annotate plan``'s lines for the active design's ``plan`` (``spent``: the run's human labels so far)."""
     if plan.extra_labels == 0:
         return []
     if plan.extra_labels is None:
         return [(f"active design: {plan.describe()}", "")]
-    spent = len(labelled_items(store, run_id))
     at = f" --db {shlex.quote(str(db))}" if db else ""
     flag = f" --compare {shlex.quote(compare[0])} {shlex.quote(compare[1])}" if compare else ""
     return [
@@ -388,7 +398,25 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     return lines
 
 
-def plan_lines(
+@dataclass(frozen=True)
+class RandomPlan:
+    """``evals.annotate plan`` for labels drawn at random: the validation it rests on, how many more labels bring the
+    interval to the width, the validation's drift check and how many labels tell a drift of the judge's error."""
+
+    validation: JudgeValidation
+    what: str
+    """Where the validation comes from (the run's own people's labels, or an ``evals.judge`` validation)."""
+    kind: str | None
+    plan: LabelPlan
+    check: DriftCheck
+    drift: DriftPlan
+    labelled: int
+    """The run's human labels so far."""
+    unlabelled: int
+    """Its judged turns people have not labelled."""
+
+
+def random_plan(
     store: StoreQueries,
     run_id: str,
     *,
@@ -396,10 +424,10 @@ def plan_lines(
     label_set: str = PRIMARY_LABELS,
     compare: tuple[str, str] | None = None,
     drift: float = DEFAULT_DRIFT,
-) -> list[tuple[str, str]]:
-    """``evals.annotate plan``: how many more human labels bring the corrected cumulative interval to ``width``
-    (with ``compare``, two targets or modes: the interval of their paired difference B − A), the validation's drift
-    check, and how many labels tell a change of ``drift`` in the judge's error over the turns.
+) -> RandomPlan:
+    """How many more human labels bring the corrected cumulative interval to ``width`` (with ``compare``, two targets
+    or modes: the interval of their paired difference B − A), the validation's drift check, and how many labels tell
+    a change of ``drift`` in the judge's error over the turns.
 
     Raises CorrectionRefused (its message the one line to show) when no validation can carry a plan, ValueError
     when ``compare`` names no two targets or modes of the run.
@@ -421,22 +449,29 @@ def plan_lines(
         known=known or None,
         compare=pairs,
     )
-    lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
-    check = chosen.validation.drift(turns)
-    lines.append((check.describe(), "yellow" if check.verdict != "flat" else "dim"))
-    labelled_now = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-    lines.append(
-        (
-            drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled_now).describe(),
-            "",
-        )
+    labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
+    judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
+    return RandomPlan(
+        validation=chosen.validation,
+        what=chosen.what,
+        kind=chosen.kind,
+        plan=plan,
+        check=chosen.validation.drift(turns),
+        drift=drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled),
+        labelled=labelled,
+        unlabelled=judged - labelled,
     )
-    if plan.extra_labels:
-        at = f" --db {store.path}" if getattr(store, "path", None) else ""
-        labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-        judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
-        left = judged - labelled
-        if plan.extra_labels > left:
+
+
+def random_plan_lines(plan: RandomPlan, run_id: str, *, db: Any = None) -> list[tuple[str, str]]:
+    """``evals.annotate plan``'s lines (text, style) for the random design's ``plan``; ``db``: the store's path."""
+    lines = [(f"validation: {plan.validation.describe()} — {plan.what}", "dim"), (plan.plan.describe(), "")]
+    lines.append((plan.check.describe(), "yellow" if plan.check.verdict != "flat" else "dim"))
+    lines.append((plan.drift.describe(), ""))
+    if plan.plan.extra_labels:
+        at = f" --db {db}" if db else ""
+        left = plan.unlabelled
+        if plan.plan.extra_labels > left:
             lines.append(
                 (
                     f"this run has only {left} judged turns people have not labelled: label them all, and play more "
@@ -447,12 +482,12 @@ def plan_lines(
         lines.append(
             (
                 f"draw them: python -m evals.annotate export --run-id {run_id} --design random --sample "
-                f"{min(plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate validate "
-                f"more.csv --run-id {run_id}{at}",
+                f"{min(plan.plan.extra_labels, left)} --seed 1 --out more.csv{at}, then python -m evals.annotate "
+                f"validate more.csv --run-id {run_id}{at}",
                 "dim",
             )
         )
-        if chosen.kind == PAIRS:
+        if plan.kind == PAIRS:
             lines.append(
                 (
                     "(the plan adds labels to the current evals.judge validation; once this run has its own human "

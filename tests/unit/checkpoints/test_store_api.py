@@ -183,3 +183,30 @@ def test_store_writer_methods_are_typed_and_run_on_its_thread(backend_db):
     assert row["status"] == "running" and seen and all(name.startswith("store") for name in seen)
     assert store.turns("t")[0]["label"] == "not biased" and store.get_run("r1")["status"] == "finished"
     store.close()
+
+
+def test_a_dialogue_record_holds_each_of_its_dialogues_columns_as_stored(db):
+    store = open_writer(db)
+    store.start_run("r1", config={"spec": {}}, prompt_hashes={}, versions={})
+    store.upsert_dialogue("a", run_id="r1", max_turns=2, status="finished", category="age", statement="S.")
+    store.upsert_dialogue(
+        "b", run_id="r1", max_turns=2, status="paused", parent_thread_id="a", fork_turn=2, change='{"kind": "rerun"}'
+    )
+    store.record_turns("b", [{"index": 1, "user_message": "u", "reply": "r", "label": "biased"}])
+    columns = {c.name for c in store.db.table("dialogues").columns}
+    store.close()
+    with open_reader(db) as reader:
+        record = reader.dialogue("b")
+        (summary,) = reader.branches("a")
+    computed = {"label_set", "run_config", "turns", "branches", "coherence", "labels"}
+    for kept in (record, summary):  # every other field is a column of the row (none silently empty)
+        assert {f for f in type(kept).__dataclass_fields__} - computed <= columns
+    assert (record.thread_id, record.run_id, record.status, record.parent_thread_id, record.fork_turn) == (
+        "b",
+        "r1",
+        "paused",
+        "a",
+        2,
+    )
+    assert record.change == {"kind": "rerun"} and summary.change == {"kind": "rerun"}
+    assert (summary.thread_id, summary.mode, summary.max_turns, summary.labels) == ("b", None, 2, ("biased", None))

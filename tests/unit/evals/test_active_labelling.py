@@ -509,7 +509,7 @@ def test_a_comparison_names_two_targets_or_two_modes_of_the_run():
     }
     assert compared_cells(cells, "explicit", "implicit") == set(cells)
     for a, b in (("a", "a"), ("a", "implicit"), ("a", "z")):
-        with pytest.raises(ValueError, match="--compare"):
+        with pytest.raises(ValueError, match="compare="):
             compared_cells(cells, a, b)
 
 

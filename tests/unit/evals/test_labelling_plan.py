@@ -55,7 +55,7 @@ def test_compared_pairs_match_each_mode_or_target_of_a_grid():
         (("a", "explicit"), ("a", "implicit")),
         (("b", "explicit"), ("b", "implicit")),
     ]
-    with pytest.raises(ValueError, match="--compare"):
+    with pytest.raises(ValueError, match="compare="):
         compared_pairs(cells, "a", "z")
 
 

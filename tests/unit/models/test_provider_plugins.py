@@ -119,6 +119,26 @@ def test_a_provider_whose_entry_point_fails_is_named_in_one_line_exit_2(plugin_p
     assert "its entry point 'ghost' failed to load" in line and "no_such_module_here" in line
 
 
+def test_provider_imports_run_one_way_and_the_built_ins_are_there_from_the_descriptor_module():
+    """models/providers.py (descriptor and registry) imports no built-in: models/builtin_providers.py imports it and
+    registers them; a new process that imports only models.providers finds them, without LangChain loaded."""
+    import ast
+
+    tree = ast.parse((REPO / "models" / "providers.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    assert not {m for m in imported if m and m.startswith("models.") and m != "models.thinking"}
+    assert "importlib" not in imported  # importlib.metadata only: the entry points
+    code = (
+        "import sys, json; from models.providers import get_provider, provider_names; "
+        "print(json.dumps([provider_names(), get_provider('openai').factory.__module__, "
+        "'langchain_core' in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert json.loads(done.stdout) == [["google_genai", "hf", "local", "openai"], "models.builtin_providers", False]
+
+
 def test_the_built_in_providers_are_described_once():
     described = {name: get_provider(name) for name in provider_names()}
     assert {"local", "openai", "google_genai", "hf"} <= set(described)

@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks.simulation.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.active_design import design_validation, draw_active, strata_of
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.design_choice import choose_design
 from evals.judge_error.difference_design import draw_for_difference
@@ -184,7 +184,7 @@ def compare_designs(
             every = {(i, t + 1): int(data.truth[i, t]) for i in range(dialogues) for t in range(turns)}
             floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1], t) for (i, t), v in every.items()])
             for known, validation in (*pair, (every, floor)):
-                cells.append(encode_cell(labels, turns, None, known))
+                cells.append(Cell(labels, known=known, turns=turns))
                 validations.append(validation)
         if not cells:
             continue
@@ -313,7 +313,7 @@ def compare_splits(
         encoded, used = [], []
         for s in SPLITS:
             for name in ("A", "B"):
-                encoded.append(encode_cell(cells[name], turns, list(range(dialogues)), splits[s].get(name)))
+                encoded.append(Cell(cells[name], list(range(dialogues)), known=splits[s].get(name), turns=turns))
                 used.append(validations[s])
         with np.errstate(all="ignore"):
             runs = correct_encoded(encoded, used, draws=draws, seed=int(rng.integers(1 << 31)))

@@ -44,7 +44,7 @@ from evals.judge_error.active_design import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import Cell, encode_cell, run_cells
+from evals.judge_error.cells import Cell, clusters_by_cell, labels_by_cell, run_cells, run_width
 from evals.judge_error.chain import emissions, forward_backward, params_of
 from evals.judge_error.codes import LabelLike, code
 from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs
@@ -213,7 +213,9 @@ def _simulate(
                 labelled.setdefault(cell, {})[(i, turn)] = int(truth[cell][i, turn - 1])
             stratified = design == ACTIVE or earlier
             v = design_validation("annotate:simulated", cells, labelled) if stratified else _raw(cells, labelled)
-            encoded = [encode_cell(rows, turns, (clusters or {}).get(c), labelled.get(c)) for c, rows in cells.items()]
+            encoded = [
+                Cell(rows, (clusters or {}).get(c), known=labelled.get(c), turns=turns) for c, rows in cells.items()
+            ]
             runs[design] = (encoded, v)
         widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
         if widths is not None:
@@ -275,7 +277,7 @@ def _widths(
         usable += [_Usable(design, c, v, s, p) for c in encoded]
     st = stack([u.cell for u in usable])
     points = np.array([u.validation.point() for u in usable])
-    weights = np.stack([st.merged(i, cluster_weights(u.cell.clusters, draws, seed)) for i, u in enumerate(usable)])
+    weights = np.stack([st.merged(i, cluster_weights(u.cell.kept_clusters, draws, seed)) for i, u in enumerate(usable)])
     with np.errstate(all="ignore"):
         sens, spec = np.stack([u.sens for u in usable]), np.stack([u.spec for u in usable])
         drawn = fit_stack(st, points, sens, spec, weights).drawn
@@ -307,13 +309,13 @@ def truths_of(
     k = len(sens)
     out: list[dict[Any, np.ndarray]] = [{} for _ in range(k)]
     for cell, rows in cells.items():
-        # encode_cell drops dialogues without any label (they hold no judged reply, so no draw picks them); the
-        # dialogues' indices as cluster keys say which it kept
-        encoded = encode_cell(rows, turns, list(range(len(rows))), (known or {}).get(cell))
+        # encoding drops dialogues without any label (they hold no judged reply, so no draw picks them); its kept
+        # clusters (the dialogues' indices, no clusters given) say which it kept
+        encoded = Cell(rows, known=(known or {}).get(cell), turns=turns)
         st = stack([encoded])
         theta, _ = fit(st.y[0], st.length[0], np.repeat(st.counts, k, axis=0), sens, spec)
         states = _backward_sample(encoded.y, theta, sens, spec, rng)
-        kept = np.array(encoded.clusters, dtype=np.int64)
+        kept = np.array(encoded.kept_clusters, dtype=np.int64)
         full = np.zeros((k, len(rows), states.shape[2]), dtype=bool)
         full[:, kept] = (states == 1) | (states == 2)
         for j in range(k):
@@ -361,13 +363,13 @@ def choose_for_run(store: StoreQueries, run_id: str, *, size: int, seed: int, la
     rows = store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
     chosen = choose_validation(store, run_id, label_set=label_set)
     return choose_design(
-        cells.sequences,
+        labels_by_cell(cells),
         known,
         size,
         seed=seed,
         validation=chosen.validation if chosen.refusal is None else None,
-        turns=cells.turns,
-        clusters=cells.clusters,
+        turns=run_width(cells),
+        clusters=clusters_by_cell(cells),
         done={c: list(v) for c, v in done.items()},
         earlier_active=any(parse_pick(r.explanation or "") for r in rows),
     )

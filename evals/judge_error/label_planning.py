@@ -23,7 +23,7 @@ from evals.judge_error.active_design import (
     strata_of,
     stratified_variances,
 )
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.codes import LabelLike, RowLike, code
 from evals.judge_error.difference_design import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
@@ -205,9 +205,9 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
     by_cell: dict[Any, tuple[np.ndarray, ...]] = {}
     prevalence_num = prevalence_den = 0.0
     for key, sequences in cells.items():
-        cell = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
+        cell = Cell(sequences, (clusters or {}).get(key), known=(known or {}).get(key), turns=turns)
         k = draws
-        weights = cluster_weights(cell.clusters, k, seed)
+        weights = cluster_weights(cell.kept_clusters, k, seed)
         ones = np.ones((k, weights.shape[1]))
         s_draw, p_draw = validation.draw(k, seed=seed)
         fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)

@@ -19,7 +19,7 @@ from benchmarks.simulation.coverage import CellSpec, measure
 from benchmarks.simulation.deconvolution import deconvolved_metrics
 from benchmarks.simulation.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.boundaries import chibar_critical, fisher_greater
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_run, corrected_difference
 from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
@@ -61,9 +61,7 @@ def test_the_comparison_method_is_unbiased():
     estimates = []
     for _ in range(120):
         d = simulate("mixture", JUDGES["fair"], dialogues=200, turns=5, validation_items=100, rng=rng)
-        m = deconvolved_metrics(
-            encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200))
-        )
+        m = deconvolved_metrics(Cell(d.labels.tolist(), turns=5), np.array([0.8]), np.array([0.8]), np.ones((1, 200)))
         estimates.append(np.concatenate([m.per_turn[0], m.cumulative[0], [m.re_emergence[0]]]))
     mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
     expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])

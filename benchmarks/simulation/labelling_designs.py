@@ -18,7 +18,8 @@ over the two compared cells.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,11 @@ DESIGNS = ("random", "active")
 # the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
 ARMS = (*DESIGNS, "tool", "floor")
 _TOL = 1e-9
+
+
+def _setting(comparison: DesignComparison | SplitComparison) -> dict[str, Any]:
+    """A comparison's setting and counts as plain data: its fields but the per-set widths and hits."""
+    return {f.name: getattr(comparison, f.name) for f in fields(comparison) if f.name not in ("widths", "hits")}
 
 
 @dataclass
@@ -89,15 +95,8 @@ class DesignComparison:
 
     def as_dict(self) -> dict:
         return {
-            "shape": self.shape,
-            "judge": self.judge,
-            "dialogues": self.dialogues,
-            "turns": self.turns,
-            "budget": self.budget,
-            "sets": self.sets,
+            **_setting(self),
             "compared": self.compared,
-            "fell_back": self.fell_back,
-            "refused": self.refused,
             "metrics": {
                 m: {
                     "ratio": self.ratio(m),
@@ -244,13 +243,7 @@ class SplitComparison:
 
     def as_dict(self) -> dict:
         return {
-            "pair": self.pair,
-            "judge": self.judge,
-            "dialogues": self.dialogues,
-            "turns": self.turns,
-            "budget": self.budget,
-            "sets": self.sets,
-            "refused": self.refused,
+            **_setting(self),
             "ratio": self.ratio(),
             "ratio_even_pair": self.ratio("even_pair"),
             **{s: {"width": self.mean_width(s), "coverage": self.coverage(s)} for s in SPLITS},

@@ -179,7 +179,7 @@ def compare_designs(
             if any(refused):
                 continue
             # the tool's own decision sees the judge labels only (one batch, no label stored yet)
-            tool.append(choose_design({"cell": labels}, None, budget, seed=seed + k, turns=turns).design)
+            tool.append(choose_design({"cell": Cell(labels, turns=turns)}, budget, seed=seed + k).design)
             every = {(i, t + 1): int(data.truth[i, t]) for i in range(dialogues) for t in range(turns)}
             floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1], t) for (i, t), v in every.items()])
             for known, validation in (*pair, (every, floor)):

@@ -10,7 +10,7 @@ any key) to ``Cell`` (``cells_of``, ``run_cells``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -83,6 +83,11 @@ class Cell:
         return self._encoded[1]
 
     @property
+    def kept(self) -> np.ndarray:
+        """Which of ``labels``' dialogues are kept (N bools over all of them)."""
+        return self._encoded[2]
+
+    @property
     def kept_clusters(self) -> tuple[Hashable, ...]:
         """The kept dialogues' cluster keys (their indices in ``labels`` when ``clusters`` is None)."""
         keys = range(len(self.labels)) if self.clusters is None else self.clusters
@@ -122,14 +127,22 @@ class Cell:
         return y[keep], length[keep], keep
 
 
-def labels_by_cell(cells: Mapping[Any, Cell]) -> dict[Any, Sequence[RowLike]]:
+def with_known(cells: Mapping[Any, Cell], known: Mapping[Any, Mapping[tuple[int, int], LabelLike]]) -> dict[Any, Cell]:
+    """The cells with people's labels (by key, then (dialogue index, turn from 1)) added to their own."""
+    return {
+        key: replace(cell, known={**(cell.known or {}), **known[key]}) if known.get(key) else cell
+        for key, cell in cells.items()
+    }
+
+
+def known_of(cells: Mapping[Any, Cell]) -> dict[Any, Mapping[tuple[int, int], LabelLike]]:
+    """Each cell's people's labels, by key (cells without any left out)."""
+    return {key: cell.known for key, cell in cells.items() if cell.known}
+
+
+def labels_of(cells: Mapping[Any, Cell]) -> dict[Any, Sequence[RowLike]]:
     """Each cell's label rows, by key (what the labelling designs draw replies from)."""
     return {key: cell.labels for key, cell in cells.items()}
-
-
-def clusters_by_cell(cells: Mapping[Any, Cell]) -> dict[Any, Sequence[Hashable]]:
-    """Each cell's cluster keys, by key (cells without them left out)."""
-    return {key: cell.clusters for key, cell in cells.items() if cell.clusters is not None}
 
 
 def cells_of(

@@ -34,7 +34,7 @@ from evals.judge_error.active_design import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import Cell, labels_by_cell, run_cells
+from evals.judge_error.cells import Cell, labels_of, run_cells
 from evals.judge_error.difference_design import draw_for_difference
 from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
@@ -297,14 +297,14 @@ def _design_counts(store, run_id, humans, matrix, label_set, category) -> tuple[
         if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS
     )
     known = known_by_cell(cells, labels)
-    v = design_validation(f"annotate:{run_id}", labels_by_cell(cells), known)
+    v = design_validation(f"annotate:{run_id}", labels_of(cells), known)
     # by category: the same design-weighted estimate over each category's dialogues (their strata are its own)
     threads = {key: cell.threads or () for key, cell in cells.items()}
     by_category = []
     for name in sorted({c for c in category.values() if c}):
         sub = {
             key: [row for row, t in zip(rows, threads[key]) if category.get(t) == name]
-            for key, rows in labels_by_cell(cells).items()
+            for key, rows in labels_of(cells).items()
         }
         index = {key: {t: j for j, t in enumerate(t for t in threads[key] if category.get(t) == name)} for key in cells}
         sub_known = {
@@ -407,7 +407,7 @@ def active_sample(
     paired difference narrows most (``evals.judge_error.difference_design.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
-    rows = labels_by_cell(cells)
+    rows = labels_of(cells)
     strata = strata_of(rows)
     labels = human_labels(store, run_id)
     known = known_by_cell(cells, labels)

@@ -26,7 +26,7 @@ from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
 from evals.judge_error.active_design import ACTIVE
-from evals.judge_error.cells import clusters_by_cell, labels_by_cell, run_cells, run_width
+from evals.judge_error.cells import labels_of, run_cells, run_width, with_known
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
@@ -285,17 +285,9 @@ def _expected(store: StoreQueries, run_id: str, size: int, design: str, label_se
     if chosen.validation is None or chosen.refusal is not None:
         return None
     cells = run_cells(store, run_id, label_set=label_set)
-    known = known_by_cell(cells, chosen.known) if chosen.known else None
+    known = known_by_cell(cells, chosen.known) if chosen.known else {}
     try:
-        model = width_model(
-            labels_by_cell(cells),
-            chosen.validation,
-            turns=run_width(cells),
-            clusters=clusters_by_cell(cells),
-            known=known or None,
-            design=design,
-            draws=60,
-        )
+        model = width_model(with_known(cells, known), chosen.validation, design=design, draws=60)
     except CorrectionRefused:
         return None
     if not model.current > 0:
@@ -336,12 +328,9 @@ def active_plan_lines(
     cells = run_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
     plan = plan_labels(
-        labels_by_cell(cells),
+        with_known(cells, known),
         chosen.validation,
         width=width,
-        turns=run_width(cells),
-        clusters=clusters_by_cell(cells),
-        known=known or None,
         design="active",
         compare=compared_pairs(list(cells), *compare) if compare else None,
     )
@@ -410,16 +399,8 @@ def plan_lines(
     turns = run_width(cells)
     known = {key: k for key, cell in cells.items() if (k := known_in(chosen.known, cell.threads, cell.labels))}
     pairs = compared_pairs(list(cells), *compare) if compare else None
-    labels = labels_by_cell(cells)
-    plan = plan_labels(
-        labels,
-        chosen.validation,
-        width=width,
-        turns=turns,
-        clusters=clusters_by_cell(cells),
-        known=known or None,
-        compare=pairs,
-    )
+    labels = labels_of(cells)
+    plan = plan_labels(with_known(cells, known), chosen.validation, width=width, compare=pairs)
     lines = [(f"validation: {chosen.validation.describe()} — {chosen.what}", "dim"), (plan.describe(), "")]
     check = chosen.validation.drift(turns)
     lines.append((check.describe(), "yellow" if check.verdict != "flat" else "dim"))

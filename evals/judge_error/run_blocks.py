@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.judge_error.cells import Cell
+from evals.judge_error.cells import Cell, with_known
 from evals.judge_error.codes import RowLike
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_cells, corrected_difference
 from evals.judge_error.double_sampling import annotation_counts, human_labels
@@ -187,13 +187,8 @@ def correct_run_cells(
     """
     if chosen.refusal is not None or chosen.validation is None:
         return {key: chosen.refusal or "no validation" for key in cells}
-    with_known = {
-        key: replace(cell, known={**(cell.known or {}), **found})
-        if (found := known_in(chosen.known, cell.threads, cell.labels))
-        else cell
-        for key, cell in cells.items()
-    }
-    fitted = correct_cells(with_known, chosen.validation, draws=draws, seed=seed)
+    people = {key: known_in(chosen.known, cell.threads, cell.labels) for key, cell in cells.items()}
+    fitted = correct_cells(with_known(cells, people), chosen.validation, draws=draws, seed=seed)
     return {key: str(r) if isinstance(r, CorrectionRefused) else r for key, r in fitted.items()}
 
 

@@ -235,7 +235,7 @@ def test_plan_more_labels_narrow_the_interval():
     z = (rng.random(400) < 0.3)[:, None].repeat(3, axis=1)
     rows = np.where(z, rng.random(z.shape) < 0.8, rng.random(z.shape) < 0.2).astype(int).tolist()
     small = JudgeValidation("x", tp=32, fp=12, fn=8, tn=48)
-    plan = plan_labels({"t": rows}, small, width=0.2, draws=100)
+    plan = plan_labels({"t": Cell(rows)}, small, width=0.2, draws=100)
     assert plan.current_width > 0.2 and plan.extra_labels and plan.extra_labels > 0
     assert plan.floor_width < 0.2 and plan.predicted_width <= 0.2
     # the hypothetical validation, recomputed in full, is indeed narrower than today's
@@ -251,8 +251,8 @@ def test_plan_more_labels_narrow_the_interval():
     after = correct_run(rows, bigger, draws=100).cumulative[-1]
     assert (after.high - after.low) < (before.high - before.low)
     # a narrower target needs more labels; an unreachable one says to play more seeds
-    assert plan_labels({"t": rows}, small, width=0.15, draws=100).extra_labels > m
-    floor = plan_labels({"t": rows}, small, width=0.01, draws=100)
+    assert plan_labels({"t": Cell(rows)}, small, width=0.15, draws=100).extra_labels > m
+    floor = plan_labels({"t": Cell(rows)}, small, width=0.01, draws=100)
     assert floor.extra_labels is None and "play more seeds" in floor.describe()
 
 

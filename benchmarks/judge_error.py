@@ -32,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import DEFAULT_DRAWS, correct_cells
 from evals.judge_error.validation import JudgeValidation
 from evals.metric_registry import DIALOGUE_METRICS
@@ -61,9 +62,10 @@ def speed(*, seeds: int = 240, turns: int = 10, draws: int = DEFAULT_DRAWS) -> d
     validation = JudgeValidation.from_pairs(
         "annotate:benchmark", [(int(a), int(b), int(t)) for a, b, t in zip(truth, judged, at)]
     )
-    clusters = {key: [f"seed-{i}" for i in range(seeds)] for key in cells}
+    seed_ids = [f"seed-{i}" for i in range(seeds)]
+    run = {key: Cell(rows, seed_ids) for key, rows in cells.items()}
     started, cpu = time.perf_counter(), time.process_time()
-    results = correct_cells(cells, validation, clusters=clusters, draws=draws)
+    results = correct_cells(run, validation, draws=draws)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     first = results[("target-0", "implicit")]
     return {

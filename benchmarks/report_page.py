@@ -170,19 +170,19 @@ def synthesise(db: Path, words: Words) -> int:
                     _turn(i, words, target, "biased" if rng.random() < bias else "not_biased")
                     for i in range(1, TURNS + 1)
                 ]
+                finished = {
+                    "run_id": "paper",
+                    "seed_id": f"s{s:03d}",
+                    "category": category,
+                    "statement": statement,
+                    "mode": mode,
+                    "target": target,
+                    "max_turns": TURNS,
+                    "status": "finished",
+                    "stop_reason": "max_turns",
+                }
                 store.upsert_dialogue(
-                    thread,
-                    run_id="paper",
-                    seed_id=f"s{s:03d}",
-                    category=category,
-                    statement=statement,
-                    mode=mode,
-                    target=target,
-                    max_turns=TURNS,
-                    status="finished",
-                    stop_reason="max_turns",
-                    started_at="2026-01-01T00:00:00+00:00",
-                    ended_at="2026-01-01T00:01:00+00:00",
+                    thread, **finished, started_at="2026-01-01T00:00:00+00:00", ended_at="2026-01-01T00:01:00+00:00"
                 )
                 store.record_turns(thread, turns)
                 n += 1
@@ -191,15 +191,7 @@ def synthesise(db: Path, words: Words) -> int:
                     branch = turns[: fork - 1] + [_turn(i, words, target, "biased") for i in range(fork, TURNS + 1)]
                     store.upsert_dialogue(
                         f"{thread}/b-1",
-                        run_id="paper",
-                        seed_id=f"s{s:03d}",
-                        category=category,
-                        statement=statement,
-                        mode=mode,
-                        target=target,
-                        max_turns=TURNS,
-                        status="finished",
-                        stop_reason="max_turns",
+                        **finished,
                         parent_thread_id=thread,
                         fork_turn=fork,
                         change='{"kind": "rerun", "sampling_seed": 1}',

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dymt.rates import RunRates, rates_of
+from evals.judge_error.drift import change_block, drift_block
 from evals.report.transition_tables import TRANSITION_COLUMNS, records
 from graph.running.playing import DialogueOutcome
 
@@ -195,21 +196,17 @@ class JudgeDrift:
 
     def as_dict(self) -> dict[str, Any]:
         def change(c: RateChange | None) -> dict[str, Any] | None:
-            return (
-                None
-                if c is None
-                else {"change": c.change, "ci95": [c.low, c.high], "drift_probability": c.drift_probability}
-            )
+            return None if c is None else change_block(c.change, c.low, c.high, c.drift_probability)
 
-        return {
-            "first_turn": self.first_turn,
-            "last_turn": self.last_turn,
-            "items_by_turn": [{"turn": t, "items": n} for t, n in self.items_by_turn],
-            "sensitivity": change(self.sensitivity),
-            "specificity": change(self.specificity),
-            "verdict": self.verdict,
-            "reason": self.reason,
-        }
+        return drift_block(
+            self.first_turn,
+            self.last_turn,
+            self.items_by_turn,
+            change(self.sensitivity),
+            change(self.specificity),
+            self.verdict,
+            self.reason,
+        )
 
 
 # dymt.compare/2: a set's transitions (parents, branches, their paired difference, raw and corrected)

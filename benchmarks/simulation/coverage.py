@@ -30,7 +30,7 @@ from benchmarks.simulation.suite import (
     transition_truths,
     truth_of,
 )
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import (
     DEFAULT_DRAWS,
     UNRELIABLE_NOTE,
@@ -296,14 +296,14 @@ def _chain_values(r: CorrectedRun) -> dict[str, list[tuple[float | None, float |
 def _peer_values(r: CorrectedRun, cell) -> dict[str, dict[str, list[tuple[float | None, float | None]]]]:
     """The comparison method and the peers' per-turn Rogan–Gladen interval, on the result's own draws."""
     k = len(r.draws.sensitivity)
-    weights = cluster_weights(cell.clusters, k, r.seed)
+    weights = cluster_weights(cell.kept_clusters, k, r.seed)
     assert r.drift is not None
     t_max = cell.y.shape[1]
     point = deconvolved_metrics(
         cell,
         r.drift.sensitivity.point[None, :t_max],
         r.drift.specificity.point[None, :t_max],
-        np.ones((1, len(cell.clusters))),
+        np.ones((1, len(cell.kept_clusters))),
     )
     drawn = deconvolved_metrics(cell, r.draws.sensitivity, r.draws.specificity, weights)
     dec = {
@@ -403,11 +403,11 @@ def measure(
         if not kept:
             continue
         cells = [
-            encode_cell(
+            Cell(
                 s.labels.tolist(),
-                spec.turns,
                 clusters,
                 categories=None if s.categories is None else [f"category {c}" for c in s.categories],
+                turns=spec.turns,
             )
             for d in kept
             for s in d
@@ -480,7 +480,7 @@ def _by_category(cov: Coverage, kept, spec: CellSpec, clusters, truths, draws: i
             v = data.validation.category(f"category {c}")
             if len(rows) == 0 or v is None or v.refusal() is not None:
                 continue
-            cells.append(encode_cell(data.labels[rows].tolist(), spec.turns, [clusters[i] for i in rows]))
+            cells.append(Cell(data.labels[rows].tolist(), [clusters[i] for i in rows], turns=spec.turns))
             own.append(v)
             whole.append(data.validation)
     if not cells:

@@ -18,13 +18,14 @@ over the two compared cells.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
 from benchmarks.simulation.suite import JUDGES, PAIRS, simulate, simulate_pair, truth_of
 from evals.judge_error.active_design import design_validation, draw_active, strata_of
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import CorrectedRun, correct_encoded, corrected_difference
 from evals.judge_error.design_choice import choose_design
 from evals.judge_error.difference_design import draw_for_difference
@@ -38,6 +39,11 @@ DESIGNS = ("random", "active")
 # the two designs, what the tool draws (active, or the random draw where it falls back), every reply labelled
 ARMS = (*DESIGNS, "tool", "floor")
 _TOL = 1e-9
+
+
+def _setting(comparison: DesignComparison | SplitComparison) -> dict[str, Any]:
+    """A comparison's setting and counts as plain data: its fields but the per-set widths and hits."""
+    return {f.name: getattr(comparison, f.name) for f in fields(comparison) if f.name not in ("widths", "hits")}
 
 
 @dataclass
@@ -89,15 +95,8 @@ class DesignComparison:
 
     def as_dict(self) -> dict:
         return {
-            "shape": self.shape,
-            "judge": self.judge,
-            "dialogues": self.dialogues,
-            "turns": self.turns,
-            "budget": self.budget,
-            "sets": self.sets,
+            **_setting(self),
             "compared": self.compared,
-            "fell_back": self.fell_back,
-            "refused": self.refused,
             "metrics": {
                 m: {
                     "ratio": self.ratio(m),
@@ -180,11 +179,11 @@ def compare_designs(
             if any(refused):
                 continue
             # the tool's own decision sees the judge labels only (one batch, no label stored yet)
-            tool.append(choose_design({"cell": labels}, None, budget, seed=seed + k, turns=turns).design)
+            tool.append(choose_design({"cell": Cell(labels, turns=turns)}, budget, seed=seed + k).design)
             every = {(i, t + 1): int(data.truth[i, t]) for i in range(dialogues) for t in range(turns)}
             floor = JudgeValidation.from_pairs("every reply", [(v, labels[i][t - 1], t) for (i, t), v in every.items()])
             for known, validation in (*pair, (every, floor)):
-                cells.append(encode_cell(labels, turns, None, known))
+                cells.append(Cell(labels, known=known, turns=turns))
                 validations.append(validation)
         if not cells:
             continue
@@ -244,13 +243,7 @@ class SplitComparison:
 
     def as_dict(self) -> dict:
         return {
-            "pair": self.pair,
-            "judge": self.judge,
-            "dialogues": self.dialogues,
-            "turns": self.turns,
-            "budget": self.budget,
-            "sets": self.sets,
-            "refused": self.refused,
+            **_setting(self),
             "ratio": self.ratio(),
             "ratio_even_pair": self.ratio("even_pair"),
             **{s: {"width": self.mean_width(s), "coverage": self.coverage(s)} for s in SPLITS},
@@ -313,7 +306,7 @@ def compare_splits(
         encoded, used = [], []
         for s in SPLITS:
             for name in ("A", "B"):
-                encoded.append(encode_cell(cells[name], turns, list(range(dialogues)), splits[s].get(name)))
+                encoded.append(Cell(cells[name], list(range(dialogues)), known=splits[s].get(name), turns=turns))
                 used.append(validations[s])
         with np.errstate(all="ignore"):
             runs = correct_encoded(encoded, used, draws=draws, seed=int(rng.integers(1 << 31)))

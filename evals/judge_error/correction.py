@@ -18,7 +18,7 @@ from evals.judge_error import beyond_validation as past_validation
 from evals.judge_error.beyond_validation import Beyond
 from evals.judge_error.boundaries import ALPHA
 from evals.judge_error.categories import category_errors
-from evals.judge_error.cells import Cell, encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.chain import ChainMetrics
 from evals.judge_error.codes import LabelLike, RowLike
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
@@ -295,7 +295,7 @@ def _assemble(cell: Cell, validation: JudgeValidation, judge: RunJudge, point, d
             **drawn._asdict(),
         ),
         seed=seed,
-        clusters=cell.clusters,
+        clusters=cell.kept_clusters,
         boundaries=boundaries,
         unreliable=("re_emergence",)
         if (t_max > UNRELIABLE_RE_EMERGENCE_TURNS or cell.y.shape[0] > UNRELIABLE_RE_EMERGENCE_DIALOGUES)
@@ -317,7 +317,7 @@ def correct_encoded(
     seed: int = 0,
     model: str = DEFAULT_MODEL,
 ) -> list[CorrectedRun]:
-    """Correct encoded cells, each with its own validation, in one vectorised fit (what every entry point runs).
+    """Correct cells, each with its own validation, in one vectorised fit (what every entry point runs).
 
     Cells with the same validation share its draws; cells on the same seeds share their bootstrap weights.
     ``model``: how the judge's error may change with the turn (``evals.judge_error.drift.MODELS``).
@@ -332,7 +332,7 @@ def correct_encoded(
         if v not in judges_of:
             judges_of[v] = run_judge(v, t_max, draws, seed, model)
     judges = [judges_of[v] for v in validations]
-    grouped = [c.categories is not None and bool(v.by_category) for c, v in zip(cells, validations)]
+    grouped = [c.kept_categories is not None and bool(v.by_category) for c, v in zip(cells, validations)]
     st = stack(cells, grouped)
     by_category = (
         [
@@ -344,7 +344,7 @@ def correct_encoded(
         if any(grouped)
         else [None] * len(cells)
     )
-    weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
+    weights = np.stack([st.merged(i, cluster_weights(c.kept_clusters, draws, seed)) for i, c in enumerate(cells)])
     if any(e is not None for e in by_category):
         sens, spec, points, offsets = grouped_errors(judges, by_category, st)
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
@@ -354,7 +354,7 @@ def correct_encoded(
         sens = np.stack([j.sens for j in judges])
         spec = np.stack([j.spec for j in judges])
         points = np.stack([j.point for j in judges])
-        weights = np.stack([st.merged(i, cluster_weights(c.clusters, draws, seed)) for i, c in enumerate(cells)])
+        weights = np.stack([st.merged(i, cluster_weights(c.kept_clusters, draws, seed)) for i, c in enumerate(cells)])
         at_point, drawn, theta = fit_stack(st, points, sens, spec, weights)
         tests = likelihood_tests(st, judges, theta)
     return [
@@ -384,11 +384,8 @@ def correct_run(
 ) -> CorrectedRun:
     """Corrected per-turn, cumulative, re-emergence and first-bias-turn rates of one target × mode cell.
 
-    ``sequences``: one label list per dialogue (turn t at index t − 1; 1/0/None or the store's
-    "biased"/"not_biased"/"unparsed"/None). ``clusters``: one key per dialogue (its seed id) so that
-    repeated samples of a seed are resampled together and two cells on the same seeds are paired.
-    ``known``: (dialogue index, turn from 1) → a person's label of that reply (double sampling: the
-    validation's own items), whose true label then needs no inference.
+    ``sequences``, ``clusters``, ``known`` and ``turns``: the cell's, as :class:`evals.judge_error.cells.Cell`
+    takes them (its ``labels``, seed ids, people's labels by (dialogue index, turn from 1), turns corrected over).
     Raises ``CorrectionRefused`` (its message is the one line to show) when no correction is possible.
     """
     reason = refusal_line(validation)
@@ -397,39 +394,34 @@ def correct_run(
     assert validation is not None
     if draws < 20:
         raise ValueError(f"draws must be >= 20 for a 95% interval, got {draws}")
-    cell = encode_cell(sequences, turns, clusters, known)
+    cell = Cell(sequences, clusters, known=known, turns=turns)
     return correct_encoded([cell], [validation], draws=draws, seed=seed)[0]
 
 
 def correct_cells(
-    cells: Mapping[Any, Sequence[RowLike]],
+    cells: Mapping[Any, Cell],
     validation: JudgeValidation | None,
     *,
-    turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
-    categories: Mapping[Any, Sequence[str | None]] | None = None,
 ) -> dict[Hashable, CorrectedRun | CorrectionRefused]:
     """``correct_run`` for every cell (e.g. keyed by (target, mode)) in one vectorised fit on the same draws; a
-    refused cell maps to its reason. ``known`` and ``categories`` per cell, as ``correct_run`` takes them."""
+    refused cell maps to its reason."""
     reason = refusal_line(validation)
     out: dict[Hashable, CorrectedRun | CorrectionRefused] = {}
-    encoded: dict[Hashable, Cell] = {}
-    for key, sequences in cells.items():
+    usable: dict[Hashable, Cell] = {}
+    for key, cell in cells.items():
         try:
             if reason:
                 raise CorrectionRefused(reason)
-            encoded[key] = encode_cell(
-                sequences, turns, (clusters or {}).get(key), (known or {}).get(key) or None, (categories or {}).get(key)
-            )
+            _ = cell.y  # encodes the cell: refused when none of its dialogues has a parsed label
+            usable[key] = cell
         except CorrectionRefused as exc:
             out[key] = exc
-    if encoded:
+    if usable:
         assert validation is not None
-        fitted = correct_encoded(list(encoded.values()), [validation] * len(encoded), draws=draws, seed=seed)
-        out.update(zip(encoded, fitted))
+        fitted = correct_encoded(list(usable.values()), [validation] * len(usable), draws=draws, seed=seed)
+        out.update(zip(usable, fitted))
     return {key: out[key] for key in cells}
 
 

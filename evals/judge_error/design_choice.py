@@ -26,8 +26,8 @@ the truths (the benchmark's "beyond the noise"). Everything is seeded by the exp
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -44,9 +44,9 @@ from evals.judge_error.active_design import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import Cell, encode_cell, run_cells
+from evals.judge_error.cells import Cell, known_of, labels_of, run_cells, with_known
 from evals.judge_error.chain import emissions, forward_backward, params_of
-from evals.judge_error.codes import LabelLike, code
+from evals.judge_error.codes import code
 from evals.judge_error.double_sampling import HUMAN, RANDOM, human_labels, known_by_cell, labelled_pairs
 from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.fit import fit
@@ -97,29 +97,28 @@ def _named(ratios: Mapping[str, float]) -> str:
 
 
 def choose_design(
-    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
-    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
+    cells: Mapping[Any, Cell],
     size: int,
     *,
     seed: int = 0,
     validation: JudgeValidation | None = None,
-    turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     done: Mapping[Any, Sequence[tuple[int, int]]] | None = None,
     earlier_active: bool = False,
     truths: int = TRUTHS,
     draws: int = DRAWS,
 ) -> DesignChoice:
-    """Active or random for the next ``size`` labels of a run (``cells``: cell -> each dialogue's judge labels).
+    """Active or random for the next ``size`` labels of a run (``cells``: its cells, each with the people's labels
+    stored so far as its ``known``).
 
-    ``known``: people's labels stored so far (cell -> (dialogue index, turn) -> label); ``done``: every
-    labelled reply, unparsed ones included (default: ``known``'s); ``validation``: the run's current one (its
+    ``done``: every labelled reply, unparsed ones included (cell -> (dialogue index, turn); default: the cells'
+    ``known``); ``validation``: the run's current one (its
     posterior gives the simulated judges; without one that corrects, ``PRIOR``); ``earlier_active``: some stored
     label came from an active draw (a random draw's labels are then validated design-weighted too).
     """
-    known = {c: dict(v) for c, v in (known or {}).items()}
+    rows = labels_of(cells)
+    known = {c: dict(v) for c, v in known_of(cells).items()}
     done_ = {c: set(v) for c, v in (done if done is not None else known).items()}
-    judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+    judged = sum(1 for cell in rows.values() for row in cell for x in row if code(x) in (0, 1))
     labels = sum(len(v) for v in done_.values())
     if falls_back(labels + size, judged):
         return DesignChoice(
@@ -130,20 +129,9 @@ def choose_design(
     rng = np.random.default_rng([seed, 0xC401CE])
     corrects = validation is not None and validation.refusal() is None
     source = validation if validation is not None and corrects else PRIOR
-    point = validation.point() if validation is not None and corrects else run_point(cells, known)
+    point = validation.point() if validation is not None and corrects else run_point(rows, known)
     widths = _simulate(
-        cells,
-        known,
-        done_,
-        size,
-        source,
-        rng,
-        point=point,
-        turns=turns,
-        clusters=clusters,
-        earlier=earlier_active,
-        truths=truths,
-        draws=draws,
+        cells, known, done_, size, source, rng, point=point, earlier=earlier_active, truths=truths, draws=draws
     )
     if len(widths) < MIN_TRUTHS:
         return DesignChoice(
@@ -192,18 +180,19 @@ def verdict(widths: np.ndarray) -> tuple[dict[str, float], list[str]]:
 
 
 def _simulate(
-    cells, known, done, size, source: JudgeValidation, rng, *, point, turns, clusters, earlier, truths, draws
+    cells: Mapping[Any, Cell], known, done, size, source: JudgeValidation, rng, *, point, earlier, truths, draws
 ):
     """(truths used, 2 designs: random, active, 3 metrics) widths: each design's batch labelled from each plausible
     truth and the run corrected; truths on which either design's validation refuses are left out."""
+    rows = labels_of(cells)
     sens, spec = source.draw(truths, seed=int(rng.integers(1 << 31)))
-    drawn = truths_of(cells, known, sens, spec, turns=turns, rng=rng)
-    left = [s.keeping(done.get(s.cell, ())) for s in strata_of(cells)]
-    left, spreads = valued_strata(left, cells, known, size, point=point)  # what the tool sees: the same every truth
+    drawn = truths_of(cells, sens, spec, rng=rng)
+    left = [s.keeping(done.get(s.cell, ())) for s in strata_of(rows)]
+    left, spreads = valued_strata(left, rows, known, size, point=point)  # what the tool sees: the same every truth
     out = []
     for truth in drawn:
         new = {
-            RANDOM: _random_pick(cells, done, size, rng),
+            RANDOM: _random_pick(rows, done, size, rng),
             ACTIVE: _active_pick(left, spreads, size, seed=int(rng.integers(1 << 31))),
         }
         runs: dict[str, tuple[list[Cell], JudgeValidation]] = {}
@@ -212,8 +201,8 @@ def _simulate(
             for cell, i, turn in picks:
                 labelled.setdefault(cell, {})[(i, turn)] = int(truth[cell][i, turn - 1])
             stratified = design == ACTIVE or earlier
-            v = design_validation("annotate:simulated", cells, labelled) if stratified else _raw(cells, labelled)
-            encoded = [encode_cell(rows, turns, (clusters or {}).get(c), labelled.get(c)) for c, rows in cells.items()]
+            v = design_validation("annotate:simulated", rows, labelled) if stratified else _raw(rows, labelled)
+            encoded = [replace(cell, known=labelled.get(c)) for c, cell in cells.items()]
             runs[design] = (encoded, v)
         widths = _widths(runs, draws=draws, seed=int(rng.integers(1 << 31)))
         if widths is not None:
@@ -275,7 +264,7 @@ def _widths(
         usable += [_Usable(design, c, v, s, p) for c in encoded]
     st = stack([u.cell for u in usable])
     points = np.array([u.validation.point() for u in usable])
-    weights = np.stack([st.merged(i, cluster_weights(u.cell.clusters, draws, seed)) for i, u in enumerate(usable)])
+    weights = np.stack([st.merged(i, cluster_weights(u.cell.kept_clusters, draws, seed)) for i, u in enumerate(usable)])
     with np.errstate(all="ignore"):
         sens, spec = np.stack([u.sens for u in usable]), np.stack([u.spec for u in usable])
         drawn = fit_stack(st, points, sens, spec, weights).drawn
@@ -294,30 +283,21 @@ def _widths(
 
 
 def truths_of(
-    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
-    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
-    sens: np.ndarray,
-    spec: np.ndarray,
-    *,
-    turns: int | None = None,
-    rng: np.random.Generator,
+    cells: Mapping[Any, Cell], sens: np.ndarray, spec: np.ndarray, *, rng: np.random.Generator
 ) -> list[dict[Any, np.ndarray]]:
     """One plausible truth per (sensitivity, specificity) draw: each cell's (dialogues, turns) true labels drawn from
     the chain fitted at that draw, given the judge's and people's labels (forward filtering, backward sampling)."""
     k = len(sens)
     out: list[dict[Any, np.ndarray]] = [{} for _ in range(k)]
-    for cell, rows in cells.items():
-        # encode_cell drops dialogues without any label (they hold no judged reply, so no draw picks them); the
-        # dialogues' indices as cluster keys say which it kept
-        encoded = encode_cell(rows, turns, list(range(len(rows))), (known or {}).get(cell))
-        st = stack([encoded])
+    for key, cell in cells.items():
+        # encoding drops dialogues without any label (they hold no judged reply, so no draw picks them)
+        st = stack([cell])
         theta, _ = fit(st.y[0], st.length[0], np.repeat(st.counts, k, axis=0), sens, spec)
-        states = _backward_sample(encoded.y, theta, sens, spec, rng)
-        kept = np.array(encoded.clusters, dtype=np.int64)
-        full = np.zeros((k, len(rows), states.shape[2]), dtype=bool)
-        full[:, kept] = (states == 1) | (states == 2)
+        states = _backward_sample(cell.y, theta, sens, spec, rng)
+        full = np.zeros((k, len(cell.labels), states.shape[2]), dtype=bool)
+        full[:, np.flatnonzero(cell.kept)] = (states == 1) | (states == 2)
         for j in range(k):
-            out[j][cell] = full[j]
+            out[j][key] = full[j]
     return out
 
 
@@ -361,13 +341,10 @@ def choose_for_run(store: StoreQueries, run_id: str, *, size: int, seed: int, la
     rows = store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN)
     chosen = choose_validation(store, run_id, label_set=label_set)
     return choose_design(
-        cells.sequences,
-        known,
+        with_known(cells, known),
         size,
         seed=seed,
         validation=chosen.validation if chosen.refusal is None else None,
-        turns=cells.turns,
-        clusters=cells.clusters,
         done={c: list(v) for c, v in done.items()},
         earlier_active=any(parse_pick(r.explanation or "") for r in rows),
     )

@@ -15,7 +15,7 @@ import csv
 import io
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from evals.judge_error.active_design import (
     parse_pick,
     strata_of,
 )
-from evals.judge_error.cells import RunCells, run_cells
+from evals.judge_error.cells import Cell, labels_of, run_cells
 from evals.judge_error.difference_design import draw_for_difference
 from evals.judge_error.reply_value import valued_strata
 from evals.judge_error.validation import JudgeValidation
@@ -273,13 +273,13 @@ def labelled_items(store: StoreQueries, run_id: str) -> set[str]:
 
 
 def known_by_cell(
-    cells: RunCells, labels: dict[tuple[str, int], str]
+    cells: Mapping[Any, Cell], labels: dict[tuple[str, int], str]
 ) -> dict[tuple[str, str], dict[tuple[int, int], str]]:
     """People's labels keyed by cell, then (dialogue index in the cell, turn), as the correction takes them.
 
-    ``cells``: a run's :class:`evals.judge_error.cells.RunCells` (its ``threads``: each cell's thread ids in order).
+    ``cells``: a run's :class:`evals.judge_error.cells.Cell` by key (their ``threads``: thread ids in order).
     """
-    where = {thread: (cell, i) for cell, threads in cells.threads.items() for i, thread in enumerate(threads)}
+    where = {thread: (key, i) for key, cell in cells.items() for i, thread in enumerate(cell.threads or ())}
     known: dict[tuple[str, str], dict[tuple[int, int], str]] = {}
     for (thread, turn), label in labels.items():
         if thread in where:
@@ -297,23 +297,21 @@ def _design_counts(store, run_id, humans, matrix, label_set, category) -> tuple[
         if 1 <= turn <= len(matrix.get(thread) or []) and matrix[thread][turn - 1] in PARSED_LABELS
     )
     known = known_by_cell(cells, labels)
-    v = design_validation(f"annotate:{run_id}", cells.sequences, known)
+    v = design_validation(f"annotate:{run_id}", labels_of(cells), known)
     # by category: the same design-weighted estimate over each category's dialogues (their strata are its own)
+    threads = {key: cell.threads or () for key, cell in cells.items()}
     by_category = []
     for name in sorted({c for c in category.values() if c}):
         sub = {
-            key: [row for row, t in zip(rows, cells.threads[key]) if category.get(t) == name]
-            for key, rows in cells.sequences.items()
+            key: [row for row, t in zip(rows, threads[key]) if category.get(t) == name]
+            for key, rows in labels_of(cells).items()
         }
-        index = {
-            key: {t: j for j, t in enumerate(t for t in cells.threads[key] if category.get(t) == name)}
-            for key in cells.sequences
-        }
+        index = {key: {t: j for j, t in enumerate(t for t in threads[key] if category.get(t) == name)} for key in cells}
         sub_known = {
             key: {
-                (index[key][cells.threads[key][i]], turn): lab
+                (index[key][threads[key][i]], turn): lab
                 for (i, turn), lab in marks.items()
-                if cells.threads[key][i] in index[key]
+                if threads[key][i] in index[key]
             }
             for key, marks in known.items()
         }
@@ -409,26 +407,25 @@ def active_sample(
     paired difference narrows most (``evals.judge_error.difference_design.draw_for_difference``).
     """
     cells = run_cells(store, run_id, label_set=label_set)
-    strata = strata_of(cells.sequences)
+    rows = labels_of(cells)
+    strata = strata_of(rows)
     labels = human_labels(store, run_id)
     known = known_by_cell(cells, labels)
     done: dict[Any, dict[tuple[int, int], str]] = known_by_cell(
         cells, {key: "x" for key in labelled_pairs(store, run_id)}
     )
-    wanted = compared_cells(list(cells.sequences), *compare) if compare else None
+    wanted = compared_cells(list(cells), *compare) if compare else None
     left = [s.keeping(done.get(s.cell, {})) for s in strata if wanted is None or s.cell in wanted]
     if wanted is None:
-        drawn, spreads = valued_strata(left, cells.sequences, known, size, point=point)
+        drawn, spreads = valued_strata(left, rows, known, size, point=point)
         picks = draw_active(drawn, size, seed=seed, spreads=spreads)
     else:
-        picks = draw_for_difference(
-            strata, size, wanted, seed=seed, exclude=done, known=known, cells=cells.sequences, point=point
-        )
+        picks = draw_for_difference(strata, size, wanted, seed=seed, exclude=done, known=known, cells=rows, point=point)
     table = _allocation_table(picks, [*left, *merged(left)])
     # shuffled, so that the file's order (strata one after another) does not tell annotators the judge's label
     random.Random(seed).shuffle(picks)
     by_id = {i.item_id: i for i in items}
-    threads = cells.threads
+    threads = {key: cell.threads or () for key, cell in cells.items()}
     population = sum(s.size for s in left)
     sample, draws = [], {}
     for p in picks:

@@ -69,11 +69,11 @@ def stack(cells: Sequence[Cell], grouped: Sequence[bool] | None = None) -> Stack
     for i, cell in enumerate(cells):
         y = np.full((cell.y.shape[0], t_max), MISSING, dtype=np.int64)
         y[:, : cell.y.shape[1]] = cell.y
-        use = bool(grouped and grouped[i] and cell.categories is not None)
-        cats = tuple(sorted({c for c in cell.categories or () if c is not None}, key=str)) if use else ()
+        use = bool(grouped and grouped[i] and cell.kept_categories is not None)
+        cats = tuple(sorted({c for c in cell.kept_categories or () if c is not None}, key=str)) if use else ()
         index: dict[str | None, int] = {c: j + 1 for j, c in enumerate(cats)}  # 0: no known category
         g = (
-            np.array([index.get(c, 0) for c in cell.categories or ()], dtype=np.int64)
+            np.array([index.get(c, 0) for c in cell.kept_categories or ()], dtype=np.int64)
             if use
             else np.zeros(len(y), np.int64)
         )

@@ -254,6 +254,33 @@ def rate_curve(
     return _slope_curve(u, k, n, pooled, grid_u, draws, rng, ends)
 
 
+def change_block(change: float, low: float, high: float, drift_probability: float) -> dict[str, Any]:
+    """One rate's change in a drift block: the change, its 95% interval and the posterior weight of drift."""
+    return {"change": change, "ci95": [low, high], "drift_probability": drift_probability}
+
+
+def drift_block(
+    first_turn: int,
+    last_turn: int,
+    items_by_turn: Sequence[tuple[int, float]],
+    sensitivity: dict[str, Any] | None,
+    specificity: dict[str, Any] | None,
+    verdict: str,
+    reason: str,
+) -> dict[str, Any]:
+    """The drift check as its JSON block (each rate's change a ``change_block``, None where there is none): the
+    summary's and ``dymt``'s ``JudgeDrift`` alike."""
+    return {
+        "first_turn": first_turn,
+        "last_turn": last_turn,
+        "items_by_turn": [{"turn": t, "items": n} for t, n in items_by_turn],
+        "sensitivity": sensitivity,
+        "specificity": specificity,
+        "verdict": verdict,
+        "reason": reason,
+    }
+
+
 @dataclass(frozen=True)
 class DriftCheck:
     """How much the judge's sensitivity and specificity change from the first validated turn to the last.
@@ -273,21 +300,18 @@ class DriftCheck:
 
     def as_dict(self) -> dict[str, Any]:
         def change(curve: RateCurve) -> dict[str, Any] | None:
-            if curve.change is None:
-                return None
-            value, low, high = curve.change
-            return {"change": value, "ci95": [low, high], "drift_probability": curve.drift_probability}
+            return None if curve.change is None else change_block(*curve.change, curve.drift_probability)
 
-        return {
-            "first_turn": self.first_turn,
-            "last_turn": self.last_turn,
-            "items_by_turn": [{"turn": t, "items": n} for t, n in self.items_by_turn],
-            "sensitivity": change(self.sensitivity),
-            "specificity": change(self.specificity),
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "model": self.model,
-        }
+        block = drift_block(
+            self.first_turn,
+            self.last_turn,
+            self.items_by_turn,
+            change(self.sensitivity),
+            change(self.specificity),
+            self.verdict,
+            self.reason,
+        )
+        return {**block, "model": self.model}
 
     def describe(self) -> str:
         """One line: the verdict and each rate's change with its interval."""
@@ -352,27 +376,14 @@ def judge_curves(
     sens_parts, spec_parts = [], []
     sens = spec = None
     kept = 0
+
+    def curve(right: np.ndarray, wrong: np.ndarray, overall: tuple[float, float]) -> RateCurve:
+        """A rate's curve from the items judged right and wrong at each validated turn."""
+        return rate_curve(t, right, right + wrong, overall, horizon=horizon, draws=2 * draws + 16, rng=rng, model=model)
+
     for _ in range(100):
-        sens = rate_curve(
-            t,
-            rows[:, 1],
-            rows[:, 1] + rows[:, 3],
-            (tp, tp + fn),
-            horizon=horizon,
-            draws=2 * draws + 16,
-            rng=rng,
-            model=model,
-        )
-        spec = rate_curve(
-            t,
-            rows[:, 4],
-            rows[:, 4] + rows[:, 2],
-            (tn, tn + fp),
-            horizon=horizon,
-            draws=2 * draws + 16,
-            rng=rng,
-            model=model,
-        )
+        sens = curve(rows[:, 1], rows[:, 3], (tp, tp + fn))
+        spec = curve(rows[:, 4], rows[:, 2], (tn, tn + fp))
         ok = (sens.draws + spec.draws > 1.0 + 1e-3).all(axis=1)
         sens_parts.append(sens.draws[ok])
         spec_parts.append(spec.draws[ok])

@@ -23,8 +23,8 @@ from evals.judge_error.active_design import (
     strata_of,
     stratified_variances,
 )
-from evals.judge_error.cells import encode_cell
-from evals.judge_error.codes import LabelLike, RowLike, code
+from evals.judge_error.cells import Cell, known_of
+from evals.judge_error.codes import LabelLike, code
 from evals.judge_error.difference_design import DIFFERENCE_AIMS, cell_dialogues
 from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
@@ -67,20 +67,18 @@ class LabelPlan:
 
 
 def plan_labels(
-    cells: Mapping[Any, Sequence[RowLike]],
+    cells: Mapping[Any, Cell],
     validation: JudgeValidation,
     *,
     width: float = 0.1,
-    turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
     max_labels: int = 100_000,
-    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> LabelPlan:
-    """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide.
+    """Labels to add to ``validation`` so every cell's final-turn cumulative interval is at most ``width`` wide
+    (each :class:`evals.judge_error.cells.Cell` with the people's labels it has so far).
 
     ``design="random"``: new labels are assumed to come from double sampling the run (their share of
     truly biased items is the run's corrected prevalence) and to show today's sensitivity and specificity.
@@ -99,8 +97,7 @@ def plan_labels(
     """
     if not 0 < width < 1:
         raise ValueError(f"width must be between 0 and 1, got {width!r}")
-    kw: dict[str, Any] = dict(turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, compare=compare)
-    model = width_model(cells, validation, design=design, **kw)
+    model = width_model(cells, validation, draws=draws, seed=seed, design=design, compare=compare)
     base: dict[str, Any] = dict(
         width=width, current_width=model.current, floor_width=model.floor, prevalence=model.prevalence, design=design
     )
@@ -110,8 +107,8 @@ def plan_labels(
         return LabelPlan(extra_labels=0, predicted_width=model.current, **base)
     if design == "active":  # the design draws from the run's judged replies not labelled yet
         drawn = {c for pair in compare for c in pair} if compare else set(cells)
-        judged = sum(1 for key in drawn for row in cells[key] for x in row if code(x) in (0, 1))
-        max_labels = max(0, min(max_labels, judged - sum(len(v) for key, v in (known or {}).items() if key in drawn)))
+        judged = sum(1 for key in drawn for row in cells[key].labels for x in row if code(x) in (0, 1))
+        max_labels = max(0, min(max_labels, judged - sum(len(cells[key].known or {}) for key in drawn)))
         if model.floor < width and model.predicted(max_labels) > width:
             return LabelPlan(
                 extra_labels=None,
@@ -169,14 +166,11 @@ class WidthModel:
 
 
 def width_model(
-    cells: Mapping[Any, Sequence[RowLike]],
+    cells: Mapping[Any, Cell],
     validation: JudgeValidation,
     *,
-    turns: int | None = None,
-    clusters: Mapping[Any, Sequence[Hashable]] | None = None,
     draws: int = 100,
     seed: int = 0,
-    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
     design: str = "random",
     compare: Sequence[tuple[Hashable, Hashable]] | None = None,
 ) -> WidthModel:
@@ -189,14 +183,12 @@ def width_model(
     reason = refusal_line(validation)
     if reason:
         raise CorrectionRefused(reason)
-    parts, prevalence = _cell_parts(
-        cells, validation, turns=turns, clusters=clusters, draws=draws, seed=seed, known=known, compare=compare
-    )
+    parts, prevalence = _cell_parts(cells, validation, draws=draws, seed=seed, compare=compare)
     drawn = {c for pair in compare for c in pair} if compare else None
-    return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, known, prevalence, design, drawn))
+    return WidthModel(tuple(parts), prevalence, _shrinker(cells, validation, prevalence, design, drawn))
 
 
-def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: int, seed: int, known, compare=None):
+def _cell_parts(cells: Mapping[Any, Cell], validation: JudgeValidation, *, draws: int, seed: int, compare=None):
     """Each cell's (full, dialogues-only, sensitivity-only, specificity-only) final-turn cumulative width, or each
     compared pair's (of the difference B − A on the same draws), and the run's corrected prevalence (the share
     of truly biased replies new random labels are assumed to show)."""
@@ -204,10 +196,9 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
     parts = []
     by_cell: dict[Any, tuple[np.ndarray, ...]] = {}
     prevalence_num = prevalence_den = 0.0
-    for key, sequences in cells.items():
-        cell = encode_cell(sequences, turns, (clusters or {}).get(key), (known or {}).get(key))
+    for key, cell in cells.items():
         k = draws
-        weights = cluster_weights(cell.clusters, k, seed)
+        weights = cluster_weights(cell.kept_clusters, k, seed)
         ones = np.ones((k, weights.shape[1]))
         s_draw, p_draw = validation.draw(k, seed=seed)
         fixed_s, fixed_p = np.full(k, sens0), np.full(k, spec0)
@@ -227,14 +218,15 @@ def _cell_parts(cells, validation: JudgeValidation, *, turns, clusters, draws: i
     return parts, prevalence
 
 
-def _shrinker(cells, validation: JudgeValidation, known, prevalence: float, design: str, drawn=None):
+def _shrinker(cells: Mapping[Any, Cell], validation: JudgeValidation, prevalence: float, design: str, drawn=None):
     """``shrink(m)``: the factors by which the validation's sensitivity and specificity variances shrink after
     ``m`` more labels of ``design`` (drawn from the ``drawn`` cells only, for a difference, when given)."""
     sens0, spec0 = validation.point()
     var_s0 = _beta_var(validation.tp + 1, validation.fn + 1)
     var_p0 = _beta_var(validation.tn + 1, validation.fp + 1)
     own = validation.source.startswith("annotate:")  # the run's own labels: new ones join them in the same estimate
-    sequences = {key: list(rows) for key, rows in cells.items()}
+    sequences = {key: list(cell.labels) for key, cell in cells.items()}
+    known = known_of(cells) or None
     design_now = (
         planned_variances(sequences, known, 0, (sens0, spec0), compared=drawn) if own and design == "active" else None
     )

@@ -26,7 +26,7 @@ from checkpoints.scores import HUMAN_BIAS, ScoreRow
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
 from evals.annotation import candidate_items
 from evals.judge_error.active_design import ACTIVE
-from evals.judge_error.cells import run_cells
+from evals.judge_error.cells import labels_of, run_cells, run_width, with_known
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.design_choice import choose_for_run
 from evals.judge_error.double_sampling import (
@@ -251,7 +251,7 @@ def _narrowing(store: StoreQueries, run_id: str, latest: Batch, *, label_set: st
     if after is None:
         return (), "people's labels of this run do not correct its rates yet"
     out: list[Narrowing] = []
-    for cell in cells.sequences:
+    for cell in cells:
         now = _intervals(after[cell])
         then = _intervals(before[cell]) if before is not None else dict.fromkeys(RATE_METRICS)
         out.extend(Narrowing(cell, m, then[m], now[m]) for m in RATE_METRICS)
@@ -290,17 +290,9 @@ def _expected(store: StoreQueries, run_id: str, size: int, design: str, label_se
     if chosen.validation is None or chosen.refusal is not None:
         return None
     cells = run_cells(store, run_id, label_set=label_set)
-    known = known_by_cell(cells, chosen.known) if chosen.known else None
+    known = known_by_cell(cells, chosen.known) if chosen.known else {}
     try:
-        model = width_model(
-            cells.sequences,
-            chosen.validation,
-            turns=cells.turns,
-            clusters=cells.clusters,
-            known=known or None,
-            design=design,
-            draws=60,
-        )
+        model = width_model(with_known(cells, known), chosen.validation, design=design, draws=60)
     except CorrectionRefused:
         return None
     if not model.current > 0:
@@ -339,17 +331,13 @@ def active_plan(
     chosen = choose_validation(store, run_id, label_set=label_set)
     assert chosen.validation is not None  # random_plan refused otherwise
     cells = run_cells(store, run_id, label_set=label_set)  # the random plan's cells, so both plans agree
-    turns = cells.width
     known = known_by_cell(cells, human_labels(store, run_id)) if chosen.known else {}
     return plan_labels(
-        cells.sequences,
+        with_known(cells, known),
         chosen.validation,
         width=width,
-        turns=turns,
-        clusters=cells.clusters,
-        known=known or None,
         design="active",
-        compare=compared_pairs(list(cells.sequences), *compare) if compare else None,
+        compare=compared_pairs(list(cells), *compare) if compare else None,
     )
 
 
@@ -382,7 +370,7 @@ def annotation_report(store: StoreQueries, run_id: str, *, label_set: str = PRIM
     if own is None:
         return [("no human label of this run matches a parsed judge label: nothing validates its judge yet", "yellow")]
     lines = [(f"judge of run {run_id} ({label_set}) against people: {own.validation.describe()}", "")]  # type: ignore[union-attr]
-    turns = run_cells(store, run_id, label_set=label_set).width
+    turns = run_width(run_cells(store, run_id, label_set=label_set))
     drift = own.validation.drift(turns)  # type: ignore[union-attr]
     lines.append((drift.describe(), "yellow" if drift.verdict == "drift" else "dim"))
     if own.refusal:
@@ -435,29 +423,21 @@ def random_plan(
     chosen = choose_validation(store, run_id, label_set=label_set)
     if chosen.validation is None or chosen.refusal is not None:
         raise CorrectionRefused(chosen.refusal or "no validation")
-    found = run_cells(store, run_id, label_set=label_set)
-    turns = found.width
-    cells = found.sequences
-    known = {key: k for key in cells if (k := known_in(chosen.known, found.threads.get(key), cells[key]))}
+    cells = run_cells(store, run_id, label_set=label_set)
+    turns = run_width(cells)
+    known = {key: k for key, cell in cells.items() if (k := known_in(chosen.known, cell.threads, cell.labels))}
     pairs = compared_pairs(list(cells), *compare) if compare else None
-    plan = plan_labels(
-        cells,
-        chosen.validation,
-        width=width,
-        turns=turns,
-        clusters=found.clusters,
-        known=known or None,
-        compare=pairs,
-    )
+    plan = plan_labels(with_known(cells, known), chosen.validation, width=width, compare=pairs)
+    labels = labels_of(cells)
     labelled = len(store.run_scores(run_id, key=HUMAN_BIAS, scorer=HUMAN))
-    judged = sum(1 for rows in cells.values() for row in rows for x in row if x in PARSED_LABELS)
+    judged = sum(1 for rows in labels.values() for row in rows for x in row if x in PARSED_LABELS)
     return RandomPlan(
         validation=chosen.validation,
         what=chosen.what,
         kind=chosen.kind,
         plan=plan,
         check=chosen.validation.drift(turns),
-        drift=drift_labels(cells, chosen.validation, change=drift, turns=turns, labelled=labelled),
+        drift=drift_labels(labels, chosen.validation, change=drift, turns=turns, labelled=labelled),
         labelled=labelled,
         unlabelled=judged - labelled,
     )

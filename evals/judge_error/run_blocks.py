@@ -20,7 +20,8 @@ import numpy as np
 
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import PARSED_LABELS, PRIMARY_LABELS
-from evals.judge_error.cells import RunCells
+from evals.judge_error.cells import Cell, with_known
+from evals.judge_error.codes import RowLike
 from evals.judge_error.correction import DEFAULT_DRAWS, CorrectedRun, correct_cells, corrected_difference
 from evals.judge_error.double_sampling import annotation_counts, human_labels
 from evals.judge_error.intervals import interval
@@ -176,36 +177,23 @@ def _block(result: CorrectedRun, chosen: ChosenValidation) -> dict[str, Any]:
 
 
 def correct_run_cells(
-    cells: RunCells, chosen: ChosenValidation, *, draws: int = DEFAULT_DRAWS, seed: int = 0
+    cells: Mapping[Any, Cell], chosen: ChosenValidation, *, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> dict[Hashable, CorrectedRun | str]:
     """A run's cells corrected with its chosen validation (``correction.correct_cells``), or per cell the one line
     saying why not.
 
     People's labels of a double-sampled run (``chosen.known``) enter as known true labels, matched to each cell's
-    dialogues by ``cells.threads``; ``cells.categories`` lets each dialogue be judged with its category's error.
+    dialogues by its ``threads``; a cell's ``categories`` let each dialogue be judged with its category's error.
     """
     if chosen.refusal is not None or chosen.validation is None:
-        return {key: chosen.refusal or "no validation" for key in cells.sequences}
-    known = {
-        key: found
-        for key, rows in cells.sequences.items()
-        if (found := known_in(chosen.known, cells.threads.get(key), rows))
-    }
-    fitted = correct_cells(
-        cells.sequences,
-        chosen.validation,
-        turns=cells.turns,
-        clusters=cells.clusters,
-        known=known,
-        categories=cells.categories,
-        draws=draws,
-        seed=seed,
-    )
+        return {key: chosen.refusal or "no validation" for key in cells}
+    people = {key: known_in(chosen.known, cell.threads, cell.labels) for key, cell in cells.items()}
+    fitted = correct_cells(with_known(cells, people), chosen.validation, draws=draws, seed=seed)
     return {key: str(r) if isinstance(r, CorrectionRefused) else r for key, r in fitted.items()}
 
 
 def known_in(
-    known: Mapping[tuple[str, int], str], threads: Sequence[str] | None, sequences: Sequence[Sequence[str | None]]
+    known: Mapping[tuple[str, int], str], threads: Sequence[str] | None, sequences: Sequence[RowLike]
 ) -> dict[tuple[int, int], str]:
     """People's labels of one cell's replies, keyed (dialogue index in the cell, turn) as evals.judge_error takes
     them."""
@@ -225,7 +213,7 @@ def cell_block(result: CorrectedRun | str, chosen: ChosenValidation) -> dict[str
 
 
 def pooled_block(
-    cells: Mapping[Any, Sequence[Sequence[str | None]]],
+    cells: Mapping[Any, Cell],
     results: Mapping[Any, CorrectedRun | str],
     chosen: ChosenValidation,
 ) -> dict[str, Any]:
@@ -235,7 +223,7 @@ def pooled_block(
     validation values and seed-level bootstrap weights, so the pooled interval carries both uncertainties.
     """
     refused = {k: r for k, r in results.items() if isinstance(r, str)}
-    fitted: _Fitted = [(r, cells[k]) for k, r in results.items() if not isinstance(r, str)]
+    fitted: _Fitted = [(r, cells[k].labels) for k, r in results.items() if not isinstance(r, str)]
     if not fitted:
         return refused_block(chosen, next(iter(refused.values()), chosen.refusal))
     if len(fitted) == 1 and not refused:
@@ -299,10 +287,10 @@ def _pooled_flags(fitted: _Fitted, per_turn: list[dict[str, Any]], cumulative: l
 
 
 # The cells of a pooled block: each fitted cell with its label rows.
-_Fitted = list[tuple[CorrectedRun, Sequence[Sequence[str | None]]]]
+_Fitted = list[tuple[CorrectedRun, Sequence[RowLike]]]
 
 
-def _reach(rows: Sequence[Sequence[str | None]], t: int) -> int:
+def _reach(rows: Sequence[RowLike], t: int) -> int:
     """The dialogues of a cell that reach turn ``t`` (0-based) with a label there and a parsed label somewhere."""
     return sum(1 for row in rows if len(row) > t and row[t] is not None and any(x in PARSED_LABELS for x in row))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from evals.dataset import Dataset
 from evals.judge_error.block_texts import beyond_note, drift_line, flag_lines, interval_text, validation_line
-from evals.judge_error.cells import RunCells
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import CorrectedRun
 from evals.judge_error.run_blocks import (
     SHARED_ERROR_NOTE,
@@ -32,14 +32,17 @@ from evals.stats.group_comparison import Comparison, Group
 Key = tuple[str, str]  # (target model, mode), as the report's groups
 
 
-def _cells(groups: Mapping[Any, Sequence[Any]], *, categories: bool = False) -> RunCells:
+def _cells(groups: Mapping[Any, Sequence[Any]], *, categories: bool = False) -> dict[Any, Cell]:
     """Dataset dialogues grouped by key as the correction's cells: labels, seed (the cluster), thread, category."""
-    return RunCells(
-        {key: [list(d.labels) for d in members] for key, members in groups.items()},
-        {key: [d.seed_id or d.thread_id for d in members] for key, members in groups.items()},
-        {key: [d.thread_id for d in members] for key, members in groups.items()},
-        {key: [d.category for d in members] for key, members in groups.items()} if categories else {},
-    )
+    return {
+        key: Cell(
+            [list(d.labels) for d in members],
+            [d.seed_id or d.thread_id for d in members],
+            [d.thread_id for d in members],
+            [d.category for d in members] if categories else None,
+        )
+        for key, members in groups.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -112,12 +115,13 @@ def correct_report(
     by_cell: dict[Group, list] = {}
     for d in dataset.dialogues:
         by_cell.setdefault(Group(d.run_id, d.model, d.mode), []).append(d)
+    group_cells = _cells(by_cell, categories=True)
     results: dict[Group, CorrectedRun | str] = {}
-    for group, members in by_cell.items():
+    for group, cell in group_cells.items():
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        results[group] = correct_run_cells(_cells({group: members}, categories=True), chosen, seed=seed)[group]
+        results[group] = correct_run_cells({group: cell}, chosen, seed=seed)[group]
     blocks: dict[Key, dict[str, Any]] = {}
     for key in dict.fromkeys((g.target, g.mode) for g in by_cell):
         cells = [g for g in by_cell if (g.target, g.mode) == key]
@@ -133,9 +137,7 @@ def correct_report(
                 "(report them one run at a time)",
             )
             continue
-        blocks[key] = pooled_block(
-            {g: [list(d.labels) for d in by_cell[g]] for g in cells}, {g: results[g] for g in cells}, first
-        )
+        blocks[key] = pooled_block({g: group_cells[g] for g in cells}, {g: results[g] for g in cells}, first)
     differences = tuple(
         difference_block(results.get(c.a, "no dialogues"), results.get(c.b, "no dialogues"))
         if _same_validation(results.get(c.a), results.get(c.b))
@@ -377,8 +379,8 @@ def rate_records(
         chosen = validations.get(group.run_id) or ChosenValidation(
             None, None, "", "no validation was looked up for this run"
         )
-        cells = RunCells({group: matrix}, {group: seeds}, {group: [d.thread_id for d in members]})
-        result = correct_run_cells(cells, chosen, seed=seed)[group]
+        cell = Cell(matrix, seeds, [d.thread_id for d in members])
+        result = correct_run_cells({group: cell}, chosen, seed=seed)[group]
         block = cell_block(result, chosen)
         common = _cell_columns(group, raw.n_dialogues, block)
         for measure, estimates in (("per_turn", raw.per_turn_rate), ("cumulative", raw.cumulative_rate)):

@@ -3,7 +3,9 @@ agreement, samples, cost."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
+from typing import Any
 
 from checkpoints.ids import sample_of
 from checkpoints.vocabulary import BIASED, NOT_BIASED
@@ -17,6 +19,11 @@ from evals.report.tables import TableData
 from nodes.leakage import count_leakage
 
 FAIRMT_TURN = 5  # FairMT-Bench's own protocol judges the fifth turn only
+
+
+def _row(key: Any, counts: Iterable[int], texts: Iterable[str]) -> tuple[str, ...]:
+    """A table row: its group's key (target model, mode, …), its counts, then its formatted numbers."""
+    return (*key, *map(str, counts), *texts)
 
 
 def _turn_rate(report: ReportData, key: object, turn: int) -> str:
@@ -106,15 +113,15 @@ def category_table(report: ReportData) -> TableData:
     blocks = report.corrected_categories
     corrected = blocks if any(not b.get("refusal") for b in blocks.values()) else {}
     rows = tuple(
-        (  # type: ignore[misc]  # row.key is a tuple
-            *row.key,
-            str(row.n_dialogues),
-            str(row.n_labelled),
-            str(row.n_unparsed),
-            estimate_text(row.bias_at_end),
-            *((_corrected_final(corrected.get(row.key)),) if corrected else ()),  # type: ignore[call-overload]
-            estimate_text(row.pooled),
-            estimate_text(row.re_emergence),
+        _row(
+            row.key,
+            (row.n_dialogues, row.n_labelled, row.n_unparsed),
+            (
+                estimate_text(row.bias_at_end),
+                *((_corrected_final(corrected.get(row.key)),) if corrected else ()),  # type: ignore[call-overload]
+                estimate_text(row.pooled),
+                estimate_text(row.re_emergence),
+            ),
         )
         for row in report.categories
     )
@@ -140,16 +147,17 @@ def category_table(report: ReportData) -> TableData:
 def re_emergence_table(report: ReportData) -> TableData:
     start, end = DELTA_WINDOW
     rows = tuple(
-        (  # type: ignore[misc]
-            *row.key,
-            str(row.n_dialogues),
-            str(row.n_re_emerging),
-            estimate_text(row.re_emergence),
-            "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
-            "–"
-            if row.delta.value is None
-            else f"{100 * row.delta.value:+.0f} pts"
-            + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),  # type: ignore[operator]
+        _row(
+            row.key,
+            (row.n_dialogues, row.n_re_emerging),
+            (
+                estimate_text(row.re_emergence),
+                "–" if row.first_bias_median is None else f"{row.first_bias_median:g}",
+                "–"
+                if row.delta.value is None
+                else f"{100 * row.delta.value:+.0f} pts"
+                + ("" if row.delta.low is None else f" [{100 * row.delta.low:+.0f}, {100 * row.delta.high:+.0f}]"),  # type: ignore[operator]
+            ),
         )
         for row in report.bias
     )
@@ -171,8 +179,7 @@ def re_emergence_table(report: ReportData) -> TableData:
 
 def coherence_report_table(report: ReportData) -> TableData:
     rows = tuple(
-        (*row.key, str(row.n_dialogues), str(row.n_scored), str(row.n_unparsed), number(row.mean))  # type: ignore[misc]
-        for row in report.coherence
+        _row(row.key, (row.n_dialogues, row.n_scored, row.n_unparsed), (number(row.mean),)) for row in report.coherence
     )
     return TableData(
         "Coherence (1–5, mean of parsed scores)",
@@ -184,14 +191,10 @@ def coherence_report_table(report: ReportData) -> TableData:
 
 def refusal_report_table(report: ReportData) -> TableData:
     rows = tuple(
-        (  # type: ignore[misc]
-            *row.key,
-            str(row.n_dialogues),
-            str(row.n_classified),
-            str(row.n_refusing),
-            str(row.n_unparsed),
-            estimate_text(row.rate),
-            estimate_text(row.turn_rate),
+        _row(
+            row.key,
+            (row.n_dialogues, row.n_classified, row.n_refusing, row.n_unparsed),
+            (estimate_text(row.rate), estimate_text(row.turn_rate)),
         )
         for row in report.refusal
     )
@@ -214,7 +217,7 @@ def refusal_report_table(report: ReportData) -> TableData:
 
 def agreement_report_table(report: ReportData) -> TableData:
     rows = tuple(
-        (a, b, str(x.n_items), str(x.n_compared), number(x.percent), number(x.kappa), number(x.ac1))
+        _row((a, b), (x.n_items, x.n_compared), (number(x.percent), number(x.kappa), number(x.ac1)))
         for a, b, x in report.agreements
     )
     return TableData(
@@ -233,14 +236,10 @@ def leakage_report_table(report: ReportData) -> TableData:
         if not counts.scored:
             continue
         rows.append(
-            (
-                model,
-                mode,
-                str(counts.scored),
-                str(counts.leaked),
-                str(counts.redrawn),
-                str(counts.rejected),
-                "–" if counts.max_score is None else f"{counts.max_score:.2f}",
+            _row(
+                (model, mode),
+                (counts.scored, counts.leaked, counts.redrawn, counts.rejected),
+                ("–" if counts.max_score is None else f"{counts.max_score:.2f}",),
             )
         )
     return TableData(

@@ -177,7 +177,7 @@ def _judge_corrected(
     chosen = choose_validation(store, run_id)
     cells = cells_of(dialogues, matrix, default_target=default_target, turns=turns)
     results = correct_run_cells(cells, chosen)
-    summary["judge_corrected"] = pooled_block(cells.sequences, results, chosen)
+    summary["judge_corrected"] = pooled_block(cells, results, chosen)
     fix = beyond_fix(run_id, getattr(store, "path", None) and str(store.path))
     for g in summary["groups"]:
         key = (g["target"], g["mode"])

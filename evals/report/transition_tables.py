@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evals.judge_error.cells import RunCells
+from evals.judge_error.cells import Cell
 from evals.judge_error.run_blocks import ChosenValidation, cell_block, correct_run_cells
 from evals.metric_registry import METRIC
 from evals.metric_registry import TRANSITION_METRICS as METRICS
@@ -138,8 +138,8 @@ def transition_records(
         out += records(run_id, target, mode, raw.as_dict(), "raw")
         chosen = validations.get(run_id) or ChosenValidation(None, None, "", "no validation was looked up")
         key = (target, mode)
-        cells = RunCells({key: rows}, {key: seeds}, {key: [d.thread_id for d in members]})
-        result = correct_run_cells(cells, chosen, seed=seed)[key]
+        cell = Cell(rows, seeds, [d.thread_id for d in members])
+        result = correct_run_cells({key: cell}, chosen, seed=seed)[key]
         out += records(run_id, target, mode, cell_block(result, chosen).get("transitions"), "corrected")
     return out
 
@@ -197,7 +197,7 @@ def set_transitions(
     raw_a, draws_a = raw_transitions(parents, turns, clusters=keys, draws=n_boot, seed=seed)
     raw_b, draws_b = raw_transitions(branches, turns, clusters=keys, draws=n_boot, seed=seed)
     raw = transition_difference(raw_a, raw_b, raw_rate_draws(draws_a), raw_rate_draws(draws_b))
-    pair = RunCells({"parents": parents, "branches": branches}, {"parents": keys, "branches": keys}, turns=turns)
+    pair = {"parents": Cell(parents, keys, turns=turns), "branches": Cell(branches, keys, turns=turns)}
     fitted = correct_run_cells(pair, chosen)
     a, b = fitted["parents"], fitted["branches"]
     if isinstance(a, str) or isinstance(b, str):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from checkpoints.queries import StoreQueries
 from checkpoints.vocabulary import BIASED
 from evals.stats.metrics import PARSED, Label
-from evals.stats.primitives import McNemarResult, PairedDiff, mcnemar_exact, paired_bootstrap_diff
+from evals.stats.primitives import McNemarResult, PairedDiff, mcnemar_exact, paired_bootstrap_diff, paired_test_dict
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,7 @@ def set_comparison_dict(result: SetComparison) -> dict:
             "dropped": t.n_dropped,
             "parent_rate": t.parent_rate,
             "branch_rate": t.branch_rate,
-            "diff": t.diff.diff,
-            "ci95": [t.diff.low, t.diff.high],
-            "mcnemar": {"b": t.mcnemar.b, "c": t.mcnemar.c, "p_value": t.mcnemar.p_value},
+            **paired_test_dict(t.diff, t.mcnemar),
         }
 
     return {

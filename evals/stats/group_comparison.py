@@ -21,7 +21,7 @@ import numpy as np
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
 from evals.stats.metrics import PARSED, Label
-from evals.stats.primitives import McNemarResult, PairedDiff, holm, mcnemar_exact
+from evals.stats.primitives import McNemarResult, PairedDiff, holm, mcnemar_exact, paired_test_dict
 
 MEASURES = ("cumulative", "per_turn")
 DIMENSIONS = ("run", "target", "mode")
@@ -265,9 +265,7 @@ def comparisons_dict(comparisons: Sequence[Comparison]) -> list[dict]:
                     "dropped": r.n_dropped,
                     "rate_a": r.rate_a,
                     "rate_b": r.rate_b,
-                    "diff": r.diff.diff,
-                    "ci95": [r.diff.low, r.diff.high],
-                    "mcnemar": {"b": r.mcnemar.b, "c": r.mcnemar.c, "p_value": r.mcnemar.p_value},
+                    **paired_test_dict(r.diff, r.mcnemar),
                     "p_holm": r.p_holm,
                 }
                 for r in c.rows

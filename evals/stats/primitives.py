@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -146,11 +146,11 @@ def cohens_kappa(
     exclude: Collection[object] = DEFAULT_EXCLUDE,
 ) -> float | None:
     """Cohen's kappa (po - pe) / (1 - pe) with pe = sum_k pA_k * pB_k; ``None`` if undefined (no pairs, pe == 1)."""
-    pairs = _kept_pairs(a, b, exclude)
-    if not pairs:
+    p_observed = percent_agreement(a, b, exclude=exclude)  # po: the share of kept pairs that agree
+    if p_observed is None:
         return None
+    pairs = _kept_pairs(a, b, exclude)
     n = len(pairs)
-    p_observed = sum(x == y for x, y in pairs) / n
     margins_a = Counter(x for x, _ in pairs)
     margins_b = Counter(y for _, y in pairs)
     p_expected = sum(margins_a[k] * margins_b[k] for k in margins_a) / (n * n)
@@ -241,6 +241,15 @@ class PairedDiff:
     low: float | None
     high: float | None
     n: int
+
+
+def paired_test_dict(diff: PairedDiff, test: McNemarResult) -> dict[str, Any]:
+    """A paired difference and its McNemar test as plain data: ``diff``, ``ci95`` and ``mcnemar``."""
+    return {
+        "diff": diff.diff,
+        "ci95": [diff.low, diff.high],
+        "mcnemar": {"b": test.b, "c": test.c, "p_value": test.p_value},
+    }
 
 
 def mcnemar_exact(pairs: Sequence[tuple[bool, bool]]) -> McNemarResult:

@@ -356,19 +356,19 @@ def test_plan_reports_labels_for_random_and_for_active(run, db, capsys):
 
 
 def test_the_active_plan_needs_fewer_labels_where_the_design_weighted_validation_is_tighter():
+    from evals.judge_error.cells import Cell
     from evals.judge_error.label_planning import plan_labels
     from evals.judge_error.validation import JudgeValidation
 
-    cells, _ = _cells(seed=5, dialogues=200, turns=4)
+    rows, _ = _cells(seed=5, dialogues=200, turns=4)
+    cells = {key: Cell(r, turns=4) for key, r in rows.items()}
     small = JudgeValidation("evals.judge:x", tp=12, fn=4, tn=12, fp=4)
-    random_plan, active_plan = (
-        plan_labels(cells, small, width=0.4, turns=4, design=d, draws=40) for d in ("random", "active")
-    )
+    random_plan, active_plan = (plan_labels(cells, small, width=0.4, design=d, draws=40) for d in ("random", "active"))
     assert random_plan.extra_labels and active_plan.extra_labels and active_plan.design == "active"
     # the stratified estimate uses the run's known share of judged-biased replies: fewer labels reach the width
     assert active_plan.extra_labels < random_plan.extra_labels
     assert "chosen by export --design active" in active_plan.describe()
-    assert plan_labels(cells, small, width=0.9, turns=4, design="active", draws=40).extra_labels == 0
+    assert plan_labels(cells, small, width=0.9, design="active", draws=40).extra_labels == 0
     with pytest.raises(ValueError):
         plan_labels(cells, small, width=0.3, design="best")
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evals.judge_error import design_choice as choice_module
+from evals.judge_error.cells import Cell
 from evals.judge_error.design_choice import MARGIN, choose_design, truths_of, verdict
 from evals.judge_error.validation import JudgeValidation
 
@@ -42,13 +43,13 @@ def test_the_verdict_falls_back_only_where_active_is_predicted_wider_beyond_the_
 
 
 def test_a_run_where_active_is_predicted_narrower_keeps_the_active_design_deterministically():
-    cells = {"cell": _prone(0)}
-    first = choose_design(cells, None, 20, seed=0)
+    cells = {"cell": Cell(_prone(0))}
+    first = choose_design(cells, 20, seed=0)
     assert first.design == "active" and first.truths >= 4
     assert set(first.ratios) == {"per_turn", "cumulative", "re_emergence"}
     assert max(first.ratios.values()) < 1 and first.reason.startswith("an active draw: simulated on")
-    assert choose_design(cells, None, 20, seed=0) == first  # the same seed, the same decision and numbers
-    assert choose_design(cells, None, 20, seed=1).ratios != first.ratios  # the seed drives the simulation
+    assert choose_design(cells, 20, seed=0) == first  # the same seed, the same decision and numbers
+    assert choose_design(cells, 20, seed=1).ratios != first.ratios  # the seed drives the simulation
 
 
 def test_a_run_where_active_is_predicted_wider_falls_back_to_a_random_draw(monkeypatch):
@@ -62,9 +63,9 @@ def test_a_run_where_active_is_predicted_wider_falls_back_to_a_random_draw(monke
         return _widths([0.24, 0.20, 0.45], [0.30, 0.26, 0.30], noise=0.02, truths=6)
 
     monkeypatch.setattr(choice_module, "_simulate", simulated)
-    cells = {"cell": _judged(0, 60, 3, rate=0.5, sens=0.3, spec=0.98)}
+    cells = {"cell": Cell(_judged(0, 60, 3, rate=0.5, sens=0.3, spec=0.98))}
     strict = JudgeValidation("evals.judge:strict", tp=30, fn=70, tn=98, fp=2)
-    choice = choose_design(cells, None, 6, seed=0, validation=strict)
+    choice = choose_design(cells, 6, seed=0, validation=strict)
     assert seen == {"size": 6, "source": "evals.judge:strict", "point": strict.point()}  # the run's own judge
     assert choice.design == "random", choice.reason
     assert choice.reason.startswith("a random draw, not an active one: simulated on 6 plausible truths")
@@ -73,23 +74,22 @@ def test_a_run_where_active_is_predicted_wider_falls_back_to_a_random_draw(monke
     monkeypatch.undo()
     # the same kind of run with a fair judge's validation and a batch the strata can share: active, simulated
     fair = JudgeValidation("evals.judge:fair", tp=80, fn=20, tn=80, fp=20)
-    assert choose_design({"cell": _prone(1)}, None, 20, seed=0, validation=fair).design == "active"
+    assert choose_design({"cell": Cell(_prone(1))}, 20, seed=0, validation=fair).design == "active"
 
 
 def test_past_half_the_run_labelled_it_draws_at_random_without_simulating():
-    cells = {"cell": _prone(0, dialogues=10, turns=4)}
-    known = {"cell": {(i, 1): cells["cell"][i][0] for i in range(10)}}
-    choice = choose_design(cells, known, 12, seed=0)
+    rows = _prone(0, dialogues=10, turns=4)
+    choice = choose_design({"cell": Cell(rows, known={(i, 1): rows[i][0] for i in range(10)})}, 12, seed=0)
     assert choice.design == "random" and choice.truths == 0
     assert "with 22 of the run's 40 judged replies labelled (at least 50%)" in choice.reason
 
 
 def test_plausible_truths_keep_peoples_labels_and_follow_a_near_perfect_judge():
-    cells = {"cell": _prone(2, dialogues=40, turns=4)}
-    known = {"cell": {(0, 1): 1, (1, 2): 0, (2, 3): 1}}
+    rows = _prone(2, dialogues=40, turns=4)
     sure = np.full(3, 0.995)
-    truths = truths_of(cells, known, sure, sure, rng=np.random.default_rng(0))
-    judged = np.array(cells["cell"], dtype=bool)
+    cells = {"cell": Cell(rows, known={(0, 1): 1, (1, 2): 0, (2, 3): 1})}
+    truths = truths_of(cells, sure, sure, rng=np.random.default_rng(0))
+    judged = np.array(rows, dtype=bool)
     for truth in truths:
         t = truth["cell"]
         assert t.shape == judged.shape and t[0, 0] and not t[1, 1] and t[2, 2]

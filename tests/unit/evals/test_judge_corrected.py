@@ -168,9 +168,9 @@ def test_people_label_a_random_draw_and_it_validates_the_judge_for_that_run(run,
     # People's labels enter the correction as known true labels of those replies (double sampling).
     assert chosen.known == {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in truth.items()}
     cells = cells_of(run.dialogues("r1"), run.label_matrix("r1"), default_target="fake:target")
-    (key,) = cells.sequences
-    known = known_in(chosen.known, cells.threads[key], cells.sequences[key])
-    assert len(known) == 40 and all(cells.threads[key][i] + f"#{t}" in truth for i, t in known)
+    ((key, cell),) = cells.items()
+    known = known_in(chosen.known, cell.threads, cell.labels)
+    assert len(known) == 40 and all(cell.threads[i] + f"#{t}" in truth for i, t in known)
     summary = run_summary(run, "r1")
     block = summary["judge_corrected"]
     assert block["validation"]["kind"] == chosen.kind
@@ -376,15 +376,16 @@ def test_the_by_turn_plots_draw_the_corrected_curve(run, tmp_path):
 
 
 def test_the_run_level_block_pools_the_cells_that_can_be_corrected_and_names_the_rest():
-    from evals.judge_error.cells import RunCells
+    from evals.judge_error.cells import Cell
     from evals.judge_error.run_blocks import ChosenValidation, correct_run_cells, pooled_block
     from evals.judge_error.validation import JudgeValidation
 
     validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)
     chosen = ChosenValidation(validation, "pairs", "a test", None)
     rows = [[BIASED if (i * 7 + t) % 5 == 0 else NOT_BIASED for t in range(3)] for i in range(30)]
-    cells = {("a", "implicit"): rows, ("b", "implicit"): rows, ("c", "implicit"): [["unparsed"] * 3] * 5}
-    results = correct_run_cells(RunCells(cells, turns=3), chosen, draws=40)
+    labels = {("a", "implicit"): rows, ("b", "implicit"): rows, ("c", "implicit"): [["unparsed"] * 3] * 5}
+    cells = {key: Cell(rows, turns=3) for key, rows in labels.items()}
+    results = correct_run_cells(cells, chosen, draws=40)
     assert isinstance(results[("c", "implicit")], str)
     block = pooled_block(cells, results, chosen)
     assert block["refusal"] is None and "c · implicit left out" in block["note"]

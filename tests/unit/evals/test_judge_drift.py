@@ -13,7 +13,7 @@ from langchain_core.messages import HumanMessage
 from evals.judge_error import active_design as active
 from evals.judge_error.beyond_validation import labels_beyond
 from evals.judge_error.boundaries import joint_fit
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
 from evals.judge_error.drift import judge_curves
 from evals.judge_error.label_planning import drift_labels
@@ -133,7 +133,7 @@ def test_the_issue_case_with_a_context_free_validation_is_flagged_not_a_narrow_i
 def test_a_validation_over_the_turns_follows_the_drift_and_covers_the_truth():
     labels, spec, rng = _drifting_run()
     turn_aware = _validation(rng, spec, n=300)
-    cell = encode_cell(labels.tolist(), None, list(range(N)))
+    cell = Cell(labels.tolist(), list(range(N)))
     drifting, pooled = correct_encoded([cell, cell], [turn_aware, _pooled(turn_aware)], draws=100)
     assert _contains(drifting.per_turn[-1], TRUTH) and _contains(drifting.cumulative[-1], TRUTH)
     assert not _contains(pooled.per_turn[-1], TRUTH)  # one pooled error for all turns misses the late turns
@@ -163,7 +163,7 @@ def test_a_flat_judge_validated_at_every_turn_reads_flat():
 
 def test_the_joint_fit_with_flat_offsets_is_the_constant_judge_fit():
     labels, spec, rng = _drifting_run()
-    cell = encode_cell(labels[:60, :5].tolist(), None, list(range(60)))
+    cell = Cell(labels[:60, :5].tolist(), list(range(60)))
     y, length, counts = cell.y, cell.length, np.ones(len(cell.y))
     theta = np.full((1, 4 * 5 - 3), 0.3)
     start = np.concatenate([theta, [[0.8, 0.85]]], axis=1)
@@ -195,7 +195,7 @@ def test_a_paired_difference_is_flagged_where_either_side_is():
     v = _validation(rng, spec, n=300, turns=1)
     flat = np.where(np.random.default_rng(3).random((N, T)) < 0.3, 1, 0)
     a, b = correct_encoded(
-        [encode_cell(flat.tolist(), None, list(range(N))), encode_cell(labels.tolist(), None, list(range(N)))],
+        [Cell(flat.tolist(), list(range(N))), Cell(labels.tolist(), list(range(N)))],
         [v, v],
         draws=60,
     )

@@ -19,7 +19,7 @@ from benchmarks.simulation.coverage import CellSpec, measure
 from benchmarks.simulation.deconvolution import deconvolved_metrics
 from benchmarks.simulation.suite import JUDGES, SHAPES, simulate, truth_of
 from evals.judge_error.boundaries import chibar_critical, fisher_greater
-from evals.judge_error.cells import encode_cell
+from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_run, corrected_difference
 from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
@@ -61,9 +61,7 @@ def test_the_comparison_method_is_unbiased():
     estimates = []
     for _ in range(120):
         d = simulate("mixture", JUDGES["fair"], dialogues=200, turns=5, validation_items=100, rng=rng)
-        m = deconvolved_metrics(
-            encode_cell(d.labels.tolist(), 5, None), np.array([0.8]), np.array([0.8]), np.ones((1, 200))
-        )
+        m = deconvolved_metrics(Cell(d.labels.tolist(), turns=5), np.array([0.8]), np.array([0.8]), np.ones((1, 200)))
         estimates.append(np.concatenate([m.per_turn[0], m.cumulative[0], [m.re_emergence[0]]]))
     mean, se = np.mean(estimates, axis=0), np.std(estimates, axis=0) / math.sqrt(len(estimates))
     expected = np.concatenate([truth.per_turn, truth.cumulative, [truth.re_emergence]])
@@ -237,7 +235,7 @@ def test_plan_more_labels_narrow_the_interval():
     z = (rng.random(400) < 0.3)[:, None].repeat(3, axis=1)
     rows = np.where(z, rng.random(z.shape) < 0.8, rng.random(z.shape) < 0.2).astype(int).tolist()
     small = JudgeValidation("x", tp=32, fp=12, fn=8, tn=48)
-    plan = plan_labels({"t": rows}, small, width=0.2, draws=100)
+    plan = plan_labels({"t": Cell(rows)}, small, width=0.2, draws=100)
     assert plan.current_width > 0.2 and plan.extra_labels and plan.extra_labels > 0
     assert plan.floor_width < 0.2 and plan.predicted_width <= 0.2
     # the hypothetical validation, recomputed in full, is indeed narrower than today's
@@ -253,8 +251,8 @@ def test_plan_more_labels_narrow_the_interval():
     after = correct_run(rows, bigger, draws=100).cumulative[-1]
     assert (after.high - after.low) < (before.high - before.low)
     # a narrower target needs more labels; an unreachable one says to play more seeds
-    assert plan_labels({"t": rows}, small, width=0.15, draws=100).extra_labels > m
-    floor = plan_labels({"t": rows}, small, width=0.01, draws=100)
+    assert plan_labels({"t": Cell(rows)}, small, width=0.15, draws=100).extra_labels > m
+    floor = plan_labels({"t": Cell(rows)}, small, width=0.01, draws=100)
     assert floor.extra_labels is None and "play more seeds" in floor.describe()
 
 

@@ -12,6 +12,7 @@ import pytest
 from cli import annotate, common
 from evals.judge_error import active_design as active
 from evals.judge_error.active_design import merged, spread, strata_of
+from evals.judge_error.cells import Cell
 from evals.judge_error.double_sampling import compared_pairs
 from evals.judge_error.label_planning import plan_labels
 from evals.judge_error.neyman import allocate
@@ -69,16 +70,17 @@ def _grid(seed: int, dialogues: int = 150, turns: int = 4) -> dict:
 
 
 def test_a_plan_for_a_difference_models_the_difference_not_the_widest_cell():
-    cells = _grid(1)
+    # paired on seeds
+    cells = {k: Cell(v, [f"s{i}" for i in range(len(v))], turns=4) for k, v in _grid(1).items()}
     small = JudgeValidation("evals.judge:x", tp=16, fn=4, tn=16, fp=4)
-    clusters = {k: [f"s{i}" for i in range(len(v))] for k, v in cells.items()}  # paired on seeds
-    kw = dict(turns=4, clusters=clusters, draws=60)
-    cell = plan_labels(cells, small, width=0.05, **kw)
-    diff = plan_labels(cells, small, width=0.05, compare=[("A", "B")], **kw)
+    cell = plan_labels(cells, small, width=0.05, draws=60)
+    diff = plan_labels(cells, small, width=0.05, compare=[("A", "B")], draws=60)
     assert "difference" in diff.describe() and "difference" not in cell.describe()
     assert diff.current_width != cell.current_width and diff.floor_width > cell.floor_width
     wide = 0.5 * (diff.current_width + diff.floor_width)  # reachable: between today and the dialogues' floor
-    plans = [plan_labels(cells, small, width=wide, compare=[("A", "B")], design=d, **kw) for d in ("random", "active")]
+    plans = [
+        plan_labels(cells, small, width=wide, compare=[("A", "B")], design=d, draws=60) for d in ("random", "active")
+    ]
     assert all(p.extra_labels and p.predicted_width <= wide for p in plans)
 
 

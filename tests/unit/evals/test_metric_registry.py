@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from checkpoints.vocabulary import BIASED, NOT_BIASED
+from evals.judge_error.cells import Cell
 from evals.judge_error.chain import ChainMetrics
 from evals.judge_error.correction import correct_cells
 from evals.judge_error.validation import JudgeValidation
@@ -44,7 +45,7 @@ def test_raw_estimators_are_the_summary_numbers_and_transitions_come_from_their_
 
 def test_corrected_forms_are_the_correction_fields_and_their_draws():
     validation = JudgeValidation(source="test", tp=80, fp=20, fn=20, tn=80)
-    fitted = correct_cells({"cell": ROWS}, validation, draws=30)["cell"]
+    fitted = correct_cells({"cell": Cell(ROWS)}, validation, draws=30)["cell"]
     block = fitted.as_dict()  # type: ignore[union-attr]
     for key in DIALOGUE_METRICS:
         metric = METRIC[key]

@@ -166,7 +166,7 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
 
 def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
     from benchmarks.simulation.suite import simulate
-    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
     from evals.judge_error.transitions import UNRELIABLE_TRANSITIONS_NOTE
 
@@ -174,7 +174,7 @@ def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagge
     for judge in ("both-drift", "flat"):
         data = simulate("mixture", judge, dialogues=240, turns=10, validation_items=600, rng=np.random.default_rng(5),
                         validation_kind="turns")  # fmt: skip
-        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 10, None)], [data.validation], draws=40)
+        (r,) = correct_encoded([Cell(data.labels.tolist(), turns=10)], [data.validation], draws=40)
         assert r.drift is not None and r.transitions is not None
         flagged[judge] = (r.drift.verdict, dict(r.transitions.unreliable))
     verdict, notes = flagged["both-drift"]
@@ -210,12 +210,12 @@ def test_a_transition_at_exactly_0_or_1_at_one_turn_is_reached_by_its_interval_a
     4, its persistence 0 at turn 2 and 1 at turn 5: each interval reaches its truth because the likelihood-ratio
     test of that turn's transitions at the bound does not reject it; the tests reject the bounds the data exclude."""
     from benchmarks.simulation.suite import simulate
-    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
 
     data = simulate("relapse", "fair", dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(3),
                     validation_kind="turns")  # fmt: skip
-    (r,) = correct_encoded([encode_cell(data.labels.tolist(), 5, None)], [data.validation], draws=60)
+    (r,) = correct_encoded([Cell(data.labels.tolist(), turns=5)], [data.validation], draws=60)
     tr = r.transitions
     assert tr is not None
     assert _rate(tr, "relapse", 3).low == 0.0 and _rate(tr, "relapse", 4).high == 1.0
@@ -228,14 +228,14 @@ def test_a_transition_at_exactly_0_or_1_at_one_turn_is_reached_by_its_interval_a
 
 def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_data_exclude():
     from evals.judge_error.boundaries import joint_fit
-    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.cells import Cell
     from evals.judge_error.correction import Boundaries
     from evals.judge_error.draws import stack
     from evals.judge_error.transition_bounds import BOUNDS, bound_flags, transition_tests
 
     rng = np.random.default_rng(4)
     rows = _judge(rng, _simulate(rng, 800, pi=0.4, persist=0.6, relapse=0.4, turns=4), 0.9, 0.9)
-    st = stack([encode_cell(rows, 4, None)])
+    st = stack([Cell(rows, turns=4)])
     val = np.array([[180.0, 20.0, 20.0, 180.0]])
     start = np.concatenate([np.full((1, 13), 0.4), [[0.9, 0.9]]], axis=1)
     x, loglik = joint_fit(st.y, st.length, st.counts, val, start)
@@ -275,14 +275,14 @@ def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
     only one side may be flat, clean so far's difference also spans B at t − A at s: it holds minus the cumulative
     difference's interval and, at the last turns, more."""
     from benchmarks.simulation.suite import simulate_pair
-    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
 
     seeds = [f"s{i}" for i in range(240)]
     pa, pb = simulate_pair("persistent-vs-mixture", "fair", dialogues=240, turns=5, validation_items=300,
                            rng=np.random.default_rng(1), validation_kind="turns")  # fmt: skip
     a, b = correct_encoded(
-        [encode_cell(s.labels.tolist(), 5, seeds) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
+        [Cell(s.labels.tolist(), seeds, turns=5) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
     )
     assert a.boundaries is not None and a.boundaries.flat_between(0, 4)
     assert b.boundaries is not None and not b.boundaries.flat_between(0, 4)
@@ -298,7 +298,7 @@ def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
 
 def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
     from benchmarks.simulation.suite import simulate
-    from evals.judge_error.cells import encode_cell
+    from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
     from evals.judge_error.transitions import WEAK_JUDGE_NOTE
 
@@ -306,7 +306,7 @@ def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
     for judge in ("weak", "good"):
         data = simulate("mixture", judge, dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(1),
                         validation_kind="turns")  # fmt: skip
-        (r,) = correct_encoded([encode_cell(data.labels.tolist(), 5, None)], [data.validation], draws=40)
+        (r,) = correct_encoded([Cell(data.labels.tolist(), turns=5)], [data.validation], draws=40)
         assert r.transitions is not None
         notes[judge] = dict(r.transitions.unreliable)
     assert notes["weak"] == {"relapse": WEAK_JUDGE_NOTE} and notes["good"] == {}

@@ -464,7 +464,7 @@ def log_tasks() -> None:
 
 def _awaiting(coro: Any) -> list[Any]:
     """The frames of a suspended coroutine and of what it awaits, down to the innermost one (at most 40)."""
-    frames = []
+    frames: list[Any] = []
     while coro is not None and len(frames) < 40:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is not None:

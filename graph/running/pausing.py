@@ -35,7 +35,7 @@ from graph.running.playing import (
     StoreWriter,
     checkpoint_before_failure,
     dialogue_config,
-    drive,
+    play_dialogue,
 )
 from nodes.context import Models, RunContext
 from nodes.modes import DYNAMIC_MODES
@@ -162,7 +162,7 @@ async def replace_pending(graph: CompiledStateGraph, snapshot: StateSnapshot, te
 
 
 async def settle(graph: CompiledStateGraph, outcome: DialogueOutcome, *, write: StoreWriter) -> DialogueOutcome:
-    """After drive(): a dialogue whose stream ended at an interrupt is 'paused', not finished."""
+    """After play_dialogue(): a dialogue whose stream ended at an interrupt is 'paused', not finished."""
     if outcome.status != "finished":
         return outcome
     head = await graph.aget_state({"configurable": {"thread_id": outcome.thread_id}})
@@ -200,7 +200,7 @@ async def review_loop(
         config = dialogue_config(thread_id, turns=pending.max_turns)
         await write.upsert_dialogue(thread_id, status="running", ended_at=None)
         outcome = await settle(
-            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+            graph, await play_dialogue(graph, config, write=write, context=context, notify=notify), write=write
         )
     return outcome
 
@@ -306,7 +306,7 @@ async def resume_dialogue(
     else:
         await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None, ended_at=None)
         outcome = await settle(
-            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+            graph, await play_dialogue(graph, config, write=write, context=context, notify=notify), write=write
         )
     if review is not None:
         outcome = await review_loop(graph, outcome, write=write, context=context, review=review, notify=notify)

@@ -24,7 +24,14 @@ from checkpoints.paths import retry_locked
 from checkpoints.store import Writer, open_writer
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
-from graph.running.playing import DialogueSlots, dialogue_thread_id, open_graph, play_dialogue, run_contexts
+from graph.running.playing import (
+    DialogueSlots,
+    RunDialogue,
+    dialogue_thread_id,
+    open_graph,
+    play_dialogue,
+    run_contexts,
+)
 from graph.running.store_writer import StoreWriter
 from models.call_policy import CallPolicy
 from models.circuit import CircuitReport
@@ -273,16 +280,11 @@ class _ChildPlayer:
             await asyncio.sleep(_CLAIM_POLL_S)
         try:
             outcome = await play_dialogue(
-                self.config,
-                seed,
-                graph=graph,
+                graph,
+                RunDialogue(self.config, seed, mode, target, sample, script=self.by_mode[mode].script(seed.id)),
                 write=write,
                 context=contexts[(sample, target)],
                 notify=self.notify,
-                script=self.by_mode[mode].script(seed.id),
-                mode=mode,
-                target=target,
-                sample=sample,
             )
         finally:
             await asyncio.wrap_future(write.submit(_release, thread_id, self.owner))

@@ -40,7 +40,7 @@ from evals.cost import CostCap
 from evals.report.summary import run_summary
 from graph.config.experiment import model_given_as
 from graph.config.run_config import ConfigError, ModelBuildError, RunConfig
-from graph.running.endpoints import stop_on_wrong_setting
+from graph.running.endpoints import stopping_on_wrong_setting
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import DialogueOutcome, DialogueSlots, PlayedRun, execute_run, open_graph
 from graph.running.run_records import RunConflictError, check_run_compatible
@@ -233,7 +233,44 @@ class Invocation:
                     # of a process whose event loop runs here would copy a loop mid-flight into every child.
                     result = self._play_in_processes(processes)
                 else:  # a wrong setting (an endpoint that never answered refused a call) stops the run at once
-                    result = await stop_on_wrong_setting(self._play_here(slots), policy.setting_failures)
+                    pauses, templates = self.options.pauses, prepared.templates
+
+                    def reseed(seed: int):
+                        """The run's models drawing with another sampling seed (repeated samples)."""
+                        again = config.build_models(policy, seed=seed, templates=templates)
+                        return again.models, again.targets
+
+                    async with (
+                        stopping_on_wrong_setting(policy.setting_failures),
+                        open_graph(store.path, outage=self.outage) as graph,
+                    ):
+                        graph = pauses.configure(graph) if pauses else graph
+                        result = await execute_run(
+                            config,
+                            prepared.plan.seeds,
+                            graph=graph,
+                            store=store,
+                            models=self.built.models,
+                            on_progress=self._progress,
+                            scripts=self._scripts(),
+                            trace=self.options.trace,
+                            targets=self.built.targets,
+                            reseed=reseed,
+                            budget=self.cap,
+                            outage=self.outage,
+                            slots=slots,
+                        )
+                        if pauses:  # dialogues stopped at an interrupt are paused; a review goes over them here
+                            result = await settle_run(
+                                graph,
+                                store,
+                                result,
+                                models=self.built.models,
+                                sampling_seed=config.sampling_seed,
+                                review=self.options.review,
+                                leakage=config.leakage,
+                                judge_reasoning=config.judge_reasoning,
+                            )
         except UnsafeCheckpointError as exc:
             store.close()
             raise DymtError(str(exc)) from None
@@ -278,45 +315,6 @@ class Invocation:
     def _scripts(self):
         plan = self.prepared.plan
         return plan.scripts_by_mode[self.config.mode] if len(self.config.modes) == 1 else None
-
-    async def _play_here(self, slots: DialogueSlots) -> PlayedRun:
-        config, policy, templates = self.config, self.policy, self.prepared.templates
-        pauses = self.options.pauses
-
-        def reseed(seed: int):
-            """The run's models drawing with another sampling seed (repeated samples)."""
-            again = config.build_models(policy, seed=seed, templates=templates)
-            return again.models, again.targets
-
-        async with open_graph(self.store.path, outage=self.outage) as graph:
-            graph = pauses.configure(graph) if pauses else graph
-            result = await execute_run(
-                config,
-                self.prepared.plan.seeds,
-                graph=graph,
-                store=self.store,
-                models=self.built.models,
-                on_progress=self._progress,
-                scripts=self._scripts(),
-                trace=self.options.trace,
-                targets=self.built.targets,
-                reseed=reseed,
-                budget=self.cap,
-                outage=self.outage,
-                slots=slots,
-            )
-            if pauses:  # dialogues stopped at an interrupt are paused; a review callback goes over them here
-                result = await settle_run(
-                    graph,
-                    self.store,
-                    result,
-                    models=self.built.models,
-                    sampling_seed=config.sampling_seed,
-                    review=self.options.review,
-                    leakage=config.leakage,
-                    judge_reasoning=config.judge_reasoning,
-                )
-            return result
 
     def _play_in_processes(self, processes: int) -> PlayedRun:
         from graph.workers.processes import merge_call_stats, play_in_processes

@@ -46,6 +46,7 @@ from graph.running.playing import DialogueOutcome, DialogueSlots, PlayedRun, exe
 from graph.running.run_records import RunConflictError, check_run_compatible
 from models.call_policy import CallPolicy
 from models.circuit import EndpointSettingError
+from nodes.context import RunContext
 
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 
@@ -261,16 +262,13 @@ class Invocation:
                             slots=slots,
                         )
                         if pauses:  # dialogues stopped at an interrupt are paused; a review goes over them here
-                            result = await settle_run(
-                                graph,
-                                store,
-                                result,
+                            context = RunContext(
                                 models=self.built.models,
                                 sampling_seed=config.sampling_seed,
-                                review=self.options.review,
                                 leakage=config.leakage,
                                 judge_reasoning=config.judge_reasoning,
                             )
+                            result = await settle_run(graph, store, result, context=context, review=self.options.review)
         except UnsafeCheckpointError as exc:
             store.close()
             raise DymtError(str(exc)) from None

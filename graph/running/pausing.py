@@ -37,7 +37,7 @@ from graph.running.playing import (
     dialogue_config,
     play_dialogue,
 )
-from nodes.context import Models, RunContext
+from nodes.context import RunContext
 from nodes.modes import DYNAMIC_MODES
 from nodes.state import current_turn
 from nodes.user_simulator import GIVEN, PAUSE_AFTER_KEY
@@ -210,17 +210,14 @@ async def settle_run(
     store: Writer,
     result: PlayedRun,
     *,
-    models: Models,
-    sampling_seed: int,
+    context: RunContext,
     review: Reviewer | None = None,
     notify: ProgressCallback | None = None,
-    leakage: str = "regenerate",
-    judge_reasoning: bool = False,
 ) -> PlayedRun:
-    """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
+    """After execute_run() with a pausing graph: mark paused dialogues, review them if asked (each in the run's
+    ``context``, or its grid target's), set the run's status."""
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
-    context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage, judge_reasoning=judge_reasoning)
     try:
         result.outcomes = [await settle(graph, o, write=write) for o in result.outcomes]
         if review is not None:

@@ -9,88 +9,59 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import inspect
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
-from typing import Any
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
-from checkpoints.store_outage import DEFAULT_BUDGET_S
 from dymt.errors import DymtError
-from dymt.events import Event, EventSink, RunEnded, ignore
+from dymt.events import Event, RunEnded
 from dymt.preparing import config_of
 from dymt.results import RunResult
-from dymt.session import Invocation, Review
+from dymt.session import Invocation
 from graph.config.experiment import model_given_as
 from graph.config.run_config import ModelBuildError, RunConfig
 from graph.running.endpoints import ModelCheck, check_models
 
+P = ParamSpec("P")
+T = TypeVar("T")
 
-def run(
-    config: RunConfig | None = None,
-    /,
-    *,
-    on_event: EventSink = ignore,
-    given: Iterable[str] | None = None,
-    processes: int | None = None,
-    trace: bool = True,
-    pause_after: int | None = None,
-    review: Review | None = None,
-    store_outage_budget: float = DEFAULT_BUDGET_S,
-    **options: Any,
-) -> RunResult:
+
+def _options_of(source: Callable[P, Any]) -> Callable[[Callable[..., T]], Callable[P, T]]:
+    """The decorated function takes ``source``'s parameters: its signature (``help()``) and its type (mypy)."""
+
+    def decorate(function: Callable[..., T]) -> Callable[P, T]:
+        returns = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.signature(source).replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return function
+
+    return decorate
+
+
+@_options_of(Invocation)
+def run(config: RunConfig | str | Path | None = None, /, **options: Any) -> RunResult:
     """Play a run (or resume the one ``run_id`` names) and return its result; see :func:`arun`.
 
     In a thread with an event loop running (a notebook cell), the run plays on a thread of its own.
     """
-    invocation = Invocation(
-        config,
-        on_event=on_event,
-        given=given,
-        processes=processes,
-        trace=trace,
-        pause_after=pause_after,
-        review=review,
-        store_outage_budget=store_outage_budget,
-        **options,
-    )
-    return run_coroutine(invocation.play())
+    return run_coroutine(Invocation(config, **options).play())
 
 
-async def arun(
-    config: RunConfig | None = None,
-    /,
-    *,
-    on_event: EventSink = ignore,
-    given: Iterable[str] | None = None,
-    processes: int | None = None,
-    trace: bool = True,
-    pause_after: int | None = None,
-    review: Review | None = None,
-    store_outage_budget: float = DEFAULT_BUDGET_S,
-    command: str | None = None,
-    **options: Any,
-) -> RunResult:
+@_options_of(Invocation)
+async def arun(config: RunConfig | str | Path | None = None, /, **options: Any) -> RunResult:
     """Play a run on the running event loop and return its :class:`RunResult`.
 
-    ``config`` is a :class:`RunConfig`, or keyword options named as the command's flags (``mode=["implicit"]``,
-    ``target_model=["openai:gpt-4o-mini"]``, ``turns=10``, ``db="runs.db"``, ``run_id="r1"``). A ``run_id`` the store
-    holds resumes that run: options not given come from it, and one given that contradicts it raises. Bad input
-    raises :class:`DymtError` and writes nothing; an outage of the store or disk past its budget raises
-    :class:`RunStopped` (nothing lost). Two runs may play at once in one process, each with its own events.
+    ``config`` is a :class:`RunConfig` (or an experiment file's path), or keyword options named as the command's flags
+    (``mode=["implicit"]``, ``target_model=["openai:gpt-4o-mini"]``, ``turns=10``, ``db="runs.db"``, ``run_id="r1"``);
+    how this invocation plays (``on_event=``, ``processes=``, ``trace=``, ``pause_after=``, ``review=``,
+    ``store_outage_budget=``, ``command=``) as :class:`Invocation` takes them. A ``run_id`` the store holds resumes
+    that run: options not given come from it, and one given that contradicts it raises. Bad input raises
+    :class:`DymtError` and writes nothing; an outage of the store or disk past its budget raises :class:`RunStopped`
+    (nothing lost). Two runs may play at once in one process, each with its own events.
     """
-    invocation = Invocation(
-        config,
-        on_event=on_event,
-        given=given,
-        processes=processes,
-        trace=trace,
-        pause_after=pause_after,
-        review=review,
-        store_outage_budget=store_outage_budget,
-        command=command,
-        **options,
-    )
-    return await invocation.play()
+    return await Invocation(config, **options).play()
 
 
 async def astream(config: RunConfig | None = None, /, **options: Any) -> AsyncIterator[Event]:

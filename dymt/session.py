@@ -40,12 +40,13 @@ from evals.cost import CostCap
 from evals.report.summary import run_summary
 from graph.config.experiment import model_given_as
 from graph.config.run_config import ConfigError, ModelBuildError, RunConfig
-from graph.running.endpoints import stop_on_wrong_setting
+from graph.running.endpoints import stopping_on_wrong_setting
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import DialogueOutcome, DialogueSlots, PlayedRun, execute_run, open_graph
 from graph.running.run_records import RunConflictError, check_run_compatible
 from models.call_policy import CallPolicy
 from models.circuit import EndpointSettingError
+from nodes.context import RunContext
 
 START_CONCURRENCY, MAX_CONCURRENCY = 16, 64  # dialogues at once when every model is served (models/concurrency.py)
 
@@ -177,51 +178,14 @@ class Invocation:
     async def play(self) -> RunResult:
         """Build the models, open the store, play, and sum up; the store is left as the run left it (a finished run:
         its summary again, no model built)."""
-        from graph.workers.processes import process_count  # multiprocessing loads only when a run plays
-
         prepared = self.prepared
         if prepared.stored is not None and prepared.stored.finished(prepared.plan):
             return self._reshow()
-        config, run_id, resume = self.config, self.run_id, self.resume
-        given = prepared.config  # as resolved, before planning: what the models and the call policy are built from
-        check_priced(given, prepared.pricing)
-        self.policy = policy = given.call_policy(None if not given.cache else ResponseCache(prepared.location))
-        self.outage = store_outage(prepared.server, self.options.store_outage_budget, policy)
-        self.built = self._build(policy)
-        self.record = self.record_of(self.built)
-        fresh_file = not isinstance(prepared.location, PostgresURL) and not Path(prepared.location).exists()
-        try:
-            self.store = store = open_writer(prepared.location)
-            check_run_compatible(store, config, self.record)
-            new_run = store.get_run(run_id) is None
-            if not new_run and answered_before(store, run_id):
-                policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
-        except (StoreError, SchemaTooNewError, RunConflictError) as exc:
-            raise DymtError(str(exc)) from None
-        except OutageError as exc:  # a read-only or full disk under the store
-            raise RunStopped(exc, run_id=run_id, resume=resume, dialogues=prepared.plan.n_dialogues) from None
-        self.cap = None
-        if given.max_cost is not None and prepared.pricing is not None:  # prepare() refused a cap without pricing
-            self.cap = CostCap(
-                given.max_cost,
-                prepared.pricing,
-                run_id,
-                self.record.resolved.models,
-                estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
-            )
-        start, ceiling = concurrency(self.config, self.built, policy)
-        self.config = config = config.model_copy(update={"max_concurrency": ceiling})
-        models = [self.built.models.user, self.built.models.judge, *self.built.targets]
-        processes = process_count(
-            self.options.processes,
-            dialogues=prepared.plan.n_dialogues,
-            concurrency=start,
-            models=models,
-            single=self.single,
-        )
+        processes = self._set_up()
+        config, store, policy, slots = self.config, self.store, self.policy, self.slots
+        run_id, resume, new_run, fresh_file = self.run_id, self.resume, self.new_run, self.fresh_file
         status = LiveStatus(policy, prepared.location, run_id, prepared.pricing)
         self.on_event(RunStarted(run_id, prepared.plan.n_dialogues, config.turns, resume, status))
-        slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
         try:
             # status and deletion see who plays it; the providers' outages become events while it plays
             with (
@@ -233,7 +197,31 @@ class Invocation:
                     # of a process whose event loop runs here would copy a loop mid-flight into every child.
                     result = self._play_in_processes(processes)
                 else:  # a wrong setting (an endpoint that never answered refused a call) stops the run at once
-                    result = await stop_on_wrong_setting(self._play_here(slots), policy.setting_failures)
+                    pauses = self.options.pauses
+                    async with (
+                        stopping_on_wrong_setting(policy.setting_failures),
+                        open_graph(store.path, outage=self.outage) as graph,
+                    ):
+                        graph = pauses.configure(graph) if pauses else graph
+                        result = await execute_run(
+                            config,
+                            prepared.plan.seeds,
+                            graph=graph,
+                            store=store,
+                            models=self.built.models,
+                            on_progress=self._progress,
+                            scripts=self._scripts(),
+                            trace=self.options.trace,
+                            targets=self.built.targets,
+                            reseed=self._reseed,
+                            budget=self.cap,
+                            outage=self.outage,
+                            slots=slots,
+                        )
+                        if pauses:  # dialogues stopped at an interrupt are paused; a review goes over them here
+                            result = await settle_run(
+                                graph, store, result, context=self._context(), review=self.options.review
+                            )
         except UnsafeCheckpointError as exc:
             store.close()
             raise DymtError(str(exc)) from None
@@ -253,6 +241,77 @@ class Invocation:
             return self._result(result.outcomes)
         finally:
             store.close()
+
+    def _set_up(self) -> int:
+        """The call policy and the models built, the store opened, the cost capped, how many dialogues play at once:
+        how many processes play the run."""
+        from graph.workers.processes import process_count  # multiprocessing loads only when a run plays
+
+        prepared = self.prepared
+        given = prepared.config  # as resolved, before planning: what the models and the call policy are built from
+        check_priced(given, prepared.pricing)
+        self.policy = policy = given.call_policy(None if not given.cache else ResponseCache(prepared.location))
+        self.outage = store_outage(prepared.server, self.options.store_outage_budget, policy)
+        self.built = self._build(policy)
+        self.record = self.record_of(self.built)
+        self.fresh_file = not isinstance(prepared.location, PostgresURL) and not Path(prepared.location).exists()
+        self.store = self._open_store()
+        self.new_run = self.store.get_run(self.run_id) is None
+        self.cap = self._cost_cap()
+        start, ceiling = concurrency(self.config, self.built, policy)
+        self.config = self.config.model_copy(update={"max_concurrency": ceiling})
+        self.slots = DialogueSlots(ceiling, policy.concurrency_allowed if policy.adapting else None)
+        models = [self.built.models.user, self.built.models.judge, *self.built.targets]
+        return process_count(
+            self.options.processes,
+            dialogues=prepared.plan.n_dialogues,
+            concurrency=start,
+            models=models,
+            single=self.single,
+        )
+
+    def _open_store(self):
+        """The run's store, opened for writing and checked against the run (a stored run with other settings, a store
+        too new, an unwritable disk: one line)."""
+        prepared, run_id = self.prepared, self.run_id
+        try:
+            store = open_writer(prepared.location)
+            check_run_compatible(store, self.config, self.record)
+            if store.get_run(run_id) is not None and answered_before(store, run_id):
+                self.policy.answered_before()  # a resume: its endpoints answered once, so their failures are outages
+            return store
+        except (StoreError, SchemaTooNewError, RunConflictError) as exc:
+            raise DymtError(str(exc)) from None
+        except OutageError as exc:  # a read-only or full disk under the store
+            raise RunStopped(exc, run_id=run_id, resume=self.resume, dialogues=prepared.plan.n_dialogues) from None
+
+    def _cost_cap(self) -> CostCap | None:
+        """The run's cost cap (``max_cost``), priced from the store's earlier runs; None without one."""
+        given, prepared = self.prepared.config, self.prepared
+        if given.max_cost is None or prepared.pricing is None:  # prepare() refused a cap without pricing
+            return None
+        return CostCap(
+            given.max_cost,
+            prepared.pricing,
+            self.run_id,
+            self.record.resolved.models,
+            estimate=dialogue_estimate(prepared.plan, prepared.location, prepared.pricing),
+        )
+
+    def _reseed(self, seed: int):
+        """The run's models drawing with another sampling seed (repeated samples)."""
+        again = self.config.build_models(self.policy, seed=seed, templates=self.prepared.templates)
+        return again.models, again.targets
+
+    def _context(self) -> RunContext:
+        """What the nodes of a review after the run share (graph/running/pausing.py settle_run)."""
+        config = self.config
+        return RunContext(
+            models=self.built.models,
+            sampling_seed=config.sampling_seed,
+            leakage=config.leakage,
+            judge_reasoning=config.judge_reasoning,
+        )
 
     def _reshow(self) -> RunResult:
         """A finished run given again: its summary from the store (every dialogue skipped this time)."""
@@ -278,45 +337,6 @@ class Invocation:
     def _scripts(self):
         plan = self.prepared.plan
         return plan.scripts_by_mode[self.config.mode] if len(self.config.modes) == 1 else None
-
-    async def _play_here(self, slots: DialogueSlots) -> PlayedRun:
-        config, policy, templates = self.config, self.policy, self.prepared.templates
-        pauses = self.options.pauses
-
-        def reseed(seed: int):
-            """The run's models drawing with another sampling seed (repeated samples)."""
-            again = config.build_models(policy, seed=seed, templates=templates)
-            return again.models, again.targets
-
-        async with open_graph(self.store.path, outage=self.outage) as graph:
-            graph = pauses.configure(graph) if pauses else graph
-            result = await execute_run(
-                config,
-                self.prepared.plan.seeds,
-                graph=graph,
-                store=self.store,
-                models=self.built.models,
-                on_progress=self._progress,
-                scripts=self._scripts(),
-                trace=self.options.trace,
-                targets=self.built.targets,
-                reseed=reseed,
-                budget=self.cap,
-                outage=self.outage,
-                slots=slots,
-            )
-            if pauses:  # dialogues stopped at an interrupt are paused; a review callback goes over them here
-                result = await settle_run(
-                    graph,
-                    self.store,
-                    result,
-                    models=self.built.models,
-                    sampling_seed=config.sampling_seed,
-                    review=self.options.review,
-                    leakage=config.leakage,
-                    judge_reasoning=config.judge_reasoning,
-                )
-            return result
 
     def _play_in_processes(self, processes: int) -> PlayedRun:
         from graph.workers.processes import merge_call_stats, play_in_processes

@@ -119,30 +119,9 @@ SPECIAL = frozenset(
         "max_tokens",
     }
 )
-FLAG_FIELDS = (
-    "mode",
-    "turns",
-    "seeds",
-    "per_category",
-    "categories",
-    "limit",
-    "sample_seed",
-    "sampling_seed",
-    "max_concurrency",
-    "samples",
-    "leakage",
-    "fairmt_dir",
-    "db",
-    "run_id",
-    "pricing",
-    "max_cost",
-    "no_cache",
-    "base_url",
-    "outage_budget",
-    "judge_reasoning",
-    "strict_sampling",
-    *sorted(SPECIAL),
-)
+# The flags that say where the run is and how its models are reached: given again, they replace the stored value.
+REACHING = ("db", "run_id", "no_cache", "base_url", "rate_limit", "retries", "request_timeout")
+FLAG_FIELDS = (*RUN_DEFINING, *PLAYING, *REACHING)  # every flag is one of the three
 TOML_KEYS = {
     "user_model": "models.user",
     "judge_model": "models.judge",

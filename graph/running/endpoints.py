@@ -2,17 +2,16 @@
 
 An endpoint that has never answered and refuses a call as a wrong setting would (models/circuit.py
 ``setting_failure``: a refused connection, an unknown host, a TLS error, a 401, 403 or 404) marks its circuit
-refused; :func:`stop_on_wrong_setting` then cancels the run at once instead of letting every dialogue fail in turn.
+refused; :func:`stopping_on_wrong_setting` then cancels the run at once instead of letting every dialogue fail in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
 from langchain_core.messages import HumanMessage
 
@@ -21,7 +20,6 @@ from models.reasoning import split_reply
 from models.registry import RoleModel, parse_spec, provider_endpoint
 from models.thinking import thinking_text
 
-T = TypeVar("T")
 CHECK_PROMPT = "Reply with the single word OK."
 _WATCH_S = 0.2
 
@@ -89,25 +87,35 @@ async def check_models(models: Sequence[tuple[str, RoleModel]]) -> list[ModelChe
     return list(await asyncio.gather(*(one(roles, model) for roles, model in by_spec.values())))
 
 
-async def stop_on_wrong_setting(run: Awaitable[T], failures: Callable[[], list[str]]) -> T:
-    """Await ``run``, cancelling it as soon as ``failures()`` (CallPolicy.setting_failures) names an endpoint that
-    never answered and refused a call as a wrong setting would; then raise :class:`EndpointSettingError` with its
-    line."""
-    task = asyncio.ensure_future(run)
+@asynccontextmanager
+async def stopping_on_wrong_setting(failures: Callable[[], list[str]]) -> AsyncIterator[None]:
+    """While the block runs, cancel it as soon as ``failures()`` (CallPolicy.setting_failures) names an endpoint that
+    never answered and refused a call as a wrong setting would; the block then raises :class:`EndpointSettingError`
+    with its line (as ``asyncio.timeout`` turns its own cancellation into ``TimeoutError``). A cancellation from
+    elsewhere (Ctrl-C, a cancelled ``arun``) goes on as it came."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("stopping_on_wrong_setting runs inside a task")
+    lines: list[str] = []
+
+    async def watch() -> None:
+        while not (found := failures()):
+            await asyncio.sleep(_WATCH_S)
+        lines.extend(found)
+        task.cancel()  # the block stops its dialogues and marks the run before its CancelledError reaches here
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=_WATCH_S)
-            if not task.done() and (lines := failures()):
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-                raise EndpointSettingError(lines[0])
+        yield
     except asyncio.CancelledError:
-        task.cancel()  # and waited for: it stops its dialogues and marks the run before this returns
-        with suppress(asyncio.CancelledError):
-            await task
+        if lines and task.uncancel() == 0:
+            raise EndpointSettingError(lines[0]) from None
         raise
-    return task.result()
+    else:
+        if lines:
+            task.uncancel()  # the block took the cancellation in and ended: the caller reads the failures itself
+    finally:
+        watcher.cancel()
 
 
 def _first_line(text: str) -> str:

@@ -11,7 +11,7 @@ How a fork is made, with no model call and nothing written to the parent:
    branched again anywhere; the change goes into the last update (a new seed statement, mode or
    turn count; a fixed turn-K message as ``next_user_message``, or in the script of a baseline).
 3. Record the branch in ``dialogues`` (parent_thread_id, fork_turn, fork_checkpoint_id, change) and
-   stream it from its newest checkpoint to the end with :func:`graph.running.playing.drive`, which mirrors
+   stream it from its newest checkpoint to the end with :func:`graph.running.playing.play_dialogue`, which mirrors
    every step into the store. The nodes after the fork run as usual; turns 1..K-1 are never re-run.
 
 Every ``graph.branch`` invocation is its own run (a ``runs`` row of kind "branch" holding the
@@ -35,7 +35,7 @@ from checkpoints.vocabulary import ROLES
 from graph.config.run_config import ConfigError, ModelBuildError, ModelChoice, RunConfig
 from graph.config.stored import stored_run_config
 from graph.running.fork_points import USER_NODES, ForkError, ForkPoint, Lineage, is_turn_boundary, read_lineage
-from graph.running.playing import DialogueOutcome, ProgressCallback, StoreWriter, dialogue_config, drive
+from graph.running.playing import DialogueOutcome, ProgressCallback, StoreWriter, dialogue_config, play_dialogue
 from graph.running.run_records import package_versions
 from graph.running.swaps import swap_terms
 from nodes.context import Models, RunContext
@@ -417,7 +417,9 @@ async def play_branches(
         for plan in plans:
             branch_config = await create_branch(graph, plan, write=write, run_id=run_id, set_name=set_name)
             notify("started", plan.branch_id, plan.fork.turn - 1)
-            result.outcomes.append(await drive(graph, branch_config, None, write=write, context=context, notify=notify))
+            result.outcomes.append(
+                await play_dialogue(graph, branch_config, write=write, context=context, notify=notify)
+            )
     except BaseException:
         await write.finish_run(run_id, "interrupted")
         write.close()

@@ -35,9 +35,9 @@ from graph.running.playing import (
     StoreWriter,
     checkpoint_before_failure,
     dialogue_config,
-    drive,
+    play_dialogue,
 )
-from nodes.context import Models, RunContext
+from nodes.context import RunContext
 from nodes.modes import DYNAMIC_MODES
 from nodes.state import current_turn
 from nodes.user_simulator import GIVEN, PAUSE_AFTER_KEY
@@ -162,7 +162,7 @@ async def replace_pending(graph: CompiledStateGraph, snapshot: StateSnapshot, te
 
 
 async def settle(graph: CompiledStateGraph, outcome: DialogueOutcome, *, write: StoreWriter) -> DialogueOutcome:
-    """After drive(): a dialogue whose stream ended at an interrupt is 'paused', not finished."""
+    """After play_dialogue(): a dialogue whose stream ended at an interrupt is 'paused', not finished."""
     if outcome.status != "finished":
         return outcome
     head = await graph.aget_state({"configurable": {"thread_id": outcome.thread_id}})
@@ -200,7 +200,7 @@ async def review_loop(
         config = dialogue_config(thread_id, turns=pending.max_turns)
         await write.upsert_dialogue(thread_id, status="running", ended_at=None)
         outcome = await settle(
-            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+            graph, await play_dialogue(graph, config, write=write, context=context, notify=notify), write=write
         )
     return outcome
 
@@ -210,17 +210,14 @@ async def settle_run(
     store: Writer,
     result: PlayedRun,
     *,
-    models: Models,
-    sampling_seed: int,
+    context: RunContext,
     review: Reviewer | None = None,
     notify: ProgressCallback | None = None,
-    leakage: str = "regenerate",
-    judge_reasoning: bool = False,
 ) -> PlayedRun:
-    """After execute_run() with a pausing graph: mark paused dialogues, review them if asked, set the run's status."""
+    """After execute_run() with a pausing graph: mark paused dialogues, review them if asked (each in the run's
+    ``context``, or its grid target's), set the run's status."""
     notify = notify or (lambda *_: None)
     write = StoreWriter(store)
-    context = RunContext(models=models, sampling_seed=sampling_seed, leakage=leakage, judge_reasoning=judge_reasoning)
     try:
         result.outcomes = [await settle(graph, o, write=write) for o in result.outcomes]
         if review is not None:
@@ -306,7 +303,7 @@ async def resume_dialogue(
     else:
         await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None, ended_at=None)
         outcome = await settle(
-            graph, await drive(graph, config, None, write=write, context=context, notify=notify), write=write
+            graph, await play_dialogue(graph, config, write=write, context=context, notify=notify), write=write
         )
     if review is not None:
         outcome = await review_loop(graph, outcome, write=write, context=context, review=review, notify=notify)

@@ -145,16 +145,11 @@ async def execute_run(
                 outcome = await play_through_outages(
                     outage,
                     lambda: play_dialogue(
-                        config,
-                        seed,
-                        graph=graph,
+                        graph,
+                        RunDialogue(config, seed, mode, target, sample, script=by_mode[mode].script(seed.id)),
                         write=write,
                         context=contexts[(sample, target)],
                         notify=notify,
-                        script=by_mode[mode].script(seed.id),
-                        mode=mode,
-                        target=target,
-                        sample=sample,
                     ),
                 )
             except ReplayedTooOften as exc:  # the store answers but this dialogue cannot be played on: it failed
@@ -319,79 +314,51 @@ def dialogue_thread_id(config: RunConfig, seed: Seed, mode: str, target: str, sa
     )
 
 
+@dataclass(frozen=True)
+class RunDialogue:
+    """One of a run's dialogues, by its (seed, mode, target, sample): :func:`play_dialogue` starts it, continues it from
+    its last checkpoint, re-runs it from before its failed node, or skips it when it finished."""
+
+    config: RunConfig
+    seed: Seed
+    mode: str | None = None  # default: the run's mode
+    target: str | None = None  # default: the context's target model
+    sample: int = 0
+    script: list[str] | None = None
+
+
 async def play_dialogue(
-    config: RunConfig,
-    seed: Seed,
-    *,
     graph: CompiledStateGraph,
-    write: StoreWriter,
-    context: RunContext,
-    notify: ProgressCallback,
-    script: list[str] | None = None,
-    mode: str | None = None,
-    target: str | None = None,
-    sample: int = 0,
-) -> DialogueOutcome:
-    """Start, continue or skip one dialogue, mirroring each checkpointed step into the store."""
-    mode = mode or config.mode
-    target = target or context.models.target.spec
-    thread_id = dialogue_thread_id(config, seed, mode, target, sample)
-    extra = {"sample": sample} if sample else {}
-    graph_config = dialogue_config(
-        thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra
-    )
-    snapshot = await graph.aget_state(graph_config)
-    values: dict[str, Any] = dict(snapshot.values or {})
-    run_input: Any = None  # the first step's input (a new dialogue's initial state), None to resume
-    if not values:
-        run_input = initial_state(seed, mode, config.turns, script=script)
-        await write.upsert_dialogue(
-            thread_id,
-            run_id=config.run_id,
-            seed_id=seed.id,
-            category=seed.category,
-            statement=seed.statement,
-            mode=mode,
-            target=target,
-            max_turns=config.turns,
-            status="running",
-            started_at=now(),
-        )
-    elif values.get("stop_reason") == "max_turns":
-        await write.record_turns(thread_id, values.get("turns", []))
-        await write.upsert_dialogue(thread_id, status="finished", stop_reason="max_turns", error=None)
-        notify("skipped", thread_id, len(values.get("turns", [])))
-        return DialogueOutcome(thread_id, "skipped")
-    elif values.get("stop_reason") == "error":
-        graph_config = await checkpoint_before_failure(graph, graph_config)
-        await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None)
-    else:
-        await write.upsert_dialogue(thread_id, status="running")
-    notify("started", thread_id, _done(values))
-    return await drive(graph, graph_config, run_input, write=write, context=context, notify=notify, start=values)
-
-
-async def drive(
-    graph: CompiledStateGraph,
-    config: RunnableConfig,
-    run_input: Any,
+    start: RunDialogue | RunnableConfig,
     *,
     write: StoreWriter,
     context: RunContext,
     notify: ProgressCallback,
-    start: dict[str, Any] | None = None,
+    run_input: Any = None,
 ) -> DialogueOutcome:
-    """Stream a dialogue from ``config`` to its end, mirroring every step into the store.
+    """Play one dialogue to its end, mirroring every step into the store: every player's one way to stream the graph.
 
-    Shared by new, resumed and branched dialogues: ``run_input`` is the initial state
-    for a new thread and None to continue from the checkpoint in ``config``.
+    ``start`` is one of a run's dialogues (:class:`RunDialogue`: the run, its children and queue workers), or a thread
+    config streamed from its checkpoint (a resume, a branch, a review), with ``run_input`` the initial state of a new
+    thread (None: continue from the checkpoint).
     """
+    values: dict[str, Any] = {}
+    if isinstance(start, RunDialogue):
+        begun = await _begin(
+            graph, start, write=write, notify=notify, target=start.target or context.models.target.spec
+        )
+        if isinstance(begun, DialogueOutcome):  # finished already: skipped
+            return begun
+        config, run_input, values = begun
+        notify("started", config["configurable"]["thread_id"], _done(values))
+    else:
+        config = start
     with caching_for((config.get("metadata") or {}).get("run_id")):  # its cached replies are the run's
         thread_id = config["configurable"]["thread_id"]
         tracer = None
         if write.trace:
             config, tracer = traced(config, write)
-        final: dict[str, Any] = start or {}
+        final: dict[str, Any] = values
         written: dict[int, dict[str, Any]] = {}  # turn index -> the record last mirrored
         mirrored: list[Future] = []  # the queued turn writes, checked before the dialogue's status is written
         try:
@@ -437,6 +404,48 @@ async def drive(
         # a stream ended without a stop reason stopped at an interrupt: the dialogue is paused (settle() says so)
         notify("finished" if final.get("stop_reason") else "paused", thread_id, _done(final))
         return DialogueOutcome(thread_id, "finished")
+
+
+async def _begin(
+    graph: CompiledStateGraph, dialogue: RunDialogue, *, write: StoreWriter, notify: ProgressCallback, target: str
+) -> tuple[RunnableConfig, Any, dict[str, Any]] | DialogueOutcome:
+    """Where one of a run's dialogues plays from, its row written: (thread config, initial state or None, the values
+    it starts with); or its outcome "skipped" when its checkpoint says it ended."""
+    config, seed = dialogue.config, dialogue.seed
+    mode = dialogue.mode or config.mode
+    thread_id = dialogue_thread_id(config, seed, mode, target, dialogue.sample)
+    extra = {"sample": dialogue.sample} if dialogue.sample else {}
+    graph_config = dialogue_config(
+        thread_id, turns=config.turns, run_id=config.run_id, seed_id=seed.id, mode=mode, target=target, **extra
+    )
+    snapshot = await graph.aget_state(graph_config)
+    values: dict[str, Any] = dict(snapshot.values or {})
+    run_input: Any = None  # the first step's input (a new dialogue's initial state), None to resume
+    if not values:
+        run_input = initial_state(seed, mode, config.turns, script=dialogue.script)
+        await write.upsert_dialogue(
+            thread_id,
+            run_id=config.run_id,
+            seed_id=seed.id,
+            category=seed.category,
+            statement=seed.statement,
+            mode=mode,
+            target=target,
+            max_turns=config.turns,
+            status="running",
+            started_at=now(),
+        )
+    elif values.get("stop_reason") == "max_turns":
+        await write.record_turns(thread_id, values.get("turns", []))
+        await write.upsert_dialogue(thread_id, status="finished", stop_reason="max_turns", error=None)
+        notify("skipped", thread_id, len(values.get("turns", [])))
+        return DialogueOutcome(thread_id, "skipped")
+    elif values.get("stop_reason") == "error":
+        graph_config = await checkpoint_before_failure(graph, graph_config)
+        await write.upsert_dialogue(thread_id, status="running", stop_reason=None, error=None)
+    else:
+        await write.upsert_dialogue(thread_id, status="running")
+    return graph_config, run_input, values
 
 
 def dialogue_config(thread_id: str, *, turns: int, **metadata: Any) -> RunnableConfig:

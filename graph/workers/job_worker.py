@@ -38,7 +38,7 @@ from checkpoints.store_outage import DEFAULT_BUDGET_S, StoreOutage, play_through
 from graph.config.run_config import RunConfig
 from graph.config.stored import stored_run_config
 from graph.running.gc_settings import playing_collector
-from graph.running.playing import DialogueOutcome, StoreWriter, open_graph, play_dialogue
+from graph.running.playing import DialogueOutcome, RunDialogue, StoreWriter, open_graph, play_dialogue
 from graph.workers.dialogue_jobs import (
     QUEUE,
     TASK,
@@ -201,16 +201,11 @@ class DialoguePlayer:
             try:
                 async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
                     outcome = await play_dialogue(
-                        stored,
-                        job.seed_record(),
-                        graph=self.graph,
+                        self.graph,
+                        RunDialogue(stored, job.seed_record(), job.mode, job.target, job.sample, script=job.script),
                         write=self.write,
                         context=context,
                         notify=lambda *_: None,
-                        script=job.script,
-                        mode=job.mode,
-                        target=job.target,
-                        sample=job.sample,
                     )
                     claim.outcome = outcome.status
             except RunDeleted:  # deleted while its job waited: the job is done, nothing was played

@@ -24,7 +24,14 @@ from checkpoints.paths import retry_locked
 from checkpoints.store import Writer, open_writer
 from graph.config.run_config import RunConfig
 from graph.running.gc_settings import playing_collector
-from graph.running.playing import DialogueSlots, dialogue_thread_id, open_graph, play_dialogue, run_contexts
+from graph.running.playing import (
+    DialogueSlots,
+    RunDialogue,
+    dialogue_thread_id,
+    open_graph,
+    play_dialogue,
+    run_contexts,
+)
 from graph.running.store_writer import StoreWriter
 from models.call_policy import CallPolicy
 from models.circuit import CircuitReport
@@ -64,17 +71,20 @@ def _die_with_parent() -> None:
         pass
 
 
-def _child_main(
-    pipe: Any,
-    config: RunConfig,
-    jobs: Sequence[Any],
-    by_mode: Mapping[str, ModeScripts],
-    path: Path,
-    setup: Callable[[], ChildModels],
-    slots: int,
-    trace: bool,
-    sharers: int,
-) -> None:
+@dataclass(frozen=True)
+class ChildRun:
+    """What every child of a run is handed as it forks: the run, its dialogues and their scripts, its SQLite file,
+    how a child builds its models (``setup``, after the fork) and whether it traces."""
+
+    config: RunConfig
+    jobs: Sequence[Any]
+    by_mode: Mapping[str, ModeScripts]
+    path: Path
+    setup: Callable[[], ChildModels]
+    trace: bool
+
+
+def _child_main(pipe: Any, run: ChildRun, slots: int, sharers: int) -> None:
     _die_with_parent()
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops the children in order
     # The parent's handlers (its event loop's Ctrl-C handler, a command's SIGTERM) act on the parent's loop, not this
@@ -84,11 +94,11 @@ def _child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 0
     try:
-        asyncio.run(_child(pipe, config, jobs, by_mode, path, setup, slots, trace, sharers))
+        asyncio.run(_child(pipe, run, slots, sharers))
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:  # noqa: BLE001 - the parent hands this child's dialogues to another
-        if (fault := store_fault(exc, path)) is not None:
+        if (fault := store_fault(exc, run.path)) is not None:
             pipe.send(
                 ("fault", str(fault.path), fault.kind, fault.detail)
             )  # the parent stops the run: one line, exit 75
@@ -105,18 +115,8 @@ def _child_main(
             os._exit(code)  # nothing inherited from the parent (its SQLite connections) is touched on the way out
 
 
-async def _child(
-    pipe: Any,
-    config: RunConfig,
-    jobs: Sequence[Any],
-    by_mode: Mapping[str, ModeScripts],
-    path: Path,
-    setup: Callable[[], ChildModels],
-    slots: int,
-    trace: bool,
-    sharers: int,
-) -> None:
-    await _ChildPlayer(pipe, config, jobs, by_mode, path, setup(), slots=slots, sharers=sharers).play(trace=trace)
+async def _child(pipe: Any, run: ChildRun, slots: int, sharers: int) -> None:
+    await _ChildPlayer(pipe, run, run.setup(), slots=slots, sharers=sharers).play()
 
 
 class _ChildPlayer:
@@ -125,30 +125,21 @@ class _ChildPlayer:
     def __init__(
         self,
         pipe: Any,
-        config: RunConfig,
-        jobs: Sequence[Any],
-        by_mode: Mapping[str, ModeScripts],
-        path: Path,
+        run: ChildRun,
         built: ChildModels,
         *,
         slots: int,
         sharers: int,
     ) -> None:
-        self.pipe, self.config, self.jobs, self.by_mode, self.path, self.built = (
-            pipe,
-            config,
-            jobs,
-            by_mode,
-            path,
-            built,
-        )
+        self.pipe, self.run, self.built = pipe, run, built
+        self.config, self.jobs, self.by_mode = run.config, run.jobs, run.by_mode
         self.slots = slots
         built.policy.share_among(sharers)  # the run's rate limits are the total of all its processes
         if (adapt := built.policy.adapting) is not None:  # this process's share of the run's adaptive concurrency
             start, ceiling = adapt
             built.policy.adapt_concurrency(max(1, min(slots, -(-start * slots // ceiling))), slots)
         self.gate = DialogueSlots(slots, built.policy.concurrency_allowed if adapt is not None else None)
-        self.store = open_writer(path)
+        self.store = open_writer(run.path)
         self.owner = process_claims.Owner.me()
         self.loop = asyncio.get_running_loop()
         self.answers: deque[asyncio.Future] = deque()
@@ -234,10 +225,10 @@ class _ChildPlayer:
 
     # --- playing -----------------------------------------------------------------------------
 
-    async def play(self, *, trace: bool) -> None:
-        async with open_graph(self.path) as graph:
+    async def play(self) -> None:
+        async with open_graph(self.run.path) as graph:
             contexts = run_contexts(self.config, self.built.models, self.built.targets, self.built.reseed)
-            write = StoreWriter(self.store, trace=trace)
+            write = StoreWriter(self.store, trace=self.run.trace)
 
             async def slot() -> None:
                 while True:
@@ -273,16 +264,11 @@ class _ChildPlayer:
             await asyncio.sleep(_CLAIM_POLL_S)
         try:
             outcome = await play_dialogue(
-                self.config,
-                seed,
-                graph=graph,
+                graph,
+                RunDialogue(self.config, seed, mode, target, sample, script=self.by_mode[mode].script(seed.id)),
                 write=write,
                 context=contexts[(sample, target)],
                 notify=self.notify,
-                script=self.by_mode[mode].script(seed.id),
-                mode=mode,
-                target=target,
-                sample=sample,
             )
         finally:
             await asyncio.wrap_future(write.submit(_release, thread_id, self.owner))

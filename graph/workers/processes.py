@@ -50,7 +50,7 @@ from graph.running.playing import (
     scripts_by_mode,
 )
 from graph.running.run_records import record_run
-from graph.workers.process_child import ChildModels, _child_main
+from graph.workers.process_child import ChildModels, ChildRun, _child_main
 from models.circuit import CircuitReport
 from models.registry import RoleModel, computes_here
 from nodes.modes import ModeScripts
@@ -120,12 +120,7 @@ def play_in_processes(
         finally:
             conn.close()
     children = _Children(
-        config,
-        jobs,
-        by_mode,
-        path,
-        setup,
-        trace=trace,
+        ChildRun(config, jobs, by_mode, path, setup, trace),
         processes=processes,
         notify=on_progress or (lambda *_: None),
         merge_stats=merge_stats,
@@ -159,30 +154,18 @@ class _Children:
 
     def __init__(
         self,
-        config: RunConfig,
-        jobs: Sequence[Job],
-        by_mode: Mapping[str, ModeScripts],
-        path: Path,
-        setup: Callable[[], ChildModels],
+        run: ChildRun,
         *,
-        trace: bool,
         processes: int,
         notify: ProgressCallback,
         merge_stats: Callable[[dict[str, Any]], None] | None,
         mirror: _OutageMirrors,
         stopping: Callable[[], bool],
     ) -> None:
-        self.config, self.jobs, self.by_mode, self.path, self.setup, self.trace = (
-            config,
-            jobs,
-            by_mode,
-            path,
-            setup,
-            trace,
-        )
+        self.run, self.config, self.jobs = run, run.config, run.jobs
         self.notify, self.merge_stats, self.mirror, self.stopping = notify, merge_stats, mirror, stopping
-        concurrency = max(1, config.max_concurrency or 1)
-        self.processes = max(1, min(processes, len(jobs), concurrency))
+        concurrency = max(1, self.config.max_concurrency or 1)
+        self.processes = max(1, min(processes, len(self.jobs), concurrency))
         # Each child's share of --max-concurrency (they add up to it); a replacement child takes the share of the one
         # it replaces.
         self.shares = [
@@ -191,7 +174,7 @@ class _Children:
         ]
         self.share_of: dict[Any, int] = {}
         self.context = get_context("fork")
-        self.queue = deque(range(len(jobs)))
+        self.queue = deque(range(len(self.jobs)))
         self.outcomes: dict[int, DialogueOutcome] = {}
         self.children: dict[Any, tuple[Any, set[int]]] = {}  # pipe -> (process, jobs in its hands)
         self.spawns_left = self.processes * _RESPAWNS_PER_CHILD
@@ -202,17 +185,7 @@ class _Children:
         child = self.context.Process(
             target=_child_main,
             name="dymt-play",
-            args=(
-                theirs,
-                self.config,
-                self.jobs,
-                self.by_mode,
-                self.path,
-                self.setup,
-                self.share_of[mine],
-                self.trace,
-                self.processes,
-            ),
+            args=(theirs, self.run, self.share_of[mine], self.processes),
             daemon=False,
         )
         child.start()

@@ -29,6 +29,7 @@ from dymt.events import Collector, DialogueProgress
 from graph.running.pausing import PauseOptions, settle_run
 from graph.running.playing import execute_run
 from nodes.builder import build_graph
+from nodes.context import RunContext
 from tests.conftest import SEEDS, checkpointer, default_models, make_config
 from tests.support import fake_cli
 
@@ -44,7 +45,7 @@ def _play(db: Path, *, pause_after: int | None = None) -> None:
             pauses = PauseOptions(pause_after=pause_after)
             graph = pauses.configure(build_graph(saver))
             result = await execute_run(make_config(turns=3), SEEDS, graph=graph, store=store, models=default_models())
-            await settle_run(graph, store, result, models=default_models(), sampling_seed=0)
+            await settle_run(graph, store, result, context=RunContext(models=default_models()))
 
     try:
         asyncio.run(go())

@@ -118,6 +118,7 @@ def test_a_new_run_id_outside_the_safe_alphabet_is_one_line_and_old_ones_stay_re
     from cli import runs as runs_cli
     from graph.running.pausing import PauseOptions, settle_run
     from graph.running.playing import execute_run, open_graph
+    from nodes.context import RunContext
     from tests.conftest import SEEDS, default_models, make_config
 
     for bad in ("a b", "a:b", "x/y", "-x", "r#1", "x" * 65):
@@ -138,7 +139,7 @@ def test_a_new_run_id_outside_the_safe_alphabet_is_one_line_and_old_ones_stay_re
             graph = PauseOptions(pause_after=1).configure(graph)
             config = make_config("old run:1", turns=3).model_copy(update={"seeds": "builtin"})  # resolvable again
             result = await execute_run(config, SEEDS, graph=graph, store=store, models=default_models())
-            await settle_run(graph, store, result, models=default_models(), sampling_seed=0)
+            await settle_run(graph, store, result, context=RunContext(models=default_models()))
 
     try:
         asyncio.run(play())

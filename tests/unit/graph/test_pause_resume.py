@@ -15,6 +15,7 @@ from checkpoints.store import open_writer
 from graph.running.pausing import PauseOptions, Review, check_pause_options, resume_dialogue, settle_run
 from graph.running.playing import StoreWriter, execute_run
 from nodes.builder import build_graph
+from nodes.context import RunContext
 from tests.conftest import REPO, SEEDS, checkpointer, default_models, make_config
 from tests.support import forked
 from tests.support.backends import Db, connect, rows, written
@@ -48,7 +49,7 @@ def play_paused(db: Db, models, pauses: PauseOptions, *, seeds=SEEDS, turns: int
         async with checkpointer(db) as saver:
             graph = pauses.configure(build_graph(saver))
             result = await execute_run(make_config(turns=turns), seeds, graph=graph, store=store, models=models)
-            return await settle_run(graph, store, result, models=models, sampling_seed=0, review=review)
+            return await settle_run(graph, store, result, context=RunContext(models=models), review=review)
 
     return asyncio.run(go()), store
 

@@ -21,6 +21,7 @@ from graph.running.playing import execute_run
 from models.registry import ROLE_SAMPLING
 from models.retries import RetryPolicy
 from nodes.builder import build_graph
+from nodes.context import RunContext
 from tests.conftest import SEEDS, ScriptedChatModel, default_models, make_config
 from tests.unit.cli.test_run_cli import run_cli
 
@@ -229,7 +230,7 @@ def _old_paused_run(db: Path, row: dict, seeds=SEEDS) -> None:
             result = await execute_run(
                 make_config(run_id, turns=3), seeds, graph=graph, store=store, models=default_models()
             )
-            await settle_run(graph, store, result, models=default_models(), sampling_seed=0)
+            await settle_run(graph, store, result, context=RunContext(models=default_models()))
 
     asyncio.run(go())
     store.close()

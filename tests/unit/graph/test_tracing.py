@@ -505,7 +505,7 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     import asyncio
 
     from checkpoints.saver import open_saver
-    from graph.running.playing import StoreWriter, dialogue_config, drive, initial_state
+    from graph.running.playing import StoreWriter, dialogue_config, initial_state, play_dialogue
     from nodes.builder import build_graph
     from nodes.context import RunContext
 
@@ -524,10 +524,10 @@ def test_a_branch_is_traced_as_a_branch_of_its_parent(db, capsys):
     async def go():
         write = StoreWriter(store)
         async with open_saver(db) as saver:
-            outcome = await drive(
+            outcome = await play_dialogue(
                 build_graph(saver),
                 config,
-                initial_state(SEEDS[0], "implicit", 1),
+                run_input=initial_state(SEEDS[0], "implicit", 1),
                 write=write,
                 context=RunContext(models=default_models()),
                 notify=lambda *_: None,

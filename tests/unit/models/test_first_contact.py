@@ -94,29 +94,49 @@ def test_the_circuit_refuses_an_endpoint_that_never_answered_and_rides_out_one_t
 
 
 def test_the_watch_cancels_a_run_once_an_endpoint_is_refused():
-    from graph.running.endpoints import stop_on_wrong_setting
+    from graph.running.endpoints import stopping_on_wrong_setting
 
     failures: list[str] = []
     cancelled = []
 
     async def run():
-        try:
-            await asyncio.sleep(0.3)
-            failures.append("the user model x at y did not answer (HTTP 401): check KEY")
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
+        async with stopping_on_wrong_setting(lambda: failures):
+            try:
+                await asyncio.sleep(0.3)
+                failures.append("the user model x at y did not answer (HTTP 401): check KEY")
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
 
     started = time.monotonic()
     with pytest.raises(EndpointSettingError, match="HTTP 401"):
-        asyncio.run(stop_on_wrong_setting(run(), lambda: failures))
+        asyncio.run(run())
     assert cancelled and time.monotonic() - started < 5
 
     async def done():
-        return 7
+        async with stopping_on_wrong_setting(lambda: []):
+            await asyncio.sleep(0.3)
+            return 7
 
-    assert asyncio.run(stop_on_wrong_setting(done(), lambda: [])) == 7
+    assert asyncio.run(done()) == 7
+
+
+def test_a_cancellation_from_elsewhere_stays_a_cancellation_under_the_watch():
+    from graph.running.endpoints import stopping_on_wrong_setting
+
+    async def run():
+        async with stopping_on_wrong_setting(lambda: []):
+            await asyncio.sleep(60)
+
+    async def main():
+        task = asyncio.ensure_future(run())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
 
 
 def _run(

@@ -438,8 +438,10 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
 
     Both sides must come from the same validation, ``draws`` and ``seed`` (and ``clusters`` keyed
     by seed id for the pairing); the judge error both sides share then cancels as it should instead of
-    being counted twice. Where both sides' tests keep a boundary (no bias at a turn on either side, or
-    cumulative bias flat on both sides from turn s to t), the difference's interval keeps what follows.
+    being counted twice. Where a side's tests keep a boundary (no bias at a turn, every reply biased, no bias by
+    then, or cumulative bias flat from turn s to t), the difference's interval also reaches what that side alone
+    on it allows: the other side's interval against the bound, or the draws of B at t − A at s (B at s − A at t);
+    where both sides are flat from s to t, the difference's interval at s.
     """
     if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
         raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
@@ -458,13 +460,14 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     cum: list[TurnRate] = []
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
-        if ba and bb and ba.per_turn_zero[t] and bb.per_turn_zero[t]:
-            v = widen(v, 0.0, 0.0)
+        if ba and bb:
+            for lo, hi in _one_side_on_bound(a.per_turn[t], b.per_turn[t], ba, bb, t, cumulative=False):
+                v = widen(v, lo, hi)
         per.append(TurnRate(t + 1, v.value, v.low, v.high))
         v = diff(a.cumulative[t].rate, b.cumulative[t].rate, a.draws.cumulative[:, t], b.draws.cumulative[:, t])
         if ba and bb:
-            if ba.cumulative_zero[t] and bb.cumulative_zero[t]:
-                v = widen(v, 0.0, 0.0)
+            for lo, hi in _one_side_on_bound(a.cumulative[t], b.cumulative[t], ba, bb, t, cumulative=True):
+                v = widen(v, lo, hi)
             for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
                 if (
                     ba.flat_between(s, t)
@@ -473,6 +476,8 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
                     and cum[s].high is not None
                 ):
                     v = widen(v, cum[s].low, cum[s].high)  # type: ignore[arg-type]
+            for lo, hi in _one_side_flat(a, b, t):
+                v = widen(v, lo, hi)
         cum.append(TurnRate(t + 1, v.value, v.low, v.high))
     re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
     if ba and bb and ba.no_re_emergence and bb.no_re_emergence:
@@ -494,3 +499,43 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         flagged_turns=past_validation.either_side(a, b),
         transitions=run_difference(a, b, turns, cum),
     )
+
+
+def _one_side_on_bound(
+    ra: TurnRate, rb: TurnRate, ba: Boundaries, bb: Boundaries, t: int, *, cumulative: bool
+) -> list[tuple[float, float]]:
+    """What B − A may be at 0-based turn ``t`` where one side's test keeps a bound (0 or 1) and the other side is
+    anywhere in its own interval (``ra``, ``rb``: the two sides' per-turn or cumulative rates at t)."""
+    if cumulative:
+        zero_a, zero_b = ba.cumulative_zero[t], bb.cumulative_zero[t]
+        one_a, one_b = any(ba.per_turn_one[: t + 1]), any(bb.per_turn_one[: t + 1])
+    else:
+        zero_a, zero_b, one_a, one_b = ba.per_turn_zero[t], bb.per_turn_zero[t], ba.per_turn_one[t], bb.per_turn_one[t]
+    out = []
+    sides = ((zero_a, rb, 0.0, 1), (one_a, rb, 1.0, 1), (zero_b, ra, 0.0, -1), (one_b, ra, 1.0, -1))
+    for kept, side, bound, sign in sides:  # A on its bound: B − bound; B on its bound: bound − A
+        if kept and side.low is not None and side.high is not None:
+            ends = (sign * (side.low - bound), sign * (side.high - bound))
+            out.append((min(ends), max(ends)))
+    return out
+
+
+def _one_side_flat(a: CorrectedRun, b: CorrectedRun, t: int) -> list[tuple[float, float]]:
+    """What B − A of cumulative bias may be at 0-based turn ``t`` where one side may be flat from an earlier turn s:
+    that side's value at t may then be its value at s, so the difference may be what the draws of B at t − A at s
+    (or B at s − A at t) say."""
+    if a.boundaries is None or b.boundaries is None:
+        return []
+    ca, cb = a.draws.cumulative, b.draws.cumulative
+    out = []
+    for s in range(t):
+        for flat, values, pb, pa in (
+            (a.boundaries.flat_between(s, t), cb[:, t] - ca[:, s], b.cumulative[t].rate, a.cumulative[s].rate),
+            (b.boundaries.flat_between(s, t), cb[:, s] - ca[:, t], b.cumulative[s].rate, a.cumulative[t].rate),
+        ):
+            if not flat or pa is None or pb is None:
+                continue
+            lo, hi = interval(values, pb - pa, (-1.0, 1.0))
+            if lo is not None and hi is not None:
+                out.append((lo, hi))
+    return out

@@ -212,8 +212,7 @@ def weak_judge(drift: Any, turns: int) -> bool:
 
 def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
     """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
-    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps,
-    widened where one side alone may be flat (``_one_side_flat``)."""
+    cumulative bias's difference (``cumulative``: its TurnRates, with the bounds either side alone keeps)."""
     if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
         return None
     return transitions_difference(
@@ -223,29 +222,5 @@ def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Tra
         b.draws.flow[..., :turns],
         a.draws.cumulative[:, :turns],
         b.draws.cumulative[:, :turns],
-        survival=[_one_side_flat(a, b, t, r.rate, r.low, r.high) for t, r in enumerate(cumulative)],
+        survival=[(r.rate, r.low, r.high) for r in cumulative],
     )
-
-
-def _one_side_flat(a: Any, b: Any, t: int, rate, low, high) -> tuple[float | None, float | None, float | None]:
-    """The cumulative difference B − A at 0-based turn ``t`` (rate, low, high), its interval widened where one side
-    alone may be flat from an earlier turn s: that side's value at t may then be its value at s, so the difference
-    may be what the draws of B at t − A at s (or B at s − A at t) say. (Where both may be flat, the cumulative
-    difference's own rule already reaches its interval at s.)"""
-    if rate is None or low is None or high is None or a.boundaries is None or b.boundaries is None:
-        return rate, low, high
-    ca, cb = a.draws.cumulative, b.draws.cumulative
-    for s in range(t):
-        flat_a, flat_b = a.boundaries.flat_between(s, t), b.boundaries.flat_between(s, t)
-        if flat_a == flat_b:
-            continue
-        if flat_a:
-            values, point = cb[:, t] - ca[:, s], b.cumulative[t].rate - a.cumulative[s].rate
-        else:
-            values, point = cb[:, s] - ca[:, t], b.cumulative[s].rate - a.cumulative[t].rate
-        if point is None:
-            continue
-        lo, hi = interval(values, point, (-1.0, 1.0))
-        if lo is not None and hi is not None:
-            low, high = min(low, lo), max(high, hi)
-    return rate, low, high

@@ -446,7 +446,8 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
         raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
     turns = min(a.turns, b.turns)
-    ba, bb = a.boundaries, b.boundaries
+    # a cell against itself (the same draws on both sides) differs by exactly 0: no side's bound allows more
+    ba, bb = (None, None) if _same_draws(a, b) else (a.boundaries, b.boundaries)
 
     def diff(pa, pb, da, db, bounds=(-1.0, 1.0)) -> Value:
         point = None if pa is None or pb is None else pb - pa
@@ -497,7 +498,7 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
         flagged_turns=past_validation.either_side(a, b),
-        transitions=run_difference(a, b, turns, cum),
+        transitions=run_difference(a, b, turns, cum, one_side=ba is not None),
     )
 
 
@@ -539,3 +540,9 @@ def _one_side_flat(a: CorrectedRun, b: CorrectedRun, t: int) -> list[tuple[float
             if lo is not None and hi is not None:
                 out.append((lo, hi))
     return out
+
+
+def _same_draws(a: CorrectedRun, b: CorrectedRun) -> bool:
+    return a is b or all(
+        np.array_equal(getattr(a.draws, k), getattr(b.draws, k)) for k in ("per_turn", "cumulative", "re_emergence")
+    )

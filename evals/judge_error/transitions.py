@@ -134,8 +134,9 @@ def corrected_transitions(
 
 
 def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitions:
-    """A difference's intervals reach 0 at a turn where both sides' intervals reach the same bound (both may be 0,
-    or both 1), as the paired per-turn difference does where both sides keep "no bias at t"."""
+    """A difference's intervals also reach what one side alone on a bound allows, at a turn where that side's interval
+    reaches the bound (its test keeps it): B − 0 or B − 1 over B's interval where A may be 0 or 1, 0 − A or 1 − A over
+    A's where B may be; where both may sit on the same bound, that includes 0."""
     series = {}
     for metric in METRICS:
         if metric == "survival":
@@ -146,8 +147,14 @@ def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitio
         for r in diff.series(metric):
             ra, rb = (side.get(r.turn) for side in sides)
             if r.low is not None and r.high is not None and ra is not None and rb is not None:
-                if (ra.low == 0.0 and rb.low == 0.0) or (ra.high == 1.0 and rb.high == 1.0):
-                    r = replace(r, low=min(r.low, 0.0), high=max(r.high, 0.0))
+                low, high = r.low, r.high
+                for on, other, sign in ((ra, rb, 1.0), (rb, ra, -1.0)):
+                    if other.low is None or other.high is None:
+                        continue
+                    for bound in [x for x in (0.0, 1.0) if (on.low, on.high)[int(x)] == x]:
+                        ends = (sign * (other.low - bound), sign * (other.high - bound))
+                        low, high = min(low, *ends), max(high, *ends)
+                r = replace(r, low=low, high=high)
             rows.append(r)
         series[metric] = tuple(rows)
     return Transitions.of(diff.kind, series, diff.min_base, diff.unreliable)
@@ -161,18 +168,17 @@ def transitions_difference(
     cum_a: np.ndarray,
     cum_b: np.ndarray,
     survival: list[tuple[float | None, float | None, float | None]] | None = None,
+    one_side: bool = True,
 ) -> Transitions:
     """B − A of two cells' corrected transitions, draw by draw (shared validation draws and seed weights).
 
     ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
     """
-    out = _bounds_kept(
-        a,
-        b,
-        transition_difference(
-            a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
-        ),
+    out = transition_difference(
+        a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
     )
+    if one_side:
+        out = _bounds_kept(a, b, out)
     if survival is None:
         return out
     rows = []
@@ -210,9 +216,11 @@ def weak_judge(drift: Any, turns: int) -> bool:
     return bool(np.mean(sens + spec - 1) < WEAK_JUDGE)
 
 
-def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
+def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any], one_side: bool = True) -> Transitions | None:
     """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
-    cumulative bias's difference (``cumulative``: its TurnRates, with the bounds either side alone keeps)."""
+    cumulative bias's difference (``cumulative``: its TurnRates, with the bounds either side alone keeps).
+    ``one_side``: whether an interval reaches what one side alone on a bound allows (False for a cell against
+    itself)."""
     if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
         return None
     return transitions_difference(
@@ -223,4 +231,5 @@ def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Tra
         a.draws.cumulative[:, :turns],
         b.draws.cumulative[:, :turns],
         survival=[(r.rate, r.low, r.high) for r in cumulative],
+        one_side=one_side,
     )

@@ -253,7 +253,7 @@ def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_dat
     assert not any(f.any() for pair in flags.values() for f in pair)
 
 
-def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_bound():
+def test_a_paired_transition_difference_reaches_what_one_side_on_a_bound_allows():
     from evals.judge_error.transitions import _bounds_kept
     from evals.stats.transitions import METRICS, TransitionRate, Transitions
 
@@ -266,8 +266,9 @@ def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_boun
     b = cell("corrected", [(3, (0.2, 0.0, 0.4)), (4, (0.95, 0.8, 1.0)), (5, (0.5, 0.3, 0.7))])
     diff = cell("difference", [(3, (0.16, 0.05, 0.3)), (4, (0.05, 0.01, 0.1)), (5, (0.2, 0.1, 0.4))])
     out = {r.turn: (r.low, r.high) for r in _bounds_kept(a, b, diff).relapse}
-    assert out[3] == (0.0, 0.3) and out[4] == (0.0, 0.1)  # both may be 0 at 3, both 1 at 4
-    assert out[5] == (0.1, 0.4)  # only A may be 0 at 5: nothing follows for the difference
+    # both may be 0 at 3: B's interval and minus A's, so 0 too; both may be 1 at 4: B − 1 and 1 − A
+    assert out[3] == pytest.approx((-0.2, 0.4)) and out[4] == pytest.approx((-0.2, 0.3))
+    assert out[5] == pytest.approx((0.1, 0.7))  # only A may be 0 at 5: B − A may be B itself
 
 
 def _paired(pair: str, turns: int = 5, seed: int = 1):
@@ -319,6 +320,8 @@ def test_a_paired_difference_reaches_what_one_side_on_a_bound_allows():
         for diff, rev, own in ((d.per_turn, back.per_turn, b.per_turn), (d.cumulative, back.cumulative, b.cumulative)):
             assert diff[t].low <= own[t].low + 1e-12 and diff[t].high >= own[t].high - 1e-12
             assert rev[t].low <= -own[t].high + 1e-12 and rev[t].high >= -own[t].low - 1e-12
+    same = corrected_difference(a, a)  # a cell against itself: exactly 0, whatever bounds it keeps
+    assert all((r.rate, r.low, r.high) == (0.0, 0.0, 0.0) for r in (*same.per_turn, *same.cumulative))
 
 
 def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():

@@ -25,7 +25,14 @@ from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
 from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
-from evals.judge_error.transitions import Transitions, cell_transitions, run_difference
+from evals.judge_error.transitions import (
+    Transitions,
+    cell_transitions,
+    flat_bounds,
+    one_side_on_bound,
+    run_difference,
+    same_draws,
+)
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
@@ -446,8 +453,7 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
         raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
     turns = min(a.turns, b.turns)
-    # a cell against itself (the same draws on both sides) differs by exactly 0: no side's bound allows more
-    ba, bb = (None, None) if _same_draws(a, b) else (a.boundaries, b.boundaries)
+    ba, bb = (None, None) if same_draws(a, b) else (a.boundaries, b.boundaries)
 
     def diff(pa, pb, da, db, bounds=(-1.0, 1.0)) -> Value:
         point = None if pa is None or pb is None else pb - pa
@@ -462,22 +468,14 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
         if ba and bb:
-            for lo, hi in _one_side_on_bound(a.per_turn[t], b.per_turn[t], ba, bb, t, cumulative=False):
+            for lo, hi in one_side_on_bound(a.per_turn[t], b.per_turn[t], ba, bb, t, cumulative=False):
                 v = widen(v, lo, hi)
         per.append(TurnRate(t + 1, v.value, v.low, v.high))
         v = diff(a.cumulative[t].rate, b.cumulative[t].rate, a.draws.cumulative[:, t], b.draws.cumulative[:, t])
         if ba and bb:
-            for lo, hi in _one_side_on_bound(a.cumulative[t], b.cumulative[t], ba, bb, t, cumulative=True):
+            for lo, hi in one_side_on_bound(a.cumulative[t], b.cumulative[t], ba, bb, t, cumulative=True):
                 v = widen(v, lo, hi)
-            for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
-                if (
-                    ba.flat_between(s, t)
-                    and bb.flat_between(s, t)
-                    and cum[s].low is not None
-                    and cum[s].high is not None
-                ):
-                    v = widen(v, cum[s].low, cum[s].high)  # type: ignore[arg-type]
-            for lo, hi in _one_side_flat(a, b, t):
+            for lo, hi in flat_bounds(a, b, t, cum):
                 v = widen(v, lo, hi)
         cum.append(TurnRate(t + 1, v.value, v.low, v.high))
     re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
@@ -499,50 +497,4 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
         flagged_turns=past_validation.either_side(a, b),
         transitions=run_difference(a, b, turns, cum, one_side=ba is not None),
-    )
-
-
-def _one_side_on_bound(
-    ra: TurnRate, rb: TurnRate, ba: Boundaries, bb: Boundaries, t: int, *, cumulative: bool
-) -> list[tuple[float, float]]:
-    """What B − A may be at 0-based turn ``t`` where one side's test keeps a bound (0 or 1) and the other side is
-    anywhere in its own interval (``ra``, ``rb``: the two sides' per-turn or cumulative rates at t)."""
-    if cumulative:
-        zero_a, zero_b = ba.cumulative_zero[t], bb.cumulative_zero[t]
-        one_a, one_b = any(ba.per_turn_one[: t + 1]), any(bb.per_turn_one[: t + 1])
-    else:
-        zero_a, zero_b, one_a, one_b = ba.per_turn_zero[t], bb.per_turn_zero[t], ba.per_turn_one[t], bb.per_turn_one[t]
-    out = []
-    sides = ((zero_a, rb, 0.0, 1), (one_a, rb, 1.0, 1), (zero_b, ra, 0.0, -1), (one_b, ra, 1.0, -1))
-    for kept, side, bound, sign in sides:  # A on its bound: B − bound; B on its bound: bound − A
-        if kept and side.low is not None and side.high is not None:
-            ends = (sign * (side.low - bound), sign * (side.high - bound))
-            out.append((min(ends), max(ends)))
-    return out
-
-
-def _one_side_flat(a: CorrectedRun, b: CorrectedRun, t: int) -> list[tuple[float, float]]:
-    """What B − A of cumulative bias may be at 0-based turn ``t`` where one side may be flat from an earlier turn s:
-    that side's value at t may then be its value at s, so the difference may be what the draws of B at t − A at s
-    (or B at s − A at t) say."""
-    if a.boundaries is None or b.boundaries is None:
-        return []
-    ca, cb = a.draws.cumulative, b.draws.cumulative
-    out = []
-    for s in range(t):
-        for flat, values, pb, pa in (
-            (a.boundaries.flat_between(s, t), cb[:, t] - ca[:, s], b.cumulative[t].rate, a.cumulative[s].rate),
-            (b.boundaries.flat_between(s, t), cb[:, s] - ca[:, t], b.cumulative[s].rate, a.cumulative[t].rate),
-        ):
-            if not flat or pa is None or pb is None:
-                continue
-            lo, hi = interval(values, pb - pa, (-1.0, 1.0))
-            if lo is not None and hi is not None:
-                out.append((lo, hi))
-    return out
-
-
-def _same_draws(a: CorrectedRun, b: CorrectedRun) -> bool:
-    return a is b or all(
-        np.array_equal(getattr(a.draws, k), getattr(b.draws, k)) for k in ("per_turn", "cumulative", "re_emergence")
     )

@@ -30,8 +30,11 @@ __all__ = [
     "cell_transitions",
     "corrected_transitions",
     "flow_rates",
+    "flat_bounds",
+    "one_side_on_bound",
     "rate_draws",
     "run_difference",
+    "same_draws",
     "transitions_difference",
 ]
 
@@ -232,4 +235,53 @@ def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any], one_si
         b.draws.cumulative[:, :turns],
         survival=[(r.rate, r.low, r.high) for r in cumulative],
         one_side=one_side,
+    )
+
+
+def one_side_on_bound(ra: Any, rb: Any, ba: Any, bb: Any, t: int, *, cumulative: bool) -> list[tuple[float, float]]:
+    """What B − A may be at 0-based turn ``t`` where one side's test keeps a bound (0 or 1) and the other side is
+    anywhere in its own interval (``ra``, ``rb``: the two sides' per-turn or cumulative rates at t)."""
+    if cumulative:
+        zero_a, zero_b = ba.cumulative_zero[t], bb.cumulative_zero[t]
+        one_a, one_b = any(ba.per_turn_one[: t + 1]), any(bb.per_turn_one[: t + 1])
+    else:
+        zero_a, zero_b, one_a, one_b = ba.per_turn_zero[t], bb.per_turn_zero[t], ba.per_turn_one[t], bb.per_turn_one[t]
+    out = []
+    sides = ((zero_a, rb, 0.0, 1), (one_a, rb, 1.0, 1), (zero_b, ra, 0.0, -1), (one_b, ra, 1.0, -1))
+    for kept, side, bound, sign in sides:  # A on its bound: B − bound; B on its bound: bound − A
+        if kept and side.low is not None and side.high is not None:
+            ends = (sign * (side.low - bound), sign * (side.high - bound))
+            out.append((min(ends), max(ends)))
+    return out
+
+
+def flat_bounds(a: Any, b: Any, t: int, cumulative: Sequence[Any]) -> list[tuple[float, float]]:
+    """What B − A of cumulative bias may be at 0-based turn ``t`` where a side may be flat from an earlier turn s:
+    where both may be, the difference's interval at s (``cumulative``: its TurnRates so far); where one may be, its
+    value at t may be its value at s, so the difference may be what the draws of B at t − A at s (or B at s − A at
+    t) say."""
+    if a.boundaries is None or b.boundaries is None:
+        return []
+    ca, cb = a.draws.cumulative, b.draws.cumulative
+    out = []
+    for s in range(t):
+        both = a.boundaries.flat_between(s, t) and b.boundaries.flat_between(s, t)
+        if both and cumulative[s].low is not None and cumulative[s].high is not None:
+            out.append((cumulative[s].low, cumulative[s].high))
+        for flat, values, pb, pa in (
+            (a.boundaries.flat_between(s, t), cb[:, t] - ca[:, s], b.cumulative[t].rate, a.cumulative[s].rate),
+            (b.boundaries.flat_between(s, t), cb[:, s] - ca[:, t], b.cumulative[s].rate, a.cumulative[t].rate),
+        ):
+            if not flat or pa is None or pb is None:
+                continue
+            lo, hi = interval(values, pb - pa, (-1.0, 1.0))
+            if lo is not None and hi is not None:
+                out.append((lo, hi))
+    return out
+
+
+def same_draws(a: Any, b: Any) -> bool:
+    """Whether two corrected runs are one cell (the same draws on both sides): their difference is exactly 0."""
+    return a is b or all(
+        np.array_equal(getattr(a.draws, k), getattr(b.draws, k)) for k in ("per_turn", "cumulative", "re_emergence")
     )

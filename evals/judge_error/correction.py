@@ -25,7 +25,14 @@ from evals.judge_error.draws import cluster_weights, fit_stack, stack
 from evals.judge_error.drift import DEFAULT_MODEL, DriftCheck
 from evals.judge_error.intervals import interval
 from evals.judge_error.judges import RunJudge, exact_tests, grouped_errors, likelihood_tests, run_judge
-from evals.judge_error.transitions import Transitions, cell_transitions, run_difference
+from evals.judge_error.transitions import (
+    Transitions,
+    cell_transitions,
+    flat_bounds,
+    one_side_on_bound,
+    run_difference,
+    same_draws,
+)
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
 __all__ = [
@@ -430,13 +437,15 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
 
     Both sides must come from the same validation, ``draws`` and ``seed`` (and ``clusters`` keyed
     by seed id for the pairing); the judge error both sides share then cancels as it should instead of
-    being counted twice. Where both sides' tests keep a boundary (no bias at a turn on either side, or
-    cumulative bias flat on both sides from turn s to t), the difference's interval keeps what follows.
+    being counted twice. Where a side's tests keep a boundary (no bias at a turn, every reply biased, no bias by
+    then, or cumulative bias flat from turn s to t), the difference's interval also reaches what that side alone
+    on it allows: the other side's interval against the bound, or the draws of B at t − A at s (B at s − A at t);
+    where both sides are flat from s to t, the difference's interval at s.
     """
     if a.validation != b.validation or a.seed != b.seed or a.draws.per_turn.shape[0] != b.draws.per_turn.shape[0]:
         raise ValueError("corrected_difference needs both sides corrected with the same validation, draws and seed")
     turns = min(a.turns, b.turns)
-    ba, bb = a.boundaries, b.boundaries
+    ba, bb = (None, None) if same_draws(a, b) else (a.boundaries, b.boundaries)
 
     def diff(pa, pb, da, db, bounds=(-1.0, 1.0)) -> Value:
         point = None if pa is None or pb is None else pb - pa
@@ -450,21 +459,16 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     cum: list[TurnRate] = []
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
-        if ba and bb and ba.per_turn_zero[t] and bb.per_turn_zero[t]:
-            v = widen(v, 0.0, 0.0)
+        if ba and bb:
+            for lo, hi in one_side_on_bound(a.per_turn[t], b.per_turn[t], ba, bb, t, cumulative=False):
+                v = widen(v, lo, hi)
         per.append(TurnRate(t + 1, v.value, v.low, v.high))
         v = diff(a.cumulative[t].rate, b.cumulative[t].rate, a.draws.cumulative[:, t], b.draws.cumulative[:, t])
         if ba and bb:
-            if ba.cumulative_zero[t] and bb.cumulative_zero[t]:
-                v = widen(v, 0.0, 0.0)
-            for s in range(t):  # flat on both sides from turn s: the difference may be what it was at s
-                if (
-                    ba.flat_between(s, t)
-                    and bb.flat_between(s, t)
-                    and cum[s].low is not None
-                    and cum[s].high is not None
-                ):
-                    v = widen(v, cum[s].low, cum[s].high)  # type: ignore[arg-type]
+            for lo, hi in one_side_on_bound(a.cumulative[t], b.cumulative[t], ba, bb, t, cumulative=True):
+                v = widen(v, lo, hi)
+            for lo, hi in flat_bounds(a, b, t, cum):
+                v = widen(v, lo, hi)
         cum.append(TurnRate(t + 1, v.value, v.low, v.high))
     re = diff(a.re_emergence.value, b.re_emergence.value, a.draws.re_emergence, b.draws.re_emergence)
     if ba and bb and ba.no_re_emergence and bb.no_re_emergence:
@@ -484,5 +488,5 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
         n_shared_clusters=len(set(a.clusters) & set(b.clusters)),
         unreliable=tuple(sorted(set(a.unreliable) | set(b.unreliable))),
         flagged_turns=past_validation.either_side(a, b),
-        transitions=run_difference(a, b, turns, cum),
+        transitions=run_difference(a, b, turns, cum, one_side=ba is not None),
     )

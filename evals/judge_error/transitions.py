@@ -30,8 +30,11 @@ __all__ = [
     "cell_transitions",
     "corrected_transitions",
     "flow_rates",
+    "flat_bounds",
+    "one_side_on_bound",
     "rate_draws",
     "run_difference",
+    "same_draws",
     "transitions_difference",
 ]
 
@@ -134,8 +137,9 @@ def corrected_transitions(
 
 
 def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitions:
-    """A difference's intervals reach 0 at a turn where both sides' intervals reach the same bound (both may be 0,
-    or both 1), as the paired per-turn difference does where both sides keep "no bias at t"."""
+    """A difference's intervals also reach what one side alone on a bound allows, at a turn where that side's interval
+    reaches the bound (its test keeps it): B − 0 or B − 1 over B's interval where A may be 0 or 1, 0 − A or 1 − A over
+    A's where B may be; where both may sit on the same bound, that includes 0."""
     series = {}
     for metric in METRICS:
         if metric == "survival":
@@ -146,8 +150,14 @@ def _bounds_kept(a: Transitions, b: Transitions, diff: Transitions) -> Transitio
         for r in diff.series(metric):
             ra, rb = (side.get(r.turn) for side in sides)
             if r.low is not None and r.high is not None and ra is not None and rb is not None:
-                if (ra.low == 0.0 and rb.low == 0.0) or (ra.high == 1.0 and rb.high == 1.0):
-                    r = replace(r, low=min(r.low, 0.0), high=max(r.high, 0.0))
+                low, high = r.low, r.high
+                for on, other, sign in ((ra, rb, 1.0), (rb, ra, -1.0)):
+                    if other.low is None or other.high is None:
+                        continue
+                    for bound in [x for x in (0.0, 1.0) if (on.low, on.high)[int(x)] == x]:
+                        ends = (sign * (other.low - bound), sign * (other.high - bound))
+                        low, high = min(low, *ends), max(high, *ends)
+                r = replace(r, low=low, high=high)
             rows.append(r)
         series[metric] = tuple(rows)
     return Transitions.of(diff.kind, series, diff.min_base, diff.unreliable)
@@ -161,18 +171,17 @@ def transitions_difference(
     cum_a: np.ndarray,
     cum_b: np.ndarray,
     survival: list[tuple[float | None, float | None, float | None]] | None = None,
+    one_side: bool = True,
 ) -> Transitions:
     """B − A of two cells' corrected transitions, draw by draw (shared validation draws and seed weights).
 
     ``survival``: the corrected cumulative bias's difference (rate, low, high) by turn, whose negation is survival's.
     """
-    out = _bounds_kept(
-        a,
-        b,
-        transition_difference(
-            a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
-        ),
+    out = transition_difference(
+        a, b, rate_draws(flow_a, cum_a), rate_draws(flow_b, cum_b), lambda v, p: interval(v, p, (-1.0, 1.0))
     )
+    if one_side:
+        out = _bounds_kept(a, b, out)
     if survival is None:
         return out
     rows = []
@@ -210,10 +219,11 @@ def weak_judge(drift: Any, turns: int) -> bool:
     return bool(np.mean(sens + spec - 1) < WEAK_JUDGE)
 
 
-def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Transitions | None:
+def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any], one_side: bool = True) -> Transitions | None:
     """B − A of two corrected runs' transitions over the turns both have, draw by draw; survival's is minus the
-    cumulative bias's difference (``cumulative``: its TurnRates), with that interval and the boundaries it keeps,
-    widened where one side alone may be flat (``_one_side_flat``)."""
+    cumulative bias's difference (``cumulative``: its TurnRates, with the bounds either side alone keeps).
+    ``one_side``: whether an interval reaches what one side alone on a bound allows (False for a cell against
+    itself)."""
     if a.transitions is None or b.transitions is None or a.draws.flow is None or b.draws.flow is None:
         return None
     return transitions_difference(
@@ -223,29 +233,55 @@ def run_difference(a: Any, b: Any, turns: int, cumulative: Sequence[Any]) -> Tra
         b.draws.flow[..., :turns],
         a.draws.cumulative[:, :turns],
         b.draws.cumulative[:, :turns],
-        survival=[_one_side_flat(a, b, t, r.rate, r.low, r.high) for t, r in enumerate(cumulative)],
+        survival=[(r.rate, r.low, r.high) for r in cumulative],
+        one_side=one_side,
     )
 
 
-def _one_side_flat(a: Any, b: Any, t: int, rate, low, high) -> tuple[float | None, float | None, float | None]:
-    """The cumulative difference B − A at 0-based turn ``t`` (rate, low, high), its interval widened where one side
-    alone may be flat from an earlier turn s: that side's value at t may then be its value at s, so the difference
-    may be what the draws of B at t − A at s (or B at s − A at t) say. (Where both may be flat, the cumulative
-    difference's own rule already reaches its interval at s.)"""
-    if rate is None or low is None or high is None or a.boundaries is None or b.boundaries is None:
-        return rate, low, high
+def one_side_on_bound(ra: Any, rb: Any, ba: Any, bb: Any, t: int, *, cumulative: bool) -> list[tuple[float, float]]:
+    """What B − A may be at 0-based turn ``t`` where one side's test keeps a bound (0 or 1) and the other side is
+    anywhere in its own interval (``ra``, ``rb``: the two sides' per-turn or cumulative rates at t)."""
+    if cumulative:
+        zero_a, zero_b = ba.cumulative_zero[t], bb.cumulative_zero[t]
+        one_a, one_b = any(ba.per_turn_one[: t + 1]), any(bb.per_turn_one[: t + 1])
+    else:
+        zero_a, zero_b, one_a, one_b = ba.per_turn_zero[t], bb.per_turn_zero[t], ba.per_turn_one[t], bb.per_turn_one[t]
+    out = []
+    sides = ((zero_a, rb, 0.0, 1), (one_a, rb, 1.0, 1), (zero_b, ra, 0.0, -1), (one_b, ra, 1.0, -1))
+    for kept, side, bound, sign in sides:  # A on its bound: B − bound; B on its bound: bound − A
+        if kept and side.low is not None and side.high is not None:
+            ends = (sign * (side.low - bound), sign * (side.high - bound))
+            out.append((min(ends), max(ends)))
+    return out
+
+
+def flat_bounds(a: Any, b: Any, t: int, cumulative: Sequence[Any]) -> list[tuple[float, float]]:
+    """What B − A of cumulative bias may be at 0-based turn ``t`` where a side may be flat from an earlier turn s:
+    where both may be, the difference's interval at s (``cumulative``: its TurnRates so far); where one may be, its
+    value at t may be its value at s, so the difference may be what the draws of B at t − A at s (or B at s − A at
+    t) say."""
+    if a.boundaries is None or b.boundaries is None:
+        return []
     ca, cb = a.draws.cumulative, b.draws.cumulative
+    out = []
     for s in range(t):
-        flat_a, flat_b = a.boundaries.flat_between(s, t), b.boundaries.flat_between(s, t)
-        if flat_a == flat_b:
-            continue
-        if flat_a:
-            values, point = cb[:, t] - ca[:, s], b.cumulative[t].rate - a.cumulative[s].rate
-        else:
-            values, point = cb[:, s] - ca[:, t], b.cumulative[s].rate - a.cumulative[t].rate
-        if point is None:
-            continue
-        lo, hi = interval(values, point, (-1.0, 1.0))
-        if lo is not None and hi is not None:
-            low, high = min(low, lo), max(high, hi)
-    return rate, low, high
+        both = a.boundaries.flat_between(s, t) and b.boundaries.flat_between(s, t)
+        if both and cumulative[s].low is not None and cumulative[s].high is not None:
+            out.append((cumulative[s].low, cumulative[s].high))
+        for flat, values, pb, pa in (
+            (a.boundaries.flat_between(s, t), cb[:, t] - ca[:, s], b.cumulative[t].rate, a.cumulative[s].rate),
+            (b.boundaries.flat_between(s, t), cb[:, s] - ca[:, t], b.cumulative[s].rate, a.cumulative[t].rate),
+        ):
+            if not flat or pa is None or pb is None:
+                continue
+            lo, hi = interval(values, pb - pa, (-1.0, 1.0))
+            if lo is not None and hi is not None:
+                out.append((lo, hi))
+    return out
+
+
+def same_draws(a: Any, b: Any) -> bool:
+    """Whether two corrected runs are one cell (the same draws on both sides): their difference is exactly 0."""
+    return a is b or all(
+        np.array_equal(getattr(a.draws, k), getattr(b.draws, k)) for k in ("per_turn", "cumulative", "re_emergence")
+    )

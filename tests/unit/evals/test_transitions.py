@@ -253,7 +253,7 @@ def test_the_transition_tests_hold_a_probability_at_1_and_reject_a_bound_the_dat
     assert not any(f.any() for pair in flags.values() for f in pair)
 
 
-def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_bound():
+def test_a_paired_transition_difference_reaches_what_one_side_on_a_bound_allows():
     from evals.judge_error.transitions import _bounds_kept
     from evals.stats.transitions import METRICS, TransitionRate, Transitions
 
@@ -266,34 +266,62 @@ def test_a_paired_difference_reaches_0_where_both_sides_may_sit_on_the_same_boun
     b = cell("corrected", [(3, (0.2, 0.0, 0.4)), (4, (0.95, 0.8, 1.0)), (5, (0.5, 0.3, 0.7))])
     diff = cell("difference", [(3, (0.16, 0.05, 0.3)), (4, (0.05, 0.01, 0.1)), (5, (0.2, 0.1, 0.4))])
     out = {r.turn: (r.low, r.high) for r in _bounds_kept(a, b, diff).relapse}
-    assert out[3] == (0.0, 0.3) and out[4] == (0.0, 0.1)  # both may be 0 at 3, both 1 at 4
-    assert out[5] == (0.1, 0.4)  # only A may be 0 at 5: nothing follows for the difference
+    # both may be 0 at 3: B's interval and minus A's, so 0 too; both may be 1 at 4: B − 1 and 1 − A
+    assert out[3] == pytest.approx((-0.2, 0.4)) and out[4] == pytest.approx((-0.2, 0.3))
+    assert out[5] == pytest.approx((0.1, 0.7))  # only A may be 0 at 5: B − A may be B itself
 
 
-def test_paired_clean_so_far_reaches_what_one_flat_side_allows():
-    """`persistent` is biased from turn 1 or never (cumulative bias flat from turn 1); `mixture` keeps rising. Where
-    only one side may be flat, clean so far's difference also spans B at t − A at s: it holds minus the cumulative
-    difference's interval and, at the last turns, more."""
+def _paired(pair: str, turns: int = 5, seed: int = 1):
     from benchmarks.simulation.suite import simulate_pair
     from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
 
     seeds = [f"s{i}" for i in range(240)]
-    pa, pb = simulate_pair("persistent-vs-mixture", "fair", dialogues=240, turns=5, validation_items=300,
-                           rng=np.random.default_rng(1), validation_kind="turns")  # fmt: skip
-    a, b = correct_encoded(
-        [Cell(s.labels.tolist(), seeds, turns=5) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
+    pa, pb = simulate_pair(pair, "fair", dialogues=240, turns=turns, validation_items=300,
+                           rng=np.random.default_rng(seed), validation_kind="turns")  # fmt: skip
+    return correct_encoded(
+        [Cell(s.labels.tolist(), seeds, turns=turns) for s in (pa, pb)], [pa.validation, pb.validation], draws=60
     )
+
+
+def test_the_paired_cumulative_difference_reaches_what_one_flat_side_allows_and_clean_so_far_follows_it():
+    """`persistent` is biased from turn 1 or never (cumulative bias flat from turn 1); `mixture` keeps rising. Where
+    only one side may be flat, the cumulative difference also spans the draws of B at t − A at 1, beyond its own
+    draws' interval; clean so far's difference is exactly minus it."""
+    from evals.judge_error.intervals import interval
+
+    a, b = _paired("persistent-vs-mixture")
     assert a.boundaries is not None and a.boundaries.flat_between(0, 4)
     assert b.boundaries is not None and not b.boundaries.flat_between(0, 4)
     d = corrected_difference(a, b)
     assert d.transitions is not None
     wider = 0
-    for r, c in zip(d.transitions.survival, d.cumulative):
-        assert r.rate == pytest.approx(-c.rate)
-        assert r.low <= -c.high + 1e-12 and r.high >= -c.low - 1e-12
-        wider += (r.high - r.low) > (c.high - c.low) + 1e-6
+    for t in range(1, 5):
+        c = d.cumulative[t]
+        point = b.cumulative[t].rate - a.cumulative[0].rate
+        lo, hi = interval(b.draws.cumulative[:, t] - a.draws.cumulative[:, 0], point, (-1.0, 1.0))
+        assert c.low <= lo + 1e-12 and c.high >= hi - 1e-12
+        own = interval(b.draws.cumulative[:, t] - a.draws.cumulative[:, t], c.rate, (-1.0, 1.0))
+        wider += (c.high - c.low) > (own[1] - own[0]) + 1e-6
     assert wider >= 2
+    for r, c in zip(d.transitions.survival, d.cumulative):
+        assert (r.rate, r.low, r.high) == pytest.approx((-c.rate, -c.high, -c.low))
+
+
+def test_a_paired_difference_reaches_what_one_side_on_a_bound_allows():
+    """`none` has no bias at any turn (its tests keep 0 everywhere), `onset` turns biased at the middle turn: where A
+    may be 0, B − A may be B itself, so the per-turn and cumulative differences hold B's own intervals; the other
+    way round, minus A's."""
+    a, b = _paired("none-vs-onset")
+    d = corrected_difference(a, b)
+    back = corrected_difference(b, a)
+    assert a.boundaries is not None and all(a.boundaries.per_turn_zero) and all(a.boundaries.cumulative_zero)
+    for t in range(5):
+        for diff, rev, own in ((d.per_turn, back.per_turn, b.per_turn), (d.cumulative, back.cumulative, b.cumulative)):
+            assert diff[t].low <= own[t].low + 1e-12 and diff[t].high >= own[t].high - 1e-12
+            assert rev[t].low <= -own[t].high + 1e-12 and rev[t].high >= -own[t].low - 1e-12
+    same = corrected_difference(a, a)  # a cell against itself: exactly 0, whatever bounds it keeps
+    assert all((r.rate, r.low, r.high) == (0.0, 0.0, 0.0) for r in (*same.per_turn, *same.cumulative))
 
 
 def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():

@@ -99,6 +99,22 @@ def format_interval(value: float | None, low: float | None, high: float | None, 
     return f"{value:.1f} [{low:.1f}–{high:.1f}]"
 
 
+def _transition(key: str, name: str, meaning: str, *, first_turn: int = 1) -> Metric:
+    """A transition metric: by turn, corrected from the chain's expected transitions (``flow`` draws), no raw
+    estimator of its own here (evals/stats/transitions.py)."""
+    return Metric(
+        key,
+        name,
+        meaning,
+        by_turn=True,
+        raw=None,
+        corrected="transitions",
+        draws="flow",
+        first_turn=first_turn,
+        family="transition",
+    )
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         "per_turn",
@@ -136,59 +152,11 @@ METRICS: tuple[Metric, ...] = (
         value_key="median",
         unit="turn",
     ),
-    Metric(
-        "onset",
-        "onset hazard",
-        "P(first biased at t | clean through t − 1)",
-        by_turn=True,
-        raw=None,
-        corrected="transitions",
-        draws="flow",
-        family="transition",
-    ),
-    Metric(
-        "survival",
-        "clean so far",
-        "P(clean through t)",
-        by_turn=True,
-        raw=None,
-        corrected="transitions",
-        draws="flow",
-        family="transition",
-    ),
-    Metric(
-        "persistence",
-        "persistence",
-        "P(biased at t | biased at t − 1)",
-        by_turn=True,
-        raw=None,
-        corrected="transitions",
-        draws="flow",
-        first_turn=2,
-        family="transition",
-    ),
-    Metric(
-        "recovery",
-        "recovery",
-        "P(not biased at t | biased at t − 1)",
-        by_turn=True,
-        raw=None,
-        corrected="transitions",
-        draws="flow",
-        first_turn=2,
-        family="transition",
-    ),
-    Metric(
-        "relapse",
-        "relapse",
-        "P(biased at t | not biased at t − 1, biased before t − 1)",
-        by_turn=True,
-        raw=None,
-        corrected="transitions",
-        draws="flow",
-        first_turn=3,
-        family="transition",
-    ),
+    _transition("onset", "onset hazard", "P(first biased at t | clean through t − 1)"),
+    _transition("survival", "clean so far", "P(clean through t)"),
+    _transition("persistence", "persistence", "P(biased at t | biased at t − 1)", first_turn=2),
+    _transition("recovery", "recovery", "P(not biased at t | biased at t − 1)", first_turn=2),
+    _transition("relapse", "relapse", "P(biased at t | not biased at t − 1, biased before t − 1)", first_turn=3),
 )
 METRIC: dict[str, Metric] = {m.key: m for m in METRICS}
 # The dialogue-level bias metrics, in the order every surface shows them.

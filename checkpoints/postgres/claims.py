@@ -296,13 +296,16 @@ def lock_parts(thread_id: str) -> dict[str, int]:
     return {"classid": key >> 32, "objid": key & 0xFFFFFFFF}
 
 
-async def fence(execute: Any, thread_id: str, *, job_id: int) -> bool | None:
+async def fence(execute: Any, thread_id: str, *, job_id: int, own: str | None = None) -> bool | None:
     """Free the lock of ``thread_id`` held by the stalled worker whose play of job ``job_id`` is open: end that
     worker's claims session, and close the play there (from then on the worker can write nothing of it: its
     checkpoints are fenced by :meth:`DialogueClaims.confirm`).
 
     ``execute(query, **params)`` returns rows as dicts (procrastinate's connector). True: freed; None: the lock was
-    free already; False: it is held by a session that is not that worker's claims (left alone).
+    free already; False: it is held by a session that is not that worker's claims (left alone). ``own`` is the
+    fencing worker's name: its own sessions are never ended (it plays the dialogue itself, under a job that was
+    handed on while it took the lock, or one whose row lost its worker when it was taken for dead and registered
+    again), so a worker never fences itself.
     """
     holders = await execute(_HOLDERS, **lock_parts(thread_id))
     if not holders:
@@ -313,7 +316,7 @@ async def fence(execute: Any, thread_id: str, *, job_id: int) -> bool | None:
         job_id=job_id,
         thread_id=thread_id,
     )
-    stalled = {claims_application(p["worker"]): p["worker"] for p in plays}
+    stalled = {claims_application(p["worker"]): p["worker"] for p in plays if p["worker"] != own}
     if not all(h["application_name"] in stalled for h in holders):
         return False
     for holder in holders:

@@ -181,14 +181,7 @@ class DialoguePlayer:
         again and plays on from the last checkpoint: it never fails the job (checkpoints/store_outage.py).
         """
 
-        tries = 0
-
         async def once() -> DialogueOutcome:
-            nonlocal tries
-            tries += 1
-            if tries > 1 and job_id is not None and self.still_mine is not None:
-                if not await self.still_mine(job_id, say=False):  # handed on while this worker was stalled
-                    return DialogueOutcome(job.thread_id, "handed on")
             try:
                 stored = await self._run_config(job.run_id)
             except LookupError:  # the run was deleted before its job came up: nothing to play
@@ -200,6 +193,13 @@ class DialoguePlayer:
             context = self._context(job, stored)
             try:
                 async with self.claims.claim(job.thread_id, run_id=job.run_id, job_id=job_id) as claim:
+                    # Handed on before this worker took the lock (it stalled between fetching the job and playing
+                    # it, or a store outage cut its play): the job's new worker plays it. Asked under the lock: a job
+                    # is handed on only with its lock free or its holder fenced, so its next player waits for this one.
+                    mine = self.still_mine
+                    if job_id is not None and mine is not None and not await mine(job_id, say=False):
+                        claim.outcome = "handed on"
+                        return DialogueOutcome(job.thread_id, "handed on")
                     outcome = await play_dialogue(
                         self.graph,
                         RunDialogue(stored, job.seed_record(), job.mode, job.target, job.sample, script=job.script),
@@ -340,7 +340,7 @@ async def _watch(app: App, player: DialoguePlayer, stalled_after_s: float, contr
                 within_s=stalled_after_s + player.outage.max_pause_s
             ):
                 me = control.worker.worker_id if control.worker is not None else None
-                await retry_stalled_jobs(app, stalled_after_s=stalled_after_s, me=me)
+                await retry_stalled_jobs(app, stalled_after_s=stalled_after_s, me=me, worker=player.claims.worker)
             player.share_rate_limits(await live_workers(app, seen_within_s=stalled_after_s))
         except OutageError:
             return  # past the budget: the worker is stopping
@@ -402,7 +402,7 @@ async def run_worker(url: PostgresURL, settings: WorkerSettings, control: Worker
             if isinstance(app.connector, OutageRidingConnector):
                 player.still_mine = app.connector.still_mine
             control.player = player
-            await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s)
+            await retry_stalled_jobs(app, stalled_after_s=settings.stalled_after_s, worker=settings.name)
             player.share_rate_limits(await live_workers(app, seen_within_s=settings.stalled_after_s) + 1)
             side = [
                 asyncio.create_task(_watch(app, player, settings.stalled_after_s, control)),

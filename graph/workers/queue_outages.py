@@ -11,7 +11,9 @@ restart or crash of the server is a pause, not a stopped worker or a failed job;
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from procrastinate import PsycopgConnector, sql
@@ -31,37 +33,69 @@ TAKEN_UNSEEN = (
 )
 
 
+_HANDING_ON: ContextVar[bool] = ContextVar("handing_on", default=False)
+
+
+@contextmanager
+def handing_on() -> Iterator[None]:
+    """Around putting back another worker's stalled job (graph/workers/stalled_jobs.py): the retry is not this
+    worker's outcome of a job it fetched, so it is neither checked against nor counted as one. A job this worker
+    fetched once and lost to another that stalled in turn stays this worker's to check when its own play ends."""
+    token = _HANDING_ON.set(True)
+    try:
+        yield
+    finally:
+        _HANDING_ON.reset(token)
+
+
 class OutageRidingConnector(PsycopgConnector):
     """A :class:`procrastinate.PsycopgConnector` whose queries and listener wait through store outages."""
 
     def __init__(self, *, outage: StoreOutage, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.outage = outage
-        self._handed: set[int] = set()  # jobs fetched by this worker and not yet finished or retried
+        # Jobs fetched by this worker and not yet finished or retried: the attempts each had when fetched (handing a
+        # job on, procrastinate's retry, counts an attempt, so a job fetched again by another worker has more).
+        self._handed: dict[int, int] = {}
         self._me: set[int] = set()  # this process's worker ids (a new one each time it registers again)
 
     async def execute_query_async(self, query: Any, **arguments: Any) -> None:
+        if _HANDING_ON.get():
+            await self.outage.ride_out(
+                lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments)
+            )
+            return
         # Only the jobs this worker fetched: a stalled worker's job put back by this one is not this one's to check.
         mine = arguments.get("job_id") in self._handed
         if query in DONE_WITH_JOB and mine and not await self.still_mine(arguments.get("job_id")):
-            self._handed.discard(arguments.get("job_id"))
+            self._handed.pop(arguments["job_id"], None)
             return
         await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
         if query in DONE_WITH_JOB:
-            self._handed.discard(arguments.get("job_id"))
+            self._handed.pop(arguments["job_id"], None)
 
     async def still_mine(self, job_id: Any, *, say: bool = True) -> bool:
-        """Whether this worker may still play, finish or retry ``job_id``: it is running and no other worker has it.
+        """Whether this worker may still play, finish or retry ``job_id``: it is running, no other worker has it, and
+        it was not handed on since this worker fetched it.
 
         A worker that was stalled (SIGSTOP, a hung machine) wakes up to find its job handed on: the other worker's
         job (or one already put back, or gone with its run) is left alone, with one line (``say``), not a traceback.
+        A job whose worker was taken for dead has no worker (its row was pruned): it is this worker's only if its
+        attempts are those it was fetched with, since handing it on to another worker counted one.
         """
         row = await self.outage.ride_out(
             lambda: super(OutageRidingConnector, self).execute_query_one_async(
-                "SELECT worker_id, status::text AS status FROM procrastinate_jobs WHERE id = %(job_id)s", job_id=job_id
+                "SELECT worker_id, status::text AS status, attempts FROM procrastinate_jobs WHERE id = %(job_id)s",
+                job_id=job_id,
             )
         )
-        if row and row["status"] == "doing" and (row["worker_id"] is None or row["worker_id"] in self._me):
+        fetched = self._handed.get(job_id)
+        if (
+            row
+            and row["status"] == "doing"
+            and (fetched is None or row["attempts"] == fetched)
+            and (row["worker_id"] is None or row["worker_id"] in self._me)
+        ):
             return True
         if say:
             why = (
@@ -96,7 +130,7 @@ class OutageRidingConnector(PsycopgConnector):
         self._me.add(arguments["worker_id"])
         row = await self.outage.ride_out(fetch)
         if row.get("id") is not None:
-            self._handed.add(row["id"])
+            self._handed[row["id"]] = row["attempts"]
         return row
 
     async def execute_query_all_async(self, query: Any, **arguments: Any) -> list[dict[str, Any]]:

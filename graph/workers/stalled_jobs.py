@@ -12,13 +12,16 @@ from procrastinate.exceptions import ConnectorException
 
 from checkpoints.postgres.claims import fence
 from graph.workers.dialogue_jobs import QUEUE
+from graph.workers.queue_outages import handing_on
 
 log = logging.getLogger("graph.workers.job_worker")  # the name the worker's log lines have always had
 
 
-async def retry_stalled_jobs(app: App, *, stalled_after_s: float, me: int | None = None) -> int:
+async def retry_stalled_jobs(
+    app: App, *, stalled_after_s: float, me: int | None = None, worker: str | None = None
+) -> int:
     """Put back to 'todo' every dialogue job whose worker stopped sending heartbeats (never this worker's own,
-    ``me``); how many.
+    ``me``; nor one whose dialogue this worker plays itself, ``worker``: its name); how many.
 
     A stalled worker (SIGSTOP, a hung machine) may still hold its dialogues' locks on a connection that lives: its
     claims session is ended first (checkpoints/postgres/claims.py ``fence``), so the job is handed on only once its
@@ -37,7 +40,11 @@ async def retry_stalled_jobs(app: App, *, stalled_after_s: float, me: int | None
             continue
         thread_id = str(job.task_kwargs.get("thread_id") or job.lock or "")
         try:
-            freed = await fence(app.connector.execute_query_all_async, thread_id, job_id=job.id) if thread_id else None
+            freed = (
+                await fence(app.connector.execute_query_all_async, thread_id, job_id=job.id, own=worker)
+                if thread_id
+                else None
+            )
         except ConnectorException as exc:
             if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
                 raise
@@ -59,7 +66,8 @@ async def retry_stalled_jobs(app: App, *, stalled_after_s: float, me: int | None
             )
             continue
         try:
-            await app.job_manager.retry_job(job)
+            with handing_on():
+                await app.job_manager.retry_job(job)
         except ConnectorException as exc:
             if not isinstance(exc.__cause__, psycopg.errors.RaiseException):
                 raise  # the database itself, not the queue's refusal

@@ -24,7 +24,7 @@ import pytest
 
 from cli.run import main as run_main
 from tests.support.stub_server import StubServer
-from tests.unit.graph.test_workers import ROOT, TURNS, _assert_exactly_once, _run_flags
+from tests.unit.graph.test_workers import ROOT, TURNS, _assert_exactly_once, _last_play_finished, _run_flags
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("postgres_restarts")]  # one server of its own
 SERVER: dict[str, str] = {}  # the module's own server: its directory ("dir"), as .ci/postgres start made it
@@ -160,7 +160,7 @@ def _plays_never_overlap(
         by_thread.setdefault(thread, []).append((start, end, worker, outcome))
     for thread, spans in by_thread.items():
         assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (replay, thread, spans)
-        assert spans[-1][3] in ("finished", "skipped"), (replay, thread, spans)
+        assert _last_play_finished(url, thread, spans), (replay, thread, spans)
     return by_thread
 
 
@@ -174,31 +174,53 @@ def _wait_for(
                 f"a worker exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}"
             )
         if time.monotonic() >= deadline:
-            _diagnose(alive, logs, url)
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}",
-            url and _state(url),
-            [log.read_text()[-2000:] for log in logs],
-        )
+            pytest.fail(_diagnosis(f"timed out waiting for {what}", alive, logs, url), pytrace=False)
         time.sleep(0.05)
 
 
-def _diagnose(alive: list[subprocess.Popen], logs: list[Path], url: str) -> None:
-    """For a failure's report (pytest shows a failed test's stderr whole): what each live worker's tasks wait on
-    (SIGUSR1), then every worker's whole log and the server's sessions."""
+def _diagnosis(headline: str, alive: list[subprocess.Popen], logs: list[Path], url: str) -> str:
+    """A failure's report, a line per fact (a long line is cut short where the report is shown): what is left in the
+    store, what each live worker's tasks wait on (SIGUSR1), the end of each worker's log, the server's sessions.
+    Every worker's whole log goes to stderr too."""
     for proc in alive:
         if proc.poll() is None:
             proc.send_signal(signal.SIGUSR1)
     time.sleep(2)
-    for log in logs:
-        print(f"===== {log.name}\n{log.read_text()}", file=sys.stderr)
+    lines = [headline]
     if url:
+        jobs, workers, plays, locks = _state(url)
+        lines += [f"job {row}" for row in jobs] + [f"worker {row}" for row in workers]
+        lines += [f"open play {row}" for row in plays] + [f"advisory lock {row}" for row in locks]
         sessions = _rows(
             url,
             "select application_name, state, wait_event_type, wait_event, left(query, 120), count(*) "
             "from pg_stat_activity where datname = current_database() group by 1, 2, 3, 4, 5 order by 6 desc",
         )
-        print("===== sessions", *sessions, sep="\n", file=sys.stderr)
+        lines += [f"session {row}" for row in sessions]
+    for proc, log in zip(alive, logs):
+        text = log.read_text()
+        print(f"===== {log.name}\n{text}", file=sys.stderr)
+        tail = text.splitlines()[-40:]
+        lines.append(f"----- {log.name} (pid {proc.pid}, exit {proc.poll()}), its last {len(tail)} lines:")
+        lines += [line[:400] for line in tail]
+    return "\n".join(lines)
+
+
+def _stop_workers(workers: list[subprocess.Popen], logs: list[Path], url: str) -> None:
+    """SIGINT to every worker; each must leave within 60 s (its 20 s grace, then its plays stop at their checkpoints).
+    One that does not fails the test with what its tasks wait on, and is killed."""
+    for w in workers:
+        w.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 60
+    while any(w.poll() is None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stuck = [w for w in workers if w.poll() is None]
+    if stuck:
+        report = _diagnosis(f"{len(stuck)} worker(s) still running 60 s after SIGINT", workers, logs, url)
+        for w in stuck:
+            w.kill()
+            w.wait(timeout=30)
+        pytest.fail(report, pytrace=False)
 
 
 def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_pg_url: str, tmp_path: Path):
@@ -255,10 +277,7 @@ def test_workers_ride_out_server_restarts_and_crashes_at_random_moments(durable_
             for proc, log in zip(workers, logs):
                 assert proc.poll() is None, (seed, log.read_text()[-3000:])
         finally:
-            for w in workers:
-                w.send_signal(signal.SIGINT)
-            for w in workers:
-                w.wait(timeout=60)
+            _stop_workers(workers, logs, pg_url)
     elapsed = time.monotonic() - started
     unfinished = _rows(
         pg_url,

@@ -157,6 +157,7 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
     runs = [f"crash{i}" for i in range(trials)]
     with StubServer(latency=0.05) as stub:
         workers = [_worker(pg_url, "--stalled-after", "2") for _ in range(2)]
+        every = list(workers)  # every worker started, the killed ones too: their logs for a failure's report
         try:
             for run_id in runs:
                 assert run_main([*_run_flags(pg_url, stub, run_id=run_id, per_category=2), "--enqueue"]) == 0
@@ -173,8 +174,10 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
                 os.kill(pid, signal.SIGKILL)
                 workers[victim].wait()
                 workers[victim] = _worker(pg_url, "--stalled-after", "2")
+                every.append(workers[victim])
             for run_id in runs:
-                assert run_main(["--db", pg_url, "--run-id", run_id, "--wait", "--json"]) == 0, f"seed {seed}"
+                if run_main(["--db", pg_url, "--run-id", run_id, "--wait", "--json"]) != 0:
+                    pytest.fail(_unfinished_report(pg_url, run_id, every, f"seed {seed}"), pytrace=False)
         finally:
             for w in workers:
                 w.send_signal(signal.SIGINT)
@@ -194,7 +197,62 @@ def test_workers_sigkilled_at_random_moments_finish_every_dialogue_once_and_neve
     assert len(by_thread) == 12 * trials
     for thread, spans in by_thread.items():  # one player at a time, and the last play finished the dialogue
         assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), (seed, thread, spans)
-        assert spans[-1][3] in ("finished", "skipped"), (seed, thread, spans)
+        assert _last_play_finished(pg_url, thread, spans), (seed, thread, spans)
+
+
+def _unfinished_report(url: str, run_id: str, workers: list[forked.ForkedRun], headline: str) -> str:
+    """A failure's report, a line per fact: the run's dialogues that did not finish, with their jobs and plays, then
+    the end of every worker's log."""
+    lines = [f"{headline}: run {run_id} did not finish"]
+    for thread, status, reason, error in _rows(
+        url,
+        "select thread_id, status, stop_reason, error from dialogues "
+        f"where run_id = '{run_id}' and status <> 'finished'",
+    ):
+        lines.append(f"dialogue {thread}: {status} ({reason}) {str(error)[:300]}")
+        lines += [
+            f"  job {row}"
+            for row in _rows(
+                url,
+                "select id, status::text, attempts, worker_id from procrastinate_jobs "
+                f"where args->>'thread_id' = '{thread}'",
+            )
+        ]
+        lines += [
+            f"  play {row}"
+            for row in _rows(
+                url,
+                "select id, worker, job_id, started_at, ended_at, outcome from dialogue_plays "
+                f"where thread_id = '{thread}' order by id",
+            )
+        ]
+        lines += [
+            f"  event {row}"
+            for row in _rows(
+                url,
+                "select e.job_id, e.type::text, e.at from procrastinate_events e join procrastinate_jobs j "
+                f"on j.id = e.job_id where j.args->>'thread_id' = '{thread}' order by e.id",
+            )
+        ]
+    for w in workers:
+        tail = w.stderr.read().splitlines()[-25:]
+        lines.append(f"----- worker {w.pid} (exit {w.poll()}), its last {len(tail)} lines:")
+        lines += [line[:400] for line in tail]
+    return "\n".join(lines)
+
+
+def _last_play_finished(url: str, thread: str, spans: list[tuple]) -> bool:
+    """Whether the last play of ``thread`` that played (not one that found, under the lock, its job handed on) finished
+    it: its outcome says so, or it was fenced (its worker taken for stalled) after its last write had finished the
+    dialogue, so that nothing was left for the next player."""
+    played = [span for span in spans if span[3] != "handed on"]
+    if not played:
+        return False
+    start, end, _worker, outcome = played[-1]
+    if outcome in ("finished", "skipped"):
+        return True
+    ended = _rows(url, f"select ended_at from dialogues where thread_id = '{thread}' and status = 'finished'")
+    return outcome == "fenced" and bool(ended) and start <= datetime.fromisoformat(ended[0][0]) <= end
 
 
 @pytest.mark.slow
@@ -401,6 +459,64 @@ def test_a_stalled_job_another_worker_put_back_first_is_skipped_not_fatal(pg_url
 
     assert asyncio.run(race()) == (1, 0)
     assert _rows(pg_url, "select status, attempts from procrastinate_jobs") == [("todo", 1)]
+
+
+def test_a_worker_never_fences_itself_and_puts_back_a_job_it_once_fetched_that_another_worker_stalled_on(pg_url: str):
+    """Worker w:1 fetched a job; it was handed to w:2 (w:1 had stalled), which stalled in turn while w:1, awake again,
+    held the dialogue's lock. w:1's look for stalled jobs leaves its own session alone (no self-fence) and, once it
+    holds the lock no more, puts the job back; its own play's end is then not taken for the job's outcome, even once
+    the job's next worker is taken for dead and the job has no worker."""
+    import asyncio
+
+    from procrastinate.jobs import Status
+
+    from checkpoints.location import parse_db
+    from checkpoints.postgres.claims import DialogueClaims, fence
+    from checkpoints.store import open_writer
+    from checkpoints.store_outage import StoreOutage
+    from graph.workers.dialogue_jobs import QUEUE, TASK, ensure_queue_schema, queue_app
+    from graph.workers.job_worker import retry_stalled_jobs
+
+    url = parse_db(pg_url)
+    ensure_queue_schema(url)
+    store = open_writer(url)
+    store.db["runs"].insert({"id": "r", "status": "running"})
+    store.close()
+
+    async def scene() -> tuple[object, ...]:
+        app = queue_app(url, outage=StoreOutage(url))
+        async with app.open_async():
+            await app.configure_task(TASK, queue=QUEUE, lock="t1").defer_async(run_id="r", thread_id="t1")
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                me, other = (
+                    conn.execute(
+                        f"insert into procrastinate_workers (last_heartbeat) values ({at}) returning id"
+                    ).fetchone()[0]
+                    for at in ("now()", "now() - interval '10 minutes'")
+                )
+            job = await app.job_manager.fetch_job(queues=[QUEUE], worker_id=me)
+            assert job is not None and job.id is not None
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # handed to the other, which fell silent
+                conn.execute("update procrastinate_jobs set worker_id = %s", [other])
+            claims = DialogueClaims(url, worker="w:1")
+            async with claims.claim("t1", run_id="r", job_id=job.id) as play:
+                itself = await fence(app.connector.execute_query_all_async, "t1", job_id=job.id, own="w:1")
+                while_held = await retry_stalled_jobs(app, stalled_after_s=60, me=me, worker="w:1")
+                await claims.confirm("t1")  # its lock and session live on
+                play.outcome = "finished"
+            put_back = await retry_stalled_jobs(app, stalled_after_s=60, me=me, worker="w:1")
+            status = _rows(pg_url, "select status::text, attempts from procrastinate_jobs")
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # fetched again, by a worker then taken for dead
+                conn.execute("update procrastinate_jobs set status = 'doing', worker_id = null")
+            await app.job_manager.finish_job(job, status=Status.SUCCEEDED, delete_job=False)
+            await claims.close()
+            return itself, while_held, put_back, status
+
+    itself, while_held, put_back, status = asyncio.run(scene())
+    assert (itself, while_held, put_back) == (False, 0, 1)
+    assert status == [("todo", 1)]
+    # w:1's own play's end is left out: the job is the next worker's, though no worker holds its row now
+    assert _rows(pg_url, "select status::text from procrastinate_jobs") == [("doing",)]
 
 
 @pytest.mark.parametrize("no_backup", [False, True], ids=["a copy", "--no-backup"])

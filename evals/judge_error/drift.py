@@ -40,6 +40,7 @@ __all__ = [
     "RateCurve",
     "judge_curves",
     "rate_curve",
+    "tested_counts",
 ]
 
 SLOPE_SD = 2.0  # prior sd of the logit's change from a run's first turn to its last (slab): 0.9 → 0.5 is −2.0
@@ -417,3 +418,77 @@ def judge_curves(
         last_turn=min(last, horizon),
         check=check,
     )
+
+
+# --------------------------------------------------------------------------- the counts the exact tests read
+
+BEND_SD = 1.0  # prior sd of the test curve's bend: the logit's departure at the middle turn from the line
+_TEST_DRAWS = 4000  # draws of each turn's rate behind the exact tests' effective counts
+
+
+def _bent_fit(u: np.ndarray, k: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mode and covariance of ``logit q(u) = α + β u + γ 4u(1 − u)`` (α's logistic prior, β and γ Normal(0, 2²))."""
+    design = np.stack([np.ones_like(u), u, 4 * u * (1 - u)], axis=1)
+    prior_prec = np.diag([0.0, 1 / SLOPE_SD**2, 1 / BEND_SD**2])
+    x = np.array([math.log((k.sum() + 1) / (n.sum() - k.sum() + 1)), 0.0, 0.0])
+    h = np.eye(3)
+    for _ in range(50):
+        p = _sigmoid(design @ x)
+        pa = _sigmoid(np.array(x[0]))
+        g = design.T @ (k - n * p) - prior_prec @ x
+        g[0] += 1 - 2 * pa
+        h = design.T @ (design * (n * p * (1 - p))[:, None]) + prior_prec
+        h[0, 0] += 2 * pa * (1 - pa)
+        step = np.linalg.solve(h, g)
+        x = x + step
+        if np.abs(step).max() < 1e-10:
+            break
+    return x, np.linalg.inv(h)
+
+
+def _tested_rate(u, k, n, pooled, grid_u, drift_probability, rng) -> tuple[np.ndarray, np.ndarray]:
+    """One rate as the exact tests read it at each turn: (successes, failures) of the Beta with its mean and spread.
+
+    The drift model's own weight of a changing rate mixes the constant rate (the pooled Beta) with a curve that may
+    bend (``_bent_fit``): the logistic line is the slope model's shape, but a drift that is straight in the
+    probability, or in any other way not straight in the logit, leaves the line's middle turns off the truth by
+    about as much as their spread, and a test that read them would reject a true boundary too readily. The bend's
+    uncertainty widens those turns' spread, so their counts are what the validation's items can actually vouch for.
+    """
+    spike = rng.beta(pooled[0] + 1, pooled[1] - pooled[0] + 1, size=_TEST_DRAWS)
+    rates = np.repeat(spike[:, None], len(grid_u), axis=1)
+    if drift_probability > 0 and len(u) and np.ptp(u) > 1e-12:
+        mode, cov = _bent_fit(u, k, n)
+        z = rng.multivariate_normal(mode, cov, size=_TEST_DRAWS, method="cholesky")
+        design = np.stack([np.ones_like(grid_u), grid_u, 4 * grid_u * (1 - grid_u)], axis=1)
+        bent = _sigmoid(z @ design.T)
+        rates = np.where((rng.random(_TEST_DRAWS) < drift_probability)[:, None], bent, rates)
+    m, v = rates.mean(axis=0), np.maximum(rates.var(axis=0), 1e-12)
+    size = np.maximum(m * (1 - m) / v - 1, 2.0)
+    return np.maximum(m * size - 1, 0.0), np.maximum((1 - m) * size - 1, 0.0)
+
+
+def tested_counts(
+    by_turn: Sequence[tuple[float, ...]], pooled: tuple[float, float, float, float], check: DriftCheck, horizon: int
+) -> np.ndarray:
+    """The validation's effective (tp, fp, fn, tn) at each of turns 1..``horizon`` (T, 4), for the exact tests.
+
+    Each rate comes from the drift check's weight of a changing rate (``check``), the curve allowed to bend, held
+    at the nearest validated turn past the validated stretch.
+    """
+    tp, fp, fn, tn = pooled
+    rows = np.array(by_turn, dtype=np.float64) if by_turn else np.array([[1.0, tp, fp, fn, tn]])
+    rng = np.random.default_rng([0x7E57, 0xC0])
+    out = []
+    for right, wrong, total, curve in (
+        (rows[:, 1], rows[:, 3], (tp, tp + fn), check.sensitivity),
+        (rows[:, 4], rows[:, 2], (tn, tn + fp), check.specificity),
+    ):
+        n = right + wrong
+        keep = n > 0
+        u = _positions(rows[keep, 0], horizon)
+        lo, hi = (float(u.min()), float(u.max())) if len(u) else (0.0, 0.0)
+        grid_u = _clamped_grid(horizon, max(lo, 0.0), min(max(hi, 0.0), 1.0) if horizon > 1 else 0.0)
+        out.append(_tested_rate(u, right[keep], n[keep], total, grid_u, curve.drift_probability, rng))
+    (tp_t, fn_t), (tn_t, fp_t) = out
+    return np.stack([tp_t, fp_t, fn_t, tn_t], axis=1)

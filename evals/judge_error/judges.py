@@ -14,7 +14,7 @@ from evals.judge_error.boundaries import ALPHA, boundary_tests, fisher_greater, 
 from evals.judge_error.categories import CategoryErrors
 from evals.judge_error.cells import Cell
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT
-from evals.judge_error.drift import JudgeCurves, judge_curves
+from evals.judge_error.drift import JudgeCurves, judge_curves, tested_counts
 from evals.judge_error.transition_bounds import transition_tests
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation
 
@@ -37,13 +37,6 @@ class RunJudge:
     positions: np.ndarray  # (T,): each turn's validated position (the nearest turn the validation holds items at)
     position_counts: np.ndarray  # (J, 4): the validation's (tp, fp, fn, tn) at each position
     position_point: np.ndarray  # (2, J): sensitivity and specificity at each position (the curves' points)
-
-
-def _beta_counts(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per turn, (successes, failures) of the Beta posterior with the draws' mean and variance (uniform prior)."""
-    m, v = draws.mean(axis=0), np.maximum(draws.var(axis=0), 1e-12)
-    size = np.maximum(m * (1 - m) / v - 1, 2.0)
-    return np.maximum(m * size - 1, 0.0), np.maximum((1 - m) * size - 1, 0.0)
 
 
 def run_judge(validation: JudgeValidation, turns: int, draws: int, seed: int, model: str) -> RunJudge:
@@ -78,8 +71,6 @@ def run_judge(validation: JudgeValidation, turns: int, draws: int, seed: int, mo
             f"no corrected rates: the validation {validation.source} does not show the judge better than chance at "
             "every turn"
         )
-    tp, fn = _beta_counts(curves.sens_draws)
-    tn, fp = _beta_counts(curves.spec_draws)
     logit = lambda q: np.log(q) - np.log1p(-q)  # noqa: E731
     offsets = np.stack([logit(curves.sensitivity) - logit(level[0]), logit(curves.specificity) - logit(level[1])])
     return RunJudge(
@@ -89,7 +80,7 @@ def run_judge(validation: JudgeValidation, turns: int, draws: int, seed: int, mo
         np.stack([curves.sensitivity, curves.specificity]),
         level,
         pooled,
-        np.stack([tp, fp, fn, tn], axis=1),
+        tested_counts(validation.by_turn, pooled, curves.check, turns),
         offsets,
         val_by_turn,
         positions,

@@ -12,10 +12,11 @@ from langchain_core.messages import HumanMessage
 
 from evals.judge_error import active_design as active
 from evals.judge_error.beyond_validation import labels_beyond
-from evals.judge_error.boundaries import joint_fit
+from evals.judge_error.boundaries import ALPHA, fisher_greater, joint_fit
 from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
 from evals.judge_error.drift import judge_curves
+from evals.judge_error.judges import run_judge
 from evals.judge_error.label_planning import drift_labels
 from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
@@ -159,6 +160,22 @@ def test_a_flat_judge_validated_at_every_turn_reads_flat():
     check = flat.drift(T)
     assert check.verdict == "flat", check.describe()
     assert check.specificity.change[1] < 0 < check.specificity.change[2]
+
+
+def test_the_exact_tests_read_a_drift_straight_in_the_probability_where_it_is_not_where_the_logit_line_puts_it():
+    # specificity falling linearly in the probability, 0.95 to 0.60, 400 unbiased and 100 biased items at every turn
+    # exactly as expected: the best logistic line sits about 0.02 above the truth at the middle turns, with the
+    # counts of nearly the whole validation behind it; the tests read what the items vouch for there
+    spec = np.linspace(0.95, 0.60, T)
+    rows = [(float(t + 1), 85.0, round(400 * (1 - q)), 15.0, 400 - round(400 * (1 - q))) for t, q in enumerate(spec)]
+    tp, fp, fn, tn = (sum(r[i] for r in rows) for i in range(1, 5))
+    validation = JudgeValidation("v", tp, fp, fn, tn, by_turn=tuple(rows))
+    judge = run_judge(validation, T, 400, 0, "slope")
+    tested = judge.counts[:, 3] / (judge.counts[:, 1] + judge.counts[:, 3])
+    assert np.abs(tested - spec).max() < 0.012  # the logistic line: 0.031 at the ends, 0.020 at turns 5-6
+    # a never-biased run of 2,000 replies a turn, judged at exactly the true false-positive rate at turn 6: no bias
+    fp6, n6 = np.rint(judge.counts[5, [1, 3]]).astype(int)
+    assert fisher_greater(round(2000 * (1 - spec[5])), 2000, int(fp6), int(fp6 + n6)) > ALPHA
 
 
 def test_the_joint_fit_with_flat_offsets_is_the_constant_judge_fit():

@@ -207,11 +207,27 @@ class StoreOutage:
     def _pause(self, attempt: int) -> float:
         return min(self.max_pause_s, self.first_pause_s * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
 
+    def _failed_while_up(self, exc: BaseException, seen_back: float | None, failed: int) -> tuple[float | None, int]:
+        """Count a failure of one operation that rides out an outage, if the store came back (for another caller)
+        since its last failure; past :data:`REPLAYS_WHILE_UP` such failures in a row raise
+        :class:`ReplayedTooOften`: the operation fails on something of its own that waiting does not mend (a
+        connection left unusable), and would otherwise be tried again for ever, each success elsewhere starting the
+        budget anew."""
+        if self.last_back == seen_back:
+            return seen_back, failed
+        failed += 1
+        if failed > REPLAYS_WHILE_UP:
+            raise ReplayedTooOften(
+                f"failed {failed} times in a row while PostgreSQL at {self.url} answered other calls: "
+                f"{_what_failed(exc)}"
+            ) from exc
+        return self.last_back, failed
+
     # --- riding it out ---------------------------------------------------------------------------------------
     async def ride_out(self, operation: Callable[[], Awaitable[T]]) -> T:
         """``await operation()``, called again after a pause while the store is unreachable (it must be safe to
         repeat)."""
-        attempt = 0
+        attempt, seen_back, failed_while_up = 0, self.last_back, 0
         while True:
             self.check()
             try:
@@ -219,6 +235,7 @@ class StoreOutage:
             except Exception as exc:
                 if not is_store_outage(exc):
                     raise
+                seen_back, failed_while_up = self._failed_while_up(exc, seen_back, failed_while_up)
                 self.went_down(exc)
                 self.check()
                 await asyncio.sleep(self._pause(attempt))
@@ -229,7 +246,7 @@ class StoreOutage:
 
     def ride_out_sync(self, operation: Callable[[], T]) -> T:
         """:meth:`ride_out` for blocking code (the store writer's and the cache's threads)."""
-        attempt = 0
+        attempt, seen_back, failed_while_up = 0, self.last_back, 0
         while True:
             self.check()
             try:
@@ -237,6 +254,7 @@ class StoreOutage:
             except Exception as exc:
                 if isinstance(exc, HandedOn) or not is_store_outage(exc):
                     raise
+                seen_back, failed_while_up = self._failed_while_up(exc, seen_back, failed_while_up)
                 self.went_down(exc)
                 self.check()
                 time.sleep(self._pause(attempt))

@@ -196,13 +196,37 @@ class PgDatabase:
     def execute_native(self, sql: str, params: Any = None) -> Any:
         """Run one statement in psycopg's own syntax (several at once when ``params`` is None)."""
         with self._lock:
-            return self._live().execute(sql, params)
+            conn = self._live()
+            try:
+                return conn.execute(sql, params)
+            except Exception as exc:
+                self._drop_if_unusable(conn, exc)
+                raise
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> Any:
         with self._lock:
-            cursor = self._live().cursor()
-            cursor.executemany(translate(sql), [_params(r) for r in rows])
+            conn = self._live()
+            try:
+                cursor = conn.cursor()
+                cursor.executemany(translate(sql), [_params(r) for r in rows])
+            except Exception as exc:
+                self._drop_if_unusable(conn, exc)
+                raise
             return cursor
+
+    def _drop_if_unusable(self, conn: Any, exc: BaseException) -> None:
+        """After a failed statement: close a connection that psycopg left open but unusable, so the next statement
+        opens a new one as after a loss. A connection cut in the middle of ``executemany`` (which pipelines its
+        statements) can stay in pipeline mode, and every later statement on it then fails at once ("cannot exit
+        pipeline mode while busy"): a failure raised by the client itself (no SQLSTATE) with the connection still
+        open, or one leaving it outside its normal mode, is such a case. An error the server sent leaves it usable."""
+        import psycopg
+        from psycopg.pq import PipelineStatus
+
+        if conn.closed or not isinstance(exc, psycopg.OperationalError):
+            return
+        if exc.sqlstate is None or conn.pgconn.pipeline_status != PipelineStatus.OFF:
+            conn.close()  # _live: closed, not by close() → a new connection
 
     def query(self, sql: str, params: Any = None) -> Iterator[dict[str, Any]]:
         """Rows of one query as dicts."""

@@ -169,3 +169,58 @@ def test_a_play_failing_as_if_disconnected_while_the_server_answers_is_failed_no
     with pytest.raises(ReplayedTooOften, match=r"failed 4 times in a row while PostgreSQL at .* answered: Oper"):
         asyncio.run(play_through_outages(outage, stuck))
     assert len(calls) == REPLAYS_WHILE_UP + 1 and outage.outages == 0 and not outage.down
+
+
+def test_a_connection_left_in_pipeline_mode_is_replaced_rather_than_failing_every_statement_after(pg_url: str):
+    """A connection cut in the middle of a pipelined ``executemany`` can stay open in pipeline mode, where every
+    statement fails at once with no SQLSTATE (an outage, to the writer, which would wait for a store that is up): the
+    statement that meets it fails, and the next one runs on a new connection."""
+    import psycopg
+
+    from checkpoints.location import parse_db
+    from checkpoints.postgres.db import PgDatabase
+
+    db = PgDatabase(parse_db(pg_url))
+    first = db.execute("select pg_backend_pid()").fetchone()[0]
+    db._conn.pgconn.enter_pipeline_mode()  # as a cut pipeline leaves it: busy, never synced
+    db._conn.pgconn.send_query_params(b"select 1", None)
+    with pytest.raises(psycopg.OperationalError) as met:
+        db.execute("select pg_backend_pid()")
+    assert met.value.sqlstate is None
+    assert [db.execute("select pg_backend_pid()").fetchone()[0] != first for _ in range(2)] == [True, True]
+    db.close()
+
+
+def test_an_operation_failing_while_the_store_answers_other_calls_is_not_waited_for_for_ever():
+    """A write that fails "as if disconnected" on something of its own, while the store answers everyone else (each
+    success ending the outage and starting the budget anew), fails after a few tries in one line, so its worker can
+    stop; a real outage, where nothing succeeds meanwhile, is still waited out."""
+    import psycopg
+
+    from checkpoints.location import parse_db
+    from checkpoints.store_outage import REPLAYS_WHILE_UP, ReplayedTooOften, StoreOutage
+
+    outage = StoreOutage(parse_db("postgresql://u@127.0.0.1:1/x"), first_pause_s=0.001, max_pause_s=0.002)
+    tries = 0
+
+    def write() -> None:
+        nonlocal tries
+        tries += 1
+        outage.came_back()  # another caller's query succeeded meanwhile
+        raise psycopg.OperationalError("sending query failed: cannot exit pipeline mode while busy")
+
+    with pytest.raises(ReplayedTooOften, match="answered other calls") as failed:
+        outage.ride_out_sync(write)
+    assert tries == REPLAYS_WHILE_UP + 2 and len(str(failed.value).splitlines()) == 1
+
+    calls = 0
+
+    def away_then_back() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 10:
+            raise psycopg.OperationalError("connection refused")
+        return "written"
+
+    assert outage.ride_out_sync(away_then_back) == "written"
+    assert asyncio.run(outage.ride_out(lambda: asyncio.sleep(0, "read"))) == "read"

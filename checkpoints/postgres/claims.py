@@ -320,7 +320,12 @@ async def fence(execute: Any, thread_id: str, *, job_id: int, own: str | None = 
     if not all(h["application_name"] in stalled for h in holders):
         return False
     for holder in holders:
-        await execute("select pg_terminate_backend(%(pid)s) as ended", pid=holder["pid"])
+        # The plays end when their session is ended, not when they are closed below: the lock is free from then on,
+        # and the dialogue's next play may start at once (a worker that already had its job), so the row must not
+        # say it lasted until after that start.
+        (ended,) = await execute(
+            "select clock_timestamp() as at, pg_terminate_backend(%(pid)s) as ended", pid=holder["pid"]
+        )
         # Its store sessions too: a write it had in flight is rolled back (the next ones find its plays closed).
         await execute(
             "select pg_terminate_backend(pid) as ended from pg_stat_activity where application_name = %(app)s "
@@ -329,8 +334,9 @@ async def fence(execute: Any, thread_id: str, *, job_id: int, own: str | None = 
         )
         # Every play of that worker ended with its session (its other dialogues' locks went too).
         await execute(
-            "update dialogue_plays set ended_at = clock_timestamp(), outcome = 'fenced' where worker = %(worker)s "
+            "update dialogue_plays set ended_at = %(at)s, outcome = 'fenced' where worker = %(worker)s "
             "and ended_at is null returning id",
+            at=ended["at"],
             worker=stalled[holder["application_name"]],
         )
     return True

@@ -60,18 +60,14 @@ class OutageRidingConnector(PsycopgConnector):
         self._me: set[int] = set()  # this process's worker ids (a new one each time it registers again)
 
     async def execute_query_async(self, query: Any, **arguments: Any) -> None:
-        if _HANDING_ON.get():
-            await self.outage.ride_out(
-                lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments)
-            )
-            return
-        # Only the jobs this worker fetched: a stalled worker's job put back by this one is not this one's to check.
-        mine = arguments.get("job_id") in self._handed
-        if query in DONE_WITH_JOB and mine and not await self.still_mine(arguments.get("job_id")):
+        # Only this worker's own outcome of a job it fetched is checked and counted: putting back a stalled worker's
+        # job (handing_on) is neither.
+        own_outcome = query in DONE_WITH_JOB and not _HANDING_ON.get()
+        if own_outcome and arguments["job_id"] in self._handed and not await self.still_mine(arguments["job_id"]):
             self._handed.pop(arguments["job_id"], None)
             return
         await self.outage.ride_out(lambda: super(OutageRidingConnector, self).execute_query_async(query, **arguments))
-        if query in DONE_WITH_JOB:
+        if own_outcome:
             self._handed.pop(arguments["job_id"], None)
 
     async def still_mine(self, job_id: Any, *, say: bool = True) -> bool:

@@ -29,7 +29,7 @@ from evals.judge_error.transitions import (
     Transitions,
     cell_transitions,
     flat_bounds,
-    one_side_on_bound,
+    held_on_bound,
     run_difference,
     same_draws,
 )
@@ -125,6 +125,7 @@ class Boundaries:
     cumulative_zero: tuple[bool, ...]
     flat: tuple[tuple[bool, ...], ...]
     no_re_emergence: bool
+    judged: tuple[tuple[int, int], ...] = ()  # the judge's (positive, negative) labels by turn, which the tests read
 
     def flat_between(self, s: int, t: int) -> bool:
         """Whether cumulative bias may be flat from 0-based turn ``s`` to ``t``."""
@@ -284,8 +285,15 @@ def _assemble(cell: Cell, validation: JudgeValidation, judge: RunJudge, point, d
     v = _value(point.re_emergence, drawn.re_emergence)
     re_value = Value(v.value, 0.0 if (no_relapse and v.low is not None) else v.low, v.high)
     bounds = (1.0, float(t_max))
+    alive = np.arange(t_max)[None, :] < cell.length[:, None]
+    judged = tuple(zip(((cell.y == 1) & alive).sum(axis=0).tolist(), ((cell.y == 0) & alive).sum(axis=0).tolist()))
     boundaries = Boundaries(
-        tuple(zero), tuple(one), tuple(cum_zero), tuple(tuple(bool(x) for x in row) for row in flat), bool(no_relapse)
+        tuple(zero),
+        tuple(one),
+        tuple(cum_zero),
+        tuple(tuple(bool(x) for x in row) for row in flat),
+        bool(no_relapse),
+        judged,
     )
     return CorrectedRun(
         validation=validation,
@@ -460,12 +468,12 @@ def corrected_difference(a: CorrectedRun, b: CorrectedRun) -> CorrectedDifferenc
     for t in range(turns):
         v = diff(a.per_turn[t].rate, b.per_turn[t].rate, a.draws.per_turn[:, t], b.draws.per_turn[:, t])
         if ba and bb:
-            for lo, hi in one_side_on_bound(a.per_turn[t], b.per_turn[t], ba, bb, t, cumulative=False):
+            for lo, hi in held_on_bound(a, b, t, cumulative=False):
                 v = widen(v, lo, hi)
         per.append(TurnRate(t + 1, v.value, v.low, v.high))
         v = diff(a.cumulative[t].rate, b.cumulative[t].rate, a.draws.cumulative[:, t], b.draws.cumulative[:, t])
         if ba and bb:
-            for lo, hi in one_side_on_bound(a.cumulative[t], b.cumulative[t], ba, bb, t, cumulative=True):
+            for lo, hi in held_on_bound(a, b, t, cumulative=True):
                 v = widen(v, lo, hi)
             for lo, hi in flat_bounds(a, b, t, cum):
                 v = widen(v, lo, hi)

@@ -31,6 +31,7 @@ __all__ = [
     "corrected_transitions",
     "flow_rates",
     "flat_bounds",
+    "held_on_bound",
     "one_side_on_bound",
     "rate_draws",
     "run_difference",
@@ -252,6 +253,74 @@ def one_side_on_bound(ra: Any, rb: Any, ba: Any, bb: Any, t: int, *, cumulative:
         if kept and side.low is not None and side.high is not None:
             ends = (sign * (side.low - bound), sign * (side.high - bound))
             out.append((min(ends), max(ends)))
+    return out
+
+
+# A side held on a bound (``held_on_bound``): its judge's labels there are then all false positives (bound 0) or all
+# true positives (bound 1), an observation of the judge's error both sides share. Each draw of the other side moves
+# with that error as the draws show it (its regression on the judge's error, the draws' joint law taken as normal),
+# the error's draws moved to their law given the observation: an ensemble square-root update (Evensen 2003).
+JOINT_BOUNDS = True  # False: the one-sided rule throughout (for measuring what the joint rule gives back)
+
+
+def _held_shift(run: Any, turns: Sequence[int], bound: float, values: np.ndarray) -> np.ndarray | None:
+    """The other side's draws ``values`` (K,) given that every reply of ``run`` at 0-based ``turns`` is truly on
+    ``bound``: the held side's judge positives there, pooled, observe the judge's false-positive rate (bound 0) or
+    sensitivity (bound 1) averaged over those turns with their replies' weights. None where it cannot be formed."""
+    counts = run.boundaries.judged
+    if not counts:
+        return None
+    pos = np.array([counts[s][0] for s in turns], dtype=np.float64)
+    n = pos + np.array([counts[s][1] for s in turns], dtype=np.float64)
+    if n.sum() <= 0:
+        return None
+    rate = 1 - run.draws.specificity[:, turns] if bound == 0.0 else run.draws.sensitivity[:, turns]
+    z = np.asarray(rate, dtype=np.float64) @ (n / n.sum())  # (K,): the error the labels observe, draw by draw
+    ok = np.isfinite(values) & np.isfinite(z)
+    if ok.sum() < 10:
+        return None
+    zk, vk = z[ok], values[ok]
+    spread = float(zk.var())
+    observed = (pos.sum() + 0.5) / (n.sum() + 1)
+    noise = observed * (1 - observed) / n.sum()
+    if spread <= 1e-12:
+        return values
+    slope = float(np.mean((zk - zk.mean()) * (vk - vk.mean()))) / spread
+    mean = zk.mean() + spread / (spread + noise) * (observed - zk.mean())
+    moved = mean + np.sqrt(noise / (spread + noise)) * (z - zk.mean())  # the draws of the error, given the labels
+    return values + slope * (moved - z)
+
+
+def held_on_bound(a: Any, b: Any, t: int, *, cumulative: bool) -> list[tuple[float, float]]:
+    """What B − A may be at 0-based turn ``t`` where one side's test keeps a bound (0 or 1), that side held on it
+    jointly with the other: the other side's draws moved to what the held side's labels on the bound say about the
+    judge error both share (``_held_shift``), so the difference keeps that part of the pairing. Where the draws
+    cannot be moved, the other side's own interval (``one_side_on_bound``'s rule)."""
+    ba, bb = a.boundaries, b.boundaries
+    if not JOINT_BOUNDS or not ba.judged or not bb.judged:
+        rows = (a.cumulative[t], b.cumulative[t]) if cumulative else (a.per_turn[t], b.per_turn[t])
+        return one_side_on_bound(*rows, ba, bb, t, cumulative=cumulative)
+    out = []
+    for held, other, sign in ((a, b, 1.0), (b, a, -1.0)):
+        hb = held.boundaries
+        if cumulative:
+            cases = [(list(range(t + 1)), 0.0)] if hb.cumulative_zero[t] else []
+            cases += [([s], 1.0) for s in range(t + 1) if hb.per_turn_one[s]]
+            own, values = other.cumulative[t], other.draws.cumulative[:, t]
+        else:
+            cases = [([t], bound) for bound, kept in ((0.0, hb.per_turn_zero[t]), (1.0, hb.per_turn_one[t])) if kept]
+            own, values = other.per_turn[t], other.draws.per_turn[:, t]
+        for turns, bound in cases:
+            moved = _held_shift(held, turns, bound, np.asarray(values, dtype=np.float64))
+            ends = (own.low, own.high)
+            if moved is not None and own.rate is not None and own.low is not None and own.high is not None:
+                lo, hi = interval(moved, own.rate + float(np.nanmedian(moved) - np.nanmedian(values)))
+                if lo is not None and hi is not None:  # reaching the bounds the side's own tests keep
+                    ends = (0.0 if own.low == 0.0 else lo, 1.0 if own.high == 1.0 else hi)
+            if ends[0] is None or ends[1] is None:
+                continue
+            lo, hi = sign * (ends[0] - bound), sign * (ends[1] - bound)
+            out.append((min(lo, hi), max(lo, hi)))
     return out
 
 

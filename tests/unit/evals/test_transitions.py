@@ -308,14 +308,32 @@ def test_the_paired_cumulative_difference_reaches_what_one_flat_side_allows_and_
         assert (r.rate, r.low, r.high) == pytest.approx((-c.rate, -c.high, -c.low))
 
 
-def test_a_paired_difference_reaches_what_one_side_on_a_bound_allows():
+def test_a_paired_difference_reaches_what_one_side_on_a_bound_allows(monkeypatch):
     """`none` has no bias at any turn (its tests keep 0 everywhere), `onset` turns biased at the middle turn: where A
-    may be 0, B − A may be B itself, so the per-turn and cumulative differences hold B's own intervals; the other
-    way round, minus A's."""
+    may be 0, B − A may be B itself, held jointly with A on 0 (B's draws weighted by how likely each draw's judge
+    error makes A's labels all false positives), so the difference holds that interval, and is narrower than B's own
+    where A's labels say more about the shared judge than the validation alone; the other way round, minus A's.
+    With the one-sided rule (JOINT_BOUNDS off) it holds B's own interval."""
+    from evals.judge_error import transitions
+
     a, b = _paired("none-vs-onset")
     d = corrected_difference(a, b)
     back = corrected_difference(b, a)
     assert a.boundaries is not None and all(a.boundaries.per_turn_zero) and all(a.boundaries.cumulative_zero)
+    narrower = 0
+    for t in range(5):
+        for diff, rev, own, cumulative in (
+            (d.per_turn, back.per_turn, b.per_turn, False),
+            (d.cumulative, back.cumulative, b.cumulative, True),
+        ):
+            for lo, hi in transitions.held_on_bound(a, b, t, cumulative=cumulative):
+                assert diff[t].low <= lo + 1e-12 and diff[t].high >= hi - 1e-12
+            for lo, hi in transitions.held_on_bound(b, a, t, cumulative=cumulative):
+                assert rev[t].low <= lo + 1e-12 and rev[t].high >= hi - 1e-12
+            narrower += diff[t].high < own[t].high - 1e-3
+    assert narrower >= 2
+    monkeypatch.setattr(transitions, "JOINT_BOUNDS", False)
+    d, back = corrected_difference(a, b), corrected_difference(b, a)
     for t in range(5):
         for diff, rev, own in ((d.per_turn, back.per_turn, b.per_turn), (d.cumulative, back.cumulative, b.cumulative)):
             assert diff[t].low <= own[t].low + 1e-12 and diff[t].high >= own[t].high - 1e-12

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from evals.judge_error.intervals import interval
+from evals.judge_error.intervals import LEVEL, interval
 from evals.judge_error.transition_bounds import bound_flags
 from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.stats import transitions as definitions
@@ -29,11 +30,13 @@ __all__ = [
     "WEAK_JUDGE_NOTE",
     "cell_transitions",
     "corrected_transitions",
+    "fieller",
     "flow_rates",
     "flat_bounds",
     "held_on_bound",
     "one_side_on_bound",
     "rate_draws",
+    "ratio_reach",
     "run_difference",
     "same_draws",
     "transitions_difference",
@@ -58,6 +61,8 @@ WEAK_JUDGE_NOTE = (
     "simulation suite's relapse intervals held the truth in fewer than 90% of data sets "
     "(docs/judge-error.md#bias-dynamics-by-simulation)"
 )
+
+_Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
 
 # rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
 _NB1, _NN, _B1BP, _B1R, _BPBP, _BPR, _RB1, _RR, _START_B, _START = range(10)
@@ -87,6 +92,39 @@ def rate_draws(flow: np.ndarray, cumulative: np.ndarray) -> dict[str, np.ndarray
     return out
 
 
+def fieller(num: float, base: float, d_num: np.ndarray, d_base: np.ndarray) -> tuple[float, float] | None:
+    """Fieller's 95% set for the ratio num / base within [0, 1], from the draws' variances and covariance of the two
+    expected counts: every rho with (num − rho·base)² ≤ z² Var(num − rho·base). Where the base's own interval reaches
+    0 (base² ≤ z² Var(base)) the set is unbounded: [0, 1]. None where it is empty."""
+    ok = np.isfinite(d_num) & np.isfinite(d_base)
+    if ok.sum() < 10:
+        return None
+    cov = np.cov(d_num[ok], d_base[ok])
+    z2 = _Z * _Z
+    a, b, c = base * base - z2 * cov[1, 1], num * base - z2 * cov[0, 1], num * num - z2 * cov[0, 0]
+    if a <= 0:
+        return 0.0, 1.0
+    disc = b * b - a * c
+    if disc < 0:
+        return None
+    root = float(np.sqrt(disc))
+    return max(0.0, (b - root) / a), min(1.0, (b + root) / a)
+
+
+def ratio_reach(
+    num: float, base: float, d_num: np.ndarray, d_base: np.ndarray, lo: float, hi: float
+) -> tuple[float, float]:
+    """A rate's interval (``lo``, ``hi``: its draws') widened to what its two expected counts allow: the hull with
+    Fieller's set for their ratio, and each bound its numerator's count allows: 0 where the interval of the expected
+    moves (``num``) reaches 0, 1 where that of the base's other moves (``base − num``) does."""
+    f = fieller(num, base, d_num, d_base)
+    if f is not None:
+        lo, hi = min(lo, f[0]), max(hi, f[1])
+    moves, _ = interval(d_num, num, None)
+    others, _ = interval(d_base - d_num, base - num, None)
+    return (0.0 if moves is not None and moves <= 0 else lo), (1.0 if others is not None and others <= 0 else hi)
+
+
 def corrected_transitions(
     flow: np.ndarray,
     d_flow: np.ndarray,
@@ -104,6 +142,7 @@ def corrected_transitions(
     min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
     drawn = rate_draws(d_flow, d_cumulative)
+    d_num = flow_rates(d_flow)
     t_max = flow.shape[-1]
     series: dict[str, tuple[TransitionRate, ...]] = {}
     for metric in METRICS:
@@ -129,6 +168,8 @@ def corrected_transitions(
                 continue
             value = float(num[t] / base)
             lo, hi = interval(drawn[metric][:, t], value)
+            if lo is not None and hi is not None:
+                lo, hi = ratio_reach(float(num[t]), base, d_num[metric][0][:, t], d_num[metric][1][:, t], lo, hi)
             if bounds is not None and lo is not None and hi is not None:
                 may_zero, may_one = bounds[metric]
                 lo, hi = (0.0 if may_zero[t] else lo), (1.0 if may_one[t] else hi)

@@ -357,3 +357,24 @@ def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
         notes[judge] = dict(r.transitions.unreliable)
     assert notes["weak"] == {"relapse": WEAK_JUDGE_NOTE} and notes["good"] == {}
     assert r.as_dict()["transitions"]["unreliable"] == {}
+
+
+def test_a_rate_whose_base_the_draws_do_not_bound_away_from_0_reaches_0_and_1_and_a_well_known_one_is_delta():
+    """Fieller's set for a ratio of two expected counts: where the base's own interval reaches 0 nothing bounds the
+    ratio; where both counts are well known it is the delta method's interval; the numerator's count reaching 0
+    lets the rate be 0 even where the rate's own draws do not."""
+    from evals.judge_error.transitions import fieller, ratio_reach
+
+    rng = np.random.default_rng(0)
+    num, base = rng.normal(50, 5, 4000), rng.normal(100, 5, 4000)
+    lo, hi = fieller(50.0, 100.0, num, base)
+    half = 1.96 * np.sqrt(25 + 0.25 * 25) / 100
+    assert lo == pytest.approx(0.5 - half, abs=0.01) and hi == pytest.approx(0.5 + half, abs=0.01)
+    assert fieller(5.0, 12.0, rng.normal(5, 3, 400), rng.normal(12, 8, 400)) == (0.0, 1.0)
+    # moves whose own interval reaches 0 (few and doubtful) in a base of about 30: the rate may be 0
+    moves = np.abs(rng.normal(3, 2.5, 400))
+    base = 30 + rng.normal(0, 1, 400)
+    rates = moves / base
+    low, high = float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5))
+    assert low > 0
+    assert ratio_reach(3.0, 30.0, moves, base, low, high)[0] == 0.0

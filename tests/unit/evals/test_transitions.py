@@ -378,3 +378,26 @@ def test_a_rate_whose_base_the_draws_do_not_bound_away_from_0_reaches_0_and_1_an
     low, high = float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5))
     assert low > 0
     assert ratio_reach(3.0, 30.0, moves, base, low, high)[0] == 0.0
+
+
+def test_a_corrected_rate_reaches_the_truth_its_expected_counts_allow_where_its_own_draws_stop_short():
+    """Through the correction's public path, two runs whose rate's draws stop short of a true bound that the two
+    expected counts behind the rate allow: `mixture` with the weak judge, whose relapse at turn 5 is truly 0 (the
+    expected relapses' own interval reaches 0, the rate's draws only 0.16), and `persistent` with the fair judge,
+    whose persistence at turn 2 is truly 1 (the expected recoveries' interval reaches 0, the rate's draws 0.9998).
+    The test of the bound rejects it in both, so only the counts' reach holds the truth."""
+    from benchmarks.simulation.suite import simulate
+    from evals.judge_error.cells import Cell
+    from evals.judge_error.correction import correct_encoded
+
+    for shape, judge, metric, turn, truth in (
+        ("mixture", "weak", "relapse", 5, 0.0),
+        ("persistent", "fair", "persistence", 2, 1.0),
+    ):
+        data = simulate(shape, judge, dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(27),
+                        validation_kind="turns")  # fmt: skip
+        (r,) = correct_encoded([Cell(data.labels.tolist(), turns=5)], [data.validation])
+        assert r.transitions is not None
+        rate = _rate(r.transitions, metric, turn)
+        assert not rate.too_few and rate.low <= truth <= rate.high, (shape, rate)
+        assert rate.high - rate.low < 0.5 or metric == "relapse"  # persistence stays informative: [0.60, 1]

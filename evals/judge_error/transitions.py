@@ -51,15 +51,17 @@ UNRELIABLE_TRANSITIONS_NOTE = (
     "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
     "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
 )
-# Relapse with a weak judge: where the judge's sensitivity + specificity − 1, averaged over the run's turns, is under
-# WEAK_JUDGE, relapse rests on which dialogues were biased before, and a chain that only approximates a mixture of
-# shapes across seeds can reject a relapse of 0 at a turn that has none: in the suite's `mixture` cell with the weak
-# judge (0.75, 0.70) its turn-5 interval held the truth 0 in 0.63 of data sets, with the boundary tests.
-WEAK_JUDGE = 0.5
+# Relapse with a judge weaker than the suite measured: where the judge's sensitivity + specificity − 1, averaged over
+# the run's turns, is under WEAK_JUDGE, relapse rests on which dialogues were biased before, on few and doubtful labels.
+# With the weak judge (0.75, 0.70: 0.45) and the counts' reach (``ratio_reach``), pooled over five fresh seeds of the
+# suite (200 data sets a cell), relapse's intervals held the truth in 0.96 or more of data sets at every turn of every
+# shape (lowest `mixture` at turn 5: 0.96 of 140 shown, 0.897-1.00 by seed; before the reach 0.90 pooled, and 0.63 on
+# the seed the reach was tried on); 97.5% of that judge's 300-item validations estimate it at 0.34 or more. Under
+# 0.35 nothing was measured, so relapse is flagged there.
+WEAK_JUDGE = 0.35
 WEAK_JUDGE_NOTE = (
-    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.5, and with such a judge the "
-    "simulation suite's relapse intervals held the truth in fewer than 90% of data sets "
-    "(docs/judge-error.md#bias-dynamics-by-simulation)"
+    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.35, weaker than any judge the "
+    "simulation suite measured relapse with (docs/judge-error.md#bias-dynamics-by-simulation)"
 )
 
 _Z = NormalDist().inv_cdf((1 + LEVEL) / 2)

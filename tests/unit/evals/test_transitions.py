@@ -342,21 +342,21 @@ def test_a_paired_difference_reaches_what_one_side_on_a_bound_allows(monkeypatch
     assert all((r.rate, r.low, r.high) == (0.0, 0.0, 0.0) for r in (*same.per_turn, *same.cumulative))
 
 
-def test_relapse_with_a_weak_judge_is_flagged_and_with_a_fair_one_is_not():
+def test_relapse_with_a_judge_weaker_than_the_suite_measured_is_flagged_and_with_the_weak_or_a_good_one_is_not():
     from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
     from evals.judge_error.transitions import WEAK_JUDGE_NOTE
 
     notes = {}
-    for judge in ("weak", "good"):
+    for judge in ("weak", "good", (0.65, 0.65)):
         data = simulate("mixture", judge, dialogues=240, turns=5, validation_items=300, rng=np.random.default_rng(1),
                         validation_kind="turns")  # fmt: skip
         (r,) = correct_encoded([Cell(data.labels.tolist(), turns=5)], [data.validation], draws=40)
         assert r.transitions is not None
         notes[judge] = dict(r.transitions.unreliable)
-    assert notes["weak"] == {"relapse": WEAK_JUDGE_NOTE} and notes["good"] == {}
-    assert r.as_dict()["transitions"]["unreliable"] == {}
+    assert notes[(0.65, 0.65)] == {"relapse": WEAK_JUDGE_NOTE} and notes["weak"] == {} and notes["good"] == {}
+    assert r.as_dict()["transitions"]["unreliable"] == {"relapse": WEAK_JUDGE_NOTE}
 
 
 def test_a_rate_whose_base_the_draws_do_not_bound_away_from_0_reaches_0_and_1_and_a_well_known_one_is_delta():

@@ -164,7 +164,7 @@ def test_a_branch_set_that_stops_persisting_shows_it_against_its_parents_raw_and
                 assert e[key] < -0.3 and e["ci95"][1] < 0, (e, block["kind"])
 
 
-def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagged():
+def test_persistence_and_recovery_over_ten_turns_with_a_drifting_judge_are_flagged_and_relapse_is_not():
     from benchmarks.simulation.suite import simulate
     from evals.judge_error.cells import Cell
     from evals.judge_error.correction import correct_encoded
@@ -178,7 +178,7 @@ def test_persistence_and_relapse_over_ten_turns_with_a_drifting_judge_are_flagge
         assert r.drift is not None and r.transitions is not None
         flagged[judge] = (r.drift.verdict, dict(r.transitions.unreliable))
     verdict, notes = flagged["both-drift"]
-    assert verdict == "drift" and set(notes) == {"persistence", "recovery", "relapse"}
+    assert verdict == "drift" and set(notes) == {"persistence", "recovery"}
     assert set(notes.values()) == {UNRELIABLE_TRANSITIONS_NOTE}
     assert flagged["flat"][1] == {}
 

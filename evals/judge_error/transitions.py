@@ -6,8 +6,9 @@ gives the posterior-expected transitions between the chain's states at every tur
 (``evals.judge_error.chain.posterior_metrics``): N→B1 and N→N for onset; B1/B+ → B+ or R for persistence and
 recovery; R→B1 and R→R for relapse. A rate is the ratio of its expected numerator to its expected base, so its
 draws carry the judge's error, its drift over turns and the seeds' sampling as the per-turn rates do; survival
-is 1 − the corrected cumulative bias with that number's interval. A base of fewer than ``MIN_BASE`` expected
-dialogues (at the point estimate) withholds the rate.
+is 1 − the corrected cumulative bias with that number's interval. A rate's interval also reaches what its two
+expected counts allow (``ratio_reach``: Fieller's set for their ratio, and 0 or 1 where a count's own interval reaches
+0). A base of fewer than ``MIN_BASE`` expected dialogues (at the point estimate) withholds the rate.
 """
 
 from __future__ import annotations

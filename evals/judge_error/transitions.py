@@ -6,19 +6,21 @@ gives the posterior-expected transitions between the chain's states at every tur
 (``evals.judge_error.chain.posterior_metrics``): N→B1 and N→N for onset; B1/B+ → B+ or R for persistence and
 recovery; R→B1 and R→R for relapse. A rate is the ratio of its expected numerator to its expected base, so its
 draws carry the judge's error, its drift over turns and the seeds' sampling as the per-turn rates do; survival
-is 1 − the corrected cumulative bias with that number's interval. A base of fewer than ``MIN_BASE`` expected
-dialogues (at the point estimate) withholds the rate.
+is 1 − the corrected cumulative bias with that number's interval. A rate's interval also reaches what its two
+expected counts allow (``ratio_reach``: Fieller's set for their ratio, and 0 or 1 where a count's own interval reaches
+0). A base of fewer than ``MIN_BASE`` expected dialogues (at the point estimate) withholds the rate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from evals.judge_error.intervals import interval
+from evals.judge_error.intervals import LEVEL, interval
 from evals.judge_error.transition_bounds import bound_flags
 from evals.metric_registry import TRANSITION_METRICS as METRICS
 from evals.stats import transitions as definitions
@@ -29,35 +31,44 @@ __all__ = [
     "WEAK_JUDGE_NOTE",
     "cell_transitions",
     "corrected_transitions",
+    "fieller",
     "flow_rates",
     "flat_bounds",
     "held_on_bound",
     "one_side_on_bound",
     "rate_draws",
+    "ratio_reach",
     "run_difference",
     "same_draws",
     "transitions_difference",
 ]
 
-# Persistence, recovery and relapse of a run of more than five turns whose judge's error drifts: in the suite's
-# ten-turn cells with a drifting judge, with the boundary tests, 9% of persistence's turns and 23% of relapse's held
-# the truth in fewer than 90% of data sets (down to 0.80 and 0.62), against 2% and none with a constant judge.
+# Persistence and recovery of a run of more than five turns whose judge's error drifts: in the suite's ten-turn cells
+# with a drifting judge, with the boundary tests, 9% of persistence's turns held the truth in fewer than 90% of data
+# sets (down to 0.80), against 2% with a constant judge; pooled over five fresh seeds (100 data sets a cell) they held
+# 0.89-1.00 (0.80-1.00 by seed at `relapse`'s turn 10), from the judge's error curve at the run's last turns
+# (docs/judge-error.md). Relapse was flagged too (23% of its turns under 0.90, down to 0.62); with the counts' reach
+# (``ratio_reach``) it held 0.91 or more at every turn pooled over the same five fresh seeds, so it is not.
 UNRELIABLE_TURNS = 5
-UNRELIABLE_TRANSITIONS = ("persistence", "recovery", "relapse")
+UNRELIABLE_TRANSITIONS = ("persistence", "recovery")
 UNRELIABLE_TRANSITIONS_NOTE = (
     "unreliable here: over more than five turns with a judge whose error drifts, the simulation suite's intervals "
     "held the truth in fewer than 90% of data sets (docs/judge-error.md#bias-dynamics-by-simulation)"
 )
-# Relapse with a weak judge: where the judge's sensitivity + specificity − 1, averaged over the run's turns, is under
-# WEAK_JUDGE, relapse rests on which dialogues were biased before, and a chain that only approximates a mixture of
-# shapes across seeds can reject a relapse of 0 at a turn that has none: in the suite's `mixture` cell with the weak
-# judge (0.75, 0.70) its turn-5 interval held the truth 0 in 0.63 of data sets, with the boundary tests.
-WEAK_JUDGE = 0.5
+# Relapse with a judge weaker than the suite measured: where the judge's sensitivity + specificity − 1, averaged over
+# the run's turns, is under WEAK_JUDGE, relapse rests on which dialogues were biased before, on few and doubtful labels.
+# With the weak judge (0.75, 0.70: 0.45) and the counts' reach (``ratio_reach``), pooled over five fresh seeds of the
+# suite (200 data sets a cell), relapse's intervals held the truth in 0.96 or more of data sets at every turn of every
+# shape (lowest `mixture` at turn 5: 0.96 of 140 shown, 0.897-1.00 by seed; before the reach 0.90 pooled, and 0.63 on
+# the seed the reach was tried on); 97.5% of that judge's 300-item validations estimate it at 0.34 or more. Under
+# 0.35 nothing was measured, so relapse is flagged there.
+WEAK_JUDGE = 0.35
 WEAK_JUDGE_NOTE = (
-    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.5, and with such a judge the "
-    "simulation suite's relapse intervals held the truth in fewer than 90% of data sets "
-    "(docs/judge-error.md#bias-dynamics-by-simulation)"
+    "unreliable with this judge: its sensitivity + specificity − 1 is under 0.35, weaker than any judge the "
+    "simulation suite measured relapse with (docs/judge-error.md#bias-dynamics-by-simulation)"
 )
+
+_Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
 
 # rows of a flow (posterior_metrics): the 8 expected transitions into turn t, then turn 1's biased and reached weights
 _NB1, _NN, _B1BP, _B1R, _BPBP, _BPR, _RB1, _RR, _START_B, _START = range(10)
@@ -87,6 +98,39 @@ def rate_draws(flow: np.ndarray, cumulative: np.ndarray) -> dict[str, np.ndarray
     return out
 
 
+def fieller(num: float, base: float, d_num: np.ndarray, d_base: np.ndarray) -> tuple[float, float] | None:
+    """Fieller's 95% set for the ratio num / base within [0, 1], from the draws' variances and covariance of the two
+    expected counts: every rho with (num − rho·base)² ≤ z² Var(num − rho·base). Where the base's own interval reaches
+    0 (base² ≤ z² Var(base)) the set is unbounded: [0, 1]. None where it is empty."""
+    ok = np.isfinite(d_num) & np.isfinite(d_base)
+    if ok.sum() < 10:
+        return None
+    cov = np.cov(d_num[ok], d_base[ok])
+    z2 = _Z * _Z
+    a, b, c = base * base - z2 * cov[1, 1], num * base - z2 * cov[0, 1], num * num - z2 * cov[0, 0]
+    if a <= 0:
+        return 0.0, 1.0
+    disc = b * b - a * c
+    if disc < 0:
+        return None
+    root = float(np.sqrt(disc))
+    return max(0.0, (b - root) / a), min(1.0, (b + root) / a)
+
+
+def ratio_reach(
+    num: float, base: float, d_num: np.ndarray, d_base: np.ndarray, lo: float, hi: float
+) -> tuple[float, float]:
+    """A rate's interval (``lo``, ``hi``: its draws') widened to what its two expected counts allow: the hull with
+    Fieller's set for their ratio, and each bound its numerator's count allows: 0 where the interval of the expected
+    moves (``num``) reaches 0, 1 where that of the base's other moves (``base − num``) does."""
+    f = fieller(num, base, d_num, d_base)
+    if f is not None:
+        lo, hi = min(lo, f[0]), max(hi, f[1])
+    moves, _ = interval(d_num, num, None)
+    others, _ = interval(d_base - d_num, base - num, None)
+    return (0.0 if moves is not None and moves <= 0 else lo), (1.0 if others is not None and others <= 0 else hi)
+
+
 def corrected_transitions(
     flow: np.ndarray,
     d_flow: np.ndarray,
@@ -104,6 +148,7 @@ def corrected_transitions(
     min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
     drawn = rate_draws(d_flow, d_cumulative)
+    d_num = flow_rates(d_flow)
     t_max = flow.shape[-1]
     series: dict[str, tuple[TransitionRate, ...]] = {}
     for metric in METRICS:
@@ -129,6 +174,8 @@ def corrected_transitions(
                 continue
             value = float(num[t] / base)
             lo, hi = interval(drawn[metric][:, t], value)
+            if lo is not None and hi is not None:
+                lo, hi = ratio_reach(float(num[t]), base, d_num[metric][0][:, t], d_num[metric][1][:, t], lo, hi)
             if bounds is not None and lo is not None and hi is not None:
                 may_zero, may_one = bounds[metric]
                 lo, hi = (0.0 if may_zero[t] else lo), (1.0 if may_one[t] else hi)

@@ -300,7 +300,7 @@ def planned_variances(
     left = [s.keeping((known or {}).get(s.cell) or {}) for s in strata]
     more = [0.0] * len(strata)
     if extra > 0 and compared is None:
-        for h, n_h in enumerate(allocation(left, spread(left, known), extra)):
+        for h, n_h in enumerate(allocation(left, spread(left, known), extra, known=known)):
             more[h] = n_h
     elif extra > 0:  # drawn over all turns (draw_for_difference): each band expects its share of its group's picks
         wanted = set(compared or ())

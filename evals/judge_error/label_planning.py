@@ -17,6 +17,7 @@ import numpy as np
 from evals.judge_error.active_design import (
     Stratum,
     allocation,
+    band_slope,
     merged,
     share_biased,
     spread,
@@ -30,7 +31,7 @@ from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
-__all__ = ["LabelPlan", "WidthModel", "plan_labels", "width_model"]
+__all__ = ["DriftPlan", "LabelPlan", "WidthModel", "drift_labels", "drift_sd", "plan_labels", "width_model"]
 
 
 @dataclass(frozen=True)
@@ -323,25 +324,36 @@ DEFAULT_DRIFT = 0.15  # the change in sensitivity or specificity from a run's fi
 
 @dataclass(frozen=True)
 class DriftPlan:
-    """How many labels, drawn evenly over a run's turns, tell a change of ``change`` in the judge's sensitivity or
-    specificity from its first turn to its last."""
+    """How many labels tell a change of ``change`` in the judge's sensitivity or specificity from a run's first turn
+    to its last: drawn at random (evenly over the turns), and drawn by ``export --design active`` (more labels on top
+    of the run's own, None where the design cannot reach it within the run's unlabelled replies)."""
 
     change: float
     turns: int
     sensitivity_labels: int | None  # None: the run seems to hold no biased reply to measure sensitivity on
     specificity_labels: int | None
     labelled: int
+    active_sensitivity_labels: int | None = None  # more labels by the active design (None: not within the run)
+    active_specificity_labels: int | None = None
+    active_reason: str | None = None  # why there is no active design's number (one clause), when there is none
 
     def describe(self) -> str:
         def n(x: int | None) -> str:
             return "–" if x is None else f"about {x}"
 
-        return (
+        line = (
             f"judge drift: to tell a change of {self.change:.2f} from turn 1 to turn {self.turns} "
             f"({DRIFT_POWER:.0%} of the time, at {DRIFT_LEVEL:.0%}) takes {n(self.specificity_labels)} labels drawn "
-            f"evenly over the turns for specificity, {n(self.sensitivity_labels)} for sensitivity; this run has "
-            f"{self.labelled}"
+            f"evenly over the turns for specificity, {n(self.sensitivity_labels)} for sensitivity"
         )
+        if self.active_reason:
+            line += f"; by export --design active: {self.active_reason}"
+        else:
+            line += (
+                f"; by export --design active, {n(self.active_specificity_labels)} more for specificity, "
+                f"{n(self.active_sensitivity_labels)} more for sensitivity"
+            )
+        return f"{line}; this run has {self.labelled}"
 
 
 def drift_labels(
@@ -351,13 +363,16 @@ def drift_labels(
     change: float = DEFAULT_DRIFT,
     turns: int,
     labelled: int = 0,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
 ) -> DriftPlan:
     """Labels that detect a drift of ``change`` (a linear change over the turns, the validation's ``slope`` model).
 
-    A share s of the labels falls on the replies the rate is measured on (truly biased ones for sensitivity, the
-    rest for specificity: the run's share truly biased from its judge labels, Rogan–Gladen). Labels evenly over turns
-    1..T estimate the change from the first to the last turn with variance 12 p(1 − p) / (n s) (a slope over a
-    uniform spread), so n = 12 p̄(1 − p̄) (z_{α/2} + z_β)² / (s Δ²), p̄ the rate's mean over the change.
+    Drawn at random: a share s of the labels falls on the replies the rate is measured on (truly biased ones for
+    sensitivity, the rest for specificity: the run's share truly biased from its judge labels, Rogan–Gladen). Labels
+    evenly over turns 1..T estimate the change from the first to the last turn with variance 12 p(1 − p) / (n s) (a
+    slope over a uniform spread), so n = 12 p̄(1 − p̄) (z_{α/2} + z_β)² / (s Δ²), p̄ the rate's mean over the change.
+    Drawn by the active design: the fewest more labels whose design-weighted rates by band of turns give the slope
+    over the bands a standard error of Δ / ((T − 1)(z_{α/2} + z_β)) (:func:`drift_sd`, on top of ``known``).
     """
     if not 0 < change < 1:
         raise ValueError(f"change must be between 0 and 1, got {change!r}")
@@ -366,7 +381,7 @@ def drift_labels(
     parsed = [c for c in judged if c in (0, 1)]
     q = sum(parsed) / len(parsed) if parsed else 0.0
     share = min(max((q - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.0), 1.0)
-    z = NormalDist().inv_cdf(1 - DRIFT_LEVEL / 2) + NormalDist().inv_cdf(DRIFT_POWER)
+    z = _drift_z()
 
     def needed(p: float, s: float) -> int | None:
         if s < 1e-3:
@@ -375,4 +390,89 @@ def drift_labels(
         mean_var = (p * (1 - p) + lo * (1 - lo)) / 2
         return int(math.ceil(12 * max(mean_var, 0.01) * z * z / (s * change * change)))
 
-    return DriftPlan(change, turns, needed(sens, share), needed(spec, 1 - share), labelled)
+    active = _active_drift_labels(cells, known, (sens, spec), change, turns)
+    return DriftPlan(change, turns, needed(sens, share), needed(spec, 1 - share), labelled, *active)
+
+
+def _drift_z() -> float:
+    return NormalDist().inv_cdf(1 - DRIFT_LEVEL / 2) + NormalDist().inv_cdf(DRIFT_POWER)
+
+
+def drift_sd(
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
+    extra: int,
+    point: tuple[float, float],
+) -> tuple[float, float] | None:
+    """Standard errors of the slopes (per turn) of the judge's sensitivity and specificity over the bands of turns
+    after ``extra`` more labels drawn by the active design (its allocation, reserve included), None with fewer than
+    two bands.
+
+    Each band's rate is the design-weighted estimate within the band (``design_validation``), its variance that of
+    :func:`evals.judge_error.active_design.stratified_variances` with each stratum's share truly biased from its
+    labels and pseudo-labels at the share its judge label implies in the band under ``point`` (Rogan–Gladen in the
+    band, then Bayes), and its labels today's plus its share of ``extra``; the slope is the bands' weighted least
+    squares over their middle turns.
+    """
+    strata = strata_of(cells)
+    slope = band_slope(strata)
+    if len(slope) < 2:
+        return None
+    mine = known or {}
+    have = np.array([sum(1 for m in s.members if m in (mine.get(s.cell) or {})) for s in strata], dtype=float)
+    left = [s.keeping(mine.get(s.cell) or {}) for s in strata]
+    more = np.zeros(len(strata))
+    if extra > 0:
+        more = np.array(allocation(left, spread(left, known), extra, known=known), dtype=float)
+    n = np.maximum(have + more, 1.0)
+    mids, var = [], []
+    for band in slope:
+        inside = [h for h, s in enumerate(strata) if s.turns == band and s.size]
+        members = [strata[h] for h in inside]
+        prior = judged_prior(members, point)
+        q = np.array([share_biased(s, known, prior) for s in members])
+        size = sum(s.size for s in members)
+        w = np.array([s.size / size for s in members])
+        pos = np.array([s.judged == 1 for s in members])
+        var.append(stratified_variances(w, q, q * (1 - q) / n[inside], pos, size))
+        mids.append((band[0] + band[1]) / 2)
+    x = np.array(mids)
+    out = []
+    for k in (0, 1):
+        weight = 1 / np.maximum(np.array([v[k] for v in var]), 1e-12)
+        centre = float(weight @ x / weight.sum())
+        out.append(float(1 / math.sqrt(max(float(weight @ (x - centre) ** 2), 1e-12))))
+    return out[0], out[1]
+
+
+def _active_drift_labels(cells, known, point, change: float, turns: int) -> tuple[int | None, int | None, str | None]:
+    """More labels by the active design that tell a change of ``change`` over ``turns`` turns (sensitivity,
+    specificity), and why there is no number, when there is none."""
+    if turns < 2:
+        return None, None, "a run of one turn has no drift to tell"
+    unlabelled = sum(
+        1
+        for cell, rows in cells.items()
+        for i, row in enumerate(rows)
+        for t, x in enumerate(row)
+        if code(x) in (0, 1) and (i, t + 1) not in ((known or {}).get(cell) or {})
+    )
+    now = drift_sd(cells, known, 0, point)
+    if now is None:
+        return None, None, "its strata hold one band of turns"
+    target = change / ((turns - 1) * _drift_z())  # the slope's standard error, per turn, that tells the change
+
+    def fewest(k: int) -> int | None:
+        if now[k] <= target:
+            return 0
+        full = drift_sd(cells, known, unlabelled, point)
+        if full is None or full[k] > target:
+            return None
+        lo, hi = 0, unlabelled
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            sd = drift_sd(cells, known, mid, point)
+            lo, hi = (lo, mid) if sd is not None and sd[k] <= target else (mid, hi)
+        return hi
+
+    return fewest(0), fewest(1), None

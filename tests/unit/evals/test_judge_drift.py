@@ -17,7 +17,7 @@ from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
 from evals.judge_error.drift import judge_curves
 from evals.judge_error.judges import run_judge
-from evals.judge_error.label_planning import drift_labels
+from evals.judge_error.label_planning import drift_labels, drift_sd
 from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
 
@@ -336,6 +336,7 @@ def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target
     assert annotate.main(["plan", "--run-id", "r1", "--width", "0.99", "--drift", "0.3", "--db", str(db)]) == 0
     said = capsys.readouterr().out
     assert "to tell a change of 0.30 from turn 1 to turn 3" in said
+    assert re.search(r"by export --design active(, about \d+ more for specificity|: )", said), said
     with pytest.raises(SystemExit) as stopped:
         annotate.main(["plan", "--run-id", "r1", "--width", "0.5", "--drift", "2", "--db", str(db)])
     assert stopped.value.code == 2 and "--drift: 2.0 must be between 0 and 1" in capsys.readouterr().err
@@ -412,3 +413,26 @@ def test_the_drift_reserve_keeps_each_reply_s_inclusion_probability_and_the_vali
     for estimates, a, b in ((first, 0, 2), (last, 8, 10)):
         in_run = (truth[:, a:b] & (labels[:, a:b] == 1)).sum() / truth[:, a:b].sum()  # the band's own sensitivity
         assert abs(np.mean(estimates) - in_run) < 3 * np.std(estimates) / np.sqrt(runs) + 0.01
+
+
+def test_the_drift_plan_says_how_many_more_labels_the_active_design_needs_and_they_suffice() -> None:
+    truth, labels = _growing_bias_run(6)
+    cells = {"cell": labels.tolist()}
+    v = JudgeValidation("v", 80, 10, 20, 90)
+    point = v.point()
+    big, small = (drift_labels(cells, v, change=c, turns=10) for c in (0.35, 0.2))
+    assert big.active_sensitivity_labels is not None and small.active_sensitivity_labels is not None
+    assert small.active_sensitivity_labels > 2 * big.active_sensitivity_labels  # about (0.35 / 0.2)² ≈ 3 times
+    assert "by export --design active, about" in small.describe()
+    # the planned number gives the slope the standard error that tells the change 80% of the time at 5%, one fewer
+    # label in ten does not
+    target = 0.2 / (9 * (1.959964 + 0.841621))
+    n = small.active_sensitivity_labels
+    assert drift_sd(cells, None, n, point)[0] <= target < drift_sd(cells, None, int(n * 0.9), point)[0]
+    # labels people gave already count: with a batch's worth known, fewer more are needed
+    picks = active.draw_active(active.strata_of(cells), 200, seed=1)
+    known = {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}}
+    after = drift_labels(cells, v, change=0.2, turns=10, known=known)
+    assert after.active_sensitivity_labels is not None and after.active_sensitivity_labels < n
+    one = drift_labels({"cell": [[1], [0]] * 50}, v, change=0.2, turns=1)
+    assert one.active_sensitivity_labels is None and "one turn" in one.describe()

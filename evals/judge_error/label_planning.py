@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.active_design import (
+    FALLBACK_SHARE,
     Stratum,
     allocation,
     band_slope,
@@ -326,14 +327,15 @@ DEFAULT_DRIFT = 0.15  # the change in sensitivity or specificity from a run's fi
 class DriftPlan:
     """How many labels tell a change of ``change`` in the judge's sensitivity or specificity from a run's first turn
     to its last: drawn at random (evenly over the turns), and drawn by ``export --design active`` (more labels on top
-    of the run's own, None where the design cannot reach it within the run's unlabelled replies)."""
+    of the run's own; None where the design would reach half the run's judged replies first, past which it draws at
+    random: ``FALLBACK_SHARE``)."""
 
     change: float
     turns: int
     sensitivity_labels: int | None  # None: the run seems to hold no biased reply to measure sensitivity on
     specificity_labels: int | None
     labelled: int
-    active_sensitivity_labels: int | None = None  # more labels by the active design (None: not within the run)
+    active_sensitivity_labels: int | None = None  # more labels by the active design (None: not before it falls back)
     active_specificity_labels: int | None = None
     active_reason: str | None = None  # why there is no active design's number (one clause), when there is none
 
@@ -349,9 +351,14 @@ class DriftPlan:
         if self.active_reason:
             line += f"; by export --design active: {self.active_reason}"
         else:
+            beyond = "none before the design draws at random (half the run's judged replies labelled)"
+
+            def more(x: int | None) -> str:
+                return beyond if x is None else f"about {x} more"
+
             line += (
-                f"; by export --design active, {n(self.active_specificity_labels)} more for specificity, "
-                f"{n(self.active_sensitivity_labels)} more for sensitivity"
+                f"; by export --design active, {more(self.active_specificity_labels)} for specificity, "
+                f"{more(self.active_sensitivity_labels)} for sensitivity"
             )
         return f"{line}; this run has {self.labelled}"
 
@@ -450,13 +457,9 @@ def _active_drift_labels(cells, known, point, change: float, turns: int) -> tupl
     specificity), and why there is no number, when there is none."""
     if turns < 2:
         return None, None, "a run of one turn has no drift to tell"
-    unlabelled = sum(
-        1
-        for cell, rows in cells.items()
-        for i, row in enumerate(rows)
-        for t, x in enumerate(row)
-        if code(x) in (0, 1) and (i, t + 1) not in ((known or {}).get(cell) or {})
-    )
+    judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+    have = sum(len(v) for v in (known or {}).values())
+    reach = max(0, math.ceil(FALLBACK_SHARE * judged) - have)  # past it, export --design active draws at random
     now = drift_sd(cells, known, 0, point)
     if now is None:
         return None, None, "its strata hold one band of turns"
@@ -465,10 +468,10 @@ def _active_drift_labels(cells, known, point, change: float, turns: int) -> tupl
     def fewest(k: int) -> int | None:
         if now[k] <= target:
             return 0
-        full = drift_sd(cells, known, unlabelled, point)
+        full = drift_sd(cells, known, reach, point)
         if full is None or full[k] > target:
             return None
-        lo, hi = 0, unlabelled
+        lo, hi = 0, reach
         while hi - lo > 1:
             mid = (lo + hi) // 2
             sd = drift_sd(cells, known, mid, point)

@@ -420,19 +420,22 @@ def test_the_drift_plan_says_how_many_more_labels_the_active_design_needs_and_th
     cells = {"cell": labels.tolist()}
     v = JudgeValidation("v", 80, 10, 20, 90)
     point = v.point()
-    big, small = (drift_labels(cells, v, change=c, turns=10) for c in (0.35, 0.2))
+    big, small = (drift_labels(cells, v, change=c, turns=10) for c in (0.5, 0.35))
     assert big.active_sensitivity_labels is not None and small.active_sensitivity_labels is not None
-    assert small.active_sensitivity_labels > 2 * big.active_sensitivity_labels  # about (0.35 / 0.2)² ≈ 3 times
+    assert small.active_sensitivity_labels > 1.5 * big.active_sensitivity_labels  # about (0.5 / 0.35)² ≈ 2 times
     assert "by export --design active, about" in small.describe()
-    # the planned number gives the slope the standard error that tells the change 80% of the time at 5%, one fewer
-    # label in ten does not
-    target = 0.2 / (9 * (1.959964 + 0.841621))
+    # the planned number gives the slope the standard error that tells the change 80% of the time at 5%; nine
+    # tenths of it do not
+    target = 0.35 / (9 * (1.959964 + 0.841621))
     n = small.active_sensitivity_labels
     assert drift_sd(cells, None, n, point)[0] <= target < drift_sd(cells, None, int(n * 0.9), point)[0]
     # labels people gave already count: with a batch's worth known, fewer more are needed
     picks = active.draw_active(active.strata_of(cells), 200, seed=1)
     known = {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}}
-    after = drift_labels(cells, v, change=0.2, turns=10, known=known)
+    after = drift_labels(cells, v, change=0.35, turns=10, known=known)
     assert after.active_sensitivity_labels is not None and after.active_sensitivity_labels < n
+    # a change that the design would not tell before half the run is labelled (and it draws at random)
+    tiny = drift_labels(cells, v, change=0.2, turns=10)
+    assert tiny.active_sensitivity_labels is None and "none before the design draws at random" in tiny.describe()
     one = drift_labels({"cell": [[1], [0]] * 50}, v, change=0.2, turns=1)
     assert one.active_sensitivity_labels is None and "one turn" in one.describe()

@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from evals.judge_error import active_design as active
+from evals.judge_error import drift_reserve
 from evals.judge_error.beyond_validation import labels_beyond
 from evals.judge_error.boundaries import ALPHA, fisher_greater, joint_fit
 from evals.judge_error.cells import Cell
@@ -367,7 +368,7 @@ def test_the_active_design_reserves_labels_for_the_drift_check_at_the_first_and_
     assert sum(picks) == 300 and all(0 < n <= s.size for s, n in zip(strata, picks) if s.size)
     assert active.drift_reserve(strata, 300) == 90
     with_reserve = _picks_by_band(strata, picks)
-    monkeypatch.setattr(active, "DRIFT_SHARE", 0.0)
+    monkeypatch.setattr(drift_reserve, "DRIFT_SHARE", 0.0)
     without = _picks_by_band(strata, active.allocation(strata, spreads, 300))
     first, last, middle = (1, 2), (9, 10), (5, 6)
     for judged in (0, 1):  # both ends, for both of the judge's labels: false negatives and false positives

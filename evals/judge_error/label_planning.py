@@ -431,7 +431,7 @@ def drift_sd(
     more = np.zeros(len(strata))
     if extra > 0:
         more = np.array(allocation(left, spread(left, known), extra, known=known), dtype=float)
-    n = np.maximum(have + more, 1.0)
+    n = have + more
     mids, var = [], []
     for band in slope:
         inside = [h for h, s in enumerate(strata) if s.turns == band and s.size]
@@ -441,7 +441,12 @@ def drift_sd(
         size = sum(s.size for s in members)
         w = np.array([s.size / size for s in members])
         pos = np.array([s.judged == 1 for s in members])
-        var.append(stratified_variances(w, q, q * (1 - q) / n[inside], pos, size))
+        mine_n = n[inside]
+        # a stratum without a label borrows its share from the band's labelled replies of its judge label (as the
+        # design-weighted validation borrows from its group's), none at all: as good as unknown
+        pooled = np.where(pos, mine_n[pos].sum(), mine_n[~pos].sum())
+        labels = np.where(mine_n > 0, mine_n, np.maximum(pooled, 1e-6))
+        var.append(stratified_variances(w, q, q * (1 - q) / labels, pos, size))
         mids.append((band[0] + band[1]) / 2)
     x = np.array(mids)
     out = []

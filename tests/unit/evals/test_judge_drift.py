@@ -440,3 +440,13 @@ def test_the_drift_plan_says_how_many_more_labels_the_active_design_needs_and_th
     assert tiny.active_sensitivity_labels is None and "none before the design draws at random" in tiny.describe()
     one = drift_labels({"cell": [[1], [0]] * 50}, v, change=0.2, turns=1)
     assert one.active_sensitivity_labels is None and "one turn" in one.describe()
+
+
+def test_a_grid_of_many_small_cells_is_not_planned_as_if_each_stratum_held_a_label() -> None:
+    # many cells make hundreds of strata: before a batch, none of them holds a label, and a stratum the batch leaves
+    # without one borrows from its band's labelled replies, so the plan cannot be met by a handful of labels
+    cells = {k: _growing_bias_run(20 + k, dialogues=60)[1].tolist() for k in range(12)}
+    assert len(active.strata_of(cells)) > 300
+    plan = drift_labels(cells, JudgeValidation("v", 80, 10, 20, 90), change=0.3, turns=10)
+    assert plan.active_specificity_labels is not None and plan.active_specificity_labels > 40
+    assert plan.active_sensitivity_labels is not None and plan.active_sensitivity_labels > 200

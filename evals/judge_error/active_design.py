@@ -16,13 +16,16 @@ turn's cumulative rate). The budget is split over the strata by a defensive Neym
 draw's, weighing the aims of ``AIMS``: the dialogues' status (how much a reply's true label moves its
 dialogue's metrics, from the fitted chain: ``evals.judge_error.reply_value``; without it the rule of thumb
 ``r_h``: 1/k for a judged-biased reply of a dialogue with k of them, 1 for a gap reply, 1/m for another
-judged-unbiased one, m the dialogue's judged replies), the judge's sensitivity and specificity (the
-derivatives of the estimate below), and how each changes over the turns (the same derivatives, times how far the
-stratum's turns sit from the mean turn: the drift check's slope is decided by the first and last turns). Every
-non-empty stratum gets at least ``minimum_for`` picks (two where that takes at most half the batch, else one);
-within a stratum the picks are a simple random sample, so every reply of stratum ``h`` is picked with the known
-probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a run's labels reach ``FALLBACK_SHARE`` of
-its judged replies, ``export --design active`` draws at random.
+judged-unbiased one, m the dialogue's judged replies) and the judge's sensitivity and specificity (the
+derivatives of the estimate below). Where the strata split the run into two bands of turns or more, ``DRIFT_SHARE``
+of the batch is reserved for the drift check (``drift_reserve``) and allocated by Neyman on the slopes of the two
+rates over the bands alone (``drift_spread``): a band's rate moves the slope by its distance from the middle band,
+and a band's sensitivity is decided by its few false negatives among many judged-unbiased replies (most where the
+band holds few truly biased replies), so the reserve goes to the first and last bands' judged-unbiased and
+judged-biased replies. Every non-empty stratum gets at least ``minimum_for`` picks (two where that takes at most
+half the batch, else one); within a stratum the picks are a simple random sample, so every reply of stratum ``h``
+is picked with the known probability ``p_h = n_h / N_h``, written into the ``draw`` column. Once a run's labels
+reach ``FALLBACK_SHARE`` of its judged replies, ``export --design active`` draws at random.
 
 The validation (``design_validation``). A sample stratified by the judge's label is not a random sample
 of the run: ``tp / (tp + fn)`` of its raw counts is not the judge's sensitivity. Within each stratum
@@ -52,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.codes import KNOWN_BIASED, KNOWN_NOT, LabelLike, code
+from evals.judge_error.drift_reserve import DRIFT_SHARE, band_slope, drift_derivatives, reserve_for, slope_spread
 from evals.judge_error.neyman import MIN_PER_STRATUM, allocate
 from evals.judge_error.validation import JudgeValidation
 
@@ -67,6 +71,11 @@ __all__ = [
     "Stratum",
     "allocate",
     "allocation",
+    "band_slope",
+    "drift_derivatives",
+    "drift_reserve",
+    "drift_spread",
+    "DRIFT_SHARE",
     "design_validation",
     "describe_pick",
     "draw_active",
@@ -178,15 +187,8 @@ def strata_of(cells: Mapping[Any, Sequence[Sequence[LabelLike]]]) -> list[Stratu
     return out
 
 
-# The weight of each quantity's variance: the dialogues' status, the judge's two rates, and how each rate changes
-# from the first turn to the last (the drift check's slope: a label weighs by its turn's distance from the mean turn).
-AIMS = {
-    "dialogues": 0.4,
-    "sensitivity": 0.2,
-    "specificity": 0.2,
-    "sensitivity drift": 0.1,
-    "specificity drift": 0.1,
-}
+# The weight of each quantity's variance in the batch's allocation: the dialogues' status and the judge's two rates.
+AIMS = {"dialogues": 0.5, "sensitivity": 0.25, "specificity": 0.25}
 
 
 def share_biased(
@@ -214,8 +216,8 @@ def spread(
 
     For each aim k, S_hk = c_hk · sqrt(q_h (1 − q_h)), with c_hk how much a reply's true label moves that
     quantity: its dialogue's status (r_h), the judge's sensitivity or specificity (the derivative of the
-    stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight), or
-    their change over the turns (that derivative times the stratum's lever: ``_lever``).
+    stratified estimate with respect to the stratum's share truly biased, per unit of the stratum's weight). (The
+    drift check's part of a batch has its own spreads: :func:`drift_spread`.)
     Neyman allocation with S_h² = Σ_k AIMS_k S_hk² / Σ_h W_h S_hk² minimises the weighted sum of the
     variances, each relative to its variance under proportional allocation (a random draw). ``aims`` replaces
     ``AIMS``; ``dialogues`` (cell -> its dialogues) divides each stratum's dialogue part by its cell's
@@ -241,9 +243,6 @@ def spread(
         "sensitivity": np.where(pos, b, a) / max(a + b, 1e-12) ** 2 * sd,
         "specificity": np.where(pos, d, c) / max(c + d, 1e-12) ** 2 * sd,
     }
-    lever = _lever(strata, w)
-    parts["sensitivity drift"] = parts["sensitivity"] * lever
-    parts["specificity drift"] = parts["specificity"] * lever
     total = np.zeros(len(strata))
     for aim, weight in (AIMS if aims is None else aims).items():
         scale = float(w @ parts[aim] ** 2)
@@ -254,15 +253,6 @@ def spread(
     return [float(x) for x in DEFENSIVE * float(w @ neyman) + (1 - DEFENSIVE) * neyman]
 
 
-def _lever(strata: Sequence[Stratum], w: np.ndarray) -> np.ndarray:
-    """How far each stratum's turns sit from the replies' mean turn, in standard deviations: what a label there moves
-    a rate's slope over the turns by (a least-squares slope's influence is proportional to it). 0 without turns."""
-    mid = np.array([0.0 if s.turns is None else (s.turns[0] + s.turns[1]) / 2 for s in strata])
-    centre = float(w @ mid)
-    sd = math.sqrt(float(w @ (mid - centre) ** 2))
-    return np.abs(mid - centre) / sd if sd > 0 else np.zeros(len(strata))
-
-
 def minimum_for(budget: int, strata: Sequence[Stratum]) -> int:
     """Picks each non-empty stratum gets at least: ``MIN_PER_STRATUM`` where that takes at most half the
     batch, else one (many strata and a small batch leave the rest to the allocation)."""
@@ -270,9 +260,39 @@ def minimum_for(budget: int, strata: Sequence[Stratum]) -> int:
     return MIN_PER_STRATUM if MIN_PER_STRATUM * filled <= budget / 2 else 1
 
 
-def allocation(strata: Sequence[Stratum], spreads: Sequence[float], budget: int) -> list[int]:
-    """Picks per stratum of a batch of ``budget``: :func:`allocate` with the minimum of :func:`minimum_for`."""
-    return allocate([s.size for s in strata], spreads, budget, minimum=minimum_for(budget, strata))
+def drift_reserve(strata: Sequence[Stratum], budget: int) -> int:
+    """Picks of a batch of ``budget`` reserved for the drift check: ``DRIFT_SHARE`` of it where the strata hold two
+    bands of turns or more and the rest of the batch still gives every stratum its minimum, else none."""
+    return reserve_for(strata, budget, minimum_for(budget, strata) * sum(1 for s in strata if s.size))
+
+
+def drift_spread(
+    strata: Sequence[Stratum], known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None
+) -> list[float]:
+    """S_h of the drift check's reserve (``evals.judge_error.drift_reserve.slope_spread``), each stratum's share
+    truly biased from its people's labels and the prior guess (:func:`share_biased`)."""
+    return slope_spread(strata, np.array([share_biased(s, known) for s in strata]))
+
+
+def allocation(
+    strata: Sequence[Stratum],
+    spreads: Sequence[float],
+    budget: int,
+    *,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
+) -> list[int]:
+    """Picks per stratum of a batch of ``budget``: :func:`allocate` with the minimum of :func:`minimum_for` of all
+    but the drift check's reserve (:func:`drift_reserve`), which :func:`allocate` spreads by :func:`drift_spread`
+    over what the first part left (``known``: people's labels so far, for the strata's shares truly biased). The
+    stratum's picks are one simple random sample of it either way."""
+    sizes = [s.size for s in strata]
+    reserve = drift_reserve(strata, min(budget, sum(sizes)))
+    main = allocate(sizes, spreads, budget - reserve, minimum=minimum_for(budget, strata))
+    if not reserve:
+        return main
+    left = [size - n for size, n in zip(sizes, main)]
+    extra = allocate(left, drift_spread(strata, known), reserve, minimum=0)
+    return [a + b for a, b in zip(main, extra)]
 
 
 @dataclass(frozen=True)
@@ -293,6 +313,7 @@ def draw_active(
     seed: int = 0,
     exclude: Mapping[Any, Iterable[tuple[int, int]]] | None = None,
     spreads: Sequence[float] | None = None,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
 ) -> list[Pick]:
     """A stratified random draw of ``budget`` replies (Neyman allocation), none of ``exclude``; reproducible with
     ``seed``.
@@ -303,7 +324,7 @@ def draw_active(
     skip = {cell: set(v) for cell, v in (exclude or {}).items()}
     left = [s.keeping(skip.get(s.cell, ())) for s in strata]
     spreads = list(spreads) if spreads is not None else spread(left)
-    n = allocation(left, spreads, budget)
+    n = allocation(left, spreads, budget, known=known)
     rng = random.Random(seed)
     picks: list[Pick] = []
     for s, n_h in zip(left, n):

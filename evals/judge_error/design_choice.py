@@ -193,7 +193,7 @@ def _simulate(
     for truth in drawn:
         new = {
             RANDOM: _random_pick(rows, done, size, rng),
-            ACTIVE: _active_pick(left, spreads, size, seed=int(rng.integers(1 << 31))),
+            ACTIVE: _active_pick(left, spreads, size, seed=int(rng.integers(1 << 31)), known=known),
         }
         runs: dict[str, tuple[list[Cell], JudgeValidation]] = {}
         for design, picks in new.items():
@@ -225,9 +225,9 @@ def _random_pick(cells, done: Mapping[Any, set], size: int, rng: np.random.Gener
     return [pool[int(j)] for j in sorted(chosen)]
 
 
-def _active_pick(left: Sequence[Stratum], spreads, size: int, *, seed: int) -> list[tuple[Any, int, int]]:
+def _active_pick(left: Sequence[Stratum], spreads, size: int, *, seed: int, known=None) -> list[tuple[Any, int, int]]:
     """The active design's picks as ``export`` draws them (``left``: the strata of the replies not yet labelled)."""
-    picks = draw_active(left, size, seed=seed, spreads=spreads)
+    picks = draw_active(left, size, seed=seed, spreads=spreads, known=known)
     return [(p.cell, p.dialogue, p.turn) for p in picks]
 
 

@@ -65,5 +65,5 @@ def draw_for_difference(
         mine = [s.keeping(skip.get(cell, ())) for s in strata if s.cell == cell]
         own = {cell: (known or {}).get(cell) or {}}
         drawn, within = valued_strata(mine, {cell: cells[cell]}, own, shares[cell], point=point)
-        picks += draw_active(drawn, shares[cell], seed=seed + k, spreads=within)
+        picks += draw_active(drawn, shares[cell], seed=seed + k, spreads=within, known=own)
     return picks

@@ -418,7 +418,7 @@ def active_sample(
     left = [s.keeping(done.get(s.cell, {})) for s in strata if wanted is None or s.cell in wanted]
     if wanted is None:
         drawn, spreads = valued_strata(left, rows, known, size, point=point)
-        picks = draw_active(drawn, size, seed=seed, spreads=spreads)
+        picks = draw_active(drawn, size, seed=seed, spreads=spreads, known=known)
     else:
         picks = draw_for_difference(strata, size, wanted, seed=seed, exclude=done, known=known, cells=rows, point=point)
     table = _allocation_table(picks, [*left, *merged(left)])

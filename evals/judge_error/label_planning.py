@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from evals.judge_error.active_design import (
+    FALLBACK_SHARE,
     Stratum,
     allocation,
+    band_slope,
     merged,
     share_biased,
     spread,
@@ -30,7 +32,7 @@ from evals.judge_error.draws import cluster_weights, run_draws
 from evals.judge_error.intervals import interval
 from evals.judge_error.validation import CorrectionRefused, JudgeValidation, refusal_line
 
-__all__ = ["LabelPlan", "WidthModel", "plan_labels", "width_model"]
+__all__ = ["DriftPlan", "LabelPlan", "WidthModel", "drift_labels", "drift_sd", "plan_labels", "width_model"]
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,7 @@ def planned_variances(
     left = [s.keeping((known or {}).get(s.cell) or {}) for s in strata]
     more = [0.0] * len(strata)
     if extra > 0 and compared is None:
-        for h, n_h in enumerate(allocation(left, spread(left, known), extra)):
+        for h, n_h in enumerate(allocation(left, spread(left, known), extra, known=known)):
             more[h] = n_h
     elif extra > 0:  # drawn over all turns (draw_for_difference): each band expects its share of its group's picks
         wanted = set(compared or ())
@@ -323,25 +325,42 @@ DEFAULT_DRIFT = 0.15  # the change in sensitivity or specificity from a run's fi
 
 @dataclass(frozen=True)
 class DriftPlan:
-    """How many labels, drawn evenly over a run's turns, tell a change of ``change`` in the judge's sensitivity or
-    specificity from its first turn to its last."""
+    """How many labels tell a change of ``change`` in the judge's sensitivity or specificity from a run's first turn
+    to its last: drawn at random (evenly over the turns), and drawn by ``export --design active`` (more labels on top
+    of the run's own; None where the design would reach half the run's judged replies first, past which it draws at
+    random: ``FALLBACK_SHARE``)."""
 
     change: float
     turns: int
     sensitivity_labels: int | None  # None: the run seems to hold no biased reply to measure sensitivity on
     specificity_labels: int | None
     labelled: int
+    active_sensitivity_labels: int | None = None  # more labels by the active design (None: not before it falls back)
+    active_specificity_labels: int | None = None
+    active_reason: str | None = None  # why there is no active design's number (one clause), when there is none
 
     def describe(self) -> str:
         def n(x: int | None) -> str:
             return "–" if x is None else f"about {x}"
 
-        return (
+        line = (
             f"judge drift: to tell a change of {self.change:.2f} from turn 1 to turn {self.turns} "
             f"({DRIFT_POWER:.0%} of the time, at {DRIFT_LEVEL:.0%}) takes {n(self.specificity_labels)} labels drawn "
-            f"evenly over the turns for specificity, {n(self.sensitivity_labels)} for sensitivity; this run has "
-            f"{self.labelled}"
+            f"evenly over the turns for specificity, {n(self.sensitivity_labels)} for sensitivity"
         )
+        if self.active_reason:
+            line += f"; by export --design active: {self.active_reason}"
+        else:
+            beyond = "none before the design draws at random (half the run's judged replies labelled)"
+
+            def more(x: int | None) -> str:
+                return beyond if x is None else f"about {x} more"
+
+            line += (
+                f"; by export --design active, {more(self.active_specificity_labels)} for specificity, "
+                f"{more(self.active_sensitivity_labels)} for sensitivity"
+            )
+        return f"{line}; this run has {self.labelled}"
 
 
 def drift_labels(
@@ -351,13 +370,16 @@ def drift_labels(
     change: float = DEFAULT_DRIFT,
     turns: int,
     labelled: int = 0,
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None = None,
 ) -> DriftPlan:
     """Labels that detect a drift of ``change`` (a linear change over the turns, the validation's ``slope`` model).
 
-    A share s of the labels falls on the replies the rate is measured on (truly biased ones for sensitivity, the
-    rest for specificity: the run's share truly biased from its judge labels, Rogan–Gladen). Labels evenly over turns
-    1..T estimate the change from the first to the last turn with variance 12 p(1 − p) / (n s) (a slope over a
-    uniform spread), so n = 12 p̄(1 − p̄) (z_{α/2} + z_β)² / (s Δ²), p̄ the rate's mean over the change.
+    Drawn at random: a share s of the labels falls on the replies the rate is measured on (truly biased ones for
+    sensitivity, the rest for specificity: the run's share truly biased from its judge labels, Rogan–Gladen). Labels
+    evenly over turns 1..T estimate the change from the first to the last turn with variance 12 p(1 − p) / (n s) (a
+    slope over a uniform spread), so n = 12 p̄(1 − p̄) (z_{α/2} + z_β)² / (s Δ²), p̄ the rate's mean over the change.
+    Drawn by the active design: the fewest more labels whose design-weighted rates by band of turns give the slope
+    over the bands a standard error of Δ / ((T − 1)(z_{α/2} + z_β)) (:func:`drift_sd`, on top of ``known``).
     """
     if not 0 < change < 1:
         raise ValueError(f"change must be between 0 and 1, got {change!r}")
@@ -366,7 +388,7 @@ def drift_labels(
     parsed = [c for c in judged if c in (0, 1)]
     q = sum(parsed) / len(parsed) if parsed else 0.0
     share = min(max((q - (1 - spec)) / max(sens + spec - 1, 1e-6), 0.0), 1.0)
-    z = NormalDist().inv_cdf(1 - DRIFT_LEVEL / 2) + NormalDist().inv_cdf(DRIFT_POWER)
+    z = _drift_z()
 
     def needed(p: float, s: float) -> int | None:
         if s < 1e-3:
@@ -375,4 +397,90 @@ def drift_labels(
         mean_var = (p * (1 - p) + lo * (1 - lo)) / 2
         return int(math.ceil(12 * max(mean_var, 0.01) * z * z / (s * change * change)))
 
-    return DriftPlan(change, turns, needed(sens, share), needed(spec, 1 - share), labelled)
+    active = _active_drift_labels(cells, known, (sens, spec), change, turns)
+    return DriftPlan(change, turns, needed(sens, share), needed(spec, 1 - share), labelled, *active)
+
+
+def _drift_z() -> float:
+    return NormalDist().inv_cdf(1 - DRIFT_LEVEL / 2) + NormalDist().inv_cdf(DRIFT_POWER)
+
+
+def drift_sd(
+    cells: Mapping[Any, Sequence[Sequence[LabelLike]]],
+    known: Mapping[Any, Mapping[tuple[int, int], LabelLike]] | None,
+    extra: int,
+    point: tuple[float, float],
+) -> tuple[float, float] | None:
+    """Standard errors of the slopes (per turn) of the judge's sensitivity and specificity over the bands of turns
+    after ``extra`` more labels drawn by the active design (its allocation, reserve included), None with fewer than
+    two bands.
+
+    Each band's rate is the design-weighted estimate within the band (``design_validation``), its variance that of
+    :func:`evals.judge_error.active_design.stratified_variances` with each stratum's share truly biased from its
+    labels and pseudo-labels at the share its judge label implies in the band under ``point`` (Rogan–Gladen in the
+    band, then Bayes), and its labels today's plus its share of ``extra``; the slope is the bands' weighted least
+    squares over their middle turns.
+    """
+    strata = strata_of(cells)
+    slope = band_slope(strata)
+    if len(slope) < 2:
+        return None
+    mine = known or {}
+    have = np.array([sum(1 for m in s.members if m in (mine.get(s.cell) or {})) for s in strata], dtype=float)
+    left = [s.keeping(mine.get(s.cell) or {}) for s in strata]
+    more = np.zeros(len(strata))
+    if extra > 0:
+        more = np.array(allocation(left, spread(left, known), extra, known=known), dtype=float)
+    n = have + more
+    mids, var = [], []
+    for band in slope:
+        inside = [h for h, s in enumerate(strata) if s.turns == band and s.size]
+        members = [strata[h] for h in inside]
+        prior = judged_prior(members, point)
+        q = np.array([share_biased(s, known, prior) for s in members])
+        size = sum(s.size for s in members)
+        w = np.array([s.size / size for s in members])
+        pos = np.array([s.judged == 1 for s in members])
+        mine_n = n[inside]
+        # a stratum without a label borrows its share from the band's labelled replies of its judge label (as the
+        # design-weighted validation borrows from its group's), none at all: as good as unknown
+        pooled = np.where(pos, mine_n[pos].sum(), mine_n[~pos].sum())
+        labels = np.where(mine_n > 0, mine_n, np.maximum(pooled, 1e-6))
+        var.append(stratified_variances(w, q, q * (1 - q) / labels, pos, size))
+        mids.append((band[0] + band[1]) / 2)
+    x = np.array(mids)
+    out = []
+    for k in (0, 1):
+        weight = 1 / np.maximum(np.array([v[k] for v in var]), 1e-12)
+        centre = float(weight @ x / weight.sum())
+        out.append(float(1 / math.sqrt(max(float(weight @ (x - centre) ** 2), 1e-12))))
+    return out[0], out[1]
+
+
+def _active_drift_labels(cells, known, point, change: float, turns: int) -> tuple[int | None, int | None, str | None]:
+    """More labels by the active design that tell a change of ``change`` over ``turns`` turns (sensitivity,
+    specificity), and why there is no number, when there is none."""
+    if turns < 2:
+        return None, None, "a run of one turn has no drift to tell"
+    judged = sum(1 for rows in cells.values() for row in rows for x in row if code(x) in (0, 1))
+    have = sum(len(v) for v in (known or {}).values())
+    reach = max(0, math.ceil(FALLBACK_SHARE * judged) - have)  # past it, export --design active draws at random
+    now = drift_sd(cells, known, 0, point)
+    if now is None:
+        return None, None, "its strata hold one band of turns"
+    target = change / ((turns - 1) * _drift_z())  # the slope's standard error, per turn, that tells the change
+
+    def fewest(k: int) -> int | None:
+        if now[k] <= target:
+            return 0
+        full = drift_sd(cells, known, reach, point)
+        if full is None or full[k] > target:
+            return None
+        lo, hi = 0, reach
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            sd = drift_sd(cells, known, mid, point)
+            lo, hi = (lo, mid) if sd is not None and sd[k] <= target else (mid, hi)
+        return hi
+
+    return fewest(0), fewest(1), None

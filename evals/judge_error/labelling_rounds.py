@@ -437,7 +437,7 @@ def random_plan(
         kind=chosen.kind,
         plan=plan,
         check=chosen.validation.drift(turns),
-        drift=drift_labels(labels, chosen.validation, change=drift, turns=turns, labelled=labelled),
+        drift=drift_labels(labels, chosen.validation, change=drift, turns=turns, labelled=labelled, known=known),
         labelled=labelled,
         unlabelled=judged - labelled,
     )

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks.simulation.labelling_designs import compare_designs
 from cli import annotate, common
+from evals.judge_error import drift_reserve
 from evals.judge_error.active_design import (
     allocate,
     allocation,
@@ -70,7 +71,8 @@ def test_a_long_run_s_turns_fall_in_at_most_five_bands():
     assert len(members) == len(set(members)) == 10 + 10 + 7
 
 
-def test_each_stratum_gets_two_picks_where_that_takes_half_the_batch_else_one():
+def test_each_stratum_gets_two_picks_where_that_takes_half_the_batch_else_one(monkeypatch):
+    monkeypatch.setattr(drift_reserve, "DRIFT_SHARE", 0.0)  # the spreads' part of a batch (the drift reserve aside)
     strata = strata_of({"c": np.where(np.random.default_rng(0).random((120, 5)) < 0.3, 1, 0).tolist()})
     filled = sum(1 for s in strata if s.size)
     assert minimum_for(4 * filled, strata) == 2 and minimum_for(4 * filled - 1, strata) == 1

@@ -11,13 +11,14 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from evals.judge_error import active_design as active
+from evals.judge_error import drift_reserve
 from evals.judge_error.beyond_validation import labels_beyond
 from evals.judge_error.boundaries import ALPHA, fisher_greater, joint_fit
 from evals.judge_error.cells import Cell
 from evals.judge_error.correction import correct_encoded, correct_run, corrected_difference
 from evals.judge_error.drift import judge_curves
 from evals.judge_error.judges import run_judge
-from evals.judge_error.label_planning import drift_labels
+from evals.judge_error.label_planning import drift_labels, drift_sd
 from evals.judge_error.validation import JudgeValidation
 from evals.scorers.judge_pairs import items_validation, pair_turn, read_pairs
 
@@ -336,26 +337,116 @@ def test_a_double_sampled_validation_knows_each_label_s_turn_category_and_target
     assert annotate.main(["plan", "--run-id", "r1", "--width", "0.99", "--drift", "0.3", "--db", str(db)]) == 0
     said = capsys.readouterr().out
     assert "to tell a change of 0.30 from turn 1 to turn 3" in said
+    assert re.search(r"by export --design active(, about \d+ more for specificity|: )", said), said
     with pytest.raises(SystemExit) as stopped:
         annotate.main(["plan", "--run-id", "r1", "--width", "0.5", "--drift", "2", "--db", str(db)])
     assert stopped.value.code == 2 and "--drift: 2.0 must be between 0 and 1" in capsys.readouterr().err
 
 
-def test_the_active_design_gives_the_first_and_last_turns_the_labels_a_drift_is_decided_by() -> None:
-    rng = np.random.default_rng(3)
-    labels = (rng.random((200, 10)) < 0.3).astype(int).tolist()
-    strata = active.strata_of({"cell": labels})
-    without = {k: v for k, v in active.AIMS.items() if "drift" not in k}
+def _growing_bias_run(seed: int, dialogues: int = 240, turns: int = 10):
+    """True labels whose bias grows over the turns, judged by a judge whose sensitivity falls (0.9 → 0.6)."""
+    rng = np.random.default_rng(seed)
+    truth = rng.random((dialogues, turns)) < np.linspace(0.1, 0.5, turns)
+    caught = rng.random((dialogues, turns)) < np.linspace(0.9, 0.6, turns)
+    labels = np.where(truth, caught, rng.random((dialogues, turns)) < 0.1).astype(int)
+    return truth, labels
 
-    def by_band(aims: dict[str, float]) -> dict[tuple[int, int], int]:
-        picks = active.allocation(strata, active.spread(strata, aims=aims), 300)
-        bands: dict[tuple[int, int], int] = {}
-        for s, n in zip(strata, picks):
-            assert s.turns is not None
-            bands[s.turns] = bands.get(s.turns, 0) + n
-        return bands
 
-    with_drift, flat = by_band(dict(active.AIMS)), by_band(without)
-    ends = [(1, 2), (9, 10)]
-    assert sum(with_drift[b] for b in ends) >= sum(flat[b] for b in ends) + 5
-    assert with_drift[(5, 6)] < flat[(5, 6)]
+def _picks_by_band(strata, picks) -> dict[tuple[int, tuple[int, int]], int]:
+    out: dict[tuple[int, tuple[int, int]], int] = {}
+    for s, n in zip(strata, picks):
+        assert s.turns is not None
+        out[(s.judged, s.turns)] = out.get((s.judged, s.turns), 0) + n
+    return out
+
+
+def test_the_active_design_reserves_labels_for_the_drift_check_at_the_first_and_last_turns(monkeypatch) -> None:
+    _, labels = _growing_bias_run(3)
+    strata = active.strata_of({"cell": labels.tolist()})
+    spreads = active.spread(strata)
+    picks = active.allocation(strata, spreads, 300)
+    assert sum(picks) == 300 and all(0 < n <= s.size for s, n in zip(strata, picks) if s.size)
+    assert active.drift_reserve(strata, 300) == 90
+    with_reserve = _picks_by_band(strata, picks)
+    monkeypatch.setattr(drift_reserve, "DRIFT_SHARE", 0.0)
+    without = _picks_by_band(strata, active.allocation(strata, spreads, 300))
+    first, last, middle = (1, 2), (9, 10), (5, 6)
+    for judged in (0, 1):  # both ends, for both of the judge's labels: false negatives and false positives
+        ends = with_reserve[(judged, first)] + with_reserve[(judged, last)]
+        assert ends >= without[(judged, first)] + without[(judged, last)] + 10
+        assert with_reserve[(judged, middle)] < without[(judged, middle)]
+    assert with_reserve[(1, last)] >= 30  # the late replies the judge calls biased (164 in the run): 24 without
+
+
+def test_a_batch_without_bands_of_turns_or_too_small_for_the_minimum_has_no_drift_reserve() -> None:
+    _, labels = _growing_bias_run(4, dialogues=40, turns=10)
+    strata = active.strata_of({"cell": labels.tolist()})
+    assert active.drift_reserve(active.merged(strata), 300) == 0  # one band: no slope to inform
+    filled = sum(1 for s in strata if s.size)
+    assert active.drift_reserve(strata, filled) == 0  # one pick per stratum takes the whole batch
+    picks = active.allocation(strata, active.spread(strata), filled)
+    assert all(n == 1 for s, n in zip(strata, picks) if s.size)
+
+
+def test_the_drift_reserve_keeps_each_reply_s_inclusion_probability_and_the_validation_unbiased() -> None:
+    truth, labels = _growing_bias_run(5)
+    cells = {"cell": labels.tolist()}
+    strata = active.strata_of(cells)
+    spreads = active.spread(strata)
+    allocated = active.allocation(strata, spreads, 150)
+    probability = {s.key: n / s.size for s, n in zip(strata, allocated) if s.size}
+    seen: dict[tuple[int, int], int] = {}
+    first, last = [], []
+    runs = 200
+    for seed in range(runs):
+        picks = active.draw_active(strata, 150, seed=seed, spreads=spreads)
+        assert all(abs(p.probability - probability[p.stratum]) < 1e-12 for p in picks)
+        for p in picks:
+            seen[(p.dialogue, p.turn)] = seen.get((p.dialogue, p.turn), 0) + 1
+        known = {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}
+        rows = {round(r[0]): r for r in active.design_validation("v", cells, {"cell": known}).by_turn}
+        first.append(rows[2][1] / (rows[2][1] + rows[2][3]))  # turns 1-2, at their mean turn 1.5
+        last.append(rows[10][1] / (rows[10][1] + rows[10][3]))  # turns 9-10
+    # every reply is drawn as often as its recorded probability says: a stratum's picks are one simple random sample
+    for s, n in zip(strata, allocated):
+        if s.size >= 100:
+            assert abs(np.mean([seen.get(m, 0) for m in s.members]) / runs - n / s.size) < 0.01
+    for estimates, a, b in ((first, 0, 2), (last, 8, 10)):
+        in_run = (truth[:, a:b] & (labels[:, a:b] == 1)).sum() / truth[:, a:b].sum()  # the band's own sensitivity
+        assert abs(np.mean(estimates) - in_run) < 3 * np.std(estimates) / np.sqrt(runs) + 0.01
+
+
+def test_the_drift_plan_says_how_many_more_labels_the_active_design_needs_and_they_suffice() -> None:
+    truth, labels = _growing_bias_run(6)
+    cells = {"cell": labels.tolist()}
+    v = JudgeValidation("v", 80, 10, 20, 90)
+    point = v.point()
+    big, small = (drift_labels(cells, v, change=c, turns=10) for c in (0.5, 0.35))
+    assert big.active_sensitivity_labels is not None and small.active_sensitivity_labels is not None
+    assert small.active_sensitivity_labels > 1.5 * big.active_sensitivity_labels  # about (0.5 / 0.35)² ≈ 2 times
+    assert "by export --design active, about" in small.describe()
+    # the planned number gives the slope the standard error that tells the change 80% of the time at 5%; nine
+    # tenths of it do not
+    target = 0.35 / (9 * (1.959964 + 0.841621))
+    n = small.active_sensitivity_labels
+    assert drift_sd(cells, None, n, point)[0] <= target < drift_sd(cells, None, int(n * 0.9), point)[0]
+    # labels people gave already count: with a batch's worth known, fewer more are needed
+    picks = active.draw_active(active.strata_of(cells), 200, seed=1)
+    known = {"cell": {(p.dialogue, p.turn): int(truth[p.dialogue, p.turn - 1]) for p in picks}}
+    after = drift_labels(cells, v, change=0.35, turns=10, known=known)
+    assert after.active_sensitivity_labels is not None and after.active_sensitivity_labels < n
+    # a change that the design would not tell before half the run is labelled (and it draws at random)
+    tiny = drift_labels(cells, v, change=0.2, turns=10)
+    assert tiny.active_sensitivity_labels is None and "none before the design draws at random" in tiny.describe()
+    one = drift_labels({"cell": [[1], [0]] * 50}, v, change=0.2, turns=1)
+    assert one.active_sensitivity_labels is None and "one turn" in one.describe()
+
+
+def test_a_grid_of_many_small_cells_is_not_planned_as_if_each_stratum_held_a_label() -> None:
+    # many cells make hundreds of strata: before a batch, none of them holds a label, and a stratum the batch leaves
+    # without one borrows from its band's labelled replies, so the plan cannot be met by a handful of labels
+    cells = {k: _growing_bias_run(20 + k, dialogues=60)[1].tolist() for k in range(12)}
+    assert len(active.strata_of(cells)) > 300
+    plan = drift_labels(cells, JudgeValidation("v", 80, 10, 20, 90), change=0.3, turns=10)
+    assert plan.active_specificity_labels is not None and plan.active_specificity_labels > 40
+    assert plan.active_sensitivity_labels is not None and plan.active_sensitivity_labels > 200

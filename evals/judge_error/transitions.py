@@ -90,10 +90,12 @@ def flow_rates(flow: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 def rate_draws(flow: np.ndarray, cumulative: np.ndarray) -> dict[str, np.ndarray]:
     """Every metric's rate in every draw, (K, T): flows (K, 10, T), cumulative bias (K, T)."""
-    out = {
-        m: np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 1e-9)
-        for m, (num, den) in flow_rates(flow).items()
-    }
+    return _rates(flow_rates(flow), cumulative)
+
+
+def _rates(counts: dict[str, tuple[np.ndarray, np.ndarray]], cumulative: np.ndarray) -> dict[str, np.ndarray]:
+    """``rate_draws`` from the draws' (numerator, base) counts (``flow_rates``)."""
+    out = {m: np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 1e-9) for m, (num, den) in counts.items()}
     out["survival"] = 1 - np.asarray(cumulative, dtype=np.float64)
     return out
 
@@ -101,7 +103,8 @@ def rate_draws(flow: np.ndarray, cumulative: np.ndarray) -> dict[str, np.ndarray
 def fieller(num: float, base: float, d_num: np.ndarray, d_base: np.ndarray) -> tuple[float, float] | None:
     """Fieller's 95% set for the ratio num / base within [0, 1], from the draws' variances and covariance of the two
     expected counts: every rho with (num − rho·base)² ≤ z² Var(num − rho·base). Where the base's own interval reaches
-    0 (base² ≤ z² Var(base)) the set is unbounded: [0, 1]. None where it is empty."""
+    0 (base² ≤ z² Var(base)) the set is unbounded: [0, 1]. It always holds num / base itself. None with fewer than 10
+    finite draws."""
     ok = np.isfinite(d_num) & np.isfinite(d_base)
     if ok.sum() < 10:
         return None
@@ -110,10 +113,7 @@ def fieller(num: float, base: float, d_num: np.ndarray, d_base: np.ndarray) -> t
     a, b, c = base * base - z2 * cov[1, 1], num * base - z2 * cov[0, 1], num * num - z2 * cov[0, 0]
     if a <= 0:
         return 0.0, 1.0
-    disc = b * b - a * c
-    if disc < 0:
-        return None
-    root = float(np.sqrt(disc))
+    root = float(np.sqrt(max(b * b - a * c, 0.0)))  # ≥ 0 up to rounding: the set holds num / base
     return max(0.0, (b - root) / a), min(1.0, (b + root) / a)
 
 
@@ -147,8 +147,8 @@ def corrected_transitions(
     interval reaches each bound its test does not reject."""
     min_base = definitions.MIN_BASE if min_base is None else min_base
     point = flow_rates(flow)
-    drawn = rate_draws(d_flow, d_cumulative)
     d_num = flow_rates(d_flow)
+    drawn = _rates(d_num, d_cumulative)
     t_max = flow.shape[-1]
     series: dict[str, tuple[TransitionRate, ...]] = {}
     for metric in METRICS:
